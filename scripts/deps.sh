@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs the Debian packages obx needs that are missing (root, Debian 12).
+#   scripts/deps.sh build   — compilers and libraries (the demo)
+#   scripts/deps.sh test    — plus test tools and servers (PostgreSQL, RabbitMQ, kcat, spin, ...)
+# Service auto-start is suppressed during the install (policy-rc.d): obx's tests start private
+# server instances on their own ports and must not find system ones holding them.
+set -euo pipefail
+set_name=${1:-build}
+
+build_pkgs=(build-essential cmake pkg-config libsqlite3-dev libssl-dev libjansson-dev libyaml-dev
+            libmicrohttpd-dev libpq-dev librdkafka-dev librabbitmq-dev sqlite3)
+test_pkgs=(libcmocka-dev postgresql-15 postgresql-client-15 rabbitmq-server kcat amqp-tools spin
+           clang libclang-rt-14-dev clang-format cppcheck socat iproute2 procps
+           python3 curl)
+
+pkgs=("${build_pkgs[@]}")
+[[ $set_name == test ]] && pkgs+=("${test_pkgs[@]}")
+
+missing=()
+for p in "${pkgs[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ $status == "install ok installed" ]] || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "deps: missing packages (${missing[*]}) and not root: install them or run as root" >&2
+  exit 1
+fi
+echo "deps: installing ${missing[*]}"
+created_policy=0
+if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+  chmod +x /usr/sbin/policy-rc.d
+  created_policy=1
+fi
+cleanup() { ((created_policy)) && rm -f /usr/sbin/policy-rc.d; return 0; }
+trap cleanup EXIT
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/tmp/obx-apt.log 2>&1 || {
+  tail -30 /tmp/obx-apt.log >&2
+  exit 1
+}
+# a system RabbitMQ/PostgreSQL started despite the policy would hold default ports: stop them
+if command -v service >/dev/null; then
+  service rabbitmq-server stop >/dev/null 2>&1 || true
+fi
+echo "deps: done"

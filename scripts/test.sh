@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# README command 2: install what is missing, build twice (release and ASan+UBSan), start the
+# test services (private PostgreSQL cluster, RabbitMQ node; Kafka is librdkafka's in-process
+# mock cluster), run every test in both builds, run the style checks, stop the services.
+# Exit status is non-zero when anything fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+scripts/deps.sh test
+scripts/build.sh build
+scripts/build.sh build-asan -DOBX_SANITIZE=ON -DOBX_MUTATIONS=ON
+
+# shellcheck source=scripts/services.sh
+source scripts/services.sh
+services_start
+trap services_stop EXIT
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+status=0
+echo "== tests (release build)"
+(cd build && ctest --output-on-failure -j2 --timeout 900) || status=1
+echo "== tests (ASan + UBSan build)"
+(cd build-asan && ctest --output-on-failure -j2 --timeout 1800 -LE nosan) || status=1
+echo "== style: clang-format and cppcheck"
+cmake --build build --target check || status=1
+if ((status)); then echo "TESTS FAILED"; else echo "ALL TESTS PASSED"; fi
+exit $status

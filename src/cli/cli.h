@@ -1,0 +1,31 @@
+/*
+ * cli.h — shared helpers of the `obx` command (public API only: include/obx.h).
+ */
+#ifndef OBX_CLI_H
+#define OBX_CLI_H
+
+#include "obx.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#define CLI_DEFAULT_DB "sqlite:obx.db"
+#define CLI_DEFAULT_BROKER "log:obx-broker.db"
+
+/* Prints "obx <cmd>: <what>: <errname>: <detail>" to stderr; returns the exit status for e. */
+int cli_fail(const char *cmd, const char *what, obx_err e);
+/* Exit status convention: 0 ok, 1 failure/findings, 2 usage error. */
+int cli_usage(const char *cmd, const char *fmt, ...);
+/* Reads a whole file ("-" = stdin) into a malloc'ed buffer. */
+int cli_read_file(const char *path, unsigned char **out, size_t *len, size_t limit);
+/* Opens the store named by url and, with init, applies migrations. */
+int cli_open_store(const char *cmd, const char *url, obx_store **out);
+
+typedef int (*cli_cmd_fn)(int argc, char **argv);
+
+int cmd_init(int argc, char **argv);
+int cmd_route(int argc, char **argv);
+int cmd_enqueue(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+
+#endif

@@ -1,0 +1,370 @@
+/*
+ * cmd_store.c — `obx init`, `obx route set|list`, `obx enqueue`, `obx inspect`.
+ */
+#include "cli.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cmd_init(int argc, char **argv) {
+    const char *db = CLI_DEFAULT_DB;
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'}, {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "d:", opts, NULL)) != -1) {
+        if (c == 'd')
+            db = optarg;
+        else
+            return cli_usage("init", "usage: obx init [--db URL]");
+    }
+    if (optind < argc) return cli_usage("init", "unexpected argument '%s'", argv[optind]);
+    obx_store *s;
+    obx_err e = obx_store_open(db, &s);
+    if (e) return cli_fail("init", db, e);
+    int before = 0, known = 0;
+    e = obx_store_schema_version(s, &before, &known);
+    if (!e) e = obx_store_init(s);
+    if (e) {
+        int rc = cli_fail("init", obx_store_url(s), e);
+        obx_store_close(s);
+        return rc;
+    }
+    if (before == known)
+        printf("%s: schema version %d is current\n", obx_store_url(s), known);
+    else
+        printf("%s: schema migrated from version %d to %d\n", obx_store_url(s), before, known);
+    obx_store_close(s);
+    return 0;
+}
+
+static int route_set(int argc, char **argv) {
+    const char *db = CLI_DEFAULT_DB;
+    obx_route r;
+    memset(&r, 0, sizeof r);
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
+                                         {"cluster", required_argument, 0, 'c'},
+                                         {"topic", required_argument, 0, 't'},
+                                         {"routing-key", required_argument, 0, 'k'},
+                                         {"algorithm", required_argument, 0, 'a'},
+                                         {"serializer", required_argument, 0, 's'},
+                                         {"durability", required_argument, 0, 'D'},
+                                         {"acks", required_argument, 0, 'A'},
+                                         {"max-attempts", required_argument, 0, 'm'},
+                                         {"blind-retry", no_argument, 0, 'b'},
+                                         {"unordered", no_argument, 0, 'u'},
+                                         {"alias", required_argument, 0, 'l'},
+                                         {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': db = optarg; break;
+        case 'c': r.cluster = optarg; break;
+        case 't': r.topic = optarg; break;
+        case 'k': r.routing_key = optarg; break;
+        case 'a': r.algorithm = optarg; break;
+        case 's': r.serializer = optarg; break;
+        case 'D': r.durability = optarg; break;
+        case 'A': r.required_acks = optarg; break;
+        case 'm': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 1 || v > 1000)
+                return cli_usage("route set", "--max-attempts: '%s' is not in 1..1000", optarg);
+            r.max_attempts = (int)v;
+            break;
+        }
+        case 'b': r.blind_retry = 1; break;
+        case 'u': r.unordered = 1; break;
+        case 'l': r.alias = optarg; break;
+        default:
+            return cli_usage("route set", "usage: obx route set EVENT_TYPE --cluster C --topic T "
+                                          "[--routing-key TPL] [--algorithm A] [--serializer S] "
+                                          "[--durability D] [--acks A] [--max-attempts N] "
+                                          "[--blind-retry] [--unordered] [--alias A] [--db URL]");
+        }
+    }
+    if (optind != argc - 1) return cli_usage("route set", "expected one EVENT_TYPE argument");
+    r.event_type = argv[optind];
+    obx_store *s;
+    int rc = cli_open_store("route set", db, &s);
+    if (rc) return rc;
+    int64_t gen = 0;
+    obx_err e = obx_route_set(s, &r, &gen);
+    if (e)
+        rc = cli_fail("route set", r.event_type, e);
+    else
+        printf("route %s -> %s/%s: generation %lld\n", r.event_type, r.cluster, r.topic,
+               (long long)gen);
+    obx_store_close(s);
+    return rc;
+}
+
+static int route_list(int argc, char **argv) {
+    const char *db = CLI_DEFAULT_DB;
+    int all = 0, js = 0;
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
+                                         {"all", no_argument, 0, 'a'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'd')
+            db = optarg;
+        else if (c == 'a')
+            all = 1;
+        else if (c == 'j')
+            js = 1;
+        else
+            return cli_usage("route list", "usage: obx route list [--all] [--json] [--db URL]");
+    }
+    obx_store *s;
+    int rc = cli_open_store("route list", db, &s);
+    if (rc) return rc;
+    char *out = NULL;
+    obx_err e = obx_route_list(s, all, &out);
+    obx_store_close(s);
+    if (e) return cli_fail("route list", db, e);
+    if (js) {
+        printf("%s\n", out);
+    } else {
+        json_t *arr = json_loads(out, 0, NULL);
+        size_t i;
+        json_t *r;
+        printf("%-6s %-28s %-14s %-24s %-10s %-6s %s\n", "GEN", "EVENT TYPE", "CLUSTER", "TOPIC",
+               "ALGORITHM", "ACKS", "OPTIONS");
+        json_array_foreach(arr, i, r) {
+            printf("%-6lld %-28s %-14s %-24s %-10s %-6s max=%lld%s%s alias=%s\n",
+                   (long long)json_integer_value(json_object_get(r, "gen")),
+                   json_string_value(json_object_get(r, "event_type")),
+                   json_string_value(json_object_get(r, "cluster")),
+                   json_string_value(json_object_get(r, "topic")),
+                   json_string_value(json_object_get(r, "algorithm")),
+                   json_string_value(json_object_get(r, "required_acks")),
+                   (long long)json_integer_value(json_object_get(r, "max_attempts")),
+                   json_is_true(json_object_get(r, "blind_retry")) ? " blind-retry" : "",
+                   json_is_true(json_object_get(r, "unordered")) ? " unordered" : "",
+                   json_string_value(json_object_get(r, "alias")));
+        }
+        json_decref(arr);
+    }
+    obx_free(out);
+    return 0;
+}
+
+int cmd_route(int argc, char **argv) {
+    if (argc < 2) return cli_usage("route", "usage: obx route set|list ...");
+    if (!strcmp(argv[1], "set")) return route_set(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "list")) return route_list(argc - 1, argv + 1);
+    return cli_usage("route", "unknown subcommand '%s' (set or list)", argv[1]);
+}
+
+/* "TYPE/ID@VERSION" */
+static int parse_aggregate(const char *s, char **type, char **id, long long *ver) {
+    const char *slash = strchr(s, '/');
+    const char *at = strrchr(s, '@');
+    if (!slash || !at || at < slash) return -1;
+    char *end;
+    *ver = strtoll(at + 1, &end, 10);
+    if (*end || at[1] == '\0') return -1;
+    *type = strndup(s, (size_t)(slash - s));
+    *id = strndup(slash + 1, (size_t)(at - slash - 1));
+    return (*type && *id) ? 0 : -1;
+}
+
+int cmd_enqueue(int argc, char **argv) {
+    const char *db = CLI_DEFAULT_DB, *payload_file = "-", *aggregate = NULL;
+    obx_event ev;
+    memset(&ev, 0, sizeof ev);
+    long long limit = OBX_PAYLOAD_DEFAULT_LIMIT;
+    int js = 0;
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
+                                         {"type", required_argument, 0, 't'},
+                                         {"aggregate", required_argument, 0, 'a'},
+                                         {"tenant", required_argument, 0, 'T'},
+                                         {"payload-file", required_argument, 0, 'p'},
+                                         {"idempotency-key", required_argument, 0, 'i'},
+                                         {"correlation-id", required_argument, 0, 'c'},
+                                         {"causation-id", required_argument, 0, 'C'},
+                                         {"traceparent", required_argument, 0, 'P'},
+                                         {"schema", required_argument, 0, 's'},
+                                         {"payload-limit", required_argument, 0, 'L'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': db = optarg; break;
+        case 't': ev.event_type = optarg; break;
+        case 'a': aggregate = optarg; break;
+        case 'T': ev.tenant = optarg; break;
+        case 'p': payload_file = optarg; break;
+        case 'i': ev.idempotency_key = optarg; break;
+        case 'c': ev.correlation_id = optarg; break;
+        case 'C': ev.causation_id = optarg; break;
+        case 'P': ev.traceparent = optarg; break;
+        case 's': ev.payload_schema = optarg; break;
+        case 'L': {
+            char *end;
+            limit = strtoll(optarg, &end, 10);
+            if (*end || limit < 1) return cli_usage("enqueue", "--payload-limit: '%s'", optarg);
+            break;
+        }
+        case 'j': js = 1; break;
+        default:
+            return cli_usage(
+                "enqueue", "usage: obx enqueue --type T --aggregate TYPE/ID@VERSION --tenant X "
+                           "[--payload-file F|-] [--idempotency-key K] [--correlation-id C] "
+                           "[--causation-id C] [--traceparent TP] [--schema sha256:..] [--db URL]");
+        }
+    }
+    if (optind < argc) return cli_usage("enqueue", "unexpected argument '%s'", argv[optind]);
+    if (!aggregate)
+        return cli_usage("enqueue", "--aggregate: missing (TYPE/ID@VERSION, e.g. order/o-42@17)");
+    char *atype = NULL, *aid = NULL;
+    long long ver = 0;
+    if (parse_aggregate(aggregate, &atype, &aid, &ver)) {
+        free(atype);
+        free(aid);
+        return cli_usage("enqueue", "--aggregate: '%s' is not TYPE/ID@VERSION (e.g. order/o-42@17)",
+                         aggregate);
+    }
+    ev.aggregate_type = atype;
+    ev.aggregate_id = aid;
+    ev.aggregate_version = ver;
+    unsigned char *payload = NULL;
+    size_t plen = 0;
+    if (cli_read_file(payload_file, &payload, &plen, (size_t)limit)) {
+        free(atype);
+        free(aid);
+        return 1;
+    }
+    ev.payload = payload;
+    ev.payload_len = plen;
+    obx_store *s;
+    int rc = cli_open_store("enqueue", db, &s);
+    if (!rc) {
+        obx_err e = obx_store_set_payload_limit(s, (size_t)limit);
+        obx_enqueue_result res;
+        if (!e) e = obx_enqueue(s, &ev, &res);
+        if (e)
+            rc = cli_fail("enqueue", "rejected, nothing stored", e);
+        else if (js)
+            printf("{\"event_id\":\"%s\",\"existing\":%s,\"dest_digest\":\"%s\","
+                   "\"payload_digest\":\"%s\",\"route_gen\":%lld}\n",
+                   res.event_id, res.existing ? "true" : "false", res.dest_digest,
+                   res.payload_digest, (long long)res.route_gen);
+        else
+            printf("%s%s\n", res.event_id,
+                   res.existing ? " (idempotency key seen before: first event's ID)" : "");
+        obx_store_close(s);
+    }
+    free(payload);
+    free(atype);
+    free(aid);
+    return rc;
+}
+
+static void print_time(const char *label, json_int_t ms) {
+    if (ms) printf("  %-18s %lld\n", label, (long long)ms);
+}
+
+int cmd_inspect(int argc, char **argv) {
+    const char *db = CLI_DEFAULT_DB;
+    int js = 0;
+    static const struct option opts[] = {
+        {"db", required_argument, 0, 'd'}, {"json", no_argument, 0, 'j'}, {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'd')
+            db = optarg;
+        else if (c == 'j')
+            js = 1;
+        else
+            return cli_usage("inspect", "usage: obx inspect EVENT_ID [--json] [--db URL]");
+    }
+    if (optind != argc - 1) return cli_usage("inspect", "expected one EVENT_ID");
+    obx_store *s;
+    int rc = cli_open_store("inspect", db, &s);
+    if (rc) return rc;
+    char *out = NULL;
+    obx_err e = obx_inspect(s, argv[optind], &out);
+    obx_store_close(s);
+    if (e) return cli_fail("inspect", argv[optind], e);
+    if (js) {
+        printf("%s\n", out);
+        obx_free(out);
+        return 0;
+    }
+    json_t *d = json_loads(out, 0, NULL);
+    obx_free(out);
+    json_t *env = json_object_get(d, "envelope"), *dst = json_object_get(d, "destination"),
+           *st = json_object_get(d, "status");
+    const char *k;
+    json_t *v;
+    printf("event %s\n\nenvelope (outboxEnvelope.v1, frozen):\n",
+           json_string_value(json_object_get(d, "event_id")));
+    json_object_foreach(env, k, v) {
+        if (json_is_string(v))
+            printf("  %-18s %s\n", k, json_string_value(v));
+        else
+            printf("  %-18s %lld\n", k, (long long)json_integer_value(v));
+    }
+    printf("\ndestination (destination.v1, frozen):\n");
+    json_object_foreach(dst, k, v) {
+        if (json_is_string(v))
+            printf("  %-18s %s\n", k, json_string_value(v));
+        else
+            printf("  %-18s %lld\n", k, (long long)json_integer_value(v));
+    }
+    printf("\nstate:\n  %-18s %s\n  %-18s %lld\n  %-18s %s\n", "state",
+           json_string_value(json_object_get(st, "state")), "claim_gen",
+           (long long)json_integer_value(json_object_get(st, "claim_gen")), "owner",
+           json_string_value(json_object_get(st, "owner")));
+    print_time("committed_at", json_integer_value(json_object_get(st, "committed_at")));
+    print_time("published_at", json_integer_value(json_object_get(st, "published_at")));
+    size_t i;
+    json_t *a;
+    printf("\nattempts:\n");
+    json_array_foreach(json_object_get(d, "attempts"), i, a) {
+        printf("  %s gen=%lld claim_gen=%lld owner=%s partition=%lld state=%s %s\n",
+               json_string_value(json_object_get(a, "attempt_id")),
+               (long long)json_integer_value(json_object_get(a, "attempt_gen")),
+               (long long)json_integer_value(json_object_get(a, "claim_gen")),
+               json_string_value(json_object_get(a, "owner")),
+               (long long)json_integer_value(json_object_get(a, "partition")),
+               json_string_value(json_object_get(a, "state")),
+               json_string_value(json_object_get(a, "detail")));
+    }
+    printf("\nreceipts:\n");
+    json_array_foreach(json_object_get(d, "receipts"), i, a) {
+        printf("  %-11s attempt=%s %s/%s partition=%lld offset=%lld %s\n",
+               json_string_value(json_object_get(a, "kind")),
+               json_string_value(json_object_get(a, "attempt_id")),
+               json_string_value(json_object_get(a, "cluster")),
+               json_string_value(json_object_get(a, "topic")),
+               (long long)json_integer_value(json_object_get(a, "partition")),
+               (long long)json_integer_value(json_object_get(a, "offset")),
+               json_string_value(json_object_get(a, "reason")));
+    }
+    printf("\naudit:\n");
+    json_array_foreach(json_object_get(d, "audit"), i, a) {
+        printf("  %lld %-10s %-16s %s -> %s claim_gen=%lld %s%s%s\n",
+               (long long)json_integer_value(json_object_get(a, "at")),
+               json_string_value(json_object_get(a, "actor")),
+               json_string_value(json_object_get(a, "who")),
+               json_string_value(json_object_get(a, "from")),
+               json_string_value(json_object_get(a, "to")),
+               (long long)json_integer_value(json_object_get(a, "claim_gen")),
+               json_string_value(json_object_get(a, "attempt_id")),
+               *json_string_value(json_object_get(a, "attempt_id")) ? " " : "",
+               json_string_value(json_object_get(a, "reason")));
+    }
+    json_decref(d);
+    return 0;
+}

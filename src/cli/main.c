@@ -1,0 +1,128 @@
+/*
+ * main.c — `obx`, the command-line tool. It uses only the public API (include/obx.h): what it
+ * can do, any program linked with libobx can do.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_fail(const char *cmd, const char *what, obx_err e) {
+    const char *detail = obx_errmsg();
+    fprintf(stderr, "obx %s: %s: %s: %s\n", cmd, what, obx_errname(e),
+            detail && *detail ? detail : obx_strerror(e));
+    return 1;
+}
+
+int cli_usage(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "obx %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n(see `obx help` or `man obx`)\n");
+    return 2;
+}
+
+int cli_read_file(const char *path, unsigned char **out, size_t *len, size_t limit) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) {
+        fprintf(stderr, "obx: cannot open '%s': %s\n", path, strerror(errno));
+        return -1;
+    }
+    size_t cap = 4096, n = 0;
+    unsigned char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) break;
+        if (n == cap) {
+            if (cap > limit + 1) break; /* read one byte past the limit to report it */
+            unsigned char *p = realloc(buf, cap * 2);
+            if (!p) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = p;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0) break;
+    }
+    if (f != stdin) fclose(f);
+    if (!buf) {
+        fprintf(stderr, "obx: out of memory reading '%s'\n", path);
+        return -1;
+    }
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+int cli_open_store(const char *cmd, const char *url, obx_store **out) {
+    obx_err e = obx_store_open(url, out);
+    if (e) return cli_fail(cmd, url, e);
+    int found = 0, known = 0;
+    e = obx_store_schema_version(*out, &found, &known);
+    if (!e && found != known) {
+        fprintf(stderr,
+                "obx %s: %s: schema version %d, this obx needs %d: run `obx init --db %s`\n", cmd,
+                obx_store_url(*out), found, known, obx_store_url(*out));
+        obx_store_close(*out);
+        *out = NULL;
+        return 1;
+    }
+    if (e) {
+        obx_store_close(*out);
+        *out = NULL;
+        return cli_fail(cmd, url, e);
+    }
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    cli_cmd_fn fn;
+    const char *help;
+} commands[] = {
+    {"init", cmd_init, "create or upgrade the outbox schema: obx init --db URL"},
+    {"route", cmd_route, "route policy: obx route set TYPE --cluster C --topic T ... | list"},
+    {"enqueue", cmd_enqueue, "commit one event: obx enqueue --type T --aggregate TYPE/ID@V ..."},
+    {"inspect", cmd_inspect, "one event's envelope, state, attempts, receipts, audit"},
+};
+
+static void help(FILE *f) {
+    fprintf(f,
+            "obx %s — transactional outbox with delivery reconciliation\n\nusage: obx "
+            "<command> [options]\n\ncommands:\n",
+            OBX_VERSION_STRING);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f,
+            "\nEvery command names its outbox with --db URL (sqlite:PATH or postgres://...,\n"
+            "default %s) and its broker with --broker URL (log:PATH, kafka://HOST:PORT,\n"
+            "amqp://USER:PASS@HOST:PORT/VHOST; default %s).\n",
+            CLI_DEFAULT_DB, CLI_DEFAULT_BROKER);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        help(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        help(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+        printf("obx %s\n", OBX_VERSION_STRING);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "obx: unknown command '%s'\n\n", argv[1]);
+    help(stderr);
+    return 2;
+}

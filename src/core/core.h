@@ -1,0 +1,246 @@
+/*
+ * core.h — the pure layer of libobx (no I/O): error reporting, byte buffers, the frozen
+ * envelope and destination with their canonical encodings and digests, event IDs, input
+ * validation, URLs and the state machine's transition table.
+ *
+ * Internal names are obx__; nothing here is exported from the shared library.
+ */
+#ifndef OBX_CORE_H
+#define OBX_CORE_H
+
+#include "obx.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define OBX__PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define OBX__PRINTF(a, b)
+#endif
+
+/* ---- errors ------------------------------------------------------------------------------ */
+
+/* Records a detail message for obx_errmsg() on this thread and returns e. */
+obx_err obx__fail(obx_err e, const char *fmt, ...) OBX__PRINTF(2, 3);
+obx_err obx__failv(obx_err e, const char *fmt, va_list ap);
+/* Prefixes the current thread's detail message with "prefix: ". Returns e. */
+obx_err obx__fail_prefix(obx_err e, const char *fmt, ...) OBX__PRINTF(2, 3);
+/* Clears the detail message (called at the start of public entry points that succeed). */
+void obx__clear_error(void);
+
+/* ---- strings and buffers ----------------------------------------------------------------- */
+
+/* Copies at most cap-1 bytes and NUL-terminates. Returns strlen(src). */
+size_t obx__strlcpy(char *dst, const char *src, size_t cap);
+/* malloc'ed copy or NULL. */
+char *obx__strdup(const char *s);
+/* printf into a fresh malloc'ed string; NULL on ENOMEM. */
+char *obx__asprintf(const char *fmt, ...) OBX__PRINTF(1, 2);
+
+typedef struct obx__buf {
+    unsigned char *data; /* owned; NULL while empty */
+    size_t len, cap;
+    bool oom; /* sticky: a failed growth; the caller reports OBX_ENOMEM once at the end */
+} obx__buf;
+
+void obx__buf_free(obx__buf *b);
+void obx__buf_put(obx__buf *b, const void *p, size_t n);
+void obx__buf_puts(obx__buf *b, const char *s);
+void obx__buf_printf(obx__buf *b, const char *fmt, ...) OBX__PRINTF(2, 3);
+void obx__buf_u32be(obx__buf *b, uint32_t v);
+
+/* Lowercase hex of n bytes into out (2n+1 bytes). */
+void obx__hex(const unsigned char *p, size_t n, char *out);
+int obx__unhex(const char *hex, unsigned char *out, size_t cap, size_t *outlen);
+
+/* Wall clock in ms since the epoch. Only drivers and CLI call this; the engine takes now. */
+int64_t obx__wall_ms(void);
+/* Monotonic ms, for drivers' timeouts. */
+int64_t obx__mono_ms(void);
+
+/* ---- envelope and destination (DESIGN.md §1) --------------------------------------------- */
+
+typedef struct obx__dest {
+    char cluster[OBX_NAME_MAX + 1];
+    char topic[OBX_TOPIC_MAX + 1];
+    char routing_key[OBX_KEY_MAX + 1];
+    char algorithm[OBX_NAME_MAX + 1];
+    int64_t route_gen;
+    char serializer[OBX_NAME_MAX + 1];
+    char durability[OBX_NAME_MAX + 1];
+    char required_acks[OBX_NAME_MAX + 1];
+} obx__dest;
+
+typedef struct obx__envelope {
+    char event_id[OBX_EVENT_ID_LEN + 1];
+    int32_t envelope_gen;
+    char aggregate_type[OBX_NAME_MAX + 1];
+    char aggregate_id[OBX_KEY_MAX + 1];
+    int64_t aggregate_version;
+    char event_type[OBX_NAME_MAX + 1];
+    char payload_schema[OBX_DIGEST_LEN + 1];
+    char payload_digest[OBX_DIGEST_LEN + 1];
+    char tenant[OBX_NAME_MAX + 1];
+    int64_t occurred_at; /* ms since epoch, UTC */
+    char created_txid[OBX_TEXT_MAX + 1];
+    char correlation_id[OBX_TEXT_MAX + 1];
+    char causation_id[OBX_TEXT_MAX + 1];
+    char traceparent[OBX_TRACEPARENT_LEN + 1];
+    char idempotency_key[OBX_KEY_MAX + 1];
+} obx__envelope;
+
+#define OBX__DEST_TAG "obx.destination.v1"
+#define OBX__ENV_TAG "obx.outboxEnvelope.v1"
+
+/* Canonical encodings: the versioned tag first, then every field in fixed order, each as a
+ * 4-byte big-endian length followed by its UTF-8 bytes; integers as decimal ASCII. An absent
+ * optional field is the empty string. (docs/canonical-encoding.md; vectors in
+ * tests/data/digest_vectors.json.) */
+void obx__dest_canonical(const obx__dest *d, obx__buf *out);
+void obx__envelope_canonical(const obx__envelope *e, obx__buf *out);
+obx_err obx__dest_digest(const obx__dest *d, char out[OBX_DIGEST_LEN + 1]);
+obx_err obx__envelope_digest(const obx__envelope *e, char out[OBX_DIGEST_LEN + 1]);
+
+/* Expands a routing-key template ({tenant} {aggregate_type} {aggregate_id} {event_type}). */
+obx_err obx__routing_key_expand(const char *tpl, const obx__envelope *e, char *out, size_t cap);
+
+/* ---- event IDs ---------------------------------------------------------------------------- */
+
+/* ULID generator state: monotonic within a millisecond. One per thread or per actor. */
+typedef struct obx__ulid_gen {
+    int64_t last_ms;
+    unsigned char last_rand[10];
+    uint64_t seed; /* 0: seeded from the OS on first use; else a deterministic xorshift seed */
+} obx__ulid_gen;
+
+/* Next ID with time now_ms. With gen->seed set, the random part is deterministic (simulator). */
+obx_err obx__ulid_next(obx__ulid_gen *gen, int64_t now_ms, char out[27]);
+/* Decodes the time part of a ULID (first 10 chars). -1 on malformed input. */
+int64_t obx__ulid_time(const char *ulid);
+
+/* ---- validation (documented input set) ---------------------------------------------------- */
+
+typedef enum obx__charset {
+    OBX__CS_NAME,       /* [A-Za-z0-9._-] */
+    OBX__CS_EVENT_TYPE, /* [a-z0-9._-], ends with ".v<digits>" */
+    OBX__CS_TEXT,       /* valid UTF-8, no control characters */
+    OBX__CS_OWNER,      /* [A-Za-z0-9._:@/-] */
+} obx__charset;
+
+/* Checks field `name` holds a value of length [min,max] in the given set. On failure the
+ * message names the field, the limit and the offending byte. */
+obx_err obx__check_field(const char *name, const char *value, size_t min, size_t max,
+                         obx__charset cs);
+/* UTF-8 validity (no overlongs, no surrogates). Returns the offset of the first bad byte or -1.
+ */
+long obx__utf8_invalid_at(const unsigned char *s, size_t n);
+/* "sha256:" + 64 lowercase hex. */
+bool obx__is_digest(const char *s);
+
+/* ---- URLs ---------------------------------------------------------------------------------- */
+
+typedef enum obx__url_scheme {
+    OBX__URL_SQLITE,
+    OBX__URL_POSTGRES,
+    OBX__URL_LOG,
+    OBX__URL_KAFKA,
+    OBX__URL_AMQP,
+    OBX__URL_AMQPS,
+    OBX__URL_SIM,
+} obx__url_scheme;
+
+typedef struct obx__url {
+    obx__url_scheme scheme;
+    char raw[1024];   /* as given */
+    char path[1024];  /* sqlite:/log:/sim: path or name */
+    char hosts[1024]; /* kafka: "h:p,h:p"; amqp: "h:p" */
+    char user[256];
+    char password[256];
+    char vhost[256];
+    char query[1024]; /* after '?', undecoded */
+} obx__url;
+
+/* Parses url of kind "store" or "broker". */
+obx_err obx__url_parse(const char *url, const char *kind, obx__url *out);
+
+/* ---- the state machine (DESIGN.md §2) ------------------------------------------------------ */
+
+#define OBX__STATE_LIST(X)                                                                         \
+    X(NONE, "NONE")                                                                                \
+    X(PENDING, "PENDING")                                                                          \
+    X(CLAIMED, "CLAIMED")                                                                          \
+    X(SENDING, "SENDING")                                                                          \
+    X(PUBLISHED, "PUBLISHED")                                                                      \
+    X(RETAINED, "RETAINED")                                                                        \
+    X(PURGED, "PURGED")                                                                            \
+    X(DISPATCH_UNKNOWN, "DISPATCH_UNKNOWN")                                                        \
+    X(RECONCILING, "RECONCILING")                                                                  \
+    X(RETRY_CLAIMED, "RETRY_CLAIMED")                                                              \
+    X(PARKED, "PARKED")
+
+typedef enum obx__state {
+#define OBX__S(n, s) OBX__ST_##n,
+    OBX__STATE_LIST(OBX__S)
+#undef OBX__S
+        OBX__ST_COUNT
+} obx__state;
+
+#define OBX__ACTOR_LIST(X)                                                                         \
+    X(PRODUCER, "producer")                                                                        \
+    X(DISPATCHER, "dispatcher")                                                                    \
+    X(ACCEPTOR, "acceptor")                                                                        \
+    X(SWEEPER, "sweeper")                                                                          \
+    X(RECONCILER, "reconciler")                                                                    \
+    X(PURGER, "purger")                                                                            \
+    X(MIGRATOR, "migrator")                                                                        \
+    X(OPERATOR, "operator")
+
+typedef enum obx__actor {
+#define OBX__A(n, s) OBX__ACT_##n,
+    OBX__ACTOR_LIST(OBX__A)
+#undef OBX__A
+        OBX__ACT_COUNT
+} obx__actor;
+
+typedef struct obx__transition {
+    obx__state from, to;
+    obx__actor actor;
+    const char *performed_by; /* the C function that performs it */
+    const char *why;
+} obx__transition;
+
+extern const obx__transition obx__transitions[];
+extern const size_t obx__transition_count;
+
+const char *obx__state_name(obx__state s);
+obx__state obx__state_parse(const char *s); /* OBX__ST_COUNT when unknown */
+const char *obx__actor_name(obx__actor a);
+/* The table lookup every state change goes through. */
+bool obx__transition_allowed(obx__state from, obx__state to, obx__actor actor);
+/* States in which the publish slot is filled. */
+bool obx__state_is_published(obx__state s);
+
+/* Attempt states (per send; DESIGN.md §3, §5). */
+#define OBX__ATTEMPT_STATE_LIST(X)                                                                 \
+    X(SENDING, "SENDING")                                                                          \
+    X(UNKNOWN, "UNKNOWN")                                                                          \
+    X(ACCEPTED, "ACCEPTED")   /* its receipt filled the publish slot */                            \
+    X(DUPLICATE, "DUPLICATE") /* acknowledged after the slot was full */                           \
+    X(REJECTED, "REJECTED")   /* the broker definitely did not accept it */                        \
+    X(NOT_FOUND, "NOT_FOUND") /* an authoritative lookup proved it absent */                       \
+    X(QUARANTINED, "QUARANTINED")
+
+typedef enum obx__attempt_state {
+#define OBX__AS(n, s) OBX__AT_##n,
+    OBX__ATTEMPT_STATE_LIST(OBX__AS)
+#undef OBX__AS
+        OBX__AT_COUNT
+} obx__attempt_state;
+
+const char *obx__attempt_state_name(obx__attempt_state s);
+obx__attempt_state obx__attempt_state_parse(const char *s);
+
+#endif /* OBX_CORE_H */

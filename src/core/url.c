@@ -1,0 +1,233 @@
+/*
+ * url.c — store and broker URLs. Every command names its database and broker by URL:
+ *   store:  sqlite:PATH | postgres://... | postgresql://...
+ *   broker: log:PATH | kafka://HOST:PORT[,HOST:PORT...][?k=v&...] |
+ *           amqp[s]://USER:PASS@HOST:PORT/VHOST[?k=v&...] | sim:NAME
+ * Errors name the bad part of the URL; passwords never appear in messages.
+ */
+#include "core.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int pct_decode(const char *in, size_t n, char *out, size_t cap) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = in[i];
+        if (c == '%') {
+            unsigned char v;
+            size_t l;
+            char h[3] = {0};
+            if (i + 2 >= n) return -1;
+            h[0] = in[i + 1];
+            h[1] = in[i + 2];
+            if (obx__unhex(h, &v, 1, &l)) return -1;
+            c = (char)v;
+            i += 2;
+        }
+        if (o + 1 >= cap) return -1;
+        out[o++] = c;
+    }
+    out[o] = '\0';
+    return 0;
+}
+
+static obx_err check_hostport(const char *url_kind, const char *hp, size_t n) {
+    const char *colon = memchr(hp, ':', n);
+    if (!colon || colon == hp)
+        return obx__fail(OBX_EURL, "%s URL: host '%.*s' needs HOST:PORT", url_kind, (int)n, hp);
+    size_t pl = n - (size_t)(colon + 1 - hp);
+    if (pl == 0 || pl > 5)
+        return obx__fail(OBX_EURL, "%s URL: port in '%.*s' is missing or too long", url_kind,
+                         (int)n, hp);
+    long port = 0;
+    for (size_t i = 0; i < pl; i++) {
+        char c = colon[1 + i];
+        if (c < '0' || c > '9')
+            return obx__fail(OBX_EURL, "%s URL: port in '%.*s' is not a number", url_kind, (int)n,
+                             hp);
+        port = port * 10 + (c - '0');
+    }
+    if (port < 1 || port > 65535)
+        return obx__fail(OBX_EURL, "%s URL: port %ld in '%.*s' is outside 1..65535", url_kind, port,
+                         (int)n, hp);
+    for (const char *p = hp; p < colon; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '.' || *p == '-' || *p == '_'))
+            return obx__fail(OBX_EURL, "%s URL: host '%.*s' has a character outside [A-Za-z0-9.-]",
+                             url_kind, (int)(colon - hp), hp);
+    return OBX_OK;
+}
+
+/* Parses "[user[:pass]@]hosts[/path][?query]" after "scheme://". */
+static obx_err parse_authority(const char *kind, const char *s, obx__url *u, bool need_port) {
+    const char *q = strchr(s, '?');
+    const char *end = q ? q : s + strlen(s);
+    if (q && obx__strlcpy(u->query, q + 1, sizeof u->query) >= sizeof u->query)
+        return obx__fail(OBX_EURL, "%s URL: query too long", kind);
+    const char *at = NULL;
+    for (const char *p = s; p < end; p++)
+        if (*p == '@') at = p; /* the last '@' ends the credentials */
+    const char *hosts = s;
+    if (at) {
+        const char *colon = memchr(s, ':', (size_t)(at - s));
+        const char *uend = colon ? colon : at;
+        if (pct_decode(s, (size_t)(uend - s), u->user, sizeof u->user))
+            return obx__fail(OBX_EURL, "%s URL: user part is malformed (bad %%-escape or too long)",
+                             kind);
+        if (colon &&
+            pct_decode(colon + 1, (size_t)(at - colon - 1), u->password, sizeof u->password))
+            return obx__fail(OBX_EURL,
+                             "%s URL: password part is malformed (bad %%-escape or too "
+                             "long)",
+                             kind);
+        hosts = at + 1;
+    }
+    const char *slash = memchr(hosts, '/', (size_t)(end - hosts));
+    const char *hend = slash ? slash : end;
+    if (hend == hosts) return obx__fail(OBX_EURL, "%s URL: host part is empty", kind);
+    if ((size_t)(hend - hosts) >= sizeof u->hosts)
+        return obx__fail(OBX_EURL, "%s URL: host list too long", kind);
+    memcpy(u->hosts, hosts, (size_t)(hend - hosts));
+    u->hosts[hend - hosts] = '\0';
+    if (need_port) {
+        const char *h = u->hosts;
+        while (*h) {
+            const char *comma = strchr(h, ',');
+            size_t n = comma ? (size_t)(comma - h) : strlen(h);
+            obx_err rc = check_hostport(kind, h, n);
+            if (rc) return rc;
+            h += n + (comma ? 1 : 0);
+            if (comma && !*h) return obx__fail(OBX_EURL, "%s URL: host list ends with ','", kind);
+        }
+    }
+    if (slash && pct_decode(slash + 1, (size_t)(end - slash - 1), u->vhost, sizeof u->vhost))
+        return obx__fail(OBX_EURL, "%s URL: path part is malformed", kind);
+    return OBX_OK;
+}
+
+obx_err obx__url_parse(const char *url, const char *kind, obx__url *u) {
+    memset(u, 0, sizeof *u);
+    if (!url || !*url) return obx__fail(OBX_EURL, "%s URL: empty", kind ? kind : "");
+    bool store = kind && !strcmp(kind, "store");
+    if (obx__strlcpy(u->raw, url, sizeof u->raw) >= sizeof u->raw)
+        return obx__fail(OBX_EURL, "%s URL: longer than %zu bytes", kind, sizeof u->raw - 1);
+    const char *colon = strchr(url, ':');
+    if (!colon)
+        return obx__fail(OBX_EURL, "%s URL '%s': no scheme (expected %s)", kind, url,
+                         store ? "sqlite:PATH or postgres://..."
+                               : "log:PATH, kafka://HOST:PORT or amqp://USER:PASS@HOST:PORT/VHOST");
+    size_t sl = (size_t)(colon - url);
+#define IS(s) (sl == strlen(s) && !strncmp(url, s, sl))
+    if (store) {
+        if (IS("sqlite")) {
+            const char *p = colon + 1;
+            if (!strncmp(p, "//", 2)) p += 2;
+            if (!*p)
+                return obx__fail(OBX_EURL, "store URL '%s': the path after 'sqlite:' is empty",
+                                 url);
+            u->scheme = OBX__URL_SQLITE;
+            obx__strlcpy(u->path, p, sizeof u->path);
+            return OBX_OK;
+        }
+        if (IS("postgres") || IS("postgresql")) {
+            if (strncmp(colon, "://", 3))
+                return obx__fail(OBX_EURL, "store URL: '%.*s:' must be followed by '//'", (int)sl,
+                                 url);
+            u->scheme = OBX__URL_POSTGRES;
+            const char *rest = colon + 3;
+            /* libpq parses the rest; extract credentials for redaction and a sanity check */
+            obx__url tmp;
+            memset(&tmp, 0, sizeof tmp);
+            if (*rest && *rest != '/' && *rest != '?') {
+                obx_err rc = parse_authority("store", rest, &tmp, false);
+                if (rc) return rc;
+            }
+            memcpy(u->user, tmp.user, sizeof u->user);
+            memcpy(u->password, tmp.password, sizeof u->password);
+            memcpy(u->hosts, tmp.hosts, sizeof u->hosts);
+            memcpy(u->query, tmp.query, sizeof u->query);
+            obx__strlcpy(u->path, tmp.vhost, sizeof u->path);
+            return OBX_OK;
+        }
+        return obx__fail(
+            OBX_EURL,
+            "store URL '%.*s:...': unknown scheme '%.*s' (expected sqlite: or postgres://)",
+            (int)sl, url, (int)sl, url);
+    }
+    if (IS("log") || IS("sim")) {
+        const char *p = colon + 1;
+        if (!strncmp(p, "//", 2)) p += 2;
+        if (!*p)
+            return obx__fail(OBX_EURL, "broker URL '%s': the path after '%.*s:' is empty", url,
+                             (int)sl, url);
+        u->scheme = IS("log") ? OBX__URL_LOG : OBX__URL_SIM;
+        const char *q = strchr(p, '?');
+        size_t n = q ? (size_t)(q - p) : strlen(p);
+        if (n >= sizeof u->path) return obx__fail(OBX_EURL, "broker URL: path too long");
+        memcpy(u->path, p, n);
+        u->path[n] = '\0';
+        if (q) obx__strlcpy(u->query, q + 1, sizeof u->query);
+        return OBX_OK;
+    }
+    if (IS("kafka") || IS("amqp") || IS("amqps")) {
+        if (strncmp(colon, "://", 3))
+            return obx__fail(OBX_EURL, "broker URL '%s': '%.*s:' must be followed by '//'", url,
+                             (int)sl, url);
+        u->scheme = IS("kafka") ? OBX__URL_KAFKA : IS("amqp") ? OBX__URL_AMQP : OBX__URL_AMQPS;
+        obx_err rc = parse_authority("broker", colon + 3, u, true);
+        if (rc) return rc;
+        if (u->scheme == OBX__URL_KAFKA && (u->user[0] || u->password[0]))
+            return obx__fail(
+                OBX_EURL,
+                "broker URL: kafka:// takes no credentials in the URL (use sasl.* properties)");
+        if (u->scheme != OBX__URL_KAFKA && strchr(u->hosts, ','))
+            return obx__fail(OBX_EURL, "broker URL: amqp:// takes one HOST:PORT");
+        return OBX_OK;
+    }
+#undef IS
+    return obx__fail(OBX_EURL,
+                     "broker URL '%.*s:...': unknown scheme '%.*s' (expected log:, kafka://, "
+                     "amqp:// or amqps://)",
+                     (int)sl, url, (int)sl, url);
+}
+
+obx_err obx_url_check(const char *url, const char *kind) {
+    obx__url u;
+    if (!kind || (strcmp(kind, "store") && strcmp(kind, "broker")))
+        return obx__fail(OBX_EINVAL, "kind: must be \"store\" or \"broker\"");
+    return obx__url_parse(url, kind, &u);
+}
+
+obx_err obx_url_redact(const char *url, char **out) {
+    if (!url || !out) return obx__fail(OBX_EINVAL, "url/out: NULL");
+    *out = NULL;
+    const char *ss = strstr(url, "://");
+    char *copy = obx__strdup(url);
+    if (!copy) return obx__fail(OBX_ENOMEM, "out of memory");
+    if (ss) {
+        const char *auth = ss + 3;
+        const char *end = auth + strcspn(auth, "/?");
+        const char *at = NULL;
+        for (const char *p = auth; p < end; p++)
+            if (*p == '@') at = p;
+        const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+        if (colon) {
+            free(copy);
+            copy = obx__asprintf("%.*s***%s", (int)(colon + 1 - url), url, at);
+            if (!copy) return obx__fail(OBX_ENOMEM, "out of memory");
+        }
+    }
+    /* also conninfo-style "password=..." inside a query string */
+    char *pw = strstr(copy, "password=");
+    if (pw) {
+        char *v = pw + 9, *e = v + strcspn(v, "& ");
+        char *n = obx__asprintf("%.*s***%s", (int)(v - copy), copy, e);
+        free(copy);
+        if (!n) return obx__fail(OBX_ENOMEM, "out of memory");
+        copy = n;
+    }
+    *out = copy;
+    return OBX_OK;
+}

@@ -1,0 +1,132 @@
+/*
+ * util.c — small string, buffer, hex and clock helpers shared by every layer.
+ * obx__buf records allocation failure in a sticky flag so that encoders can run to the end
+ * and report OBX_ENOMEM once.
+ */
+#include "core.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+size_t obx__strlcpy(char *dst, const char *src, size_t cap) {
+    size_t n = src ? strlen(src) : 0;
+    if (cap) {
+        size_t c = n < cap - 1 ? n : cap - 1;
+        if (c) memcpy(dst, src, c);
+        dst[c] = '\0';
+    }
+    return n;
+}
+
+char *obx__strdup(const char *s) {
+    if (!s) return NULL;
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+char *obx__asprintf(const char *fmt, ...) {
+    va_list ap, ap2;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *p = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (p) vsnprintf(p, (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
+    return p;
+}
+
+void obx_free(void *p) { free(p); }
+
+void obx__buf_free(obx__buf *b) {
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+    b->oom = false;
+}
+
+static bool grow(obx__buf *b, size_t extra) {
+    if (b->oom) return false;
+    if (b->len + extra <= b->cap) return true;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra) cap *= 2;
+    unsigned char *p = realloc(b->data, cap);
+    if (!p) {
+        b->oom = true;
+        return false;
+    }
+    b->data = p;
+    b->cap = cap;
+    return true;
+}
+
+void obx__buf_put(obx__buf *b, const void *p, size_t n) {
+    if (!n || !grow(b, n)) return;
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+}
+
+void obx__buf_puts(obx__buf *b, const char *s) { obx__buf_put(b, s, strlen(s)); }
+
+void obx__buf_printf(obx__buf *b, const char *fmt, ...) {
+    va_list ap, ap2;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n > 0 && grow(b, (size_t)n + 1)) {
+        vsnprintf((char *)b->data + b->len, (size_t)n + 1, fmt, ap2);
+        b->len += (size_t)n;
+    }
+    va_end(ap2);
+}
+
+void obx__buf_u32be(obx__buf *b, uint32_t v) {
+    unsigned char x[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
+                          (unsigned char)(v >> 8), (unsigned char)v};
+    obx__buf_put(b, x, 4);
+}
+
+void obx__hex(const unsigned char *p, size_t n, char *out) {
+    static const char d[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = d[p[i] >> 4];
+        out[2 * i + 1] = d[p[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+int obx__unhex(const char *hex, unsigned char *out, size_t cap, size_t *outlen) {
+    size_t n = strlen(hex);
+    if (n % 2 || n / 2 > cap) return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        int a = hexval(hex[2 * i]), b = hexval(hex[2 * i + 1]);
+        if (a < 0 || b < 0) return -1;
+        out[i] = (unsigned char)(a * 16 + b);
+    }
+    *outlen = n / 2;
+    return 0;
+}
+
+int64_t obx__wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t obx__mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}

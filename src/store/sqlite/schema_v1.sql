@@ -1,0 +1,301 @@
+-- obx outbox schema, version 1 (SQLite). Applied by obx_store_init() / `obx init`.
+-- Frozen data (envelope, destination) is guarded by triggers; every state change is written by
+-- the engine with an audit row in the same transaction.
+
+CREATE TABLE obx_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+-- Route policy: every `obx route set` appends a generation; the highest one per event type is
+-- current. Events freeze the generation they were enqueued under.
+CREATE TABLE obx_route (
+    gen           INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_type    TEXT NOT NULL,
+    cluster       TEXT NOT NULL,
+    topic         TEXT NOT NULL,
+    routing_key   TEXT NOT NULL,
+    algorithm     TEXT NOT NULL,
+    serializer    TEXT NOT NULL,
+    durability    TEXT NOT NULL,
+    required_acks TEXT NOT NULL,
+    max_attempts  INTEGER NOT NULL CHECK (max_attempts > 0),
+    blind_retry   INTEGER NOT NULL CHECK (blind_retry IN (0, 1)),
+    unordered     INTEGER NOT NULL CHECK (unordered IN (0, 1)),
+    alias         TEXT NOT NULL,
+    created_at    INTEGER NOT NULL
+);
+CREATE INDEX obx_route_type ON obx_route (event_type, gen);
+
+-- One row per (event, envelope generation): outboxEnvelope.v1 + destination.v1, frozen.
+CREATE TABLE obx_envelope (
+    event_id          TEXT NOT NULL,
+    envelope_gen      INTEGER NOT NULL CHECK (envelope_gen >= 1),
+    aggregate_type    TEXT NOT NULL,
+    aggregate_id      TEXT NOT NULL,
+    aggregate_version INTEGER NOT NULL,
+    event_type        TEXT NOT NULL,
+    payload_schema    TEXT NOT NULL,
+    payload_digest    TEXT NOT NULL,
+    tenant            TEXT NOT NULL,
+    occurred_at       INTEGER NOT NULL,
+    created_txid      TEXT NOT NULL,
+    correlation_id    TEXT NOT NULL,
+    causation_id      TEXT NOT NULL,
+    traceparent       TEXT NOT NULL,
+    idempotency_key   TEXT NOT NULL,
+    envelope_digest   TEXT NOT NULL,
+    dest_cluster      TEXT NOT NULL,
+    dest_topic        TEXT NOT NULL,
+    dest_routing_key  TEXT NOT NULL,
+    dest_algorithm    TEXT NOT NULL,
+    dest_route_gen    INTEGER NOT NULL,
+    dest_serializer   TEXT NOT NULL,
+    dest_durability   TEXT NOT NULL,
+    dest_acks         TEXT NOT NULL,
+    dest_digest       TEXT NOT NULL,
+    payload           BLOB,            -- NULL only after purge (tombstone keeps the digests)
+    payload_len       INTEGER NOT NULL,
+    created_at        INTEGER NOT NULL,
+    PRIMARY KEY (event_id, envelope_gen)
+);
+
+CREATE TRIGGER obx_envelope_frozen BEFORE UPDATE ON obx_envelope
+WHEN NEW.event_id IS NOT OLD.event_id OR NEW.envelope_gen IS NOT OLD.envelope_gen
+  OR NEW.aggregate_type IS NOT OLD.aggregate_type OR NEW.aggregate_id IS NOT OLD.aggregate_id
+  OR NEW.aggregate_version IS NOT OLD.aggregate_version OR NEW.event_type IS NOT OLD.event_type
+  OR NEW.payload_schema IS NOT OLD.payload_schema OR NEW.payload_digest IS NOT OLD.payload_digest
+  OR NEW.tenant IS NOT OLD.tenant OR NEW.occurred_at IS NOT OLD.occurred_at
+  OR NEW.created_txid IS NOT OLD.created_txid OR NEW.correlation_id IS NOT OLD.correlation_id
+  OR NEW.causation_id IS NOT OLD.causation_id OR NEW.traceparent IS NOT OLD.traceparent
+  OR NEW.idempotency_key IS NOT OLD.idempotency_key OR NEW.envelope_digest IS NOT OLD.envelope_digest
+  OR NEW.dest_cluster IS NOT OLD.dest_cluster OR NEW.dest_topic IS NOT OLD.dest_topic
+  OR NEW.dest_routing_key IS NOT OLD.dest_routing_key OR NEW.dest_algorithm IS NOT OLD.dest_algorithm
+  OR NEW.dest_route_gen IS NOT OLD.dest_route_gen OR NEW.dest_serializer IS NOT OLD.dest_serializer
+  OR NEW.dest_durability IS NOT OLD.dest_durability OR NEW.dest_acks IS NOT OLD.dest_acks
+  OR NEW.dest_digest IS NOT OLD.dest_digest OR NEW.payload_len IS NOT OLD.payload_len
+  OR NEW.created_at IS NOT OLD.created_at
+  OR (NEW.payload IS NOT OLD.payload AND NEW.payload IS NOT NULL)
+BEGIN
+    SELECT RAISE(ABORT, 'obx: the frozen envelope and destination cannot change (only a purge may drop the payload)');
+END;
+
+CREATE TRIGGER obx_envelope_no_delete BEFORE DELETE ON obx_envelope
+BEGIN
+    SELECT RAISE(ABORT, 'obx: envelopes are never deleted (purge keeps a tombstone)');
+END;
+
+-- Protocol state of each event (current envelope generation).
+CREATE TABLE obx_event (
+    seq                INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_id           TEXT NOT NULL UNIQUE,
+    tenant             TEXT NOT NULL,
+    idempotency_key    TEXT,
+    event_type         TEXT NOT NULL,
+    correlation_id     TEXT NOT NULL,
+    order_key          TEXT NOT NULL,   -- cluster \x1f topic \x1f routing key
+    envelope_gen       INTEGER NOT NULL,
+    state              TEXT NOT NULL CHECK (state IN ('PENDING','CLAIMED','SENDING','PUBLISHED',
+                        'RETAINED','PURGED','DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED','PARKED')),
+    claim_gen          INTEGER NOT NULL,
+    owner              TEXT NOT NULL,
+    lease_until        INTEGER NOT NULL,
+    attempt_gen        INTEGER NOT NULL,
+    attempt_id         TEXT NOT NULL,
+    pinned_partition   INTEGER NOT NULL,
+    rejections         INTEGER NOT NULL,
+    available_at       INTEGER NOT NULL,
+    next_check_at      INTEGER NOT NULL,
+    unknown_since      INTEGER NOT NULL,
+    primary_attempt_id TEXT NOT NULL,
+    published_at       INTEGER NOT NULL,
+    committed_at       INTEGER NOT NULL,
+    updated_at         INTEGER NOT NULL,
+    max_attempts       INTEGER NOT NULL,
+    blind_retry        INTEGER NOT NULL,
+    unordered          INTEGER NOT NULL,
+    alias              TEXT NOT NULL,
+    dest_cluster       TEXT NOT NULL
+);
+CREATE UNIQUE INDEX obx_event_idem ON obx_event (tenant, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE INDEX obx_event_claimable ON obx_event (seq) WHERE state IN ('PENDING', 'CLAIMED');
+CREATE INDEX obx_event_unpublished ON obx_event (order_key, seq)
+    WHERE state NOT IN ('PUBLISHED', 'RETAINED', 'PURGED');
+CREATE INDEX obx_event_inflight ON obx_event (state, lease_until)
+    WHERE state IN ('SENDING', 'DISPATCH_UNKNOWN', 'RECONCILING', 'RETRY_CLAIMED');
+CREATE INDEX obx_event_state_pub ON obx_event (state, published_at);
+CREATE INDEX obx_event_corr ON obx_event (correlation_id) WHERE correlation_id <> '';
+
+CREATE TRIGGER obx_event_frozen BEFORE UPDATE ON obx_event
+WHEN NEW.event_id IS NOT OLD.event_id OR NEW.seq IS NOT OLD.seq OR NEW.tenant IS NOT OLD.tenant
+  OR NEW.idempotency_key IS NOT OLD.idempotency_key OR NEW.event_type IS NOT OLD.event_type
+  OR NEW.correlation_id IS NOT OLD.correlation_id OR NEW.committed_at IS NOT OLD.committed_at
+  OR NEW.envelope_gen < OLD.envelope_gen
+  OR (NEW.envelope_gen = OLD.envelope_gen AND (NEW.order_key IS NOT OLD.order_key
+      OR NEW.dest_cluster IS NOT OLD.dest_cluster))
+BEGIN
+    SELECT RAISE(ABORT, 'obx: an event''s identity and frozen destination cannot change');
+END;
+
+CREATE TRIGGER obx_event_no_delete BEFORE DELETE ON obx_event
+BEGIN
+    SELECT RAISE(ABORT, 'obx: events are never deleted (purge keeps a tombstone)');
+END;
+
+-- Every send: registered before it goes out (CLAIMED/RETRY_CLAIMED -> SENDING).
+CREATE TABLE obx_attempt (
+    attempt_id    TEXT PRIMARY KEY,
+    event_id      TEXT NOT NULL,
+    envelope_gen  INTEGER NOT NULL,
+    attempt_gen   INTEGER NOT NULL,
+    claim_gen     INTEGER NOT NULL,
+    owner         TEXT NOT NULL,
+    dest_digest   TEXT NOT NULL,
+    partition     INTEGER NOT NULL,
+    state         TEXT NOT NULL CHECK (state IN ('SENDING','UNKNOWN','ACCEPTED','DUPLICATE',
+                   'REJECTED','NOT_FOUND','QUARANTINED')),
+    started_at    INTEGER NOT NULL,
+    unknown_at    INTEGER NOT NULL,
+    ended_at      INTEGER NOT NULL,
+    offset_before INTEGER NOT NULL,
+    quiet_until   INTEGER NOT NULL,
+    detail        TEXT NOT NULL
+);
+CREATE INDEX obx_attempt_event ON obx_attempt (event_id, attempt_gen);
+
+CREATE TRIGGER obx_attempt_frozen BEFORE UPDATE ON obx_attempt
+WHEN NEW.attempt_id IS NOT OLD.attempt_id OR NEW.event_id IS NOT OLD.event_id
+  OR NEW.envelope_gen IS NOT OLD.envelope_gen OR NEW.attempt_gen IS NOT OLD.attempt_gen
+  OR NEW.claim_gen IS NOT OLD.claim_gen OR NEW.owner IS NOT OLD.owner
+  OR NEW.dest_digest IS NOT OLD.dest_digest OR NEW.started_at IS NOT OLD.started_at
+BEGIN
+    SELECT RAISE(ABORT, 'obx: an attempt''s identity and destination cannot change');
+END;
+
+-- Receipts: the primary one fills the publish slot (at most one per event and generation);
+-- further valid ACKs are duplicate transport receipts; contradicting ones are quarantined;
+-- migrations leave a migration receipt.
+CREATE TABLE obx_receipt (
+    receipt_id     INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_id       TEXT NOT NULL,
+    envelope_gen   INTEGER NOT NULL,
+    attempt_id     TEXT NOT NULL,
+    kind           TEXT NOT NULL CHECK (kind IN ('PRIMARY','DUPLICATE','QUARANTINED','MIGRATION')),
+    cluster        TEXT NOT NULL,
+    topic          TEXT NOT NULL,
+    partition      INTEGER NOT NULL,
+    "offset"       INTEGER NOT NULL,
+    broker_ts      INTEGER NOT NULL,
+    payload_digest TEXT NOT NULL,
+    dest_digest    TEXT NOT NULL,
+    reason         TEXT NOT NULL,
+    detail         TEXT,
+    created_at     INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX obx_receipt_primary ON obx_receipt (event_id, envelope_gen) WHERE kind = 'PRIMARY';
+CREATE INDEX obx_receipt_event ON obx_receipt (event_id);
+CREATE INDEX obx_receipt_kind ON obx_receipt (kind) WHERE kind IN ('QUARANTINED', 'MIGRATION');
+
+CREATE TRIGGER obx_receipt_frozen BEFORE UPDATE ON obx_receipt
+BEGIN
+    SELECT RAISE(ABORT, 'obx: receipts are evidence and cannot change');
+END;
+
+-- Who moved what, when, and why: one row per state change (and per refused stale action).
+CREATE TABLE obx_audit (
+    audit_id     INTEGER PRIMARY KEY AUTOINCREMENT,
+    at           INTEGER NOT NULL,
+    actor        TEXT NOT NULL,
+    who          TEXT NOT NULL,
+    event_id     TEXT NOT NULL,
+    envelope_gen INTEGER NOT NULL,
+    from_state   TEXT NOT NULL,
+    to_state     TEXT NOT NULL,
+    claim_gen    INTEGER NOT NULL,
+    attempt_id   TEXT NOT NULL,
+    attempt_gen  INTEGER NOT NULL,
+    reason       TEXT NOT NULL
+);
+CREATE INDEX obx_audit_event ON obx_audit (event_id);
+
+CREATE TABLE obx_counter (
+    name  TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+
+-- Consumer side (the inbox, DESIGN.md §7). These tables live in the consumer's database,
+-- which may or may not be the outbox database.
+CREATE TABLE obx_inbox (
+    consumer_id    TEXT NOT NULL,
+    event_id       TEXT NOT NULL,
+    payload_digest TEXT NOT NULL,
+    event_type     TEXT NOT NULL,
+    tenant         TEXT NOT NULL,
+    outcome        TEXT NOT NULL,
+    result         TEXT NOT NULL,
+    topic          TEXT NOT NULL,
+    partition      INTEGER NOT NULL,
+    "offset"       INTEGER NOT NULL,
+    consumed_at    INTEGER NOT NULL,
+    duration_us    INTEGER NOT NULL,
+    PRIMARY KEY (consumer_id, event_id)
+);
+
+CREATE TABLE obx_consumer_watermark (
+    consumer_id  TEXT NOT NULL,
+    topic        TEXT NOT NULL,
+    partition    INTEGER NOT NULL,
+    "offset"     INTEGER NOT NULL,
+    event_id     TEXT NOT NULL,
+    occurred_at  INTEGER NOT NULL,
+    committed_at INTEGER NOT NULL,
+    PRIMARY KEY (consumer_id, topic, partition)
+);
+
+CREATE TABLE obx_inbox_failure (
+    consumer_id TEXT NOT NULL,
+    event_id    TEXT NOT NULL,
+    failures    INTEGER NOT NULL,
+    last_error  TEXT NOT NULL,
+    first_at    INTEGER NOT NULL,
+    last_at     INTEGER NOT NULL,
+    PRIMARY KEY (consumer_id, event_id)
+);
+
+CREATE TABLE obx_poison (
+    consumer_id TEXT NOT NULL,
+    event_id    TEXT NOT NULL,
+    state       TEXT NOT NULL CHECK (state IN ('PARKED', 'REDRIVE', 'DONE')),
+    failures    INTEGER NOT NULL,
+    last_error  TEXT NOT NULL,
+    topic       TEXT NOT NULL,
+    partition   INTEGER NOT NULL,
+    "offset"    INTEGER NOT NULL,
+    headers     TEXT NOT NULL,
+    payload     BLOB,
+    parked_at   INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    PRIMARY KEY (consumer_id, event_id)
+);
+
+CREATE TABLE obx_inbox_quarantine (
+    quarantine_id  INTEGER PRIMARY KEY AUTOINCREMENT,
+    consumer_id    TEXT NOT NULL,
+    event_id       TEXT NOT NULL,
+    payload_digest TEXT NOT NULL,
+    first_digest   TEXT NOT NULL,
+    reason         TEXT NOT NULL,
+    at             INTEGER NOT NULL
+);
+
+CREATE TABLE obx_consume_audit (
+    audit_id    INTEGER PRIMARY KEY AUTOINCREMENT,
+    at          INTEGER NOT NULL,
+    consumer_id TEXT NOT NULL,
+    event_id    TEXT NOT NULL,
+    outcome     TEXT NOT NULL,
+    duration_us INTEGER NOT NULL,
+    detail      TEXT NOT NULL
+);
+CREATE INDEX obx_consume_audit_event ON obx_consume_audit (event_id);

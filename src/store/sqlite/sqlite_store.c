@@ -1,0 +1,1121 @@
+/*
+ * sqlite_store.c — the SQLite outbox store (the embedded default, and the simulator's store).
+ *
+ * Owns: one sqlite3 connection (opened here, or borrowed from a producer/consumer with
+ * obx_store_wrap_sqlite), its prepared statements (prepared once, kept for the connection's
+ * life), and the nesting of obx transactions on it.
+ *
+ * Contracts:
+ *   - Own connections run in WAL mode with a busy timeout; an outermost obx transaction is
+ *     BEGIN IMMEDIATE, so SQLite's single writer is the lock that makes claims exclusive.
+ *   - On a borrowed connection obx never changes pragmas and never commits the caller's
+ *     transaction: inside one it only uses savepoints.
+ *   - Constraint failures raised by the frozen-data triggers map to OBX_EIMMUTABLE, unique
+ *     violations to OBX_ECONFLICT, SQLITE_BUSY/LOCKED to OBX_EBUSY.
+ */
+#include "store/store.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern const char obx__sqlite_schema_v1[];
+
+enum {
+    Q_ROUTE_PUT,
+    Q_ROUTE_GET,
+    Q_ROUTE_LIST_CUR,
+    Q_ROUTE_LIST_ALL,
+    Q_IDEM,
+    Q_INS_ENV,
+    Q_INS_EVENT,
+    Q_CLAIM,
+    Q_SEL_EXPIRED,
+    Q_SEL_RECONCILE,
+    Q_SEL_STATE,
+    Q_SEL_PUBBEFORE,
+    Q_LOAD,
+    Q_LOAD_PAYLOAD,
+    Q_UPD_EVENT,
+    Q_INS_ATT,
+    Q_UPD_ATT,
+    Q_LOAD_ATT,
+    Q_LOAD_ATT_EVENT,
+    Q_INS_RCPT,
+    Q_LOAD_RCPT,
+    Q_INS_AUDIT,
+    Q_LOAD_AUDIT,
+    Q_COUNTER_ADD,
+    Q_COUNTER_GET,
+    Q_COUNT
+};
+
+typedef struct sq_store {
+    obx__store base;
+    sqlite3 *db;
+    bool owned;
+    bool outer_begin; /* depth-1 transaction is our BEGIN (not a savepoint) */
+    int depth;
+    sqlite3_stmt *q[Q_COUNT];
+} sq_store;
+
+#define EVENT_COLS                                                                                 \
+    "e.seq, e.event_id, e.envelope_gen, e.state, e.claim_gen, e.owner, e.lease_until, "            \
+    "e.attempt_gen, e.attempt_id, e.pinned_partition, e.rejections, e.available_at, "              \
+    "e.next_check_at, e.unknown_since, e.primary_attempt_id, e.published_at, e.committed_at, "     \
+    "e.updated_at, e.max_attempts, e.blind_retry, e.unordered, e.alias, "                          \
+    "v.aggregate_type, v.aggregate_id, v.aggregate_version, v.event_type, v.payload_schema, "      \
+    "v.payload_digest, v.tenant, v.occurred_at, v.created_txid, v.correlation_id, "                \
+    "v.causation_id, v.traceparent, v.idempotency_key, v.envelope_digest, v.dest_cluster, "        \
+    "v.dest_topic, v.dest_routing_key, v.dest_algorithm, v.dest_route_gen, v.dest_serializer, "    \
+    "v.dest_durability, v.dest_acks, v.dest_digest, v.payload_len, v.payload IS NULL"
+#define EVENT_NCOLS 47
+#define EVENT_FROM                                                                                 \
+    " FROM obx_event e JOIN obx_envelope v ON v.event_id = e.event_id AND "                        \
+    "v.envelope_gen = e.envelope_gen "
+#define UNPUBLISHED                                                                                \
+    "('PENDING','CLAIMED','SENDING','DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED','PARKED')"
+
+static const char *const sql_text[Q_COUNT] = {
+    [Q_ROUTE_PUT] = "INSERT INTO obx_route (event_type, cluster, topic, routing_key, algorithm, "
+                    "serializer, durability, required_acks, max_attempts, blind_retry, unordered, "
+                    "alias, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    [Q_ROUTE_GET] = "SELECT gen, event_type, cluster, topic, routing_key, algorithm, serializer, "
+                    "durability, required_acks, max_attempts, blind_retry, unordered, alias, "
+                    "created_at FROM obx_route WHERE event_type = ? ORDER BY gen DESC LIMIT 1",
+    [Q_ROUTE_LIST_CUR] =
+        "SELECT gen, event_type, cluster, topic, routing_key, algorithm, serializer, durability, "
+        "required_acks, max_attempts, blind_retry, unordered, alias, created_at FROM obx_route r "
+        "WHERE gen = (SELECT max(gen) FROM obx_route WHERE event_type = r.event_type) "
+        "ORDER BY event_type",
+    [Q_ROUTE_LIST_ALL] =
+        "SELECT gen, event_type, cluster, topic, routing_key, algorithm, serializer, durability, "
+        "required_acks, max_attempts, blind_retry, unordered, alias, created_at FROM obx_route "
+        "ORDER BY event_type, gen",
+    [Q_IDEM] = "SELECT event_id FROM obx_event WHERE tenant = ? AND idempotency_key = ?",
+    [Q_INS_ENV] =
+        "INSERT INTO obx_envelope (event_id, envelope_gen, aggregate_type, aggregate_id, "
+        "aggregate_version, event_type, payload_schema, payload_digest, tenant, occurred_at, "
+        "created_txid, correlation_id, causation_id, traceparent, idempotency_key, "
+        "envelope_digest, dest_cluster, dest_topic, dest_routing_key, dest_algorithm, "
+        "dest_route_gen, dest_serializer, dest_durability, dest_acks, dest_digest, payload, "
+        "payload_len, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    [Q_INS_EVENT] =
+        "INSERT INTO obx_event (event_id, tenant, idempotency_key, event_type, correlation_id, "
+        "order_key, envelope_gen, state, claim_gen, owner, lease_until, attempt_gen, attempt_id, "
+        "pinned_partition, rejections, available_at, next_check_at, unknown_since, "
+        "primary_attempt_id, published_at, committed_at, updated_at, max_attempts, blind_retry, "
+        "unordered, alias, dest_cluster) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    [Q_CLAIM] = "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state IN ('PENDING','CLAIMED') "
+                "AND ((e.state = 'PENDING' AND e.available_at <= ?1) OR "
+                "     (e.state = 'CLAIMED' AND e.lease_until <= ?1)) "
+                "AND (?2 IS NULL OR e.dest_cluster = ?2) "
+                "AND (?4 IS NULL OR instr(?4, ',' || e.alias || ',') > 0) "
+                "AND (e.unordered = 1 OR NOT EXISTS (SELECT 1 FROM obx_event p "
+                "     WHERE p.order_key = e.order_key AND p.seq < e.seq AND p.state IN " UNPUBLISHED
+                ")) ORDER BY e.seq LIMIT ?3",
+    [Q_SEL_EXPIRED] =
+        "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = 'SENDING' AND e.lease_until <= ?1 "
+        "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.lease_until LIMIT ?3",
+    [Q_SEL_RECONCILE] = "SELECT " EVENT_COLS EVENT_FROM
+                        "WHERE ((e.state = 'DISPATCH_UNKNOWN' AND e.next_check_at <= ?1) OR "
+                        "(e.state IN ('RECONCILING','RETRY_CLAIMED') AND e.lease_until <= ?1)) "
+                        "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.seq LIMIT ?3",
+    [Q_SEL_STATE] = "SELECT " EVENT_COLS EVENT_FROM
+                    "WHERE e.state = ?4 AND (?2 IS NULL OR e.dest_cluster = ?2) "
+                    "ORDER BY e.seq LIMIT ?3",
+    [Q_SEL_PUBBEFORE] =
+        "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = ?4 AND e.published_at <= ?1 "
+        "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.published_at LIMIT ?3",
+    [Q_LOAD] = "SELECT " EVENT_COLS EVENT_FROM "WHERE e.event_id = ?",
+    [Q_LOAD_PAYLOAD] = "SELECT " EVENT_COLS ", v.payload" EVENT_FROM "WHERE e.event_id = ?",
+    [Q_UPD_EVENT] =
+        "UPDATE obx_event SET envelope_gen = ?, state = ?, claim_gen = ?, owner = ?, "
+        "lease_until = ?, attempt_gen = ?, attempt_id = ?, pinned_partition = ?, rejections = ?, "
+        "available_at = ?, next_check_at = ?, unknown_since = ?, primary_attempt_id = ?, "
+        "published_at = ?, updated_at = ?, order_key = ?, dest_cluster = ? "
+        "WHERE event_id = ? AND state = ? AND claim_gen = ?",
+    [Q_INS_ATT] = "INSERT INTO obx_attempt (attempt_id, event_id, envelope_gen, attempt_gen, "
+                  "claim_gen, owner, dest_digest, partition, state, started_at, unknown_at, "
+                  "ended_at, offset_before, quiet_until, detail) "
+                  "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    [Q_UPD_ATT] = "UPDATE obx_attempt SET partition = ?, state = ?, unknown_at = ?, ended_at = ?, "
+                  "offset_before = ?, quiet_until = ?, detail = ? WHERE attempt_id = ?",
+    [Q_LOAD_ATT] = "SELECT attempt_id, event_id, envelope_gen, attempt_gen, claim_gen, owner, "
+                   "dest_digest, partition, state, started_at, unknown_at, ended_at, "
+                   "offset_before, quiet_until, detail FROM obx_attempt WHERE attempt_id = ?",
+    [Q_LOAD_ATT_EVENT] = "SELECT attempt_id, event_id, envelope_gen, attempt_gen, claim_gen, "
+                         "owner, dest_digest, partition, state, started_at, unknown_at, "
+                         "ended_at, offset_before, quiet_until, detail FROM obx_attempt "
+                         "WHERE event_id = ? ORDER BY started_at, attempt_gen, attempt_id",
+    [Q_INS_RCPT] = "INSERT INTO obx_receipt (event_id, envelope_gen, attempt_id, kind, cluster, "
+                   "topic, partition, \"offset\", broker_ts, payload_digest, dest_digest, reason, "
+                   "detail, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    [Q_LOAD_RCPT] = "SELECT event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, "
+                    "\"offset\", broker_ts, payload_digest, dest_digest, reason, created_at "
+                    "FROM obx_receipt WHERE event_id = ? ORDER BY receipt_id",
+    [Q_INS_AUDIT] = "INSERT INTO obx_audit (at, actor, who, event_id, envelope_gen, from_state, "
+                    "to_state, claim_gen, attempt_id, attempt_gen, reason) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+    [Q_LOAD_AUDIT] = "SELECT at, actor, who, event_id, envelope_gen, from_state, to_state, "
+                     "claim_gen, attempt_id, attempt_gen, reason FROM obx_audit "
+                     "WHERE event_id = ? ORDER BY audit_id",
+    [Q_COUNTER_ADD] = "INSERT INTO obx_counter (name, value) VALUES (?1, ?2) "
+                      "ON CONFLICT (name) DO UPDATE SET value = value + ?2",
+    [Q_COUNTER_GET] = "SELECT value FROM obx_counter WHERE name = ?",
+};
+
+/* ---- errors ------------------------------------------------------------------------------- */
+
+static obx_err map_rc(sq_store *s, int rc, const char *what) {
+    const char *msg = s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
+    int ext = s->db ? sqlite3_extended_errcode(s->db) : rc;
+    switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: return obx__fail(OBX_EBUSY, "sqlite: %s (%s)", msg, what);
+    case SQLITE_NOMEM: return obx__fail(OBX_ENOMEM, "sqlite: out of memory (%s)", what);
+    case SQLITE_IOERR:
+    case SQLITE_FULL: return obx__fail(OBX_EIO, "sqlite: %s (%s)", msg, what);
+    case SQLITE_CONSTRAINT:
+        if (ext == SQLITE_CONSTRAINT_TRIGGER || strstr(msg, "obx: "))
+            return obx__fail(OBX_EIMMUTABLE, "%s (%s)", msg, what);
+        if (ext == SQLITE_CONSTRAINT_UNIQUE || ext == SQLITE_CONSTRAINT_PRIMARYKEY)
+            return obx__fail(OBX_ECONFLICT, "sqlite: %s (%s)", msg, what);
+        return obx__fail(OBX_ESTORE, "sqlite: %s (%s)", msg, what);
+    default: return obx__fail(OBX_ESTORE, "sqlite: %s (%s)", msg, what);
+    }
+}
+
+static obx_err exec(sq_store *s, const char *sql) {
+    char *err = NULL;
+    int rc = sqlite3_exec(s->db, sql, NULL, NULL, &err);
+    if (rc != SQLITE_OK) {
+        obx_err e = map_rc(s, rc, sql);
+        if (err && e == OBX_ESTORE) obx__fail(e, "sqlite: %s (%s)", err, sql);
+        sqlite3_free(err);
+        return e;
+    }
+    return OBX_OK;
+}
+
+static obx_err stmt(sq_store *s, int id, sqlite3_stmt **out) {
+    if (!s->q[id]) {
+        int rc =
+            sqlite3_prepare_v3(s->db, sql_text[id], -1, SQLITE_PREPARE_PERSISTENT, &s->q[id], NULL);
+        if (rc != SQLITE_OK) return map_rc(s, rc, "prepare");
+    } else {
+        sqlite3_reset(s->q[id]);
+        sqlite3_clear_bindings(s->q[id]);
+    }
+    *out = s->q[id];
+    return OBX_OK;
+}
+
+/* Runs a statement that returns no rows. */
+static obx_err step_done(sq_store *s, sqlite3_stmt *st, const char *what) {
+    int rc = sqlite3_step(st);
+    obx_err e = OBX_OK;
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) e = map_rc(s, rc, what);
+    sqlite3_reset(st);
+    return e;
+}
+
+static void bt(sqlite3_stmt *st, int i, const char *v) {
+    sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
+}
+static void bi(sqlite3_stmt *st, int i, int64_t v) { sqlite3_bind_int64(st, i, v); }
+
+static void ct(sqlite3_stmt *st, int i, char *out, size_t cap) {
+    const unsigned char *t = sqlite3_column_text(st, i);
+    obx__strlcpy(out, t ? (const char *)t : "", cap);
+}
+#define CT(st, i, field) ct(st, i, field, sizeof(field))
+static int64_t ci(sqlite3_stmt *st, int i) { return sqlite3_column_int64(st, i); }
+
+/* ---- open / close / schema --------------------------------------------------------------- */
+
+static void sq_close(obx__store *base) {
+    sq_store *s = (sq_store *)base;
+    if (!s) return;
+    for (int i = 0; i < Q_COUNT; i++) sqlite3_finalize(s->q[i]);
+    if (s->owned) sqlite3_close_v2(s->db);
+    free(s);
+}
+
+static obx_err sq_new(sqlite3 *db, bool owned, obx__store **out) {
+    sq_store *s = calloc(1, sizeof *s);
+    if (!s) return obx__fail(OBX_ENOMEM, "sqlite store: out of memory");
+    s->base.m = &obx__sqlite_store_methods;
+    s->db = db;
+    s->owned = owned;
+    *out = &s->base;
+    return OBX_OK;
+}
+
+static obx_err sq_open(const obx__url *u, obx__store **out) {
+    sqlite3 *db = NULL;
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+    bool mem = !strcmp(u->path, ":memory:");
+    int rc = sqlite3_open_v2(u->path, &db, flags, NULL);
+    if (rc != SQLITE_OK) {
+        obx_err e = obx__fail(OBX_ESTORE, "sqlite: cannot open '%s': %s", u->path,
+                              db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+        sqlite3_close_v2(db);
+        return e;
+    }
+    sqlite3_busy_timeout(db, 10000);
+    sqlite3_extended_result_codes(db, 1);
+    obx_err e = sq_new(db, true, out);
+    if (e) {
+        sqlite3_close_v2(db);
+        return e;
+    }
+    sq_store *s = (sq_store *)*out;
+    const char *sync = strstr(u->query, "synchronous=full") ? "FULL" : "NORMAL";
+    char pragmas[256];
+    snprintf(pragmas, sizeof pragmas, "%sPRAGMA synchronous=%s; PRAGMA temp_store=MEMORY;",
+             mem ? "" : "PRAGMA journal_mode=WAL; ", sync);
+    e = exec(s, pragmas);
+    if (e) {
+        sq_close(*out);
+        *out = NULL;
+        return obx__fail_prefix(e, "sqlite: cannot configure '%s'", u->path);
+    }
+    return OBX_OK;
+}
+
+static obx_err sq_wrap(void *conn, obx__store **out) {
+    if (!conn) return obx__fail(OBX_EINVAL, "sqlite3_db: NULL");
+    return sq_new((sqlite3 *)conn, false, out);
+}
+
+static obx_err sq_schema_version(obx__store *base, int *found) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    *found = 0;
+    int rc = sqlite3_prepare_v2(s->db, "SELECT value FROM obx_meta WHERE key = 'schema_version'",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK) {
+        /* no obx_meta table: not initialized */
+        sqlite3_finalize(st);
+        if (strstr(sqlite3_errmsg(s->db), "no such table")) return OBX_OK;
+        return map_rc(s, rc, "read schema version");
+    }
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) *found = (int)sqlite3_column_int64(st, 0);
+    obx_err e = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? OBX_OK : map_rc(s, rc, "schema version");
+    sqlite3_finalize(st);
+    return e;
+}
+
+static obx_err sq_begin(obx__store *base);
+static obx_err sq_commit(obx__store *base);
+static obx_err sq_rollback(obx__store *base);
+
+static obx_err sq_migrate(obx__store *base) {
+    sq_store *s = (sq_store *)base;
+    obx_err e = sq_begin(base);
+    if (e) return e;
+    int found = 0;
+    e = sq_schema_version(base, &found);
+    if (!e && found > OBX__SCHEMA_VERSION)
+        e = obx__fail(OBX_ESCHEMA,
+                      "database schema version %d is newer than this obx knows (%d): upgrade obx",
+                      found, OBX__SCHEMA_VERSION);
+    if (!e && found < 1) {
+        e = exec(s, obx__sqlite_schema_v1);
+        if (!e)
+            e = exec(s, "INSERT INTO obx_meta (key, value) VALUES ('schema_version', '1') "
+                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value");
+    }
+    if (e) {
+        sq_rollback(base);
+        return e;
+    }
+    return sq_commit(base);
+}
+
+/* ---- transactions ------------------------------------------------------------------------- */
+
+static obx_err sq_begin(obx__store *base) {
+    sq_store *s = (sq_store *)base;
+    char sql[64];
+    if (s->depth == 0 && sqlite3_get_autocommit(s->db)) {
+        obx_err e = exec(s, "BEGIN IMMEDIATE");
+        if (e) return e;
+        s->outer_begin = true;
+    } else {
+        if (s->depth == 0) s->outer_begin = false;
+        snprintf(sql, sizeof sql, "SAVEPOINT obx_sp%d", s->depth);
+        obx_err e = exec(s, sql);
+        if (e) return e;
+    }
+    s->depth++;
+    return OBX_OK;
+}
+
+static obx_err sq_commit(obx__store *base) {
+    sq_store *s = (sq_store *)base;
+    char sql[64];
+    if (s->depth <= 0) return obx__fail(OBX_EINTERNAL, "sqlite: commit without begin");
+    s->depth--;
+    if (s->depth == 0 && s->outer_begin) {
+        obx_err e = exec(s, "COMMIT");
+        if (e) {
+            /* COMMIT failed (busy/IO): the transaction is still open; roll it back so the
+             * connection is usable. The outcome is not applied. */
+            if (!sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        }
+        return e;
+    }
+    snprintf(sql, sizeof sql, "RELEASE obx_sp%d", s->depth);
+    return exec(s, sql);
+}
+
+static obx_err sq_rollback(obx__store *base) {
+    sq_store *s = (sq_store *)base;
+    char sql[96];
+    if (s->depth <= 0) return OBX_OK;
+    s->depth--;
+    if (s->depth == 0 && s->outer_begin) {
+        if (sqlite3_get_autocommit(s->db)) return OBX_OK; /* already rolled back by SQLite */
+        return exec(s, "ROLLBACK");
+    }
+    snprintf(sql, sizeof sql, "ROLLBACK TO obx_sp%d; RELEASE obx_sp%d", s->depth, s->depth);
+    return exec(s, sql);
+}
+
+static obx_err sq_txid(obx__store *base, char *out, size_t cap) {
+    (void)base;
+    (void)out;
+    (void)cap;
+    return obx__fail(OBX_EUNSUPPORTED, "sqlite has no transaction identity");
+}
+
+/* ---- routes ------------------------------------------------------------------------------- */
+
+static void read_route(sqlite3_stmt *st, obx__route_row *r) {
+    memset(r, 0, sizeof *r);
+    r->gen = ci(st, 0);
+    CT(st, 1, r->event_type);
+    CT(st, 2, r->cluster);
+    CT(st, 3, r->topic);
+    CT(st, 4, r->routing_key);
+    CT(st, 5, r->algorithm);
+    CT(st, 6, r->serializer);
+    CT(st, 7, r->durability);
+    CT(st, 8, r->required_acks);
+    r->max_attempts = (int32_t)ci(st, 9);
+    r->blind_retry = ci(st, 10) != 0;
+    r->unordered = ci(st, 11) != 0;
+    CT(st, 12, r->alias);
+    r->created_at = ci(st, 13);
+}
+
+static obx_err sq_route_put(obx__store *base, const obx__route_row *r, int64_t *gen) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_ROUTE_PUT, &st);
+    if (e) return e;
+    bt(st, 1, r->event_type);
+    bt(st, 2, r->cluster);
+    bt(st, 3, r->topic);
+    bt(st, 4, r->routing_key);
+    bt(st, 5, r->algorithm);
+    bt(st, 6, r->serializer);
+    bt(st, 7, r->durability);
+    bt(st, 8, r->required_acks);
+    bi(st, 9, r->max_attempts);
+    bi(st, 10, r->blind_retry);
+    bi(st, 11, r->unordered);
+    bt(st, 12, r->alias);
+    bi(st, 13, r->created_at);
+    e = step_done(s, st, "insert route");
+    if (!e && gen) *gen = sqlite3_last_insert_rowid(s->db);
+    return e;
+}
+
+static obx_err sq_route_get(obx__store *base, const char *event_type, obx__route_row *out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_ROUTE_GET, &st);
+    if (e) return e;
+    bt(st, 1, event_type);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        read_route(st, out);
+        e = OBX_OK;
+    } else if (rc == SQLITE_DONE)
+        e = obx__fail(OBX_ENOROUTE,
+                      "event_type: no route for '%s' (add one with `obx route set %s ...`)",
+                      event_type, event_type);
+    else
+        e = map_rc(s, rc, "read route");
+    sqlite3_reset(st);
+    return e;
+}
+
+static obx_err sq_route_list(obx__store *base, bool all, obx__route_row **out, size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    *out = NULL;
+    *n = 0;
+    obx_err e = stmt(s, all ? Q_ROUTE_LIST_ALL : Q_ROUTE_LIST_CUR, &st);
+    if (e) return e;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 8;
+            obx__route_row *p = realloc(*out, cap * sizeof *p);
+            if (!p) {
+                e = obx__fail(OBX_ENOMEM, "route list: out of memory");
+                break;
+            }
+            *out = p;
+        }
+        read_route(st, &(*out)[(*n)++]);
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "list routes");
+    sqlite3_reset(st);
+    if (e) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return e;
+}
+
+/* ---- producer ----------------------------------------------------------------------------- */
+
+static obx_err sq_idem_lookup(obx__store *base, const char *tenant, const char *key,
+                              char existing[OBX_EVENT_ID_LEN + 1]) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_IDEM, &st);
+    if (e) return e;
+    bt(st, 1, tenant);
+    bt(st, 2, key);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        ct(st, 0, existing, OBX_EVENT_ID_LEN + 1);
+        e = OBX_OK;
+    } else if (rc == SQLITE_DONE)
+        e = OBX_ENOTFOUND;
+    else
+        e = map_rc(s, rc, "idempotency lookup");
+    sqlite3_reset(st);
+    return e;
+}
+
+static void order_key(const obx__event_row *r, char *out, size_t cap) {
+    snprintf(out, cap, "%s\x1f%s\x1f%s", r->dest.cluster, r->dest.topic, r->dest.routing_key);
+}
+
+static obx_err sq_insert_envelope(obx__store *base, const obx__event_row *r, const void *payload,
+                                  size_t len) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_INS_ENV, &st);
+    if (e) return e;
+    const obx__envelope *v = &r->env;
+    bt(st, 1, v->event_id);
+    bi(st, 2, r->envelope_gen);
+    bt(st, 3, v->aggregate_type);
+    bt(st, 4, v->aggregate_id);
+    bi(st, 5, v->aggregate_version);
+    bt(st, 6, v->event_type);
+    bt(st, 7, v->payload_schema);
+    bt(st, 8, v->payload_digest);
+    bt(st, 9, v->tenant);
+    bi(st, 10, v->occurred_at);
+    bt(st, 11, v->created_txid);
+    bt(st, 12, v->correlation_id);
+    bt(st, 13, v->causation_id);
+    bt(st, 14, v->traceparent);
+    bt(st, 15, v->idempotency_key);
+    bt(st, 16, r->envelope_digest);
+    bt(st, 17, r->dest.cluster);
+    bt(st, 18, r->dest.topic);
+    bt(st, 19, r->dest.routing_key);
+    bt(st, 20, r->dest.algorithm);
+    bi(st, 21, r->dest.route_gen);
+    bt(st, 22, r->dest.serializer);
+    bt(st, 23, r->dest.durability);
+    bt(st, 24, r->dest.required_acks);
+    bt(st, 25, r->dest_digest);
+    sqlite3_bind_blob(st, 26, payload ? payload : "", (int)len, SQLITE_STATIC);
+    bi(st, 27, (int64_t)len);
+    bi(st, 28, r->committed_at);
+    return step_done(s, st, "insert envelope");
+}
+
+static obx_err sq_insert_event(obx__store *base, const obx__event_row *r, const void *payload,
+                               size_t len) {
+    sq_store *s = (sq_store *)base;
+    obx_err e = sq_insert_envelope(base, r, payload, len);
+    if (e) return e;
+    sqlite3_stmt *st;
+    e = stmt(s, Q_INS_EVENT, &st);
+    if (e) return e;
+    char ok[OBX_NAME_MAX + OBX_TOPIC_MAX + OBX_KEY_MAX + 4];
+    order_key(r, ok, sizeof ok);
+    bt(st, 1, r->env.event_id);
+    bt(st, 2, r->env.tenant);
+    if (r->env.idempotency_key[0])
+        bt(st, 3, r->env.idempotency_key);
+    else
+        sqlite3_bind_null(st, 3);
+    bt(st, 4, r->env.event_type);
+    bt(st, 5, r->env.correlation_id);
+    bt(st, 6, ok);
+    bi(st, 7, r->envelope_gen);
+    bt(st, 8, obx__state_name(r->state));
+    bi(st, 9, r->claim_gen);
+    bt(st, 10, r->owner);
+    bi(st, 11, r->lease_until);
+    bi(st, 12, r->attempt_gen);
+    bt(st, 13, r->attempt_id);
+    bi(st, 14, r->pinned_partition);
+    bi(st, 15, r->rejections);
+    bi(st, 16, r->available_at);
+    bi(st, 17, r->next_check_at);
+    bi(st, 18, r->unknown_since);
+    bt(st, 19, r->primary_attempt_id);
+    bi(st, 20, r->published_at);
+    bi(st, 21, r->committed_at);
+    bi(st, 22, r->updated_at);
+    bi(st, 23, r->max_attempts);
+    bi(st, 24, r->blind_retry);
+    bi(st, 25, r->unordered);
+    bt(st, 26, r->alias);
+    bt(st, 27, r->dest.cluster);
+    return step_done(s, st, "insert event");
+}
+
+/* ---- reading events ----------------------------------------------------------------------- */
+
+static obx_err read_event(sqlite3_stmt *st, obx__event_row *r, bool with_payload) {
+    int i = 0;
+    r->seq = ci(st, i++);
+    CT(st, i++, r->env.event_id);
+    r->envelope_gen = (int32_t)ci(st, i++);
+    r->env.envelope_gen = r->envelope_gen;
+    char state[32];
+    CT(st, i++, state);
+    r->state = obx__state_parse(state);
+    r->claim_gen = ci(st, i++);
+    CT(st, i++, r->owner);
+    r->lease_until = ci(st, i++);
+    r->attempt_gen = (int32_t)ci(st, i++);
+    CT(st, i++, r->attempt_id);
+    r->pinned_partition = (int32_t)ci(st, i++);
+    r->rejections = (int32_t)ci(st, i++);
+    r->available_at = ci(st, i++);
+    r->next_check_at = ci(st, i++);
+    r->unknown_since = ci(st, i++);
+    CT(st, i++, r->primary_attempt_id);
+    r->published_at = ci(st, i++);
+    r->committed_at = ci(st, i++);
+    r->updated_at = ci(st, i++);
+    r->max_attempts = (int32_t)ci(st, i++);
+    r->blind_retry = ci(st, i++) != 0;
+    r->unordered = ci(st, i++) != 0;
+    CT(st, i++, r->alias);
+    CT(st, i++, r->env.aggregate_type);
+    CT(st, i++, r->env.aggregate_id);
+    r->env.aggregate_version = ci(st, i++);
+    CT(st, i++, r->env.event_type);
+    CT(st, i++, r->env.payload_schema);
+    CT(st, i++, r->env.payload_digest);
+    CT(st, i++, r->env.tenant);
+    r->env.occurred_at = ci(st, i++);
+    CT(st, i++, r->env.created_txid);
+    CT(st, i++, r->env.correlation_id);
+    CT(st, i++, r->env.causation_id);
+    CT(st, i++, r->env.traceparent);
+    CT(st, i++, r->env.idempotency_key);
+    CT(st, i++, r->envelope_digest);
+    CT(st, i++, r->dest.cluster);
+    CT(st, i++, r->dest.topic);
+    CT(st, i++, r->dest.routing_key);
+    CT(st, i++, r->dest.algorithm);
+    r->dest.route_gen = ci(st, i++);
+    CT(st, i++, r->dest.serializer);
+    CT(st, i++, r->dest.durability);
+    CT(st, i++, r->dest.required_acks);
+    CT(st, i++, r->dest_digest);
+    r->payload_len = (size_t)ci(st, i++);
+    r->payload_purged = ci(st, i++) != 0;
+    if (with_payload) {
+        const void *p = sqlite3_column_blob(st, EVENT_NCOLS);
+        int n = sqlite3_column_bytes(st, EVENT_NCOLS);
+        if (p && n > 0) {
+            r->payload = malloc((size_t)n);
+            if (!r->payload) return obx__fail(OBX_ENOMEM, "payload: out of memory");
+            memcpy(r->payload, p, (size_t)n);
+        }
+        r->payload_len = p ? (size_t)n : 0;
+    }
+    return OBX_OK;
+}
+
+static obx_err collect(sq_store *s, sqlite3_stmt *st, bool with_payload, obx__rows *out,
+                       const char *what) {
+    int rc;
+    obx_err e = OBX_OK;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        obx__event_row *r = obx__rows_push(out);
+        if (!r) {
+            e = obx__fail(OBX_ENOMEM, "%s: out of memory", what);
+            break;
+        }
+        e = read_event(st, r, with_payload);
+        if (e) break;
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, what);
+    sqlite3_reset(st);
+    return e;
+}
+
+static void bind_aliases(sqlite3_stmt *st, int idx, const char *const *aliases, size_t n, char *buf,
+                         size_t cap) {
+    if (!n) {
+        sqlite3_bind_null(st, idx);
+        return;
+    }
+    size_t o = 0;
+    buf[o++] = ',';
+    for (size_t i = 0; i < n && o < cap - 2; i++) {
+        int w = snprintf(buf + o, cap - o, "%s,", aliases[i]);
+        if (w < 0 || (size_t)w >= cap - o) break;
+        o += (size_t)w;
+    }
+    buf[o] = '\0';
+    sqlite3_bind_text(st, idx, buf, -1, SQLITE_STATIC);
+}
+
+static obx_err sq_claim_candidates(obx__store *base, const obx__claim_req *req, obx__rows *out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_CLAIM, &st);
+    if (e) return e;
+    char aliases[2048];
+    bi(st, 1, req->now);
+    if (req->cluster)
+        bt(st, 2, req->cluster);
+    else
+        sqlite3_bind_null(st, 2);
+    bi(st, 3, (int64_t)req->limit);
+    bind_aliases(st, 4, req->aliases, req->n_aliases, aliases, sizeof aliases);
+    return collect(s, st, true, out, "claim candidates");
+}
+
+static obx_err sq_select_events(obx__store *base, const obx__select_req *req, obx__rows *out) {
+    sq_store *s = (sq_store *)base;
+    int id;
+    switch (req->kind) {
+    case OBX__SEL_EXPIRED_SENDING: id = Q_SEL_EXPIRED; break;
+    case OBX__SEL_RECONCILE: id = Q_SEL_RECONCILE; break;
+    case OBX__SEL_STATE: id = Q_SEL_STATE; break;
+    case OBX__SEL_PUBLISHED_BEFORE: id = Q_SEL_PUBBEFORE; break;
+    default: return obx__fail(OBX_EINVAL, "select: unknown kind %d", (int)req->kind);
+    }
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, id, &st);
+    if (e) return e;
+    bi(st, 1, req->now);
+    if (req->cluster)
+        bt(st, 2, req->cluster);
+    else
+        sqlite3_bind_null(st, 2);
+    bi(st, 3, (int64_t)(req->limit ? req->limit : 1000));
+    if (id == Q_SEL_STATE || id == Q_SEL_PUBBEFORE) bt(st, 4, obx__state_name(req->state));
+    e = collect(s, st, false, out, "select events");
+    /* payload, when asked, is loaded per row (rare: reconciler retries) */
+    if (!e && req->payload) {
+        for (size_t i = 0; i < out->n && !e; i++) {
+            sqlite3_stmt *pl;
+            e = stmt(s, Q_LOAD_PAYLOAD, &pl);
+            if (e) break;
+            bt(pl, 1, out->v[i].env.event_id);
+            int rc = sqlite3_step(pl);
+            if (rc == SQLITE_ROW) {
+                free(out->v[i].payload);
+                out->v[i].payload = NULL;
+                e = read_event(pl, &out->v[i], true);
+            } else if (rc != SQLITE_DONE)
+                e = map_rc(s, rc, "load payload");
+            sqlite3_reset(pl);
+        }
+    }
+    return e;
+}
+
+static obx_err sq_load_events(obx__store *base, const char *const *ids, size_t n, unsigned flags,
+                              obx__rows *out) {
+    sq_store *s = (sq_store *)base;
+    bool pl = flags & OBX__LOAD_PAYLOAD;
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_stmt *st;
+        obx_err e = stmt(s, pl ? Q_LOAD_PAYLOAD : Q_LOAD, &st);
+        if (e) return e;
+        bt(st, 1, ids[i]);
+        e = collect(s, st, pl, out, "load event");
+        if (e) return e;
+    }
+    return OBX_OK;
+}
+
+static obx_err sq_update_events(obx__store *base, const obx__event_update *u, size_t n,
+                                bool *applied) {
+    sq_store *s = (sq_store *)base;
+    for (size_t i = 0; i < n; i++) {
+        const obx__event_row *r = u[i].row;
+        sqlite3_stmt *st;
+        obx_err e = stmt(s, Q_UPD_EVENT, &st);
+        if (e) return e;
+        char ok[OBX_NAME_MAX + OBX_TOPIC_MAX + OBX_KEY_MAX + 4];
+        order_key(r, ok, sizeof ok);
+        bi(st, 1, r->envelope_gen);
+        bt(st, 2, obx__state_name(r->state));
+        bi(st, 3, r->claim_gen);
+        bt(st, 4, r->owner);
+        bi(st, 5, r->lease_until);
+        bi(st, 6, r->attempt_gen);
+        bt(st, 7, r->attempt_id);
+        bi(st, 8, r->pinned_partition);
+        bi(st, 9, r->rejections);
+        bi(st, 10, r->available_at);
+        bi(st, 11, r->next_check_at);
+        bi(st, 12, r->unknown_since);
+        bt(st, 13, r->primary_attempt_id);
+        bi(st, 14, r->published_at);
+        bi(st, 15, r->updated_at);
+        bt(st, 16, ok);
+        bt(st, 17, r->dest.cluster);
+        bt(st, 18, r->env.event_id);
+        bt(st, 19, obx__state_name(u[i].expect_state));
+        bi(st, 20, u[i].expect_claim_gen);
+        e = step_done(s, st, "update event");
+        if (e) return e;
+        applied[i] = sqlite3_changes(s->db) == 1;
+    }
+    return OBX_OK;
+}
+
+/* ---- attempts, receipts, audit, counters --------------------------------------------------- */
+
+static void bind_attempt_common(sqlite3_stmt *st, const obx__attempt_row *a) {
+    bt(st, 1, a->attempt_id);
+    bt(st, 2, a->event_id);
+    bi(st, 3, a->envelope_gen);
+    bi(st, 4, a->attempt_gen);
+    bi(st, 5, a->claim_gen);
+    bt(st, 6, a->owner);
+    bt(st, 7, a->dest_digest);
+    bi(st, 8, a->partition);
+    bt(st, 9, obx__attempt_state_name(a->state));
+    bi(st, 10, a->started_at);
+    bi(st, 11, a->unknown_at);
+    bi(st, 12, a->ended_at);
+    bi(st, 13, a->offset_before);
+    bi(st, 14, a->quiet_until);
+    bt(st, 15, a->detail);
+}
+
+static obx_err sq_insert_attempts(obx__store *base, const obx__attempt_row *a, size_t n) {
+    sq_store *s = (sq_store *)base;
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_stmt *st;
+        obx_err e = stmt(s, Q_INS_ATT, &st);
+        if (e) return e;
+        bind_attempt_common(st, &a[i]);
+        e = step_done(s, st, "insert attempt");
+        if (e) return e;
+    }
+    return OBX_OK;
+}
+
+static obx_err sq_update_attempts(obx__store *base, const obx__attempt_row *a, size_t n) {
+    sq_store *s = (sq_store *)base;
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_stmt *st;
+        obx_err e = stmt(s, Q_UPD_ATT, &st);
+        if (e) return e;
+        bi(st, 1, a[i].partition);
+        bt(st, 2, obx__attempt_state_name(a[i].state));
+        bi(st, 3, a[i].unknown_at);
+        bi(st, 4, a[i].ended_at);
+        bi(st, 5, a[i].offset_before);
+        bi(st, 6, a[i].quiet_until);
+        bt(st, 7, a[i].detail);
+        bt(st, 8, a[i].attempt_id);
+        e = step_done(s, st, "update attempt");
+        if (e) return e;
+        if (sqlite3_changes(s->db) != 1)
+            return obx__fail(OBX_ENOTFOUND, "attempt %s not found", a[i].attempt_id);
+    }
+    return OBX_OK;
+}
+
+static void read_attempt(sqlite3_stmt *st, obx__attempt_row *a) {
+    memset(a, 0, sizeof *a);
+    CT(st, 0, a->attempt_id);
+    CT(st, 1, a->event_id);
+    a->envelope_gen = (int32_t)ci(st, 2);
+    a->attempt_gen = (int32_t)ci(st, 3);
+    a->claim_gen = ci(st, 4);
+    CT(st, 5, a->owner);
+    CT(st, 6, a->dest_digest);
+    a->partition = (int32_t)ci(st, 7);
+    char state[32];
+    CT(st, 8, state);
+    a->state = obx__attempt_state_parse(state);
+    a->started_at = ci(st, 9);
+    a->unknown_at = ci(st, 10);
+    a->ended_at = ci(st, 11);
+    a->offset_before = ci(st, 12);
+    a->quiet_until = ci(st, 13);
+    CT(st, 14, a->detail);
+}
+
+static obx_err grow_array(void **arr, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return OBX_OK;
+    size_t c = *cap ? *cap * 2 : 8;
+    while (c < need) c *= 2;
+    void *p = realloc(*arr, c * elem);
+    if (!p) return obx__fail(OBX_ENOMEM, "out of memory");
+    *arr = p;
+    *cap = c;
+    return OBX_OK;
+}
+
+static obx_err sq_load_attempts(obx__store *base, const char *const *ids, size_t n,
+                                const char *event_id, obx__attempt_row **out, size_t *n_out) {
+    sq_store *s = (sq_store *)base;
+    size_t cap = 0;
+    obx_err e = OBX_OK;
+    *out = NULL;
+    *n_out = 0;
+    size_t rounds = event_id ? 1 : n;
+    for (size_t i = 0; i < rounds && !e; i++) {
+        sqlite3_stmt *st;
+        e = stmt(s, event_id ? Q_LOAD_ATT_EVENT : Q_LOAD_ATT, &st);
+        if (e) break;
+        bt(st, 1, event_id ? event_id : ids[i]);
+        int rc;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            e = grow_array((void **)out, &cap, *n_out + 1, sizeof **out);
+            if (e) break;
+            read_attempt(st, &(*out)[(*n_out)++]);
+        }
+        if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "load attempts");
+        sqlite3_reset(st);
+    }
+    if (e) {
+        free(*out);
+        *out = NULL;
+        *n_out = 0;
+    }
+    return e;
+}
+
+static const char *const kind_names[] = {"PRIMARY", "DUPLICATE", "QUARANTINED", "MIGRATION"};
+
+static obx_err sq_insert_receipts(obx__store *base, const obx__receipt_row *r, size_t n) {
+    sq_store *s = (sq_store *)base;
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_stmt *st;
+        obx_err e = stmt(s, Q_INS_RCPT, &st);
+        if (e) return e;
+        bt(st, 1, r[i].event_id);
+        bi(st, 2, r[i].envelope_gen);
+        bt(st, 3, r[i].attempt_id);
+        bt(st, 4, obx__receipt_kind_name(r[i].kind));
+        bt(st, 5, r[i].cluster);
+        bt(st, 6, r[i].topic);
+        bi(st, 7, r[i].partition);
+        bi(st, 8, r[i].offset);
+        bi(st, 9, r[i].broker_ts);
+        bt(st, 10, r[i].payload_digest);
+        bt(st, 11, r[i].dest_digest);
+        bt(st, 12, r[i].reason);
+        if (r[i].detail)
+            bt(st, 13, r[i].detail);
+        else
+            sqlite3_bind_null(st, 13);
+        bi(st, 14, r[i].created_at);
+        e = step_done(s, st, "insert receipt");
+        if (e) return e;
+    }
+    return OBX_OK;
+}
+
+static obx_err sq_load_receipts(obx__store *base, const char *event_id, obx__receipt_row **out,
+                                size_t *n_out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    size_t cap = 0;
+    *out = NULL;
+    *n_out = 0;
+    obx_err e = stmt(s, Q_LOAD_RCPT, &st);
+    if (e) return e;
+    bt(st, 1, event_id);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        e = grow_array((void **)out, &cap, *n_out + 1, sizeof **out);
+        if (e) break;
+        obx__receipt_row *r = &(*out)[(*n_out)++];
+        memset(r, 0, sizeof *r);
+        CT(st, 0, r->event_id);
+        r->envelope_gen = (int32_t)ci(st, 1);
+        CT(st, 2, r->attempt_id);
+        char kind[32];
+        CT(st, 3, kind);
+        for (int k = 0; k < 4; k++)
+            if (!strcmp(kind, kind_names[k])) r->kind = (obx__receipt_kind)k;
+        CT(st, 4, r->cluster);
+        CT(st, 5, r->topic);
+        r->partition = (int32_t)ci(st, 6);
+        r->offset = ci(st, 7);
+        r->broker_ts = ci(st, 8);
+        CT(st, 9, r->payload_digest);
+        CT(st, 10, r->dest_digest);
+        CT(st, 11, r->reason);
+        r->created_at = ci(st, 12);
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "load receipts");
+    sqlite3_reset(st);
+    if (e) {
+        free(*out);
+        *out = NULL;
+        *n_out = 0;
+    }
+    return e;
+}
+
+static obx_err sq_insert_audit(obx__store *base, const obx__audit_row *a, size_t n) {
+    sq_store *s = (sq_store *)base;
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_stmt *st;
+        obx_err e = stmt(s, Q_INS_AUDIT, &st);
+        if (e) return e;
+        bi(st, 1, a[i].at);
+        bt(st, 2, obx__actor_name(a[i].actor));
+        bt(st, 3, a[i].who);
+        bt(st, 4, a[i].event_id);
+        bi(st, 5, a[i].envelope_gen);
+        bt(st, 6, obx__state_name(a[i].from));
+        bt(st, 7, obx__state_name(a[i].to));
+        bi(st, 8, a[i].claim_gen);
+        bt(st, 9, a[i].attempt_id);
+        bi(st, 10, a[i].attempt_gen);
+        bt(st, 11, a[i].reason);
+        e = step_done(s, st, "insert audit");
+        if (e) return e;
+    }
+    return OBX_OK;
+}
+
+static obx_err sq_load_audit(obx__store *base, const char *event_id, obx__audit_row **out,
+                             size_t *n_out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    size_t cap = 0;
+    *out = NULL;
+    *n_out = 0;
+    obx_err e = stmt(s, Q_LOAD_AUDIT, &st);
+    if (e) return e;
+    bt(st, 1, event_id);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        e = grow_array((void **)out, &cap, *n_out + 1, sizeof **out);
+        if (e) break;
+        obx__audit_row *a = &(*out)[(*n_out)++];
+        memset(a, 0, sizeof *a);
+        a->at = ci(st, 0);
+        char actor[32], from[32], to[32];
+        CT(st, 1, actor);
+        for (int k = 0; k < OBX__ACT_COUNT; k++)
+            if (!strcmp(actor, obx__actor_name((obx__actor)k))) a->actor = (obx__actor)k;
+        CT(st, 2, a->who);
+        CT(st, 3, a->event_id);
+        a->envelope_gen = (int32_t)ci(st, 4);
+        CT(st, 5, from);
+        CT(st, 6, to);
+        a->from = obx__state_parse(from);
+        a->to = obx__state_parse(to);
+        a->claim_gen = ci(st, 7);
+        CT(st, 8, a->attempt_id);
+        a->attempt_gen = (int32_t)ci(st, 9);
+        CT(st, 10, a->reason);
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "load audit");
+    sqlite3_reset(st);
+    if (e) {
+        free(*out);
+        *out = NULL;
+        *n_out = 0;
+    }
+    return e;
+}
+
+static obx_err sq_counter_add(obx__store *base, const char *name, int64_t delta) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_COUNTER_ADD, &st);
+    if (e) return e;
+    bt(st, 1, name);
+    bi(st, 2, delta);
+    return step_done(s, st, "counter");
+}
+
+static obx_err sq_counter_get(obx__store *base, const char *name, int64_t *value) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_COUNTER_GET, &st);
+    if (e) return e;
+    bt(st, 1, name);
+    int rc = sqlite3_step(st);
+    *value = rc == SQLITE_ROW ? ci(st, 0) : 0;
+    e = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? OBX_OK : map_rc(s, rc, "counter");
+    sqlite3_reset(st);
+    return e;
+}
+
+const obx__store_methods obx__sqlite_store_methods = {
+    .version = OBX__STORE_METHODS_VERSION,
+    .name = "sqlite",
+    .caps = 0,
+    .open = sq_open,
+    .wrap = sq_wrap,
+    .close = sq_close,
+    .schema_version = sq_schema_version,
+    .migrate = sq_migrate,
+    .begin = sq_begin,
+    .commit = sq_commit,
+    .rollback = sq_rollback,
+    .txid = sq_txid,
+    .route_put = sq_route_put,
+    .route_get = sq_route_get,
+    .route_list = sq_route_list,
+    .idem_lookup = sq_idem_lookup,
+    .insert_event = sq_insert_event,
+    .insert_envelope = sq_insert_envelope,
+    .claim_candidates = sq_claim_candidates,
+    .select_events = sq_select_events,
+    .load_events = sq_load_events,
+    .update_events = sq_update_events,
+    .insert_attempts = sq_insert_attempts,
+    .update_attempts = sq_update_attempts,
+    .load_attempts = sq_load_attempts,
+    .insert_receipts = sq_insert_receipts,
+    .load_receipts = sq_load_receipts,
+    .insert_audit = sq_insert_audit,
+    .load_audit = sq_load_audit,
+    .counter_add = sq_counter_add,
+    .counter_get = sq_counter_get,
+};

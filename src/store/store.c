@@ -1,0 +1,252 @@
+/*
+ * store.c — the engine's only way into a store backend: argument checks, the backend
+ * registry, row-set helpers, and fault injection (fail the k-th call, for the fault loops of
+ * the hardening suite). Also the public obx_store_* entry points.
+ */
+#include "store/store.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static long fault_at;   /* 0: off */
+static long call_count; /* calls through the wrappers, process-wide */
+
+void obx__st_fault_after(long k) {
+    __atomic_store_n(&fault_at, k, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&call_count, 0, __ATOMIC_SEQ_CST);
+}
+
+long obx__st_calls(void) { return __atomic_load_n(&call_count, __ATOMIC_SEQ_CST); }
+
+static obx_err fault(const char *what) {
+    long n = __atomic_add_fetch(&call_count, 1, __ATOMIC_SEQ_CST);
+    long k = __atomic_load_n(&fault_at, __ATOMIC_SEQ_CST);
+    if (k && n == k) return obx__fail(OBX_EIO, "injected store fault at call %ld (%s)", n, what);
+    return OBX_OK;
+}
+
+#define FAULT(what)                                                                                \
+    do {                                                                                           \
+        obx_err fe_ = fault(what);                                                                 \
+        if (fe_) return fe_;                                                                       \
+    } while (0)
+
+const char *obx__receipt_kind_name(obx__receipt_kind k) {
+    static const char *const n[] = {"PRIMARY", "DUPLICATE", "QUARANTINED", "MIGRATION"};
+    return (unsigned)k < 4 ? n[k] : "?";
+}
+
+void obx__rows_free(obx__rows *r) {
+    if (!r) return;
+    for (size_t i = 0; i < r->n; i++) free(r->v[i].payload);
+    free(r->v);
+    r->v = NULL;
+    r->n = r->cap = 0;
+}
+
+obx__event_row *obx__rows_push(obx__rows *r) {
+    if (r->n == r->cap) {
+        size_t c = r->cap ? r->cap * 2 : 16;
+        obx__event_row *p = realloc(r->v, c * sizeof *p);
+        if (!p) return NULL;
+        r->v = p;
+        r->cap = c;
+    }
+    obx__event_row *row = &r->v[r->n++];
+    memset(row, 0, sizeof *row);
+    return row;
+}
+
+const obx__store_methods *obx__store_backend(obx__url_scheme scheme) {
+    switch (scheme) {
+    case OBX__URL_SQLITE: return &obx__sqlite_store_methods;
+#ifdef OBX_WITH_POSTGRES
+    case OBX__URL_POSTGRES: return &obx__pg_store_methods;
+#endif
+    default: return NULL;
+    }
+}
+
+static obx_err check_methods(const obx__store_methods *m) {
+    if (m->version != OBX__STORE_METHODS_VERSION)
+        return obx__fail(OBX_EINTERNAL, "store backend %s: methods version %d, expected %d",
+                         m->name, m->version, OBX__STORE_METHODS_VERSION);
+    /* refuse a backend with a missing callback rather than crash later */
+    const void *const *fn = (const void *const *)&m->open;
+    const void *const *end = (const void *const *)(&m->counter_get + 1);
+    for (; fn < end; fn++)
+        if (!*fn) return obx__fail(OBX_EINTERNAL, "store backend %s: a method is missing", m->name);
+    return OBX_OK;
+}
+
+obx_err obx__st_open(const char *url, obx__store **out) {
+    obx__url u;
+    obx_err e = obx__url_parse(url, "store", &u);
+    if (e) return e;
+    const obx__store_methods *m = obx__store_backend(u.scheme);
+    if (!m) return obx__fail(OBX_EUNSUPPORTED, "store URL: this build has no backend for it");
+    if ((e = check_methods(m))) return e;
+    e = m->open(&u, out);
+    if (e) return e;
+    char *red = NULL;
+    if (obx_url_redact(url, &red) == OBX_OK) {
+        obx__strlcpy((*out)->url_redacted, red, sizeof(*out)->url_redacted);
+        free(red);
+    }
+    (*out)->payload_limit = OBX_PAYLOAD_DEFAULT_LIMIT;
+    return OBX_OK;
+}
+
+void obx__st_close(obx__store *s) {
+    if (s) s->m->close(s);
+}
+
+obx_err obx__st_begin(obx__store *s) {
+    FAULT("begin");
+    obx_err e = s->m->begin(s);
+    if (!e) s->tx_depth++;
+    return e;
+}
+
+obx_err obx__st_commit(obx__store *s) {
+    if (s->tx_depth > 0) s->tx_depth--;
+    obx_err f = fault("commit");
+    if (f) {
+        s->m->rollback(s);
+        return f;
+    }
+    return s->m->commit(s);
+}
+
+obx_err obx__st_rollback(obx__store *s) {
+    if (s->tx_depth > 0) s->tx_depth--;
+    return s->m->rollback(s);
+}
+
+obx_err obx__st_claim_candidates(obx__store *s, const obx__claim_req *req, obx__rows *out) {
+    FAULT("claim_candidates");
+    return s->m->claim_candidates(s, req, out);
+}
+
+obx_err obx__st_select(obx__store *s, const obx__select_req *req, obx__rows *out) {
+    FAULT("select_events");
+    return s->m->select_events(s, req, out);
+}
+
+obx_err obx__st_load_events(obx__store *s, const char *const *ids, size_t n, unsigned flags,
+                            obx__rows *out) {
+    FAULT("load_events");
+    return n ? s->m->load_events(s, ids, n, flags, out) : OBX_OK;
+}
+
+obx_err obx__st_update_events(obx__store *s, const obx__event_update *u, size_t n, bool *applied) {
+    FAULT("update_events");
+    for (size_t i = 0; i < n; i++)
+        if (u[i].row->state >= OBX__ST_COUNT || u[i].row->state == OBX__ST_NONE)
+            return obx__fail(OBX_EINTERNAL, "update_events: invalid target state");
+    return n ? s->m->update_events(s, u, n, applied) : OBX_OK;
+}
+
+obx_err obx__st_insert_attempts(obx__store *s, const obx__attempt_row *a, size_t n) {
+    FAULT("insert_attempts");
+    return n ? s->m->insert_attempts(s, a, n) : OBX_OK;
+}
+
+obx_err obx__st_update_attempts(obx__store *s, const obx__attempt_row *a, size_t n) {
+    FAULT("update_attempts");
+    return n ? s->m->update_attempts(s, a, n) : OBX_OK;
+}
+
+obx_err obx__st_load_attempts(obx__store *s, const char *const *ids, size_t n, const char *event_id,
+                              obx__attempt_row **out, size_t *n_out) {
+    FAULT("load_attempts");
+    if (!event_id && !n) {
+        *out = NULL;
+        *n_out = 0;
+        return OBX_OK;
+    }
+    return s->m->load_attempts(s, ids, n, event_id, out, n_out);
+}
+
+obx_err obx__st_insert_receipts(obx__store *s, const obx__receipt_row *r, size_t n) {
+    FAULT("insert_receipts");
+    return n ? s->m->insert_receipts(s, r, n) : OBX_OK;
+}
+
+obx_err obx__st_insert_audit(obx__store *s, const obx__audit_row *a, size_t n) {
+    FAULT("insert_audit");
+    for (size_t i = 0; i < n; i++)
+        if (a[i].from != a[i].to && a[i].to != OBX__ST_NONE &&
+            !obx__transition_allowed(a[i].from, a[i].to, a[i].actor))
+            return obx__fail(OBX_EINTERNAL, "audit: transition %s -> %s by %s is not in the table",
+                             obx__state_name(a[i].from), obx__state_name(a[i].to),
+                             obx__actor_name(a[i].actor));
+    return n ? s->m->insert_audit(s, a, n) : OBX_OK;
+}
+
+obx_err obx__st_counter_add(obx__store *s, const char *name, int64_t delta) {
+    FAULT("counter_add");
+    return s->m->counter_add(s, name, delta);
+}
+
+/* ---- public handle API --------------------------------------------------------------------- */
+
+obx_err obx_store_open(const char *url, obx_store **out) {
+    if (!out) return obx__fail(OBX_EINVAL, "out: NULL");
+    *out = NULL;
+    obx__clear_error();
+    return obx__st_open(url, out);
+}
+
+static obx_err wrap(const obx__store_methods *m, void *conn, const char *label, obx_store **out) {
+    if (!out) return obx__fail(OBX_EINVAL, "out: NULL");
+    *out = NULL;
+    obx__clear_error();
+    obx_err e = m->wrap(conn, out);
+    if (e) return e;
+    obx__strlcpy((*out)->url_redacted, label, sizeof(*out)->url_redacted);
+    (*out)->payload_limit = OBX_PAYLOAD_DEFAULT_LIMIT;
+    return OBX_OK;
+}
+
+obx_err obx_store_wrap_sqlite(void *db, obx_store **out) {
+    return wrap(&obx__sqlite_store_methods, db, "sqlite:(caller's connection)", out);
+}
+
+obx_err obx_store_wrap_pg(void *conn, obx_store **out) {
+#ifdef OBX_WITH_POSTGRES
+    return wrap(&obx__pg_store_methods, conn, "postgres:(caller's connection)", out);
+#else
+    (void)conn;
+    (void)out;
+    return obx__fail(OBX_EUNSUPPORTED, "this build has no PostgreSQL backend");
+#endif
+}
+
+void obx_store_close(obx_store *s) { obx__st_close(s); }
+
+obx_err obx_store_init(obx_store *s) {
+    if (!s) return obx__fail(OBX_EINVAL, "store: NULL");
+    obx__clear_error();
+    return s->m->migrate(s);
+}
+
+obx_err obx_store_schema_version(obx_store *s, int *found, int *known) {
+    if (!s) return obx__fail(OBX_EINVAL, "store: NULL");
+    int f = 0;
+    obx_err e = s->m->schema_version(s, &f);
+    if (e) return e;
+    if (found) *found = f;
+    if (known) *known = OBX__SCHEMA_VERSION;
+    return OBX_OK;
+}
+
+obx_err obx_store_set_payload_limit(obx_store *s, size_t limit) {
+    if (!s) return obx__fail(OBX_EINVAL, "store: NULL");
+    if (limit < 1 || limit > (size_t)256 * 1024 * 1024)
+        return obx__fail(OBX_EINVAL, "payload_limit: %zu outside 1..268435456 bytes", limit);
+    s->payload_limit = limit;
+    return OBX_OK;
+}
+
+const char *obx_store_url(const obx_store *s) { return s ? s->url_redacted : ""; }

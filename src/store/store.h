@@ -1,0 +1,298 @@
+/*
+ * store.h — the outbox store backend interface (one vtable, SQLite-vfs style).
+ *
+ * A backend is a `static const obx__store_methods` with a version and capability bits; an
+ * instance struct starts with `const obx__store_methods *m`. The engine never calls methods
+ * directly: it goes through the obx__st_* wrappers in store.c (the one place for argument
+ * checks, tracing and fault injection).
+ *
+ * Division of labour: stores are typed row stores with batch operations; the protocol's
+ * decisions (who may move an event where, the six rules of acceptance) live in the engine,
+ * once, and are checked against core/states.c. Every method that takes n rows does them all
+ * or reports failure; inside a transaction a failure leaves the transaction to be rolled back
+ * by the caller.
+ *
+ * Transactions: begin/commit/rollback nest. The outermost begin on a connection that is not
+ * in a transaction opens a write transaction (SQLite: BEGIN IMMEDIATE; PostgreSQL: BEGIN);
+ * inner ones (and any begin on a caller's connection that is already in a transaction) use
+ * savepoints, so obx can run inside a producer's or consumer's own transaction.
+ */
+#ifndef OBX_STORE_H
+#define OBX_STORE_H
+
+#include "core/core.h"
+
+#define OBX__STORE_METHODS_VERSION 1
+#define OBX__SCHEMA_VERSION 1
+
+#define OBX__ATTEMPT_ID_LEN 30 /* "att-" + ULID */
+#define OBX__OWNER_MAX OBX_TEXT_MAX
+
+/* The public obx_store handle is the backend instance's base struct. */
+typedef struct obx_store obx__store;
+
+/* ---- rows ------------------------------------------------------------------------------- */
+
+typedef struct obx__route_row {
+    int64_t gen;
+    char event_type[OBX_NAME_MAX + 1];
+    char cluster[OBX_NAME_MAX + 1];
+    char topic[OBX_TOPIC_MAX + 1];
+    char routing_key[OBX_KEY_MAX + 1]; /* template */
+    char algorithm[OBX_NAME_MAX + 1];
+    char serializer[OBX_NAME_MAX + 1];
+    char durability[OBX_NAME_MAX + 1];
+    char required_acks[OBX_NAME_MAX + 1];
+    int32_t max_attempts;
+    bool blind_retry;
+    bool unordered;
+    char alias[OBX_NAME_MAX + 1];
+    int64_t created_at;
+} obx__route_row;
+
+/* One event: its mutable protocol state plus the frozen envelope and destination of its current
+ * envelope generation. */
+typedef struct obx__event_row {
+    int64_t seq; /* commit-order surrogate; per-key order */
+    /* mutable state (compare-and-set on state + claim_gen) */
+    obx__state state;
+    int32_t envelope_gen;
+    int64_t claim_gen;
+    char owner[OBX__OWNER_MAX + 1];
+    int64_t lease_until;
+    int32_t attempt_gen;
+    char attempt_id[OBX__ATTEMPT_ID_LEN + 1]; /* latest attempt, "" none */
+    int32_t pinned_partition;                 /* -1 until the first attempt chose one */
+    int32_t rejections;
+    int64_t available_at;  /* backoff: not claimable before */
+    int64_t next_check_at; /* reconciler: next lookup */
+    int64_t unknown_since; /* first UNKNOWN of the current episode; 0 none */
+    char primary_attempt_id[OBX__ATTEMPT_ID_LEN + 1];
+    int64_t published_at;
+    int64_t committed_at;
+    int64_t updated_at;
+    /* frozen at enqueue with the route */
+    int32_t max_attempts;
+    bool blind_retry;
+    bool unordered;
+    char alias[OBX_NAME_MAX + 1];
+    /* frozen envelope and destination (of envelope_gen) */
+    obx__envelope env;
+    obx__dest dest;
+    char dest_digest[OBX_DIGEST_LEN + 1];
+    char envelope_digest[OBX_DIGEST_LEN + 1];
+    /* payload, when loaded with OBX__LOAD_PAYLOAD; owned by the obx__rows */
+    unsigned char *payload;
+    size_t payload_len;
+    bool payload_purged;
+} obx__event_row;
+
+typedef struct obx__rows {
+    obx__event_row *v;
+    size_t n, cap;
+} obx__rows;
+
+void obx__rows_free(obx__rows *r);
+obx__event_row *obx__rows_push(obx__rows *r); /* zeroed row, NULL on ENOMEM */
+
+typedef struct obx__event_update {
+    const obx__event_row *row; /* new values of the mutable fields (and envelope_gen) */
+    obx__state expect_state;
+    int64_t expect_claim_gen;
+} obx__event_update;
+
+typedef struct obx__attempt_row {
+    char attempt_id[OBX__ATTEMPT_ID_LEN + 1];
+    char event_id[OBX_EVENT_ID_LEN + 1];
+    int32_t envelope_gen;
+    int32_t attempt_gen;
+    int64_t claim_gen;
+    char owner[OBX__OWNER_MAX + 1];
+    char dest_digest[OBX_DIGEST_LEN + 1];
+    int32_t partition;
+    obx__attempt_state state;
+    int64_t started_at;
+    int64_t unknown_at;
+    int64_t ended_at;
+    int64_t offset_before; /* broker position before the send (Kafka lookup start), -1 none */
+    int64_t quiet_until;   /* a lookup may be authoritative only after this time */
+    char detail[OBX_TEXT_MAX + 1];
+} obx__attempt_row;
+
+typedef enum obx__receipt_kind {
+    OBX__RK_PRIMARY,
+    OBX__RK_DUPLICATE,
+    OBX__RK_QUARANTINED,
+    OBX__RK_MIGRATION,
+} obx__receipt_kind;
+
+const char *obx__receipt_kind_name(obx__receipt_kind k);
+
+typedef struct obx__receipt_row {
+    char event_id[OBX_EVENT_ID_LEN + 1];
+    int32_t envelope_gen;
+    char attempt_id[OBX__ATTEMPT_ID_LEN + 1];
+    obx__receipt_kind kind;
+    char cluster[OBX_NAME_MAX + 1];
+    char topic[OBX_TOPIC_MAX + 1];
+    int32_t partition;
+    int64_t offset;
+    int64_t broker_ts;
+    char payload_digest[OBX_DIGEST_LEN + 1];
+    char dest_digest[OBX_DIGEST_LEN + 1];
+    char reason[OBX_TEXT_MAX + 1];
+    const char *detail; /* optional JSON (migration proof); borrowed */
+    int64_t created_at;
+} obx__receipt_row;
+
+typedef struct obx__audit_row {
+    int64_t at;
+    obx__actor actor;
+    char who[OBX__OWNER_MAX + 1];
+    char event_id[OBX_EVENT_ID_LEN + 1];
+    int32_t envelope_gen;
+    obx__state from, to;
+    int64_t claim_gen;
+    char attempt_id[OBX__ATTEMPT_ID_LEN + 1];
+    int32_t attempt_gen;
+    char reason[OBX_TEXT_MAX + 1];
+} obx__audit_row;
+
+/* ---- requests ---------------------------------------------------------------------------- */
+
+/* Claim candidates (DESIGN.md §3): PENDING with available_at <= now, or CLAIMED with an
+ * expired lease; oldest first; never one behind an unpublished earlier event with the same
+ * order key unless its route is unordered; only the given clusters/aliases (NULL = any).
+ * Rows are locked for the enclosing transaction (PostgreSQL: FOR UPDATE SKIP LOCKED). */
+typedef struct obx__claim_req {
+    int64_t now;
+    size_t limit;
+    const char *cluster; /* NULL: any */
+    const char *const *aliases;
+    size_t n_aliases; /* 0: any */
+} obx__claim_req;
+
+typedef enum obx__select_kind {
+    OBX__SEL_EXPIRED_SENDING,  /* SENDING with lease_until <= now */
+    OBX__SEL_RECONCILE,        /* DISPATCH_UNKNOWN due (next_check_at <= now), or RECONCILING /
+                                  RETRY_CLAIMED with lease_until <= now */
+    OBX__SEL_STATE,            /* state == req.state, any time */
+    OBX__SEL_PUBLISHED_BEFORE, /* state == req.state and published_at <= now */
+} obx__select_kind;
+
+typedef struct obx__select_req {
+    obx__select_kind kind;
+    int64_t now;
+    obx__state state;
+    size_t limit;
+    bool lock; /* lock rows for the transaction (SKIP LOCKED where supported) */
+    bool payload;
+    const char *cluster; /* NULL: any */
+} obx__select_req;
+
+#define OBX__LOAD_LOCK 1u
+#define OBX__LOAD_PAYLOAD 2u
+
+/* ---- methods ---------------------------------------------------------------------------- */
+
+#define OBX__STORE_CAP_SKIP_LOCKED 1u
+#define OBX__STORE_CAP_NOTIFY 2u
+#define OBX__STORE_CAP_TXID 4u /* the database can name the current transaction */
+
+typedef struct obx__store_methods {
+    int version; /* OBX__STORE_METHODS_VERSION */
+    const char *name;
+    unsigned caps;
+
+    obx_err (*open)(const obx__url *u, obx__store **out);
+    obx_err (*wrap)(void *conn, obx__store **out);
+    void (*close)(obx__store *s);
+
+    obx_err (*schema_version)(obx__store *s, int *found);
+    obx_err (*migrate)(obx__store *s);
+
+    obx_err (*begin)(obx__store *s);
+    obx_err (*commit)(obx__store *s);
+    obx_err (*rollback)(obx__store *s);
+    /* The current transaction's identity (producer's created_txid), or OBX_EUNSUPPORTED. */
+    obx_err (*txid)(obx__store *s, char *out, size_t cap);
+
+    obx_err (*route_put)(obx__store *s, const obx__route_row *r, int64_t *gen);
+    obx_err (*route_get)(obx__store *s, const char *event_type, obx__route_row *out);
+    obx_err (*route_list)(obx__store *s, bool all, obx__route_row **out, size_t *n);
+
+    /* Producer: returns OBX_OK with existing_id set when (tenant, key) exists, else
+     * OBX_ENOTFOUND. */
+    obx_err (*idem_lookup)(obx__store *s, const char *tenant, const char *key,
+                           char existing_id[OBX_EVENT_ID_LEN + 1]);
+    /* Inserts the envelope (generation row->envelope_gen) and the event row. */
+    obx_err (*insert_event)(obx__store *s, const obx__event_row *row, const void *payload,
+                            size_t len);
+    /* Inserts a further envelope generation (migration); the event row is updated separately. */
+    obx_err (*insert_envelope)(obx__store *s, const obx__event_row *row, const void *payload,
+                               size_t len);
+
+    obx_err (*claim_candidates)(obx__store *s, const obx__claim_req *req, obx__rows *out);
+    obx_err (*select_events)(obx__store *s, const obx__select_req *req, obx__rows *out);
+    /* Loads events by ID; missing IDs are skipped (out->n may be < n). */
+    obx_err (*load_events)(obx__store *s, const char *const *ids, size_t n, unsigned flags,
+                           obx__rows *out);
+    /* Compare-and-set each update on (event_id, expect_state, expect_claim_gen). applied[i]
+     * tells which ones matched. */
+    obx_err (*update_events)(obx__store *s, const obx__event_update *u, size_t n, bool *applied);
+
+    obx_err (*insert_attempts)(obx__store *s, const obx__attempt_row *a, size_t n);
+    obx_err (*update_attempts)(obx__store *s, const obx__attempt_row *a, size_t n);
+    /* Attempts by attempt ID (ids != NULL) or all attempts of one event (event_id != NULL). */
+    obx_err (*load_attempts)(obx__store *s, const char *const *ids, size_t n, const char *event_id,
+                             obx__attempt_row **out, size_t *n_out);
+
+    obx_err (*insert_receipts)(obx__store *s, const obx__receipt_row *r, size_t n);
+    obx_err (*load_receipts)(obx__store *s, const char *event_id, obx__receipt_row **out,
+                             size_t *n_out);
+    obx_err (*insert_audit)(obx__store *s, const obx__audit_row *a, size_t n);
+    obx_err (*load_audit)(obx__store *s, const char *event_id, obx__audit_row **out, size_t *n_out);
+    /* Adds delta to a named counter (alarms, quarantines); n pairs. */
+    obx_err (*counter_add)(obx__store *s, const char *name, int64_t delta);
+    obx_err (*counter_get)(obx__store *s, const char *name, int64_t *value);
+} obx__store_methods;
+
+struct obx_store {
+    const obx__store_methods *m;
+    char url_redacted[1024];
+    size_t payload_limit;
+    int tx_depth; /* maintained by the wrappers */
+};
+
+/* Registry: the backend for a URL scheme, or NULL. */
+const obx__store_methods *obx__store_backend(obx__url_scheme scheme);
+extern const obx__store_methods obx__sqlite_store_methods;
+#ifdef OBX_WITH_POSTGRES
+extern const obx__store_methods obx__pg_store_methods;
+#endif
+
+/* ---- wrappers: the engine's only way in ---------------------------------------------------- */
+obx_err obx__st_open(const char *url, obx__store **out);
+void obx__st_close(obx__store *s);
+obx_err obx__st_begin(obx__store *s);
+obx_err obx__st_commit(obx__store *s);
+obx_err obx__st_rollback(obx__store *s);
+obx_err obx__st_claim_candidates(obx__store *s, const obx__claim_req *req, obx__rows *out);
+obx_err obx__st_select(obx__store *s, const obx__select_req *req, obx__rows *out);
+obx_err obx__st_load_events(obx__store *s, const char *const *ids, size_t n, unsigned flags,
+                            obx__rows *out);
+obx_err obx__st_update_events(obx__store *s, const obx__event_update *u, size_t n, bool *applied);
+obx_err obx__st_insert_attempts(obx__store *s, const obx__attempt_row *a, size_t n);
+obx_err obx__st_update_attempts(obx__store *s, const obx__attempt_row *a, size_t n);
+obx_err obx__st_load_attempts(obx__store *s, const char *const *ids, size_t n, const char *event_id,
+                              obx__attempt_row **out, size_t *n_out);
+obx_err obx__st_insert_receipts(obx__store *s, const obx__receipt_row *r, size_t n);
+obx_err obx__st_insert_audit(obx__store *s, const obx__audit_row *a, size_t n);
+obx_err obx__st_counter_add(obx__store *s, const char *name, int64_t delta);
+
+/* Fault injection for tests (SQLite's xSetSystemCall idea): when set, the k-th wrapper call
+ * (1-based, counting all wrappers on all stores of the process) fails with OBX_EIO. 0 = off. */
+void obx__st_fault_after(long k);
+long obx__st_calls(void);
+
+#endif /* OBX_STORE_H */

@@ -1,0 +1,422 @@
+/*
+ * test_store_sqlite.c — the SQLite store as a producer sees it: business rows and the envelope
+ * commit together, roll back together, and a process killed between the two inserts leaves
+ * neither; idempotency keys; frozen data; schema versions; and every bad-input case leaves no
+ * row behind.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "engine/engine.h"
+
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct fx {
+    char dir[256];
+    char path[300];
+    char url[320];
+    sqlite3 *db;  /* the "business service" connection */
+    obx_store *s; /* wrapping db */
+} fx;
+
+static int count(sqlite3 *db, const char *sql) {
+    sqlite3_stmt *st;
+    int n = -1;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return n;
+}
+
+static void exec_ok(sqlite3 *db, const char *sql) {
+    char *err = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) fail_msg("%s: %s", sql, err);
+}
+
+static int setup(void **state) {
+    fx *f = calloc(1, sizeof *f);
+    strcpy(f->dir, "/tmp/obx-store-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->path, sizeof f->path, "%s/outbox.db", f->dir);
+    snprintf(f->url, sizeof f->url, "sqlite:%s", f->path);
+    obx_store *own;
+    assert_int_equal(obx_store_open(f->url, &own), OBX_OK);
+    assert_int_equal(obx_store_init(own), OBX_OK);
+    obx_route r = {.event_type = "order.created.v2", .cluster = "local", .topic = "orders"};
+    assert_int_equal(obx_route_set(own, &r, NULL), OBX_OK);
+    obx_store_close(own);
+    assert_int_equal(sqlite3_open(f->path, &f->db), SQLITE_OK);
+    sqlite3_busy_timeout(f->db, 5000);
+    exec_ok(f->db, "CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, total INTEGER)");
+    assert_int_equal(obx_store_wrap_sqlite(f->db, &f->s), OBX_OK);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fx *f = *state;
+    obx_store_close(f->s);
+    sqlite3_close(f->db);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
+    if (system(cmd) != 0) return -1;
+    free(f);
+    return 0;
+}
+
+static obx_event order_event(const char *id, const char *payload) {
+    obx_event ev = {.event_type = "order.created.v2",
+                    .aggregate_type = "order",
+                    .aggregate_id = id,
+                    .aggregate_version = 1,
+                    .tenant = "tenant-7",
+                    .payload = payload,
+                    .payload_len = strlen(payload),
+                    .correlation_id = "corr-1"};
+    return ev;
+}
+
+static void test_commit_together(void **state) {
+    fx *f = *state;
+    exec_ok(f->db, "BEGIN");
+    exec_ok(f->db, "INSERT INTO orders VALUES ('o-1', 100)");
+    obx_event ev = order_event("o-1", "{\"order\":\"o-1\"}");
+    obx_enqueue_result res;
+    assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_OK);
+    assert_int_equal(sqlite3_get_autocommit(f->db), 0); /* obx did not commit for us */
+    exec_ok(f->db, "COMMIT");
+    assert_int_equal(count(f->db, "SELECT count(*) FROM orders"), 1);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_event WHERE state='PENDING'"), 1);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_envelope"), 1);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_audit WHERE to_state='PENDING'"), 1);
+    assert_int_equal(obx_event_id_check(res.event_id), OBX_OK);
+    assert_true(res.route_gen >= 1);
+    assert_false(res.existing);
+}
+
+static void test_rollback_together(void **state) {
+    fx *f = *state;
+    exec_ok(f->db, "BEGIN");
+    exec_ok(f->db, "INSERT INTO orders VALUES ('o-2', 100)");
+    obx_event ev = order_event("o-2", "{}");
+    obx_enqueue_result res;
+    assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_OK);
+    exec_ok(f->db, "ROLLBACK");
+    assert_int_equal(count(f->db, "SELECT count(*) FROM orders"), 0);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_event"), 0);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_envelope"), 0);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_audit"), 0);
+}
+
+/* A child process opens its own connection, begins, writes the business row, enqueues (or
+ * not), and is killed with SIGKILL at the given point. */
+enum kill_point { KILL_BETWEEN_INSERTS, KILL_BEFORE_COMMIT, KILL_AFTER_COMMIT };
+
+static void child_and_kill(fx *f, enum kill_point kp) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        sqlite3 *db;
+        obx_store *s;
+        if (sqlite3_open(f->path, &db) != SQLITE_OK) _exit(3);
+        sqlite3_busy_timeout(db, 5000);
+        if (obx_store_wrap_sqlite(db, &s)) _exit(4);
+        sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+        sqlite3_exec(db, "INSERT INTO orders VALUES ('o-k', 1)", NULL, NULL, NULL);
+        if (kp == KILL_BETWEEN_INSERTS) raise(SIGKILL);
+        obx_event ev = order_event("o-k", "{\"k\":1}");
+        obx_enqueue_result res;
+        if (obx_enqueue(s, &ev, &res)) _exit(5);
+        if (kp == KILL_BEFORE_COMMIT) raise(SIGKILL);
+        sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+        raise(SIGKILL);
+        _exit(6);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), SIGKILL);
+}
+
+static void test_kill_between_inserts(void **state) {
+    fx *f = *state;
+    child_and_kill(f, KILL_BETWEEN_INSERTS);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM orders"), 0);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_event"), 0);
+    child_and_kill(f, KILL_BEFORE_COMMIT);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM orders"), 0);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_event"), 0);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_envelope"), 0);
+}
+
+static void test_kill_after_commit(void **state) {
+    fx *f = *state;
+    child_and_kill(f, KILL_AFTER_COMMIT);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM orders"), 1);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_event WHERE state='PENDING'"), 1);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_envelope"), 1);
+}
+
+static void test_idempotency_key(void **state) {
+    fx *f = *state;
+    obx_event ev = order_event("o-3", "{\"n\":1}");
+    ev.idempotency_key = "create-o-3";
+    obx_enqueue_result a, b, c;
+    assert_int_equal(obx_enqueue(f->s, &ev, &a), OBX_OK);
+    assert_false(a.existing);
+    assert_int_equal(obx_enqueue(f->s, &ev, &b), OBX_OK); /* the retried command */
+    assert_true(b.existing);
+    assert_string_equal(a.event_id, b.event_id);
+    assert_string_equal(a.dest_digest, b.dest_digest);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_event"), 1);
+    /* same key, another tenant: a different event */
+    ev.tenant = "tenant-8";
+    assert_int_equal(obx_enqueue(f->s, &ev, &c), OBX_OK);
+    assert_false(c.existing);
+    assert_string_not_equal(a.event_id, c.event_id);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_event"), 2);
+    /* inside the caller's transaction that later rolls back: nothing remains */
+    exec_ok(f->db, "BEGIN");
+    ev.idempotency_key = "create-o-4";
+    assert_int_equal(obx_enqueue(f->s, &ev, &c), OBX_OK);
+    exec_ok(f->db, "ROLLBACK");
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_event"), 2);
+}
+
+static void test_frozen(void **state) {
+    fx *f = *state;
+    obx_event ev = order_event("o-5", "{}");
+    obx_enqueue_result res;
+    assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_OK);
+    const char *bad[] = {
+        "UPDATE obx_envelope SET dest_topic = 'elsewhere'",
+        "UPDATE obx_envelope SET payload_digest = 'sha256:00'",
+        "UPDATE obx_envelope SET payload = x'00'",
+        "UPDATE obx_envelope SET tenant = 'other'",
+        "UPDATE obx_envelope SET dest_route_gen = dest_route_gen + 1",
+        "DELETE FROM obx_envelope",
+        "UPDATE obx_event SET event_id = 'evt-x'",
+        "UPDATE obx_event SET dest_cluster = 'other'",
+        "UPDATE obx_event SET order_key = 'x'",
+        "UPDATE obx_event SET envelope_gen = 0",
+        "DELETE FROM obx_event",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *err = NULL;
+        int rc = sqlite3_exec(f->db, bad[i], NULL, NULL, &err);
+        if (rc == SQLITE_OK) fail_msg("'%s' was allowed", bad[i]);
+        assert_non_null(strstr(err, "obx:"));
+        sqlite3_free(err);
+    }
+    /* the state columns are not frozen (the engine moves them), the purge may drop payload */
+    exec_ok(f->db, "UPDATE obx_event SET updated_at = updated_at + 1");
+    exec_ok(f->db, "UPDATE obx_envelope SET payload = NULL");
+    /* a later route generation changes nothing for this event */
+    obx_route r = {.event_type = "order.created.v2", .cluster = "local", .topic = "orders-v2"};
+    assert_int_equal(obx_route_set(f->s, &r, NULL), OBX_OK);
+    char *js = NULL;
+    assert_int_equal(obx_inspect(f->s, res.event_id, &js), OBX_OK);
+    assert_non_null(strstr(js, "\"topic\": \"orders\""));
+    assert_non_null(strstr(js, res.dest_digest));
+    obx_free(js);
+    obx_enqueue_result res2;
+    ev.aggregate_id = "o-6";
+    assert_int_equal(obx_enqueue(f->s, &ev, &res2), OBX_OK);
+    assert_string_not_equal(res.dest_digest, res2.dest_digest);
+    assert_int_equal(obx_inspect(f->s, res2.event_id, &js), OBX_OK);
+    assert_non_null(strstr(js, "\"topic\": \"orders-v2\""));
+    obx_free(js);
+}
+
+static void test_digests_recomputable(void **state) {
+    fx *f = *state;
+    obx_event ev = order_event("o-7", "{\"total\":1999}");
+    ev.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    obx_enqueue_result res;
+    assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_OK);
+    obx__rows rows = {0};
+    const char *id = res.event_id;
+    assert_int_equal(obx__st_load_events(f->s, &id, 1, OBX__LOAD_PAYLOAD, &rows), OBX_OK);
+    assert_int_equal(rows.n, 1);
+    obx__event_row *r = &rows.v[0];
+    char d[OBX_DIGEST_LEN + 1];
+    assert_int_equal(obx__dest_digest(&r->dest, d), OBX_OK);
+    assert_string_equal(d, r->dest_digest);
+    assert_int_equal(obx__envelope_digest(&r->env, d), OBX_OK);
+    assert_string_equal(d, r->envelope_digest);
+    assert_int_equal(obx_sha256_digest(r->payload, r->payload_len, d), OBX_OK);
+    assert_string_equal(d, r->env.payload_digest);
+    assert_string_equal(r->dest.routing_key, "tenant-7.order.o-7");
+    assert_string_equal(r->env.traceparent, ev.traceparent);
+    assert_int_equal(r->pinned_partition, -1);
+    obx__rows_free(&rows);
+}
+
+/* Each case changes one field of a good event; each must fail with an error naming the field
+ * and leave no row behind. */
+static void mutate(int k, obx_event *e, const char *big, const unsigned char *pbig) {
+    switch (k) {
+    case 0: e->event_type = NULL; break;
+    case 1: e->event_type = "order.created"; break;
+    case 2: e->event_type = "unknown.type.v1"; break;
+    case 3: e->aggregate_type = ""; break;
+    case 4: e->aggregate_id = big; break;
+    case 5: e->aggregate_id = "o-\xff\xfe"; break;
+    case 6: e->tenant = "tenant 7"; break;
+    case 7: e->tenant = "t'; DROP TABLE obx_event;--"; break;
+    case 8:
+        e->payload = NULL;
+        e->payload_len = 0;
+        break;
+    case 9:
+        e->payload = pbig;
+        e->payload_len = OBX_PAYLOAD_DEFAULT_LIMIT + 1;
+        break;
+    case 10: e->correlation_id = "c\x01"; break;
+    case 11: e->traceparent = "00-xyz"; break;
+    case 12: e->payload_schema = "md5:abc"; break;
+    case 13: e->aggregate_version = -1; break;
+    case 14: e->idempotency_key = big; break;
+    case 15: e->tenant = big; break;
+    }
+}
+
+static void test_bad_input(void **state) {
+    fx *f = *state;
+    char big[OBX_KEY_MAX + 10];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    unsigned char *pbig = calloc(1, OBX_PAYLOAD_DEFAULT_LIMIT + 1);
+    static const struct {
+        obx_err code;
+        const char *needle;
+    } expect[] = {
+        {OBX_EINVAL, "event_type: missing"},
+        {OBX_EINVAL, "event_type: 'order.created' is not versioned"},
+        {OBX_ENOROUTE, "event_type: no route for 'unknown.type.v1'"},
+        {OBX_EINVAL, "aggregate_type: empty"},
+        {OBX_ETOOBIG, "aggregate_id: 264 bytes, over the limit of 255"},
+        {OBX_EINVAL, "aggregate_id: invalid UTF-8 at byte 2"},
+        {OBX_EINVAL, "tenant: byte 0x20 at offset 6"},
+        {OBX_EINVAL, "tenant: byte 0x27 at offset 1"},
+        {OBX_EINVAL, "payload: empty"},
+        {OBX_ETOOBIG, "payload: 1048577 bytes, over the limit of 1048576 bytes"},
+        {OBX_EINVAL, "correlation_id: byte 0x01"},
+        {OBX_EINVAL, "traceparent: not W3C"},
+        {OBX_EINVAL, "payload_schema: must be"},
+        {OBX_EINVAL, "aggregate_version: -1 is negative"},
+        {OBX_ETOOBIG, "idempotency_key: 264 bytes"},
+        {OBX_ETOOBIG, "tenant: 264 bytes, over the limit of 128"},
+    };
+    exec_ok(f->db, "BEGIN");
+    exec_ok(f->db, "INSERT INTO orders VALUES ('o-b', 1)");
+    for (size_t k = 0; k < sizeof expect / sizeof expect[0]; k++) {
+        obx_event ev = order_event("o-b", "{}");
+        mutate((int)k, &ev, big, pbig);
+        obx_enqueue_result res;
+        obx_err e = obx_enqueue(f->s, &ev, &res);
+        if (e != expect[k].code || !strstr(obx_errmsg(), expect[k].needle))
+            fail_msg("case %zu: got %s '%s', expected %s containing '%s'", k, obx_errname(e),
+                     obx_errmsg(), obx_errname(expect[k].code), expect[k].needle);
+        assert_string_equal(res.event_id, "");
+        /* the caller's transaction is intact and nothing was stored */
+        assert_int_equal(sqlite3_get_autocommit(f->db), 0);
+        assert_int_equal(count(f->db, "SELECT count(*) FROM obx_event"), 0);
+        assert_int_equal(count(f->db, "SELECT count(*) FROM obx_envelope"), 0);
+        assert_int_equal(count(f->db, "SELECT count(*) FROM obx_audit"), 0);
+    }
+    exec_ok(f->db, "COMMIT");
+    assert_int_equal(count(f->db, "SELECT count(*) FROM orders"), 1);
+    /* a custom payload limit */
+    assert_int_equal(obx_store_set_payload_limit(f->s, 4), OBX_OK);
+    obx_event ev = order_event("o-c", "12345");
+    obx_enqueue_result res;
+    assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_ETOOBIG);
+    assert_non_null(strstr(obx_errmsg(), "over the limit of 4 bytes"));
+    assert_int_equal(obx_store_set_payload_limit(f->s, 0), OBX_EINVAL);
+    free(pbig);
+}
+
+static void test_schema_versions(void **state) {
+    fx *f = *state;
+    int found = 0, known = 0;
+    assert_int_equal(obx_store_schema_version(f->s, &found, &known), OBX_OK);
+    assert_int_equal(found, known);
+    assert_int_equal(obx_store_init(f->s), OBX_OK); /* idempotent */
+    exec_ok(f->db, "UPDATE obx_meta SET value = '99' WHERE key = 'schema_version'");
+    assert_int_equal(obx_store_init(f->s), OBX_ESCHEMA);
+    assert_non_null(strstr(obx_errmsg(), "version 99 is newer"));
+    /* a fresh in-memory database starts at 0 */
+    obx_store *m;
+    assert_int_equal(obx_store_open("sqlite::memory:", &m), OBX_OK);
+    assert_int_equal(obx_store_schema_version(m, &found, NULL), OBX_OK);
+    assert_int_equal(found, 0);
+    assert_int_equal(obx_store_init(m), OBX_OK);
+    assert_int_equal(obx_store_schema_version(m, &found, NULL), OBX_OK);
+    assert_int_equal(found, known);
+    obx_store_close(m);
+    obx_store_close(NULL); /* harmless */
+}
+
+static void test_routes(void **state) {
+    fx *f = *state;
+    obx_route r = {.event_type = "payment.captured.v1",
+                   .cluster = "local",
+                   .topic = "payments",
+                   .max_attempts = 3,
+                   .blind_retry = 1};
+    int64_t g1 = 0, g2 = 0;
+    assert_int_equal(obx_route_set(f->s, &r, &g1), OBX_OK);
+    r.topic = "payments-v2";
+    assert_int_equal(obx_route_set(f->s, &r, &g2), OBX_OK);
+    assert_true(g2 > g1);
+    char *js = NULL;
+    assert_int_equal(obx_route_list(f->s, 0, &js), OBX_OK);
+    assert_non_null(strstr(js, "payments-v2"));
+    assert_null(strstr(js, "\"payments\""));
+    obx_free(js);
+    assert_int_equal(obx_route_list(f->s, 1, &js), OBX_OK);
+    assert_non_null(strstr(js, "\"payments\""));
+    obx_free(js);
+    /* bad routes */
+    obx_route bad = r;
+    bad.topic = "has space";
+    assert_int_equal(obx_route_set(f->s, &bad, NULL), OBX_EINVAL);
+    assert_non_null(strstr(obx_errmsg(), "topic:"));
+    bad = r;
+    bad.algorithm = "md5";
+    assert_int_equal(obx_route_set(f->s, &bad, NULL), OBX_EINVAL);
+    assert_non_null(strstr(obx_errmsg(), "algorithm:"));
+    bad = r;
+    bad.routing_key = "{oops}";
+    assert_int_equal(obx_route_set(f->s, &bad, NULL), OBX_EINVAL);
+    bad = r;
+    bad.cluster = NULL;
+    assert_int_equal(obx_route_set(f->s, &bad, NULL), OBX_EINVAL);
+    assert_non_null(strstr(obx_errmsg(), "cluster: missing"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_commit_together, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rollback_together, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kill_between_inserts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kill_after_commit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idempotency_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_frozen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_digests_recomputable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
