@@ -1,0 +1,317 @@
+/*
+ * broker.c — the engine's only way into a broker backend (registry, argument checks, fault
+ * injection), plus what all backends share: the obx message headers (build and parse — the
+ * parser reads outside input and is a fuzz target) and the partitioners.
+ */
+#include "broker/broker.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static long fault_at;
+static long call_count;
+
+void obx__br_fault_after(long k) {
+    __atomic_store_n(&fault_at, k, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&call_count, 0, __ATOMIC_SEQ_CST);
+}
+
+static obx_err fault(const char *what) {
+    long n = __atomic_add_fetch(&call_count, 1, __ATOMIC_SEQ_CST);
+    long k = __atomic_load_n(&fault_at, __ATOMIC_SEQ_CST);
+    if (k && n == k)
+        return obx__fail(OBX_EBROKER, "injected broker fault at call %ld (%s)", n, what);
+    return OBX_OK;
+}
+
+const char *obx__outcome_kind_name(obx__outcome_kind k) {
+    static const char *const n[] = {"ACK", "REJECT", "NOT_SENT", "UNKNOWN"};
+    return (unsigned)k < 4 ? n[k] : "?";
+}
+
+void obx__delivery_free(obx__delivery *d) {
+    if (!d) return;
+    free(d->payload);
+    d->payload = NULL;
+    d->payload_len = 0;
+}
+
+const obx__broker_methods *obx__broker_backend(obx__url_scheme scheme) {
+    switch (scheme) {
+    case OBX__URL_LOG: return &obx__log_broker_methods;
+#ifdef OBX_WITH_SIM
+    case OBX__URL_SIM: return &obx__sim_broker_methods;
+#endif
+#ifdef OBX_WITH_KAFKA
+    case OBX__URL_KAFKA: return &obx__kafka_broker_methods;
+#endif
+#ifdef OBX_WITH_AMQP
+    case OBX__URL_AMQP:
+    case OBX__URL_AMQPS: return &obx__amqp_broker_methods;
+#endif
+    default: return NULL;
+    }
+}
+
+obx_err obx__br_open(const char *url, const char *const *props, size_t n_props, obx__broker **out) {
+    obx__url u;
+    obx_err e = obx__url_parse(url, "broker", &u);
+    if (e) return e;
+    const obx__broker_methods *m = obx__broker_backend(u.scheme);
+    if (!m)
+        return obx__fail(OBX_EUNSUPPORTED, "broker URL '%.40s': this build has no backend for it",
+                         url);
+    if (m->version != OBX__BROKER_METHODS_VERSION)
+        return obx__fail(OBX_EINTERNAL, "broker backend %s: methods version %d, expected %d",
+                         m->name, m->version, OBX__BROKER_METHODS_VERSION);
+    if (!m->open || !m->close || !m->cluster_id || !m->partition_for || !m->send || !m->poll ||
+        !m->in_flight || !m->lookup || !m->quiet_time_ms)
+        return obx__fail(OBX_EINTERNAL, "broker backend %s: a required method is missing", m->name);
+    if (((m->caps & OBX__BCAP_SCAN) && !m->scan) ||
+        ((m->caps & OBX__BCAP_CONSUME) &&
+         (!m->consume_open || !m->consume_poll || !m->consume_ack)))
+        return obx__fail(OBX_EINTERNAL, "broker backend %s: declares a capability it lacks",
+                         m->name);
+    e = m->open(&u, props, n_props, out);
+    if (e) return e;
+    char *red = NULL;
+    if (obx_url_redact(url, &red) == OBX_OK) {
+        obx__strlcpy((*out)->url_redacted, red, sizeof(*out)->url_redacted);
+        free(red);
+    }
+    return OBX_OK;
+}
+
+void obx__br_close(obx__broker *b) {
+    if (b) b->m->close(b);
+}
+
+obx_err obx__br_cluster_id(obx__broker *b, char *out, size_t cap) {
+    obx_err e = fault("cluster_id");
+    return e ? e : b->m->cluster_id(b, out, cap);
+}
+
+obx_err obx__br_partition_for(obx__broker *b, const obx__dest *d, int32_t *out) {
+    obx_err e = fault("partition_for");
+    return e ? e : b->m->partition_for(b, d, out);
+}
+
+obx_err obx__br_send(obx__broker *b, const obx__msg *m, size_t n, int64_t now) {
+    obx_err e = fault("send");
+    if (e) return e;
+    for (size_t i = 0; i < n; i++)
+        if (!m[i].env || !m[i].dest || !m[i].dest_digest || !m[i].attempt_id || m[i].partition < 0)
+            return obx__fail(OBX_EINTERNAL, "send: message %zu is incomplete", i);
+    return n ? b->m->send(b, m, n, now) : OBX_OK;
+}
+
+obx_err obx__br_poll(obx__broker *b, int64_t now, int timeout_ms, obx__outcome *out, size_t cap,
+                     size_t *n) {
+    *n = 0;
+    obx_err e = fault("poll");
+    return e ? e : b->m->poll(b, now, timeout_ms, out, cap, n);
+}
+
+obx_err obx__br_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_res *res) {
+    memset(res, 0, sizeof *res);
+    obx_err e = fault("lookup");
+    if (e) return e;
+    if (!(b->m->caps & (OBX__BCAP_LOOKUP_AUTHORITATIVE | OBX__BCAP_LOOKUP_BEST_EFFORT))) {
+        res->kind = OBX__LOOKUP_CANNOT_TELL;
+        snprintf(res->reason, sizeof res->reason, "%s: no lookup capability", b->m->name);
+        return OBX_OK;
+    }
+    e = b->m->lookup(b, req, res);
+    if (e) return e;
+    /* a backend that cannot prove absence never answers NOT_FOUND, and nobody may before the
+     * attempt's quiet time */
+    if (res->kind == OBX__LOOKUP_NOT_FOUND &&
+        (!(b->m->caps & OBX__BCAP_LOOKUP_AUTHORITATIVE) || req->now < req->quiet_until)) {
+        res->kind = OBX__LOOKUP_CANNOT_TELL;
+        snprintf(res->reason, sizeof res->reason, "not found, but not authoritative yet");
+    }
+    return OBX_OK;
+}
+
+/* ---- headers -------------------------------------------------------------------------------- */
+
+static void put(obx__headers *h, const char *name, const char *fmt, ...) OBX__PRINTF(3, 4);
+static void put(obx__headers *h, const char *name, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h->value[h->n], sizeof h->value[h->n], fmt, ap);
+    va_end(ap);
+    h->name[h->n++] = name;
+}
+
+void obx__headers_build(const obx__msg *m, obx__headers *h) {
+    const obx__envelope *e = m->env;
+    h->n = 0;
+    put(h, OBX__H_EVENT_ID, "%s", e->event_id);
+    put(h, OBX__H_ENVELOPE_GEN, "%d", (int)e->envelope_gen);
+    put(h, OBX__H_ATTEMPT_ID, "%s", m->attempt_id);
+    put(h, OBX__H_ATTEMPT_GEN, "%d", (int)m->attempt_gen);
+    put(h, OBX__H_PAYLOAD_DIGEST, "%s", e->payload_digest);
+    put(h, OBX__H_DEST_DIGEST, "%s", m->dest_digest);
+    put(h, OBX__H_EVENT_TYPE, "%s", e->event_type);
+    put(h, OBX__H_TENANT, "%s", e->tenant);
+    put(h, OBX__H_AGGREGATE, "%s/%s@%lld", e->aggregate_type, e->aggregate_id,
+        (long long)e->aggregate_version);
+    put(h, OBX__H_OCCURRED_AT, "%lld", (long long)e->occurred_at);
+    put(h, OBX__H_PAYLOAD_SCHEMA, "%s", e->payload_schema);
+    if (e->correlation_id[0]) put(h, OBX__H_CORRELATION_ID, "%s", e->correlation_id);
+    if (e->causation_id[0]) put(h, OBX__H_CAUSATION_ID, "%s", e->causation_id);
+    if (e->traceparent[0]) put(h, OBX__H_TRACEPARENT, "%s", e->traceparent);
+}
+
+static obx_err hfail(obx__delivery *d, const char *fmt, ...) OBX__PRINTF(2, 3);
+static obx_err hfail(obx__delivery *d, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->header_error, sizeof d->header_error, fmt, ap);
+    va_end(ap);
+    return obx__fail(OBX_EINVAL, "message headers: %s", d->header_error);
+}
+
+/* Copies header `name` into out (cap bytes) after checking it with the field rules. */
+static obx_err take(obx__header_get_fn get, void *user, obx__delivery *d, const char *name,
+                    char *out, size_t cap, size_t min, obx__charset cs) {
+    size_t len = 0;
+    const char *v = get(user, name, &len);
+    if (!v) {
+        if (min == 0) {
+            out[0] = '\0';
+            return OBX_OK;
+        }
+        return hfail(d, "%s: missing", name);
+    }
+    if (len >= cap) return hfail(d, "%s: %zu bytes, over the limit of %zu", name, len, cap - 1);
+    if (memchr(v, '\0', len)) return hfail(d, "%s: contains a NUL byte", name);
+    char tmp[1024];
+    memcpy(tmp, v, len);
+    tmp[len] = '\0';
+    if (obx__check_field(name, tmp, min, cap - 1, cs)) return hfail(d, "%s", obx_errmsg());
+    memcpy(out, tmp, len + 1);
+    return OBX_OK;
+}
+
+static obx_err take_i64(obx__header_get_fn get, void *user, obx__delivery *d, const char *name,
+                        int64_t *out, bool required, int64_t min, int64_t max) {
+    char tmp[32];
+    obx_err e = take(get, user, d, name, tmp, sizeof tmp, required ? 1 : 0, OBX__CS_NAME);
+    if (e) return e;
+    if (!tmp[0]) {
+        *out = 0;
+        return OBX_OK;
+    }
+    char *end;
+    long long v = strtoll(tmp, &end, 10);
+    if (*end || v < min || v > max)
+        return hfail(d, "%s: '%s' is not an integer in %lld..%lld", name, tmp, (long long)min,
+                     (long long)max);
+    *out = v;
+    return OBX_OK;
+}
+
+obx_err obx__headers_parse(obx__header_get_fn get, void *user, obx__delivery *d) {
+    obx__envelope *e = &d->env;
+    int64_t gen = 0, ts = 0;
+    obx_err r;
+    d->header_error[0] = '\0';
+    if ((r = take(get, user, d, OBX__H_EVENT_ID, e->event_id, sizeof e->event_id, 1, OBX__CS_NAME)))
+        return r;
+    if (obx_event_id_check(e->event_id)) return hfail(d, "%s", obx_errmsg());
+    if ((r = take_i64(get, user, d, OBX__H_ENVELOPE_GEN, &gen, true, 1, INT32_MAX))) return r;
+    e->envelope_gen = (int32_t)gen;
+    if ((r = take(get, user, d, OBX__H_ATTEMPT_ID, d->attempt_id, sizeof d->attempt_id, 1,
+                  OBX__CS_NAME)) ||
+        (r = take(get, user, d, OBX__H_PAYLOAD_DIGEST, e->payload_digest, sizeof e->payload_digest,
+                  1, OBX__CS_OWNER)) ||
+        (r = take(get, user, d, OBX__H_DEST_DIGEST, d->dest_digest, sizeof d->dest_digest, 1,
+                  OBX__CS_OWNER)) ||
+        (r = take(get, user, d, OBX__H_EVENT_TYPE, e->event_type, sizeof e->event_type, 1,
+                  OBX__CS_EVENT_TYPE)) ||
+        (r = take(get, user, d, OBX__H_TENANT, e->tenant, sizeof e->tenant, 1, OBX__CS_NAME)) ||
+        (r = take(get, user, d, OBX__H_CORRELATION_ID, e->correlation_id, sizeof e->correlation_id,
+                  0, OBX__CS_TEXT)) ||
+        (r = take(get, user, d, OBX__H_CAUSATION_ID, e->causation_id, sizeof e->causation_id, 0,
+                  OBX__CS_TEXT)) ||
+        (r = take(get, user, d, OBX__H_TRACEPARENT, e->traceparent, sizeof e->traceparent, 0,
+                  OBX__CS_NAME)) ||
+        (r = take(get, user, d, OBX__H_PAYLOAD_SCHEMA, e->payload_schema, sizeof e->payload_schema,
+                  0, OBX__CS_OWNER)) ||
+        (r = take_i64(get, user, d, OBX__H_OCCURRED_AT, &ts, false, 0, ((int64_t)1 << 48) - 1)))
+        return r;
+    e->occurred_at = ts;
+    if (!obx__is_digest(e->payload_digest))
+        return hfail(d, "%s: not a sha256 digest", OBX__H_PAYLOAD_DIGEST);
+    if (!obx__is_digest(d->dest_digest))
+        return hfail(d, "%s: not a sha256 digest", OBX__H_DEST_DIGEST);
+    if (e->payload_schema[0] && !obx__is_digest(e->payload_schema))
+        return hfail(d, "%s: not a sha256 digest", OBX__H_PAYLOAD_SCHEMA);
+    char agg[OBX_NAME_MAX + OBX_KEY_MAX + 32];
+    if ((r = take(get, user, d, OBX__H_AGGREGATE, agg, sizeof agg, 0, OBX__CS_TEXT))) return r;
+    if (agg[0]) {
+        char *slash = strchr(agg, '/'), *at = strrchr(agg, '@');
+        if (!slash || !at || at < slash)
+            return hfail(d, "%s: not type/id@version", OBX__H_AGGREGATE);
+        *slash = '\0';
+        *at = '\0';
+        char *end;
+        long long v = strtoll(at + 1, &end, 10);
+        if (*end || v < 0 || !at[1]) return hfail(d, "%s: bad version", OBX__H_AGGREGATE);
+        if (strlen(agg) > OBX_NAME_MAX || strlen(slash + 1) > OBX_KEY_MAX)
+            return hfail(d, "%s: part over its limit", OBX__H_AGGREGATE);
+        obx__strlcpy(e->aggregate_type, agg, sizeof e->aggregate_type);
+        obx__strlcpy(e->aggregate_id, slash + 1, sizeof e->aggregate_id);
+        e->aggregate_version = v;
+    }
+    return OBX_OK;
+}
+
+/* ---- partitioners --------------------------------------------------------------------------- */
+
+uint32_t obx__murmur2(const void *key, size_t len) {
+    const unsigned char *data = key;
+    const uint32_t m = 0x5bd1e995;
+    const int r = 24;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)len;
+    size_t len4 = len / 4;
+    for (size_t i = 0; i < len4; i++) {
+        size_t i4 = i * 4;
+        uint32_t k = (uint32_t)data[i4] | ((uint32_t)data[i4 + 1] << 8) |
+                     ((uint32_t)data[i4 + 2] << 16) | ((uint32_t)data[i4 + 3] << 24);
+        k *= m;
+        k ^= k >> r;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    size_t tail = len & ~(size_t)3;
+    switch (len % 4) {
+    case 3: h ^= (uint32_t)data[tail + 2] << 16; /* fall through */
+    case 2: h ^= (uint32_t)data[tail + 1] << 8;  /* fall through */
+    case 1: h ^= (uint32_t)data[tail]; h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return h;
+}
+
+int32_t obx__partition(const char *algorithm, const char *key, int32_t n) {
+    if (n <= 1) return 0;
+    size_t len = strlen(key);
+    if (!strcmp(algorithm, "murmur2"))
+        return (int32_t)((obx__murmur2(key, len) & 0x7fffffff) % (uint32_t)n);
+    if (!strcmp(algorithm, "fnv1a")) {
+        uint32_t h = 0x811c9dc5u;
+        for (size_t i = 0; i < len; i++) {
+            h ^= (unsigned char)key[i];
+            h *= 0x01000193u;
+        }
+        return (int32_t)((h & 0x7fffffff) % (uint32_t)n);
+    }
+    return 0; /* "none": one partition */
+}

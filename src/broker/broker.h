@@ -1,0 +1,216 @@
+/*
+ * broker.h — the broker backend interface (one vtable with declared capabilities).
+ *
+ * A backend is a `static const obx__broker_methods`; an instance struct starts with
+ * `const obx__broker_methods *m`. The engine reaches backends only through the obx__br_*
+ * wrappers in broker.c (argument checks, tracing, fault injection).
+ *
+ * Sending is asynchronous: send() hands a batch of attempts to the backend and returns; every
+ * message handed over produces exactly one outcome, returned by a later poll() on the same
+ * handle (unless the handle is closed first — then the attempt stays SENDING in the store and
+ * the lease sweeper makes it UNKNOWN). An outcome is:
+ *   ACK      the broker persisted it: a receipt (cluster, topic, partition, offset, time) plus
+ *            the digests and attempt the message carried, for the acceptance point;
+ *   REJECT   the broker definitely did not accept it and will not on a retry as is (unknown
+ *            topic, too large, unroutable, nack): counts toward the route's max attempts;
+ *   NOT_SENT definitely not persisted, transient (broker down before the send): back to PENDING
+ *            with backoff, not counted toward parking;
+ *   UNKNOWN  it may or may not have been persisted (timeout, lost connection after the send):
+ *            the reconciler resolves it.
+ *
+ * Lookup capability (DESIGN.md §5): AUTHORITATIVE backends can prove absence once an attempt's
+ * quiet time has passed; BEST_EFFORT ones can prove presence only; NONE can prove nothing.
+ */
+#ifndef OBX_BROKER_H
+#define OBX_BROKER_H
+
+#include "core/core.h"
+
+#define OBX__BROKER_METHODS_VERSION 1
+
+#define OBX__BCAP_LOOKUP_AUTHORITATIVE 1u
+#define OBX__BCAP_LOOKUP_BEST_EFFORT 2u
+#define OBX__BCAP_SCAN 4u     /* can list event IDs present on a topic (bypass audit) */
+#define OBX__BCAP_CONSUME 8u  /* has a consumer side for the inbox */
+#define OBX__BCAP_ORDERED 16u /* per-partition order is preserved */
+
+typedef struct obx_broker obx__broker;
+
+/* Headers every message carries (same names on Kafka and AMQP). */
+#define OBX__H_EVENT_ID "obx-event-id"
+#define OBX__H_ENVELOPE_GEN "obx-envelope-gen"
+#define OBX__H_ATTEMPT_ID "obx-attempt-id"
+#define OBX__H_ATTEMPT_GEN "obx-attempt-gen"
+#define OBX__H_PAYLOAD_DIGEST "obx-payload-digest"
+#define OBX__H_DEST_DIGEST "obx-dest-digest"
+#define OBX__H_EVENT_TYPE "obx-event-type"
+#define OBX__H_TENANT "obx-tenant"
+#define OBX__H_CORRELATION_ID "obx-correlation-id"
+#define OBX__H_CAUSATION_ID "obx-causation-id"
+#define OBX__H_TRACEPARENT "traceparent"
+#define OBX__H_AGGREGATE "obx-aggregate" /* "type/id@version" */
+#define OBX__H_OCCURRED_AT "obx-occurred-at"
+#define OBX__H_PAYLOAD_SCHEMA "obx-payload-schema"
+
+/* One attempt to send. All pointers are borrowed for the duration of send(); a backend that
+ * keeps the message until its outcome copies what it needs. */
+typedef struct obx__msg {
+    const obx__envelope *env;
+    const obx__dest *dest;
+    const char *dest_digest;
+    const char *attempt_id;
+    int32_t attempt_gen;
+    int32_t partition; /* pinned partition (from partition_for at the first attempt) */
+    const void *payload;
+    size_t payload_len;
+} obx__msg;
+
+typedef enum obx__outcome_kind {
+    OBX__OUT_ACK,
+    OBX__OUT_REJECT,
+    OBX__OUT_NOT_SENT,
+    OBX__OUT_UNKNOWN,
+} obx__outcome_kind;
+
+const char *obx__outcome_kind_name(obx__outcome_kind k);
+
+typedef struct obx__outcome {
+    obx__outcome_kind kind;
+    char event_id[OBX_EVENT_ID_LEN + 1];
+    int32_t envelope_gen;
+    char attempt_id[OBX_EVENT_ID_LEN + 1];
+    /* what the broker holds (ACK) — the digests are those the persisted message carries */
+    char payload_digest[OBX_DIGEST_LEN + 1];
+    char dest_digest[OBX_DIGEST_LEN + 1];
+    char cluster[OBX_NAME_MAX + 1];
+    char topic[OBX_TOPIC_MAX + 1];
+    int32_t partition;
+    int64_t offset;
+    int64_t broker_ts;
+    char reason[OBX_TEXT_MAX + 1]; /* REJECT / NOT_SENT / UNKNOWN: the broker's words */
+} obx__outcome;
+
+typedef struct obx__lookup_req {
+    const obx__dest *dest;
+    const char *dest_digest;
+    int32_t partition;
+    const char *event_id;
+    int32_t envelope_gen;
+    int64_t since;       /* the earliest attempt's start (ms) */
+    int64_t quiet_until; /* NOT_FOUND may be authoritative only when now >= quiet_until */
+    int64_t now;
+} obx__lookup_req;
+
+typedef enum obx__lookup_kind {
+    OBX__LOOKUP_FOUND,
+    OBX__LOOKUP_NOT_FOUND, /* authoritative: the scan covered the partition past quiet time */
+    OBX__LOOKUP_CANNOT_TELL,
+} obx__lookup_kind;
+
+typedef struct obx__lookup_res {
+    obx__lookup_kind kind;
+    obx__outcome found; /* FOUND: the receipt of the first matching message (kind ACK) */
+    char reason[OBX_TEXT_MAX + 1];
+} obx__lookup_res;
+
+/* A message delivered to a consumer. Strings are filled from the obx headers; payload is owned
+ * by the delivery and freed with obx__delivery_free(). */
+typedef struct obx__delivery {
+    char topic[OBX_TOPIC_MAX + 1];
+    int32_t partition;
+    int64_t offset;
+    int64_t broker_ts;
+    bool redelivered;
+    uint64_t token;    /* backend's handle for ack (AMQP delivery tag) */
+    obx__envelope env; /* from headers: event_id, envelope_gen, event_type, tenant, ... */
+    char dest_digest[OBX_DIGEST_LEN + 1];
+    char attempt_id[OBX_EVENT_ID_LEN + 1];
+    char header_error[OBX_TEXT_MAX + 1]; /* non-empty: headers missing or malformed */
+    unsigned char *payload;
+    size_t payload_len;
+} obx__delivery;
+
+void obx__delivery_free(obx__delivery *d);
+
+/* Called by scan() for every message on a topic. Return non-zero to stop. */
+typedef int (*obx__scan_fn)(void *user, const char *event_id, int32_t partition, int64_t offset,
+                            int64_t broker_ts);
+
+typedef struct obx__broker_methods {
+    int version; /* OBX__BROKER_METHODS_VERSION */
+    const char *name;
+    unsigned caps;
+
+    /* props: "key=value" strings from configuration (backend properties), may be NULL. */
+    obx_err (*open)(const obx__url *u, const char *const *props, size_t n_props, obx__broker **out);
+    void (*close)(obx__broker *b);
+    /* The cluster identity receipts carry; compared with the frozen destination's cluster. */
+    obx_err (*cluster_id)(obx__broker *b, char *out, size_t cap);
+    /* The partition for a destination's routing key per its frozen algorithm. */
+    obx_err (*partition_for)(obx__broker *b, const obx__dest *d, int32_t *out);
+    obx_err (*send)(obx__broker *b, const obx__msg *m, size_t n, int64_t now);
+    /* Up to cap outcomes; waits at most timeout_ms for the first one (0 = do not wait). */
+    obx_err (*poll)(obx__broker *b, int64_t now, int timeout_ms, obx__outcome *out, size_t cap,
+                    size_t *n);
+    /* Messages sent whose outcome has not been returned by poll yet. */
+    size_t (*in_flight)(obx__broker *b);
+    obx_err (*lookup)(obx__broker *b, const obx__lookup_req *req, obx__lookup_res *res);
+    /* Quiet time of an attempt started at `started`: after it, no late append can appear. */
+    int64_t (*quiet_time_ms)(obx__broker *b);
+    /* OBX__BCAP_SCAN */
+    obx_err (*scan)(obx__broker *b, const char *topic, int64_t since, obx__scan_fn fn, void *user);
+    /* OBX__BCAP_CONSUME: subscribe as group to topics; poll deliveries; ack one after the
+     * consumer's database commit (commits the position / basic.ack). */
+    obx_err (*consume_open)(obx__broker *b, const char *group, const char *const *topics, size_t n);
+    obx_err (*consume_poll)(obx__broker *b, int timeout_ms, obx__delivery *out, size_t cap,
+                            size_t *n);
+    obx_err (*consume_ack)(obx__broker *b, const obx__delivery *d);
+} obx__broker_methods;
+
+struct obx_broker {
+    const obx__broker_methods *m;
+    char url_redacted[1024];
+};
+
+const obx__broker_methods *obx__broker_backend(obx__url_scheme scheme);
+extern const obx__broker_methods obx__log_broker_methods;
+extern const obx__broker_methods obx__sim_broker_methods;
+#ifdef OBX_WITH_KAFKA
+extern const obx__broker_methods obx__kafka_broker_methods;
+#endif
+#ifdef OBX_WITH_AMQP
+extern const obx__broker_methods obx__amqp_broker_methods;
+#endif
+
+/* ---- shared helpers for backends (broker.c) ---------------------------------------------- */
+
+/* Header pairs for a message; names are the OBX__H_* constants. values point into buf. */
+typedef struct obx__headers {
+    const char *name[16];
+    char value[16][OBX_KEY_MAX + OBX_NAME_MAX + 32];
+    size_t n;
+} obx__headers;
+
+void obx__headers_build(const obx__msg *m, obx__headers *h);
+/* Parses received headers into a delivery's envelope fields; on a missing or malformed
+ * required header sets d->header_error and returns OBX_EINVAL. get(name) returns the value
+ * (NUL-terminated) or NULL. */
+typedef const char *(*obx__header_get_fn)(void *user, const char *name, size_t *len);
+obx_err obx__headers_parse(obx__header_get_fn get, void *user, obx__delivery *d);
+
+/* Kafka's default partitioner: murmur2(key) & 0x7fffffff % n (Java and librdkafka agree). */
+uint32_t obx__murmur2(const void *key, size_t len);
+int32_t obx__partition(const char *algorithm, const char *key, int32_t n_partitions);
+
+/* ---- wrappers: the engine's only way in ---------------------------------------------------- */
+obx_err obx__br_open(const char *url, const char *const *props, size_t n_props, obx__broker **out);
+void obx__br_close(obx__broker *b);
+obx_err obx__br_cluster_id(obx__broker *b, char *out, size_t cap);
+obx_err obx__br_partition_for(obx__broker *b, const obx__dest *d, int32_t *out);
+obx_err obx__br_send(obx__broker *b, const obx__msg *m, size_t n, int64_t now);
+obx_err obx__br_poll(obx__broker *b, int64_t now, int timeout_ms, obx__outcome *out, size_t cap,
+                     size_t *n);
+obx_err obx__br_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_res *res);
+void obx__br_fault_after(long k);
+
+#endif /* OBX_BROKER_H */
