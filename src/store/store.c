@@ -36,6 +36,14 @@ const char *obx__receipt_kind_name(obx__receipt_kind k) {
     return (unsigned)k < 4 ? n[k] : "?";
 }
 
+void obx__poison_rows_free(obx__poison_row *rows, size_t n) {
+    for (size_t i = 0; rows && i < n; i++) {
+        free(rows[i].headers_json);
+        free(rows[i].payload);
+    }
+    free(rows);
+}
+
 void obx__rows_free(obx__rows *r) {
     if (!r) return;
     for (size_t i = 0; i < r->n; i++) free(r->v[i].payload);
@@ -73,7 +81,7 @@ static obx_err check_methods(const obx__store_methods *m) {
                          m->name, m->version, OBX__STORE_METHODS_VERSION);
     /* refuse a backend with a missing callback rather than crash later */
     const void *const *fn = (const void *const *)&m->open;
-    const void *const *end = (const void *const *)(&m->counter_get + 1);
+    const void *const *end = (const void *const *)(&m->consume_audit_put + 1);
     for (; fn < end; fn++)
         if (!*fn) return obx__fail(OBX_EINTERNAL, "store backend %s: a method is missing", m->name);
     return OBX_OK;

@@ -158,6 +158,69 @@ typedef struct obx__audit_row {
     char reason[OBX_TEXT_MAX + 1];
 } obx__audit_row;
 
+/* ---- consumer side (inbox, DESIGN.md §7) ------------------------------------------------- */
+
+typedef struct obx__inbox_row {
+    char consumer_id[OBX_NAME_MAX + 1];
+    char event_id[OBX_EVENT_ID_LEN + 1];
+    char payload_digest[OBX_DIGEST_LEN + 1];
+    char event_type[OBX_NAME_MAX + 1];
+    char tenant[OBX_NAME_MAX + 1];
+    char outcome[32]; /* APPLIED | SKIPPED (handler chose no effect) */
+    char result[OBX_TEXT_MAX + 1];
+    char topic[OBX_TOPIC_MAX + 1];
+    int32_t partition;
+    int64_t offset;
+    int64_t consumed_at;
+    int64_t duration_us;
+} obx__inbox_row;
+
+typedef struct obx__watermark_row {
+    char consumer_id[OBX_NAME_MAX + 1];
+    char topic[OBX_TOPIC_MAX + 1];
+    int32_t partition;
+    int64_t offset; /* highest consumed offset (kept monotonic by the store) */
+    char event_id[OBX_EVENT_ID_LEN + 1];
+    int64_t occurred_at;
+    int64_t committed_at;
+} obx__watermark_row;
+
+typedef struct obx__poison_row {
+    char consumer_id[OBX_NAME_MAX + 1];
+    char event_id[OBX_EVENT_ID_LEN + 1];
+    char state[16]; /* PARKED | REDRIVE | DONE */
+    int32_t failures;
+    char last_error[OBX_TEXT_MAX + 1];
+    char topic[OBX_TOPIC_MAX + 1];
+    int32_t partition;
+    int64_t offset;
+    char *headers_json;     /* owned (obx__poison_rows_free); may be NULL */
+    unsigned char *payload; /* owned; loaded only by poison_get */
+    size_t payload_len;
+    int64_t parked_at;
+    int64_t updated_at;
+} obx__poison_row;
+
+void obx__poison_rows_free(obx__poison_row *rows, size_t n);
+
+typedef struct obx__consume_audit_row {
+    int64_t at;
+    char consumer_id[OBX_NAME_MAX + 1];
+    char event_id[OBX_EVENT_ID_LEN + 1];
+    char outcome[32]; /* APPLIED DUPLICATE QUARANTINED FAILED POISONED REJECTED_CONTRACT ... */
+    int64_t duration_us;
+    char detail[OBX_TEXT_MAX + 1];
+} obx__consume_audit_row;
+
+/* Outbox statistics for metrics, status and audit. */
+typedef struct obx__store_stats {
+    int64_t by_state[OBX__ST_COUNT];
+    int64_t oldest_pending_committed_at; /* 0: none */
+    int64_t oldest_unknown_since;        /* 0: none */
+    int64_t receipts_primary, receipts_duplicate, receipts_quarantined, receipts_migration;
+    int64_t attempts_unknown; /* attempts currently UNKNOWN */
+} obx__store_stats;
+
 /* ---- requests ---------------------------------------------------------------------------- */
 
 /* Claim candidates (DESIGN.md §3): PENDING with available_at <= now, or CLAIMED with an
@@ -255,6 +318,45 @@ typedef struct obx__store_methods {
     /* Adds delta to a named counter (alarms, quarantines); n pairs. */
     obx_err (*counter_add)(obx__store *s, const char *name, int64_t delta);
     obx_err (*counter_get)(obx__store *s, const char *name, int64_t *value);
+
+    /* statistics and search */
+    obx_err (*stats)(obx__store *s, obx__store_stats *out);
+    /* Event IDs with this correlation ID, oldest first (at most limit). */
+    obx_err (*find_by_correlation)(obx__store *s, const char *correlation_id, size_t limit,
+                                   char (**ids)[OBX_EVENT_ID_LEN + 1], size_t *n);
+
+    /* inbox: the consumer's database */
+    obx_err (*inbox_get)(obx__store *s, const char *consumer, const char *event_id,
+                         obx__inbox_row *out);                    /* OBX_ENOTFOUND when absent */
+    obx_err (*inbox_put)(obx__store *s, const obx__inbox_row *r); /* OBX_ECONFLICT if present */
+    /* present[i] = a consume receipt exists for (consumer, ids[i]) */
+    obx_err (*inbox_has)(obx__store *s, const char *consumer, const char *const *ids, size_t n,
+                         bool *present);
+    obx_err (*watermark_put)(obx__store *s, const obx__watermark_row *w);
+    obx_err (*watermark_list)(obx__store *s, const char *consumer, obx__watermark_row **out,
+                              size_t *n);
+    /* Counts one more handler failure; *failures gets the new count. */
+    obx_err (*failure_bump)(obx__store *s, const char *consumer, const char *event_id,
+                            const char *error, int64_t now, int32_t *failures);
+    obx_err (*failure_clear)(obx__store *s, const char *consumer, const char *event_id);
+    obx_err (*poison_put)(obx__store *s, const obx__poison_row *p);
+    /* Without payload; consumer/state NULL = all. */
+    obx_err (*poison_list)(obx__store *s, const char *consumer, const char *state,
+                           obx__poison_row **out, size_t *n);
+    obx_err (*poison_get)(obx__store *s, const char *consumer, const char *event_id,
+                          obx__poison_row *out); /* with payload; OBX_ENOTFOUND */
+    obx_err (*poison_set_state)(obx__store *s, const char *consumer, const char *event_id,
+                                const char *state, int64_t now);
+    obx_err (*inbox_quarantine_put)(obx__store *s, const char *consumer, const char *event_id,
+                                    const char *digest, const char *first_digest,
+                                    const char *reason, int64_t at);
+    obx_err (*consume_audit_put)(obx__store *s, const obx__consume_audit_row *a, size_t n);
+
+    /* Optional (NULL = not supported; the driver sleeps instead). Waits up to timeout_ms for a
+     * hint that new work was committed (PostgreSQL: LISTEN/NOTIFY on enqueue). A hint is only
+     * a reason to look now: the relay always finds work by querying committed rows. Must not
+     * be called inside a transaction. */
+    obx_err (*wait_for_work)(obx__store *s, int timeout_ms, bool *notified);
 } obx__store_methods;
 
 struct obx_store {

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "engine/engine.h"
+#include "store/conformance.h"
 
 #include <signal.h>
 #include <sqlite3.h>
@@ -405,7 +406,24 @@ static void test_routes(void **state) {
     assert_non_null(strstr(obx_errmsg(), "cluster: missing"));
 }
 
+static char conf_dir[64];
+static int conf_n;
+
+static obx_err sqlite_factory(obx__store **out) {
+    char url[128];
+    snprintf(url, sizeof url, "sqlite:%s/c%d.db", conf_dir, ++conf_n);
+    obx_err e = obx__st_open(url, out);
+    if (!e) e = obx_store_init(*out);
+    return e;
+}
+
 int main(void) {
+    strcpy(conf_dir, "/tmp/obx-conf-XXXXXX");
+    if (!mkdtemp(conf_dir)) return 1;
+    int failed = store_conformance_run("store conformance: sqlite", sqlite_factory);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", conf_dir);
+    if (system(cmd) != 0) failed++;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_commit_together, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rollback_together, setup, teardown),
@@ -418,5 +436,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, NULL, NULL) + failed;
 }

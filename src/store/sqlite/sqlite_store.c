@@ -48,6 +48,25 @@ enum {
     Q_LOAD_AUDIT,
     Q_COUNTER_ADD,
     Q_COUNTER_GET,
+    Q_STATS_STATE,
+    Q_STATS_OLDEST,
+    Q_STATS_RCPT,
+    Q_STATS_ATT,
+    Q_FIND_CORR,
+    Q_INBOX_GET,
+    Q_INBOX_PUT,
+    Q_INBOX_HAS,
+    Q_WM_PUT,
+    Q_WM_LIST,
+    Q_WM_LIST_ALL,
+    Q_FAIL_BUMP,
+    Q_FAIL_CLEAR,
+    Q_POISON_PUT,
+    Q_POISON_LIST,
+    Q_POISON_GET,
+    Q_POISON_STATE,
+    Q_INBOX_QUAR,
+    Q_CONSUME_AUDIT,
     Q_COUNT
 };
 
@@ -108,7 +127,7 @@ static const char *const sql_text[Q_COUNT] = {
         "primary_attempt_id, published_at, committed_at, updated_at, max_attempts, blind_retry, "
         "unordered, alias, dest_cluster) "
         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-    [Q_CLAIM] = "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state IN ('PENDING','CLAIMED') "
+    [Q_CLAIM] = "SELECT " EVENT_COLS ", v.payload" EVENT_FROM "WHERE e.state IN ('PENDING','CLAIMED') "
                 "AND ((e.state = 'PENDING' AND e.available_at <= ?1) OR "
                 "     (e.state = 'CLAIMED' AND e.lease_until <= ?1)) "
                 "AND (?2 IS NULL OR e.dest_cluster = ?2) "
@@ -165,6 +184,56 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_COUNTER_ADD] = "INSERT INTO obx_counter (name, value) VALUES (?1, ?2) "
                       "ON CONFLICT (name) DO UPDATE SET value = value + ?2",
     [Q_COUNTER_GET] = "SELECT value FROM obx_counter WHERE name = ?",
+    [Q_STATS_STATE] = "SELECT state, count(*) FROM obx_event GROUP BY state",
+    [Q_STATS_OLDEST] =
+        "SELECT (SELECT min(committed_at) FROM obx_event WHERE state IN ('PENDING','CLAIMED')), "
+        "(SELECT min(unknown_since) FROM obx_event WHERE state IN ('DISPATCH_UNKNOWN', "
+        "'RECONCILING','RETRY_CLAIMED') AND unknown_since > 0)",
+    [Q_STATS_RCPT] = "SELECT kind, count(*) FROM obx_receipt GROUP BY kind",
+    [Q_STATS_ATT] = "SELECT count(*) FROM obx_attempt WHERE state = 'UNKNOWN'",
+    [Q_FIND_CORR] = "SELECT event_id FROM obx_event WHERE correlation_id = ? ORDER BY seq LIMIT ?",
+    [Q_INBOX_GET] = "SELECT consumer_id, event_id, payload_digest, event_type, tenant, outcome, "
+                    "result, topic, partition, \"offset\", consumed_at, duration_us FROM obx_inbox "
+                    "WHERE consumer_id = ? AND event_id = ?",
+    [Q_INBOX_PUT] = "INSERT INTO obx_inbox (consumer_id, event_id, payload_digest, event_type, "
+                    "tenant, outcome, result, topic, partition, \"offset\", consumed_at, "
+                    "duration_us) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+    [Q_INBOX_HAS] = "SELECT 1 FROM obx_inbox WHERE consumer_id = ? AND event_id = ?",
+    [Q_WM_PUT] = "INSERT INTO obx_consumer_watermark (consumer_id, topic, partition, \"offset\", "
+                 "event_id, occurred_at, committed_at) VALUES (?1,?2,?3,?4,?5,?6,?7) "
+                 "ON CONFLICT (consumer_id, topic, partition) DO UPDATE SET "
+                 "event_id = CASE WHEN ?4 >= \"offset\" THEN ?5 ELSE event_id END, "
+                 "occurred_at = CASE WHEN ?4 >= \"offset\" THEN ?6 ELSE occurred_at END, "
+                 "\"offset\" = max(\"offset\", ?4), committed_at = ?7",
+    [Q_WM_LIST] = "SELECT consumer_id, topic, partition, \"offset\", event_id, occurred_at, "
+                  "committed_at FROM obx_consumer_watermark WHERE consumer_id = ? "
+                  "ORDER BY topic, partition",
+    [Q_WM_LIST_ALL] = "SELECT consumer_id, topic, partition, \"offset\", event_id, occurred_at, "
+                      "committed_at FROM obx_consumer_watermark "
+                      "ORDER BY consumer_id, topic, partition",
+    [Q_FAIL_BUMP] = "INSERT INTO obx_inbox_failure (consumer_id, event_id, failures, last_error, "
+                    "first_at, last_at) VALUES (?1, ?2, 1, ?3, ?4, ?4) "
+                    "ON CONFLICT (consumer_id, event_id) DO UPDATE SET failures = failures + 1, "
+                    "last_error = ?3, last_at = ?4 RETURNING failures",
+    [Q_FAIL_CLEAR] = "DELETE FROM obx_inbox_failure WHERE consumer_id = ? AND event_id = ?",
+    [Q_POISON_PUT] = "INSERT INTO obx_poison (consumer_id, event_id, state, failures, last_error, "
+                     "topic, partition, \"offset\", headers, payload, parked_at, updated_at) "
+                     "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12) "
+                     "ON CONFLICT (consumer_id, event_id) DO UPDATE SET state = ?3, "
+                     "failures = ?4, last_error = ?5, updated_at = ?12",
+    [Q_POISON_LIST] = "SELECT consumer_id, event_id, state, failures, last_error, topic, "
+                      "partition, \"offset\", headers, parked_at, updated_at FROM obx_poison "
+                      "WHERE (?1 IS NULL OR consumer_id = ?1) AND (?2 IS NULL OR state = ?2) "
+                      "ORDER BY parked_at, event_id",
+    [Q_POISON_GET] = "SELECT consumer_id, event_id, state, failures, last_error, topic, "
+                     "partition, \"offset\", headers, parked_at, updated_at, payload FROM "
+                     "obx_poison WHERE consumer_id = ? AND event_id = ?",
+    [Q_POISON_STATE] = "UPDATE obx_poison SET state = ?, updated_at = ? WHERE consumer_id = ? AND "
+                       "event_id = ?",
+    [Q_INBOX_QUAR] = "INSERT INTO obx_inbox_quarantine (consumer_id, event_id, payload_digest, "
+                     "first_digest, reason, at) VALUES (?,?,?,?,?,?)",
+    [Q_CONSUME_AUDIT] = "INSERT INTO obx_consume_audit (at, consumer_id, event_id, outcome, "
+                        "duration_us, detail) VALUES (?,?,?,?,?,?)",
 };
 
 /* ---- errors ------------------------------------------------------------------------------- */
@@ -1086,6 +1155,365 @@ static obx_err sq_counter_get(obx__store *base, const char *name, int64_t *value
     return e;
 }
 
+/* ---- statistics, search ------------------------------------------------------------------ */
+
+static obx_err sq_stats(obx__store *base, obx__store_stats *out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    memset(out, 0, sizeof *out);
+    obx_err e = stmt(s, Q_STATS_STATE, &st);
+    if (e) return e;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        obx__state k = obx__state_parse((const char *)sqlite3_column_text(st, 0));
+        if (k < OBX__ST_COUNT) out->by_state[k] = ci(st, 1);
+    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) return map_rc(s, rc, "stats");
+    if ((e = stmt(s, Q_STATS_OLDEST, &st))) return e;
+    if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        out->oldest_pending_committed_at = ci(st, 0);
+        out->oldest_unknown_since = ci(st, 1);
+    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW) return map_rc(s, rc, "stats");
+    if ((e = stmt(s, Q_STATS_RCPT, &st))) return e;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *k = (const char *)sqlite3_column_text(st, 0);
+        int64_t v = ci(st, 1);
+        if (!strcmp(k, "PRIMARY"))
+            out->receipts_primary = v;
+        else if (!strcmp(k, "DUPLICATE"))
+            out->receipts_duplicate = v;
+        else if (!strcmp(k, "QUARANTINED"))
+            out->receipts_quarantined = v;
+        else if (!strcmp(k, "MIGRATION"))
+            out->receipts_migration = v;
+    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) return map_rc(s, rc, "stats");
+    if ((e = stmt(s, Q_STATS_ATT, &st))) return e;
+    if ((rc = sqlite3_step(st)) == SQLITE_ROW) out->attempts_unknown = ci(st, 0);
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW ? OBX_OK : map_rc(s, rc, "stats");
+}
+
+static obx_err sq_find_by_correlation(obx__store *base, const char *corr, size_t limit,
+                                      char (**ids)[OBX_EVENT_ID_LEN + 1], size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    size_t cap = 0;
+    *ids = NULL;
+    *n = 0;
+    obx_err e = stmt(s, Q_FIND_CORR, &st);
+    if (e) return e;
+    bt(st, 1, corr);
+    bi(st, 2, (int64_t)limit);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((e = grow_array((void **)ids, &cap, *n + 1, sizeof **ids))) break;
+        ct(st, 0, (*ids)[(*n)++], OBX_EVENT_ID_LEN + 1);
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "find by correlation");
+    sqlite3_reset(st);
+    if (e) {
+        free(*ids);
+        *ids = NULL;
+        *n = 0;
+    }
+    return e;
+}
+
+/* ---- inbox ----------------------------------------------------------------------------------- */
+
+static obx_err sq_inbox_get(obx__store *base, const char *consumer, const char *event_id,
+                            obx__inbox_row *r) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_INBOX_GET, &st);
+    if (e) return e;
+    bt(st, 1, consumer);
+    bt(st, 2, event_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        memset(r, 0, sizeof *r);
+        CT(st, 0, r->consumer_id);
+        CT(st, 1, r->event_id);
+        CT(st, 2, r->payload_digest);
+        CT(st, 3, r->event_type);
+        CT(st, 4, r->tenant);
+        CT(st, 5, r->outcome);
+        CT(st, 6, r->result);
+        CT(st, 7, r->topic);
+        r->partition = (int32_t)ci(st, 8);
+        r->offset = ci(st, 9);
+        r->consumed_at = ci(st, 10);
+        r->duration_us = ci(st, 11);
+        e = OBX_OK;
+    } else
+        e = rc == SQLITE_DONE ? OBX_ENOTFOUND : map_rc(s, rc, "inbox get");
+    sqlite3_reset(st);
+    return e;
+}
+
+static obx_err sq_inbox_put(obx__store *base, const obx__inbox_row *r) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_INBOX_PUT, &st);
+    if (e) return e;
+    bt(st, 1, r->consumer_id);
+    bt(st, 2, r->event_id);
+    bt(st, 3, r->payload_digest);
+    bt(st, 4, r->event_type);
+    bt(st, 5, r->tenant);
+    bt(st, 6, r->outcome);
+    bt(st, 7, r->result);
+    bt(st, 8, r->topic);
+    bi(st, 9, r->partition);
+    bi(st, 10, r->offset);
+    bi(st, 11, r->consumed_at);
+    bi(st, 12, r->duration_us);
+    return step_done(s, st, "inbox put");
+}
+
+static obx_err sq_inbox_has(obx__store *base, const char *consumer, const char *const *ids,
+                            size_t n, bool *present) {
+    sq_store *s = (sq_store *)base;
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_stmt *st;
+        obx_err e = stmt(s, Q_INBOX_HAS, &st);
+        if (e) return e;
+        bt(st, 1, consumer);
+        bt(st, 2, ids[i]);
+        int rc = sqlite3_step(st);
+        present[i] = rc == SQLITE_ROW;
+        sqlite3_reset(st);
+        if (rc != SQLITE_ROW && rc != SQLITE_DONE) return map_rc(s, rc, "inbox has");
+    }
+    return OBX_OK;
+}
+
+static obx_err sq_watermark_put(obx__store *base, const obx__watermark_row *w) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_WM_PUT, &st);
+    if (e) return e;
+    bt(st, 1, w->consumer_id);
+    bt(st, 2, w->topic);
+    bi(st, 3, w->partition);
+    bi(st, 4, w->offset);
+    bt(st, 5, w->event_id);
+    bi(st, 6, w->occurred_at);
+    bi(st, 7, w->committed_at);
+    return step_done(s, st, "watermark");
+}
+
+static obx_err sq_watermark_list(obx__store *base, const char *consumer, obx__watermark_row **out,
+                                 size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    size_t cap = 0;
+    *out = NULL;
+    *n = 0;
+    obx_err e = stmt(s, consumer ? Q_WM_LIST : Q_WM_LIST_ALL, &st);
+    if (e) return e;
+    if (consumer) bt(st, 1, consumer);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
+        obx__watermark_row *w = &(*out)[(*n)++];
+        memset(w, 0, sizeof *w);
+        CT(st, 0, w->consumer_id);
+        CT(st, 1, w->topic);
+        w->partition = (int32_t)ci(st, 2);
+        w->offset = ci(st, 3);
+        CT(st, 4, w->event_id);
+        w->occurred_at = ci(st, 5);
+        w->committed_at = ci(st, 6);
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "watermarks");
+    sqlite3_reset(st);
+    if (e) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return e;
+}
+
+static obx_err sq_failure_bump(obx__store *base, const char *consumer, const char *event_id,
+                               const char *error, int64_t now, int32_t *failures) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_FAIL_BUMP, &st);
+    if (e) return e;
+    bt(st, 1, consumer);
+    bt(st, 2, event_id);
+    bt(st, 3, error);
+    bi(st, 4, now);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) *failures = (int32_t)ci(st, 0);
+    e = rc == SQLITE_ROW ? OBX_OK : map_rc(s, rc, "failure count");
+    sqlite3_reset(st);
+    return e;
+}
+
+static obx_err sq_failure_clear(obx__store *base, const char *consumer, const char *event_id) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_FAIL_CLEAR, &st);
+    if (e) return e;
+    bt(st, 1, consumer);
+    bt(st, 2, event_id);
+    return step_done(s, st, "failure clear");
+}
+
+static obx_err sq_poison_put(obx__store *base, const obx__poison_row *p) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_POISON_PUT, &st);
+    if (e) return e;
+    bt(st, 1, p->consumer_id);
+    bt(st, 2, p->event_id);
+    bt(st, 3, p->state);
+    bi(st, 4, p->failures);
+    bt(st, 5, p->last_error);
+    bt(st, 6, p->topic);
+    bi(st, 7, p->partition);
+    bi(st, 8, p->offset);
+    bt(st, 9, p->headers_json ? p->headers_json : "{}");
+    if (p->payload)
+        sqlite3_bind_blob(st, 10, p->payload, (int)p->payload_len, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, 10);
+    bi(st, 11, p->parked_at);
+    bi(st, 12, p->updated_at);
+    return step_done(s, st, "poison put");
+}
+
+static obx_err read_poison(sqlite3_stmt *st, obx__poison_row *p, bool payload) {
+    memset(p, 0, sizeof *p);
+    CT(st, 0, p->consumer_id);
+    CT(st, 1, p->event_id);
+    CT(st, 2, p->state);
+    p->failures = (int32_t)ci(st, 3);
+    CT(st, 4, p->last_error);
+    CT(st, 5, p->topic);
+    p->partition = (int32_t)ci(st, 6);
+    p->offset = ci(st, 7);
+    const unsigned char *h = sqlite3_column_text(st, 8);
+    p->headers_json = obx__strdup(h ? (const char *)h : "{}");
+    p->parked_at = ci(st, 9);
+    p->updated_at = ci(st, 10);
+    if (!p->headers_json) return obx__fail(OBX_ENOMEM, "poison: out of memory");
+    if (payload) {
+        int n = sqlite3_column_bytes(st, 11);
+        const void *b = sqlite3_column_blob(st, 11);
+        if (b && n > 0) {
+            p->payload = malloc((size_t)n);
+            if (!p->payload) return obx__fail(OBX_ENOMEM, "poison: out of memory");
+            memcpy(p->payload, b, (size_t)n);
+            p->payload_len = (size_t)n;
+        }
+    }
+    return OBX_OK;
+}
+
+static obx_err sq_poison_list(obx__store *base, const char *consumer, const char *state,
+                              obx__poison_row **out, size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    size_t cap = 0;
+    *out = NULL;
+    *n = 0;
+    obx_err e = stmt(s, Q_POISON_LIST, &st);
+    if (e) return e;
+    if (consumer) bt(st, 1, consumer);
+    if (state) bt(st, 2, state);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
+        e = read_poison(st, &(*out)[(*n)++], false);
+        if (e) break;
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "poison list");
+    sqlite3_reset(st);
+    if (e) {
+        obx__poison_rows_free(*out, *n);
+        *out = NULL;
+        *n = 0;
+    }
+    return e;
+}
+
+static obx_err sq_poison_get(obx__store *base, const char *consumer, const char *event_id,
+                             obx__poison_row *out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_POISON_GET, &st);
+    if (e) return e;
+    bt(st, 1, consumer);
+    bt(st, 2, event_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        e = read_poison(st, out, true);
+    else
+        e = rc == SQLITE_DONE ? obx__fail(OBX_ENOTFOUND, "no poison message %s for consumer %s",
+                                          event_id, consumer)
+                              : map_rc(s, rc, "poison get");
+    sqlite3_reset(st);
+    return e;
+}
+
+static obx_err sq_poison_set_state(obx__store *base, const char *consumer, const char *event_id,
+                                   const char *state, int64_t now) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_POISON_STATE, &st);
+    if (e) return e;
+    bt(st, 1, state);
+    bi(st, 2, now);
+    bt(st, 3, consumer);
+    bt(st, 4, event_id);
+    if ((e = step_done(s, st, "poison state"))) return e;
+    if (sqlite3_changes(s->db) != 1)
+        return obx__fail(OBX_ENOTFOUND, "no poison message %s for consumer %s", event_id, consumer);
+    return OBX_OK;
+}
+
+static obx_err sq_inbox_quarantine_put(obx__store *base, const char *consumer, const char *event_id,
+                                       const char *digest, const char *first_digest,
+                                       const char *reason, int64_t at) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_INBOX_QUAR, &st);
+    if (e) return e;
+    bt(st, 1, consumer);
+    bt(st, 2, event_id);
+    bt(st, 3, digest);
+    bt(st, 4, first_digest);
+    bt(st, 5, reason);
+    bi(st, 6, at);
+    return step_done(s, st, "inbox quarantine");
+}
+
+static obx_err sq_consume_audit_put(obx__store *base, const obx__consume_audit_row *a, size_t n) {
+    sq_store *s = (sq_store *)base;
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_stmt *st;
+        obx_err e = stmt(s, Q_CONSUME_AUDIT, &st);
+        if (e) return e;
+        bi(st, 1, a[i].at);
+        bt(st, 2, a[i].consumer_id);
+        bt(st, 3, a[i].event_id);
+        bt(st, 4, a[i].outcome);
+        bi(st, 5, a[i].duration_us);
+        bt(st, 6, a[i].detail);
+        if ((e = step_done(s, st, "consume audit"))) return e;
+    }
+    return OBX_OK;
+}
+
 const obx__store_methods obx__sqlite_store_methods = {
     .version = OBX__STORE_METHODS_VERSION,
     .name = "sqlite",
@@ -1118,4 +1546,19 @@ const obx__store_methods obx__sqlite_store_methods = {
     .load_audit = sq_load_audit,
     .counter_add = sq_counter_add,
     .counter_get = sq_counter_get,
+    .stats = sq_stats,
+    .find_by_correlation = sq_find_by_correlation,
+    .inbox_get = sq_inbox_get,
+    .inbox_put = sq_inbox_put,
+    .inbox_has = sq_inbox_has,
+    .watermark_put = sq_watermark_put,
+    .watermark_list = sq_watermark_list,
+    .failure_bump = sq_failure_bump,
+    .failure_clear = sq_failure_clear,
+    .poison_put = sq_poison_put,
+    .poison_list = sq_poison_list,
+    .poison_get = sq_poison_get,
+    .poison_set_state = sq_poison_set_state,
+    .inbox_quarantine_put = sq_inbox_quarantine_put,
+    .consume_audit_put = sq_consume_audit_put,
 };

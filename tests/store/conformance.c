@@ -1,0 +1,656 @@
+/*
+ * conformance.c — the store conformance suite (see conformance.h). It tests the store vtable's
+ * contract through the engine's wrappers: routes, enqueue round trips, idempotency, the claim
+ * rule (order per key, leases, backoff, cluster and alias filters), compare-and-set updates,
+ * attempts, receipts (one primary per event and generation), audit, selections, nested
+ * transactions, statistics and the inbox tables.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "engine/engine.h"
+#include "store/conformance.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static store_factory factory;
+
+typedef struct cx {
+    obx__store *s;
+    int64_t now;
+} cx;
+
+static int setup(void **state) {
+    cx *c = calloc(1, sizeof *c);
+    if (factory(&c->s) != OBX_OK) {
+        fprintf(stderr, "store factory: %s\n", obx_errmsg());
+        free(c);
+        return -1;
+    }
+    c->now = 1800000000000;
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state) {
+    cx *c = *state;
+    obx__st_close(c->s);
+    free(c);
+    return 0;
+}
+
+#define OK(x)                                                                                      \
+    do {                                                                                           \
+        obx_err e_ = (x);                                                                          \
+        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
+    } while (0)
+
+static void route(cx *c, const char *type, const char *topic, int unordered, const char *alias) {
+    obx_route r = {.event_type = type,
+                   .cluster = "local",
+                   .topic = topic,
+                   .unordered = unordered,
+                   .alias = alias};
+    OK(obx__route_set_at(c->s, &r, c->now, NULL));
+}
+
+static void enq(cx *c, const char *type, const char *agg, const char *corr, char id[31]) {
+    obx_event ev = {.event_type = type,
+                    .aggregate_type = "order",
+                    .aggregate_id = agg,
+                    .aggregate_version = 1,
+                    .tenant = "t1",
+                    .payload = "{\"x\":1}",
+                    .payload_len = 7,
+                    .correlation_id = corr};
+    obx_enqueue_result r;
+    OK(obx__enqueue_at(c->s, &ev, c->now, NULL, &r));
+    strcpy(id, r.event_id);
+}
+
+static obx__event_row load1(cx *c, const char *id, unsigned flags) {
+    obx__rows rows = {0};
+    OK(obx__st_load_events(c->s, &id, 1, flags, &rows));
+    assert_int_equal(rows.n, 1);
+    obx__event_row r = rows.v[0];
+    r.payload = NULL; /* freed below */
+    obx__rows_free(&rows);
+    return r;
+}
+
+static void test_init_and_routes(void **state) {
+    cx *c = *state;
+    int found = 0, known = 0;
+    OK(obx_store_schema_version(c->s, &found, &known));
+    assert_int_equal(found, known);
+    OK(obx_store_init(c->s)); /* idempotent */
+    obx__route_row rr;
+    assert_int_equal(c->s->m->route_get(c->s, "order.created.v1", &rr), OBX_ENOROUTE);
+    route(c, "order.created.v1", "orders", 0, NULL);
+    route(c, "order.created.v1", "orders2", 1, "alias-b");
+    route(c, "payment.done.v1", "payments", 0, NULL);
+    OK(c->s->m->route_get(c->s, "order.created.v1", &rr));
+    assert_string_equal(rr.topic, "orders2");
+    assert_true(rr.unordered);
+    assert_string_equal(rr.alias, "alias-b");
+    assert_string_equal(rr.algorithm, "murmur2");
+    assert_int_equal(rr.max_attempts, 8);
+    obx__route_row *list;
+    size_t n;
+    OK(c->s->m->route_list(c->s, false, &list, &n));
+    assert_int_equal(n, 2);
+    free(list);
+    OK(c->s->m->route_list(c->s, true, &list, &n));
+    assert_int_equal(n, 3);
+    assert_true(list[0].gen < list[1].gen);
+    free(list);
+}
+
+static void test_enqueue_roundtrip(void **state) {
+    cx *c = *state;
+    route(c, "order.created.v1", "orders", 0, NULL);
+    obx_event ev = {.event_type = "order.created.v1",
+                    .aggregate_type = "order",
+                    .aggregate_id = "o-ü",
+                    .aggregate_version = 42,
+                    .tenant = "tenant-7",
+                    .payload = "\x00\x01payload\xff",
+                    .payload_len = 10,
+                    .correlation_id = "corr",
+                    .causation_id = "cause",
+                    .traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                    .idempotency_key = "k-1",
+                    .occurred_at_ms = 1700000000001};
+    obx_enqueue_result res;
+    OK(obx__enqueue_at(c->s, &ev, c->now, NULL, &res));
+    obx__rows rows = {0};
+    const char *id = res.event_id;
+    OK(obx__st_load_events(c->s, &id, 1, OBX__LOAD_PAYLOAD, &rows));
+    assert_int_equal(rows.n, 1);
+    obx__event_row *r = &rows.v[0];
+    assert_int_equal(r->state, OBX__ST_PENDING);
+    assert_int_equal(r->envelope_gen, 1);
+    assert_int_equal(r->claim_gen, 0);
+    assert_int_equal(r->pinned_partition, -1);
+    assert_int_equal(r->committed_at, c->now);
+    assert_int_equal(r->available_at, c->now);
+    assert_string_equal(r->env.aggregate_id, "o-ü");
+    assert_int_equal(r->env.aggregate_version, 42);
+    assert_int_equal(r->env.occurred_at, 1700000000001);
+    assert_string_equal(r->env.causation_id, "cause");
+    assert_string_equal(r->env.idempotency_key, "k-1");
+    assert_string_equal(r->dest.topic, "orders");
+    assert_string_equal(r->dest.routing_key, "tenant-7.order.o-ü");
+    assert_int_equal(r->payload_len, 10);
+    assert_memory_equal(r->payload, "\x00\x01payload\xff", 10);
+    assert_false(r->payload_purged);
+    char d[OBX_DIGEST_LEN + 1];
+    OK(obx__dest_digest(&r->dest, d));
+    assert_string_equal(d, r->dest_digest);
+    assert_string_equal(d, res.dest_digest);
+    OK(obx__envelope_digest(&r->env, d));
+    assert_string_equal(d, r->envelope_digest);
+    assert_true(r->env.created_txid[0] != '\0');
+    obx__rows_free(&rows);
+    /* idempotency: same tenant+key returns the first; nothing new */
+    obx_enqueue_result again;
+    OK(obx__enqueue_at(c->s, &ev, c->now + 5, NULL, &again));
+    assert_true(again.existing);
+    assert_string_equal(again.event_id, res.event_id);
+    obx__store_stats st;
+    OK(c->s->m->stats(c->s, &st));
+    assert_int_equal(st.by_state[OBX__ST_PENDING], 1);
+    /* bad input leaves nothing */
+    ev.tenant = "bad tenant";
+    assert_int_equal(obx__enqueue_at(c->s, &ev, c->now, NULL, &again), OBX_EINVAL);
+    ev.tenant = "t2";
+    ev.event_type = "no.route.v1";
+    assert_int_equal(obx__enqueue_at(c->s, &ev, c->now, NULL, &again), OBX_ENOROUTE);
+    OK(c->s->m->stats(c->s, &st));
+    assert_int_equal(st.by_state[OBX__ST_PENDING], 1);
+    /* missing IDs are skipped by load */
+    const char *missing = "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G";
+    OK(obx__st_load_events(c->s, &missing, 1, 0, &rows));
+    assert_int_equal(rows.n, 0);
+    obx__rows_free(&rows);
+}
+
+static void claim(cx *c, obx__claim_req *req, obx__rows *out) {
+    OK(obx__st_begin(c->s));
+    OK(obx__st_claim_candidates(c->s, req, out));
+    OK(obx__st_commit(c->s));
+}
+
+static bool has(const obx__rows *r, const char *id) {
+    for (size_t i = 0; i < r->n; i++)
+        if (!strcmp(r->v[i].env.event_id, id)) return true;
+    return false;
+}
+
+static void set_state(cx *c, const char *id, obx__state to, int64_t lease_until) {
+    obx__event_row r = load1(c, id, 0);
+    obx__state from = r.state;
+    int64_t gen = r.claim_gen;
+    r.state = to;
+    r.lease_until = lease_until;
+    if (to == OBX__ST_CLAIMED) r.claim_gen++;
+    if (to == OBX__ST_PUBLISHED) r.published_at = c->now;
+    obx__event_update u = {&r, from, gen};
+    bool ok = false;
+    OK(obx__st_begin(c->s));
+    OK(obx__st_update_events(c->s, &u, 1, &ok));
+    OK(obx__st_commit(c->s));
+    assert_true(ok);
+}
+
+static void test_claim_rule(void **state) {
+    cx *c = *state;
+    route(c, "order.created.v1", "orders", 0, NULL);
+    route(c, "order.free.v1", "free", 1, "other");
+    char a1[31], a2[31], b1[31], u1[31], u2[31];
+    enq(c, "order.created.v1", "o-a", "", a1); /* key A: a1 then a2 */
+    enq(c, "order.created.v1", "o-a", "", a2);
+    enq(c, "order.created.v1", "o-b", "", b1);
+    enq(c, "order.free.v1", "o-u", "", u1); /* unordered: both claimable */
+    enq(c, "order.free.v1", "o-u", "", u2);
+    obx__claim_req req = {.now = c->now, .limit = 100};
+    obx__rows r = {0};
+    claim(c, &req, &r);
+    assert_true(has(&r, a1));
+    assert_false(has(&r, a2)); /* behind an unpublished event with the same key */
+    assert_true(has(&r, b1));
+    assert_true(has(&r, u1));
+    assert_true(has(&r, u2));
+    assert_int_equal(r.n, 4);
+    for (size_t i = 1; i < r.n; i++) assert_true(r.v[i - 1].seq < r.v[i].seq); /* oldest first */
+    assert_non_null(r.v[0].payload);
+    obx__rows_free(&r);
+    /* limit */
+    req.limit = 2;
+    claim(c, &req, &r);
+    assert_int_equal(r.n, 2);
+    obx__rows_free(&r);
+    req.limit = 100;
+    /* alias and cluster filters */
+    const char *aliases[] = {"other"};
+    req.aliases = aliases;
+    req.n_aliases = 1;
+    claim(c, &req, &r);
+    assert_int_equal(r.n, 2);
+    assert_true(has(&r, u1));
+    obx__rows_free(&r);
+    req.n_aliases = 0;
+    req.cluster = "elsewhere";
+    claim(c, &req, &r);
+    assert_int_equal(r.n, 0);
+    obx__rows_free(&r);
+    req.cluster = "local";
+    /* a1 claimed with a live lease: neither a1 nor a2 */
+    set_state(c, a1, OBX__ST_CLAIMED, c->now + 1000);
+    claim(c, &req, &r);
+    assert_false(has(&r, a1));
+    assert_false(has(&r, a2));
+    obx__rows_free(&r);
+    /* lease expired and no attempt: a1 may be claimed again */
+    req.now = c->now + 1000;
+    claim(c, &req, &r);
+    assert_true(has(&r, a1));
+    assert_false(has(&r, a2));
+    obx__rows_free(&r);
+    /* a1 SENDING, then UNKNOWN: still holds a2 back */
+    set_state(c, a1, OBX__ST_SENDING, c->now + 5000);
+    claim(c, &req, &r);
+    assert_false(has(&r, a1));
+    assert_false(has(&r, a2));
+    obx__rows_free(&r);
+    /* a1 published: a2 is next */
+    set_state(c, a1, OBX__ST_PUBLISHED, 0);
+    claim(c, &req, &r);
+    assert_true(has(&r, a2));
+    obx__rows_free(&r);
+    /* backoff: available_at in the future */
+    obx__event_row row = load1(c, b1, 0);
+    row.available_at = c->now + 60000;
+    obx__event_update u = {&row, row.state, row.claim_gen};
+    bool ok;
+    OK(obx__st_begin(c->s));
+    OK(obx__st_update_events(c->s, &u, 1, &ok));
+    OK(obx__st_commit(c->s));
+    claim(c, &req, &r);
+    assert_false(has(&r, b1));
+    obx__rows_free(&r);
+    req.now = c->now + 60000;
+    claim(c, &req, &r);
+    assert_true(has(&r, b1));
+    obx__rows_free(&r);
+}
+
+static void test_cas(void **state) {
+    cx *c = *state;
+    route(c, "order.created.v1", "orders", 0, NULL);
+    char a[31];
+    enq(c, "order.created.v1", "o-1", "", a);
+    obx__event_row r = load1(c, a, 0);
+    r.state = OBX__ST_CLAIMED;
+    r.claim_gen = 1;
+    obx__strlcpy(r.owner, "relay-1", sizeof r.owner);
+    r.lease_until = c->now + 100;
+    obx__event_update u[2] = {{&r, OBX__ST_PENDING, 0}, {&r, OBX__ST_PENDING, 0}};
+    bool ok[2] = {false, false};
+    OK(obx__st_begin(c->s));
+    OK(obx__st_update_events(c->s, u, 1, ok));
+    assert_true(ok[0]);
+    /* the same expectation again loses: the state moved on */
+    OK(obx__st_update_events(c->s, u + 1, 1, ok + 1));
+    assert_false(ok[1]);
+    OK(obx__st_commit(c->s));
+    obx__event_row back = load1(c, a, 0);
+    assert_int_equal(back.state, OBX__ST_CLAIMED);
+    assert_int_equal(back.claim_gen, 1);
+    assert_string_equal(back.owner, "relay-1");
+    assert_int_equal(back.lease_until, c->now + 100);
+    /* stale claim_gen loses */
+    back.state = OBX__ST_SENDING;
+    obx__event_update stale = {&back, OBX__ST_CLAIMED, 0};
+    OK(obx__st_begin(c->s));
+    OK(obx__st_update_events(c->s, &stale, 1, ok));
+    OK(obx__st_commit(c->s));
+    assert_false(ok[0]);
+    /* rollback undoes an applied update */
+    obx__event_update good = {&back, OBX__ST_CLAIMED, 1};
+    OK(obx__st_begin(c->s));
+    OK(obx__st_update_events(c->s, &good, 1, ok));
+    assert_true(ok[0]);
+    OK(obx__st_rollback(c->s));
+    assert_int_equal(load1(c, a, 0).state, OBX__ST_CLAIMED);
+    /* nested: inner rolled back, outer kept */
+    obx__event_row r2 = load1(c, a, 0);
+    r2.rejections = 3;
+    obx__event_update g2 = {&r2, OBX__ST_CLAIMED, 1};
+    OK(obx__st_begin(c->s));
+    OK(obx__st_update_events(c->s, &g2, 1, ok));
+    OK(obx__st_begin(c->s));
+    obx__event_row r3 = r2;
+    r3.rejections = 7;
+    obx__event_update g3 = {&r3, OBX__ST_CLAIMED, 1};
+    OK(obx__st_update_events(c->s, &g3, 1, ok));
+    OK(obx__st_rollback(c->s));
+    OK(obx__st_commit(c->s));
+    assert_int_equal(load1(c, a, 0).rejections, 3);
+}
+
+static obx__attempt_row attempt(const char *event_id, const char *att, int gen) {
+    obx__attempt_row a;
+    memset(&a, 0, sizeof a);
+    strcpy(a.attempt_id, att);
+    strcpy(a.event_id, event_id);
+    a.envelope_gen = 1;
+    a.attempt_gen = gen;
+    a.claim_gen = 1;
+    strcpy(a.owner, "relay-1");
+    strcpy(a.dest_digest,
+           "sha256:0000000000000000000000000000000000000000000000000000000000000000");
+    a.partition = 3;
+    a.state = OBX__AT_SENDING;
+    a.started_at = 1000 + gen;
+    a.offset_before = -1;
+    return a;
+}
+
+static void test_attempts_receipts_audit(void **state) {
+    cx *c = *state;
+    route(c, "order.created.v1", "orders", 0, NULL);
+    char a[31];
+    enq(c, "order.created.v1", "o-1", "", a);
+    obx__attempt_row at[2] = {attempt(a, "att-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G", 1),
+                              attempt(a, "att-01J9ZQ4X5Y6Z7A8B9C0D1E2F3H", 2)};
+    OK(obx__st_begin(c->s));
+    OK(obx__st_insert_attempts(c->s, at, 2));
+    OK(obx__st_commit(c->s));
+    at[0].state = OBX__AT_UNKNOWN;
+    at[0].unknown_at = 1500;
+    at[0].quiet_until = 1600;
+    strcpy(at[0].detail, "ack timed out");
+    OK(obx__st_begin(c->s));
+    OK(obx__st_update_attempts(c->s, at, 1));
+    OK(obx__st_commit(c->s));
+    obx__attempt_row *got;
+    size_t n;
+    const char *ids[] = {at[1].attempt_id, at[0].attempt_id, "att-missing"};
+    OK(obx__st_load_attempts(c->s, ids, 3, NULL, &got, &n));
+    assert_int_equal(n, 2);
+    assert_string_equal(got[0].attempt_id, at[1].attempt_id);
+    assert_int_equal(got[1].state, OBX__AT_UNKNOWN);
+    assert_int_equal(got[1].quiet_until, 1600);
+    assert_string_equal(got[1].detail, "ack timed out");
+    assert_int_equal(got[1].partition, 3);
+    free(got);
+    OK(obx__st_load_attempts(c->s, NULL, 0, a, &got, &n));
+    assert_int_equal(n, 2);
+    assert_int_equal(got[0].attempt_gen, 1);
+    free(got);
+    /* an attempt's identity is frozen: a second insert with the same ID conflicts */
+    OK(obx__st_begin(c->s));
+    assert_int_equal(obx__st_insert_attempts(c->s, at, 1), OBX_ECONFLICT);
+    OK(obx__st_rollback(c->s));
+
+    obx__receipt_row rc;
+    memset(&rc, 0, sizeof rc);
+    strcpy(rc.event_id, a);
+    rc.envelope_gen = 1;
+    strcpy(rc.attempt_id, at[0].attempt_id);
+    rc.kind = OBX__RK_PRIMARY;
+    strcpy(rc.cluster, "local");
+    strcpy(rc.topic, "orders");
+    rc.partition = 3;
+    rc.offset = 77;
+    rc.broker_ts = 1234;
+    strcpy(rc.payload_digest, at[0].dest_digest);
+    strcpy(rc.dest_digest, at[0].dest_digest);
+    rc.created_at = c->now;
+    OK(obx__st_begin(c->s));
+    OK(obx__st_insert_receipts(c->s, &rc, 1));
+    OK(obx__st_commit(c->s));
+    /* a second PRIMARY for the same event and generation is refused by the store itself */
+    OK(obx__st_begin(c->s));
+    assert_int_equal(obx__st_insert_receipts(c->s, &rc, 1), OBX_ECONFLICT);
+    OK(obx__st_rollback(c->s));
+    rc.kind = OBX__RK_DUPLICATE;
+    rc.offset = 78;
+    obx__receipt_row more[2] = {rc, rc};
+    more[1].kind = OBX__RK_QUARANTINED;
+    strcpy(more[1].reason, "payload digest differs");
+    OK(obx__st_begin(c->s));
+    OK(obx__st_insert_receipts(c->s, more, 2));
+    OK(obx__st_commit(c->s));
+    obx__receipt_row *rr;
+    OK(c->s->m->load_receipts(c->s, a, &rr, &n));
+    assert_int_equal(n, 3);
+    assert_int_equal(rr[0].kind, OBX__RK_PRIMARY);
+    assert_int_equal(rr[0].offset, 77);
+    assert_int_equal(rr[1].kind, OBX__RK_DUPLICATE);
+    assert_int_equal(rr[2].kind, OBX__RK_QUARANTINED);
+    assert_string_equal(rr[2].reason, "payload digest differs");
+    free(rr);
+
+    obx__audit_row au;
+    memset(&au, 0, sizeof au);
+    au.at = c->now;
+    au.actor = OBX__ACT_DISPATCHER;
+    strcpy(au.who, "relay-1");
+    strcpy(au.event_id, a);
+    au.envelope_gen = 1;
+    au.from = OBX__ST_PENDING;
+    au.to = OBX__ST_CLAIMED;
+    au.claim_gen = 1;
+    strcpy(au.reason, "claimed");
+    OK(obx__st_begin(c->s));
+    OK(obx__st_insert_audit(c->s, &au, 1));
+    /* a transition outside the table is refused before it reaches the store */
+    au.to = OBX__ST_PUBLISHED;
+    assert_int_equal(obx__st_insert_audit(c->s, &au, 1), OBX_EINTERNAL);
+    OK(obx__st_commit(c->s));
+    obx__audit_row *aa;
+    OK(c->s->m->load_audit(c->s, a, &aa, &n));
+    assert_int_equal(n, 2); /* the producer's row and ours */
+    assert_int_equal(aa[0].to, OBX__ST_PENDING);
+    assert_int_equal(aa[1].actor, OBX__ACT_DISPATCHER);
+    assert_string_equal(aa[1].who, "relay-1");
+    free(aa);
+    OK(obx__st_begin(c->s));
+    OK(obx__st_counter_add(c->s, "alarms", 2));
+    OK(obx__st_counter_add(c->s, "alarms", 3));
+    OK(obx__st_commit(c->s));
+    int64_t v;
+    OK(c->s->m->counter_get(c->s, "alarms", &v));
+    assert_int_equal(v, 5);
+    OK(c->s->m->counter_get(c->s, "nothing", &v));
+    assert_int_equal(v, 0);
+}
+
+static void test_selects_and_stats(void **state) {
+    cx *c = *state;
+    route(c, "order.created.v1", "orders", 1, NULL);
+    char a[31], b[31], d[31], e[31];
+    enq(c, "order.created.v1", "o-1", "corr-x", a);
+    enq(c, "order.created.v1", "o-2", "corr-x", b);
+    enq(c, "order.created.v1", "o-3", "corr-y", d);
+    enq(c, "order.created.v1", "o-4", "", e);
+    set_state(c, a, OBX__ST_CLAIMED, c->now + 10);
+    set_state(c, a, OBX__ST_SENDING, c->now + 10);
+    set_state(c, b, OBX__ST_CLAIMED, c->now + 10);
+    set_state(c, b, OBX__ST_SENDING, c->now + 99);
+    obx__event_row r = load1(c, d, 0);
+    r.state = OBX__ST_DISPATCH_UNKNOWN;
+    r.next_check_at = c->now + 50;
+    r.unknown_since = c->now - 7;
+    obx__event_update u = {&r, OBX__ST_PENDING, 0};
+    bool ok;
+    OK(obx__st_begin(c->s));
+    OK(obx__st_update_events(c->s, &u, 1, &ok));
+    OK(obx__st_commit(c->s));
+    obx__select_req q = {.kind = OBX__SEL_EXPIRED_SENDING, .now = c->now + 10, .limit = 10};
+    obx__rows rows = {0};
+    OK(obx__st_select(c->s, &q, &rows));
+    assert_int_equal(rows.n, 1);
+    assert_string_equal(rows.v[0].env.event_id, a);
+    obx__rows_free(&rows);
+    q.kind = OBX__SEL_RECONCILE;
+    OK(obx__st_select(c->s, &q, &rows));
+    assert_int_equal(rows.n, 0);
+    obx__rows_free(&rows);
+    q.now = c->now + 50;
+    q.payload = true;
+    OK(obx__st_select(c->s, &q, &rows));
+    assert_int_equal(rows.n, 1);
+    assert_string_equal(rows.v[0].env.event_id, d);
+    assert_int_equal(rows.v[0].payload_len, 7);
+    assert_memory_equal(rows.v[0].payload, "{\"x\":1}", 7);
+    obx__rows_free(&rows);
+    q.kind = OBX__SEL_STATE;
+    q.state = OBX__ST_PENDING;
+    q.payload = false;
+    OK(obx__st_select(c->s, &q, &rows));
+    assert_int_equal(rows.n, 1);
+    assert_string_equal(rows.v[0].env.event_id, e);
+    obx__rows_free(&rows);
+    obx__store_stats st;
+    OK(c->s->m->stats(c->s, &st));
+    assert_int_equal(st.by_state[OBX__ST_SENDING], 2);
+    assert_int_equal(st.by_state[OBX__ST_DISPATCH_UNKNOWN], 1);
+    assert_int_equal(st.by_state[OBX__ST_PENDING], 1);
+    assert_int_equal(st.oldest_pending_committed_at, c->now);
+    assert_int_equal(st.oldest_unknown_since, c->now - 7);
+    char(*ids)[OBX_EVENT_ID_LEN + 1];
+    size_t n;
+    OK(c->s->m->find_by_correlation(c->s, "corr-x", 10, &ids, &n));
+    assert_int_equal(n, 2);
+    assert_string_equal(ids[0], a);
+    assert_string_equal(ids[1], b);
+    free(ids);
+}
+
+static void test_inbox_tables(void **state) {
+    cx *c = *state;
+    obx__inbox_row r, got;
+    memset(&r, 0, sizeof r);
+    strcpy(r.consumer_id, "projection");
+    strcpy(r.event_id, "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G");
+    strcpy(r.payload_digest,
+           "sha256:1111111111111111111111111111111111111111111111111111111111111111");
+    strcpy(r.event_type, "order.created.v1");
+    strcpy(r.tenant, "t1");
+    strcpy(r.outcome, "APPLIED");
+    strcpy(r.result, "order o-1 projected");
+    strcpy(r.topic, "orders");
+    r.partition = 2;
+    r.offset = 9;
+    r.consumed_at = c->now;
+    r.duration_us = 120;
+    assert_int_equal(c->s->m->inbox_get(c->s, "projection", r.event_id, &got), OBX_ENOTFOUND);
+    OK(obx__st_begin(c->s));
+    OK(c->s->m->inbox_put(c->s, &r));
+    OK(obx__st_commit(c->s));
+    OK(obx__st_begin(c->s));
+    assert_int_equal(c->s->m->inbox_put(c->s, &r), OBX_ECONFLICT); /* unique (consumer, event) */
+    OK(obx__st_rollback(c->s));
+    OK(c->s->m->inbox_get(c->s, "projection", r.event_id, &got));
+    assert_string_equal(got.result, "order o-1 projected");
+    assert_int_equal(got.offset, 9);
+    const char *ids[] = {r.event_id, "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3H"};
+    bool present[2];
+    OK(c->s->m->inbox_has(c->s, "projection", ids, 2, present));
+    assert_true(present[0]);
+    assert_false(present[1]);
+    OK(c->s->m->inbox_has(c->s, "other", ids, 1, present));
+    assert_false(present[0]);
+
+    obx__watermark_row w = {.partition = 2, .offset = 9, .occurred_at = 5, .committed_at = 6};
+    strcpy(w.consumer_id, "projection");
+    strcpy(w.topic, "orders");
+    strcpy(w.event_id, r.event_id);
+    OK(c->s->m->watermark_put(c->s, &w));
+    w.offset = 4; /* an older position never moves the watermark back */
+    OK(c->s->m->watermark_put(c->s, &w));
+    obx__watermark_row *wl;
+    size_t n;
+    OK(c->s->m->watermark_list(c->s, "projection", &wl, &n));
+    assert_int_equal(n, 1);
+    assert_int_equal(wl[0].offset, 9);
+    assert_string_equal(wl[0].event_id, r.event_id);
+    free(wl);
+    OK(c->s->m->watermark_list(c->s, NULL, &wl, &n));
+    assert_int_equal(n, 1);
+    free(wl);
+
+    int32_t f = 0;
+    OK(c->s->m->failure_bump(c->s, "projection", ids[1], "boom", c->now, &f));
+    assert_int_equal(f, 1);
+    OK(c->s->m->failure_bump(c->s, "projection", ids[1], "boom again", c->now, &f));
+    assert_int_equal(f, 2);
+    OK(c->s->m->failure_clear(c->s, "projection", ids[1]));
+    OK(c->s->m->failure_bump(c->s, "projection", ids[1], "boom", c->now, &f));
+    assert_int_equal(f, 1);
+
+    obx__poison_row p;
+    memset(&p, 0, sizeof p);
+    strcpy(p.consumer_id, "projection");
+    strcpy(p.event_id, ids[1]);
+    strcpy(p.state, "PARKED");
+    p.failures = 5;
+    strcpy(p.last_error, "handler failed 5 times");
+    strcpy(p.topic, "orders");
+    p.offset = 10;
+    p.headers_json = "{\"obx-event-id\":\"x\"}";
+    p.payload = (unsigned char *)"abc";
+    p.payload_len = 3;
+    p.parked_at = c->now;
+    p.updated_at = c->now;
+    OK(c->s->m->poison_put(c->s, &p));
+    obx__poison_row *pl;
+    OK(c->s->m->poison_list(c->s, NULL, "PARKED", &pl, &n));
+    assert_int_equal(n, 1);
+    assert_int_equal(pl[0].failures, 5);
+    assert_null(pl[0].payload);
+    assert_string_equal(pl[0].headers_json, "{\"obx-event-id\":\"x\"}");
+    obx__poison_rows_free(pl, n);
+    obx__poison_row pg;
+    OK(c->s->m->poison_get(c->s, "projection", ids[1], &pg));
+    assert_int_equal(pg.payload_len, 3);
+    assert_memory_equal(pg.payload, "abc", 3);
+    free(pg.payload);
+    free(pg.headers_json);
+    OK(c->s->m->poison_set_state(c->s, "projection", ids[1], "REDRIVE", c->now + 1));
+    OK(c->s->m->poison_list(c->s, "projection", "PARKED", &pl, &n));
+    assert_int_equal(n, 0);
+    obx__poison_rows_free(pl, n);
+    assert_int_equal(c->s->m->poison_set_state(c->s, "projection", ids[0], "DONE", 1),
+                     OBX_ENOTFOUND);
+    assert_int_equal(c->s->m->poison_get(c->s, "nobody", ids[1], &pg), OBX_ENOTFOUND);
+    OK(c->s->m->inbox_quarantine_put(c->s, "projection", ids[0], r.payload_digest, r.payload_digest,
+                                     "digest differs", c->now));
+    obx__consume_audit_row ca = {.at = c->now, .duration_us = 5};
+    strcpy(ca.consumer_id, "projection");
+    strcpy(ca.event_id, ids[0]);
+    strcpy(ca.outcome, "APPLIED");
+    OK(c->s->m->consume_audit_put(c->s, &ca, 1));
+}
+
+int store_conformance_run(const char *label, store_factory f) {
+    factory = f;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_init_and_routes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_roundtrip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_rule, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cas, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_attempts_receipts_audit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_selects_and_stats, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_inbox_tables, setup, teardown),
+    };
+    return _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
+}
