@@ -210,6 +210,132 @@ OBX_API obx_err obx_enqueue(obx_store *s, const obx_event *ev, obx_enqueue_resul
 OBX_API obx_err obx_inspect(obx_store *s, const char *event_id, char **out_json);
 
 /* ---------------------------------------------------------------------------------------------
+ * Operator actions.
+ * ------------------------------------------------------------------------------------------- */
+/* PARKED -> PENDING (rejection count reset). who names the operator in the audit row (NULL =
+ * "operator"). OBX_EREFUSED when the event is not PARKED. */
+OBX_API obx_err obx_requeue(obx_store *s, const char *event_id, const char *who);
+
+/* Whole-outbox report as JSON: counts by state, receipts by kind, UNKNOWN resolution times
+ * (count, p50, p99, max in ms), oldest PENDING, and invariant checks (every PUBLISHED event has
+ * exactly one primary receipt, none has two). *out_json is the caller's (obx_free). */
+OBX_API obx_err obx_report(obx_store *s, char **out_json);
+
+/* ---------------------------------------------------------------------------------------------
+ * Inbox (consumer side, DESIGN.md §7). Runs inside the consumer's own database: the consume
+ * receipt (unique per consumer and event), the handler's effect and the consumer watermark
+ * commit together; only then may the caller acknowledge the broker position.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct obx_inbox obx_inbox;
+
+/* A delivered message as the handler sees it. All pointers are borrowed for the call. */
+typedef struct obx_message {
+    const char *event_id;
+    int envelope_gen;
+    const char *event_type;
+    const char *tenant;
+    const char *aggregate_type;
+    const char *aggregate_id;
+    int64_t aggregate_version;
+    const char *correlation_id;
+    const char *causation_id;
+    const char *traceparent;
+    int64_t occurred_at;
+    const char *payload_digest; /* as carried by the message; checked against the payload */
+    const void *payload;
+    size_t payload_len;
+    const char *topic;
+    int32_t partition;
+    int64_t offset;
+    int redelivered;
+    const char *header_error; /* non-NULL/non-empty: the message's headers were malformed */
+} obx_message;
+
+/* Applies the effect using db (the consumer's connection given to obx_inbox_open: a sqlite3 *
+ * or PGconn *) inside the inbox's transaction. Writes a short human result (may be empty) into
+ * result. Return OBX_OK to commit, anything else to roll back (the message is retried, then
+ * parked as poison after max_failures). effect_key is stable for (consumer, event): use it as
+ * the idempotency key of external calls (payments, e-mail), with obx_inbox_effect_key() for
+ * several effects per event. */
+typedef obx_err (*obx_inbox_handler)(void *user, void *db, const obx_message *m,
+                                     const char *effect_key, char *result, size_t result_cap);
+
+typedef struct obx_inbox_options {
+    const char *consumer_id;          /* required, [A-Za-z0-9._-] */
+    const char *const *event_types;   /* accepted contracts, exact versioned names; NULL = any */
+    size_t n_event_types;
+    const char *const *tenants;       /* accepted tenants; NULL = any */
+    size_t n_tenants;
+    int max_failures;                 /* handler failures before parking as poison; 0 = 5 */
+} obx_inbox_options;
+
+typedef enum obx_inbox_outcome {
+    OBX_INBOX_APPLIED = 1,     /* effect applied and committed with its receipt */
+    OBX_INBOX_DUPLICATE = 2,   /* seen before: the original receipt, effect not run again */
+    OBX_INBOX_QUARANTINED = 3, /* same event ID, different payload digest: not applied */
+    OBX_INBOX_FAILED = 4,      /* handler failed; rolled back; retry later (do not ack) */
+    OBX_INBOX_POISONED = 5,    /* parked as poison (failures, contract, tenant, bad headers) */
+} obx_inbox_outcome;
+
+typedef struct obx_inbox_result {
+    obx_inbox_outcome outcome;
+    int ack;        /* 1: the caller may now acknowledge / commit the broker position */
+    int failures;   /* handler failures so far for this event */
+    char result[256];  /* the handler's result (the original one for a duplicate) */
+    char detail[256];  /* why (quarantine, poison, failure) */
+} obx_inbox_result;
+
+/* Opens an inbox on the consumer's database handle (not owned; keep it open until close).
+ * The obx schema must be initialized there (obx_store_init on a wrapper, or `obx init`). */
+OBX_API obx_err obx_inbox_open(obx_store *consumer_db, const obx_inbox_options *opt,
+                               obx_inbox **out);
+OBX_API void obx_inbox_close(obx_inbox *in);
+/* Processes one delivery. db_conn is passed to the handler (the connection behind
+ * consumer_db). On OBX_OK, *out says what happened and whether to ack. */
+OBX_API obx_err obx_inbox_process(obx_inbox *in, const obx_message *m, obx_inbox_handler h,
+                                  void *user, void *db_conn, obx_inbox_result *out);
+/* Parked poison messages as a JSON array (consumer NULL = all); the caller frees. */
+OBX_API obx_err obx_inbox_poison_list(obx_store *consumer_db, const char *consumer,
+                                      char **out_json);
+/* Marks a parked poison message for re-drive; the consumer applies it on its next cycle. */
+OBX_API obx_err obx_inbox_redrive(obx_store *consumer_db, const char *consumer,
+                                  const char *event_id);
+/* "fx-" + 64 hex: SHA-256 over (consumer, event_id, effect_name); out has 68 bytes. */
+OBX_API obx_err obx_inbox_effect_key(const char *consumer, const char *event_id,
+                                     const char *effect_name, char out[68]);
+
+/* ---------------------------------------------------------------------------------------------
+ * Configuration (YAML, see README "Configuration reference") and the relay daemon.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct obx_config obx_config;
+
+/* Defaults that work: sqlite:obx.db, log:obx-broker.db, 2 dispatchers. */
+OBX_API obx_err obx_config_new(obx_config **out);
+/* Loads a YAML file over the defaults. Errors name the key and the line. */
+OBX_API obx_err obx_config_load(const char *path, obx_config **out);
+/* Sets one key by its dotted name ("db", "broker", "relay.dispatchers", ...), as a flag
+ * override would; value is parsed like the YAML scalar. */
+OBX_API obx_err obx_config_set(obx_config *c, const char *key, const char *value);
+/* Effective configuration as JSON (secrets redacted); the caller frees. */
+OBX_API obx_err obx_config_dump(const obx_config *c, char **out_json);
+OBX_API void obx_config_free(obx_config *c);
+
+typedef struct obx_relay obx_relay;
+
+/* Starts the relay's threads (dispatchers, reconciler, sweeper; HTTP when configured). The
+ * configuration is copied. */
+OBX_API obx_err obx_relay_start(const obx_config *c, obx_relay **out);
+/* Asks the relay to stop: it stops claiming, drains in-flight ACKs (bounded by
+ * relay.drain_ms) and its threads end. Safe to call from any thread, not from a signal
+ * handler. */
+OBX_API void obx_relay_stop(obx_relay *r);
+/* Waits for the threads; returns the first fatal error, or OBX_OK after a clean stop. */
+OBX_API obx_err obx_relay_wait(obx_relay *r);
+/* Counters as JSON (claimed, sent, accepted, duplicates, ...); the caller frees. */
+OBX_API obx_err obx_relay_stats(obx_relay *r, char **out_json);
+OBX_API void obx_relay_close(obx_relay *r);
+
+/* ---------------------------------------------------------------------------------------------
  * URL helpers (pure).
  * ------------------------------------------------------------------------------------------- */
 /* Checks a store or broker URL; on error the message names the bad part. kind is "store" or

@@ -53,6 +53,12 @@ const obx__transition obx__transitions[] = {
     T(RETRY_CLAIMED, SENDING, RECONCILER, "obx__engine_begin_attempts",
       "retry attempt (attempt_gen+1) to the frozen destination"),
     T(RETRY_CLAIMED, PUBLISHED, ACCEPTOR, "obx__accept_receipts", "late ACK of an older attempt"),
+    /* After a blind retry, the older attempt stays UNKNOWN; if the newer one is then definitely
+     * rejected the event is PENDING again (or CLAIMED, or PARKED) while the older one may still
+     * have been persisted. Its late valid ACK must reach the empty slot (DESIGN.md §4). */
+    T(PENDING, PUBLISHED, ACCEPTOR, "obx__accept_receipts", "late ACK of an older UNKNOWN attempt"),
+    T(CLAIMED, PUBLISHED, ACCEPTOR, "obx__accept_receipts", "late ACK of an older UNKNOWN attempt"),
+    T(PARKED, PUBLISHED, ACCEPTOR, "obx__accept_receipts", "late ACK of an older UNKNOWN attempt"),
     T(RETRY_CLAIMED, RETRY_CLAIMED, RECONCILER, "obx__reconcile_begin",
       "retry claim lease expired: taken over"),
     T(PARKED, PENDING, OPERATOR, "obx_requeue", "operator requeued a parked event"),

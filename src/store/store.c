@@ -8,12 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-static long fault_at;   /* 0: off */
-static long call_count; /* calls through the wrappers, process-wide */
+static long fault_at;      /* 0: off */
+static int fault_sticky;   /* fail every call from fault_at on */
+static long call_count;    /* calls through the wrappers, process-wide */
 
 void obx__st_fault_after(long k) {
+    __atomic_store_n(&fault_sticky, 0, __ATOMIC_SEQ_CST);
     __atomic_store_n(&fault_at, k, __ATOMIC_SEQ_CST);
     __atomic_store_n(&call_count, 0, __ATOMIC_SEQ_CST);
+}
+
+void obx__st_fault_from(long k) {
+    obx__st_fault_after(k);
+    __atomic_store_n(&fault_sticky, 1, __ATOMIC_SEQ_CST);
 }
 
 long obx__st_calls(void) { return __atomic_load_n(&call_count, __ATOMIC_SEQ_CST); }
@@ -21,7 +28,8 @@ long obx__st_calls(void) { return __atomic_load_n(&call_count, __ATOMIC_SEQ_CST)
 static obx_err fault(const char *what) {
     long n = __atomic_add_fetch(&call_count, 1, __ATOMIC_SEQ_CST);
     long k = __atomic_load_n(&fault_at, __ATOMIC_SEQ_CST);
-    if (k && n == k) return obx__fail(OBX_EIO, "injected store fault at call %ld (%s)", n, what);
+    if (k && (n == k || (n > k && __atomic_load_n(&fault_sticky, __ATOMIC_SEQ_CST))))
+        return obx__fail(OBX_EIO, "injected store fault at call %ld (%s)", n, what);
     return OBX_OK;
 }
 

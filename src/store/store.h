@@ -218,7 +218,11 @@ typedef struct obx__store_stats {
     int64_t oldest_pending_committed_at; /* 0: none */
     int64_t oldest_unknown_since;        /* 0: none */
     int64_t receipts_primary, receipts_duplicate, receipts_quarantined, receipts_migration;
-    int64_t attempts_unknown; /* attempts currently UNKNOWN */
+    int64_t attempts_unknown; /* UNKNOWN attempts of events whose slot is still empty */
+    /* invariant checks (all must be 0) */
+    int64_t published_without_primary; /* PUBLISHED/RETAINED/PURGED with no primary receipt */
+    int64_t primary_not_published;     /* a primary receipt on an event that is not published */
+    int64_t multi_primary;             /* events with more than one primary per generation */
 } obx__store_stats;
 
 /* ---- requests ---------------------------------------------------------------------------- */
@@ -321,6 +325,9 @@ typedef struct obx__store_methods {
 
     /* statistics and search */
     obx_err (*stats)(obx__store *s, obx__store_stats *out);
+    /* For every published event that had an UNKNOWN attempt: published_at - first unknown_at
+     * (ms). *ms is malloc'ed. */
+    obx_err (*unknown_resolutions)(obx__store *s, int64_t **ms, size_t *n);
     /* Event IDs with this correlation ID, oldest first (at most limit). */
     obx_err (*find_by_correlation)(obx__store *s, const char *correlation_id, size_t limit,
                                    char (**ids)[OBX_EVENT_ID_LEN + 1], size_t *n);
@@ -395,6 +402,8 @@ obx_err obx__st_counter_add(obx__store *s, const char *name, int64_t delta);
 /* Fault injection for tests (SQLite's xSetSystemCall idea): when set, the k-th wrapper call
  * (1-based, counting all wrappers on all stores of the process) fails with OBX_EIO. 0 = off. */
 void obx__st_fault_after(long k);
+/* Like obx__st_fault_after, but every call from the k-th on fails (until reset with 0). */
+void obx__st_fault_from(long k);
 long obx__st_calls(void);
 
 #endif /* OBX_STORE_H */

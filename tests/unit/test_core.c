@@ -370,7 +370,7 @@ static void test_transition_invariants(void **st) {
     assert_true(obx__transition_allowed(OBX__ST_RECONCILING, OBX__ST_DISPATCH_UNKNOWN,
                                         OBX__ACT_RECONCILER));
     /* forbidden examples */
-    assert_false(obx__transition_allowed(OBX__ST_PENDING, OBX__ST_PUBLISHED, OBX__ACT_ACCEPTOR));
+    assert_false(obx__transition_allowed(OBX__ST_PENDING, OBX__ST_PUBLISHED, OBX__ACT_DISPATCHER));
     assert_false(obx__transition_allowed(OBX__ST_SENDING, OBX__ST_PUBLISHED, OBX__ACT_DISPATCHER));
     assert_false(
         obx__transition_allowed(OBX__ST_DISPATCH_UNKNOWN, OBX__ST_PENDING, OBX__ACT_MIGRATOR));

@@ -18,6 +18,7 @@
  *   delay_ack  append, then deliver the ACK after delay_ack_ms
  *   reject     do not append; report a definite rejection
  *   dup        append the message twice (a producer-level retry)
+ *   blackhole  the request is lost in transit: nothing appended, no answer ever
  *   down       1: unreachable — sends are NOT_SENT, lookups CANNOT_TELL
  *   lookup_down 1: lookups CANNOT_TELL (the old target is not queryable)
  *   lose_commit a consumer ack reports success but the position is not stored
@@ -49,7 +50,7 @@ typedef struct log_broker {
     int32_t default_partitions;
     uint64_t rng;
     /* knobs */
-    double drop_ack, lose_ack, delay_ack, reject, dup, lose_commit;
+    double drop_ack, lose_ack, delay_ack, reject, dup, lose_commit, blackhole;
     int64_t delay_ack_ms, ack_timeout_ms;
     bool down, lookup_down;
     /* outcomes not yet polled */
@@ -127,6 +128,7 @@ static obx_err set_knob(log_broker *b, const char *k, const char *v) {
     P(reject)
     P(dup)
     P(lose_commit)
+    P(blackhole)
 #undef P
     if (!strcmp(k, "delay_ack_ms"))
         b->delay_ack_ms = (int64_t)d;
@@ -146,7 +148,7 @@ static obx_err set_knob(log_broker *b, const char *k, const char *v) {
         return obx__fail(OBX_EURL,
                          "broker URL: unknown log broker option '%s' (cluster, partitions, seed, "
                          "drop_ack, lose_ack, delay_ack, delay_ack_ms, ack_timeout_ms, reject, "
-                         "dup, down, lookup_down, lose_commit)",
+                         "dup, blackhole, down, lookup_down, lose_commit)",
                          k);
     return OBX_OK;
 }
@@ -403,6 +405,7 @@ static obx_err lb_send(obx__broker *base, const obx__msg *m, size_t n, int64_t n
             e = queue(b, &o, now);
             continue;
         }
+        if (chance(b, b->blackhole)) continue; /* lost before it reached the log */
         if (chance(b, b->reject)) {
             outcome_for(b, &m[i], OBX__OUT_REJECT, &o);
             snprintf(o.reason, sizeof o.reason, "rejected by fault knob");

@@ -53,6 +53,8 @@ enum {
     Q_STATS_RCPT,
     Q_STATS_ATT,
     Q_FIND_CORR,
+    Q_STATS_INV,
+    Q_UNKNOWN_RES,
     Q_INBOX_GET,
     Q_INBOX_PUT,
     Q_INBOX_HAS,
@@ -190,7 +192,20 @@ static const char *const sql_text[Q_COUNT] = {
         "(SELECT min(unknown_since) FROM obx_event WHERE state IN ('DISPATCH_UNKNOWN', "
         "'RECONCILING','RETRY_CLAIMED') AND unknown_since > 0)",
     [Q_STATS_RCPT] = "SELECT kind, count(*) FROM obx_receipt GROUP BY kind",
-    [Q_STATS_ATT] = "SELECT count(*) FROM obx_attempt WHERE state = 'UNKNOWN'",
+    [Q_STATS_ATT] = "SELECT count(*) FROM obx_attempt a JOIN obx_event e ON e.event_id = "
+                    "a.event_id WHERE a.state = 'UNKNOWN' AND e.primary_attempt_id = ''",
+    [Q_STATS_INV] =
+        "SELECT (SELECT count(*) FROM obx_event e WHERE e.state IN ('PUBLISHED','RETAINED',"
+        "'PURGED') AND NOT EXISTS (SELECT 1 FROM obx_receipt r WHERE r.event_id = e.event_id AND "
+        "r.envelope_gen = e.envelope_gen AND r.kind = 'PRIMARY')), "
+        "(SELECT count(*) FROM obx_receipt r JOIN obx_event e ON e.event_id = r.event_id WHERE "
+        "r.kind = 'PRIMARY' AND (e.state NOT IN ('PUBLISHED','RETAINED','PURGED') OR "
+        "r.envelope_gen <> e.envelope_gen)), "
+        "(SELECT count(*) FROM (SELECT 1 FROM obx_receipt WHERE kind = 'PRIMARY' GROUP BY "
+        "event_id, envelope_gen HAVING count(*) > 1))",
+    [Q_UNKNOWN_RES] = "SELECT e.published_at - min(a.unknown_at) FROM obx_event e JOIN "
+                      "obx_attempt a ON a.event_id = e.event_id WHERE a.unknown_at > 0 AND "
+                      "e.published_at > 0 GROUP BY e.event_id",
     [Q_FIND_CORR] = "SELECT event_id FROM obx_event WHERE correlation_id = ? ORDER BY seq LIMIT ?",
     [Q_INBOX_GET] = "SELECT consumer_id, event_id, payload_digest, event_type, tenant, outcome, "
                     "result, topic, partition, \"offset\", consumed_at, duration_us FROM obx_inbox "
@@ -302,6 +317,8 @@ static void ct(sqlite3_stmt *st, int i, char *out, size_t cap) {
 }
 #define CT(st, i, field) ct(st, i, field, sizeof(field))
 static int64_t ci(sqlite3_stmt *st, int i) { return sqlite3_column_int64(st, i); }
+
+static obx_err grow_array(void **arr, size_t *cap, size_t need, size_t elem);
 
 /* ---- open / close / schema --------------------------------------------------------------- */
 
@@ -1195,7 +1212,38 @@ static obx_err sq_stats(obx__store *base, obx__store_stats *out) {
     if ((e = stmt(s, Q_STATS_ATT, &st))) return e;
     if ((rc = sqlite3_step(st)) == SQLITE_ROW) out->attempts_unknown = ci(st, 0);
     sqlite3_reset(st);
+    if (rc != SQLITE_ROW) return map_rc(s, rc, "stats");
+    if ((e = stmt(s, Q_STATS_INV, &st))) return e;
+    if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        out->published_without_primary = ci(st, 0);
+        out->primary_not_published = ci(st, 1);
+        out->multi_primary = ci(st, 2);
+    }
+    sqlite3_reset(st);
     return rc == SQLITE_ROW ? OBX_OK : map_rc(s, rc, "stats");
+}
+
+static obx_err sq_unknown_resolutions(obx__store *base, int64_t **ms, size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    size_t cap = 0;
+    *ms = NULL;
+    *n = 0;
+    obx_err e = stmt(s, Q_UNKNOWN_RES, &st);
+    if (e) return e;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((e = grow_array((void **)ms, &cap, *n + 1, sizeof **ms))) break;
+        (*ms)[(*n)++] = ci(st, 0);
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "unknown resolutions");
+    sqlite3_reset(st);
+    if (e) {
+        free(*ms);
+        *ms = NULL;
+        *n = 0;
+    }
+    return e;
 }
 
 static obx_err sq_find_by_correlation(obx__store *base, const char *corr, size_t limit,
@@ -1547,6 +1595,7 @@ const obx__store_methods obx__sqlite_store_methods = {
     .counter_add = sq_counter_add,
     .counter_get = sq_counter_get,
     .stats = sq_stats,
+    .unknown_resolutions = sq_unknown_resolutions,
     .find_by_correlation = sq_find_by_correlation,
     .inbox_get = sq_inbox_get,
     .inbox_put = sq_inbox_put,

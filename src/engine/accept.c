@@ -1,0 +1,264 @@
+/*
+ * accept.c — accept_dispatch_receipt, the single acceptance point (DESIGN.md §4). This is the
+ * only code in obx that sets PUBLISHED. One transaction per batch of receipts:
+ *
+ *   1. lock the event rows;
+ *   2. match event_id, envelope_gen, payload_digest, dest_digest;
+ *   3. match a registered attempt of this event (not necessarily the current claim's: a late
+ *      true ACK from an expired claim counts) that the broker has not contradicted;
+ *   4. verify the receipt against the frozen destination (cluster, topic, pinned partition);
+ *   5. empty publish slot: fill it (attempt ACCEPTED, PRIMARY receipt, state PUBLISHED);
+ *      full slot: record a DUPLICATE transport receipt, state unchanged;
+ *   6. a receipt whose payload or destination digest differs, or that names an unknown event,
+ *      an unregistered attempt, a superseded envelope generation or another place, is
+ *      QUARANTINED at once with an alarm and changes nothing else.
+ *
+ * Every valid ACK therefore ends as the primary receipt or as a duplicate transport receipt.
+ * A rolled-back acceptance leaves the attempt SENDING/UNKNOWN, to be reconciled.
+ */
+#include "engine/engine_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct accept_ctx {
+    int64_t now;
+    const obx__outcome *acks;
+    size_t n;
+    obx__receipt_kind *kinds;
+    /* filled per run (the transaction may be retried) */
+    obx__rows ev;
+    obx__attempt_row *att;
+    size_t n_att;
+    int64_t *resolved_ms; /* per ack: UNKNOWN episode length when it filled the slot, else -1 */
+    char (*alarm)[OBX_TEXT_MAX + 1];
+} accept_ctx;
+
+static obx__attempt_row *find_att(accept_ctx *c, const char *id) {
+    for (size_t i = 0; i < c->n_att; i++)
+        if (!strcmp(c->att[i].attempt_id, id)) return &c->att[i];
+    return NULL;
+}
+
+static void receipt_from(obx__receipt_row *r, const obx__outcome *o, obx__receipt_kind k,
+                         int64_t now) {
+    memset(r, 0, sizeof *r);
+    obx__strlcpy(r->event_id, o->event_id, sizeof r->event_id);
+    r->envelope_gen = o->envelope_gen;
+    obx__strlcpy(r->attempt_id, o->attempt_id, sizeof r->attempt_id);
+    r->kind = k;
+    obx__strlcpy(r->cluster, o->cluster, sizeof r->cluster);
+    obx__strlcpy(r->topic, o->topic, sizeof r->topic);
+    r->partition = o->partition;
+    r->offset = o->offset;
+    r->broker_ts = o->broker_ts;
+    obx__strlcpy(r->payload_digest, o->payload_digest, sizeof r->payload_digest);
+    obx__strlcpy(r->dest_digest, o->dest_digest, sizeof r->dest_digest);
+    r->created_at = now;
+}
+
+/* Rule 2-4: why a receipt cannot be accepted, or NULL when it is valid. */
+static const char *invalid(accept_ctx *c, const obx__outcome *o, const obx__event_row *ev,
+                           const obx__attempt_row *a, char *why, size_t cap) {
+    if (!ev) return "receipt for an event this outbox never committed";
+    if (o->envelope_gen != ev->envelope_gen && !OBX__MUTANT(ACCEPT_SUPERSEDED_GEN)) {
+        snprintf(why, cap,
+                 "receipt for envelope generation %d, current is %d: a superseded generation's "
+                 "receipt contradicts its migration proof",
+                 (int)o->envelope_gen, (int)ev->envelope_gen);
+        return why;
+    }
+    if (!OBX__MUTANT(ACCEPT_STALE_DIGEST)) {
+        if (strcmp(o->payload_digest, ev->env.payload_digest)) {
+            snprintf(why, cap, "payload digest %.20s... differs from the frozen %.20s...",
+                     o->payload_digest, ev->env.payload_digest);
+            return why;
+        }
+        if (strcmp(o->dest_digest, ev->dest_digest)) {
+            snprintf(why, cap, "destination digest %.20s... differs from the frozen %.20s...",
+                     o->dest_digest, ev->dest_digest);
+            return why;
+        }
+    }
+    if (!a || strcmp(a->event_id, ev->env.event_id) || a->envelope_gen != o->envelope_gen)
+        return "no registered attempt of this event and generation carries this attempt ID";
+    if (strcmp(a->dest_digest, ev->dest_digest) && !OBX__MUTANT(ACCEPT_STALE_DIGEST))
+        return "the attempt was registered for another destination";
+    if (a->state == OBX__AT_REJECTED) {
+        snprintf(why, cap, "the broker definitely rejected this attempt before (%s)", a->detail);
+        return why;
+    }
+    if (a->state == OBX__AT_NOT_FOUND) return "an authoritative lookup proved this attempt absent";
+    if (a->state == OBX__AT_QUARANTINED) return "this attempt is quarantined";
+    if (strcmp(o->cluster, ev->dest.cluster) || strcmp(o->topic, ev->dest.topic) ||
+        o->partition != a->partition) {
+        snprintf(why, cap,
+                 "receipt from %.40s/%.60s partition %d, frozen destination is %.40s/%.60s "
+                 "partition %d",
+                 o->cluster, o->topic, (int)o->partition, ev->dest.cluster, ev->dest.topic,
+                 (int)a->partition);
+        return why;
+    }
+    (void)c;
+    return NULL;
+}
+
+static obx_err accept_tx(obx__engine *e, void *arg) {
+    accept_ctx *c = arg;
+    obx_err err;
+    const char **ids = calloc(c->n, sizeof *ids), **aids = calloc(c->n, sizeof *aids);
+    if (!ids || !aids) {
+        free(ids);
+        free(aids);
+        return obx__fail(OBX_ENOMEM, "accept: out of memory");
+    }
+    for (size_t i = 0; i < c->n; i++) {
+        ids[i] = c->acks[i].event_id;
+        aids[i] = c->acks[i].attempt_id;
+    }
+    obx__rows_free(&c->ev);
+    free(c->att);
+    c->att = NULL;
+    err = obx__st_load_events(e->s, ids, c->n, OBX__LOAD_LOCK, &c->ev); /* rule 1 */
+    if (!err) err = obx__st_load_attempts(e->s, aids, c->n, NULL, &c->att, &c->n_att);
+    free(ids);
+    free(aids);
+    if (err) return err;
+
+    obx__rows orig = {0}; /* as locked: the compare-and-set expectations */
+    for (size_t i = 0; i < c->ev.n; i++) {
+        obx__event_row *r = obx__rows_push(&orig);
+        if (!r) {
+            obx__rows_free(&orig);
+            return obx__fail(OBX_ENOMEM, "accept: out of memory");
+        }
+        *r = c->ev.v[i];
+        r->payload = NULL;
+    }
+    bool *dirty_ev = calloc(c->ev.n + 1, 1), *dirty_att = calloc(c->n_att + 1, 1);
+    obx__batch b;
+    err = (!dirty_ev || !dirty_att) ? obx__fail(OBX_ENOMEM, "accept: out of memory")
+                                    : obx__batch_reserve(&b, c->ev.n, c->n_att, c->n, c->n);
+    if (err) {
+        free(dirty_ev);
+        free(dirty_att);
+        obx__rows_free(&orig);
+        return err;
+    }
+    int64_t quarantined = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        const obx__outcome *o = &c->acks[i];
+        obx__event_row *ev = obx__rows_find(&c->ev, o->event_id);
+        obx__attempt_row *a = find_att(c, o->attempt_id);
+        char why[OBX_TEXT_MAX + 1];
+        const char *bad = invalid(c, o, ev, a, why, sizeof why);
+        c->resolved_ms[i] = -1;
+        c->alarm[i][0] = '\0';
+        if (bad) { /* rule 6 */
+            obx__receipt_row *r = &b.rc[b.n_rc++];
+            receipt_from(r, o, OBX__RK_QUARANTINED, c->now);
+            obx__strlcpy(r->reason, bad, sizeof r->reason);
+            c->kinds[i] = OBX__RK_QUARANTINED;
+            obx__strlcpy(c->alarm[i], bad, sizeof c->alarm[i]);
+            quarantined++;
+            if (ev)
+                obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_ACCEPTOR, e->cfg.owner, ev, ev->state,
+                           ev->state, "receipt of attempt %.40s quarantined: %s", o->attempt_id,
+                           bad);
+            continue;
+        }
+        size_t ei = (size_t)(ev - c->ev.v), ai = (size_t)(a - c->att);
+        bool slot_empty = !ev->primary_attempt_id[0] && !obx__state_is_published(ev->state);
+        if (slot_empty) { /* rule 5: fill the slot */
+            obx__state from = ev->state;
+            if (!obx__transition_allowed(from, OBX__ST_PUBLISHED, OBX__ACT_ACCEPTOR)) {
+                err = obx__fail(OBX_EINTERNAL, "accept: %s -> PUBLISHED is not in the table",
+                                obx__state_name(from));
+                break;
+            }
+            if (ev->unknown_since) c->resolved_ms[i] = c->now - ev->unknown_since;
+            ev->state = OBX__ST_PUBLISHED;
+            obx__strlcpy(ev->primary_attempt_id, a->attempt_id, sizeof ev->primary_attempt_id);
+            ev->published_at = c->now;
+            ev->owner[0] = '\0';
+            ev->lease_until = 0;
+            ev->updated_at = c->now;
+            dirty_ev[ei] = true;
+            a->state = OBX__AT_ACCEPTED;
+            a->ended_at = c->now;
+            dirty_att[ai] = true;
+            obx__receipt_row *r = &b.rc[b.n_rc++];
+            receipt_from(r, o, OBX__RK_PRIMARY, c->now);
+            snprintf(r->reason, sizeof r->reason, "accepted in %s", obx__state_name(from));
+            c->kinds[i] = OBX__RK_PRIMARY;
+            obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_ACCEPTOR, e->cfg.owner, ev, from,
+                       OBX__ST_PUBLISHED, "receipt of attempt %s (%s/%d@%lld) filled the slot%s",
+                       a->attempt_id, o->topic, (int)o->partition, (long long)o->offset,
+                       from == OBX__ST_SENDING && !strcmp(ev->attempt_id, a->attempt_id)
+                           ? ""
+                           : " (late ACK)");
+        } else { /* rule 5: slot full */
+            c->kinds[i] = OBX__RK_DUPLICATE;
+            if (OBX__MUTANT(DROP_DUPLICATE_RECEIPT)) continue;
+            if (a->state == OBX__AT_SENDING || a->state == OBX__AT_UNKNOWN) {
+                a->state = OBX__AT_DUPLICATE;
+                a->ended_at = c->now;
+                dirty_att[ai] = true;
+            }
+            obx__receipt_row *r = &b.rc[b.n_rc++];
+            receipt_from(r, o, OBX__RK_DUPLICATE, c->now);
+            snprintf(r->reason, sizeof r->reason, "slot already filled by attempt %s",
+                     ev->primary_attempt_id);
+        }
+    }
+    for (size_t i = 0; !err && i < c->ev.n; i++)
+        if (dirty_ev[i]) obx__batch_update(&b, &orig.v[i], &c->ev.v[i]);
+    for (size_t i = 0; i < c->n_att; i++)
+        if (dirty_att[i]) b.att[b.n_att++] = c->att[i];
+    if (!err) err = obx__batch_write(e->s, &b);
+    if (!err && quarantined) err = obx__st_counter_add(e->s, "receipts_quarantined", quarantined);
+    obx__batch_free(&b);
+    free(dirty_ev);
+    free(dirty_att);
+    obx__rows_free(&orig);
+    return err;
+}
+
+obx_err obx__accept_receipts(obx__engine *e, int64_t now, const obx__outcome *acks, size_t n,
+                             obx__receipt_kind *results) {
+    if (!n) return OBX_OK;
+    accept_ctx c = {.now = now, .acks = acks, .n = n};
+    c.kinds = results ? results : calloc(n, sizeof *c.kinds);
+    c.resolved_ms = calloc(n, sizeof *c.resolved_ms);
+    c.alarm = calloc(n, sizeof *c.alarm);
+    obx_err err = (!c.kinds || !c.resolved_ms || !c.alarm)
+                      ? obx__fail(OBX_ENOMEM, "accept: out of memory")
+                      : obx__engine_tx(e, accept_tx, &c);
+    if (!err) {
+        for (size_t i = 0; i < n; i++) {
+            switch (c.kinds[i]) {
+            case OBX__RK_PRIMARY: e->st.accepted++; break;
+            case OBX__RK_DUPLICATE: e->st.duplicates++; break;
+            case OBX__RK_QUARANTINED:
+                e->st.quarantined++;
+                if (e->on_alarm) e->on_alarm(e->on_alarm_user, acks[i].event_id, c.alarm[i]);
+                break;
+            default: break;
+            }
+            if (c.resolved_ms[i] >= 0) {
+                e->st.unknown_resolved++;
+                if (c.resolved_ms[i] > e->st.unknown_resolve_ms_max)
+                    e->st.unknown_resolve_ms_max = c.resolved_ms[i];
+                if (e->on_unknown_resolved)
+                    e->on_unknown_resolved(e->on_unknown_resolved_user, acks[i].event_id,
+                                           c.resolved_ms[i]);
+            }
+        }
+    }
+    obx__rows_free(&c.ev);
+    free(c.att);
+    if (!results) free(c.kinds);
+    free(c.resolved_ms);
+    free(c.alarm);
+    return err;
+}

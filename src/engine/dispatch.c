@@ -1,0 +1,594 @@
+/*
+ * dispatch.c — the dispatcher's steps (DESIGN.md §3): claim, register attempts (fenced by
+ * claim_gen and lease), hand them to the broker, apply the broker's outcomes, sweep expired
+ * SENDING leases, release claims on shutdown.
+ *
+ * Invariants kept here:
+ *   1. A claim never means published: it only decides who may try to send.
+ *   2. Nothing is sent without a registered attempt whose claim_gen is current and whose lease
+ *      has not expired, checked under the row lock in the same transaction that registers it.
+ *   3. A stale worker changes nothing but an audit row; what it already sent is not forgotten:
+ *      its ACKs still go to the acceptance point (poll is independent of claims).
+ *   4. Every attempt of one envelope generation goes to the frozen destination and the
+ *      partition pinned by the first attempt.
+ *   5. Only a definite answer sends an event back to PENDING; anything uncertain is UNKNOWN.
+ */
+#include "engine/engine_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+obx_err obx__engine_tx(obx__engine *e, obx__tx_fn fn, void *arg) {
+    obx_err err = OBX_OK;
+    for (int attempt = 0; attempt < 5; attempt++) {
+        if ((err = obx__st_begin(e->s))) {
+            if (obx_err_is_retriable(err)) continue;
+            break;
+        }
+        err = fn(e, arg);
+        if (err) {
+            obx__st_rollback(e->s);
+            if (obx_err_is_retriable(err)) continue;
+            break;
+        }
+        err = obx__st_commit(e->s);
+        if (!err || !obx_err_is_retriable(err)) break;
+    }
+    if (err) e->st.store_errors++;
+    return err;
+}
+
+/* ---- claim ---------------------------------------------------------------------------------- */
+
+typedef struct claim_ctx {
+    int64_t now;
+    obx__rows *out;
+} claim_ctx;
+
+static obx_err claim_tx(obx__engine *e, void *arg) {
+    claim_ctx *c = arg;
+    obx__claim_req req = {.now = c->now,
+                          .limit = e->cfg.batch,
+                          .cluster = e->cfg.own_cluster && e->b ? e->cluster : NULL,
+                          .aliases = e->cfg.aliases,
+                          .n_aliases = e->cfg.n_aliases};
+    obx__rows_free(c->out);
+    obx_err err = obx__st_claim_candidates(e->s, &req, c->out);
+    if (err || !c->out->n) return err;
+    obx__batch b;
+    if ((err = obx__batch_reserve(&b, c->out->n, 0, 0, c->out->n))) return err;
+    for (size_t i = 0; i < c->out->n; i++) {
+        obx__event_row *cur = &c->out->v[i];
+        obx__state to = OBX__ST_CLAIMED;
+        if (!obx__transition_allowed(cur->state, to, OBX__ACT_DISPATCHER)) {
+            err =
+                obx__fail(OBX_EINTERNAL, "claim: %s is not claimable", obx__state_name(cur->state));
+            break;
+        }
+        obx__event_row next = *cur;
+        next.state = to;
+        next.claim_gen = cur->claim_gen + 1;
+        obx__strlcpy(next.owner, e->cfg.owner, sizeof next.owner);
+        next.lease_until = c->now + e->cfg.lease_ms;
+        next.updated_at = c->now;
+        obx__batch_update(&b, cur, &next);
+        obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, &next, cur->state,
+                   to,
+                   cur->state == OBX__ST_CLAIMED ? "re-claimed: %s's lease expired with no attempt"
+                                                 : "claimed%s",
+                   cur->state == OBX__ST_CLAIMED ? cur->owner : "");
+    }
+    if (!err) err = obx__batch_write(e->s, &b);
+    if (!err) /* hand back the new values (payloads stay with the rows) */
+        for (size_t i = 0; i < c->out->n; i++) {
+            unsigned char *p = c->out->v[i].payload;
+            size_t len = c->out->v[i].payload_len;
+            c->out->v[i] = b.upd_rows[i];
+            c->out->v[i].payload = p;
+            c->out->v[i].payload_len = len;
+        }
+    obx__batch_free(&b);
+    return err;
+}
+
+obx_err obx__engine_claim(obx__engine *e, int64_t now, obx__rows *claimed) {
+    claim_ctx c = {now, claimed};
+    obx_err err = obx__engine_tx(e, claim_tx, &c);
+    if (err)
+        obx__rows_free(claimed);
+    else
+        e->st.claimed += (int64_t)claimed->n;
+    return err;
+}
+
+/* ---- begin attempts ------------------------------------------------------------------------- */
+
+typedef struct begin_ctx {
+    int64_t now;
+    obx__event_row *rows;
+    size_t n;
+    obx__actor actor;
+    int32_t *partition; /* per row: chosen before the transaction */
+    char (*att_id)[OBX__ATTEMPT_ID_LEN + 1];
+    bool *ok;             /* per row: registered */
+    obx__event_row *next; /* per row: new values, copied to rows only after commit */
+    obx__rows cur;        /* as loaded under lock */
+} begin_ctx;
+
+static obx_err begin_tx(obx__engine *e, void *arg) {
+    begin_ctx *c = arg;
+    obx_err err;
+    const char **ids = calloc(c->n, sizeof *ids);
+    if (!ids) return obx__fail(OBX_ENOMEM, "begin attempts: out of memory");
+    for (size_t i = 0; i < c->n; i++) ids[i] = c->rows[i].env.event_id;
+    obx__rows_free(&c->cur);
+    err = obx__st_load_events(e->s, ids, c->n, OBX__LOAD_LOCK, &c->cur);
+    free(ids);
+    if (err) return err;
+    obx__batch b;
+    if ((err = obx__batch_reserve(&b, c->n, c->n, 0, c->n))) return err;
+    for (size_t i = 0; i < c->n; i++) {
+        c->ok[i] = false;
+        obx__event_row *cur = obx__rows_find(&c->cur, c->rows[i].env.event_id);
+        if (!cur) continue;
+        bool fenced = cur->state == c->rows[i].state && cur->claim_gen == c->rows[i].claim_gen &&
+                      !strcmp(cur->owner, e->cfg.owner) && cur->lease_until > c->now &&
+                      (cur->state == OBX__ST_CLAIMED || cur->state == OBX__ST_RETRY_CLAIMED);
+        if (OBX__MUTANT(STALE_CLAIM_SENDS))
+            fenced = cur->state == OBX__ST_CLAIMED || cur->state == OBX__ST_RETRY_CLAIMED ||
+                     cur->state == OBX__ST_SENDING;
+        if (!fenced) {
+            /* DESIGN.md §3: a stale worker may report what it saw, nothing else */
+            e->st.stale_refused++;
+            obx__audit(&b.au[b.n_au++], c->now, c->actor, e->cfg.owner, cur, cur->state, cur->state,
+                       "stale claim refused: held claim_gen %lld as %s, now claim_gen %lld "
+                       "owner '%s' lease_until %lld; not sent",
+                       (long long)c->rows[i].claim_gen, e->cfg.owner, (long long)cur->claim_gen,
+                       cur->owner, (long long)cur->lease_until);
+            continue;
+        }
+        obx__event_row next = *cur;
+        next.state = OBX__ST_SENDING;
+        next.attempt_gen = cur->attempt_gen + 1;
+        obx__strlcpy(next.attempt_id, c->att_id[i], sizeof next.attempt_id);
+        if (next.pinned_partition < 0) next.pinned_partition = c->partition[i];
+        next.lease_until = c->now + e->cfg.lease_ms;
+        obx__strlcpy(next.owner, e->cfg.owner, sizeof next.owner);
+        next.updated_at = c->now;
+        if (!obx__transition_allowed(cur->state, next.state, c->actor)) {
+            err = obx__fail(OBX_EINTERNAL, "begin attempt: %s -> SENDING not allowed for %s",
+                            obx__state_name(cur->state), obx__actor_name(c->actor));
+            break;
+        }
+        obx__batch_update(&b, cur, &next);
+        obx__attempt_row *a = &b.att_new[b.n_att_new++];
+        memset(a, 0, sizeof *a);
+        obx__strlcpy(a->attempt_id, next.attempt_id, sizeof a->attempt_id);
+        obx__strlcpy(a->event_id, next.env.event_id, sizeof a->event_id);
+        a->envelope_gen = next.envelope_gen;
+        a->attempt_gen = next.attempt_gen;
+        a->claim_gen = next.claim_gen;
+        obx__strlcpy(a->owner, e->cfg.owner, sizeof a->owner);
+        obx__strlcpy(a->dest_digest, next.dest_digest, sizeof a->dest_digest);
+        a->partition = next.pinned_partition;
+        a->state = OBX__AT_SENDING;
+        a->started_at = c->now;
+        a->offset_before = -1;
+        obx__audit(&b.au[b.n_au++], c->now, c->actor, e->cfg.owner, &next, cur->state, next.state,
+                   "attempt %d registered (partition %d)", (int)next.attempt_gen,
+                   (int)next.pinned_partition);
+        c->next[i] = next;
+        c->next[i].payload = NULL;
+        c->ok[i] = true;
+    }
+    if (!err) err = obx__batch_write(e->s, &b);
+    obx__batch_free(&b);
+    return err;
+}
+
+obx_err obx__engine_begin_attempts(obx__engine *e, int64_t now, obx__event_row *rows, size_t n,
+                                   obx__actor actor, size_t *sent) {
+    *sent = 0;
+    if (!n) return OBX_OK;
+    if (!e->b) return obx__fail(OBX_EINVAL, "begin attempts: this engine has no broker");
+    obx_err err = OBX_OK;
+    begin_ctx c = {.now = now, .rows = rows, .n = n, .actor = actor};
+    c.partition = calloc(n, sizeof *c.partition);
+    c.att_id = calloc(n, sizeof *c.att_id);
+    c.ok = calloc(n, sizeof *c.ok);
+    c.next = calloc(n, sizeof *c.next);
+    unsigned char **payload = calloc(n, sizeof *payload);
+    size_t *plen = calloc(n, sizeof *plen);
+    obx__msg *msgs = calloc(n, sizeof *msgs);
+    obx__outcome *fail = calloc(n, sizeof *fail);
+    obx__dest *alt = calloc(n, sizeof *alt);
+    if (!c.partition || !c.att_id || !c.ok || !c.next || !payload || !plen || !msgs || !fail ||
+        !alt) {
+        err = obx__fail(OBX_ENOMEM, "begin attempts: out of memory");
+        goto out;
+    }
+    /* Choose partitions outside the transaction: a broker may need metadata (network). The
+     * first attempt's choice is recorded and pinned (DESIGN.md §1). */
+    for (size_t i = 0; i < n; i++) {
+        payload[i] = rows[i].payload;
+        plen[i] = rows[i].payload_len;
+        c.partition[i] = rows[i].pinned_partition;
+        if (c.partition[i] < 0 &&
+            (err = obx__br_partition_for(e->b, &rows[i].dest, &c.partition[i]))) {
+            e->st.broker_errors++;
+            goto out;
+        }
+        if ((err = obx__new_id(&e->gen, "att-", now, c.att_id[i], sizeof c.att_id[i]))) goto out;
+    }
+    err = obx__engine_tx(e, begin_tx, &c);
+    if (err) goto out;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (c.ok[i]) rows[i] = c.next[i]; /* the registered attempt's values */
+        rows[i].payload = payload[i];
+        rows[i].payload_len = plen[i];
+        if (!c.ok[i]) continue;
+        const obx__dest *dest = &rows[i].dest;
+        if (OBX__MUTANT(RETRY_OTHER_DESTINATION) && rows[i].attempt_gen > 1) {
+            alt[i] = rows[i].dest;
+            snprintf(alt[i].topic, sizeof alt[i].topic, "%.200s-retry", rows[i].dest.topic);
+            dest = &alt[i];
+        }
+        msgs[k++] = (obx__msg){.env = &rows[i].env,
+                               .dest = dest,
+                               .dest_digest = rows[i].dest_digest,
+                               .attempt_id = rows[i].attempt_id,
+                               .attempt_gen = rows[i].attempt_gen,
+                               .partition = rows[i].pinned_partition,
+                               .payload = rows[i].payload,
+                               .payload_len = rows[i].payload_len};
+    }
+    if (k) {
+        err = obx__br_send(e->b, msgs, k, now);
+        if (err) {
+            /* Contract (broker.h): on error nothing of the batch was handed over, so these
+             * attempts are definitely not persisted: back to PENDING with backoff. */
+            e->st.broker_errors++;
+            for (size_t i = 0; i < k; i++) {
+                memset(&fail[i], 0, sizeof fail[i]);
+                fail[i].kind = OBX__OUT_NOT_SENT;
+                obx__strlcpy(fail[i].event_id, msgs[i].env->event_id, sizeof fail[i].event_id);
+                fail[i].envelope_gen = msgs[i].env->envelope_gen;
+                obx__strlcpy(fail[i].attempt_id, msgs[i].attempt_id, sizeof fail[i].attempt_id);
+                snprintf(fail[i].reason, sizeof fail[i].reason, "send failed: %s", obx_errmsg());
+            }
+            err = obx__engine_apply_outcomes(e, now, fail, k);
+        } else {
+            *sent = k;
+            e->st.sent += (int64_t)k;
+        }
+    }
+out:
+    obx__rows_free(&c.cur);
+    free(c.next);
+    free(c.partition);
+    free(c.att_id);
+    free(c.ok);
+    free(payload);
+    free(plen);
+    free(msgs);
+    free(fail);
+    free(alt);
+    return err;
+}
+
+obx_err obx__engine_dispatch(obx__engine *e, int64_t now, size_t *sent) {
+    obx__rows claimed = {0};
+    *sent = 0;
+    obx_err err = obx__engine_claim(e, now, &claimed);
+    if (!err && claimed.n)
+        err = obx__engine_begin_attempts(e, now, claimed.v, claimed.n, OBX__ACT_DISPATCHER, sent);
+    obx__rows_free(&claimed);
+    return err;
+}
+
+/* ---- outcomes ------------------------------------------------------------------------------- */
+
+obx_err obx__engine_poll(obx__engine *e, int64_t now, int timeout_ms, size_t *applied) {
+    obx__outcome out[256];
+    size_t n = 0;
+    *applied = 0;
+    if (!e->b) return OBX_OK;
+    obx_err err = obx__br_poll(e->b, now, timeout_ms, out, sizeof out / sizeof out[0], &n);
+    if (err) {
+        e->st.broker_errors++;
+        return err;
+    }
+    if (!n) return OBX_OK;
+    err = obx__engine_apply_outcomes(e, now, out, n);
+    if (!err) *applied = n;
+    return err;
+}
+
+typedef struct outcome_ctx {
+    int64_t now;
+    const obx__outcome *o;
+    size_t n;
+    obx__rows ev;
+    obx__attempt_row *att;
+    size_t n_att;
+} outcome_ctx;
+
+static obx__attempt_row *find_attempt(obx__attempt_row *a, size_t n, const char *id) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(a[i].attempt_id, id)) return &a[i];
+    return NULL;
+}
+
+static obx_err outcomes_tx(obx__engine *e, void *arg) {
+    outcome_ctx *c = arg;
+    obx_err err;
+    const char **ids = calloc(c->n, sizeof *ids), **aids = calloc(c->n, sizeof *aids);
+    if (!ids || !aids) {
+        free(ids);
+        free(aids);
+        return obx__fail(OBX_ENOMEM, "outcomes: out of memory");
+    }
+    for (size_t i = 0; i < c->n; i++) {
+        ids[i] = c->o[i].event_id;
+        aids[i] = c->o[i].attempt_id;
+    }
+    obx__rows_free(&c->ev);
+    free(c->att);
+    c->att = NULL;
+    err = obx__st_load_events(e->s, ids, c->n, OBX__LOAD_LOCK, &c->ev);
+    if (!err) err = obx__st_load_attempts(e->s, aids, c->n, NULL, &c->att, &c->n_att);
+    free(ids);
+    free(aids);
+    if (err) return err;
+    /* work on copies so that several outcomes for one event compose */
+    obx__rows orig = {0};
+    for (size_t i = 0; i < c->ev.n; i++) {
+        obx__event_row *r = obx__rows_push(&orig);
+        if (!r) {
+            obx__rows_free(&orig);
+            return obx__fail(OBX_ENOMEM, "outcomes: out of memory");
+        }
+        *r = c->ev.v[i];
+        r->payload = NULL;
+    }
+    bool *dirty_ev = calloc(c->ev.n + 1, 1), *dirty_att = calloc(c->n_att + 1, 1);
+    obx__batch b;
+    err = (!dirty_ev || !dirty_att) ? obx__fail(OBX_ENOMEM, "outcomes: out of memory")
+                                    : obx__batch_reserve(&b, c->ev.n, c->n_att, 0, 2 * c->n);
+    if (err) {
+        free(dirty_ev);
+        free(dirty_att);
+        obx__rows_free(&orig);
+        return err;
+    }
+    int64_t quiet = e->b ? e->b->m->quiet_time_ms(e->b) : 0;
+    for (size_t i = 0; i < c->n; i++) {
+        const obx__outcome *o = &c->o[i];
+        obx__event_row *ev = obx__rows_find(&c->ev, o->event_id);
+        obx__attempt_row *a = find_attempt(c->att, c->n_att, o->attempt_id);
+        if (!ev || !a || strcmp(a->event_id, o->event_id)) continue; /* nothing to move */
+        size_t ei = (size_t)(ev - c->ev.v), ai = (size_t)(a - c->att);
+        bool current = ev->state == OBX__ST_SENDING && !strcmp(ev->attempt_id, a->attempt_id);
+        obx__state from = ev->state;
+        if (o->kind == OBX__OUT_REJECT || o->kind == OBX__OUT_NOT_SENT) {
+            if (a->state != OBX__AT_SENDING && a->state != OBX__AT_UNKNOWN) continue;
+            a->state = OBX__AT_REJECTED;
+            a->ended_at = c->now;
+            snprintf(a->detail, sizeof a->detail, "%s: %s", obx__outcome_kind_name(o->kind),
+                     o->reason);
+            dirty_att[ai] = true;
+            if (o->kind == OBX__OUT_REJECT)
+                e->st.rejected++;
+            else
+                e->st.not_sent++;
+            if (current) {
+                bool counts = o->kind == OBX__OUT_REJECT;
+                if (counts) ev->rejections++;
+                bool park = counts && ev->rejections >= ev->max_attempts;
+                ev->state = park ? OBX__ST_PARKED : OBX__ST_PENDING;
+                ev->owner[0] = '\0';
+                ev->lease_until = 0;
+                ev->available_at =
+                    c->now + obx__engine_backoff(e, counts ? ev->rejections : ev->attempt_gen);
+                ev->updated_at = c->now;
+                dirty_ev[ei] = true;
+                if (park) e->st.parked++;
+                obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, ev, from,
+                           ev->state, "%s %s (%s); %s", park ? "parked after" : "retry after",
+                           o->kind == OBX__OUT_REJECT ? "definite rejection" : "not sent",
+                           o->reason, park ? "max attempts reached" : "backoff scheduled");
+            } else {
+                obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, ev, from,
+                           from, "attempt %s definitely not accepted (%s): %s", a->attempt_id,
+                           obx__outcome_kind_name(o->kind), o->reason);
+            }
+        } else if (o->kind == OBX__OUT_UNKNOWN) {
+            e->st.unknown++;
+            if (a->state == OBX__AT_SENDING) {
+                a->state = OBX__AT_UNKNOWN;
+                a->unknown_at = c->now;
+                a->quiet_until = c->now + quiet;
+                snprintf(a->detail, sizeof a->detail, "UNKNOWN: %s", o->reason);
+                dirty_att[ai] = true;
+            }
+            if (current) {
+                ev->state = OBX__ST_DISPATCH_UNKNOWN;
+                if (!ev->unknown_since) ev->unknown_since = c->now;
+                ev->next_check_at = a->quiet_until > c->now ? a->quiet_until : c->now;
+                ev->owner[0] = '\0';
+                ev->lease_until = 0;
+                ev->updated_at = c->now;
+                dirty_ev[ei] = true;
+                obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, ev, from,
+                           ev->state, "outcome unknown: %s", o->reason);
+            }
+        }
+    }
+    for (size_t i = 0; i < c->ev.n; i++)
+        if (dirty_ev[i]) {
+            if (!obx__transition_allowed(orig.v[i].state, c->ev.v[i].state, OBX__ACT_DISPATCHER)) {
+                err =
+                    obx__fail(OBX_EINTERNAL, "outcome: %s -> %s not allowed",
+                              obx__state_name(orig.v[i].state), obx__state_name(c->ev.v[i].state));
+                break;
+            }
+            obx__batch_update(&b, &orig.v[i], &c->ev.v[i]);
+        }
+    for (size_t i = 0; i < c->n_att; i++)
+        if (dirty_att[i]) b.att[b.n_att++] = c->att[i];
+    if (!err) err = obx__batch_write(e->s, &b);
+    obx__batch_free(&b);
+    free(dirty_ev);
+    free(dirty_att);
+    obx__rows_free(&orig);
+    return err;
+}
+
+obx_err obx__engine_apply_outcomes(obx__engine *e, int64_t now, const obx__outcome *o, size_t n) {
+    if (!n) return OBX_OK;
+    obx__outcome *acks = calloc(n, sizeof *acks), *rest = calloc(n, sizeof *rest);
+    if (!acks || !rest) {
+        free(acks);
+        free(rest);
+        return obx__fail(OBX_ENOMEM, "outcomes: out of memory");
+    }
+    size_t na = 0, nr = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (o[i].kind == OBX__OUT_ACK)
+            acks[na++] = o[i];
+        else
+            rest[nr++] = o[i];
+    }
+    obx_err err = OBX_OK;
+    /* ACKs first: a late ACK must not lose to the UNKNOWN of the same batch */
+    if (na) err = obx__accept_receipts(e, now, acks, na, NULL);
+    if (!err && nr) {
+        outcome_ctx c = {.now = now, .o = rest, .n = nr};
+        err = obx__engine_tx(e, outcomes_tx, &c);
+        obx__rows_free(&c.ev);
+        free(c.att);
+    }
+    free(acks);
+    free(rest);
+    return err;
+}
+
+/* ---- sweep and release ---------------------------------------------------------------------- */
+
+typedef struct sweep_ctx {
+    int64_t now;
+    size_t swept;
+} sweep_ctx;
+
+static obx_err sweep_tx(obx__engine *e, void *arg) {
+    sweep_ctx *c = arg;
+    obx__select_req q = {
+        .kind = OBX__SEL_EXPIRED_SENDING, .now = c->now, .limit = e->cfg.batch, .lock = true};
+    obx__rows rows = {0};
+    obx_err err = obx__st_select(e->s, &q, &rows);
+    c->swept = 0;
+    if (err || !rows.n) {
+        obx__rows_free(&rows);
+        return err;
+    }
+    const char **aids = calloc(rows.n, sizeof *aids);
+    obx__attempt_row *att = NULL;
+    size_t n_att = 0;
+    if (!aids) err = obx__fail(OBX_ENOMEM, "sweep: out of memory");
+    for (size_t i = 0; !err && i < rows.n; i++) aids[i] = rows.v[i].attempt_id;
+    if (!err) err = obx__st_load_attempts(e->s, aids, rows.n, NULL, &att, &n_att);
+    free(aids);
+    obx__batch b;
+    if (!err) err = obx__batch_reserve(&b, rows.n, n_att, 0, rows.n);
+    if (err) {
+        free(att);
+        obx__rows_free(&rows);
+        return err;
+    }
+    int64_t quiet = e->b ? e->b->m->quiet_time_ms(e->b) : 0;
+    for (size_t i = 0; i < rows.n; i++) {
+        obx__event_row *cur = &rows.v[i];
+        obx__event_row next = *cur;
+        obx__attempt_row *a = find_attempt(att, n_att, cur->attempt_id);
+        int64_t quiet_until = c->now + quiet;
+        if (a && a->state == OBX__AT_SENDING) {
+            obx__attempt_row u = *a;
+            u.state = OBX__AT_UNKNOWN;
+            u.unknown_at = c->now;
+            u.quiet_until = quiet_until;
+            snprintf(u.detail, sizeof u.detail,
+                     "UNKNOWN: SENDING lease of %s expired at %lld with no outcome", cur->owner,
+                     (long long)cur->lease_until);
+            b.att[b.n_att++] = u;
+        }
+        next.state = OBX__ST_DISPATCH_UNKNOWN;
+        if (!next.unknown_since) next.unknown_since = c->now;
+        next.next_check_at = quiet_until;
+        next.owner[0] = '\0';
+        next.lease_until = 0;
+        next.updated_at = c->now;
+        obx__batch_update(&b, cur, &next);
+        obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_SWEEPER, e->cfg.owner, &next, cur->state,
+                   next.state, "SENDING lease of %s expired (the send may have happened)",
+                   cur->owner);
+    }
+    err = obx__batch_write(e->s, &b);
+    if (!err) c->swept = rows.n;
+    obx__batch_free(&b);
+    free(att);
+    obx__rows_free(&rows);
+    return err;
+}
+
+obx_err obx__engine_sweep(obx__engine *e, int64_t now, size_t *swept) {
+    sweep_ctx c = {now, 0};
+    obx_err err = obx__engine_tx(e, sweep_tx, &c);
+    *swept = err ? 0 : c.swept;
+    e->st.swept += (int64_t)*swept;
+    return err;
+}
+
+typedef struct release_ctx {
+    int64_t now;
+    const char *const *ids;
+    size_t n, released;
+} release_ctx;
+
+static obx_err release_tx(obx__engine *e, void *arg) {
+    release_ctx *c = arg;
+    obx__rows rows = {0};
+    obx_err err = obx__st_load_events(e->s, c->ids, c->n, OBX__LOAD_LOCK, &rows);
+    obx__batch b;
+    if (!err) err = obx__batch_reserve(&b, rows.n, 0, 0, rows.n);
+    if (err) {
+        obx__rows_free(&rows);
+        return err;
+    }
+    c->released = 0;
+    for (size_t i = 0; i < rows.n; i++) {
+        obx__event_row *cur = &rows.v[i];
+        if (cur->state != OBX__ST_CLAIMED || strcmp(cur->owner, e->cfg.owner)) continue;
+        obx__event_row next = *cur;
+        next.state = OBX__ST_PENDING;
+        next.owner[0] = '\0';
+        next.lease_until = 0;
+        next.updated_at = c->now;
+        obx__batch_update(&b, cur, &next);
+        obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, &next, cur->state,
+                   next.state, "claim released (shutdown before sending)");
+        c->released++;
+    }
+    err = obx__batch_write(e->s, &b);
+    obx__batch_free(&b);
+    obx__rows_free(&rows);
+    return err;
+}
+
+obx_err obx__engine_release(obx__engine *e, int64_t now, const char *const *ids, size_t n) {
+    if (!n) return OBX_OK;
+    release_ctx c = {now, ids, n, 0};
+    obx_err err = obx__engine_tx(e, release_tx, &c);
+    if (!err) e->st.released += (int64_t)c.released;
+    return err;
+}

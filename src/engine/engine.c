@@ -1,0 +1,177 @@
+/*
+ * engine.c — what every engine step shares: configuration defaults, initialization (the
+ * broker's cluster identity), the audit-row helper, backoff with jitter, and the test-only
+ * mutation switch.
+ */
+#include "engine/engine_int.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+
+#ifdef OBX_MUTATIONS
+obx__mutation obx__active_mutation = OBX__MUT_NONE;
+#endif
+
+static const char *const mutation_names[] = {"none",
+#define OBX__M(n, s) s,
+                                             OBX__MUTATION_LIST(OBX__M)
+#undef OBX__M
+};
+
+const char *obx__mutation_name(obx__mutation m) {
+    return (unsigned)m < OBX__MUT_COUNT ? mutation_names[m] : "?";
+}
+
+obx_err obx__mutation_set(const char *name) {
+    obx__mutation m = OBX__MUT_NONE;
+    if (name && *name && strcmp(name, "none")) {
+        m = OBX__MUT_COUNT;
+        for (int i = 1; i < OBX__MUT_COUNT; i++)
+            if (!strcmp(name, mutation_names[i])) m = (obx__mutation)i;
+        if (m == OBX__MUT_COUNT) return obx__fail(OBX_EINVAL, "mutation: unknown name '%s'", name);
+    }
+#ifdef OBX_MUTATIONS
+    obx__active_mutation = m;
+    return OBX_OK;
+#else
+    if (m == OBX__MUT_NONE) return OBX_OK;
+    return obx__fail(OBX_EUNSUPPORTED,
+                     "mutation '%s': this build has no mutations "
+                     "(configure with -DOBX_MUTATIONS=ON)",
+                     name);
+#endif
+}
+
+void obx__engine_cfg_defaults(obx__engine_cfg *c) {
+    memset(c, 0, sizeof *c);
+    obx__strlcpy(c->owner, "obx", sizeof c->owner);
+    c->lease_ms = 30000;
+    c->reconcile_lease_ms = 30000;
+    c->recheck_ms = 5000;
+    c->recheck_max_ms = 300000;
+    c->backoff_base_ms = 500;
+    c->backoff_max_ms = 60000;
+    c->batch = 256;
+    c->own_cluster = true;
+}
+
+obx_err obx__engine_init(obx__engine *e, obx__store *s, obx__broker *b, const obx__engine_cfg *c) {
+    memset(e, 0, sizeof *e);
+    if (!s) return obx__fail(OBX_EINVAL, "engine: store is NULL");
+    e->s = s;
+    e->b = b;
+    if (c)
+        e->cfg = *c;
+    else
+        obx__engine_cfg_defaults(&e->cfg);
+    obx_err err = obx__check_field("owner", e->cfg.owner, 1, OBX__OWNER_MAX, OBX__CS_OWNER);
+    if (err) return err;
+    if (e->cfg.lease_ms <= 0 || e->cfg.reconcile_lease_ms <= 0 || !e->cfg.batch)
+        return obx__fail(OBX_EINVAL, "engine: lease_ms, reconcile_lease_ms and batch must be > 0");
+    if (b && (err = obx__br_cluster_id(b, e->cluster, sizeof e->cluster))) return err;
+    uint64_t seed = e->cfg.seed;
+    if (!seed && getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
+        seed = 0x9e3779b97f4a7c15ull;
+    e->rng = seed | 1;
+    e->gen.seed = e->cfg.seed ? e->cfg.seed ^ 0x5851f42d4c957f2dull : 0;
+    return OBX_OK;
+}
+
+uint64_t obx__engine_rand(obx__engine *e) {
+    uint64_t x = e->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return e->rng = x;
+}
+
+int64_t obx__engine_backoff(obx__engine *e, int n) {
+    int64_t d = e->cfg.backoff_base_ms;
+    for (int i = 1; i < n && d < e->cfg.backoff_max_ms; i++) d *= 2;
+    if (d > e->cfg.backoff_max_ms) d = e->cfg.backoff_max_ms;
+    /* +-20% jitter so that many events rejected together do not retry in lockstep */
+    int64_t span = d / 5;
+    if (span > 0) d += (int64_t)(obx__engine_rand(e) % (uint64_t)(2 * span + 1)) - span;
+    return d > 0 ? d : 1;
+}
+
+void obx__audit(obx__audit_row *a, int64_t now, obx__actor actor, const char *who,
+                const obx__event_row *r, obx__state from, obx__state to, const char *fmt, ...) {
+    memset(a, 0, sizeof *a);
+    a->at = now;
+    a->actor = actor;
+    obx__strlcpy(a->who, who, sizeof a->who);
+    obx__strlcpy(a->event_id, r->env.event_id, sizeof a->event_id);
+    a->envelope_gen = r->envelope_gen;
+    a->from = from;
+    a->to = to;
+    a->claim_gen = r->claim_gen;
+    obx__strlcpy(a->attempt_id, r->attempt_id, sizeof a->attempt_id);
+    a->attempt_gen = r->attempt_gen;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->reason, sizeof a->reason, fmt, ap);
+    va_end(ap);
+}
+
+obx__event_row *obx__rows_find(obx__rows *r, const char *event_id) {
+    for (size_t i = 0; i < r->n; i++)
+        if (!strcmp(r->v[i].env.event_id, event_id)) return &r->v[i];
+    return NULL;
+}
+
+/* Growable arrays of update/insert rows for one transaction. */
+obx_err obx__batch_reserve(obx__batch *b, size_t n_events, size_t n_attempts, size_t n_receipts,
+                           size_t n_audit) {
+    memset(b, 0, sizeof *b);
+    b->upd = calloc(n_events ? n_events : 1, sizeof *b->upd);
+    b->upd_rows = calloc(n_events ? n_events : 1, sizeof *b->upd_rows);
+    b->applied = calloc(n_events ? n_events : 1, sizeof *b->applied);
+    b->att = calloc(n_attempts ? n_attempts : 1, sizeof *b->att);
+    b->att_new = calloc(n_attempts ? n_attempts : 1, sizeof *b->att_new);
+    b->rc = calloc(n_receipts ? n_receipts : 1, sizeof *b->rc);
+    b->au = calloc(n_audit ? n_audit : 1, sizeof *b->au);
+    if (!b->upd || !b->upd_rows || !b->applied || !b->att || !b->att_new || !b->rc || !b->au) {
+        obx__batch_free(b);
+        return obx__fail(OBX_ENOMEM, "engine: out of memory for a batch of %zu", n_events);
+    }
+    return OBX_OK;
+}
+
+void obx__batch_free(obx__batch *b) {
+    free(b->upd);
+    free(b->upd_rows);
+    free(b->applied);
+    free(b->att);
+    free(b->att_new);
+    free(b->rc);
+    free(b->au);
+    memset(b, 0, sizeof *b);
+}
+
+/* Writes the batch: compare-and-set updates (all must apply, else OBX_ECONFLICT), attempts,
+ * receipts, audit rows. Inside the caller's transaction. */
+obx_err obx__batch_write(obx__store *s, obx__batch *b) {
+    obx_err e;
+    for (size_t i = 0; i < b->n_upd; i++) b->upd[i].row = &b->upd_rows[i];
+    if ((e = obx__st_update_events(s, b->upd, b->n_upd, b->applied))) return e;
+    for (size_t i = 0; i < b->n_upd; i++)
+        if (!b->applied[i])
+            return obx__fail(OBX_ECONFLICT, "event %s changed under a locked transaction",
+                             b->upd_rows[i].env.event_id);
+    if ((e = obx__st_insert_attempts(s, b->att_new, b->n_att_new))) return e;
+    if ((e = obx__st_update_attempts(s, b->att, b->n_att))) return e;
+    if ((e = obx__st_insert_receipts(s, b->rc, b->n_rc))) return e;
+    return obx__st_insert_audit(s, b->au, b->n_au);
+}
+
+/* Adds an update of row `cur` (as loaded) to the new values `next`. */
+void obx__batch_update(obx__batch *b, const obx__event_row *cur, const obx__event_row *next) {
+    obx__event_row *r = &b->upd_rows[b->n_upd];
+    *r = *next;
+    r->payload = NULL; /* rows in a batch never own payloads */
+    b->upd[b->n_upd].expect_state = cur->state;
+    b->upd[b->n_upd].expect_claim_gen = cur->claim_gen;
+    b->n_upd++;
+}

@@ -1,0 +1,50 @@
+/*
+ * engine_int.h — helpers shared by the engine's files (not used outside src/engine).
+ */
+#ifndef OBX_ENGINE_INT_H
+#define OBX_ENGINE_INT_H
+
+#include "engine/engine.h"
+
+#include <stdlib.h>
+
+uint64_t obx__engine_rand(obx__engine *e);
+/* Backoff before retry number n (1-based), with jitter. */
+int64_t obx__engine_backoff(obx__engine *e, int n);
+void obx__audit(obx__audit_row *a, int64_t now, obx__actor actor, const char *who,
+                const obx__event_row *r, obx__state from, obx__state to, const char *fmt, ...)
+    OBX__PRINTF(8, 9);
+obx__event_row *obx__rows_find(obx__rows *r, const char *event_id);
+
+/* The rows one transaction writes. */
+typedef struct obx__batch {
+    obx__event_update *upd;
+    obx__event_row *upd_rows;
+    bool *applied;
+    size_t n_upd;
+    obx__attempt_row *att; /* updates */
+    size_t n_att;
+    obx__attempt_row *att_new; /* inserts */
+    size_t n_att_new;
+    obx__receipt_row *rc;
+    size_t n_rc;
+    obx__audit_row *au;
+    size_t n_au;
+} obx__batch;
+
+obx_err obx__batch_reserve(obx__batch *b, size_t n_events, size_t n_attempts, size_t n_receipts,
+                           size_t n_audit);
+void obx__batch_free(obx__batch *b);
+obx_err obx__batch_write(obx__store *s, obx__batch *b);
+void obx__batch_update(obx__batch *b, const obx__event_row *cur, const obx__event_row *next);
+
+/* Runs fn in a transaction, retrying it (up to 4 times) when the store reports a retriable
+ * error (busy, serialization failure, lost connection before commit). */
+typedef obx_err (*obx__tx_fn)(obx__engine *e, void *arg);
+obx_err obx__engine_tx(obx__engine *e, obx__tx_fn fn, void *arg);
+
+/* p in [0,1]; sorts v in place. */
+int64_t obx__percentile(int64_t *v, size_t n, double p);
+obx_err obx__report_json(obx__store *s, json_t **out);
+
+#endif

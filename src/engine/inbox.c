@@ -1,0 +1,377 @@
+/*
+ * inbox.c — the consumer's inbox (DESIGN.md §7): applies each event's effect once per consumer.
+ *
+ * obx_inbox_process, in order:
+ *   1. validate the message: headers well formed, payload matches its digest, the contract
+ *      (event type version) and tenant are accepted — otherwise it is parked as poison (visible,
+ *      re-drivable), never silently dropped;
+ *   2. in one transaction on the consumer's database: look up (consumer, event_id);
+ *        present, same payload digest  -> DUPLICATE: the original receipt, no effect;
+ *        present, other payload digest -> QUARANTINED, no effect;
+ *        absent -> run the handler (the effect), insert the consume receipt (unique key is the
+ *        last line of defence), move the watermark, commit;
+ *   3. a handler failure rolls back; the failure is counted in its own transaction; after
+ *      max_failures the message is parked as poison;
+ *   4. only after the commit does the caller acknowledge the broker position (result.ack).
+ * No in-process dedupe sets: the database is the only memory.
+ */
+#include "engine/engine_int.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+struct obx_inbox {
+    obx__store *s; /* the consumer's database (borrowed) */
+    char consumer[OBX_NAME_MAX + 1];
+    char **types;
+    size_t n_types;
+    char **tenants;
+    size_t n_tenants;
+    int max_failures;
+};
+
+static void free_list(char **v, size_t n) {
+    for (size_t i = 0; v && i < n; i++) free(v[i]);
+    free(v);
+}
+
+static obx_err copy_list(const char *what, const char *const *src, size_t n, char ***out,
+                         obx__charset cs) {
+    *out = NULL;
+    if (!n) return OBX_OK;
+    if (!src) return obx__fail(OBX_EINVAL, "%s: NULL with count %zu", what, n);
+    char **v = calloc(n, sizeof *v);
+    if (!v) return obx__fail(OBX_ENOMEM, "inbox: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        obx_err e = obx__check_field(what, src[i], 1, OBX_NAME_MAX, cs);
+        if (!e && !(v[i] = obx__strdup(src[i]))) e = obx__fail(OBX_ENOMEM, "inbox: out of memory");
+        if (e) {
+            free_list(v, n);
+            return e;
+        }
+    }
+    *out = v;
+    return OBX_OK;
+}
+
+obx_err obx_inbox_open(obx_store *db, const obx_inbox_options *o, obx_inbox **out) {
+    if (!db || !o || !out) return obx__fail(OBX_EINVAL, "inbox: NULL argument");
+    obx__clear_error();
+    *out = NULL;
+    obx_err e = obx__check_field("consumer_id", o->consumer_id, 1, OBX_NAME_MAX, OBX__CS_NAME);
+    if (e) return e;
+    if (o->max_failures < 0 || o->max_failures > 1000)
+        return obx__fail(OBX_EINVAL, "max_failures: %d outside 1..1000 (0 = 5)", o->max_failures);
+    int found = 0;
+    if ((e = db->m->schema_version(db, &found))) return e;
+    if (found != OBX__SCHEMA_VERSION)
+        return obx__fail(OBX_ESCHEMA,
+                         "consumer database has schema version %d, need %d (run obx "
+                         "init on it)",
+                         found, OBX__SCHEMA_VERSION);
+    obx_inbox *in = calloc(1, sizeof *in);
+    if (!in) return obx__fail(OBX_ENOMEM, "inbox: out of memory");
+    in->s = db;
+    obx__strlcpy(in->consumer, o->consumer_id, sizeof in->consumer);
+    in->max_failures = o->max_failures ? o->max_failures : 5;
+    if ((e = copy_list("event_types", o->event_types, o->n_event_types, &in->types,
+                       OBX__CS_EVENT_TYPE)) ||
+        (e = copy_list("tenants", o->tenants, o->n_tenants, &in->tenants, OBX__CS_NAME))) {
+        obx_inbox_close(in);
+        return e;
+    }
+    in->n_types = o->n_event_types;
+    in->n_tenants = o->n_tenants;
+    *out = in;
+    return OBX_OK;
+}
+
+void obx_inbox_close(obx_inbox *in) {
+    if (!in) return;
+    free_list(in->types, in->n_types);
+    free_list(in->tenants, in->n_tenants);
+    free(in);
+}
+
+static bool listed(char **v, size_t n, const char *x) {
+    if (!n) return true;
+    for (size_t i = 0; i < n; i++)
+        if (x && !strcmp(v[i], x)) return true;
+    return false;
+}
+
+obx_err obx_inbox_effect_key(const char *consumer, const char *event_id, const char *effect,
+                             char out[68]) {
+    if (!consumer || !event_id || !effect || !out) return obx__fail(OBX_EINVAL, "NULL argument");
+    obx__buf b = {0};
+    const char *parts[] = {"obx.effect.v1", consumer, event_id, effect};
+    for (size_t i = 0; i < 4; i++) {
+        obx__buf_u32be(&b, (uint32_t)strlen(parts[i]));
+        obx__buf_puts(&b, parts[i]);
+    }
+    char d[OBX_DIGEST_LEN + 1];
+    obx_err e =
+        b.oom ? obx__fail(OBX_ENOMEM, "out of memory") : obx_sha256_digest(b.data, b.len, d);
+    obx__buf_free(&b);
+    if (e) return e;
+    memcpy(out, "fx-", 3);
+    memcpy(out + 3, d + 7, 65);
+    return OBX_OK;
+}
+
+static char *headers_of(const obx_message *m) {
+    json_t *o = json_pack("{s:s?,s:i,s:s?,s:s?,s:s?,s:s?,s:I,s:s?,s:s?,s:s?,s:I,s:s?}", "event_id",
+                          m->event_id, "envelope_gen", m->envelope_gen, "event_type", m->event_type,
+                          "tenant", m->tenant, "aggregate_type", m->aggregate_type, "aggregate_id",
+                          m->aggregate_id, "aggregate_version", (json_int_t)m->aggregate_version,
+                          "correlation_id", m->correlation_id, "causation_id", m->causation_id,
+                          "traceparent", m->traceparent, "occurred_at", (json_int_t)m->occurred_at,
+                          "payload_digest", m->payload_digest);
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(o);
+    return s;
+}
+
+static obx_err audit_consume(obx_inbox *in, const obx_message *m, const char *outcome, int64_t now,
+                             int64_t dur, const char *detail) {
+    obx__consume_audit_row a;
+    memset(&a, 0, sizeof a);
+    a.at = now;
+    obx__strlcpy(a.consumer_id, in->consumer, sizeof a.consumer_id);
+    obx__strlcpy(a.event_id, m->event_id ? m->event_id : "", sizeof a.event_id);
+    obx__strlcpy(a.outcome, outcome, sizeof a.outcome);
+    a.duration_us = dur;
+    obx__strlcpy(a.detail, detail ? detail : "", sizeof a.detail);
+    return in->s->m->consume_audit_put(in->s, &a, 1);
+}
+
+/* Parks m as poison in its own transaction, with an audit row. */
+static obx_err park(obx_inbox *in, const obx_message *m, int failures, const char *why, int64_t now,
+                    obx_inbox_result *out) {
+    obx__poison_row p;
+    memset(&p, 0, sizeof p);
+    obx__strlcpy(p.consumer_id, in->consumer, sizeof p.consumer_id);
+    obx__strlcpy(p.event_id, m->event_id ? m->event_id : "", sizeof p.event_id);
+    obx__strlcpy(p.state, "PARKED", sizeof p.state);
+    p.failures = failures;
+    obx__strlcpy(p.last_error, why, sizeof p.last_error);
+    obx__strlcpy(p.topic, m->topic ? m->topic : "", sizeof p.topic);
+    p.partition = m->partition;
+    p.offset = m->offset;
+    p.headers_json = headers_of(m);
+    p.payload = (unsigned char *)(uintptr_t)m->payload;
+    p.payload_len = m->payload_len;
+    p.parked_at = p.updated_at = now;
+    obx_err e = obx__st_begin(in->s);
+    if (!e) e = in->s->m->poison_put(in->s, &p);
+    if (!e) e = audit_consume(in, m, "POISONED", now, 0, why);
+    if (!e)
+        e = obx__st_commit(in->s);
+    else
+        obx__st_rollback(in->s);
+    free(p.headers_json);
+    if (e) return e;
+    out->outcome = OBX_INBOX_POISONED;
+    out->ack = 1;
+    out->failures = failures;
+    obx__strlcpy(out->detail, why, sizeof out->detail);
+    return OBX_OK;
+}
+
+obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
+                              void *conn, int64_t now, int64_t mono_us_start,
+                              int64_t (*mono_us)(void), obx_inbox_result *out);
+
+obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
+                              void *conn, int64_t now, int64_t mono_us_start,
+                              int64_t (*mono_us)(void), obx_inbox_result *out) {
+    obx_err e;
+    if (!in || !m || !h || !out) return obx__fail(OBX_EINVAL, "inbox: NULL argument");
+    memset(out, 0, sizeof *out);
+    char why[256];
+    /* 1. validation before any effect */
+    if (m->header_error && *m->header_error) {
+        snprintf(why, sizeof why, "malformed message headers: %s", m->header_error);
+        return park(in, m, 0, why, now, out);
+    }
+    if (obx_event_id_check(m->event_id)) {
+        snprintf(why, sizeof why, "bad event ID: %s", obx_errmsg());
+        return park(in, m, 0, why, now, out);
+    }
+    char digest[OBX_DIGEST_LEN + 1];
+    if ((e = obx_sha256_digest(m->payload, m->payload_len, digest))) return e;
+    if (!m->payload_digest || strcmp(digest, m->payload_digest)) {
+        snprintf(why, sizeof why, "payload does not match its digest header (%.20s...)",
+                 m->payload_digest ? m->payload_digest : "(none)");
+        return park(in, m, 0, why, now, out);
+    }
+    if (!listed(in->types, in->n_types, m->event_type)) {
+        snprintf(why, sizeof why, "contract '%s' is not accepted by consumer %s",
+                 m->event_type ? m->event_type : "(none)", in->consumer);
+        return park(in, m, 0, why, now, out);
+    }
+    if (!listed(in->tenants, in->n_tenants, m->tenant)) {
+        snprintf(why, sizeof why, "tenant '%s' is not served by consumer %s",
+                 m->tenant ? m->tenant : "(none)", in->consumer);
+        return park(in, m, 0, why, now, out);
+    }
+    char key[68];
+    if ((e = obx_inbox_effect_key(in->consumer, m->event_id, "effect", key))) return e;
+
+    /* 2. one transaction: dedupe, effect, receipt, watermark */
+    if ((e = obx__st_begin(in->s))) return e;
+    obx__inbox_row prev;
+    e = in->s->m->inbox_get(in->s, in->consumer, m->event_id, &prev);
+    if (e == OBX_OK && !OBX__MUTANT(SKIP_INBOX_DEDUPE)) {
+        bool same = !strcmp(prev.payload_digest, digest);
+        if (same) {
+            out->outcome = OBX_INBOX_DUPLICATE;
+            obx__strlcpy(out->result, prev.result, sizeof out->result);
+            snprintf(out->detail, sizeof out->detail, "already applied at %lld (offset %lld)",
+                     (long long)prev.consumed_at, (long long)prev.offset);
+            e = audit_consume(in, m, "DUPLICATE", now, 0, out->detail);
+        } else {
+            out->outcome = OBX_INBOX_QUARANTINED;
+            snprintf(out->detail, sizeof out->detail,
+                     "same event ID, different payload digest (first %.20s..., now %.20s...)",
+                     prev.payload_digest, digest);
+            e = in->s->m->inbox_quarantine_put(in->s, in->consumer, m->event_id, digest,
+                                               prev.payload_digest, out->detail, now);
+            if (!e) e = audit_consume(in, m, "QUARANTINED", now, 0, out->detail);
+        }
+        if (!e)
+            e = obx__st_commit(in->s);
+        else
+            obx__st_rollback(in->s);
+        if (!e) out->ack = 1;
+        return e;
+    }
+    if (e != OBX_OK && e != OBX_ENOTFOUND) {
+        obx__st_rollback(in->s);
+        return e;
+    }
+    bool seen = e == OBX_OK; /* only reachable under the SKIP_INBOX_DEDUPE mutation */
+    char result[256] = "";
+    obx_err he = h(user, conn, m, key, result, sizeof result);
+    int64_t dur = mono_us ? mono_us() - mono_us_start : 0;
+    if (he) {
+        char herr[256];
+        snprintf(herr, sizeof herr, "handler failed: %s: %s", obx_errname(he), obx_errmsg());
+        obx__st_rollback(in->s); /* 3. the effect is undone */
+        int32_t failures = 0;
+        if ((e = obx__st_begin(in->s))) return e;
+        e = in->s->m->failure_bump(in->s, in->consumer, m->event_id, herr, now, &failures);
+        if (!e) e = audit_consume(in, m, "FAILED", now, dur, herr);
+        if (!e)
+            e = obx__st_commit(in->s);
+        else
+            obx__st_rollback(in->s);
+        if (e) return e;
+        if (failures >= in->max_failures) {
+            snprintf(why, sizeof why, "%d handler failures, last: %.200s", (int)failures, herr);
+            return park(in, m, failures, why, now, out);
+        }
+        out->outcome = OBX_INBOX_FAILED;
+        out->failures = failures;
+        obx__strlcpy(out->detail, herr, sizeof out->detail);
+        return OBX_OK;
+    }
+    obx__inbox_row r;
+    memset(&r, 0, sizeof r);
+    obx__strlcpy(r.consumer_id, in->consumer, sizeof r.consumer_id);
+    obx__strlcpy(r.event_id, m->event_id, sizeof r.event_id);
+    obx__strlcpy(r.payload_digest, digest, sizeof r.payload_digest);
+    obx__strlcpy(r.event_type, m->event_type ? m->event_type : "", sizeof r.event_type);
+    obx__strlcpy(r.tenant, m->tenant ? m->tenant : "", sizeof r.tenant);
+    obx__strlcpy(r.outcome, "APPLIED", sizeof r.outcome);
+    obx__strlcpy(r.result, result, sizeof r.result);
+    obx__strlcpy(r.topic, m->topic ? m->topic : "", sizeof r.topic);
+    r.partition = m->partition;
+    r.offset = m->offset;
+    r.consumed_at = now;
+    r.duration_us = dur;
+    obx__watermark_row w;
+    memset(&w, 0, sizeof w);
+    obx__strlcpy(w.consumer_id, in->consumer, sizeof w.consumer_id);
+    obx__strlcpy(w.topic, r.topic, sizeof w.topic);
+    w.partition = m->partition;
+    w.offset = m->offset;
+    obx__strlcpy(w.event_id, m->event_id, sizeof w.event_id);
+    w.occurred_at = m->occurred_at;
+    w.committed_at = now;
+    e = seen ? OBX_OK : in->s->m->inbox_put(in->s, &r);
+    if (!e) e = in->s->m->watermark_put(in->s, &w);
+    if (!e) e = in->s->m->failure_clear(in->s, in->consumer, m->event_id);
+    if (!e) e = audit_consume(in, m, "APPLIED", now, dur, result);
+    if (!e)
+        e = obx__st_commit(in->s);
+    else
+        obx__st_rollback(in->s);
+    if (e == OBX_ECONFLICT) {
+        /* a concurrent consumer instance committed this event first: the unique key held */
+        return obx__inbox_process_at(in, m, h, user, conn, now, mono_us_start, mono_us, out);
+    }
+    if (e) return e;
+    out->outcome = OBX_INBOX_APPLIED;
+    out->ack = 1;
+    obx__strlcpy(out->result, result, sizeof out->result);
+    return OBX_OK;
+}
+
+static int64_t mono_us(void) { return obx__mono_ms() * 1000; }
+
+obx_err obx_inbox_process(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
+                          void *conn, obx_inbox_result *out) {
+    obx__clear_error();
+    return obx__inbox_process_at(in, m, h, user, conn, obx__wall_ms(), mono_us(), mono_us, out);
+}
+
+obx_err obx_inbox_poison_list(obx_store *db, const char *consumer, char **out) {
+    if (!db || !out) return obx__fail(OBX_EINVAL, "NULL argument");
+    obx__clear_error();
+    *out = NULL;
+    obx__poison_row *rows = NULL;
+    size_t n = 0;
+    obx_err e = db->m->poison_list(db, consumer, NULL, &rows, &n);
+    if (e) return e;
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < n; i++) {
+        json_t *h = json_loads(rows[i].headers_json ? rows[i].headers_json : "{}", 0, NULL);
+        json_array_append_new(
+            arr, json_pack("{s:s,s:s,s:s,s:i,s:s,s:s,s:i,s:I,s:I,s:I,s:o}", "consumer_id",
+                           rows[i].consumer_id, "event_id", rows[i].event_id, "state",
+                           rows[i].state, "failures", (int)rows[i].failures, "last_error",
+                           rows[i].last_error, "topic", rows[i].topic, "partition",
+                           (int)rows[i].partition, "offset", (json_int_t)rows[i].offset,
+                           "parked_at", (json_int_t)rows[i].parked_at, "updated_at",
+                           (json_int_t)rows[i].updated_at, "headers", h ? h : json_object()));
+    }
+    obx__poison_rows_free(rows, n);
+    return obx__json_out(arr, out);
+}
+
+obx_err obx_inbox_redrive(obx_store *db, const char *consumer, const char *event_id) {
+    if (!db) return obx__fail(OBX_EINVAL, "NULL argument");
+    obx__clear_error();
+    obx_err e = obx__check_field("consumer", consumer, 1, OBX_NAME_MAX, OBX__CS_NAME);
+    if (!e) e = obx_event_id_check(event_id);
+    if (!e) e = obx__st_begin(db);
+    if (e) return e;
+    obx__poison_row p;
+    e = db->m->poison_get(db, consumer, event_id, &p);
+    if (!e) {
+        if (strcmp(p.state, "PARKED"))
+            e = obx__fail(OBX_EREFUSED, "poison message %s is %s, not PARKED", event_id, p.state);
+        free(p.payload);
+        free(p.headers_json);
+    }
+    if (!e) e = db->m->poison_set_state(db, consumer, event_id, "REDRIVE", obx__wall_ms());
+    /* a re-driven message starts with a clean failure count */
+    if (!e) e = db->m->failure_clear(db, consumer, event_id);
+    if (e) {
+        obx__st_rollback(db);
+        return e;
+    }
+    return obx__st_commit(db);
+}

@@ -1,0 +1,292 @@
+/*
+ * reconcile.c — the reconciler (DESIGN.md §5). An UNKNOWN outcome is never guessed:
+ *
+ *   DISPATCH_UNKNOWN --reconcile_begin--> RECONCILING (own claim_gen + lease)
+ *   RECONCILING --lookup(destination, pinned partition, event_id, since)-->
+ *       FOUND(receipt)              -> the acceptance point -> PUBLISHED
+ *       NOT_FOUND (authoritative,   -> RETRY_CLAIMED, older attempts NOT_FOUND,
+ *         past the quiet time)         a new attempt (attempt_gen + 1) to the same frozen
+ *                                      destination and partition -> SENDING
+ *       CANNOT_TELL + blind retry   -> RETRY_CLAIMED (older attempts stay UNKNOWN: their late
+ *         allowed by the route         ACKs are still accepted) -> SENDING
+ *       CANNOT_TELL otherwise       -> DISPATCH_UNKNOWN with a next check (backing off)
+ *
+ * A reconciler is fenced like a dispatcher: its decision is applied only if the event is still
+ * RECONCILING under its claim_gen and unexpired lease. A retry never uses anything but the
+ * frozen destination digest; the partition is the pinned one.
+ */
+#include "engine/engine_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct rbegin_ctx {
+    int64_t now;
+    obx__rows rows; /* with payload: a retry needs it */
+} rbegin_ctx;
+
+static obx_err rbegin_tx(obx__engine *e, void *arg) {
+    rbegin_ctx *c = arg;
+    obx__rows_free(&c->rows);
+    obx__select_req q = {.kind = OBX__SEL_RECONCILE,
+                         .now = c->now,
+                         .limit = e->cfg.batch,
+                         .lock = true,
+                         .payload = true,
+                         .cluster = e->cfg.own_cluster && e->b ? e->cluster : NULL};
+    obx_err err = obx__st_select(e->s, &q, &c->rows);
+    if (err || !c->rows.n) return err;
+    obx__batch b;
+    if ((err = obx__batch_reserve(&b, c->rows.n, 0, 0, c->rows.n))) return err;
+    for (size_t i = 0; i < c->rows.n; i++) {
+        obx__event_row *cur = &c->rows.v[i];
+        obx__event_row next = *cur;
+        next.state =
+            cur->state == OBX__ST_RETRY_CLAIMED ? OBX__ST_RETRY_CLAIMED : OBX__ST_RECONCILING;
+        next.claim_gen = cur->claim_gen + 1;
+        obx__strlcpy(next.owner, e->cfg.owner, sizeof next.owner);
+        next.lease_until = c->now + e->cfg.reconcile_lease_ms;
+        next.updated_at = c->now;
+        if (!obx__transition_allowed(cur->state, next.state, OBX__ACT_RECONCILER)) {
+            err = obx__fail(OBX_EINTERNAL, "reconcile: %s -> %s not allowed",
+                            obx__state_name(cur->state), obx__state_name(next.state));
+            break;
+        }
+        obx__batch_update(&b, cur, &next);
+        obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_RECONCILER, e->cfg.owner, &next, cur->state,
+                   next.state, "%s",
+                   cur->state == OBX__ST_DISPATCH_UNKNOWN ? "reconciling"
+                                                          : "taken over: previous lease expired");
+    }
+    if (!err) err = obx__batch_write(e->s, &b);
+    if (!err)
+        for (size_t i = 0; i < c->rows.n; i++) {
+            unsigned char *p = c->rows.v[i].payload;
+            size_t len = c->rows.v[i].payload_len;
+            c->rows.v[i] = b.upd_rows[i];
+            c->rows.v[i].payload = p;
+            c->rows.v[i].payload_len = len;
+        }
+    obx__batch_free(&b);
+    return err;
+}
+
+typedef enum { DECIDE_RETRY_PROVEN, DECIDE_RETRY_BLIND, DECIDE_STAY_UNKNOWN } decision;
+
+typedef struct rapply_ctx {
+    int64_t now;
+    obx__event_row *row; /* as claimed by us; updated on success */
+    decision d;
+    const char *why;
+    bool applied;
+    int64_t resolved_ms;
+} rapply_ctx;
+
+static obx_err rapply_tx(obx__engine *e, void *arg) {
+    rapply_ctx *c = arg;
+    const char *id = c->row->env.event_id;
+    obx__rows cur = {0};
+    obx__attempt_row *att = NULL;
+    size_t n_att = 0;
+    c->applied = false;
+    c->resolved_ms = -1;
+    obx_err err = obx__st_load_events(e->s, &id, 1, OBX__LOAD_LOCK, &cur);
+    if (!err && cur.n != 1) err = obx__fail(OBX_ENOTFOUND, "reconcile: event %s vanished", id);
+    if (!err) err = obx__st_load_attempts(e->s, NULL, 0, id, &att, &n_att);
+    obx__batch b;
+    if (!err) err = obx__batch_reserve(&b, 1, n_att, 0, 1);
+    if (err) {
+        obx__rows_free(&cur);
+        free(att);
+        return err;
+    }
+    obx__event_row *ev = &cur.v[0];
+    bool mine = ev->claim_gen == c->row->claim_gen && !strcmp(ev->owner, e->cfg.owner) &&
+                ev->lease_until > c->now &&
+                (ev->state == OBX__ST_RECONCILING || ev->state == OBX__ST_RETRY_CLAIMED);
+    if (!mine) {
+        /* fenced: report what we saw, change nothing */
+        obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_RECONCILER, e->cfg.owner, ev, ev->state,
+                   ev->state, "stale reconciler (claim_gen %lld) saw: %s; nothing changed",
+                   (long long)c->row->claim_gen, c->why);
+        e->st.stale_refused++;
+    } else if (ev->state == OBX__ST_RETRY_CLAIMED) {
+        /* taken over after a crash between the decision and the send: keep the decision */
+        c->applied = true;
+    } else {
+        obx__event_row next = *ev;
+        if (c->d == DECIDE_STAY_UNKNOWN) {
+            int64_t since = ev->unknown_since ? c->now - ev->unknown_since : 0;
+            int64_t wait = since / 2;
+            if (wait < e->cfg.recheck_ms) wait = e->cfg.recheck_ms;
+            if (wait > e->cfg.recheck_max_ms) wait = e->cfg.recheck_max_ms;
+            next.state = OBX__ST_DISPATCH_UNKNOWN;
+            next.next_check_at = c->now + wait;
+            next.owner[0] = '\0';
+            next.lease_until = 0;
+        } else {
+            next.state = OBX__ST_RETRY_CLAIMED;
+            next.lease_until = c->now + e->cfg.reconcile_lease_ms;
+            if (c->d == DECIDE_RETRY_PROVEN) {
+                /* every UNKNOWN attempt of this generation is proven absent */
+                for (size_t i = 0; i < n_att; i++)
+                    if (att[i].envelope_gen == ev->envelope_gen &&
+                        (att[i].state == OBX__AT_UNKNOWN || att[i].state == OBX__AT_SENDING)) {
+                        att[i].state = OBX__AT_NOT_FOUND;
+                        att[i].ended_at = c->now;
+                        snprintf(att[i].detail, sizeof att[i].detail, "NOT_FOUND: %s", c->why);
+                        b.att[b.n_att++] = att[i];
+                    }
+                if (ev->unknown_since) c->resolved_ms = c->now - ev->unknown_since;
+                next.unknown_since = 0;
+            }
+        }
+        next.updated_at = c->now;
+        if (!obx__transition_allowed(ev->state, next.state, OBX__ACT_RECONCILER))
+            err = obx__fail(OBX_EINTERNAL, "reconcile: %s -> %s not allowed",
+                            obx__state_name(ev->state), obx__state_name(next.state));
+        if (!err) {
+            obx__batch_update(&b, ev, &next);
+            obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_RECONCILER, e->cfg.owner, &next, ev->state,
+                       next.state, "%s: %s",
+                       c->d == DECIDE_RETRY_PROVEN  ? "proven absent, retry to the frozen target"
+                       : c->d == DECIDE_RETRY_BLIND ? "cannot tell; route allows blind same-target "
+                                                      "retry"
+                                                    : "cannot tell; next check scheduled",
+                       c->why);
+            unsigned char *p = c->row->payload;
+            size_t len = c->row->payload_len;
+            *c->row = next;
+            c->row->payload = p;
+            c->row->payload_len = len;
+            c->applied = true;
+        }
+    }
+    if (!err) err = obx__batch_write(e->s, &b);
+    obx__batch_free(&b);
+    obx__rows_free(&cur);
+    free(att);
+    return err;
+}
+
+obx_err obx__reconcile_begin(obx__engine *e, int64_t now, obx__rows *held) {
+    rbegin_ctx c = {.now = now};
+    obx_err err = obx__engine_tx(e, rbegin_tx, &c);
+    if (err) {
+        obx__rows_free(&c.rows);
+        return err;
+    }
+    *held = c.rows;
+    return OBX_OK;
+}
+
+obx_err obx__reconcile_lookup(obx__engine *e, int64_t now, const obx__event_row *row,
+                              obx__lookup_res *res) {
+    obx_err err;
+    memset(res, 0, sizeof *res);
+    obx__attempt_row *att = NULL;
+    size_t n_att = 0;
+    if ((err = obx__st_load_attempts(e->s, NULL, 0, row->env.event_id, &att, &n_att))) return err;
+    int64_t since = 0, quiet_until = 0;
+    int unknown = 0;
+    for (size_t i = 0; i < n_att; i++) {
+        if (att[i].envelope_gen != row->envelope_gen) continue;
+        if (att[i].state != OBX__AT_UNKNOWN && att[i].state != OBX__AT_SENDING) continue;
+        unknown++;
+        if (!since || att[i].started_at < since) since = att[i].started_at;
+        if (att[i].quiet_until > quiet_until) quiet_until = att[i].quiet_until;
+    }
+    free(att);
+    if (!unknown) {
+        /* nothing outstanding in this generation (all proven absent or rejected) */
+        res->kind = OBX__LOOKUP_NOT_FOUND;
+        snprintf(res->reason, sizeof res->reason, "no outstanding attempt of generation %d",
+                 (int)row->envelope_gen);
+    } else if (!e->b) {
+        res->kind = OBX__LOOKUP_CANNOT_TELL;
+        snprintf(res->reason, sizeof res->reason, "no broker connection");
+    } else {
+        obx__lookup_req q = {.dest = &row->dest,
+                             .dest_digest = row->dest_digest,
+                             .partition = row->pinned_partition,
+                             .event_id = row->env.event_id,
+                             .envelope_gen = row->envelope_gen,
+                             .since = since,
+                             .quiet_until = quiet_until,
+                             .now = now};
+        if ((err = obx__br_lookup(e->b, &q, res))) {
+            e->st.broker_errors++;
+            res->kind = OBX__LOOKUP_CANNOT_TELL;
+            snprintf(res->reason, sizeof res->reason, "lookup failed: %s", obx_errmsg());
+        }
+    }
+    return OBX_OK;
+}
+
+obx_err obx__reconcile_apply(obx__engine *e, int64_t now, obx__event_row *row,
+                             obx__lookup_res *res_in) {
+    obx_err err;
+    obx__lookup_res res = *res_in;
+    if (row->state == OBX__ST_RETRY_CLAIMED) return OBX_OK; /* decision taken before a crash */
+    bool found_bad = false;
+    if (res.kind == OBX__LOOKUP_FOUND) {
+        e->st.reconciled_found++;
+        obx__receipt_kind k = OBX__RK_QUARANTINED;
+        if ((err = obx__accept_receipts(e, now, &res.found, 1, &k))) return err;
+        if (k == OBX__RK_PRIMARY || k == OBX__RK_DUPLICATE) return OBX_OK;
+        /* the broker holds something we cannot accept: do not retry blindly over it */
+        res.kind = OBX__LOOKUP_CANNOT_TELL;
+        snprintf(res.reason, sizeof res.reason, "found a message that was quarantined");
+        found_bad = true;
+    }
+    rapply_ctx c = {.now = now, .row = row, .why = res.reason};
+    if (res.kind == OBX__LOOKUP_NOT_FOUND) {
+        e->st.reconciled_not_found++;
+        c.d = DECIDE_RETRY_PROVEN;
+    } else {
+        e->st.reconciled_cannot_tell++;
+        c.d = row->blind_retry && !found_bad ? DECIDE_RETRY_BLIND : DECIDE_STAY_UNKNOWN;
+    }
+    if ((err = obx__engine_tx(e, rapply_tx, &c))) return err;
+    if (c.resolved_ms >= 0) {
+        e->st.unknown_resolved++;
+        if (c.resolved_ms > e->st.unknown_resolve_ms_max)
+            e->st.unknown_resolve_ms_max = c.resolved_ms;
+        if (e->on_unknown_resolved)
+            e->on_unknown_resolved(e->on_unknown_resolved_user, row->env.event_id, c.resolved_ms);
+    }
+    return OBX_OK;
+}
+
+/* Handles one event we hold as RECONCILING or RETRY_CLAIMED: lookup, decision, retry send. */
+static obx_err reconcile_one(obx__engine *e, int64_t now, obx__event_row *row) {
+    obx__lookup_res res;
+    obx_err err = OBX_OK;
+    if (row->state != OBX__ST_RETRY_CLAIMED) {
+        if ((err = obx__reconcile_lookup(e, now, row, &res))) return err;
+        if ((err = obx__reconcile_apply(e, now, row, &res))) return err;
+    }
+    if (row->state == OBX__ST_RETRY_CLAIMED) {
+        size_t sent = 0;
+        e->st.retries++;
+        err = obx__engine_begin_attempts(e, now, row, 1, OBX__ACT_RECONCILER, &sent);
+    }
+    return err;
+}
+
+obx_err obx__reconcile_step(obx__engine *e, int64_t now, size_t *handled) {
+    obx__rows held = {0};
+    *handled = 0;
+    obx_err err = obx__reconcile_begin(e, now, &held);
+    obx_err first = OBX_OK;
+    for (size_t i = 0; !err && i < held.n; i++) {
+        obx_err one = reconcile_one(e, now, &held.v[i]);
+        /* one event's failure must not stall the others: its lease will expire and it will be
+         * taken over; report the first error after trying the rest */
+        if (one && !first) first = one;
+        if (!one) (*handled)++;
+    }
+    if (!err) err = first;
+    obx__rows_free(&held);
+    return err;
+}

@@ -1,0 +1,956 @@
+/*
+ * fault_suite.c — one named test per fault of DESIGN.md §9 that the dispatch protocol handles,
+ * each asserting the exact end state, receipts and audit rows. Real store (from the factory),
+ * real local log broker with fault knobs, virtual clock (`now` advanced by the test).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "engine/engine.h"
+#include "engine/fault_suite.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+obx_err obx__log_broker_set(obx__broker *base, const char *knob, const char *value);
+void obx__log_broker_rewind(obx__broker *base);
+obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
+                              void *conn, int64_t now, int64_t mono_us_start,
+                              int64_t (*mono_us)(void), obx_inbox_result *out);
+
+static store_factory factory;
+static char tmpdir[64];
+static int nfiles;
+
+#define OK(x)                                                                                      \
+    do {                                                                                           \
+        obx_err e_ = (x);                                                                          \
+        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
+    } while (0)
+
+typedef struct fx {
+    obx__store *s;
+    char broker_url[256];
+    obx__broker *b;  /* dispatcher A's connection */
+    obx__broker *b2; /* another connection (dispatcher B / reconciler) */
+    int64_t now;
+} fx;
+
+static int setup(void **state) {
+    fx *f = calloc(1, sizeof *f);
+    if (factory(&f->s) != OBX_OK) {
+        fprintf(stderr, "factory: %s\n", obx_errmsg());
+        free(f);
+        return -1;
+    }
+    snprintf(f->broker_url, sizeof f->broker_url, "log:%s/b%d.db?seed=11&cluster=local", tmpdir,
+             ++nfiles);
+    if (obx__br_open(f->broker_url, NULL, 0, &f->b) ||
+        obx__br_open(f->broker_url, NULL, 0, &f->b2)) {
+        fprintf(stderr, "broker: %s\n", obx_errmsg());
+        return -1;
+    }
+    f->now = 1800000000000;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fx *f = *state;
+    obx__st_fault_after(0);
+    obx__br_close(f->b);
+    obx__br_close(f->b2);
+    obx__st_close(f->s);
+    free(f);
+    return 0;
+}
+
+static void route(fx *f, const char *type, int blind, int max_attempts) {
+    obx_route r = {.event_type = type,
+                   .cluster = "local",
+                   .topic = "orders",
+                   .blind_retry = blind,
+                   .max_attempts = max_attempts};
+    OK(obx__route_set_at(f->s, &r, f->now, NULL));
+}
+
+static void enq(fx *f, const char *type, const char *agg, char id[31]) {
+    char payload[64];
+    snprintf(payload, sizeof payload, "{\"order\":\"%s\"}", agg);
+    obx_event ev = {.event_type = type,
+                    .aggregate_type = "order",
+                    .aggregate_id = agg,
+                    .aggregate_version = 1,
+                    .tenant = "t1",
+                    .payload = payload,
+                    .payload_len = strlen(payload),
+                    .correlation_id = "corr"};
+    obx_enqueue_result r;
+    OK(obx__enqueue_at(f->s, &ev, f->now, NULL, &r));
+    strcpy(id, r.event_id);
+}
+
+static void engine(fx *f, obx__engine *e, const char *owner, obx__broker *b) {
+    obx__engine_cfg c;
+    obx__engine_cfg_defaults(&c);
+    obx__strlcpy(c.owner, owner, sizeof c.owner);
+    c.lease_ms = 1000;
+    c.reconcile_lease_ms = 1000;
+    c.recheck_ms = 500;
+    c.backoff_base_ms = 100;
+    c.seed = 99;
+    OK(obx__engine_init(e, f->s, b, &c));
+}
+
+static obx__event_row ev(fx *f, const char *id) {
+    obx__rows rows = {0};
+    OK(obx__st_load_events(f->s, &id, 1, 0, &rows));
+    assert_int_equal(rows.n, 1);
+    obx__event_row r = rows.v[0];
+    obx__rows_free(&rows);
+    return r;
+}
+
+static int receipts(fx *f, const char *id, obx__receipt_kind k, char *attempt_out) {
+    obx__receipt_row *r;
+    size_t n;
+    OK(f->s->m->load_receipts(f->s, id, &r, &n));
+    int c = 0;
+    for (size_t i = 0; i < n; i++)
+        if (r[i].kind == k) {
+            c++;
+            if (attempt_out) strcpy(attempt_out, r[i].attempt_id);
+        }
+    free(r);
+    return c;
+}
+
+static int attempts(fx *f, const char *id, obx__attempt_state st) {
+    obx__attempt_row *a;
+    size_t n;
+    OK(obx__st_load_attempts(f->s, NULL, 0, id, &a, &n));
+    int c = 0;
+    for (size_t i = 0; i < n; i++) c += a[i].state == st;
+    free(a);
+    return c;
+}
+
+static int n_attempts(fx *f, const char *id) {
+    obx__attempt_row *a;
+    size_t n;
+    OK(obx__st_load_attempts(f->s, NULL, 0, id, &a, &n));
+    free(a);
+    return (int)n;
+}
+
+/* Audit rows of event `id` whose reason contains `needle` (and, if given, from -> to). */
+static int audit(fx *f, const char *id, int from, int to, const char *needle) {
+    obx__audit_row *a;
+    size_t n;
+    OK(f->s->m->load_audit(f->s, id, &a, &n));
+    int c = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((from < 0 || a[i].from == (obx__state)from) && (to < 0 || a[i].to == (obx__state)to) &&
+            (!needle || strstr(a[i].reason, needle)))
+            c++;
+    free(a);
+    return c;
+}
+
+static size_t poll_all(obx__engine *e, int64_t now) {
+    size_t total = 0, n;
+    do {
+        OK(obx__engine_poll(e, now, 0, &n));
+        total += n;
+    } while (n);
+    return total;
+}
+
+static void knob(obx__broker *b, const char *k, const char *v) { OK(obx__log_broker_set(b, k, v)); }
+
+static void assert_one_primary(fx *f, const char *id) {
+    obx__event_row r = ev(f, id);
+    assert_int_equal(r.state, OBX__ST_PUBLISHED);
+    assert_int_equal(receipts(f, id, OBX__RK_PRIMARY, NULL), 1);
+    assert_true(r.primary_attempt_id[0]);
+    assert_int_equal(attempts(f, id, OBX__AT_ACCEPTED), 1);
+}
+
+/* ---- the tests ------------------------------------------------------------------------------ */
+
+static void test_happy_path(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 0, 0);
+    char a[31], b[31];
+    enq(f, "order.created.v1", "o-1", a);
+    enq(f, "order.created.v1", "o-2", b);
+    obx__engine e;
+    engine(f, &e, "relay-a", f->b);
+    size_t sent;
+    OK(obx__engine_dispatch(&e, f->now, &sent));
+    assert_int_equal(sent, 2);
+    assert_int_equal(ev(f, a).state, OBX__ST_SENDING);
+    assert_int_equal(poll_all(&e, f->now), 2);
+    assert_one_primary(f, a);
+    assert_one_primary(f, b);
+    obx__event_row r = ev(f, a);
+    assert_int_equal(r.claim_gen, 1);
+    assert_int_equal(r.attempt_gen, 1);
+    assert_true(r.pinned_partition >= 0);
+    assert_int_equal(audit(f, a, OBX__ST_NONE, OBX__ST_PENDING, NULL), 1);
+    assert_int_equal(audit(f, a, OBX__ST_PENDING, OBX__ST_CLAIMED, NULL), 1);
+    assert_int_equal(audit(f, a, OBX__ST_CLAIMED, OBX__ST_SENDING, "attempt 1 registered"), 1);
+    assert_int_equal(audit(f, a, OBX__ST_SENDING, OBX__ST_PUBLISHED, "filled the slot"), 1);
+    /* nothing more to do */
+    OK(obx__engine_dispatch(&e, f->now, &sent));
+    assert_int_equal(sent, 0);
+    assert_int_equal(e.st.accepted, 2);
+}
+
+/* DESIGN.md §9 "claim expiry followed by a late old ACK": the old attempt's late true ACK is
+ * recorded (here as a duplicate, the retry having filled the slot first). */
+static void test_claim_expiry_then_late_old_ack(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 1, 0); /* blind same-target retry allowed */
+    char a[31];
+    enq(f, "order.created.v1", "o-1", a);
+    obx__engine da, rc;
+    engine(f, &da, "relay-a", f->b);
+    engine(f, &rc, "reconciler", f->b2);
+    knob(f->b, "delay_ack", "1");
+    knob(f->b, "delay_ack_ms", "5000");
+    size_t sent, n;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    assert_int_equal(sent, 1);
+    char att1[31];
+    strcpy(att1, ev(f, a).attempt_id);
+    /* relay A is paused past its lease; nothing arrives */
+    f->now += 1500;
+    assert_int_equal(poll_all(&da, f->now), 0);
+    OK(obx__engine_sweep(&rc, f->now, &n));
+    assert_int_equal(n, 1);
+    assert_int_equal(ev(f, a).state, OBX__ST_DISPATCH_UNKNOWN);
+    assert_int_equal(attempts(f, a, OBX__AT_UNKNOWN), 1);
+    assert_int_equal(audit(f, a, OBX__ST_SENDING, OBX__ST_DISPATCH_UNKNOWN, "lease"), 1);
+    /* the reconciler cannot look up (old target not queryable): the route allows a blind retry */
+    knob(f->b2, "lookup_down", "1");
+    OK(obx__reconcile_step(&rc, f->now, &n));
+    assert_int_equal(n, 1);
+    assert_int_equal(ev(f, a).state, OBX__ST_SENDING);
+    assert_int_equal(ev(f, a).attempt_gen, 2);
+    assert_int_equal(poll_all(&rc, f->now), 1); /* the retry's ACK */
+    char prim[31];
+    assert_int_equal(receipts(f, a, OBX__RK_PRIMARY, prim), 1);
+    assert_string_not_equal(prim, att1);
+    /* the old attempt is still UNKNOWN, and its late true ACK now arrives at relay A */
+    assert_int_equal(attempts(f, a, OBX__AT_UNKNOWN), 1);
+    f->now += 5000;
+    assert_int_equal(poll_all(&da, f->now), 1);
+    char dup[31];
+    assert_int_equal(receipts(f, a, OBX__RK_DUPLICATE, dup), 1);
+    assert_string_equal(dup, att1);
+    assert_int_equal(attempts(f, a, OBX__AT_DUPLICATE), 1);
+    assert_one_primary(f, a);
+    /* same partition for both attempts (pinned) */
+    obx__attempt_row *at;
+    size_t na;
+    OK(obx__st_load_attempts(f->s, NULL, 0, a, &at, &na));
+    assert_int_equal(na, 2);
+    assert_int_equal(at[0].partition, at[1].partition);
+    assert_string_equal(at[0].dest_digest, at[1].dest_digest);
+    free(at);
+    assert_int_equal(audit(f, a, OBX__ST_RECONCILING, OBX__ST_RETRY_CLAIMED, "blind"), 1);
+}
+
+/* A worker paused past its lease finds its claim generation stale: it may not send. */
+static void test_stale_claim_cannot_send(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 0, 0);
+    char a[31];
+    enq(f, "order.created.v1", "o-1", a);
+    obx__engine da, db;
+    engine(f, &da, "relay-a", f->b);
+    engine(f, &db, "relay-b", f->b2);
+    obx__rows held = {0};
+    OK(obx__engine_claim(&da, f->now, &held)); /* A claims, then pauses */
+    assert_int_equal(held.n, 1);
+    f->now += 1500; /* lease expired, no attempt */
+    obx__rows hb = {0};
+    OK(obx__engine_claim(&db, f->now, &hb)); /* B re-claims: claim_gen 2 */
+    assert_int_equal(hb.n, 1);
+    assert_int_equal(ev(f, a).claim_gen, 2);
+    size_t sent = 9;
+    OK(obx__engine_begin_attempts(&da, f->now, held.v, held.n, OBX__ACT_DISPATCHER, &sent));
+    assert_int_equal(sent, 0); /* A refused */
+    assert_int_equal(da.st.stale_refused, 1);
+    assert_int_equal(n_attempts(f, a), 0);
+    assert_int_equal(audit(f, a, OBX__ST_CLAIMED, OBX__ST_CLAIMED, "stale claim refused"), 1);
+    assert_int_equal(ev(f, a).claim_gen, 2);
+    assert_string_equal(ev(f, a).owner, "relay-b");
+    OK(obx__engine_begin_attempts(&db, f->now, hb.v, hb.n, OBX__ACT_DISPATCHER, &sent));
+    assert_int_equal(sent, 1);
+    assert_int_equal(poll_all(&db, f->now), 1);
+    assert_one_primary(f, a);
+    assert_int_equal(n_attempts(f, a), 1);
+    obx__rows_free(&held);
+    obx__rows_free(&hb);
+}
+
+/* UNKNOWN racing a retry claim: the old attempt's ACK fills the slot while the event is
+ * RETRY_CLAIMED; the retry is then fenced and never sent. */
+static void test_unknown_racing_retry_claim(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 1, 0);
+    char a[31];
+    enq(f, "order.created.v1", "o-1", a);
+    obx__engine da, rc;
+    engine(f, &da, "relay-a", f->b);
+    engine(f, &rc, "reconciler", f->b2);
+    knob(f->b, "drop_ack", "1"); /* appended, ACK times out -> UNKNOWN */
+    knob(f->b, "ack_timeout_ms", "100");
+    size_t sent;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    f->now += 100;
+    assert_int_equal(poll_all(&da, f->now), 1);
+    assert_int_equal(ev(f, a).state, OBX__ST_DISPATCH_UNKNOWN);
+    assert_int_equal(audit(f, a, OBX__ST_SENDING, OBX__ST_DISPATCH_UNKNOWN, "unknown"), 1);
+    char att1[31];
+    strcpy(att1, ev(f, a).attempt_id);
+    /* the reconciler takes it, cannot tell, decides a blind retry ... */
+    knob(f->b2, "lookup_down", "1");
+    obx__rows held = {0};
+    OK(obx__reconcile_begin(&rc, f->now, &held));
+    assert_int_equal(held.n, 1);
+    obx__lookup_res res;
+    OK(obx__reconcile_lookup(&rc, f->now, &held.v[0], &res));
+    assert_int_equal(res.kind, OBX__LOOKUP_CANNOT_TELL);
+    OK(obx__reconcile_apply(&rc, f->now, &held.v[0], &res));
+    assert_int_equal(held.v[0].state, OBX__ST_RETRY_CLAIMED);
+    assert_int_equal(ev(f, a).state, OBX__ST_RETRY_CLAIMED);
+    /* ... and before it sends, the true ACK of attempt 1 reaches the acceptance point */
+    knob(f->b2, "lookup_down", "0");
+    obx__lookup_req q = {.dest = &held.v[0].dest,
+                         .partition = held.v[0].pinned_partition,
+                         .event_id = a,
+                         .envelope_gen = 1,
+                         .now = f->now};
+    obx__lookup_res found;
+    OK(obx__br_lookup(f->b2, &q, &found));
+    assert_int_equal(found.kind, OBX__LOOKUP_FOUND);
+    OK(obx__engine_apply_outcomes(&da, f->now, &found.found, 1));
+    assert_one_primary(f, a);
+    assert_int_equal(audit(f, a, OBX__ST_RETRY_CLAIMED, OBX__ST_PUBLISHED, "late ACK"), 1);
+    char prim[31];
+    receipts(f, a, OBX__RK_PRIMARY, prim);
+    assert_string_equal(prim, att1);
+    /* the reconciler's retry is fenced */
+    OK(obx__engine_begin_attempts(&rc, f->now, held.v, 1, OBX__ACT_RECONCILER, &sent));
+    assert_int_equal(sent, 0);
+    assert_int_equal(n_attempts(f, a), 1);
+    assert_int_equal(audit(f, a, OBX__ST_PUBLISHED, OBX__ST_PUBLISHED, "stale claim refused"), 1);
+    obx__rows_free(&held);
+}
+
+/* Both old and new attempts ACKed, the old one first: old is primary, new is duplicate. */
+static void test_both_attempts_acked(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 1, 0);
+    char a[31];
+    enq(f, "order.created.v1", "o-1", a);
+    obx__engine da, rc;
+    engine(f, &da, "relay-a", f->b);
+    engine(f, &rc, "reconciler", f->b2);
+    knob(f->b, "delay_ack", "1");
+    knob(f->b, "delay_ack_ms", "3000");
+    size_t sent, n;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    char att1[31];
+    strcpy(att1, ev(f, a).attempt_id);
+    f->now += 1500;
+    OK(obx__engine_sweep(&rc, f->now, &n));
+    knob(f->b2, "lookup_down", "1");
+    knob(f->b2, "delay_ack", "1");
+    knob(f->b2, "delay_ack_ms", "10000");
+    OK(obx__reconcile_step(&rc, f->now, &n)); /* attempt 2, its ACK delayed longer */
+    assert_int_equal(n_attempts(f, a), 2);
+    f->now += 3000;
+    assert_int_equal(poll_all(&da, f->now), 1); /* attempt 1's ACK first */
+    char prim[31];
+    receipts(f, a, OBX__RK_PRIMARY, prim);
+    assert_string_equal(prim, att1);
+    f->now += 10000;
+    assert_int_equal(poll_all(&rc, f->now), 1);
+    assert_int_equal(receipts(f, a, OBX__RK_DUPLICATE, NULL), 1);
+    assert_int_equal(attempts(f, a, OBX__AT_DUPLICATE), 1);
+    assert_one_primary(f, a);
+}
+
+/* Acceptance rolled back: the ACK is lost with it; the attempt stays SENDING, becomes UNKNOWN
+ * when its lease expires, and the reconciler's lookup finds the message. */
+static void test_acceptance_rolled_back(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 0, 0);
+    char a[31];
+    enq(f, "order.created.v1", "o-1", a);
+    obx__engine da, rc;
+    engine(f, &da, "relay-a", f->b);
+    engine(f, &rc, "reconciler", f->b2);
+    size_t sent, n;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    obx__st_fault_from(2); /* every store call of the acceptance from its 2nd on fails */
+    size_t applied = 0;
+    assert_int_not_equal(obx__engine_poll(&da, f->now, 0, &applied), OBX_OK);
+    obx__st_fault_after(0);
+    assert_int_equal(ev(f, a).state, OBX__ST_SENDING);
+    assert_int_equal(attempts(f, a, OBX__AT_SENDING), 1);
+    assert_int_equal(receipts(f, a, OBX__RK_PRIMARY, NULL), 0);
+    f->now += 1500;
+    OK(obx__engine_sweep(&rc, f->now, &n));
+    OK(obx__reconcile_step(&rc, f->now, &n));
+    assert_one_primary(f, a);
+    assert_int_equal(n_attempts(f, a), 1); /* found, not re-sent */
+    assert_int_equal(rc.st.reconciled_found, 1);
+    assert_int_equal(audit(f, a, OBX__ST_RECONCILING, OBX__ST_PUBLISHED, NULL), 1);
+}
+
+/* The request never reached the broker: an authoritative NOT_FOUND leads to a retry to the
+ * same frozen destination and pinned partition. */
+static void test_not_found_same_partition_retry(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 0, 0);
+    char a[31];
+    enq(f, "order.created.v1", "o-1", a);
+    obx__engine da, rc;
+    engine(f, &da, "relay-a", f->b);
+    engine(f, &rc, "reconciler", f->b2);
+    knob(f->b, "blackhole", "1");
+    size_t sent, n;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    assert_int_equal(sent, 1);
+    f->now += 1500;
+    assert_int_equal(poll_all(&da, f->now), 0);
+    OK(obx__engine_sweep(&rc, f->now, &n));
+    OK(obx__reconcile_step(&rc, f->now, &n));
+    assert_int_equal(rc.st.reconciled_not_found, 1);
+    assert_int_equal(attempts(f, a, OBX__AT_NOT_FOUND), 1);
+    assert_int_equal(audit(f, a, OBX__ST_RECONCILING, OBX__ST_RETRY_CLAIMED, "proven absent"), 1);
+    assert_int_equal(poll_all(&rc, f->now), 1);
+    assert_one_primary(f, a);
+    obx__attempt_row *at;
+    size_t na;
+    OK(obx__st_load_attempts(f->s, NULL, 0, a, &at, &na));
+    assert_int_equal(na, 2);
+    assert_int_equal(at[0].partition, at[1].partition);
+    assert_int_equal(at[1].attempt_gen, 2);
+    free(at);
+}
+
+/* Cannot tell, and the route does not allow a blind retry: the event stays UNKNOWN with a
+ * next-check time until the broker can answer. */
+static void test_cannot_tell_stays_unknown(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 0, 0);
+    char a[31];
+    enq(f, "order.created.v1", "o-1", a);
+    obx__engine da, rc;
+    engine(f, &da, "relay-a", f->b);
+    engine(f, &rc, "reconciler", f->b2);
+    knob(f->b, "lose_ack", "1");
+    size_t sent, n;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    f->now += 1500;
+    OK(obx__engine_sweep(&rc, f->now, &n));
+    knob(f->b2, "lookup_down", "1");
+    OK(obx__reconcile_step(&rc, f->now, &n));
+    obx__event_row r = ev(f, a);
+    assert_int_equal(r.state, OBX__ST_DISPATCH_UNKNOWN);
+    assert_true(r.next_check_at > f->now);
+    assert_int_equal(n_attempts(f, a), 1);
+    assert_int_equal(audit(f, a, OBX__ST_RECONCILING, OBX__ST_DISPATCH_UNKNOWN, "next check"), 1);
+    /* not due yet: nothing happens */
+    OK(obx__reconcile_step(&rc, f->now + 1, &n));
+    assert_int_equal(n, 0);
+    knob(f->b2, "lookup_down", "0");
+    f->now = r.next_check_at;
+    OK(obx__reconcile_step(&rc, f->now, &n));
+    assert_one_primary(f, a);
+    assert_int_equal(n_attempts(f, a), 1);
+    assert_true(r.unknown_since > 0);
+}
+
+static void test_rejection_backoff_park_requeue(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 0, 2);
+    char a[31];
+    enq(f, "order.created.v1", "o-1", a);
+    obx__engine da;
+    engine(f, &da, "relay-a", f->b);
+    knob(f->b, "reject", "1");
+    size_t sent;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    assert_int_equal(poll_all(&da, f->now), 1);
+    obx__event_row r = ev(f, a);
+    assert_int_equal(r.state, OBX__ST_PENDING);
+    assert_int_equal(r.rejections, 1);
+    assert_true(r.available_at > f->now); /* backoff */
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    assert_int_equal(sent, 0); /* not yet */
+    f->now = r.available_at;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    assert_int_equal(sent, 1);
+    assert_int_equal(poll_all(&da, f->now), 1);
+    assert_int_equal(ev(f, a).state, OBX__ST_PARKED);
+    assert_int_equal(attempts(f, a, OBX__AT_REJECTED), 2);
+    assert_int_equal(audit(f, a, OBX__ST_SENDING, OBX__ST_PARKED, "max attempts"), 1);
+    f->now += 3600000;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    assert_int_equal(sent, 0); /* parked stays parked */
+    assert_int_equal(obx__requeue(f->s, "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G", "ops", f->now),
+                     OBX_ENOTFOUND);
+    OK(obx__requeue(f->s, a, "ops@example", f->now));
+    assert_int_equal(obx__requeue(f->s, a, "ops@example", f->now), OBX_EREFUSED);
+    assert_int_equal(audit(f, a, OBX__ST_PARKED, OBX__ST_PENDING, "requeued"), 1);
+    knob(f->b, "reject", "0");
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    assert_int_equal(poll_all(&da, f->now), 1);
+    assert_one_primary(f, a);
+    /* a definite "not sent" (broker down) does not count toward parking */
+    char b[31];
+    enq(f, "order.created.v1", "o-2", b);
+    knob(f->b, "down", "1");
+    for (int i = 0; i < 4; i++) {
+        f->now += 120000;
+        OK(obx__engine_dispatch(&da, f->now, &sent));
+        poll_all(&da, f->now);
+    }
+    r = ev(f, b);
+    assert_int_equal(r.state, OBX__ST_PENDING);
+    assert_int_equal(r.rejections, 0);
+    assert_int_equal(attempts(f, b, OBX__AT_REJECTED), 4);
+    knob(f->b, "down", "0");
+    f->now += 120000;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    poll_all(&da, f->now);
+    assert_one_primary(f, b);
+}
+
+static void test_quarantine(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 0, 0);
+    char a[31];
+    enq(f, "order.created.v1", "o-1", a);
+    obx__engine da;
+    engine(f, &da, "relay-a", f->b);
+    knob(f->b, "lose_ack", "1");
+    size_t sent;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    obx__event_row r = ev(f, a);
+    obx__outcome good = {
+        .kind = OBX__OUT_ACK, .envelope_gen = 1, .partition = r.pinned_partition, .offset = 0};
+    strcpy(good.event_id, a);
+    strcpy(good.attempt_id, r.attempt_id);
+    strcpy(good.payload_digest, r.env.payload_digest);
+    strcpy(good.dest_digest, r.dest_digest);
+    strcpy(good.cluster, "local");
+    strcpy(good.topic, "orders");
+    obx__outcome bad[5];
+    for (int i = 0; i < 5; i++) bad[i] = good;
+    bad[0].payload_digest[10] ^= 1;                              /* payload differs */
+    bad[1].dest_digest[10] ^= 1;                                 /* destination differs */
+    bad[2].partition = r.pinned_partition + 1;                   /* wrong place */
+    strcpy(bad[3].event_id, "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G");   /* unknown event */
+    strcpy(bad[4].attempt_id, "att-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G"); /* unregistered attempt */
+    obx__receipt_kind k[5];
+    OK(obx__accept_receipts(&da, f->now, bad, 5, k));
+    for (int i = 0; i < 5; i++) assert_int_equal(k[i], OBX__RK_QUARANTINED);
+    assert_int_equal(ev(f, a).state, OBX__ST_SENDING); /* nothing else changed */
+    assert_int_equal(receipts(f, a, OBX__RK_QUARANTINED, NULL), 4);
+    assert_int_equal(attempts(f, a, OBX__AT_SENDING), 1);
+    int64_t q;
+    OK(f->s->m->counter_get(f->s, "receipts_quarantined", &q));
+    assert_int_equal(q, 5);
+    assert_int_equal(da.st.quarantined, 5);
+    assert_int_equal(audit(f, a, -1, -1, "quarantined"), 4);
+    OK(obx__accept_receipts(&da, f->now, &good, 1, k));
+    assert_int_equal(k[0], OBX__RK_PRIMARY);
+    assert_one_primary(f, a);
+    /* the same receipt again: a duplicate transport receipt, never dropped */
+    OK(obx__accept_receipts(&da, f->now, &good, 1, k));
+    assert_int_equal(k[0], OBX__RK_DUPLICATE);
+    assert_int_equal(receipts(f, a, OBX__RK_DUPLICATE, NULL), 1);
+}
+
+/* An ACK that contradicts a definite rejection is quarantined, not accepted. */
+static void test_contradicting_ack(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 0, 0);
+    char a[31];
+    enq(f, "order.created.v1", "o-1", a);
+    obx__engine da;
+    engine(f, &da, "relay-a", f->b);
+    knob(f->b, "reject", "1");
+    size_t sent;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    obx__event_row r = ev(f, a);
+    poll_all(&da, f->now);
+    obx__outcome ack = {.kind = OBX__OUT_ACK, .envelope_gen = 1, .partition = r.pinned_partition};
+    strcpy(ack.event_id, a);
+    strcpy(ack.attempt_id, r.attempt_id);
+    strcpy(ack.payload_digest, r.env.payload_digest);
+    strcpy(ack.dest_digest, r.dest_digest);
+    strcpy(ack.cluster, "local");
+    strcpy(ack.topic, "orders");
+    obx__receipt_kind k;
+    OK(obx__accept_receipts(&da, f->now, &ack, 1, &k));
+    assert_int_equal(k, OBX__RK_QUARANTINED);
+    assert_int_equal(ev(f, a).state, OBX__ST_PENDING);
+}
+
+static void test_order_per_key(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 0, 0);
+    char a1[31], a2[31], b1[31];
+    enq(f, "order.created.v1", "o-1", a1);
+    enq(f, "order.created.v1", "o-1", a2);
+    enq(f, "order.created.v1", "o-2", b1);
+    obx__engine da;
+    engine(f, &da, "relay-a", f->b);
+    knob(f->b, "delay_ack", "1");
+    knob(f->b, "delay_ack_ms", "10");
+    size_t sent;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    assert_int_equal(sent, 2);
+    assert_int_equal(ev(f, a2).state, OBX__ST_PENDING);
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    assert_int_equal(sent, 0); /* a2 waits for a1 */
+    f->now += 10;
+    poll_all(&da, f->now);
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    assert_int_equal(sent, 1);
+    f->now += 10;
+    poll_all(&da, f->now);
+    assert_one_primary(f, a2);
+    assert_true(ev(f, a1).published_at < ev(f, a2).published_at ||
+                ev(f, a1).published_at == ev(f, a2).published_at - 10);
+}
+
+static void test_release_on_shutdown(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 0, 0);
+    char a[31];
+    enq(f, "order.created.v1", "o-1", a);
+    obx__engine da;
+    engine(f, &da, "relay-a", f->b);
+    obx__rows held = {0};
+    OK(obx__engine_claim(&da, f->now, &held));
+    const char *ids[] = {a};
+    OK(obx__engine_release(&da, f->now, ids, 1));
+    obx__event_row r = ev(f, a);
+    assert_int_equal(r.state, OBX__ST_PENDING);
+    assert_int_equal(audit(f, a, OBX__ST_CLAIMED, OBX__ST_PENDING, "released"), 1);
+    obx__rows_free(&held);
+}
+
+/* Kill before the business commit: the rolled-back envelope is never dispatched. (The commit
+ * and SIGKILL cases with a separate process are in test_store_sqlite / test_store_pg.) */
+static void test_kill_before_commit(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 0, 0);
+    OK(obx__st_begin(f->s));
+    char a[31];
+    enq(f, "order.created.v1", "o-1", a);
+    OK(obx__st_rollback(f->s));
+    obx__engine da;
+    engine(f, &da, "relay-a", f->b);
+    size_t sent;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    assert_int_equal(sent, 0);
+    obx__rows rows = {0};
+    const char *id = a;
+    OK(obx__st_load_events(f->s, &id, 1, 0, &rows));
+    assert_int_equal(rows.n, 0);
+    obx__rows_free(&rows);
+}
+
+/* ---- consumer side ---------------------------------------------------------------------- */
+
+typedef struct cons {
+    obx_store *db;
+    obx_inbox *in;
+    obx__broker *b;
+    int effects;   /* effect rows written */
+    int fail_next; /* handler failures to inject */
+} cons;
+
+static obx_err handler(void *user, void *conn, const obx_message *m, const char *key, char *res,
+                       size_t cap) {
+    cons *c = user;
+    (void)conn;
+    (void)key;
+    if (c->fail_next > 0) {
+        c->fail_next--;
+        return obx__fail(OBX_EHANDLER, "injected handler failure");
+    }
+    /* the effect goes through the same store transaction: a counter in the consumer db */
+    obx_err e = c->db->m->counter_add(c->db, "effects", 1);
+    if (e) return e;
+    c->effects++;
+    snprintf(res, cap, "projected %s", m->aggregate_id);
+    return OBX_OK;
+}
+
+static void cons_open(cons *c, fx *f, const char *const *types, size_t nt) {
+    memset(c, 0, sizeof *c);
+    char url[256];
+    snprintf(url, sizeof url, "sqlite:%s/consumer%d.db", tmpdir, ++nfiles);
+    OK(obx_store_open(url, &c->db));
+    OK(obx_store_init(c->db));
+    obx_inbox_options o = {
+        .consumer_id = "projection", .event_types = types, .n_event_types = nt, .max_failures = 3};
+    OK(obx_inbox_open(c->db, &o, &c->in));
+    OK(obx__br_open(f->broker_url, NULL, 0, &c->b));
+    const char *topics[] = {"orders"};
+    OK(c->b->m->consume_open(c->b, "projection", topics, 1));
+}
+
+static void cons_close(cons *c) {
+    obx_inbox_close(c->in);
+    obx_store_close(c->db);
+    obx__br_close(c->b);
+}
+
+static obx_message msg_of(const obx__delivery *d) {
+    obx_message m = {.event_id = d->env.event_id,
+                     .envelope_gen = d->env.envelope_gen,
+                     .event_type = d->env.event_type,
+                     .tenant = d->env.tenant,
+                     .aggregate_type = d->env.aggregate_type,
+                     .aggregate_id = d->env.aggregate_id,
+                     .aggregate_version = d->env.aggregate_version,
+                     .correlation_id = d->env.correlation_id,
+                     .occurred_at = d->env.occurred_at,
+                     .payload_digest = d->env.payload_digest,
+                     .payload = d->payload,
+                     .payload_len = d->payload_len,
+                     .topic = d->topic,
+                     .partition = d->partition,
+                     .offset = d->offset,
+                     .header_error = d->header_error};
+    return m;
+}
+
+/* Processes everything available; returns counts per outcome in out[outcome]. */
+static void consume_all(cons *c, int64_t now, int out[8], bool reverse) {
+    obx__delivery d[64];
+    size_t n = 0;
+    OK(c->b->m->consume_poll(c->b, 0, d, 64, &n));
+    for (size_t k = 0; k < n; k++) {
+        size_t i = reverse ? n - 1 - k : k;
+        obx_message m = msg_of(&d[i]);
+        obx_inbox_result r;
+        OK(obx__inbox_process_at(c->in, &m, handler, c, NULL, now, 0, NULL, &r));
+        out[r.outcome]++;
+        if (r.ack) OK(c->b->m->consume_ack(c->b, &d[i]));
+    }
+    for (size_t i = 0; i < n; i++) obx__delivery_free(&d[i]);
+}
+
+static void publish_n(fx *f, int n, char ids[][31]) {
+    route(f, "order.created.v1", 0, 0);
+    for (int i = 0; i < n; i++) {
+        char agg[16];
+        snprintf(agg, sizeof agg, "o-%d", i);
+        enq(f, "order.created.v1", agg, ids[i]);
+    }
+    obx__engine da;
+    engine(f, &da, "relay-a", f->b);
+    size_t sent;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    assert_int_equal(poll_all(&da, f->now), (size_t)n);
+}
+
+/* Duplicated and reordered deliveries: the broker stores each message twice, the consumer sees
+ * them out of order; each effect is applied exactly once. */
+static void test_duplicated_reordered_deliveries(void **state) {
+    fx *f = *state;
+    knob(f->b, "dup", "1");
+    char ids[5][31];
+    publish_n(f, 5, ids);
+    cons c;
+    cons_open(&c, f, NULL, 0);
+    int out[8] = {0};
+    consume_all(&c, f->now, out, true);
+    assert_int_equal(out[OBX_INBOX_APPLIED], 5);
+    assert_int_equal(out[OBX_INBOX_DUPLICATE], 5);
+    assert_int_equal(c.effects, 5);
+    int64_t effects;
+    OK(c.db->m->counter_get(c.db, "effects", &effects));
+    assert_int_equal(effects, 5);
+    cons_close(&c);
+}
+
+/* Consumer commits, then its broker acknowledgement is lost: the redelivery is a duplicate,
+ * answered with the original receipt, and the effect is not applied twice. */
+static void test_consumer_commit_lost_ack(void **state) {
+    fx *f = *state;
+    char ids[3][31];
+    publish_n(f, 3, ids);
+    cons c;
+    cons_open(&c, f, NULL, 0);
+    knob(c.b, "lose_commit", "1");
+    int out[8] = {0};
+    consume_all(&c, f->now, out, false);
+    assert_int_equal(out[OBX_INBOX_APPLIED], 3);
+    obx__log_broker_rewind(c.b); /* the consumer restarts from the committed position */
+    knob(c.b, "lose_commit", "0");
+    memset(out, 0, sizeof out);
+    consume_all(&c, f->now, out, false);
+    assert_int_equal(out[OBX_INBOX_DUPLICATE], 3);
+    assert_int_equal(out[OBX_INBOX_APPLIED], 0);
+    assert_int_equal(c.effects, 3);
+    obx__inbox_row r;
+    OK(c.db->m->inbox_get(c.db, "projection", ids[0], &r));
+    assert_string_equal(r.result, "projected o-0");
+    obx__watermark_row *w;
+    size_t nw;
+    OK(c.db->m->watermark_list(c.db, "projection", &w, &nw));
+    assert_true(nw >= 1);
+    free(w);
+    cons_close(&c);
+}
+
+static void test_inbox_poison_and_redrive(void **state) {
+    fx *f = *state;
+    char ids[1][31];
+    publish_n(f, 1, ids);
+    cons c;
+    cons_open(&c, f, NULL, 0);
+    c.fail_next = 100;
+    int out[8] = {0};
+    for (int i = 0; i < 3; i++) {
+        obx__log_broker_rewind(c.b); /* redelivery of the unacked message */
+        consume_all(&c, f->now, out, false);
+    }
+    assert_int_equal(out[OBX_INBOX_FAILED], 2);
+    assert_int_equal(out[OBX_INBOX_POISONED], 1);
+    assert_int_equal(c.effects, 0);
+    char *js = NULL;
+    OK(obx_inbox_poison_list(c.db, "projection", &js));
+    assert_non_null(strstr(js, ids[0]));
+    assert_non_null(strstr(js, "3 handler failures"));
+    obx_free(js);
+    OK(obx_inbox_redrive(c.db, "projection", ids[0]));
+    assert_int_equal(obx_inbox_redrive(c.db, "projection", ids[0]), OBX_EREFUSED);
+    obx__poison_row p;
+    OK(c.db->m->poison_get(c.db, "projection", ids[0], &p));
+    assert_string_equal(p.state, "REDRIVE");
+    c.fail_next = 0;
+    json_t *h = json_loads(p.headers_json, 0, NULL);
+    obx_message m = {.event_id = ids[0],
+                     .envelope_gen = 1,
+                     .event_type = "order.created.v1",
+                     .tenant = "t1",
+                     .aggregate_id = "o-0",
+                     .payload = p.payload,
+                     .payload_len = p.payload_len,
+                     .payload_digest = json_string_value(json_object_get(h, "payload_digest")),
+                     .topic = "orders"};
+    obx_inbox_result r;
+    OK(obx__inbox_process_at(c.in, &m, handler, &c, NULL, f->now, 0, NULL, &r));
+    assert_int_equal(r.outcome, OBX_INBOX_APPLIED);
+    assert_int_equal(c.effects, 1);
+    json_decref(h);
+    free(p.payload);
+    free(p.headers_json);
+    cons_close(&c);
+}
+
+static void test_inbox_contract_tenant_digest(void **state) {
+    fx *f = *state;
+    char ids[2][31];
+    publish_n(f, 2, ids);
+    const char *types[] = {"order.created.v2"};
+    cons c;
+    cons_open(&c, f, types, 1); /* this consumer only understands v2 */
+    int out[8] = {0};
+    consume_all(&c, f->now, out, false);
+    assert_int_equal(out[OBX_INBOX_POISONED], 2); /* parked, visible, not applied */
+    assert_int_equal(c.effects, 0);
+    char *js = NULL;
+    OK(obx_inbox_poison_list(c.db, NULL, &js));
+    assert_non_null(strstr(js, "contract 'order.created.v1' is not accepted"));
+    obx_free(js);
+    cons_close(&c);
+    /* same event ID, different payload: quarantined */
+    cons_open(&c, f, NULL, 0);
+    obx_message m = {.event_id = ids[0],
+                     .envelope_gen = 1,
+                     .event_type = "order.created.v1",
+                     .tenant = "t1",
+                     .aggregate_id = "o-0",
+                     .payload = "{\"order\":\"o-0\"}",
+                     .payload_len = 15,
+                     .topic = "orders"};
+    char d1[OBX_DIGEST_LEN + 1], d2[OBX_DIGEST_LEN + 1];
+    OK(obx_sha256_digest(m.payload, m.payload_len, d1));
+    m.payload_digest = d1;
+    obx_inbox_result r;
+    OK(obx__inbox_process_at(c.in, &m, handler, &c, NULL, f->now, 0, NULL, &r));
+    assert_int_equal(r.outcome, OBX_INBOX_APPLIED);
+    m.payload = "{\"order\":\"o-X\"}";
+    OK(obx_sha256_digest(m.payload, m.payload_len, d2));
+    m.payload_digest = d2;
+    OK(obx__inbox_process_at(c.in, &m, handler, &c, NULL, f->now, 0, NULL, &r));
+    assert_int_equal(r.outcome, OBX_INBOX_QUARANTINED);
+    assert_true(r.ack);
+    /* a payload that does not match its own digest header never reaches the handler */
+    m.payload_digest = d1;
+    m.event_id = ids[1];
+    OK(obx__inbox_process_at(c.in, &m, handler, &c, NULL, f->now, 0, NULL, &r));
+    assert_int_equal(r.outcome, OBX_INBOX_POISONED);
+    assert_int_equal(c.effects, 1);
+    /* the effect key is stable per (consumer, event, effect) */
+    char k1[68], k2[68], k3[68];
+    OK(obx_inbox_effect_key("projection", ids[0], "charge", k1));
+    OK(obx_inbox_effect_key("projection", ids[0], "charge", k2));
+    OK(obx_inbox_effect_key("projection", ids[0], "email", k3));
+    assert_string_equal(k1, k2);
+    assert_string_not_equal(k1, k3);
+    cons_close(&c);
+}
+
+int engine_fault_run(const char *label, store_factory f) {
+    factory = f;
+    strcpy(tmpdir, "/tmp/obx-fault-XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_happy_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_expiry_then_late_old_ack, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_claim_cannot_send, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_racing_retry_claim, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_both_attempts_acked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_acceptance_rolled_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_not_found_same_partition_retry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cannot_tell_stays_unknown, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rejection_backoff_park_requeue, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_quarantine, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_contradicting_ack, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_order_per_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_on_shutdown, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kill_before_commit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_duplicated_reordered_deliveries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_consumer_commit_lost_ack, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_inbox_poison_and_redrive, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_inbox_contract_tenant_digest, setup, teardown),
+    };
+    int failed = _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) failed++;
+    return failed;
+}

@@ -1,0 +1,12 @@
+/*
+ * fault_suite.h — the engine's fault tests (DESIGN.md §9), run on every store backend with the
+ * local log broker and its fault knobs, under a virtual clock.
+ */
+#ifndef OBX_TEST_FAULT_SUITE_H
+#define OBX_TEST_FAULT_SUITE_H
+
+#include "store/conformance.h"
+
+int engine_fault_run(const char *label, store_factory factory);
+
+#endif
