@@ -261,12 +261,12 @@ typedef obx_err (*obx_inbox_handler)(void *user, void *db, const obx_message *m,
                                      const char *effect_key, char *result, size_t result_cap);
 
 typedef struct obx_inbox_options {
-    const char *consumer_id;          /* required, [A-Za-z0-9._-] */
-    const char *const *event_types;   /* accepted contracts, exact versioned names; NULL = any */
+    const char *consumer_id;        /* required, [A-Za-z0-9._-] */
+    const char *const *event_types; /* accepted contracts, exact versioned names; NULL = any */
     size_t n_event_types;
-    const char *const *tenants;       /* accepted tenants; NULL = any */
+    const char *const *tenants; /* accepted tenants; NULL = any */
     size_t n_tenants;
-    int max_failures;                 /* handler failures before parking as poison; 0 = 5 */
+    int max_failures; /* handler failures before parking as poison; 0 = 5 */
 } obx_inbox_options;
 
 typedef enum obx_inbox_outcome {
@@ -279,10 +279,10 @@ typedef enum obx_inbox_outcome {
 
 typedef struct obx_inbox_result {
     obx_inbox_outcome outcome;
-    int ack;        /* 1: the caller may now acknowledge / commit the broker position */
-    int failures;   /* handler failures so far for this event */
-    char result[256];  /* the handler's result (the original one for a duplicate) */
-    char detail[256];  /* why (quarantine, poison, failure) */
+    int ack;          /* 1: the caller may now acknowledge / commit the broker position */
+    int failures;     /* handler failures so far for this event */
+    char result[256]; /* the handler's result (the original one for a duplicate) */
+    char detail[256]; /* why (quarantine, poison, failure) */
 } obx_inbox_result;
 
 /* Opens an inbox on the consumer's database handle (not owned; keep it open until close).
@@ -303,6 +303,37 @@ OBX_API obx_err obx_inbox_redrive(obx_store *consumer_db, const char *consumer,
 /* "fx-" + 64 hex: SHA-256 over (consumer, event_id, effect_name); out has 68 bytes. */
 OBX_API obx_err obx_inbox_effect_key(const char *consumer, const char *event_id,
                                      const char *effect_name, char out[68]);
+
+/* ---------------------------------------------------------------------------------------------
+ * Consumer loop: broker deliveries through the inbox, position acknowledged after commit.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct obx_consumer obx_consumer;
+
+typedef struct obx_consumer_options {
+    const char *broker_url;          /* required: a broker with a consumer side */
+    const char *const *broker_props; /* "key=value" backend properties; may be NULL */
+    size_t n_broker_props;
+    const char *group;         /* consumer group (Kafka), or NULL = consumer_id */
+    const char *const *topics; /* topics (Kafka, log) or queues (AMQP) */
+    size_t n_topics;
+    obx_inbox_options inbox; /* consumer_id, accepted contracts/tenants, max failures */
+    size_t max_batch;        /* deliveries per poll; 0 = 64 */
+} obx_consumer_options;
+
+typedef struct obx_consumer_counts {
+    long delivered, applied, duplicates, quarantined, failed, poisoned, redriven;
+} obx_consumer_counts;
+
+/* consumer_db wraps the consumer's database (not owned); db_conn is what the handler gets
+ * (the sqlite3 * or PGconn * behind it). */
+OBX_API obx_err obx_consumer_open(obx_store *consumer_db, void *db_conn,
+                                  const obx_consumer_options *opt, obx_inbox_handler h, void *user,
+                                  obx_consumer **out);
+/* One cycle: re-drives poison messages an operator marked, then polls up to max_batch
+ * deliveries (waiting up to timeout_ms), runs each through the inbox and acknowledges it once
+ * the inbox says so. Counts are added to *counts (may be NULL). */
+OBX_API obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *counts);
+OBX_API void obx_consumer_close(obx_consumer *c);
 
 /* ---------------------------------------------------------------------------------------------
  * Configuration (YAML, see README "Configuration reference") and the relay daemon.
@@ -334,6 +365,12 @@ OBX_API obx_err obx_relay_wait(obx_relay *r);
 /* Counters as JSON (claimed, sent, accepted, duplicates, ...); the caller frees. */
 OBX_API obx_err obx_relay_stats(obx_relay *r, char **out_json);
 OBX_API void obx_relay_close(obx_relay *r);
+/* 1 when the relay's threads stopped on their own (a fatal error: see obx_relay_wait). */
+OBX_API int obx_relay_stopped(obx_relay *r);
+
+/* Connects to a broker and writes its cluster identity (what routes must name as `cluster`). */
+OBX_API obx_err obx_broker_cluster_id(const char *url, const char *const *props, size_t n_props,
+                                      char *out, size_t cap);
 
 /* ---------------------------------------------------------------------------------------------
  * URL helpers (pure).

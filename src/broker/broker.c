@@ -70,7 +70,7 @@ obx_err obx__br_open(const char *url, const char *const *props, size_t n_props, 
         return obx__fail(OBX_EINTERNAL, "broker backend %s: a required method is missing", m->name);
     if (((m->caps & OBX__BCAP_SCAN) && !m->scan) ||
         ((m->caps & OBX__BCAP_CONSUME) &&
-         (!m->consume_open || !m->consume_poll || !m->consume_ack)))
+         (!m->consume_open || !m->consume_poll || !m->consume_ack || !m->consume_redeliver)))
         return obx__fail(OBX_EINTERNAL, "broker backend %s: declares a capability it lacks",
                          m->name);
     e = m->open(&u, props, n_props, out);

@@ -165,6 +165,10 @@ typedef struct obx__broker_methods {
     obx_err (*consume_poll)(obx__broker *b, int timeout_ms, obx__delivery *out, size_t cap,
                             size_t *n);
     obx_err (*consume_ack)(obx__broker *b, const obx__delivery *d);
+    /* OBX__BCAP_CONSUME: d (not acknowledged) and every later delivery of its partition or
+     * queue must be delivered again (Kafka: seek back; AMQP: nack with requeue; log: rewind to
+     * the committed offsets). Used after a handler failure so that nothing is skipped. */
+    obx_err (*consume_redeliver)(obx__broker *b, const obx__delivery *d);
 } obx__broker_methods;
 
 struct obx_broker {

@@ -27,5 +27,11 @@ int cmd_init(int argc, char **argv);
 int cmd_route(int argc, char **argv);
 int cmd_enqueue(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_relay(int argc, char **argv);
+int cmd_consume(int argc, char **argv);
+int cmd_requeue(int argc, char **argv);
+int cmd_report(int argc, char **argv);
+int cmd_poison(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
 
 #endif

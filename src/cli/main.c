@@ -91,6 +91,12 @@ static const struct {
     {"route", cmd_route, "route policy: obx route set TYPE --cluster C --topic T ... | list"},
     {"enqueue", cmd_enqueue, "commit one event: obx enqueue --type T --aggregate TYPE/ID@V ..."},
     {"inspect", cmd_inspect, "one event's envelope, state, attempts, receipts, audit"},
+    {"report", cmd_report, "the whole outbox: counts, receipts, UNKNOWN times, invariants"},
+    {"relay", cmd_relay, "run the relay daemon: obx relay [--config FILE] [--db] [--broker]"},
+    {"consume", cmd_consume, "run a consumer through the inbox (sample order projection)"},
+    {"requeue", cmd_requeue, "put a PARKED event back to PENDING: obx requeue EVENT_ID"},
+    {"poison", cmd_poison, "consumer poison messages: obx poison list|redrive"},
+    {"demo", cmd_demo, "the whole pipeline with injected faults: obx demo [--events N]"},
 };
 
 static void help(FILE *f) {

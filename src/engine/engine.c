@@ -74,7 +74,11 @@ obx_err obx__engine_init(obx__engine *e, obx__store *s, obx__broker *b, const ob
     if (!seed && getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
         seed = 0x9e3779b97f4a7c15ull;
     e->rng = seed | 1;
-    e->gen.seed = e->cfg.seed ? e->cfg.seed ^ 0x5851f42d4c957f2dull : 0;
+    /* Deterministic IDs (simulator, tests) must still differ between actors: two engines with
+     * the same seed and clock would otherwise mint the same attempt IDs. Mix in the owner. */
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = e->cfg.owner; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+    e->gen.seed = e->cfg.seed ? (e->cfg.seed ^ 0x5851f42d4c957f2dull ^ h) | 1 : 0;
     return OBX_OK;
 }
 

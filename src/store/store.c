@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static long fault_at;      /* 0: off */
-static int fault_sticky;   /* fail every call from fault_at on */
-static long call_count;    /* calls through the wrappers, process-wide */
+static long fault_at;    /* 0: off */
+static int fault_sticky; /* fail every call from fault_at on */
+static long call_count;  /* calls through the wrappers, process-wide */
 
 void obx__st_fault_after(long k) {
     __atomic_store_n(&fault_sticky, 0, __ATOMIC_SEQ_CST);

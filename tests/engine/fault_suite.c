@@ -924,6 +924,55 @@ static void test_inbox_contract_tenant_digest(void **state) {
     cons_close(&c);
 }
 
+/* Regression: a handler failure on the LAST delivery of a batch must still be redelivered
+ * (the consumer loop once skipped the rewind then, and later acks moved the committed offset
+ * past the failed message: the demo found 4 events never applied). */
+static int fail_calls;
+static obx_err fail_first_of_each(void *user, void *conn, const obx_message *m, const char *key,
+                                  char *res, size_t cap) {
+    cons *c = user;
+    if (fail_calls++ == 0) return obx__fail(OBX_EHANDLER, "first call fails");
+    return handler(c, conn, m, key, res, cap);
+}
+
+static void test_consumer_loop_redelivers_failed_last(void **state) {
+    fx *f = *state;
+    char ids[1][31];
+    publish_n(f, 1, ids); /* a batch of exactly one delivery: the failure is the last one */
+    cons c;
+    memset(&c, 0, sizeof c);
+    char url[256];
+    snprintf(url, sizeof url, "sqlite:%s/consumer%d.db", tmpdir, ++nfiles);
+    OK(obx_store_open(url, &c.db));
+    OK(obx_store_init(c.db));
+    const char *topics[] = {"orders"};
+    obx_consumer_options o = {.broker_url = f->broker_url,
+                              .topics = topics,
+                              .n_topics = 1,
+                              .inbox = {.consumer_id = "projection"}};
+    obx_consumer *con;
+    fail_calls = 0;
+    OK(obx_consumer_open(c.db, NULL, &o, fail_first_of_each, &c, &con));
+    obx_consumer_counts k = {0};
+    OK(obx_consumer_poll(con, 0, &k));
+    assert_int_equal(k.failed, 1);
+    /* more traffic arrives and is acked after the failure */
+    char more[1][31];
+    route(f, "order.created.v1", 0, 0);
+    enq(f, "order.created.v1", "o-9", more[0]);
+    obx__engine db;
+    engine(f, &db, "relay-b", f->b2);
+    size_t sent;
+    OK(obx__engine_dispatch(&db, f->now, &sent));
+    poll_all(&db, f->now);
+    for (int i = 0; i < 3; i++) OK(obx_consumer_poll(con, 0, &k));
+    assert_int_equal(c.effects, 2); /* the failed one was retried and applied */
+    obx__inbox_row r;
+    OK(c.db->m->inbox_get(c.db, "projection", ids[0], &r));
+    obx_consumer_close(con);
+    obx_store_close(c.db);
+}
+
 int engine_fault_run(const char *label, store_factory f) {
     factory = f;
     strcpy(tmpdir, "/tmp/obx-fault-XXXXXX");
@@ -947,6 +996,7 @@ int engine_fault_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_consumer_commit_lost_ack, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inbox_poison_and_redrive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inbox_contract_tenant_digest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_consumer_loop_redelivers_failed_last, setup, teardown),
     };
     int failed = _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
     char cmd[128];

@@ -679,6 +679,12 @@ void obx__log_broker_rewind(obx__broker *base) {
     b->n_pos = 0;
 }
 
+static obx_err lb_consume_redeliver(obx__broker *base, const obx__delivery *d) {
+    (void)d;
+    obx__log_broker_rewind(base); /* every partition restarts at its committed offset */
+    return OBX_OK;
+}
+
 const obx__broker_methods obx__log_broker_methods = {
     .version = OBX__BROKER_METHODS_VERSION,
     .name = "log",
@@ -696,4 +702,5 @@ const obx__broker_methods obx__log_broker_methods = {
     .consume_open = lb_consume_open,
     .consume_poll = lb_consume_poll,
     .consume_ack = lb_consume_ack,
+    .consume_redeliver = lb_consume_redeliver,
 };

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 extern const char obx__sqlite_schema_v1[];
 
@@ -78,6 +79,8 @@ typedef struct sq_store {
     bool owned;
     bool outer_begin; /* depth-1 transaction is our BEGIN (not a savepoint) */
     int depth;
+    int64_t busy_since;
+    uint64_t busy_rng;
     sqlite3_stmt *q[Q_COUNT];
 } sq_store;
 
@@ -129,14 +132,15 @@ static const char *const sql_text[Q_COUNT] = {
         "primary_attempt_id, published_at, committed_at, updated_at, max_attempts, blind_retry, "
         "unordered, alias, dest_cluster) "
         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-    [Q_CLAIM] = "SELECT " EVENT_COLS ", v.payload" EVENT_FROM "WHERE e.state IN ('PENDING','CLAIMED') "
-                "AND ((e.state = 'PENDING' AND e.available_at <= ?1) OR "
-                "     (e.state = 'CLAIMED' AND e.lease_until <= ?1)) "
-                "AND (?2 IS NULL OR e.dest_cluster = ?2) "
-                "AND (?4 IS NULL OR instr(?4, ',' || e.alias || ',') > 0) "
-                "AND (e.unordered = 1 OR NOT EXISTS (SELECT 1 FROM obx_event p "
-                "     WHERE p.order_key = e.order_key AND p.seq < e.seq AND p.state IN " UNPUBLISHED
-                ")) ORDER BY e.seq LIMIT ?3",
+    [Q_CLAIM] =
+        "SELECT " EVENT_COLS ", v.payload" EVENT_FROM "WHERE e.state IN ('PENDING','CLAIMED') "
+        "AND ((e.state = 'PENDING' AND e.available_at <= ?1) OR "
+        "     (e.state = 'CLAIMED' AND e.lease_until <= ?1)) "
+        "AND (?2 IS NULL OR e.dest_cluster = ?2) "
+        "AND (?4 IS NULL OR instr(?4, ',' || e.alias || ',') > 0) "
+        "AND (e.unordered = 1 OR NOT EXISTS (SELECT 1 FROM obx_event p "
+        "     WHERE p.order_key = e.order_key AND p.seq < e.seq AND p.state IN " UNPUBLISHED
+        ")) ORDER BY e.seq LIMIT ?3",
     [Q_SEL_EXPIRED] =
         "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = 'SENDING' AND e.lease_until <= ?1 "
         "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.lease_until LIMIT ?3",
@@ -340,6 +344,23 @@ static obx_err sq_new(sqlite3 *db, bool owned, obx__store **out) {
     return OBX_OK;
 }
 
+/* SQLite's write lock is a try-lock with no queue. The default busy handler backs off to
+ * 100 ms sleeps, so a relay waiting behind a busy producer (thousands of short write
+ * transactions per second) almost never sees the lock free and starves. Polling every
+ * 0.5-1.5 ms (jittered, so that several waiters do not poll in step) keeps waiters in the race
+ * at a negligible cost. Gives up after OBX__SQLITE_BUSY_MS. */
+#define OBX__SQLITE_BUSY_MS 10000
+static int busy_poll(void *arg, int count) {
+    sq_store *s = arg;
+    int64_t now = obx__mono_ms();
+    if (count == 0) s->busy_since = now;
+    if (now - s->busy_since >= OBX__SQLITE_BUSY_MS) return 0;
+    s->busy_rng = s->busy_rng * 6364136223846793005ull + 1442695040888963407ull;
+    struct timespec ts = {0, 500000 + (long)((s->busy_rng >> 33) % 1000000)};
+    nanosleep(&ts, NULL);
+    return 1;
+}
+
 static obx_err sq_open(const obx__url *u, obx__store **out) {
     sqlite3 *db = NULL;
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
@@ -351,7 +372,6 @@ static obx_err sq_open(const obx__url *u, obx__store **out) {
         sqlite3_close_v2(db);
         return e;
     }
-    sqlite3_busy_timeout(db, 10000);
     sqlite3_extended_result_codes(db, 1);
     obx_err e = sq_new(db, true, out);
     if (e) {
@@ -359,6 +379,8 @@ static obx_err sq_open(const obx__url *u, obx__store **out) {
         return e;
     }
     sq_store *s = (sq_store *)*out;
+    s->busy_rng = (uint64_t)(uintptr_t)s ^ (uint64_t)obx__mono_ms();
+    sqlite3_busy_handler(db, busy_poll, s);
     const char *sync = strstr(u->query, "synchronous=full") ? "FULL" : "NORMAL";
     char pragmas[256];
     snprintf(pragmas, sizeof pragmas, "%sPRAGMA synchronous=%s; PRAGMA temp_store=MEMORY;",

@@ -1,0 +1,408 @@
+/*
+ * cmd_relay.c — `obx relay`, `obx consume`, `obx requeue`, `obx report`, `obx poison`.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Blocks SIGINT/SIGTERM in every thread (threads inherit the mask); the main thread then
+ * collects them with sigtimedwait. */
+static void block_signals(sigset_t *set) {
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, set, NULL);
+}
+
+static int wait_signal(const sigset_t *set, int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    int sig = sigtimedwait(set, NULL, &ts);
+    return sig > 0 ? sig : 0;
+}
+
+int cmd_relay(int argc, char **argv) {
+    const char *config = NULL;
+    static const struct option opts[] = {
+        {"config", required_argument, 0, 'c'},      {"db", required_argument, 0, 'd'},
+        {"broker", required_argument, 0, 'b'},      {"http", required_argument, 0, 'h'},
+        {"id", required_argument, 0, 'i'},          {"set", required_argument, 0, 's'},
+        {"broker-prop", required_argument, 0, 'p'}, {0, 0, 0, 0}};
+    /* first pass: the file; second pass: flags override it */
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'c') config = optarg;
+        if (c == '?')
+            return cli_usage("relay", "usage: obx relay [--config FILE] [--db URL] [--broker URL] "
+                                      "[--http ADDR:PORT] [--id ID] [--set KEY=VALUE]... "
+                                      "[--broker-prop K=V]...");
+    }
+    if (optind < argc) return cli_usage("relay", "unexpected argument '%s'", argv[optind]);
+    obx_config *cfg;
+    obx_err e = config ? obx_config_load(config, &cfg) : obx_config_new(&cfg);
+    if (e) return cli_fail("relay", config ? config : "configuration", e);
+    optind = 1;
+    while (!e && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        char key[128];
+        switch (c) {
+        case 'd': e = obx_config_set(cfg, "db", optarg); break;
+        case 'b': e = obx_config_set(cfg, "broker", optarg); break;
+        case 'h': e = obx_config_set(cfg, "http.listen", optarg); break;
+        case 'i': e = obx_config_set(cfg, "relay.id", optarg); break;
+        case 'p': e = obx_config_set(cfg, "broker_properties", optarg); break;
+        case 's': {
+            const char *eq = strchr(optarg, '=');
+            if (!eq || (size_t)(eq - optarg) >= sizeof key) {
+                obx_config_free(cfg);
+                return cli_usage("relay", "--set: '%s' is not KEY=VALUE", optarg);
+            }
+            memcpy(key, optarg, (size_t)(eq - optarg));
+            key[eq - optarg] = '\0';
+            e = obx_config_set(cfg, key, eq + 1);
+            break;
+        }
+        default: break;
+        }
+    }
+    if (e) {
+        obx_config_free(cfg);
+        return cli_fail("relay", "configuration", e);
+    }
+    sigset_t set;
+    block_signals(&set);
+    obx_relay *r;
+    e = obx_relay_start(cfg, &r);
+    obx_config_free(cfg);
+    if (e) return cli_fail("relay", "start", e);
+    int sig = 0;
+    while (!(sig = wait_signal(&set, 200)) && !obx_relay_stopped(r)) {
+    }
+    obx_relay_stop(r);
+    e = obx_relay_wait(r);
+    char *stats = NULL;
+    if (obx_relay_stats(r, &stats) == OBX_OK) {
+        fprintf(stderr, "obx relay: stopped%s; counters: %s\n", sig ? " on signal" : "", stats);
+        obx_free(stats);
+    }
+    obx_relay_close(r);
+    if (e) return cli_fail("relay", "run", e);
+    return 0;
+}
+
+/* ---- consume: the sample effect is an order projection in the consumer's SQLite db ---- */
+
+typedef struct projection {
+    sqlite3 *db;
+    unsigned fail_permille; /* injected handler failures (demo, tests) */
+    uint64_t rng;
+} projection;
+
+static obx_err project(void *user, void *conn, const obx_message *m, const char *effect_key,
+                       char *result, size_t cap) {
+    projection *p = user;
+    (void)conn;
+    if (p->fail_permille) {
+        p->rng ^= p->rng << 13;
+        p->rng ^= p->rng >> 7;
+        p->rng ^= p->rng << 17;
+        if (p->rng % 1000 < p->fail_permille) return OBX_EHANDLER; /* a flaky downstream */
+    }
+    /* a plain INSERT, not an upsert: if the inbox ever let an event through twice, the
+     * projection would show two rows for it (the demo counts them) */
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(p->db,
+                           "INSERT INTO order_projection (event_id, order_id, version, payload, "
+                           "effect_key, applied_at) VALUES (?, ?, ?, ?, ?, "
+                           "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))",
+                           -1, &st, NULL) != SQLITE_OK)
+        return OBX_ESTORE;
+    sqlite3_bind_text(st, 1, m->event_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, m->aggregate_id ? m->aggregate_id : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, m->aggregate_version);
+    sqlite3_bind_blob(st, 4, m->payload, (int)m->payload_len, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, effect_key, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) return OBX_ESTORE;
+    snprintf(result, cap, "order %s projected at version %lld",
+             m->aggregate_id ? m->aggregate_id : "", (long long)m->aggregate_version);
+    return OBX_OK;
+}
+
+static int split(char *s, const char **out, int max) {
+    int n = 0;
+    for (char *save = NULL, *t = s ? strtok_r(s, ",", &save) : NULL; t && n < max;
+         t = strtok_r(NULL, ",", &save))
+        out[n++] = t;
+    return n;
+}
+
+int cmd_consume(int argc, char **argv) {
+    const char *cdb = NULL, *broker = CLI_DEFAULT_BROKER, *consumer = "order-projection",
+               *group = NULL;
+    char *topics_s = NULL, *types_s = NULL, *tenants_s = NULL;
+    long until_idle = 0, max_failures = 0, fail_permille = 0;
+    int js = 0;
+    const char *props[32];
+    int nprops = 0;
+    static const struct option opts[] = {{"consumer-db", required_argument, 0, 'D'},
+                                         {"broker", required_argument, 0, 'b'},
+                                         {"topic", required_argument, 0, 't'},
+                                         {"consumer", required_argument, 0, 'c'},
+                                         {"group", required_argument, 0, 'g'},
+                                         {"types", required_argument, 0, 'T'},
+                                         {"tenants", required_argument, 0, 'n'},
+                                         {"max-failures", required_argument, 0, 'm'},
+                                         {"until-idle", required_argument, 0, 'u'},
+                                         {"fail-permille", required_argument, 0, 'f'},
+                                         {"broker-prop", required_argument, 0, 'p'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'D': cdb = optarg; break;
+        case 'b': broker = optarg; break;
+        case 't': topics_s = optarg; break;
+        case 'c': consumer = optarg; break;
+        case 'g': group = optarg; break;
+        case 'T': types_s = optarg; break;
+        case 'n': tenants_s = optarg; break;
+        case 'm': max_failures = strtol(optarg, NULL, 10); break;
+        case 'u': until_idle = strtol(optarg, NULL, 10); break;
+        case 'f': fail_permille = strtol(optarg, NULL, 10); break;
+        case 'p':
+            if (nprops < 32) props[nprops++] = optarg;
+            break;
+        case 'j': js = 1; break;
+        default:
+            return cli_usage(
+                "consume", "usage: obx consume --consumer-db sqlite:PATH --topic T [--broker URL] "
+                           "[--consumer ID] [--group G] [--types T1,T2] [--tenants A,B] "
+                           "[--max-failures N] [--until-idle MS] [--json]");
+        }
+    }
+    if (!cdb || strncmp(cdb, "sqlite:", 7))
+        return cli_usage("consume", "--consumer-db: a sqlite:PATH URL is required (the sample "
+                                    "projection lives in SQLite)");
+    if (!topics_s) return cli_usage("consume", "--topic: required");
+    if (fail_permille < 0 || fail_permille > 1000)
+        return cli_usage("consume", "--fail-permille: 0..1000");
+    const char *topics[16], *types[64], *tenants[64];
+    int nt = split(topics_s, topics, 16), ny = split(types_s, types, 64),
+        nn = split(tenants_s, tenants, 64);
+    obx_store *s;
+    obx_err e = obx_store_open(cdb, &s);
+    if (!e) e = obx_store_init(s);
+    if (e) return cli_fail("consume", cdb, e);
+    obx_store_close(s);
+    sqlite3 *db;
+    const char *path = cdb + 7 + (strncmp(cdb + 7, "//", 2) ? 0 : 2);
+    if (sqlite3_open(path, &db) != SQLITE_OK) {
+        fprintf(stderr, "obx consume: cannot open %s\n", path);
+        return 1;
+    }
+    sqlite3_busy_timeout(db, 10000);
+    sqlite3_exec(db,
+                 "PRAGMA journal_mode=WAL; CREATE TABLE IF NOT EXISTS order_projection ("
+                 "event_id TEXT NOT NULL, order_id TEXT NOT NULL, version INTEGER NOT NULL, "
+                 "payload BLOB, effect_key TEXT NOT NULL, applied_at INTEGER NOT NULL)",
+                 NULL, NULL, NULL);
+    e = obx_store_wrap_sqlite(db, &s);
+    projection p = {db, (unsigned)fail_permille, 0x2545f4914f6cdd1dull ^ (uint64_t)getpid()};
+    obx_consumer_options o = {.broker_url = broker,
+                              .broker_props = props,
+                              .n_broker_props = (size_t)nprops,
+                              .group = group,
+                              .topics = topics,
+                              .n_topics = (size_t)nt,
+                              .inbox = {.consumer_id = consumer,
+                                        .event_types = ny ? types : NULL,
+                                        .n_event_types = (size_t)ny,
+                                        .tenants = nn ? tenants : NULL,
+                                        .n_tenants = (size_t)nn,
+                                        .max_failures = (int)max_failures}};
+    obx_consumer *con = NULL;
+    if (!e) e = obx_consumer_open(s, db, &o, project, &p, &con);
+    if (e) {
+        int rc = cli_fail("consume", "start", e);
+        obx_store_close(s);
+        sqlite3_close(db);
+        return rc;
+    }
+    sigset_t set;
+    block_signals(&set);
+    obx_consumer_counts k = {0};
+    struct timespec last;
+    clock_gettime(CLOCK_MONOTONIC, &last);
+    int rc = 0;
+    for (;;) {
+        long before = k.delivered + k.redriven;
+        e = obx_consumer_poll(con, 100, &k);
+        if (e) {
+            fprintf(stderr, "obx consume: %s: %s (retrying)\n", obx_errname(e), obx_errmsg());
+            usleep(200000);
+        }
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (k.delivered + k.redriven != before)
+            last = now;
+        else if (wait_signal(&set, 20))
+            break;
+        long idle = (now.tv_sec - last.tv_sec) * 1000 + (now.tv_nsec - last.tv_nsec) / 1000000;
+        if (until_idle > 0 && idle >= until_idle) break;
+    }
+    obx_consumer_close(con);
+    obx_store_close(s);
+    sqlite3_close(db);
+    if (js)
+        printf("{\"delivered\":%ld,\"applied\":%ld,\"duplicates\":%ld,\"quarantined\":%ld,"
+               "\"failed\":%ld,\"poisoned\":%ld,\"redriven\":%ld}\n",
+               k.delivered, k.applied, k.duplicates, k.quarantined, k.failed, k.poisoned,
+               k.redriven);
+    else
+        fprintf(stderr,
+                "obx consume: delivered %ld, applied %ld, duplicates %ld, quarantined %ld, "
+                "failed %ld, poisoned %ld, re-driven %ld\n",
+                k.delivered, k.applied, k.duplicates, k.quarantined, k.failed, k.poisoned,
+                k.redriven);
+    return rc;
+}
+
+int cmd_requeue(int argc, char **argv) {
+    const char *db = CLI_DEFAULT_DB, *who = NULL;
+    static const struct option opts[] = {
+        {"db", required_argument, 0, 'd'}, {"who", required_argument, 0, 'w'}, {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'd')
+            db = optarg;
+        else if (c == 'w')
+            who = optarg;
+        else
+            return cli_usage("requeue", "usage: obx requeue EVENT_ID [--who NAME] [--db URL]");
+    }
+    if (optind != argc - 1) return cli_usage("requeue", "expected one EVENT_ID");
+    obx_store *s;
+    int rc = cli_open_store("requeue", db, &s);
+    if (rc) return rc;
+    char whobuf[128];
+    if (!who) {
+        const char *u = getenv("USER");
+        snprintf(whobuf, sizeof whobuf, "operator:%s", u && *u ? u : "unknown");
+        who = whobuf;
+    }
+    obx_err e = obx_requeue(s, argv[optind], who);
+    obx_store_close(s);
+    if (e) return cli_fail("requeue", argv[optind], e);
+    printf("%s: PARKED -> PENDING (requeued by %s)\n", argv[optind], who);
+    return 0;
+}
+
+int cmd_report(int argc, char **argv) {
+    const char *db = CLI_DEFAULT_DB;
+    int js = 0;
+    static const struct option opts[] = {
+        {"db", required_argument, 0, 'd'}, {"json", no_argument, 0, 'j'}, {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'd')
+            db = optarg;
+        else if (c == 'j')
+            js = 1;
+        else
+            return cli_usage("report", "usage: obx report [--json] [--db URL]");
+    }
+    obx_store *s;
+    int rc = cli_open_store("report", db, &s);
+    if (rc) return rc;
+    char *out = NULL;
+    obx_err e = obx_report(s, &out);
+    obx_store_close(s);
+    if (e) return cli_fail("report", db, e);
+    json_t *j = json_loads(out, 0, NULL);
+    bool hold = json_is_true(json_object_get(json_object_get(j, "invariants"), "hold"));
+    if (js)
+        printf("%s\n", out);
+    else {
+        json_t *st = json_object_get(j, "states"), *rc_ = json_object_get(j, "receipts"),
+               *un = json_object_get(j, "unknown");
+        const char *k;
+        json_t *v;
+        printf("events: %lld committed, %lld published\n",
+               (long long)json_integer_value(json_object_get(j, "committed")),
+               (long long)json_integer_value(json_object_get(j, "published")));
+        json_object_foreach(st, k, v) if (json_integer_value(v))
+            printf("  %-17s %lld\n", k, (long long)json_integer_value(v));
+        printf("receipts:\n");
+        json_object_foreach(rc_, k, v)
+            printf("  %-17s %lld\n", k, (long long)json_integer_value(v));
+        printf("unknown outcomes resolved: %lld (p50 %lld ms, p99 %lld ms, max %lld ms); open "
+               "UNKNOWN attempts: %lld\n",
+               (long long)json_integer_value(json_object_get(un, "resolved")),
+               (long long)json_integer_value(json_object_get(un, "p50_ms")),
+               (long long)json_integer_value(json_object_get(un, "p99_ms")),
+               (long long)json_integer_value(json_object_get(un, "max_ms")),
+               (long long)json_integer_value(json_object_get(un, "open_attempts")));
+        printf("invariants (one primary receipt per published event): %s\n",
+               hold ? "hold" : "VIOLATED");
+    }
+    json_decref(j);
+    obx_free(out);
+    return hold ? 0 : 1;
+}
+
+int cmd_poison(int argc, char **argv) {
+    const char *cdb = NULL, *consumer = NULL;
+    static const struct option opts[] = {{"consumer-db", required_argument, 0, 'D'},
+                                         {"consumer", required_argument, 0, 'c'},
+                                         {0, 0, 0, 0}};
+    if (argc < 2 || (strcmp(argv[1], "list") && strcmp(argv[1], "redrive")))
+        return cli_usage("poison", "usage: obx poison list|redrive [EVENT_ID] --consumer-db URL "
+                                   "[--consumer ID]");
+    bool redrive = !strcmp(argv[1], "redrive");
+    int c;
+    optind = 1;
+    argc--;
+    argv++;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'D')
+            cdb = optarg;
+        else if (c == 'c')
+            consumer = optarg;
+        else
+            return cli_usage("poison", "unknown option");
+    }
+    if (!cdb) return cli_usage("poison", "--consumer-db: required");
+    obx_store *s;
+    int rc = cli_open_store("poison", cdb, &s);
+    if (rc) return rc;
+    obx_err e;
+    if (redrive) {
+        if (optind != argc - 1 || !consumer) {
+            obx_store_close(s);
+            return cli_usage("poison", "redrive needs EVENT_ID and --consumer");
+        }
+        e = obx_inbox_redrive(s, consumer, argv[optind]);
+        if (!e) printf("%s: marked for re-drive by consumer %s\n", argv[optind], consumer);
+    } else {
+        char *out = NULL;
+        e = obx_inbox_poison_list(s, consumer, &out);
+        if (!e) printf("%s\n", out);
+        obx_free(out);
+    }
+    obx_store_close(s);
+    return e ? cli_fail("poison", cdb, e) : 0;
+}

@@ -1,0 +1,414 @@
+/*
+ * config.c — the relay's configuration: defaults that work, a YAML file (libyaml) over them,
+ * and flag overrides by dotted key. One table (`keys`) is the whole schema: names, types,
+ * limits and help; the file parser, obx_config_set and the README reference all follow it.
+ * Errors name the key and, from a file, the line: `relay.dispatchers (line 4): 0 is outside
+ * 1..64`. Unknown keys and wrong types are errors, never ignored.
+ */
+#include "drivers/drivers.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+typedef enum { K_STR, K_INT, K_BOOL, K_LIST, K_MAP } kind;
+
+typedef struct key {
+    const char *name;
+    kind k;
+    size_t off;
+    size_t cap; /* K_STR: buffer size */
+    int64_t min, max;
+    bool secret;
+} key;
+
+#define S(name, field)                                                                             \
+    { name, K_STR, offsetof(obx_config, field), sizeof(((obx_config *)0)->field), 0, 0, false }
+#define I(name, field, lo, hi)                                                                     \
+    { name, K_INT, offsetof(obx_config, field), 0, lo, hi, false }
+#define B(name, field)                                                                             \
+    { name, K_BOOL, offsetof(obx_config, field), 0, 0, 1, false }
+#define L(name, field)                                                                             \
+    { name, K_LIST, offsetof(obx_config, field), 0, 0, 0, false }
+#define M(name, field)                                                                             \
+    { name, K_MAP, offsetof(obx_config, field), 0, 0, 0, false }
+
+static const key keys[] = {
+    S("db", db),
+    S("broker", broker),
+    M("broker_properties", broker_props),
+    S("relay.id", relay_id),
+    I("relay.dispatchers", dispatchers, 1, 64),
+    I("relay.batch", batch, 1, 10000),
+    I("relay.window", window, 1, 100000),
+    I("relay.lease_ms", lease_ms, 100, 86400000),
+    I("relay.reconcile_lease_ms", reconcile_lease_ms, 100, 86400000),
+    I("relay.recheck_ms", recheck_ms, 10, 86400000),
+    I("relay.recheck_max_ms", recheck_max_ms, 10, 86400000),
+    I("relay.backoff_base_ms", backoff_base_ms, 1, 86400000),
+    I("relay.backoff_max_ms", backoff_max_ms, 1, 86400000),
+    I("relay.poll_ms", poll_ms, 1, 60000),
+    I("relay.sweep_ms", sweep_ms, 10, 3600000),
+    I("relay.reconcile_ms", reconcile_ms, 10, 3600000),
+    I("relay.drain_ms", drain_ms, 0, 600000),
+    B("relay.reconciler", reconciler),
+    L("relay.aliases", aliases),
+    S("http.listen", http_listen),
+    S("http.token_file", http_token_file),
+    S("log.format", log_format),
+    S("log.level", log_level),
+    L("audit.critical_consumers", critical_consumers),
+    I("audit.pending_max_age_ms", pending_max_age_ms, 0, INT64_C(31536000000)),
+    I("audit.unconsumed_max_age_ms", unconsumed_max_age_ms, 0, INT64_C(31536000000)),
+    I("audit.unknown_max_age_ms", unknown_max_age_ms, 0, INT64_C(31536000000)),
+    I("audit.interval_ms", audit_interval_ms, 0, 86400000),
+    I("retention.replay_window_ms", replay_window_ms, 0, INT64_C(31536000000)),
+    I("retention.batch", purge_batch, 1, 100000),
+};
+#undef S
+#undef I
+#undef B
+#undef L
+#undef M
+
+static const key *find_key(const char *name) {
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!strcmp(keys[i].name, name)) return &keys[i];
+    return NULL;
+}
+
+static void strv_free(obx__strv *v) {
+    for (size_t i = 0; i < v->n; i++) free(v->v[i]);
+    free(v->v);
+    v->v = NULL;
+    v->n = 0;
+}
+
+static obx_err strv_push(obx__strv *v, const char *s) {
+    char **p = realloc(v->v, (v->n + 1) * sizeof *p);
+    if (!p) return obx__fail(OBX_ENOMEM, "config: out of memory");
+    v->v = p;
+    if (!(v->v[v->n] = obx__strdup(s))) return obx__fail(OBX_ENOMEM, "config: out of memory");
+    v->n++;
+    return OBX_OK;
+}
+
+obx_err obx_config_new(obx_config **out) {
+    if (!out) return obx__fail(OBX_EINVAL, "out: NULL");
+    obx_config *c = calloc(1, sizeof *c);
+    if (!c) return obx__fail(OBX_ENOMEM, "config: out of memory");
+    strcpy(c->db, "sqlite:obx.db");
+    strcpy(c->broker, "log:obx-broker.db");
+    c->dispatchers = 2;
+    c->batch = 256;
+    c->window = 2048;
+    c->lease_ms = 30000;
+    c->reconcile_lease_ms = 30000;
+    c->recheck_ms = 5000;
+    c->recheck_max_ms = 300000;
+    c->backoff_base_ms = 500;
+    c->backoff_max_ms = 60000;
+    c->poll_ms = 50;
+    c->sweep_ms = 1000;
+    c->reconcile_ms = 1000;
+    c->drain_ms = 10000;
+    c->reconciler = 1;
+    strcpy(c->log_format, "text");
+    strcpy(c->log_level, "info");
+    c->pending_max_age_ms = 300000;
+    c->unconsumed_max_age_ms = 900000;
+    c->unknown_max_age_ms = 900000;
+    c->audit_interval_ms = 60000;
+    c->replay_window_ms = INT64_C(7) * 86400000;
+    c->purge_batch = 500;
+    *out = c;
+    return OBX_OK;
+}
+
+void obx_config_free(obx_config *c) {
+    if (!c) return;
+    strv_free(&c->broker_props);
+    strv_free(&c->aliases);
+    strv_free(&c->critical_consumers);
+    free(c);
+}
+
+obx_err obx__config_copy(const obx_config *src, obx_config **out) {
+    obx_config *c = malloc(sizeof *c);
+    if (!c) return obx__fail(OBX_ENOMEM, "config: out of memory");
+    *c = *src;
+    c->broker_props = (obx__strv){0};
+    c->aliases = (obx__strv){0};
+    c->critical_consumers = (obx__strv){0};
+    obx_err e = OBX_OK;
+    for (size_t i = 0; !e && i < src->broker_props.n; i++)
+        e = strv_push(&c->broker_props, src->broker_props.v[i]);
+    for (size_t i = 0; !e && i < src->aliases.n; i++) e = strv_push(&c->aliases, src->aliases.v[i]);
+    for (size_t i = 0; !e && i < src->critical_consumers.n; i++)
+        e = strv_push(&c->critical_consumers, src->critical_consumers.v[i]);
+    if (e) {
+        obx_config_free(c);
+        return e;
+    }
+    *out = c;
+    return OBX_OK;
+}
+
+static obx_err where(obx_err e, const char *name, int line) {
+    if (line > 0) return obx__fail_prefix(e, "%s (line %d)", name, line);
+    return obx__fail_prefix(e, "%s", name);
+}
+
+/* Sets a scalar-typed key from text. */
+static obx_err set_scalar(obx_config *c, const key *k, const char *v, int line) {
+    char *base = (char *)c + k->off;
+    switch (k->k) {
+    case K_STR:
+        if (strlen(v) >= k->cap)
+            return where(
+                obx__fail(OBX_ECONFIG, "%zu bytes, over the limit of %zu", strlen(v), k->cap - 1),
+                k->name, line);
+        strcpy(base, v);
+        return OBX_OK;
+    case K_INT: {
+        char *end;
+        errno = 0;
+        long long x = strtoll(v, &end, 10);
+        if (!*v || *end || errno)
+            return where(obx__fail(OBX_ECONFIG, "'%s' is not an integer", v), k->name, line);
+        if (x < k->min || x > k->max)
+            return where(obx__fail(OBX_ECONFIG, "%lld is outside %lld..%lld", x, (long long)k->min,
+                                   (long long)k->max),
+                         k->name, line);
+        *(int64_t *)(void *)base = x;
+        return OBX_OK;
+    }
+    case K_BOOL:
+        if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on") || !strcmp(v, "1"))
+            *(int64_t *)(void *)base = 1;
+        else if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off") || !strcmp(v, "0"))
+            *(int64_t *)(void *)base = 0;
+        else
+            return where(obx__fail(OBX_ECONFIG, "'%s' is not a boolean (true/false)", v), k->name,
+                         line);
+        return OBX_OK;
+    case K_LIST: { /* from a flag: comma separated */
+        obx__strv *sv = (obx__strv *)(void *)base;
+        strv_free(sv);
+        char *copy = obx__strdup(v);
+        if (!copy) return obx__fail(OBX_ENOMEM, "config: out of memory");
+        obx_err e = OBX_OK;
+        for (char *save = NULL, *t = strtok_r(copy, ",", &save); t && !e;
+             t = strtok_r(NULL, ",", &save))
+            e = strv_push(sv, t);
+        free(copy);
+        return e;
+    }
+    case K_MAP: { /* from a flag: k=v[,k=v...] */
+        obx__strv *sv = (obx__strv *)(void *)base;
+        if (!strchr(v, '='))
+            return where(obx__fail(OBX_ECONFIG, "'%s' is not key=value", v), k->name, line);
+        return strv_push(sv, v);
+    }
+    }
+    return OBX_OK;
+}
+
+obx_err obx_config_set(obx_config *c, const char *name, const char *value) {
+    if (!c || !name || !value) return obx__fail(OBX_EINVAL, "config: NULL argument");
+    const key *k = find_key(name);
+    if (!k) return obx__fail(OBX_ECONFIG, "%s: unknown configuration key", name);
+    return set_scalar(c, k, value, 0);
+}
+
+/* ---- YAML ---------------------------------------------------------------------------------- */
+
+typedef struct ynode {
+    yaml_node_type_t t;
+    int line;
+} ynode;
+
+static obx_err load_node(obx_config *c, yaml_document_t *doc, yaml_node_t *n, const char *prefix);
+
+static obx_err load_value(obx_config *c, yaml_document_t *doc, const key *k, yaml_node_t *v) {
+    int line = (int)v->start_mark.line + 1;
+    if (k->k == K_LIST) {
+        if (v->type != YAML_SEQUENCE_NODE)
+            return where(obx__fail(OBX_ECONFIG, "expected a list"), k->name, line);
+        obx__strv *sv = (obx__strv *)(void *)((char *)c + k->off);
+        strv_free(sv);
+        for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top;
+             it++) {
+            yaml_node_t *item = yaml_document_get_node(doc, *it);
+            if (!item || item->type != YAML_SCALAR_NODE)
+                return where(obx__fail(OBX_ECONFIG, "list items must be scalars"), k->name, line);
+            obx_err e = strv_push(sv, (const char *)item->data.scalar.value);
+            if (e) return e;
+        }
+        return OBX_OK;
+    }
+    if (k->k == K_MAP) {
+        if (v->type != YAML_MAPPING_NODE)
+            return where(obx__fail(OBX_ECONFIG, "expected a mapping of name: value"), k->name,
+                         line);
+        obx__strv *sv = (obx__strv *)(void *)((char *)c + k->off);
+        strv_free(sv);
+        for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top;
+             p++) {
+            yaml_node_t *kn = yaml_document_get_node(doc, p->key);
+            yaml_node_t *vn = yaml_document_get_node(doc, p->value);
+            if (!kn || !vn || kn->type != YAML_SCALAR_NODE || vn->type != YAML_SCALAR_NODE)
+                return where(obx__fail(OBX_ECONFIG, "entries must be name: scalar"), k->name,
+                             (int)(kn ? kn->start_mark.line : 0) + 1);
+            char *kv = obx__asprintf("%s=%s", (const char *)kn->data.scalar.value,
+                                     (const char *)vn->data.scalar.value);
+            if (!kv) return obx__fail(OBX_ENOMEM, "config: out of memory");
+            obx_err e = strv_push(sv, kv);
+            free(kv);
+            if (e) return e;
+        }
+        return OBX_OK;
+    }
+    if (v->type != YAML_SCALAR_NODE)
+        return where(obx__fail(OBX_ECONFIG, "expected a single value, found a %s",
+                               v->type == YAML_MAPPING_NODE ? "mapping" : "list"),
+                     k->name, line);
+    return set_scalar(c, k, (const char *)v->data.scalar.value, line);
+}
+
+static obx_err load_node(obx_config *c, yaml_document_t *doc, yaml_node_t *n, const char *prefix) {
+    if (n->type != YAML_MAPPING_NODE)
+        return obx__fail(OBX_ECONFIG, "%s (line %d): expected a mapping of keys",
+                         *prefix ? prefix : "configuration", (int)n->start_mark.line + 1);
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+        yaml_node_t *kn = yaml_document_get_node(doc, p->key);
+        yaml_node_t *vn = yaml_document_get_node(doc, p->value);
+        if (!kn || !vn || kn->type != YAML_SCALAR_NODE)
+            return obx__fail(OBX_ECONFIG, "configuration (line %d): keys must be scalars",
+                             (int)(kn ? kn->start_mark.line : 0) + 1);
+        char name[256];
+        snprintf(name, sizeof name, "%s%s%s", prefix, *prefix ? "." : "",
+                 (const char *)kn->data.scalar.value);
+        const key *k = find_key(name);
+        if (k) {
+            obx_err e = load_value(c, doc, k, vn);
+            if (e) return e;
+            continue;
+        }
+        /* a section? (some key starts with "name.") */
+        bool section = false;
+        size_t nl = strlen(name);
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+            if (!strncmp(keys[i].name, name, nl) && keys[i].name[nl] == '.') section = true;
+        if (!section)
+            return obx__fail(OBX_ECONFIG, "%s (line %d): unknown configuration key", name,
+                             (int)kn->start_mark.line + 1);
+        obx_err e = load_node(c, doc, vn, name);
+        if (e) return e;
+    }
+    return OBX_OK;
+}
+
+obx_err obx_config_load(const char *path, obx_config **out) {
+    if (!path || !out) return obx__fail(OBX_EINVAL, "config: NULL argument");
+    obx__clear_error();
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return obx__fail(OBX_ECONFIG, "%s: cannot open: %s", path, strerror(errno));
+    obx_config *c;
+    obx_err e = obx_config_new(&c);
+    if (e) {
+        fclose(f);
+        return e;
+    }
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    yaml_parser_initialize(&parser);
+    yaml_parser_set_input_file(&parser, f);
+    if (!yaml_parser_load(&parser, &doc)) {
+        e = obx__fail(OBX_ECONFIG, "%s (line %d): YAML: %s", path,
+                      (int)parser.problem_mark.line + 1,
+                      parser.problem ? parser.problem : "syntax error");
+    } else {
+        yaml_node_t *root = yaml_document_get_root_node(&doc);
+        if (root) e = load_node(c, &doc, root, "");
+        if (e) obx__fail_prefix(e, "%s", path);
+        yaml_document_delete(&doc);
+    }
+    yaml_parser_delete(&parser);
+    fclose(f);
+    if (!e) e = obx__config_check(c);
+    if (e) {
+        obx_config_free(c);
+        return e;
+    }
+    *out = c;
+    return OBX_OK;
+}
+
+obx_err obx__config_check(const obx_config *c) {
+    obx_err e;
+    if ((e = obx_url_check(c->db, "store"))) return obx__fail_prefix(e, "db");
+    if ((e = obx_url_check(c->broker, "broker"))) return obx__fail_prefix(e, "broker");
+    if (c->relay_id[0] && (e = obx__check_field("relay.id", c->relay_id, 1, 200, OBX__CS_OWNER)))
+        return e;
+    if (c->backoff_max_ms < c->backoff_base_ms)
+        return obx__fail(OBX_ECONFIG,
+                         "relay.backoff_max_ms (%lld) is below relay.backoff_base_ms "
+                         "(%lld)",
+                         (long long)c->backoff_max_ms, (long long)c->backoff_base_ms);
+    if (strcmp(c->log_format, "text") && strcmp(c->log_format, "json"))
+        return obx__fail(OBX_ECONFIG, "log.format: '%s' is not text or json", c->log_format);
+    if (strcmp(c->log_level, "debug") && strcmp(c->log_level, "info") &&
+        strcmp(c->log_level, "warn") && strcmp(c->log_level, "error"))
+        return obx__fail(OBX_ECONFIG, "log.level: '%s' is not debug, info, warn or error",
+                         c->log_level);
+    for (size_t i = 0; i < c->aliases.n; i++)
+        if ((e = obx__check_field("relay.aliases", c->aliases.v[i], 1, OBX_NAME_MAX, OBX__CS_NAME)))
+            return e;
+    for (size_t i = 0; i < c->broker_props.n; i++)
+        if (!strchr(c->broker_props.v[i], '='))
+            return obx__fail(OBX_ECONFIG, "broker_properties: '%s' is not key=value",
+                             c->broker_props.v[i]);
+    return OBX_OK;
+}
+
+static bool secret_prop(const char *kv) {
+    return strstr(kv, "password") || strstr(kv, "secret") || strstr(kv, "token") ||
+           strstr(kv, "sasl.oauthbearer");
+}
+
+obx_err obx_config_dump(const obx_config *c, char **out) {
+    if (!c || !out) return obx__fail(OBX_EINVAL, "config: NULL argument");
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < sizeof keys / sizeof keys[0]; i++) {
+        const key *k = &keys[i];
+        const char *base = (const char *)c + k->off;
+        json_t *v = NULL;
+        if (k->k == K_STR) {
+            char *red = NULL;
+            if ((!strcmp(k->name, "db") || !strcmp(k->name, "broker")) &&
+                obx_url_redact(base, &red) == OBX_OK) {
+                v = json_string(red);
+                free(red);
+            } else
+                v = json_string(base);
+        } else if (k->k == K_INT)
+            v = json_integer(*(const int64_t *)(const void *)base);
+        else if (k->k == K_BOOL)
+            v = json_boolean(*(const int64_t *)(const void *)base);
+        else {
+            const obx__strv *sv = (const obx__strv *)(const void *)base;
+            v = json_array();
+            for (size_t j = 0; j < sv->n; j++)
+                json_array_append_new(v, json_string(k->k == K_MAP && secret_prop(sv->v[j])
+                                                         ? "(secret)=***"
+                                                         : sv->v[j]));
+        }
+        json_object_set_new(o, k->name, v);
+    }
+    return obx__json_out(o, out);
+}

@@ -1,0 +1,378 @@
+/*
+ * relay.c — the relay daemon: threads and timers around the engine's step functions.
+ *
+ *   dispatcher threads (relay.dispatchers): each with its own store and broker connection and
+ *     engine: collect outcomes, claim + send while fewer than relay.window are in flight,
+ *     idle-wait on the store's wake-up hint (PostgreSQL NOTIFY) or relay.poll_ms;
+ *     dispatcher 0 also sweeps expired SENDING leases every relay.sweep_ms.
+ *   reconciler thread (relay.reconciler): reconcile every relay.reconcile_ms, and collect the
+ *     outcomes of its retries.
+ *
+ * Work is always found by querying committed rows: a wake-up only makes the next query come
+ * sooner (DESIGN.md §3). Stop: threads stop claiming, drain in-flight outcomes for up to
+ * relay.drain_ms (so late ACKs reach the acceptance point), close, exit. A killed relay needs
+ * no cleanup: its leases expire and another relay's sweeper and reconciler take over.
+ */
+#include "drivers/drivers.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+obx_err obx__http_start(obx_relay *r, const char *listen, void **out);
+void obx__http_stop(void *h);
+
+enum { MAX_THREADS = 66 };
+
+typedef struct worker {
+    obx_relay *r;
+    int index; /* dispatcher index, or -1 for the reconciler */
+    pthread_t th;
+    bool started;
+    obx__engine_stats st; /* published under r->mu */
+} worker;
+
+struct obx_relay {
+    obx_config *cfg;
+    char id[201];
+    atomic_int stop;
+    pthread_mutex_t mu;
+    obx_err first_err;
+    char first_msg[1024];
+    worker w[MAX_THREADS];
+    int n;
+    void *http;
+    int64_t started_at;
+};
+
+static void sleep_ms(int64_t ms) {
+    if (ms <= 0) return;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) && errno == EINTR) {
+    }
+}
+
+static void fatal(obx_relay *r, obx_err e, const char *what) {
+    pthread_mutex_lock(&r->mu);
+    if (!r->first_err) {
+        r->first_err = e;
+        snprintf(r->first_msg, sizeof r->first_msg, "%s: %s", what, obx_errmsg());
+    }
+    pthread_mutex_unlock(&r->mu);
+    obx__log(OBX__LOG_ERROR, "relay", NULL, NULL, NULL, "%s: %s: %s", what, obx_errname(e),
+             obx_errmsg());
+    atomic_store(&r->stop, 1);
+}
+
+static void on_alarm(void *user, const char *event_id, const char *what) {
+    (void)user;
+    obx__log(OBX__LOG_ERROR, "acceptor", event_id, NULL, NULL, "ALARM receipt quarantined: %s",
+             what);
+}
+
+static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engine *e) {
+    obx_relay *r = w->r;
+    obx_config *c = r->cfg;
+    obx_err err = obx__st_open(c->db, s);
+    if (err) return err;
+    int found = 0;
+    if ((err = (*s)->m->schema_version(*s, &found))) return err;
+    if (found != OBX__SCHEMA_VERSION)
+        return obx__fail(OBX_ESCHEMA, "%s: schema version %d, this relay needs %d (run obx init)",
+                         (*s)->url_redacted, found, OBX__SCHEMA_VERSION);
+    if ((err =
+             obx__br_open(c->broker, (const char *const *)c->broker_props.v, c->broker_props.n, b)))
+        return err;
+    obx__engine_cfg ec;
+    obx__engine_cfg_defaults(&ec);
+    if (w->index >= 0)
+        snprintf(ec.owner, sizeof ec.owner, "%s/d%d", r->id, w->index);
+    else
+        snprintf(ec.owner, sizeof ec.owner, "%s/reconciler", r->id);
+    ec.lease_ms = c->lease_ms;
+    ec.reconcile_lease_ms = c->reconcile_lease_ms;
+    ec.recheck_ms = c->recheck_ms;
+    ec.recheck_max_ms = c->recheck_max_ms;
+    ec.backoff_base_ms = c->backoff_base_ms;
+    ec.backoff_max_ms = c->backoff_max_ms;
+    ec.batch = (size_t)c->batch;
+    ec.aliases = (const char *const *)c->aliases.v;
+    ec.n_aliases = c->aliases.n;
+    if ((err = obx__engine_init(e, *s, *b, &ec))) return err;
+    e->on_alarm = on_alarm;
+    return OBX_OK;
+}
+
+static void publish(worker *w, const obx__engine *e) {
+    pthread_mutex_lock(&w->r->mu);
+    w->st = e->st;
+    pthread_mutex_unlock(&w->r->mu);
+}
+
+/* Transient store/broker trouble is logged and retried after a pause; the relay keeps going. */
+static void transient(worker *w, obx_err e, const char *what) {
+    obx__log(OBX__LOG_WARN, w->index >= 0 ? "dispatcher" : "reconciler", NULL, NULL, NULL,
+             "%s: %s: %s (retrying)", what, obx_errname(e), obx_errmsg());
+    sleep_ms(w->r->cfg->poll_ms * 4 + 100);
+}
+
+static void *dispatcher_main(void *arg) {
+    worker *w = arg;
+    obx_relay *r = w->r;
+    obx__store *s = NULL;
+    obx__broker *b = NULL;
+    obx__engine e;
+    obx_err err = open_engine(w, &s, &b, &e);
+    if (err) {
+        fatal(r, err, "dispatcher start");
+        obx__br_close(b);
+        obx__st_close(s);
+        return NULL;
+    }
+    int64_t last_sweep = 0;
+    while (!atomic_load(&r->stop)) {
+        int64_t now = obx__wall_ms();
+        size_t applied = 0, sent = 0, swept = 0;
+        err = obx__engine_poll(&e, now, 0, &applied);
+        if (err) transient(w, err, "collect outcomes");
+        if (b->m->in_flight(b) < (size_t)r->cfg->window && !atomic_load(&r->stop)) {
+            err = obx__engine_dispatch(&e, now, &sent);
+            if (err) transient(w, err, "dispatch");
+        }
+        if (w->index == 0 && now - last_sweep >= r->cfg->sweep_ms) {
+            last_sweep = now;
+            err = obx__engine_sweep(&e, now, &swept);
+            if (err) transient(w, err, "sweep");
+            if (swept)
+                obx__log(OBX__LOG_WARN, "sweeper", NULL, NULL, NULL,
+                         "%zu SENDING leases expired: now DISPATCH_UNKNOWN", swept);
+        }
+        publish(w, &e);
+        if (sent || applied) continue;
+        /* idle: wait for a hint, for an outcome, or for the poll interval */
+        bool notified = false;
+        if (b->m->in_flight(b)) {
+            size_t n = 0;
+            err = obx__engine_poll(&e, obx__wall_ms(), (int)r->cfg->poll_ms, &n);
+            if (!n) sleep_ms(r->cfg->poll_ms / 5 + 1);
+        } else if (s->m->wait_for_work) {
+            err = s->m->wait_for_work(s, (int)r->cfg->poll_ms, &notified);
+            if (err) transient(w, err, "wait for work");
+        } else
+            sleep_ms(r->cfg->poll_ms);
+    }
+    /* drain: late ACKs of what we sent still go to the acceptance point */
+    int64_t until = obx__wall_ms() + r->cfg->drain_ms;
+    while (b->m->in_flight(b) && obx__wall_ms() < until) {
+        size_t n = 0;
+        err = obx__engine_poll(&e, obx__wall_ms(), 50, &n);
+        if (err) break;
+        if (!n) sleep_ms(10);
+    }
+    if (b->m->in_flight(b))
+        obx__log(OBX__LOG_WARN, "dispatcher", NULL, NULL, NULL,
+                 "stopping with %zu outcomes outstanding: their attempts stay SENDING and will "
+                 "be reconciled",
+                 b->m->in_flight(b));
+    publish(w, &e);
+    obx__br_close(b);
+    obx__st_close(s);
+    return NULL;
+}
+
+static void *reconciler_main(void *arg) {
+    worker *w = arg;
+    obx_relay *r = w->r;
+    obx__store *s = NULL;
+    obx__broker *b = NULL;
+    obx__engine e;
+    obx_err err = open_engine(w, &s, &b, &e);
+    if (err) {
+        fatal(r, err, "reconciler start");
+        obx__br_close(b);
+        obx__st_close(s);
+        return NULL;
+    }
+    while (!atomic_load(&r->stop)) {
+        int64_t now = obx__wall_ms();
+        size_t handled = 0, applied = 0;
+        err = obx__reconcile_step(&e, now, &handled);
+        if (err) transient(w, err, "reconcile");
+        err = obx__engine_poll(&e, obx__wall_ms(), 0, &applied);
+        if (err) transient(w, err, "collect retry outcomes");
+        if (handled)
+            obx__log(OBX__LOG_INFO, "reconciler", NULL, NULL, NULL,
+                     "%zu UNKNOWN events reconciled (found %lld, not found %lld, cannot tell "
+                     "%lld so far)",
+                     handled, (long long)e.st.reconciled_found,
+                     (long long)e.st.reconciled_not_found, (long long)e.st.reconciled_cannot_tell);
+        publish(w, &e);
+        if (!handled && !applied) {
+            int64_t t0 = obx__wall_ms();
+            while (!atomic_load(&r->stop) && obx__wall_ms() - t0 < r->cfg->reconcile_ms) {
+                size_t n = 0;
+                if (b->m->in_flight(b)) obx__engine_poll(&e, obx__wall_ms(), 20, &n);
+                sleep_ms(20);
+            }
+        }
+    }
+    int64_t until = obx__wall_ms() + r->cfg->drain_ms;
+    while (b->m->in_flight(b) && obx__wall_ms() < until) {
+        size_t n = 0;
+        if (obx__engine_poll(&e, obx__wall_ms(), 50, &n)) break;
+        if (!n) sleep_ms(10);
+    }
+    publish(w, &e);
+    obx__br_close(b);
+    obx__st_close(s);
+    return NULL;
+}
+
+obx_err obx_relay_start(const obx_config *c, obx_relay **out) {
+    if (!c || !out) return obx__fail(OBX_EINVAL, "relay: NULL argument");
+    obx__clear_error();
+    *out = NULL;
+    obx_err e = obx__config_check(c);
+    if (e) return e;
+    obx_relay *r = calloc(1, sizeof *r);
+    if (!r) return obx__fail(OBX_ENOMEM, "relay: out of memory");
+    pthread_mutex_init(&r->mu, NULL);
+    if ((e = obx__config_copy(c, &r->cfg))) {
+        free(r);
+        return e;
+    }
+    obx__log_setup(r->cfg->log_format, r->cfg->log_level);
+    if (r->cfg->relay_id[0])
+        obx__strlcpy(r->id, r->cfg->relay_id, sizeof r->id);
+    else {
+        char host[64] = "host";
+        gethostname(host, sizeof host - 1);
+        for (char *p = host; *p; p++)
+            if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                  (*p >= '0' && *p <= '9') || *p == '.' || *p == '-'))
+                *p = '-';
+        snprintf(r->id, sizeof r->id, "%s:%d", host, (int)getpid());
+    }
+    r->started_at = obx__wall_ms();
+    int nd = (int)r->cfg->dispatchers;
+    for (int i = 0; i < nd; i++) r->w[r->n++] = (worker){.r = r, .index = i};
+    if (r->cfg->reconciler) r->w[r->n++] = (worker){.r = r, .index = -1};
+    for (int i = 0; i < r->n; i++) {
+        int rc = pthread_create(&r->w[i].th, NULL,
+                                r->w[i].index >= 0 ? dispatcher_main : reconciler_main, &r->w[i]);
+        if (rc) {
+            e = obx__fail(OBX_EINTERNAL, "relay: cannot start thread: %s", strerror(rc));
+            atomic_store(&r->stop, 1);
+            break;
+        }
+        r->w[i].started = true;
+    }
+    if (!e && r->cfg->http_listen[0]) {
+        e = obx__http_start(r, r->cfg->http_listen, &r->http);
+        if (e) atomic_store(&r->stop, 1);
+    }
+    if (e) {
+        obx_relay_wait(r);
+        obx_relay_close(r);
+        return e;
+    }
+    char *db = NULL, *br = NULL;
+    obx_url_redact(r->cfg->db, &db);
+    obx_url_redact(r->cfg->broker, &br);
+    obx__log(OBX__LOG_INFO, "relay", NULL, NULL, NULL,
+             "relay %s started: %d dispatchers%s, store %s, broker %s", r->id, nd,
+             r->cfg->reconciler ? " + reconciler" : "", db ? db : "?", br ? br : "?");
+    free(db);
+    free(br);
+    *out = r;
+    return OBX_OK;
+}
+
+void obx_relay_stop(obx_relay *r) {
+    if (r) atomic_store(&r->stop, 1);
+}
+
+obx_err obx_relay_wait(obx_relay *r) {
+    if (!r) return OBX_OK;
+    for (int i = 0; i < r->n; i++)
+        if (r->w[i].started) {
+            pthread_join(r->w[i].th, NULL);
+            r->w[i].started = false;
+        }
+    if (r->http) {
+        obx__http_stop(r->http);
+        r->http = NULL;
+    }
+    if (r->first_err) obx__fail(r->first_err, "%s", r->first_msg);
+    return r->first_err;
+}
+
+/* Sum of every worker's counters. */
+void obx__relay_totals(obx_relay *r, obx__engine_stats *t) {
+    memset(t, 0, sizeof *t);
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) {
+        const obx__engine_stats *s = &r->w[i].st;
+        const int64_t *a = (const int64_t *)(const void *)s;
+        int64_t *b = (int64_t *)(void *)t;
+        size_t nfields = sizeof *s / sizeof(int64_t);
+        for (size_t k = 0; k < nfields; k++) b[k] += a[k];
+        if (s->unknown_resolve_ms_max > t->unknown_resolve_ms_max)
+            t->unknown_resolve_ms_max = s->unknown_resolve_ms_max;
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+const obx_config *obx__relay_config(obx_relay *r) { return r->cfg; }
+const char *obx__relay_id(obx_relay *r) { return r->id; }
+int obx__relay_stopping(obx_relay *r) { return atomic_load(&r->stop); }
+
+obx_err obx_relay_stats(obx_relay *r, char **out) {
+    if (!r || !out) return obx__fail(OBX_EINVAL, "relay: NULL argument");
+    obx__engine_stats t;
+    obx__relay_totals(r, &t);
+    json_t *o = json_pack(
+        "{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "relay_id", r->id,
+        "claimed", (json_int_t)t.claimed, "sent", (json_int_t)t.sent, "stale_refused",
+        (json_int_t)t.stale_refused, "accepted", (json_int_t)t.accepted, "duplicates",
+        (json_int_t)t.duplicates, "quarantined", (json_int_t)t.quarantined, "rejected",
+        (json_int_t)t.rejected, "not_sent", (json_int_t)t.not_sent, "unknown",
+        (json_int_t)t.unknown, "swept", (json_int_t)t.swept, "retries", (json_int_t)t.retries,
+        "parked", (json_int_t)t.parked, "reconciled_found", (json_int_t)t.reconciled_found,
+        "reconciled_not_found", (json_int_t)t.reconciled_not_found, "unknown_resolved",
+        (json_int_t)t.unknown_resolved, "store_errors", (json_int_t)t.store_errors);
+    return obx__json_out(o, out);
+}
+
+int obx_relay_stopped(obx_relay *r) {
+    if (!r) return 1;
+    pthread_mutex_lock(&r->mu);
+    int dead = r->first_err != OBX_OK;
+    pthread_mutex_unlock(&r->mu);
+    return dead;
+}
+
+obx_err obx_broker_cluster_id(const char *url, const char *const *props, size_t n, char *out,
+                              size_t cap) {
+    if (!url || !out || !cap) return obx__fail(OBX_EINVAL, "broker: NULL argument");
+    obx__clear_error();
+    obx__broker *b;
+    obx_err e = obx__br_open(url, props, n, &b);
+    if (e) return e;
+    e = obx__br_cluster_id(b, out, cap);
+    obx__br_close(b);
+    return e;
+}
+
+void obx_relay_close(obx_relay *r) {
+    if (!r) return;
+    obx_relay_stop(r);
+    obx_relay_wait(r);
+    obx_config_free(r->cfg);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
