@@ -249,13 +249,16 @@ static void test_scan(void **state) {
     assert_int_equal(c.seen, 1);
 }
 
-/* Consumes until n deliveries or ~20 s. */
+/* Consumes until n deliveries, or until nothing more came for 2 s after the first one, or
+ * ~20 s in all. */
 static size_t consume(obx__broker *b, obx__delivery *out, size_t n) {
     size_t got = 0;
-    for (int i = 0; i < 400 && got < n; i++) {
+    int idle = 0;
+    for (int i = 0; i < 400 && got < n && (got == 0 || idle < 40); i++) {
         size_t k = 0;
         OK(b->m->consume_poll(b, 50, out + got, n - got, &k));
         got += k;
+        idle = k ? 0 : idle + 1;
         if (!k) usleep(50000);
     }
     return got;

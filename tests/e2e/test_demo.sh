@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# test_demo.sh — `obx demo` end to end: exit 0, the JSON keys scripts rely on, the invariants.
+# Usage: test_demo.sh OBX [extra demo args...]
+set -euo pipefail
+OBX=${1:?usage: test_demo.sh OBX [args]}
+shift
+dir=$(mktemp -d /tmp/obx-demo-test-XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+out=$("$OBX" demo --events 3000 --dir "$dir/run" --json "$@")
+echo "$out" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+need = ["committed", "published", "duplicate_transport_receipts", "unknown_resolved",
+        "unknown_p99_ms", "effects_applied", "duplicate_effects", "lost", "outbox_url",
+        "broker_url"]
+missing = [k for k in need if k not in r]
+assert not missing, "missing keys: %s" % missing
+assert r["committed"] == 3000, r
+assert r["published"] == r["committed"], r
+assert r["effects_applied"] == r["committed"], r
+assert r["duplicate_effects"] == 0 and r["lost"] == 0, r
+assert r["invariants_hold"] is True, r
+print("ok: %d committed, %d published, %d duplicate receipts, %d UNKNOWN resolved (p99 %d ms), "
+      "%d effects, 0 lost, 0 duplicate effects" % (r["committed"], r["published"],
+      r["duplicate_transport_receipts"], r["unknown_resolved"], r["unknown_p99_ms"],
+      r["effects_applied"]))
+'
+# the demo folder is kept and usable afterwards
+"$OBX" report --db "sqlite:$dir/run/outbox.db" >/dev/null

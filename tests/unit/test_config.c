@@ -1,0 +1,107 @@
+/*
+ * test_config.c — configuration: defaults, YAML over them, flag overrides, and errors that
+ * name the key and the line for unknown keys, wrong types and out-of-range values.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "obx.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char path[64];
+
+static void write_file(const char *text) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_defaults_and_file(void **st) {
+    (void)st;
+    write_file("# obx relay\n"
+               "db: sqlite:/tmp/x.db\n"
+               "broker: kafka://127.0.0.1:9092\n"
+               "broker_properties:\n"
+               "  linger.ms: 5\n"
+               "  sasl.password: hunter2\n"
+               "relay:\n"
+               "  id: relay-1\n"
+               "  dispatchers: 4\n"
+               "  aliases: [obx, legacy]\n"
+               "http:\n"
+               "  listen: 127.0.0.1:8089\n");
+    obx_config *c;
+    assert_int_equal(obx_config_load(path, &c), OBX_OK);
+    char *js;
+    assert_int_equal(obx_config_dump(c, &js), OBX_OK);
+    assert_non_null(strstr(js, "\"relay.dispatchers\": 4"));
+    assert_non_null(strstr(js, "\"relay.batch\": 256")); /* default kept */
+    assert_non_null(strstr(js, "\"linger.ms=5\""));
+    assert_null(strstr(js, "hunter2")); /* secrets never printed */
+    assert_non_null(strstr(js, "legacy"));
+    obx_free(js);
+    /* flags override the file */
+    assert_int_equal(obx_config_set(c, "relay.dispatchers", "8"), OBX_OK);
+    assert_int_equal(obx_config_set(c, "relay.dispatchers", "0"), OBX_ECONFIG);
+    assert_non_null(strstr(obx_errmsg(), "relay.dispatchers: 0 is outside 1..64"));
+    assert_int_equal(obx_config_set(c, "relay.nope", "1"), OBX_ECONFIG);
+    assert_non_null(strstr(obx_errmsg(), "relay.nope: unknown configuration key"));
+    assert_int_equal(obx_config_set(c, "relay.reconciler", "maybe"), OBX_ECONFIG);
+    obx_config_free(c);
+    assert_int_equal(obx_config_new(&c), OBX_OK);
+    assert_int_equal(obx_config_dump(c, &js), OBX_OK);
+    assert_non_null(strstr(js, "\"db\": \"sqlite:obx.db\""));
+    obx_free(js);
+    obx_config_free(c);
+}
+
+static void expect_code(obx_err want, const char *yaml, const char *needle) {
+    write_file(yaml);
+    obx_config *c = NULL;
+    obx_err e = obx_config_load(path, &c);
+    if (e != want || !strstr(obx_errmsg(), needle))
+        fail_msg("yaml:\n%s\ngot %s '%s', expected %s containing '%s'", yaml, obx_errname(e),
+                 obx_errmsg(), obx_errname(want), needle);
+    assert_null(c);
+}
+
+static void expect_error(const char *yaml, const char *needle) {
+    expect_code(OBX_ECONFIG, yaml, needle);
+}
+
+static void test_errors(void **st) {
+    (void)st;
+    expect_error("db: sqlite:x\nrelay:\n  dispatchrs: 2\n", "relay.dispatchrs (line 3): unknown");
+    expect_error("relay:\n  dispatchers: two\n", "relay.dispatchers (line 2): 'two' is not an integer");
+    expect_error("relay:\n  dispatchers: 1000\n", "relay.dispatchers (line 2): 1000 is outside");
+    expect_error("relay:\n  aliases: obx\n", "relay.aliases (line 2): expected a list");
+    expect_error("db: [a, b]\n", "db (line 1): expected a single value");
+    expect_code(OBX_EURL, "db: mysql://x\n", "db: store URL");
+    expect_code(OBX_EURL, "broker: nats://h:1\n", "broker: broker URL");
+    expect_error("relay: {dispatchers: 2\n", "YAML");
+    expect_error("log:\n  format: xml\n", "log.format: 'xml'");
+    expect_error("relay:\n  backoff_base_ms: 9000\n  backoff_max_ms: 10\n", "backoff_max_ms");
+    obx_config *c;
+    assert_int_equal(obx_config_load("/nonexistent/obx.yaml", &c), OBX_ECONFIG);
+    assert_non_null(strstr(obx_errmsg(), "cannot open"));
+}
+
+int main(void) {
+    strcpy(path, "/tmp/obx-config-XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0) return 1;
+    close(fd);
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_defaults_and_file),
+                                       cmocka_unit_test(test_errors)};
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    unlink(path);
+    return failed;
+}
