@@ -357,6 +357,10 @@ typedef struct obx__store_methods {
      * a reason to look now: the relay always finds work by querying committed rows. Must not
      * be called inside a transaction. */
     obx_err (*wait_for_work)(obx__store *s, int timeout_ms, bool *notified);
+    /* Optional (NULL = the database has no roles: OBX_EUNSUPPORTED). Creates, or re-grants,
+     * the least-privilege roles <prefix>_producer, <prefix>_relay and <prefix>_auditor
+     * (docs/postgres.md). Runs in its own transaction or a savepoint of the caller's. */
+    obx_err (*create_roles)(obx__store *s, const char *prefix);
 } obx__store_methods;
 
 struct obx_store {
