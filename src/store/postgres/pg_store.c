@@ -166,6 +166,8 @@ typedef struct pg_store {
     SEL("WHERE ((e.state = 'DISPATCH_UNKNOWN' AND e.next_check_at <= $1::bigint) OR "              \
         "(e.state IN ('RECONCILING','RETRY_CLAIMED') AND e.lease_until <= $1::bigint))",           \
         "e.seq")
+/* every statement of the select family binds the same first four parameters; this one has no
+ * use for now ($1), but an unreferenced parameter would have no type when prepared */
 #define SEL_STATE SEL("WHERE e.state = $5::text AND $1::bigint IS NOT NULL", "e.seq")
 #define SEL_PUBBEFORE                                                                              \
     SEL("WHERE e.state = $5::text AND e.published_at <= $1::bigint", "e.published_at")
@@ -615,7 +617,8 @@ static obx_err check_names(pg_store *s) {
     size_t pl = strlen(name_prefix);
     for (int i = 0; i < PQntuples(r); i++) {
         const char *nm = PQgetvalue(r, i, 0);
-        if (strlen(nm) > pl) {
+        /* LIKE's '_' matches any character: compare the prefix exactly */
+        if (strlen(nm) > pl && !strncmp(nm, name_prefix, pl)) {
             int id = atoi(nm + pl);
             if (id >= 0 && id < Q_COUNT) s->prepared[id] = true;
         }

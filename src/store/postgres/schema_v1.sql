@@ -637,7 +637,6 @@ DECLARE
     ddigest text;
     edigest text;
     okey text;
-    cname text;
 BEGIN
     PERFORM obx._check('event_type', p_type, 1, 128, 'event_type');
     PERFORM obx._check('aggregate_type', p_atype, 1, 128, 'name');
@@ -716,45 +715,47 @@ BEGIN
                                    p_tenant, occ_ms, txid, p_corr, p_cause, p_trace, p_key);
     okey := rt.cluster || chr(31) || rt.topic || chr(31) || rk;
 
-    BEGIN
-        -- per order key, seq order must be commit order (see Q_INS_EVENT in pg_store.c): the
-        -- lock on the key's bucket is held until the caller's transaction ends
-        PERFORM pg_advisory_xact_lock(5194328, hashtext(okey) & 1023);
-        INSERT INTO obx.obx_envelope (event_id, envelope_gen, aggregate_type, aggregate_id,
-            aggregate_version, event_type, payload_schema, payload_digest, tenant, occurred_at,
-            created_txid, correlation_id, causation_id, traceparent, idempotency_key,
-            envelope_digest, dest_cluster, dest_topic, dest_routing_key, dest_algorithm,
-            dest_route_gen, dest_serializer, dest_durability, dest_acks, dest_digest, payload,
-            payload_len, created_at)
-        VALUES (id, 1, p_atype, p_aid, p_aver, p_type, p_schema, pdigest, p_tenant, occ_ms, txid,
-            p_corr, p_cause, p_trace, p_key, edigest, rt.cluster, rt.topic, rk, rt.algorithm,
-            rt.gen, rt.serializer, rt.durability, rt.required_acks, ddigest, p_payload,
-            octet_length(p_payload), now_ms);
-        INSERT INTO obx.obx_event (event_id, tenant, idempotency_key, event_type, correlation_id,
-            order_key, envelope_gen, state, claim_gen, owner, lease_until, attempt_gen,
-            attempt_id, pinned_partition, rejections, available_at, next_check_at, unknown_since,
-            primary_attempt_id, published_at, committed_at, updated_at, max_attempts,
-            blind_retry, unordered, alias, dest_cluster)
-        VALUES (id, p_tenant, nullif(p_key, ''), p_type, p_corr, okey, 1, 'PENDING', 0, '', 0, 0,
-            '', -1, 0, now_ms, 0, 0, '', 0, now_ms, now_ms, rt.max_attempts, rt.blind_retry,
-            rt.unordered, rt.alias, rt.cluster);
-        INSERT INTO obx.obx_audit (at, actor, who, event_id, envelope_gen, from_state, to_state,
-            claim_gen, attempt_id, attempt_gen, reason)
-        VALUES (now_ms, 'producer', session_user::text, id, 1, 'NONE', 'PENDING', 0, '', 0,
-            format('enqueued under route generation %s', rt.gen));
-    EXCEPTION WHEN unique_violation THEN
-        -- a concurrent producer committed the same (tenant, idempotency key) first: its event is
-        -- the answer (visible now under READ COMMITTED; otherwise the conflict is raised)
-        GET STACKED DIAGNOSTICS cname = CONSTRAINT_NAME;
-        IF cname = 'obx_event_idem' THEN
-            SELECT e.event_id INTO existing FROM obx.obx_event e
-             WHERE e.tenant = p_tenant AND e.idempotency_key = p_key;
-            IF existing IS NOT NULL THEN
-                RETURN existing;
-            END IF;
+    -- per order key, seq order must be commit order (see Q_INS_EVENT in pg_store.c): the lock on
+    -- the key's bucket is held until the caller's transaction ends
+    PERFORM pg_advisory_xact_lock(5194328, hashtext(okey) & 1023);
+    -- The event row first, so that a concurrent producer with the same idempotency key is met by
+    -- ON CONFLICT (it waits for that transaction, then does nothing) rather than by an error:
+    -- no subtransaction per call (an EXCEPTION block would open one, and thousands of them in
+    -- one transaction overflow PostgreSQL's subtransaction cache, slowing every session).
+    INSERT INTO obx.obx_event (event_id, tenant, idempotency_key, event_type, correlation_id,
+        order_key, envelope_gen, state, claim_gen, owner, lease_until, attempt_gen,
+        attempt_id, pinned_partition, rejections, available_at, next_check_at, unknown_since,
+        primary_attempt_id, published_at, committed_at, updated_at, max_attempts,
+        blind_retry, unordered, alias, dest_cluster)
+    VALUES (id, p_tenant, nullif(p_key, ''), p_type, p_corr, okey, 1, 'PENDING', 0, '', 0, 0,
+        '', -1, 0, now_ms, 0, 0, '', 0, now_ms, now_ms, rt.max_attempts, rt.blind_retry,
+        rt.unordered, rt.alias, rt.cluster)
+    ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
+    IF NOT FOUND THEN
+        -- the concurrent producer committed first: its event is the answer (visible to this new
+        -- statement under READ COMMITTED; REPEATABLE READ raised a serialization failure above)
+        SELECT e.event_id INTO existing FROM obx.obx_event e
+         WHERE e.tenant = p_tenant AND e.idempotency_key = p_key;
+        IF existing IS NOT NULL THEN
+            RETURN existing;
         END IF;
-        RAISE;
-    END;
+        RAISE EXCEPTION USING ERRCODE = '23505',
+            MESSAGE = format('idempotency_key: %L of tenant %L is taken by an event this transaction cannot see', p_key, p_tenant);
+    END IF;
+    INSERT INTO obx.obx_envelope (event_id, envelope_gen, aggregate_type, aggregate_id,
+        aggregate_version, event_type, payload_schema, payload_digest, tenant, occurred_at,
+        created_txid, correlation_id, causation_id, traceparent, idempotency_key,
+        envelope_digest, dest_cluster, dest_topic, dest_routing_key, dest_algorithm,
+        dest_route_gen, dest_serializer, dest_durability, dest_acks, dest_digest, payload,
+        payload_len, created_at)
+    VALUES (id, 1, p_atype, p_aid, p_aver, p_type, p_schema, pdigest, p_tenant, occ_ms, txid,
+        p_corr, p_cause, p_trace, p_key, edigest, rt.cluster, rt.topic, rk, rt.algorithm,
+        rt.gen, rt.serializer, rt.durability, rt.required_acks, ddigest, p_payload,
+        octet_length(p_payload), now_ms);
+    INSERT INTO obx.obx_audit (at, actor, who, event_id, envelope_gen, from_state, to_state,
+        claim_gen, attempt_id, attempt_gen, reason)
+    VALUES (now_ms, 'producer', session_user::text, id, 1, 'NONE', 'PENDING', 0, '', 0,
+        format('enqueued under route generation %s', rt.gen));
     RETURN id;
 END $$;
 
