@@ -129,7 +129,10 @@ obx_err obx__br_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_r
     if (res->kind == OBX__LOOKUP_NOT_FOUND &&
         (!(b->m->caps & OBX__BCAP_LOOKUP_AUTHORITATIVE) || req->now < req->quiet_until)) {
         res->kind = OBX__LOOKUP_CANNOT_TELL;
-        snprintf(res->reason, sizeof res->reason, "not found, but not authoritative yet");
+        if (b->m->caps & OBX__BCAP_LOOKUP_AUTHORITATIVE) res->authoritative_at = req->quiet_until;
+        snprintf(res->reason, sizeof res->reason,
+                 "not found, but not authoritative before the quiet time ends at %lld",
+                 (long long)req->quiet_until);
     }
     return OBX_OK;
 }

@@ -63,6 +63,11 @@ typedef struct obx__msg {
     int32_t partition; /* pinned partition (from partition_for at the first attempt) */
     const void *payload;
     size_t payload_len;
+    /* The attempt's send deadline (its lease end, ms). A backend must never hand the message
+     * to the broker after it (check as late as possible, against max(now, its own clock)); it
+     * reports NOT_SENT instead. This is what lets a reconciler's lookup become authoritative
+     * after the quiet time: a frozen sender cannot land its write later. 0 = none. */
+    int64_t deadline;
 } obx__msg;
 
 typedef enum obx__outcome_kind {
@@ -110,6 +115,9 @@ typedef enum obx__lookup_kind {
 typedef struct obx__lookup_res {
     obx__lookup_kind kind;
     obx__outcome found; /* FOUND: the receipt of the first matching message (kind ACK) */
+    /* CANNOT_TELL only because the quiet time has not passed: when asking again can give an
+     * authoritative answer (0 = unknown). */
+    int64_t authoritative_at;
     char reason[OBX_TEXT_MAX + 1];
 } obx__lookup_res;
 

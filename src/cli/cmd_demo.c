@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <libpq-fe.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -30,9 +31,113 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The demo's own SQL (business rows, progress, checks) on SQLite or PostgreSQL. On
+ * PostgreSQL obx's tables live in schema obx; search_path makes the same SQL work on both. */
+typedef struct sqlx {
+    sqlite3 *lite;
+    PGconn *pg;
+} sqlx;
+
+static int sqlx_open(sqlx *x, const char *url) {
+    memset(x, 0, sizeof *x);
+    if (!strncmp(url, "sqlite:", 7)) {
+        const char *path = url + 7 + (strncmp(url + 7, "//", 2) ? 0 : 2);
+        if (sqlite3_open(path, &x->lite) != SQLITE_OK) return -1;
+        sqlite3_busy_timeout(x->lite, 30000);
+        return 0;
+    }
+    x->pg = PQconnectdb(url);
+    if (PQstatus(x->pg) != CONNECTION_OK) {
+        fprintf(stderr, "obx demo: %s", PQerrorMessage(x->pg));
+        return -1;
+    }
+    PQclear(PQexec(x->pg, "SET search_path = obx, public"));
+    PQclear(PQexec(x->pg, "SET client_min_messages = warning"));
+    return 0;
+}
+
+static void sqlx_close(sqlx *x) {
+    if (x->lite) sqlite3_close(x->lite);
+    if (x->pg) PQfinish(x->pg);
+}
+
+static int sqlx_exec(sqlx *x, const char *sql) {
+    if (x->lite) return sqlite3_exec(x->lite, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+    PGresult *r = PQexec(x->pg, sql);
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+    PQclear(r);
+    return ok ? 0 : -1;
+}
+
+/* One integer from a one-row query; -1 on error. */
+static long long q1(sqlx *x, const char *sql) {
+    long long v = -1;
+    if (x->lite) {
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(x->lite, sql, -1, &st, NULL) == SQLITE_OK &&
+            sqlite3_step(st) == SQLITE_ROW)
+            v = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+        return v;
+    }
+    PGresult *r = PQexec(x->pg, sql);
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+        v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    return v;
+}
+
+static const char *sqlx_err(sqlx *x) {
+    return x->lite ? sqlite3_errmsg(x->lite) : PQerrorMessage(x->pg);
+}
+
+/* All values of a one-column text query, sorted (for set comparisons across databases). */
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static char **qcol(sqlx *x, const char *sql, size_t *n) {
+    size_t cap = 1024;
+    char **v = malloc(cap * sizeof *v);
+    *n = 0;
+    if (!v) return NULL;
+    if (x->lite) {
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(x->lite, sql, -1, &st, NULL) == SQLITE_OK)
+            while (sqlite3_step(st) == SQLITE_ROW) {
+                if (*n == cap) {
+                    char **p = realloc(v, (cap *= 2) * sizeof *v);
+                    if (!p) break;
+                    v = p;
+                }
+                v[(*n)++] = strdup((const char *)sqlite3_column_text(st, 0));
+            }
+        sqlite3_finalize(st);
+    } else {
+        PGresult *r = PQexec(x->pg, sql);
+        int rows = PQresultStatus(r) == PGRES_TUPLES_OK ? PQntuples(r) : 0;
+        for (int i = 0; i < rows; i++) {
+            if (*n == cap) {
+                char **p = realloc(v, (cap *= 2) * sizeof *v);
+                if (!p) break;
+                v = p;
+            }
+            v[(*n)++] = strdup(PQgetvalue(r, i, 0));
+        }
+        PQclear(r);
+    }
+    qsort(v, *n, sizeof *v, cmp_str);
+    return v;
+}
+
+static void free_col(char **v, size_t n) {
+    for (size_t i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
+
 typedef struct demo {
     char dir[512];
-    char outbox_path[600], outbox_url[640];
+    char outbox_url[1024];
     char consumer_path[600], consumer_url[640];
     char broker_base[640];
     char broker_url_a[1024], broker_url_b[1024], broker_url_c[1024], broker_url_consumer[1024];
@@ -127,44 +232,53 @@ static void stop(pid_t pid) {
     waitpid(pid, &st, 0);
 }
 
-static long long q1(sqlite3 *db, const char *sql) {
-    sqlite3_stmt *st;
-    long long v = -1;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
-}
-
 /* The order service: N business transactions, each an order row + its envelope. */
 typedef struct service {
-    sqlite3 *db;
+    sqlx db;
     obx_store *s;
     long next;
     long committed, rolled_back;
 } service;
 
+static int insert_order(service *sv, const char *id, long total) {
+    if (sv->db.lite) {
+        sqlite3_stmt *st;
+        int ok = sqlite3_prepare_v2(sv->db.lite,
+                                    "INSERT INTO orders (order_id, total_cents, status) VALUES "
+                                    "(?, ?, 'created')",
+                                    -1, &st, NULL) == SQLITE_OK;
+        if (ok) {
+            sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 2, total);
+            ok = sqlite3_step(st) == SQLITE_DONE;
+        }
+        sqlite3_finalize(st);
+        return ok ? 0 : -1;
+    }
+    char tot[32];
+    snprintf(tot, sizeof tot, "%ld", total);
+    const char *vals[2] = {id, tot};
+    PGresult *r = PQexecParams(sv->db.pg,
+                               "INSERT INTO public.orders (order_id, total_cents, status) VALUES "
+                               "($1, $2::bigint, 'created')",
+                               2, NULL, vals, NULL, NULL, 0);
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    return ok ? 0 : -1;
+}
+
 static int commit_order(service *sv, bool roll_back) {
     char id[32], payload[256], txid[48], corr[48];
     long n = sv->next++;
+    long total = 1000 + (n * 37) % 90000;
     snprintf(id, sizeof id, "o-%ld", n);
     snprintf(payload, sizeof payload,
              "{\"order\":\"%s\",\"customer\":\"c-%ld\",\"total_cents\":%ld,\"currency\":\"EUR\"}",
-             id, n % 97, 1000 + (n * 37) % 90000);
+             id, n % 97, total);
     snprintf(txid, sizeof txid, "demo-tx-%ld", n);
     snprintf(corr, sizeof corr, "checkout-%ld", n);
-    if (sqlite3_exec(sv->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) return -1;
-    sqlite3_stmt *st;
-    int ok = sqlite3_prepare_v2(sv->db,
-                                "INSERT INTO orders (order_id, total_cents, status) VALUES (?, ?, "
-                                "'created')",
-                                -1, &st, NULL) == SQLITE_OK;
-    if (ok) {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, 1000 + (n * 37) % 90000);
-        ok = sqlite3_step(st) == SQLITE_DONE;
-    }
-    sqlite3_finalize(st);
+    if (sqlx_exec(&sv->db, sv->db.lite ? "BEGIN IMMEDIATE" : "BEGIN")) return -1;
+    int ok = insert_order(sv, id, total) == 0;
     obx_event ev = {.event_type = "order.created.v1",
                     .aggregate_type = "order",
                     .aggregate_id = id,
@@ -174,26 +288,26 @@ static int commit_order(service *sv, bool roll_back) {
                     .payload_len = strlen(payload),
                     .correlation_id = corr,
                     .idempotency_key = id,
-                    .txid = txid};
+                    .txid = sv->db.lite ? txid : NULL};
     obx_enqueue_result res;
     if (ok && obx_enqueue(sv->s, &ev, &res) != OBX_OK) {
         fprintf(stderr, "obx demo: enqueue: %s\n", obx_errmsg());
         ok = 0;
     }
     if (!ok || roll_back) {
-        sqlite3_exec(sv->db, "ROLLBACK", NULL, NULL, NULL);
+        sqlx_exec(&sv->db, "ROLLBACK");
         if (ok) sv->rolled_back++; /* e.g. payment declined: no order, no event */
         return ok ? 0 : -1;
     }
-    if (sqlite3_exec(sv->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
-        sqlite3_exec(sv->db, "ROLLBACK", NULL, NULL, NULL);
+    if (sqlx_exec(&sv->db, "COMMIT")) {
+        sqlx_exec(&sv->db, "ROLLBACK");
         return -1;
     }
     sv->committed++;
     return 0;
 }
 
-static void progress(demo *d, sqlite3 *out, sqlite3 *con, const char *phase) {
+static void progress(demo *d, sqlx *out, sqlx *con, const char *phase) {
     long long pub = q1(out, "SELECT count(*) FROM obx_event WHERE state = 'PUBLISHED'");
     long long unk = q1(out, "SELECT count(*) FROM obx_event WHERE state IN ('DISPATCH_UNKNOWN',"
                             "'RECONCILING','RETRY_CLAIMED')");
@@ -236,16 +350,36 @@ static int setup(demo *d) {
     return 0;
 }
 
+/* Events of the outbox with no effect row in the consumer (the two may be different
+ * databases, so compare sorted ID lists). */
+static long long count_lost(sqlx *out, sqlx *con) {
+    size_t ne = 0, np = 0;
+    char **ev = qcol(out, "SELECT event_id FROM obx_event", &ne);
+    char **pr = qcol(con, "SELECT DISTINCT event_id FROM order_projection", &np);
+    long long lost = 0;
+    size_t j = 0;
+    for (size_t i = 0; i < ne; i++) {
+        while (j < np && strcmp(pr[j], ev[i]) < 0) j++;
+        if (j >= np || strcmp(pr[j], ev[i])) lost++;
+    }
+    free_col(ev, ne);
+    free_col(pr, np);
+    return lost;
+}
+
 int cmd_demo(int argc, char **argv) {
     demo d;
     memset(&d, 0, sizeof d);
     d.events = 10000;
     d.lease_ms = 1500;
-    const char *dir = NULL, *broker = NULL;
-    static const struct option opts[] = {
-        {"events", required_argument, 0, 'n'}, {"dir", required_argument, 0, 'd'},
-        {"broker", required_argument, 0, 'b'}, {"lease-ms", required_argument, 0, 'l'},
-        {"json", no_argument, 0, 'j'},         {0, 0, 0, 0}};
+    const char *dir = NULL, *broker = NULL, *db = NULL;
+    static const struct option opts[] = {{"events", required_argument, 0, 'n'},
+                                         {"dir", required_argument, 0, 'd'},
+                                         {"broker", required_argument, 0, 'b'},
+                                         {"db", required_argument, 0, 'D'},
+                                         {"lease-ms", required_argument, 0, 'l'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {0, 0, 0, 0}};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -258,17 +392,20 @@ int cmd_demo(int argc, char **argv) {
             break;
         case 'd': dir = optarg; break;
         case 'b': broker = optarg; break;
+        case 'D': db = optarg; break;
         case 'l':
             d.lease_ms = strtol(optarg, &end, 10);
             if (*end || d.lease_ms < 200) return cli_usage("demo", "--lease-ms: at least 200");
             break;
         case 'j': d.json = 1; break;
         default:
-            return cli_usage("demo", "usage: obx demo [--events N] [--dir DIR] [--broker URL] "
-                                     "[--lease-ms MS] [--json]");
+            return cli_usage("demo", "usage: obx demo [--events N] [--dir DIR] [--db URL] "
+                                     "[--broker URL] [--lease-ms MS] [--json]");
         }
     }
     if (optind < argc) return cli_usage("demo", "unexpected argument '%s'", argv[optind]);
+    if (db && obx_url_check(db, "store")) return cli_fail("demo", "--db", OBX_EURL);
+    if (broker && obx_url_check(broker, "broker")) return cli_fail("demo", "--broker", OBX_EURL);
     ssize_t sl = readlink("/proc/self/exe", d.self, sizeof d.self - 1);
     if (sl <= 0) return cli_usage("demo", "cannot find my own executable");
     d.self[sl] = '\0';
@@ -282,8 +419,10 @@ int cmd_demo(int argc, char **argv) {
         strcpy(d.dir, "/tmp/obx-demo-XXXXXX");
         if (!mkdtemp(d.dir)) return 1;
     }
-    snprintf(d.outbox_path, sizeof d.outbox_path, "%s/outbox.db", d.dir);
-    snprintf(d.outbox_url, sizeof d.outbox_url, "sqlite:%s", d.outbox_path);
+    if (db)
+        snprintf(d.outbox_url, sizeof d.outbox_url, "%s", db);
+    else
+        snprintf(d.outbox_url, sizeof d.outbox_url, "sqlite:%s/outbox.db", d.dir);
     snprintf(d.consumer_path, sizeof d.consumer_path, "%s/consumer.db", d.dir);
     snprintf(d.consumer_url, sizeof d.consumer_url, "sqlite:%s", d.consumer_path);
     if (broker) {
@@ -308,35 +447,43 @@ int cmd_demo(int argc, char **argv) {
         snprintf(d.broker_url_consumer, sizeof d.broker_url_consumer,
                  "log:%s/broker.db?lose_commit=0.02", d.dir);
     }
+    char *red_db = NULL, *red_broker = NULL;
+    obx_url_redact(d.outbox_url, &red_db);
+    obx_url_redact(d.broker_base, &red_broker);
     if (!d.json)
         fprintf(stderr,
                 "obx demo: %ld orders through a fault-injected pipeline in %s\n"
                 "  outbox   %s\n  broker   %s\n  consumer %s\n",
-                d.events, d.dir, d.outbox_url, d.broker_base, d.consumer_url);
+                d.events, d.dir, red_db, red_broker, d.consumer_url);
     int rc = setup(&d);
     if (rc) return rc;
 
     service sv = {0};
-    sqlite3 *out = NULL, *con = NULL;
-    if (sqlite3_open(d.outbox_path, &sv.db) != SQLITE_OK ||
-        sqlite3_open(d.outbox_path, &out) != SQLITE_OK ||
-        sqlite3_open(d.consumer_path, &con) != SQLITE_OK) {
+    sqlx out, con;
+    if (sqlx_open(&sv.db, d.outbox_url) || sqlx_open(&out, d.outbox_url) ||
+        sqlx_open(&con, d.consumer_url)) {
         fprintf(stderr, "obx demo: cannot open the demo databases\n");
         return 1;
     }
-    sqlite3_busy_timeout(sv.db, 30000);
-    sqlite3_busy_timeout(out, 30000);
-    sqlite3_busy_timeout(con, 30000);
-    sqlite3_exec(sv.db,
-                 "PRAGMA journal_mode=WAL; CREATE TABLE IF NOT EXISTS orders (order_id TEXT "
-                 "PRIMARY KEY, total_cents INTEGER NOT NULL, status TEXT NOT NULL)",
-                 NULL, NULL, NULL);
-    sqlite3_exec(con,
-                 "PRAGMA journal_mode=WAL; CREATE TABLE IF NOT EXISTS order_projection (event_id "
-                 "TEXT NOT NULL, order_id TEXT NOT NULL, version INTEGER NOT NULL, payload BLOB, "
-                 "effect_key TEXT NOT NULL, applied_at INTEGER NOT NULL)",
-                 NULL, NULL, NULL);
-    if (obx_store_wrap_sqlite(sv.db, &sv.s)) return cli_fail("demo", "wrap", OBX_ESTORE);
+    if (sv.db.lite)
+        sqlx_exec(&sv.db, "PRAGMA journal_mode=WAL; CREATE TABLE IF NOT EXISTS orders (order_id "
+                          "TEXT PRIMARY KEY, total_cents INTEGER NOT NULL, status TEXT NOT NULL)");
+    else
+        sqlx_exec(&sv.db, "CREATE TABLE IF NOT EXISTS public.orders (order_id text PRIMARY KEY, "
+                          "total_cents bigint NOT NULL, status text NOT NULL); "
+                          "TRUNCATE public.orders");
+    sqlx_exec(&con,
+              "PRAGMA journal_mode=WAL; CREATE TABLE IF NOT EXISTS order_projection (event_id "
+              "TEXT NOT NULL, order_id TEXT NOT NULL, version INTEGER NOT NULL, payload BLOB, "
+              "effect_key TEXT NOT NULL, applied_at INTEGER NOT NULL)");
+    obx_err we =
+        sv.db.lite ? obx_store_wrap_sqlite(sv.db.lite, &sv.s) : obx_store_wrap_pg(sv.db.pg, &sv.s);
+    if (we) return cli_fail("demo", "wrap", we);
+    if (!sv.db.lite && q1(&out, "SELECT count(*) FROM obx_event") > 0) {
+        fprintf(stderr, "obx demo: %s already holds events; give the demo an empty database\n",
+                red_db);
+        return 1;
+    }
 
     long long t0 = mono_ms();
     d.relay_a = start_relay(&d, "relay-a", d.broker_url_a);
@@ -344,25 +491,23 @@ int cmd_demo(int argc, char **argv) {
     d.consumer = start_consumer(&d);
     bool paused = false, killed = false;
     long long resume_at = 0;
-    long faults_fired = 0;
     for (long i = 0; i < d.events; i++) {
         bool roll_back = (i % 50) == 49; /* 2%: the business transaction rolls back */
         if (commit_order(&sv, roll_back)) {
-            fprintf(stderr, "obx demo: order service: %s\n", sqlite3_errmsg(sv.db));
+            fprintf(stderr, "obx demo: order service: %s\n", sqlx_err(&sv.db));
             i--;
             msleep(10);
             continue;
         }
         if (roll_back) d.events++; /* keep N committed orders */
         /* orders arrive at a realistic pace (a few thousand per second), not in one tight
-         * loop on one connection: the relays share SQLite's single write lock with us */
+         * loop on one connection: on SQLite the relays share the single write lock with us */
         if (i % 4 == 3) msleep(1);
         long done = sv.committed;
         if (!paused && done >= d.events * 3 / 10) {
             kill(d.relay_a, SIGSTOP); /* relay A freezes with its batch in flight */
             paused = true;
             resume_at = mono_ms() + d.lease_ms + 1200;
-            faults_fired++;
         }
         if (paused && resume_at && mono_ms() >= resume_at) {
             kill(d.relay_a, SIGCONT); /* it wakes up past its lease: late ACKs arrive */
@@ -375,9 +520,8 @@ int cmd_demo(int argc, char **argv) {
             d.relay_b = 0;
             d.relay_c = start_relay(&d, "relay-c", d.broker_url_c); /* its replacement */
             killed = true;
-            faults_fired++;
         }
-        if (i % (isatty(2) ? 500 : 2500) == 0) progress(&d, out, con, "committing orders");
+        if (i % (isatty(2) ? 500 : 2500) == 0) progress(&d, &out, &con, "committing orders");
     }
     if (resume_at) {
         while (mono_ms() < resume_at) msleep(20);
@@ -389,9 +533,9 @@ int cmd_demo(int argc, char **argv) {
     bool settled = false;
     int tick = 0;
     while (mono_ms() < deadline) {
-        if (isatty(2) || tick++ % 10 == 0) progress(&d, out, con, "publishing and consuming");
-        long long pub = q1(out, "SELECT count(*) FROM obx_event WHERE state = 'PUBLISHED'");
-        long long con_n = q1(con, "SELECT count(DISTINCT event_id) FROM order_projection");
+        if (isatty(2) || tick++ % 10 == 0) progress(&d, &out, &con, "publishing and consuming");
+        long long pub = q1(&out, "SELECT count(*) FROM obx_event WHERE state = 'PUBLISHED'");
+        long long con_n = q1(&con, "SELECT count(DISTINCT event_id) FROM order_projection");
         if (pub == sv.committed && con_n == sv.committed) {
             settled = true;
             break;
@@ -420,33 +564,23 @@ int cmd_demo(int argc, char **argv) {
     long long p99 = json_integer_value(json_object_get(un, "p99_ms"));
     bool inv = json_is_true(json_object_get(json_object_get(j, "invariants"), "hold"));
     json_decref(j);
-    long long orders = q1(sv.db, "SELECT count(*) FROM orders");
+    long long orders = q1(&sv.db, "SELECT count(*) FROM orders");
+    long long orphan_orders = q1(&sv.db, "SELECT count(*) FROM orders o WHERE NOT EXISTS (SELECT 1 "
+                                         "FROM obx_event e WHERE e.tenant IN ('tenant-7', "
+                                         "'tenant-9') AND e.idempotency_key = o.order_id)");
     /* the consumer side, checked against the outbox */
-    char attach[800];
-    snprintf(attach, sizeof attach, "ATTACH DATABASE '%s' AS ob", d.outbox_path);
-    sqlite3_exec(con, attach, NULL, NULL, NULL);
-    long long applied = q1(con, "SELECT count(DISTINCT event_id) FROM order_projection");
-    long long effect_rows = q1(con, "SELECT count(*) FROM order_projection");
+    long long applied = q1(&con, "SELECT count(DISTINCT event_id) FROM order_projection");
+    long long effect_rows = q1(&con, "SELECT count(*) FROM order_projection");
     long long dup_effects = effect_rows - applied;
-    long long lost = q1(con, "SELECT count(*) FROM ob.obx_event e WHERE NOT EXISTS (SELECT 1 "
-                             "FROM order_projection p WHERE p.event_id = e.event_id)");
-    long long orphan_orders = q1(con, "SELECT (SELECT count(*) FROM ob.orders o WHERE NOT EXISTS "
-                                      "(SELECT 1 FROM ob.obx_event e WHERE e.tenant IN "
-                                      "('tenant-7','tenant-9') AND e.idempotency_key = "
-                                      "o.order_id))");
-    long long redelivered = q1(con, "SELECT count(*) FROM obx_consume_audit WHERE outcome = "
-                                    "'DUPLICATE'");
-    long long handler_failures = q1(con, "SELECT count(*) FROM obx_consume_audit WHERE outcome = "
-                                         "'FAILED'");
-    long long poisoned = q1(con, "SELECT count(*) FROM obx_poison WHERE state = 'PARKED'");
+    long long lost = count_lost(&out, &con);
+    long long redelivered =
+        q1(&con, "SELECT count(*) FROM obx_consume_audit WHERE outcome = 'DUPLICATE'");
+    long long handler_failures =
+        q1(&con, "SELECT count(*) FROM obx_consume_audit WHERE outcome = 'FAILED'");
+    long long poisoned = q1(&con, "SELECT count(*) FROM obx_poison WHERE state = 'PARKED'");
     double secs = (double)(end - t0) / 1000.0;
     bool ok = settled && inv && lost == 0 && dup_effects == 0 && published == committed &&
               orders == committed && orphan_orders == 0 && quarantined == 0 && poisoned == 0;
-    char broker_red[1024];
-    char *red = NULL;
-    obx_url_redact(d.broker_base, &red);
-    snprintf(broker_red, sizeof broker_red, "%s", red ? red : d.broker_base);
-    obx_free(red);
     if (d.json) {
         json_t *o = json_pack(
             "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:s,s:s,s:s,s:s,"
@@ -459,7 +593,7 @@ int cmd_demo(int argc, char **argv) {
             (json_int_t)dup_effects, "redeliveries_deduped", (json_int_t)redelivered,
             "handler_failures_retried", (json_int_t)handler_failures, "lost", (json_int_t)lost,
             "orders_without_event", (json_int_t)orphan_orders, "poisoned", (json_int_t)poisoned,
-            "invariants_hold", (int)ok, "outbox_url", d.outbox_url, "broker_url", broker_red,
+            "invariants_hold", (int)ok, "outbox_url", red_db, "broker_url", red_broker,
             "consumer_url", d.consumer_url, "dir", d.dir, "seconds", secs);
         char *txt = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         printf("%s\n", txt);
@@ -485,18 +619,20 @@ int cmd_demo(int argc, char **argv) {
         printf("  %-44s %10lld\n", "lost events", lost);
         printf("  %-44s %10s\n", "invariants", ok ? "HOLD" : "VIOLATED");
         printf("\n  faults injected: relay-a paused past its lease, relay-b killed (SIGKILL) "
-               "mid-batch and replaced,\n  lost/late/timed-out ACKs, duplicate appends, lost "
-               "requests, flaky consumer, lost offset commits\n");
-        printf("\n  outbox    %s\n  broker    %s\n  consumer  %s\n  logs      %s/*.log\n",
-               d.outbox_url, broker_red, d.consumer_url, d.dir);
-        printf("\n  try:  obx report --db %s\n        obx inspect <event-id> --db %s\n",
-               d.outbox_url, d.outbox_url);
+               "mid-batch and replaced%s,\n  a flaky consumer with lost offset commits\n",
+               d.custom_broker ? ""
+                               : ",\n  lost/late/timed-out ACKs, duplicate appends, lost requests");
+        printf("\n  outbox    %s\n  broker    %s\n  consumer  %s\n  logs      %s/*.log\n", red_db,
+               red_broker, d.consumer_url, d.dir);
+        printf("\n  try:  obx report --db %s\n        obx inspect <event-id> --db %s\n", red_db,
+               red_db);
     }
-    (void)faults_fired;
     obx_store_close(sv.s);
-    sqlite3_close(sv.db);
-    sqlite3_close(out);
-    sqlite3_close(con);
+    sqlx_close(&sv.db);
+    sqlx_close(&out);
+    sqlx_close(&con);
+    free(red_db);
+    free(red_broker);
     if (!settled) fprintf(stderr, "obx demo: did not settle before the deadline\n");
     return ok ? 0 : 1;
 }

@@ -1,5 +1,5 @@
 /*
- * cmd_store.c — `obx init`, `obx route set|list`, `obx enqueue`, `obx inspect`.
+ * cmd_store.c — `obx init [--roles PREFIX]`, `obx route set|list`, `obx enqueue`, `obx inspect`.
  */
 #include "cli.h"
 
@@ -9,15 +9,18 @@
 #include <string.h>
 
 int cmd_init(int argc, char **argv) {
-    const char *db = CLI_DEFAULT_DB;
-    static const struct option opts[] = {{"db", required_argument, 0, 'd'}, {0, 0, 0, 0}};
+    const char *db = CLI_DEFAULT_DB, *roles = NULL;
+    static const struct option opts[] = {
+        {"db", required_argument, 0, 'd'}, {"roles", required_argument, 0, 'r'}, {0, 0, 0, 0}};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "d:", opts, NULL)) != -1) {
         if (c == 'd')
             db = optarg;
+        else if (c == 'r')
+            roles = optarg;
         else
-            return cli_usage("init", "usage: obx init [--db URL]");
+            return cli_usage("init", "usage: obx init [--db URL] [--roles PREFIX]");
     }
     if (optind < argc) return cli_usage("init", "unexpected argument '%s'", argv[optind]);
     obx_store *s;
@@ -35,6 +38,18 @@ int cmd_init(int argc, char **argv) {
         printf("%s: schema version %d is current\n", obx_store_url(s), known);
     else
         printf("%s: schema migrated from version %d to %d\n", obx_store_url(s), before, known);
+    if (roles) {
+        /* PostgreSQL: least-privilege group roles (docs/postgres.md) */
+        e = obx_store_create_roles(s, roles);
+        if (e) {
+            int rc = cli_fail("init --roles", roles, e);
+            obx_store_close(s);
+            return rc;
+        }
+        printf("%s: roles %s_producer, %s_relay, %s_auditor granted (NOLOGIN: grant them to "
+               "login roles)\n",
+               obx_store_url(s), roles, roles, roles);
+    }
     obx_store_close(s);
     return 0;
 }

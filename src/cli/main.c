@@ -87,7 +87,7 @@ static const struct {
     cli_cmd_fn fn;
     const char *help;
 } commands[] = {
-    {"init", cmd_init, "create or upgrade the outbox schema: obx init --db URL"},
+    {"init", cmd_init, "create or upgrade the outbox schema: obx init --db URL [--roles PREFIX]"},
     {"route", cmd_route, "route policy: obx route set TYPE --cluster C --topic T ... | list"},
     {"enqueue", cmd_enqueue, "commit one event: obx enqueue --type T --aggregate TYPE/ID@V ..."},
     {"inspect", cmd_inspect, "one event's envelope, state, attempts, receipts, audit"},

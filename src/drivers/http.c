@@ -101,12 +101,6 @@ static void metrics(http *h, obx__buf *b) {
                         "obx_receipts{kind=\"migration\"} %lld\n",
                         (long long)st.receipts_primary, (long long)st.receipts_duplicate,
                         (long long)st.receipts_quarantined, (long long)st.receipts_migration);
-        obx__buf_printf(b,
-                        "# HELP obx_invariant_violations Published events without exactly one "
-                        "primary receipt (must be 0)\n# TYPE obx_invariant_violations gauge\n"
-                        "obx_invariant_violations %lld\n",
-                        (long long)(st.published_without_primary + st.primary_not_published +
-                                    st.multi_primary));
     }
     obx__engine_stats t;
     obx__relay_totals(h->r, &t);

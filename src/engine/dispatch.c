@@ -174,6 +174,9 @@ static obx_err begin_tx(obx__engine *e, void *arg) {
         a->state = OBX__AT_SENDING;
         a->started_at = c->now;
         a->offset_before = -1;
+        /* no write of this attempt can land after its deadline (broker.h), so a lookup can
+         * prove absence only from deadline + the broker's quiet time on */
+        a->quiet_until = next.lease_until + (e->b ? e->b->m->quiet_time_ms(e->b) : 0);
         obx__audit(&b.au[b.n_au++], c->now, c->actor, e->cfg.owner, &next, cur->state, next.state,
                    "attempt %d registered (partition %d)", (int)next.attempt_gen,
                    (int)next.pinned_partition);
@@ -241,7 +244,8 @@ obx_err obx__engine_begin_attempts(obx__engine *e, int64_t now, obx__event_row *
                                .attempt_gen = rows[i].attempt_gen,
                                .partition = rows[i].pinned_partition,
                                .payload = rows[i].payload,
-                               .payload_len = rows[i].payload_len};
+                               .payload_len = rows[i].payload_len,
+                               .deadline = rows[i].lease_until};
     }
     if (k) {
         err = obx__br_send(e->b, msgs, k, now);
@@ -408,14 +412,14 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
             if (a->state == OBX__AT_SENDING) {
                 a->state = OBX__AT_UNKNOWN;
                 a->unknown_at = c->now;
-                a->quiet_until = c->now + quiet;
+                if (a->quiet_until < c->now + quiet) a->quiet_until = c->now + quiet;
                 snprintf(a->detail, sizeof a->detail, "UNKNOWN: %s", o->reason);
                 dirty_att[ai] = true;
             }
             if (current) {
                 ev->state = OBX__ST_DISPATCH_UNKNOWN;
                 if (!ev->unknown_since) ev->unknown_since = c->now;
-                ev->next_check_at = a->quiet_until > c->now ? a->quiet_until : c->now;
+                ev->next_check_at = c->now; /* a FOUND is proof at any time */
                 ev->owner[0] = '\0';
                 ev->lease_until = 0;
                 ev->updated_at = c->now;
@@ -512,6 +516,7 @@ static obx_err sweep_tx(obx__engine *e, void *arg) {
         obx__event_row next = *cur;
         obx__attempt_row *a = find_attempt(att, n_att, cur->attempt_id);
         int64_t quiet_until = c->now + quiet;
+        if (a && a->quiet_until > quiet_until) quiet_until = a->quiet_until;
         if (a && a->state == OBX__AT_SENDING) {
             obx__attempt_row u = *a;
             u.state = OBX__AT_UNKNOWN;
@@ -524,7 +529,7 @@ static obx_err sweep_tx(obx__engine *e, void *arg) {
         }
         next.state = OBX__ST_DISPATCH_UNKNOWN;
         if (!next.unknown_since) next.unknown_since = c->now;
-        next.next_check_at = quiet_until;
+        next.next_check_at = c->now; /* a FOUND is proof at any time */
         next.owner[0] = '\0';
         next.lease_until = 0;
         next.updated_at = c->now;

@@ -78,6 +78,7 @@ typedef struct rapply_ctx {
     obx__event_row *row; /* as claimed by us; updated on success */
     decision d;
     const char *why;
+    int64_t authoritative_at; /* next check when only the quiet time stood in the way */
     bool applied;
     int64_t resolved_ms;
 } rapply_ctx;
@@ -122,6 +123,8 @@ static obx_err rapply_tx(obx__engine *e, void *arg) {
             if (wait > e->cfg.recheck_max_ms) wait = e->cfg.recheck_max_ms;
             next.state = OBX__ST_DISPATCH_UNKNOWN;
             next.next_check_at = c->now + wait;
+            if (c->authoritative_at > c->now && c->authoritative_at < next.next_check_at)
+                next.next_check_at = c->authoritative_at; /* absence becomes provable then */
             next.owner[0] = '\0';
             next.lease_until = 0;
         } else {
@@ -239,7 +242,8 @@ obx_err obx__reconcile_apply(obx__engine *e, int64_t now, obx__event_row *row,
         snprintf(res.reason, sizeof res.reason, "found a message that was quarantined");
         found_bad = true;
     }
-    rapply_ctx c = {.now = now, .row = row, .why = res.reason};
+    rapply_ctx c = {
+        .now = now, .row = row, .why = res.reason, .authoritative_at = res.authoritative_at};
     if (res.kind == OBX__LOOKUP_NOT_FOUND) {
         e->st.reconciled_not_found++;
         c.d = DECIDE_RETRY_PROVEN;

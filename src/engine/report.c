@@ -21,7 +21,9 @@ int64_t obx__percentile(int64_t *v, size_t n, double p) {
 
 obx_err obx__report_json(obx__store *s, json_t **out) {
     obx__store_stats st;
+    obx__store_invariants inv;
     obx_err e = s->m->stats(s, &st);
+    if (!e) e = s->m->invariants(s, &inv);
     if (e) return e;
     int64_t *ms = NULL;
     size_t n = 0;
@@ -37,7 +39,7 @@ obx_err obx__report_json(obx__store *s, json_t **out) {
     int64_t p50 = obx__percentile(ms, n, 0.50), p99 = obx__percentile(ms, n, 0.99);
     int64_t max = n ? ms[n - 1] : 0;
     free(ms);
-    bool ok = !st.published_without_primary && !st.primary_not_published && !st.multi_primary;
+    bool ok = !inv.published_without_primary && !inv.primary_not_published && !inv.multi_primary;
     *out = json_pack(
         "{s:I,s:I,s:o,s:{s:I,s:I,s:I,s:I},s:{s:I,s:I,s:I,s:I,s:I},s:I,s:I,s:{s:I,s:I,s:I,s:b}}",
         "committed", (json_int_t)total, "published", (json_int_t)published, "states", states,
@@ -48,8 +50,8 @@ obx_err obx__report_json(obx__store *s, json_t **out) {
         "open_attempts", (json_int_t)st.attempts_unknown, "oldest_pending_committed_at",
         (json_int_t)st.oldest_pending_committed_at, "oldest_unknown_since",
         (json_int_t)st.oldest_unknown_since, "invariants", "published_without_primary",
-        (json_int_t)st.published_without_primary, "primary_not_published",
-        (json_int_t)st.primary_not_published, "multiple_primary", (json_int_t)st.multi_primary,
+        (json_int_t)inv.published_without_primary, "primary_not_published",
+        (json_int_t)inv.primary_not_published, "multiple_primary", (json_int_t)inv.multi_primary,
         "hold", (int)ok);
     return *out ? OBX_OK : obx__fail(OBX_ENOMEM, "report: out of memory");
 }

@@ -266,3 +266,13 @@ obx_err obx_store_set_payload_limit(obx_store *s, size_t limit) {
 }
 
 const char *obx_store_url(const obx_store *s) { return s ? s->url_redacted : ""; }
+
+obx_err obx_store_create_roles(obx_store *s, const char *prefix) {
+    if (!s) return obx__fail(OBX_EINVAL, "store: NULL");
+    obx__clear_error();
+    if (!s->m->create_roles)
+        return obx__fail(OBX_EUNSUPPORTED, "the %s store has no database roles", s->m->name);
+    obx_err e = obx__check_field("prefix", prefix, 1, 40, OBX__CS_NAME);
+    if (e) return e;
+    return s->m->create_roles(s, prefix);
+}

@@ -219,11 +219,14 @@ typedef struct obx__store_stats {
     int64_t oldest_unknown_since;        /* 0: none */
     int64_t receipts_primary, receipts_duplicate, receipts_quarantined, receipts_migration;
     int64_t attempts_unknown; /* UNKNOWN attempts of events whose slot is still empty */
-    /* invariant checks (all must be 0) */
+} obx__store_stats;
+
+/* Whole-table invariant checks (all must be 0): scans, so only for reports and audits. */
+typedef struct obx__store_invariants {
     int64_t published_without_primary; /* PUBLISHED/RETAINED/PURGED with no primary receipt */
     int64_t primary_not_published;     /* a primary receipt on an event that is not published */
     int64_t multi_primary;             /* events with more than one primary per generation */
-} obx__store_stats;
+} obx__store_invariants;
 
 /* ---- requests ---------------------------------------------------------------------------- */
 
@@ -328,6 +331,7 @@ typedef struct obx__store_methods {
     /* For every published event that had an UNKNOWN attempt: published_at - first unknown_at
      * (ms). *ms is malloc'ed. */
     obx_err (*unknown_resolutions)(obx__store *s, int64_t **ms, size_t *n);
+    obx_err (*invariants)(obx__store *s, obx__store_invariants *out);
     /* Event IDs with this correlation ID, oldest first (at most limit). */
     obx_err (*find_by_correlation)(obx__store *s, const char *correlation_id, size_t limit,
                                    char (**ids)[OBX_EVENT_ID_LEN + 1], size_t *n);
@@ -364,6 +368,10 @@ typedef struct obx__store_methods {
      * a reason to look now: the relay always finds work by querying committed rows. Must not
      * be called inside a transaction. */
     obx_err (*wait_for_work)(obx__store *s, int timeout_ms, bool *notified);
+    /* Optional (NULL = the database has no roles: OBX_EUNSUPPORTED). Creates, or re-grants,
+     * the least-privilege roles <prefix>_producer, <prefix>_relay and <prefix>_auditor
+     * (docs/postgres.md). Runs in its own transaction or a savepoint of the caller's. */
+    obx_err (*create_roles)(obx__store *s, const char *prefix);
 } obx__store_methods;
 
 struct obx_store {

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # test_demo.sh — `obx demo` end to end: exit 0, the JSON keys scripts rely on, the invariants.
-# Usage: test_demo.sh OBX [extra demo args...]
+# Usage: test_demo.sh OBX [sqlite|postgres] [extra demo args...]
 set -euo pipefail
-OBX=${1:?usage: test_demo.sh OBX [args]}
-shift
+OBX=${1:?usage: test_demo.sh OBX [sqlite|postgres] [args]}
+mode=${2:-sqlite}
+shift $(($# >= 2 ? 2 : 1))
 dir=$(mktemp -d /tmp/obx-demo-test-XXXXXX)
-trap 'rm -rf "$dir"' EXIT
-out=$("$OBX" demo --events 3000 --dir "$dir/run" --json "$@")
+db=sqlite:$dir/run/outbox.db
+if [[ $mode == postgres ]]; then
+  source "$(dirname "$0")/pgdb.sh"
+  db=$(pg_fresh_db)
+fi
+cleanup() { [[ $db == postgres* ]] && pg_drop_db "$db"; rm -rf "$dir"; }
+trap cleanup EXIT
+out=$("$OBX" demo --events 3000 --dir "$dir/run" --db "$db" --json "$@")
 echo "$out" | python3 -c '
 import json, sys
 r = json.load(sys.stdin)
@@ -25,5 +32,5 @@ print("ok: %d committed, %d published, %d duplicate receipts, %d UNKNOWN resolve
       r["duplicate_transport_receipts"], r["unknown_resolved"], r["unknown_p99_ms"],
       r["effects_applied"]))
 '
-# the demo folder is kept and usable afterwards
-"$OBX" report --db "sqlite:$dir/run/outbox.db" >/dev/null
+# the demo's outbox is kept and usable afterwards
+"$OBX" report --db "$db" >/dev/null

@@ -2,14 +2,23 @@
 # test_multirelay.sh — several relay processes on one outbox while producers commit; relays are
 # killed with SIGKILL at random points and replaced, in a loop. At the end every committed
 # event has exactly one primary receipt, none lacks one, and `obx report` says the invariants
-# hold. Usage: test_multirelay.sh OBX [STORE_URL]   (default: a fresh SQLite outbox)
+# hold. Usage: test_multirelay.sh OBX [sqlite|postgres]   (default sqlite; postgres uses a fresh
+# database on OBX_TEST_PG_URL)
 set -euo pipefail
-OBX=${1:?usage: test_multirelay.sh OBX [STORE_URL]}
+OBX=${1:?usage: test_multirelay.sh OBX [sqlite|postgres]}
 dir=$(mktemp -d /tmp/obx-multirelay-XXXXXX)
 pids=()
-cleanup() { for p in "${pids[@]:-}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$dir"; }
+db=sqlite:$dir/outbox.db
+if [[ ${2:-sqlite} == postgres ]]; then
+  source "$(dirname "$0")/pgdb.sh"
+  db=$(pg_fresh_db)
+fi
+cleanup() {
+  for p in "${pids[@]:-}"; do kill -9 "$p" 2>/dev/null || true; done
+  [[ $db == postgres* ]] && pg_drop_db "$db"
+  rm -rf "$dir"
+}
 trap cleanup EXIT
-db=${2:-sqlite:$dir/outbox.db}
 broker="log:$dir/broker.db"
 "$OBX" init --db "$db" >/dev/null
 "$OBX" route set order.created.v1 --db "$db" --cluster local --topic orders --max-attempts 50 >/dev/null

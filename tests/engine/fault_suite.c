@@ -55,7 +55,7 @@ static int setup(void **state) {
         fprintf(stderr, "broker: %s\n", obx_errmsg());
         return -1;
     }
-    f->now = 1800000000000;
+    f->now = 4102444800000; /* 2100-01-01: backends compare deadlines with max(now, wall) */
     *state = f;
     return 0;
 }
@@ -448,6 +448,45 @@ static void test_not_found_same_partition_retry(void **state) {
     assert_int_equal(at[0].partition, at[1].partition);
     assert_int_equal(at[1].attempt_gen, 2);
     free(at);
+}
+
+/* A sender frozen between registering an attempt and writing it (SIGSTOP, GC pause, a slow
+ * network) must not land its write after the attempt's deadline: the reconciler's
+ * authoritative NOT_FOUND and retry would otherwise be contradicted (the demo on PostgreSQL
+ * found exactly this: a quarantined receipt and the event on the broker twice). */
+static void test_frozen_sender_after_deadline(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 0, 0);
+    char a[31];
+    enq(f, "order.created.v1", "o-1", a);
+    obx__engine da, rc;
+    engine(f, &da, "relay-a", f->b);
+    engine(f, &rc, "reconciler", f->b2);
+    knob(f->b, "hold", "1"); /* the write happens only at a later poll, after 3 s */
+    knob(f->b, "hold_ms", "3000");
+    size_t sent, n;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    assert_int_equal(sent, 1);
+    char att1[31];
+    strcpy(att1, ev(f, a).attempt_id);
+    f->now += 1500; /* lease (1 s) expired, nothing written yet */
+    OK(obx__engine_sweep(&rc, f->now, &n));
+    OK(obx__reconcile_step(&rc, f->now, &n));
+    assert_int_equal(attempts(f, a, OBX__AT_NOT_FOUND), 1); /* proven absent ... */
+    assert_int_equal(poll_all(&rc, f->now), 1);
+    assert_one_primary(f, a); /* ... and retried */
+    f->now += 3000;
+    poll_all(&da, f->now); /* the frozen writer wakes up: its deadline has passed */
+    assert_int_equal(receipts(f, a, OBX__RK_QUARANTINED, NULL), 0);
+    assert_int_equal(receipts(f, a, OBX__RK_DUPLICATE, NULL), 0);
+    const char *topics[] = {"orders"};
+    OK(f->b2->m->consume_open(f->b2, "check", topics, 1));
+    obx__delivery d[8];
+    size_t nd = 0;
+    OK(f->b2->m->consume_poll(f->b2, 0, d, 8, &nd));
+    assert_int_equal(nd, 1); /* exactly one copy on the broker: the retry */
+    assert_string_not_equal(d[0].attempt_id, att1);
+    obx__delivery_free(&d[0]);
 }
 
 /* Cannot tell, and the route does not allow a blind retry: the event stays UNKNOWN with a
@@ -985,6 +1024,7 @@ int engine_fault_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_both_attempts_acked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_acceptance_rolled_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_found_same_partition_retry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_frozen_sender_after_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cannot_tell_stays_unknown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rejection_backoff_park_requeue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quarantine, setup, teardown),

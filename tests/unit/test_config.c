@@ -80,7 +80,8 @@ static void expect_error(const char *yaml, const char *needle) {
 static void test_errors(void **st) {
     (void)st;
     expect_error("db: sqlite:x\nrelay:\n  dispatchrs: 2\n", "relay.dispatchrs (line 3): unknown");
-    expect_error("relay:\n  dispatchers: two\n", "relay.dispatchers (line 2): 'two' is not an integer");
+    expect_error("relay:\n  dispatchers: two\n",
+                 "relay.dispatchers (line 2): 'two' is not an integer");
     expect_error("relay:\n  dispatchers: 1000\n", "relay.dispatchers (line 2): 1000 is outside");
     expect_error("relay:\n  aliases: obx\n", "relay.aliases (line 2): expected a list");
     expect_error("db: [a, b]\n", "db (line 1): expected a single value");

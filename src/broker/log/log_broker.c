@@ -19,6 +19,12 @@
  *   reject     do not append; report a definite rejection
  *   dup        append the message twice (a producer-level retry)
  *   blackhole  the request is lost in transit: nothing appended, no answer ever
+ *   hold       the write is held back (a frozen process, a slow network) and attempted only at
+ *              a poll at least hold_ms later — where the attempt's deadline is checked
+ *
+ * Deadlines: a message is never appended after its attempt's deadline (obx__msg.deadline),
+ * checked inside the append transaction against max(now, wall clock); such a message gets a
+ * NOT_SENT outcome instead.
  *   down       1: unreachable — sends are NOT_SENT, lookups CANNOT_TELL
  *   lookup_down 1: lookups CANNOT_TELL (the old target is not queryable)
  *   lose_commit a consumer ack reports success but the position is not stored
@@ -37,6 +43,18 @@ typedef struct pending {
     int64_t due; /* returned by poll once now >= due */
 } pending;
 
+/* A write held back by the `hold` knob: everything needed to append it later. */
+typedef struct held {
+    obx__envelope env;
+    obx__dest dest;
+    char dest_digest[OBX_DIGEST_LEN + 1];
+    char attempt_id[OBX_EVENT_ID_LEN + 1];
+    int32_t attempt_gen, partition;
+    unsigned char *payload;
+    size_t payload_len;
+    int64_t deadline, due;
+} held;
+
 typedef struct fetch_pos {
     char topic[OBX_TOPIC_MAX + 1];
     int32_t partition;
@@ -50,12 +68,15 @@ typedef struct log_broker {
     int32_t default_partitions;
     uint64_t rng;
     /* knobs */
-    double drop_ack, lose_ack, delay_ack, reject, dup, lose_commit, blackhole;
+    double drop_ack, lose_ack, delay_ack, reject, dup, lose_commit, blackhole, hold;
+    int64_t hold_ms;
     int64_t delay_ack_ms, ack_timeout_ms;
     bool down, lookup_down;
     /* outcomes not yet polled */
     pending *q;
     size_t nq, capq;
+    held *h;
+    size_t nh;
     /* consumer */
     char group[OBX_NAME_MAX + 1];
     char (*topics)[OBX_TOPIC_MAX + 1];
@@ -129,9 +150,12 @@ static obx_err set_knob(log_broker *b, const char *k, const char *v) {
     P(dup)
     P(lose_commit)
     P(blackhole)
+    P(hold)
 #undef P
     if (!strcmp(k, "delay_ack_ms"))
         b->delay_ack_ms = (int64_t)d;
+    else if (!strcmp(k, "hold_ms"))
+        b->hold_ms = (int64_t)d;
     else if (!strcmp(k, "ack_timeout_ms"))
         b->ack_timeout_ms = (int64_t)d;
     else if (!strcmp(k, "down"))
@@ -148,7 +172,7 @@ static obx_err set_knob(log_broker *b, const char *k, const char *v) {
         return obx__fail(OBX_EURL,
                          "broker URL: unknown log broker option '%s' (cluster, partitions, seed, "
                          "drop_ack, lose_ack, delay_ack, delay_ack_ms, ack_timeout_ms, reject, "
-                         "dup, blackhole, down, lookup_down, lose_commit)",
+                         "dup, blackhole, hold, hold_ms, down, lookup_down, lose_commit)",
                          k);
     return OBX_OK;
 }
@@ -170,6 +194,8 @@ static void lb_close(obx__broker *base) {
                            b->st_fetch,  b->st_commit, b->st_committed, b->st_ins_part};
     for (size_t i = 0; i < sizeof sts / sizeof sts[0]; i++) sqlite3_finalize(sts[i]);
     sqlite3_close_v2(b->db);
+    for (size_t i = 0; i < b->nh; i++) free(b->h[i].payload);
+    free(b->h);
     free(b->q);
     free(b->topics);
     free(b->pos);
@@ -379,60 +405,82 @@ static void outcome_for(log_broker *b, const obx__msg *m, obx__outcome_kind k, o
     o->offset = -1;
 }
 
-static obx_err lb_send(obx__broker *base, const obx__msg *m, size_t n, int64_t now) {
-    log_broker *b = (log_broker *)base;
-    obx_err e = OBX_OK;
-    if (b->down) {
-        for (size_t i = 0; i < n && !e; i++) {
-            obx__outcome o;
-            outcome_for(b, &m[i], OBX__OUT_NOT_SENT, &o);
-            snprintf(o.reason, sizeof o.reason, "log broker unreachable (down)");
-            e = queue(b, &o, now);
-        }
-        return e;
+/* One message inside the caller's append transaction: deadline, faults, append, outcome. */
+static obx_err append_one(log_broker *b, const obx__msg *m, int64_t now) {
+    obx__outcome o;
+    int32_t np = 0;
+    obx_err e = partitions(b, m->dest->topic, &np);
+    if (e) return e;
+    int64_t wall = obx__wall_ms();
+    if (m->deadline && (now > wall ? now : wall) > m->deadline) {
+        outcome_for(b, m, OBX__OUT_NOT_SENT, &o);
+        snprintf(o.reason, sizeof o.reason,
+                 "attempt deadline %lld passed before the write: not appended",
+                 (long long)m->deadline);
+        return queue(b, &o, now);
     }
+    if (m->partition >= np) {
+        outcome_for(b, m, OBX__OUT_REJECT, &o);
+        snprintf(o.reason, sizeof o.reason, "partition %d does not exist (topic %s has %d)",
+                 (int)m->partition, m->dest->topic, (int)np);
+        return queue(b, &o, now);
+    }
+    if (chance(b, b->blackhole)) return OBX_OK; /* lost before it reached the log */
+    if (chance(b, b->reject)) {
+        outcome_for(b, m, OBX__OUT_REJECT, &o);
+        snprintf(o.reason, sizeof o.reason, "rejected by fault knob");
+        return queue(b, &o, now);
+    }
+    int64_t off;
+    if ((e = append(b, m, now, &off))) return e;
+    if (chance(b, b->dup)) {
+        int64_t off2;
+        if ((e = append(b, m, now, &off2))) return e;
+    }
+    outcome_for(b, m, OBX__OUT_ACK, &o);
+    o.offset = off;
+    o.broker_ts = now;
+    if (chance(b, b->lose_ack)) return OBX_OK; /* appended, and the ACK never comes */
+    if (chance(b, b->drop_ack)) {
+        obx__outcome u = o;
+        u.kind = OBX__OUT_UNKNOWN;
+        u.offset = -1;
+        snprintf(u.reason, sizeof u.reason, "ACK timed out after %lld ms (possibly persisted)",
+                 (long long)b->ack_timeout_ms);
+        return queue(b, &u, now + b->ack_timeout_ms);
+    }
+    return queue(b, &o, chance(b, b->delay_ack) ? now + b->delay_ack_ms : now);
+}
+
+static obx_err hold_back(log_broker *b, const obx__msg *m, int64_t now) {
+    held *h = realloc(b->h, (b->nh + 1) * sizeof *h);
+    if (!h) return obx__fail(OBX_ENOMEM, "log broker: out of memory");
+    b->h = h;
+    held *x = &b->h[b->nh];
+    memset(x, 0, sizeof *x);
+    x->env = *m->env;
+    x->dest = *m->dest;
+    obx__strlcpy(x->dest_digest, m->dest_digest, sizeof x->dest_digest);
+    obx__strlcpy(x->attempt_id, m->attempt_id, sizeof x->attempt_id);
+    x->attempt_gen = m->attempt_gen;
+    x->partition = m->partition;
+    x->payload = malloc(m->payload_len ? m->payload_len : 1);
+    if (!x->payload) return obx__fail(OBX_ENOMEM, "log broker: out of memory");
+    memcpy(x->payload, m->payload, m->payload_len);
+    x->payload_len = m->payload_len;
+    x->deadline = m->deadline;
+    x->due = now + b->hold_ms;
+    b->nh++;
+    return OBX_OK;
+}
+
+/* Appends msgs (or held writes when held != NULL) in one transaction. */
+static obx_err append_batch(log_broker *b, const obx__msg *m, size_t n, int64_t now) {
     if (sqlite3_exec(b->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
         return dberr(b, "begin append");
     size_t nq0 = b->nq;
-    for (size_t i = 0; i < n && !e; i++) {
-        obx__outcome o;
-        int32_t np = 0;
-        if ((e = partitions(b, m[i].dest->topic, &np))) break;
-        if (m[i].partition >= np) {
-            outcome_for(b, &m[i], OBX__OUT_REJECT, &o);
-            snprintf(o.reason, sizeof o.reason, "partition %d does not exist (topic %s has %d)",
-                     (int)m[i].partition, m[i].dest->topic, (int)np);
-            e = queue(b, &o, now);
-            continue;
-        }
-        if (chance(b, b->blackhole)) continue; /* lost before it reached the log */
-        if (chance(b, b->reject)) {
-            outcome_for(b, &m[i], OBX__OUT_REJECT, &o);
-            snprintf(o.reason, sizeof o.reason, "rejected by fault knob");
-            e = queue(b, &o, now);
-            continue;
-        }
-        int64_t off;
-        if ((e = append(b, &m[i], now, &off))) break;
-        if (chance(b, b->dup)) {
-            int64_t off2;
-            if ((e = append(b, &m[i], now, &off2))) break;
-        }
-        outcome_for(b, &m[i], OBX__OUT_ACK, &o);
-        o.offset = off;
-        o.broker_ts = now;
-        if (chance(b, b->lose_ack)) continue; /* appended, and the ACK never comes */
-        if (chance(b, b->drop_ack)) {
-            obx__outcome u = o;
-            u.kind = OBX__OUT_UNKNOWN;
-            u.offset = -1;
-            snprintf(u.reason, sizeof u.reason, "ACK timed out after %lld ms (possibly persisted)",
-                     (long long)b->ack_timeout_ms);
-            e = queue(b, &u, now + b->ack_timeout_ms);
-            continue;
-        }
-        e = queue(b, &o, chance(b, b->delay_ack) ? now + b->delay_ack_ms : now);
-    }
+    obx_err e = OBX_OK;
+    for (size_t i = 0; i < n && !e; i++) e = append_one(b, &m[i], now);
     if (e) {
         sqlite3_exec(b->db, "ROLLBACK", NULL, NULL, NULL);
         b->nq = nq0; /* nothing was appended: no outcomes either; the caller sees the error */
@@ -446,10 +494,73 @@ static obx_err lb_send(obx__broker *base, const obx__msg *m, size_t n, int64_t n
     return e;
 }
 
+static obx_err lb_send(obx__broker *base, const obx__msg *m, size_t n, int64_t now) {
+    log_broker *b = (log_broker *)base;
+    obx_err e = OBX_OK;
+    if (b->down) {
+        for (size_t i = 0; i < n && !e; i++) {
+            obx__outcome o;
+            outcome_for(b, &m[i], OBX__OUT_NOT_SENT, &o);
+            snprintf(o.reason, sizeof o.reason, "log broker unreachable (down)");
+            e = queue(b, &o, now);
+        }
+        return e;
+    }
+    if (b->hold > 0) { /* some writes are held back and attempted later, at a poll */
+        obx__msg *now_msgs = calloc(n ? n : 1, sizeof *now_msgs);
+        size_t k = 0;
+        if (!now_msgs) return obx__fail(OBX_ENOMEM, "log broker: out of memory");
+        for (size_t i = 0; i < n && !e; i++) {
+            if (chance(b, b->hold))
+                e = hold_back(b, &m[i], now);
+            else
+                now_msgs[k++] = m[i];
+        }
+        if (!e && k) e = append_batch(b, now_msgs, k, now);
+        free(now_msgs);
+        return e;
+    }
+    return append_batch(b, m, n, now);
+}
+
+/* Writes held back by the `hold` knob whose time has come (deadline checked at the write). */
+static obx_err release_held(log_broker *b, int64_t now) {
+    size_t w = 0;
+    obx_err e = OBX_OK;
+    for (size_t i = 0; i < b->nh; i++) {
+        held *x = &b->h[i];
+        if (e || x->due > now) {
+            b->h[w++] = *x;
+            continue;
+        }
+        obx__msg m = {.env = &x->env,
+                      .dest = &x->dest,
+                      .dest_digest = x->dest_digest,
+                      .attempt_id = x->attempt_id,
+                      .attempt_gen = x->attempt_gen,
+                      .partition = x->partition,
+                      .payload = x->payload,
+                      .payload_len = x->payload_len,
+                      .deadline = x->deadline};
+        e = append_batch(b, &m, 1, now);
+        if (e) {
+            b->h[w++] = *x;
+            continue;
+        }
+        free(x->payload);
+    }
+    b->nh = w;
+    return e;
+}
+
 static obx_err lb_poll(obx__broker *base, int64_t now, int timeout_ms, obx__outcome *out,
                        size_t cap, size_t *n) {
     log_broker *b = (log_broker *)base;
     (void)timeout_ms;
+    if (b->nh) {
+        obx_err e = release_held(b, now);
+        if (e) return e;
+    }
     size_t k = 0, w = 0;
     for (size_t i = 0; i < b->nq; i++) {
         if (k < cap && b->q[i].due <= now)
@@ -462,7 +573,10 @@ static obx_err lb_poll(obx__broker *base, int64_t now, int timeout_ms, obx__outc
     return OBX_OK;
 }
 
-static size_t lb_in_flight(obx__broker *base) { return ((log_broker *)base)->nq; }
+static size_t lb_in_flight(obx__broker *base) {
+    log_broker *b = (log_broker *)base;
+    return b->nq + b->nh;
+}
 
 static int64_t lb_quiet(obx__broker *base) {
     (void)base;

@@ -163,6 +163,7 @@ CREATE TABLE obx_attempt (
     detail        TEXT NOT NULL
 );
 CREATE INDEX obx_attempt_event ON obx_attempt (event_id, attempt_gen);
+CREATE INDEX obx_attempt_unknown ON obx_attempt (attempt_id) WHERE state = 'UNKNOWN';
 
 CREATE TRIGGER obx_attempt_frozen BEFORE UPDATE ON obx_attempt
 WHEN NEW.attempt_id IS NOT OLD.attempt_id OR NEW.event_id IS NOT OLD.event_id

@@ -1234,15 +1234,23 @@ static obx_err sq_stats(obx__store *base, obx__store_stats *out) {
     if ((e = stmt(s, Q_STATS_ATT, &st))) return e;
     if ((rc = sqlite3_step(st)) == SQLITE_ROW) out->attempts_unknown = ci(st, 0);
     sqlite3_reset(st);
-    if (rc != SQLITE_ROW) return map_rc(s, rc, "stats");
-    if ((e = stmt(s, Q_STATS_INV, &st))) return e;
-    if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    return rc == SQLITE_ROW ? OBX_OK : map_rc(s, rc, "stats");
+}
+
+static obx_err sq_invariants(obx__store *base, obx__store_invariants *out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    memset(out, 0, sizeof *out);
+    obx_err e = stmt(s, Q_STATS_INV, &st);
+    if (e) return e;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
         out->published_without_primary = ci(st, 0);
         out->primary_not_published = ci(st, 1);
         out->multi_primary = ci(st, 2);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_ROW ? OBX_OK : map_rc(s, rc, "stats");
+    return rc == SQLITE_ROW ? OBX_OK : map_rc(s, rc, "invariants");
 }
 
 static obx_err sq_unknown_resolutions(obx__store *base, int64_t **ms, size_t *n) {
@@ -1618,6 +1626,7 @@ const obx__store_methods obx__sqlite_store_methods = {
     .counter_get = sq_counter_get,
     .stats = sq_stats,
     .unknown_resolutions = sq_unknown_resolutions,
+    .invariants = sq_invariants,
     .find_by_correlation = sq_find_by_correlation,
     .inbox_get = sq_inbox_get,
     .inbox_put = sq_inbox_put,

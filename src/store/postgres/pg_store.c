@@ -1,0 +1,2158 @@
+/*
+ * pg_store.c — the PostgreSQL outbox store (libpq): many relay processes on many machines
+ * sharing one database, and producers in any language (the SQL function obx.enqueue() in
+ * schema_v1.sql).
+ *
+ * Owns: one PGconn (opened here, or borrowed from a producer/consumer with obx_store_wrap_pg),
+ * the names of the statements prepared on it, the nesting of obx transactions on it, and its
+ * LISTEN state.
+ *
+ * Contracts:
+ *   1. Every object lives in schema obx and every statement names it: obx works whatever the
+ *      connection's search_path.
+ *   2. Statements are prepared once per connection, on first use, under names derived from a
+ *      hash of all statement texts ("obx_<hash>_<n>"). On a borrowed connection the names an
+ *      earlier wrapper already prepared are read once from pg_prepared_statements: preparing a
+ *      name twice would fail and abort the caller's transaction.
+ *   3. Transactions nest: the outermost begin on a connection that is not in a transaction is
+ *      BEGIN (READ COMMITTED, the server default); every other begin is a SAVEPOINT. obx never
+ *      commits nor rolls back a transaction it did not begin.
+ *   4. A batch is one round trip: rows travel as parameter arrays that the statement
+ *      unnest()s; per-row results (update_events' applied[]) come back by ordinality. A batch
+ *      that names the same row twice is cut into runs without repeats, executed in order, so
+ *      that it behaves as the same calls one by one.
+ *   5. Errors (map_error): OB001 from the frozen-data triggers -> OBX_EIMMUTABLE; 23505 unique
+ *      violation -> OBX_ECONFLICT; 40001 serialization failure, 40P01 deadlock, 55P03 lock
+ *      timeout, 57014 statement timeout -> OBX_EBUSY (retriable: the server rolled the
+ *      statement back; inside a transaction the caller rolls back and retries the whole
+ *      transaction); a lost connection -> OBX_ECONNLOST; a connection lost while COMMIT was in
+ *      flight -> OBX_EUNKNOWN (the server may or may not have committed), never success.
+ *      A standalone statement (no transaction open) that lost a serialization or deadlock race
+ *      is retried here, since nothing of it was applied.
+ *   6. A lost owned connection is re-established (PQreset) at the next call outside a
+ *      transaction; inside one every call fails with OBX_ECONNLOST until the caller has rolled
+ *      back to depth 0. A borrowed connection is never reset.
+ *   7. Per order key (cluster, topic, routing key), seq order is commit order: see Q_INS_EVENT.
+ *   8. wait_for_work LISTENs on channel obx_work (on first use) and polls the socket; the
+ *      insert trigger NOTIFYs at commit. A notification is a hint, never a row.
+ *
+ * Thread use: one thread at a time per handle (obx.h); the statement-name hash is computed
+ * once per process under pthread_once.
+ */
+#include "store/store.h"
+
+#include <errno.h>
+#include <libpq-fe.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern const char obx__pg_schema_v1[];
+
+/* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
+static const char *const migrations[] = {NULL, obx__pg_schema_v1};
+
+/* Advisory lock class IDs ("OBX" and "OBY"): the two-key form keeps obx's locks apart from an
+ * application's single-bigint advisory locks. */
+#define LOCK_CLASS_ORDER "5194328" /* per order-key bucket: seq order = commit order */
+#define LOCK_CLASS_INIT 5194329    /* serializes concurrent `obx init` */
+#define NOTIFY_CHANNEL "obx_work"
+
+enum {
+    Q_ROUTE_PUT,
+    Q_ROUTE_GET,
+    Q_ROUTE_LIST_CUR,
+    Q_ROUTE_LIST_ALL,
+    Q_IDEM,
+    Q_TXID,
+    Q_INS_ENV,
+    Q_INS_EVENT,
+    Q_CLAIM,
+    Q_SEL_EXPIRED,
+    Q_SEL_EXPIRED_LOCK,
+    Q_SEL_RECONCILE,
+    Q_SEL_RECONCILE_LOCK,
+    Q_SEL_STATE,
+    Q_SEL_STATE_LOCK,
+    Q_SEL_PUBBEFORE,
+    Q_SEL_PUBBEFORE_LOCK,
+    Q_LOAD,
+    Q_LOAD_LOCK,
+    Q_UPD_EVENTS,
+    Q_INS_ATT,
+    Q_UPD_ATT,
+    Q_LOAD_ATT,
+    Q_LOAD_ATT_EVENT,
+    Q_INS_RCPT,
+    Q_LOAD_RCPT,
+    Q_INS_AUDIT,
+    Q_LOAD_AUDIT,
+    Q_COUNTER_ADD,
+    Q_COUNTER_GET,
+    Q_STATS,
+    Q_STATS_INV,
+    Q_UNKNOWN_RES,
+    Q_FIND_CORR,
+    Q_INBOX_GET,
+    Q_INBOX_PUT,
+    Q_INBOX_HAS,
+    Q_WM_PUT,
+    Q_WM_LIST,
+    Q_WM_LIST_ALL,
+    Q_FAIL_BUMP,
+    Q_FAIL_CLEAR,
+    Q_POISON_PUT,
+    Q_POISON_LIST,
+    Q_POISON_GET,
+    Q_POISON_STATE,
+    Q_INBOX_QUAR,
+    Q_CONSUME_AUDIT,
+    Q_COUNT
+};
+
+typedef struct pg_store {
+    obx__store base;
+    PGconn *conn;
+    bool owned;
+    bool outer_begin; /* depth-1 transaction is our BEGIN (not a savepoint) */
+    int depth;
+    bool lost;          /* the connection was lost inside the current obx transaction */
+    bool listening;     /* LISTEN obx_work issued on this connection */
+    bool names_checked; /* borrowed connection: pg_prepared_statements read */
+    bool prepared[Q_COUNT];
+} pg_store;
+
+#define EVENT_COLS                                                                                 \
+    "e.seq, e.event_id, e.envelope_gen, e.state, e.claim_gen, e.owner, e.lease_until, "            \
+    "e.attempt_gen, e.attempt_id, e.pinned_partition, e.rejections, e.available_at, "              \
+    "e.next_check_at, e.unknown_since, e.primary_attempt_id, e.published_at, e.committed_at, "     \
+    "e.updated_at, e.max_attempts, e.blind_retry, e.unordered, e.alias, "                          \
+    "v.aggregate_type, v.aggregate_id, v.aggregate_version, v.event_type, v.payload_schema, "      \
+    "v.payload_digest, v.tenant, v.occurred_at, v.created_txid, v.correlation_id, "                \
+    "v.causation_id, v.traceparent, v.idempotency_key, v.envelope_digest, v.dest_cluster, "        \
+    "v.dest_topic, v.dest_routing_key, v.dest_algorithm, v.dest_route_gen, v.dest_serializer, "    \
+    "v.dest_durability, v.dest_acks, v.dest_digest, v.payload_len, v.payload IS NULL"
+#define EVENT_NCOLS 47 /* the payload, when selected, is column EVENT_NCOLS */
+#define EVENT_FROM                                                                                 \
+    " FROM obx.obx_event e JOIN obx.obx_envelope v ON v.event_id = e.event_id AND "                \
+    "v.envelope_gen = e.envelope_gen "
+/* Written exactly as the predicate of index obx_event_unpublished. */
+#define UNPUBLISHED                                                                                \
+    "('PENDING','CLAIMED','SENDING','DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED','PARKED')"
+#define ROUTE_COLS                                                                                 \
+    "gen, event_type, cluster, topic, routing_key, algorithm, serializer, durability, "            \
+    "required_acks, max_attempts, blind_retry, unordered, alias, created_at"
+#define ENV_INS_COLS                                                                               \
+    "(event_id, envelope_gen, aggregate_type, aggregate_id, aggregate_version, event_type, "       \
+    "payload_schema, payload_digest, tenant, occurred_at, created_txid, correlation_id, "          \
+    "causation_id, traceparent, idempotency_key, envelope_digest, dest_cluster, dest_topic, "      \
+    "dest_routing_key, dest_algorithm, dest_route_gen, dest_serializer, dest_durability, "         \
+    "dest_acks, dest_digest, payload, payload_len, created_at)"
+#define ENV_INS_VALS                                                                               \
+    "$1::text, $2::int, $3::text, $4::text, $5::bigint, $6::text, $7::text, $8::text, $9::text, "  \
+    "$10::bigint, $11::text, $12::text, $13::text, $14::text, $15::text, $16::text, $17::text, "   \
+    "$18::text, $19::text, $20::text, $21::bigint, $22::text, $23::text, $24::text, $25::text, "   \
+    "$26::bytea, $27::bigint, $28::bigint"
+#define ATT_COLS                                                                                   \
+    "attempt_id, event_id, envelope_gen, attempt_gen, claim_gen, owner, dest_digest, partition, "  \
+    "state, started_at, unknown_at, ended_at, offset_before, quiet_until, detail"
+#define SEL(where, order)                                                                          \
+    "SELECT " EVENT_COLS ", CASE WHEN $4::bool THEN v.payload END" EVENT_FROM where                \
+    " AND ($2::text IS NULL OR e.dest_cluster = $2::text) ORDER BY " order " LIMIT $3::bigint"
+#define SKIP_LOCKED " FOR UPDATE OF e SKIP LOCKED"
+#define SEL_EXPIRED                                                                                \
+    SEL("WHERE e.state = 'SENDING' AND e.lease_until <= $1::bigint", "e.lease_until")
+#define SEL_RECONCILE                                                                              \
+    SEL("WHERE ((e.state = 'DISPATCH_UNKNOWN' AND e.next_check_at <= $1::bigint) OR "              \
+        "(e.state IN ('RECONCILING','RETRY_CLAIMED') AND e.lease_until <= $1::bigint))",           \
+        "e.seq")
+/* every statement of the select family binds the same first four parameters; this one has no
+ * use for now ($1), but an unreferenced parameter would have no type when prepared */
+#define SEL_STATE SEL("WHERE e.state = $5::text AND $1::bigint IS NOT NULL", "e.seq")
+#define SEL_PUBBEFORE                                                                              \
+    SEL("WHERE e.state = $5::text AND e.published_at <= $1::bigint", "e.published_at")
+#define LOAD(lock)                                                                                 \
+    "SELECT " EVENT_COLS ", CASE WHEN $2::bool THEN v.payload END FROM unnest($1::text[]) WITH "   \
+    "ORDINALITY AS k(id, ord) JOIN obx.obx_event e ON e.event_id = k.id JOIN obx.obx_envelope v "  \
+    "ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen ORDER BY k.ord" lock
+
+static const char *const sql_text[Q_COUNT] = {
+    [Q_ROUTE_PUT] = "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, "
+                    "algorithm, serializer, durability, required_acks, max_attempts, blind_retry, "
+                    "unordered, alias, created_at) VALUES ($1::text, $2::text, $3::text, "
+                    "$4::text, $5::text, $6::text, $7::text, $8::text, $9::int, $10::bool, "
+                    "$11::bool, $12::text, $13::bigint) RETURNING gen",
+    [Q_ROUTE_GET] = "SELECT " ROUTE_COLS " FROM obx.obx_route WHERE event_type = $1::text "
+                    "ORDER BY gen DESC LIMIT 1",
+    [Q_ROUTE_LIST_CUR] = "SELECT DISTINCT ON (event_type) " ROUTE_COLS
+                         " FROM obx.obx_route ORDER BY event_type, gen DESC",
+    [Q_ROUTE_LIST_ALL] = "SELECT " ROUTE_COLS " FROM obx.obx_route ORDER BY event_type, gen",
+    [Q_IDEM] = "SELECT event_id FROM obx.obx_event WHERE tenant = $1::text AND "
+               "idempotency_key = $2::text",
+    /* the producer's created_txid: the top-level transaction, also from inside a savepoint */
+    [Q_TXID] = "SELECT pg_current_xact_id()::text",
+    [Q_INS_ENV] = "INSERT INTO obx.obx_envelope " ENV_INS_COLS " VALUES (" ENV_INS_VALS ")",
+    /* Per order key, seq order must be commit order: otherwise a producer that drew seq 10 and
+     * commits after a producer that drew seq 11 lets a relay claim 11 while 10 is still
+     * invisible, and the claim rule (no event behind an unpublished earlier one of its key)
+     * cannot see the violation. So the transaction first takes a transaction-scoped advisory
+     * lock on the order key's hash, and only then draws seq (the event INSERT consumes the
+     * envelope CTE, which consumes the lock CTE). The lock is held until the producer's
+     * transaction ends, and PostgreSQL makes a commit visible before it releases the
+     * transaction's locks, so the next producer of that key draws a higher seq only after the
+     * earlier event is visible. The lock is on one of 1024 buckets of the key's hash, not on
+     * the key: a lock per key would let one bulk transaction of 10k keys exhaust the server's
+     * shared lock table (for every session); a bucket bounds a transaction to 1024 locks.
+     * Cost: producers of one key serialize on their commits, producers of two keys that share
+     * a bucket too (about n/1024 of n concurrent producers), and a bulk transaction holding all
+     * buckets serializes with every producer until it commits. Taken for unordered routes too:
+     * an ordered event may follow an unordered one of the same key, and the claim rule orders
+     * it behind it. Transactions that lock several buckets in different orders can deadlock:
+     * PostgreSQL detects it (40P01 -> OBX_EBUSY). obx.enqueue() takes the same lock. */
+    [Q_INS_EVENT] =
+        "WITH lk AS MATERIALIZED (SELECT pg_advisory_xact_lock(" LOCK_CLASS_ORDER
+        ", hashtext($29::text) & "
+        "1023)), "
+        "env AS (INSERT INTO obx.obx_envelope " ENV_INS_COLS " SELECT " ENV_INS_VALS
+        " FROM lk RETURNING event_id) "
+        "INSERT INTO obx.obx_event (event_id, tenant, idempotency_key, event_type, correlation_id, "
+        "order_key, envelope_gen, state, claim_gen, owner, lease_until, attempt_gen, attempt_id, "
+        "pinned_partition, rejections, available_at, next_check_at, unknown_since, "
+        "primary_attempt_id, published_at, committed_at, updated_at, max_attempts, blind_retry, "
+        "unordered, alias, dest_cluster) "
+        "SELECT env.event_id, $9::text, nullif($15::text, ''), $6::text, $12::text, $29::text, "
+        "$2::int, $30::text, $31::bigint, $32::text, $33::bigint, $34::int, $35::text, $36::int, "
+        "$37::int, $38::bigint, $39::bigint, $40::bigint, $41::text, $42::bigint, $43::bigint, "
+        "$44::bigint, $45::int, $46::bool, $47::bool, $48::text, $17::text FROM env",
+    /* DESIGN.md §3: oldest first; PENDING when available, CLAIMED when its lease expired; never
+     * behind an unpublished earlier event of the same order key unless unordered. Rows locked by
+     * another relay's claim are skipped, but the NOT EXISTS still sees them as unpublished, so
+     * a locked head of a key holds back the rest of the key. */
+    [Q_CLAIM] =
+        "SELECT " EVENT_COLS ", v.payload" EVENT_FROM "WHERE e.state IN ('PENDING','CLAIMED') "
+        "AND ((e.state = 'PENDING' AND e.available_at <= $1::bigint) OR "
+        "     (e.state = 'CLAIMED' AND e.lease_until <= $1::bigint)) "
+        "AND ($2::text IS NULL OR e.dest_cluster = $2::text) "
+        "AND ($4::text[] IS NULL OR e.alias = ANY ($4::text[])) "
+        "AND (e.unordered OR NOT EXISTS (SELECT 1 FROM obx.obx_event p "
+        "     WHERE p.order_key = e.order_key AND p.seq < e.seq AND p.state IN " UNPUBLISHED
+        ")) ORDER BY e.seq LIMIT $3::bigint" SKIP_LOCKED,
+    [Q_SEL_EXPIRED] = SEL_EXPIRED,
+    [Q_SEL_EXPIRED_LOCK] = SEL_EXPIRED SKIP_LOCKED,
+    [Q_SEL_RECONCILE] = SEL_RECONCILE,
+    [Q_SEL_RECONCILE_LOCK] = SEL_RECONCILE SKIP_LOCKED,
+    [Q_SEL_STATE] = SEL_STATE,
+    [Q_SEL_STATE_LOCK] = SEL_STATE SKIP_LOCKED,
+    [Q_SEL_PUBBEFORE] = SEL_PUBBEFORE,
+    [Q_SEL_PUBBEFORE_LOCK] = SEL_PUBBEFORE SKIP_LOCKED,
+    [Q_LOAD] = LOAD(""),
+    /* acceptance locks the event row (DESIGN.md §4): wait for it, never skip it */
+    [Q_LOAD_LOCK] = LOAD(" FOR UPDATE OF e"),
+    [Q_UPD_EVENTS] =
+        "UPDATE obx.obx_event e SET envelope_gen = u.envelope_gen, state = u.state, "
+        "claim_gen = u.claim_gen, owner = u.owner, lease_until = u.lease_until, "
+        "attempt_gen = u.attempt_gen, attempt_id = u.attempt_id, "
+        "pinned_partition = u.pinned_partition, rejections = u.rejections, "
+        "available_at = u.available_at, next_check_at = u.next_check_at, "
+        "unknown_since = u.unknown_since, primary_attempt_id = u.primary_attempt_id, "
+        "published_at = u.published_at, updated_at = u.updated_at, order_key = u.order_key, "
+        "dest_cluster = u.dest_cluster "
+        "FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::bigint[], "
+        "$7::int[], $8::text[], $9::int[], $10::int[], $11::bigint[], $12::bigint[], "
+        "$13::bigint[], $14::text[], $15::bigint[], $16::bigint[], $17::text[], $18::text[], "
+        "$19::text[], $20::bigint[]) WITH ORDINALITY AS u(event_id, envelope_gen, state, "
+        "claim_gen, owner, lease_until, attempt_gen, attempt_id, pinned_partition, rejections, "
+        "available_at, next_check_at, unknown_since, primary_attempt_id, published_at, "
+        "updated_at, order_key, dest_cluster, expect_state, expect_claim_gen, ord) "
+        "WHERE e.event_id = u.event_id AND e.state = u.expect_state "
+        "AND e.claim_gen = u.expect_claim_gen RETURNING u.ord",
+    [Q_INS_ATT] = "INSERT INTO obx.obx_attempt (" ATT_COLS ") SELECT " ATT_COLS
+                  " FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::bigint[], "
+                  "$6::text[], $7::text[], $8::int[], $9::text[], $10::bigint[], $11::bigint[], "
+                  "$12::bigint[], $13::bigint[], $14::bigint[], $15::text[]) AS t(" ATT_COLS ")",
+    [Q_UPD_ATT] = "UPDATE obx.obx_attempt a SET partition = u.partition, state = u.state, "
+                  "unknown_at = u.unknown_at, ended_at = u.ended_at, "
+                  "offset_before = u.offset_before, quiet_until = u.quiet_until, "
+                  "detail = u.detail FROM unnest($1::text[], $2::int[], $3::text[], "
+                  "$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[]) AS "
+                  "u(attempt_id, partition, state, unknown_at, ended_at, offset_before, "
+                  "quiet_until, detail) WHERE a.attempt_id = u.attempt_id RETURNING a.attempt_id",
+    [Q_LOAD_ATT] = "SELECT a.attempt_id, a.event_id, a.envelope_gen, a.attempt_gen, a.claim_gen, "
+                   "a.owner, a.dest_digest, a.partition, a.state, a.started_at, a.unknown_at, "
+                   "a.ended_at, a.offset_before, a.quiet_until, a.detail FROM "
+                   "unnest($1::text[]) WITH ORDINALITY AS k(id, ord) JOIN obx.obx_attempt a ON "
+                   "a.attempt_id = k.id ORDER BY k.ord",
+    [Q_LOAD_ATT_EVENT] = "SELECT " ATT_COLS " FROM obx.obx_attempt WHERE event_id = $1::text "
+                         "ORDER BY started_at, attempt_gen, attempt_id",
+    [Q_INS_RCPT] = "INSERT INTO obx.obx_receipt (event_id, envelope_gen, attempt_id, kind, "
+                   "cluster, topic, partition, \"offset\", broker_ts, payload_digest, "
+                   "dest_digest, reason, detail, created_at) "
+                   "SELECT event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, "
+                   "off, broker_ts, payload_digest, dest_digest, reason, detail, created_at "
+                   "FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], "
+                   "$6::text[], $7::int[], $8::bigint[], $9::bigint[], $10::text[], $11::text[], "
+                   "$12::text[], $13::text[], $14::bigint[]) WITH ORDINALITY AS t(event_id, "
+                   "envelope_gen, attempt_id, kind, cluster, topic, partition, off, broker_ts, "
+                   "payload_digest, dest_digest, reason, detail, created_at, ord) ORDER BY ord",
+    [Q_LOAD_RCPT] = "SELECT event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, "
+                    "\"offset\", broker_ts, payload_digest, dest_digest, reason, created_at "
+                    "FROM obx.obx_receipt WHERE event_id = $1::text ORDER BY receipt_id",
+    [Q_INS_AUDIT] = "INSERT INTO obx.obx_audit (at, actor, who, event_id, envelope_gen, "
+                    "from_state, to_state, claim_gen, attempt_id, attempt_gen, reason) "
+                    "SELECT at, actor, who, event_id, envelope_gen, from_state, to_state, "
+                    "claim_gen, attempt_id, attempt_gen, reason FROM unnest($1::bigint[], "
+                    "$2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::text[], "
+                    "$8::bigint[], $9::text[], $10::int[], $11::text[]) WITH ORDINALITY AS t(at, "
+                    "actor, who, event_id, envelope_gen, from_state, to_state, claim_gen, "
+                    "attempt_id, attempt_gen, reason, ord) ORDER BY ord",
+    [Q_LOAD_AUDIT] = "SELECT at, actor, who, event_id, envelope_gen, from_state, to_state, "
+                     "claim_gen, attempt_id, attempt_gen, reason FROM obx.obx_audit "
+                     "WHERE event_id = $1::text ORDER BY audit_id",
+    [Q_COUNTER_ADD] = "INSERT INTO obx.obx_counter AS c (name, value) VALUES ($1::text, "
+                      "$2::bigint) ON CONFLICT (name) DO UPDATE SET value = c.value + "
+                      "EXCLUDED.value",
+    [Q_COUNTER_GET] = "SELECT value FROM obx.obx_counter WHERE name = $1::text",
+    [Q_STATS] = "SELECT k, v FROM obx._stats()",
+    [Q_STATS_INV] =
+        "SELECT (SELECT count(*) FROM obx.obx_event e WHERE e.state IN ('PUBLISHED','RETAINED',"
+        "'PURGED') AND NOT EXISTS (SELECT 1 FROM obx.obx_receipt r WHERE r.event_id = e.event_id "
+        "AND r.envelope_gen = e.envelope_gen AND r.kind = 'PRIMARY')), "
+        "(SELECT count(*) FROM obx.obx_receipt r JOIN obx.obx_event e ON e.event_id = r.event_id "
+        "WHERE r.kind = 'PRIMARY' AND (e.state NOT IN ('PUBLISHED','RETAINED','PURGED') OR "
+        "r.envelope_gen <> e.envelope_gen)), "
+        "(SELECT count(*) FROM (SELECT 1 FROM obx.obx_receipt WHERE kind = 'PRIMARY' GROUP BY "
+        "event_id, envelope_gen HAVING count(*) > 1) x)",
+    [Q_UNKNOWN_RES] = "SELECT e.published_at - min(a.unknown_at) FROM obx.obx_event e JOIN "
+                      "obx.obx_attempt a ON a.event_id = e.event_id WHERE a.unknown_at > 0 AND "
+                      "e.published_at > 0 GROUP BY e.event_id, e.published_at",
+    /* correlation_id <> '' lets the planner use the partial index obx_event_corr for any
+     * parameter (an empty correlation ID means "none" and finds nothing) */
+    [Q_FIND_CORR] = "SELECT event_id FROM obx.obx_event WHERE correlation_id = $1::text AND "
+                    "correlation_id <> '' ORDER BY seq LIMIT $2::bigint",
+    [Q_INBOX_GET] = "SELECT consumer_id, event_id, payload_digest, event_type, tenant, outcome, "
+                    "result, topic, partition, \"offset\", consumed_at, duration_us FROM "
+                    "obx.obx_inbox WHERE consumer_id = $1::text AND event_id = $2::text",
+    [Q_INBOX_PUT] = "INSERT INTO obx.obx_inbox (consumer_id, event_id, payload_digest, "
+                    "event_type, tenant, outcome, result, topic, partition, \"offset\", "
+                    "consumed_at, duration_us) VALUES ($1::text, $2::text, $3::text, $4::text, "
+                    "$5::text, $6::text, $7::text, $8::text, $9::int, $10::bigint, $11::bigint, "
+                    "$12::bigint)",
+    [Q_INBOX_HAS] = "SELECT k.ord FROM unnest($2::text[]) WITH ORDINALITY AS k(id, ord) WHERE "
+                    "EXISTS (SELECT 1 FROM obx.obx_inbox i WHERE i.consumer_id = $1::text AND "
+                    "i.event_id = k.id)",
+    [Q_WM_PUT] = "INSERT INTO obx.obx_consumer_watermark AS w (consumer_id, topic, partition, "
+                 "\"offset\", event_id, occurred_at, committed_at) VALUES ($1::text, $2::text, "
+                 "$3::int, $4::bigint, $5::text, $6::bigint, $7::bigint) "
+                 "ON CONFLICT (consumer_id, topic, partition) DO UPDATE SET "
+                 "event_id = CASE WHEN EXCLUDED.\"offset\" >= w.\"offset\" THEN EXCLUDED.event_id "
+                 "ELSE w.event_id END, "
+                 "occurred_at = CASE WHEN EXCLUDED.\"offset\" >= w.\"offset\" THEN "
+                 "EXCLUDED.occurred_at ELSE w.occurred_at END, "
+                 "\"offset\" = greatest(w.\"offset\", EXCLUDED.\"offset\"), "
+                 "committed_at = EXCLUDED.committed_at",
+    [Q_WM_LIST] = "SELECT consumer_id, topic, partition, \"offset\", event_id, occurred_at, "
+                  "committed_at FROM obx.obx_consumer_watermark WHERE consumer_id = $1::text "
+                  "ORDER BY topic, partition",
+    [Q_WM_LIST_ALL] = "SELECT consumer_id, topic, partition, \"offset\", event_id, occurred_at, "
+                      "committed_at FROM obx.obx_consumer_watermark "
+                      "ORDER BY consumer_id, topic, partition",
+    [Q_FAIL_BUMP] = "INSERT INTO obx.obx_inbox_failure AS f (consumer_id, event_id, failures, "
+                    "last_error, first_at, last_at) VALUES ($1::text, $2::text, 1, $3::text, "
+                    "$4::bigint, $4::bigint) ON CONFLICT (consumer_id, event_id) DO UPDATE SET "
+                    "failures = f.failures + 1, last_error = EXCLUDED.last_error, "
+                    "last_at = EXCLUDED.last_at RETURNING failures",
+    [Q_FAIL_CLEAR] = "DELETE FROM obx.obx_inbox_failure WHERE consumer_id = $1::text AND "
+                     "event_id = $2::text",
+    [Q_POISON_PUT] = "INSERT INTO obx.obx_poison (consumer_id, event_id, state, failures, "
+                     "last_error, topic, partition, \"offset\", headers, payload, parked_at, "
+                     "updated_at) VALUES ($1::text, $2::text, $3::text, $4::int, $5::text, "
+                     "$6::text, $7::int, $8::bigint, $9::text, $10::bytea, $11::bigint, "
+                     "$12::bigint) ON CONFLICT (consumer_id, event_id) DO UPDATE SET "
+                     "state = EXCLUDED.state, failures = EXCLUDED.failures, "
+                     "last_error = EXCLUDED.last_error, updated_at = EXCLUDED.updated_at",
+    [Q_POISON_LIST] = "SELECT consumer_id, event_id, state, failures, last_error, topic, "
+                      "partition, \"offset\", headers, parked_at, updated_at FROM obx.obx_poison "
+                      "WHERE ($1::text IS NULL OR consumer_id = $1::text) AND "
+                      "($2::text IS NULL OR state = $2::text) ORDER BY parked_at, event_id",
+    [Q_POISON_GET] = "SELECT consumer_id, event_id, state, failures, last_error, topic, "
+                     "partition, \"offset\", headers, parked_at, updated_at, payload FROM "
+                     "obx.obx_poison WHERE consumer_id = $1::text AND event_id = $2::text",
+    [Q_POISON_STATE] = "UPDATE obx.obx_poison SET state = $1::text, updated_at = $2::bigint "
+                       "WHERE consumer_id = $3::text AND event_id = $4::text",
+    [Q_INBOX_QUAR] = "INSERT INTO obx.obx_inbox_quarantine (consumer_id, event_id, "
+                     "payload_digest, first_digest, reason, at) VALUES ($1::text, $2::text, "
+                     "$3::text, $4::text, $5::text, $6::bigint)",
+    [Q_CONSUME_AUDIT] = "INSERT INTO obx.obx_consume_audit (at, consumer_id, event_id, outcome, "
+                        "duration_us, detail) SELECT at, consumer_id, event_id, outcome, "
+                        "duration_us, detail FROM unnest($1::bigint[], $2::text[], $3::text[], "
+                        "$4::text[], $5::bigint[], $6::text[]) WITH ORDINALITY AS t(at, "
+                        "consumer_id, event_id, outcome, duration_us, detail, ord) ORDER BY ord",
+};
+
+/* Statements that only read: run standalone on an owned connection found lost, they are
+ * retried once on a new connection (contract 6). A write is never retried: whether a lost
+ * statement took effect is unknown. */
+static const bool q_readonly[Q_COUNT] = {
+    [Q_ROUTE_GET] = true,   [Q_ROUTE_LIST_CUR] = true, [Q_ROUTE_LIST_ALL] = true,
+    [Q_IDEM] = true,        [Q_SEL_EXPIRED] = true,    [Q_SEL_RECONCILE] = true,
+    [Q_SEL_STATE] = true,   [Q_SEL_PUBBEFORE] = true,  [Q_LOAD] = true,
+    [Q_LOAD_ATT] = true,    [Q_LOAD_ATT_EVENT] = true, [Q_LOAD_RCPT] = true,
+    [Q_LOAD_AUDIT] = true,  [Q_COUNTER_GET] = true,    [Q_STATS] = true,
+    [Q_STATS_INV] = true,   [Q_UNKNOWN_RES] = true,    [Q_FIND_CORR] = true,
+    [Q_INBOX_GET] = true,   [Q_INBOX_HAS] = true,      [Q_WM_LIST] = true,
+    [Q_WM_LIST_ALL] = true, [Q_POISON_LIST] = true,    [Q_POISON_GET] = true,
+};
+
+/* ---- statement names ----------------------------------------------------------------------- */
+
+static char name_prefix[24]; /* "obx_<8 hex>_" */
+static pthread_once_t name_once = PTHREAD_ONCE_INIT;
+
+/* The prefix hashes every statement text, so a connection shared by two library versions never
+ * runs one version's statement under the other's name. */
+static void name_init(void) {
+    uint32_t h = 2166136261u;
+    for (int i = 0; i < Q_COUNT; i++)
+        for (const char *p = sql_text[i]; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
+    snprintf(name_prefix, sizeof name_prefix, "obx_%08x_", h);
+}
+
+static void stmt_name(int id, char out[40]) {
+    pthread_once(&name_once, name_init);
+    snprintf(out, 40, "%s%d", name_prefix, id);
+}
+
+/* ---- parameters ------------------------------------------------------------------------------ */
+
+#define PMAX 48
+
+/* Parameters of one statement: text values (NULL = SQL NULL), binary bytea, and array literals
+ * built in owned buffers. Out of memory is sticky and reported by run(). */
+typedef struct params {
+    int n;
+    const char *val[PMAX];
+    int len[PMAX];
+    int fmt[PMAX];
+    char num[PMAX][24];
+    obx__buf arr[PMAX];
+} params;
+
+static void p_init(params *p) { memset(p, 0, sizeof *p); }
+
+static void p_free(params *p) {
+    for (int i = 0; i < p->n; i++) obx__buf_free(&p->arr[i]);
+}
+
+static void p_text(params *p, const char *v) {
+    p->val[p->n] = v;
+    p->n++;
+}
+
+static void p_int(params *p, int64_t v) {
+    snprintf(p->num[p->n], sizeof p->num[0], "%lld", (long long)v);
+    p->val[p->n] = p->num[p->n];
+    p->n++;
+}
+
+static void p_bool(params *p, bool v) {
+    p->val[p->n] = v ? "t" : "f";
+    p->n++;
+}
+
+/* Binary bytea; a NULL pointer with length 0 is an empty value, not SQL NULL. */
+static void p_bytes(params *p, const void *data, size_t len) {
+    p->val[p->n] = data ? (const char *)data : "";
+    p->len[p->n] = (int)len;
+    p->fmt[p->n] = 1;
+    p->n++;
+}
+
+/* Array literal parameters: a_begin, one a_* per element, a_end. */
+static obx__buf *a_begin(params *p) {
+    obx__buf *b = &p->arr[p->n];
+    obx__buf_put(b, "{", 1);
+    return b;
+}
+
+static void a_sep(obx__buf *b) {
+    if (b->len > 1) obx__buf_put(b, ",", 1);
+}
+
+static void a_text(obx__buf *b, const char *v) {
+    a_sep(b);
+    if (!v) {
+        obx__buf_puts(b, "NULL");
+        return;
+    }
+    obx__buf_put(b, "\"", 1);
+    for (const char *c = v; *c; c++) {
+        if (*c == '"' || *c == '\\') obx__buf_put(b, "\\", 1);
+        obx__buf_put(b, c, 1);
+    }
+    obx__buf_put(b, "\"", 1);
+}
+
+static void a_int(obx__buf *b, int64_t v) {
+    a_sep(b);
+    obx__buf_printf(b, "%lld", (long long)v);
+}
+
+static void a_end(params *p) {
+    obx__buf *b = &p->arr[p->n];
+    obx__buf_put(b, "}", 2); /* with the NUL */
+    p->val[p->n] = (const char *)b->data;
+    p->n++;
+}
+
+/* Column arrays over n rows; the expression sees the row index as i. */
+#define ARR_TEXT(p, n, expr)                                                                       \
+    do {                                                                                           \
+        obx__buf *b_ = a_begin(p);                                                                 \
+        for (size_t i = 0; i < (n); i++) a_text(b_, (expr));                                       \
+        a_end(p);                                                                                  \
+    } while (0)
+#define ARR_INT(p, n, expr)                                                                        \
+    do {                                                                                           \
+        obx__buf *b_ = a_begin(p);                                                                 \
+        for (size_t i = 0; i < (n); i++) a_int(b_, (int64_t)(expr));                               \
+        a_end(p);                                                                                  \
+    } while (0)
+
+static bool p_oom(const params *p) {
+    for (int i = 0; i < p->n; i++)
+        if (p->arr[i].oom) return true;
+    return false;
+}
+
+/* ---- errors ------------------------------------------------------------------------------- */
+
+static bool conn_lost_state(const char *st) {
+    return st && (!strncmp(st, "08", 2) || !strcmp(st, "57P01") || !strcmp(st, "57P02") ||
+                  !strcmp(st, "57P03"));
+}
+
+static void primary_message(pg_store *s, const PGresult *r, char *out, size_t cap) {
+    const char *m = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+    obx__strlcpy(out, m ? m : PQerrorMessage(s->conn), cap);
+    for (char *c = out; *c; c++)
+        if (*c == '\n' || *c == '\t') *c = ' ';
+    size_t n = strlen(out);
+    while (n && out[n - 1] == ' ') out[--n] = '\0';
+    if (!*out) obx__strlcpy(out, "no message from the server", cap);
+}
+
+/* The one place where PostgreSQL's errors become obx codes (contract 5). */
+static obx_err map_error(pg_store *s, const PGresult *r, const char *what) {
+    const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    char msg[768];
+    primary_message(s, r, msg, sizeof msg);
+    if (PQstatus(s->conn) != CONNECTION_OK || conn_lost_state(st)) {
+        if (s->depth > 0) s->lost = true;
+        return obx__fail(OBX_ECONNLOST, "postgres: connection lost (%s): %s", what, msg);
+    }
+    if (!st) return obx__fail(OBX_ESTORE, "postgres: %s (%s)", msg, what);
+    if (!strcmp(st, "OB001")) return obx__fail(OBX_EIMMUTABLE, "%s (%s)", msg, what);
+    if (!strcmp(st, "OB002")) return obx__fail(OBX_EINVAL, "%s", msg);
+    if (!strcmp(st, "OB003")) return obx__fail(OBX_ETOOBIG, "%s", msg);
+    if (!strcmp(st, "OB004")) return obx__fail(OBX_ENOROUTE, "%s", msg);
+    if (!strcmp(st, "23505")) return obx__fail(OBX_ECONFLICT, "postgres: %s (%s)", msg, what);
+    if (!strcmp(st, "40001") || !strcmp(st, "40P01") || !strcmp(st, "55P03") ||
+        !strcmp(st, "57014"))
+        return obx__fail(OBX_EBUSY, "postgres: %s [SQLSTATE %s] (%s): retry the transaction", msg,
+                         st, what);
+    if (!strncmp(st, "53", 2))
+        return obx__fail(OBX_EIO, "postgres: %s [SQLSTATE %s] (%s)", msg, st, what);
+    return obx__fail(OBX_ESTORE, "postgres: %s [SQLSTATE %s] (%s)", msg, st, what);
+}
+
+/* Takes r. OBX_OK when it carries the expected status; *out (may be NULL) then owns it. */
+static obx_err check(pg_store *s, PGresult *r, ExecStatusType want, PGresult **out,
+                     const char *what) {
+    ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    if (st == want || (want == PGRES_COMMAND_OK && st == PGRES_TUPLES_OK)) {
+        if (out)
+            *out = r;
+        else
+            PQclear(r);
+        return OBX_OK;
+    }
+    obx_err e = map_error(s, r, what);
+    PQclear(r);
+    return e;
+}
+
+/* ---- connection ------------------------------------------------------------------------------ */
+
+static void forget_session(pg_store *s) {
+    memset(s->prepared, 0, sizeof s->prepared);
+    s->listening = false;
+    s->names_checked = false;
+}
+
+/* Contract 6: usable connection or OBX_ECONNLOST. */
+static obx_err ready(pg_store *s, const char *what) {
+    if (s->depth > 0 && s->lost)
+        return obx__fail(OBX_ECONNLOST,
+                         "postgres: connection lost earlier in this transaction (%s): roll back",
+                         what);
+    if (PQstatus(s->conn) == CONNECTION_OK) return OBX_OK;
+    if (s->depth > 0 || !s->owned)
+        return obx__fail(OBX_ECONNLOST, "postgres: connection lost (%s): %s", what,
+                         PQerrorMessage(s->conn));
+    PQreset(s->conn);
+    forget_session(s);
+    if (PQstatus(s->conn) != CONNECTION_OK)
+        return obx__fail(OBX_ECONNLOST, "postgres: cannot reconnect (%s): %s", what,
+                         PQerrorMessage(s->conn));
+    return OBX_OK;
+}
+
+static obx_err exec_simple(pg_store *s, const char *sql, const char *what) {
+    obx_err e = ready(s, what);
+    if (e) return e;
+    return check(s, PQexec(s->conn, sql), PGRES_COMMAND_OK, NULL, what);
+}
+
+/* Borrowed connection: which of our names are prepared already (contract 2). */
+static obx_err check_names(pg_store *s) {
+    char pattern[40];
+    pthread_once(&name_once, name_init);
+    snprintf(pattern, sizeof pattern, "%s%%", name_prefix);
+    const char *v[1] = {pattern};
+    PGresult *r = NULL;
+    obx_err e = check(
+        s,
+        PQexecParams(s->conn, "SELECT name FROM pg_prepared_statements WHERE name LIKE $1::text", 1,
+                     NULL, v, NULL, NULL, 0),
+        PGRES_TUPLES_OK, &r, "read prepared statements");
+    if (e) return e;
+    size_t pl = strlen(name_prefix);
+    for (int i = 0; i < PQntuples(r); i++) {
+        const char *nm = PQgetvalue(r, i, 0);
+        /* LIKE's '_' matches any character: compare the prefix exactly */
+        if (strlen(nm) > pl && !strncmp(nm, name_prefix, pl)) {
+            int id = atoi(nm + pl);
+            if (id >= 0 && id < Q_COUNT) s->prepared[id] = true;
+        }
+    }
+    PQclear(r);
+    s->names_checked = true;
+    return OBX_OK;
+}
+
+static obx_err prepare(pg_store *s, int id) {
+    if (s->prepared[id]) return OBX_OK;
+    obx_err e;
+    if (!s->owned && !s->names_checked) {
+        if ((e = check_names(s))) return e;
+        if (s->prepared[id]) return OBX_OK;
+    }
+    char name[40];
+    stmt_name(id, name);
+    e = check(s, PQprepare(s->conn, name, sql_text[id], 0, NULL), PGRES_COMMAND_OK, NULL,
+              "prepare");
+    if (!e) s->prepared[id] = true;
+    return e;
+}
+
+static bool retriable_race(const PGresult *r) {
+    const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    return st && (!strcmp(st, "40001") || !strcmp(st, "40P01"));
+}
+
+/* Runs prepared statement id with p (may be NULL). want: PGRES_TUPLES_OK or PGRES_COMMAND_OK;
+ * *out (may be NULL) gets the result on success (PQclear it). */
+static obx_err run(pg_store *s, int id, params *p, ExecStatusType want, PGresult **out,
+                   const char *what) {
+    if (p && p_oom(p)) return obx__fail(OBX_ENOMEM, "%s: out of memory", what);
+    char name[40];
+    stmt_name(id, name);
+    for (int attempt = 0;; attempt++) {
+        obx_err e = ready(s, what);
+        if (e) return e;
+        if ((e = prepare(s, id))) {
+            /* PREPARE found the connection lost: nothing ran, so any statement may go again */
+            if (e == OBX_ECONNLOST && s->owned && s->depth == 0 && attempt == 0) continue;
+            return e;
+        }
+        PGresult *r = PQexecPrepared(s->conn, name, p ? p->n : 0, p ? p->val : NULL,
+                                     p ? p->len : NULL, p ? p->fmt : NULL, 0);
+        ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+        bool standalone = s->depth == 0 && (PQstatus(s->conn) != CONNECTION_OK ||
+                                            PQtransactionStatus(s->conn) == PQTRANS_IDLE);
+        /* contract 6: a read found the connection lost; reconnect (ready) and read again */
+        if (PQstatus(s->conn) != CONNECTION_OK && standalone && s->owned && q_readonly[id] &&
+            attempt == 0) {
+            PQclear(r);
+            continue;
+        }
+        if (st != want && st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK && r) {
+            const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+            /* a caller reset its session (DISCARD ALL): prepare again where that is harmless */
+            if (code && !strcmp(code, "26000") && standalone && attempt == 0) {
+                PQclear(r);
+                s->prepared[id] = false;
+                s->names_checked = true;
+                continue;
+            }
+            /* contract 5: a standalone statement that lost a race was not applied at all */
+            if (retriable_race(r) && standalone && attempt < 3) {
+                PQclear(r);
+                continue;
+            }
+        }
+        return check(s, r, want, out, what);
+    }
+}
+
+/* ---- reading results ------------------------------------------------------------------------ */
+
+static int64_t gi(const PGresult *r, int row, int col) {
+    return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
+}
+
+static bool gb(const PGresult *r, int row, int col) {
+    return !PQgetisnull(r, row, col) && PQgetvalue(r, row, col)[0] == 't';
+}
+
+static void gt(const PGresult *r, int row, int col, char *out, size_t cap) {
+    obx__strlcpy(out, PQgetisnull(r, row, col) ? "" : PQgetvalue(r, row, col), cap);
+}
+#define GT(r, row, col, field) gt(r, row, col, field, sizeof(field))
+
+static int hexv(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* A bytea column in text format into a malloc'ed buffer (*out NULL for SQL NULL). Handles the
+ * hex format (the default) and, through libpq, a session's bytea_output = escape. */
+static obx_err get_bytea(const PGresult *r, int row, int col, unsigned char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    if (PQgetisnull(r, row, col)) return OBX_OK;
+    const char *t = PQgetvalue(r, row, col);
+    size_t tl = (size_t)PQgetlength(r, row, col);
+    if (tl >= 2 && t[0] == '\\' && t[1] == 'x') {
+        size_t n = (tl - 2) / 2;
+        unsigned char *b = malloc(n ? n : 1);
+        if (!b) return obx__fail(OBX_ENOMEM, "payload: out of memory");
+        for (size_t i = 0; i < n; i++) {
+            int hi = hexv(t[2 + 2 * i]), lo = hexv(t[3 + 2 * i]);
+            if (hi < 0 || lo < 0) {
+                free(b);
+                return obx__fail(OBX_ESTORE, "postgres: malformed bytea from the server");
+            }
+            b[i] = (unsigned char)(hi << 4 | lo);
+        }
+        *out = b;
+        *len = n;
+        return OBX_OK;
+    }
+    size_t n = 0;
+    unsigned char *u = PQunescapeBytea((const unsigned char *)t, &n);
+    if (!u) return obx__fail(OBX_ENOMEM, "payload: out of memory");
+    unsigned char *b = malloc(n ? n : 1);
+    if (b) memcpy(b, u, n);
+    PQfreemem(u);
+    if (!b) return obx__fail(OBX_ENOMEM, "payload: out of memory");
+    *out = b;
+    *len = n;
+    return OBX_OK;
+}
+
+/* ---- open / close / schema --------------------------------------------------------------- */
+
+static void pg_close(obx__store *base) {
+    pg_store *s = (pg_store *)base;
+    if (!s) return;
+    if (s->owned) PQfinish(s->conn);
+    free(s);
+}
+
+static obx_err pg_new(PGconn *conn, bool owned, obx__store **out) {
+    pg_store *s = calloc(1, sizeof *s);
+    if (!s) return obx__fail(OBX_ENOMEM, "postgres store: out of memory");
+    s->base.m = &obx__pg_store_methods;
+    s->conn = conn;
+    s->owned = owned;
+    *out = &s->base;
+    return OBX_OK;
+}
+
+static obx_err pg_open(const obx__url *u, obx__store **out) {
+    /* Defaults first, the URL next (its settings win), then what obx needs: UTF-8 strings.
+     * Keepalives detect a dead peer during a long wait_for_work. */
+    const char *const keys[] = {
+        "connect_timeout", "keepalives_idle", "keepalives_interval",       "keepalives_count",
+        "dbname",          "client_encoding", "fallback_application_name", NULL};
+    const char *const vals[] = {"10", "30", "10", "3", u->raw, "UTF8", "obx", NULL};
+    PGconn *conn = PQconnectdbParams(keys, vals, 1);
+    if (!conn) return obx__fail(OBX_ENOMEM, "postgres: out of memory");
+    if (PQstatus(conn) != CONNECTION_OK) {
+        char msg[512];
+        obx__strlcpy(msg, PQerrorMessage(conn), sizeof msg);
+        size_t n = strlen(msg);
+        while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' ')) msg[--n] = '\0';
+        PQfinish(conn);
+        /* retriable: the server may come up later (a bad password stays bad, with a message
+         * that says so) */
+        return obx__fail(OBX_ECONNLOST, "postgres: cannot connect: %s", msg);
+    }
+    obx_err e = pg_new(conn, true, out);
+    if (e) PQfinish(conn);
+    return e;
+}
+
+static obx_err pg_wrap(void *conn, obx__store **out) {
+    PGconn *c = conn;
+    if (!c) return obx__fail(OBX_EINVAL, "pg_conn: NULL");
+    if (PQstatus(c) != CONNECTION_OK)
+        return obx__fail(OBX_ECONNLOST, "pg_conn: the connection is not open: %s",
+                         PQerrorMessage(c));
+    const char *enc = pg_encoding_to_char(PQclientEncoding(c));
+    if (strcmp(enc, "UTF8"))
+        return obx__fail(OBX_EINVAL,
+                         "pg_conn: client_encoding is %s; obx exchanges UTF-8 (SET "
+                         "client_encoding = 'UTF8')",
+                         enc);
+    return pg_new(c, false, out);
+}
+
+static obx_err pg_schema_version(obx__store *base, int *found) {
+    pg_store *s = (pg_store *)base;
+    *found = 0;
+    obx_err e = ready(s, "schema version");
+    if (e) return e;
+    PGresult *r = NULL;
+    /* to_regclass: a missing table must not raise (it would abort a caller's transaction) */
+    e = check(s, PQexec(s->conn, "SELECT to_regclass('obx.obx_meta') IS NOT NULL"), PGRES_TUPLES_OK,
+              &r, "schema version");
+    if (e) return e;
+    bool present = gb(r, 0, 0);
+    PQclear(r);
+    if (!present) return OBX_OK;
+    e = check(s, PQexec(s->conn, "SELECT value FROM obx.obx_meta WHERE key = 'schema_version'"),
+              PGRES_TUPLES_OK, &r, "schema version");
+    if (e) return e;
+    if (PQntuples(r) == 1) *found = (int)gi(r, 0, 0);
+    PQclear(r);
+    return OBX_OK;
+}
+
+static obx_err pg_begin(obx__store *base);
+static obx_err pg_commit(obx__store *base);
+static obx_err pg_rollback(obx__store *base);
+
+static obx_err migrate_in_tx(pg_store *s) {
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT pg_advisory_xact_lock(%d, 0)", LOCK_CLASS_INIT);
+    PGresult *r = NULL;
+    obx_err e = check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, NULL, "init lock");
+    if (e) return e;
+    /* canonical encodings hash UTF-8 bytes: the database must store UTF-8 */
+    e = check(s,
+              PQexec(s->conn, "SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE "
+                              "datname = current_database()"),
+              PGRES_TUPLES_OK, &r, "database encoding");
+    if (e) return e;
+    char enc[32];
+    gt(r, 0, 0, enc, sizeof enc);
+    PQclear(r);
+    if (strcmp(enc, "UTF8"))
+        return obx__fail(OBX_ECONFIG,
+                         "postgres: database encoding is %s; obx needs a UTF8 database "
+                         "(CREATE DATABASE ... ENCODING 'UTF8')",
+                         enc);
+    int found = 0;
+    if ((e = pg_schema_version(&s->base, &found))) return e;
+    if (found > OBX__SCHEMA_VERSION)
+        return obx__fail(
+            OBX_ESCHEMA,
+            "database schema version %d is newer than this obx knows (%d): upgrade obx", found,
+            OBX__SCHEMA_VERSION);
+    for (int v = found + 1; v <= OBX__SCHEMA_VERSION; v++) {
+        if ((e = check(s, PQexec(s->conn, migrations[v]), PGRES_COMMAND_OK, NULL,
+                       "schema migration")))
+            return obx__fail_prefix(e, "migration to schema version %d", v);
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO obx.obx_meta (key, value) VALUES ('schema_version', '%d') "
+                 "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                 v);
+        if ((e = check(s, PQexec(s->conn, sql), PGRES_COMMAND_OK, NULL, "schema version")))
+            return e;
+    }
+    return OBX_OK;
+}
+
+/* Versioned migrations in one transaction (DDL is transactional in PostgreSQL) under an advisory
+ * lock, so that two concurrent `obx init` do not both create the schema. */
+static obx_err pg_migrate(obx__store *base) {
+    pg_store *s = (pg_store *)base;
+    obx_err e = pg_begin(base);
+    if (e) return e;
+    e = migrate_in_tx(s);
+    if (e) {
+        pg_rollback(base);
+        return e;
+    }
+    return pg_commit(base);
+}
+
+/* ---- transactions (contract 3) --------------------------------------------------------------- */
+
+static obx_err pg_begin(obx__store *base) {
+    pg_store *s = (pg_store *)base;
+    char sql[64];
+    obx_err e;
+    if (s->depth == 0) {
+        if ((e = ready(s, "begin"))) return e;
+        PGTransactionStatusType ts = PQtransactionStatus(s->conn);
+        if (s->owned && ts != PQTRANS_IDLE) {
+            /* our own connection left in a transaction (e.g. a failed COMMIT): nobody else's */
+            if ((e = exec_simple(s, "ROLLBACK", "begin"))) return e;
+            ts = PQtransactionStatus(s->conn);
+        }
+        if (ts == PQTRANS_IDLE) {
+            if ((e = exec_simple(s, "BEGIN", "begin"))) return e;
+            s->outer_begin = true;
+            s->lost = false;
+            s->depth = 1;
+            return OBX_OK;
+        }
+        if (ts == PQTRANS_INERROR)
+            return obx__fail(OBX_ESTORE,
+                             "postgres: the caller's transaction has already failed: roll it back");
+        if (ts != PQTRANS_INTRANS)
+            return obx__fail(OBX_ESTORE, "postgres: the connection is busy with another command");
+        s->outer_begin = false;
+        s->lost = false;
+    }
+    snprintf(sql, sizeof sql, "SAVEPOINT obx_sp%d", s->depth);
+    if ((e = exec_simple(s, sql, "savepoint"))) return e;
+    s->depth++;
+    return OBX_OK;
+}
+
+/* The outermost COMMIT: definite success, definite failure, or OBX_EUNKNOWN when the connection
+ * broke while COMMIT was in flight (contract 5). */
+static obx_err commit_outer(pg_store *s) {
+    if (s->lost || PQstatus(s->conn) != CONNECTION_OK)
+        return obx__fail(OBX_ECONNLOST, "postgres: connection lost before COMMIT: the "
+                                        "transaction was not committed");
+    PGresult *r = PQexec(s->conn, "COMMIT");
+    ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    if (st == PGRES_COMMAND_OK) {
+        /* COMMIT of a failed transaction reports success with the tag ROLLBACK */
+        bool rolled_back = strcmp(PQcmdStatus(r), "COMMIT") != 0;
+        PQclear(r);
+        if (rolled_back)
+            return obx__fail(OBX_ESTORE, "postgres: COMMIT rolled back: a statement of the "
+                                         "transaction had failed");
+        return OBX_OK;
+    }
+    const char *code = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    if (!r || PQstatus(s->conn) != CONNECTION_OK || conn_lost_state(code)) {
+        char msg[512];
+        primary_message(s, r, msg, sizeof msg);
+        PQclear(r);
+        return obx__fail(OBX_EUNKNOWN,
+                         "postgres: connection lost during COMMIT: the transaction may or may "
+                         "not have been committed (%s)",
+                         msg);
+    }
+    /* the server answered: COMMIT failed (deferred constraint, serialization), rolled back */
+    obx_err e = map_error(s, r, "commit");
+    PQclear(r);
+    return e;
+}
+
+static obx_err pg_commit(obx__store *base) {
+    pg_store *s = (pg_store *)base;
+    char sql[64];
+    if (s->depth <= 0) return obx__fail(OBX_EINTERNAL, "postgres: commit without begin");
+    s->depth--;
+    if (s->depth == 0 && s->outer_begin) {
+        obx_err e = commit_outer(s);
+        s->lost = false;
+        return e;
+    }
+    snprintf(sql, sizeof sql, "RELEASE SAVEPOINT obx_sp%d", s->depth);
+    obx_err e = exec_simple(s, sql, "release savepoint");
+    if (s->depth == 0) s->lost = false;
+    return e;
+}
+
+static obx_err pg_rollback(obx__store *base) {
+    pg_store *s = (pg_store *)base;
+    char sql[96];
+    if (s->depth <= 0) return OBX_OK;
+    s->depth--;
+    /* nothing of a transaction survives its connection: rolled back already, by the server */
+    if (s->lost || PQstatus(s->conn) != CONNECTION_OK) {
+        if (s->depth == 0) s->lost = false;
+        return OBX_OK;
+    }
+    if (s->depth == 0 && s->outer_begin) return exec_simple(s, "ROLLBACK", "rollback");
+    snprintf(sql, sizeof sql, "ROLLBACK TO SAVEPOINT obx_sp%d; RELEASE SAVEPOINT obx_sp%d",
+             s->depth, s->depth);
+    return exec_simple(s, sql, "rollback to savepoint");
+}
+
+static obx_err pg_txid(obx__store *base, char *out, size_t cap) {
+    pg_store *s = (pg_store *)base;
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_TXID, NULL, PGRES_TUPLES_OK, &r, "transaction id");
+    if (e) return e;
+    gt(r, 0, 0, out, cap);
+    PQclear(r);
+    return OBX_OK;
+}
+
+/* ---- routes ------------------------------------------------------------------------------- */
+
+static void read_route(const PGresult *r, int row, obx__route_row *o) {
+    memset(o, 0, sizeof *o);
+    o->gen = gi(r, row, 0);
+    GT(r, row, 1, o->event_type);
+    GT(r, row, 2, o->cluster);
+    GT(r, row, 3, o->topic);
+    GT(r, row, 4, o->routing_key);
+    GT(r, row, 5, o->algorithm);
+    GT(r, row, 6, o->serializer);
+    GT(r, row, 7, o->durability);
+    GT(r, row, 8, o->required_acks);
+    o->max_attempts = (int32_t)gi(r, row, 9);
+    o->blind_retry = gb(r, row, 10);
+    o->unordered = gb(r, row, 11);
+    GT(r, row, 12, o->alias);
+    o->created_at = gi(r, row, 13);
+}
+
+static obx_err pg_route_put(obx__store *base, const obx__route_row *rt, int64_t *gen) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, rt->event_type);
+    p_text(&p, rt->cluster);
+    p_text(&p, rt->topic);
+    p_text(&p, rt->routing_key);
+    p_text(&p, rt->algorithm);
+    p_text(&p, rt->serializer);
+    p_text(&p, rt->durability);
+    p_text(&p, rt->required_acks);
+    p_int(&p, rt->max_attempts);
+    p_bool(&p, rt->blind_retry);
+    p_bool(&p, rt->unordered);
+    p_text(&p, rt->alias);
+    p_int(&p, rt->created_at);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_ROUTE_PUT, &p, PGRES_TUPLES_OK, &r, "insert route");
+    if (!e) {
+        if (gen) *gen = gi(r, 0, 0);
+        PQclear(r);
+    }
+    return e;
+}
+
+static obx_err pg_route_get(obx__store *base, const char *event_type, obx__route_row *out) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, event_type);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_ROUTE_GET, &p, PGRES_TUPLES_OK, &r, "read route");
+    if (e) return e;
+    if (PQntuples(r) == 1)
+        read_route(r, 0, out);
+    else
+        e = obx__fail(OBX_ENOROUTE,
+                      "event_type: no route for '%s' (add one with `obx route set %s ...`)",
+                      event_type, event_type);
+    PQclear(r);
+    return e;
+}
+
+static obx_err pg_route_list(obx__store *base, bool all, obx__route_row **out, size_t *n) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n = 0;
+    PGresult *r = NULL;
+    obx_err e =
+        run(s, all ? Q_ROUTE_LIST_ALL : Q_ROUTE_LIST_CUR, NULL, PGRES_TUPLES_OK, &r, "list routes");
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (rows > 0) {
+        *out = calloc((size_t)rows, sizeof **out);
+        if (!*out) e = obx__fail(OBX_ENOMEM, "route list: out of memory");
+        for (int i = 0; !e && i < rows; i++) read_route(r, i, &(*out)[i]);
+        if (!e) *n = (size_t)rows;
+    }
+    PQclear(r);
+    return e;
+}
+
+/* ---- producer ----------------------------------------------------------------------------- */
+
+static obx_err pg_idem_lookup(obx__store *base, const char *tenant, const char *key,
+                              char existing[OBX_EVENT_ID_LEN + 1]) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, tenant);
+    p_text(&p, key);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_IDEM, &p, PGRES_TUPLES_OK, &r, "idempotency lookup");
+    if (e) return e;
+    if (PQntuples(r) == 1)
+        gt(r, 0, 0, existing, OBX_EVENT_ID_LEN + 1);
+    else
+        e = OBX_ENOTFOUND;
+    PQclear(r);
+    return e;
+}
+
+static void order_key(const obx__event_row *r, char *out, size_t cap) {
+    snprintf(out, cap, "%s\x1f%s\x1f%s", r->dest.cluster, r->dest.topic, r->dest.routing_key);
+}
+#define ORDER_KEY_CAP (OBX_NAME_MAX + OBX_TOPIC_MAX + OBX_KEY_MAX + 4)
+
+/* Parameters $1..$28 of Q_INS_ENV and Q_INS_EVENT. */
+static void bind_envelope(params *p, const obx__event_row *r, const void *payload, size_t len) {
+    const obx__envelope *v = &r->env;
+    p_text(p, v->event_id);
+    p_int(p, r->envelope_gen);
+    p_text(p, v->aggregate_type);
+    p_text(p, v->aggregate_id);
+    p_int(p, v->aggregate_version);
+    p_text(p, v->event_type);
+    p_text(p, v->payload_schema);
+    p_text(p, v->payload_digest);
+    p_text(p, v->tenant);
+    p_int(p, v->occurred_at);
+    p_text(p, v->created_txid);
+    p_text(p, v->correlation_id);
+    p_text(p, v->causation_id);
+    p_text(p, v->traceparent);
+    p_text(p, v->idempotency_key);
+    p_text(p, r->envelope_digest);
+    p_text(p, r->dest.cluster);
+    p_text(p, r->dest.topic);
+    p_text(p, r->dest.routing_key);
+    p_text(p, r->dest.algorithm);
+    p_int(p, r->dest.route_gen);
+    p_text(p, r->dest.serializer);
+    p_text(p, r->dest.durability);
+    p_text(p, r->dest.required_acks);
+    p_text(p, r->dest_digest);
+    p_bytes(p, payload, len);
+    p_int(p, (int64_t)len);
+    p_int(p, r->committed_at);
+}
+
+static obx_err pg_insert_envelope(obx__store *base, const obx__event_row *r, const void *payload,
+                                  size_t len) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    bind_envelope(&p, r, payload, len);
+    return run(s, Q_INS_ENV, &p, PGRES_COMMAND_OK, NULL, "insert envelope");
+}
+
+static obx_err pg_insert_event(obx__store *base, const obx__event_row *r, const void *payload,
+                               size_t len) {
+    pg_store *s = (pg_store *)base;
+    char ok[ORDER_KEY_CAP];
+    order_key(r, ok, sizeof ok);
+    params p;
+    p_init(&p);
+    bind_envelope(&p, r, payload, len);
+    p_text(&p, ok); /* $29 */
+    p_text(&p, obx__state_name(r->state));
+    p_int(&p, r->claim_gen);
+    p_text(&p, r->owner);
+    p_int(&p, r->lease_until);
+    p_int(&p, r->attempt_gen);
+    p_text(&p, r->attempt_id);
+    p_int(&p, r->pinned_partition);
+    p_int(&p, r->rejections);
+    p_int(&p, r->available_at);
+    p_int(&p, r->next_check_at);
+    p_int(&p, r->unknown_since);
+    p_text(&p, r->primary_attempt_id);
+    p_int(&p, r->published_at);
+    p_int(&p, r->committed_at);
+    p_int(&p, r->updated_at);
+    p_int(&p, r->max_attempts);
+    p_bool(&p, r->blind_retry);
+    p_bool(&p, r->unordered);
+    p_text(&p, r->alias); /* $48 */
+    return run(s, Q_INS_EVENT, &p, PGRES_COMMAND_OK, NULL, "insert event");
+}
+
+/* ---- reading events ----------------------------------------------------------------------- */
+
+static obx_err read_event(const PGresult *res, int row, obx__event_row *r, bool with_payload) {
+    int i = 0;
+    r->seq = gi(res, row, i++);
+    GT(res, row, i++, r->env.event_id);
+    r->envelope_gen = (int32_t)gi(res, row, i++);
+    r->env.envelope_gen = r->envelope_gen;
+    char state[32];
+    GT(res, row, i++, state);
+    r->state = obx__state_parse(state);
+    r->claim_gen = gi(res, row, i++);
+    GT(res, row, i++, r->owner);
+    r->lease_until = gi(res, row, i++);
+    r->attempt_gen = (int32_t)gi(res, row, i++);
+    GT(res, row, i++, r->attempt_id);
+    r->pinned_partition = (int32_t)gi(res, row, i++);
+    r->rejections = (int32_t)gi(res, row, i++);
+    r->available_at = gi(res, row, i++);
+    r->next_check_at = gi(res, row, i++);
+    r->unknown_since = gi(res, row, i++);
+    GT(res, row, i++, r->primary_attempt_id);
+    r->published_at = gi(res, row, i++);
+    r->committed_at = gi(res, row, i++);
+    r->updated_at = gi(res, row, i++);
+    r->max_attempts = (int32_t)gi(res, row, i++);
+    r->blind_retry = gb(res, row, i++);
+    r->unordered = gb(res, row, i++);
+    GT(res, row, i++, r->alias);
+    GT(res, row, i++, r->env.aggregate_type);
+    GT(res, row, i++, r->env.aggregate_id);
+    r->env.aggregate_version = gi(res, row, i++);
+    GT(res, row, i++, r->env.event_type);
+    GT(res, row, i++, r->env.payload_schema);
+    GT(res, row, i++, r->env.payload_digest);
+    GT(res, row, i++, r->env.tenant);
+    r->env.occurred_at = gi(res, row, i++);
+    GT(res, row, i++, r->env.created_txid);
+    GT(res, row, i++, r->env.correlation_id);
+    GT(res, row, i++, r->env.causation_id);
+    GT(res, row, i++, r->env.traceparent);
+    GT(res, row, i++, r->env.idempotency_key);
+    GT(res, row, i++, r->envelope_digest);
+    GT(res, row, i++, r->dest.cluster);
+    GT(res, row, i++, r->dest.topic);
+    GT(res, row, i++, r->dest.routing_key);
+    GT(res, row, i++, r->dest.algorithm);
+    r->dest.route_gen = gi(res, row, i++);
+    GT(res, row, i++, r->dest.serializer);
+    GT(res, row, i++, r->dest.durability);
+    GT(res, row, i++, r->dest.required_acks);
+    GT(res, row, i++, r->dest_digest);
+    r->payload_len = (size_t)gi(res, row, i++);
+    r->payload_purged = gb(res, row, i++);
+    if (with_payload) {
+        size_t n = 0;
+        obx_err e = get_bytea(res, row, EVENT_NCOLS, &r->payload, &n);
+        if (e) return e;
+        r->payload_len = n;
+    }
+    return OBX_OK;
+}
+
+/* Appends the rows of r to out and releases r. */
+static obx_err collect(PGresult *r, bool with_payload, obx__rows *out, const char *what) {
+    obx_err e = OBX_OK;
+    for (int i = 0; !e && i < PQntuples(r); i++) {
+        obx__event_row *row = obx__rows_push(out);
+        if (!row)
+            e = obx__fail(OBX_ENOMEM, "%s: out of memory", what);
+        else
+            e = read_event(r, i, row, with_payload);
+    }
+    PQclear(r);
+    return e;
+}
+
+static obx_err pg_claim_candidates(obx__store *base, const obx__claim_req *req, obx__rows *out) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_int(&p, req->now);
+    p_text(&p, req->cluster);
+    p_int(&p, (int64_t)req->limit);
+    if (req->n_aliases)
+        ARR_TEXT(&p, req->n_aliases, req->aliases[i]);
+    else
+        p_text(&p, NULL);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_CLAIM, &p, PGRES_TUPLES_OK, &r, "claim candidates");
+    p_free(&p);
+    return e ? e : collect(r, true, out, "claim candidates");
+}
+
+static obx_err pg_select_events(obx__store *base, const obx__select_req *req, obx__rows *out) {
+    pg_store *s = (pg_store *)base;
+    int id;
+    bool with_state = false;
+    switch (req->kind) {
+    case OBX__SEL_EXPIRED_SENDING: id = req->lock ? Q_SEL_EXPIRED_LOCK : Q_SEL_EXPIRED; break;
+    case OBX__SEL_RECONCILE: id = req->lock ? Q_SEL_RECONCILE_LOCK : Q_SEL_RECONCILE; break;
+    case OBX__SEL_STATE:
+        id = req->lock ? Q_SEL_STATE_LOCK : Q_SEL_STATE;
+        with_state = true;
+        break;
+    case OBX__SEL_PUBLISHED_BEFORE:
+        id = req->lock ? Q_SEL_PUBBEFORE_LOCK : Q_SEL_PUBBEFORE;
+        with_state = true;
+        break;
+    default: return obx__fail(OBX_EINVAL, "select: unknown kind %d", (int)req->kind);
+    }
+    params p;
+    p_init(&p);
+    p_int(&p, req->now);
+    p_text(&p, req->cluster);
+    p_int(&p, (int64_t)(req->limit ? req->limit : 1000));
+    p_bool(&p, req->payload);
+    if (with_state) p_text(&p, obx__state_name(req->state));
+    PGresult *r = NULL;
+    obx_err e = run(s, id, &p, PGRES_TUPLES_OK, &r, "select events");
+    return e ? e : collect(r, req->payload, out, "select events");
+}
+
+static obx_err pg_load_events(obx__store *base, const char *const *ids, size_t n, unsigned flags,
+                              obx__rows *out) {
+    pg_store *s = (pg_store *)base;
+    bool pl = flags & OBX__LOAD_PAYLOAD;
+    params p;
+    p_init(&p);
+    ARR_TEXT(&p, n, ids[i]);
+    p_bool(&p, pl);
+    PGresult *r = NULL;
+    obx_err e = run(s, (flags & OBX__LOAD_LOCK) ? Q_LOAD_LOCK : Q_LOAD, &p, PGRES_TUPLES_OK, &r,
+                    "load events");
+    p_free(&p);
+    return e ? e : collect(r, pl, out, "load events");
+}
+
+/* Length of the run starting at from in which no key repeats (contract 4): open addressing on
+ * a table of 2n slots, -1 = empty. */
+static size_t unique_run(const char *(*key)(const void *, size_t), const void *rows, size_t from,
+                         size_t n, long *slots, size_t nslots) {
+    for (size_t k = 0; k < nslots; k++) slots[k] = -1;
+    size_t j = from;
+    for (; j < n; j++) {
+        const char *kj = key(rows, j);
+        uint32_t h = 2166136261u;
+        for (const char *c = kj; *c; c++) h = (h ^ (unsigned char)*c) * 16777619u;
+        size_t at = h % nslots;
+        bool dup = false;
+        while (slots[at] >= 0) {
+            if (!strcmp(key(rows, (size_t)slots[at]), kj)) {
+                dup = true;
+                break;
+            }
+            at = (at + 1) % nslots;
+        }
+        if (dup) break;
+        slots[at] = (long)j;
+    }
+    return j - from;
+}
+
+static const char *update_key(const void *rows, size_t i) {
+    return ((const obx__event_update *)rows)[i].row->env.event_id;
+}
+
+static obx_err update_events_run(pg_store *s, const obx__event_update *u, size_t n, bool *applied) {
+    params p;
+    p_init(&p);
+    char(*ok)[ORDER_KEY_CAP] = malloc(n * sizeof *ok);
+    if (!ok) return obx__fail(OBX_ENOMEM, "update events: out of memory");
+    for (size_t i = 0; i < n; i++) order_key(u[i].row, ok[i], sizeof ok[i]);
+    ARR_TEXT(&p, n, u[i].row->env.event_id);
+    ARR_INT(&p, n, u[i].row->envelope_gen);
+    ARR_TEXT(&p, n, obx__state_name(u[i].row->state));
+    ARR_INT(&p, n, u[i].row->claim_gen);
+    ARR_TEXT(&p, n, u[i].row->owner);
+    ARR_INT(&p, n, u[i].row->lease_until);
+    ARR_INT(&p, n, u[i].row->attempt_gen);
+    ARR_TEXT(&p, n, u[i].row->attempt_id);
+    ARR_INT(&p, n, u[i].row->pinned_partition);
+    ARR_INT(&p, n, u[i].row->rejections);
+    ARR_INT(&p, n, u[i].row->available_at);
+    ARR_INT(&p, n, u[i].row->next_check_at);
+    ARR_INT(&p, n, u[i].row->unknown_since);
+    ARR_TEXT(&p, n, u[i].row->primary_attempt_id);
+    ARR_INT(&p, n, u[i].row->published_at);
+    ARR_INT(&p, n, u[i].row->updated_at);
+    ARR_TEXT(&p, n, ok[i]);
+    ARR_TEXT(&p, n, u[i].row->dest.cluster);
+    ARR_TEXT(&p, n, obx__state_name(u[i].expect_state));
+    ARR_INT(&p, n, u[i].expect_claim_gen);
+    free(ok);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_UPD_EVENTS, &p, PGRES_TUPLES_OK, &r, "update events");
+    p_free(&p);
+    if (e) return e;
+    for (size_t i = 0; i < n; i++) applied[i] = false;
+    for (int k = 0; k < PQntuples(r); k++) {
+        int64_t ord = gi(r, k, 0);
+        if (ord >= 1 && (size_t)ord <= n) applied[ord - 1] = true;
+    }
+    PQclear(r);
+    return OBX_OK;
+}
+
+static obx_err pg_update_events(obx__store *base, const obx__event_update *u, size_t n,
+                                bool *applied) {
+    pg_store *s = (pg_store *)base;
+    size_t nslots = 2 * n + 1;
+    long *slots = malloc(nslots * sizeof *slots);
+    if (!slots) return obx__fail(OBX_ENOMEM, "update events: out of memory");
+    obx_err e = OBX_OK;
+    for (size_t at = 0; at < n && !e;) {
+        size_t len = unique_run(update_key, u, at, n, slots, nslots);
+        e = update_events_run(s, u + at, len, applied + at);
+        at += len;
+    }
+    free(slots);
+    return e;
+}
+
+/* ---- attempts, receipts, audit, counters --------------------------------------------------- */
+
+static obx_err pg_insert_attempts(obx__store *base, const obx__attempt_row *a, size_t n) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    ARR_TEXT(&p, n, a[i].attempt_id);
+    ARR_TEXT(&p, n, a[i].event_id);
+    ARR_INT(&p, n, a[i].envelope_gen);
+    ARR_INT(&p, n, a[i].attempt_gen);
+    ARR_INT(&p, n, a[i].claim_gen);
+    ARR_TEXT(&p, n, a[i].owner);
+    ARR_TEXT(&p, n, a[i].dest_digest);
+    ARR_INT(&p, n, a[i].partition);
+    ARR_TEXT(&p, n, obx__attempt_state_name(a[i].state));
+    ARR_INT(&p, n, a[i].started_at);
+    ARR_INT(&p, n, a[i].unknown_at);
+    ARR_INT(&p, n, a[i].ended_at);
+    ARR_INT(&p, n, a[i].offset_before);
+    ARR_INT(&p, n, a[i].quiet_until);
+    ARR_TEXT(&p, n, a[i].detail);
+    obx_err e = run(s, Q_INS_ATT, &p, PGRES_COMMAND_OK, NULL, "insert attempts");
+    p_free(&p);
+    return e;
+}
+
+static const char *attempt_key(const void *rows, size_t i) {
+    return ((const obx__attempt_row *)rows)[i].attempt_id;
+}
+
+static obx_err update_attempts_run(pg_store *s, const obx__attempt_row *a, size_t n) {
+    params p;
+    p_init(&p);
+    ARR_TEXT(&p, n, a[i].attempt_id);
+    ARR_INT(&p, n, a[i].partition);
+    ARR_TEXT(&p, n, obx__attempt_state_name(a[i].state));
+    ARR_INT(&p, n, a[i].unknown_at);
+    ARR_INT(&p, n, a[i].ended_at);
+    ARR_INT(&p, n, a[i].offset_before);
+    ARR_INT(&p, n, a[i].quiet_until);
+    ARR_TEXT(&p, n, a[i].detail);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_UPD_ATT, &p, PGRES_TUPLES_OK, &r, "update attempts");
+    p_free(&p);
+    if (e) return e;
+    if ((size_t)PQntuples(r) != n) {
+        /* name the first attempt that did not match (ids in a run are distinct) */
+        for (size_t i = 0; i < n && !e; i++) {
+            bool seen = false;
+            for (int k = 0; k < PQntuples(r) && !seen; k++)
+                seen = !strcmp(PQgetvalue(r, k, 0), a[i].attempt_id);
+            if (!seen) e = obx__fail(OBX_ENOTFOUND, "attempt %s not found", a[i].attempt_id);
+        }
+    }
+    PQclear(r);
+    return e;
+}
+
+static obx_err pg_update_attempts(obx__store *base, const obx__attempt_row *a, size_t n) {
+    pg_store *s = (pg_store *)base;
+    size_t nslots = 2 * n + 1;
+    long *slots = malloc(nslots * sizeof *slots);
+    if (!slots) return obx__fail(OBX_ENOMEM, "update attempts: out of memory");
+    obx_err e = OBX_OK;
+    for (size_t at = 0; at < n && !e;) {
+        size_t len = unique_run(attempt_key, a, at, n, slots, nslots);
+        e = update_attempts_run(s, a + at, len);
+        at += len;
+    }
+    free(slots);
+    return e;
+}
+
+static void read_attempt(const PGresult *r, int row, obx__attempt_row *a) {
+    memset(a, 0, sizeof *a);
+    GT(r, row, 0, a->attempt_id);
+    GT(r, row, 1, a->event_id);
+    a->envelope_gen = (int32_t)gi(r, row, 2);
+    a->attempt_gen = (int32_t)gi(r, row, 3);
+    a->claim_gen = gi(r, row, 4);
+    GT(r, row, 5, a->owner);
+    GT(r, row, 6, a->dest_digest);
+    a->partition = (int32_t)gi(r, row, 7);
+    char state[32];
+    GT(r, row, 8, state);
+    a->state = obx__attempt_state_parse(state);
+    a->started_at = gi(r, row, 9);
+    a->unknown_at = gi(r, row, 10);
+    a->ended_at = gi(r, row, 11);
+    a->offset_before = gi(r, row, 12);
+    a->quiet_until = gi(r, row, 13);
+    GT(r, row, 14, a->detail);
+}
+
+static obx_err pg_load_attempts(obx__store *base, const char *const *ids, size_t n,
+                                const char *event_id, obx__attempt_row **out, size_t *n_out) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n_out = 0;
+    params p;
+    p_init(&p);
+    if (event_id)
+        p_text(&p, event_id);
+    else
+        ARR_TEXT(&p, n, ids[i]);
+    PGresult *r = NULL;
+    obx_err e =
+        run(s, event_id ? Q_LOAD_ATT_EVENT : Q_LOAD_ATT, &p, PGRES_TUPLES_OK, &r, "load attempts");
+    p_free(&p);
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (rows > 0) {
+        *out = calloc((size_t)rows, sizeof **out);
+        if (!*out) e = obx__fail(OBX_ENOMEM, "load attempts: out of memory");
+        for (int i = 0; !e && i < rows; i++) read_attempt(r, i, &(*out)[i]);
+        if (!e) *n_out = (size_t)rows;
+    }
+    PQclear(r);
+    return e;
+}
+
+static obx_err pg_insert_receipts(obx__store *base, const obx__receipt_row *rc, size_t n) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    ARR_TEXT(&p, n, rc[i].event_id);
+    ARR_INT(&p, n, rc[i].envelope_gen);
+    ARR_TEXT(&p, n, rc[i].attempt_id);
+    ARR_TEXT(&p, n, obx__receipt_kind_name(rc[i].kind));
+    ARR_TEXT(&p, n, rc[i].cluster);
+    ARR_TEXT(&p, n, rc[i].topic);
+    ARR_INT(&p, n, rc[i].partition);
+    ARR_INT(&p, n, rc[i].offset);
+    ARR_INT(&p, n, rc[i].broker_ts);
+    ARR_TEXT(&p, n, rc[i].payload_digest);
+    ARR_TEXT(&p, n, rc[i].dest_digest);
+    ARR_TEXT(&p, n, rc[i].reason);
+    ARR_TEXT(&p, n, rc[i].detail);
+    ARR_INT(&p, n, rc[i].created_at);
+    obx_err e = run(s, Q_INS_RCPT, &p, PGRES_COMMAND_OK, NULL, "insert receipts");
+    p_free(&p);
+    return e;
+}
+
+static obx_err pg_load_receipts(obx__store *base, const char *event_id, obx__receipt_row **out,
+                                size_t *n_out) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n_out = 0;
+    params p;
+    p_init(&p);
+    p_text(&p, event_id);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_LOAD_RCPT, &p, PGRES_TUPLES_OK, &r, "load receipts");
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (rows > 0) {
+        *out = calloc((size_t)rows, sizeof **out);
+        if (!*out) e = obx__fail(OBX_ENOMEM, "load receipts: out of memory");
+    }
+    for (int i = 0; !e && i < rows; i++) {
+        obx__receipt_row *rc = &(*out)[i];
+        GT(r, i, 0, rc->event_id);
+        rc->envelope_gen = (int32_t)gi(r, i, 1);
+        GT(r, i, 2, rc->attempt_id);
+        const char *kind = PQgetvalue(r, i, 3);
+        for (int k = 0; k < 4; k++)
+            if (!strcmp(kind, obx__receipt_kind_name((obx__receipt_kind)k)))
+                rc->kind = (obx__receipt_kind)k;
+        GT(r, i, 4, rc->cluster);
+        GT(r, i, 5, rc->topic);
+        rc->partition = (int32_t)gi(r, i, 6);
+        rc->offset = gi(r, i, 7);
+        rc->broker_ts = gi(r, i, 8);
+        GT(r, i, 9, rc->payload_digest);
+        GT(r, i, 10, rc->dest_digest);
+        GT(r, i, 11, rc->reason);
+        rc->created_at = gi(r, i, 12);
+    }
+    if (!e) *n_out = (size_t)rows;
+    PQclear(r);
+    return e;
+}
+
+static obx_err pg_insert_audit(obx__store *base, const obx__audit_row *a, size_t n) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    ARR_INT(&p, n, a[i].at);
+    ARR_TEXT(&p, n, obx__actor_name(a[i].actor));
+    ARR_TEXT(&p, n, a[i].who);
+    ARR_TEXT(&p, n, a[i].event_id);
+    ARR_INT(&p, n, a[i].envelope_gen);
+    ARR_TEXT(&p, n, obx__state_name(a[i].from));
+    ARR_TEXT(&p, n, obx__state_name(a[i].to));
+    ARR_INT(&p, n, a[i].claim_gen);
+    ARR_TEXT(&p, n, a[i].attempt_id);
+    ARR_INT(&p, n, a[i].attempt_gen);
+    ARR_TEXT(&p, n, a[i].reason);
+    obx_err e = run(s, Q_INS_AUDIT, &p, PGRES_COMMAND_OK, NULL, "insert audit");
+    p_free(&p);
+    return e;
+}
+
+static obx_err pg_load_audit(obx__store *base, const char *event_id, obx__audit_row **out,
+                             size_t *n_out) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n_out = 0;
+    params p;
+    p_init(&p);
+    p_text(&p, event_id);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_LOAD_AUDIT, &p, PGRES_TUPLES_OK, &r, "load audit");
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (rows > 0) {
+        *out = calloc((size_t)rows, sizeof **out);
+        if (!*out) e = obx__fail(OBX_ENOMEM, "load audit: out of memory");
+    }
+    for (int i = 0; !e && i < rows; i++) {
+        obx__audit_row *a = &(*out)[i];
+        a->at = gi(r, i, 0);
+        const char *actor = PQgetvalue(r, i, 1);
+        for (int k = 0; k < OBX__ACT_COUNT; k++)
+            if (!strcmp(actor, obx__actor_name((obx__actor)k))) a->actor = (obx__actor)k;
+        GT(r, i, 2, a->who);
+        GT(r, i, 3, a->event_id);
+        a->envelope_gen = (int32_t)gi(r, i, 4);
+        a->from = obx__state_parse(PQgetvalue(r, i, 5));
+        a->to = obx__state_parse(PQgetvalue(r, i, 6));
+        a->claim_gen = gi(r, i, 7);
+        GT(r, i, 8, a->attempt_id);
+        a->attempt_gen = (int32_t)gi(r, i, 9);
+        GT(r, i, 10, a->reason);
+    }
+    if (!e) *n_out = (size_t)rows;
+    PQclear(r);
+    return e;
+}
+
+static obx_err pg_counter_add(obx__store *base, const char *name, int64_t delta) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, name);
+    p_int(&p, delta);
+    return run(s, Q_COUNTER_ADD, &p, PGRES_COMMAND_OK, NULL, "counter");
+}
+
+static obx_err pg_counter_get(obx__store *base, const char *name, int64_t *value) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, name);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_COUNTER_GET, &p, PGRES_TUPLES_OK, &r, "counter");
+    if (e) return e;
+    *value = PQntuples(r) == 1 ? gi(r, 0, 0) : 0;
+    PQclear(r);
+    return OBX_OK;
+}
+
+/* ---- statistics, search ------------------------------------------------------------------ */
+
+static obx_err pg_stats(obx__store *base, obx__store_stats *out) {
+    pg_store *s = (pg_store *)base;
+    memset(out, 0, sizeof *out);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_STATS, NULL, PGRES_TUPLES_OK, &r, "stats");
+    if (e) return e;
+    for (int i = 0; i < PQntuples(r); i++) {
+        const char *k = PQgetvalue(r, i, 0);
+        int64_t v = gi(r, i, 1);
+        if (!strncmp(k, "state:", 6)) {
+            obx__state st = obx__state_parse(k + 6);
+            if (st < OBX__ST_COUNT) out->by_state[st] = v;
+        } else if (!strcmp(k, "receipt:PRIMARY"))
+            out->receipts_primary = v;
+        else if (!strcmp(k, "receipt:DUPLICATE"))
+            out->receipts_duplicate = v;
+        else if (!strcmp(k, "receipt:QUARANTINED"))
+            out->receipts_quarantined = v;
+        else if (!strcmp(k, "receipt:MIGRATION"))
+            out->receipts_migration = v;
+        else if (!strcmp(k, "oldest_pending"))
+            out->oldest_pending_committed_at = v;
+        else if (!strcmp(k, "oldest_unknown"))
+            out->oldest_unknown_since = v;
+        else if (!strcmp(k, "attempts_unknown"))
+            out->attempts_unknown = v;
+    }
+    PQclear(r);
+    return OBX_OK;
+}
+
+static obx_err pg_invariants(obx__store *base, obx__store_invariants *out) {
+    pg_store *s = (pg_store *)base;
+    memset(out, 0, sizeof *out);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_STATS_INV, NULL, PGRES_TUPLES_OK, &r, "invariants");
+    if (e) return e;
+    if (PQntuples(r) == 1) {
+        out->published_without_primary = gi(r, 0, 0);
+        out->primary_not_published = gi(r, 0, 1);
+        out->multi_primary = gi(r, 0, 2);
+    }
+    PQclear(r);
+    return OBX_OK;
+}
+
+static obx_err pg_unknown_resolutions(obx__store *base, int64_t **ms, size_t *n) {
+    pg_store *s = (pg_store *)base;
+    *ms = NULL;
+    *n = 0;
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_UNKNOWN_RES, NULL, PGRES_TUPLES_OK, &r, "unknown resolutions");
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (rows > 0) {
+        *ms = calloc((size_t)rows, sizeof **ms);
+        if (!*ms) e = obx__fail(OBX_ENOMEM, "unknown resolutions: out of memory");
+        for (int i = 0; !e && i < rows; i++) (*ms)[i] = gi(r, i, 0);
+        if (!e) *n = (size_t)rows;
+    }
+    PQclear(r);
+    return e;
+}
+
+static obx_err pg_find_by_correlation(obx__store *base, const char *corr, size_t limit,
+                                      char (**ids)[OBX_EVENT_ID_LEN + 1], size_t *n) {
+    pg_store *s = (pg_store *)base;
+    *ids = NULL;
+    *n = 0;
+    params p;
+    p_init(&p);
+    p_text(&p, corr);
+    p_int(&p, (int64_t)limit);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_FIND_CORR, &p, PGRES_TUPLES_OK, &r, "find by correlation");
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (rows > 0) {
+        *ids = calloc((size_t)rows, sizeof **ids);
+        if (!*ids) e = obx__fail(OBX_ENOMEM, "find by correlation: out of memory");
+        for (int i = 0; !e && i < rows; i++) gt(r, i, 0, (*ids)[i], OBX_EVENT_ID_LEN + 1);
+        if (!e) *n = (size_t)rows;
+    }
+    PQclear(r);
+    return e;
+}
+
+/* ---- inbox ----------------------------------------------------------------------------------- */
+
+static obx_err pg_inbox_get(obx__store *base, const char *consumer, const char *event_id,
+                            obx__inbox_row *o) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, consumer);
+    p_text(&p, event_id);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_INBOX_GET, &p, PGRES_TUPLES_OK, &r, "inbox get");
+    if (e) return e;
+    if (PQntuples(r) == 1) {
+        memset(o, 0, sizeof *o);
+        GT(r, 0, 0, o->consumer_id);
+        GT(r, 0, 1, o->event_id);
+        GT(r, 0, 2, o->payload_digest);
+        GT(r, 0, 3, o->event_type);
+        GT(r, 0, 4, o->tenant);
+        GT(r, 0, 5, o->outcome);
+        GT(r, 0, 6, o->result);
+        GT(r, 0, 7, o->topic);
+        o->partition = (int32_t)gi(r, 0, 8);
+        o->offset = gi(r, 0, 9);
+        o->consumed_at = gi(r, 0, 10);
+        o->duration_us = gi(r, 0, 11);
+    } else
+        e = OBX_ENOTFOUND;
+    PQclear(r);
+    return e;
+}
+
+static obx_err pg_inbox_put(obx__store *base, const obx__inbox_row *i) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, i->consumer_id);
+    p_text(&p, i->event_id);
+    p_text(&p, i->payload_digest);
+    p_text(&p, i->event_type);
+    p_text(&p, i->tenant);
+    p_text(&p, i->outcome);
+    p_text(&p, i->result);
+    p_text(&p, i->topic);
+    p_int(&p, i->partition);
+    p_int(&p, i->offset);
+    p_int(&p, i->consumed_at);
+    p_int(&p, i->duration_us);
+    return run(s, Q_INBOX_PUT, &p, PGRES_COMMAND_OK, NULL, "inbox put");
+}
+
+static obx_err pg_inbox_has(obx__store *base, const char *consumer, const char *const *ids,
+                            size_t n, bool *present) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, consumer);
+    ARR_TEXT(&p, n, ids[i]);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_INBOX_HAS, &p, PGRES_TUPLES_OK, &r, "inbox has");
+    p_free(&p);
+    if (e) return e;
+    for (size_t i = 0; i < n; i++) present[i] = false;
+    for (int k = 0; k < PQntuples(r); k++) {
+        int64_t ord = gi(r, k, 0);
+        if (ord >= 1 && (size_t)ord <= n) present[ord - 1] = true;
+    }
+    PQclear(r);
+    return OBX_OK;
+}
+
+static obx_err pg_watermark_put(obx__store *base, const obx__watermark_row *w) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, w->consumer_id);
+    p_text(&p, w->topic);
+    p_int(&p, w->partition);
+    p_int(&p, w->offset);
+    p_text(&p, w->event_id);
+    p_int(&p, w->occurred_at);
+    p_int(&p, w->committed_at);
+    return run(s, Q_WM_PUT, &p, PGRES_COMMAND_OK, NULL, "watermark");
+}
+
+static obx_err pg_watermark_list(obx__store *base, const char *consumer, obx__watermark_row **out,
+                                 size_t *n) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n = 0;
+    params p;
+    p_init(&p);
+    if (consumer) p_text(&p, consumer);
+    PGresult *r = NULL;
+    obx_err e = run(s, consumer ? Q_WM_LIST : Q_WM_LIST_ALL, consumer ? &p : NULL, PGRES_TUPLES_OK,
+                    &r, "watermarks");
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (rows > 0) {
+        *out = calloc((size_t)rows, sizeof **out);
+        if (!*out) e = obx__fail(OBX_ENOMEM, "watermarks: out of memory");
+    }
+    for (int i = 0; !e && i < rows; i++) {
+        obx__watermark_row *w = &(*out)[i];
+        GT(r, i, 0, w->consumer_id);
+        GT(r, i, 1, w->topic);
+        w->partition = (int32_t)gi(r, i, 2);
+        w->offset = gi(r, i, 3);
+        GT(r, i, 4, w->event_id);
+        w->occurred_at = gi(r, i, 5);
+        w->committed_at = gi(r, i, 6);
+    }
+    if (!e) *n = (size_t)rows;
+    PQclear(r);
+    return e;
+}
+
+static obx_err pg_failure_bump(obx__store *base, const char *consumer, const char *event_id,
+                               const char *error, int64_t now, int32_t *failures) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, consumer);
+    p_text(&p, event_id);
+    p_text(&p, error);
+    p_int(&p, now);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_FAIL_BUMP, &p, PGRES_TUPLES_OK, &r, "failure count");
+    if (e) return e;
+    *failures = (int32_t)gi(r, 0, 0);
+    PQclear(r);
+    return OBX_OK;
+}
+
+static obx_err pg_failure_clear(obx__store *base, const char *consumer, const char *event_id) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, consumer);
+    p_text(&p, event_id);
+    return run(s, Q_FAIL_CLEAR, &p, PGRES_COMMAND_OK, NULL, "failure clear");
+}
+
+static obx_err pg_poison_put(obx__store *base, const obx__poison_row *pr) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, pr->consumer_id);
+    p_text(&p, pr->event_id);
+    p_text(&p, pr->state);
+    p_int(&p, pr->failures);
+    p_text(&p, pr->last_error);
+    p_text(&p, pr->topic);
+    p_int(&p, pr->partition);
+    p_int(&p, pr->offset);
+    p_text(&p, pr->headers_json ? pr->headers_json : "{}");
+    if (pr->payload)
+        p_bytes(&p, pr->payload, pr->payload_len);
+    else
+        p_text(&p, NULL);
+    p_int(&p, pr->parked_at);
+    p_int(&p, pr->updated_at);
+    return run(s, Q_POISON_PUT, &p, PGRES_COMMAND_OK, NULL, "poison put");
+}
+
+static obx_err read_poison(const PGresult *r, int row, obx__poison_row *p, bool payload) {
+    memset(p, 0, sizeof *p);
+    GT(r, row, 0, p->consumer_id);
+    GT(r, row, 1, p->event_id);
+    GT(r, row, 2, p->state);
+    p->failures = (int32_t)gi(r, row, 3);
+    GT(r, row, 4, p->last_error);
+    GT(r, row, 5, p->topic);
+    p->partition = (int32_t)gi(r, row, 6);
+    p->offset = gi(r, row, 7);
+    p->headers_json = obx__strdup(PQgetisnull(r, row, 8) ? "{}" : PQgetvalue(r, row, 8));
+    p->parked_at = gi(r, row, 9);
+    p->updated_at = gi(r, row, 10);
+    if (!p->headers_json) return obx__fail(OBX_ENOMEM, "poison: out of memory");
+    if (payload) return get_bytea(r, row, 11, &p->payload, &p->payload_len);
+    return OBX_OK;
+}
+
+static obx_err pg_poison_list(obx__store *base, const char *consumer, const char *state,
+                              obx__poison_row **out, size_t *n) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n = 0;
+    params p;
+    p_init(&p);
+    p_text(&p, consumer);
+    p_text(&p, state);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_POISON_LIST, &p, PGRES_TUPLES_OK, &r, "poison list");
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (rows > 0) {
+        *out = calloc((size_t)rows, sizeof **out);
+        if (!*out) e = obx__fail(OBX_ENOMEM, "poison list: out of memory");
+    }
+    size_t done = 0;
+    for (int i = 0; !e && i < rows; i++, done++) e = read_poison(r, i, &(*out)[i], false);
+    PQclear(r);
+    if (e) {
+        obx__poison_rows_free(*out, *out ? (size_t)rows : 0);
+        *out = NULL;
+        return e;
+    }
+    *n = done;
+    return OBX_OK;
+}
+
+static obx_err pg_poison_get(obx__store *base, const char *consumer, const char *event_id,
+                             obx__poison_row *out) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, consumer);
+    p_text(&p, event_id);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_POISON_GET, &p, PGRES_TUPLES_OK, &r, "poison get");
+    if (e) return e;
+    if (PQntuples(r) == 1) {
+        e = read_poison(r, 0, out, true);
+        if (e) {
+            free(out->headers_json);
+            out->headers_json = NULL;
+        }
+    } else
+        e = obx__fail(OBX_ENOTFOUND, "no poison message %s for consumer %s", event_id, consumer);
+    PQclear(r);
+    return e;
+}
+
+static obx_err pg_poison_set_state(obx__store *base, const char *consumer, const char *event_id,
+                                   const char *state, int64_t now) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, state);
+    p_int(&p, now);
+    p_text(&p, consumer);
+    p_text(&p, event_id);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_POISON_STATE, &p, PGRES_COMMAND_OK, &r, "poison state");
+    if (e) return e;
+    bool one = !strcmp(PQcmdTuples(r), "1");
+    PQclear(r);
+    if (!one)
+        return obx__fail(OBX_ENOTFOUND, "no poison message %s for consumer %s", event_id, consumer);
+    return OBX_OK;
+}
+
+static obx_err pg_inbox_quarantine_put(obx__store *base, const char *consumer, const char *event_id,
+                                       const char *digest, const char *first_digest,
+                                       const char *reason, int64_t at) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, consumer);
+    p_text(&p, event_id);
+    p_text(&p, digest);
+    p_text(&p, first_digest);
+    p_text(&p, reason);
+    p_int(&p, at);
+    return run(s, Q_INBOX_QUAR, &p, PGRES_COMMAND_OK, NULL, "inbox quarantine");
+}
+
+static obx_err pg_consume_audit_put(obx__store *base, const obx__consume_audit_row *a, size_t n) {
+    pg_store *s = (pg_store *)base;
+    if (!n) return OBX_OK;
+    params p;
+    p_init(&p);
+    ARR_INT(&p, n, a[i].at);
+    ARR_TEXT(&p, n, a[i].consumer_id);
+    ARR_TEXT(&p, n, a[i].event_id);
+    ARR_TEXT(&p, n, a[i].outcome);
+    ARR_INT(&p, n, a[i].duration_us);
+    ARR_TEXT(&p, n, a[i].detail);
+    obx_err e = run(s, Q_CONSUME_AUDIT, &p, PGRES_COMMAND_OK, NULL, "consume audit");
+    p_free(&p);
+    return e;
+}
+
+/* ---- idle wait (contract 8) ------------------------------------------------------------------ */
+
+static obx_err pg_wait_for_work(obx__store *base, int timeout_ms, bool *notified) {
+    pg_store *s = (pg_store *)base;
+    *notified = false;
+    if (s->depth > 0 ||
+        (PQstatus(s->conn) == CONNECTION_OK && PQtransactionStatus(s->conn) != PQTRANS_IDLE))
+        return obx__fail(OBX_EINVAL, "wait_for_work: called inside a transaction (a "
+                                     "notification is only delivered between transactions)");
+    obx_err e = ready(s, "wait for work");
+    if (e) return e;
+    if (!s->listening) {
+        if ((e = exec_simple(s, "LISTEN " NOTIFY_CHANNEL, "listen"))) return e;
+        s->listening = true;
+    }
+    int64_t deadline = obx__mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    for (;;) {
+        if (!PQconsumeInput(s->conn)) return map_error(s, NULL, "wait for work");
+        PGnotify *nt;
+        while ((nt = PQnotifies(s->conn)) != NULL) {
+            if (!strcmp(nt->relname, NOTIFY_CHANNEL)) *notified = true;
+            PQfreemem(nt);
+        }
+        if (*notified) return OBX_OK;
+        int64_t left = deadline - obx__mono_ms();
+        if (left <= 0) return OBX_OK;
+        struct pollfd pfd = {.fd = PQsocket(s->conn), .events = POLLIN};
+        if (pfd.fd < 0) return map_error(s, NULL, "wait for work");
+        int rc = poll(&pfd, 1, left > 60000 ? 60000 : (int)left);
+        if (rc < 0 && errno != EINTR)
+            return obx__fail(OBX_EIO, "wait for work: poll: %s", strerror(errno));
+    }
+}
+
+/* ---- roles ---------------------------------------------------------------------------------- */
+
+static obx_err pg_create_roles(obx__store *base, const char *prefix) {
+    pg_store *s = (pg_store *)base;
+    obx_err e = pg_begin(base);
+    if (e) return e;
+    const char *v[1] = {prefix};
+    e = check(s,
+              PQexecParams(s->conn, "SELECT obx.create_roles($1::text)", 1, NULL, v, NULL, NULL, 0),
+              PGRES_TUPLES_OK, NULL, "create roles");
+    if (e) {
+        pg_rollback(base);
+        return e;
+    }
+    return pg_commit(base);
+}
+
+const obx__store_methods obx__pg_store_methods = {
+    .version = OBX__STORE_METHODS_VERSION,
+    .name = "postgres",
+    .caps = OBX__STORE_CAP_SKIP_LOCKED | OBX__STORE_CAP_NOTIFY | OBX__STORE_CAP_TXID,
+    .open = pg_open,
+    .wrap = pg_wrap,
+    .close = pg_close,
+    .schema_version = pg_schema_version,
+    .migrate = pg_migrate,
+    .begin = pg_begin,
+    .commit = pg_commit,
+    .rollback = pg_rollback,
+    .txid = pg_txid,
+    .route_put = pg_route_put,
+    .route_get = pg_route_get,
+    .route_list = pg_route_list,
+    .idem_lookup = pg_idem_lookup,
+    .insert_event = pg_insert_event,
+    .insert_envelope = pg_insert_envelope,
+    .claim_candidates = pg_claim_candidates,
+    .select_events = pg_select_events,
+    .load_events = pg_load_events,
+    .update_events = pg_update_events,
+    .insert_attempts = pg_insert_attempts,
+    .update_attempts = pg_update_attempts,
+    .load_attempts = pg_load_attempts,
+    .insert_receipts = pg_insert_receipts,
+    .load_receipts = pg_load_receipts,
+    .insert_audit = pg_insert_audit,
+    .load_audit = pg_load_audit,
+    .counter_add = pg_counter_add,
+    .counter_get = pg_counter_get,
+    .stats = pg_stats,
+    .invariants = pg_invariants,
+    .unknown_resolutions = pg_unknown_resolutions,
+    .find_by_correlation = pg_find_by_correlation,
+    .inbox_get = pg_inbox_get,
+    .inbox_put = pg_inbox_put,
+    .inbox_has = pg_inbox_has,
+    .watermark_put = pg_watermark_put,
+    .watermark_list = pg_watermark_list,
+    .failure_bump = pg_failure_bump,
+    .failure_clear = pg_failure_clear,
+    .poison_put = pg_poison_put,
+    .poison_list = pg_poison_list,
+    .poison_get = pg_poison_get,
+    .poison_set_state = pg_poison_set_state,
+    .inbox_quarantine_put = pg_inbox_quarantine_put,
+    .consume_audit_put = pg_consume_audit_put,
+    .wait_for_work = pg_wait_for_work,
+    .create_roles = pg_create_roles,
+};

@@ -1,0 +1,1746 @@
+/*
+ * test_store_pg.c — the PostgreSQL store against a real server (OBX_TEST_PG_URL, set by
+ * scripts/services.sh; the suite fails, never skips, without it).
+ *
+ * 1. The store conformance suite, one fresh database per test (CREATE DATABASE through a
+ *    maintenance connection).
+ * 2. PostgreSQL-specific tests: the producer's transaction on its own PGconn (commit together,
+ *    roll back together, a SIGKILLed producer leaves neither), frozen-data triggers, concurrent
+ *    producers (one event per idempotency key; per-key seq order is commit order), the SQL
+ *    function obx.enqueue() against the C path and the digest vectors, psql as another language,
+ *    least-privilege roles, NOTIFY waking wait_for_work, connection loss and a lost COMMIT,
+ *    serialization/deadlock/lock-timeout mapping, SKIP LOCKED claims by concurrent relays,
+ *    exact statistics, batch semantics, schema versions, and a claim+mark throughput figure.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "engine/engine.h"
+#include "engine/fault_suite.h"
+#include "store/conformance.h"
+
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char base_url[1024];
+static PGconn *admin; /* maintenance connection to the URL's own database */
+static int db_count;
+static char created[256][64]; /* databases to drop at the end */
+
+/* ---- helpers ----------------------------------------------------------------------------------
+ */
+
+/* base_url with its database replaced by db, and query parameters extra ("k=v&..." or "") */
+static void db_url(const char *db, const char *extra, char *out, size_t cap) {
+    const char *auth = strstr(base_url, "://");
+    auth = auth ? auth + 3 : base_url;
+    const char *slash = strchr(auth, '/');
+    const char *q = strchr(auth, '?');
+    size_t head =
+        slash ? (size_t)(slash - base_url) : (q ? (size_t)(q - base_url) : strlen(base_url));
+    const char *query = q ? q + 1 : "";
+    snprintf(out, cap, "%.*s/%s%s%s%s%s", (int)head, base_url, db, (*query || *extra) ? "?" : "",
+             query, (*query && *extra) ? "&" : "", extra);
+}
+
+static void admin_exec(const char *sql) {
+    PGresult *r = PQexec(admin, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
+        fprintf(stderr, "admin: %s: %s", sql, PQerrorMessage(admin));
+    PQclear(r);
+}
+
+/* A fresh database; its name into db (64 bytes). */
+static int new_db(char *db, const char *options) {
+    snprintf(db, 64, "obx_t%d_%d", (int)getpid(), ++db_count);
+    char sql[512];
+    snprintf(sql, sizeof sql, "CREATE DATABASE %s %s", db, options ? options : "");
+    PGresult *r = PQexec(admin, sql);
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (!ok) fprintf(stderr, "%s: %s", sql, PQerrorMessage(admin));
+    PQclear(r);
+    if (ok && db_count < 256) strcpy(created[db_count - 1], db);
+    return ok ? 0 : -1;
+}
+
+static obx_err pg_factory(obx__store **out) {
+    char db[64], url[1200];
+    if (new_db(db, NULL)) return obx__fail(OBX_ESTORE, "cannot create a test database");
+    db_url(db, "", url, sizeof url);
+    obx_err e = obx__st_open(url, out);
+    if (!e) e = obx_store_init(*out);
+    return e;
+}
+
+static PGconn *connect_url(const char *url) {
+    PGconn *c = PQconnectdb(url);
+    if (PQstatus(c) != CONNECTION_OK) fail_msg("connect %s: %s", url, PQerrorMessage(c));
+    return c;
+}
+
+static void exec_ok(PGconn *c, const char *sql) {
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) fail_msg("%s: %s", sql, PQerrorMessage(c));
+    PQclear(r);
+}
+
+static long long qint(PGconn *c, const char *sql) {
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+        fail_msg("%s: %s", sql, PQerrorMessage(c));
+    long long v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    return v;
+}
+
+/* SQLSTATE of a statement that must fail ("" if it succeeded); its message into msg. */
+static void exec_fail(PGconn *c, const char *sql, char state[6], char *msg, size_t cap) {
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(r);
+    state[0] = '\0';
+    if (msg) msg[0] = '\0';
+    if (st == PGRES_FATAL_ERROR) {
+        const char *s = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        snprintf(state, 6, "%s", s ? s : "?????");
+        const char *m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+        if (msg) snprintf(msg, cap, "%s", m ? m : "");
+    }
+    PQclear(r);
+}
+
+static void msleep(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+#define OK(x)                                                                                      \
+    do {                                                                                           \
+        obx_err e_ = (x);                                                                          \
+        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
+    } while (0)
+
+/* ---- fixture: a fresh initialized database with a route, and a "business" connection ------- */
+
+typedef struct fx {
+    char db[64];
+    char url[1200];
+    PGconn *conn; /* the business service's connection */
+    obx_store *s; /* wrapping conn */
+} fx;
+
+static int setup(void **state) {
+    fx *f = calloc(1, sizeof *f);
+    if (!f || new_db(f->db, NULL)) return -1;
+    db_url(f->db, "", f->url, sizeof f->url);
+    obx_store *own;
+    if (obx_store_open(f->url, &own) || obx_store_init(own)) {
+        fprintf(stderr, "setup: %s\n", obx_errmsg());
+        return -1;
+    }
+    obx_route r = {.event_type = "order.created.v2", .cluster = "local", .topic = "orders"};
+    if (obx_route_set(own, &r, NULL)) return -1;
+    obx_store_close(own);
+    f->conn = PQconnectdb(f->url);
+    if (PQstatus(f->conn) != CONNECTION_OK) return -1;
+    PQclear(PQexec(f->conn, "CREATE TABLE orders (id text PRIMARY KEY, total int)"));
+    if (obx_store_wrap_pg(f->conn, &f->s)) return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fx *f = *state;
+    obx_store_close(f->s);
+    PQfinish(f->conn);
+    char sql[128];
+    snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", f->db);
+    admin_exec(sql);
+    free(f);
+    return 0;
+}
+
+static obx_event order_event(const char *id, const char *payload) {
+    obx_event ev = {.event_type = "order.created.v2",
+                    .aggregate_type = "order",
+                    .aggregate_id = id,
+                    .aggregate_version = 1,
+                    .tenant = "tenant-7",
+                    .payload = payload,
+                    .payload_len = strlen(payload),
+                    .correlation_id = "corr-1"};
+    return ev;
+}
+
+static obx__event_row load1(obx__store *s, const char *id, unsigned flags) {
+    obx__rows rows = {0};
+    OK(obx__st_load_events(s, &id, 1, flags, &rows));
+    assert_int_equal(rows.n, 1);
+    obx__event_row r = rows.v[0];
+    r.payload = NULL;
+    obx__rows_free(&rows);
+    return r;
+}
+
+/* Opens an own store on the fixture's database, with an application_name to find its backend. */
+static obx_store *open_own(fx *f, const char *app) {
+    char url[1300], extra[128];
+    snprintf(extra, sizeof extra, "application_name=%s", app);
+    db_url(f->db, extra, url, sizeof url);
+    obx_store *s = NULL;
+    OK(obx_store_open(url, &s));
+    return s;
+}
+
+static void kill_backend(const char *app) {
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE "
+             "application_name = '%s'",
+             app);
+    PGresult *r = PQexec(admin, sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) < 1)
+        fail_msg("terminate %s: %s (%d backends)", app, PQerrorMessage(admin), PQntuples(r));
+    PQclear(r);
+}
+
+/* Waits until a backend with this application_name waits for a lock (type "Lock" or
+ * "advisory"); 0 when it does within 5 s. */
+static int wait_lock_waiter(const char *app) {
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM pg_stat_activity WHERE application_name = '%s' AND "
+             "wait_event_type = 'Lock'",
+             app);
+    for (int i = 0; i < 500; i++) {
+        if (qint(admin, sql) > 0) return 0;
+        msleep(10);
+    }
+    return -1;
+}
+
+/* ---- a producer's transaction on its own connection ---------------------------------------- */
+
+static void test_commit_together(void **state) {
+    fx *f = *state;
+    exec_ok(f->conn, "BEGIN");
+    exec_ok(f->conn, "INSERT INTO orders VALUES ('o-1', 100)");
+    obx_event ev = order_event("o-1", "{\"order\":\"o-1\"}");
+    obx_enqueue_result res;
+    OK(obx_enqueue(f->s, &ev, &res));
+    /* obx used a savepoint and did not commit for us */
+    assert_int_equal(PQtransactionStatus(f->conn), PQTRANS_INTRANS);
+    PGconn *other = connect_url(f->url);
+    assert_int_equal(qint(other, "SELECT count(*) FROM obx.obx_event"), 0); /* not yet visible */
+    exec_ok(f->conn, "COMMIT");
+    assert_int_equal(qint(other, "SELECT count(*) FROM orders"), 1);
+    assert_int_equal(qint(other, "SELECT count(*) FROM obx.obx_event WHERE state='PENDING'"), 1);
+    assert_int_equal(qint(other, "SELECT count(*) FROM obx.obx_envelope"), 1);
+    assert_int_equal(qint(other, "SELECT count(*) FROM obx.obx_audit WHERE to_state='PENDING'"), 1);
+    /* created_txid is the producer's own transaction */
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM obx.obx_envelope v JOIN orders o ON o.xmin::text = "
+             "v.created_txid WHERE v.event_id = '%s'",
+             res.event_id);
+    assert_int_equal(qint(other, sql), 1);
+    PQfinish(other);
+    assert_int_equal(obx_event_id_check(res.event_id), OBX_OK);
+    assert_false(res.existing);
+}
+
+static void test_rollback_together(void **state) {
+    fx *f = *state;
+    exec_ok(f->conn, "BEGIN");
+    exec_ok(f->conn, "INSERT INTO orders VALUES ('o-2', 100)");
+    obx_event ev = order_event("o-2", "{}");
+    obx_enqueue_result res;
+    OK(obx_enqueue(f->s, &ev, &res));
+    exec_ok(f->conn, "ROLLBACK");
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM orders"), 0);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 0);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_envelope"), 0);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_audit"), 0);
+    /* without a caller's transaction obx commits its own */
+    OK(obx_enqueue(f->s, &ev, &res));
+    assert_int_equal(PQtransactionStatus(f->conn), PQTRANS_IDLE);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 1);
+}
+
+/* A failed obx step inside the caller's transaction leaves that transaction usable. */
+static void test_caller_tx_survives(void **state) {
+    fx *f = *state;
+    obx_event ev = order_event("o-3", "{}");
+    obx_enqueue_result res;
+    OK(obx_enqueue(f->s, &ev, &res));
+    exec_ok(f->conn, "BEGIN");
+    exec_ok(f->conn, "INSERT INTO orders VALUES ('o-3', 1)");
+    obx_event bad = ev;
+    bad.event_type = "no.route.v1";
+    assert_int_equal(obx_enqueue(f->s, &bad, &res), OBX_ENOROUTE);
+    /* a statement that fails on the server (frozen-data trigger) inside obx's savepoint */
+    obx__rows rows = {0};
+    const char *id = NULL;
+    char first[31];
+    PGresult *r = PQexec(f->conn, "SELECT event_id FROM obx.obx_event");
+    strcpy(first, PQgetvalue(r, 0, 0));
+    PQclear(r);
+    id = first;
+    OK(obx__st_load_events(f->s, &id, 1, 0, &rows));
+    obx__event_row row = rows.v[0];
+    obx__rows_free(&rows);
+    strcpy(row.dest.topic, "elsewhere"); /* a new order key without a new envelope generation */
+    obx__event_update u = {&row, OBX__ST_PENDING, 0};
+    bool applied = false;
+    OK(obx__st_begin(f->s));
+    assert_int_equal(obx__st_update_events(f->s, &u, 1, &applied), OBX_EIMMUTABLE);
+    assert_non_null(strstr(obx_errmsg(), "obx: an event's identity and frozen destination"));
+    OK(obx__st_rollback(f->s));
+    assert_int_equal(PQtransactionStatus(f->conn), PQTRANS_INTRANS);
+    exec_ok(f->conn, "COMMIT");
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM orders"), 1);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 1);
+    /* a caller's failed transaction is refused, not papered over */
+    exec_ok(f->conn, "BEGIN");
+    PQclear(PQexec(f->conn, "SELECT 1/0"));
+    assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_ESTORE);
+    assert_non_null(strstr(obx_errmsg(), "already failed"));
+    exec_ok(f->conn, "ROLLBACK");
+}
+
+enum kill_point { KILL_BETWEEN_INSERTS, KILL_BEFORE_COMMIT, KILL_AFTER_COMMIT };
+
+/* A child process connects, begins, writes the business row, enqueues (or not), and is killed
+ * with SIGKILL at the given point. */
+static void child_and_kill(fx *f, enum kill_point kp) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        PGconn *c = PQconnectdb(f->url);
+        obx_store *s;
+        if (PQstatus(c) != CONNECTION_OK || obx_store_wrap_pg(c, &s)) _exit(3);
+        PQclear(PQexec(c, "BEGIN"));
+        PQclear(PQexec(c, "INSERT INTO orders VALUES ('o-k', 1)"));
+        if (kp == KILL_BETWEEN_INSERTS) raise(SIGKILL);
+        obx_event ev = order_event("o-k", "{\"k\":1}");
+        obx_enqueue_result res;
+        if (obx_enqueue(s, &ev, &res)) _exit(5);
+        if (kp == KILL_BEFORE_COMMIT) raise(SIGKILL);
+        PGresult *r = PQexec(c, "COMMIT");
+        if (PQresultStatus(r) != PGRES_COMMAND_OK) _exit(6);
+        raise(SIGKILL);
+        _exit(7);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), SIGKILL);
+}
+
+static void test_kill_producer(void **state) {
+    fx *f = *state;
+    child_and_kill(f, KILL_BETWEEN_INSERTS);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM orders"), 0);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 0);
+    child_and_kill(f, KILL_BEFORE_COMMIT);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM orders"), 0);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 0);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_envelope"), 0);
+    child_and_kill(f, KILL_AFTER_COMMIT);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM orders"), 1);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event WHERE state='PENDING'"), 1);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_envelope"), 1);
+}
+
+/* ---- frozen data ------------------------------------------------------------------------------
+ */
+
+static void test_frozen(void **state) {
+    fx *f = *state;
+    obx_event ev = order_event("o-5", "{}");
+    obx_enqueue_result res;
+    OK(obx_enqueue(f->s, &ev, &res));
+    const char *bad[] = {
+        "UPDATE obx.obx_envelope SET dest_topic = 'elsewhere'",
+        "UPDATE obx.obx_envelope SET payload_digest = 'sha256:00'",
+        "UPDATE obx.obx_envelope SET payload = '\\x00'",
+        "UPDATE obx.obx_envelope SET tenant = 'other'",
+        "UPDATE obx.obx_envelope SET dest_route_gen = dest_route_gen + 1",
+        "UPDATE obx.obx_envelope SET created_txid = '1'",
+        "DELETE FROM obx.obx_envelope",
+        "TRUNCATE obx.obx_envelope CASCADE",
+        "UPDATE obx.obx_event SET event_id = 'evt-x'",
+        "UPDATE obx.obx_event SET dest_cluster = 'other'",
+        "UPDATE obx.obx_event SET order_key = 'x'",
+        "UPDATE obx.obx_event SET envelope_gen = 0",
+        "UPDATE obx.obx_event SET committed_at = 1",
+        "DELETE FROM obx.obx_event",
+        "TRUNCATE obx.obx_event",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char st[6], msg[512];
+        exec_fail(f->conn, bad[i], st, msg, sizeof msg);
+        if (strcmp(st, "OB001"))
+            fail_msg("'%s': SQLSTATE '%s' (%s), expected OB001", bad[i], st, msg);
+        assert_non_null(strstr(msg, "obx:"));
+    }
+    /* attempts and receipts */
+    exec_ok(f->conn, "INSERT INTO obx.obx_attempt VALUES ('att-1', 'evt-1', 1, 1, 1, 'r', "
+                     "'sha256:x', 0, 'SENDING', 1, 0, 0, -1, 0, '')");
+    exec_ok(f->conn, "INSERT INTO obx.obx_receipt (event_id, envelope_gen, attempt_id, kind, "
+                     "cluster, topic, partition, \"offset\", broker_ts, payload_digest, "
+                     "dest_digest, reason, created_at) VALUES ('evt-1', 1, 'att-1', 'PRIMARY', "
+                     "'c', 't', 0, 1, 1, 'd', 'd', '', 1)");
+    const char *bad2[] = {"UPDATE obx.obx_attempt SET owner = 'other'",
+                          "UPDATE obx.obx_attempt SET dest_digest = 'sha256:y'",
+                          "UPDATE obx.obx_receipt SET \"offset\" = 2"};
+    for (size_t i = 0; i < sizeof bad2 / sizeof bad2[0]; i++) {
+        char st[6], msg[512];
+        exec_fail(f->conn, bad2[i], st, msg, sizeof msg);
+        if (strcmp(st, "OB001")) fail_msg("'%s': SQLSTATE '%s' (%s)", bad2[i], st, msg);
+    }
+    /* what the engine moves is not frozen; a purge may drop the payload */
+    exec_ok(f->conn, "UPDATE obx.obx_event SET updated_at = updated_at + 1, state = 'CLAIMED'");
+    exec_ok(f->conn, "UPDATE obx.obx_attempt SET state = 'UNKNOWN', detail = 'lost ack'");
+    exec_ok(f->conn, "UPDATE obx.obx_envelope SET payload = NULL");
+    obx__event_row r = load1(f->s, res.event_id, OBX__LOAD_PAYLOAD);
+    assert_true(r.payload_purged);
+    /* a later route generation changes nothing for this event */
+    obx_route rt = {.event_type = "order.created.v2", .cluster = "local", .topic = "orders-v2"};
+    OK(obx_route_set(f->s, &rt, NULL));
+    char *js = NULL;
+    OK(obx_inspect(f->s, res.event_id, &js));
+    assert_non_null(strstr(js, "\"topic\": \"orders\""));
+    assert_non_null(strstr(js, res.dest_digest));
+    obx_free(js);
+}
+
+/* ---- concurrent producers ---------------------------------------------------------------------
+ */
+
+typedef struct producer_arg {
+    obx_store *s;
+    obx_event ev;
+    obx_enqueue_result res;
+    obx_err err;
+    char msg[512];
+    int done; /* atomic */
+} producer_arg;
+
+static void *producer_thread(void *p) {
+    producer_arg *a = p;
+    a->err = obx_enqueue(a->s, &a->ev, &a->res);
+    snprintf(a->msg, sizeof a->msg, "%s", obx_errmsg());
+    __atomic_store_n(&a->done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/* Two producers, one idempotency key: the second waits for the first and gets its event. */
+static void test_idempotency_concurrent(void **state) {
+    fx *f = *state;
+    obx_store *a = open_own(f, "obx-idem-a"), *b = open_own(f, "obx-idem-b");
+    obx_event ev = order_event("o-9", "{\"n\":9}");
+    ev.idempotency_key = "create-o-9";
+    obx_enqueue_result ra;
+    OK(obx__st_begin(a));
+    OK(obx_enqueue(a, &ev, &ra));
+    producer_arg pb = {.s = b, .ev = ev};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, producer_thread, &pb), 0);
+    assert_int_equal(wait_lock_waiter("obx-idem-b"), 0);
+    assert_false(__atomic_load_n(&pb.done, __ATOMIC_SEQ_CST));
+    OK(obx__st_commit(a));
+    pthread_join(t, NULL);
+    if (pb.err) fail_msg("second producer: %s: %s", obx_errname(pb.err), pb.msg);
+    assert_true(pb.res.existing);
+    assert_string_equal(pb.res.event_id, ra.event_id);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 1);
+    obx_store_close(a);
+    obx_store_close(b);
+}
+
+typedef struct sql_arg {
+    PGconn *c;
+    char id[64];
+    char err[512];
+} sql_arg;
+
+static void *sql_enqueue_thread(void *p) {
+    sql_arg *a = p;
+    PGresult *r = PQexec(a->c, "SELECT obx.enqueue('order.created.v2', 'order', 'o-10', 1, "
+                               "'tenant-7', '\\x7b7d', idempotency_key => 'create-o-10')");
+    if (PQresultStatus(r) == PGRES_TUPLES_OK)
+        snprintf(a->id, sizeof a->id, "%s", PQgetvalue(r, 0, 0));
+    else
+        snprintf(a->err, sizeof a->err, "%s", PQerrorMessage(a->c));
+    PQclear(r);
+    return NULL;
+}
+
+/* The same through the SQL function, in two sessions. */
+static void test_idempotency_concurrent_sql(void **state) {
+    fx *f = *state;
+    char url[1300];
+    db_url(f->db, "application_name=obx-sql-b", url, sizeof url);
+    PGconn *b = connect_url(url);
+    exec_ok(f->conn, "BEGIN");
+    PGresult *r = PQexec(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'o-10', 1, "
+                                  "'tenant-7', '\\x7b7d', idempotency_key => 'create-o-10')");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    char first[64];
+    snprintf(first, sizeof first, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    sql_arg sb = {.c = b};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, sql_enqueue_thread, &sb), 0);
+    assert_int_equal(wait_lock_waiter("obx-sql-b"), 0);
+    exec_ok(f->conn, "COMMIT");
+    pthread_join(t, NULL);
+    if (sb.err[0]) fail_msg("second session: %s", sb.err);
+    assert_string_equal(sb.id, first);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 1);
+    PQfinish(b);
+}
+
+/* Per order key, seq order is commit order: a second producer of the key waits for the first
+ * one's commit; a producer of another key does not. */
+static void test_seq_is_commit_order(void **state) {
+    fx *f = *state;
+    obx_store *a = open_own(f, "obx-seq-a"), *b = open_own(f, "obx-seq-b"),
+              *c = open_own(f, "obx-seq-c");
+    obx_event ev = order_event("o-key", "{\"n\":1}");
+    obx_enqueue_result ra, rc;
+    OK(obx__st_begin(a));
+    OK(obx_enqueue(a, &ev, &ra));
+    producer_arg pb = {.s = b, .ev = ev};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, producer_thread, &pb), 0);
+    assert_int_equal(wait_lock_waiter("obx-seq-b"), 0);
+    /* another key goes through while the first producer is still open */
+    obx_event other = order_event("o-other", "{\"n\":2}");
+    OK(obx_enqueue(c, &other, &rc));
+    msleep(50);
+    assert_false(__atomic_load_n(&pb.done, __ATOMIC_SEQ_CST));
+    OK(obx__st_commit(a));
+    pthread_join(t, NULL);
+    OK(pb.err);
+    obx__event_row first = load1(a, ra.event_id, 0), second = load1(a, pb.res.event_id, 0);
+    assert_true(first.seq < second.seq);
+    /* the claim rule sees them in that order */
+    obx__claim_req req = {.now = obx__wall_ms() + 1000, .limit = 10};
+    obx__rows rows = {0};
+    OK(obx__st_begin(a));
+    OK(obx__st_claim_candidates(a, &req, &rows));
+    OK(obx__st_commit(a));
+    bool saw_first = false, saw_second = false;
+    for (size_t i = 0; i < rows.n; i++) {
+        saw_first |= !strcmp(rows.v[i].env.event_id, ra.event_id);
+        saw_second |= !strcmp(rows.v[i].env.event_id, pb.res.event_id);
+    }
+    obx__rows_free(&rows);
+    assert_true(saw_first);
+    assert_false(saw_second);
+    obx_store_close(a);
+    obx_store_close(b);
+    obx_store_close(c);
+}
+
+/* ---- the SQL function and the digests -----------------------------------------------------------
+ */
+
+static void test_digest_vectors_sql(void **state) {
+    fx *f = *state;
+    json_error_t jerr;
+    json_t *doc = json_load_file(OBX_TEST_DATA "/digest_vectors.json", 0, &jerr);
+    if (!doc) fail_msg("digest_vectors.json: %s", jerr.text);
+    size_t i;
+    json_t *v;
+    int checked = 0;
+    json_array_foreach(json_object_get(doc, "destination"), i, v) {
+        json_t *fl = json_object_get(v, "fields");
+        char gen[32];
+        snprintf(gen, sizeof gen, "%lld",
+                 (long long)json_integer_value(json_object_get(fl, "route_policy_gen")));
+        const char *p[8] = {json_string_value(json_object_get(fl, "cluster")),
+                            json_string_value(json_object_get(fl, "topic")),
+                            json_string_value(json_object_get(fl, "routing_key")),
+                            json_string_value(json_object_get(fl, "algorithm")),
+                            gen,
+                            json_string_value(json_object_get(fl, "serializer")),
+                            json_string_value(json_object_get(fl, "durability")),
+                            json_string_value(json_object_get(fl, "required_acks"))};
+        PGresult *r = PQexecParams(
+            f->conn,
+            "SELECT encode(obx.dest_canonical($1, $2, $3, $4, $5::bigint, $6, $7, $8), 'hex'), "
+            "obx.dest_digest($1, $2, $3, $4, $5::bigint, $6, $7, $8)",
+            8, NULL, p, NULL, NULL, 0);
+        assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+        assert_string_equal(PQgetvalue(r, 0, 0),
+                            json_string_value(json_object_get(v, "canonical_hex")));
+        assert_string_equal(PQgetvalue(r, 0, 1), json_string_value(json_object_get(v, "digest")));
+        PQclear(r);
+        checked++;
+    }
+    json_array_foreach(json_object_get(doc, "envelope"), i, v) {
+        json_t *fl = json_object_get(v, "fields");
+        char eg[32], av[32], oa[32];
+        snprintf(eg, sizeof eg, "%lld",
+                 (long long)json_integer_value(json_object_get(fl, "envelope_gen")));
+        snprintf(av, sizeof av, "%lld",
+                 (long long)json_integer_value(json_object_get(fl, "aggregate_version")));
+        snprintf(oa, sizeof oa, "%lld",
+                 (long long)json_integer_value(json_object_get(fl, "occurred_at")));
+        const char *names[] = {
+            "event_id",     "envelope_gen",   "aggregate_type", "aggregate_id", "aggregate_version",
+            "event_type",   "payload_schema", "payload_digest", "tenant",       "occurred_at",
+            "created_txid", "correlation_id", "causation_id",   "traceparent",  "idempotency_key"};
+        const char *p[15];
+        for (int k = 0; k < 15; k++) p[k] = json_string_value(json_object_get(fl, names[k]));
+        p[1] = eg;
+        p[4] = av;
+        p[9] = oa;
+        PGresult *r = PQexecParams(
+            f->conn,
+            "SELECT encode(obx.envelope_canonical($1, $2::int, $3, $4, $5::bigint, $6, $7, $8, $9, "
+            "$10::bigint, $11, $12, $13, $14, $15), 'hex'), obx.envelope_digest($1, $2::int, $3, "
+            "$4, $5::bigint, $6, $7, $8, $9, $10::bigint, $11, $12, $13, $14, $15)",
+            15, NULL, p, NULL, NULL, 0);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("%s", PQerrorMessage(f->conn));
+        assert_string_equal(PQgetvalue(r, 0, 0),
+                            json_string_value(json_object_get(v, "canonical_hex")));
+        assert_string_equal(PQgetvalue(r, 0, 1), json_string_value(json_object_get(v, "digest")));
+        PQclear(r);
+        checked++;
+    }
+    json_array_foreach(json_object_get(doc, "payload"), i, v) {
+        const char *p[1] = {json_string_value(json_object_get(v, "hex"))};
+        PGresult *r =
+            PQexecParams(f->conn, "SELECT 'sha256:' || encode(sha256(decode($1, 'hex')), 'hex')", 1,
+                         NULL, p, NULL, NULL, 0);
+        assert_string_equal(PQgetvalue(r, 0, 0), json_string_value(json_object_get(v, "digest")));
+        PQclear(r);
+        checked++;
+    }
+    assert_int_equal(checked, 10);
+    json_decref(doc);
+}
+
+/* obx.enqueue() and obx_enqueue() freeze the same destination and digests; the C code
+ * recomputes the SQL row's envelope digest from its fields. */
+static void test_sql_enqueue_matches_c(void **state) {
+    fx *f = *state;
+    obx_route rt = {.event_type = "order.created.v2",
+                    .cluster = "kafka-prod",
+                    .topic = "orders",
+                    .routing_key = "{tenant}/{event_type}/{aggregate_type}/{aggregate_id}",
+                    .algorithm = "fnv1a",
+                    .max_attempts = 5,
+                    .unordered = 1,
+                    .alias = "orders-relay"};
+    OK(obx_route_set(f->s, &rt, NULL));
+    obx_event ev = {.event_type = "order.created.v2",
+                    .aggregate_type = "order",
+                    .aggregate_id = "o-ü {tenant}",
+                    .aggregate_version = 42,
+                    .tenant = "tenant-7",
+                    .payload = "\x00\x01payload\xff",
+                    .payload_len = 10,
+                    .correlation_id = "corr/ü",
+                    .causation_id = "cause",
+                    .traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                    .idempotency_key = "k-c",
+                    .occurred_at_ms = 1700000000001};
+    obx_enqueue_result rc;
+    int64_t t0 = obx__wall_ms();
+    OK(obx_enqueue(f->s, &ev, &rc));
+    const char *p[11] = {ev.event_type,
+                         ev.aggregate_type,
+                         ev.aggregate_id,
+                         "42",
+                         ev.tenant,
+                         (const char *)ev.payload,
+                         NULL,
+                         ev.correlation_id,
+                         ev.causation_id,
+                         ev.traceparent,
+                         "k-sql"};
+    int lens[11] = {0, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0};
+    int fmts[11] = {0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0};
+    PGresult *r = PQexecParams(f->conn,
+                               "SELECT obx.enqueue($1, $2, $3, $4::bigint, $5, $6::bytea, $7, $8, "
+                               "$9, $10, $11, 'epoch'::timestamptz + 1700000000001 * interval "
+                               "'1 millisecond')",
+                               11, NULL, p, lens, fmts, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("%s", PQerrorMessage(f->conn));
+    char sid[64];
+    snprintf(sid, sizeof sid, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    int64_t t1 = obx__wall_ms();
+    OK(obx_event_id_check(sid));
+    int64_t idt = obx__ulid_time(sid + 4);
+    assert_true(idt >= t0 - 5 && idt <= t1 + 5);
+
+    obx__rows rows = {0};
+    const char *ids[2] = {rc.event_id, sid};
+    OK(obx__st_load_events(f->s, ids, 2, OBX__LOAD_PAYLOAD, &rows));
+    assert_int_equal(rows.n, 2);
+    obx__event_row *c = &rows.v[0], *s = &rows.v[1];
+    assert_string_equal(s->env.event_id, sid);
+    /* the same frozen destination */
+    assert_string_equal(s->dest_digest, c->dest_digest);
+    assert_string_equal(s->dest_digest, rc.dest_digest);
+    assert_string_equal(s->dest.routing_key, "tenant-7/order.created.v2/order/o-ü {tenant}");
+    assert_string_equal(s->dest.routing_key, c->dest.routing_key);
+    assert_string_equal(s->dest.algorithm, "fnv1a");
+    assert_int_equal(s->dest.route_gen, c->dest.route_gen);
+    /* the same envelope fields but identity */
+    assert_string_equal(s->env.payload_digest, c->env.payload_digest);
+    assert_string_equal(s->env.payload_schema, c->env.payload_schema);
+    assert_int_equal(s->env.occurred_at, 1700000000001);
+    assert_int_equal(s->env.occurred_at, c->env.occurred_at);
+    assert_int_equal(s->env.aggregate_version, 42);
+    assert_string_equal(s->env.traceparent, ev.traceparent);
+    assert_string_equal(s->env.idempotency_key, "k-sql");
+    assert_int_equal(s->payload_len, 10);
+    assert_memory_equal(s->payload, ev.payload, 10);
+    /* the same protocol row */
+    assert_int_equal(s->state, OBX__ST_PENDING);
+    assert_int_equal(s->claim_gen, 0);
+    assert_int_equal(s->pinned_partition, -1);
+    assert_int_equal(s->max_attempts, 5);
+    assert_true(s->unordered);
+    assert_string_equal(s->alias, "orders-relay");
+    assert_true(s->committed_at >= t0 && s->committed_at <= t1);
+    assert_int_equal(s->available_at, s->committed_at);
+    /* digests recomputed by the C code from the stored fields */
+    char d[OBX_DIGEST_LEN + 1];
+    for (int k = 0; k < 2; k++) {
+        OK(obx__dest_digest(&rows.v[k].dest, d));
+        assert_string_equal(d, rows.v[k].dest_digest);
+        OK(obx__envelope_digest(&rows.v[k].env, d));
+        assert_string_equal(d, rows.v[k].envelope_digest);
+        OK(obx_sha256_digest(rows.v[k].payload, rows.v[k].payload_len, d));
+        assert_string_equal(d, rows.v[k].env.payload_digest);
+    }
+    /* both created_txid are transaction IDs of this server */
+    assert_true(strtoll(s->env.created_txid, NULL, 10) > 0);
+    assert_true(strtoll(c->env.created_txid, NULL, 10) > 0);
+    obx__rows_free(&rows);
+    /* the SQL function wrote the audit row and the statistics */
+    obx__audit_row *au;
+    size_t n;
+    OK(f->s->m->load_audit(f->s, sid, &au, &n));
+    assert_int_equal(n, 1);
+    assert_int_equal(au[0].actor, OBX__ACT_PRODUCER);
+    assert_int_equal(au[0].to, OBX__ST_PENDING);
+    assert_string_equal(au[0].who, "postgres");
+    free(au);
+    obx__store_stats st;
+    OK(f->s->m->stats(f->s, &st));
+    assert_int_equal(st.by_state[OBX__ST_PENDING], 2);
+}
+
+/* Each bad input is refused by the C path and by obx.enqueue() with the same message, and
+ * leaves nothing behind. */
+static void test_sql_validation_parity(void **state) {
+    fx *f = *state;
+    char big[OBX_KEY_MAX + 10];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    unsigned char *pbig = calloc(1, OBX_PAYLOAD_DEFAULT_LIMIT + 1);
+    assert_non_null(pbig);
+    static const struct {
+        const char *field;
+        const char *value; /* "@BIG" = 264 bytes, "@NULL" = NULL */
+        obx_err code;
+        const char *sqlstate;
+    } cases[] = {
+        {"event_type", "@NULL", OBX_EINVAL, "OB002"},
+        {"event_type", "order.created", OBX_EINVAL, "OB002"},
+        {"event_type", "Order.created.v2", OBX_EINVAL, "OB002"},
+        {"event_type", "unknown.type.v1", OBX_ENOROUTE, "OB004"},
+        {"aggregate_type", "", OBX_EINVAL, "OB002"},
+        {"aggregate_id", "@BIG", OBX_ETOOBIG, "OB003"},
+        {"tenant", "tenant 7", OBX_EINVAL, "OB002"},
+        {"tenant", "t'; DROP TABLE obx.obx_event;--", OBX_EINVAL, "OB002"},
+        {"tenant", "tënant", OBX_EINVAL, "OB002"},
+        {"tenant", "@BIG", OBX_ETOOBIG, "OB003"},
+        {"payload", "", OBX_EINVAL, "OB002"},
+        {"payload", "@BIG", OBX_ETOOBIG, "OB003"},
+        {"correlation_id", "c\x01", OBX_EINVAL, "OB002"},
+        {"causation_id", "c\x7f", OBX_EINVAL, "OB002"},
+        {"traceparent", "00-xyz", OBX_EINVAL, "OB002"},
+        {"payload_schema", "md5:abc", OBX_EINVAL, "OB002"},
+        {"aggregate_version", "-1", OBX_EINVAL, "OB002"},
+        {"idempotency_key", "@BIG", OBX_ETOOBIG, "OB003"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const char *val = cases[k].value;
+        bool is_big = !strcmp(val, "@BIG"), is_null = !strcmp(val, "@NULL");
+        if (is_big) val = big;
+        if (is_null) val = NULL;
+        obx_event ev = order_event("o-b", "{}");
+        const char *p[10] = {ev.event_type, ev.aggregate_type, ev.aggregate_id,
+                             "1",           ev.tenant,         "{}",
+                             NULL,          ev.correlation_id, NULL,
+                             NULL};
+        int lens[10] = {0, 0, 0, 0, 0, 2, 0, 0, 0, 0}, fmts[10] = {0, 0, 0, 0, 0, 1, 0, 0, 0, 0};
+        const char *field = cases[k].field;
+        if (!strcmp(field, "event_type")) ev.event_type = p[0] = val;
+        if (!strcmp(field, "aggregate_type")) ev.aggregate_type = p[1] = val;
+        if (!strcmp(field, "aggregate_id")) ev.aggregate_id = p[2] = val;
+        if (!strcmp(field, "aggregate_version")) {
+            ev.aggregate_version = -1;
+            p[3] = "-1";
+        }
+        if (!strcmp(field, "tenant")) ev.tenant = p[4] = val;
+        if (!strcmp(field, "payload")) {
+            ev.payload = is_big ? (const void *)pbig : "";
+            ev.payload_len = is_big ? OBX_PAYLOAD_DEFAULT_LIMIT + 1 : 0;
+            p[5] = is_big ? (const char *)pbig : "";
+            lens[5] = (int)ev.payload_len;
+        }
+        if (!strcmp(field, "payload_schema")) ev.payload_schema = p[6] = val;
+        if (!strcmp(field, "correlation_id")) ev.correlation_id = p[7] = val;
+        if (!strcmp(field, "causation_id")) ev.causation_id = p[8] = val;
+        if (!strcmp(field, "traceparent")) ev.traceparent = p[9] = val;
+        if (!strcmp(field, "idempotency_key")) ev.idempotency_key = val;
+        obx_enqueue_result res;
+        obx_err e = obx_enqueue(f->s, &ev, &res);
+        char cmsg[1024];
+        snprintf(cmsg, sizeof cmsg, "%s", obx_errmsg());
+        if (e != cases[k].code)
+            fail_msg("case %zu (C): %s '%s', expected %s", k, obx_errname(e), cmsg,
+                     obx_errname(cases[k].code));
+        const char *p11[11];
+        int l11[11], f11[11];
+        for (int i = 0; i < 10; i++) {
+            p11[i] = p[i];
+            l11[i] = lens[i];
+            f11[i] = fmts[i];
+        }
+        p11[10] = ev.idempotency_key;
+        l11[10] = f11[10] = 0;
+        PGresult *r = PQexecParams(f->conn,
+                                   "SELECT obx.enqueue($1, $2, $3, $4::bigint, $5, $6::bytea, $7, "
+                                   "$8, $9, $10, $11)",
+                                   11, NULL, p11, l11, f11, 0);
+        const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        const char *m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+        if (!st || strcmp(st, cases[k].sqlstate) || !m || strcmp(m, cmsg))
+            fail_msg("case %zu (SQL): SQLSTATE %s '%s'; C said '%s' (expected %s)", k,
+                     st ? st : "none", m ? m : PQerrorMessage(f->conn), cmsg, cases[k].sqlstate);
+        PQclear(r);
+        assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 0);
+        assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_envelope"), 0);
+        assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_audit"), 0);
+    }
+    free(pbig);
+    /* the SQL limit follows the setting obx.payload_limit, as obx_store_set_payload_limit does */
+    char st[6], msg[512];
+    exec_ok(f->conn, "SET obx.payload_limit = 4");
+    exec_fail(f->conn,
+              "SELECT obx.enqueue('order.created.v2', 'order', 'o', 1, 't', '\\x3132333435')", st,
+              msg, sizeof msg);
+    assert_string_equal(st, "OB003");
+    assert_string_equal(msg, "payload: 5 bytes, over the limit of 4 bytes");
+}
+
+/* psql as "another language": a transaction that rolls back leaves nothing, one that commits
+ * leaves a PENDING event that a relay's claim finds. */
+static int run_psql(const char *url, const char *sql, bool quiet) {
+    char path[] = "/tmp/obx-psql-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return -1;
+    FILE *fp = fdopen(fd, "w");
+    fputs(sql, fp);
+    fclose(fp);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "psql -X -q -v ON_ERROR_STOP=1 -d '%s' -f %s >/dev/null%s", url, path,
+             quiet ? " 2>&1" : "");
+    int rc = system(cmd);
+    unlink(path);
+    return rc;
+}
+
+static void test_psql_producer(void **state) {
+    fx *f = *state;
+    assert_int_equal(run_psql(f->url,
+                              "BEGIN;\n"
+                              "INSERT INTO orders VALUES ('o-p', 5);\n"
+                              "SELECT obx.enqueue('order.created.v2', 'order', 'o-p', 1, "
+                              "'tenant-7', convert_to('{\"o\":\"p\"}', 'UTF8'));\n"
+                              "ROLLBACK;\n",
+                              false),
+                     0);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM orders"), 0);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 0);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_envelope"), 0);
+    assert_int_equal(run_psql(f->url,
+                              "BEGIN;\n"
+                              "INSERT INTO orders VALUES ('o-p', 5);\n"
+                              "SELECT obx.enqueue(event_type => 'order.created.v2', "
+                              "aggregate_type => 'order', aggregate_id => 'o-p', "
+                              "aggregate_version => 1, tenant => 'tenant-7', "
+                              "payload => convert_to('{\"o\":\"p\"}', 'UTF8'), "
+                              "correlation_id => 'psql-1');\n"
+                              "COMMIT;\n",
+                              false),
+                     0);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM orders"), 1);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event WHERE state = 'PENDING' "
+                                   "AND correlation_id = 'psql-1'"),
+                     1);
+    obx__claim_req req = {.now = obx__wall_ms() + 1000, .limit = 10};
+    obx__rows rows = {0};
+    OK(obx__st_begin(f->s));
+    OK(obx__st_claim_candidates(f->s, &req, &rows));
+    OK(obx__st_commit(f->s));
+    assert_int_equal(rows.n, 1);
+    assert_int_equal(rows.v[0].payload_len, 9);
+    assert_memory_equal(rows.v[0].payload, "{\"o\":\"p\"}", 9);
+    obx__rows_free(&rows);
+    /* a refused input is a psql error naming the field */
+    assert_true(run_psql(f->url,
+                         "SELECT obx.enqueue('order.created.v2', 'order', 'o-q', 1, "
+                         "'bad tenant', '\\x00');\n",
+                         true) != 0);
+}
+
+/* ---- roles ------------------------------------------------------------------------------------
+ */
+
+static void test_roles(void **state) {
+    fx *f = *state;
+    char pre[32], sql[512];
+    snprintf(pre, sizeof pre, "obxt%d", (int)getpid());
+    assert_int_equal(obx_store_create_roles(f->s, "Bad-Prefix"), OBX_EINVAL);
+    /* `obx init --roles` on an initialized database */
+    char cmd[1600], out[1024] = "";
+    snprintf(cmd, sizeof cmd, "%s init --db '%s' --roles %s 2>&1", OBX_BIN, f->url, pre);
+    FILE *pp = popen(cmd, "r");
+    assert_non_null(pp);
+    size_t got = fread(out, 1, sizeof out - 1, pp);
+    out[got] = '\0';
+    assert_int_equal(pclose(pp), 0);
+    assert_non_null(strstr(out, "is current"));
+    assert_non_null(strstr(out, "_producer"));
+    OK(obx_store_create_roles(f->s, pre)); /* idempotent */
+    const char *kinds[] = {"producer", "relay", "auditor"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(sql, sizeof sql, "CREATE ROLE %s_%s_login LOGIN IN ROLE %s_%s", pre, kinds[i], pre,
+                 kinds[i]);
+        exec_ok(f->conn, sql);
+    }
+    char urls[3][1300];
+    for (int i = 0; i < 3; i++) {
+        char extra[128];
+        snprintf(extra, sizeof extra, "user=%s_%s_login", pre, kinds[i]);
+        db_url(f->db, extra, urls[i], sizeof urls[i]);
+    }
+    char st[6], msg[512];
+    /* producer: enqueue through the function, read its own events, nothing else */
+    obx_event ev = order_event("o-r", "{}");
+    obx_enqueue_result other;
+    OK(obx_enqueue(f->s, &ev, &other)); /* somebody else's event */
+    PGconn *p = connect_url(urls[0]);
+    PGresult *r = PQexec(p, "SELECT obx.enqueue('order.created.v2', 'order', 'o-r', 2, "
+                            "'tenant-7', '\\x7b7d')");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("producer enqueue: %s", PQerrorMessage(p));
+    char mine[64];
+    snprintf(mine, sizeof mine, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    r = PQexec(p, "SELECT event_id, state FROM obx.producer_events");
+    assert_int_equal(PQntuples(r), 1);
+    assert_string_equal(PQgetvalue(r, 0, 0), mine);
+    assert_string_equal(PQgetvalue(r, 0, 1), "PENDING");
+    PQclear(r);
+    const char *producer_denied[] = {
+        "UPDATE obx.obx_event SET state = 'PUBLISHED'",
+        "SELECT count(*) FROM obx.obx_envelope",
+        "SELECT count(*) FROM obx.obx_event",
+        "INSERT INTO obx.obx_audit (at, actor, who, event_id, envelope_gen, from_state, to_state, "
+        "claim_gen, attempt_id, attempt_gen, reason) VALUES (1, 'x', 'x', 'x', 1, 'x', 'x', 0, "
+        "'', 0, '')",
+        "SELECT obx.create_roles('evil')",
+        "SELECT obx._event_id(1)",
+    };
+    for (size_t i = 0; i < sizeof producer_denied / sizeof producer_denied[0]; i++) {
+        exec_fail(p, producer_denied[i], st, msg, sizeof msg);
+        if (strcmp(st, "42501"))
+            fail_msg("producer: '%s': SQLSTATE '%s' (%s)", producer_denied[i], st, msg);
+    }
+    PQfinish(p);
+    /* relay: the store API works for claims, attempts, receipts, audit and statistics */
+    obx_store *rs = NULL;
+    OK(obx_store_open(urls[1], &rs));
+    int found = 0;
+    OK(obx_store_schema_version(rs, &found, NULL));
+    assert_int_equal(found, 1);
+    obx__claim_req req = {.now = obx__wall_ms() + 1000, .limit = 10};
+    obx__rows rows = {0};
+    OK(obx__st_begin(rs));
+    OK(obx__st_claim_candidates(rs, &req, &rows));
+    assert_true(rows.n >= 1);
+    obx__event_row row = rows.v[0];
+    row.payload = NULL;
+    row.state = OBX__ST_CLAIMED;
+    row.claim_gen++;
+    obx__strlcpy(row.owner, "relay-1", sizeof row.owner);
+    obx__event_update u = {&row, OBX__ST_PENDING, 0};
+    bool applied = false;
+    OK(obx__st_update_events(rs, &u, 1, &applied));
+    assert_true(applied);
+    obx__audit_row au = {.at = 1,
+                         .actor = OBX__ACT_DISPATCHER,
+                         .from = OBX__ST_PENDING,
+                         .to = OBX__ST_CLAIMED,
+                         .envelope_gen = 1,
+                         .claim_gen = 1};
+    strcpy(au.event_id, row.env.event_id);
+    strcpy(au.who, "relay-1");
+    OK(obx__st_insert_audit(rs, &au, 1));
+    obx__attempt_row at = {.envelope_gen = 1,
+                           .attempt_gen = 1,
+                           .claim_gen = 1,
+                           .state = OBX__AT_SENDING,
+                           .offset_before = -1};
+    strcpy(at.attempt_id, "att-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G");
+    strcpy(at.event_id, row.env.event_id);
+    strcpy(at.owner, "relay-1");
+    strcpy(at.dest_digest, row.dest_digest);
+    OK(obx__st_insert_attempts(rs, &at, 1));
+    at.state = OBX__AT_UNKNOWN;
+    OK(obx__st_update_attempts(rs, &at, 1));
+    OK(obx__st_counter_add(rs, "alarms", 1));
+    OK(obx__st_commit(rs));
+    obx__rows_free(&rows);
+    obx__store_stats sst;
+    OK(rs->m->stats(rs, &sst));
+    assert_int_equal(sst.by_state[OBX__ST_CLAIMED], 1);
+    obx_store_close(rs);
+    PGconn *rc = connect_url(urls[1]);
+    const char *relay_denied[] = {
+        "UPDATE obx.obx_envelope SET dest_topic = 'elsewhere'",
+        "UPDATE obx.obx_envelope SET payload_digest = 'sha256:0'",
+        "UPDATE obx.obx_event SET event_id = 'evt-x'",
+        "DELETE FROM obx.obx_event",
+        "DELETE FROM obx.obx_receipt",
+        "UPDATE obx.obx_attempt SET owner = 'x'",
+        "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, algorithm, "
+        "serializer, durability, required_acks, max_attempts, blind_retry, unordered, alias, "
+        "created_at) VALUES ('a.v1', 'c', 't', 'k', 'murmur2', 'raw', 'persistent', 'all', 1, "
+        "false, false, 'obx', 1)",
+        "TRUNCATE obx.obx_audit",
+    };
+    for (size_t i = 0; i < sizeof relay_denied / sizeof relay_denied[0]; i++) {
+        exec_fail(rc, relay_denied[i], st, msg, sizeof msg);
+        if (strcmp(st, "42501"))
+            fail_msg("relay: '%s': SQLSTATE '%s' (%s)", relay_denied[i], st, msg);
+    }
+    /* a purge may drop a payload; the trigger still guards the rest */
+    exec_ok(rc, "UPDATE obx.obx_envelope SET payload = NULL WHERE false");
+    exec_fail(rc, "UPDATE obx.obx_envelope SET payload = '\\x01'", st, msg, sizeof msg);
+    assert_string_equal(st, "OB001");
+    PQfinish(rc);
+    /* auditor: reads everything, writes nothing */
+    PGconn *a = connect_url(urls[2]);
+    assert_true(qint(a, "SELECT count(*) FROM obx.obx_event") >= 2);
+    assert_true(qint(a, "SELECT count(*) FROM obx.obx_audit") >= 2);
+    qint(a, "SELECT count(*) FROM obx.obx_stat_delta");
+    const char *auditor_denied[] = {
+        "UPDATE obx.obx_event SET updated_at = 0",
+        "INSERT INTO obx.obx_counter VALUES ('x', 1)",
+        "DELETE FROM obx.obx_audit",
+        "SELECT obx.enqueue('order.created.v2', 'order', 'o-a', 1, 'tenant-7', '\\x7b7d')",
+        "SELECT * FROM obx.obx_event FOR UPDATE",
+    };
+    for (size_t i = 0; i < sizeof auditor_denied / sizeof auditor_denied[0]; i++) {
+        exec_fail(a, auditor_denied[i], st, msg, sizeof msg);
+        if (strcmp(st, "42501"))
+            fail_msg("auditor: '%s': SQLSTATE '%s' (%s)", auditor_denied[i], st, msg);
+    }
+    PQfinish(a);
+    obx_store *as = NULL;
+    OK(obx_store_open(urls[2], &as));
+    OK(as->m->stats(as, &sst));
+    assert_int_equal(sst.by_state[OBX__ST_PENDING], 1);
+    obx_store_close(as);
+    /* SQLite has no roles */
+    obx_store *sq;
+    OK(obx_store_open("sqlite::memory:", &sq));
+    assert_int_equal(obx_store_create_roles(sq, "x"), OBX_EUNSUPPORTED);
+    obx_store_close(sq);
+    /* the database goes first (it holds the grants), then the roles */
+    char dropdb[128];
+    snprintf(dropdb, sizeof dropdb, "DROP DATABASE IF EXISTS %s WITH (FORCE)", f->db);
+    obx_store_close(f->s);
+    f->s = NULL;
+    PQfinish(f->conn);
+    f->conn = PQconnectdb(base_url);
+    admin_exec(dropdb);
+    for (int i = 0; i < 3; i++) {
+        snprintf(sql, sizeof sql, "DROP ROLE %s_%s_login, %s_%s", pre, kinds[i], pre, kinds[i]);
+        admin_exec(sql);
+    }
+}
+
+/* ---- NOTIFY ------------------------------------------------------------------------------------
+ */
+
+typedef struct waiter {
+    obx__store *s;
+    int timeout;
+    bool notified;
+    obx_err err;
+    int64_t woke_at;
+} waiter;
+
+static void *wait_thread(void *p) {
+    waiter *w = p;
+    w->err = w->s->m->wait_for_work(w->s, w->timeout, &w->notified);
+    w->woke_at = obx__mono_ms();
+    return NULL;
+}
+
+static void test_notify_wakes(void **state) {
+    fx *f = *state;
+    obx_store *relay = open_own(f, "obx-relay-wait");
+    bool notified = true;
+    /* nothing committed: times out */
+    int64_t t0 = obx__mono_ms();
+    OK(relay->m->wait_for_work(relay, 200, &notified));
+    assert_false(notified);
+    assert_true(obx__mono_ms() - t0 >= 195);
+    /* a commit wakes it within milliseconds */
+    waiter w = {.s = relay, .timeout = 5000};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, wait_thread, &w), 0);
+    msleep(150);
+    exec_ok(f->conn, "BEGIN");
+    obx_event ev = order_event("o-n", "{}");
+    obx_enqueue_result res;
+    OK(obx_enqueue(f->s, &ev, &res));
+    msleep(100); /* enqueued, not committed: no wake-up yet */
+    int64_t committed = obx__mono_ms();
+    exec_ok(f->conn, "COMMIT");
+    pthread_join(t, NULL);
+    OK(w.err);
+    assert_true(w.notified);
+    int64_t latency = w.woke_at - committed;
+    printf("  NOTIFY wake-up latency after COMMIT: %lld ms\n", (long long)latency);
+    assert_true(latency >= 0 && latency < 100);
+    /* a rolled-back enqueue wakes nobody */
+    w = (waiter){.s = relay, .timeout = 400};
+    assert_int_equal(pthread_create(&t, NULL, wait_thread, &w), 0);
+    msleep(50);
+    exec_ok(f->conn, "BEGIN");
+    OK(obx_enqueue(f->s, &ev, &res));
+    exec_ok(f->conn, "ROLLBACK");
+    pthread_join(t, NULL);
+    OK(w.err);
+    assert_false(w.notified);
+    /* the SQL function wakes it too */
+    w = (waiter){.s = relay, .timeout = 5000};
+    assert_int_equal(pthread_create(&t, NULL, wait_thread, &w), 0);
+    msleep(50);
+    exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'o-s', 1, 'tenant-7', "
+                     "'\\x7b7d')");
+    pthread_join(t, NULL);
+    assert_true(w.notified);
+    /* never inside a transaction */
+    OK(obx__st_begin(relay));
+    assert_int_equal(relay->m->wait_for_work(relay, 10, &notified), OBX_EINVAL);
+    OK(obx__st_rollback(relay));
+    obx_store_close(relay);
+}
+
+/* ---- connection loss
+ * ----------------------------------------------------------------------------- */
+
+static void test_connection_loss(void **state) {
+    fx *f = *state;
+    obx_store *s = open_own(f, "obx-loss");
+    obx_event ev = order_event("o-l", "{}");
+    obx_enqueue_result res;
+    /* lost inside a transaction: every call reports it until the rollback; then reconnect */
+    OK(obx__st_begin(s));
+    OK(obx_enqueue(s, &ev, &res));
+    kill_backend("obx-loss");
+    obx__rows rows = {0};
+    const char *id = res.event_id;
+    obx_err e = obx__st_load_events(s, &id, 1, 0, &rows);
+    assert_int_equal(e, OBX_ECONNLOST);
+    assert_true(obx_err_is_retriable(e));
+    assert_int_equal(obx__st_load_events(s, &id, 1, 0, &rows), OBX_ECONNLOST);
+    /* known lost before COMMIT: definitely not committed */
+    assert_int_equal(obx__st_commit(s), OBX_ECONNLOST);
+    assert_non_null(strstr(obx_errmsg(), "not committed"));
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 0);
+    /* the next transaction reconnects */
+    OK(obx_enqueue(s, &ev, &res));
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 1);
+    /* lost while COMMIT is in flight: unknown, never success */
+    OK(obx__st_begin(s));
+    ev.aggregate_id = "o-l2";
+    OK(obx_enqueue(s, &ev, &res));
+    kill_backend("obx-loss");
+    e = obx__st_commit(s);
+    assert_int_equal(e, OBX_EUNKNOWN);
+    assert_false(obx_err_is_retriable(e));
+    assert_non_null(strstr(obx_errmsg(), "may or may not"));
+    assert_int_equal(s->tx_depth, 0);
+    OK(obx_enqueue(s, &ev, &res)); /* usable again */
+    /* a standalone statement on a lost connection */
+    kill_backend("obx-loss");
+    obx__store_stats st;
+    OK(s->m->stats(s, &st)); /* outside a transaction an own connection is re-established */
+    obx_store_close(s);
+    /* a borrowed connection is never reset behind the caller's back */
+    char url[1300];
+    db_url(f->db, "application_name=obx-loss-w", url, sizeof url);
+    PGconn *c = connect_url(url);
+    obx_store *w;
+    OK(obx_store_wrap_pg(c, &w));
+    OK(w->m->stats(w, &st));
+    kill_backend("obx-loss-w");
+    assert_int_equal(w->m->stats(w, &st), OBX_ECONNLOST);
+    assert_int_equal(w->m->stats(w, &st), OBX_ECONNLOST);
+    assert_int_equal(obx_enqueue(w, &ev, &res), OBX_ECONNLOST);
+    obx_store_close(w);
+    PQfinish(c);
+}
+
+/* ---- serialization, deadlock and lock timeouts are retriable ------------------------------------
+ */
+
+typedef struct upd_arg {
+    obx__store *s;
+    obx__event_update u;
+    bool applied;
+    obx_err err;
+    char msg[512];
+} upd_arg;
+
+static void *update_thread(void *p) {
+    upd_arg *a = p;
+    a->err = obx__st_update_events(a->s, &a->u, 1, &a->applied);
+    snprintf(a->msg, sizeof a->msg, "%s", obx_errmsg());
+    return NULL;
+}
+
+static void test_busy_mapping(void **state) {
+    fx *f = *state;
+    obx_event ev = order_event("o-x", "{}");
+    obx_enqueue_result rx, ry;
+    OK(obx_enqueue(f->s, &ev, &rx));
+    ev.aggregate_id = "o-y";
+    OK(obx_enqueue(f->s, &ev, &ry));
+    obx_store *a = open_own(f, "obx-dl-a"), *b = open_own(f, "obx-dl-b");
+    obx__event_row x = load1(a, rx.event_id, 0), y = load1(a, ry.event_id, 0);
+    x.rejections = y.rejections = 1;
+    obx__event_update ux = {&x, OBX__ST_PENDING, 0}, uy = {&y, OBX__ST_PENDING, 0};
+    bool ok;
+    /* deadlock: a holds x and wants y, b holds y and wants x; the victim's statement fails,
+     * its transaction keeps its locks until it rolls back */
+    OK(obx__st_begin(a));
+    OK(obx__st_begin(b));
+    OK(obx__st_update_events(a, &ux, 1, &ok));
+    OK(obx__st_update_events(b, &uy, 1, &ok));
+    upd_arg ta = {.s = a, .u = uy}, tb = {.s = b, .u = ux};
+    pthread_t t1, t2;
+    assert_int_equal(pthread_create(&t1, NULL, update_thread, &ta), 0);
+    assert_int_equal(wait_lock_waiter("obx-dl-a"), 0);
+    assert_int_equal(pthread_create(&t2, NULL, update_thread, &tb), 0);
+    /* the victim's error aborts its transaction and releases its locks at once (PostgreSQL
+     * then only waits for its ROLLBACK): both statements return */
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    assert_true((ta.err == OBX_OK) != (tb.err == OBX_OK)); /* exactly one victim */
+    upd_arg *victim = ta.err ? &ta : &tb, *winner = ta.err ? &tb : &ta;
+    assert_int_equal(victim->err, OBX_EBUSY);
+    assert_true(obx_err_is_retriable(victim->err));
+    assert_non_null(strstr(victim->msg, "40P01"));
+    assert_true(winner->applied);
+    OK(obx__st_rollback(victim->s));
+    OK(obx__st_commit(winner->s));
+
+    /* serialization failure: a REPEATABLE READ caller transaction updates a row that changed
+     * after its snapshot */
+    PGconn *c = connect_url(f->url);
+    obx_store *w;
+    OK(obx_store_wrap_pg(c, &w));
+    exec_ok(c, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+    obx__event_row snap = load1(w, rx.event_id, 0); /* takes the snapshot */
+    obx__event_row fresh = load1(a, rx.event_id, 0);
+    fresh.rejections += 1;
+    obx__event_update uf = {&fresh, fresh.state, fresh.claim_gen};
+    OK(obx__st_begin(a));
+    OK(obx__st_update_events(a, &uf, 1, &ok));
+    OK(obx__st_commit(a));
+    snap.rejections = 9;
+    obx__event_update us = {&snap, snap.state, snap.claim_gen};
+    OK(obx__st_begin(w));
+    obx_err e = obx__st_update_events(w, &us, 1, &ok);
+    assert_int_equal(e, OBX_EBUSY);
+    assert_non_null(strstr(obx_errmsg(), "40001"));
+    OK(obx__st_rollback(w));
+    exec_ok(c, "ROLLBACK");
+
+    /* lock timeout */
+    exec_ok(c, "SET lock_timeout = '100ms'");
+    OK(obx__st_begin(a));
+    obx__rows rows = {0};
+    const char *id = rx.event_id;
+    OK(obx__st_load_events(a, &id, 1, OBX__LOAD_LOCK, &rows)); /* a holds the row */
+    obx__rows_free(&rows);
+    fresh = load1(w, rx.event_id, 0);
+    obx__event_update ul = {&fresh, fresh.state, fresh.claim_gen};
+    OK(obx__st_begin(w));
+    e = obx__st_update_events(w, &ul, 1, &ok);
+    assert_int_equal(e, OBX_EBUSY);
+    assert_non_null(strstr(obx_errmsg(), "55P03"));
+    OK(obx__st_rollback(w));
+    OK(obx__st_rollback(a));
+    obx_store_close(w);
+    PQfinish(c);
+    obx_store_close(a);
+    obx_store_close(b);
+}
+
+/* ---- concurrent relays ------------------------------------------------------------------------
+ */
+
+static bool has(const obx__rows *r, const char *id) {
+    for (size_t i = 0; i < r->n; i++)
+        if (!strcmp(r->v[i].env.event_id, id)) return true;
+    return false;
+}
+
+static void test_claim_skip_locked(void **state) {
+    fx *f = *state;
+    char a1[31], a2[31], b1[31], c1[31];
+    const char *aggs[] = {"o-a", "o-a", "o-b", "o-c"};
+    char *ids[] = {a1, a2, b1, c1};
+    for (int i = 0; i < 4; i++) {
+        obx_event ev = order_event(aggs[i], "{}");
+        obx_enqueue_result res;
+        OK(obx_enqueue(f->s, &ev, &res));
+        strcpy(ids[i], res.event_id);
+    }
+    obx_store *r1 = open_own(f, "obx-r1"), *r2 = open_own(f, "obx-r2");
+    obx__claim_req req = {.now = obx__wall_ms() + 1000, .limit = 2};
+    obx__rows got1 = {0}, got2 = {0};
+    OK(obx__st_begin(r1));
+    OK(obx__st_claim_candidates(r1, &req, &got1));
+    assert_int_equal(got1.n, 2);
+    assert_true(has(&got1, a1) && has(&got1, b1));
+    /* the second relay skips the locked rows and does not jump a2 over its locked head */
+    req.limit = 10;
+    OK(obx__st_begin(r2));
+    OK(obx__st_claim_candidates(r2, &req, &got2));
+    assert_int_equal(got2.n, 1);
+    assert_true(has(&got2, c1));
+    OK(obx__st_commit(r2));
+    OK(obx__st_commit(r1));
+    obx__rows_free(&got1);
+    obx__rows_free(&got2);
+    obx_store_close(r1);
+    obx_store_close(r2);
+}
+
+/* Relays claim 100 rows, mark them CLAIMED with an audit row, commit; every event is claimed
+ * exactly once. Prints the rows/s figure. */
+typedef struct relay_arg {
+    obx__store *s;
+    int id;
+    long claimed;
+    obx_err err;
+    char msg[512];
+    char (*seen)[31];
+    long seen_n;
+} relay_arg;
+
+static void *relay_thread(void *p) {
+    relay_arg *a = p;
+    obx__event_update *u = calloc(100, sizeof *u);
+    bool applied[100];
+    obx__audit_row *au = calloc(100, sizeof *au);
+    for (;;) {
+        obx__claim_req req = {.now = 1900000000000, .limit = 100};
+        obx__rows rows = {0};
+        obx_err e = obx__st_begin(a->s);
+        if (!e) e = obx__st_claim_candidates(a->s, &req, &rows);
+        if (!e && rows.n == 0) {
+            obx__st_rollback(a->s);
+            obx__rows_free(&rows);
+            break;
+        }
+        for (size_t i = 0; !e && i < rows.n; i++) {
+            obx__event_row *r = &rows.v[i];
+            u[i] = (obx__event_update){r, r->state, r->claim_gen};
+            au[i] = (obx__audit_row){.at = 1,
+                                     .actor = OBX__ACT_DISPATCHER,
+                                     .from = r->state,
+                                     .to = OBX__ST_CLAIMED,
+                                     .envelope_gen = 1};
+            r->state = OBX__ST_CLAIMED;
+            r->claim_gen++;
+            r->lease_until = 2000000000000;
+            snprintf(r->owner, sizeof r->owner, "relay-%d", a->id);
+            strcpy(au[i].event_id, r->env.event_id);
+            strcpy(au[i].who, r->owner);
+            au[i].claim_gen = r->claim_gen;
+        }
+        if (!e) e = obx__st_update_events(a->s, u, rows.n, applied);
+        if (!e) e = obx__st_insert_audit(a->s, au, rows.n);
+        if (!e)
+            e = obx__st_commit(a->s);
+        else
+            obx__st_rollback(a->s);
+        if (e) {
+            a->err = e;
+            snprintf(a->msg, sizeof a->msg, "%s", obx_errmsg());
+            obx__rows_free(&rows);
+            break;
+        }
+        for (size_t i = 0; i < rows.n; i++) {
+            if (!applied[i]) continue;
+            strcpy(a->seen[a->seen_n++], rows.v[i].env.event_id);
+            a->claimed++;
+        }
+        obx__rows_free(&rows);
+    }
+    free(u);
+    free(au);
+    return NULL;
+}
+
+static int cmp_id(const void *x, const void *y) { return strcmp(x, y); }
+
+static void test_claim_throughput(void **state) {
+    fx *f = *state;
+    const int total = 10000, relays = 4;
+    int64_t t0 = obx__mono_ms();
+    exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'o-' || i, 1, 'tenant-7', "
+                     "'\\x7b7d') FROM generate_series(1, 10000) i");
+    int64_t t1 = obx__mono_ms();
+    printf("  obx.enqueue(): %d events in one statement, %.0f events/s\n", total,
+           total * 1000.0 / (double)(t1 - t0 ? t1 - t0 : 1));
+    /* what autovacuum does within a minute on a deployed outbox: on a never-analyzed table the
+     * planner may sort every claimable row instead of walking obx_event_claimable in order */
+    exec_ok(f->conn, "ANALYZE obx.obx_event");
+    relay_arg ra[4];
+    pthread_t t[4];
+    char(*seen)[31] = calloc((size_t)total * relays, 31);
+    for (int i = 0; i < relays; i++) {
+        char app[32];
+        snprintf(app, sizeof app, "obx-tp-%d", i);
+        ra[i] = (relay_arg){.s = open_own(f, app), .id = i, .seen = seen + (size_t)i * total};
+    }
+    t0 = obx__mono_ms();
+    for (int i = 0; i < relays; i++) pthread_create(&t[i], NULL, relay_thread, &ra[i]);
+    long claimed = 0;
+    for (int i = 0; i < relays; i++) {
+        pthread_join(t[i], NULL);
+        if (ra[i].err) fail_msg("relay %d: %s: %s", i, obx_errname(ra[i].err), ra[i].msg);
+        claimed += ra[i].claimed;
+    }
+    t1 = obx__mono_ms();
+    printf("  claim+mark, batch 100, %d relays: %ld rows in %lld ms = %.0f rows/s\n", relays,
+           claimed, (long long)(t1 - t0), claimed * 1000.0 / (double)(t1 - t0 ? t1 - t0 : 1));
+    assert_int_equal(claimed, total);
+    /* no event claimed twice */
+    char(*all)[31] = calloc((size_t)total, 31);
+    long n = 0;
+    for (int i = 0; i < relays; i++)
+        for (long k = 0; k < ra[i].seen_n; k++) strcpy(all[n++], ra[i].seen[k]);
+    qsort(all, (size_t)n, 31, cmp_id);
+    for (long k = 1; k < n; k++) assert_string_not_equal(all[k - 1], all[k]);
+    free(all);
+    free(seen);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event WHERE state='CLAIMED' "
+                                   "AND claim_gen = 1"),
+                     total);
+    obx__store_stats st;
+    OK(f->s->m->stats(f->s, &st));
+    assert_int_equal(st.by_state[OBX__ST_CLAIMED], total);
+    assert_int_equal(st.by_state[OBX__ST_PENDING], 0);
+    for (int i = 0; i < relays; i++) obx_store_close(ra[i].s);
+}
+
+/* ---- statistics and batch semantics
+ * -------------------------------------------------------------- */
+
+static void check_stats_exact(fx *f) {
+    obx__store_stats st;
+    OK(f->s->m->stats(f->s, &st));
+    PGresult *r = PQexec(f->conn, "SELECT state, count(*) FROM obx.obx_event GROUP BY state");
+    int64_t want[OBX__ST_COUNT] = {0};
+    for (int i = 0; i < PQntuples(r); i++)
+        want[obx__state_parse(PQgetvalue(r, i, 0))] = strtoll(PQgetvalue(r, i, 1), NULL, 10);
+    PQclear(r);
+    for (int k = 0; k < OBX__ST_COUNT; k++)
+        if (st.by_state[k] != want[k])
+            fail_msg("stats %s: %lld, table says %lld", obx__state_name((obx__state)k),
+                     (long long)st.by_state[k], (long long)want[k]);
+    assert_int_equal(st.receipts_primary,
+                     qint(f->conn, "SELECT count(*) FROM obx.obx_receipt WHERE kind='PRIMARY'"));
+    assert_int_equal(st.receipts_duplicate,
+                     qint(f->conn, "SELECT count(*) FROM obx.obx_receipt WHERE kind='DUPLICATE'"));
+    assert_int_equal(st.attempts_unknown,
+                     qint(f->conn, "SELECT count(*) FROM obx.obx_attempt WHERE state='UNKNOWN'"));
+}
+
+static void test_stats_exact(void **state) {
+    fx *f = *state;
+    char ids[60][31];
+    for (int i = 0; i < 60; i++) {
+        char agg[16];
+        snprintf(agg, sizeof agg, "o-%d", i);
+        obx_event ev = order_event(agg, "{}");
+        obx_enqueue_result res;
+        if (i % 10 == 9) { /* some enqueues roll back */
+            exec_ok(f->conn, "BEGIN");
+            OK(obx_enqueue(f->s, &ev, &res));
+            exec_ok(f->conn, "ROLLBACK");
+        }
+        OK(obx_enqueue(f->s, &ev, &res));
+        strcpy(ids[i], res.event_id);
+    }
+    check_stats_exact(f);
+    unsigned seed = 7;
+    for (int round = 0; round < 4; round++) {
+        obx__event_update u[60];
+        obx__event_row rows[60];
+        bool applied[60];
+        size_t n = 0;
+        for (int i = 0; i < 60; i++) {
+            seed = seed * 1103515245u + 12345u;
+            if ((seed >> 16) % 3 == 0) continue;
+            rows[n] = load1(f->s, ids[i], 0);
+            u[n] = (obx__event_update){&rows[n], rows[n].state, rows[n].claim_gen};
+            switch (rows[n].state) {
+            case OBX__ST_PENDING: rows[n].state = OBX__ST_CLAIMED; break;
+            case OBX__ST_CLAIMED: rows[n].state = OBX__ST_SENDING; break;
+            case OBX__ST_SENDING: rows[n].state = OBX__ST_PUBLISHED; break;
+            default: rows[n].state = OBX__ST_RETAINED; break;
+            }
+            n++;
+        }
+        OK(obx__st_begin(f->s));
+        OK(obx__st_update_events(f->s, u, n, applied));
+        if (round == 2) /* a rolled-back batch changes nothing */
+            OK(obx__st_rollback(f->s));
+        else
+            OK(obx__st_commit(f->s));
+        check_stats_exact(f);
+    }
+    obx__receipt_row rc = {.envelope_gen = 1, .kind = OBX__RK_PRIMARY};
+    strcpy(rc.event_id, ids[0]);
+    obx__receipt_row two[2] = {rc, rc};
+    two[1].kind = OBX__RK_DUPLICATE;
+    OK(obx__st_begin(f->s));
+    OK(obx__st_insert_receipts(f->s, two, 2));
+    OK(obx__st_commit(f->s));
+    check_stats_exact(f);
+    exec_ok(f->conn, "SELECT obx._compact_stats()");
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_stat_delta WHERE n <> 0 AND "
+                                   "key IN (SELECT key FROM obx.obx_stat_delta GROUP BY key "
+                                   "HAVING count(*) > 1)"),
+                     0);
+    check_stats_exact(f);
+    exec_ok(f->conn, "DELETE FROM obx.obx_receipt WHERE kind = 'DUPLICATE'");
+    check_stats_exact(f);
+}
+
+static void test_batch_semantics(void **state) {
+    fx *f = *state;
+    char x[31], y[31];
+    obx_event ev = order_event("o-1", "{}");
+    obx_enqueue_result res;
+    OK(obx_enqueue(f->s, &ev, &res));
+    strcpy(x, res.event_id);
+    ev.aggregate_id = "o-2";
+    OK(obx_enqueue(f->s, &ev, &res));
+    strcpy(y, res.event_id);
+    /* x twice in one batch: applied in order, as one call after the other */
+    obx__event_row x1 = load1(f->s, x, 0), x2, y1 = load1(f->s, y, 0);
+    x1.state = OBX__ST_CLAIMED;
+    x1.claim_gen = 1;
+    x2 = x1;
+    x2.state = OBX__ST_SENDING;
+    obx__event_row y_stale = y1;
+    y_stale.state = OBX__ST_CLAIMED;
+    y1.rejections = 4;
+    obx__event_update u[4] = {{&x1, OBX__ST_PENDING, 0},
+                              {&y_stale, OBX__ST_CLAIMED, 0}, /* wrong expectation */
+                              {&x2, OBX__ST_CLAIMED, 1},
+                              {&y1, OBX__ST_PENDING, 0}};
+    bool applied[4];
+    OK(obx__st_begin(f->s));
+    OK(obx__st_update_events(f->s, u, 4, applied));
+    OK(obx__st_commit(f->s));
+    assert_true(applied[0]);
+    assert_false(applied[1]);
+    assert_true(applied[2]);
+    assert_true(applied[3]);
+    assert_int_equal(load1(f->s, x, 0).state, OBX__ST_SENDING);
+    assert_int_equal(load1(f->s, y, 0).rejections, 4);
+    /* attempts: a batch naming one attempt twice; a missing attempt is named */
+    obx__attempt_row a = {.envelope_gen = 1,
+                          .attempt_gen = 1,
+                          .claim_gen = 1,
+                          .state = OBX__AT_SENDING,
+                          .offset_before = -1};
+    strcpy(a.attempt_id, "att-1");
+    strcpy(a.event_id, x);
+    strcpy(a.detail, "it's \"quoted\" \\ {braces}, commas");
+    OK(obx__st_begin(f->s));
+    OK(obx__st_insert_attempts(f->s, &a, 1));
+    obx__attempt_row b[2] = {a, a};
+    b[0].state = OBX__AT_UNKNOWN;
+    b[1].state = OBX__AT_ACCEPTED;
+    OK(obx__st_update_attempts(f->s, b, 2));
+    OK(obx__st_commit(f->s));
+    obx__attempt_row *got;
+    size_t n;
+    const char *aid = "att-1";
+    OK(obx__st_load_attempts(f->s, &aid, 1, NULL, &got, &n));
+    assert_int_equal(n, 1);
+    assert_int_equal(got[0].state, OBX__AT_ACCEPTED);
+    assert_string_equal(got[0].detail, a.detail);
+    free(got);
+    obx__attempt_row missing[2] = {a, a};
+    strcpy(missing[1].attempt_id, "att-missing");
+    OK(obx__st_begin(f->s));
+    assert_int_equal(obx__st_update_attempts(f->s, missing, 2), OBX_ENOTFOUND);
+    assert_non_null(strstr(obx_errmsg(), "att-missing"));
+    OK(obx__st_rollback(f->s));
+    /* load keeps the caller's order and repeats */
+    const char *order[3] = {y, x, y};
+    obx__rows rows = {0};
+    OK(obx__st_load_events(f->s, order, 3, 0, &rows));
+    assert_int_equal(rows.n, 3);
+    assert_string_equal(rows.v[0].env.event_id, y);
+    assert_string_equal(rows.v[1].env.event_id, x);
+    obx__rows_free(&rows);
+}
+
+/* ---- schema versions --------------------------------------------------------------------------
+ */
+
+static void test_schema_versions(void **state) {
+    fx *f = *state;
+    int found = 0, known = 0;
+    OK(obx_store_schema_version(f->s, &found, &known));
+    assert_int_equal(found, known);
+    OK(obx_store_init(f->s));
+    exec_ok(f->conn, "UPDATE obx.obx_meta SET value = '99' WHERE key = 'schema_version'");
+    assert_int_equal(obx_store_init(f->s), OBX_ESCHEMA);
+    assert_non_null(strstr(obx_errmsg(), "version 99 is newer"));
+    /* a fresh database starts at 0; init inside a caller's transaction rolls back with it */
+    char db[64], url[1200];
+    assert_int_equal(new_db(db, NULL), 0);
+    db_url(db, "", url, sizeof url);
+    PGconn *c = connect_url(url);
+    obx_store *w;
+    OK(obx_store_wrap_pg(c, &w));
+    OK(obx_store_schema_version(w, &found, NULL));
+    assert_int_equal(found, 0);
+    exec_ok(c, "BEGIN");
+    OK(obx_store_init(w));
+    OK(obx_store_schema_version(w, &found, NULL));
+    assert_int_equal(found, known);
+    exec_ok(c, "ROLLBACK");
+    OK(obx_store_schema_version(w, &found, NULL));
+    assert_int_equal(found, 0);
+    OK(obx_store_init(w));
+    OK(obx_store_schema_version(w, &found, NULL));
+    assert_int_equal(found, known);
+    obx_store_close(w);
+    PQfinish(c);
+    /* a database that does not store UTF-8 is refused */
+    assert_int_equal(new_db(db, "ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE "
+                                "template0"),
+                     0);
+    db_url(db, "", url, sizeof url);
+    obx_store *s;
+    OK(obx_store_open(url, &s));
+    assert_int_equal(obx_store_init(s), OBX_ECONFIG);
+    assert_non_null(strstr(obx_errmsg(), "UTF8"));
+    obx_store_close(s);
+    /* a server that is not there */
+    assert_int_equal(obx_store_open("postgres://postgres@127.0.0.1:1/x?connect_timeout=2", &s),
+                     OBX_ECONNLOST);
+}
+
+/* ---- main
+ * ---------------------------------------------------------------------------------------- */
+
+int main(void) {
+    const char *url = getenv("OBX_TEST_PG_URL");
+    if (!url || !*url) {
+        fprintf(stderr, "test_store_pg: OBX_TEST_PG_URL is not set. Start a PostgreSQL with "
+                        "`source scripts/services.sh; services_start` (or run scripts/test.sh); "
+                        "this suite fails rather than skips without one.\n");
+        return 1;
+    }
+    snprintf(base_url, sizeof base_url, "%s", url);
+    admin = PQconnectdb(base_url);
+    if (PQstatus(admin) != CONNECTION_OK) {
+        fprintf(stderr, "test_store_pg: cannot connect to %s: %s", base_url, PQerrorMessage(admin));
+        return 1;
+    }
+    PQclear(PQexec(admin, "SET client_min_messages = warning"));
+    int64_t t0 = obx__mono_ms();
+    int failed = store_conformance_run("store conformance: postgres", pg_factory);
+    int64_t t1 = obx__mono_ms();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_commit_together, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rollback_together, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_caller_tx_survives, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kill_producer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_frozen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idempotency_concurrent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idempotency_concurrent_sql, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_seq_is_commit_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_digest_vectors_sql, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sql_enqueue_matches_c, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sql_validation_parity, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_psql_producer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_roles, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_notify_wakes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_connection_loss, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_busy_mapping, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_skip_locked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_throughput, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stats_exact, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_semantics, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
+    };
+    failed += cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
+    /* the engine's fault suite (DESIGN.md §9) on this store */
+    failed += engine_fault_run("engine faults: postgres", pg_factory);
+    int64_t t2 = obx__mono_ms();
+    printf("test_store_pg: conformance %lld ms, postgres-specific %lld ms\n", (long long)(t1 - t0),
+           (long long)(t2 - t1));
+    for (int i = 0; i < db_count && i < 256; i++) {
+        char sql[128];
+        snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", created[i]);
+        admin_exec(sql);
+    }
+    PQfinish(admin);
+    return failed;
+}
