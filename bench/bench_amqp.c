@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NMSG 1000 /* distinct prepared messages, used round-robin */
@@ -26,6 +27,13 @@ typedef struct prepared {
     char attempt_id[OBX_EVENT_ID_LEN + 1];
     obx__msg msg;
 } prepared;
+
+/* this process's CPU time, us: the client-side cost, steadier than the rate on a busy machine */
+static double cpu_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
 
 static void die(const char *what) {
     fprintf(stderr, "bench_amqp: %s: %s\n", what, obx_errmsg());
@@ -221,16 +229,23 @@ int main(int argc, char **argv) {
     printf("confirmed publish to a quorum queue: %d messages of %d bytes + obx headers, "
            "persistent, mandatory, window %d, backend batch %d\n",
            n, size, window, batch);
-    double raw[20], ob[20];
+    double raw[20], ob[20], raw_cpu = 0, ob_cpu = 0;
     for (int r = 0; r < rounds; r++) {
         amqp_queue_purge(adm, 1, amqp_cstring_bytes(q));
         amqp_get_rpc_reply(adm);
+        double c0 = cpu_us();
         raw[r] = raw_round(&u, exchange, pm, n, window);
+        double c1 = cpu_us();
         amqp_queue_purge(adm, 1, amqp_cstring_bytes(q));
         amqp_get_rpc_reply(adm);
+        double c2 = cpu_us();
         ob[r] = obx_round(b, pm, n, batch);
-        printf("round %d: rabbitmq-c loop %8.0f msgs/s   obx backend %8.0f msgs/s\n", r + 1, raw[r],
-               ob[r]);
+        double c3 = cpu_us();
+        raw_cpu += c1 - c0;
+        ob_cpu += c3 - c2;
+        printf("round %d: rabbitmq-c loop %8.0f msgs/s (%.2f us cpu/msg)   obx backend %8.0f "
+               "msgs/s (%.2f us cpu/msg)\n",
+               r + 1, raw[r], (c1 - c0) / n, ob[r], (c3 - c2) / n);
         fflush(stdout);
     }
     qsort(raw, (size_t)rounds, sizeof raw[0], cmp_d);
@@ -238,6 +253,8 @@ int main(int argc, char **argv) {
     double mr = raw[rounds / 2], mo = ob[rounds / 2];
     printf("median:  rabbitmq-c loop %8.0f msgs/s   obx backend %8.0f msgs/s   ratio %.2f\n", mr,
            mo, mo / mr);
+    printf("client cpu per message, all rounds: rabbitmq-c loop %.2f us, obx backend %.2f us\n",
+           raw_cpu / ((double)n * rounds), ob_cpu / ((double)n * rounds));
     amqp_queue_delete(adm, 1, amqp_cstring_bytes(q), 0, 0);
     amqp_get_rpc_reply(adm);
     amqp_exchange_delete(adm, 1, amqp_cstring_bytes(exchange), 0);
