@@ -229,7 +229,7 @@ int main(int argc, char **argv) {
     printf("confirmed publish to a quorum queue: %d messages of %d bytes + obx headers, "
            "persistent, mandatory, window %d, backend batch %d\n",
            n, size, window, batch);
-    double raw[20], ob[20], raw_cpu = 0, ob_cpu = 0;
+    double raw[20] = {0}, ob[20] = {0}, raw_cpu = 0, ob_cpu = 0;
     for (int r = 0; r < rounds; r++) {
         amqp_queue_purge(adm, 1, amqp_cstring_bytes(q));
         amqp_get_rpc_reply(adm);

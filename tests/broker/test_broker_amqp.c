@@ -511,7 +511,10 @@ static int cmp_rec(const void *key, const void *rec) {
 static void record(sent_rec *recs, size_t n, const obx__outcome *o, size_t k) {
     for (size_t i = 0; i < k; i++) {
         sent_rec *r = bsearch(o[i].event_id, recs, n, sizeof *recs, cmp_rec);
-        if (!r) fail_msg("outcome for an event never sent: %s", o[i].event_id);
+        if (!r) {
+            fail_msg("outcome for an event never sent: %s", o[i].event_id);
+            return;
+        }
         r->kind = (int)o[i].kind;
         r->n_outcomes++;
     }
@@ -655,9 +658,12 @@ static void restart_mid_batch(const char *how) {
         if (i && !strcmp(d1.id[i], d1.id[i - 1])) fail_msg("%s stored twice", d1.id[i]);
         if (!strcmp(d1.id[i], after_restart)) continue;
         sent_rec *r = bsearch(d1.id[i], recs, n, sizeof *recs, cmp_rec);
-        if (!r) fail_msg("%s is stored but was never sent", d1.id[i]);
-        if (r->kind == OBX__OUT_NOT_SENT) fail_msg("%s is NOT_SENT but stored", r->id);
-        unknown_stored += r->kind == OBX__OUT_UNKNOWN;
+        if (!r)
+            fail_msg("%s is stored but was never sent", d1.id[i]);
+        else if (r->kind == OBX__OUT_NOT_SENT)
+            fail_msg("%s is NOT_SENT but stored", r->id);
+        else
+            unknown_stored += r->kind == OBX__OUT_UNKNOWN;
     }
     size_t missing_acked = 0;
     for (size_t i = 0; i < n; i++)
