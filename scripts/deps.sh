@@ -10,7 +10,7 @@ set_name=${1:-build}
 build_pkgs=(build-essential cmake pkg-config libsqlite3-dev libssl-dev libjansson-dev libyaml-dev
             libmicrohttpd-dev libpq-dev librdkafka-dev librabbitmq-dev sqlite3)
 test_pkgs=(libcmocka-dev postgresql-15 postgresql-client-15 rabbitmq-server kcat amqp-tools spin
-           clang libclang-rt-14-dev clang-format cppcheck socat iproute2 procps
+           clang libclang-rt-14-dev clang-format cppcheck socat iproute2 procps openssl
            python3 curl)
 
 pkgs=("${build_pkgs[@]}")

@@ -3,8 +3,10 @@
 # usable by hand: `source scripts/services.sh; services_start`).
 #   PostgreSQL 15: initdb in a temp folder owned by the postgres user, own port and socket.
 #   RabbitMQ: a detached node with its own HOME, node name, ports and data folders.
-# Exports OBX_TEST_PG_URL and OBX_TEST_AMQP_URL (and OBX_TEST_SERVICES_DIR). A suite whose
-# server is missing fails loudly in CI instead of skipping.
+# Exports OBX_TEST_PG_URL and OBX_TEST_AMQP_URL (and OBX_TEST_SERVICES_DIR); for RabbitMQ also
+# OBX_TEST_AMQPS_URL + OBX_TEST_AMQP_CACERT (TLS listener) and OBX_SVC_AMQP_PORT, which
+# scripts/rabbit.sh uses to stop and start the node. A suite whose server is missing fails
+# loudly in CI instead of skipping.
 
 OBX_SVC_PG_PORT=${OBX_SVC_PG_PORT:-55432}
 OBX_SVC_AMQP_PORT=${OBX_SVC_AMQP_PORT:-56720}
@@ -30,6 +32,7 @@ pg_stop() {
 
 amqp_env() {
   local dir=$OBX_TEST_SERVICES_DIR/rabbit
+  export OBX_SVC_AMQP_PORT
   export HOME_RABBIT=$dir/home
   export RABBITMQ_NODENAME=obxtest@localhost
   export RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
@@ -43,28 +46,65 @@ amqp_env() {
   export RABBITMQ_CONFIG_FILE=$dir/rabbitmq
 }
 
-amqp_start() {
+# A private CA and a server certificate for localhost (TLS listener at AMQP port + 4).
+amqp_tls_files() {
+  local t=$1
+  [[ -s $t/server.pem ]] && return 0
+  mkdir -p "$t"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+    -subj /CN=obx-test-ca -keyout "$t/ca.key" -out "$t/ca.pem" >/dev/null 2>&1 &&
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=localhost \
+      -keyout "$t/server.key" -out "$t/server.csr" >/dev/null 2>&1 &&
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >"$t/ext.cnf" &&
+    openssl x509 -req -in "$t/server.csr" -CA "$t/ca.pem" -CAkey "$t/ca.key" -CAcreateserial \
+      -days 2 -extfile "$t/ext.cnf" -out "$t/server.pem" >/dev/null 2>&1 &&
+    chmod 644 "$t"/*.pem "$t"/*.key
+}
+
+# Starts the node (first start or restart with the same data). amqp_node_start/amqp_node_stop
+# are what scripts/rabbit.sh runs for tests that stop and start the broker mid-run.
+amqp_node_start() {
   local dir=$OBX_TEST_SERVICES_DIR/rabbit
   mkdir -p "$dir/home" "$dir/mnesia" "$dir/log"
   amqp_env
+  amqp_tls_files "$dir/tls" || { echo "services: cannot make TLS test certificates"; return 1; }
   echo '[rabbitmq_stream].' > "$RABBITMQ_ENABLED_PLUGINS_FILE"
   cat > "$dir/rabbitmq.conf" <<CONF
 loopback_users = none
 stream.listeners.tcp.1 = 127.0.0.1:$((OBX_SVC_AMQP_PORT + 3))
+listeners.ssl.1 = 127.0.0.1:$((OBX_SVC_AMQP_PORT + 4))
+ssl_options.cacertfile = $dir/tls/ca.pem
+ssl_options.certfile = $dir/tls/server.pem
+ssl_options.keyfile = $dir/tls/server.key
+ssl_options.verify = verify_none
+ssl_options.fail_if_no_peer_cert = false
 CONF
   HOME=$HOME_RABBIT /usr/lib/rabbitmq/bin/rabbitmq-server -detached >"$dir/start.log" 2>&1 || { cat "$dir/start.log"; return 1; }
   HOME=$HOME_RABBIT timeout 90 /usr/lib/rabbitmq/bin/rabbitmqctl wait --timeout 60 "$RABBITMQ_PID_FILE" >"$dir/wait.log" 2>&1 ||
     { cat "$dir/wait.log"; tail -50 "$dir"/log/*.log; return 1; }
+}
+
+amqp_node_stop() {
+  local dir=$OBX_TEST_SERVICES_DIR/rabbit
+  [[ -d $dir ]] || return 0
+  amqp_env
+  HOME=$HOME_RABBIT timeout 30 /usr/lib/rabbitmq/bin/rabbitmqctl shutdown >/dev/null 2>&1 || true
+}
+
+amqp_start() {
+  amqp_node_start || return 1
+  local dir=$OBX_TEST_SERVICES_DIR/rabbit
   export OBX_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$OBX_SVC_AMQP_PORT/%2f"
+  export OBX_TEST_AMQPS_URL="amqps://guest:guest@localhost:$((OBX_SVC_AMQP_PORT + 4))/%2f"
+  export OBX_TEST_AMQP_CACERT=$dir/tls/ca.pem
   export OBX_TEST_RABBIT_DIR=$dir
-  echo "services: RabbitMQ on 127.0.0.1:$OBX_SVC_AMQP_PORT"
+  echo "services: RabbitMQ on 127.0.0.1:$OBX_SVC_AMQP_PORT (TLS on $((OBX_SVC_AMQP_PORT + 4)))"
 }
 
 amqp_stop() {
   local dir=$OBX_TEST_SERVICES_DIR/rabbit
   [[ -d $dir ]] || return 0
-  amqp_env
-  HOME=$HOME_RABBIT timeout 30 /usr/lib/rabbitmq/bin/rabbitmqctl shutdown >/dev/null 2>&1 || true
+  amqp_node_stop
   epmd -port "$ERL_EPMD_PORT" -kill >/dev/null 2>&1 || true
 }
 

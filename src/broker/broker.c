@@ -113,11 +113,17 @@ obx_err obx__br_poll(obx__broker *b, int64_t now, int timeout_ms, obx__outcome *
     return e ? e : b->m->poll(b, now, timeout_ms, out, cap, n);
 }
 
+unsigned obx__br_caps(obx__broker *b) {
+    /* a backend may narrow its static caps per configuration, never widen them */
+    return b->m->caps_of ? b->m->caps_of(b) & b->m->caps : b->m->caps;
+}
+
 obx_err obx__br_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_res *res) {
     memset(res, 0, sizeof *res);
     obx_err e = fault("lookup");
     if (e) return e;
-    if (!(b->m->caps & (OBX__BCAP_LOOKUP_AUTHORITATIVE | OBX__BCAP_LOOKUP_BEST_EFFORT))) {
+    unsigned caps = obx__br_caps(b);
+    if (!(caps & (OBX__BCAP_LOOKUP_AUTHORITATIVE | OBX__BCAP_LOOKUP_BEST_EFFORT))) {
         res->kind = OBX__LOOKUP_CANNOT_TELL;
         snprintf(res->reason, sizeof res->reason, "%s: no lookup capability", b->m->name);
         return OBX_OK;
@@ -127,7 +133,7 @@ obx_err obx__br_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_r
     /* a backend that cannot prove absence never answers NOT_FOUND, and nobody may before the
      * attempt's quiet time */
     if (res->kind == OBX__LOOKUP_NOT_FOUND &&
-        (!(b->m->caps & OBX__BCAP_LOOKUP_AUTHORITATIVE) || req->now < req->quiet_until)) {
+        (!(caps & OBX__BCAP_LOOKUP_AUTHORITATIVE) || req->now < req->quiet_until)) {
         res->kind = OBX__LOOKUP_CANNOT_TELL;
         if (b->m->caps & OBX__BCAP_LOOKUP_AUTHORITATIVE) res->authoritative_at = req->quiet_until;
         snprintf(res->reason, sizeof res->reason,

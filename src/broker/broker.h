@@ -177,6 +177,19 @@ typedef struct obx__broker_methods {
      * queue must be delivered again (Kafka: seek back; AMQP: nack with requeue; log: rewind to
      * the committed offsets). Used after a handler failure so that nothing is skipped. */
     obx_err (*consume_redeliver)(obx__broker *b, const obx__delivery *d);
+
+    /* ---- optional methods (NULL when absent; added within version 1) ---- */
+    /* The capabilities of this open handle, when they depend on its configuration (AMQP:
+     * lookup and scan exist only with an audit stream). Must return a subset of `caps`, which
+     * stays the union of what any configuration can do (the registry checks methods against
+     * it). Absent: the handle has exactly `caps`. Read it through obx__br_caps(). */
+    unsigned (*caps_of)(obx__broker *b);
+    /* OBX__BCAP_CONSUME, for backends with per-message acknowledgement (AMQP): gives a
+     * delivery back unacknowledged (basic.nack). requeue = true: the broker delivers it again,
+     * to this or another consumer, with `redelivered` set (a handler failure the inbox wants
+     * retried now); false: the broker drops it or dead-letters it per the queue's policy. Must
+     * not be used for a delivery whose effect was committed: that one is acked. */
+    obx_err (*consume_release)(obx__broker *b, const obx__delivery *d, bool requeue);
 } obx__broker_methods;
 
 struct obx_broker {
@@ -223,6 +236,8 @@ obx_err obx__br_send(obx__broker *b, const obx__msg *m, size_t n, int64_t now);
 obx_err obx__br_poll(obx__broker *b, int64_t now, int timeout_ms, obx__outcome *out, size_t cap,
                      size_t *n);
 obx_err obx__br_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_res *res);
+/* The open handle's capabilities: caps_of(b) when the backend has it, else the static caps. */
+unsigned obx__br_caps(obx__broker *b);
 void obx__br_fault_after(long k);
 
 #endif /* OBX_BROKER_H */
