@@ -33,5 +33,6 @@ int cmd_requeue(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_poison(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_sim(int argc, char **argv);
 
 #endif

@@ -96,6 +96,7 @@ static const struct {
     {"consume", cmd_consume, "run a consumer through the inbox (sample order projection)"},
     {"requeue", cmd_requeue, "put a PARKED event back to PENDING: obx requeue EVENT_ID"},
     {"poison", cmd_poison, "consumer poison messages: obx poison list|redrive"},
+    {"sim", cmd_sim, "the deterministic simulator and release gate: obx sim --traces N --seed S"},
     {"demo", cmd_demo, "the whole pipeline with injected faults: obx demo [--events N]"},
 };
 

@@ -12,6 +12,7 @@
 #include "core.h"
 
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -58,12 +59,20 @@ void obx__envelope_canonical(const obx__envelope *e, obx__buf *b) {
     field(b, e->idempotency_key);
 }
 
+/* OpenSSL 3 resolves EVP_sha256() through the provider store on every use, under a global
+ * lock: with several threads digesting at once that lock dominates. Fetch the algorithm once. */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+static void sha256_init(void) { sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL); }
+
 obx_err obx_sha256_digest(const void *data, size_t len, char out[OBX_DIGEST_LEN + 1]) {
     unsigned char md[32];
     unsigned int mdlen = 0;
     if (!out) return obx__fail(OBX_EINVAL, "out: NULL");
     if (!data && len) return obx__fail(OBX_EINVAL, "data: NULL with length %zu", len);
-    if (EVP_Digest(data ? data : "", len, md, &mdlen, EVP_sha256(), NULL) != 1 || mdlen != 32)
+    pthread_once(&sha256_once, sha256_init);
+    const EVP_MD *alg = sha256_md ? sha256_md : EVP_sha256();
+    if (EVP_Digest(data ? data : "", len, md, &mdlen, alg, NULL) != 1 || mdlen != 32)
         return obx__fail(OBX_EINTERNAL, "SHA-256 failed in libcrypto");
     memcpy(out, "sha256:", 7);
     obx__hex(md, 32, out + 7);

@@ -134,9 +134,8 @@ static obx_err begin_tx(obx__engine *e, void *arg) {
         bool fenced = cur->state == c->rows[i].state && cur->claim_gen == c->rows[i].claim_gen &&
                       !strcmp(cur->owner, e->cfg.owner) && cur->lease_until > c->now &&
                       (cur->state == OBX__ST_CLAIMED || cur->state == OBX__ST_RETRY_CLAIMED);
-        if (OBX__MUTANT(STALE_CLAIM_SENDS))
-            fenced = cur->state == OBX__ST_CLAIMED || cur->state == OBX__ST_RETRY_CLAIMED ||
-                     cur->state == OBX__ST_SENDING;
+        if (OBX__MUTANT(STALE_CLAIM_SENDS)) /* test-only bug: no fencing by claim_gen/lease */
+            fenced = cur->state == OBX__ST_CLAIMED || cur->state == OBX__ST_RETRY_CLAIMED;
         if (!fenced) {
             /* DESIGN.md §3: a stale worker may report what it saw, nothing else */
             e->st.stale_refused++;

@@ -235,6 +235,7 @@ static obx_err build_row(obx__store *s, const obx_event *ev, const obx__route_ro
     obx__strlcpy(v->traceparent, ev->traceparent ? ev->traceparent : "", sizeof v->traceparent);
     obx__strlcpy(v->idempotency_key, ev->idempotency_key ? ev->idempotency_key : "",
                  sizeof v->idempotency_key);
+    if (OBX__MUTANT(IGNORE_IDEMPOTENCY_KEY)) v->idempotency_key[0] = '\0'; /* test-only bug */
 
     char rk[OBX_KEY_MAX + 1];
     if ((e = obx__routing_key_expand(route->routing_key, v, rk, sizeof rk))) return e;
@@ -266,7 +267,7 @@ obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ul
     if (!row) return obx__fail(OBX_ENOMEM, "enqueue: out of memory");
     for (int tries = 0; tries < 2; tries++) {
         if ((e = obx__st_begin(s))) break;
-        if (ev->idempotency_key && *ev->idempotency_key) {
+        if (ev->idempotency_key && *ev->idempotency_key && !OBX__MUTANT(IGNORE_IDEMPOTENCY_KEY)) {
             e = s->m->idem_lookup(s, ev->tenant, ev->idempotency_key, out->event_id);
             if (e == OBX_OK) {
                 out->existing = 1;

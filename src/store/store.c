@@ -126,6 +126,11 @@ obx_err obx__st_begin(obx__store *s) {
 
 obx_err obx__st_commit(obx__store *s) {
     if (s->tx_depth > 0) s->tx_depth--;
+    if (s->fail_commits > 0) {
+        s->fail_commits--;
+        s->m->rollback(s);
+        return obx__fail(OBX_EIO, "injected commit failure (the transaction rolled back)");
+    }
     obx_err f = fault("commit");
     if (f) {
         s->m->rollback(s);

@@ -379,6 +379,9 @@ struct obx_store {
     char url_redacted[1024];
     size_t payload_limit;
     int tx_depth; /* maintained by the wrappers */
+    /* Test hook (simulator): the next fail_commits outermost-or-inner commits through the
+     * wrapper roll back and return OBX_EIO, on this handle only. */
+    int fail_commits;
 };
 
 /* Registry: the backend for a URL scheme, or NULL. */

@@ -163,7 +163,7 @@ typedef struct pg_store {
     " AND ($2::text IS NULL OR e.dest_cluster = $2::text) ORDER BY " order " LIMIT $3::bigint"
 #define SKIP_LOCKED " FOR UPDATE OF e SKIP LOCKED"
 #define SEL_EXPIRED                                                                                \
-    SEL("WHERE e.state = 'SENDING' AND e.lease_until <= $1::bigint", "e.lease_until")
+    SEL("WHERE e.state = 'SENDING' AND e.lease_until <= $1::bigint", "e.lease_until, e.seq")
 #define SEL_RECONCILE                                                                              \
     SEL("WHERE ((e.state = 'DISPATCH_UNKNOWN' AND e.next_check_at <= $1::bigint) OR "              \
         "(e.state IN ('RECONCILING','RETRY_CLAIMED') AND e.lease_until <= $1::bigint))",           \
@@ -172,7 +172,7 @@ typedef struct pg_store {
  * use for now ($1), but an unreferenced parameter would have no type when prepared */
 #define SEL_STATE SEL("WHERE e.state = $5::text AND $1::bigint IS NOT NULL", "e.seq")
 #define SEL_PUBBEFORE                                                                              \
-    SEL("WHERE e.state = $5::text AND e.published_at <= $1::bigint", "e.published_at")
+    SEL("WHERE e.state = $5::text AND e.published_at <= $1::bigint", "e.published_at, e.seq")
 #define LOAD(lock)                                                                                 \
     "SELECT " EVENT_COLS ", CASE WHEN $2::bool THEN v.payload END FROM unnest($1::text[]) WITH "   \
     "ORDINALITY AS k(id, ord) JOIN obx.obx_event e ON e.event_id = k.id JOIN obx.obx_envelope v "  \

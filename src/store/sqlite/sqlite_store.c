@@ -82,6 +82,9 @@ typedef struct sq_store {
     int64_t busy_since;
     uint64_t busy_rng;
     sqlite3_stmt *q[Q_COUNT];
+    /* SAVEPOINT / RELEASE / ROLLBACK TO per nesting depth, prepared once: obx opens a
+     * savepoint for every transaction inside a caller's (and the simulator's) transaction */
+    sqlite3_stmt *sp[8][3];
 } sq_store;
 
 #define EVENT_COLS                                                                                 \
@@ -143,7 +146,7 @@ static const char *const sql_text[Q_COUNT] = {
         ")) ORDER BY e.seq LIMIT ?3",
     [Q_SEL_EXPIRED] =
         "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = 'SENDING' AND e.lease_until <= ?1 "
-        "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.lease_until LIMIT ?3",
+        "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.lease_until, e.seq LIMIT ?3",
     [Q_SEL_RECONCILE] = "SELECT " EVENT_COLS EVENT_FROM
                         "WHERE ((e.state = 'DISPATCH_UNKNOWN' AND e.next_check_at <= ?1) OR "
                         "(e.state IN ('RECONCILING','RETRY_CLAIMED') AND e.lease_until <= ?1)) "
@@ -153,7 +156,7 @@ static const char *const sql_text[Q_COUNT] = {
                     "ORDER BY e.seq LIMIT ?3",
     [Q_SEL_PUBBEFORE] =
         "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = ?4 AND e.published_at <= ?1 "
-        "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.published_at LIMIT ?3",
+        "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.published_at, e.seq LIMIT ?3",
     [Q_LOAD] = "SELECT " EVENT_COLS EVENT_FROM "WHERE e.event_id = ?",
     [Q_LOAD_PAYLOAD] = "SELECT " EVENT_COLS ", v.payload" EVENT_FROM "WHERE e.event_id = ?",
     [Q_UPD_EVENT] =
@@ -330,6 +333,8 @@ static void sq_close(obx__store *base) {
     sq_store *s = (sq_store *)base;
     if (!s) return;
     for (int i = 0; i < Q_COUNT; i++) sqlite3_finalize(s->q[i]);
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 3; j++) sqlite3_finalize(s->sp[i][j]);
     if (s->owned) sqlite3_close_v2(s->db);
     free(s);
 }
@@ -447,17 +452,40 @@ static obx_err sq_migrate(obx__store *base) {
 
 /* ---- transactions ------------------------------------------------------------------------- */
 
+enum { SP_OPEN, SP_RELEASE, SP_ROLLBACK };
+
+/* Runs the savepoint statement `kind` for nesting depth d (prepared once per depth). */
+static obx_err savepoint(sq_store *s, int d, int kind) {
+    char sql[96];
+    if (d >= 8) { /* deeper than anything obx does: unprepared */
+        snprintf(sql, sizeof sql,
+                 kind == SP_OPEN      ? "SAVEPOINT obx_sp%d"
+                 : kind == SP_RELEASE ? "RELEASE obx_sp%d"
+                                      : "ROLLBACK TO obx_sp%d",
+                 d);
+        return exec(s, sql);
+    }
+    if (!s->sp[d][kind]) {
+        snprintf(sql, sizeof sql,
+                 kind == SP_OPEN      ? "SAVEPOINT obx_sp%d"
+                 : kind == SP_RELEASE ? "RELEASE obx_sp%d"
+                                      : "ROLLBACK TO obx_sp%d",
+                 d);
+        if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s->sp[d][kind], NULL))
+            return map_rc(s, sqlite3_errcode(s->db), sql);
+    }
+    return step_done(s, s->sp[d][kind], "savepoint");
+}
+
 static obx_err sq_begin(obx__store *base) {
     sq_store *s = (sq_store *)base;
-    char sql[64];
     if (s->depth == 0 && sqlite3_get_autocommit(s->db)) {
         obx_err e = exec(s, "BEGIN IMMEDIATE");
         if (e) return e;
         s->outer_begin = true;
     } else {
         if (s->depth == 0) s->outer_begin = false;
-        snprintf(sql, sizeof sql, "SAVEPOINT obx_sp%d", s->depth);
-        obx_err e = exec(s, sql);
+        obx_err e = savepoint(s, s->depth, SP_OPEN);
         if (e) return e;
     }
     s->depth++;
@@ -466,7 +494,6 @@ static obx_err sq_begin(obx__store *base) {
 
 static obx_err sq_commit(obx__store *base) {
     sq_store *s = (sq_store *)base;
-    char sql[64];
     if (s->depth <= 0) return obx__fail(OBX_EINTERNAL, "sqlite: commit without begin");
     s->depth--;
     if (s->depth == 0 && s->outer_begin) {
@@ -478,21 +505,20 @@ static obx_err sq_commit(obx__store *base) {
         }
         return e;
     }
-    snprintf(sql, sizeof sql, "RELEASE obx_sp%d", s->depth);
-    return exec(s, sql);
+    return savepoint(s, s->depth, SP_RELEASE);
 }
 
 static obx_err sq_rollback(obx__store *base) {
     sq_store *s = (sq_store *)base;
-    char sql[96];
     if (s->depth <= 0) return OBX_OK;
     s->depth--;
     if (s->depth == 0 && s->outer_begin) {
         if (sqlite3_get_autocommit(s->db)) return OBX_OK; /* already rolled back by SQLite */
         return exec(s, "ROLLBACK");
     }
-    snprintf(sql, sizeof sql, "ROLLBACK TO obx_sp%d; RELEASE obx_sp%d", s->depth, s->depth);
-    return exec(s, sql);
+    obx_err e = savepoint(s, s->depth, SP_ROLLBACK);
+    obx_err e2 = savepoint(s, s->depth, SP_RELEASE);
+    return e ? e : e2;
 }
 
 static obx_err sq_txid(obx__store *base, char *out, size_t cap) {

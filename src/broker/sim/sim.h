@@ -1,0 +1,93 @@
+/*
+ * sim.h — the simulated broker's world: a deterministic, seeded model of a broker cluster and
+ * the network in front of it, under a virtual clock. Broker handles (the vtable in
+ * sim_broker.c, URL "sim:NAME") attach to a world by name; the simulator (src/drivers/sim.c)
+ * owns the worlds, resets them per trace and reads their logs for its invariant checkers.
+ *
+ * Network model (what makes the faults honest):
+ *   - a send hands a request to the network no later than the attempt's deadline (the sender
+ *     checks it); the request reaches the log after a delay of at most max_net_delay, or never
+ *     (blackhole); so max_net_delay is the broker's quiet time;
+ *   - an append is followed by an outcome travelling back to the sending handle: an ACK (maybe
+ *     delayed, maybe lost), or, when the ACK is dropped, an UNKNOWN at send + ack_timeout;
+ *   - appends happen whether or not the sender is still alive; outcomes for a closed handle
+ *     are lost with it;
+ *   - consumers acknowledge each delivery separately (like AMQP); unacknowledged ones are
+ *     delivered again after a restart or a redeliver, in any order.
+ */
+#ifndef OBX_SIM_H
+#define OBX_SIM_H
+
+#include "broker/broker.h"
+
+#define OBX__SIM_TOPICS 4
+#define OBX__SIM_PAYLOAD_MAX 128
+
+typedef struct obx__sim_msg {
+    obx__envelope env; /* as carried by the headers */
+    char attempt_id[OBX_EVENT_ID_LEN + 1];
+    char dest_digest[OBX_DIGEST_LEN + 1];
+    char topic[OBX_TOPIC_MAX + 1];
+    int32_t partition;
+    int64_t offset;
+    int64_t ts;
+    unsigned char payload[OBX__SIM_PAYLOAD_MAX];
+    size_t payload_len;
+} obx__sim_msg;
+
+typedef struct obx__sim_faults {
+    double drop_ack;    /* ACK lost; the sender sees UNKNOWN at send + ack_timeout */
+    double lose_ack;    /* ACK lost and nothing reported (the lease runs out) */
+    double delay_ack;   /* ACK comes back after delay_ack_ms more */
+    double dup_append;  /* the request is appended twice (a producer-level retry) */
+    double blackhole;   /* the request never reaches the log */
+    double reject;      /* definite rejection, nothing appended */
+    double corrupt;     /* an ACK's payload digest is altered on its way (a broken peer) */
+    double dup_deliver; /* a consumer gets a delivery twice */
+    double lose_commit; /* a consumer's ack is lost (redelivered later) */
+    int64_t delay_ack_ms, ack_timeout_ms, max_net_delay_ms;
+    bool lookup_down; /* lookups answer CANNOT_TELL (the target is not queryable) */
+} obx__sim_faults;
+
+typedef struct obx__sim_world obx__sim_world;
+
+/* Creates a world registered under name (NUL-terminated, unique in the process). */
+obx_err obx__sim_world_new(const char *name, obx__sim_world **out);
+void obx__sim_world_free(obx__sim_world *w);
+/* Empties logs, queues, groups and handles' mailboxes; sets seed, faults, partitions and the
+ * lookup capability (authoritative or none) for the next trace. */
+void obx__sim_world_reset(obx__sim_world *w, uint64_t seed, const obx__sim_faults *f,
+                          int32_t partitions, bool authoritative, const char *cluster);
+obx__sim_faults *obx__sim_world_faults(obx__sim_world *w);
+/* Delivers every network event due by now (appends, outcomes). */
+void obx__sim_world_tick(obx__sim_world *w, int64_t now);
+/* The world's log (all topics), valid until the next append or reset. */
+const obx__sim_msg *obx__sim_world_log(obx__sim_world *w, size_t *n);
+/* The byte distance between consecutive log messages (entries carry consumer bookkeeping). */
+size_t obx__sim_world_log_stride(void);
+/* Network events still scheduled (appends in flight, outcomes on their way). */
+size_t obx__sim_world_pending(obx__sim_world *w);
+/* ACKs the world handed to open senders: attempt IDs, and whether each arrived after the
+ * attempt's deadline (a late ACK). Valid until reset. */
+typedef struct obx__sim_ack {
+    char attempt_id[OBX_EVENT_ID_LEN + 1];
+    char event_id[OBX_EVENT_ID_LEN + 1];
+    bool late;
+    bool valid; /* digests as sent (not corrupted) */
+} obx__sim_ack;
+const obx__sim_ack *obx__sim_world_acks(obx__sim_world *w, size_t *n);
+/* Forgets ACK records of outcomes a handle polled but then failed to apply (the poll step
+ * returned an error: those ACKs never reached a committed acceptance). */
+void obx__sim_handle_unrecord_acks(obx__broker *b);
+/* Counters per fault, for "each fault shown to fire". */
+typedef struct obx__sim_fired {
+    long drop_ack, lose_ack, delay_ack, dup_append, blackhole, reject, corrupt, dup_deliver,
+        lose_commit, late_ack, deadline_refused, lookup_down, reorder;
+} obx__sim_fired;
+const obx__sim_fired *obx__sim_world_fired(obx__sim_world *w);
+
+/* Consumer helpers: every unacknowledged delivery of this handle's group comes again (the
+ * consumer restarted). */
+void obx__sim_consumer_restart(obx__broker *b);
+
+#endif

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# test_mutations.sh — the simulator's checkers can fail: for each engine mutation (a deliberate
+# protocol bug compiled into test-only builds, OBX_MUTATIONS) the release gate must fail within
+# 10,000 traces, on the checker that guards against that bug. A control run without mutation
+# must pass. Usage: test_mutations.sh OBX (an obx built with -DOBX_MUTATIONS=ON)
+set -euo pipefail
+OBX=${1:?usage: test_mutations.sh OBX}
+fails=0
+check() { # check MUTATION KEY_EXPRESSION
+  local m=$1 expr=$2 out
+  out=$("$OBX" sim --traces 10000 --seed 11 --jobs 2 --mutation "$m" --fail-fast --json || true)
+  if echo "$out" | python3 -c "
+import json, sys
+r = json.load(sys.stdin)
+m, expr = sys.argv[1], sys.argv[2]
+ok = (not r['passed']) and eval(expr, {}, r)
+print('%-30s %s after %d traces: %s' % (m, 'caught' if ok else 'NOT CAUGHT', r['traces'], r['first_failure'][:90]))
+sys.exit(0 if ok else 1)" "$m" "$expr"; then :; else fails=$((fails + 1)); fi
+}
+check accept-stale-digest     'digest_divergence > 0'
+check stale-claim-sends       'stale_claim_sends > 0'
+check retry-other-destination 'cross_destination_retries > 0'
+check skip-inbox-dedupe       'consumer_duplicate_effects > 0'
+check ignore-idempotency-key  'second_event_ids > 0'
+check drop-duplicate-receipt  'late_ack_converged < late_ack_total'
+# the control: the same build without a mutation passes
+out=$("$OBX" sim --traces 3000 --seed 11 --jobs 2 --json || true)
+if echo "$out" | python3 -c "import json,sys; sys.exit(0 if json.load(sys.stdin)['passed'] else 1)"; then
+  echo "control (no mutation)          passed"
+else
+  echo "control (no mutation)          FAILED"; fails=$((fails + 1))
+fi
+if ((fails)); then echo "$fails mutation checks failed"; exit 1; fi
