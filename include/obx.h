@@ -379,6 +379,16 @@ OBX_API obx_err obx_broker_cluster_id(const char *url, const char *const *props,
                                       char *out, size_t cap);
 
 /* ---------------------------------------------------------------------------------------------
+ * A Kafka-protocol cluster in this process (librdkafka's mock cluster), for demos and tests.
+ * Other processes reach it at the bootstrap list written to `bootstraps` until it is stopped.
+ * OBX_EUNSUPPORTED in builds without Kafka.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct obx_kafka_mock obx_kafka_mock;
+OBX_API obx_err obx_kafka_mock_start(int brokers, const char *topic, int partitions,
+                                     char *bootstraps, size_t cap, obx_kafka_mock **out);
+OBX_API void obx_kafka_mock_stop(obx_kafka_mock *m);
+
+/* ---------------------------------------------------------------------------------------------
  * The deterministic simulator and release gate (`obx sim`, DESIGN.md §9).
  * ------------------------------------------------------------------------------------------- */
 typedef struct obx_sim_options {

@@ -324,3 +324,19 @@ int32_t obx__partition(const char *algorithm, const char *key, int32_t n) {
     }
     return 0; /* "none": one partition */
 }
+
+#ifndef OBX_WITH_KAFKA
+/* Builds without Kafka: the public mock API exists and says so. */
+obx_err obx_kafka_mock_start(int brokers, const char *topic, int partitions, char *bootstraps,
+                             size_t cap, obx_kafka_mock **out) {
+    (void)brokers;
+    (void)topic;
+    (void)partitions;
+    (void)bootstraps;
+    (void)cap;
+    if (out) *out = NULL;
+    return obx__fail(OBX_EUNSUPPORTED, "this build has no Kafka backend");
+}
+
+void obx_kafka_mock_stop(obx_kafka_mock *m) { (void)m; }
+#endif

@@ -43,7 +43,7 @@ static int sqlx_open(sqlx *x, const char *url) {
     if (!strncmp(url, "sqlite:", 7)) {
         const char *path = url + 7 + (strncmp(url + 7, "//", 2) ? 0 : 2);
         if (sqlite3_open(path, &x->lite) != SQLITE_OK) return -1;
-        sqlite3_busy_timeout(x->lite, 30000);
+        sqlite3_busy_timeout(x->lite, 2000); /* short: the order loop retries and must keep resuming relay A */
         return 0;
     }
     x->pg = PQconnectdb(url);
@@ -142,6 +142,14 @@ typedef struct demo {
     char broker_base[640];
     char broker_url_a[1024], broker_url_b[1024], broker_url_c[1024], broker_url_consumer[1024];
     bool custom_broker;
+    const char *relay_props[8];
+    int n_relay_props;
+    const char *consumer_props[8];
+    int n_consumer_props;
+    const char *consume_from; /* topic (log, Kafka) or queue (AMQP) */
+    char topic[64];           /* the route's topic (Kafka, log) or exchange (AMQP) */
+    char amqp_names[5][128];  /* per-run exchange, queue and stream settings (AMQP) */
+    bool blind_retry;         /* brokers without an authoritative lookup */
     long events;
     long lease_ms;
     int json;
@@ -184,32 +192,39 @@ static pid_t start_relay(demo *d, const char *id, const char *broker) {
     char lease[64], log[64];
     snprintf(lease, sizeof lease, "relay.lease_ms=%ld", d->lease_ms);
     snprintf(log, sizeof log, "%s.log", id);
-    char *const args[] = {"obx",      "relay",
-                          "--db",     d->outbox_url,
-                          "--broker", (char *)broker,
-                          "--id",     (char *)id,
-                          "--set",    lease,
-                          "--set",    "relay.reconcile_lease_ms=2000",
-                          "--set",    "relay.sweep_ms=250",
-                          "--set",    "relay.reconcile_ms=250",
-                          "--set",    "relay.recheck_ms=300",
-                          "--set",    "relay.poll_ms=20",
-                          "--set",    "relay.backoff_base_ms=100",
-                          "--set",    "relay.batch=200",
-                          "--set",    "log.format=json",
-                          NULL};
+    char *args[48] = {"obx",      "relay",
+                      "--db",     d->outbox_url,
+                      "--broker", (char *)broker,
+                      "--id",     (char *)id,
+                      "--set",    lease,
+                      "--set",    "relay.reconcile_lease_ms=2000",
+                      "--set",    "relay.sweep_ms=250",
+                      "--set",    "relay.reconcile_ms=250",
+                      "--set",    "relay.recheck_ms=300",
+                      "--set",    "relay.poll_ms=20",
+                      "--set",    "relay.backoff_base_ms=100",
+                      "--set",    "relay.batch=200",
+                      "--set",    "log.format=json",
+                      NULL};
+    int n = 0;
+    while (args[n]) n++;
+    for (int i = 0; i < d->n_relay_props; i++) {
+        args[n++] = "--broker-prop";
+        args[n++] = (char *)d->relay_props[i];
+    }
+    args[n] = NULL;
     return spawn(d, log, args);
 }
 
 static pid_t start_consumer(demo *d) {
-    char *const args[] = {"obx",
+    char *args[40] = {"obx",
                           "consume",
                           "--consumer-db",
                           d->consumer_url,
                           "--broker",
                           d->broker_url_consumer,
                           "--topic",
-                          "orders",
+                          (char *)d->consume_from,
                           "--consumer",
                           "order-projection",
                           "--fail-permille",
@@ -217,7 +232,23 @@ static pid_t start_consumer(demo *d) {
                           "--max-failures",
                           "8",
                           NULL};
+    int n = 0;
+    while (args[n]) n++;
+    for (int i = 0; i < d->n_consumer_props; i++) {
+        args[n++] = "--broker-prop";
+        args[n++] = (char *)d->consumer_props[i];
+    }
+    args[n] = NULL;
     return spawn(d, "consumer.log", args);
+}
+
+/* True when child *pid has already exited; it is reaped here and *pid is cleared, so a
+ * later stop() cannot signal a recycled pid. */
+static bool child_gone(pid_t *pid) {
+    int st;
+    if (*pid <= 0 || waitpid(*pid, &st, WNOHANG) != *pid) return false;
+    *pid = 0;
+    return true;
 }
 
 static void stop(pid_t pid) {
@@ -331,15 +362,17 @@ static int setup(demo *d) {
         return cli_fail("demo", d->outbox_url, e);
     }
     char cluster[129];
-    if ((e = obx_broker_cluster_id(d->broker_base, NULL, 0, cluster, sizeof cluster))) {
+    if ((e = obx_broker_cluster_id(d->broker_base, d->relay_props, (size_t)d->n_relay_props,
+                                   cluster, sizeof cluster))) {
         obx_store_close(s);
         return cli_fail("demo", d->broker_base, e);
     }
     obx_route r = {.event_type = "order.created.v1",
                    .cluster = cluster,
-                   .topic = "orders",
+                   .topic = d->topic,
                    .routing_key = "{tenant}.order.{aggregate_id}",
-                   .max_attempts = 20};
+                   .max_attempts = 20,
+                   .blind_retry = d->blind_retry};
     int64_t gen;
     e = obx_route_set(s, &r, &gen);
     obx_store_close(s);
@@ -400,12 +433,13 @@ int cmd_demo(int argc, char **argv) {
         case 'j': d.json = 1; break;
         default:
             return cli_usage("demo", "usage: obx demo [--events N] [--dir DIR] [--db URL] "
-                                     "[--broker URL] [--lease-ms MS] [--json]");
+                                     "[--broker URL|kafka] [--lease-ms MS] [--json]");
         }
     }
     if (optind < argc) return cli_usage("demo", "unexpected argument '%s'", argv[optind]);
     if (db && obx_url_check(db, "store")) return cli_fail("demo", "--db", OBX_EURL);
-    if (broker && obx_url_check(broker, "broker")) return cli_fail("demo", "--broker", OBX_EURL);
+    if (broker && strcmp(broker, "kafka") && obx_url_check(broker, "broker"))
+        return cli_fail("demo", "--broker", OBX_EURL);
     ssize_t sl = readlink("/proc/self/exe", d.self, sizeof d.self - 1);
     if (sl <= 0) return cli_usage("demo", "cannot find my own executable");
     d.self[sl] = '\0';
@@ -425,6 +459,47 @@ int cmd_demo(int argc, char **argv) {
         snprintf(d.outbox_url, sizeof d.outbox_url, "sqlite:%s/outbox.db", d.dir);
     snprintf(d.consumer_path, sizeof d.consumer_path, "%s/consumer.db", d.dir);
     snprintf(d.consumer_url, sizeof d.consumer_url, "sqlite:%s", d.consumer_path);
+    d.consume_from = "orders";
+    snprintf(d.topic, sizeof d.topic, "orders");
+    obx_kafka_mock *mock = NULL;
+    char mock_boot[512];
+    if (broker && !strcmp(broker, "kafka")) {
+        /* a Kafka-protocol cluster in this process, for as long as the demo runs */
+        obx_err me = obx_kafka_mock_start(3, "orders", 8, mock_boot, sizeof mock_boot, &mock);
+        if (me) return cli_fail("demo", "kafka mock cluster", me);
+        static char url[600];
+        snprintf(url, sizeof url, "kafka://%s", mock_boot);
+        broker = url;
+    }
+    if (broker && !strncmp(broker, "kafka://", 8)) {
+        /* short timeouts: the quiet time (message + request timeout) bounds how soon a
+         * lookup can prove absence after a relay was paused or killed */
+        static const char *const kp[] = {"message.timeout.ms=4000", "request.timeout.ms=3000"};
+        d.relay_props[0] = kp[0];
+        d.relay_props[1] = kp[1];
+        d.n_relay_props = 2;
+        d.consumer_props[0] = "consumer.session.timeout.ms=6000";
+        d.n_consumer_props = 1;
+    } else if (broker && (!strncmp(broker, "amqp://", 7) || !strncmp(broker, "amqps://", 8))) {
+        /* an exchange, the consumer's quorum queue and an audit stream (best-effort lookup);
+         * without an authoritative lookup the route must allow a blind same-target retry */
+        /* names carry a per-run tag: a queue left by an earlier run (still holding its
+         * messages) must not feed this run's consumer */
+        unsigned tag = (unsigned)time(NULL) ^ ((unsigned)getpid() << 16);
+        snprintf(d.topic, sizeof d.topic, "obx-demo-orders-%08x", tag);
+        snprintf(d.amqp_names[0], sizeof d.amqp_names[0], "declare_exchange=%s", d.topic);
+        snprintf(d.amqp_names[1], sizeof d.amqp_names[1],
+                 "declare_queue=obx-demo-projection-%08x", tag);
+        snprintf(d.amqp_names[2], sizeof d.amqp_names[2], "audit_stream=obx-demo-audit-%08x",
+                 tag);
+        snprintf(d.amqp_names[3], sizeof d.amqp_names[3], "audit_bind=%s", d.topic);
+        snprintf(d.amqp_names[4], sizeof d.amqp_names[4], "confirm_timeout_ms=3000");
+        for (int i = 0; i < 5; i++) d.relay_props[d.n_relay_props++] = d.amqp_names[i];
+        d.consumer_props[d.n_consumer_props++] = d.amqp_names[0];
+        d.consumer_props[d.n_consumer_props++] = d.amqp_names[1];
+        d.consume_from = d.amqp_names[1] + strlen("declare_queue=");
+        d.blind_retry = true;
+    }
     if (broker) {
         d.custom_broker = true;
         snprintf(d.broker_base, sizeof d.broker_base, "%s", broker);
@@ -492,6 +567,13 @@ int cmd_demo(int argc, char **argv) {
     bool paused = false, killed = false;
     long long resume_at = 0;
     for (long i = 0; i < d.events; i++) {
+        /* Checked before the order commit, never skipped: on SQLite a relay frozen inside
+         * its write transaction holds the database's single write lock, so our commit fails
+         * with SQLITE_BUSY until relay A is resumed (the retry below must not starve it). */
+        if (paused && resume_at && mono_ms() >= resume_at) {
+            kill(d.relay_a, SIGCONT); /* it wakes up past its lease: late ACKs arrive */
+            resume_at = 0;
+        }
         bool roll_back = (i % 50) == 49; /* 2%: the business transaction rolls back */
         if (commit_order(&sv, roll_back)) {
             fprintf(stderr, "obx demo: order service: %s\n", sqlx_err(&sv.db));
@@ -508,10 +590,6 @@ int cmd_demo(int argc, char **argv) {
             kill(d.relay_a, SIGSTOP); /* relay A freezes with its batch in flight */
             paused = true;
             resume_at = mono_ms() + d.lease_ms + 1200;
-        }
-        if (paused && resume_at && mono_ms() >= resume_at) {
-            kill(d.relay_a, SIGCONT); /* it wakes up past its lease: late ACKs arrive */
-            resume_at = 0;
         }
         if (!killed && done >= d.events * 6 / 10) {
             kill(d.relay_b, SIGKILL); /* relay B dies mid-batch */
@@ -536,8 +614,21 @@ int cmd_demo(int argc, char **argv) {
         if (isatty(2) || tick++ % 10 == 0) progress(&d, &out, &con, "publishing and consuming");
         long long pub = q1(&out, "SELECT count(*) FROM obx_event WHERE state = 'PUBLISHED'");
         long long con_n = q1(&con, "SELECT count(DISTINCT event_id) FROM order_projection");
-        if (pub == sv.committed && con_n == sv.committed) {
+        /* the consumer may also see messages an earlier run left on the topic, so "all
+         * consumed" means: no event of this outbox lacks its effect */
+        if (pub == sv.committed && con_n >= sv.committed && count_lost(&out, &con) == 0) {
             settled = true;
+            break;
+        }
+        /* a child that exits on its own (bad broker settings, a missing queue) will not come
+         * back: say so now, with its log, instead of waiting out the deadline */
+        const char *gone = child_gone(&d.consumer)  ? "consumer"
+                           : child_gone(&d.relay_a) ? "relay-a"
+                           : child_gone(&d.relay_b) ? "relay-b"
+                           : child_gone(&d.relay_c) ? "relay-c"
+                                                   : NULL;
+        if (gone) {
+            fprintf(stderr, "obx demo: %s exited early; see %s/%s.log\n", gone, d.dir, gone);
             break;
         }
         msleep(200);
@@ -569,10 +660,11 @@ int cmd_demo(int argc, char **argv) {
                                          "FROM obx_event e WHERE e.tenant IN ('tenant-7', "
                                          "'tenant-9') AND e.idempotency_key = o.order_id)");
     /* the consumer side, checked against the outbox */
-    long long applied = q1(&con, "SELECT count(DISTINCT event_id) FROM order_projection");
+    long long distinct_effects = q1(&con, "SELECT count(DISTINCT event_id) FROM order_projection");
     long long effect_rows = q1(&con, "SELECT count(*) FROM order_projection");
-    long long dup_effects = effect_rows - applied;
+    long long dup_effects = effect_rows - distinct_effects;
     long long lost = count_lost(&out, &con);
+    long long applied = committed - lost; /* effects of this outbox's events */
     long long redelivered =
         q1(&con, "SELECT count(*) FROM obx_consume_audit WHERE outcome = 'DUPLICATE'");
     long long handler_failures =
@@ -633,6 +725,7 @@ int cmd_demo(int argc, char **argv) {
     sqlx_close(&con);
     free(red_db);
     free(red_broker);
+    obx_kafka_mock_stop(mock);
     if (!settled) fprintf(stderr, "obx demo: did not settle before the deadline\n");
     return ok ? 0 : 1;
 }

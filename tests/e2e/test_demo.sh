@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
 # test_demo.sh — `obx demo` end to end: exit 0, the JSON keys scripts rely on, the invariants.
-# Usage: test_demo.sh OBX [sqlite|postgres] [extra demo args...]
+# Usage: test_demo.sh OBX [sqlite|postgres] [log|kafka|amqp]
+#   log    the local log broker with per-relay fault knobs (the default)
+#   kafka  librdkafka's mock cluster inside the demo process
+#   amqp   the RabbitMQ node of scripts/services.sh (OBX_TEST_AMQP_URL; fails without it)
 set -euo pipefail
-OBX=${1:?usage: test_demo.sh OBX [sqlite|postgres] [args]}
+OBX=${1:?usage: test_demo.sh OBX [sqlite|postgres] [log|kafka|amqp]}
 mode=${2:-sqlite}
-shift $(($# >= 2 ? 2 : 1))
+broker=${3:-log}
+args=()
+case $broker in
+  log) ;;
+  kafka) args=(--broker kafka) ;;
+  amqp) args=(--broker "${OBX_TEST_AMQP_URL:?OBX_TEST_AMQP_URL is not set: run scripts/test.sh}") ;;
+  *) echo "test_demo.sh: unknown broker '$broker'" >&2; exit 2 ;;
+esac
 dir=$(mktemp -d /tmp/obx-demo-test-XXXXXX)
 db=sqlite:$dir/run/outbox.db
 if [[ $mode == postgres ]]; then
@@ -13,7 +23,7 @@ if [[ $mode == postgres ]]; then
 fi
 cleanup() { [[ $db == postgres* ]] && pg_drop_db "$db"; rm -rf "$dir"; }
 trap cleanup EXIT
-out=$("$OBX" demo --events 3000 --dir "$dir/run" --db "$db" --json "$@")
+out=$("$OBX" demo --events 3000 --dir "$dir/run" --db "$db" --json ${args[@]+"${args[@]}"})
 echo "$out" | python3 -c '
 import json, sys
 r = json.load(sys.stdin)

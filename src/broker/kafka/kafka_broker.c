@@ -559,10 +559,19 @@ static void kb_close(obx__broker *base) {
     free(b);
 }
 
+/* A millisecond property of the producer. message.timeout.ms and request.timeout.ms are
+ * topic-level properties in librdkafka (set on the global configuration, they land in its
+ * default topic configuration), so look there too: reading only the global one silently gave
+ * the defaults (300 s + 30 s of quiet time whatever was configured). */
 static int64_t conf_ms(rd_kafka_t *rk, const char *name, int64_t dflt) {
     char v[64];
     size_t sz = sizeof v;
-    if (rd_kafka_conf_get(rd_kafka_conf(rk), name, v, &sz) != RD_KAFKA_CONF_OK) return dflt;
+    const rd_kafka_conf_t *c = rd_kafka_conf(rk);
+    if (rd_kafka_conf_get(c, name, v, &sz) != RD_KAFKA_CONF_OK) {
+        rd_kafka_topic_conf_t *tc = rd_kafka_conf_get_default_topic_conf((rd_kafka_conf_t *)c);
+        sz = sizeof v;
+        if (!tc || rd_kafka_topic_conf_get(tc, name, v, &sz) != RD_KAFKA_CONF_OK) return dflt;
+    }
     char *end;
     long long x = strtoll(v, &end, 10);
     return *end || x < 0 ? dflt : x;
