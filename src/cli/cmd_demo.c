@@ -492,6 +492,13 @@ int cmd_demo(int argc, char **argv) {
     bool paused = false, killed = false;
     long long resume_at = 0;
     for (long i = 0; i < d.events; i++) {
+        /* The resume comes first, also after a failed commit: relay A may have been frozen
+         * holding SQLite's write lock, and then every commit here fails until it runs again
+         * (checking only after successful commits froze it for good). */
+        if (paused && resume_at && mono_ms() >= resume_at) {
+            kill(d.relay_a, SIGCONT); /* it wakes up past its lease: late ACKs arrive */
+            resume_at = 0;
+        }
         bool roll_back = (i % 50) == 49; /* 2%: the business transaction rolls back */
         if (commit_order(&sv, roll_back)) {
             fprintf(stderr, "obx demo: order service: %s\n", sqlx_err(&sv.db));
@@ -508,10 +515,6 @@ int cmd_demo(int argc, char **argv) {
             kill(d.relay_a, SIGSTOP); /* relay A freezes with its batch in flight */
             paused = true;
             resume_at = mono_ms() + d.lease_ms + 1200;
-        }
-        if (paused && resume_at && mono_ms() >= resume_at) {
-            kill(d.relay_a, SIGCONT); /* it wakes up past its lease: late ACKs arrive */
-            resume_at = 0;
         }
         if (!killed && done >= d.events * 6 / 10) {
             kill(d.relay_b, SIGKILL); /* relay B dies mid-batch */
