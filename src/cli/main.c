@@ -96,6 +96,11 @@ static const struct {
     {"consume", cmd_consume, "run a consumer through the inbox (sample order projection)"},
     {"requeue", cmd_requeue, "put a PARKED event back to PENDING: obx requeue EVENT_ID"},
     {"poison", cmd_poison, "consumer poison messages: obx poison list|redrive"},
+    {"audit", cmd_audit,
+     "three-set audit: outbox vs receipts vs critical consumers (exit 1: "
+     "findings)"},
+    {"purge", cmd_purge, "retention: retain and purge what the evidence allows [--dry-run]"},
+    {"watermark", cmd_watermark, "critical consumers' watermarks: list | force CONSUMER --until"},
     {"demo", cmd_demo, "the whole pipeline with injected faults: obx demo [--events N]"},
 };
 
