@@ -374,6 +374,54 @@ OBX_API void obx_relay_close(obx_relay *r);
 /* 1 when the relay's threads stopped on their own (a fatal error: see obx_relay_wait). */
 OBX_API int obx_relay_stopped(obx_relay *r);
 
+/* ---------------------------------------------------------------------------------------------
+ * The three-set audit and retention (DESIGN.md §8, docs/retention.md). These read the outbox
+ * (`db`), the broker (`broker`) and the critical consumers' inbox databases
+ * (`audit.critical_consumers`, each "ID=URL") named by a configuration, with its audit.* and
+ * retention.* keys. The configuration is borrowed for the call.
+ * ------------------------------------------------------------------------------------------- */
+#define OBX_AUDIT_NO_BROKER 1u /* flag: do not open the broker; the bypass check is skipped */
+
+/* Runs the audit now. *out_json (the caller's, obx_free) gets the audit document (schema
+ * "obx.audit.v1": findings with their event IDs, counts and ages; every check with its status)
+ * on OBX_OK, when there is no finding, and on OBX_EFINDINGS, when there are findings. On any
+ * other error *out_json is NULL: an audit that could not see one of the sets vouches for
+ * nothing. */
+OBX_API obx_err obx_audit(const obx_config *c, unsigned flags, char **out_json);
+
+typedef struct obx_purge_options {
+    int dry_run;          /* decide and list, change and lock nothing */
+    const char *event_id; /* NULL: every event the evidence allows; else only this one */
+    const char *who;      /* the operator named in audit rows ([A-Za-z0-9._:@/-]); NULL =
+                             "operator" */
+    size_t max_listed;    /* events listed in the JSON (counts are always exact); 0 = 1000 */
+} obx_purge_options;
+
+/* Retention: PUBLISHED -> RETAINED once every critical consumer has consumed the event,
+ * RETAINED -> PURGED (payload dropped, tombstone kept) once the replay window
+ * (retention.replay_window_ms after publication) is over and the event is behind the forced
+ * consumer watermark, in transactions of at most retention.batch events. *out_json (schema
+ * "obx.purge.v1": counts, the watermark, every decision with its reason) is set on OBX_OK and,
+ * for one event, on OBX_EREFUSED: that event cannot go now, and obx_errmsg() names every unmet
+ * condition (nothing was changed). OBX_ECONFIG when no critical consumer is declared: an ACK
+ * alone never purges. */
+OBX_API obx_err obx_purge(const obx_config *c, const obx_purge_options *o, char **out_json);
+
+/* Each critical consumer's forced watermark and the current forced consumer watermark (the
+ * oldest published event some critical consumer has no evidence for) as JSON. */
+OBX_API obx_err obx_watermarks(const obx_config *c, char **out_json);
+
+/* Forces critical consumer `consumer`'s watermark forward to until_ms (ms since the epoch, not in
+ * the future): every event published up to then counts as consumed by it — for a consumer that
+ * was decommissioned or rebuilt and needs nothing older. Recorded in the consumer's database
+ * with who and reason (1..200 bytes of text). OBX_EREFUSED when it would not move forward. */
+OBX_API obx_err obx_watermark_force(const obx_config *c, const char *consumer, int64_t until_ms,
+                                    const char *who, const char *reason);
+
+/* Appends one item to a list or map key (relay.aliases, audit.critical_consumers,
+ * broker_properties) without splitting it at commas, as a repeated command-line flag does. */
+OBX_API obx_err obx_config_append(obx_config *c, const char *key, const char *value);
+
 /* Connects to a broker and writes its cluster identity (what routes must name as `cluster`). */
 OBX_API obx_err obx_broker_cluster_id(const char *url, const char *const *props, size_t n_props,
                                       char *out, size_t cap);

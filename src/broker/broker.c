@@ -118,6 +118,16 @@ unsigned obx__br_caps(obx__broker *b) {
     return b->m->caps_of ? b->m->caps_of(b) & b->m->caps : b->m->caps;
 }
 
+obx_err obx__br_scan(obx__broker *b, const char *topic, int64_t since, obx__scan_fn fn,
+                     void *user) {
+    obx_err e = fault("scan");
+    if (e) return e;
+    if (!(obx__br_caps(b) & OBX__BCAP_SCAN) || !b->m->scan)
+        return obx__fail(OBX_EUNSUPPORTED, "%s broker: cannot scan a topic (no scan capability)",
+                         b->m->name);
+    return b->m->scan(b, topic, since, fn, user);
+}
+
 obx_err obx__br_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_res *res) {
     memset(res, 0, sizeof *res);
     obx_err e = fault("lookup");

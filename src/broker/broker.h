@@ -236,6 +236,9 @@ obx_err obx__br_send(obx__broker *b, const obx__msg *m, size_t n, int64_t now);
 obx_err obx__br_poll(obx__broker *b, int64_t now, int timeout_ms, obx__outcome *out, size_t cap,
                      size_t *n);
 obx_err obx__br_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_res *res);
+/* OBX__BCAP_SCAN: every message on topic since `since` (ms, broker time) through fn
+ * (OBX_EUNSUPPORTED when this handle cannot scan). */
+obx_err obx__br_scan(obx__broker *b, const char *topic, int64_t since, obx__scan_fn fn, void *user);
 /* The open handle's capabilities: caps_of(b) when the backend has it, else the static caps. */
 unsigned obx__br_caps(obx__broker *b);
 void obx__br_fault_after(long k);

@@ -34,5 +34,8 @@ int cmd_report(int argc, char **argv);
 int cmd_poison(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
+int cmd_audit(int argc, char **argv);
+int cmd_purge(int argc, char **argv);
+int cmd_watermark(int argc, char **argv);
 
 #endif

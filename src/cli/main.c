@@ -97,6 +97,11 @@ static const struct {
     {"requeue", cmd_requeue, "put a PARKED event back to PENDING: obx requeue EVENT_ID"},
     {"poison", cmd_poison, "consumer poison messages: obx poison list|redrive"},
     {"sim", cmd_sim, "the deterministic simulator and release gate: obx sim --traces N --seed S"},
+    {"audit", cmd_audit,
+     "three-set audit: outbox vs receipts vs critical consumers (exit 1: "
+     "findings)"},
+    {"purge", cmd_purge, "retention: retain and purge what the evidence allows [--dry-run]"},
+    {"watermark", cmd_watermark, "critical consumers' watermarks: list | force CONSUMER --until"},
     {"demo", cmd_demo, "the whole pipeline with injected faults: obx demo [--events N]"},
 };
 

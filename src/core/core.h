@@ -60,6 +60,8 @@ int obx__unhex(const char *hex, unsigned char *out, size_t cap, size_t *outlen);
 int64_t obx__wall_ms(void);
 /* Monotonic ms, for drivers' timeouts. */
 int64_t obx__mono_ms(void);
+/* ms since the epoch as RFC 3339 UTC, "2030-01-02T03:04:05.678Z" (out: 32 bytes). */
+void obx__iso_ms(int64_t ms, char out[32]);
 
 /* ---- envelope and destination (DESIGN.md §1) --------------------------------------------- */
 

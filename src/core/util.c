@@ -130,3 +130,20 @@ int64_t obx__mono_ms(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
+
+void obx__iso_ms(int64_t ms, char out[32]) {
+    /* outside 0000..9999 (or an unset time) there is no honest calendar date to print */
+    if (ms < INT64_C(-62135596800000) || ms > INT64_C(253402300799999)) {
+        snprintf(out, 32, "%lld ms", (long long)ms);
+        return;
+    }
+    int64_t sec = ms >= 0 ? ms / 1000 : -((-ms + 999) / 1000);
+    time_t t = (time_t)sec;
+    struct tm tm;
+    if (!gmtime_r(&t, &tm)) {
+        snprintf(out, 32, "%lld ms", (long long)ms);
+        return;
+    }
+    snprintf(out, 32, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms - sec * 1000));
+}

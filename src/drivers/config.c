@@ -65,8 +65,12 @@ static const key keys[] = {
     I("audit.unconsumed_max_age_ms", unconsumed_max_age_ms, 0, INT64_C(31536000000)),
     I("audit.unknown_max_age_ms", unknown_max_age_ms, 0, INT64_C(31536000000)),
     I("audit.interval_ms", audit_interval_ms, 0, 86400000),
+    I("audit.max_ids", audit_max_ids, 1, 10000),
+    I("audit.max_scan", audit_max_scan, 1, 100000000),
+    I("audit.broker_scan_window_ms", audit_scan_window_ms, 0, INT64_C(31536000000)),
     I("retention.replay_window_ms", replay_window_ms, 0, INT64_C(31536000000)),
     I("retention.batch", purge_batch, 1, 100000),
+    I("retention.interval_ms", purge_interval_ms, 0, 86400000),
 };
 #undef S
 #undef I
@@ -124,6 +128,10 @@ obx_err obx_config_new(obx_config **out) {
     c->audit_interval_ms = 60000;
     c->replay_window_ms = INT64_C(7) * 86400000;
     c->purge_batch = 500;
+    c->audit_max_ids = 20;
+    c->audit_max_scan = 100000;
+    c->audit_scan_window_ms = 3600000;
+    c->purge_interval_ms = 0;
     *out = c;
     return OBX_OK;
 }
@@ -222,6 +230,18 @@ obx_err obx_config_set(obx_config *c, const char *name, const char *value) {
     const key *k = find_key(name);
     if (!k) return obx__fail(OBX_ECONFIG, "%s: unknown configuration key", name);
     return set_scalar(c, k, value, 0);
+}
+
+obx_err obx_config_append(obx_config *c, const char *name, const char *value) {
+    if (!c || !name || !value) return obx__fail(OBX_EINVAL, "config: NULL argument");
+    const key *k = find_key(name);
+    if (!k) return obx__fail(OBX_ECONFIG, "%s: unknown configuration key", name);
+    if (k->k != K_LIST && k->k != K_MAP)
+        return obx__fail(OBX_ECONFIG, "%s: not a list (set it with obx_config_set)", name);
+    if (!*value) return obx__fail(OBX_ECONFIG, "%s: empty item", name);
+    if (k->k == K_MAP && !strchr(value, '='))
+        return obx__fail(OBX_ECONFIG, "%s: '%s' is not key=value", name, value);
+    return strv_push((obx__strv *)(void *)((char *)c + k->off), value);
 }
 
 /* ---- YAML ---------------------------------------------------------------------------------- */
@@ -373,6 +393,35 @@ obx_err obx__config_check(const obx_config *c) {
         if (!strchr(c->broker_props.v[i], '='))
             return obx__fail(OBX_ECONFIG, "broker_properties: '%s' is not key=value",
                              c->broker_props.v[i]);
+    /* critical consumers: "ID=URL", ID as an inbox consumer_id, URL a store, IDs distinct */
+    for (size_t i = 0; i < c->critical_consumers.n; i++) {
+        const char *item = c->critical_consumers.v[i], *eq = strchr(item, '=');
+        char id[OBX_NAME_MAX + 2];
+        if (!eq || eq == item)
+            return obx__fail(OBX_ECONFIG,
+                             "audit.critical_consumers[%zu]: '%.60s' is not ID=URL (e.g. "
+                             "projection=sqlite:consumer.db)",
+                             i, item);
+        size_t idl = (size_t)(eq - item);
+        if (idl > OBX_NAME_MAX)
+            return obx__fail(OBX_ECONFIG,
+                             "audit.critical_consumers[%zu]: consumer ID of %zu bytes, over the "
+                             "limit of %d",
+                             i, idl, OBX_NAME_MAX);
+        memcpy(id, item, idl);
+        id[idl] = '\0';
+        if ((e = obx__check_field("consumer ID", id, 1, OBX_NAME_MAX, OBX__CS_NAME)) ||
+            (e = obx_url_check(eq + 1, "store")))
+            return obx__fail_prefix(e, "audit.critical_consumers[%zu]", i);
+        for (size_t j = 0; j < i; j++) {
+            const char *o = c->critical_consumers.v[j];
+            if (!strncmp(o, item, idl + 1))
+                return obx__fail(OBX_ECONFIG,
+                                 "audit.critical_consumers[%zu]: consumer ID '%s' is declared "
+                                 "twice",
+                                 i, id);
+        }
+    }
     return OBX_OK;
 }
 

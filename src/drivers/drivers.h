@@ -29,10 +29,26 @@ struct obx_config {
     obx__strv critical_consumers; /* "id=sqlite:..." */
     int64_t pending_max_age_ms, unconsumed_max_age_ms, unknown_max_age_ms, audit_interval_ms;
     int64_t replay_window_ms, purge_batch;
+    int64_t audit_max_ids, audit_max_scan, audit_scan_window_ms, purge_interval_ms;
 };
 
 obx_err obx__config_copy(const obx_config *src, obx_config **out);
 obx_err obx__config_check(const obx_config *c);
+
+/* ---- audit and retention (retention.c): the stores a configuration names ---- */
+/* Opens every critical consumer of c (audit.critical_consumers, "ID=URL"), checks its schema and
+ * reads its forced watermark. On failure nothing stays open. */
+obx_err obx__criticals_open(const obx_config *c, obx__critical **out, size_t *n);
+void obx__criticals_close(obx__critical *v, size_t n);
+/* The relay's auditor thread (audit.interval_ms, retention.interval_ms; both 0: *out = NULL). It
+ * stops when the relay stops; obx__auditor_stop joins it. */
+obx_err obx__auditor_start(obx_relay *r, void **out);
+void obx__auditor_stop(void *auditor);
+/* Prometheus lines of the last audit and of the relay's purges (nothing when auditor is NULL). */
+void obx__auditor_metrics(void *auditor, obx__buf *b);
+const obx_config *obx__relay_config(obx_relay *r);
+const char *obx__relay_id(obx_relay *r);
+int obx__relay_stopping(obx_relay *r);
 
 /* ---- logging (log.c): one line per record, text or JSON; never a secret ---- */
 typedef enum { OBX__LOG_DEBUG, OBX__LOG_INFO, OBX__LOG_WARN, OBX__LOG_ERROR } obx__log_level;

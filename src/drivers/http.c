@@ -2,7 +2,7 @@
  * http.c — the relay's HTTP server (libmicrohttpd), bound to 127.0.0.1 unless configured
  * otherwise: /healthz (process alive), /readyz (database and broker reachable, schema current),
  * /metrics (Prometheus text: events by state, oldest PENDING age, UNKNOWN count and age,
- * receipts by kind, relay counters).
+ * receipts by kind, relay counters, the last audit's findings by kind).
  *
  * Requests are served on libmicrohttpd's internal thread with one store connection of its own,
  * guarded by a mutex; nothing here touches the dispatchers' connections.
@@ -17,8 +17,7 @@
 #include <string.h>
 
 void obx__relay_totals(obx_relay *r, obx__engine_stats *t);
-const obx_config *obx__relay_config(obx_relay *r);
-const char *obx__relay_id(obx_relay *r);
+void *obx__relay_auditor(obx_relay *r);
 
 typedef struct http {
     struct MHD_Daemon *d;
@@ -125,6 +124,7 @@ static void metrics(http *h, obx__buf *b) {
     C(store_errors);
     C(broker_errors);
 #undef C
+    obx__auditor_metrics(obx__relay_auditor(h->r), b); /* obx_audit_findings{kind=...} */
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,

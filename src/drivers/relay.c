@@ -7,6 +7,8 @@
  *     dispatcher 0 also sweeps expired SENDING leases every relay.sweep_ms.
  *   reconciler thread (relay.reconciler): reconcile every relay.reconcile_ms, and collect the
  *     outcomes of its retries.
+ *   auditor thread (retention.c; audit.interval_ms, retention.interval_ms): the three-set audit
+ *     whose counts /metrics exports, and (when configured) the purge.
  *
  * Work is always found by querying committed rows: a wake-up only makes the next query come
  * sooner (DESIGN.md §3). Stop: threads stop claiming, drain in-flight outcomes for up to
@@ -46,6 +48,7 @@ struct obx_relay {
     worker w[MAX_THREADS];
     int n;
     void *http;
+    void *auditor; /* retention.c; NULL when audit and purge intervals are both 0 */
     int64_t started_at;
 };
 
@@ -271,6 +274,7 @@ obx_err obx_relay_start(const obx_config *c, obx_relay **out) {
         }
         r->w[i].started = true;
     }
+    if (!e && (e = obx__auditor_start(r, &r->auditor))) atomic_store(&r->stop, 1);
     if (!e && r->cfg->http_listen[0]) {
         e = obx__http_start(r, r->cfg->http_listen, &r->http);
         if (e) atomic_store(&r->stop, 1);
@@ -307,6 +311,8 @@ obx_err obx_relay_wait(obx_relay *r) {
         obx__http_stop(r->http);
         r->http = NULL;
     }
+    obx__auditor_stop(r->auditor); /* the stop flag is set: it ends after its current run */
+    r->auditor = NULL;
     if (r->first_err) obx__fail(r->first_err, "%s", r->first_msg);
     return r->first_err;
 }
@@ -328,6 +334,7 @@ void obx__relay_totals(obx_relay *r, obx__engine_stats *t) {
 }
 
 const obx_config *obx__relay_config(obx_relay *r) { return r->cfg; }
+void *obx__relay_auditor(obx_relay *r) { return r->auditor; }
 const char *obx__relay_id(obx_relay *r) { return r->id; }
 int obx__relay_stopping(obx_relay *r) { return atomic_load(&r->stop); }
 

@@ -159,4 +159,146 @@ obx_err obx__reconcile_apply(obx__engine *e, int64_t now, obx__event_row *row,
 /* Operator (ops.c). */
 obx_err obx__requeue(obx__store *s, const char *event_id, const char *who, int64_t now);
 
+/* ---- retention (purge.c) and the three-set audit (audit.c), DESIGN.md §8 --------------------
+ * Definitions (docs/retention.md has them with examples):
+ *   critical consumer C   declared in configuration (audit.critical_consumers, "ID=URL"): its
+ *                         inbox in the database at URL is evidence of what it consumed.
+ *   evidence(C, E)        C's inbox holds a consume receipt for E, or E was published at or
+ *                         before C's forced watermark F_C (an operator's signed-off declaration
+ *                         that C needs nothing published up to then: a decommissioned or
+ *                         rebuilt consumer). Offsets are never evidence: a consumer's offset
+ *                         moves past events it parked as poison, and AMQP queues have none.
+ *   publication order     (published_at, seq).
+ *   forced consumer watermark
+ *                         the place, in publication order, of the oldest event that is
+ *                         PUBLISHED or RETAINED and lacks evidence from some critical consumer
+ *                         (none: no limit). It is the minimum over the critical consumers of
+ *                         each one's own watermark (its oldest gap), and F_C moves a consumer's
+ *                         own watermark forward. Events strictly before it are "behind" it.
+ *   PUBLISHED -> RETAINED evidence from every critical consumer.
+ *   RETAINED -> PURGED    (1) the replay window is over: published_at + replay_window_ms <= now;
+ *                         (2) the event is behind the forced consumer watermark;
+ *                         (3) evidence from every critical consumer, checked again in the purge
+ *                         transaction (a consumer restored from a backup may have lost it).
+ *   No critical consumer declared: nothing is retained — an ACK alone never purges.
+ * So for every critical consumer, everything published after its watermark still has its
+ * payload: an operator can always replay a consumer from its watermark. */
+
+/* The forced watermark lives in the consumer's own database, as a marker row of
+ * obx_consumer_watermark (this topic, this partition; offset = the forced time in ms, kept
+ * monotonic by the store like any watermark) plus a consume audit row (outcome
+ * WATERMARK_FORCED: who, why, the previous value). No real delivery has partition -1. */
+#define OBX__FORCED_TOPIC "(forced)"
+#define OBX__FORCED_PARTITION (-1)
+#define OBX__FORCED_OUTCOME "WATERMARK_FORCED"
+
+typedef struct obx__critical {
+    char id[OBX_NAME_MAX + 1]; /* consumer_id in its inbox */
+    obx__store *s;             /* its database (borrowed) */
+    int64_t forced;            /* F_C, ms since the epoch; 0: never forced (obx__critical_load) */
+    int64_t forced_at;         /* when it was last forced */
+} obx__critical;
+
+/* Reads c->forced and c->forced_at from the consumer's database. */
+obx_err obx__critical_load(obx__critical *c);
+/* Moves C's forced watermark to `until` (<= now; only forward), with who and why, in one
+ * transaction on the consumer's database. OBX_EREFUSED when it would not move forward. */
+obx_err obx__critical_force(obx__critical *c, int64_t until, int64_t now, const char *who,
+                            const char *reason);
+
+typedef struct obx__retention_cfg {
+    obx__critical *consumers; /* with forced watermarks loaded */
+    size_t n_consumers;
+    int64_t replay_window_ms; /* >= 0 */
+    size_t batch;             /* rows per transaction, >= 1 */
+    bool dry_run;             /* decide and report, write nothing, lock nothing */
+    const char *who;          /* audit rows' who (OBX__CS_OWNER) */
+    size_t max_listed;        /* decisions kept in the result; the counts are always exact */
+} obx__retention_cfg;
+
+typedef struct obx__ret_item {
+    char event_id[OBX_EVENT_ID_LEN + 1];
+    obx__state from, to; /* to == from: refused (nothing changed) */
+    int64_t published_at;
+    char reason[OBX_TEXT_MAX + 1];
+} obx__ret_item;
+
+typedef struct obx__ret_result {
+    int64_t retained, purged, refused, bytes_freed, batches;
+    /* the forced consumer watermark found by the run (hole = false: no event lacks evidence) */
+    bool hole;
+    char hole_event[OBX_EVENT_ID_LEN + 1];
+    obx__pub_pos hole_pos;
+    char hole_why[OBX_TEXT_MAX + 1];
+    obx__ret_item *items; /* decisions in the order taken, at most cfg.max_listed */
+    size_t n_items, cap_items, items_dropped;
+} obx__ret_result;
+
+void obx__ret_result_free(obx__ret_result *r);
+
+/* Where a run is: phase 0 retains PUBLISHED events in publication order, phase 1 purges
+ * RETAINED events up to `limit` (the forced consumer watermark or the replay window, whichever
+ * comes first), phase 2 is done. Start from obx__purge_cursor_init(). */
+typedef struct obx__purge_cursor {
+    int phase;
+    obx__pub_pos pos;   /* last place handled in this phase */
+    obx__pub_pos limit; /* phase 1: exclusive end */
+} obx__purge_cursor;
+
+void obx__purge_cursor_init(obx__purge_cursor *cur);
+/* One bounded step: at most cfg->batch events in one transaction (PostgreSQL: rows locked with
+ * SKIP LOCKED, so concurrent purgers share the work). Every transition is a compare-and-set
+ * with an audit row; a row another purger changed meanwhile is left to it. Advances *cur;
+ * cur->phase == 2 when the run is complete. */
+obx_err obx__purge_step(obx__store *s, const obx__retention_cfg *cfg, int64_t now,
+                        obx__purge_cursor *cur, obx__ret_result *res);
+/* Steps until the run is complete. */
+obx_err obx__purge_run(obx__store *s, const obx__retention_cfg *cfg, int64_t now,
+                       obx__ret_result *res);
+/* One event, all or nothing: retains (if PUBLISHED) and purges it in one transaction, or
+ * changes nothing and returns OBX_EREFUSED with every unmet condition in obx_errmsg() and in
+ * res->items. An event already PURGED is OBX_OK with nothing to do. */
+obx_err obx__purge_event(obx__store *s, const obx__retention_cfg *cfg, int64_t now,
+                         const char *event_id, obx__ret_result *res);
+/* The result as JSON (for obx_purge and the relay's log). */
+json_t *obx__ret_result_json(const obx__retention_cfg *cfg, const obx__ret_result *res,
+                             int64_t now);
+
+/* The three-set audit: committed outbox events, accepted publish receipts, and each critical
+ * consumer's receipts. Every finding names the event IDs involved (at most max_ids), counts
+ * them, and gives the oldest age. */
+#define OBX__FINDING_LIST(X)                                                                       \
+    X(PENDING, "pending_overdue") /* PENDING/CLAIMED past its age: dispatcher not scanning */      \
+    X(UNCONSUMED, "unconsumed")   /* PUBLISHED, no evidence from a critical consumer */            \
+    X(BYPASS, "bypass")           /* on the broker, never committed by this outbox */              \
+    X(UNKNOWN, "unknown_overdue") /* publish outcome UNKNOWN past its age */                       \
+    X(QUARANTINED, "quarantined_receipt")         /* publish receipts quarantined at acceptance */ \
+    X(CONSUMER_QUARANTINE, "consumer_quarantine") /* a consumer's inbox quarantined an event */    \
+    X(PARKED, "parked") /* definitely rejected max attempts times: operator */
+
+typedef enum obx__finding_kind {
+#define OBX__F(n, s) OBX__FK_##n,
+    OBX__FINDING_LIST(OBX__F)
+#undef OBX__F
+        OBX__FK_COUNT
+} obx__finding_kind;
+
+const char *obx__finding_name(obx__finding_kind k);
+
+typedef struct obx__audit_cfg {
+    const obx__critical *consumers; /* with forced watermarks loaded */
+    size_t n_consumers;
+    int64_t pending_max_age_ms, unconsumed_max_age_ms, unknown_max_age_ms; /* 0: check off */
+    int64_t broker_scan_window_ms; /* scan messages since now - window (0: the whole topic) */
+    size_t max_ids;                /* event IDs listed per finding */
+    size_t max_scan;               /* PUBLISHED events checked against the inboxes per run */
+} obx__audit_cfg;
+
+/* Runs every check. b may be NULL (no bypass check). *doc gets the audit document (the
+ * caller owns it); counts[k] the number of events (bypass: messages) of each finding kind.
+ * Store and broker errors fail the whole audit: an audit that cannot see a set vouches for
+ * nothing. */
+obx_err obx__audit_run(obx__store *s, obx__broker *b, const obx__audit_cfg *cfg, int64_t now,
+                       json_t **doc, int64_t counts[OBX__FK_COUNT]);
+
 #endif /* OBX_ENGINE_H */

@@ -92,6 +92,13 @@ static obx_err check_methods(const obx__store_methods *m) {
     const void *const *end = (const void *const *)(&m->consume_audit_put + 1);
     for (; fn < end; fn++)
         if (!*fn) return obx__fail(OBX_EINTERNAL, "store backend %s: a method is missing", m->name);
+    /* the retention and audit block, after the optional methods */
+    fn = (const void *const *)&m->retention_candidates;
+    end = (const void *const *)(&m->events_known + 1);
+    for (; fn < end; fn++)
+        if (!*fn)
+            return obx__fail(OBX_EINTERNAL, "store backend %s: a retention method is missing",
+                             m->name);
     return OBX_OK;
 }
 
@@ -208,6 +215,39 @@ obx_err obx__st_insert_audit(obx__store *s, const obx__audit_row *a, size_t n) {
 obx_err obx__st_counter_add(obx__store *s, const char *name, int64_t delta) {
     FAULT("counter_add");
     return s->m->counter_add(s, name, delta);
+}
+
+obx_err obx__st_retention_candidates(obx__store *s, const obx__retention_req *req, obx__rows *out) {
+    FAULT("retention_candidates");
+    if (req->state != OBX__ST_PUBLISHED && req->state != OBX__ST_RETAINED)
+        return obx__fail(OBX_EINTERNAL, "retention_candidates: state %s is not PUBLISHED/RETAINED",
+                         obx__state_name(req->state));
+    if (!req->limit) return obx__fail(OBX_EINTERNAL, "retention_candidates: limit 0");
+    return s->m->retention_candidates(s, req, out);
+}
+
+obx_err obx__st_purge_payloads(obx__store *s, const char *const *ids, size_t n, int64_t *bytes) {
+    FAULT("purge_payloads");
+    if (bytes) *bytes = 0;
+    return n ? s->m->purge_payloads(s, ids, n, bytes) : OBX_OK;
+}
+
+obx_err obx__st_aged(obx__store *s, const obx__aged_req *req, obx__aged_row **out, size_t *n,
+                     obx__aged_count *count) {
+    FAULT("aged");
+    *out = NULL;
+    *n = 0;
+    if (count) memset(count, 0, sizeof *count);
+    if ((unsigned)req->kind >= OBX__AGED_COUNT)
+        return obx__fail(OBX_EINTERNAL, "aged: unknown kind %d", (int)req->kind);
+    if (req->kind == OBX__AGED_INBOX_QUARANTINED && !req->consumer)
+        return obx__fail(OBX_EINTERNAL, "aged: inbox quarantines need a consumer");
+    return s->m->aged(s, req, out, n, count);
+}
+
+obx_err obx__st_events_known(obx__store *s, const char *const *ids, size_t n, bool *known) {
+    FAULT("events_known");
+    return n ? s->m->events_known(s, ids, n, known) : OBX_OK;
 }
 
 /* ---- public handle API --------------------------------------------------------------------- */

@@ -263,6 +263,65 @@ typedef struct obx__select_req {
 #define OBX__LOAD_LOCK 1u
 #define OBX__LOAD_PAYLOAD 2u
 
+/* ---- retention and audit requests (DESIGN.md §8) ----------------------------------------- */
+
+/* A place in publication order: events are ordered by (published_at, seq); seq breaks ties of
+ * one millisecond. The forced consumer watermark and the retention cursors are such places. */
+typedef struct obx__pub_pos {
+    int64_t at;  /* published_at */
+    int64_t seq; /* obx__event_row.seq */
+} obx__pub_pos;
+
+#define OBX__PUB_POS_MIN ((obx__pub_pos){INT64_MIN, INT64_MIN})
+#define OBX__PUB_POS_MAX ((obx__pub_pos){INT64_MAX, INT64_MAX})
+
+/* Retention candidates: events in `state` (PUBLISHED or RETAINED) whose place is strictly after
+ * `after` and strictly before `before`, in publication order, at most `limit` (>= 1). With
+ * lock, the rows are locked for the enclosing transaction and rows another transaction holds
+ * are skipped (PostgreSQL: FOR UPDATE SKIP LOCKED; SQLite: the write transaction is exclusive
+ * already). Without payloads. */
+typedef struct obx__retention_req {
+    obx__state state;
+    obx__pub_pos after, before;
+    size_t limit;
+    bool lock;
+} obx__retention_req;
+
+/* What the audit looks for, each a bounded, indexed query. `at` is the time the row's age
+ * counts from; `key` breaks ties and pages (seq, receipt_id, quarantine_id). */
+typedef enum obx__aged_kind {
+    OBX__AGED_PENDING,     /* events PENDING or CLAIMED; at = committed_at, key = seq */
+    OBX__AGED_UNKNOWN,     /* DISPATCH_UNKNOWN, RECONCILING, RETRY_CLAIMED; at = unknown_since
+                              (updated_at when unset), key = seq */
+    OBX__AGED_PUBLISHED,   /* PUBLISHED (not yet RETAINED); at = published_at, key = seq */
+    OBX__AGED_PARKED,      /* PARKED; at = updated_at, key = seq */
+    OBX__AGED_QUARANTINED, /* receipts of kind QUARANTINED; at = created_at, key = receipt_id */
+    OBX__AGED_INBOX_QUARANTINED, /* consumer side: inbox quarantines of req.consumer; at = at,
+                                    key = quarantine_id */
+    OBX__AGED_COUNT
+} obx__aged_kind;
+
+typedef struct obx__aged_req {
+    obx__aged_kind kind;
+    int64_t until;               /* rows with at <= until */
+    int64_t after_at, after_key; /* paging: rows strictly after (after_at, after_key) */
+    size_t limit;                /* rows returned, oldest first (0: none, only the count) */
+    const char *consumer;        /* OBX__AGED_INBOX_QUARANTINED: the consumer ID */
+    bool count;                  /* also count every matching row and find the oldest at */
+} obx__aged_req;
+
+typedef struct obx__aged_row {
+    char event_id[OBX_EVENT_ID_LEN + 1];
+    int64_t at, key;
+    char detail[OBX_TEXT_MAX + 1]; /* events: state; receipts and quarantines: reason */
+} obx__aged_row;
+
+/* With req.count: how many rows match (ignoring paging and limit) and the oldest `at`. */
+typedef struct obx__aged_count {
+    int64_t total;
+    int64_t oldest; /* 0 when total is 0 */
+} obx__aged_count;
+
 /* ---- methods ---------------------------------------------------------------------------- */
 
 #define OBX__STORE_CAP_SKIP_LOCKED 1u
@@ -372,6 +431,23 @@ typedef struct obx__store_methods {
      * the least-privilege roles <prefix>_producer, <prefix>_relay and <prefix>_auditor
      * (docs/postgres.md). Runs in its own transaction or a savepoint of the caller's. */
     obx_err (*create_roles)(obx__store *s, const char *prefix);
+
+    /* ---- retention and audit (DESIGN.md §8): required, checked by the registry ---- */
+    /* Retention candidates in publication order (obx__retention_req). PostgreSQL: one round
+     * trip. */
+    obx_err (*retention_candidates)(obx__store *s, const obx__retention_req *req, obx__rows *out);
+    /* The purge: drops the payload of every envelope generation of these events (payload ->
+     * NULL, the only change the frozen-envelope triggers allow); everything else stays as a
+     * tombstone. *bytes (may be NULL) gets the payload bytes dropped; an event whose payload is
+     * gone already adds nothing. Batch: one statement per batch on PostgreSQL. */
+    obx_err (*purge_payloads)(obx__store *s, const char *const *ids, size_t n, int64_t *bytes);
+    /* Audit queries (obx__aged_req). *out (malloc'ed, may be NULL when *n is 0) gets at most
+     * req->limit rows oldest first; *count (may be NULL) the totals when req->count. */
+    obx_err (*aged)(obx__store *s, const obx__aged_req *req, obx__aged_row **out, size_t *n,
+                    obx__aged_count *count);
+    /* known[i] = this outbox committed event ids[i] (any state). Batch, one round trip on
+     * PostgreSQL. */
+    obx_err (*events_known)(obx__store *s, const char *const *ids, size_t n, bool *known);
 } obx__store_methods;
 
 struct obx_store {
@@ -409,6 +485,11 @@ obx_err obx__st_load_attempts(obx__store *s, const char *const *ids, size_t n, c
 obx_err obx__st_insert_receipts(obx__store *s, const obx__receipt_row *r, size_t n);
 obx_err obx__st_insert_audit(obx__store *s, const obx__audit_row *a, size_t n);
 obx_err obx__st_counter_add(obx__store *s, const char *name, int64_t delta);
+obx_err obx__st_retention_candidates(obx__store *s, const obx__retention_req *req, obx__rows *out);
+obx_err obx__st_purge_payloads(obx__store *s, const char *const *ids, size_t n, int64_t *bytes);
+obx_err obx__st_aged(obx__store *s, const obx__aged_req *req, obx__aged_row **out, size_t *n,
+                     obx__aged_count *count);
+obx_err obx__st_events_known(obx__store *s, const char *const *ids, size_t n, bool *known);
 
 /* Fault injection for tests (SQLite's xSetSystemCall idea): when set, the k-th wrapper call
  * (1-based, counting all wrappers on all stores of the process) fails with OBX_EIO. 0 = off. */

@@ -3,7 +3,8 @@
  * contract through the engine's wrappers: routes, enqueue round trips, idempotency, the claim
  * rule (order per key, leases, backoff, cluster and alias filters), compare-and-set updates,
  * attempts, receipts (one primary per event and generation), audit, selections, nested
- * transactions, statistics and the inbox tables.
+ * transactions, statistics, the inbox tables, and the retention and audit methods (publication
+ * order, payload purge, aged queries, known event IDs).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -641,6 +642,203 @@ static void test_inbox_tables(void **state) {
     OK(c->s->m->consume_audit_put(c->s, &ca, 1));
 }
 
+/* ---- retention and audit methods (DESIGN.md §8) --------------------------------------------- */
+
+/* Moves an event to `st` behind the protocol's back (the store does not judge transitions: the
+ * engine does), with the times the retention and audit queries look at. */
+static obx__event_row put_state(cx *c, const char *id, obx__state st, int64_t published_at,
+                                int64_t unknown_since, int64_t updated_at) {
+    obx__event_row cur = load1(c, id, 0), next = cur;
+    next.state = st;
+    next.published_at = published_at;
+    next.unknown_since = unknown_since;
+    next.updated_at = updated_at;
+    obx__event_update u = {&next, cur.state, cur.claim_gen};
+    bool ok = false;
+    OK(obx__st_update_events(c->s, &u, 1, &ok));
+    assert_true(ok);
+    return load1(c, id, 0);
+}
+
+static void candidates(cx *c, obx__state st, obx__pub_pos after, obx__pub_pos before, size_t limit,
+                       bool lock, const char *want[], size_t n_want) {
+    obx__rows rows = {0};
+    obx__retention_req req = {
+        .state = st, .after = after, .before = before, .limit = limit, .lock = lock};
+    OK(obx__st_retention_candidates(c->s, &req, &rows));
+    if (rows.n != n_want) fail_msg("candidates: %zu rows, want %zu", rows.n, n_want);
+    for (size_t i = 0; i < n_want; i++) {
+        assert_string_equal(rows.v[i].env.event_id, want[i]);
+        assert_int_equal(rows.v[i].state, st);
+        assert_null(rows.v[i].payload);
+    }
+    obx__rows_free(&rows);
+}
+
+static obx__aged_count aged(cx *c, obx__aged_kind k, int64_t until, const char *consumer,
+                            int64_t after_at, int64_t after_key, size_t limit, const char *want[],
+                            size_t n_want) {
+    obx__aged_req req = {.kind = k,
+                         .until = until,
+                         .after_at = after_at,
+                         .after_key = after_key,
+                         .limit = limit,
+                         .consumer = consumer,
+                         .count = true};
+    obx__aged_row *rows;
+    size_t n;
+    obx__aged_count cnt;
+    OK(obx__st_aged(c->s, &req, &rows, &n, &cnt));
+    if (n != n_want) fail_msg("aged %d: %zu rows, want %zu", (int)k, n, n_want);
+    for (size_t i = 0; i < n; i++) assert_string_equal(rows[i].event_id, want[i]);
+    for (size_t i = 1; i < n; i++)
+        assert_true(rows[i - 1].at < rows[i].at ||
+                    (rows[i - 1].at == rows[i].at && rows[i - 1].key < rows[i].key));
+    free(rows);
+    return cnt;
+}
+
+static void test_retention_audit_methods(void **state) {
+    cx *c = *state;
+    route(c, "order.created.v1", "orders", 0, NULL);
+    char e[9][31];
+    for (int i = 0; i < 9; i++) {
+        char agg[16];
+        snprintf(agg, sizeof agg, "o-%d", i);
+        enq(c, "order.created.v1", agg, NULL, e[i]);
+    }
+    /* publication order is (published_at, seq): e0 and e1 share a millisecond */
+    obx__event_row r0 = put_state(c, e[0], OBX__ST_PUBLISHED, 1000, 0, 1000);
+    obx__event_row r1 = put_state(c, e[1], OBX__ST_PUBLISHED, 1000, 0, 1000);
+    obx__event_row r2 = put_state(c, e[2], OBX__ST_PUBLISHED, 2000, 0, 2000);
+    put_state(c, e[3], OBX__ST_RETAINED, 1500, 0, 1500);
+    put_state(c, e[4], OBX__ST_PUBLISHED, 3000, 0, 3000);
+    /* e5 stays PENDING (committed at c->now) */
+    put_state(c, e[6], OBX__ST_DISPATCH_UNKNOWN, 0, 500, 600);
+    put_state(c, e[7], OBX__ST_RECONCILING, 0, 0, 700); /* no unknown_since: updated_at */
+    put_state(c, e[8], OBX__ST_PARKED, 0, 0, 900);
+    assert_true(r0.seq < r1.seq);
+
+    /* retention_candidates: order, exclusive bounds, limit, state, locking in a transaction */
+    const char *pub_all[] = {e[0], e[1], e[2], e[4]};
+    candidates(c, OBX__ST_PUBLISHED, OBX__PUB_POS_MIN, OBX__PUB_POS_MAX, 10, false, pub_all, 4);
+    candidates(c, OBX__ST_PUBLISHED, (obx__pub_pos){1000, r0.seq}, OBX__PUB_POS_MAX, 10, false,
+               pub_all + 1, 3);
+    candidates(c, OBX__ST_PUBLISHED, OBX__PUB_POS_MIN, (obx__pub_pos){2000, r2.seq}, 10, false,
+               pub_all, 2);
+    candidates(c, OBX__ST_PUBLISHED, OBX__PUB_POS_MIN, (obx__pub_pos){1000, INT64_MAX}, 10, false,
+               pub_all, 2);
+    candidates(c, OBX__ST_PUBLISHED, OBX__PUB_POS_MIN, OBX__PUB_POS_MAX, 2, false, pub_all, 2);
+    const char *ret[] = {e[3]};
+    candidates(c, OBX__ST_RETAINED, OBX__PUB_POS_MIN, OBX__PUB_POS_MAX, 10, false, ret, 1);
+    OK(obx__st_begin(c->s));
+    candidates(c, OBX__ST_PUBLISHED, OBX__PUB_POS_MIN, OBX__PUB_POS_MAX, 3, true, pub_all, 3);
+    OK(obx__st_commit(c->s));
+    obx__rows none = {0};
+    obx__retention_req bad = {.state = OBX__ST_PENDING, .limit = 1};
+    assert_int_equal(obx__st_retention_candidates(c->s, &bad, &none), OBX_EINTERNAL);
+
+    /* purge_payloads: payload -> NULL on every envelope generation, the rest is a tombstone */
+    obx__event_row r3 = load1(c, e[3], OBX__LOAD_PAYLOAD);
+    obx__event_row g2 = r3;
+    g2.envelope_gen = 2;
+    g2.env.envelope_gen = 2;
+    OK(obx__st_begin(c->s));
+    OK(c->s->m->insert_envelope(c->s, &g2, "{\"x\":2}", 7));
+    OK(obx__st_commit(c->s));
+    const char *purge_ids[] = {e[3], "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G"};
+    int64_t bytes = -1;
+    OK(obx__st_begin(c->s));
+    OK(obx__st_purge_payloads(c->s, purge_ids, 2, &bytes));
+    OK(obx__st_commit(c->s));
+    assert_int_equal(bytes, 14); /* 7 bytes in each of two generations */
+    OK(obx__st_purge_payloads(c->s, purge_ids, 1, &bytes));
+    assert_int_equal(bytes, 0); /* nothing left to drop */
+    obx__rows rows = {0};
+    OK(obx__st_load_events(c->s, &purge_ids[0], 1, OBX__LOAD_PAYLOAD, &rows));
+    assert_int_equal(rows.n, 1);
+    assert_true(rows.v[0].payload_purged);
+    assert_null(rows.v[0].payload);
+    assert_string_equal(rows.v[0].envelope_digest, r3.envelope_digest);
+    assert_string_equal(rows.v[0].env.payload_digest, r3.env.payload_digest);
+    assert_string_equal(rows.v[0].dest_digest, r3.dest_digest);
+    obx__rows_free(&rows);
+    obx__event_row t3 = load1(c, e[3], 0);
+    assert_true(t3.payload_purged);
+    assert_int_equal(t3.payload_len, 7); /* the tombstone keeps the length */
+    obx__event_row other = load1(c, e[4], OBX__LOAD_PAYLOAD);
+    assert_false(other.payload_purged);
+
+    /* aged: counts, the oldest, order, paging, the consumer filter */
+    const char *pend[] = {e[5]};
+    obx__aged_count k = aged(c, OBX__AGED_PENDING, c->now, NULL, INT64_MIN, INT64_MIN, 10, pend, 1);
+    assert_int_equal(k.total, 1);
+    assert_int_equal(k.oldest, c->now);
+    k = aged(c, OBX__AGED_PENDING, c->now - 1, NULL, INT64_MIN, INT64_MIN, 10, NULL, 0);
+    assert_int_equal(k.total, 0);
+    assert_int_equal(k.oldest, 0);
+    const char *pub_old[] = {e[0], e[1], e[2]};
+    k = aged(c, OBX__AGED_PUBLISHED, 2000, NULL, INT64_MIN, INT64_MIN, 2, pub_old, 2);
+    assert_int_equal(k.total, 3);
+    assert_int_equal(k.oldest, 1000);
+    aged(c, OBX__AGED_PUBLISHED, 2000, NULL, 1000, r1.seq, 2, pub_old + 2, 1);
+    aged(c, OBX__AGED_PUBLISHED, 2000, NULL, 1000, r0.seq, 5, pub_old + 1, 2);
+    const char *unk[] = {e[6], e[7]};
+    k = aged(c, OBX__AGED_UNKNOWN, 650, NULL, INT64_MIN, INT64_MIN, 10, unk, 1);
+    assert_int_equal(k.total, 1);
+    assert_int_equal(k.oldest, 500);
+    k = aged(c, OBX__AGED_UNKNOWN, 800, NULL, INT64_MIN, INT64_MIN, 10, unk, 2);
+    assert_int_equal(k.total, 2);
+    const char *parked[] = {e[8]};
+    k = aged(c, OBX__AGED_PARKED, 900, NULL, INT64_MIN, INT64_MIN, 10, parked, 1);
+    assert_int_equal(k.oldest, 900);
+    aged(c, OBX__AGED_PARKED, 899, NULL, INT64_MIN, INT64_MIN, 10, NULL, 0);
+    obx__receipt_row rc[2];
+    memset(rc, 0, sizeof rc);
+    for (int i = 0; i < 2; i++) {
+        strcpy(rc[i].event_id, e[0]);
+        rc[i].envelope_gen = 1;
+        strcpy(rc[i].attempt_id, "att-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G");
+        strcpy(rc[i].cluster, "local");
+        strcpy(rc[i].topic, "orders");
+        strcpy(rc[i].payload_digest, r0.env.payload_digest);
+        strcpy(rc[i].dest_digest, r0.dest_digest);
+        rc[i].created_at = 100 + i;
+    }
+    rc[0].kind = OBX__RK_QUARANTINED;
+    strcpy(rc[0].reason, "payload digest differs");
+    rc[1].kind = OBX__RK_DUPLICATE;
+    OK(obx__st_insert_receipts(c->s, rc, 2));
+    const char *quar[] = {e[0]};
+    k = aged(c, OBX__AGED_QUARANTINED, c->now, NULL, INT64_MIN, INT64_MIN, 10, quar, 1);
+    assert_int_equal(k.total, 1);
+    assert_int_equal(k.oldest, 100);
+    OK(c->s->m->inbox_quarantine_put(c->s, "projection", e[1], r1.env.payload_digest,
+                                     r1.env.payload_digest, "digest differs", 50));
+    OK(c->s->m->inbox_quarantine_put(c->s, "other", e[2], r2.env.payload_digest,
+                                     r2.env.payload_digest, "digest differs", 40));
+    const char *iq[] = {e[1]};
+    k = aged(c, OBX__AGED_INBOX_QUARANTINED, c->now, "projection", INT64_MIN, INT64_MIN, 10, iq, 1);
+    assert_int_equal(k.total, 1);
+    assert_int_equal(k.oldest, 50);
+    /* only the count */
+    obx__aged_req only = {.kind = OBX__AGED_PUBLISHED, .until = c->now, .count = true};
+    obx__aged_row *none_rows;
+    size_t nn;
+    OK(obx__st_aged(c->s, &only, &none_rows, &nn, &k));
+    assert_int_equal(nn, 0);
+    assert_null(none_rows);
+    assert_int_equal(k.total, 4);
+
+    /* events_known */
+    const char *ids[] = {e[0], "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G", e[8]};
+    bool known[3];
+    OK(obx__st_events_known(c->s, ids, 3, known));
+    assert_true(known[0]);
+    assert_false(known[1]);
+    assert_true(known[2]);
+}
+
 int store_conformance_run(const char *label, store_factory f) {
     factory = f;
     const struct CMUnitTest tests[] = {
@@ -651,6 +849,7 @@ int store_conformance_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_attempts_receipts_audit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_selects_and_stats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inbox_tables, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retention_audit_methods, setup, teardown),
     };
     return _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
 }

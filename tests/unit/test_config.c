@@ -95,13 +95,52 @@ static void test_errors(void **st) {
     assert_non_null(strstr(obx_errmsg(), "cannot open"));
 }
 
+/* audit.critical_consumers: "ID=URL" items, checked when loaded; flags append whole items */
+static void test_critical_consumers(void **st) {
+    (void)st;
+    expect_error("audit:\n  critical_consumers: [projection]\n",
+                 "audit.critical_consumers[0]: 'projection' is not ID=URL");
+    expect_error("audit:\n  critical_consumers: ['=sqlite:c.db']\n", "is not ID=URL");
+    expect_code(OBX_EINVAL, "audit:\n  critical_consumers: ['a b=sqlite:c.db']\n",
+                "audit.critical_consumers[0]: consumer ID");
+    expect_code(OBX_EURL, "audit:\n  critical_consumers: [p=sqlite:c.db, q=mysql://x]\n",
+                "audit.critical_consumers[1]: store URL");
+    expect_error("audit:\n  critical_consumers: [p=sqlite:a.db, p=sqlite:b.db]\n",
+                 "consumer ID 'p' is declared twice");
+    expect_error("audit:\n  max_ids: 0\n", "audit.max_ids (line 2): 0 is outside 1..10000");
+    expect_error("retention:\n  interval_ms: -1\n", "retention.interval_ms (line 2)");
+    write_file("audit:\n  critical_consumers: [p=sqlite:a.db, 'q=postgres://u@h/d?a=1,2']\n"
+               "  broker_scan_window_ms: 0\nretention:\n  interval_ms: 60000\n");
+    obx_config *c;
+    assert_int_equal(obx_config_load(path, &c), OBX_OK);
+    char *js;
+    assert_int_equal(obx_config_dump(c, &js), OBX_OK);
+    assert_non_null(strstr(js, "\"q=postgres://u@h/d?a=1,2\""));
+    assert_non_null(strstr(js, "\"retention.interval_ms\": 60000"));
+    assert_non_null(strstr(js, "\"audit.broker_scan_window_ms\": 0"));
+    obx_free(js);
+    /* append keeps a comma inside an item; set would split it */
+    assert_int_equal(obx_config_set(c, "audit.critical_consumers", ""), OBX_OK);
+    assert_int_equal(obx_config_append(c, "audit.critical_consumers", "r=sqlite:x,y.db"), OBX_OK);
+    assert_int_equal(obx_config_dump(c, &js), OBX_OK);
+    assert_non_null(strstr(js, "\"r=sqlite:x,y.db\""));
+    assert_null(strstr(js, "q=postgres"));
+    obx_free(js);
+    assert_int_equal(obx_config_append(c, "db", "sqlite:z.db"), OBX_ECONFIG);
+    assert_non_null(strstr(obx_errmsg(), "db: not a list"));
+    assert_int_equal(obx_config_append(c, "audit.critical_consumers", ""), OBX_ECONFIG);
+    assert_int_equal(obx_config_append(c, "nope", "x"), OBX_ECONFIG);
+    obx_config_free(c);
+}
+
 int main(void) {
     strcpy(path, "/tmp/obx-config-XXXXXX");
     int fd = mkstemp(path);
     if (fd < 0) return 1;
     close(fd);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_defaults_and_file),
-                                       cmocka_unit_test(test_errors)};
+                                       cmocka_unit_test(test_errors),
+                                       cmocka_unit_test(test_critical_consumers)};
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     unlink(path);
     return failed;

@@ -109,7 +109,13 @@ enum {
     Q_POISON_STATE,
     Q_INBOX_QUAR,
     Q_CONSUME_AUDIT,
-    Q_COUNT
+    Q_RET_CANDIDATES,
+    Q_RET_CANDIDATES_LOCK,
+    Q_PURGE_PAYLOADS,
+    Q_EVENTS_KNOWN,
+    Q_AGED_LIST,                                  /* + obx__aged_kind */
+    Q_AGED_COUNT = Q_AGED_LIST + OBX__AGED_COUNT, /* + obx__aged_kind */
+    Q_COUNT = Q_AGED_COUNT + OBX__AGED_COUNT
 };
 
 typedef struct pg_store {
@@ -177,6 +183,31 @@ typedef struct pg_store {
     "SELECT " EVENT_COLS ", CASE WHEN $2::bool THEN v.payload END FROM unnest($1::text[]) WITH "   \
     "ORDINALITY AS k(id, ord) JOIN obx.obx_event e ON e.event_id = k.id JOIN obx.obx_envelope v "  \
     "ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen ORDER BY k.ord" lock
+
+#define RET_CANDIDATES                                                                             \
+    "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = $1::text AND e.state IN ('PUBLISHED', "       \
+    "'RETAINED', 'PURGED') AND e.published_at >= $2::bigint AND (e.published_at, e.seq) > "        \
+    "($2::bigint, $3::bigint) AND e.published_at <= $4::bigint AND (e.published_at, e.seq) < "     \
+    "($4::bigint, $5::bigint) ORDER BY e.published_at, e.seq LIMIT $6::bigint"
+/* Audit queries (obx__aged_kind): the state predicates are written as the partial indexes'
+ * (obx_event_claimable, obx_event_inflight, obx_event_state_pub, obx_event_unpublished,
+ * obx_receipt_kind), so each scans only its small set, never the published bulk. */
+#define AGED_LIST(cols, from_where, at, key, extra)                                                \
+    "SELECT " cols " FROM " from_where extra " AND " at " <= $1::bigint AND (" at ", " key         \
+    ") > ($2::bigint, $3::bigint) ORDER BY " at ", " key " LIMIT $4::bigint"
+#define AGED_COUNT(from_where, at, extra)                                                          \
+    "SELECT count(*), coalesce(min(" at "), 0) FROM " from_where extra " AND " at " <= $1::bigint"
+#define UNKNOWN_AT "(CASE WHEN unknown_since > 0 THEN unknown_since ELSE updated_at END)"
+#define EV_AGED(at) "event_id, " at ", seq, state"
+#define PENDING_W "obx.obx_event WHERE state IN ('PENDING', 'CLAIMED')"
+#define UNKNOWN_W                                                                                  \
+    "obx.obx_event WHERE state IN ('SENDING', 'DISPATCH_UNKNOWN', 'RECONCILING', "                 \
+    "'RETRY_CLAIMED') AND state <> 'SENDING'"
+#define PUBLISHED_W                                                                                \
+    "obx.obx_event WHERE state IN ('PUBLISHED', 'RETAINED', 'PURGED') AND state = 'PUBLISHED'"
+#define PARKED_W "obx.obx_event WHERE state IN " UNPUBLISHED " AND state = 'PARKED'"
+#define QUAR_W "obx.obx_receipt WHERE kind IN ('QUARANTINED', 'MIGRATION') AND kind = 'QUARANTINED'"
+#define IQUAR_W "obx.obx_inbox_quarantine WHERE true"
 
 static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_PUT] = "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, "
@@ -389,20 +420,81 @@ static const char *const sql_text[Q_COUNT] = {
                         "duration_us, detail FROM unnest($1::bigint[], $2::text[], $3::text[], "
                         "$4::text[], $5::bigint[], $6::text[]) WITH ORDINALITY AS t(at, "
                         "consumer_id, event_id, outcome, duration_us, detail, ord) ORDER BY ord",
+    /* Publication order between two exclusive places. The redundant state IN (...) is the
+     * predicate of the partial index obx_event_state_pub, so that a generic plan (state is a
+     * parameter) can still use it; the plain bounds on published_at give the range scan. */
+    [Q_RET_CANDIDATES] = RET_CANDIDATES,
+    [Q_RET_CANDIDATES_LOCK] = RET_CANDIDATES SKIP_LOCKED,
+    /* every envelope generation of each event; the trigger allows exactly payload -> NULL */
+    [Q_PURGE_PAYLOADS] = "UPDATE obx.obx_envelope v SET payload = NULL FROM unnest($1::text[]) AS "
+                         "k(id) WHERE v.event_id = k.id AND v.payload IS NOT NULL RETURNING "
+                         "v.payload_len",
+    [Q_EVENTS_KNOWN] = "SELECT k.ord FROM unnest($1::text[]) WITH ORDINALITY AS k(id, ord) WHERE "
+                       "EXISTS (SELECT 1 FROM obx.obx_event e WHERE e.event_id = k.id)",
+    [Q_AGED_LIST + OBX__AGED_PENDING] =
+        AGED_LIST(EV_AGED("committed_at"), PENDING_W, "committed_at", "seq", ""),
+    [Q_AGED_LIST + OBX__AGED_UNKNOWN] =
+        AGED_LIST(EV_AGED(UNKNOWN_AT), UNKNOWN_W, UNKNOWN_AT, "seq", ""),
+    [Q_AGED_LIST + OBX__AGED_PUBLISHED] =
+        AGED_LIST(EV_AGED("published_at"), PUBLISHED_W, "published_at", "seq", ""),
+    [Q_AGED_LIST + OBX__AGED_PARKED] =
+        AGED_LIST(EV_AGED("updated_at"), PARKED_W, "updated_at", "seq", ""),
+    [Q_AGED_LIST + OBX__AGED_QUARANTINED] = AGED_LIST("event_id, created_at, receipt_id, reason",
+                                                      QUAR_W, "created_at", "receipt_id", ""),
+    [Q_AGED_LIST + OBX__AGED_INBOX_QUARANTINED] =
+        AGED_LIST("event_id, at, quarantine_id, reason", IQUAR_W, "at", "quarantine_id",
+                  " AND consumer_id = $5::text"),
+    [Q_AGED_COUNT + OBX__AGED_PENDING] = AGED_COUNT(PENDING_W, "committed_at", ""),
+    [Q_AGED_COUNT + OBX__AGED_UNKNOWN] = AGED_COUNT(UNKNOWN_W, UNKNOWN_AT, ""),
+    [Q_AGED_COUNT + OBX__AGED_PUBLISHED] = AGED_COUNT(PUBLISHED_W, "published_at", ""),
+    [Q_AGED_COUNT + OBX__AGED_PARKED] = AGED_COUNT(PARKED_W, "updated_at", ""),
+    [Q_AGED_COUNT + OBX__AGED_QUARANTINED] = AGED_COUNT(QUAR_W, "created_at", ""),
+    [Q_AGED_COUNT + OBX__AGED_INBOX_QUARANTINED] =
+        AGED_COUNT(IQUAR_W, "at", " AND consumer_id = $2::text"),
 };
 
 /* Statements that only read: run standalone on an owned connection found lost, they are
  * retried once on a new connection (contract 6). A write is never retried: whether a lost
  * statement took effect is unknown. */
 static const bool q_readonly[Q_COUNT] = {
-    [Q_ROUTE_GET] = true,   [Q_ROUTE_LIST_CUR] = true, [Q_ROUTE_LIST_ALL] = true,
-    [Q_IDEM] = true,        [Q_SEL_EXPIRED] = true,    [Q_SEL_RECONCILE] = true,
-    [Q_SEL_STATE] = true,   [Q_SEL_PUBBEFORE] = true,  [Q_LOAD] = true,
-    [Q_LOAD_ATT] = true,    [Q_LOAD_ATT_EVENT] = true, [Q_LOAD_RCPT] = true,
-    [Q_LOAD_AUDIT] = true,  [Q_COUNTER_GET] = true,    [Q_STATS] = true,
-    [Q_STATS_INV] = true,   [Q_UNKNOWN_RES] = true,    [Q_FIND_CORR] = true,
-    [Q_INBOX_GET] = true,   [Q_INBOX_HAS] = true,      [Q_WM_LIST] = true,
-    [Q_WM_LIST_ALL] = true, [Q_POISON_LIST] = true,    [Q_POISON_GET] = true,
+    [Q_ROUTE_GET] = true,
+    [Q_ROUTE_LIST_CUR] = true,
+    [Q_ROUTE_LIST_ALL] = true,
+    [Q_IDEM] = true,
+    [Q_SEL_EXPIRED] = true,
+    [Q_SEL_RECONCILE] = true,
+    [Q_SEL_STATE] = true,
+    [Q_SEL_PUBBEFORE] = true,
+    [Q_LOAD] = true,
+    [Q_LOAD_ATT] = true,
+    [Q_LOAD_ATT_EVENT] = true,
+    [Q_LOAD_RCPT] = true,
+    [Q_LOAD_AUDIT] = true,
+    [Q_COUNTER_GET] = true,
+    [Q_STATS] = true,
+    [Q_STATS_INV] = true,
+    [Q_UNKNOWN_RES] = true,
+    [Q_FIND_CORR] = true,
+    [Q_INBOX_GET] = true,
+    [Q_INBOX_HAS] = true,
+    [Q_WM_LIST] = true,
+    [Q_WM_LIST_ALL] = true,
+    [Q_POISON_LIST] = true,
+    [Q_POISON_GET] = true,
+    [Q_RET_CANDIDATES] = true,
+    [Q_EVENTS_KNOWN] = true,
+    [Q_AGED_LIST + OBX__AGED_PENDING] = true,
+    [Q_AGED_LIST + OBX__AGED_UNKNOWN] = true,
+    [Q_AGED_LIST + OBX__AGED_PUBLISHED] = true,
+    [Q_AGED_LIST + OBX__AGED_PARKED] = true,
+    [Q_AGED_LIST + OBX__AGED_QUARANTINED] = true,
+    [Q_AGED_LIST + OBX__AGED_INBOX_QUARANTINED] = true,
+    [Q_AGED_COUNT + OBX__AGED_PENDING] = true,
+    [Q_AGED_COUNT + OBX__AGED_UNKNOWN] = true,
+    [Q_AGED_COUNT + OBX__AGED_PUBLISHED] = true,
+    [Q_AGED_COUNT + OBX__AGED_PARKED] = true,
+    [Q_AGED_COUNT + OBX__AGED_QUARANTINED] = true,
+    [Q_AGED_COUNT + OBX__AGED_INBOX_QUARANTINED] = true,
 };
 
 /* ---- statement names ----------------------------------------------------------------------- */
@@ -2053,6 +2145,105 @@ static obx_err pg_consume_audit_put(obx__store *base, const obx__consume_audit_r
     return e;
 }
 
+/* ---- retention and audit (DESIGN.md §8) ------------------------------------------------------ */
+
+static obx_err pg_retention_candidates(obx__store *base, const obx__retention_req *req,
+                                       obx__rows *out) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, obx__state_name(req->state));
+    p_int(&p, req->after.at);
+    p_int(&p, req->after.seq);
+    p_int(&p, req->before.at);
+    p_int(&p, req->before.seq);
+    p_int(&p, (int64_t)req->limit);
+    PGresult *r = NULL;
+    obx_err e = run(s, req->lock ? Q_RET_CANDIDATES_LOCK : Q_RET_CANDIDATES, &p, PGRES_TUPLES_OK,
+                    &r, "retention candidates");
+    return e ? e : collect(r, false, out, "retention candidates");
+}
+
+static obx_err pg_purge_payloads(obx__store *base, const char *const *ids, size_t n,
+                                 int64_t *bytes) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    ARR_TEXT(&p, n, ids[i]);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_PURGE_PAYLOADS, &p, PGRES_TUPLES_OK, &r, "purge payloads");
+    p_free(&p);
+    if (e) return e;
+    int64_t total = 0;
+    for (int k = 0; k < PQntuples(r); k++) total += gi(r, k, 0);
+    PQclear(r);
+    if (bytes) *bytes = total;
+    return OBX_OK;
+}
+
+static obx_err pg_aged(obx__store *base, const obx__aged_req *req, obx__aged_row **out, size_t *n,
+                       obx__aged_count *count) {
+    pg_store *s = (pg_store *)base;
+    bool inbox = req->kind == OBX__AGED_INBOX_QUARANTINED;
+    PGresult *r = NULL;
+    obx_err e;
+    if (req->count) {
+        params p;
+        p_init(&p);
+        p_int(&p, req->until);
+        if (inbox) p_text(&p, req->consumer);
+        if ((e = run(s, Q_AGED_COUNT + (int)req->kind, &p, PGRES_TUPLES_OK, &r, "audit count")))
+            return e;
+        if (count && PQntuples(r) == 1) {
+            count->total = gi(r, 0, 0);
+            count->oldest = gi(r, 0, 1);
+        }
+        PQclear(r);
+    }
+    if (!req->limit) return OBX_OK;
+    params p;
+    p_init(&p);
+    p_int(&p, req->until);
+    p_int(&p, req->after_at);
+    p_int(&p, req->after_key);
+    p_int(&p, (int64_t)req->limit);
+    if (inbox) p_text(&p, req->consumer);
+    if ((e = run(s, Q_AGED_LIST + (int)req->kind, &p, PGRES_TUPLES_OK, &r, "audit list"))) return e;
+    int rows = PQntuples(r);
+    if (rows > 0) {
+        *out = calloc((size_t)rows, sizeof **out);
+        if (!*out) e = obx__fail(OBX_ENOMEM, "audit list: out of memory");
+    }
+    for (int i = 0; !e && i < rows; i++) {
+        obx__aged_row *a = &(*out)[i];
+        GT(r, i, 0, a->event_id);
+        a->at = gi(r, i, 1);
+        a->key = gi(r, i, 2);
+        GT(r, i, 3, a->detail);
+    }
+    if (!e) *n = (size_t)rows;
+    PQclear(r);
+    return e;
+}
+
+static obx_err pg_events_known(obx__store *base, const char *const *ids, size_t n, bool *known) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    ARR_TEXT(&p, n, ids[i]);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_EVENTS_KNOWN, &p, PGRES_TUPLES_OK, &r, "events known");
+    p_free(&p);
+    if (e) return e;
+    for (size_t i = 0; i < n; i++) known[i] = false;
+    for (int k = 0; k < PQntuples(r); k++) {
+        int64_t ord = gi(r, k, 0);
+        if (ord >= 1 && (size_t)ord <= n) known[ord - 1] = true;
+    }
+    PQclear(r);
+    return OBX_OK;
+}
+
 /* ---- idle wait (contract 8) ------------------------------------------------------------------ */
 
 static obx_err pg_wait_for_work(obx__store *base, int timeout_ms, bool *notified) {
@@ -2155,4 +2346,8 @@ const obx__store_methods obx__pg_store_methods = {
     .consume_audit_put = pg_consume_audit_put,
     .wait_for_work = pg_wait_for_work,
     .create_roles = pg_create_roles,
+    .retention_candidates = pg_retention_candidates,
+    .purge_payloads = pg_purge_payloads,
+    .aged = pg_aged,
+    .events_known = pg_events_known,
 };

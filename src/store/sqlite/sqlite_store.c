@@ -70,7 +70,12 @@ enum {
     Q_POISON_STATE,
     Q_INBOX_QUAR,
     Q_CONSUME_AUDIT,
-    Q_COUNT
+    Q_RET_CANDIDATES,
+    Q_PURGE_PAYLOAD,
+    Q_EVENT_KNOWN,
+    Q_AGED_LIST, /* + obx__aged_kind: one list statement per kind */
+    Q_AGED_COUNT = Q_AGED_LIST + OBX__AGED_COUNT, /* + obx__aged_kind: one count per kind */
+    Q_COUNT = Q_AGED_COUNT + OBX__AGED_COUNT
 };
 
 typedef struct sq_store {
@@ -256,6 +261,56 @@ static const char *const sql_text[Q_COUNT] = {
                      "first_digest, reason, at) VALUES (?,?,?,?,?,?)",
     [Q_CONSUME_AUDIT] = "INSERT INTO obx_consume_audit (at, consumer_id, event_id, outcome, "
                         "duration_us, detail) VALUES (?,?,?,?,?,?)",
+    /* publication order (published_at, seq) between two exclusive places; the plain bounds on
+     * published_at let the planner range-scan obx_event_state_pub */
+    [Q_RET_CANDIDATES] =
+        "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = ?1 AND e.published_at >= ?2 AND "
+        "(e.published_at, e.seq) > (?2, ?3) AND e.published_at <= ?4 AND "
+        "(e.published_at, e.seq) < (?4, ?5) ORDER BY e.published_at, e.seq LIMIT ?6",
+    [Q_PURGE_PAYLOAD] = "UPDATE obx_envelope SET payload = NULL WHERE event_id = ? AND payload IS "
+                        "NOT NULL RETURNING payload_len",
+    [Q_EVENT_KNOWN] = "SELECT 1 FROM obx_event WHERE event_id = ?",
+#define AGED_LIST(cols, from_where, at, key)                                                       \
+    "SELECT " cols " FROM " from_where " AND " at " <= ?1 AND (" at ", " key ") > (?2, ?3) "       \
+    "ORDER BY " at ", " key " LIMIT ?4"
+#define AGED_COUNT(from_where, at)                                                                 \
+    "SELECT count(*), min(" at ") FROM " from_where " AND " at " <= ?1"
+#define UNKNOWN_AT "(CASE WHEN unknown_since > 0 THEN unknown_since ELSE updated_at END)"
+#define EV_AGED(at) "event_id, " at ", seq, state"
+#define PENDING_W "obx_event WHERE state IN ('PENDING','CLAIMED')"
+#define UNKNOWN_W "obx_event WHERE state IN ('DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED')"
+#define PUBLISHED_W "obx_event WHERE state = 'PUBLISHED'"
+#define PARKED_W "obx_event WHERE state = 'PARKED'"
+#define QUAR_W "obx_receipt WHERE kind = 'QUARANTINED'"
+#define IQUAR_W "obx_inbox_quarantine WHERE consumer_id = ?5"
+    [Q_AGED_LIST + OBX__AGED_PENDING] =
+        AGED_LIST(EV_AGED("committed_at"), PENDING_W, "committed_at", "seq"),
+    [Q_AGED_LIST + OBX__AGED_UNKNOWN] =
+        AGED_LIST(EV_AGED(UNKNOWN_AT), UNKNOWN_W, UNKNOWN_AT, "seq"),
+    [Q_AGED_LIST + OBX__AGED_PUBLISHED] =
+        AGED_LIST(EV_AGED("published_at"), PUBLISHED_W, "published_at", "seq"),
+    [Q_AGED_LIST + OBX__AGED_PARKED] =
+        AGED_LIST(EV_AGED("updated_at"), PARKED_W, "updated_at", "seq"),
+    [Q_AGED_LIST + OBX__AGED_QUARANTINED] =
+        AGED_LIST("event_id, created_at, receipt_id, reason", QUAR_W, "created_at", "receipt_id"),
+    [Q_AGED_LIST + OBX__AGED_INBOX_QUARANTINED] =
+        AGED_LIST("event_id, at, quarantine_id, reason", IQUAR_W, "at", "quarantine_id"),
+    [Q_AGED_COUNT + OBX__AGED_PENDING] = AGED_COUNT(PENDING_W, "committed_at"),
+    [Q_AGED_COUNT + OBX__AGED_UNKNOWN] = AGED_COUNT(UNKNOWN_W, UNKNOWN_AT),
+    [Q_AGED_COUNT + OBX__AGED_PUBLISHED] = AGED_COUNT(PUBLISHED_W, "published_at"),
+    [Q_AGED_COUNT + OBX__AGED_PARKED] = AGED_COUNT(PARKED_W, "updated_at"),
+    [Q_AGED_COUNT + OBX__AGED_QUARANTINED] = AGED_COUNT(QUAR_W, "created_at"),
+    [Q_AGED_COUNT + OBX__AGED_INBOX_QUARANTINED] = AGED_COUNT(IQUAR_W, "at"),
+#undef AGED_LIST
+#undef AGED_COUNT
+#undef UNKNOWN_AT
+#undef EV_AGED
+#undef PENDING_W
+#undef UNKNOWN_W
+#undef PUBLISHED_W
+#undef PARKED_W
+#undef QUAR_W
+#undef IQUAR_W
 };
 
 /* ---- errors ------------------------------------------------------------------------------- */
@@ -1618,6 +1673,103 @@ static obx_err sq_consume_audit_put(obx__store *base, const obx__consume_audit_r
     return OBX_OK;
 }
 
+/* ---- retention and audit (DESIGN.md §8) ------------------------------------------------------ */
+
+static obx_err sq_retention_candidates(obx__store *base, const obx__retention_req *req,
+                                       obx__rows *out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_RET_CANDIDATES, &st);
+    if (e) return e;
+    /* req->lock needs nothing more: the caller's write transaction (BEGIN IMMEDIATE) already
+     * excludes every other writer */
+    bt(st, 1, obx__state_name(req->state));
+    bi(st, 2, req->after.at);
+    bi(st, 3, req->after.seq);
+    bi(st, 4, req->before.at);
+    bi(st, 5, req->before.seq);
+    bi(st, 6, (int64_t)req->limit);
+    return collect(s, st, false, out, "retention candidates");
+}
+
+static obx_err sq_purge_payloads(obx__store *base, const char *const *ids, size_t n,
+                                 int64_t *bytes) {
+    sq_store *s = (sq_store *)base;
+    int64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_stmt *st;
+        obx_err e = stmt(s, Q_PURGE_PAYLOAD, &st);
+        if (e) return e;
+        bt(st, 1, ids[i]);
+        int rc;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) total += ci(st, 0);
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE) return map_rc(s, rc, "purge payloads");
+    }
+    if (bytes) *bytes = total;
+    return OBX_OK;
+}
+
+static obx_err sq_aged(obx__store *base, const obx__aged_req *req, obx__aged_row **out, size_t *n,
+                       obx__aged_count *count) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e;
+    int rc;
+    if (req->count) {
+        if ((e = stmt(s, Q_AGED_COUNT + (int)req->kind, &st))) return e;
+        bi(st, 1, req->until);
+        if (req->kind == OBX__AGED_INBOX_QUARANTINED) bt(st, 5, req->consumer);
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW && count) {
+            count->total = ci(st, 0);
+            count->oldest = ci(st, 1);
+        }
+        sqlite3_reset(st);
+        if (rc != SQLITE_ROW) return map_rc(s, rc, "audit count");
+    }
+    if (!req->limit) return OBX_OK;
+    if ((e = stmt(s, Q_AGED_LIST + (int)req->kind, &st))) return e;
+    bi(st, 1, req->until);
+    bi(st, 2, req->after_at);
+    bi(st, 3, req->after_key);
+    bi(st, 4, (int64_t)req->limit);
+    if (req->kind == OBX__AGED_INBOX_QUARANTINED) bt(st, 5, req->consumer);
+    size_t cap = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
+        obx__aged_row *r = &(*out)[(*n)++];
+        memset(r, 0, sizeof *r);
+        CT(st, 0, r->event_id);
+        r->at = ci(st, 1);
+        r->key = ci(st, 2);
+        CT(st, 3, r->detail);
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "audit list");
+    sqlite3_reset(st);
+    if (e) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return e;
+}
+
+static obx_err sq_events_known(obx__store *base, const char *const *ids, size_t n, bool *known) {
+    sq_store *s = (sq_store *)base;
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_stmt *st;
+        obx_err e = stmt(s, Q_EVENT_KNOWN, &st);
+        if (e) return e;
+        bt(st, 1, ids[i]);
+        int rc = sqlite3_step(st);
+        known[i] = rc == SQLITE_ROW;
+        sqlite3_reset(st);
+        if (rc != SQLITE_ROW && rc != SQLITE_DONE) return map_rc(s, rc, "events known");
+    }
+    return OBX_OK;
+}
+
 const obx__store_methods obx__sqlite_store_methods = {
     .version = OBX__STORE_METHODS_VERSION,
     .name = "sqlite",
@@ -1667,4 +1819,8 @@ const obx__store_methods obx__sqlite_store_methods = {
     .poison_set_state = sq_poison_set_state,
     .inbox_quarantine_put = sq_inbox_quarantine_put,
     .consume_audit_put = sq_consume_audit_put,
+    .retention_candidates = sq_retention_candidates,
+    .purge_payloads = sq_purge_payloads,
+    .aged = sq_aged,
+    .events_known = sq_events_known,
 };
