@@ -106,8 +106,12 @@ typedef struct sq_store {
 #define EVENT_FROM                                                                                 \
     " FROM obx_event e JOIN obx_envelope v ON v.event_id = e.event_id AND "                        \
     "v.envelope_gen = e.envelope_gen "
-#define UNPUBLISHED                                                                                \
-    "('PENDING','CLAIMED','SENDING','DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED','PARKED')"
+/* Written exactly as the predicate of the partial index obx_event_unpublished (schema_v1.sql):
+ * SQLite uses a partial index only for a term it can match to the index's WHERE, and it cannot
+ * prove that an IN list of the seven unpublished states implies NOT IN the three published
+ * ones. With the IN list, the claim's NOT EXISTS probe scanned every unpublished event for
+ * every candidate (quadratic: minutes per claim with a 30,000-event backlog). */
+#define UNPUBLISHED_WHERE(t) t ".state NOT IN ('PUBLISHED', 'RETAINED', 'PURGED')"
 
 static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_PUT] = "INSERT INTO obx_route (event_type, cluster, topic, routing_key, algorithm, "
@@ -140,15 +144,20 @@ static const char *const sql_text[Q_COUNT] = {
         "primary_attempt_id, published_at, committed_at, updated_at, max_attempts, blind_retry, "
         "unordered, alias, dest_cluster) "
         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    /* INDEXED BY: walk the claimable events in seq order and stop at the limit. Without
+     * statistics (obx never runs ANALYZE) the planner preferred obx_event_state_pub and sorted
+     * every claimable row on each claim. */
     [Q_CLAIM] =
-        "SELECT " EVENT_COLS ", v.payload" EVENT_FROM "WHERE e.state IN ('PENDING','CLAIMED') "
+        "SELECT " EVENT_COLS ", v.payload FROM obx_event e INDEXED BY obx_event_claimable JOIN "
+        "obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen "
+        "WHERE e.state IN ('PENDING','CLAIMED') "
         "AND ((e.state = 'PENDING' AND e.available_at <= ?1) OR "
         "     (e.state = 'CLAIMED' AND e.lease_until <= ?1)) "
         "AND (?2 IS NULL OR e.dest_cluster = ?2) "
         "AND (?4 IS NULL OR instr(?4, ',' || e.alias || ',') > 0) "
         "AND (e.unordered = 1 OR NOT EXISTS (SELECT 1 FROM obx_event p "
-        "     WHERE p.order_key = e.order_key AND p.seq < e.seq AND p.state IN " UNPUBLISHED
-        ")) ORDER BY e.seq LIMIT ?3",
+        "     WHERE p.order_key = e.order_key AND p.seq < e.seq AND " UNPUBLISHED_WHERE(
+            "p") ")) ORDER BY e.seq LIMIT ?3",
     [Q_SEL_EXPIRED] =
         "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = 'SENDING' AND e.lease_until <= ?1 "
         "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.lease_until, e.seq LIMIT ?3",
