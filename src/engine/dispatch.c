@@ -12,6 +12,15 @@
  *   4. Every attempt of one envelope generation goes to the frozen destination and the
  *      partition pinned by the first attempt.
  *   5. Only a definite answer sends an event back to PENDING; anything uncertain is UNKNOWN.
+ *
+ * The relay's cycle, obx__engine_dispatch, claims and registers in ONE transaction: the rows
+ * stay locked from the claim to the attempt's registration, so PENDING -> CLAIMED -> SENDING is
+ * one compare-and-set per event (expecting the state and claim_gen it was claimed in) with the
+ * two audit rows of the two transitions. Nobody can observe the CLAIMED step, and a claim
+ * cannot go stale before its registration. obx__engine_claim and obx__engine_begin_attempts
+ * remain the separate steps (the simulator interleaves other actors between them, the
+ * reconciler registers its retries with the latter). Cost per event: one event update, one
+ * lock and one transaction fewer than the two steps (docs/performance.md).
  */
 #include "engine/engine_int.h"
 
@@ -40,6 +49,64 @@ obx_err obx__engine_tx(obx__engine *e, obx__tx_fn fn, void *arg) {
 
 /* ---- claim ---------------------------------------------------------------------------------- */
 
+/* The claim of one candidate (PENDING, or CLAIMED with an expired lease): *next gets the
+ * CLAIMED row, *au its audit row. */
+static obx_err claim_row(obx__engine *e, int64_t now, const obx__event_row *cur,
+                         obx__event_row *next, obx__audit_row *au) {
+    obx__state to = OBX__ST_CLAIMED;
+    if (!obx__transition_allowed(cur->state, to, OBX__ACT_DISPATCHER))
+        return obx__fail(OBX_EINTERNAL, "claim: %s is not claimable", obx__state_name(cur->state));
+    *next = *cur;
+    next->state = to;
+    next->claim_gen = cur->claim_gen + 1;
+    obx__strlcpy(next->owner, e->cfg.owner, sizeof next->owner);
+    next->lease_until = now + e->cfg.lease_ms;
+    next->updated_at = now;
+    obx__audit(au, now, OBX__ACT_DISPATCHER, e->cfg.owner, next, cur->state, to,
+               cur->state == OBX__ST_CLAIMED ? "re-claimed: %s's lease expired with no attempt"
+                                             : "claimed%s",
+               cur->state == OBX__ST_CLAIMED ? cur->owner : "");
+    return OBX_OK;
+}
+
+/* The registration of an attempt for a row held under this engine's current claim (CLAIMED or
+ * RETRY_CLAIMED, checked by the caller): *next gets the SENDING row, *a the new attempt, *au
+ * its audit row. */
+static obx_err attempt_row(obx__engine *e, int64_t now, const obx__event_row *cur, obx__actor actor,
+                           const char *att_id, int32_t partition, obx__event_row *next,
+                           obx__attempt_row *a, obx__audit_row *au) {
+    *next = *cur;
+    next->state = OBX__ST_SENDING;
+    next->attempt_gen = cur->attempt_gen + 1;
+    obx__strlcpy(next->attempt_id, att_id, sizeof next->attempt_id);
+    if (next->pinned_partition < 0) next->pinned_partition = partition;
+    next->lease_until = now + e->cfg.lease_ms;
+    obx__strlcpy(next->owner, e->cfg.owner, sizeof next->owner);
+    next->updated_at = now;
+    if (!obx__transition_allowed(cur->state, next->state, actor))
+        return obx__fail(OBX_EINTERNAL, "begin attempt: %s -> SENDING not allowed for %s",
+                         obx__state_name(cur->state), obx__actor_name(actor));
+    memset(a, 0, sizeof *a);
+    obx__strlcpy(a->attempt_id, next->attempt_id, sizeof a->attempt_id);
+    obx__strlcpy(a->event_id, next->env.event_id, sizeof a->event_id);
+    a->envelope_gen = next->envelope_gen;
+    a->attempt_gen = next->attempt_gen;
+    a->claim_gen = next->claim_gen;
+    obx__strlcpy(a->owner, e->cfg.owner, sizeof a->owner);
+    obx__strlcpy(a->dest_digest, next->dest_digest, sizeof a->dest_digest);
+    a->partition = next->pinned_partition;
+    a->state = OBX__AT_SENDING;
+    a->started_at = now;
+    a->offset_before = -1;
+    /* no write of this attempt can land after its deadline (broker.h), so a lookup can prove
+     * absence only from deadline + the broker's quiet time on */
+    a->quiet_until = next->lease_until + (e->b ? e->b->m->quiet_time_ms(e->b) : 0);
+    obx__audit(au, now, actor, e->cfg.owner, next, cur->state, next->state,
+               "attempt %d registered (partition %d)", (int)next->attempt_gen,
+               (int)next->pinned_partition);
+    return OBX_OK;
+}
+
 typedef struct claim_ctx {
     int64_t now;
     obx__rows *out;
@@ -57,26 +124,12 @@ static obx_err claim_tx(obx__engine *e, void *arg) {
     if (err || !c->out->n) return err;
     obx__batch b;
     if ((err = obx__batch_reserve(&b, c->out->n, 0, 0, c->out->n))) return err;
-    for (size_t i = 0; i < c->out->n; i++) {
-        obx__event_row *cur = &c->out->v[i];
-        obx__state to = OBX__ST_CLAIMED;
-        if (!obx__transition_allowed(cur->state, to, OBX__ACT_DISPATCHER)) {
-            err =
-                obx__fail(OBX_EINTERNAL, "claim: %s is not claimable", obx__state_name(cur->state));
-            break;
+    for (size_t i = 0; !err && i < c->out->n; i++) {
+        obx__event_row *cur = &c->out->v[i], next;
+        if (!(err = claim_row(e, c->now, cur, &next, &b.au[b.n_au]))) {
+            b.n_au++;
+            obx__batch_update(&b, cur, &next);
         }
-        obx__event_row next = *cur;
-        next.state = to;
-        next.claim_gen = cur->claim_gen + 1;
-        obx__strlcpy(next.owner, e->cfg.owner, sizeof next.owner);
-        next.lease_until = c->now + e->cfg.lease_ms;
-        next.updated_at = c->now;
-        obx__batch_update(&b, cur, &next);
-        obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, &next, cur->state,
-                   to,
-                   cur->state == OBX__ST_CLAIMED ? "re-claimed: %s's lease expired with no attempt"
-                                                 : "claimed%s",
-                   cur->state == OBX__ST_CLAIMED ? cur->owner : "");
     }
     if (!err) err = obx__batch_write(e->s, &b);
     if (!err) /* hand back the new values (payloads stay with the rows) */
@@ -146,39 +199,13 @@ static obx_err begin_tx(obx__engine *e, void *arg) {
                        cur->owner, (long long)cur->lease_until);
             continue;
         }
-        obx__event_row next = *cur;
-        next.state = OBX__ST_SENDING;
-        next.attempt_gen = cur->attempt_gen + 1;
-        obx__strlcpy(next.attempt_id, c->att_id[i], sizeof next.attempt_id);
-        if (next.pinned_partition < 0) next.pinned_partition = c->partition[i];
-        next.lease_until = c->now + e->cfg.lease_ms;
-        obx__strlcpy(next.owner, e->cfg.owner, sizeof next.owner);
-        next.updated_at = c->now;
-        if (!obx__transition_allowed(cur->state, next.state, c->actor)) {
-            err = obx__fail(OBX_EINTERNAL, "begin attempt: %s -> SENDING not allowed for %s",
-                            obx__state_name(cur->state), obx__actor_name(c->actor));
+        obx__event_row next;
+        if ((err = attempt_row(e, c->now, cur, c->actor, c->att_id[i], c->partition[i], &next,
+                               &b.att_new[b.n_att_new], &b.au[b.n_au])))
             break;
-        }
+        b.n_att_new++;
+        b.n_au++;
         obx__batch_update(&b, cur, &next);
-        obx__attempt_row *a = &b.att_new[b.n_att_new++];
-        memset(a, 0, sizeof *a);
-        obx__strlcpy(a->attempt_id, next.attempt_id, sizeof a->attempt_id);
-        obx__strlcpy(a->event_id, next.env.event_id, sizeof a->event_id);
-        a->envelope_gen = next.envelope_gen;
-        a->attempt_gen = next.attempt_gen;
-        a->claim_gen = next.claim_gen;
-        obx__strlcpy(a->owner, e->cfg.owner, sizeof a->owner);
-        obx__strlcpy(a->dest_digest, next.dest_digest, sizeof a->dest_digest);
-        a->partition = next.pinned_partition;
-        a->state = OBX__AT_SENDING;
-        a->started_at = c->now;
-        a->offset_before = -1;
-        /* no write of this attempt can land after its deadline (broker.h), so a lookup can
-         * prove absence only from deadline + the broker's quiet time on */
-        a->quiet_until = next.lease_until + (e->b ? e->b->m->quiet_time_ms(e->b) : 0);
-        obx__audit(&b.au[b.n_au++], c->now, c->actor, e->cfg.owner, &next, cur->state, next.state,
-                   "attempt %d registered (partition %d)", (int)next.attempt_gen,
-                   (int)next.pinned_partition);
         c->next[i] = next;
         c->next[i].payload = NULL;
         c->ok[i] = true;
@@ -187,6 +214,9 @@ static obx_err begin_tx(obx__engine *e, void *arg) {
     obx__batch_free(&b);
     return err;
 }
+
+static obx_err send_registered(obx__engine *e, int64_t now, obx__event_row *rows, const bool *ok,
+                               size_t n, size_t *sent);
 
 obx_err obx__engine_begin_attempts(obx__engine *e, int64_t now, obx__event_row *rows, size_t n,
                                    obx__actor actor, size_t *sent) {
@@ -201,11 +231,7 @@ obx_err obx__engine_begin_attempts(obx__engine *e, int64_t now, obx__event_row *
     c.next = calloc(n, sizeof *c.next);
     unsigned char **payload = calloc(n, sizeof *payload);
     size_t *plen = calloc(n, sizeof *plen);
-    obx__msg *msgs = calloc(n, sizeof *msgs);
-    obx__outcome *fail = calloc(n, sizeof *fail);
-    obx__dest *alt = calloc(n, sizeof *alt);
-    if (!c.partition || !c.att_id || !c.ok || !c.next || !payload || !plen || !msgs || !fail ||
-        !alt) {
+    if (!c.partition || !c.att_id || !c.ok || !c.next || !payload || !plen) {
         err = obx__fail(OBX_ENOMEM, "begin attempts: out of memory");
         goto out;
     }
@@ -224,12 +250,40 @@ obx_err obx__engine_begin_attempts(obx__engine *e, int64_t now, obx__event_row *
     }
     err = obx__engine_tx(e, begin_tx, &c);
     if (err) goto out;
-    size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         if (c.ok[i]) rows[i] = c.next[i]; /* the registered attempt's values */
         rows[i].payload = payload[i];
         rows[i].payload_len = plen[i];
-        if (!c.ok[i]) continue;
+    }
+    err = send_registered(e, now, rows, c.ok, n, sent);
+out:
+    obx__rows_free(&c.cur);
+    free(c.next);
+    free(c.partition);
+    free(c.att_id);
+    free(c.ok);
+    free(payload);
+    free(plen);
+    return err;
+}
+
+/* Hands the rows with ok[i] (registered attempts, payloads loaded) to the broker. When send()
+ * fails, nothing of the batch was handed over (broker.h): those attempts get NOT_SENT outcomes
+ * (back to PENDING with backoff). *sent gets how many were handed over. */
+static obx_err send_registered(obx__engine *e, int64_t now, obx__event_row *rows, const bool *ok,
+                               size_t n, size_t *sent) {
+    obx_err err = OBX_OK;
+    *sent = 0;
+    obx__msg *msgs = calloc(n, sizeof *msgs);
+    obx__outcome *fail = calloc(n, sizeof *fail);
+    obx__dest *alt = calloc(n, sizeof *alt);
+    if (!msgs || !fail || !alt) {
+        err = obx__fail(OBX_ENOMEM, "send: out of memory");
+        goto out;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!ok[i]) continue;
         const obx__dest *dest = &rows[i].dest;
         if (OBX__MUTANT(RETRY_OTHER_DESTINATION) && rows[i].attempt_gen > 1) {
             alt[i] = rows[i].dest;
@@ -267,26 +321,100 @@ obx_err obx__engine_begin_attempts(obx__engine *e, int64_t now, obx__event_row *
         }
     }
 out:
-    obx__rows_free(&c.cur);
-    free(c.next);
-    free(c.partition);
-    free(c.att_id);
-    free(c.ok);
-    free(payload);
-    free(plen);
     free(msgs);
     free(fail);
     free(alt);
     return err;
 }
 
+/* ---- dispatch: claim and register in one transaction ---------------------------------------- */
+
+typedef struct dispatch_ctx {
+    int64_t now;
+    obx__rows *rows; /* claimed (with payloads); after commit, the values written */
+    bool *ok;        /* per row: attempt registered (else only claimed: no partition) */
+    size_t cap;
+    obx_err part_err; /* a partition could not be chosen for some row */
+    char part_msg[512];
+} dispatch_ctx;
+
+static obx_err dispatch_tx(obx__engine *e, void *arg) {
+    dispatch_ctx *c = arg;
+    obx__claim_req req = {.now = c->now,
+                          .limit = e->cfg.batch,
+                          .cluster = e->cfg.own_cluster && e->b ? e->cluster : NULL,
+                          .aliases = e->cfg.aliases,
+                          .n_aliases = e->cfg.n_aliases};
+    obx__rows_free(c->rows);
+    c->part_err = OBX_OK;
+    obx_err err = obx__st_claim_candidates(e->s, &req, c->rows);
+    size_t n = c->rows->n;
+    if (err || !n) return err;
+    if (n > c->cap) {
+        bool *ok = realloc(c->ok, n * sizeof *ok);
+        if (!ok) return obx__fail(OBX_ENOMEM, "dispatch: out of memory");
+        c->ok = ok;
+        c->cap = n;
+    }
+    obx__batch b;
+    if ((err = obx__batch_reserve(&b, n, n, 0, 2 * n))) return err;
+    for (size_t i = 0; !err && i < n; i++) {
+        obx__event_row *cur = &c->rows->v[i], claimed, next;
+        c->ok[i] = false;
+        if ((err = claim_row(e, c->now, cur, &claimed, &b.au[b.n_au]))) break;
+        b.n_au++;
+        /* The partition of a first attempt is chosen here, under the claim's row locks: a broker
+         * whose metadata has expired asks the network meanwhile. Other dispatchers skip locked
+         * rows, and nothing else waits for a row that has no attempt yet. */
+        int32_t part = claimed.pinned_partition;
+        char att[OBX__ATTEMPT_ID_LEN + 1];
+        obx_err pe = part < 0 ? obx__br_partition_for(e->b, &claimed.dest, &part) : OBX_OK;
+        if (pe) { /* claimed only, as obx__engine_claim would leave it; retried after the lease */
+            if (!c->part_err) {
+                c->part_err = pe;
+                obx__strlcpy(c->part_msg, obx_errmsg(), sizeof c->part_msg);
+            }
+            obx__batch_update(&b, cur, &claimed);
+            continue;
+        }
+        if ((err = obx__new_id(&e->gen, "att-", c->now, att, sizeof att)) ||
+            (err = attempt_row(e, c->now, &claimed, OBX__ACT_DISPATCHER, att, part, &next,
+                               &b.att_new[b.n_att_new], &b.au[b.n_au])))
+            break;
+        b.n_att_new++;
+        b.n_au++;
+        obx__batch_update(&b, cur, &next); /* one compare-and-set: expects cur's state */
+        c->ok[i] = true;
+    }
+    if (!err) err = obx__batch_write(e->s, &b);
+    if (!err) /* hand back the values written (payloads stay with the rows) */
+        for (size_t i = 0; i < n; i++) {
+            unsigned char *p = c->rows->v[i].payload;
+            size_t len = c->rows->v[i].payload_len;
+            c->rows->v[i] = b.upd_rows[i];
+            c->rows->v[i].payload = p;
+            c->rows->v[i].payload_len = len;
+        }
+    obx__batch_free(&b);
+    return err;
+}
+
 obx_err obx__engine_dispatch(obx__engine *e, int64_t now, size_t *sent) {
-    obx__rows claimed = {0};
     *sent = 0;
-    obx_err err = obx__engine_claim(e, now, &claimed);
-    if (!err && claimed.n)
-        err = obx__engine_begin_attempts(e, now, claimed.v, claimed.n, OBX__ACT_DISPATCHER, sent);
-    obx__rows_free(&claimed);
+    if (!e->b) return obx__fail(OBX_EINVAL, "dispatch: this engine has no broker");
+    obx__rows rows = {0};
+    dispatch_ctx c = {.now = now, .rows = &rows};
+    obx_err err = obx__engine_tx(e, dispatch_tx, &c);
+    if (!err && rows.n) {
+        e->st.claimed += (int64_t)rows.n;
+        err = send_registered(e, now, rows.v, c.ok, rows.n, sent);
+        if (!err && c.part_err) {
+            e->st.broker_errors++;
+            err = obx__fail(c.part_err, "%s", c.part_msg);
+        }
+    }
+    obx__rows_free(&rows);
+    free(c.ok);
     return err;
 }
 
