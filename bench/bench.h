@@ -1,0 +1,124 @@
+/*
+ * bench.h — what the bench/ programs share (bench_common.c): clocks and medians, PostgreSQL
+ * helpers (fresh databases, SQL bulk fills with the real digests, published counts), relay
+ * processes (start, RSS and CPU from /proc, stop), pgbench runs, and the raw publishers that
+ * measure the brokers' limits (plain librdkafka and rabbitmq-c loops with obx's messages).
+ *
+ * Not a test: the programs assert only that every event ended PUBLISHED with its receipt.
+ * Numbers from one run are comparable with each other only (the machine is shared and noisy);
+ * that is why every program measures obx and its limit in the same run.
+ */
+#ifndef OBX_BENCH_H
+#define OBX_BENCH_H
+
+#include "broker/broker.h"
+#include "store/store.h"
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define BN_PAYLOAD 512 /* bytes per event payload (JSON-ish text) */
+#define BN_MAX_REPS 20
+#define BN_TYPE "order.created.v1"
+#define BN_TENANT "tenant-7"
+#define BN_CLUSTER "bench"
+
+/* ---- clocks, statistics, output ---------------------------------------------------------- */
+double bn_now(void);      /* monotonic seconds */
+double bn_cpu_self(void); /* this process's CPU seconds */
+double bn_median(const double *v, int n);
+double bn_loadavg(void); /* 1-minute load average */
+void bn_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+void bn_log(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* stderr, flushed */
+
+/* ---- PostgreSQL ---------------------------------------------------------------------------- */
+const char *bn_pg_base(void); /* $OBX_TEST_PG_URL, or dies */
+/* The URL of database `db` on the server of bn_pg_base(). */
+void bn_pg_url(const char *db, char *out, size_t cap);
+PGconn *bn_pg_connect(const char *url);
+void bn_sql(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+long long bn_sql_ll(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+double bn_sql_d(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Drops and creates database `name`, runs obx init on it and sets the bench route (cluster
+ * BN_CLUSTER, topic). Its URL goes to url. */
+void bn_pg_fresh(const char *name, const char *topic, char *url, size_t cap);
+void bn_pg_drop(const char *name);
+/* Bulk-inserts n events of the bench route numbered from first (aggregate o-<i>, routing key
+ * tenant-7.order.o-<i>: one order key per event), with the digests obx computes (SQL
+ * functions obx.dest_digest/envelope_digest), BN_PAYLOAD-byte payloads, in state `state`
+ * ("PENDING", or "PUBLISHED"/"RETAINED" with an attempt, a primary receipt and the audit rows
+ * of a publication, published long ago). Then ANALYZE. */
+void bn_pg_fill(PGconn *c, long first, long n, const char *state);
+/* Events PUBLISHED (and primary receipts) per the O(1) statistics (obx._stats()). */
+void bn_pg_counts(PGconn *c, long long *published, long long *primary);
+/* CPU seconds the PostgreSQL server of $OBX_TEST_SERVICES_DIR has used so far: the
+ * postmaster, its live children and the children it has reaped (backends, autovacuum, WAL
+ * writer). The difference over a run is the database's CPU cost of that run. */
+double bn_pg_server_cpu(void);
+/* The server's WAL position in bytes (pg_current_wal_lsn): the difference over a run is how
+ * much it wrote, a measure of work that load on the machine does not change. */
+double bn_pg_wal(void);
+/* CPU seconds of this process's waited-for children (pgbench, obx purge ...). */
+double bn_children_cpu(void);
+/* Waits until `target` events are PUBLISHED or the relay process dies / timeout; returns the
+ * time (bn_now) it saw the target, or -1. */
+double bn_pg_wait_published(PGconn *c, long long target, pid_t relay, double timeout_s);
+
+/* ---- processes ------------------------------------------------------------------------------ */
+typedef struct bn_proc {
+    pid_t pid;
+    char log[512];
+    double started;
+} bn_proc;
+
+/* Starts argv[0] (a path) with argv, stdout+stderr to log (appended). */
+void bn_spawn(bn_proc *p, const char *log, char *const argv[]);
+/* The obx binary the programs run: $OBX_BENCH_OBX (to compare two builds in one run), else the
+ * one built with them. */
+const char *bn_obx_bin(void);
+/* `obx relay --db db --broker broker --set relay.id=ID --set http.listen= ... --set <sets>`. */
+void bn_relay_start(bn_proc *p, const char *logdir, const char *id, const char *db,
+                    const char *broker, const char *const *sets);
+/* Peak RSS (VmHWM, KiB) and CPU seconds (user + system) of a live process. */
+void bn_proc_usage(const bn_proc *p, long *hwm_kib, long *rss_kib, double *cpu_s);
+bool bn_proc_alive(const bn_proc *p);
+/* SIGTERM, wait up to 20 s, then SIGKILL. Returns the exit status (-1 when killed). */
+int bn_proc_stop(bn_proc *p);
+/* Runs a command to completion with output to log; returns its exit status. */
+int bn_run(const char *log, char *const argv[]);
+
+/* ---- pgbench ------------------------------------------------------------------------------- */
+/* Runs pgbench with the script text (written to a temp file) against url; returns the tps
+ * pgbench reports (excluding connection time). -t or -T as given in extra (e.g. "-t 250"). */
+double bn_pgbench(const char *url, const char *script, int clients, const char *extra,
+                  const char *log);
+
+/* ---- messages and raw publishers (the broker limits) ------------------------------------- */
+/* n distinct messages of the bench route shape: envelope, destination (cluster BN_CLUSTER,
+ * topic, routing key per order), BN_PAYLOAD-byte payload, attempt ID, partition for `parts`
+ * partitions (murmur2). */
+typedef struct bn_msgs {
+    size_t n;
+    obx__envelope *env;
+    obx__dest *dest;
+    char (*dd)[OBX_DIGEST_LEN + 1];
+    char (*att)[OBX_EVENT_ID_LEN + 1];
+    unsigned char (*payload)[BN_PAYLOAD];
+    obx__msg *m;
+} bn_msgs;
+void bn_msgs_make(bn_msgs *b, size_t n, const char *topic, int parts);
+void bn_msgs_free(bn_msgs *b);
+/* A plain librdkafka producer (idempotent, acks=all, like obx's) sending n messages (cycling
+ * through pool) with the obx headers to their partitions; waits for every delivery report.
+ * Returns messages/s. */
+double bn_kafka_raw(const char *bootstraps, const bn_msgs *pool, long n);
+/* A plain rabbitmq-c publisher with confirms (window), persistent + mandatory, the obx headers,
+ * to exchange; returns messages/s once every confirm is back. */
+double bn_amqp_raw(const char *amqp_url, const char *exchange, const bn_msgs *pool, long n,
+                   int window);
+/* Declares (durable topic exchange, quorum queue bound with '#') or deletes them. */
+void bn_amqp_topology(const char *amqp_url, const char *exchange, const char *queue, bool create);
+
+#endif /* OBX_BENCH_H */
