@@ -89,11 +89,33 @@ int bn_proc_stop(bn_proc *p);
 /* Runs a command to completion with output to log; returns its exit status. */
 int bn_run(const char *log, char *const argv[]);
 
+/* ---- relays on a PostgreSQL backlog ------------------------------------------------------ */
+typedef struct bn_relay_run {
+    double rate;     /* events/s from the first relay's start to the last event PUBLISHED */
+    double cpu_s;    /* CPU seconds of all relays */
+    long hwm_kib;    /* the largest relay's peak RSS */
+    double pg_cpu_s; /* the database server's CPU seconds over the run */
+} bn_relay_run;
+/* Starts k relays (ids <prefix>-1..k) on db/broker, waits until `n` more events are PUBLISHED
+ * than before, stops them; dies when one exits early or after timeout_s. */
+void bn_pg_relays(const char *db, const char *broker, int k, const char *prefix,
+                  const char *logdir, const char *const *sets, long n, double timeout_s,
+                  bn_relay_run *out);
+/* The mock cluster's broker URL for `obx relay` (cluster BN_CLUSTER). */
+void bn_kafka_broker_url(const char *boot, char *out, size_t cap);
+
 /* ---- pgbench ------------------------------------------------------------------------------- */
 /* Runs pgbench with the script text (written to a temp file) against url; returns the tps
  * pgbench reports (excluding connection time). -t or -T as given in extra (e.g. "-t 250"). */
 double bn_pgbench(const char *url, const char *script, int clients, const char *extra,
                   const char *log);
+
+/* The PostgreSQL limit: pgbench, 8 clients, a script that claims the 100 oldest PENDING rows
+ * with SKIP LOCKED, reads their routing key and payload and marks them PUBLISHED, in one
+ * statement, on a copy (CREATE DATABASE ... TEMPLATE src_db) of n PENDING rows. Returns rows/s;
+ * *cpu_us and *wal get the CPU (pgbench + server) and WAL bytes per row. */
+double bn_pg_claim_mark_limit(const char *src_db, long n, const char *log, bool keep,
+                              double *cpu_us, double *wal);
 
 /* ---- messages and raw publishers (the broker limits) ------------------------------------- */
 /* n distinct messages of the bench route shape: envelope, destination (cluster BN_CLUSTER,

@@ -494,6 +494,43 @@ double bn_pgbench(const char *url, const char *script, int clients, const char *
     return tps;
 }
 
+/* The minimal claim-and-mark statement: one round trip per batch of 100. */
+static const char claim_mark[] =
+    "WITH c AS (SELECT e.seq, e.event_id, v.dest_routing_key, v.payload FROM obx.obx_event e "
+    "JOIN obx.obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen "
+    "WHERE e.state = 'PENDING' ORDER BY e.seq LIMIT 100 FOR UPDATE OF e SKIP LOCKED), "
+    "u AS (UPDATE obx.obx_event e SET state = 'PUBLISHED', published_at = "
+    "(extract(epoch FROM clock_timestamp()) * 1000)::bigint, updated_at = "
+    "(extract(epoch FROM clock_timestamp()) * 1000)::bigint FROM c WHERE e.seq = c.seq "
+    "RETURNING c.event_id, c.dest_routing_key, c.payload) "
+    "SELECT count(*), sum(octet_length(payload)) FROM u;\n";
+
+double bn_pg_claim_mark_limit(const char *src_db, long n, const char *log, bool keep,
+                              double *cpu_us, double *wal) {
+    char url[1024];
+    PGconn *a = bn_pg_connect(bn_pg_base());
+    bn_sql(a, "DROP DATABASE IF EXISTS obx_bench_lim WITH (FORCE)");
+    bn_sql(a, "CREATE DATABASE obx_bench_lim TEMPLATE %s", src_db);
+    PQfinish(a);
+    bn_pg_url("obx_bench_lim", url, sizeof url);
+    PGconn *c = bn_pg_connect(url);
+    bn_sql(c, "ANALYZE");
+    int clients = 8;
+    long tx = n / (100L * clients);
+    if (tx < 1) tx = 1;
+    char extra[64];
+    snprintf(extra, sizeof extra, "-t %ld", tx);
+    double pg0 = bn_pg_server_cpu(), ch0 = bn_children_cpu(), w0 = bn_pg_wal();
+    double tps = bn_pgbench(url, claim_mark, clients, extra, log);
+    double cpu = bn_pg_server_cpu() - pg0 + bn_children_cpu() - ch0, w = bn_pg_wal() - w0;
+    long long marked = bn_sql_ll(c, "SELECT count(*) FROM obx.obx_event WHERE state = 'PUBLISHED'");
+    PQfinish(c);
+    if (!keep) bn_pg_drop("obx_bench_lim");
+    if (cpu_us) *cpu_us = marked ? cpu * 1e6 / (double)marked : 0;
+    if (wal) *wal = marked ? w / (double)marked : 0;
+    return tps * (double)marked / (double)(tx * clients);
+}
+
 /* ---- messages and raw publishers ----------------------------------------------------------- */
 
 void bn_msgs_make(bn_msgs *b, size_t n, const char *topic, int parts) {
@@ -705,4 +742,76 @@ double bn_amqp_raw(const char *amqp_url, const char *exchange, const bn_msgs *po
     amqp_connection_close(c, AMQP_REPLY_SUCCESS);
     amqp_destroy_connection(c);
     return (double)n / dt;
+}
+
+/* ---- relays on a PostgreSQL backlog ------------------------------------------------------ */
+
+void bn_kafka_broker_url(const char *boot, char *out, size_t cap) {
+    snprintf(out, cap, "kafka://%s?cluster=" BN_CLUSTER, boot);
+}
+
+void bn_pg_relays(const char *db, const char *broker, int k, const char *prefix,
+                  const char *logdir, const char *const *sets, long n, double timeout_s,
+                  bn_relay_run *out) {
+    enum { MAXR = 16 };
+    if (k < 1 || k > MAXR) bn_die("relays: 1..%d", MAXR);
+    PGconn *c = bn_pg_connect(db);
+    /* progress = primary receipts (a purge running beside may move PUBLISHED to RETAINED, a
+     * primary receipt stays) */
+    long long before = 0;
+    bn_pg_counts(c, NULL, &before);
+    bn_proc p[MAXR];
+    double pg0 = bn_pg_server_cpu();
+    for (int i = 0; i < k; i++) {
+        char id[96];
+        snprintf(id, sizeof id, "%s-%d", prefix, i + 1);
+        bn_relay_start(&p[i], logdir, id, db, broker, sets);
+    }
+    double t_done = -1, t0 = p[0].started, last_log = t0;
+    long hwm = 0;
+    for (;;) {
+        long long pub = 0;
+        bn_pg_counts(c, NULL, &pub);
+        double t = bn_now();
+        if (pub >= before + n) {
+            t_done = t;
+            break;
+        }
+        bool dead = false;
+        for (int i = 0; i < k; i++) {
+            long h = 0;
+            bn_proc_usage(&p[i], &h, NULL, NULL);
+            if (h > hwm) hwm = h;
+            if (!bn_proc_alive(&p[i])) dead = true;
+        }
+        if (dead) {
+            bn_log("a relay exited early with %lld of %ld published", pub - before, n);
+            break;
+        }
+        if (t - t0 > timeout_s) {
+            bn_log("timeout: %lld of %ld published after %.0f s", pub - before, n, t - t0);
+            break;
+        }
+        if (t - last_log > 10) {
+            bn_log("  %lld of %ld published", pub - before, n);
+            last_log = t;
+        }
+        usleep(50000);
+    }
+    double cpu = 0;
+    for (int i = 0; i < k; i++) {
+        long h = 0;
+        double cs = 0;
+        bn_proc_usage(&p[i], &h, NULL, &cs);
+        if (h > hwm) hwm = h;
+        if (cs > 0) cpu += cs;
+    }
+    double pg_cpu = bn_pg_server_cpu() - pg0;
+    for (int i = 0; i < k; i++) bn_proc_stop(&p[i]);
+    if (t_done < 0) bn_die("%s: the relays did not publish everything (logs in %s)", prefix, logdir);
+    PQfinish(c);
+    out->rate = (double)n / (t_done - t0);
+    out->cpu_s = cpu;
+    out->hwm_kib = hwm;
+    out->pg_cpu_s = pg_cpu;
 }

@@ -37,17 +37,6 @@ static char dir[512];
 static const char *sets[MAX_SETS + 8];
 static int n_sets;
 
-/* The minimal claim-and-mark statement: one round trip per batch of 100. */
-static const char claim_mark[] =
-    "WITH c AS (SELECT e.seq, e.event_id, v.dest_routing_key, v.payload FROM obx.obx_event e "
-    "JOIN obx.obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen "
-    "WHERE e.state = 'PENDING' ORDER BY e.seq LIMIT 100 FOR UPDATE OF e SKIP LOCKED), "
-    "u AS (UPDATE obx.obx_event e SET state = 'PUBLISHED', published_at = "
-    "(extract(epoch FROM clock_timestamp()) * 1000)::bigint, updated_at = "
-    "(extract(epoch FROM clock_timestamp()) * 1000)::bigint FROM c WHERE e.seq = c.seq "
-    "RETURNING c.event_id, c.dest_routing_key, c.payload) "
-    "SELECT count(*), sum(octet_length(payload)) FROM u;\n";
-
 typedef struct result {
     double obx, store_lim, broker_lim; /* events/s */
     double cpu_per_10k;                /* relay CPU seconds per 10,000 events */
@@ -61,29 +50,9 @@ typedef struct result {
 
 /* The limit in rows/s; *cpu_us gets its CPU cost per row (pgbench + server). */
 static double pg_claim_mark_limit(const char *src_db, double *cpu_us, double *wal) {
-    char url[1024];
-    PGconn *a = bn_pg_connect(bn_pg_base());
-    bn_sql(a, "DROP DATABASE IF EXISTS obx_bench_lim WITH (FORCE)");
-    bn_sql(a, "CREATE DATABASE obx_bench_lim TEMPLATE %s", src_db);
-    PQfinish(a);
-    bn_pg_url("obx_bench_lim", url, sizeof url);
-    PGconn *c = bn_pg_connect(url);
-    bn_sql(c, "ANALYZE");
-    int clients = 8;
-    long tx = n_events / (100L * clients);
-    if (tx < 1) tx = 1;
-    char extra[64], log[600];
-    snprintf(extra, sizeof extra, "-t %ld", tx);
+    char log[600];
     snprintf(log, sizeof log, "%s/pgbench-claim.log", dir);
-    double pg0 = bn_pg_server_cpu(), ch0 = bn_children_cpu(), w0 = bn_pg_wal();
-    double tps = bn_pgbench(url, claim_mark, clients, extra, log);
-    double cpu = bn_pg_server_cpu() - pg0 + bn_children_cpu() - ch0, w = bn_pg_wal() - w0;
-    long long marked = bn_sql_ll(c, "SELECT count(*) FROM obx.obx_event WHERE state = 'PUBLISHED'");
-    PQfinish(c);
-    if (!keep) bn_pg_drop("obx_bench_lim");
-    *cpu_us = marked ? cpu * 1e6 / (double)marked : 0;
-    *wal = marked ? w / (double)marked : 0;
-    return tps * (double)marked / (double)(tx * clients);
+    return bn_pg_claim_mark_limit(src_db, n_events, log, keep, cpu_us, wal);
 }
 
 /* Runs the relay until every event is PUBLISHED; fills r->obx, cpu, hwm. */
