@@ -13,13 +13,14 @@
  * Overhead = tps(plain) / tps(obx) - 1 (target: at most 10%), per repetition, median; and the
  * same with the database server's CPU per transaction, which load on the machine changes less.
  *
- *   bench_producer [--seconds S] [--clients C] [--reps R]
+ *   bench_producer [--seconds S] [--clients C] [--reps R] [--dir DIR]
  */
 #include "bench.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int seconds = 15, clients = 8, reps = 3;
@@ -48,6 +49,8 @@ static const char *const script[3] = {
 static const char *const names[3] = {"business only", "+ plain outbox row", "+ obx.enqueue"};
 
 int main(int argc, char **argv) {
+    char log[600];
+    snprintf(log, sizeof log, "/tmp/obx-bench-producer-%d.log", (int)getpid());
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
             seconds = atoi(argv[++i]);
@@ -55,15 +58,18 @@ int main(int argc, char **argv) {
             clients = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
-        else {
-            fprintf(stderr, "usage: bench_producer [--seconds S] [--clients C] [--reps R]\n");
+        else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
+            mkdir(argv[++i], 0755);
+            snprintf(log, sizeof log, "%s/pgbench.log", argv[i]);
+        } else {
+            fprintf(stderr,
+                    "usage: bench_producer [--seconds S] [--clients C] [--reps R] [--dir DIR]\n");
             return 2;
         }
     }
     if (seconds < 2 || clients < 1 || reps < 1 || reps > BN_MAX_REPS)
         bn_die("--seconds >= 2, --clients >= 1, --reps 1..20");
-    char url[1024], log[256];
-    snprintf(log, sizeof log, "/tmp/obx-bench-producer-%d.log", (int)getpid());
+    char url[1024];
     bn_pg_fresh("obx_bench_prod", "orders", url, sizeof url);
     PGconn *c = bn_pg_connect(url);
     bn_sql(c, "CREATE TABLE bench_customer (id int PRIMARY KEY, balance bigint NOT NULL, orders "
