@@ -559,31 +559,32 @@ SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     b32 CONSTANT text := '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
     u bytea := uuid_send(gen_random_uuid());
-    r bytea;
-    t bigint := ms;
-    head text := '';
-    tail text := '';
-    v integer;
-    bit integer;
+    hi bigint; -- random bits 0..39 (the top bit cleared)
+    lo bigint; -- random bits 40..79
 BEGIN
     IF ms < 0 OR ms >= (1::bigint << 48) THEN
         RAISE EXCEPTION USING ERRCODE = 'OB002', MESSAGE = format('ULID time %s out of range', ms);
     END IF;
-    r := substring(u FROM 1 FOR 6) || substring(u FROM 11 FOR 4);
-    r := set_byte(r, 0, get_byte(r, 0) & 127);
-    FOR i IN 1..10 LOOP
-        head := substr(b32, (t & 31)::integer + 1, 1) || head;
-        t := t >> 5;
-    END LOOP;
-    FOR i IN 0..15 LOOP
-        v := 0;
-        FOR k IN 0..4 LOOP
-            bit := i * 5 + k;
-            v := (v << 1) | ((get_byte(r, bit / 8) >> (7 - bit % 8)) & 1);
-        END LOOP;
-        tail := tail || substr(b32, v + 1, 1);
-    END LOOP;
-    RETURN 'evt-' || head || tail;
+    -- one expression instead of a loop per bit: this runs once per obx.enqueue()
+    -- (docs/performance.md, producer overhead)
+    hi := ((get_byte(u, 0) & 127)::bigint << 32) | (get_byte(u, 1)::bigint << 24)
+        | (get_byte(u, 2)::bigint << 16) | (get_byte(u, 3)::bigint << 8) | get_byte(u, 4);
+    lo := (get_byte(u, 5)::bigint << 32) | (get_byte(u, 10)::bigint << 24)
+        | (get_byte(u, 11)::bigint << 16) | (get_byte(u, 12)::bigint << 8) | get_byte(u, 13);
+    RETURN 'evt-'
+        || substr(b32, ((ms >> 45) & 31)::int + 1, 1) || substr(b32, ((ms >> 40) & 31)::int + 1, 1)
+        || substr(b32, ((ms >> 35) & 31)::int + 1, 1) || substr(b32, ((ms >> 30) & 31)::int + 1, 1)
+        || substr(b32, ((ms >> 25) & 31)::int + 1, 1) || substr(b32, ((ms >> 20) & 31)::int + 1, 1)
+        || substr(b32, ((ms >> 15) & 31)::int + 1, 1) || substr(b32, ((ms >> 10) & 31)::int + 1, 1)
+        || substr(b32, ((ms >> 5) & 31)::int + 1, 1) || substr(b32, (ms & 31)::int + 1, 1)
+        || substr(b32, ((hi >> 35) & 31)::int + 1, 1) || substr(b32, ((hi >> 30) & 31)::int + 1, 1)
+        || substr(b32, ((hi >> 25) & 31)::int + 1, 1) || substr(b32, ((hi >> 20) & 31)::int + 1, 1)
+        || substr(b32, ((hi >> 15) & 31)::int + 1, 1) || substr(b32, ((hi >> 10) & 31)::int + 1, 1)
+        || substr(b32, ((hi >> 5) & 31)::int + 1, 1) || substr(b32, (hi & 31)::int + 1, 1)
+        || substr(b32, ((lo >> 35) & 31)::int + 1, 1) || substr(b32, ((lo >> 30) & 31)::int + 1, 1)
+        || substr(b32, ((lo >> 25) & 31)::int + 1, 1) || substr(b32, ((lo >> 20) & 31)::int + 1, 1)
+        || substr(b32, ((lo >> 15) & 31)::int + 1, 1) || substr(b32, ((lo >> 10) & 31)::int + 1, 1)
+        || substr(b32, ((lo >> 5) & 31)::int + 1, 1) || substr(b32, (lo & 31)::int + 1, 1);
 END $$;
 
 -- Producer access to its own events: rows whose enqueue audit row names the session user (the
@@ -640,13 +641,22 @@ DECLARE
     edigest text;
     okey text;
 BEGIN
-    PERFORM obx._check('event_type', p_type, 1, 128, 'event_type');
-    PERFORM obx._check('aggregate_type', p_atype, 1, 128, 'name');
-    PERFORM obx._check('aggregate_id', p_aid, 1, 255, 'text');
-    PERFORM obx._check('tenant', p_tenant, 1, 128, 'name');
-    PERFORM obx._check('correlation_id', p_corr, 0, 255, 'text');
-    PERFORM obx._check('causation_id', p_cause, 0, 255, 'text');
-    PERFORM obx._check('idempotency_key', p_key, 0, 255, 'text');
+    -- the common case, every field valid, in one expression; otherwise obx._check() finds the
+    -- first bad field and says what is wrong with it (docs/performance.md, producer overhead)
+    IF NOT coalesce(p_type COLLATE "C" ~ '^[a-z0-9._-]{1,128}$' AND p_type ~ '\.v[0-9]+$'
+           AND p_atype COLLATE "C" ~ '^[A-Za-z0-9._-]{1,128}$'
+           AND p_tenant COLLATE "C" ~ '^[A-Za-z0-9._-]{1,128}$'
+           AND octet_length(p_aid) BETWEEN 1 AND 255 AND octet_length(p_corr) <= 255
+           AND octet_length(p_cause) <= 255 AND octet_length(p_key) <= 255
+           AND (p_aid || p_corr || p_cause || p_key) COLLATE "C" !~ '[\x01-\x1f\x7f]', false) THEN
+        PERFORM obx._check('event_type', p_type, 1, 128, 'event_type');
+        PERFORM obx._check('aggregate_type', p_atype, 1, 128, 'name');
+        PERFORM obx._check('aggregate_id', p_aid, 1, 255, 'text');
+        PERFORM obx._check('tenant', p_tenant, 1, 128, 'name');
+        PERFORM obx._check('correlation_id', p_corr, 0, 255, 'text');
+        PERFORM obx._check('causation_id', p_cause, 0, 255, 'text');
+        PERFORM obx._check('idempotency_key', p_key, 0, 255, 'text');
+    END IF;
     IF p_aver IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'OB002', MESSAGE = 'aggregate_version: missing (required, >= 0)';
     END IF;
