@@ -45,6 +45,9 @@ double bn_sql_d(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2
  * BN_CLUSTER, topic). Its URL goes to url. */
 void bn_pg_fresh(const char *name, const char *topic, char *url, size_t cap);
 void bn_pg_drop(const char *name);
+/* DROP DATABASE dst (if it exists), CREATE DATABASE dst TEMPLATE src. Database names are
+ * logical: each process's databases are <name>_<pid> on the server. */
+void bn_pg_copy(const char *dst, const char *src);
 /* Bulk-inserts n events of the bench route numbered from first (aggregate o-<i>, routing key
  * tenant-7.order.o-<i>: one order key per event), with the digests obx computes (SQL
  * functions obx.dest_digest/envelope_digest), BN_PAYLOAD-byte payloads, in state `state`
@@ -60,6 +63,9 @@ double bn_pg_server_cpu(void);
 /* The server's WAL position in bytes (pg_current_wal_lsn): the difference over a run is how
  * much it wrote, a measure of work that load on the machine does not change. */
 double bn_pg_wal(void);
+/* CPU seconds the RabbitMQ node of $OBX_TEST_RABBIT_DIR (its pid file) has used so far; 0 when
+ * unknown. */
+double bn_rabbit_cpu(void);
 /* CPU seconds of this process's waited-for children (pgbench, obx purge ...). */
 double bn_children_cpu(void);
 /* Waits until `target` events are PUBLISHED or the relay process dies / timeout; returns the

@@ -82,7 +82,18 @@ const char *bn_pg_base(void) {
     return u;
 }
 
-void bn_pg_url(const char *db, char *out, size_t cap) {
+/* Database names get this process's ID appended, so that two bench programs on one server
+ * never drop each other's databases. */
+static const char *phys(const char *name) {
+    static char buf[4][128];
+    static int k;
+    char *b = buf[k++ % 4];
+    snprintf(b, sizeof buf[0], "%s_%d", name, (int)getpid());
+    return b;
+}
+
+void bn_pg_url(const char *name, char *out, size_t cap) {
+    const char *db = phys(name);
     const char *base = bn_pg_base();
     const char *auth = strstr(base, "://");
     auth = auth ? auth + 3 : base;
@@ -139,14 +150,21 @@ double bn_sql_d(PGconn *c, const char *fmt, ...) {
 
 void bn_pg_drop(const char *name) {
     PGconn *a = bn_pg_connect(bn_pg_base());
-    bn_sql(a, "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
+    bn_sql(a, "DROP DATABASE IF EXISTS %s WITH (FORCE)", phys(name));
+    PQfinish(a);
+}
+
+void bn_pg_copy(const char *dst, const char *src) {
+    PGconn *a = bn_pg_connect(bn_pg_base());
+    bn_sql(a, "DROP DATABASE IF EXISTS %s WITH (FORCE)", phys(dst));
+    bn_sql(a, "CREATE DATABASE %s TEMPLATE %s", phys(dst), phys(src));
     PQfinish(a);
 }
 
 void bn_pg_fresh(const char *name, const char *topic, char *url, size_t cap) {
     PGconn *a = bn_pg_connect(bn_pg_base());
-    bn_sql(a, "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
-    bn_sql(a, "CREATE DATABASE %s", name);
+    bn_sql(a, "DROP DATABASE IF EXISTS %s WITH (FORCE)", phys(name));
+    bn_sql(a, "CREATE DATABASE %s", phys(name));
     PQfinish(a);
     bn_pg_url(name, url, cap);
     obx_store *s;
@@ -304,6 +322,20 @@ double bn_pg_server_cpu(void) {
     }
     if (dir) closedir(dir);
     return (double)ticks / (double)sysconf(_SC_CLK_TCK);
+}
+
+double bn_rabbit_cpu(void) {
+    const char *d = getenv("OBX_TEST_RABBIT_DIR");
+    char path[600], pid[32] = "";
+    if (!d) return 0;
+    snprintf(path, sizeof path, "%s/rabbit.pid", d);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    if (!fgets(pid, sizeof pid, f)) pid[0] = '\0';
+    fclose(f);
+    pid[strcspn(pid, "\n")] = '\0';
+    long long t = proc_ticks(pid, true, NULL);
+    return t < 0 ? 0 : (double)t / (double)sysconf(_SC_CLK_TCK);
 }
 
 double bn_pg_wal(void) {
@@ -508,10 +540,7 @@ static const char claim_mark[] =
 double bn_pg_claim_mark_limit(const char *src_db, long n, const char *log, bool keep,
                               double *cpu_us, double *wal) {
     char url[1024];
-    PGconn *a = bn_pg_connect(bn_pg_base());
-    bn_sql(a, "DROP DATABASE IF EXISTS obx_bench_lim WITH (FORCE)");
-    bn_sql(a, "CREATE DATABASE obx_bench_lim TEMPLATE %s", src_db);
-    PQfinish(a);
+    bn_pg_copy("obx_bench_lim", src_db);
     bn_pg_url("obx_bench_lim", url, sizeof url);
     PGconn *c = bn_pg_connect(url);
     bn_sql(c, "ANALYZE");

@@ -15,7 +15,9 @@
  * on NOTIFY instead of spinning.
  *
  *   bench_latency [--rates 1000,5000] [--seconds S] [--producers P] [--reps R]
- *                 [--set KEY=VALUE]... [--dir DIR] [--keep]
+ *                 [--kafka-props K=V&K=V] [--set KEY=VALUE]... [--dir DIR] [--keep]
+ *
+ * --kafka-props adds librdkafka properties to the relay's broker URL (e.g. linger.ms=1).
  */
 #include "bench.h"
 
@@ -31,6 +33,7 @@
 #define MAX_PRODUCERS 32
 
 static int seconds = 20, producers = 8, reps = 3;
+static const char *kafka_props = "";
 static bool keep;
 static char dir[512];
 static const char *sets[MAX_SETS + 1];
@@ -95,6 +98,7 @@ typedef struct result {
     double p50, p99, max;      /* ms */
     double idle_cpu, busy_cpu; /* relay CPU, % of one core */
     double lag_max;            /* producers' worst delay behind schedule, s */
+    double pg_cpu;             /* the database server's CPU while producing, % of 2 cores */
 } result;
 
 static void one_run(const char *boot, int rate, int rep, result *r) {
@@ -103,7 +107,8 @@ static void one_run(const char *boot, int rate, int rep, result *r) {
     PGconn *c = bn_pg_connect(url);
     if (bn_sql_ll(c, "SELECT (current_setting('track_commit_timestamp') = 'on')::int") != 1)
         bn_die("track_commit_timestamp is off: bench/run.sh turns it on (ALTER SYSTEM, restart)");
-    snprintf(broker, sizeof broker, "kafka://%s?cluster=" BN_CLUSTER, boot);
+    snprintf(broker, sizeof broker, "kafka://%s?cluster=" BN_CLUSTER "%s%s", boot,
+             kafka_props[0] ? "&" : "", kafka_props);
     snprintf(id, sizeof id, "lat-%d-%d", rate, rep);
     bn_proc p;
     bn_relay_start(&p, dir, id, url, broker, sets);
@@ -115,7 +120,7 @@ static void one_run(const char *boot, int rate, int rep, result *r) {
     r->idle_cpu = (cpu1 - cpu0) / 3.0 * 100.0;
     long total = (long)rate * seconds;
     producer pr[MAX_PRODUCERS];
-    double t0 = bn_now() + 0.2;
+    double t0 = bn_now() + 0.2, pg0 = bn_pg_server_cpu();
     for (int i = 0; i < producers; i++) {
         pr[i] = (producer){
             .url = url, .index = i, .count = producers, .total = total, .rate = rate, .t0 = t0};
@@ -130,6 +135,7 @@ static void one_run(const char *boot, int rate, int rep, result *r) {
         if (pr[i].lag_max > r->lag_max) r->lag_max = pr[i].lag_max;
     }
     double t1 = bn_now();
+    r->pg_cpu = (bn_pg_server_cpu() - pg0) / (t1 - t0) / 2.0 * 100.0;
     bn_proc_usage(&p, NULL, NULL, &cpu2);
     r->busy_cpu = (cpu2 - cpu1) / (t1 - t0) * 100.0;
     r->offered = rate;
@@ -167,6 +173,8 @@ int main(int argc, char **argv) {
             producers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--kafka-props") && i + 1 < argc)
+            kafka_props = argv[++i];
         else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_sets < MAX_SETS)
             sets[n_sets++] = argv[++i];
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
@@ -175,7 +183,8 @@ int main(int argc, char **argv) {
             keep = true;
         else {
             fprintf(stderr, "usage: bench_latency [--rates 1000,5000] [--seconds S] [--producers "
-                            "P] [--reps R] [--set KEY=VALUE]... [--dir DIR] [--keep]\n");
+                            "P] [--reps R] [--kafka-props K=V&K=V] [--set KEY=VALUE]... [--dir "
+                            "DIR] [--keep]\n");
             return 2;
         }
     }
@@ -196,19 +205,20 @@ int main(int argc, char **argv) {
             one_run(boot, rates[k], rep, &res[k][rep]);
             result *r = &res[k][rep];
             bn_log("rep %d, %d ev/s: achieved %.0f, p50 %.1f ms, p99 %.1f ms, max %.1f ms, relay "
-                   "cpu idle %.1f%% busy %.1f%%, producers' worst lag %.2f s",
+                   "cpu idle %.1f%% busy %.1f%%, PostgreSQL %.0f%% of 2 cores, producers' worst lag %.2f s",
                    rep + 1, rates[k], r->achieved, r->p50, r->p99, r->max, r->idle_cpu, r->busy_cpu,
-                   r->lag_max);
+                   r->pg_cpu, r->lag_max);
         }
     obx_kafka_mock_stop(mock);
-    printf("\ncommit -> PUBLISHED latency, PostgreSQL + Kafka (mock), one event per producer "
+    printf("\ncommit -> PUBLISHED latency, PostgreSQL + Kafka (mock%s%s), one event per producer "
            "transaction, %d producers, %d s per run (first second not counted); median of %d "
            "reps; load average %.1f before, %.1f after (2 cores)\n\n",
-           producers, seconds, reps, load0, bn_loadavg());
+           kafka_props[0] ? ", " : "", kafka_props, producers, seconds, reps, load0, bn_loadavg());
     printf("| offered ev/s | achieved ev/s | p50 ms | p99 ms | max ms | target | relay CPU idle "
-           "%% | relay CPU at load %% |\n|---:|---:|---:|---:|---:|---|---:|---:|\n");
+           "%% | relay CPU at load %% | PostgreSQL CPU %% of 2 cores |\n"
+           "|---:|---:|---:|---:|---:|---|---:|---:|---:|\n");
     for (int k = 0; k < n_rates; k++) {
-        double v[6][BN_MAX_REPS];
+        double v[7][BN_MAX_REPS];
         for (int i = 0; i < reps; i++) {
             v[0][i] = res[k][i].achieved;
             v[1][i] = res[k][i].p50;
@@ -216,12 +226,13 @@ int main(int argc, char **argv) {
             v[3][i] = res[k][i].max;
             v[4][i] = res[k][i].idle_cpu;
             v[5][i] = res[k][i].busy_cpu;
+            v[6][i] = res[k][i].pg_cpu;
         }
         double p99 = bn_median(v[2], reps);
-        printf("| %d | %.0f | %.1f | %.1f | %.1f | %s | %.1f | %.1f |\n", rates[k],
+        printf("| %d | %.0f | %.1f | %.1f | %.1f | %s | %.1f | %.1f | %.0f |\n", rates[k],
                bn_median(v[0], reps), bn_median(v[1], reps), p99, bn_median(v[3], reps),
                rates[k] == 1000 ? (p99 < 25 ? "p99 < 25 ms: met" : "p99 < 25 ms: MISSED") : "",
-               bn_median(v[4], reps), bn_median(v[5], reps));
+               bn_median(v[4], reps), bn_median(v[5], reps), bn_median(v[6], reps));
     }
     printf("\nrelay logs: %s\n", dir);
     return 0;

@@ -76,10 +76,9 @@ int main(int argc, char **argv) {
         for (int x = 0; x < nb; x++) {
             int k = rep % 2 ? nb - 1 - x : x;
             n[k] = b[k] < drain ? b[k] : drain;
-            PGconn *a = bn_pg_connect(bn_pg_base());
-            bn_sql(a, "DROP DATABASE IF EXISTS obx_bench_res WITH (FORCE)");
-            bn_sql(a, "CREATE DATABASE obx_bench_res TEMPLATE obx_bench_res_src%d", k);
-            PQfinish(a);
+            char src[64];
+            snprintf(src, sizeof src, "obx_bench_res_src%d", k);
+            bn_pg_copy("obx_bench_res", src);
             char db[1024], prefix[64];
             bn_pg_url("obx_bench_res", db, sizeof db);
             snprintf(prefix, sizeof prefix, "res-%ld-r%d", b[k], rep + 1);

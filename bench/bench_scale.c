@@ -92,10 +92,7 @@ int main(int argc, char **argv) {
         for (int x = 0; x < nk; x++) {
             /* alternate the order so that drift in the machine's load falls on every count */
             int k = rep % 2 ? nk - 1 - x : x;
-            PGconn *a = bn_pg_connect(bn_pg_base());
-            bn_sql(a, "DROP DATABASE IF EXISTS obx_bench_scale WITH (FORCE)");
-            bn_sql(a, "CREATE DATABASE obx_bench_scale TEMPLATE obx_bench_src");
-            PQfinish(a);
+            bn_pg_copy("obx_bench_scale", "obx_bench_src");
             char db[1024], prefix[64];
             bn_pg_url("obx_bench_scale", db, sizeof db);
             snprintf(prefix, sizeof prefix, "scale-r%d-k%d", rep + 1, ks[k]);
