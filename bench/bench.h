@@ -104,9 +104,8 @@ typedef struct bn_relay_run {
 } bn_relay_run;
 /* Starts k relays (ids <prefix>-1..k) on db/broker, waits until `n` more events are PUBLISHED
  * than before, stops them; dies when one exits early or after timeout_s. */
-void bn_pg_relays(const char *db, const char *broker, int k, const char *prefix,
-                  const char *logdir, const char *const *sets, long n, double timeout_s,
-                  bn_relay_run *out);
+void bn_pg_relays(const char *db, const char *broker, int k, const char *prefix, const char *logdir,
+                  const char *const *sets, long n, double timeout_s, bn_relay_run *out);
 /* The mock cluster's broker URL for `obx relay` (cluster BN_CLUSTER). */
 void bn_kafka_broker_url(const char *boot, char *out, size_t cap);
 

@@ -49,8 +49,7 @@ static void fill_old(outbox *o) {
     o->next = o->retained + 1;
     bn_sql(c, "VACUUM ANALYZE");
     bn_log("%s: %ld PUBLISHED/RETAINED rows in %.0f s, database %lld MiB", o->name, o->retained,
-           bn_now() - t0,
-           bn_sql_ll(c, "SELECT pg_database_size(current_database()) / 1048576"));
+           bn_now() - t0, bn_sql_ll(c, "SELECT pg_database_size(current_database()) / 1048576"));
     PQfinish(c);
 }
 
@@ -118,9 +117,19 @@ int main(int argc, char **argv) {
         char log[700];
         snprintf(log, sizeof log, "%s/purge.log", dir);
         char *init[] = {(char *)bn_obx_bin(), "init", "--db", consumer, NULL};
-        char *force[] = {(char *)bn_obx_bin(), "watermark", "force", "bench", "--until",
-                         "1010000000000", "--reason", "bench: old rows", "--db", db_arg,
-                         "--consumer", cons_arg, NULL};
+        char *force[] = {(char *)bn_obx_bin(),
+                         "watermark",
+                         "force",
+                         "bench",
+                         "--until",
+                         "1010000000000",
+                         "--reason",
+                         "bench: old rows",
+                         "--db",
+                         db_arg,
+                         "--consumer",
+                         cons_arg,
+                         NULL};
         if (bn_run(log, init) || bn_run(log, force)) bn_die("purge setup failed (log %s)", log);
     }
     obx_kafka_mock *mock = NULL;
@@ -128,8 +137,8 @@ int main(int argc, char **argv) {
     if (obx_kafka_mock_start(3, "orders", 8, boot, sizeof boot, &mock))
         bn_die("kafka mock: %s", obx_errmsg());
     bn_kafka_broker_url(boot, broker, sizeof broker);
-    double rate[MAX_SIZES + 1][BN_MAX_REPS], ratio[MAX_SIZES + 1][BN_MAX_REPS],
-        purged[BN_MAX_REPS], overlap[BN_MAX_REPS];
+    double rate[MAX_SIZES + 1][BN_MAX_REPS], ratio[MAX_SIZES + 1][BN_MAX_REPS], purged[BN_MAX_REPS],
+        overlap[BN_MAX_REPS];
     double load0 = bn_loadavg();
     for (int rep = 0; rep < reps; rep++) {
         for (int x = 0; x < ns; x++) {
@@ -152,8 +161,8 @@ int main(int argc, char **argv) {
                                         "IN ('state:RETAINED', 'state:PURGED')");
             char log[700];
             snprintf(log, sizeof log, "%s/purge-r%d.log", dir, rep + 1);
-            char *purge[] = {(char *)bn_obx_bin(), "purge", "--db", db_arg, "--consumer",
-                             cons_arg, NULL};
+            char *purge[] = {(char *)bn_obx_bin(), "purge",  "--db", db_arg,
+                             "--consumer",         cons_arg, NULL};
             bn_proc pp;
             bn_spawn(&pp, log, purge);
             usleep(300000); /* the purge has begun */
@@ -179,11 +188,13 @@ int main(int argc, char **argv) {
             overlap[rep] = still ? 1.0 : (t_purge - 0.3) / t_relay;
             if (overlap[rep] > 1) overlap[rep] = 1;
             PQfinish(c);
-            bn_log("rep %d: during purge: %.0f ev/s, %.0f purge transitions meanwhile (purge ran %.0f%% "
+            bn_log("rep %d: during purge: %.0f ev/s, %.0f purge transitions meanwhile (purge ran "
+                   "%.0f%% "
                    "of the relay's time)",
                    rep + 1, rate[ns][rep], purged[rep], overlap[rep] * 100);
         }
-        for (int s = 0; s <= ns - (do_purge ? 0 : 1); s++) ratio[s][rep] = rate[s][rep] / rate[0][rep];
+        for (int s = 0; s <= ns - (do_purge ? 0 : 1); s++)
+            ratio[s][rep] = rate[s][rep] / rate[0][rep];
     }
     obx_kafka_mock_stop(mock);
     printf("\nbacklog independence: %ld-event backlog, PostgreSQL + Kafka (mock), 1 relay, on "

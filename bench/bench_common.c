@@ -779,9 +779,8 @@ void bn_kafka_broker_url(const char *boot, char *out, size_t cap) {
     snprintf(out, cap, "kafka://%s?cluster=" BN_CLUSTER, boot);
 }
 
-void bn_pg_relays(const char *db, const char *broker, int k, const char *prefix,
-                  const char *logdir, const char *const *sets, long n, double timeout_s,
-                  bn_relay_run *out) {
+void bn_pg_relays(const char *db, const char *broker, int k, const char *prefix, const char *logdir,
+                  const char *const *sets, long n, double timeout_s, bn_relay_run *out) {
     enum { MAXR = 16 };
     if (k < 1 || k > MAXR) bn_die("relays: 1..%d", MAXR);
     PGconn *c = bn_pg_connect(db);
@@ -837,7 +836,8 @@ void bn_pg_relays(const char *db, const char *broker, int k, const char *prefix,
     }
     double pg_cpu = bn_pg_server_cpu() - pg0;
     for (int i = 0; i < k; i++) bn_proc_stop(&p[i]);
-    if (t_done < 0) bn_die("%s: the relays did not publish everything (logs in %s)", prefix, logdir);
+    if (t_done < 0)
+        bn_die("%s: the relays did not publish everything (logs in %s)", prefix, logdir);
     PQfinish(c);
     out->rate = (double)n / (t_done - t0);
     out->cpu_s = cpu;

@@ -205,7 +205,8 @@ int main(int argc, char **argv) {
             one_run(boot, rates[k], rep, &res[k][rep]);
             result *r = &res[k][rep];
             bn_log("rep %d, %d ev/s: achieved %.0f, p50 %.1f ms, p99 %.1f ms, max %.1f ms, relay "
-                   "cpu idle %.1f%% busy %.1f%%, PostgreSQL %.0f%% of 2 cores, producers' worst lag %.2f s",
+                   "cpu idle %.1f%% busy %.1f%%, PostgreSQL %.0f%% of 2 cores, producers' worst "
+                   "lag %.2f s",
                    rep + 1, rates[k], r->achieved, r->p50, r->p99, r->max, r->idle_cpu, r->busy_cpu,
                    r->pg_cpu, r->lag_max);
         }

@@ -33,8 +33,8 @@ static double sim_rate(int jobs) {
     snprintf(t, sizeof t, "%ld", sim_traces);
     snprintf(j, sizeof j, "%d", jobs);
     snprintf(log, sizeof log, "%s/sim-%d.log", dir, jobs);
-    char *argv[] = {(char *)bn_obx_bin(), "sim", "--traces", t, "--seed", "20261130", "--jobs", j,
-                    "--json", NULL};
+    char *argv[] = {(char *)bn_obx_bin(), "sim",    "--traces", t,        "--seed",
+                    "20261130",           "--jobs", j,          "--json", NULL};
     double t0 = bn_now();
     int st = bn_run(log, argv);
     double dt = bn_now() - t0;
@@ -133,8 +133,8 @@ int main(int argc, char **argv) {
                "|\n|---|---:|---:|---:|\n",
                sim_traces);
         printf("| --jobs 1 | %.0f | 1.00 | %.0f s |\n", s1, 1e6 / s1);
-        printf("| --jobs 2 | %.0f | %.2f | %.0f s (target < 300 s: %s) |\n", s2, s2 / s1,
-               1e6 / s2, 1e6 / s2 < 300 ? "met" : "MISSED");
+        printf("| --jobs 2 | %.0f | %.2f | %.0f s (target < 300 s: %s) |\n", s2, s2 / s1, 1e6 / s2,
+               1e6 / s2 < 300 ? "met" : "MISSED");
     }
     printf("\nrelay logs: %s\n", dir);
     return 0;
