@@ -417,6 +417,50 @@ static obx_err sqlite_factory(obx__store **out) {
     return e;
 }
 
+/* ---- the claim's cost does not grow with the backlog ----------------------------------------- */
+
+static int count_vm(void *arg) {
+    (*(long *)arg)++;
+    return 0;
+}
+
+/* VM work (in units of 100 instructions) of claiming one batch of 50 from a backlog of n
+ * PENDING events (each its own aggregate, so the per-key order check runs for every one). */
+static long claim_work(fx *f, int n) {
+    exec_ok(f->db, "BEGIN");
+    char id[32];
+    for (int i = 0; i < n; i++) {
+        snprintf(id, sizeof id, "bk-%d-%d", n, i);
+        obx_event ev = order_event(id, "{}");
+        obx_enqueue_result res;
+        assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_OK);
+    }
+    exec_ok(f->db, "COMMIT");
+    long work = 0;
+    sqlite3_progress_handler(f->db, 100, count_vm, &work);
+    obx__claim_req req = {.now = INT64_MAX / 2, .limit = 50};
+    obx__rows rows = {0};
+    assert_int_equal(obx__st_claim_candidates(f->s, &req, &rows), OBX_OK);
+    sqlite3_progress_handler(f->db, 0, NULL, NULL);
+    assert_int_equal(rows.n, 50);
+    obx__rows_free(&rows);
+    exec_ok(f->db, "UPDATE obx_event SET state = 'PUBLISHED'"); /* out of the next backlog */
+    return work;
+}
+
+/* Regression: the claim query used obx_event_state_pub, sorted the whole backlog for ORDER BY
+ * seq LIMIT, and checked per-key order by scanning every unpublished row per candidate, so a
+ * claim from 8,000 pending rows cost ~1000x one from 200. Now it walks obx_event_claimable in
+ * seq order and probes obx_event_unpublished (order_key, seq): the same work for any backlog. */
+static void test_claim_cost_flat(void **state) {
+    fx *f = *state;
+    long small = claim_work(f, 200);
+    long big = claim_work(f, 8000);
+    print_message("claim of 50: VM work %ld (200 pending) vs %ld (8000 pending)\n", small, big);
+    assert_true(small > 0);
+    assert_true(big < small * 2);
+}
+
 int main(void) {
     strcpy(conf_dir, "/tmp/obx-conf-XXXXXX");
     if (!mkdtemp(conf_dir)) return 1;
@@ -435,6 +479,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_cost_flat, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL) + failed;
 }

@@ -106,8 +106,10 @@ typedef struct sq_store {
 #define EVENT_FROM                                                                                 \
     " FROM obx_event e JOIN obx_envelope v ON v.event_id = e.event_id AND "                        \
     "v.envelope_gen = e.envelope_gen "
-#define UNPUBLISHED                                                                                \
-    "('PENDING','CLAIMED','SENDING','DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED','PARKED')"
+/* "p is not yet published", written as the predicate of obx_event_unpublished term for term (the
+ * planner uses a partial index only when the query repeats its predicate; an IN list of seven
+ * states would also build an ephemeral table on every execution) */
+#define P_UNPUBLISHED "p.state <> 'PUBLISHED' AND p.state <> 'RETAINED' AND p.state <> 'PURGED'"
 
 static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_PUT] = "INSERT INTO obx_route (event_type, cluster, topic, routing_key, algorithm, "
@@ -141,14 +143,18 @@ static const char *const sql_text[Q_COUNT] = {
         "unordered, alias, dest_cluster) "
         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [Q_CLAIM] =
-        "SELECT " EVENT_COLS ", v.payload" EVENT_FROM "WHERE e.state IN ('PENDING','CLAIMED') "
+        /* INDEXED BY: the claimable rows in seq order, LIMIT stops the scan; without it the
+         * planner picked obx_event_state_pub and sorted the whole backlog on every claim */
+        "SELECT " EVENT_COLS ", v.payload FROM obx_event e INDEXED BY obx_event_claimable "
+        "JOIN obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen "
+        "WHERE e.state IN ('PENDING','CLAIMED') "
         "AND ((e.state = 'PENDING' AND e.available_at <= ?1) OR "
         "     (e.state = 'CLAIMED' AND e.lease_until <= ?1)) "
         "AND (?2 IS NULL OR e.dest_cluster = ?2) "
         "AND (?4 IS NULL OR instr(?4, ',' || e.alias || ',') > 0) "
-        "AND (e.unordered = 1 OR NOT EXISTS (SELECT 1 FROM obx_event p "
-        "     WHERE p.order_key = e.order_key AND p.seq < e.seq AND p.state IN " UNPUBLISHED
-        ")) ORDER BY e.seq LIMIT ?3",
+        "AND (e.unordered = 1 OR NOT EXISTS (SELECT 1 FROM obx_event p INDEXED BY "
+        "     obx_event_unpublished WHERE p.order_key = e.order_key AND p.seq < e.seq AND "
+        P_UNPUBLISHED ")) ORDER BY e.seq LIMIT ?3",
     [Q_SEL_EXPIRED] =
         "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = 'SENDING' AND e.lease_until <= ?1 "
         "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.lease_until, e.seq LIMIT ?3",
