@@ -560,8 +560,8 @@ static obx_err effect_handler(void *user, void *conn, const obx_message *m, cons
         return obx__fail(OBX_EHANDLER, "sim: a flaky downstream");
     }
     sqlite3_stmt **st = &c->k->st_effect[c->consumer];
-    if (!*st && sqlite3_prepare_v3(c->k->cdb[c->consumer], "INSERT INTO sim_effects VALUES (?)",
-                                   -1, SQLITE_PREPARE_PERSISTENT, st, NULL))
+    if (!*st && sqlite3_prepare_v3(c->k->cdb[c->consumer], "INSERT INTO sim_effects VALUES (?)", -1,
+                                   SQLITE_PREPARE_PERSISTENT, st, NULL))
         return OBX_ESTORE;
     sqlite3_bind_text(*st, 1, m->event_id, -1, SQLITE_STATIC);
     int rc = sqlite3_step(*st);

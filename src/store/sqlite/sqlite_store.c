@@ -145,16 +145,16 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_CLAIM] =
         /* INDEXED BY: the claimable rows in seq order, LIMIT stops the scan; without it the
          * planner picked obx_event_state_pub and sorted the whole backlog on every claim */
-        "SELECT " EVENT_COLS ", v.payload FROM obx_event e INDEXED BY obx_event_claimable "
-        "JOIN obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen "
-        "WHERE e.state IN ('PENDING','CLAIMED') "
-        "AND ((e.state = 'PENDING' AND e.available_at <= ?1) OR "
-        "     (e.state = 'CLAIMED' AND e.lease_until <= ?1)) "
-        "AND (?2 IS NULL OR e.dest_cluster = ?2) "
-        "AND (?4 IS NULL OR instr(?4, ',' || e.alias || ',') > 0) "
-        "AND (e.unordered = 1 OR NOT EXISTS (SELECT 1 FROM obx_event p INDEXED BY "
-        "     obx_event_unpublished WHERE p.order_key = e.order_key AND p.seq < e.seq AND "
-        P_UNPUBLISHED ")) ORDER BY e.seq LIMIT ?3",
+    "SELECT " EVENT_COLS ", v.payload FROM obx_event e INDEXED BY obx_event_claimable "
+    "JOIN obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen "
+    "WHERE e.state IN ('PENDING','CLAIMED') "
+    "AND ((e.state = 'PENDING' AND e.available_at <= ?1) OR "
+    "     (e.state = 'CLAIMED' AND e.lease_until <= ?1)) "
+    "AND (?2 IS NULL OR e.dest_cluster = ?2) "
+    "AND (?4 IS NULL OR instr(?4, ',' || e.alias || ',') > 0) "
+    "AND (e.unordered = 1 OR NOT EXISTS (SELECT 1 FROM obx_event p INDEXED BY "
+    "     obx_event_unpublished WHERE p.order_key = e.order_key AND p.seq < e.seq "
+    "AND " P_UNPUBLISHED ")) ORDER BY e.seq LIMIT ?3",
     [Q_SEL_EXPIRED] =
         "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = 'SENDING' AND e.lease_until <= ?1 "
         "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.lease_until, e.seq LIMIT ?3",
