@@ -127,6 +127,7 @@ int cmd_sim(int argc, char **argv) {
                     {"consumer duplicate effects", "consumer_duplicate_effects"},
                     {"sends under a stale claim", "stale_claim_sends"},
                     {"UNKNOWN not traceable by attempt", "unknown_untraceable"},
+                    {"purges without the consumers' evidence", "premature_purges"},
                     {"internal errors", "internal_errors"},
                     {"liveness failures", "liveness_failures"}};
         printf("  %-42s %12s  %s\n", "check", "value", "gate");
@@ -142,6 +143,7 @@ int cmd_sim(int argc, char **argv) {
         printf("  %-42s %12ld\n", "UNKNOWN attempts", num(j, "unknown_total"));
         printf("  %-42s %12ld\n", "quarantined receipts (alarms, not failures)",
                num(j, "quarantined_receipts"));
+        printf("  %-42s %12ld\n", "events purged (tombstones)", num(j, "purged"));
         printf("\n  faults fired:\n");
         const char *k;
         json_t *v;

@@ -61,7 +61,8 @@ obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_han
     X(LOST_REQUEST, "lost-request")                                                                \
     X(REJECTION, "rejection")                                                                      \
     X(MANGLED_RECEIPT, "mangled-receipt")                                                          \
-    X(HANDLER_FAILURE, "handler-failure")
+    X(HANDLER_FAILURE, "handler-failure")                                                          \
+    X(PREMATURE_PURGE, "premature-purge-attempt")
 
 enum {
 #define F(n, s) F_##n,
@@ -83,7 +84,8 @@ typedef struct results {
     long traces;
     long lost_events, second_event_ids, cross_destination_retries, digest_divergence,
         consumer_duplicate_effects, stale_claim_sends, late_ack_total, late_ack_converged,
-        unknown_total, unknown_untraceable, internal_errors, liveness_failures, quarantined;
+        unknown_total, unknown_untraceable, internal_errors, liveness_failures, quarantined,
+        premature_purges, purged;
     long fired[F_COUNT];
     long failing[16];
     long nfailing;
@@ -106,6 +108,8 @@ static void results_add(results *a, const results *b) {
     ADD(internal_errors);
     ADD(liveness_failures);
     ADD(quarantined);
+    ADD(premature_purges);
+    ADD(purged);
 #undef ADD
     for (int i = 0; i < F_COUNT; i++) a->fired[i] += b->fired[i];
 }
@@ -113,7 +117,7 @@ static void results_add(results *a, const results *b) {
 /* ---- actors ------------------------------------------------------------------------------------
  */
 
-enum { A_PRODUCER, A_DISPATCHER, A_RECONCILER, A_CONSUMER };
+enum { A_PRODUCER, A_DISPATCHER, A_RECONCILER, A_CONSUMER, A_PURGER };
 
 #define MAX_DL 16
 
@@ -129,12 +133,17 @@ typedef struct actor {
     int next_cmd, retry_cmd;
     obx__ulid_gen gen;
     /* consumer */
+    /* purger: retention with the trace's consumers as critical consumers */
+    obx__critical crit[2];
+    obx__retention_cfg rcfg;
+    obx__purge_cursor cur;
+    /* consumer (the delivery slots stay last: actor setup zeroes what comes before) */
     obx__delivery dl[MAX_DL];
     size_t ndl, posdl;
     bool to_ack[MAX_DL];
 } actor;
 
-#define MAX_ACTORS 6
+#define MAX_ACTORS 7
 #define MAX_EVENTS 8
 
 typedef struct wk {
@@ -148,6 +157,7 @@ typedef struct wk {
     obx_store *cs[2];
     obx_inbox *in[2];
     sqlite3_stmt *st_order, *st_effect[2], *st_receipt_for, *st_env_of, *st_att_part;
+    sqlite3_stmt *st_purged, *st_before, *st_inbox_at[2];
     /* the trace */
     long idx;
     uint64_t rng;
@@ -160,7 +170,9 @@ typedef struct wk {
     char orders[MAX_EVENTS][32];
     char event_ids[MAX_EVENTS][2][OBX_EVENT_ID_LEN + 1]; /* what the producer was told */
     int n_ids[MAX_EVENTS];
-    double p[F_COUNT]; /* fault probabilities of this trace */
+    double p[F_COUNT];        /* fault probabilities of this trace */
+    int64_t replay_window_ms; /* retention of this trace (purger actor) */
+    size_t purge_batch;
     bool faults_on;
     bool handler_fail_next;
     results r;
@@ -301,7 +313,26 @@ static obx_err wk_init(wk *k, int id, const obx_sim_options *o) {
                            "AND envelope_gen = ?",
                            -1, SQLITE_PREPARE_PERSISTENT, &k->st_env_of, NULL) ||
         sqlite3_prepare_v3(k->odb, "SELECT partition FROM obx_attempt WHERE attempt_id = ?", -1,
-                           SQLITE_PREPARE_PERSISTENT, &k->st_att_part, NULL))
+                           SQLITE_PREPARE_PERSISTENT, &k->st_att_part, NULL) ||
+        /* each purge: the event, its publication place, and when it was purged */
+        sqlite3_prepare_v3(k->odb,
+                           "SELECT e.event_id, e.published_at, e.seq, (SELECT max(a.at) FROM "
+                           "obx_audit a WHERE a.event_id = e.event_id AND a.to_state = 'PURGED') "
+                           "FROM obx_event e WHERE e.state = 'PURGED'",
+                           -1, SQLITE_PREPARE_PERSISTENT, &k->st_purged, NULL) ||
+        /* every published event at or before a place in publication order */
+        sqlite3_prepare_v3(k->odb,
+                           "SELECT event_id FROM obx_event WHERE published_at > 0 AND "
+                           "(published_at < ?1 OR (published_at = ?1 AND seq <= ?2))",
+                           -1, SQLITE_PREPARE_PERSISTENT, &k->st_before, NULL) ||
+        sqlite3_prepare_v3(k->cdb[0],
+                           "SELECT min(consumed_at) FROM obx_inbox WHERE consumer_id = ? AND "
+                           "event_id = ?",
+                           -1, SQLITE_PREPARE_PERSISTENT, &k->st_inbox_at[0], NULL) ||
+        sqlite3_prepare_v3(k->cdb[1],
+                           "SELECT min(consumed_at) FROM obx_inbox WHERE consumer_id = ? AND "
+                           "event_id = ?",
+                           -1, SQLITE_PREPARE_PERSISTENT, &k->st_inbox_at[1], NULL))
         return obx__fail(OBX_ESTORE, "sim: %s", sqlite3_errmsg(k->odb));
     return OBX_OK;
 }
@@ -310,6 +341,9 @@ static void wk_free(wk *k) {
     qcached_free();
     sqlite3_finalize(k->st_order);
     for (int i = 0; i < 2; i++) sqlite3_finalize(k->st_effect[i]);
+    for (int i = 0; i < 2; i++) sqlite3_finalize(k->st_inbox_at[i]);
+    sqlite3_finalize(k->st_purged);
+    sqlite3_finalize(k->st_before);
     sqlite3_finalize(k->st_receipt_for);
     sqlite3_finalize(k->st_env_of);
     sqlite3_finalize(k->st_att_part);
@@ -332,10 +366,11 @@ static obx_err actor_start(wk *k, actor *a) {
              a->kind == A_PRODUCER     ? "p"
              : a->kind == A_DISPATCHER ? "d"
              : a->kind == A_RECONCILER ? "r"
+             : a->kind == A_PURGER     ? "g"
                                        : "c",
              a->index, a->incarnation);
     obx_err e = OBX_OK;
-    if (a->kind != A_PRODUCER) e = obx__br_open(k->wurl, NULL, 0, &a->b);
+    if (a->kind != A_PRODUCER && a->kind != A_PURGER) e = obx__br_open(k->wurl, NULL, 0, &a->b);
     if (e) return e;
     if (a->kind == A_DISPATCHER || a->kind == A_RECONCILER) {
         obx__engine_cfg c;
@@ -355,6 +390,22 @@ static obx_err actor_start(wk *k, actor *a) {
         snprintf(group, sizeof group, "group-%d", a->index);
         const char *topics[] = {"orders", "orders-v2"}; /* v2: after a route revision */
         e = a->b->m->consume_open(a->b, group, topics, 2);
+    } else if (a->kind == A_PURGER) {
+        /* every consumer of the trace is critical: an event is purged only with evidence from
+         * each (its inbox receipt), behind the forced consumer watermark, after the window */
+        for (int i = 0; i < k->nconsumers && !e; i++) {
+            memset(&a->crit[i], 0, sizeof a->crit[i]);
+            snprintf(a->crit[i].id, sizeof a->crit[i].id, "consumer-%d", i);
+            a->crit[i].s = k->cs[i];
+            e = obx__critical_load(&a->crit[i]);
+        }
+        a->rcfg = (obx__retention_cfg){.consumers = a->crit,
+                                       .n_consumers = (size_t)k->nconsumers,
+                                       .replay_window_ms = k->replay_window_ms,
+                                       .batch = k->purge_batch,
+                                       .who = a->owner,
+                                       .max_listed = 0};
+        obx__purge_cursor_init(&a->cur);
     } else {
         memset(&a->gen, 0, sizeof a->gen);
         a->gen.seed = rnd(k) | 1;
@@ -658,12 +709,43 @@ static void consumer_step(wk *k, actor *a) {
     }
 }
 
+/* One bounded retention step; or, as the fault "premature purge attempt", an operator's
+ * `obx purge EVENT_ID` of any event at any time: obx must refuse it unless every condition
+ * holds (the checker verifies each purge against the consumers' receipts afterwards). */
+static void purger_step(wk *k, actor *a) {
+    obx__ret_result res = {0};
+    obx_err e;
+    if (k->faults_on && chance(k, k->p[F_PREMATURE_PURGE])) {
+        int c = (int)(rnd(k) % (uint64_t)k->n_events);
+        if (!k->n_ids[c]) return;
+        e = obx__purge_event(k->os, &a->rcfg, k->now, k->event_ids[c][0], &res);
+        logv(k, "%s: purge %s -> %s", a->owner, k->event_ids[c][0],
+             e == OBX_EREFUSED ? "refused"
+             : e               ? obx_errname(e)
+                               : "purged");
+        if (e == OBX_EREFUSED) {
+            k->r.fired[F_PREMATURE_PURGE]++;
+            e = OBX_OK;
+        }
+    } else {
+        e = obx__purge_step(k->os, &a->rcfg, k->now, &a->cur, &res);
+        if (res.retained || res.purged)
+            logv(k, "%s: retained %lld, purged %lld", a->owner, (long long)res.retained,
+                 (long long)res.purged);
+        if (a->cur.phase == 2) obx__purge_cursor_init(&a->cur);
+    }
+    h_add(k, (uint64_t)(res.retained * 64 + res.purged));
+    obx__ret_result_free(&res);
+    check_err(k, a, e, "purge");
+}
+
 static void step(wk *k, actor *a) {
     if (a->paused_until > k->now) return;
     switch (a->kind) {
     case A_PRODUCER: producer_step(k, a); break;
     case A_DISPATCHER: dispatcher_step(k, a); break;
     case A_RECONCILER: reconciler_step(k, a); break;
+    case A_PURGER: purger_step(k, a); break;
     default: consumer_step(k, a);
     }
 }
@@ -752,9 +834,14 @@ static void run_trace(wk *k, long idx) {
     /* actors */
     k->nconsumers = 1 + (int)(rnd(k) % 2);
     k->na = 0;
-    int kinds[] = {A_PRODUCER, A_DISPATCHER, A_DISPATCHER, A_RECONCILER, A_CONSUMER, A_CONSUMER};
-    int index[] = {0, 1, 2, 0, 0, 1};
-    for (int i = 0; i < 4 + k->nconsumers; i++) {
+    bool retention = rnd(k) % 4 != 0; /* a purger runs in 3 of 4 traces */
+    k->replay_window_ms = (int64_t)(rnd(k) % 1500);
+    k->purge_batch = 1 + (size_t)(rnd(k) % 3);
+    int kinds[] = {A_PRODUCER, A_DISPATCHER, A_DISPATCHER, A_RECONCILER,
+                   A_PURGER,   A_CONSUMER,   A_CONSUMER};
+    int index[] = {0, 1, 2, 0, 0, 0, 1};
+    for (int i = 0; i < 5 + k->nconsumers; i++) {
+        if (kinds[i] == A_PURGER && !retention) continue;
         actor *a = &k->a[k->na++];
         /* everything but the delivery slots (~40 KB an actor, valid below ndl only): zeroing
          * them for every actor of every trace was 5% of the simulator's instructions */
@@ -847,6 +934,7 @@ static void run_trace(wk *k, long idx) {
                 poll_outcomes(k, a);
                 break;
             }
+            case A_PURGER: purger_step(k, a); break;
             default:
                 for (int rep = 0; rep < 4; rep++) {
                     consumer_fetch(k, a);
@@ -888,6 +976,62 @@ static void run_trace(wk *k, long idx) {
 
 /* ---- the checkers ------------------------------------------------------------------------------
  */
+
+/* When consumer i applied event_id (virtual ms), or -1: never. */
+static int64_t consumed_at(wk *k, int i, const char *event_id) {
+    char cid[16];
+    snprintf(cid, sizeof cid, "consumer-%d", i);
+    sqlite3_stmt *st = k->st_inbox_at[i];
+    sqlite3_reset(st);
+    sqlite3_bind_text(st, 1, cid, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, event_id, -1, SQLITE_TRANSIENT);
+    int64_t at = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL
+                     ? sqlite3_column_int64(st, 0)
+                     : -1;
+    sqlite3_reset(st);
+    return at;
+}
+
+/* Retention (DESIGN.md §8): each PURGED event was purged after its replay window, and at that
+ * moment every consumer (all critical) had applied it and every event published before it:
+ * nothing a consumer still needed lost its payload. The payload is gone, the envelope stays. */
+static void check_purges(wk *k) {
+    results *r = &k->r;
+    sqlite3_stmt *p = k->st_purged;
+    sqlite3_reset(p);
+    while (sqlite3_step(p) == SQLITE_ROW) {
+        char id[OBX_EVENT_ID_LEN + 1];
+        obx__strlcpy(id, (const char *)sqlite3_column_text(p, 0), sizeof id);
+        int64_t pub = sqlite3_column_int64(p, 1), seq = sqlite3_column_int64(p, 2),
+                tp = sqlite3_column_int64(p, 3);
+        r->purged++;
+        if (pub <= 0 || pub + k->replay_window_ms > tp) {
+            r->premature_purges++;
+            fail(k, "%s was purged %lld ms after publication, inside the %lld ms replay window", id,
+                 (long long)(tp - pub), (long long)k->replay_window_ms);
+            continue;
+        }
+        sqlite3_stmt *b = k->st_before;
+        sqlite3_reset(b);
+        sqlite3_bind_int64(b, 1, pub);
+        sqlite3_bind_int64(b, 2, seq);
+        while (sqlite3_step(b) == SQLITE_ROW) {
+            const char *e = (const char *)sqlite3_column_text(b, 0);
+            for (int i = 0; i < k->nconsumers; i++) {
+                int64_t at = consumed_at(k, i, e);
+                if (at < 0 || at > tp) {
+                    r->premature_purges++;
+                    fail(k, "%s was purged at t=%lld while consumer %d %s %s", id,
+                         (long long)(tp - 1700000000000LL), i,
+                         at < 0 ? "never applied" : "had not yet applied", e);
+                    i = k->nconsumers;
+                }
+            }
+        }
+        sqlite3_reset(b);
+    }
+    sqlite3_reset(p);
+}
 
 static void check_trace(wk *k) {
     results *r = &k->r;
@@ -980,6 +1124,7 @@ static void check_trace(wk *k) {
             r->consumer_duplicate_effects += v;
             fail(k, "consumer %d applied %ld events twice", i, v);
         }
+    check_purges(k);
     if ((v = qcached(k->odb, &stale)) > 0) {
         r->stale_claim_sends += v;
         fail(k, "%ld attempts were sent under a claim their owner did not hold", v);
@@ -1235,7 +1380,8 @@ obx_err obx_sim_run(const obx_sim_options *o, char **out) {
                   x->cross_destination_retries == 0 && x->digest_divergence == 0 &&
                   x->consumer_duplicate_effects == 0 && x->stale_claim_sends == 0 &&
                   x->late_ack_converged == x->late_ack_total && x->unknown_untraceable == 0 &&
-                  x->internal_errors == 0 && x->liveness_failures == 0 && p99 < 900.0 && all_fired;
+                  x->internal_errors == 0 && x->liveness_failures == 0 &&
+                  x->premature_purges == 0 && p99 < 900.0 && all_fired;
     json_t *failing = json_array();
     for (long i = 0; i < x->nfailing; i++)
         json_array_append_new(failing, json_integer(x->failing[i]));
@@ -1258,6 +1404,8 @@ obx_err obx_sim_run(const obx_sim_options *o, char **out) {
         "traces_per_second", secs > 0 ? (double)x->traces / secs : 0.0, "jobs", jobs,
         "failing_traces", failing, "first_failure", x->first_failure, "mutation",
         o->mutation ? o->mutation : "none", "every_fault_fired", (int)all_fired);
+    json_object_set_new(j, "premature_purges", json_integer(x->premature_purges));
+    json_object_set_new(j, "purged", json_integer(x->purged));
     pthread_mutex_destroy(&r.mu);
     return obx__json_out(j, out);
 }

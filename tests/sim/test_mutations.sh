@@ -23,6 +23,7 @@ check retry-other-destination 'cross_destination_retries > 0'
 check skip-inbox-dedupe       'consumer_duplicate_effects > 0'
 check ignore-idempotency-key  'second_event_ids > 0'
 check drop-duplicate-receipt  'late_ack_converged < late_ack_total'
+check purge-before-watermark  'premature_purges > 0'
 # the control: the same build without a mutation passes
 out=$("$OBX" sim --traces 3000 --seed 11 --jobs 2 --json || true)
 if echo "$out" | python3 -c "import json,sys; sys.exit(0 if json.load(sys.stdin)['passed'] else 1)"; then

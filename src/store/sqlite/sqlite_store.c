@@ -611,7 +611,7 @@ static void read_route(sqlite3_stmt *st, obx__route_row *r) {
 
 static obx_err sq_route_put(obx__store *base, const obx__route_row *r, int64_t *gen) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_ROUTE_PUT, &st);
     if (e) return e;
     bt(st, 1, r->event_type);
@@ -634,7 +634,7 @@ static obx_err sq_route_put(obx__store *base, const obx__route_row *r, int64_t *
 
 static obx_err sq_route_get(obx__store *base, const char *event_type, obx__route_row *out) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_ROUTE_GET, &st);
     if (e) return e;
     bt(st, 1, event_type);
@@ -654,7 +654,7 @@ static obx_err sq_route_get(obx__store *base, const char *event_type, obx__route
 
 static obx_err sq_route_list(obx__store *base, bool all, obx__route_row **out, size_t *n) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     *out = NULL;
     *n = 0;
     obx_err e = stmt(s, all ? Q_ROUTE_LIST_ALL : Q_ROUTE_LIST_CUR, &st);
@@ -688,7 +688,7 @@ static obx_err sq_route_list(obx__store *base, bool all, obx__route_row **out, s
 static obx_err sq_idem_lookup(obx__store *base, const char *tenant, const char *key,
                               char existing[OBX_EVENT_ID_LEN + 1]) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_IDEM, &st);
     if (e) return e;
     bt(st, 1, tenant);
@@ -712,7 +712,7 @@ static void order_key(const obx__event_row *r, char *out, size_t cap) {
 static obx_err sq_insert_envelope(obx__store *base, const obx__event_row *r, const void *payload,
                                   size_t len) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_INS_ENV, &st);
     if (e) return e;
     const obx__envelope *v = &r->env;
@@ -752,7 +752,7 @@ static obx_err sq_insert_event(obx__store *base, const obx__event_row *r, const 
     sq_store *s = (sq_store *)base;
     obx_err e = sq_insert_envelope(base, r, payload, len);
     if (e) return e;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     e = stmt(s, Q_INS_EVENT, &st);
     if (e) return e;
     char ok[OBX_NAME_MAX + OBX_TOPIC_MAX + OBX_KEY_MAX + 4];
@@ -894,7 +894,7 @@ static void bind_aliases(sqlite3_stmt *st, int idx, const char *const *aliases, 
 
 static obx_err sq_claim_candidates(obx__store *base, const obx__claim_req *req, obx__rows *out) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_CLAIM, &st);
     if (e) return e;
     char aliases[2048];
@@ -918,7 +918,7 @@ static obx_err sq_select_events(obx__store *base, const obx__select_req *req, ob
     case OBX__SEL_PUBLISHED_BEFORE: id = Q_SEL_PUBBEFORE; break;
     default: return obx__fail(OBX_EINVAL, "select: unknown kind %d", (int)req->kind);
     }
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, id, &st);
     if (e) return e;
     bi(st, 1, req->now);
@@ -932,7 +932,7 @@ static obx_err sq_select_events(obx__store *base, const obx__select_req *req, ob
     /* payload, when asked, is loaded per row (rare: reconciler retries) */
     if (!e && req->payload) {
         for (size_t i = 0; i < out->n && !e; i++) {
-            sqlite3_stmt *pl;
+            sqlite3_stmt *pl = NULL;
             e = stmt(s, Q_LOAD_PAYLOAD, &pl);
             if (e) break;
             bt(pl, 1, out->v[i].env.event_id);
@@ -954,7 +954,7 @@ static obx_err sq_load_events(obx__store *base, const char *const *ids, size_t n
     sq_store *s = (sq_store *)base;
     bool pl = flags & OBX__LOAD_PAYLOAD;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, pl ? Q_LOAD_PAYLOAD : Q_LOAD, &st);
         if (e) return e;
         bt(st, 1, ids[i]);
@@ -969,7 +969,7 @@ static obx_err sq_update_events(obx__store *base, const obx__event_update *u, si
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
         const obx__event_row *r = u[i].row;
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_UPD_EVENT, &st);
         if (e) return e;
         char ok[OBX_NAME_MAX + OBX_TOPIC_MAX + OBX_KEY_MAX + 4];
@@ -1024,7 +1024,7 @@ static void bind_attempt_common(sqlite3_stmt *st, const obx__attempt_row *a) {
 static obx_err sq_insert_attempts(obx__store *base, const obx__attempt_row *a, size_t n) {
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_INS_ATT, &st);
         if (e) return e;
         bind_attempt_common(st, &a[i]);
@@ -1037,7 +1037,7 @@ static obx_err sq_insert_attempts(obx__store *base, const obx__attempt_row *a, s
 static obx_err sq_update_attempts(obx__store *base, const obx__attempt_row *a, size_t n) {
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_UPD_ATT, &st);
         if (e) return e;
         bi(st, 1, a[i].partition);
@@ -1097,7 +1097,7 @@ static obx_err sq_load_attempts(obx__store *base, const char *const *ids, size_t
     *n_out = 0;
     size_t rounds = event_id ? 1 : n;
     for (size_t i = 0; i < rounds && !e; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         e = stmt(s, event_id ? Q_LOAD_ATT_EVENT : Q_LOAD_ATT, &st);
         if (e) break;
         bt(st, 1, event_id ? event_id : ids[i]);
@@ -1123,7 +1123,7 @@ static const char *const kind_names[] = {"PRIMARY", "DUPLICATE", "QUARANTINED", 
 static obx_err sq_insert_receipts(obx__store *base, const obx__receipt_row *r, size_t n) {
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_INS_RCPT, &st);
         if (e) return e;
         bt(st, 1, r[i].event_id);
@@ -1152,7 +1152,7 @@ static obx_err sq_insert_receipts(obx__store *base, const obx__receipt_row *r, s
 static obx_err sq_load_receipts(obx__store *base, const char *event_id, obx__receipt_row **out,
                                 size_t *n_out) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     size_t cap = 0;
     *out = NULL;
     *n_out = 0;
@@ -1195,7 +1195,7 @@ static obx_err sq_load_receipts(obx__store *base, const char *event_id, obx__rec
 static obx_err sq_insert_audit(obx__store *base, const obx__audit_row *a, size_t n) {
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_INS_AUDIT, &st);
         if (e) return e;
         bi(st, 1, a[i].at);
@@ -1218,7 +1218,7 @@ static obx_err sq_insert_audit(obx__store *base, const obx__audit_row *a, size_t
 static obx_err sq_load_audit(obx__store *base, const char *event_id, obx__audit_row **out,
                              size_t *n_out) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     size_t cap = 0;
     *out = NULL;
     *n_out = 0;
@@ -1260,7 +1260,7 @@ static obx_err sq_load_audit(obx__store *base, const char *event_id, obx__audit_
 
 static obx_err sq_counter_add(obx__store *base, const char *name, int64_t delta) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_COUNTER_ADD, &st);
     if (e) return e;
     bt(st, 1, name);
@@ -1270,7 +1270,7 @@ static obx_err sq_counter_add(obx__store *base, const char *name, int64_t delta)
 
 static obx_err sq_counter_get(obx__store *base, const char *name, int64_t *value) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_COUNTER_GET, &st);
     if (e) return e;
     bt(st, 1, name);
@@ -1285,7 +1285,7 @@ static obx_err sq_counter_get(obx__store *base, const char *name, int64_t *value
 
 static obx_err sq_stats(obx__store *base, obx__store_stats *out) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     memset(out, 0, sizeof *out);
     obx_err e = stmt(s, Q_STATS_STATE, &st);
     if (e) return e;
@@ -1326,7 +1326,7 @@ static obx_err sq_stats(obx__store *base, obx__store_stats *out) {
 
 static obx_err sq_invariants(obx__store *base, obx__store_invariants *out) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     memset(out, 0, sizeof *out);
     obx_err e = stmt(s, Q_STATS_INV, &st);
     if (e) return e;
@@ -1342,7 +1342,7 @@ static obx_err sq_invariants(obx__store *base, obx__store_invariants *out) {
 
 static obx_err sq_unknown_resolutions(obx__store *base, int64_t **ms, size_t *n) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     size_t cap = 0;
     *ms = NULL;
     *n = 0;
@@ -1366,7 +1366,7 @@ static obx_err sq_unknown_resolutions(obx__store *base, int64_t **ms, size_t *n)
 static obx_err sq_find_by_correlation(obx__store *base, const char *corr, size_t limit,
                                       char (**ids)[OBX_EVENT_ID_LEN + 1], size_t *n) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     size_t cap = 0;
     *ids = NULL;
     *n = 0;
@@ -1394,7 +1394,7 @@ static obx_err sq_find_by_correlation(obx__store *base, const char *corr, size_t
 static obx_err sq_inbox_get(obx__store *base, const char *consumer, const char *event_id,
                             obx__inbox_row *r) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_INBOX_GET, &st);
     if (e) return e;
     bt(st, 1, consumer);
@@ -1423,7 +1423,7 @@ static obx_err sq_inbox_get(obx__store *base, const char *consumer, const char *
 
 static obx_err sq_inbox_put(obx__store *base, const obx__inbox_row *r) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_INBOX_PUT, &st);
     if (e) return e;
     bt(st, 1, r->consumer_id);
@@ -1445,7 +1445,7 @@ static obx_err sq_inbox_has(obx__store *base, const char *consumer, const char *
                             size_t n, bool *present) {
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_INBOX_HAS, &st);
         if (e) return e;
         bt(st, 1, consumer);
@@ -1460,7 +1460,7 @@ static obx_err sq_inbox_has(obx__store *base, const char *consumer, const char *
 
 static obx_err sq_watermark_put(obx__store *base, const obx__watermark_row *w) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_WM_PUT, &st);
     if (e) return e;
     bt(st, 1, w->consumer_id);
@@ -1476,7 +1476,7 @@ static obx_err sq_watermark_put(obx__store *base, const obx__watermark_row *w) {
 static obx_err sq_watermark_list(obx__store *base, const char *consumer, obx__watermark_row **out,
                                  size_t *n) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     size_t cap = 0;
     *out = NULL;
     *n = 0;
@@ -1509,7 +1509,7 @@ static obx_err sq_watermark_list(obx__store *base, const char *consumer, obx__wa
 static obx_err sq_failure_bump(obx__store *base, const char *consumer, const char *event_id,
                                const char *error, int64_t now, int32_t *failures) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_FAIL_BUMP, &st);
     if (e) return e;
     bt(st, 1, consumer);
@@ -1525,7 +1525,7 @@ static obx_err sq_failure_bump(obx__store *base, const char *consumer, const cha
 
 static obx_err sq_failure_clear(obx__store *base, const char *consumer, const char *event_id) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_FAIL_CLEAR, &st);
     if (e) return e;
     bt(st, 1, consumer);
@@ -1535,7 +1535,7 @@ static obx_err sq_failure_clear(obx__store *base, const char *consumer, const ch
 
 static obx_err sq_poison_put(obx__store *base, const obx__poison_row *p) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_POISON_PUT, &st);
     if (e) return e;
     bt(st, 1, p->consumer_id);
@@ -1587,7 +1587,7 @@ static obx_err read_poison(sqlite3_stmt *st, obx__poison_row *p, bool payload) {
 static obx_err sq_poison_list(obx__store *base, const char *consumer, const char *state,
                               obx__poison_row **out, size_t *n) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     size_t cap = 0;
     *out = NULL;
     *n = 0;
@@ -1614,7 +1614,7 @@ static obx_err sq_poison_list(obx__store *base, const char *consumer, const char
 static obx_err sq_poison_get(obx__store *base, const char *consumer, const char *event_id,
                              obx__poison_row *out) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_POISON_GET, &st);
     if (e) return e;
     bt(st, 1, consumer);
@@ -1633,7 +1633,7 @@ static obx_err sq_poison_get(obx__store *base, const char *consumer, const char 
 static obx_err sq_poison_set_state(obx__store *base, const char *consumer, const char *event_id,
                                    const char *state, int64_t now) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_POISON_STATE, &st);
     if (e) return e;
     bt(st, 1, state);
@@ -1650,7 +1650,7 @@ static obx_err sq_inbox_quarantine_put(obx__store *base, const char *consumer, c
                                        const char *digest, const char *first_digest,
                                        const char *reason, int64_t at) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_INBOX_QUAR, &st);
     if (e) return e;
     bt(st, 1, consumer);
@@ -1665,7 +1665,7 @@ static obx_err sq_inbox_quarantine_put(obx__store *base, const char *consumer, c
 static obx_err sq_consume_audit_put(obx__store *base, const obx__consume_audit_row *a, size_t n) {
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_CONSUME_AUDIT, &st);
         if (e) return e;
         bi(st, 1, a[i].at);
@@ -1684,7 +1684,7 @@ static obx_err sq_consume_audit_put(obx__store *base, const obx__consume_audit_r
 static obx_err sq_retention_candidates(obx__store *base, const obx__retention_req *req,
                                        obx__rows *out) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_RET_CANDIDATES, &st);
     if (e) return e;
     /* req->lock needs nothing more: the caller's write transaction (BEGIN IMMEDIATE) already
@@ -1703,7 +1703,7 @@ static obx_err sq_purge_payloads(obx__store *base, const char *const *ids, size_
     sq_store *s = (sq_store *)base;
     int64_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_PURGE_PAYLOAD, &st);
         if (e) return e;
         bt(st, 1, ids[i]);
@@ -1719,7 +1719,7 @@ static obx_err sq_purge_payloads(obx__store *base, const char *const *ids, size_
 static obx_err sq_aged(obx__store *base, const obx__aged_req *req, obx__aged_row **out, size_t *n,
                        obx__aged_count *count) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e;
     int rc;
     if (req->count) {
@@ -1764,7 +1764,7 @@ static obx_err sq_aged(obx__store *base, const obx__aged_req *req, obx__aged_row
 static obx_err sq_events_known(obx__store *base, const char *const *ids, size_t n, bool *known) {
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_EVENT_KNOWN, &st);
         if (e) return e;
         bt(st, 1, ids[i]);
