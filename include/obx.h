@@ -449,6 +449,11 @@ typedef struct obx_sim_options {
     int fail_fast;         /* stop starting new traces after the first failing one */
     void (*progress)(void *user, long done, long total); /* may be NULL; called from workers */
     void *progress_user;
+    /* NULL: the outbox is SQLite in memory (one per worker). A postgres:// URL: the PostgreSQL
+     * store on that database (schema applied first); each worker runs every trace inside one
+     * transaction on its own connection and rolls it back, so the database keeps nothing.
+     * Borrowed for the call. */
+    const char *db_url;
 } obx_sim_options;
 
 /* Runs the traces and writes the gate as JSON (the caller frees): traces, seed, lost_events,

@@ -1,14 +1,14 @@
 /*
  * sim.c — the deterministic simulator and the release gate (DESIGN.md §9): `obx sim`.
  *
- * It runs the production engine code (the real SQLite store, the real engine step functions,
- * the real inbox) against the simulated broker (src/broker/sim) under a virtual clock, over
- * seeded traces. A trace:
+ * It runs the production engine code (the real store — SQLite in memory, or PostgreSQL with
+ * --db — the real engine step functions, the real inbox) against the simulated broker
+ * (src/broker/sim) under a virtual clock, over seeded traces. A trace:
  *   1. a fault phase: a seeded scheduler interleaves actors one step at a time — a producer
  *      (business transactions with their envelopes, retrying commands with the same
- *      idempotency key after it crashes), two dispatchers, a reconciler, one or two consumers
- *      with the inbox — and injects the fault classes of §9 between any two steps (crashes:
- *      an actor loses its memory; pauses past a lease), in the broker and the network (lost,
+ *      idempotency key after it crashes), two dispatchers, a reconciler, a purger, one or two
+ *      consumers with the inbox — and injects the fault classes of §9 between any two steps
+ * (crashes: an actor loses its memory; pauses past a lease), in the broker and the network (lost,
  *      late, timed-out, duplicated and mangled ACKs, lost requests, rejections, unqueryable
  *      target, duplicated and reordered deliveries, lost consumer commits) and in the store
  *      (acceptance rolled back), plus a route policy revision;
@@ -19,14 +19,17 @@
  *      UNKNOWN resolution times.
  *
  * Determinism: trace i is a pure function of (seed, i): its own RNG, virtual clock, seeded IDs.
- * Each worker thread owns a world (in-memory databases, a simulated cluster) and runs a trace
- * inside outer transactions that are rolled back afterwards, so traces do not see each other.
+ * Each worker thread owns a world (databases, a simulated cluster) and runs a trace inside
+ * outer transactions that are rolled back afterwards, so traces do not see each other: on
+ * PostgreSQL each worker has its own connection, every engine transaction is a savepoint of
+ * the trace's transaction, and the checkers read the outbox through the same connection.
  * The trace hash combines per-trace digests in trace order, so --jobs does not change it.
  */
 #include "broker/sim/sim.h"
 #include "drivers/drivers.h"
 
 #include <jansson.h>
+#include <libpq-fe.h>
 #include <openssl/evp.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -151,13 +154,15 @@ typedef struct wk {
     const obx_sim_options *o;
     char wname[48], wurl[64];
     obx__sim_world *w;
-    sqlite3 *odb;
+    sqlite3 *odb;            /* the outbox: SQLite in memory ... */
+    PGconn *opg;             /* ... or PostgreSQL (--db) */
+    sqlite3_stmt *oq_st[32]; /* outbox queries (SQLite); PostgreSQL: prepared by name */
+    bool oq_pg_ready[32];
     obx_store *os;
     sqlite3 *cdb[2];
     obx_store *cs[2];
     obx_inbox *in[2];
-    sqlite3_stmt *st_order, *st_effect[2], *st_receipt_for, *st_env_of, *st_att_part;
-    sqlite3_stmt *st_purged, *st_before, *st_inbox_at[2];
+    sqlite3_stmt *st_effect[2], *st_inbox_at[2];
     /* the trace */
     long idx;
     uint64_t rng;
@@ -172,6 +177,7 @@ typedef struct wk {
     int n_ids[MAX_EVENTS];
     double p[F_COUNT];        /* fault probabilities of this trace */
     int64_t replay_window_ms; /* retention of this trace (purger actor) */
+    char tenant[24];          /* per trace: concurrent traces on one PostgreSQL never share a key */
     size_t purge_batch;
     bool faults_on;
     bool handler_fail_next;
@@ -279,6 +285,221 @@ static obx_err open_mem(sqlite3 **db, obx_store **s) {
     return e;
 }
 
+/* ---- the outbox, as the checkers and the business service see it ---------------------------
+ * The same SQL runs on SQLite and PostgreSQL ($n placeholders bind by position in both; the
+ * PostgreSQL connection's search_path is obx, public). sim_orders is the business table: a
+ * temporary table, so nothing of it outlives the worker's connection. */
+enum {
+    OQ_ORDER,
+    OQ_RECEIPT_FOR,
+    OQ_ENV_OF,
+    OQ_ATT_PART,
+    OQ_PURGED,
+    OQ_BEFORE,
+    OQ_UNPUBLISHED,
+    OQ_EVENTS,
+    OQ_ORPHANS,
+    OQ_REFERENCED,
+    OQ_DIVERGENT,
+    OQ_MULTI_PRIMARY,
+    OQ_STALE,
+    OQ_UNKNOWN_TOTAL,
+    OQ_UNTRACEABLE,
+    OQ_RACING,
+    OQ_BOTH_ACKED,
+    OQ_QUARANTINED,
+    OQ_STUCK,
+    OQ_COUNT
+};
+
+static const char *const oq_sql[OQ_COUNT] = {
+    [OQ_ORDER] = "INSERT INTO sim_orders VALUES ($1, $2) ON CONFLICT DO NOTHING",
+    [OQ_RECEIPT_FOR] = "SELECT count(*) FROM obx_receipt WHERE attempt_id = $1 AND "
+                       "(kind = 'PRIMARY' OR kind = 'DUPLICATE')",
+    [OQ_ENV_OF] = "SELECT dest_topic, dest_digest FROM obx_envelope WHERE event_id = $1 AND "
+                  "envelope_gen = $2",
+    [OQ_ATT_PART] = "SELECT partition FROM obx_attempt WHERE attempt_id = $1",
+    /* each purge: the event, its publication place, and when it was purged */
+    [OQ_PURGED] = "SELECT e.event_id, e.published_at, e.seq, (SELECT max(a.at) FROM obx_audit a "
+                  "WHERE a.event_id = e.event_id AND a.to_state = 'PURGED') FROM obx_event e "
+                  "WHERE e.state = 'PURGED' ORDER BY e.seq",
+    /* every published event at or before a place in publication order */
+    [OQ_BEFORE] = "SELECT event_id FROM obx_event WHERE published_at > 0 AND (published_at < $1 "
+                  "OR (published_at = $1 AND seq <= $2)) ORDER BY seq",
+    [OQ_UNPUBLISHED] = "SELECT count(*) FROM obx_event WHERE state <> 'PUBLISHED' AND state <> "
+                       "'RETAINED' AND state <> 'PURGED'",
+    [OQ_EVENTS] = "SELECT count(*) FROM obx_event",
+    [OQ_ORPHANS] = "SELECT count(*) FROM sim_orders o WHERE NOT EXISTS (SELECT 1 FROM obx_event e "
+                   "WHERE e.event_id = o.event_id)",
+    [OQ_REFERENCED] = "SELECT count(*) FROM obx_event e WHERE EXISTS (SELECT 1 FROM sim_orders o "
+                      "WHERE o.event_id = e.event_id)",
+    [OQ_DIVERGENT] = "SELECT count(*) FROM obx_receipt r JOIN obx_envelope v ON v.event_id = "
+                     "r.event_id AND v.envelope_gen = r.envelope_gen WHERE r.kind = 'PRIMARY' AND "
+                     "(r.payload_digest <> v.payload_digest OR r.dest_digest <> v.dest_digest)",
+    [OQ_MULTI_PRIMARY] = "SELECT count(*) FROM (SELECT 1 FROM obx_receipt WHERE kind = 'PRIMARY' "
+                         "GROUP BY event_id, envelope_gen HAVING count(*) > 1) x",
+    [OQ_STALE] = "SELECT count(*) FROM obx_attempt t WHERE NOT EXISTS (SELECT 1 FROM obx_audit a "
+                 "WHERE a.event_id = t.event_id AND a.claim_gen = t.claim_gen AND a.who = t.owner "
+                 "AND (a.to_state = 'CLAIMED' OR a.to_state = 'RECONCILING' OR a.to_state = "
+                 "'RETRY_CLAIMED'))",
+    [OQ_UNKNOWN_TOTAL] = "SELECT count(*) FROM obx_attempt WHERE unknown_at > 0",
+    [OQ_UNTRACEABLE] = "SELECT count(*) FROM obx_audit a WHERE a.to_state = 'DISPATCH_UNKNOWN' AND "
+                       "NOT EXISTS (SELECT 1 FROM obx_attempt t WHERE t.attempt_id = a.attempt_id "
+                       "AND t.event_id = a.event_id AND t.unknown_at > 0)",
+    [OQ_RACING] = "SELECT count(*) FROM obx_audit WHERE (from_state = 'RETRY_CLAIMED' AND to_state "
+                  "= 'PUBLISHED') OR (actor = 'reconciler' AND reason LIKE 'stale claim refused%')",
+    [OQ_BOTH_ACKED] = "SELECT count(*) FROM obx_receipt r JOIN obx_event e ON e.event_id = "
+                      "r.event_id WHERE r.kind = 'DUPLICATE' AND r.attempt_id <> "
+                      "e.primary_attempt_id",
+    [OQ_QUARANTINED] = "SELECT count(*) FROM obx_receipt WHERE kind = 'QUARANTINED'",
+    [OQ_STUCK] = "SELECT event_id, state, claim_gen, owner, lease_until, next_check_at FROM "
+                 "obx_event ORDER BY seq",
+};
+
+typedef struct oparam {
+    const char *s; /* text, or NULL: the integer i */
+    int64_t i;
+} oparam;
+
+#define OP_S(x) ((oparam){.s = (x)})
+#define OP_I(x) ((oparam){.i = (x)})
+
+/* A result being read: rows of a SQLite statement or of a PostgreSQL result. */
+typedef struct ocur {
+    sqlite3_stmt *st;
+    PGresult *res;
+    int row, nrows;
+    bool ok;
+} ocur;
+
+static bool oq_run(wk *k, int q, const oparam *p, int n, ocur *c) {
+    memset(c, 0, sizeof *c);
+    c->row = -1;
+    if (k->opg) {
+        char name[16];
+        snprintf(name, sizeof name, "obx_sim_%d", q);
+        if (!k->oq_pg_ready[q]) {
+            PGresult *r = PQprepare(k->opg, name, oq_sql[q], 0, NULL);
+            bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+            if (!ok) fail(k, "sim: prepare: %s", PQerrorMessage(k->opg));
+            PQclear(r);
+            if (!ok) return false;
+            k->oq_pg_ready[q] = true;
+        }
+        char nums[8][24];
+        const char *vals[8];
+        for (int i = 0; i < n && i < 8; i++) {
+            if (p[i].s)
+                vals[i] = p[i].s;
+            else {
+                snprintf(nums[i], sizeof nums[i], "%lld", (long long)p[i].i);
+                vals[i] = nums[i];
+            }
+        }
+        c->res = PQexecPrepared(k->opg, name, n, vals, NULL, NULL, 0);
+        ExecStatusType t = PQresultStatus(c->res);
+        c->ok = t == PGRES_TUPLES_OK || t == PGRES_COMMAND_OK;
+        if (!c->ok) fail(k, "sim: query %d: %s", q, PQerrorMessage(k->opg));
+        c->nrows = c->ok ? PQntuples(c->res) : 0;
+        return c->ok;
+    }
+    if (!k->oq_st[q] &&
+        sqlite3_prepare_v3(k->odb, oq_sql[q], -1, SQLITE_PREPARE_PERSISTENT, &k->oq_st[q], NULL)) {
+        fail(k, "sim: prepare: %s", sqlite3_errmsg(k->odb));
+        return false;
+    }
+    c->st = k->oq_st[q];
+    sqlite3_reset(c->st);
+    for (int i = 0; i < n; i++) {
+        if (p[i].s)
+            sqlite3_bind_text(c->st, i + 1, p[i].s, -1, SQLITE_TRANSIENT);
+        else
+            sqlite3_bind_int64(c->st, i + 1, p[i].i);
+    }
+    c->ok = true;
+    return true;
+}
+
+static bool oq_next(wk *k, ocur *c) {
+    if (!c->ok) return false;
+    if (c->res) return ++c->row < c->nrows;
+    int rc = sqlite3_step(c->st);
+    if (rc == SQLITE_ROW) return true;
+    if (rc != SQLITE_DONE) {
+        fail(k, "sim: step: %s", sqlite3_errmsg(k->odb));
+        c->ok = false;
+    }
+    return false;
+}
+
+static bool oq_null(const ocur *c, int col) {
+    return c->res ? PQgetisnull(c->res, c->row, col)
+                  : sqlite3_column_type(c->st, col) == SQLITE_NULL;
+}
+
+static const char *oq_text(const ocur *c, int col) {
+    const char *v =
+        c->res ? PQgetvalue(c->res, c->row, col) : (const char *)sqlite3_column_text(c->st, col);
+    return v ? v : "";
+}
+
+static int64_t oq_int(const ocur *c, int col) {
+    return c->res ? strtoll(PQgetvalue(c->res, c->row, col), NULL, 10)
+                  : sqlite3_column_int64(c->st, col);
+}
+
+static void oq_close(ocur *c) {
+    if (c->res) PQclear(c->res);
+    if (c->st) sqlite3_reset(c->st);
+    memset(c, 0, sizeof *c);
+}
+
+/* The first column of the first row as an integer; -1 when the query failed or had no row. */
+static long oq_long(wk *k, int q, const oparam *p, int n) {
+    ocur c;
+    long v = -1;
+    if (oq_run(k, q, p, n, &c) && oq_next(k, &c)) v = (long)oq_int(&c, 0);
+    oq_close(&c);
+    return v;
+}
+
+/* A statement with no result rows (the business insert); false on failure. */
+static bool oq_exec(wk *k, int q, const oparam *p, int n) {
+    ocur c;
+    bool ok = oq_run(k, q, p, n, &c);
+    if (ok) oq_next(k, &c);
+    ok = ok && c.ok;
+    oq_close(&c);
+    return ok;
+}
+
+/* BEGIN / ROLLBACK of the trace's outer transaction on the outbox connection. */
+static void o_simple(wk *k, const char *sql) {
+    if (k->opg) {
+        PGresult *r = PQexec(k->opg, sql);
+        if (PQresultStatus(r) != PGRES_COMMAND_OK)
+            fail(k, "sim: %s: %s", sql, PQerrorMessage(k->opg));
+        PQclear(r);
+    } else if (sqlite3_exec(k->odb, sql, NULL, NULL, NULL) != SQLITE_OK)
+        fail(k, "sim: %s: %s", sql, sqlite3_errmsg(k->odb));
+}
+
+static obx_err open_pg(wk *k, const char *url) {
+    k->opg = PQconnectdb(url);
+    if (PQstatus(k->opg) != CONNECTION_OK)
+        return obx__fail(OBX_ESTORE, "sim: postgres: %s", PQerrorMessage(k->opg));
+    const char *setup[] = {"SET search_path = obx, public", "SET client_min_messages = warning",
+                           "CREATE TEMP TABLE sim_orders (order_id TEXT PRIMARY KEY, event_id "
+                           "TEXT NOT NULL)"};
+    for (size_t i = 0; i < sizeof setup / sizeof setup[0]; i++) {
+        PGresult *r = PQexec(k->opg, setup[i]);
+        bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+        PQclear(r);
+        if (!ok) return obx__fail(OBX_ESTORE, "sim: postgres: %s", PQerrorMessage(k->opg));
+    }
+    return obx_store_wrap_pg(k->opg, &k->os);
+}
+
 static obx_err wk_init(wk *k, int id, const obx_sim_options *o) {
     memset(k, 0, sizeof *k);
     k->id = id;
@@ -286,12 +507,17 @@ static obx_err wk_init(wk *k, int id, const obx_sim_options *o) {
     snprintf(k->wname, sizeof k->wname, "simworld-%p-%d", (void *)k, id);
     snprintf(k->wurl, sizeof k->wurl, "sim:%s", k->wname);
     obx_err e = obx__sim_world_new(k->wname, &k->w);
-    if (!e) e = open_mem(&k->odb, &k->os);
     if (e) return e;
-    if (sqlite3_exec(k->odb,
-                     "CREATE TABLE sim_orders (order_id TEXT PRIMARY KEY, event_id TEXT NOT NULL)",
-                     NULL, NULL, NULL) != SQLITE_OK)
-        return obx__fail(OBX_ESTORE, "sim: %s", sqlite3_errmsg(k->odb));
+    if (o->db_url) {
+        if ((e = open_pg(k, o->db_url))) return e;
+    } else {
+        if ((e = open_mem(&k->odb, &k->os))) return e;
+        if (sqlite3_exec(k->odb,
+                         "CREATE TEMP TABLE sim_orders (order_id TEXT PRIMARY KEY, event_id TEXT "
+                         "NOT NULL)",
+                         NULL, NULL, NULL) != SQLITE_OK)
+            return obx__fail(OBX_ESTORE, "sim: %s", sqlite3_errmsg(k->odb));
+    }
     for (int i = 0; i < 2; i++) {
         if ((e = open_mem(&k->cdb[i], &k->cs[i]))) return e;
         if (sqlite3_exec(k->cdb[i], "CREATE TABLE sim_effects (event_id TEXT NOT NULL)", NULL, NULL,
@@ -301,59 +527,28 @@ static obx_err wk_init(wk *k, int id, const obx_sim_options *o) {
         snprintf(cid, sizeof cid, "consumer-%d", i);
         obx_inbox_options io = {.consumer_id = cid, .max_failures = 100};
         if ((e = obx_inbox_open(k->cs[i], &io, &k->in[i]))) return e;
+        if (sqlite3_prepare_v3(k->cdb[i],
+                               "SELECT min(consumed_at) FROM obx_inbox WHERE consumer_id = ? AND "
+                               "event_id = ?",
+                               -1, SQLITE_PREPARE_PERSISTENT, &k->st_inbox_at[i], NULL))
+            return obx__fail(OBX_ESTORE, "sim: %s", sqlite3_errmsg(k->cdb[i]));
     }
-    if (sqlite3_prepare_v3(k->odb, "INSERT OR IGNORE INTO sim_orders VALUES (?, ?)", -1,
-                           SQLITE_PREPARE_PERSISTENT, &k->st_order, NULL) ||
-        sqlite3_prepare_v3(k->odb,
-                           "SELECT count(*) FROM obx_receipt WHERE attempt_id = ? AND kind IN "
-                           "('PRIMARY','DUPLICATE')",
-                           -1, SQLITE_PREPARE_PERSISTENT, &k->st_receipt_for, NULL) ||
-        sqlite3_prepare_v3(k->odb,
-                           "SELECT dest_topic, dest_digest FROM obx_envelope WHERE event_id = ? "
-                           "AND envelope_gen = ?",
-                           -1, SQLITE_PREPARE_PERSISTENT, &k->st_env_of, NULL) ||
-        sqlite3_prepare_v3(k->odb, "SELECT partition FROM obx_attempt WHERE attempt_id = ?", -1,
-                           SQLITE_PREPARE_PERSISTENT, &k->st_att_part, NULL) ||
-        /* each purge: the event, its publication place, and when it was purged */
-        sqlite3_prepare_v3(k->odb,
-                           "SELECT e.event_id, e.published_at, e.seq, (SELECT max(a.at) FROM "
-                           "obx_audit a WHERE a.event_id = e.event_id AND a.to_state = 'PURGED') "
-                           "FROM obx_event e WHERE e.state = 'PURGED'",
-                           -1, SQLITE_PREPARE_PERSISTENT, &k->st_purged, NULL) ||
-        /* every published event at or before a place in publication order */
-        sqlite3_prepare_v3(k->odb,
-                           "SELECT event_id FROM obx_event WHERE published_at > 0 AND "
-                           "(published_at < ?1 OR (published_at = ?1 AND seq <= ?2))",
-                           -1, SQLITE_PREPARE_PERSISTENT, &k->st_before, NULL) ||
-        sqlite3_prepare_v3(k->cdb[0],
-                           "SELECT min(consumed_at) FROM obx_inbox WHERE consumer_id = ? AND "
-                           "event_id = ?",
-                           -1, SQLITE_PREPARE_PERSISTENT, &k->st_inbox_at[0], NULL) ||
-        sqlite3_prepare_v3(k->cdb[1],
-                           "SELECT min(consumed_at) FROM obx_inbox WHERE consumer_id = ? AND "
-                           "event_id = ?",
-                           -1, SQLITE_PREPARE_PERSISTENT, &k->st_inbox_at[1], NULL))
-        return obx__fail(OBX_ESTORE, "sim: %s", sqlite3_errmsg(k->odb));
     return OBX_OK;
 }
 
 static void wk_free(wk *k) {
     qcached_free();
-    sqlite3_finalize(k->st_order);
+    for (int i = 0; i < OQ_COUNT; i++) sqlite3_finalize(k->oq_st[i]);
     for (int i = 0; i < 2; i++) sqlite3_finalize(k->st_effect[i]);
     for (int i = 0; i < 2; i++) sqlite3_finalize(k->st_inbox_at[i]);
-    sqlite3_finalize(k->st_purged);
-    sqlite3_finalize(k->st_before);
-    sqlite3_finalize(k->st_receipt_for);
-    sqlite3_finalize(k->st_env_of);
-    sqlite3_finalize(k->st_att_part);
     for (int i = 0; i < 2; i++) {
         obx_inbox_close(k->in[i]);
         obx_store_close(k->cs[i]);
         sqlite3_close(k->cdb[i]);
     }
     obx_store_close(k->os);
-    sqlite3_close(k->odb);
+    if (k->odb) sqlite3_close(k->odb);
+    if (k->opg) PQfinish(k->opg);
     obx__sim_world_free(k->w);
     free(k->res_ms);
 }
@@ -454,11 +649,16 @@ static void producer_step(wk *k, actor *a) {
     snprintf(payload, sizeof payload, "{\"order\":\"%s\",\"total\":%d}", k->orders[c], 100 + c);
     char agg[16];
     snprintf(agg, sizeof agg, "o-%d", c % (1 + (int)(k->idx % 3))); /* shared keys: order rule */
+    /* the business transaction's ID, named here (not minted by SQLite's store or read from
+     * PostgreSQL's txid_current): the same trace is then the same on both stores */
+    char txid[48];
+    snprintf(txid, sizeof txid, "sim-%ld-%d-%s", k->idx, c, a->owner);
     obx_event ev = {.event_type = "order.created.v1",
                     .aggregate_type = "order",
                     .aggregate_id = agg,
                     .aggregate_version = c,
-                    .tenant = "t1",
+                    .tenant = k->tenant,
+                    .txid = txid,
                     .payload = payload,
                     .payload_len = strlen(payload),
                     .idempotency_key = k->orders[c],
@@ -467,11 +667,8 @@ static void producer_step(wk *k, actor *a) {
     obx_err e = obx__st_begin(k->os);
     if (!e) e = obx__enqueue_at(k->os, &ev, k->now, &a->gen, &res);
     if (!e) { /* the business row, in the same transaction (idempotent: a retried command) */
-        sqlite3_reset(k->st_order);
-        sqlite3_bind_text(k->st_order, 1, k->orders[c], -1, SQLITE_STATIC);
-        sqlite3_bind_text(k->st_order, 2, res.event_id, -1, SQLITE_STATIC);
-        if (sqlite3_step(k->st_order) != SQLITE_DONE) e = OBX_ESTORE;
-        sqlite3_reset(k->st_order);
+        oparam op[] = {OP_S(k->orders[c]), OP_S(res.event_id)};
+        if (!oq_exec(k, OQ_ORDER, op, 2)) e = OBX_ESTORE;
     }
     if (e || kill_before) {
         obx__st_rollback(k->os);
@@ -768,17 +965,12 @@ static void route(wk *k, const char *topic, bool blind, bool unordered) {
 }
 
 static bool quiescent(wk *k) {
-    static _Thread_local qc unpublished = {"SELECT count(*) FROM obx_event WHERE state <> "
-                                           "'PUBLISHED' AND state <> 'RETAINED' AND state <> "
-                                           "'PURGED'",
-                                           NULL};
-    static _Thread_local qc events = {"SELECT count(*) FROM obx_event", NULL};
     static _Thread_local qc consumed[2] = {
         {"SELECT count(DISTINCT event_id) FROM sim_effects", NULL},
         {"SELECT count(DISTINCT event_id) FROM sim_effects", NULL}};
     if (k->a[0].next_cmd < k->n_events || k->a[0].retry_cmd >= 0) return false;
-    if (qcached(k->odb, &unpublished) != 0) return false;
-    long n = qcached(k->odb, &events);
+    if (oq_long(k, OQ_UNPUBLISHED, NULL, 0) != 0) return false;
+    long n = oq_long(k, OQ_EVENTS, NULL, 0);
     for (int i = 0; i < k->nconsumers; i++)
         if (qcached(k->cdb[i], &consumed[i]) < n) return false;
     return true;
@@ -797,6 +989,7 @@ static void run_trace(wk *k, long idx) {
     k->r.traces = 1;
     /* this trace's world */
     k->n_events = 2 + (int)(rnd(k) % 4);
+    snprintf(k->tenant, sizeof k->tenant, "t%ld", idx);
     for (int i = 0; i < k->n_events; i++) {
         snprintf(k->orders[i], sizeof k->orders[i], "order-%d", i);
         k->n_ids[i] = 0;
@@ -828,7 +1021,7 @@ static void run_trace(wk *k, long idx) {
     k->p[F_KILL_AFTER_COMMIT] *= 3;
     k->p[F_ACCEPTANCE_ROLLBACK] *= 2;
     k->p[F_HANDLER_FAILURE] *= 3;
-    sqlite3_exec(k->odb, "BEGIN", NULL, NULL, NULL);
+    o_simple(k, "BEGIN");
     for (int i = 0; i < 2; i++) sqlite3_exec(k->cdb[i], "BEGIN", NULL, NULL, NULL);
     route(k, "orders", blind, unordered);
     /* actors */
@@ -952,25 +1145,21 @@ static void run_trace(wk *k, long idx) {
         fail(k, "not quiescent after the liveness phase (%zu network events pending)",
              obx__sim_world_pending(k->w));
         if (k->verbose) { /* narrate what is stuck */
-            sqlite3_stmt *st;
-            if (!sqlite3_prepare_v2(k->odb,
-                                    "SELECT event_id, state, claim_gen, owner, lease_until, "
-                                    "next_check_at FROM obx_event ORDER BY seq",
-                                    -1, &st, NULL))
-                while (sqlite3_step(st) == SQLITE_ROW)
+            ocur c;
+            if (oq_run(k, OQ_STUCK, NULL, 0, &c))
+                while (oq_next(k, &c))
                     fprintf(stderr,
                             "    %s %s claim_gen=%lld owner=%s lease_until=%lld next=%lld\n",
-                            sqlite3_column_text(st, 0), sqlite3_column_text(st, 1),
-                            (long long)sqlite3_column_int64(st, 2), sqlite3_column_text(st, 3),
-                            (long long)(sqlite3_column_int64(st, 4) - 1700000000000LL),
-                            (long long)(sqlite3_column_int64(st, 5) - 1700000000000LL));
-            sqlite3_finalize(st);
+                            oq_text(&c, 0), oq_text(&c, 1), (long long)oq_int(&c, 2),
+                            oq_text(&c, 3), (long long)(oq_int(&c, 4) - 1700000000000LL),
+                            (long long)(oq_int(&c, 5) - 1700000000000LL));
+            oq_close(&c);
         }
     }
     check_trace(k);
     /* 3. leave no trace behind for the next one */
     for (int i = 0; i < k->na; i++) actor_stop(&k->a[i]);
-    sqlite3_exec(k->odb, "ROLLBACK", NULL, NULL, NULL);
+    o_simple(k, "ROLLBACK");
     for (int i = 0; i < 2; i++) sqlite3_exec(k->cdb[i], "ROLLBACK", NULL, NULL, NULL);
 }
 
@@ -997,13 +1186,12 @@ static int64_t consumed_at(wk *k, int i, const char *event_id) {
  * nothing a consumer still needed lost its payload. The payload is gone, the envelope stays. */
 static void check_purges(wk *k) {
     results *r = &k->r;
-    sqlite3_stmt *p = k->st_purged;
-    sqlite3_reset(p);
-    while (sqlite3_step(p) == SQLITE_ROW) {
+    ocur p;
+    if (!oq_run(k, OQ_PURGED, NULL, 0, &p)) return;
+    while (oq_next(k, &p)) {
         char id[OBX_EVENT_ID_LEN + 1];
-        obx__strlcpy(id, (const char *)sqlite3_column_text(p, 0), sizeof id);
-        int64_t pub = sqlite3_column_int64(p, 1), seq = sqlite3_column_int64(p, 2),
-                tp = sqlite3_column_int64(p, 3);
+        obx__strlcpy(id, oq_text(&p, 0), sizeof id);
+        int64_t pub = oq_int(&p, 1), seq = oq_int(&p, 2), tp = oq_null(&p, 3) ? 0 : oq_int(&p, 3);
         r->purged++;
         if (pub <= 0 || pub + k->replay_window_ms > tp) {
             r->premature_purges++;
@@ -1011,74 +1199,29 @@ static void check_purges(wk *k) {
                  (long long)(tp - pub), (long long)k->replay_window_ms);
             continue;
         }
-        sqlite3_stmt *b = k->st_before;
-        sqlite3_reset(b);
-        sqlite3_bind_int64(b, 1, pub);
-        sqlite3_bind_int64(b, 2, seq);
-        while (sqlite3_step(b) == SQLITE_ROW) {
-            const char *e = (const char *)sqlite3_column_text(b, 0);
-            for (int i = 0; i < k->nconsumers; i++) {
-                int64_t at = consumed_at(k, i, e);
-                if (at < 0 || at > tp) {
-                    r->premature_purges++;
-                    fail(k, "%s was purged at t=%lld while consumer %d %s %s", id,
-                         (long long)(tp - 1700000000000LL), i,
-                         at < 0 ? "never applied" : "had not yet applied", e);
-                    i = k->nconsumers;
+        ocur b;
+        oparam op[] = {OP_I(pub), OP_I(seq)};
+        if (oq_run(k, OQ_BEFORE, op, 2, &b))
+            while (oq_next(k, &b)) {
+                const char *e = oq_text(&b, 0);
+                for (int i = 0; i < k->nconsumers; i++) {
+                    int64_t at = consumed_at(k, i, e);
+                    if (at < 0 || at > tp) {
+                        r->premature_purges++;
+                        fail(k, "%s was purged at t=%lld while consumer %d %s %s", id,
+                             (long long)(tp - 1700000000000LL), i,
+                             at < 0 ? "never applied" : "had not yet applied", e);
+                        break;
+                    }
                 }
             }
-        }
-        sqlite3_reset(b);
+        oq_close(&b);
     }
-    sqlite3_reset(p);
+    oq_close(&p);
 }
 
 static void check_trace(wk *k) {
     results *r = &k->r;
-    static _Thread_local qc unpublished = {"SELECT count(*) FROM obx_event WHERE state <> "
-                                           "'PUBLISHED' AND state <> 'RETAINED' AND state <> "
-                                           "'PURGED'",
-                                           NULL};
-    static _Thread_local qc orphan_orders = {
-        "SELECT count(*) FROM sim_orders o WHERE NOT EXISTS (SELECT 1 FROM obx_event e WHERE "
-        "e.event_id = o.event_id)",
-        NULL};
-    static _Thread_local qc events = {"SELECT count(*) FROM obx_event", NULL};
-    static _Thread_local qc referenced = {
-        "SELECT count(*) FROM obx_event e WHERE EXISTS (SELECT 1 FROM sim_orders o WHERE "
-        "o.event_id = e.event_id)",
-        NULL};
-    static _Thread_local qc divergent = {
-        "SELECT count(*) FROM obx_receipt r JOIN obx_envelope v ON v.event_id = r.event_id AND "
-        "v.envelope_gen = r.envelope_gen WHERE r.kind = 'PRIMARY' AND (r.payload_digest <> "
-        "v.payload_digest OR r.dest_digest <> v.dest_digest)",
-        NULL};
-    static _Thread_local qc multi_primary = {
-        "SELECT count(*) FROM (SELECT 1 FROM obx_receipt WHERE kind = 'PRIMARY' GROUP BY "
-        "event_id, envelope_gen HAVING count(*) > 1)",
-        NULL};
-    static _Thread_local qc stale = {
-        "SELECT count(*) FROM obx_attempt t WHERE NOT EXISTS (SELECT 1 FROM obx_audit a WHERE "
-        "a.event_id = t.event_id AND a.claim_gen = t.claim_gen AND a.who = t.owner AND "
-        "a.to_state IN ('CLAIMED','RECONCILING','RETRY_CLAIMED'))",
-        NULL};
-    static _Thread_local qc unknown_total = {
-        "SELECT count(*) FROM obx_attempt WHERE unknown_at > 0", NULL};
-    static _Thread_local qc untraceable = {
-        "SELECT count(*) FROM obx_audit a WHERE a.to_state = 'DISPATCH_UNKNOWN' AND NOT EXISTS "
-        "(SELECT 1 FROM obx_attempt t WHERE t.attempt_id = a.attempt_id AND t.event_id = "
-        "a.event_id AND t.unknown_at > 0)",
-        NULL};
-    static _Thread_local qc racing = {
-        "SELECT count(*) FROM obx_audit WHERE (from_state = 'RETRY_CLAIMED' AND to_state = "
-        "'PUBLISHED') OR (actor = 'reconciler' AND reason LIKE 'stale claim refused%')",
-        NULL};
-    static _Thread_local qc both_acked = {
-        "SELECT count(*) FROM obx_receipt r JOIN obx_event e ON e.event_id = r.event_id WHERE "
-        "r.kind = 'DUPLICATE' AND r.attempt_id <> e.primary_attempt_id",
-        NULL};
-    static _Thread_local qc quarantined = {
-        "SELECT count(*) FROM obx_receipt WHERE kind = 'QUARANTINED'", NULL};
     static _Thread_local qc dup_effects[2] = {
         {"SELECT count(*) FROM (SELECT 1 FROM sim_effects GROUP BY event_id HAVING count(*) > 1)",
          NULL},
@@ -1090,12 +1233,12 @@ static void check_trace(wk *k) {
     long v;
     /* lost: committed but not published, a business row without its event, or an event a
      * consumer never applied */
-    long n_events = qcached(k->odb, &events);
-    if ((v = qcached(k->odb, &unpublished)) > 0) {
+    long n_events = oq_long(k, OQ_EVENTS, NULL, 0);
+    if ((v = oq_long(k, OQ_UNPUBLISHED, NULL, 0)) > 0) {
         r->lost_events += v;
         fail(k, "%ld committed events were never published", v);
     }
-    if ((v = qcached(k->odb, &orphan_orders)) > 0) {
+    if ((v = oq_long(k, OQ_ORPHANS, NULL, 0)) > 0) {
         r->lost_events += v;
         fail(k, "%ld business orders committed without their event", v);
     }
@@ -1106,7 +1249,7 @@ static void check_trace(wk *k) {
         }
     /* second logical event IDs: events no business row points at, or a command answered with
      * two different IDs */
-    if ((v = n_events - qcached(k->odb, &referenced)) > 0) {
+    if ((v = n_events - oq_long(k, OQ_REFERENCED, NULL, 0)) > 0) {
         r->second_event_ids += v;
         fail(k, "%ld events belong to no business command (second event IDs)", v);
     }
@@ -1115,7 +1258,8 @@ static void check_trace(wk *k) {
             r->second_event_ids++;
             fail(k, "command %s was answered with two event IDs", k->orders[c]);
         }
-    if ((v = qcached(k->odb, &divergent)) > 0 || (v = qcached(k->odb, &multi_primary)) > 0) {
+    if ((v = oq_long(k, OQ_DIVERGENT, NULL, 0)) > 0 ||
+        (v = oq_long(k, OQ_MULTI_PRIMARY, NULL, 0)) > 0) {
         r->digest_divergence += v;
         fail(k, "%ld primary receipts diverge from their frozen envelope or are doubled", v);
     }
@@ -1125,7 +1269,7 @@ static void check_trace(wk *k) {
             fail(k, "consumer %d applied %ld events twice", i, v);
         }
     check_purges(k);
-    if ((v = qcached(k->odb, &stale)) > 0) {
+    if ((v = oq_long(k, OQ_STALE, NULL, 0)) > 0) {
         r->stale_claim_sends += v;
         fail(k, "%ld attempts were sent under a claim their owner did not hold", v);
     }
@@ -1137,18 +1281,13 @@ static void check_trace(wk *k) {
     for (size_t i = 0; i < nlog; i++) {
         const obx__sim_msg *m =
             (const obx__sim_msg *)(const void *)((const char *)log + i * stride);
-        sqlite3_reset(k->st_env_of);
-        sqlite3_bind_text(k->st_env_of, 1, m->env.event_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int(k->st_env_of, 2, m->env.envelope_gen);
-        bool ok = sqlite3_step(k->st_env_of) == SQLITE_ROW &&
-                  !strcmp((const char *)sqlite3_column_text(k->st_env_of, 0), m->topic) &&
-                  !strcmp((const char *)sqlite3_column_text(k->st_env_of, 1), m->dest_digest);
-        sqlite3_reset(k->st_env_of);
-        sqlite3_reset(k->st_att_part);
-        sqlite3_bind_text(k->st_att_part, 1, m->attempt_id, -1, SQLITE_STATIC);
-        ok = ok && sqlite3_step(k->st_att_part) == SQLITE_ROW &&
-             sqlite3_column_int(k->st_att_part, 0) == m->partition;
-        sqlite3_reset(k->st_att_part);
+        ocur c;
+        oparam ev[] = {OP_S(m->env.event_id), OP_I(m->env.envelope_gen)};
+        bool ok = oq_run(k, OQ_ENV_OF, ev, 2, &c) && oq_next(k, &c) &&
+                  !strcmp(oq_text(&c, 0), m->topic) && !strcmp(oq_text(&c, 1), m->dest_digest);
+        oq_close(&c);
+        oparam at[] = {OP_S(m->attempt_id)};
+        ok = ok && oq_long(k, OQ_ATT_PART, at, 1) == m->partition;
         if (!ok) {
             r->cross_destination_retries++;
             fail(k, "%s (attempt %s) reached %s/%d, not its frozen destination", m->env.event_id,
@@ -1163,24 +1302,21 @@ static void check_trace(wk *k) {
         if (!acks[i].late || !acks[i].valid || !acks[i].attempt_id[0]) continue;
         r->late_ack_total++;
         k->r.fired[F_CLAIM_EXPIRY_LATE_ACK]++;
-        sqlite3_reset(k->st_receipt_for);
-        sqlite3_bind_text(k->st_receipt_for, 1, acks[i].attempt_id, -1, SQLITE_STATIC);
-        bool conv = sqlite3_step(k->st_receipt_for) == SQLITE_ROW &&
-                    sqlite3_column_int(k->st_receipt_for, 0) > 0;
-        sqlite3_reset(k->st_receipt_for);
+        oparam at[] = {OP_S(acks[i].attempt_id)};
+        bool conv = oq_long(k, OQ_RECEIPT_FOR, at, 1) > 0;
         if (conv)
             r->late_ack_converged++;
         else
             fail(k, "the late ACK of attempt %s left no receipt", acks[i].attempt_id);
     }
-    r->unknown_total += qcached(k->odb, &unknown_total);
-    if ((v = qcached(k->odb, &untraceable)) > 0) {
+    r->unknown_total += oq_long(k, OQ_UNKNOWN_TOTAL, NULL, 0);
+    if ((v = oq_long(k, OQ_UNTRACEABLE, NULL, 0)) > 0) {
         r->unknown_untraceable += v;
         fail(k, "%ld UNKNOWN transitions name no UNKNOWN attempt", v);
     }
-    r->fired[F_UNKNOWN_RACING_RETRY] += qcached(k->odb, &racing);
-    r->fired[F_BOTH_ATTEMPTS_ACKED] += qcached(k->odb, &both_acked);
-    r->quarantined += qcached(k->odb, &quarantined);
+    r->fired[F_UNKNOWN_RACING_RETRY] += oq_long(k, OQ_RACING, NULL, 0);
+    r->fired[F_BOTH_ATTEMPTS_ACKED] += oq_long(k, OQ_BOTH_ACKED, NULL, 0);
+    r->quarantined += oq_long(k, OQ_QUARANTINED, NULL, 0);
     const obx__sim_fired *wf = obx__sim_world_fired(k->w);
     r->fired[F_LOST_ACK] += wf->lose_ack;
     r->fired[F_TIMED_OUT_ACK] += wf->drop_ack;
@@ -1320,6 +1456,18 @@ obx_err obx_sim_run(const obx_sim_options *o, char **out) {
         return obx__fail(OBX_EINVAL, "jobs: %d outside 1..64", o->jobs);
     obx_err e = obx__mutation_set(o->mutation);
     if (e) return e;
+    if (o->db_url) { /* PostgreSQL: the schema once, before the workers' trace transactions */
+        if (strncmp(o->db_url, "postgres://", 11) && strncmp(o->db_url, "postgresql://", 13))
+            return obx__fail(OBX_EINVAL,
+                             "db: the simulator runs on SQLite in memory (default) or a "
+                             "postgres:// URL, not '%.40s'",
+                             o->db_url);
+        obx_store *s;
+        if ((e = obx_store_open(o->db_url, &s))) return e;
+        e = obx_store_init(s);
+        obx_store_close(s);
+        if (e) return e;
+    }
     /* SQLite's memory statistics take a process-wide mutex on every allocation; the workers
      * share nothing else. Fails harmlessly (SQLITE_MISUSE) if SQLite is already initialized. */
     sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
@@ -1406,6 +1554,7 @@ obx_err obx_sim_run(const obx_sim_options *o, char **out) {
         o->mutation ? o->mutation : "none", "every_fault_fired", (int)all_fired);
     json_object_set_new(j, "premature_purges", json_integer(x->premature_purges));
     json_object_set_new(j, "purged", json_integer(x->purged));
+    json_object_set_new(j, "store", json_string(o->db_url ? "postgres" : "sqlite"));
     pthread_mutex_destroy(&r.mu);
     return obx__json_out(j, out);
 }
