@@ -20,6 +20,7 @@
 
 #include "engine/engine.h"
 #include "engine/fault_suite.h"
+#include "engine/migration_suite.h"
 #include "store/conformance.h"
 
 #include <jansson.h>
@@ -987,7 +988,7 @@ static void test_roles(void **state) {
     OK(obx_store_open(urls[1], &rs));
     int found = 0;
     OK(obx_store_schema_version(rs, &found, NULL));
-    assert_int_equal(found, 1);
+    assert_int_equal(found, OBX__SCHEMA_VERSION);
     obx__claim_req req = {.now = obx__wall_ms() + 1000, .limit = 10};
     obx__rows rows = {0};
     OK(obx__st_begin(rs));
@@ -1733,6 +1734,9 @@ int main(void) {
     failed += cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
     /* the engine's fault suite (DESIGN.md §9) on this store */
     failed += engine_fault_run("engine faults: postgres", pg_factory);
+    /* destination migration, delivery sets, shadow mode and takeover on this store */
+    failed +=
+        engine_migration_run("migration, delivery sets, shadow, takeover: postgres", pg_factory);
     int64_t t2 = obx__mono_ms();
     printf("test_store_pg: conformance %lld ms, postgres-specific %lld ms\n", (long long)(t1 - t0),
            (long long)(t2 - t1));
