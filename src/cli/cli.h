@@ -33,5 +33,8 @@ int cmd_requeue(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_poison(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_migrate(int argc, char **argv);
+int cmd_shadow(int argc, char **argv);
+int cmd_takeover(int argc, char **argv);
 
 #endif

@@ -97,6 +97,13 @@ static const struct {
     {"requeue", cmd_requeue, "put a PARKED event back to PENDING: obx requeue EVENT_ID"},
     {"poison", cmd_poison, "consumer poison messages: obx poison list|redrive"},
     {"demo", cmd_demo, "the whole pipeline with injected faults: obx demo [--events N]"},
+    {"migrate", cmd_migrate,
+     "move undelivered events to a new destination (with proof), or add "
+     "a delivery-set target"},
+    {"shadow", cmd_shadow, "compare what obx would send with what another dispatcher published"},
+    {"takeover", cmd_takeover,
+     "hand event types to a dispatcher alias (or back): obx takeover "
+     "--to A"},
 };
 
 static void help(FILE *f) {
