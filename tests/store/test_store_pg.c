@@ -1792,6 +1792,17 @@ static void test_upgrade_from_v1(void **state) {
     obx__delivery_row d;
     OK(rs->m->delivery_get(rs, neu, &d));
     assert_int_equal(d.n, 2);
+    /* the relay role can move an event to a new envelope generation (obx migrate) */
+    obx_route moved = {.event_type = "order.created.v2", .cluster = "local", .topic = "orders-v2"};
+    int64_t g3;
+    OK(obx_route_set(s, &moved, &g3));
+    const char *mids[] = {old};
+    obx_migrate_request mr = {.event_ids = mids, .n_event_ids = 1, .route_gen = g3, .who = "ops"};
+    char *mout = NULL;
+    OK(obx_migrate(rs, NULL, NULL, 0, &mr, &mout));
+    assert_non_null(strstr(mout, "\"migrated\""));
+    assert_non_null(strstr(mout, "never_sent"));
+    obx_free(mout);
     obx_store_close(rs);
     obx_store_close(s);
     PQfinish(c);

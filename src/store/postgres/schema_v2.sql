@@ -188,24 +188,20 @@ BEGIN
         EXECUTE format('GRANT EXECUTE ON FUNCTION obx.enqueue(text, text, text, bigint, text, bytea, text, text, text, text, text, timestamptz) TO %s', g.r);
         EXECUTE format('REVOKE EXECUTE ON FUNCTION obx._enqueue_one(text, text, text, bigint, text, bytea, text, text, text, text, text, timestamptz) FROM %s', g.r);
     END LOOP;
-    -- roles created under version 1: the relay reads the new tables with every event (and
-    -- writes delivery sets when it adds a target), the auditor reads everything
+    -- roles created under version 1: whoever reads the events (the relay, the auditor) reads the
+    -- new tables too (every event query joins obx_delivery_target)
     FOR g IN SELECT DISTINCT a.grantee::regrole::text AS r
                FROM pg_class c, aclexplode(c.relacl) a
               WHERE c.oid = 'obx.obx_event'::regclass AND a.privilege_type = 'SELECT'
                 AND a.grantee <> c.relowner AND a.grantee <> 0 LOOP
         EXECUTE format('GRANT SELECT ON obx.obx_route_set, obx.obx_route_target, obx.obx_delivery_set, obx.obx_delivery_target TO %s', g.r);
     END LOOP;
-    FOR g IN SELECT DISTINCT a.grantee::regrole::text AS r
-               FROM pg_class c, aclexplode(c.relacl) a
-              WHERE c.oid = 'obx.obx_receipt'::regclass AND a.privilege_type = 'INSERT'
-                AND a.grantee <> c.relowner AND a.grantee <> 0 LOOP
-        EXECUTE format('GRANT INSERT ON obx.obx_delivery_set, obx.obx_delivery_target TO %s', g.r);
-    END LOOP;
 END $$;
 
--- obx.create_roles(): as in version 1, plus the delivery-set tables (relay: read, and insert
--- when it adds a target; auditor: read, by the final grant on all tables).
+-- obx.create_roles(): as in version 1, plus reading the delivery-set tables (relay; the auditor by
+-- the final grant on all tables). Moving an event to a new envelope generation needs nothing
+-- more; adding a delivery-set target creates an event row, which (like obx_enqueue() from C)
+-- needs the schema owner or a role granted INSERT on obx_event.
 CREATE OR REPLACE FUNCTION obx.create_roles(prefix text) RETURNS void LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -245,8 +241,7 @@ BEGIN
     EXECUTE format('GRANT INSERT ON obx.obx_attempt TO %I', r);
     EXECUTE format('GRANT UPDATE (partition, state, unknown_at, ended_at, offset_before, quiet_until,
         detail) ON obx.obx_attempt TO %I', r);
-    EXECUTE format('GRANT INSERT ON obx.obx_receipt, obx.obx_audit, obx.obx_delivery_set,
-        obx.obx_delivery_target TO %I', r);
+    EXECUTE format('GRANT INSERT ON obx.obx_receipt, obx.obx_audit TO %I', r);
     EXECUTE format('GRANT INSERT, UPDATE ON obx.obx_counter TO %I', r);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON obx.obx_inbox, obx.obx_consumer_watermark,
         obx.obx_inbox_failure, obx.obx_poison, obx.obx_inbox_quarantine, obx.obx_consume_audit TO %I', r);
