@@ -222,7 +222,7 @@ typedef struct obx_event {
 
 typedef struct obx_enqueue_result {
     char event_id[OBX_EVENT_ID_LEN + 1];
-    char dest_digest[OBX_DIGEST_LEN + 1];
+    char dest_digest[OBX_DIGEST_LEN + 1]; /* with a delivery set: target 1's (obx_inspect: all) */
     char payload_digest[OBX_DIGEST_LEN + 1];
     int64_t route_gen;
     int existing; /* 1: the idempotency key was seen before; event_id is the first event's */
@@ -233,7 +233,9 @@ OBX_API obx_err obx_enqueue(obx_store *s, const obx_event *ev, obx_enqueue_resul
 /* ---------------------------------------------------------------------------------------------
  * Inspection. JSON documents are the caller's (obx_free).
  * ------------------------------------------------------------------------------------------- */
-/* Envelope, destination, digests, state, attempts, receipts and audit rows of one event. */
+/* Envelope, destination, digests, state, attempts, receipts and audit rows of one event (or of
+ * one publish slot of a delivery set), its delivery set (targets, their states, whether it
+ * counts as delivered) and the evidence of its migration receipts. */
 OBX_API obx_err obx_inspect(obx_store *s, const char *event_id, char **out_json);
 
 /* ---------------------------------------------------------------------------------------------

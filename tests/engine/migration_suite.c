@@ -253,6 +253,13 @@ static void test_migrate_refused_while_unknown_then_done(void **state) {
     char att_a[31], att_c[31];
     strcpy(att_a, ev(f, a).attempt_id);
     strcpy(att_c, ev(f, c).attempt_id);
+    /* while the attempt is SENDING its outcome is not known: refused, naming it */
+    size_t refused0 = 0;
+    json_t *s0 = migrate_one(f, f->b2, c, 0, false, false, &refused0);
+    assert_string_equal(outcome(s0), "refused");
+    assert_non_null(strstr(reason(s0), att_c));
+    assert_non_null(strstr(reason(s0), "is SENDING"));
+    json_decref(s0);
     f->now += 1500;
     OK(obx__engine_sweep(&rc, f->now, &n));
     assert_int_equal(n, 2);
