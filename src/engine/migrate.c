@@ -139,7 +139,9 @@ static json_t *lookup_json(const obx__dest *d, int32_t partition, const obx__loo
 
 static bool undecided(obx__attempt_state s) { return s == OBX__AT_SENDING || s == OBX__AT_UNKNOWN; }
 
-/* Fills p->att and p->proof, or returns false with p->why naming what blocks the move. */
+/* The proof for every attempt of the event's current generation (contracts 1 and 2): on *ok,
+ * p->att and p->proof are filled; otherwise p->why names what blocks the move (an OBX_OK
+ * return: a refusal is a decision, not a failure). */
 static obx_err prove_absent(mig *m, plan *p, bool *ok) {
     obx__event_row *r = &p->row;
     *ok = false;
