@@ -37,5 +37,8 @@ int cmd_sim(int argc, char **argv);
 int cmd_audit(int argc, char **argv);
 int cmd_purge(int argc, char **argv);
 int cmd_watermark(int argc, char **argv);
+int cmd_migrate(int argc, char **argv);
+int cmd_shadow(int argc, char **argv);
+int cmd_takeover(int argc, char **argv);
 
 #endif

@@ -359,6 +359,11 @@ int cmd_report(int argc, char **argv) {
                (long long)json_integer_value(json_object_get(un, "p99_ms")),
                (long long)json_integer_value(json_object_get(un, "max_ms")),
                (long long)json_integer_value(json_object_get(un, "open_attempts")));
+        json_t *ds = json_object_get(j, "delivery_sets");
+        if (json_integer_value(json_object_get(ds, "sets")))
+            printf("delivery sets: %lld, delivered under their rule: %lld\n",
+                   (long long)json_integer_value(json_object_get(ds, "sets")),
+                   (long long)json_integer_value(json_object_get(ds, "complete")));
         printf("invariants (one primary receipt per published event): %s\n",
                hold ? "hold" : "VIOLATED");
     }

@@ -103,6 +103,13 @@ static const struct {
     {"purge", cmd_purge, "retention: retain and purge what the evidence allows [--dry-run]"},
     {"watermark", cmd_watermark, "critical consumers' watermarks: list | force CONSUMER --until"},
     {"demo", cmd_demo, "the whole pipeline with injected faults: obx demo [--events N]"},
+    {"migrate", cmd_migrate,
+     "move undelivered events to a new destination (with proof), or add "
+     "a delivery-set target"},
+    {"shadow", cmd_shadow, "compare what obx would send with what another dispatcher published"},
+    {"takeover", cmd_takeover,
+     "hand event types to a dispatcher alias (or back): obx takeover "
+     "--to A"},
 };
 
 static void help(FILE *f) {

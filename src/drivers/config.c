@@ -56,6 +56,12 @@ static const key keys[] = {
     I("relay.drain_ms", drain_ms, 0, 600000),
     B("relay.reconciler", reconciler),
     L("relay.aliases", aliases),
+    B("relay.shadow", shadow),
+    S("relay.shadow_feed", shadow_feed),
+    I("relay.shadow_interval_ms", shadow_interval_ms, 100, 86400000),
+    I("relay.shadow_grace_ms", shadow_grace_ms, 0, INT64_C(31536000000)),
+    I("relay.shadow_window_ms", shadow_window_ms, 1000, INT64_C(31536000000)),
+    L("relay.shadow_topics", shadow_topics),
     S("http.listen", http_listen),
     S("http.token_file", http_token_file),
     S("log.format", log_format),
@@ -132,6 +138,9 @@ obx_err obx_config_new(obx_config **out) {
     c->audit_max_scan = 100000;
     c->audit_scan_window_ms = 3600000;
     c->purge_interval_ms = 0;
+    c->shadow_interval_ms = 10000;
+    c->shadow_grace_ms = 60000;
+    c->shadow_window_ms = 3600000;
     *out = c;
     return OBX_OK;
 }
@@ -141,6 +150,7 @@ void obx_config_free(obx_config *c) {
     strv_free(&c->broker_props);
     strv_free(&c->aliases);
     strv_free(&c->critical_consumers);
+    strv_free(&c->shadow_topics);
     free(c);
 }
 
@@ -151,12 +161,15 @@ obx_err obx__config_copy(const obx_config *src, obx_config **out) {
     c->broker_props = (obx__strv){0};
     c->aliases = (obx__strv){0};
     c->critical_consumers = (obx__strv){0};
+    c->shadow_topics = (obx__strv){0};
     obx_err e = OBX_OK;
     for (size_t i = 0; !e && i < src->broker_props.n; i++)
         e = strv_push(&c->broker_props, src->broker_props.v[i]);
     for (size_t i = 0; !e && i < src->aliases.n; i++) e = strv_push(&c->aliases, src->aliases.v[i]);
     for (size_t i = 0; !e && i < src->critical_consumers.n; i++)
         e = strv_push(&c->critical_consumers, src->critical_consumers.v[i]);
+    for (size_t i = 0; !e && i < src->shadow_topics.n; i++)
+        e = strv_push(&c->shadow_topics, src->shadow_topics.v[i]);
     if (e) {
         obx_config_free(c);
         return e;
@@ -389,6 +402,12 @@ obx_err obx__config_check(const obx_config *c) {
     for (size_t i = 0; i < c->aliases.n; i++)
         if ((e = obx__check_field("relay.aliases", c->aliases.v[i], 1, OBX_NAME_MAX, OBX__CS_NAME)))
             return e;
+    for (size_t i = 0; i < c->shadow_topics.n; i++)
+        if ((e = obx__check_field("relay.shadow_topics", c->shadow_topics.v[i], 1, OBX_TOPIC_MAX,
+                                  OBX__CS_NAME)))
+            return e;
+    if (c->shadow_feed[0] && !c->shadow)
+        return obx__fail(OBX_ECONFIG, "relay.shadow_feed: given, but relay.shadow is false");
     for (size_t i = 0; i < c->broker_props.n; i++)
         if (!strchr(c->broker_props.v[i], '='))
             return obx__fail(OBX_ECONFIG, "broker_properties: '%s' is not key=value",

@@ -30,7 +30,16 @@ struct obx_config {
     int64_t pending_max_age_ms, unconsumed_max_age_ms, unknown_max_age_ms, audit_interval_ms;
     int64_t replay_window_ms, purge_batch;
     int64_t audit_max_ids, audit_max_scan, audit_scan_window_ms, purge_interval_ms;
+    /* shadow mode (docs/migration.md): claim nothing, send nothing, compare */
+    int64_t shadow, shadow_interval_ms, shadow_grace_ms, shadow_window_ms;
+    char shadow_feed[1024];
+    obx__strv shadow_topics;
 };
+
+/* The relay's last shadow comparison (shadow mode; counts of its report). */
+typedef struct obx__shadow_counts {
+    int64_t rounds, at, compared, matched, missing, destination, partition, payload, unknown;
+} obx__shadow_counts;
 
 obx_err obx__config_copy(const obx_config *src, obx_config **out);
 obx_err obx__config_check(const obx_config *c);

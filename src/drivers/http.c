@@ -18,6 +18,9 @@
 
 void obx__relay_totals(obx_relay *r, obx__engine_stats *t);
 void *obx__relay_auditor(obx_relay *r);
+int obx__relay_shadow(obx_relay *r, obx__shadow_counts *out);
+const obx_config *obx__relay_config(obx_relay *r);
+const char *obx__relay_id(obx_relay *r);
 
 typedef struct http {
     struct MHD_Daemon *d;
@@ -125,6 +128,23 @@ static void metrics(http *h, obx__buf *b) {
     C(broker_errors);
 #undef C
     obx__auditor_metrics(obx__relay_auditor(h->r), b); /* obx_audit_findings{kind=...} */
+    obx__shadow_counts sc;
+    if (obx__relay_shadow(h->r, &sc)) /* shadow mode: the last comparison's differences */
+        obx__buf_printf(
+            b,
+            "# HELP obx_shadow_differences Differences found by the last shadow comparison\n"
+            "# TYPE obx_shadow_differences gauge\n"
+            "obx_shadow_differences{kind=\"missing\"} %lld\n"
+            "obx_shadow_differences{kind=\"destination\"} %lld\n"
+            "obx_shadow_differences{kind=\"partition\"} %lld\n"
+            "obx_shadow_differences{kind=\"payload\"} %lld\n"
+            "obx_shadow_differences{kind=\"unknown_on_broker\"} %lld\n"
+            "# TYPE obx_shadow_compared gauge\nobx_shadow_compared %lld\n"
+            "# TYPE obx_shadow_matched gauge\nobx_shadow_matched %lld\n"
+            "# TYPE obx_shadow_rounds counter\nobx_shadow_rounds %lld\n",
+            (long long)sc.missing, (long long)sc.destination, (long long)sc.partition,
+            (long long)sc.payload, (long long)sc.unknown, (long long)sc.compared,
+            (long long)sc.matched, (long long)sc.rounds);
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,

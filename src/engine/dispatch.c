@@ -12,6 +12,8 @@
  *   4. Every attempt of one envelope generation goes to the frozen destination and the
  *      partition pinned by the first attempt.
  *   5. Only a definite answer sends an event back to PENDING; anything uncertain is UNKNOWN.
+ *   6. A delivery-set target's slot is sent under the logical event ID (what consumers dedupe
+ *      on); its outcomes come back under that ID and are matched to the slot by the attempt.
  */
 #include "engine/engine_int.h"
 
@@ -204,8 +206,9 @@ obx_err obx__engine_begin_attempts(obx__engine *e, int64_t now, obx__event_row *
     obx__msg *msgs = calloc(n, sizeof *msgs);
     obx__outcome *fail = calloc(n, sizeof *fail);
     obx__dest *alt = calloc(n, sizeof *alt);
+    obx__envelope *wire = calloc(n, sizeof *wire); /* envelopes as sent (logical event ID) */
     if (!c.partition || !c.att_id || !c.ok || !c.next || !payload || !plen || !msgs || !fail ||
-        !alt) {
+        !alt || !wire) {
         err = obx__fail(OBX_ENOMEM, "begin attempts: out of memory");
         goto out;
     }
@@ -236,7 +239,9 @@ obx_err obx__engine_begin_attempts(obx__engine *e, int64_t now, obx__event_row *
             snprintf(alt[i].topic, sizeof alt[i].topic, "%.200s-retry", rows[i].dest.topic);
             dest = &alt[i];
         }
-        msgs[k++] = (obx__msg){.env = &rows[i].env,
+        wire[i] = rows[i].env;
+        obx__strlcpy(wire[i].event_id, obx__wire_id(&rows[i]), sizeof wire[i].event_id);
+        msgs[k++] = (obx__msg){.env = &wire[i],
                                .dest = dest,
                                .dest_digest = rows[i].dest_digest,
                                .attempt_id = rows[i].attempt_id,
@@ -277,6 +282,7 @@ out:
     free(msgs);
     free(fail);
     free(alt);
+    free(wire);
     return err;
 }
 
@@ -332,15 +338,18 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
         free(aids);
         return obx__fail(OBX_ENOMEM, "outcomes: out of memory");
     }
-    for (size_t i = 0; i < c->n; i++) {
-        ids[i] = c->o[i].event_id;
-        aids[i] = c->o[i].attempt_id;
-    }
+    for (size_t i = 0; i < c->n; i++) aids[i] = c->o[i].attempt_id;
     obx__rows_free(&c->ev);
     free(c->att);
     c->att = NULL;
-    err = obx__st_load_events(e->s, ids, c->n, OBX__LOAD_LOCK, &c->ev);
-    if (!err) err = obx__st_load_attempts(e->s, aids, c->n, NULL, &c->att, &c->n_att);
+    err = obx__st_load_attempts(e->s, aids, c->n, NULL, &c->att, &c->n_att);
+    /* the slot that registered the attempt (a delivery-set target's outcome carries the
+     * logical event ID) */
+    for (size_t i = 0; !err && i < c->n; i++) {
+        const obx__attempt_row *a = find_attempt(c->att, c->n_att, c->o[i].attempt_id);
+        ids[i] = a ? a->event_id : c->o[i].event_id;
+    }
+    if (!err) err = obx__st_load_events(e->s, ids, c->n, OBX__LOAD_LOCK, &c->ev);
     free(ids);
     free(aids);
     if (err) return err;
@@ -368,9 +377,10 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
     int64_t quiet = e->b ? e->b->m->quiet_time_ms(e->b) : 0;
     for (size_t i = 0; i < c->n; i++) {
         const obx__outcome *o = &c->o[i];
-        obx__event_row *ev = obx__rows_find(&c->ev, o->event_id);
         obx__attempt_row *a = find_attempt(c->att, c->n_att, o->attempt_id);
-        if (!ev || !a || strcmp(a->event_id, o->event_id)) continue; /* nothing to move */
+        obx__event_row *ev = a ? obx__rows_find(&c->ev, a->event_id) : NULL;
+        /* nothing to move: an unregistered attempt, or one of another event */
+        if (!ev || strcmp(obx__wire_id(ev), o->event_id)) continue;
         size_t ei = (size_t)(ev - c->ev.v), ai = (size_t)(a - c->att);
         bool current = ev->state == OBX__ST_SENDING && !strcmp(ev->attempt_id, a->attempt_id);
         obx__state from = ev->state;

@@ -212,7 +212,7 @@ obx_err obx__reconcile_lookup(obx__engine *e, int64_t now, const obx__event_row 
         obx__lookup_req q = {.dest = &row->dest,
                              .dest_digest = row->dest_digest,
                              .partition = row->pinned_partition,
-                             .event_id = row->env.event_id,
+                             .event_id = obx__wire_id(row), /* as sent */
                              .envelope_gen = row->envelope_gen,
                              .since = since,
                              .quiet_until = quiet_until,

@@ -52,6 +52,10 @@ void obx__poison_rows_free(obx__poison_row *rows, size_t n) {
     free(rows);
 }
 
+const char *obx__wire_id(const obx__event_row *r) {
+    return r->logical_id[0] ? r->logical_id : r->env.event_id;
+}
+
 void obx__rows_free(obx__rows *r) {
     if (!r) return;
     for (size_t i = 0; i < r->n; i++) free(r->v[i].payload);
@@ -99,6 +103,11 @@ static obx_err check_methods(const obx__store_methods *m) {
         if (!*fn)
             return obx__fail(OBX_EINTERNAL, "store backend %s: a retention method is missing",
                              m->name);
+    /* the schema version 2 methods (after the two optional ones) are required too */
+    fn = (const void *const *)&m->find_events;
+    end = (const void *const *)(&m->set_alias + 1);
+    for (; fn < end; fn++)
+        if (!*fn) return obx__fail(OBX_EINTERNAL, "store backend %s: a method is missing", m->name);
     return OBX_OK;
 }
 
@@ -248,6 +257,24 @@ obx_err obx__st_aged(obx__store *s, const obx__aged_req *req, obx__aged_row **ou
 obx_err obx__st_events_known(obx__store *s, const char *const *ids, size_t n, bool *known) {
     FAULT("events_known");
     return n ? s->m->events_known(s, ids, n, known) : OBX_OK;
+}
+
+obx_err obx__st_find_events(obx__store *s, const obx__event_filter *f, obx__rows *out) {
+    FAULT("find_events");
+    return s->m->find_events(s, f, out);
+}
+
+obx_err obx__st_delivery_put(obx__store *s, const obx__delivery_row *d) {
+    FAULT("delivery_put");
+    if (d->n < 1 || d->n > OBX__SET_MAX)
+        return obx__fail(OBX_EINTERNAL, "delivery_put: %d targets", (int)d->n);
+    return s->m->delivery_put(s, d);
+}
+
+obx_err obx__st_set_alias(obx__store *s, const char *const *ids, size_t n, const char *from,
+                          const char *to, bool *applied) {
+    FAULT("set_alias");
+    return n ? s->m->set_alias(s, ids, n, from, to, applied) : OBX_OK;
 }
 
 /* ---- public handle API --------------------------------------------------------------------- */

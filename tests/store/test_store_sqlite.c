@@ -368,6 +368,59 @@ static void test_schema_versions(void **state) {
     obx_store_close(NULL); /* harmless */
 }
 
+/* A database made by schema version 1 (with an event in it) is upgraded in place by init; the
+ * event stays, outside any delivery set, and a delivery-set route works afterwards. */
+static void test_upgrade_from_v1(void **state) {
+    (void)state;
+    extern const char obx__sqlite_schema_v1[];
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(":memory:", &db), SQLITE_OK);
+    exec_ok(db, obx__sqlite_schema_v1);
+    exec_ok(db, "INSERT INTO obx_meta (key, value) VALUES ('schema_version', '1')");
+    exec_ok(db,
+            "INSERT INTO obx_event (event_id, tenant, idempotency_key, event_type, "
+            "correlation_id, order_key, envelope_gen, state, claim_gen, owner, lease_until, "
+            "attempt_gen, attempt_id, pinned_partition, rejections, available_at, "
+            "next_check_at, unknown_since, primary_attempt_id, published_at, committed_at, "
+            "updated_at, max_attempts, blind_retry, unordered, alias, dest_cluster) VALUES "
+            "('evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G', 't1', NULL, 'order.created.v2', '', 'k', 1, "
+            "'PENDING', 0, '', 0, 0, '', -1, 0, 0, 0, 0, '', 0, 1, 1, 8, 0, 0, 'obx', 'local')");
+    obx_store *s;
+    assert_int_equal(obx_store_wrap_sqlite(db, &s), OBX_OK);
+    int found = 0;
+    assert_int_equal(obx_store_schema_version(s, &found, NULL), OBX_OK);
+    assert_int_equal(found, 1);
+    assert_int_equal(obx_store_init(s), OBX_OK);
+    assert_int_equal(obx_store_schema_version(s, &found, NULL), OBX_OK);
+    assert_int_equal(found, OBX__SCHEMA_VERSION);
+    assert_int_equal(count(db, "SELECT count(*) FROM obx_event"), 1);
+    assert_int_equal(count(db, "SELECT count(*) FROM obx_delivery_target"), 0);
+    obx_route_target t[] = {{.cluster = "eu", .topic = "orders-eu"}};
+    obx_route r = {.event_type = "order.created.v2",
+                   .cluster = "local",
+                   .topic = "orders",
+                   .targets = t,
+                   .n_targets = 1};
+    assert_int_equal(obx_route_set(s, &r, NULL), OBX_OK);
+    obx_event ev = {.event_type = "order.created.v2",
+                    .aggregate_type = "order",
+                    .aggregate_id = "o-1",
+                    .aggregate_version = 1,
+                    .tenant = "t1",
+                    .payload = "{}",
+                    .payload_len = 2};
+    obx_enqueue_result res;
+    assert_int_equal(obx_enqueue(s, &ev, &res), OBX_OK);
+    assert_int_equal(count(db, "SELECT count(*) FROM obx_event"), 3);
+    assert_int_equal(count(db, "SELECT count(*) FROM obx_delivery_target"), 2);
+    /* the contract is frozen in this backend too */
+    assert_int_equal(
+        sqlite3_exec(db, "UPDATE obx_delivery_set SET completion = 'any'", NULL, NULL, NULL),
+        SQLITE_CONSTRAINT);
+    obx_store_close(s);
+    sqlite3_close(db);
+}
+
 static void test_routes(void **state) {
     fx *f = *state;
     obx_route r = {.event_type = "payment.captured.v1",
@@ -478,6 +531,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_digests_recomputable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upgrade_from_v1, setup, teardown),
         cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_cost_flat, setup, teardown),
     };

@@ -22,6 +22,10 @@
 #include <time.h>
 
 extern const char obx__sqlite_schema_v1[];
+extern const char obx__sqlite_schema_v2[];
+
+/* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
+static const char *const migrations[] = {NULL, obx__sqlite_schema_v1, obx__sqlite_schema_v2};
 
 enum {
     Q_ROUTE_PUT,
@@ -70,6 +74,18 @@ enum {
     Q_POISON_STATE,
     Q_INBOX_QUAR,
     Q_CONSUME_AUDIT,
+    Q_FIND,
+    Q_RSET_PUT,
+    Q_RTGT_PUT,
+    Q_RSET_GET,
+    Q_RTGT_GET,
+    Q_DSET_PUT,
+    Q_DSET_RULE,
+    Q_DTGT_PUT,
+    Q_DGET,
+    Q_DSTATS,
+    Q_RCPT_DETAIL,
+    Q_SET_ALIAS,
     Q_RET_CANDIDATES,
     Q_PURGE_PAYLOAD,
     Q_EVENT_KNOWN,
@@ -101,11 +117,17 @@ typedef struct sq_store {
     "v.payload_digest, v.tenant, v.occurred_at, v.created_txid, v.correlation_id, "                \
     "v.causation_id, v.traceparent, v.idempotency_key, v.envelope_digest, v.dest_cluster, "        \
     "v.dest_topic, v.dest_routing_key, v.dest_algorithm, v.dest_route_gen, v.dest_serializer, "    \
-    "v.dest_durability, v.dest_acks, v.dest_digest, v.payload_len, v.payload IS NULL"
-#define EVENT_NCOLS 47
+    "v.dest_durability, v.dest_acks, v.dest_digest, v.payload_len, v.payload IS NULL, "            \
+    "coalesce(t.event_id, e.event_id), coalesce(t.target_no, 0)"
+#define EVENT_NCOLS 49
+/* A delivery-set slot carries its logical event ID and target number (schema version 2). */
 #define EVENT_FROM                                                                                 \
     " FROM obx_event e JOIN obx_envelope v ON v.event_id = e.event_id AND "                        \
-    "v.envelope_gen = e.envelope_gen "
+    "v.envelope_gen = e.envelope_gen LEFT JOIN obx_delivery_target t ON t.slot_id = e.event_id "
+#define ROUTE_COLS                                                                                 \
+    "gen, event_type, cluster, topic, routing_key, algorithm, serializer, durability, "            \
+    "required_acks, max_attempts, blind_retry, unordered, alias, created_at, "                     \
+    "coalesce((SELECT s.targets FROM obx_route_set s WHERE s.route_gen = obx_route.gen), 0)"
 /* "p is not yet published", written as the predicate of obx_event_unpublished term for term (the
  * planner uses a partial index only when the query repeats its predicate; an IN list of seven
  * states would also build an ephemeral table on every execution) */
@@ -115,18 +137,12 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_PUT] = "INSERT INTO obx_route (event_type, cluster, topic, routing_key, algorithm, "
                     "serializer, durability, required_acks, max_attempts, blind_retry, unordered, "
                     "alias, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-    [Q_ROUTE_GET] = "SELECT gen, event_type, cluster, topic, routing_key, algorithm, serializer, "
-                    "durability, required_acks, max_attempts, blind_retry, unordered, alias, "
-                    "created_at FROM obx_route WHERE event_type = ? ORDER BY gen DESC LIMIT 1",
-    [Q_ROUTE_LIST_CUR] =
-        "SELECT gen, event_type, cluster, topic, routing_key, algorithm, serializer, durability, "
-        "required_acks, max_attempts, blind_retry, unordered, alias, created_at FROM obx_route r "
-        "WHERE gen = (SELECT max(gen) FROM obx_route WHERE event_type = r.event_type) "
-        "ORDER BY event_type",
-    [Q_ROUTE_LIST_ALL] =
-        "SELECT gen, event_type, cluster, topic, routing_key, algorithm, serializer, durability, "
-        "required_acks, max_attempts, blind_retry, unordered, alias, created_at FROM obx_route "
-        "ORDER BY event_type, gen",
+    [Q_ROUTE_GET] = "SELECT " ROUTE_COLS " FROM obx_route WHERE event_type = ? ORDER BY gen DESC "
+                    "LIMIT 1",
+    [Q_ROUTE_LIST_CUR] = "SELECT " ROUTE_COLS " FROM obx_route WHERE gen = (SELECT max(r.gen) "
+                         "FROM obx_route r WHERE r.event_type = obx_route.event_type) "
+                         "ORDER BY event_type",
+    [Q_ROUTE_LIST_ALL] = "SELECT " ROUTE_COLS " FROM obx_route ORDER BY event_type, gen",
     [Q_IDEM] = "SELECT event_id FROM obx_event WHERE tenant = ? AND idempotency_key = ?",
     [Q_INS_ENV] =
         "INSERT INTO obx_envelope (event_id, envelope_gen, aggregate_type, aggregate_id, "
@@ -147,6 +163,7 @@ static const char *const sql_text[Q_COUNT] = {
          * planner picked obx_event_state_pub and sorted the whole backlog on every claim */
     "SELECT " EVENT_COLS ", v.payload FROM obx_event e INDEXED BY obx_event_claimable "
     "JOIN obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen "
+    "LEFT JOIN obx_delivery_target t ON t.slot_id = e.event_id "
     "WHERE e.state IN ('PENDING','CLAIMED') "
     "AND ((e.state = 'PENDING' AND e.available_at <= ?1) OR "
     "     (e.state = 'CLAIMED' AND e.lease_until <= ?1)) "
@@ -317,6 +334,41 @@ static const char *const sql_text[Q_COUNT] = {
 #undef PARKED_W
 #undef QUAR_W
 #undef IQUAR_W
+    [Q_FIND] = "SELECT " EVENT_COLS EVENT_FROM
+               "WHERE (?1 IS NULL OR e.event_type = ?1) AND (?2 IS NULL OR v.dest_cluster = ?2) "
+               "AND (?3 IS NULL OR v.dest_topic = ?3) "
+               "AND (?4 IS NULL OR instr(?4, ',' || e.alias || ',') > 0) "
+               "AND (?5 IS NULL OR instr(?5, ',' || e.state || ',') > 0) "
+               "AND e.committed_at >= ?6 AND (?7 = 0 OR e.committed_at < ?7) AND e.seq > ?8 "
+               "ORDER BY e.seq LIMIT ?9",
+    [Q_RSET_PUT] = "INSERT INTO obx_route_set (route_gen, completion, targets) VALUES (?,?,?)",
+    [Q_RTGT_PUT] = "INSERT INTO obx_route_target (route_gen, target_no, cluster, topic, "
+                   "routing_key, algorithm, serializer, durability, required_acks) "
+                   "VALUES (?,?,?,?,?,?,?,?,?)",
+    [Q_RSET_GET] = "SELECT completion FROM obx_route_set WHERE route_gen = ?",
+    [Q_RTGT_GET] = "SELECT target_no, cluster, topic, routing_key, algorithm, serializer, "
+                   "durability, required_acks FROM obx_route_target WHERE route_gen = ? "
+                   "ORDER BY target_no",
+    [Q_DSET_PUT] = "INSERT INTO obx_delivery_set (event_id, completion, route_gen, created_at) "
+                   "VALUES (?,?,?,?) ON CONFLICT (event_id) DO NOTHING",
+    [Q_DSET_RULE] = "SELECT completion FROM obx_delivery_set WHERE event_id = ?",
+    [Q_DTGT_PUT] = "INSERT INTO obx_delivery_target (slot_id, event_id, target_no, origin, "
+                   "created_at) VALUES (?,?,?,?,?)",
+    [Q_DGET] = "SELECT d.event_id, d.completion, d.route_gen, d.created_at, t.target_no, "
+               "t.slot_id, t.origin, t.created_at FROM obx_delivery_set d JOIN "
+               "obx_delivery_target t ON t.event_id = d.event_id WHERE d.event_id = "
+               "coalesce((SELECT x.event_id FROM obx_delivery_target x WHERE x.slot_id = ?1), ?1) "
+               "ORDER BY t.target_no",
+    [Q_DSTATS] = "SELECT count(*), coalesce(sum(CASE WHEN (d.completion = 'all' AND x.pub = x.n) "
+                 "OR (d.completion = 'any' AND x.pub > 0) THEN 1 ELSE 0 END), 0) FROM "
+                 "obx_delivery_set d JOIN (SELECT t.event_id, count(*) AS n, sum(CASE WHEN "
+                 "e.state IN ('PUBLISHED','RETAINED','PURGED') THEN 1 ELSE 0 END) AS pub FROM "
+                 "obx_delivery_target t JOIN obx_event e ON e.event_id = t.slot_id GROUP BY "
+                 "t.event_id) x ON x.event_id = d.event_id",
+    [Q_RCPT_DETAIL] = "SELECT coalesce(detail, '') FROM obx_receipt WHERE event_id = ? AND "
+                      "kind = ? ORDER BY receipt_id",
+    [Q_SET_ALIAS] = "UPDATE obx_event SET alias = ?3 WHERE event_id = ?1 AND alias = ?2 AND "
+                    "state IN ('PENDING', 'PARKED')",
 };
 
 /* ---- errors ------------------------------------------------------------------------------- */
@@ -498,11 +550,18 @@ static obx_err sq_migrate(obx__store *base) {
         e = obx__fail(OBX_ESCHEMA,
                       "database schema version %d is newer than this obx knows (%d): upgrade obx",
                       found, OBX__SCHEMA_VERSION);
-    if (!e && found < 1) {
-        e = exec(s, obx__sqlite_schema_v1);
-        if (!e)
-            e = exec(s, "INSERT INTO obx_meta (key, value) VALUES ('schema_version', '1') "
-                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value");
+    for (int v = found + 1; !e && v <= OBX__SCHEMA_VERSION; v++) {
+        char sql[160];
+        e = exec(s, migrations[v]);
+        if (e) {
+            obx__fail_prefix(e, "migration to schema version %d", v);
+            break;
+        }
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO obx_meta (key, value) VALUES ('schema_version', '%d') "
+                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                 v);
+        e = exec(s, sql);
     }
     if (e) {
         sq_rollback(base);
@@ -607,6 +666,7 @@ static void read_route(sqlite3_stmt *st, obx__route_row *r) {
     r->unordered = ci(st, 11) != 0;
     CT(st, 12, r->alias);
     r->created_at = ci(st, 13);
+    r->targets = (int32_t)ci(st, 14);
 }
 
 static obx_err sq_route_put(obx__store *base, const obx__route_row *r, int64_t *gen) {
@@ -759,7 +819,8 @@ static obx_err sq_insert_event(obx__store *base, const obx__event_row *r, const 
     order_key(r, ok, sizeof ok);
     bt(st, 1, r->env.event_id);
     bt(st, 2, r->env.tenant);
-    if (r->env.idempotency_key[0])
+    /* the key names the logical event once: a further target's slot does not carry it */
+    if (r->env.idempotency_key[0] && r->target_no < 2)
         bt(st, 3, r->env.idempotency_key);
     else
         sqlite3_bind_null(st, 3);
@@ -844,6 +905,8 @@ static obx_err read_event(sqlite3_stmt *st, obx__event_row *r, bool with_payload
     CT(st, i++, r->dest_digest);
     r->payload_len = (size_t)ci(st, i++);
     r->payload_purged = ci(st, i++) != 0;
+    CT(st, i++, r->logical_id);
+    r->target_no = (int32_t)ci(st, i++);
     if (with_payload) {
         const void *p = sqlite3_column_blob(st, EVENT_NCOLS);
         int n = sqlite3_column_bytes(st, EVENT_NCOLS);
@@ -1776,6 +1839,219 @@ static obx_err sq_events_known(obx__store *base, const char *const *ids, size_t 
     return OBX_OK;
 }
 
+/* ---- schema version 2: selections, delivery sets, receipt details, takeover ---------------- */
+
+static obx_err sq_find_events(obx__store *base, const obx__event_filter *f, obx__rows *out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_FIND, &st);
+    if (e) return e;
+    char aliases[2048], states[512];
+    const char *names[OBX__ST_COUNT];
+    size_t ns = f->n_states < OBX__ST_COUNT ? f->n_states : OBX__ST_COUNT;
+    for (size_t i = 0; i < ns; i++) names[i] = obx__state_name(f->states[i]);
+    if (f->event_type)
+        bt(st, 1, f->event_type);
+    else
+        sqlite3_bind_null(st, 1);
+    if (f->cluster)
+        bt(st, 2, f->cluster);
+    else
+        sqlite3_bind_null(st, 2);
+    if (f->topic)
+        bt(st, 3, f->topic);
+    else
+        sqlite3_bind_null(st, 3);
+    /* ",a,b," lists for instr() membership tests; none binds NULL (no filter) */
+    bind_aliases(st, 4, f->aliases, f->n_aliases, aliases, sizeof aliases);
+    bind_aliases(st, 5, names, ns, states, sizeof states);
+    bi(st, 6, f->committed_from);
+    bi(st, 7, f->committed_to);
+    bi(st, 8, f->after_seq);
+    bi(st, 9, (int64_t)(f->limit ? f->limit : 1000));
+    return collect(s, st, false, out, "find events");
+}
+
+static obx_err sq_route_set_put(obx__store *base, const obx__route_set_row *r) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_RSET_PUT, &st);
+    if (e) return e;
+    bi(st, 1, r->route_gen);
+    bt(st, 2, r->completion);
+    bi(st, 3, r->n + 1);
+    if ((e = step_done(s, st, "insert route set"))) return e;
+    for (int32_t i = 0; i < r->n; i++) {
+        const obx__route_target_row *t = &r->t[i];
+        if ((e = stmt(s, Q_RTGT_PUT, &st))) return e;
+        bi(st, 1, r->route_gen);
+        bi(st, 2, t->target_no);
+        bt(st, 3, t->cluster);
+        bt(st, 4, t->topic);
+        bt(st, 5, t->routing_key);
+        bt(st, 6, t->algorithm);
+        bt(st, 7, t->serializer);
+        bt(st, 8, t->durability);
+        bt(st, 9, t->required_acks);
+        if ((e = step_done(s, st, "insert route target"))) return e;
+    }
+    return OBX_OK;
+}
+
+static obx_err sq_route_set_get(obx__store *base, int64_t gen, obx__route_set_row *out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    memset(out, 0, sizeof *out);
+    obx_err e = stmt(s, Q_RSET_GET, &st);
+    if (e) return e;
+    bi(st, 1, gen);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) CT(st, 0, out->completion);
+    sqlite3_reset(st);
+    if (rc == SQLITE_DONE)
+        return obx__fail(OBX_ENOTFOUND, "route generation %lld declares no delivery set",
+                         (long long)gen);
+    if (rc != SQLITE_ROW) return map_rc(s, rc, "read route set");
+    out->route_gen = gen;
+    if ((e = stmt(s, Q_RTGT_GET, &st))) return e;
+    bi(st, 1, gen);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && out->n < OBX__SET_MAX - 1) {
+        obx__route_target_row *t = &out->t[out->n++];
+        t->target_no = (int32_t)ci(st, 0);
+        CT(st, 1, t->cluster);
+        CT(st, 2, t->topic);
+        CT(st, 3, t->routing_key);
+        CT(st, 4, t->algorithm);
+        CT(st, 5, t->serializer);
+        CT(st, 6, t->durability);
+        CT(st, 7, t->required_acks);
+    }
+    e = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? OBX_OK : map_rc(s, rc, "read route targets");
+    sqlite3_reset(st);
+    return e;
+}
+
+static obx_err sq_delivery_put(obx__store *base, const obx__delivery_row *d) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_DSET_PUT, &st);
+    if (e) return e;
+    bt(st, 1, d->event_id);
+    bt(st, 2, d->completion);
+    bi(st, 3, d->route_gen);
+    bi(st, 4, d->created_at);
+    if ((e = step_done(s, st, "insert delivery set"))) return e;
+    if ((e = stmt(s, Q_DSET_RULE, &st))) return e;
+    bt(st, 1, d->event_id);
+    char rule[16] = "";
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) CT(st, 0, rule);
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW) return map_rc(s, rc, "read delivery set");
+    if (strcmp(rule, d->completion))
+        return obx__fail(OBX_ECONFLICT,
+                         "event %s: its delivery set completes on '%s', not '%s' (a contract "
+                         "rule never changes)",
+                         d->event_id, rule, d->completion);
+    for (int32_t i = 0; i < d->n; i++) {
+        if ((e = stmt(s, Q_DTGT_PUT, &st))) return e;
+        bt(st, 1, d->t[i].slot_id);
+        bt(st, 2, d->event_id);
+        bi(st, 3, d->t[i].target_no);
+        bt(st, 4, d->t[i].origin);
+        bi(st, 5, d->t[i].created_at);
+        if ((e = step_done(s, st, "insert delivery target"))) return e;
+    }
+    return OBX_OK;
+}
+
+static obx_err sq_delivery_get(obx__store *base, const char *id, obx__delivery_row *out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    memset(out, 0, sizeof *out);
+    obx_err e = stmt(s, Q_DGET, &st);
+    if (e) return e;
+    bt(st, 1, id);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && out->n < OBX__SET_MAX) {
+        CT(st, 0, out->event_id);
+        CT(st, 1, out->completion);
+        out->route_gen = ci(st, 2);
+        out->created_at = ci(st, 3);
+        obx__delivery_target_row *t = &out->t[out->n++];
+        t->target_no = (int32_t)ci(st, 4);
+        CT(st, 5, t->slot_id);
+        CT(st, 6, t->origin);
+        t->created_at = ci(st, 7);
+    }
+    e = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? OBX_OK : map_rc(s, rc, "read delivery set");
+    sqlite3_reset(st);
+    if (!e && !out->n) e = obx__fail(OBX_ENOTFOUND, "%s: not part of a delivery set", id);
+    return e;
+}
+
+static obx_err sq_delivery_stats(obx__store *base, int64_t *sets, int64_t *complete) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    obx_err e = stmt(s, Q_DSTATS, &st);
+    if (e) return e;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *sets = ci(st, 0);
+        *complete = ci(st, 1);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW ? OBX_OK : map_rc(s, rc, "delivery statistics");
+}
+
+static obx_err sq_receipt_details(obx__store *base, const char *event_id, obx__receipt_kind kind,
+                                  char ***out, size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st;
+    *out = NULL;
+    *n = 0;
+    size_t cap = 0;
+    obx_err e = stmt(s, Q_RCPT_DETAIL, &st);
+    if (e) return e;
+    bt(st, 1, event_id);
+    bt(st, 2, obx__receipt_kind_name(kind));
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
+        char *d = obx__strdup((const char *)sqlite3_column_text(st, 0));
+        if (!d) {
+            e = obx__fail(OBX_ENOMEM, "receipt details: out of memory");
+            break;
+        }
+        (*out)[(*n)++] = d;
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "receipt details");
+    sqlite3_reset(st);
+    if (e) {
+        for (size_t i = 0; i < *n; i++) free((*out)[i]);
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return e;
+}
+
+static obx_err sq_set_alias(obx__store *base, const char *const *ids, size_t n, const char *from,
+                            const char *to, bool *applied) {
+    sq_store *s = (sq_store *)base;
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_stmt *st;
+        obx_err e = stmt(s, Q_SET_ALIAS, &st);
+        if (e) return e;
+        bt(st, 1, ids[i]);
+        bt(st, 2, from);
+        bt(st, 3, to);
+        if ((e = step_done(s, st, "set alias"))) return e;
+        applied[i] = sqlite3_changes(s->db) == 1;
+    }
+    return OBX_OK;
+}
+
 const obx__store_methods obx__sqlite_store_methods = {
     .version = OBX__STORE_METHODS_VERSION,
     .name = "sqlite",
@@ -1829,4 +2105,12 @@ const obx__store_methods obx__sqlite_store_methods = {
     .purge_payloads = sq_purge_payloads,
     .aged = sq_aged,
     .events_known = sq_events_known,
+    .find_events = sq_find_events,
+    .route_set_put = sq_route_set_put,
+    .route_set_get = sq_route_set_get,
+    .delivery_put = sq_delivery_put,
+    .delivery_get = sq_delivery_get,
+    .delivery_stats = sq_delivery_stats,
+    .receipt_details = sq_receipt_details,
+    .set_alias = sq_set_alias,
 };
