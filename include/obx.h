@@ -558,11 +558,11 @@ OBX_API void obx_kafka_mock_stop(obx_kafka_mock *m);
 typedef struct obx_sim_options {
     uint64_t seed;
     long traces;
-    int jobs;              /* worker threads, 1..64 */
-    uint64_t faults_mask;  /* bit i enables fault class i (obx_sim_fault_name); 0 = all */
-    long replay;           /* >= 0: run only this trace, narrating every step on stderr */
-    const char *mutation;  /* test-only builds (OBX_MUTATIONS): an engine mutation to enable */
-    int fail_fast;         /* stop starting new traces after the first failing one */
+    int jobs;             /* worker threads, 1..64 */
+    uint64_t faults_mask; /* bit i enables fault class i (obx_sim_fault_name); 0 = all */
+    long replay;          /* >= 0: run only this trace, narrating every step on stderr */
+    const char *mutation; /* test-only builds (OBX_MUTATIONS): an engine mutation to enable */
+    int fail_fast;        /* stop starting new traces after the first failing one */
     void (*progress)(void *user, long done, long total); /* may be NULL; called from workers */
     void *progress_user;
     /* NULL: the outbox is SQLite in memory (one per worker). A postgres:// URL: the PostgreSQL

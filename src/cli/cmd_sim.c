@@ -155,9 +155,10 @@ int cmd_sim(int argc, char **argv) {
         printf("\n  faults fired:\n");
         const char *k;
         json_t *v;
-        json_object_foreach(json_object_get(j, "faults_fired"), k, v)
+        json_object_foreach(json_object_get(j, "faults_fired"), k, v) {
             printf("    %-30s %10lld%s\n", k, (long long)json_integer_value(v),
                    json_integer_value(v) ? "" : "   (never fired)");
+        }
         printf("\n  gate: %s\n", passed ? "PASSED" : "FAILED");
         json_t *f = json_object_get(j, "failing_traces");
         if (json_array_size(f)) {
