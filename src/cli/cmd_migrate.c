@@ -132,7 +132,7 @@ int cmd_migrate(int argc, char **argv) {
     obx_route over;
     memset(&over, 0, sizeof over);
     int js = 0, rc;
-    long long v;
+    long long v = 0;
     static const char usage[] =
         "usage: obx migrate [EVENT_ID...] [--type T] [--from-cluster C] [--from-topic T] "
         "[--state S] [--limit N] [--route-gen G | --cluster C --topic T [--routing-key TPL] "
@@ -264,7 +264,7 @@ int cmd_shadow(int argc, char **argv) {
     obx_shadow_request req;
     memset(&req, 0, sizeof req);
     int js = 0, rc;
-    long long v;
+    long long v = 0;
     static const char usage[] =
         "usage: obx shadow [--alias A]... [--type T]... [--topic T]... [--feed FILE] "
         "[--since-ms MS] [--grace-ms MS] [--limit N] [--json] [--db URL] [--broker URL] "
@@ -379,7 +379,7 @@ int cmd_takeover(int argc, char **argv) {
     obx_takeover_request req;
     memset(&req, 0, sizeof req);
     int js = 0, rc;
-    long long v;
+    long long v = 0;
     static const char usage[] =
         "usage: obx takeover --to ALIAS (--type T[,T...]... | --from ALIAS [--percent P]) "
         "[--backlog] [--who W] [--dry-run] [--json] [--db URL]";

@@ -136,6 +136,7 @@ int cmd_sim(int argc, char **argv) {
                     {"sends under a stale claim", "stale_claim_sends"},
                     {"UNKNOWN not traceable by attempt", "unknown_untraceable"},
                     {"purges without the consumers' evidence", "premature_purges"},
+                    {"migrations away from a target holding it", "migrated_with_old_copy"},
                     {"internal errors", "internal_errors"},
                     {"liveness failures", "liveness_failures"}};
         printf("  %-42s %12s  %s\n", "check", "value", "gate");
@@ -152,6 +153,8 @@ int cmd_sim(int argc, char **argv) {
         printf("  %-42s %12ld\n", "quarantined receipts (alarms, not failures)",
                num(j, "quarantined_receipts"));
         printf("  %-42s %12ld\n", "events purged (tombstones)", num(j, "purged"));
+        printf("  %-42s %5ld/%-6ld\n", "migrations done / refused (no proof)", num(j, "migrated"),
+               num(j, "migration_refused"));
         printf("\n  faults fired:\n");
         const char *k;
         json_t *v;

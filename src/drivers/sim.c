@@ -65,7 +65,8 @@ obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_han
     X(REJECTION, "rejection")                                                                      \
     X(MANGLED_RECEIPT, "mangled-receipt")                                                          \
     X(HANDLER_FAILURE, "handler-failure")                                                          \
-    X(PREMATURE_PURGE, "premature-purge-attempt")
+    X(PREMATURE_PURGE, "premature-purge-attempt")                                                  \
+    X(MIGRATION_UNQUERYABLE, "old-target-unqueryable-during-migration")
 
 enum {
 #define F(n, s) F_##n,
@@ -88,7 +89,7 @@ typedef struct results {
     long lost_events, second_event_ids, cross_destination_retries, digest_divergence,
         consumer_duplicate_effects, stale_claim_sends, late_ack_total, late_ack_converged,
         unknown_total, unknown_untraceable, internal_errors, liveness_failures, quarantined,
-        premature_purges, purged;
+        premature_purges, purged, migrated, migration_refused, migrated_with_old_copy;
     long fired[F_COUNT];
     long failing[16];
     long nfailing;
@@ -113,6 +114,9 @@ static void results_add(results *a, const results *b) {
     ADD(quarantined);
     ADD(premature_purges);
     ADD(purged);
+    ADD(migrated);
+    ADD(migration_refused);
+    ADD(migrated_with_old_copy);
 #undef ADD
     for (int i = 0; i < F_COUNT; i++) a->fired[i] += b->fired[i];
 }
@@ -120,7 +124,7 @@ static void results_add(results *a, const results *b) {
 /* ---- actors ------------------------------------------------------------------------------------
  */
 
-enum { A_PRODUCER, A_DISPATCHER, A_RECONCILER, A_CONSUMER, A_PURGER };
+enum { A_PRODUCER, A_DISPATCHER, A_RECONCILER, A_CONSUMER, A_PURGER, A_MIGRATOR };
 
 #define MAX_DL 16
 
@@ -146,7 +150,7 @@ typedef struct actor {
     bool to_ack[MAX_DL];
 } actor;
 
-#define MAX_ACTORS 7
+#define MAX_ACTORS 8
 #define MAX_EVENTS 8
 
 typedef struct wk {
@@ -179,6 +183,7 @@ typedef struct wk {
     int64_t replay_window_ms; /* retention of this trace (purger actor) */
     char tenant[24];          /* per trace: concurrent traces on one PostgreSQL never share a key */
     size_t purge_batch;
+    bool revised; /* the route policy was revised in this trace (a migration target) */
     bool faults_on;
     bool handler_fail_next;
     results r;
@@ -309,6 +314,7 @@ enum {
     OQ_BOTH_ACKED,
     OQ_QUARANTINED,
     OQ_STUCK,
+    OQ_MIGRATIONS,
     OQ_COUNT
 };
 
@@ -354,6 +360,9 @@ static const char *const oq_sql[OQ_COUNT] = {
     [OQ_QUARANTINED] = "SELECT count(*) FROM obx_receipt WHERE kind = 'QUARANTINED'",
     [OQ_STUCK] = "SELECT event_id, state, claim_gen, owner, lease_until, next_check_at FROM "
                  "obx_event ORDER BY seq",
+    /* every move: the event and the generation it left */
+    [OQ_MIGRATIONS] = "SELECT event_id, envelope_gen - 1 FROM obx_receipt WHERE kind = "
+                      "'MIGRATION' ORDER BY receipt_id",
 };
 
 typedef struct oparam {
@@ -562,12 +571,13 @@ static obx_err actor_start(wk *k, actor *a) {
              : a->kind == A_DISPATCHER ? "d"
              : a->kind == A_RECONCILER ? "r"
              : a->kind == A_PURGER     ? "g"
+             : a->kind == A_MIGRATOR   ? "m"
                                        : "c",
              a->index, a->incarnation);
     obx_err e = OBX_OK;
     if (a->kind != A_PRODUCER && a->kind != A_PURGER) e = obx__br_open(k->wurl, NULL, 0, &a->b);
     if (e) return e;
-    if (a->kind == A_DISPATCHER || a->kind == A_RECONCILER) {
+    if (a->kind == A_DISPATCHER || a->kind == A_RECONCILER || a->kind == A_MIGRATOR) {
         obx__engine_cfg c;
         obx__engine_cfg_defaults(&c);
         obx__strlcpy(c.owner, a->owner, sizeof c.owner);
@@ -936,6 +946,37 @@ static void purger_step(wk *k, actor *a) {
     check_err(k, a, e, "purge");
 }
 
+/* An operator moving one event of the backlog to the current route generation (after a route
+ * policy revision) with `obx migrate`: it must move only with proof that the old target did not
+ * accept the event, and is refused otherwise — in particular while the old target cannot be
+ * queried (the fault). The checker verifies every move against the broker's log. */
+static void migrator_step(wk *k, actor *a) {
+    if (!k->revised) return; /* nothing to migrate to yet */
+    int c = (int)(rnd(k) % (uint64_t)k->n_events);
+    if (!k->n_ids[c]) return;
+    obx__sim_faults *wf = obx__sim_world_faults(k->w);
+    bool was_down = wf->lookup_down;
+    bool down = k->faults_on && chance(k, k->p[F_MIGRATION_UNQUERYABLE]);
+    if (down) wf->lookup_down = true;
+    const char *ids[] = {k->event_ids[c][0]};
+    obx__migrate_req req = {.ids = ids, .n_ids = 1, .who = a->owner, .reason = "sim"};
+    json_t *out = NULL;
+    size_t refused = 0;
+    obx_err e = obx__migrate(&a->e, k->now, &req, &out, &refused);
+    wf->lookup_down = was_down;
+    if (e == OBX_EREFUSED) e = OBX_OK;
+    if (!e) {
+        k->r.migrated += refused ? 0 : 1;
+        k->r.migration_refused += (long)refused;
+        if (down) k->r.fired[F_MIGRATION_UNQUERYABLE]++;
+        logv(k, "%s: migrate %s -> %s%s%s", a->owner, ids[0], refused ? "refused: " : "moved",
+             refused ? obx_errmsg() : "", down ? " (old target unqueryable)" : "");
+    }
+    h_add(k, refused ? 7 : 9);
+    json_decref(out);
+    check_err(k, a, e, "migrate");
+}
+
 static void step(wk *k, actor *a) {
     if (a->paused_until > k->now) return;
     switch (a->kind) {
@@ -943,6 +984,7 @@ static void step(wk *k, actor *a) {
     case A_DISPATCHER: dispatcher_step(k, a); break;
     case A_RECONCILER: reconciler_step(k, a); break;
     case A_PURGER: purger_step(k, a); break;
+    case A_MIGRATOR: migrator_step(k, a); break;
     default: consumer_step(k, a);
     }
 }
@@ -1028,13 +1070,15 @@ static void run_trace(wk *k, long idx) {
     k->nconsumers = 1 + (int)(rnd(k) % 2);
     k->na = 0;
     bool retention = rnd(k) % 4 != 0; /* a purger runs in 3 of 4 traces */
+    bool migration = rnd(k) % 2 == 0; /* an operator migrating the backlog in half of them */
     k->replay_window_ms = (int64_t)(rnd(k) % 1500);
     k->purge_batch = 1 + (size_t)(rnd(k) % 3);
     int kinds[] = {A_PRODUCER, A_DISPATCHER, A_DISPATCHER, A_RECONCILER,
-                   A_PURGER,   A_CONSUMER,   A_CONSUMER};
-    int index[] = {0, 1, 2, 0, 0, 0, 1};
-    for (int i = 0; i < 5 + k->nconsumers; i++) {
-        if (kinds[i] == A_PURGER && !retention) continue;
+                   A_PURGER,   A_MIGRATOR,   A_CONSUMER,   A_CONSUMER};
+    int index[] = {0, 1, 2, 0, 0, 0, 0, 1};
+    for (int i = 0; i < 6 + k->nconsumers; i++) {
+        if ((kinds[i] == A_PURGER && !retention) || (kinds[i] == A_MIGRATOR && !migration))
+            continue;
         actor *a = &k->a[k->na++];
         /* everything but the delivery slots (~40 KB an actor, valid below ndl only): zeroing
          * them for every actor of every trace was 5% of the simulator's instructions */
@@ -1056,7 +1100,7 @@ static void run_trace(wk *k, long idx) {
     /* 1. fault phase */
     k->faults_on = true;
     int steps = 60 + (int)(rnd(k) % 90);
-    bool revised = false;
+    k->revised = false;
     for (int s = 0; s < steps && !k->failure[0]; s++) {
         actor *a = &k->a[rnd(k) % (uint64_t)k->na];
         h_add(k, (uint64_t)(a - k->a));
@@ -1076,10 +1120,10 @@ static void run_trace(wk *k, long idx) {
                  (long long)(v->paused_until - 1700000000000LL));
             k->r.fired[F_PAUSE_PAST_LEASE]++;
         }
-        if (!revised && chance(k, k->p[F_ROUTE_REVISION])) {
+        if (!k->revised && chance(k, k->p[F_ROUTE_REVISION])) {
             /* only later events may use it; without lookup it must still allow a blind retry */
             route(k, "orders-v2", authoritative ? !blind : true, unordered);
-            revised = true;
+            k->revised = true;
             k->r.fired[F_ROUTE_REVISION]++;
             logv(k, "route policy revised: later events go to orders-v2");
         }
@@ -1128,6 +1172,7 @@ static void run_trace(wk *k, long idx) {
                 break;
             }
             case A_PURGER: purger_step(k, a); break;
+            case A_MIGRATOR: break; /* the operator is done */
             default:
                 for (int rep = 0; rep < 4; rep++) {
                     consumer_fetch(k, a);
@@ -1220,6 +1265,34 @@ static void check_purges(wk *k) {
     oq_close(&p);
 }
 
+/* Migration (DESIGN.md §6): an event left a generation's destination only when that target did
+ * not have it — so the broker's log holds no message of a generation an event migrated away
+ * from (it would reach consumers from two destinations). */
+static void check_migrations(wk *k) {
+    size_t nlog;
+    const obx__sim_msg *log = obx__sim_world_log(k->w, &nlog);
+    size_t stride = obx__sim_world_log_stride();
+    ocur c;
+    if (!oq_run(k, OQ_MIGRATIONS, NULL, 0, &c)) return;
+    while (oq_next(k, &c)) {
+        const char *id = oq_text(&c, 0);
+        int64_t old = oq_int(&c, 1);
+        for (size_t i = 0; i < nlog; i++) {
+            const obx__sim_msg *m =
+                (const obx__sim_msg *)(const void *)((const char *)log + i * stride);
+            if (!strcmp(m->env.event_id, id) && m->env.envelope_gen == old) {
+                k->r.migrated_with_old_copy++;
+                fail(k,
+                     "%s migrated away from generation %lld while its old target held it "
+                     "(%s/%d, attempt %s)",
+                     id, (long long)old, m->topic, (int)m->partition, m->attempt_id);
+                break;
+            }
+        }
+    }
+    oq_close(&c);
+}
+
 static void check_trace(wk *k) {
     results *r = &k->r;
     static _Thread_local qc dup_effects[2] = {
@@ -1269,6 +1342,7 @@ static void check_trace(wk *k) {
             fail(k, "consumer %d applied %ld events twice", i, v);
         }
     check_purges(k);
+    check_migrations(k);
     if ((v = oq_long(k, OQ_STALE, NULL, 0)) > 0) {
         r->stale_claim_sends += v;
         fail(k, "%ld attempts were sent under a claim their owner did not hold", v);
@@ -1524,12 +1598,12 @@ obx_err obx_sim_run(const obx_sim_options *o, char **out) {
         json_object_set_new(fired, fault_names[i], json_integer(x->fired[i]));
         if (wanted && n >= 2000 && x->fired[i] == 0) all_fired = false;
     }
-    bool passed = x->lost_events == 0 && x->second_event_ids == 0 &&
-                  x->cross_destination_retries == 0 && x->digest_divergence == 0 &&
-                  x->consumer_duplicate_effects == 0 && x->stale_claim_sends == 0 &&
-                  x->late_ack_converged == x->late_ack_total && x->unknown_untraceable == 0 &&
-                  x->internal_errors == 0 && x->liveness_failures == 0 &&
-                  x->premature_purges == 0 && p99 < 900.0 && all_fired;
+    bool passed =
+        x->lost_events == 0 && x->second_event_ids == 0 && x->cross_destination_retries == 0 &&
+        x->digest_divergence == 0 && x->consumer_duplicate_effects == 0 &&
+        x->stale_claim_sends == 0 && x->late_ack_converged == x->late_ack_total &&
+        x->unknown_untraceable == 0 && x->internal_errors == 0 && x->liveness_failures == 0 &&
+        x->premature_purges == 0 && x->migrated_with_old_copy == 0 && p99 < 900.0 && all_fired;
     json_t *failing = json_array();
     for (long i = 0; i < x->nfailing; i++)
         json_array_append_new(failing, json_integer(x->failing[i]));
@@ -1554,6 +1628,9 @@ obx_err obx_sim_run(const obx_sim_options *o, char **out) {
         o->mutation ? o->mutation : "none", "every_fault_fired", (int)all_fired);
     json_object_set_new(j, "premature_purges", json_integer(x->premature_purges));
     json_object_set_new(j, "purged", json_integer(x->purged));
+    json_object_set_new(j, "migrated", json_integer(x->migrated));
+    json_object_set_new(j, "migration_refused", json_integer(x->migration_refused));
+    json_object_set_new(j, "migrated_with_old_copy", json_integer(x->migrated_with_old_copy));
     json_object_set_new(j, "store", json_string(o->db_url ? "postgres" : "sqlite"));
     pthread_mutex_destroy(&r.mu);
     return obx__json_out(j, out);

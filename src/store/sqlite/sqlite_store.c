@@ -1843,7 +1843,7 @@ static obx_err sq_events_known(obx__store *base, const char *const *ids, size_t 
 
 static obx_err sq_find_events(obx__store *base, const obx__event_filter *f, obx__rows *out) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_FIND, &st);
     if (e) return e;
     char aliases[2048], states[512];
@@ -1874,7 +1874,7 @@ static obx_err sq_find_events(obx__store *base, const obx__event_filter *f, obx_
 
 static obx_err sq_route_set_put(obx__store *base, const obx__route_set_row *r) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_RSET_PUT, &st);
     if (e) return e;
     bi(st, 1, r->route_gen);
@@ -1900,7 +1900,7 @@ static obx_err sq_route_set_put(obx__store *base, const obx__route_set_row *r) {
 
 static obx_err sq_route_set_get(obx__store *base, int64_t gen, obx__route_set_row *out) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     memset(out, 0, sizeof *out);
     obx_err e = stmt(s, Q_RSET_GET, &st);
     if (e) return e;
@@ -1933,7 +1933,7 @@ static obx_err sq_route_set_get(obx__store *base, int64_t gen, obx__route_set_ro
 
 static obx_err sq_delivery_put(obx__store *base, const obx__delivery_row *d) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_DSET_PUT, &st);
     if (e) return e;
     bt(st, 1, d->event_id);
@@ -1967,7 +1967,7 @@ static obx_err sq_delivery_put(obx__store *base, const obx__delivery_row *d) {
 
 static obx_err sq_delivery_get(obx__store *base, const char *id, obx__delivery_row *out) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     memset(out, 0, sizeof *out);
     obx_err e = stmt(s, Q_DGET, &st);
     if (e) return e;
@@ -1992,7 +1992,7 @@ static obx_err sq_delivery_get(obx__store *base, const char *id, obx__delivery_r
 
 static obx_err sq_delivery_stats(obx__store *base, int64_t *sets, int64_t *complete) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_DSTATS, &st);
     if (e) return e;
     int rc = sqlite3_step(st);
@@ -2007,7 +2007,7 @@ static obx_err sq_delivery_stats(obx__store *base, int64_t *sets, int64_t *compl
 static obx_err sq_receipt_details(obx__store *base, const char *event_id, obx__receipt_kind kind,
                                   char ***out, size_t *n) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     *out = NULL;
     *n = 0;
     size_t cap = 0;
@@ -2040,7 +2040,7 @@ static obx_err sq_set_alias(obx__store *base, const char *const *ids, size_t n, 
                             const char *to, bool *applied) {
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_SET_ALIAS, &st);
         if (e) return e;
         bt(st, 1, ids[i]);
