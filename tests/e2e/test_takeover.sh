@@ -58,19 +58,37 @@ relay legacy-relay legacy.log --set relay.aliases=legacy
 legacy=$last
 relay obx-relay obx.log --set relay.aliases=obx
 obx=$last
-produce 0 150 &
+# Phases gated on what has been published, so both relays provably get work on a fast machine
+# too (CI once produced all 300 before the first takeover): legacy publishes the first events,
+# the takeover lands while producers may still be committing, obx gets every event committed
+# after it, and the rollback and the second takeover happen mid-stream again.
+wait_published() { # wait_published N: until at least N events are PUBLISHED (60 s at most)
+  local deadline=$((SECONDS + 60))
+  while ((SECONDS < deadline)); do
+    (($(report 'd["published"]') >= $1)) && return 0
+    sleep 0.2
+  done
+  return 1
+}
+produce 0 100 &
 p1=$!
-produce 150 150 &
-p2=$!
-sleep 1.5
+wait_published 10 || bad "legacy published nothing in 60 s"
 "$OBX" takeover --db "$db" --to obx --type order.created.v1 --backlog --who ops >"$dir/t1.out"
 ok "takeover: $(tail -1 "$dir/t1.out" | cut -c1-60)..."
-sleep 1.5
+produce 100 100 &
+p2=$!
+wait "$p1" "$p2"
+wait_published 200 || bad "the first 200 events were not published in 60 s"
+produce 200 50 &
+p3=$!
+sleep 0.5
 "$OBX" takeover --db "$db" --to legacy --type order.created.v1 --backlog --who ops >"$dir/t2.out"
 ok "rollback: $(head -1 "$dir/t2.out" | cut -c1-90)"
-sleep 1.5
+produce 250 50 &
+p4=$!
+sleep 0.5
 "$OBX" takeover --db "$db" --to obx --type order.created.v1 --who ops >/dev/null
-wait "$p1" "$p2"
+wait "$p3" "$p4"
 expected=300
 deadline=$((SECONDS + 90))
 while ((SECONDS < deadline)); do
