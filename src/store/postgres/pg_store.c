@@ -109,6 +109,12 @@ enum {
     Q_POISON_STATE,
     Q_INBOX_QUAR,
     Q_CONSUME_AUDIT,
+    Q_RCPT_KIND_SPARSE,
+    Q_RCPT_KIND_ANY,
+    Q_RECENT_PUB,
+    Q_CAUDIT_EVENT,
+    Q_CAUDIT_AFTER,
+    Q_CAUDIT_NEWEST,
     Q_COUNT
 };
 
@@ -177,6 +183,11 @@ typedef struct pg_store {
     "SELECT " EVENT_COLS ", CASE WHEN $2::bool THEN v.payload END FROM unnest($1::text[]) WITH "   \
     "ORDINALITY AS k(id, ord) JOIN obx.obx_event e ON e.event_id = k.id JOIN obx.obx_envelope v "  \
     "ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen ORDER BY k.ord" lock
+
+#define RCPT_COLS                                                                                  \
+    "event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "            \
+    "broker_ts, payload_digest, dest_digest, reason, created_at"
+#define CAUDIT_COLS "audit_id, at, consumer_id, event_id, outcome, duration_us, detail"
 
 static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_PUT] = "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, "
@@ -296,9 +307,8 @@ static const char *const sql_text[Q_COUNT] = {
                    "$12::text[], $13::text[], $14::bigint[]) WITH ORDINALITY AS t(event_id, "
                    "envelope_gen, attempt_id, kind, cluster, topic, partition, off, broker_ts, "
                    "payload_digest, dest_digest, reason, detail, created_at, ord) ORDER BY ord",
-    [Q_LOAD_RCPT] = "SELECT event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, "
-                    "\"offset\", broker_ts, payload_digest, dest_digest, reason, created_at "
-                    "FROM obx.obx_receipt WHERE event_id = $1::text ORDER BY receipt_id",
+    [Q_LOAD_RCPT] = "SELECT " RCPT_COLS " FROM obx.obx_receipt WHERE event_id = $1::text "
+                    "ORDER BY receipt_id",
     [Q_INS_AUDIT] = "INSERT INTO obx.obx_audit (at, actor, who, event_id, envelope_gen, "
                     "from_state, to_state, claim_gen, attempt_id, attempt_gen, reason) "
                     "SELECT at, actor, who, event_id, envelope_gen, from_state, to_state, "
@@ -389,20 +399,61 @@ static const char *const sql_text[Q_COUNT] = {
                         "duration_us, detail FROM unnest($1::bigint[], $2::text[], $3::text[], "
                         "$4::text[], $5::bigint[], $6::text[]) WITH ORDINALITY AS t(at, "
                         "consumer_id, event_id, outcome, duration_us, detail, ord) ORDER BY ord",
+    /* The literal IN list lets a generic plan use the partial index obx_receipt_kind. */
+    [Q_RCPT_KIND_SPARSE] = "SELECT " RCPT_COLS " FROM obx.obx_receipt WHERE kind = $1::text AND "
+                           "kind IN ('QUARANTINED','MIGRATION') ORDER BY receipt_id DESC "
+                           "LIMIT $2::bigint",
+    [Q_RCPT_KIND_ANY] = "SELECT " RCPT_COLS " FROM obx.obx_receipt WHERE kind = $1::text "
+                        "ORDER BY receipt_id DESC LIMIT $2::bigint",
+    [Q_RECENT_PUB] = "SELECT e.event_id, v.dest_topic, e.published_at FROM obx.obx_event e JOIN "
+                     "obx.obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = "
+                     "e.envelope_gen WHERE e.state = 'PUBLISHED' ORDER BY e.published_at DESC "
+                     "LIMIT $1::bigint",
+    [Q_CAUDIT_EVENT] = "SELECT " CAUDIT_COLS " FROM obx.obx_consume_audit WHERE event_id = "
+                       "$2::text AND ($1::text IS NULL OR consumer_id = $1::text) AND audit_id > "
+                       "$3::bigint ORDER BY audit_id LIMIT $4::bigint",
+    [Q_CAUDIT_AFTER] = "SELECT " CAUDIT_COLS " FROM obx.obx_consume_audit WHERE audit_id > "
+                       "$3::bigint AND ($1::text IS NULL OR consumer_id = $1::text) AND "
+                       "($2::text IS NULL) ORDER BY audit_id LIMIT $4::bigint",
+    [Q_CAUDIT_NEWEST] = "SELECT " CAUDIT_COLS " FROM obx.obx_consume_audit WHERE ($2::text IS "
+                        "NULL OR event_id = $2::text) AND ($1::text IS NULL OR consumer_id = "
+                        "$1::text) AND $3::bigint < 0 ORDER BY audit_id DESC LIMIT $4::bigint",
 };
 
 /* Statements that only read: run standalone on an owned connection found lost, they are
  * retried once on a new connection (contract 6). A write is never retried: whether a lost
  * statement took effect is unknown. */
 static const bool q_readonly[Q_COUNT] = {
-    [Q_ROUTE_GET] = true,   [Q_ROUTE_LIST_CUR] = true, [Q_ROUTE_LIST_ALL] = true,
-    [Q_IDEM] = true,        [Q_SEL_EXPIRED] = true,    [Q_SEL_RECONCILE] = true,
-    [Q_SEL_STATE] = true,   [Q_SEL_PUBBEFORE] = true,  [Q_LOAD] = true,
-    [Q_LOAD_ATT] = true,    [Q_LOAD_ATT_EVENT] = true, [Q_LOAD_RCPT] = true,
-    [Q_LOAD_AUDIT] = true,  [Q_COUNTER_GET] = true,    [Q_STATS] = true,
-    [Q_STATS_INV] = true,   [Q_UNKNOWN_RES] = true,    [Q_FIND_CORR] = true,
-    [Q_INBOX_GET] = true,   [Q_INBOX_HAS] = true,      [Q_WM_LIST] = true,
-    [Q_WM_LIST_ALL] = true, [Q_POISON_LIST] = true,    [Q_POISON_GET] = true,
+    [Q_ROUTE_GET] = true,
+    [Q_ROUTE_LIST_CUR] = true,
+    [Q_ROUTE_LIST_ALL] = true,
+    [Q_IDEM] = true,
+    [Q_SEL_EXPIRED] = true,
+    [Q_SEL_RECONCILE] = true,
+    [Q_SEL_STATE] = true,
+    [Q_SEL_PUBBEFORE] = true,
+    [Q_LOAD] = true,
+    [Q_LOAD_ATT] = true,
+    [Q_LOAD_ATT_EVENT] = true,
+    [Q_LOAD_RCPT] = true,
+    [Q_LOAD_AUDIT] = true,
+    [Q_COUNTER_GET] = true,
+    [Q_STATS] = true,
+    [Q_STATS_INV] = true,
+    [Q_UNKNOWN_RES] = true,
+    [Q_FIND_CORR] = true,
+    [Q_INBOX_GET] = true,
+    [Q_INBOX_HAS] = true,
+    [Q_WM_LIST] = true,
+    [Q_WM_LIST_ALL] = true,
+    [Q_POISON_LIST] = true,
+    [Q_POISON_GET] = true,
+    [Q_RCPT_KIND_SPARSE] = true,
+    [Q_RCPT_KIND_ANY] = true,
+    [Q_RECENT_PUB] = true,
+    [Q_CAUDIT_EVENT] = true,
+    [Q_CAUDIT_AFTER] = true,
+    [Q_CAUDIT_NEWEST] = true,
 };
 
 /* ---- statement names ----------------------------------------------------------------------- */
@@ -1561,21 +1612,13 @@ static obx_err pg_insert_receipts(obx__store *base, const obx__receipt_row *rc, 
     return e;
 }
 
-static obx_err pg_load_receipts(obx__store *base, const char *event_id, obx__receipt_row **out,
-                                size_t *n_out) {
-    pg_store *s = (pg_store *)base;
-    *out = NULL;
-    *n_out = 0;
-    params p;
-    p_init(&p);
-    p_text(&p, event_id);
-    PGresult *r = NULL;
-    obx_err e = run(s, Q_LOAD_RCPT, &p, PGRES_TUPLES_OK, &r, "load receipts");
-    if (e) return e;
+/* Receipts from rows of RCPT_COLS. */
+static obx_err read_receipts(PGresult *r, const char *what, obx__receipt_row **out, size_t *n_out) {
+    obx_err e = OBX_OK;
     int rows = PQntuples(r);
     if (rows > 0) {
         *out = calloc((size_t)rows, sizeof **out);
-        if (!*out) e = obx__fail(OBX_ENOMEM, "load receipts: out of memory");
+        if (!*out) e = obx__fail(OBX_ENOMEM, "%s: out of memory", what);
     }
     for (int i = 0; !e && i < rows; i++) {
         obx__receipt_row *rc = &(*out)[i];
@@ -1597,6 +1640,21 @@ static obx_err pg_load_receipts(obx__store *base, const char *event_id, obx__rec
         rc->created_at = gi(r, i, 12);
     }
     if (!e) *n_out = (size_t)rows;
+    return e;
+}
+
+static obx_err pg_load_receipts(obx__store *base, const char *event_id, obx__receipt_row **out,
+                                size_t *n_out) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n_out = 0;
+    params p;
+    p_init(&p);
+    p_text(&p, event_id);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_LOAD_RCPT, &p, PGRES_TUPLES_OK, &r, "load receipts");
+    if (e) return e;
+    e = read_receipts(r, "load receipts", out, n_out);
     PQclear(r);
     return e;
 }
@@ -2104,6 +2162,84 @@ static obx_err pg_create_roles(obx__store *base, const char *prefix) {
     return pg_commit(base);
 }
 
+static obx_err pg_receipts_by_kind(obx__store *base, obx__receipt_kind kind, size_t limit,
+                                   obx__receipt_row **out, size_t *n) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n = 0;
+    if ((unsigned)kind > OBX__RK_MIGRATION) return obx__fail(OBX_EINVAL, "receipt kind %d", kind);
+    bool sparse = kind == OBX__RK_QUARANTINED || kind == OBX__RK_MIGRATION;
+    params p;
+    p_init(&p);
+    p_text(&p, obx__receipt_kind_name(kind));
+    p_int(&p, (int64_t)limit);
+    PGresult *r = NULL;
+    obx_err e = run(s, sparse ? Q_RCPT_KIND_SPARSE : Q_RCPT_KIND_ANY, &p, PGRES_TUPLES_OK, &r,
+                    "receipts by kind");
+    if (e) return e;
+    e = read_receipts(r, "receipts by kind", out, n);
+    PQclear(r);
+    return e;
+}
+
+static obx_err pg_recent_published(obx__store *base, size_t limit, obx__published_ref **out,
+                                   size_t *n) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n = 0;
+    params p;
+    p_init(&p);
+    p_int(&p, (int64_t)limit);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_RECENT_PUB, &p, PGRES_TUPLES_OK, &r, "recent published");
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (rows > 0 && !(*out = calloc((size_t)rows, sizeof **out)))
+        e = obx__fail(OBX_ENOMEM, "recent published: out of memory");
+    for (int i = 0; !e && i < rows; i++) {
+        GT(r, i, 0, (*out)[i].event_id);
+        GT(r, i, 1, (*out)[i].topic);
+        (*out)[i].published_at = gi(r, i, 2);
+    }
+    if (!e) *n = (size_t)rows;
+    PQclear(r);
+    return e;
+}
+
+static obx_err pg_consume_audit_list(obx__store *base, const char *consumer, const char *event_id,
+                                     int64_t after_id, size_t limit, obx__consume_audit_row **out,
+                                     size_t *n) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n = 0;
+    params p;
+    p_init(&p);
+    p_text(&p, consumer);
+    p_text(&p, event_id);
+    p_int(&p, after_id);
+    p_int(&p, (int64_t)limit);
+    int q = after_id < 0 ? Q_CAUDIT_NEWEST : event_id ? Q_CAUDIT_EVENT : Q_CAUDIT_AFTER;
+    PGresult *r = NULL;
+    obx_err e = run(s, q, &p, PGRES_TUPLES_OK, &r, "consume audit");
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (rows > 0 && !(*out = calloc((size_t)rows, sizeof **out)))
+        e = obx__fail(OBX_ENOMEM, "consume audit: out of memory");
+    for (int i = 0; !e && i < rows; i++) {
+        obx__consume_audit_row *a = &(*out)[i];
+        a->id = gi(r, i, 0);
+        a->at = gi(r, i, 1);
+        GT(r, i, 2, a->consumer_id);
+        GT(r, i, 3, a->event_id);
+        GT(r, i, 4, a->outcome);
+        a->duration_us = gi(r, i, 5);
+        GT(r, i, 6, a->detail);
+    }
+    if (!e) *n = (size_t)rows;
+    PQclear(r);
+    return e;
+}
+
 const obx__store_methods obx__pg_store_methods = {
     .version = OBX__STORE_METHODS_VERSION,
     .name = "postgres",
@@ -2155,4 +2291,7 @@ const obx__store_methods obx__pg_store_methods = {
     .consume_audit_put = pg_consume_audit_put,
     .wait_for_work = pg_wait_for_work,
     .create_roles = pg_create_roles,
+    .receipts_by_kind = pg_receipts_by_kind,
+    .recent_published = pg_recent_published,
+    .consume_audit_list = pg_consume_audit_list,
 };

@@ -70,6 +70,12 @@ enum {
     Q_POISON_STATE,
     Q_INBOX_QUAR,
     Q_CONSUME_AUDIT,
+    Q_RCPT_KIND_SPARSE,
+    Q_RCPT_KIND_ANY,
+    Q_RECENT_PUB,
+    Q_CAUDIT_EVENT,
+    Q_CAUDIT_AFTER,
+    Q_CAUDIT_NEWEST,
     Q_COUNT
 };
 
@@ -100,6 +106,11 @@ typedef struct sq_store {
     "v.envelope_gen = e.envelope_gen "
 #define UNPUBLISHED                                                                                \
     "('PENDING','CLAIMED','SENDING','DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED','PARKED')"
+
+#define RCPT_COLS                                                                                  \
+    "event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "            \
+    "broker_ts, payload_digest, dest_digest, reason, created_at"
+#define CAUDIT_COLS "audit_id, at, consumer_id, event_id, outcome, duration_us, detail"
 
 static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_PUT] = "INSERT INTO obx_route (event_type, cluster, topic, routing_key, algorithm, "
@@ -178,9 +189,7 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_INS_RCPT] = "INSERT INTO obx_receipt (event_id, envelope_gen, attempt_id, kind, cluster, "
                    "topic, partition, \"offset\", broker_ts, payload_digest, dest_digest, reason, "
                    "detail, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-    [Q_LOAD_RCPT] = "SELECT event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, "
-                    "\"offset\", broker_ts, payload_digest, dest_digest, reason, created_at "
-                    "FROM obx_receipt WHERE event_id = ? ORDER BY receipt_id",
+    [Q_LOAD_RCPT] = "SELECT " RCPT_COLS " FROM obx_receipt WHERE event_id = ? ORDER BY receipt_id",
     [Q_INS_AUDIT] = "INSERT INTO obx_audit (at, actor, who, event_id, envelope_gen, from_state, "
                     "to_state, claim_gen, attempt_id, attempt_gen, reason) "
                     "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
@@ -253,6 +262,24 @@ static const char *const sql_text[Q_COUNT] = {
                      "first_digest, reason, at) VALUES (?,?,?,?,?,?)",
     [Q_CONSUME_AUDIT] = "INSERT INTO obx_consume_audit (at, consumer_id, event_id, outcome, "
                         "duration_us, detail) VALUES (?,?,?,?,?,?)",
+    /* The literal IN list lets SQLite use the partial index obx_receipt_kind (a bound kind
+     * alone does not imply the index's WHERE clause). */
+    [Q_RCPT_KIND_SPARSE] = "SELECT " RCPT_COLS " FROM obx_receipt WHERE kind = ?1 AND kind IN "
+                           "('QUARANTINED','MIGRATION') ORDER BY receipt_id DESC LIMIT ?2",
+    [Q_RCPT_KIND_ANY] = "SELECT " RCPT_COLS " FROM obx_receipt WHERE kind = ?1 "
+                        "ORDER BY receipt_id DESC LIMIT ?2",
+    [Q_RECENT_PUB] = "SELECT e.event_id, v.dest_topic, e.published_at FROM obx_event e JOIN "
+                     "obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = "
+                     "e.envelope_gen WHERE e.state = 'PUBLISHED' ORDER BY e.published_at DESC "
+                     "LIMIT ?1",
+    [Q_CAUDIT_EVENT] = "SELECT " CAUDIT_COLS " FROM obx_consume_audit WHERE event_id = ?2 AND "
+                       "(?1 IS NULL OR consumer_id = ?1) AND audit_id > ?3 ORDER BY audit_id "
+                       "LIMIT ?4",
+    [Q_CAUDIT_AFTER] = "SELECT " CAUDIT_COLS " FROM obx_consume_audit WHERE audit_id > ?3 AND "
+                       "(?1 IS NULL OR consumer_id = ?1) ORDER BY audit_id LIMIT ?4",
+    [Q_CAUDIT_NEWEST] = "SELECT " CAUDIT_COLS " FROM obx_consume_audit WHERE (?2 IS NULL OR "
+                        "event_id = ?2) AND (?1 IS NULL OR consumer_id = ?1) ORDER BY audit_id "
+                        "DESC LIMIT ?4",
 };
 
 /* ---- errors ------------------------------------------------------------------------------- */
@@ -401,7 +428,7 @@ static obx_err sq_wrap(void *conn, obx__store **out) {
 
 static obx_err sq_schema_version(obx__store *base, int *found) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
+    sqlite3_stmt *st;
     *found = 0;
     int rc = sqlite3_prepare_v2(s->db, "SELECT value FROM obx_meta WHERE key = 'schema_version'",
                                 -1, &st, NULL);
@@ -1062,40 +1089,38 @@ static obx_err sq_insert_receipts(obx__store *base, const obx__receipt_row *r, s
     return OBX_OK;
 }
 
-static obx_err sq_load_receipts(obx__store *base, const char *event_id, obx__receipt_row **out,
-                                size_t *n_out) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+/* One receipt from a row of RCPT_COLS. */
+static void read_receipt(sqlite3_stmt *st, obx__receipt_row *r) {
+    memset(r, 0, sizeof *r);
+    CT(st, 0, r->event_id);
+    r->envelope_gen = (int32_t)ci(st, 1);
+    CT(st, 2, r->attempt_id);
+    char kind[32];
+    CT(st, 3, kind);
+    for (int k = 0; k < 4; k++)
+        if (!strcmp(kind, kind_names[k])) r->kind = (obx__receipt_kind)k;
+    CT(st, 4, r->cluster);
+    CT(st, 5, r->topic);
+    r->partition = (int32_t)ci(st, 6);
+    r->offset = ci(st, 7);
+    r->broker_ts = ci(st, 8);
+    CT(st, 9, r->payload_digest);
+    CT(st, 10, r->dest_digest);
+    CT(st, 11, r->reason);
+    r->created_at = ci(st, 12);
+}
+
+/* Steps a receipt query into a growing array. */
+static obx_err collect_receipts(sq_store *s, sqlite3_stmt *st, const char *what,
+                                obx__receipt_row **out, size_t *n_out) {
     size_t cap = 0;
-    *out = NULL;
-    *n_out = 0;
-    obx_err e = stmt(s, Q_LOAD_RCPT, &st);
-    if (e) return e;
-    bt(st, 1, event_id);
+    obx_err e = OBX_OK;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        e = grow_array((void **)out, &cap, *n_out + 1, sizeof **out);
-        if (e) break;
-        obx__receipt_row *r = &(*out)[(*n_out)++];
-        memset(r, 0, sizeof *r);
-        CT(st, 0, r->event_id);
-        r->envelope_gen = (int32_t)ci(st, 1);
-        CT(st, 2, r->attempt_id);
-        char kind[32];
-        CT(st, 3, kind);
-        for (int k = 0; k < 4; k++)
-            if (!strcmp(kind, kind_names[k])) r->kind = (obx__receipt_kind)k;
-        CT(st, 4, r->cluster);
-        CT(st, 5, r->topic);
-        r->partition = (int32_t)ci(st, 6);
-        r->offset = ci(st, 7);
-        r->broker_ts = ci(st, 8);
-        CT(st, 9, r->payload_digest);
-        CT(st, 10, r->dest_digest);
-        CT(st, 11, r->reason);
-        r->created_at = ci(st, 12);
+        if ((e = grow_array((void **)out, &cap, *n_out + 1, sizeof **out))) break;
+        read_receipt(st, &(*out)[(*n_out)++]);
     }
-    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "load receipts");
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, what);
     sqlite3_reset(st);
     if (e) {
         free(*out);
@@ -1103,6 +1128,18 @@ static obx_err sq_load_receipts(obx__store *base, const char *event_id, obx__rec
         *n_out = 0;
     }
     return e;
+}
+
+static obx_err sq_load_receipts(obx__store *base, const char *event_id, obx__receipt_row **out,
+                                size_t *n_out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    *out = NULL;
+    *n_out = 0;
+    obx_err e = stmt(s, Q_LOAD_RCPT, &st);
+    if (e) return e;
+    bt(st, 1, event_id);
+    return collect_receipts(s, st, "load receipts", out, n_out);
 }
 
 static obx_err sq_insert_audit(obx__store *base, const obx__audit_row *a, size_t n) {
@@ -1592,6 +1629,88 @@ static obx_err sq_consume_audit_put(obx__store *base, const obx__consume_audit_r
     return OBX_OK;
 }
 
+static obx_err sq_receipts_by_kind(obx__store *base, obx__receipt_kind kind, size_t limit,
+                                   obx__receipt_row **out, size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    *out = NULL;
+    *n = 0;
+    if ((unsigned)kind > OBX__RK_MIGRATION) return obx__fail(OBX_EINVAL, "receipt kind %d", kind);
+    bool sparse = kind == OBX__RK_QUARANTINED || kind == OBX__RK_MIGRATION;
+    obx_err e = stmt(s, sparse ? Q_RCPT_KIND_SPARSE : Q_RCPT_KIND_ANY, &st);
+    if (e) return e;
+    bt(st, 1, kind_names[kind]);
+    bi(st, 2, (int64_t)limit);
+    return collect_receipts(s, st, "receipts by kind", out, n);
+}
+
+static obx_err sq_recent_published(obx__store *base, size_t limit, obx__published_ref **out,
+                                   size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    size_t cap = 0;
+    *out = NULL;
+    *n = 0;
+    obx_err e = stmt(s, Q_RECENT_PUB, &st);
+    if (e) return e;
+    bi(st, 1, (int64_t)limit);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
+        obx__published_ref *p = &(*out)[(*n)++];
+        memset(p, 0, sizeof *p);
+        CT(st, 0, p->event_id);
+        CT(st, 1, p->topic);
+        p->published_at = ci(st, 2);
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "recent published");
+    sqlite3_reset(st);
+    if (e) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return e;
+}
+
+static obx_err sq_consume_audit_list(obx__store *base, const char *consumer, const char *event_id,
+                                     int64_t after_id, size_t limit, obx__consume_audit_row **out,
+                                     size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    size_t cap = 0;
+    *out = NULL;
+    *n = 0;
+    int q = after_id < 0 ? Q_CAUDIT_NEWEST : event_id ? Q_CAUDIT_EVENT : Q_CAUDIT_AFTER;
+    obx_err e = stmt(s, q, &st);
+    if (e) return e;
+    bt(st, 1, consumer);
+    bt(st, 2, event_id);
+    bi(st, 3, after_id);
+    bi(st, 4, (int64_t)limit);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
+        obx__consume_audit_row *a = &(*out)[(*n)++];
+        memset(a, 0, sizeof *a);
+        a->id = ci(st, 0);
+        a->at = ci(st, 1);
+        CT(st, 2, a->consumer_id);
+        CT(st, 3, a->event_id);
+        CT(st, 4, a->outcome);
+        a->duration_us = ci(st, 5);
+        CT(st, 6, a->detail);
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "consume audit");
+    sqlite3_reset(st);
+    if (e) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return e;
+}
+
 const obx__store_methods obx__sqlite_store_methods = {
     .version = OBX__STORE_METHODS_VERSION,
     .name = "sqlite",
@@ -1641,4 +1760,7 @@ const obx__store_methods obx__sqlite_store_methods = {
     .poison_set_state = sq_poison_set_state,
     .inbox_quarantine_put = sq_inbox_quarantine_put,
     .consume_audit_put = sq_consume_audit_put,
+    .receipts_by_kind = sq_receipts_by_kind,
+    .recent_published = sq_recent_published,
+    .consume_audit_list = sq_consume_audit_list,
 };
