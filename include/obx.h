@@ -228,6 +228,30 @@ OBX_API obx_err obx_requeue(obx_store *s, const char *event_id, const char *who)
 OBX_API obx_err obx_report(obx_store *s, char **out_json);
 
 /* ---------------------------------------------------------------------------------------------
+ * Operations: what `obx status`, `obx trace` and the relay's dashboard show.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct obx_ops_options {
+    /* Critical consumers as "ID=URL" (their inbox databases): their consume receipts, consume
+     * audit, watermarks and poison messages join the documents. NULL = none. */
+    const char *const *consumers;
+    size_t n_consumers;
+    size_t limit; /* status: rows per list; trace: events per correlation ID. 0 = 50 */
+} obx_ops_options;
+
+/* The outbox at a glance as JSON, cheap on a big outbox (bounded, indexed reads): counts by
+ * state, the oldest PENDING and UNKNOWN ages, receipts by kind, the UNKNOWN events with their
+ * attempts, the PARKED events with the broker's last words, the quarantined receipts, and per
+ * critical consumer its lag, watermarks and poison messages. o may be NULL. */
+OBX_API obx_err obx_status(obx_store *s, const obx_ops_options *o, char **out_json);
+
+/* The whole flow of one event (event_id) and/or of every event carrying correlation_id, as
+ * JSON: the frozen envelope and destination (the producer's commit: txid, idempotency key,
+ * causation), attempts, receipts, audit rows, and each critical consumer's consume receipt,
+ * consume audit and poison state. OBX_ENOTFOUND when nothing matches. */
+OBX_API obx_err obx_trace(obx_store *s, const char *event_id, const char *correlation_id,
+                          const obx_ops_options *o, char **out_json);
+
+/* ---------------------------------------------------------------------------------------------
  * Inbox (consumer side, DESIGN.md §7). Runs inside the consumer's own database: the consume
  * receipt (unique per consumer and event), the handler's effect and the consumer watermark
  * commit together; only then may the caller acknowledge the broker position.
@@ -355,6 +379,10 @@ OBX_API obx_err obx_config_load(const char *path, obx_config **out);
 OBX_API obx_err obx_config_set(obx_config *c, const char *key, const char *value);
 /* Effective configuration as JSON (secrets redacted); the caller frees. */
 OBX_API obx_err obx_config_dump(const obx_config *c, char **out_json);
+/* One key's value as text, secrets included (unlike obx_config_dump: for tools that connect
+ * with the configured URLs, never for printing). Lists are joined with '\n'. The caller frees
+ * *out_value (obx_free). */
+OBX_API obx_err obx_config_get(const obx_config *c, const char *key, char **out_value);
 OBX_API void obx_config_free(obx_config *c);
 
 typedef struct obx_relay obx_relay;

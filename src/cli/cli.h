@@ -33,5 +33,7 @@ int cmd_requeue(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_poison(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_trace(int argc, char **argv);
 
 #endif

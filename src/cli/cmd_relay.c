@@ -77,6 +77,10 @@ int cmd_relay(int argc, char **argv) {
         obx_config_free(cfg);
         return cli_fail("relay", "configuration", e);
     }
+    char *log_format = NULL;
+    obx_config_get(cfg, "log.format", &log_format);
+    bool json_log = log_format && !strcmp(log_format, "json");
+    obx_free(log_format);
     sigset_t set;
     block_signals(&set);
     obx_relay *r;
@@ -90,7 +94,23 @@ int cmd_relay(int argc, char **argv) {
     e = obx_relay_wait(r);
     char *stats = NULL;
     if (obx_relay_stats(r, &stats) == OBX_OK) {
-        fprintf(stderr, "obx relay: stopped%s; counters: %s\n", sig ? " on signal" : "", stats);
+        json_t *j = json_loads(stats, 0, NULL);
+        char *line = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        if (json_log) { /* one JSON object per line, like every other record */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            struct tm tm;
+            gmtime_r(&ts.tv_sec, &tm);
+            fprintf(stderr,
+                    "{\"ts\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\",\"level\":\"info\","
+                    "\"component\":\"relay\",\"msg\":\"stopped%s\",\"counters\":%s}\n",
+                    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                    ts.tv_nsec / 1000000, sig ? " on signal" : "", line ? line : "{}");
+        } else
+            fprintf(stderr, "obx relay: stopped%s; counters: %s\n", sig ? " on signal" : "",
+                    line ? line : stats);
+        free(line);
+        json_decref(j);
         obx_free(stats);
     }
     obx_relay_close(r);
