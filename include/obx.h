@@ -252,6 +252,30 @@ OBX_API obx_err obx_trace(obx_store *s, const char *event_id, const char *correl
                           const obx_ops_options *o, char **out_json);
 
 /* ---------------------------------------------------------------------------------------------
+ * Topic catalog (docs/operations.md): a YAML file of versioned topics, each with its owner,
+ * event types and subscribers, checked against the route policy and the consumers' runtime
+ * subscriptions.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct obx_catalog_check_options {
+    const char *catalog_path;   /* required */
+    obx_store *routes;          /* the outbox whose current routes to compare; NULL = skip */
+    const char *consumers_path; /* YAML "consumers: [{id, topics, event_types}]"; NULL = none */
+    const char *const *subscriptions; /* more, as "CONSUMER=TOPIC[,TOPIC...]" */
+    size_t n_subscriptions;
+    const char *const *consumer_dbs; /* "ID=URL": topics the consumer consumed (watermarks) */
+    size_t n_consumer_dbs;
+} obx_catalog_check_options;
+
+/* Reports, as JSON {"findings": [{"kind", "subject", "detail", "suggestion"?, "line"?}], ...},
+ * every disagreement: topics nobody consumes, subscriptions to undeclared topics, routes of
+ * undeclared types or to another topic, subscriber lists that differ from the runtime,
+ * unversioned or ownerless topics, and spelling or version drift (a name one edit, a case or
+ * separator change, or a version away from a declared one, with the suggestion).
+ * *n_findings (may be NULL) counts them. OBX_ECONFIG names file and line of a malformed file. */
+OBX_API obx_err obx_catalog_check(const obx_catalog_check_options *o, char **out_json,
+                                  size_t *n_findings);
+
+/* ---------------------------------------------------------------------------------------------
  * Inbox (consumer side, DESIGN.md §7). Runs inside the consumer's own database: the consume
  * receipt (unique per consumer and event), the handler's effect and the consumer watermark
  * commit together; only then may the caller acknowledge the broker position.
@@ -333,6 +357,56 @@ OBX_API obx_err obx_inbox_redrive(obx_store *consumer_db, const char *consumer,
 /* "fx-" + 64 hex: SHA-256 over (consumer, event_id, effect_name); out has 68 bytes. */
 OBX_API obx_err obx_inbox_effect_key(const char *consumer, const char *event_id,
                                      const char *effect_name, char out[68]);
+
+/* ---------------------------------------------------------------------------------------------
+ * Consumer test kit: replays a consumer's handler through the inbox against what an
+ * at-least-once broker delivers, and reports which cases it mishandles. Every scenario runs in
+ * a fresh in-memory SQLite consumer database (the handler's db is a sqlite3 *):
+ *   baseline        each sample once, in order: all APPLIED; its state is the reference
+ *   duplicate       every message twice, and the first again at the end: same state
+ *   lost-commit     the handler runs, the transaction fails before its commit (a crash), the
+ *                   message comes again: same state (catches effects outside the consumer's
+ *                   transaction and in-process dedupe sets)
+ *   reordering      reverse order, failed ones redelivered after the rest: same state, none
+ *                   parked
+ *   older-contract  the previous contract version: APPLIED if declared, else parked, no effect
+ *   foreign-tenant  a tenant the consumer does not serve: parked as poison, no effect
+ *   poison          an unprocessable payload between valid ones: parked after max_failures, no
+ *                   effect, the valid ones after it applied
+ * ------------------------------------------------------------------------------------------- */
+typedef struct obx_consumer_test {
+    const char *consumer_id; /* NULL = "consumer-under-test" */
+    obx_inbox_handler handler;
+    void *user;
+    /* what the consumer declares, as in its obx_inbox_options (NULL = any) */
+    const char *const *event_types;
+    size_t n_event_types;
+    const char *const *tenants;
+    size_t n_tenants;
+    int max_failures; /* 0 = 5; at least 2 (the simulated crash counts as one failure) */
+    /* Creates the consumer's own tables in the fresh database (db: sqlite3 *). May be NULL. */
+    obx_err (*setup)(void *user, void *db);
+    /* The consumer's observable state as canonical text in *out (malloc'ed; the kit frees it):
+     * its tables and every effect it makes outside them (e-mails sent, calls made). NULL =
+     * every table of db whose name does not start with obx_ (then keep clocks and random
+     * values out of your tables, or provide this hook). */
+    obx_err (*snapshot)(void *user, void *db, char **out);
+    /* Forgets effects outside the database before each scenario. May be NULL. */
+    void (*reset)(void *user);
+    /* Deliveries of one aggregate in commit order (aggregate_version increasing, type
+     * versioned, payloads the handler accepts; event_id, payload_digest, topic may be left
+     * NULL). At least 2. NULL = three generated JSON order events ({"order","version",
+     * "total"}) of the first declared type and tenant. */
+    const obx_message *samples;
+    size_t n_samples;
+    const void *poison_payload; /* bytes the handler cannot process; NULL = malformed JSON */
+    size_t poison_len;
+} obx_consumer_test;
+
+/* Runs every scenario. *out_json: {"consumer_id", "declared", "scenarios": [{"scenario",
+ * "ok", "detail"}], "mishandled"}; *mishandled (may be NULL) the count of failed scenarios.
+ * OBX_OK when the kit ran (whatever it found); an error when it could not. */
+OBX_API obx_err obx_consumer_test_run(const obx_consumer_test *t, char **out_json, int *mishandled);
 
 /* ---------------------------------------------------------------------------------------------
  * Consumer loop: broker deliveries through the inbox, position acknowledged after commit.

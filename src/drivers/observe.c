@@ -26,13 +26,20 @@ static obx_err split_decl(const char *decl, char id[OBX_NAME_MAX + 1], const cha
                          decl ? decl : "(null)");
     memcpy(id, decl, (size_t)(eq - decl));
     id[eq - decl] = '\0';
+    char why[512] = "";
     obx_err e = obx__check_field("audit.critical_consumers: consumer ID", id, 1, OBX_NAME_MAX,
                                  OBX__CS_NAME);
-    if (e) return e;
-    *url = eq + 1;
-    if ((e = obx_url_check(*url, "store")))
-        return obx__fail_prefix(e, "audit.critical_consumers: %s", id);
-    return OBX_OK;
+    if (!e) {
+        *url = eq + 1;
+        e = obx_url_check(*url, "store");
+        if (e) snprintf(why, sizeof why, "audit.critical_consumers: %s: ", id);
+    }
+    if (!e) return OBX_OK;
+    /* a configuration error, whatever the check's own code (and never the URL's password:
+     * URL errors name the bad part, not the value) */
+    size_t l = strlen(why);
+    obx__strlcpy(why + l, obx_errmsg(), sizeof why - l);
+    return obx__fail(OBX_ECONFIG, "%s", why);
 }
 
 obx_err obx__consumer_decl_check(const char *decl) {
