@@ -362,7 +362,7 @@ static void print_event(json_t *d) {
                 js(x, "consumer_id"),
                 json_is_object(json_object_get(x, "poison")) ? " (parked as poison)" : " yet");
     }
-    qsort(v, n, sizeof *v, cmp_line);
+    if (n) qsort(v, n, sizeof *v, cmp_line);
     for (i = 0; i < n; i++) {
         char a[64];
         if (v[i].at == (long long)9e18 || !v[i].at)

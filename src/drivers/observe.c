@@ -323,7 +323,7 @@ obx_err obx__status_json(obx__store *s, obx__consumer_set *cs, const obx__store_
     const obx__state unknown_states[] = {OBX__ST_DISPATCH_UNKNOWN, OBX__ST_RECONCILING,
                                          OBX__ST_RETRY_CLAIMED};
     for (size_t i = 0; !e && i < 3; i++) e = select_state(s, unknown_states[i], limit, &rows);
-    if (!e) qsort(rows.v, rows.n, sizeof *rows.v, cmp_unknown);
+    if (!e && rows.n) qsort(rows.v, rows.n, sizeof *rows.v, cmp_unknown);
     json_t *lu = json_array();
     for (size_t i = 0; !e && i < rows.n && i < limit; i++) {
         json_t *j = summary(&rows.v[i]);
