@@ -339,11 +339,12 @@ static void print_event(json_t *d) {
             js(x, "from"), js(x, "to"), js(x, "who"), *js(x, "attempt_id") ? " attempt " : "",
             js(x, "attempt_id"), js(x, "reason"));
     }
-    json_array_foreach(json_object_get(d, "receipts"), i, x)
+    json_array_foreach(json_object_get(d, "receipts"), i, x) {
         add(&v, &n, &cap, ji(x, "created_at"), 2,
             "receipt     %s from %s/%s partition %lld offset %lld (attempt %s): %s", js(x, "kind"),
             js(x, "cluster"), js(x, "topic"), ji(x, "partition"), ji(x, "offset"),
             js(x, "attempt_id"), js(x, "reason"));
+    }
     json_array_foreach(json_object_get(d, "consumers"), i, x) {
         if (json_object_get(x, "error")) {
             add(&v, &n, &cap, 0, 3, "consumer    %s: unreachable: %s", js(x, "consumer_id"),
@@ -352,10 +353,11 @@ static void print_event(json_t *d) {
         }
         size_t j;
         json_t *au;
-        json_array_foreach(json_object_get(x, "audit"), j, au)
+        json_array_foreach(json_object_get(x, "audit"), j, au) {
             add(&v, &n, &cap, ji(au, "at"), 3, "consumer    %s %s (%lld us)%s%s",
                 js(x, "consumer_id"), js(au, "outcome"), ji(au, "duration_us"),
                 *js(au, "detail") ? ": " : "", js(au, "detail"));
+        }
         json_t *r = json_object_get(x, "receipt");
         if (!json_is_object(r))
             add(&v, &n, &cap, (long long)9e18, 3, "consumer    %s: no consume receipt%s",
@@ -432,7 +434,7 @@ int cmd_trace(int argc, char **argv) {
         json_t *j = json_loads(out, 0, NULL);
         size_t i;
         json_t *d;
-        json_array_foreach(json_object_get(j, "events"), i, d) print_event(d);
+        json_array_foreach(json_object_get(j, "events"), i, d) { print_event(d); }
         json_decref(j);
     }
     obx_free(out);

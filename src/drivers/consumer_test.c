@@ -264,7 +264,7 @@ static obx_err compare(kit *k, verdict *v, const char *what, const char *want) {
 
 static obx_err in_order(kit *k, verdict *v, const char *scenario) {
     for (size_t i = 0; i < k->n; i++) {
-        obx_inbox_result r;
+        obx_inbox_result r = {0};
         obx_err e = deliver_acked(k, &k->s[i], &r);
         if (e) return e;
         if (r.outcome != OBX_INBOX_APPLIED)
@@ -277,14 +277,14 @@ static obx_err in_order(kit *k, verdict *v, const char *scenario) {
 static obx_err sc_duplicate(kit *k, verdict *v, const char *ref) {
     obx_err e = fresh_db(k);
     for (size_t i = 0; !e && i < k->n; i++) {
-        obx_inbox_result r;
+        obx_inbox_result r = {0};
         if ((e = deliver_acked(k, &k->s[i], &r))) break;
         if ((e = deliver(k, &k->s[i], true, &r))) break;
         if (r.outcome != OBX_INBOX_DUPLICATE)
             bad(v, "the second delivery of %s ended %s, not DUPLICATE", k->s[i].event_id,
                 outcome_name(r.outcome));
     }
-    obx_inbox_result r;
+    obx_inbox_result r = {0};
     if (!e) e = deliver(k, &k->s[0], true, &r); /* a late duplicate, after the others */
     if (!e && r.outcome != OBX_INBOX_DUPLICATE)
         bad(v, "a late redelivery of %s ended %s, not DUPLICATE", k->s[0].event_id,
@@ -296,7 +296,7 @@ static obx_err sc_duplicate(kit *k, verdict *v, const char *ref) {
 static obx_err sc_lost_commit(kit *k, verdict *v, const char *ref) {
     obx_err e = fresh_db(k);
     for (size_t i = 0; !e && i < k->n; i++) {
-        obx_inbox_result r;
+        obx_inbox_result r = {0};
         k->crash_after_handler = true;
         e = deliver(k, &k->s[i], false, &r);
         k->crash_after_handler = false;
@@ -326,7 +326,7 @@ static obx_err sc_reordering(kit *k, verdict *v, const char *ref) {
     for (int round = 0; !e && np && round <= k->max_failures; round++) {
         size_t keep = 0;
         for (size_t j = 0; !e && j < np; j++) {
-            obx_inbox_result r;
+            obx_inbox_result r = {0};
             if ((e = deliver(k, &k->s[pending[j]], round > 0, &r))) break;
             if (r.outcome == OBX_INBOX_POISONED)
                 bad(v, "%s (sample %zu) was parked as poison after arriving out of order: %s",
@@ -351,7 +351,7 @@ static bool declared(const char *const *v, size_t n, const char *x) {
 /* A rejected message: parked as poison (visible to operators) and no effect. */
 static obx_err expect_parked(kit *k, verdict *v, const obx_message *m, const char *what,
                              const char *ref, const char *hint) {
-    obx_inbox_result r;
+    obx_inbox_result r = {0};
     obx_err e = deliver_acked(k, m, &r);
     if (e) return e;
     if (r.outcome != OBX_INBOX_POISONED)
@@ -370,7 +370,7 @@ static obx_err sc_older_contract(kit *k, verdict *v, const char *ref) {
     m.event_type = k->old_type;
     m.aggregate_version++;
     if (declared(k->t->event_types, k->t->n_event_types, k->old_type)) {
-        obx_inbox_result r;
+        obx_inbox_result r = {0};
         if ((e = deliver_acked(k, &m, &r))) return e;
         if (r.outcome != OBX_INBOX_APPLIED)
             bad(v, "declared contract %s: %s ended %s: %s", k->old_type, m.event_id,
@@ -403,7 +403,7 @@ static obx_err sc_foreign_tenant(kit *k, verdict *v, const char *ref) {
 static obx_err sc_poison(kit *k, verdict *v, const char *ref) {
     obx_err e = fresh_db(k);
     if (e) return e;
-    obx_inbox_result r;
+    obx_inbox_result r = {0};
     if ((e = deliver_acked(k, &k->s[0], &r))) return e;
     obx_message m = k->s[1];
     m.event_id = k->extra_ids[2];

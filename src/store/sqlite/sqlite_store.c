@@ -159,8 +159,11 @@ static const char *const sql_text[Q_COUNT] = {
                         "WHERE ((e.state = 'DISPATCH_UNKNOWN' AND e.next_check_at <= ?1) OR "
                         "(e.state IN ('RECONCILING','RETRY_CLAIMED') AND e.lease_until <= ?1)) "
                         "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.seq LIMIT ?3",
-    [Q_SEL_STATE] = "SELECT " EVENT_COLS EVENT_FROM
-                    "WHERE e.state = ?4 AND (?2 IS NULL OR e.dest_cluster = ?2) "
+    /* INDEXED BY: with ORDER BY seq LIMIT, SQLite otherwise scans the whole table in seq
+     * order looking for a rare state (PARKED, UNKNOWN) at its end (seconds at 1M events) */
+    [Q_SEL_STATE] = "SELECT " EVENT_COLS " FROM obx_event e INDEXED BY obx_event_state_pub "
+                    "JOIN obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = "
+                    "e.envelope_gen WHERE e.state = ?4 AND (?2 IS NULL OR e.dest_cluster = ?2) "
                     "ORDER BY e.seq LIMIT ?3",
     [Q_SEL_PUBBEFORE] =
         "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = ?4 AND e.published_at <= ?1 "
@@ -264,8 +267,9 @@ static const char *const sql_text[Q_COUNT] = {
                         "duration_us, detail) VALUES (?,?,?,?,?,?)",
     /* The literal IN list lets SQLite use the partial index obx_receipt_kind (a bound kind
      * alone does not imply the index's WHERE clause). */
-    [Q_RCPT_KIND_SPARSE] = "SELECT " RCPT_COLS " FROM obx_receipt WHERE kind = ?1 AND kind IN "
-                           "('QUARANTINED','MIGRATION') ORDER BY receipt_id DESC LIMIT ?2",
+    [Q_RCPT_KIND_SPARSE] = "SELECT " RCPT_COLS " FROM obx_receipt INDEXED BY obx_receipt_kind "
+                           "WHERE kind = ?1 AND kind IN ('QUARANTINED','MIGRATION') ORDER BY "
+                           "receipt_id DESC LIMIT ?2",
     [Q_RCPT_KIND_ANY] = "SELECT " RCPT_COLS " FROM obx_receipt WHERE kind = ?1 "
                         "ORDER BY receipt_id DESC LIMIT ?2",
     [Q_RECENT_PUB] = "SELECT e.event_id, v.dest_topic, e.published_at FROM obx_event e JOIN "
