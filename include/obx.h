@@ -344,6 +344,54 @@ typedef struct obx_takeover_request {
 OBX_API obx_err obx_takeover(obx_store *s, const obx_takeover_request *req, char **out_json);
 
 /* ---------------------------------------------------------------------------------------------
+ * Operations: what `obx status`, `obx trace` and the relay's dashboard show.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct obx_ops_options {
+    /* Critical consumers as "ID=URL" (their inbox databases): their consume receipts, consume
+     * audit, watermarks and poison messages join the documents. NULL = none. */
+    const char *const *consumers;
+    size_t n_consumers;
+    size_t limit; /* status: rows per list; trace: events per correlation ID. 0 = 50 */
+} obx_ops_options;
+
+/* The outbox at a glance as JSON, cheap on a big outbox (bounded, indexed reads): counts by
+ * state, the oldest PENDING and UNKNOWN ages, receipts by kind, the UNKNOWN events with their
+ * attempts, the PARKED events with the broker's last words, the quarantined receipts, and per
+ * critical consumer its lag, watermarks and poison messages. o may be NULL. */
+OBX_API obx_err obx_status(obx_store *s, const obx_ops_options *o, char **out_json);
+
+/* The whole flow of one event (event_id) and/or of every event carrying correlation_id, as
+ * JSON: the frozen envelope and destination (the producer's commit: txid, idempotency key,
+ * causation), attempts, receipts, audit rows, and each critical consumer's consume receipt,
+ * consume audit and poison state. OBX_ENOTFOUND when nothing matches. */
+OBX_API obx_err obx_trace(obx_store *s, const char *event_id, const char *correlation_id,
+                          const obx_ops_options *o, char **out_json);
+
+/* ---------------------------------------------------------------------------------------------
+ * Topic catalog (docs/operations.md): a YAML file of versioned topics, each with its owner,
+ * event types and subscribers, checked against the route policy and the consumers' runtime
+ * subscriptions.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct obx_catalog_check_options {
+    const char *catalog_path;   /* required */
+    obx_store *routes;          /* the outbox whose current routes to compare; NULL = skip */
+    const char *consumers_path; /* YAML "consumers: [{id, topics, event_types}]"; NULL = none */
+    const char *const *subscriptions; /* more, as "CONSUMER=TOPIC[,TOPIC...]" */
+    size_t n_subscriptions;
+    const char *const *consumer_dbs; /* "ID=URL": topics the consumer consumed (watermarks) */
+    size_t n_consumer_dbs;
+} obx_catalog_check_options;
+
+/* Reports, as JSON {"findings": [{"kind", "subject", "detail", "suggestion"?, "line"?}], ...},
+ * every disagreement: topics nobody consumes, subscriptions to undeclared topics, routes of
+ * undeclared types or to another topic, subscriber lists that differ from the runtime,
+ * unversioned or ownerless topics, and spelling or version drift (a name one edit, a case or
+ * separator change, or a version away from a declared one, with the suggestion).
+ * *n_findings (may be NULL) counts them. OBX_ECONFIG names file and line of a malformed file. */
+OBX_API obx_err obx_catalog_check(const obx_catalog_check_options *o, char **out_json,
+                                  size_t *n_findings);
+
+/* ---------------------------------------------------------------------------------------------
  * Inbox (consumer side, DESIGN.md §7). Runs inside the consumer's own database: the consume
  * receipt (unique per consumer and event), the handler's effect and the consumer watermark
  * commit together; only then may the caller acknowledge the broker position.
@@ -427,6 +475,56 @@ OBX_API obx_err obx_inbox_effect_key(const char *consumer, const char *event_id,
                                      const char *effect_name, char out[68]);
 
 /* ---------------------------------------------------------------------------------------------
+ * Consumer test kit: replays a consumer's handler through the inbox against what an
+ * at-least-once broker delivers, and reports which cases it mishandles. Every scenario runs in
+ * a fresh in-memory SQLite consumer database (the handler's db is a sqlite3 *):
+ *   baseline        each sample once, in order: all APPLIED; its state is the reference
+ *   duplicate       every message twice, and the first again at the end: same state
+ *   lost-commit     the handler runs, the transaction fails before its commit (a crash), the
+ *                   message comes again: same state (catches effects outside the consumer's
+ *                   transaction and in-process dedupe sets)
+ *   reordering      reverse order, failed ones redelivered after the rest: same state, none
+ *                   parked
+ *   older-contract  the previous contract version: APPLIED if declared, else parked, no effect
+ *   foreign-tenant  a tenant the consumer does not serve: parked as poison, no effect
+ *   poison          an unprocessable payload between valid ones: parked after max_failures, no
+ *                   effect, the valid ones after it applied
+ * ------------------------------------------------------------------------------------------- */
+typedef struct obx_consumer_test {
+    const char *consumer_id; /* NULL = "consumer-under-test" */
+    obx_inbox_handler handler;
+    void *user;
+    /* what the consumer declares, as in its obx_inbox_options (NULL = any) */
+    const char *const *event_types;
+    size_t n_event_types;
+    const char *const *tenants;
+    size_t n_tenants;
+    int max_failures; /* 0 = 5; at least 2 (the simulated crash counts as one failure) */
+    /* Creates the consumer's own tables in the fresh database (db: sqlite3 *). May be NULL. */
+    obx_err (*setup)(void *user, void *db);
+    /* The consumer's observable state as canonical text in *out (malloc'ed; the kit frees it):
+     * its tables and every effect it makes outside them (e-mails sent, calls made). NULL =
+     * every table of db whose name does not start with obx_ (then keep clocks and random
+     * values out of your tables, or provide this hook). */
+    obx_err (*snapshot)(void *user, void *db, char **out);
+    /* Forgets effects outside the database before each scenario. May be NULL. */
+    void (*reset)(void *user);
+    /* Deliveries of one aggregate in commit order (aggregate_version increasing, type
+     * versioned, payloads the handler accepts; event_id, payload_digest, topic may be left
+     * NULL). At least 2. NULL = three generated JSON order events ({"order","version",
+     * "total"}) of the first declared type and tenant. */
+    const obx_message *samples;
+    size_t n_samples;
+    const void *poison_payload; /* bytes the handler cannot process; NULL = malformed JSON */
+    size_t poison_len;
+} obx_consumer_test;
+
+/* Runs every scenario. *out_json: {"consumer_id", "declared", "scenarios": [{"scenario",
+ * "ok", "detail"}], "mishandled"}; *mishandled (may be NULL) the count of failed scenarios.
+ * OBX_OK when the kit ran (whatever it found); an error when it could not. */
+OBX_API obx_err obx_consumer_test_run(const obx_consumer_test *t, char **out_json, int *mishandled);
+
+/* ---------------------------------------------------------------------------------------------
  * Consumer loop: broker deliveries through the inbox, position acknowledged after commit.
  * ------------------------------------------------------------------------------------------- */
 typedef struct obx_consumer obx_consumer;
@@ -471,6 +569,10 @@ OBX_API obx_err obx_config_load(const char *path, obx_config **out);
 OBX_API obx_err obx_config_set(obx_config *c, const char *key, const char *value);
 /* Effective configuration as JSON (secrets redacted); the caller frees. */
 OBX_API obx_err obx_config_dump(const obx_config *c, char **out_json);
+/* One key's value as text, secrets included (unlike obx_config_dump: for tools that connect
+ * with the configured URLs, never for printing). Lists are joined with '\n'. The caller frees
+ * *out_value (obx_free). */
+OBX_API obx_err obx_config_get(const obx_config *c, const char *key, char **out_value);
 OBX_API void obx_config_free(obx_config *c);
 
 typedef struct obx_relay obx_relay;

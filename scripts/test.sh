@@ -12,8 +12,9 @@ scripts/build.sh build-asan -DOBX_SANITIZE=ON -DOBX_MUTATIONS=ON
 
 # shellcheck source=scripts/services.sh
 source scripts/services.sh
-services_start
+# the trap first: a service that fails to start must not leave the others running
 trap services_stop EXIT
+services_start
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -9,10 +9,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* what is often a URL the user typed: never echo its password. A URL obx cannot parse is
+ * cut at its user part by hand. */
+static void print_what(const char *what) {
+    const char *scheme = strstr(what, "://"), *at = scheme ? strrchr(what, '@') : NULL;
+    char *red = NULL;
+    if (scheme && obx_url_redact(what, &red) == OBX_OK) {
+        fputs(red, stderr);
+        obx_free(red);
+    } else if (scheme && at && at > scheme) {
+        const char *colon = memchr(scheme + 3, ':', (size_t)(at - scheme - 3));
+        fprintf(stderr, "%.*s%s%s", (int)((colon ? colon : at) - what), what, colon ? ":***" : "",
+                at);
+    } else
+        fputs(what, stderr);
+}
+
 int cli_fail(const char *cmd, const char *what, obx_err e) {
     const char *detail = obx_errmsg();
-    fprintf(stderr, "obx %s: %s: %s: %s\n", cmd, what, obx_errname(e),
-            detail && *detail ? detail : obx_strerror(e));
+    fprintf(stderr, "obx %s: ", cmd);
+    print_what(what);
+    fprintf(stderr, ": %s: %s\n", obx_errname(e), detail && *detail ? detail : obx_strerror(e));
     return 1;
 }
 
@@ -92,6 +109,11 @@ static const struct {
     {"enqueue", cmd_enqueue, "commit one event: obx enqueue --type T --aggregate TYPE/ID@V ..."},
     {"inspect", cmd_inspect, "one event's envelope, state, attempts, receipts, audit"},
     {"report", cmd_report, "the whole outbox: counts, receipts, UNKNOWN times, invariants"},
+    {"status", cmd_status, "the outbox at a glance (cheap): states, ages, UNKNOWN/PARKED lists"},
+    {"trace", cmd_trace, "one event's flow, producer to consumers: obx trace ID | --correlation C"},
+    {"consumer-test", cmd_consumer_test,
+     "replay a consumer against duplicates, reordering, old contracts, tenants, poison"},
+    {"catalog", cmd_catalog, "check the topic catalog against routes and subscriptions"},
     {"relay", cmd_relay, "run the relay daemon: obx relay [--config FILE] [--db] [--broker]"},
     {"consume", cmd_consume, "run a consumer through the inbox (sample order projection)"},
     {"requeue", cmd_requeue, "put a PARKED event back to PENDING: obx requeue EVENT_ID"},

@@ -429,8 +429,10 @@ obx_err obx__config_check(const obx_config *c) {
                              i, idl, OBX_NAME_MAX);
         memcpy(id, item, idl);
         id[idl] = '\0';
-        if ((e = obx__check_field("consumer ID", id, 1, OBX_NAME_MAX, OBX__CS_NAME)) ||
-            (e = obx_url_check(eq + 1, "store")))
+        /* a bad ID is a configuration error; a bad URL keeps OBX_EURL */
+        if (obx__check_field("consumer ID", id, 1, OBX_NAME_MAX, OBX__CS_NAME))
+            return obx__fail_prefix(OBX_ECONFIG, "audit.critical_consumers[%zu]", i);
+        if ((e = obx_url_check(eq + 1, "store")))
             return obx__fail_prefix(e, "audit.critical_consumers[%zu]", i);
         for (size_t j = 0; j < i; j++) {
             const char *o = c->critical_consumers.v[j];
@@ -471,12 +473,55 @@ obx_err obx_config_dump(const obx_config *c, char **out) {
         else {
             const obx__strv *sv = (const obx__strv *)(const void *)base;
             v = json_array();
-            for (size_t j = 0; j < sv->n; j++)
+            for (size_t j = 0; j < sv->n; j++) {
+                const char *eq = strchr(sv->v[j], '=');
+                char *red = NULL;
+                /* "ID=URL": the URL may carry a password (an unparsable one is hidden whole) */
+                if (!strcmp(k->name, "audit.critical_consumers") && eq) {
+                    if (obx_url_redact(eq + 1, &red) != OBX_OK) red = NULL;
+                    char *item =
+                        obx__asprintf("%.*s=%s", (int)(eq - sv->v[j]), sv->v[j], red ? red : "***");
+                    json_array_append_new(v, json_string(item ? item : "(redacted)"));
+                    free(item);
+                    free(red);
+                    continue;
+                }
                 json_array_append_new(v, json_string(k->k == K_MAP && secret_prop(sv->v[j])
                                                          ? "(secret)=***"
                                                          : sv->v[j]));
+            }
         }
         json_object_set_new(o, k->name, v);
     }
     return obx__json_out(o, out);
+}
+
+obx_err obx_config_get(const obx_config *c, const char *name, char **out) {
+    if (!c || !name || !out) return obx__fail(OBX_EINVAL, "config: NULL argument");
+    *out = NULL;
+    const key *k = find_key(name);
+    if (!k) return obx__fail(OBX_ECONFIG, "%s: unknown configuration key", name);
+    const char *base = (const char *)c + k->off;
+    obx__buf b = {0};
+    switch (k->k) {
+    case K_STR: obx__buf_puts(&b, base); break;
+    case K_INT: obx__buf_printf(&b, "%lld", (long long)*(const int64_t *)(const void *)base); break;
+    case K_BOOL: obx__buf_puts(&b, *(const int64_t *)(const void *)base ? "true" : "false"); break;
+    case K_LIST:
+    case K_MAP: {
+        const obx__strv *sv = (const obx__strv *)(const void *)base;
+        for (size_t i = 0; i < sv->n; i++) {
+            if (i) obx__buf_put(&b, "\n", 1);
+            obx__buf_puts(&b, sv->v[i]);
+        }
+        break;
+    }
+    }
+    obx__buf_put(&b, "", 1);
+    if (b.oom) {
+        obx__buf_free(&b);
+        return obx__fail(OBX_ENOMEM, "config: out of memory");
+    }
+    *out = (char *)b.data;
+    return OBX_OK;
 }

@@ -41,6 +41,10 @@ typedef struct worker {
     pthread_t th;
     bool started;
     obx__engine_stats st; /* published under r->mu */
+    /* histograms: live ones touched only by the worker's thread, copies published under r->mu
+     * with the counters (no lock per event) */
+    obx__hist latency, resolution;
+    obx__hist latency_pub, resolution_pub;
 } worker;
 
 struct obx_relay {
@@ -77,10 +81,59 @@ static void fatal(obx_relay *r, obx_err e, const char *what) {
     atomic_store(&r->stop, 1);
 }
 
-static void on_alarm(void *user, const char *event_id, const char *what) {
-    (void)user;
-    obx__log(OBX__LOG_ERROR, "acceptor", event_id, NULL, NULL, "ALARM receipt quarantined: %s",
-             what);
+/* One log record per event that needs attention (level by how much), and the histograms.
+ * Routine acceptances log at debug only: at thousands of events a second an info line each
+ * would drown everything else. */
+static void on_note(void *user, const obx__note *n) {
+    worker *w = user;
+    const char *comp = w->index >= 0 ? "dispatcher" : "reconciler";
+    switch (n->kind) {
+    case OBX__NOTE_PUBLISHED:
+        obx__hist_observe(&w->latency, (double)n->latency_ms / 1000.0);
+        if (n->unknown_ms >= 0)
+            obx__log(OBX__LOG_INFO, "acceptor", n->event_id, n->attempt_id, n->correlation_id,
+                     "UNKNOWN resolved: published (%s) %lld ms after the outcome became unknown",
+                     n->detail, (long long)n->unknown_ms);
+        else
+            obx__log(OBX__LOG_DEBUG, "acceptor", n->event_id, n->attempt_id, n->correlation_id,
+                     "published (%s) %lld ms after commit", n->detail, (long long)n->latency_ms);
+        break;
+    case OBX__NOTE_DUPLICATE:
+        obx__log(OBX__LOG_INFO, "acceptor", n->event_id, n->attempt_id, n->correlation_id,
+                 "duplicate transport receipt recorded (%s)", n->detail);
+        break;
+    case OBX__NOTE_QUARANTINED:
+        obx__log(OBX__LOG_ERROR, "acceptor", n->event_id, n->attempt_id, n->correlation_id,
+                 "ALARM receipt quarantined: %s", n->detail);
+        break;
+    case OBX__NOTE_UNKNOWN:
+        obx__log(OBX__LOG_WARN, comp, n->event_id, n->attempt_id, n->correlation_id,
+                 "outcome UNKNOWN: %s (the reconciler will ask the broker)", n->detail);
+        break;
+    case OBX__NOTE_REJECTED:
+        obx__log(OBX__LOG_INFO, comp, n->event_id, n->attempt_id, n->correlation_id,
+                 "definite rejection: %s (retry after backoff)", n->detail);
+        break;
+    case OBX__NOTE_NOT_SENT:
+        obx__log(OBX__LOG_DEBUG, comp, n->event_id, n->attempt_id, n->correlation_id,
+                 "not sent: %s (retry after backoff)", n->detail);
+        break;
+    case OBX__NOTE_PARKED:
+        obx__log(OBX__LOG_WARN, comp, n->event_id, n->attempt_id, n->correlation_id,
+                 "PARKED after the route's maximum rejections: %s (requeue: obx requeue %s)",
+                 n->detail, n->event_id);
+        break;
+    case OBX__NOTE_RETRY:
+        obx__log(OBX__LOG_INFO, "reconciler", n->event_id, n->attempt_id, n->correlation_id, "%s",
+                 n->detail);
+        break;
+    }
+}
+
+static void on_resolved(void *user, const char *event_id, int64_t ms) {
+    worker *w = user;
+    (void)event_id;
+    obx__hist_observe(&w->resolution, (double)ms / 1000.0);
 }
 
 static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engine *e) {
@@ -112,13 +165,18 @@ static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engi
     ec.aliases = (const char *const *)c->aliases.v;
     ec.n_aliases = c->aliases.n;
     if ((err = obx__engine_init(e, *s, *b, &ec))) return err;
-    e->on_alarm = on_alarm;
+    e->on_note = on_note;
+    e->on_note_user = w;
+    e->on_unknown_resolved = on_resolved;
+    e->on_unknown_resolved_user = w;
     return OBX_OK;
 }
 
 static void publish(worker *w, const obx__engine *e) {
     pthread_mutex_lock(&w->r->mu);
     w->st = e->st;
+    w->latency_pub = w->latency;
+    w->resolution_pub = w->resolution;
     pthread_mutex_unlock(&w->r->mu);
 }
 
@@ -407,6 +465,12 @@ obx_err obx_relay_start(const obx_config *c, obx_relay **out) {
     if (r->cfg->reconciler && !r->cfg->shadow) r->w[r->n++] = (worker){.r = r, .index = -1};
     if (r->cfg->shadow) r->w[r->n++] = (worker){.r = r, .index = -2};
     for (int i = 0; i < r->n; i++) {
+        obx__hist_init(&r->w[i].latency, obx__publish_latency_le);
+        obx__hist_init(&r->w[i].resolution, obx__unknown_resolution_le);
+        r->w[i].latency_pub = r->w[i].latency;
+        r->w[i].resolution_pub = r->w[i].resolution;
+    }
+    for (int i = 0; i < r->n; i++) {
         int rc = pthread_create(&r->w[i].th, NULL,
                                 r->w[i].index >= 0    ? dispatcher_main
                                 : r->w[i].index == -1 ? reconciler_main
@@ -480,6 +544,19 @@ void obx__relay_totals(obx_relay *r, obx__engine_stats *t) {
     }
     pthread_mutex_unlock(&r->mu);
 }
+
+void obx__relay_hists(obx_relay *r, obx__hist *latency, obx__hist *resolution) {
+    obx__hist_init(latency, obx__publish_latency_le);
+    obx__hist_init(resolution, obx__unknown_resolution_le);
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) {
+        obx__hist_add(latency, &r->w[i].latency_pub);
+        obx__hist_add(resolution, &r->w[i].resolution_pub);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+int64_t obx__relay_started_at(obx_relay *r) { return r->started_at; }
 
 const obx_config *obx__relay_config(obx_relay *r) { return r->cfg; }
 void *obx__relay_auditor(obx_relay *r) { return r->auditor; }

@@ -245,6 +245,39 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
     return err;
 }
 
+/* The note for ack i, from the rows as the committed transaction left them. */
+static void note(obx__engine *e, accept_ctx *c, size_t i, int64_t now) {
+    const obx__outcome *o = &c->acks[i];
+    const obx__event_row *ev = obx__rows_find(&c->ev, o->event_id);
+    char detail[OBX_TEXT_MAX + 1] = "";
+    obx__note n = {.event_id = o->event_id,
+                   .attempt_id = o->attempt_id,
+                   .correlation_id = ev ? ev->env.correlation_id : "",
+                   .latency_ms = -1,
+                   .unknown_ms = -1,
+                   .detail = detail};
+    switch (c->kinds[i]) {
+    case OBX__RK_PRIMARY:
+        n.kind = OBX__NOTE_PUBLISHED;
+        if (ev) n.latency_ms = now - ev->committed_at;
+        n.unknown_ms = c->resolved_ms[i];
+        snprintf(detail, sizeof detail, "%s/%d@%lld", o->topic, (int)o->partition,
+                 (long long)o->offset);
+        break;
+    case OBX__RK_DUPLICATE:
+        n.kind = OBX__NOTE_DUPLICATE;
+        snprintf(detail, sizeof detail, "%s/%d@%lld; slot filled by attempt %s", o->topic,
+                 (int)o->partition, (long long)o->offset, ev ? ev->primary_attempt_id : "?");
+        break;
+    case OBX__RK_QUARANTINED:
+        n.kind = OBX__NOTE_QUARANTINED;
+        n.detail = c->alarm[i];
+        break;
+    default: return;
+    }
+    e->on_note(e->on_note_user, &n);
+}
+
 obx_err obx__accept_receipts(obx__engine *e, int64_t now, const obx__outcome *acks, size_t n,
                              obx__receipt_kind *results) {
     if (!n) return OBX_OK;
@@ -274,6 +307,7 @@ obx_err obx__accept_receipts(obx__engine *e, int64_t now, const obx__outcome *ac
                     e->on_unknown_resolved(e->on_unknown_resolved_user, acks[i].event_id,
                                            c.resolved_ms[i]);
             }
+            if (e->on_note) note(e, &c, i, now);
         }
     }
     obx__rows_free(&c.ev);

@@ -321,7 +321,21 @@ typedef struct outcome_ctx {
     obx__rows ev;
     obx__attempt_row *att;
     size_t n_att;
+    /* notes of the last run of the transaction (reported once it committed) */
+    struct outcome_note {
+        obx__note_kind kind;
+        size_t outcome;
+        char correlation_id[OBX_TEXT_MAX + 1];
+    } * notes;
+    size_t n_notes;
 } outcome_ctx;
+
+static void add_note(outcome_ctx *c, obx__note_kind k, size_t i, const obx__event_row *ev) {
+    struct outcome_note *n = &c->notes[c->n_notes++];
+    n->kind = k;
+    n->outcome = i;
+    obx__strlcpy(n->correlation_id, ev->env.correlation_id, sizeof n->correlation_id);
+}
 
 static obx__attempt_row *find_attempt(obx__attempt_row *a, size_t n, const char *id) {
     for (size_t i = 0; i < n; i++)
@@ -342,6 +356,7 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
     obx__rows_free(&c->ev);
     free(c->att);
     c->att = NULL;
+    c->n_notes = 0;
     err = obx__st_load_attempts(e->s, aids, c->n, NULL, &c->att, &c->n_att);
     /* the slot that registered the attempt (a delivery-set target's outcome carries the
      * logical event ID) */
@@ -407,17 +422,25 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
                 ev->updated_at = c->now;
                 dirty_ev[ei] = true;
                 if (park) e->st.parked++;
+                add_note(c,
+                         park                         ? OBX__NOTE_PARKED
+                         : o->kind == OBX__OUT_REJECT ? OBX__NOTE_REJECTED
+                                                      : OBX__NOTE_NOT_SENT,
+                         i, ev);
                 obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, ev, from,
                            ev->state, "%s %s (%s); %s", park ? "parked after" : "retry after",
                            o->kind == OBX__OUT_REJECT ? "definite rejection" : "not sent",
                            o->reason, park ? "max attempts reached" : "backoff scheduled");
             } else {
+                add_note(c, o->kind == OBX__OUT_REJECT ? OBX__NOTE_REJECTED : OBX__NOTE_NOT_SENT, i,
+                         ev);
                 obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, ev, from,
                            from, "attempt %s definitely not accepted (%s): %s", a->attempt_id,
                            obx__outcome_kind_name(o->kind), o->reason);
             }
         } else if (o->kind == OBX__OUT_UNKNOWN) {
             e->st.unknown++;
+            if (a->state == OBX__AT_SENDING || current) add_note(c, OBX__NOTE_UNKNOWN, i, ev);
             if (a->state == OBX__AT_SENDING) {
                 a->state = OBX__AT_UNKNOWN;
                 a->unknown_at = c->now;
@@ -478,7 +501,21 @@ obx_err obx__engine_apply_outcomes(obx__engine *e, int64_t now, const obx__outco
     if (na) err = obx__accept_receipts(e, now, acks, na, NULL);
     if (!err && nr) {
         outcome_ctx c = {.now = now, .o = rest, .n = nr};
-        err = obx__engine_tx(e, outcomes_tx, &c);
+        c.notes = calloc(nr, sizeof *c.notes);
+        err = c.notes ? obx__engine_tx(e, outcomes_tx, &c)
+                      : obx__fail(OBX_ENOMEM, "outcomes: out of memory");
+        for (size_t i = 0; !err && e->on_note && i < c.n_notes; i++) {
+            const obx__outcome *oc = &rest[c.notes[i].outcome];
+            obx__note nt = {.kind = c.notes[i].kind,
+                            .event_id = oc->event_id,
+                            .attempt_id = oc->attempt_id,
+                            .correlation_id = c.notes[i].correlation_id,
+                            .latency_ms = -1,
+                            .unknown_ms = -1,
+                            .detail = oc->reason};
+            e->on_note(e->on_note_user, &nt);
+        }
+        free(c.notes);
         obx__rows_free(&c.ev);
         free(c.att);
     }
@@ -492,12 +529,14 @@ obx_err obx__engine_apply_outcomes(obx__engine *e, int64_t now, const obx__outco
 typedef struct sweep_ctx {
     int64_t now;
     size_t swept;
+    obx__rows rows; /* as swept by the last run (for the notes) */
 } sweep_ctx;
 
 static obx_err sweep_tx(obx__engine *e, void *arg) {
     sweep_ctx *c = arg;
     obx__select_req q = {
         .kind = OBX__SEL_EXPIRED_SENDING, .now = c->now, .limit = e->cfg.batch, .lock = true};
+    obx__rows_free(&c->rows);
     obx__rows rows = {0};
     obx_err err = obx__st_select(e->s, &q, &rows);
     c->swept = 0;
@@ -551,15 +590,34 @@ static obx_err sweep_tx(obx__engine *e, void *arg) {
     if (!err) c->swept = rows.n;
     obx__batch_free(&b);
     free(att);
-    obx__rows_free(&rows);
+    if (!err)
+        c->rows = rows; /* kept for the notes */
+    else
+        obx__rows_free(&rows);
     return err;
 }
 
 obx_err obx__engine_sweep(obx__engine *e, int64_t now, size_t *swept) {
-    sweep_ctx c = {now, 0};
+    sweep_ctx c = {.now = now};
     obx_err err = obx__engine_tx(e, sweep_tx, &c);
     *swept = err ? 0 : c.swept;
     e->st.swept += (int64_t)*swept;
+    for (size_t i = 0; !err && e->on_note && i < c.rows.n; i++) {
+        const obx__event_row *r = &c.rows.v[i];
+        char detail[OBX_TEXT_MAX + 1];
+        snprintf(detail, sizeof detail,
+                 "SENDING lease of %s expired with no outcome (the send may have happened)",
+                 r->owner);
+        obx__note n = {.kind = OBX__NOTE_UNKNOWN,
+                       .event_id = r->env.event_id,
+                       .attempt_id = r->attempt_id,
+                       .correlation_id = r->env.correlation_id,
+                       .latency_ms = -1,
+                       .unknown_ms = -1,
+                       .detail = detail};
+        e->on_note(e->on_note_user, &n);
+    }
+    obx__rows_free(&c.rows);
     return err;
 }
 

@@ -97,6 +97,32 @@ typedef struct obx__engine_stats {
     int64_t unknown_resolve_ms_max;
 } obx__engine_stats;
 
+/* Per-event notes for logs and metrics (the relay's), delivered after the transaction that
+ * made the change committed, so a rolled-back or retried transaction never reports. Strings
+ * are borrowed for the duration of the call. */
+typedef enum obx__note_kind {
+    OBX__NOTE_PUBLISHED,   /* a receipt filled the publish slot */
+    OBX__NOTE_DUPLICATE,   /* a valid receipt after the slot was full (kept as evidence) */
+    OBX__NOTE_QUARANTINED, /* a receipt contradicting the frozen event (alarm) */
+    OBX__NOTE_UNKNOWN,     /* an attempt's outcome became unknown (timeout, lost ACK, sweep) */
+    OBX__NOTE_REJECTED,    /* a definite rejection (back to PENDING with backoff) */
+    OBX__NOTE_NOT_SENT,    /* definitely not sent (broker down before the send) */
+    OBX__NOTE_PARKED,      /* rejected max_attempts times: an operator must requeue it */
+    OBX__NOTE_RETRY,       /* the reconciler retries to the frozen target */
+} obx__note_kind;
+
+typedef struct obx__note {
+    obx__note_kind kind;
+    const char *event_id;
+    const char *attempt_id;
+    const char *correlation_id; /* "" when unknown (a receipt for an event never committed) */
+    int64_t latency_ms;         /* PUBLISHED: from the event's commit to its acceptance; else -1 */
+    int64_t unknown_ms;         /* PUBLISHED ending an UNKNOWN episode: its length; else -1 */
+    const char *detail;         /* reason or the broker's words; never NULL */
+} obx__note;
+
+const char *obx__note_kind_name(obx__note_kind k);
+
 typedef struct obx__engine {
     obx__store *s;
     obx__broker *b; /* may be NULL: actors that never send or look up */
@@ -112,6 +138,9 @@ typedef struct obx__engine {
     /* Optional observer of quarantines and alarms (log line, counter). */
     void (*on_alarm)(void *user, const char *event_id, const char *what);
     void *on_alarm_user;
+    /* Optional observer of per-event notes (see obx__note). */
+    void (*on_note)(void *user, const obx__note *n);
+    void *on_note_user;
 } obx__engine;
 
 /* Binds an engine to a store and a broker (both borrowed; they must outlive the engine). */

@@ -274,6 +274,20 @@ static obx_err reconcile_one(obx__engine *e, int64_t now, obx__event_row *row) {
         size_t sent = 0;
         e->st.retries++;
         err = obx__engine_begin_attempts(e, now, row, 1, OBX__ACT_RECONCILER, &sent);
+        if (!err && sent && e->on_note) {
+            char detail[OBX_TEXT_MAX + 1];
+            snprintf(detail, sizeof detail, "retry %d to the frozen destination %s/%s partition %d",
+                     (int)row->attempt_gen, row->dest.cluster, row->dest.topic,
+                     (int)row->pinned_partition);
+            obx__note n = {.kind = OBX__NOTE_RETRY,
+                           .event_id = row->env.event_id,
+                           .attempt_id = row->attempt_id,
+                           .correlation_id = row->env.correlation_id,
+                           .latency_ms = -1,
+                           .unknown_ms = -1,
+                           .detail = detail};
+            e->on_note(e->on_note_user, &n);
+        }
     }
     return err;
 }

@@ -223,7 +223,15 @@ typedef struct obx__consume_audit_row {
     char outcome[32]; /* APPLIED DUPLICATE QUARANTINED FAILED POISONED REJECTED_CONTRACT ... */
     int64_t duration_us;
     char detail[OBX_TEXT_MAX + 1];
+    int64_t id; /* set by consume_audit_list (ignored by consume_audit_put): insertion order */
 } obx__consume_audit_row;
+
+/* A published event as the consumer-lag window sees it (recent_published). */
+typedef struct obx__published_ref {
+    char event_id[OBX_EVENT_ID_LEN + 1];
+    char topic[OBX_TOPIC_MAX + 1]; /* frozen destination topic */
+    int64_t published_at;
+} obx__published_ref;
 
 /* Outbox statistics for metrics, status and audit. */
 typedef struct obx__store_stats {
@@ -544,6 +552,22 @@ typedef struct obx__store_methods {
      * applied[i] tells which ones changed. */
     obx_err (*set_alias)(obx__store *s, const char *const *ids, size_t n, const char *from,
                          const char *to, bool *applied);
+    /* ---- appended within version 1 for operations (metrics, dashboard, trace) ----
+     * Each reads a bounded number of rows through an index: a scrape or a page view never
+     * scans the published bulk. Required of every backend. */
+    /* Receipts of one kind, newest first, at most limit (QUARANTINED and MIGRATION use the
+     * partial index on kind). */
+    obx_err (*receipts_by_kind)(obx__store *s, obx__receipt_kind kind, size_t limit,
+                                obx__receipt_row **out, size_t *n);
+    /* The newest PUBLISHED events, newest first, at most limit (index on state, published_at).
+     * RETAINED and PURGED are left out on purpose: every critical consumer has covered them. */
+    obx_err (*recent_published)(obx__store *s, size_t limit, obx__published_ref **out, size_t *n);
+    /* Consume audit rows (the consumer's database), each with its id. consumer and event_id
+     * filter (NULL = any). after_id >= 0: rows with id > after_id, oldest first (a cursor);
+     * after_id < 0: the newest rows, newest first. At most limit rows. */
+    obx_err (*consume_audit_list)(obx__store *s, const char *consumer, const char *event_id,
+                                  int64_t after_id, size_t limit, obx__consume_audit_row **out,
+                                  size_t *n);
 } obx__store_methods;
 
 struct obx_store {

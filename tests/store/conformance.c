@@ -1049,6 +1049,123 @@ static void test_retention_audit_methods(void **state) {
     assert_true(known[2]);
 }
 
+/* The operations queries (metrics, dashboard, trace): receipts by kind newest first, the newest
+ * PUBLISHED events with their frozen topic, and the consume audit as a cursor, as the newest
+ * rows and by event. */
+static void test_ops_queries(void **state) {
+    cx *c = *state;
+    route(c, "order.created.v1", "orders", 1, NULL);
+    route(c, "payment.done.v1", "payments", 1, NULL);
+    char a[31], b[31], d[31];
+    enq(c, "order.created.v1", "o-1", "", a);
+    enq(c, "payment.done.v1", "p-1", "", b);
+    enq(c, "order.created.v1", "o-2", "", d);
+    const char *pub[] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        c->now += 1000; /* b is published after a */
+        set_state(c, pub[i], OBX__ST_CLAIMED, c->now + 10);
+        set_state(c, pub[i], OBX__ST_SENDING, c->now + 10);
+        set_state(c, pub[i], OBX__ST_PUBLISHED, 0);
+    }
+    obx__published_ref *pr;
+    size_t n;
+    OK(c->s->m->recent_published(c->s, 10, &pr, &n));
+    assert_int_equal(n, 2); /* d is PENDING */
+    assert_string_equal(pr[0].event_id, b);
+    assert_string_equal(pr[0].topic, "payments");
+    assert_string_equal(pr[1].event_id, a);
+    assert_string_equal(pr[1].topic, "orders");
+    assert_true(pr[0].published_at > pr[1].published_at);
+    free(pr);
+    OK(c->s->m->recent_published(c->s, 1, &pr, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(pr[0].event_id, b);
+    free(pr);
+
+    obx__receipt_row rc[3];
+    const obx__receipt_kind kinds[3] = {OBX__RK_QUARANTINED, OBX__RK_DUPLICATE,
+                                        OBX__RK_QUARANTINED};
+    for (int i = 0; i < 3; i++) {
+        memset(&rc[i], 0, sizeof rc[i]);
+        strcpy(rc[i].event_id, i == 2 ? d : a);
+        rc[i].envelope_gen = 1;
+        snprintf(rc[i].attempt_id, sizeof rc[i].attempt_id, "att-01J9ZQ4X5Y6Z7A8B9C0D1E2F3%c",
+                 'A' + i);
+        rc[i].kind = kinds[i];
+        strcpy(rc[i].cluster, "local");
+        strcpy(rc[i].topic, "orders");
+        rc[i].offset = i;
+        snprintf(rc[i].reason, sizeof rc[i].reason, "reason %d", i);
+        rc[i].created_at = c->now + i;
+    }
+    OK(obx__st_begin(c->s));
+    OK(obx__st_insert_receipts(c->s, rc, 3));
+    OK(obx__st_commit(c->s));
+    obx__receipt_row *rr;
+    OK(c->s->m->receipts_by_kind(c->s, OBX__RK_QUARANTINED, 10, &rr, &n));
+    assert_int_equal(n, 2);
+    assert_string_equal(rr[0].event_id, d); /* newest first */
+    assert_string_equal(rr[0].reason, "reason 2");
+    assert_int_equal(rr[0].kind, OBX__RK_QUARANTINED);
+    assert_string_equal(rr[1].event_id, a);
+    free(rr);
+    OK(c->s->m->receipts_by_kind(c->s, OBX__RK_DUPLICATE, 10, &rr, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(rr[0].reason, "reason 1");
+    free(rr);
+    OK(c->s->m->receipts_by_kind(c->s, OBX__RK_MIGRATION, 10, &rr, &n));
+    assert_int_equal(n, 0);
+    free(rr);
+    OK(c->s->m->receipts_by_kind(c->s, OBX__RK_QUARANTINED, 1, &rr, &n));
+    assert_int_equal(n, 1);
+    free(rr);
+
+    obx__consume_audit_row ca[4];
+    const char *who[4] = {"projection", "billing", "projection", "projection"};
+    const char *ev[4] = {a, a, b, a};
+    const char *outcome[4] = {"FAILED", "APPLIED", "APPLIED", "DUPLICATE"};
+    for (int i = 0; i < 4; i++) {
+        memset(&ca[i], 0, sizeof ca[i]);
+        ca[i].at = c->now + i;
+        strcpy(ca[i].consumer_id, who[i]);
+        strcpy(ca[i].event_id, ev[i]);
+        strcpy(ca[i].outcome, outcome[i]);
+        ca[i].duration_us = 100 * (i + 1);
+    }
+    OK(obx__st_begin(c->s));
+    OK(c->s->m->consume_audit_put(c->s, ca, 4));
+    OK(obx__st_commit(c->s));
+    obx__consume_audit_row *cl;
+    OK(c->s->m->consume_audit_list(c->s, "projection", NULL, -1, 1, &cl, &n));
+    assert_int_equal(n, 1); /* the newest row of this consumer: where a cursor starts */
+    assert_string_equal(cl[0].outcome, "DUPLICATE");
+    int64_t newest = cl[0].id;
+    free(cl);
+    OK(c->s->m->consume_audit_list(c->s, NULL, NULL, 0, 10, &cl, &n));
+    assert_int_equal(n, 4); /* a cursor from the start: oldest first, every consumer */
+    assert_string_equal(cl[0].outcome, "FAILED");
+    assert_int_equal(cl[0].duration_us, 100);
+    assert_true(cl[0].id < cl[1].id && cl[1].id < cl[2].id && cl[2].id < cl[3].id);
+    assert_int_equal(cl[3].id, newest);
+    int64_t second = cl[1].id;
+    free(cl);
+    OK(c->s->m->consume_audit_list(c->s, "projection", NULL, second, 10, &cl, &n));
+    assert_int_equal(n, 2); /* after the cursor, this consumer only */
+    assert_string_equal(cl[0].event_id, b);
+    assert_string_equal(cl[1].outcome, "DUPLICATE");
+    free(cl);
+    OK(c->s->m->consume_audit_list(c->s, "projection", NULL, newest, 10, &cl, &n));
+    assert_int_equal(n, 0);
+    free(cl);
+    OK(c->s->m->consume_audit_list(c->s, NULL, a, 0, 10, &cl, &n));
+    assert_int_equal(n, 3); /* one event's rows from every consumer, oldest first */
+    assert_string_equal(cl[1].consumer_id, "billing");
+    free(cl);
+    OK(c->s->m->consume_audit_list(c->s, "projection", a, 0, 10, &cl, &n));
+    assert_int_equal(n, 2);
+    free(cl);
+}
+
 int store_conformance_run(const char *label, store_factory f) {
     factory = f;
     const struct CMUnitTest tests[] = {
@@ -1062,6 +1179,7 @@ int store_conformance_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_retention_audit_methods, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delivery_sets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_find_details_alias, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ops_queries, setup, teardown),
     };
     return _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
 }

@@ -114,7 +114,7 @@ static void test_critical_consumers(void **st) {
     expect_error("audit:\n  critical_consumers: [projection]\n",
                  "audit.critical_consumers[0]: 'projection' is not ID=URL");
     expect_error("audit:\n  critical_consumers: ['=sqlite:c.db']\n", "is not ID=URL");
-    expect_code(OBX_EINVAL, "audit:\n  critical_consumers: ['a b=sqlite:c.db']\n",
+    expect_code(OBX_ECONFIG, "audit:\n  critical_consumers: ['a b=sqlite:c.db']\n",
                 "audit.critical_consumers[0]: consumer ID");
     expect_code(OBX_EURL, "audit:\n  critical_consumers: [p=sqlite:c.db, q=mysql://x]\n",
                 "audit.critical_consumers[1]: store URL");

@@ -122,6 +122,14 @@ enum {
     Q_RET_CANDIDATES_LOCK,
     Q_PURGE_PAYLOADS,
     Q_EVENTS_KNOWN,
+    Q_RCPT_KIND_SPARSE,
+    Q_RCPT_KIND_ANY,
+    Q_RECENT_PUB,
+    Q_CAUDIT_EVENT,
+    Q_CAUDIT_AFTER,
+    Q_CAUDIT_NEWEST,
+    Q_SEL_UNPUB_STATE,
+    Q_SEL_UNPUB_STATE_LOCK,
     Q_AGED_LIST,                                  /* + obx__aged_kind */
     Q_AGED_COUNT = Q_AGED_LIST + OBX__AGED_COUNT, /* + obx__aged_kind */
     Q_COUNT = Q_AGED_COUNT + OBX__AGED_COUNT
@@ -190,6 +198,15 @@ typedef struct pg_store {
 /* every statement of the select family binds the same first four parameters; this one has no
  * use for now ($1), but an unreferenced parameter would have no type when prepared */
 #define SEL_STATE SEL("WHERE e.state = $5::text AND $1::bigint IS NOT NULL", "e.seq")
+/* An unpublished state (operators' lists: UNKNOWN, PARKED): the literal list proves the
+ * partial index obx_event_unpublished's predicate, and ordering by seq + 0 keeps the planner
+ * from walking the primary key in seq order hoping to meet the rare state soon (the unpublished
+ * rows are the newest: a generic plan of "state = $5 ORDER BY seq" read 200k rows for 50). The
+ * read is bounded by the backlog, whatever the plan cache decides. */
+#define SEL_UNPUB_STATE                                                                            \
+    SEL("WHERE e.state = $5::text AND e.state IN ('PENDING','CLAIMED','SENDING',"                  \
+        "'DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED','PARKED') AND $1::bigint IS NOT NULL",   \
+        "e.seq + 0")
 #define SEL_PUBBEFORE                                                                              \
     SEL("WHERE e.state = $5::text AND e.published_at <= $1::bigint", "e.published_at, e.seq")
 #define LOAD(lock)                                                                                 \
@@ -222,6 +239,11 @@ typedef struct pg_store {
 #define PARKED_W "obx.obx_event WHERE state IN " UNPUBLISHED " AND state = 'PARKED'"
 #define QUAR_W "obx.obx_receipt WHERE kind IN ('QUARANTINED', 'MIGRATION') AND kind = 'QUARANTINED'"
 #define IQUAR_W "obx.obx_inbox_quarantine WHERE true"
+
+#define RCPT_COLS                                                                                  \
+    "event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "            \
+    "broker_ts, payload_digest, dest_digest, reason, created_at"
+#define CAUDIT_COLS "audit_id, at, consumer_id, event_id, outcome, duration_us, detail"
 
 static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_PUT] = "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, "
@@ -342,9 +364,8 @@ static const char *const sql_text[Q_COUNT] = {
                    "$12::text[], $13::text[], $14::bigint[]) WITH ORDINALITY AS t(event_id, "
                    "envelope_gen, attempt_id, kind, cluster, topic, partition, off, broker_ts, "
                    "payload_digest, dest_digest, reason, detail, created_at, ord) ORDER BY ord",
-    [Q_LOAD_RCPT] = "SELECT event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, "
-                    "\"offset\", broker_ts, payload_digest, dest_digest, reason, created_at "
-                    "FROM obx.obx_receipt WHERE event_id = $1::text ORDER BY receipt_id",
+    [Q_LOAD_RCPT] = "SELECT " RCPT_COLS " FROM obx.obx_receipt WHERE event_id = $1::text "
+                    "ORDER BY receipt_id",
     [Q_INS_AUDIT] = "INSERT INTO obx.obx_audit (at, actor, who, event_id, envelope_gen, "
                     "from_state, to_state, claim_gen, attempt_id, attempt_gen, reason) "
                     "SELECT at, actor, who, event_id, envelope_gen, from_state, to_state, "
@@ -511,6 +532,27 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_SET_ALIAS] = "UPDATE obx.obx_event e SET alias = $3::text FROM unnest($1::text[]) WITH "
                     "ORDINALITY AS k(id, ord) WHERE e.event_id = k.id AND e.alias = $2::text AND "
                     "e.state IN ('PENDING', 'PARKED') RETURNING k.ord",
+    /* The literal IN list lets a generic plan use the partial index obx_receipt_kind. */
+    [Q_RCPT_KIND_SPARSE] = "SELECT " RCPT_COLS " FROM obx.obx_receipt WHERE kind = $1::text AND "
+                           "kind IN ('QUARANTINED','MIGRATION') ORDER BY receipt_id DESC "
+                           "LIMIT $2::bigint",
+    [Q_RCPT_KIND_ANY] = "SELECT " RCPT_COLS " FROM obx.obx_receipt WHERE kind = $1::text "
+                        "ORDER BY receipt_id DESC LIMIT $2::bigint",
+    [Q_RECENT_PUB] = "SELECT e.event_id, v.dest_topic, e.published_at FROM obx.obx_event e JOIN "
+                     "obx.obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = "
+                     "e.envelope_gen WHERE e.state = 'PUBLISHED' ORDER BY e.published_at DESC "
+                     "LIMIT $1::bigint",
+    [Q_CAUDIT_EVENT] = "SELECT " CAUDIT_COLS " FROM obx.obx_consume_audit WHERE event_id = "
+                       "$2::text AND ($1::text IS NULL OR consumer_id = $1::text) AND audit_id > "
+                       "$3::bigint ORDER BY audit_id LIMIT $4::bigint",
+    [Q_CAUDIT_AFTER] = "SELECT " CAUDIT_COLS " FROM obx.obx_consume_audit WHERE audit_id > "
+                       "$3::bigint AND ($1::text IS NULL OR consumer_id = $1::text) AND "
+                       "($2::text IS NULL) ORDER BY audit_id LIMIT $4::bigint",
+    [Q_CAUDIT_NEWEST] = "SELECT " CAUDIT_COLS " FROM obx.obx_consume_audit WHERE ($2::text IS "
+                        "NULL OR event_id = $2::text) AND ($1::text IS NULL OR consumer_id = "
+                        "$1::text) AND $3::bigint < 0 ORDER BY audit_id DESC LIMIT $4::bigint",
+    [Q_SEL_UNPUB_STATE] = SEL_UNPUB_STATE,
+    [Q_SEL_UNPUB_STATE_LOCK] = SEL_UNPUB_STATE SKIP_LOCKED,
 };
 
 /* Statements that only read: run standalone on an owned connection found lost, they are
@@ -560,6 +602,12 @@ static const bool q_readonly[Q_COUNT] = {
     [Q_DGET] = true,
     [Q_DSTATS] = true,
     [Q_RCPT_DETAIL] = true,
+    [Q_RCPT_KIND_SPARSE] = true,
+    [Q_RCPT_KIND_ANY] = true,
+    [Q_RECENT_PUB] = true,
+    [Q_CAUDIT_EVENT] = true,
+    [Q_CAUDIT_AFTER] = true,
+    [Q_CAUDIT_NEWEST] = true,
 };
 
 /* ---- statement names ----------------------------------------------------------------------- */
@@ -1457,7 +1505,10 @@ static obx_err pg_select_events(obx__store *base, const obx__select_req *req, ob
     case OBX__SEL_EXPIRED_SENDING: id = req->lock ? Q_SEL_EXPIRED_LOCK : Q_SEL_EXPIRED; break;
     case OBX__SEL_RECONCILE: id = req->lock ? Q_SEL_RECONCILE_LOCK : Q_SEL_RECONCILE; break;
     case OBX__SEL_STATE:
-        id = req->lock ? Q_SEL_STATE_LOCK : Q_SEL_STATE;
+        if (obx__state_is_published(req->state))
+            id = req->lock ? Q_SEL_STATE_LOCK : Q_SEL_STATE;
+        else
+            id = req->lock ? Q_SEL_UNPUB_STATE_LOCK : Q_SEL_UNPUB_STATE;
         with_state = true;
         break;
     case OBX__SEL_PUBLISHED_BEFORE:
@@ -1722,21 +1773,13 @@ static obx_err pg_insert_receipts(obx__store *base, const obx__receipt_row *rc, 
     return e;
 }
 
-static obx_err pg_load_receipts(obx__store *base, const char *event_id, obx__receipt_row **out,
-                                size_t *n_out) {
-    pg_store *s = (pg_store *)base;
-    *out = NULL;
-    *n_out = 0;
-    params p;
-    p_init(&p);
-    p_text(&p, event_id);
-    PGresult *r = NULL;
-    obx_err e = run(s, Q_LOAD_RCPT, &p, PGRES_TUPLES_OK, &r, "load receipts");
-    if (e) return e;
+/* Receipts from rows of RCPT_COLS. */
+static obx_err read_receipts(PGresult *r, const char *what, obx__receipt_row **out, size_t *n_out) {
+    obx_err e = OBX_OK;
     int rows = PQntuples(r);
     if (rows > 0) {
         *out = calloc((size_t)rows, sizeof **out);
-        if (!*out) e = obx__fail(OBX_ENOMEM, "load receipts: out of memory");
+        if (!*out) e = obx__fail(OBX_ENOMEM, "%s: out of memory", what);
     }
     for (int i = 0; !e && i < rows; i++) {
         obx__receipt_row *rc = &(*out)[i];
@@ -1758,6 +1801,21 @@ static obx_err pg_load_receipts(obx__store *base, const char *event_id, obx__rec
         rc->created_at = gi(r, i, 12);
     }
     if (!e) *n_out = (size_t)rows;
+    return e;
+}
+
+static obx_err pg_load_receipts(obx__store *base, const char *event_id, obx__receipt_row **out,
+                                size_t *n_out) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n_out = 0;
+    params p;
+    p_init(&p);
+    p_text(&p, event_id);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_LOAD_RCPT, &p, PGRES_TUPLES_OK, &r, "load receipts");
+    if (e) return e;
+    e = read_receipts(r, "load receipts", out, n_out);
     PQclear(r);
     return e;
 }
@@ -2563,6 +2621,84 @@ static obx_err pg_set_alias(obx__store *base, const char *const *ids, size_t n, 
     return OBX_OK;
 }
 
+static obx_err pg_receipts_by_kind(obx__store *base, obx__receipt_kind kind, size_t limit,
+                                   obx__receipt_row **out, size_t *n) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n = 0;
+    if ((unsigned)kind > OBX__RK_MIGRATION) return obx__fail(OBX_EINVAL, "receipt kind %d", kind);
+    bool sparse = kind == OBX__RK_QUARANTINED || kind == OBX__RK_MIGRATION;
+    params p;
+    p_init(&p);
+    p_text(&p, obx__receipt_kind_name(kind));
+    p_int(&p, (int64_t)limit);
+    PGresult *r = NULL;
+    obx_err e = run(s, sparse ? Q_RCPT_KIND_SPARSE : Q_RCPT_KIND_ANY, &p, PGRES_TUPLES_OK, &r,
+                    "receipts by kind");
+    if (e) return e;
+    e = read_receipts(r, "receipts by kind", out, n);
+    PQclear(r);
+    return e;
+}
+
+static obx_err pg_recent_published(obx__store *base, size_t limit, obx__published_ref **out,
+                                   size_t *n) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n = 0;
+    params p;
+    p_init(&p);
+    p_int(&p, (int64_t)limit);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_RECENT_PUB, &p, PGRES_TUPLES_OK, &r, "recent published");
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (rows > 0 && !(*out = calloc((size_t)rows, sizeof **out)))
+        e = obx__fail(OBX_ENOMEM, "recent published: out of memory");
+    for (int i = 0; !e && i < rows; i++) {
+        GT(r, i, 0, (*out)[i].event_id);
+        GT(r, i, 1, (*out)[i].topic);
+        (*out)[i].published_at = gi(r, i, 2);
+    }
+    if (!e) *n = (size_t)rows;
+    PQclear(r);
+    return e;
+}
+
+static obx_err pg_consume_audit_list(obx__store *base, const char *consumer, const char *event_id,
+                                     int64_t after_id, size_t limit, obx__consume_audit_row **out,
+                                     size_t *n) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n = 0;
+    params p;
+    p_init(&p);
+    p_text(&p, consumer);
+    p_text(&p, event_id);
+    p_int(&p, after_id);
+    p_int(&p, (int64_t)limit);
+    int q = after_id < 0 ? Q_CAUDIT_NEWEST : event_id ? Q_CAUDIT_EVENT : Q_CAUDIT_AFTER;
+    PGresult *r = NULL;
+    obx_err e = run(s, q, &p, PGRES_TUPLES_OK, &r, "consume audit");
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (rows > 0 && !(*out = calloc((size_t)rows, sizeof **out)))
+        e = obx__fail(OBX_ENOMEM, "consume audit: out of memory");
+    for (int i = 0; !e && i < rows; i++) {
+        obx__consume_audit_row *a = &(*out)[i];
+        a->id = gi(r, i, 0);
+        a->at = gi(r, i, 1);
+        GT(r, i, 2, a->consumer_id);
+        GT(r, i, 3, a->event_id);
+        GT(r, i, 4, a->outcome);
+        a->duration_us = gi(r, i, 5);
+        GT(r, i, 6, a->detail);
+    }
+    if (!e) *n = (size_t)rows;
+    PQclear(r);
+    return e;
+}
+
 const obx__store_methods obx__pg_store_methods = {
     .version = OBX__STORE_METHODS_VERSION,
     .name = "postgres",
@@ -2626,4 +2762,7 @@ const obx__store_methods obx__pg_store_methods = {
     .delivery_stats = pg_delivery_stats,
     .receipt_details = pg_receipt_details,
     .set_alias = pg_set_alias,
+    .receipts_by_kind = pg_receipts_by_kind,
+    .recent_published = pg_recent_published,
+    .consume_audit_list = pg_consume_audit_list,
 };

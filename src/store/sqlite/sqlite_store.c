@@ -89,6 +89,12 @@ enum {
     Q_RET_CANDIDATES,
     Q_PURGE_PAYLOAD,
     Q_EVENT_KNOWN,
+    Q_RCPT_KIND_SPARSE,
+    Q_RCPT_KIND_ANY,
+    Q_RECENT_PUB,
+    Q_CAUDIT_EVENT,
+    Q_CAUDIT_AFTER,
+    Q_CAUDIT_NEWEST,
     Q_AGED_LIST, /* + obx__aged_kind: one list statement per kind */
     Q_AGED_COUNT = Q_AGED_LIST + OBX__AGED_COUNT, /* + obx__aged_kind: one count per kind */
     Q_COUNT = Q_AGED_COUNT + OBX__AGED_COUNT
@@ -132,6 +138,11 @@ typedef struct sq_store {
  * planner uses a partial index only when the query repeats its predicate; an IN list of seven
  * states would also build an ephemeral table on every execution) */
 #define P_UNPUBLISHED "p.state <> 'PUBLISHED' AND p.state <> 'RETAINED' AND p.state <> 'PURGED'"
+
+#define RCPT_COLS                                                                                  \
+    "event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "            \
+    "broker_ts, payload_digest, dest_digest, reason, created_at"
+#define CAUDIT_COLS "audit_id, at, consumer_id, event_id, outcome, duration_us, detail"
 
 static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_PUT] = "INSERT INTO obx_route (event_type, cluster, topic, routing_key, algorithm, "
@@ -179,7 +190,11 @@ static const char *const sql_text[Q_COUNT] = {
                         "WHERE ((e.state = 'DISPATCH_UNKNOWN' AND e.next_check_at <= ?1) OR "
                         "(e.state IN ('RECONCILING','RETRY_CLAIMED') AND e.lease_until <= ?1)) "
                         "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.seq LIMIT ?3",
-    [Q_SEL_STATE] = "SELECT " EVENT_COLS EVENT_FROM
+    /* INDEXED BY: with ORDER BY seq LIMIT, SQLite otherwise scans the whole table in seq
+     * order looking for a rare state (PARKED, UNKNOWN) at its end (seconds at 1M events) */
+    [Q_SEL_STATE] = "SELECT " EVENT_COLS " FROM obx_event e INDEXED BY obx_event_state_pub "
+                    "JOIN obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = "
+                    "e.envelope_gen LEFT JOIN obx_delivery_target t ON t.slot_id = e.event_id "
                     "WHERE e.state = ?4 AND (?2 IS NULL OR e.dest_cluster = ?2) "
                     "ORDER BY e.seq LIMIT ?3",
     [Q_SEL_PUBBEFORE] =
@@ -209,9 +224,7 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_INS_RCPT] = "INSERT INTO obx_receipt (event_id, envelope_gen, attempt_id, kind, cluster, "
                    "topic, partition, \"offset\", broker_ts, payload_digest, dest_digest, reason, "
                    "detail, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-    [Q_LOAD_RCPT] = "SELECT event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, "
-                    "\"offset\", broker_ts, payload_digest, dest_digest, reason, created_at "
-                    "FROM obx_receipt WHERE event_id = ? ORDER BY receipt_id",
+    [Q_LOAD_RCPT] = "SELECT " RCPT_COLS " FROM obx_receipt WHERE event_id = ? ORDER BY receipt_id",
     [Q_INS_AUDIT] = "INSERT INTO obx_audit (at, actor, who, event_id, envelope_gen, from_state, "
                     "to_state, claim_gen, attempt_id, attempt_gen, reason) "
                     "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
@@ -369,6 +382,25 @@ static const char *const sql_text[Q_COUNT] = {
                       "kind = ? ORDER BY receipt_id",
     [Q_SET_ALIAS] = "UPDATE obx_event SET alias = ?3 WHERE event_id = ?1 AND alias = ?2 AND "
                     "state IN ('PENDING', 'PARKED')",
+    /* The literal IN list lets SQLite use the partial index obx_receipt_kind (a bound kind
+     * alone does not imply the index's WHERE clause). */
+    [Q_RCPT_KIND_SPARSE] = "SELECT " RCPT_COLS " FROM obx_receipt INDEXED BY obx_receipt_kind "
+                           "WHERE kind = ?1 AND kind IN ('QUARANTINED','MIGRATION') ORDER BY "
+                           "receipt_id DESC LIMIT ?2",
+    [Q_RCPT_KIND_ANY] = "SELECT " RCPT_COLS " FROM obx_receipt WHERE kind = ?1 "
+                        "ORDER BY receipt_id DESC LIMIT ?2",
+    [Q_RECENT_PUB] = "SELECT e.event_id, v.dest_topic, e.published_at FROM obx_event e JOIN "
+                     "obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = "
+                     "e.envelope_gen WHERE e.state = 'PUBLISHED' ORDER BY e.published_at DESC "
+                     "LIMIT ?1",
+    [Q_CAUDIT_EVENT] = "SELECT " CAUDIT_COLS " FROM obx_consume_audit WHERE event_id = ?2 AND "
+                       "(?1 IS NULL OR consumer_id = ?1) AND audit_id > ?3 ORDER BY audit_id "
+                       "LIMIT ?4",
+    [Q_CAUDIT_AFTER] = "SELECT " CAUDIT_COLS " FROM obx_consume_audit WHERE audit_id > ?3 AND "
+                       "(?1 IS NULL OR consumer_id = ?1) ORDER BY audit_id LIMIT ?4",
+    [Q_CAUDIT_NEWEST] = "SELECT " CAUDIT_COLS " FROM obx_consume_audit WHERE (?2 IS NULL OR "
+                        "event_id = ?2) AND (?1 IS NULL OR consumer_id = ?1) ORDER BY audit_id "
+                        "DESC LIMIT ?4",
 };
 
 /* ---- errors ------------------------------------------------------------------------------- */
@@ -519,7 +551,7 @@ static obx_err sq_wrap(void *conn, obx__store **out) {
 
 static obx_err sq_schema_version(obx__store *base, int *found) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
+    sqlite3_stmt *st;
     *found = 0;
     int rc = sqlite3_prepare_v2(s->db, "SELECT value FROM obx_meta WHERE key = 'schema_version'",
                                 -1, &st, NULL);
@@ -1212,40 +1244,38 @@ static obx_err sq_insert_receipts(obx__store *base, const obx__receipt_row *r, s
     return OBX_OK;
 }
 
-static obx_err sq_load_receipts(obx__store *base, const char *event_id, obx__receipt_row **out,
-                                size_t *n_out) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
+/* One receipt from a row of RCPT_COLS. */
+static void read_receipt(sqlite3_stmt *st, obx__receipt_row *r) {
+    memset(r, 0, sizeof *r);
+    CT(st, 0, r->event_id);
+    r->envelope_gen = (int32_t)ci(st, 1);
+    CT(st, 2, r->attempt_id);
+    char kind[32];
+    CT(st, 3, kind);
+    for (int k = 0; k < 4; k++)
+        if (!strcmp(kind, kind_names[k])) r->kind = (obx__receipt_kind)k;
+    CT(st, 4, r->cluster);
+    CT(st, 5, r->topic);
+    r->partition = (int32_t)ci(st, 6);
+    r->offset = ci(st, 7);
+    r->broker_ts = ci(st, 8);
+    CT(st, 9, r->payload_digest);
+    CT(st, 10, r->dest_digest);
+    CT(st, 11, r->reason);
+    r->created_at = ci(st, 12);
+}
+
+/* Steps a receipt query into a growing array. */
+static obx_err collect_receipts(sq_store *s, sqlite3_stmt *st, const char *what,
+                                obx__receipt_row **out, size_t *n_out) {
     size_t cap = 0;
-    *out = NULL;
-    *n_out = 0;
-    obx_err e = stmt(s, Q_LOAD_RCPT, &st);
-    if (e) return e;
-    bt(st, 1, event_id);
+    obx_err e = OBX_OK;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        e = grow_array((void **)out, &cap, *n_out + 1, sizeof **out);
-        if (e) break;
-        obx__receipt_row *r = &(*out)[(*n_out)++];
-        memset(r, 0, sizeof *r);
-        CT(st, 0, r->event_id);
-        r->envelope_gen = (int32_t)ci(st, 1);
-        CT(st, 2, r->attempt_id);
-        char kind[32];
-        CT(st, 3, kind);
-        for (int k = 0; k < 4; k++)
-            if (!strcmp(kind, kind_names[k])) r->kind = (obx__receipt_kind)k;
-        CT(st, 4, r->cluster);
-        CT(st, 5, r->topic);
-        r->partition = (int32_t)ci(st, 6);
-        r->offset = ci(st, 7);
-        r->broker_ts = ci(st, 8);
-        CT(st, 9, r->payload_digest);
-        CT(st, 10, r->dest_digest);
-        CT(st, 11, r->reason);
-        r->created_at = ci(st, 12);
+        if ((e = grow_array((void **)out, &cap, *n_out + 1, sizeof **out))) break;
+        read_receipt(st, &(*out)[(*n_out)++]);
     }
-    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "load receipts");
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, what);
     sqlite3_reset(st);
     if (e) {
         free(*out);
@@ -1253,6 +1283,18 @@ static obx_err sq_load_receipts(obx__store *base, const char *event_id, obx__rec
         *n_out = 0;
     }
     return e;
+}
+
+static obx_err sq_load_receipts(obx__store *base, const char *event_id, obx__receipt_row **out,
+                                size_t *n_out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    *out = NULL;
+    *n_out = 0;
+    obx_err e = stmt(s, Q_LOAD_RCPT, &st);
+    if (e) return e;
+    bt(st, 1, event_id);
+    return collect_receipts(s, st, "load receipts", out, n_out);
 }
 
 static obx_err sq_insert_audit(obx__store *base, const obx__audit_row *a, size_t n) {
@@ -2052,6 +2094,88 @@ static obx_err sq_set_alias(obx__store *base, const char *const *ids, size_t n, 
     return OBX_OK;
 }
 
+static obx_err sq_receipts_by_kind(obx__store *base, obx__receipt_kind kind, size_t limit,
+                                   obx__receipt_row **out, size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    *out = NULL;
+    *n = 0;
+    if ((unsigned)kind > OBX__RK_MIGRATION) return obx__fail(OBX_EINVAL, "receipt kind %d", kind);
+    bool sparse = kind == OBX__RK_QUARANTINED || kind == OBX__RK_MIGRATION;
+    obx_err e = stmt(s, sparse ? Q_RCPT_KIND_SPARSE : Q_RCPT_KIND_ANY, &st);
+    if (e) return e;
+    bt(st, 1, kind_names[kind]);
+    bi(st, 2, (int64_t)limit);
+    return collect_receipts(s, st, "receipts by kind", out, n);
+}
+
+static obx_err sq_recent_published(obx__store *base, size_t limit, obx__published_ref **out,
+                                   size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    size_t cap = 0;
+    *out = NULL;
+    *n = 0;
+    obx_err e = stmt(s, Q_RECENT_PUB, &st);
+    if (e) return e;
+    bi(st, 1, (int64_t)limit);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
+        obx__published_ref *p = &(*out)[(*n)++];
+        memset(p, 0, sizeof *p);
+        CT(st, 0, p->event_id);
+        CT(st, 1, p->topic);
+        p->published_at = ci(st, 2);
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "recent published");
+    sqlite3_reset(st);
+    if (e) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return e;
+}
+
+static obx_err sq_consume_audit_list(obx__store *base, const char *consumer, const char *event_id,
+                                     int64_t after_id, size_t limit, obx__consume_audit_row **out,
+                                     size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    size_t cap = 0;
+    *out = NULL;
+    *n = 0;
+    int q = after_id < 0 ? Q_CAUDIT_NEWEST : event_id ? Q_CAUDIT_EVENT : Q_CAUDIT_AFTER;
+    obx_err e = stmt(s, q, &st);
+    if (e) return e;
+    bt(st, 1, consumer);
+    bt(st, 2, event_id);
+    bi(st, 3, after_id);
+    bi(st, 4, (int64_t)limit);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
+        obx__consume_audit_row *a = &(*out)[(*n)++];
+        memset(a, 0, sizeof *a);
+        a->id = ci(st, 0);
+        a->at = ci(st, 1);
+        CT(st, 2, a->consumer_id);
+        CT(st, 3, a->event_id);
+        CT(st, 4, a->outcome);
+        a->duration_us = ci(st, 5);
+        CT(st, 6, a->detail);
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "consume audit");
+    sqlite3_reset(st);
+    if (e) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return e;
+}
+
 const obx__store_methods obx__sqlite_store_methods = {
     .version = OBX__STORE_METHODS_VERSION,
     .name = "sqlite",
@@ -2113,4 +2237,7 @@ const obx__store_methods obx__sqlite_store_methods = {
     .delivery_stats = sq_delivery_stats,
     .receipt_details = sq_receipt_details,
     .set_alias = sq_set_alias,
+    .receipts_by_kind = sq_receipts_by_kind,
+    .recent_published = sq_recent_published,
+    .consume_audit_list = sq_consume_audit_list,
 };
