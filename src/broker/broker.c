@@ -5,6 +5,7 @@
  */
 #include "broker/broker.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,8 @@ void obx__br_fault_after(long k) {
     __atomic_store_n(&fault_at, k, __ATOMIC_SEQ_CST);
     __atomic_store_n(&call_count, 0, __ATOMIC_SEQ_CST);
 }
+
+long obx__br_calls(void) { return __atomic_load_n(&call_count, __ATOMIC_SEQ_CST); }
 
 static obx_err fault(const char *what) {
     long n = __atomic_add_fetch(&call_count, 1, __ATOMIC_SEQ_CST);
@@ -215,8 +218,9 @@ static obx_err take_i64(obx__header_get_fn get, void *user, obx__delivery *d, co
         return OBX_OK;
     }
     char *end;
+    errno = 0;
     long long v = strtoll(tmp, &end, 10);
-    if (*end || v < min || v > max)
+    if (*end || errno || v < min || v > max)
         return hfail(d, "%s: '%s' is not an integer in %lld..%lld", name, tmp, (long long)min,
                      (long long)max);
     *out = v;
@@ -262,19 +266,27 @@ obx_err obx__headers_parse(obx__header_get_fn get, void *user, obx__delivery *d)
     char agg[OBX_NAME_MAX + OBX_KEY_MAX + 32];
     if ((r = take(get, user, d, OBX__H_AGGREGATE, agg, sizeof agg, 0, OBX__CS_TEXT))) return r;
     if (agg[0]) {
+        /* "type/id@version": the type has no '/', the version is the digits after the last
+         * '@'; each part obeys the producer's rules (fuzz_headers found a type with any
+         * text in it passing through to the handler) */
         char *slash = strchr(agg, '/'), *at = strrchr(agg, '@');
         if (!slash || !at || at < slash)
             return hfail(d, "%s: not type/id@version", OBX__H_AGGREGATE);
         *slash = '\0';
         *at = '\0';
-        char *end;
-        long long v = strtoll(at + 1, &end, 10);
-        if (*end || v < 0 || !at[1]) return hfail(d, "%s: bad version", OBX__H_AGGREGATE);
-        if (strlen(agg) > OBX_NAME_MAX || strlen(slash + 1) > OBX_KEY_MAX)
-            return hfail(d, "%s: part over its limit", OBX__H_AGGREGATE);
+        bool digits = at[1] != '\0';
+        for (const char *p = at + 1; digits && *p; p++) digits = *p >= '0' && *p <= '9';
+        errno = 0;
+        long long ver = digits ? strtoll(at + 1, NULL, 10) : -1;
+        if (!digits || errno)
+            return hfail(d, "%s: the version after '@' is not a decimal number in 0..2^63-1",
+                         OBX__H_AGGREGATE);
+        if (obx__check_field("aggregate type", agg, 1, OBX_NAME_MAX, OBX__CS_NAME) ||
+            obx__check_field("aggregate id", slash + 1, 1, OBX_KEY_MAX, OBX__CS_TEXT))
+            return hfail(d, "%s: %s", OBX__H_AGGREGATE, obx_errmsg());
         obx__strlcpy(e->aggregate_type, agg, sizeof e->aggregate_type);
         obx__strlcpy(e->aggregate_id, slash + 1, sizeof e->aggregate_id);
-        e->aggregate_version = v;
+        e->aggregate_version = ver;
     }
     return OBX_OK;
 }

@@ -238,6 +238,9 @@ obx_err obx__br_poll(obx__broker *b, int64_t now, int timeout_ms, obx__outcome *
 obx_err obx__br_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_res *res);
 /* The open handle's capabilities: caps_of(b) when the backend has it, else the static caps. */
 unsigned obx__br_caps(obx__broker *b);
+/* Fault injection for tests: the k-th wrapper call (1-based, process-wide, counted from this
+ * call) fails with OBX_EBROKER; 0 = off. obx__br_calls(): wrapper calls counted since. */
 void obx__br_fault_after(long k);
+long obx__br_calls(void);
 
 #endif /* OBX_BROKER_H */

@@ -344,11 +344,15 @@ int cmd_report(int argc, char **argv) {
         printf("events: %lld committed, %lld published\n",
                (long long)json_integer_value(json_object_get(j, "committed")),
                (long long)json_integer_value(json_object_get(j, "published")));
-        json_object_foreach(st, k, v) if (json_integer_value(v))
-            printf("  %-17s %lld\n", k, (long long)json_integer_value(v));
+        /* braces: cppcheck cannot parse these macro loops without them (unknownMacro) */
+        json_object_foreach(st, k, v) {
+            if (json_integer_value(v))
+                printf("  %-17s %lld\n", k, (long long)json_integer_value(v));
+        }
         printf("receipts:\n");
-        json_object_foreach(rc_, k, v)
+        json_object_foreach(rc_, k, v) {
             printf("  %-17s %lld\n", k, (long long)json_integer_value(v));
+        }
         printf("unknown outcomes resolved: %lld (p50 %lld ms, p99 %lld ms, max %lld ms); open "
                "UNKNOWN attempts: %lld\n",
                (long long)json_integer_value(json_object_get(un, "resolved")),
