@@ -15,6 +15,8 @@
 
 static char path[64];
 
+static void remove_file(void) { unlink(path); }
+
 static void write_file(const char *p, const void *d, size_t n) {
     FILE *f = fopen(p, "wb");
     if (!f) abort();
@@ -23,7 +25,10 @@ static void write_file(const char *p, const void *d, size_t n) {
 }
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
-    if (!path[0]) snprintf(path, sizeof path, "/tmp/obx-fuzz-config-%d.yaml", (int)getpid());
+    if (!path[0]) {
+        snprintf(path, sizeof path, "/tmp/obx-fuzz-config-%d.yaml", (int)getpid());
+        atexit(remove_file);
+    }
     write_file(path, data, size);
     obx_config *c = NULL;
     obx__clear_error();

@@ -6,6 +6,7 @@
 #include "broker/broker.h"
 
 #include <errno.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,14 +58,70 @@ const obx__broker_methods *obx__broker_backend(obx__url_scheme scheme) {
     }
 }
 
+static obx_err open_expanded(const char *url, const char *x, const char *const *props,
+                             size_t n_props, obx__broker **out);
+
+/* Backend properties with their ${...} references expanded (values only, never in a URL). */
+static obx_err expand_props(const char *const *props, size_t n, char ***out) {
+    *out = NULL;
+    if (!n) return OBX_OK;
+    char **v = calloc(n, sizeof *v);
+    if (!v) return obx__fail(OBX_ENOMEM, "broker properties: out of memory");
+    obx_err e = OBX_OK;
+    for (size_t i = 0; i < n && !e; i++) {
+        if (!props[i]) continue; /* a backend skips NULL entries */
+        const char *eq = strchr(props[i], '=');
+        if (!eq) { /* the backend reports it (without echoing: it may be a bare secret) */
+            if (!(v[i] = obx__strdup(props[i])))
+                e = obx__fail(OBX_ENOMEM, "broker properties: out of memory");
+            continue;
+        }
+        char *val = NULL;
+        if ((e = obx__secret_expand(eq + 1, false, &val))) {
+            char name[96];
+            obx__fail_prefix(e, "broker property '%s'",
+                             obx__printable(props[i], (size_t)(eq - props[i]), name, sizeof name));
+            break;
+        }
+        v[i] = obx__asprintf("%.*s=%s", (int)(eq - props[i]), props[i], val);
+        obx__secret_free(val);
+        if (!v[i]) e = obx__fail(OBX_ENOMEM, "broker properties: out of memory");
+    }
+    if (e) {
+        for (size_t i = 0; i < n; i++) obx__secret_free(v[i]);
+        free(v);
+        return e;
+    }
+    *out = v;
+    return OBX_OK;
+}
+
 obx_err obx__br_open(const char *url, const char *const *props, size_t n_props, obx__broker **out) {
+    char *x = NULL, **xp = NULL;
+    obx_err e = obx__secret_expand(url, true, &x);
+    if (e) return obx__fail_prefix(e, "broker URL");
+    if ((e = expand_props(props, n_props, &xp))) {
+        obx__secret_free(x);
+        return e;
+    }
+    e = open_expanded(url, x, (const char *const *)xp, n_props, out);
+    obx__secret_free(x);
+    for (size_t i = 0; xp && i < n_props; i++) obx__secret_free(xp[i]);
+    free(xp);
+    return e;
+}
+
+static obx_err open_expanded(const char *url, const char *x, const char *const *props,
+                             size_t n_props, obx__broker **out) {
     obx__url u;
-    obx_err e = obx__url_parse(url, "broker", &u);
+    obx_err e = obx__url_parse(x, "broker", &u);
     if (e) return e;
     const obx__broker_methods *m = obx__broker_backend(u.scheme);
-    if (!m)
-        return obx__fail(OBX_EUNSUPPORTED, "broker URL '%.40s': this build has no backend for it",
-                         url);
+    if (!m) {
+        char sh[64];
+        return obx__fail(OBX_EUNSUPPORTED, "broker URL: this build has no backend for '%s'",
+                         obx__printable(url, strcspn(url, ":"), sh, sizeof sh));
+    }
     if (m->version != OBX__BROKER_METHODS_VERSION)
         return obx__fail(OBX_EINTERNAL, "broker backend %s: methods version %d, expected %d",
                          m->name, m->version, OBX__BROKER_METHODS_VERSION);
@@ -77,6 +134,7 @@ obx_err obx__br_open(const char *url, const char *const *props, size_t n_props, 
         return obx__fail(OBX_EINTERNAL, "broker backend %s: declares a capability it lacks",
                          m->name);
     e = m->open(&u, props, n_props, out);
+    OPENSSL_cleanse(&u, sizeof u);
     if (e) return e;
     char *red = NULL;
     if (obx_url_redact(url, &red) == OBX_OK) {

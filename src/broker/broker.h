@@ -154,7 +154,9 @@ typedef struct obx__broker_methods {
     void (*close)(obx__broker *b);
     /* The cluster identity receipts carry; compared with the frozen destination's cluster. */
     obx_err (*cluster_id)(obx__broker *b, char *out, size_t cap);
-    /* The partition for a destination's routing key per its frozen algorithm. */
+    /* The partition for a destination's routing key per its frozen algorithm. OBX_ENOTFOUND
+     * when the broker answered that the topic does not exist (a definite answer: the engine
+     * rejects the attempt); any other error is taken as transient. */
     obx_err (*partition_for)(obx__broker *b, const obx__dest *d, int32_t *out);
     obx_err (*send)(obx__broker *b, const obx__msg *m, size_t n, int64_t now);
     /* Up to cap outcomes; waits at most timeout_ms for the first one (0 = do not wait). */

@@ -10,9 +10,13 @@
 #include <string.h>
 
 int cli_fail(const char *cmd, const char *what, obx_err e) {
-    const char *detail = obx_errmsg();
-    fprintf(stderr, "obx %s: %s: %s: %s\n", cmd, what, obx_errname(e),
-            detail && *detail ? detail : obx_strerror(e));
+    /* `what` is often the --db or --broker URL: never print its password */
+    char detail[1024], *red = NULL;
+    snprintf(detail, sizeof detail, "%s", obx_errmsg());
+    const char *shown = what && obx_url_redact(what, &red) == OBX_OK ? red : "(argument)";
+    fprintf(stderr, "obx %s: %s: %s: %s\n", cmd, shown, obx_errname(e),
+            *detail ? detail : obx_strerror(e));
+    obx_free(red);
     return 1;
 }
 
@@ -93,6 +97,7 @@ static const struct {
     {"inspect", cmd_inspect, "one event's envelope, state, attempts, receipts, audit"},
     {"report", cmd_report, "the whole outbox: counts, receipts, UNKNOWN times, invariants"},
     {"relay", cmd_relay, "run the relay daemon: obx relay [--config FILE] [--db] [--broker]"},
+    {"config", cmd_config, "the relay's effective configuration as JSON, secrets redacted"},
     {"consume", cmd_consume, "run a consumer through the inbox (sample order projection)"},
     {"requeue", cmd_requeue, "put a PARKED event back to PENDING: obx requeue EVENT_ID"},
     {"poison", cmd_poison, "consumer poison messages: obx poison list|redrive"},

@@ -248,6 +248,11 @@ obx_err obx__url_parse(const char *url, const char *kind, obx__url *u) {
                 obx_err rc = parse_authority("store", rest, &tmp, false);
                 if (rc) return rc;
             }
+            /* libpq decodes the query itself and echoes a bad %-escape in its message: refuse
+             * it here, without echo (it may sit in sslpassword=) */
+            char scratch[sizeof tmp.query];
+            if (pct_decode(tmp.query, strlen(tmp.query), scratch, sizeof scratch))
+                return obx__fail(OBX_EURL, "store URL: a query parameter has a bad %%-escape");
             memcpy(u->user, tmp.user, sizeof u->user);
             memcpy(u->password, tmp.password, sizeof u->password);
             memcpy(u->hosts, tmp.hosts, sizeof u->hosts);

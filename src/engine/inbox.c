@@ -250,9 +250,19 @@ obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_han
                               void *conn, int64_t now, int64_t mono_us_start,
                               int64_t (*mono_us)(void), obx_inbox_result *out);
 
+static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
+                       void *conn, int64_t now, int64_t mono_us_start, int64_t (*mono_us)(void),
+                       obx_inbox_result *out, bool retried);
+
 obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
                               void *conn, int64_t now, int64_t mono_us_start,
                               int64_t (*mono_us)(void), obx_inbox_result *out) {
+    return process(in, m, h, user, conn, now, mono_us_start, mono_us, out, false);
+}
+
+static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
+                       void *conn, int64_t now, int64_t mono_us_start, int64_t (*mono_us)(void),
+                       obx_inbox_result *out, bool retried) {
     obx_err e;
     if (!in || !m || !h || !out) return obx__fail(OBX_EINVAL, "inbox: NULL argument");
     memset(out, 0, sizeof *out);
@@ -390,8 +400,23 @@ obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_han
     else
         obx__st_rollback(in->s);
     if (e == OBX_ECONFLICT) {
-        /* a concurrent consumer instance committed this event first: the unique key held */
-        return obx__inbox_process_at(in, m, h, user, conn, now, mono_us_start, mono_us, out);
+        /* a concurrent consumer instance committed this event first: the unique key held, and
+         * the next look finds its receipt. Once: a receipt that exists but cannot be seen
+         * (row-level security hiding it from this role) would otherwise loop for ever. */
+        if (!retried) return process(in, m, h, user, conn, now, mono_us_start, mono_us, out, true);
+        return obx__fail(OBX_ESTORE,
+                         "inbox: a consume receipt of %s for consumer %s exists but is not "
+                         "visible to this database role (row-level security?)",
+                         m->event_id, in->consumer);
+    }
+    if (e == OBX_EREFUSED) {
+        /* the database refused this consumer's receipt (PostgreSQL row-level security: the
+         * role is not granted this consumer or tenant): the effect was rolled back with it;
+         * park the message, visible, instead of stalling on it */
+        char refused[200];
+        obx__printable(obx_errmsg(), strlen(obx_errmsg()), refused, sizeof refused);
+        snprintf(why, sizeof why, "the consumer's database refused the receipt: %s", refused);
+        return park(in, m, 0, why, now, out);
     }
     if (e) return e;
     out->outcome = OBX_INBOX_APPLIED;

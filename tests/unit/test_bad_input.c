@@ -10,7 +10,9 @@
  *   enqueue         oversized and empty payloads, invalid UTF-8, SQL metacharacters
  *   configuration   unknown keys, wrong types, NUL bytes, duplicates, two documents, the dump
  *   inbox           malformed deliveries parked as poison, stored text valid UTF-8
- *   log broker      a destination pointing at a missing topic
+ *   missing topic   a destination pointing at a topic the broker does not have (log broker
+ *                   with auto_create=0): rejected, parked after max attempts, the rest of the
+ *                   batch unaffected (tests/broker/test_broker_hardening.c: the same on Kafka)
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,7 +20,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "engine/engine.h"
+#include "engine/engine_int.h"
 
 #include <fcntl.h>
 #include <sqlite3.h>
@@ -26,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+obx_err obx__log_broker_create_topic(obx__broker *base, const char *topic, int32_t partitions_n);
 
 #define OK(x)                                                                                      \
     do {                                                                                           \
@@ -98,6 +102,15 @@ static void test_url_messages(void **st) {
     OK(obx__url_parse("amqp://u:p@ss@h:5672/v", "broker", &u));
     assert_string_equal(u.password, "p@ss");
     assert_string_equal(u.hosts, "h:5672");
+    /* a secret typed as a backend property without its key is not echoed (AMQP echoed it) */
+    const char *bare[] = {secret};
+    obx__broker *b = NULL;
+    const char *brokers[] = {"amqp://u@127.0.0.1:1/", "kafka://127.0.0.1:1"};
+    for (int i = 0; i < 2; i++) {
+        obx_err e = obx__br_open(brokers[i], bare, 1, &b);
+        assert_true(e == OBX_ECONFIG || e == OBX_EUNSUPPORTED); /* a build without the backend */
+        assert_null(strstr(obx_errmsg(), secret));
+    }
 }
 
 /* ---- secrets ------------------------------------------------------------------------------------
@@ -536,6 +549,91 @@ static void test_inbox_bad_deliveries(void **st) {
     sqlite3_close(db);
 }
 
+/* ---- a destination pointing at a missing topic -------------------------------------------------
+ */
+
+static int audit_with(obx__store *s, const char *id, obx__state to, const char *needle) {
+    obx__audit_row *a;
+    size_t n;
+    OK(s->m->load_audit(s, id, &a, &n));
+    int c = 0;
+    for (size_t i = 0; i < n; i++) c += a[i].to == to && strstr(a[i].reason, needle) != NULL;
+    free(a);
+    return c;
+}
+
+static void test_missing_topic(void **st) {
+    (void)st;
+    obx__store *s;
+    OK(obx__st_open("sqlite::memory:", &s));
+    OK(obx_store_init(s));
+    int64_t now = 4102444800000;
+    obx_route missing = {.event_type = "order.created.v1",
+                         .cluster = "local",
+                         .topic = "no-such-topic",
+                         .max_attempts = 2};
+    obx_route good = {.event_type = "order.paid.v1", .cluster = "local", .topic = "orders"};
+    OK(obx__route_set_at(s, &missing, now, NULL));
+    OK(obx__route_set_at(s, &good, now, NULL));
+    obx__broker *b;
+    OK(obx__br_open("log::memory:?cluster=local&auto_create=0", NULL, 0, &b));
+    OK(obx__log_broker_create_topic(b, "orders", 2));
+    obx__dest d = {.algorithm = "murmur2", .routing_key = "k"};
+    strcpy(d.topic, "no-such-topic");
+    int32_t part = 0;
+    REFUSED(obx__br_partition_for(b, &d, &part), OBX_ENOTFOUND,
+            "topic 'no-such-topic' does not exist");
+    char ids[2][OBX_EVENT_ID_LEN + 1];
+    const char *types[] = {"order.created.v1", "order.paid.v1"};
+    for (int i = 0; i < 2; i++) {
+        obx_event ev = {.event_type = types[i],
+                        .aggregate_type = "order",
+                        .aggregate_id = i ? "o-2" : "o-1",
+                        .tenant = "t1",
+                        .payload = "{}",
+                        .payload_len = 2};
+        obx_enqueue_result r;
+        OK(obx__enqueue_at(s, &ev, now, NULL, &r));
+        strcpy(ids[i], r.event_id);
+    }
+    obx__engine e;
+    obx__engine_cfg c;
+    obx__engine_cfg_defaults(&c);
+    c.backoff_base_ms = 100;
+    c.backoff_max_ms = 200;
+    c.seed = 1;
+    OK(obx__engine_init(&e, s, b, &c));
+    size_t sent = 0, n = 0;
+    /* the missing topic does not hold up the rest of the batch */
+    OK(obx__engine_dispatch(&e, now, &sent));
+    assert_int_equal(sent, 1);
+    OK(obx__engine_poll(&e, now, 0, &n));
+    obx__rows rows = {0};
+    const char *idp[2] = {ids[0], ids[1]};
+    OK(obx__st_load_events(s, idp, 2, 0, &rows));
+    obx__event_row *bad = obx__rows_find(&rows, ids[0]), *ok = obx__rows_find(&rows, ids[1]);
+    assert_int_equal(ok->state, OBX__ST_PUBLISHED);
+    assert_int_equal(bad->state, OBX__ST_PENDING); /* a definite rejection: backoff */
+    assert_int_equal(bad->rejections, 1);
+    obx__rows_free(&rows);
+    assert_int_equal(audit_with(s, ids[0], OBX__ST_PENDING, "topic 'no-such-topic' does not exist"),
+                     1);
+    /* after the route's max attempts it is PARKED, visible with its reason */
+    now += 1000;
+    OK(obx__engine_dispatch(&e, now, &sent));
+    OK(obx__engine_poll(&e, now, 0, &n));
+    OK(obx__st_load_events(s, idp, 1, 0, &rows));
+    assert_int_equal(rows.v[0].state, OBX__ST_PARKED);
+    obx__rows_free(&rows);
+    assert_int_equal(audit_with(s, ids[0], OBX__ST_PARKED, "does not exist"), 1);
+    char *js = NULL;
+    OK(obx_inspect(s, ids[0], &js));
+    assert_non_null(strstr(js, "no-such-topic"));
+    obx_free(js);
+    obx__br_close(b);
+    obx__st_close(s);
+}
+
 int main(void) {
     strcpy(cfg_path, "/tmp/obx-badcfg-XXXXXX");
     int fd = mkstemp(cfg_path);
@@ -545,6 +643,7 @@ int main(void) {
         cmocka_unit_test(test_url_messages),     cmocka_unit_test(test_secret_references),
         cmocka_unit_test(test_headers),          cmocka_unit_test(test_enqueue_bad_input),
         cmocka_unit_test(test_config_bad_input), cmocka_unit_test(test_inbox_bad_deliveries),
+        cmocka_unit_test(test_missing_topic),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     unlink(cfg_path);
