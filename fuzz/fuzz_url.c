@@ -45,7 +45,9 @@ static void parse_any(const char *s) {
     }
 }
 
-static bool must_encode(unsigned char c) { return c == '/' || c == '?' || c == '#'; }
+/* What a password must percent-encode, and '%' itself: with these left out, SECRET and the
+ * decoy make the same URL structure, so their messages differ only where a password shows. */
+static bool must_encode(unsigned char c) { return c == '/' || c == '?' || c == '#' || c == '%'; }
 
 static size_t occurrences(const char *hay, const char *needle) {
     size_t n = 0;

@@ -9,23 +9,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Writes s to f with control bytes as \xNN: an argument must not drive the terminal. */
+static void put_printable(FILE *f, const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\x%02x", *p);
+        else
+            fputc(*p, f);
+}
+
 int cli_fail(const char *cmd, const char *what, obx_err e) {
     /* `what` is often the --db or --broker URL: never print its password */
     char detail[1024], *red = NULL;
     snprintf(detail, sizeof detail, "%s", obx_errmsg());
     const char *shown = what && obx_url_redact(what, &red) == OBX_OK ? red : "(argument)";
-    fprintf(stderr, "obx %s: %s: %s: %s\n", cmd, shown, obx_errname(e),
-            *detail ? detail : obx_strerror(e));
+    fprintf(stderr, "obx %s: ", cmd);
+    put_printable(stderr, shown);
+    fprintf(stderr, ": %s: %s\n", obx_errname(e), *detail ? detail : obx_strerror(e));
     obx_free(red);
     return 1;
 }
 
 int cli_usage(const char *cmd, const char *fmt, ...) {
+    char msg[1024];
     va_list ap;
-    fprintf(stderr, "obx %s: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap); /* it may quote an argument */
     va_end(ap);
+    fprintf(stderr, "obx %s: ", cmd);
+    put_printable(stderr, msg);
     fprintf(stderr, "\n(see `obx help` or `man obx`)\n");
     return 2;
 }

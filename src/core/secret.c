@@ -10,7 +10,8 @@
  *   $${            a literal "${"; any other '$' is literal
  *
  * Inside a URL a substituted value is percent-encoded (a password may hold '@', '/' or ':'),
- * except when the reference is the whole URL (`db: ${DATABASE_URL}`). Expansion happens only
+ * except when the reference is the whole URL (`db: ${DATABASE_URL}`) and in sqlite:, log: and
+ * sim: URLs, whose rest is a file path that nobody decodes. Expansion happens only
  * where a connection is opened (obx__st_open, obx__br_open): configuration, dumps and
  * messages keep the reference, never the value. Messages name the variable or the file, never
  * what it holds. This is the one file of the core that reads the environment and files; the
@@ -115,6 +116,10 @@ static void buf_wipe(obx__buf *b) {
 obx_err obx__secret_expand(const char *in, bool in_url, char **out) {
     *out = NULL;
     if (!in) return OBX_OK;
+    /* sqlite:, log: and sim: URLs carry a file path, which is never percent-decoded */
+    if (in_url &&
+        (!strncmp(in, "sqlite:", 7) || !strncmp(in, "log:", 4) || !strncmp(in, "sim:", 4)))
+        in_url = false;
     obx__buf b = {0};
     obx_err e = OBX_OK;
     size_t n = strlen(in);

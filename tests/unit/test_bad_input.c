@@ -130,6 +130,10 @@ static void test_secret_references(void **st) {
     OK(obx__secret_expand("${OBX_T_PW}", true, &out)); /* a whole value: as it is */
     assert_string_equal(out, "p@ss/w:rd");
     obx__secret_free(out);
+    setenv("OBX_T_DIR", "/tmp/a b", 1);
+    OK(obx__secret_expand("sqlite:${OBX_T_DIR}/x.db", true, &out)); /* a path: as it is */
+    assert_string_equal(out, "sqlite:/tmp/a b/x.db");
+    obx__secret_free(out);
     OK(obx__secret_expand("pa$$word $${literal}", true, &out));
     assert_string_equal(out, "pa$$word ${literal}");
     obx__secret_free(out);
