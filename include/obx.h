@@ -142,10 +142,12 @@ OBX_API obx_err obx_store_schema_version(obx_store *s, int *found, int *known);
 OBX_API obx_err obx_store_set_payload_limit(obx_store *s, size_t limit);
 /* The store's URL with any password replaced by "***". Owned by the handle. */
 OBX_API const char *obx_store_url(const obx_store *s);
-/* Creates (or, when they exist, grants again) three least-privilege database roles on an
+/* Creates (or, when they exist, grants again) four least-privilege database roles on an
  * initialized PostgreSQL store: <prefix>_producer (may only enqueue through the SQL function
  * obx.enqueue() and read its own events), <prefix>_relay (moves event states, never rewrites an
- * envelope) and <prefix>_auditor (reads). They are NOLOGIN groups: grant them to login roles.
+ * envelope), <prefix>_auditor (reads) and <prefix>_consumer (the inbox rows of the consumer IDs
+ * and tenants obx.obx_consumer_grant gives its login role: row-level security, enabled by this
+ * call). They are NOLOGIN groups: grant them to login roles.
  * prefix: [a-z][a-z0-9_]{0,39}. Needs the CREATEROLE privilege. OBX_EUNSUPPORTED on SQLite. */
 OBX_API obx_err obx_store_create_roles(obx_store *s, const char *prefix);
 

@@ -38,6 +38,7 @@ int cmd_route(int argc, char **argv);
 int cmd_enqueue(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_relay(int argc, char **argv);
+int cmd_config(int argc, char **argv);
 int cmd_consume(int argc, char **argv);
 int cmd_requeue(int argc, char **argv);
 int cmd_report(int argc, char **argv);

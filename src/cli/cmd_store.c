@@ -47,9 +47,10 @@ int cmd_init(int argc, char **argv) {
             obx_store_close(s);
             return rc;
         }
-        printf("%s: roles %s_producer, %s_relay, %s_auditor granted (NOLOGIN: grant them to "
-               "login roles)\n",
-               obx_store_url(s), roles, roles, roles);
+        printf("%s: roles %s_producer, %s_relay, %s_auditor, %s_consumer granted (NOLOGIN: "
+               "grant them to login roles; consumers also need rows in obx.obx_consumer_grant, "
+               "docs/security.md)\n",
+               obx_store_url(s), roles, roles, roles, roles);
     }
     obx_store_close(s);
     return 0;

@@ -9,36 +9,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* what is often a URL the user typed: never echo its password. A URL obx cannot parse is
- * cut at its user part by hand. */
-static void print_what(const char *what) {
-    const char *scheme = strstr(what, "://"), *at = scheme ? strrchr(what, '@') : NULL;
-    char *red = NULL;
-    if (scheme && obx_url_redact(what, &red) == OBX_OK) {
-        fputs(red, stderr);
-        obx_free(red);
-    } else if (scheme && at && at > scheme) {
-        const char *colon = memchr(scheme + 3, ':', (size_t)(at - scheme - 3));
-        fprintf(stderr, "%.*s%s%s", (int)((colon ? colon : at) - what), what, colon ? ":***" : "",
-                at);
-    } else
-        fputs(what, stderr);
+/* Writes s to f with control bytes as \xNN: an argument must not drive the terminal. */
+static void put_printable(FILE *f, const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\x%02x", *p);
+        else
+            fputc(*p, f);
 }
 
 int cli_fail(const char *cmd, const char *what, obx_err e) {
-    const char *detail = obx_errmsg();
+    /* `what` is often the --db or --broker URL: never print its password */
+    char detail[1024], *red = NULL;
+    snprintf(detail, sizeof detail, "%s", obx_errmsg());
+    const char *shown = what && obx_url_redact(what, &red) == OBX_OK ? red : "(argument)";
     fprintf(stderr, "obx %s: ", cmd);
-    print_what(what);
-    fprintf(stderr, ": %s: %s\n", obx_errname(e), detail && *detail ? detail : obx_strerror(e));
+    put_printable(stderr, shown);
+    fprintf(stderr, ": %s: %s\n", obx_errname(e), *detail ? detail : obx_strerror(e));
+    obx_free(red);
     return 1;
 }
 
 int cli_usage(const char *cmd, const char *fmt, ...) {
+    char msg[1024];
     va_list ap;
-    fprintf(stderr, "obx %s: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap); /* it may quote an argument */
     va_end(ap);
+    fprintf(stderr, "obx %s: ", cmd);
+    put_printable(stderr, msg);
     fprintf(stderr, "\n(see `obx help` or `man obx`)\n");
     return 2;
 }
@@ -115,6 +114,7 @@ static const struct {
      "replay a consumer against duplicates, reordering, old contracts, tenants, poison"},
     {"catalog", cmd_catalog, "check the topic catalog against routes and subscriptions"},
     {"relay", cmd_relay, "run the relay daemon: obx relay [--config FILE] [--db] [--broker]"},
+    {"config", cmd_config, "the relay's effective configuration as JSON, secrets redacted"},
     {"consume", cmd_consume, "run a consumer through the inbox (sample order projection)"},
     {"requeue", cmd_requeue, "put a PARKED event back to PENDING: obx requeue EVENT_ID"},
     {"poison", cmd_poison, "consumer poison messages: obx poison list|redrive"},

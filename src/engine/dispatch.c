@@ -205,34 +205,59 @@ obx_err obx__engine_begin_attempts(obx__engine *e, int64_t now, obx__event_row *
     size_t *plen = calloc(n, sizeof *plen);
     obx__msg *msgs = calloc(n, sizeof *msgs);
     obx__outcome *fail = calloc(n, sizeof *fail);
+    obx__outcome *pre = calloc(n, sizeof *pre); /* decided before sending (no partition) */
+    bool *decided = calloc(n, sizeof *decided);
     obx__dest *alt = calloc(n, sizeof *alt);
     obx__envelope *wire = calloc(n, sizeof *wire); /* envelopes as sent (logical event ID) */
     if (!c.partition || !c.att_id || !c.ok || !c.next || !payload || !plen || !msgs || !fail ||
-        !alt || !wire) {
+        !pre || !decided || !alt || !wire) {
         err = obx__fail(OBX_ENOMEM, "begin attempts: out of memory");
         goto out;
     }
     /* Choose partitions outside the transaction: a broker may need metadata (network). The
-     * first attempt's choice is recorded and pinned (DESIGN.md §1). */
+     * first attempt's choice is recorded and pinned (DESIGN.md §1). A row whose partition
+     * cannot be chosen is not sent: its attempt is registered and ends at once — REJECT when
+     * the broker says its topic does not exist (OBX_ENOTFOUND: counts toward parking, so an
+     * operator sees it PARKED with the reason), NOT_SENT otherwise (transient). It must not
+     * hold up the rest of the batch: a route to a missing topic once left every event of the
+     * batch CLAIMED, re-claimed and failing again forever. */
     for (size_t i = 0; i < n; i++) {
         payload[i] = rows[i].payload;
         plen[i] = rows[i].payload_len;
         c.partition[i] = rows[i].pinned_partition;
-        if (c.partition[i] < 0 &&
-            (err = obx__br_partition_for(e->b, &rows[i].dest, &c.partition[i]))) {
-            e->st.broker_errors++;
-            goto out;
+        if (c.partition[i] < 0) {
+            obx_err pe = obx__br_partition_for(e->b, &rows[i].dest, &c.partition[i]);
+            if (pe == OBX_ENOMEM) {
+                err = pe;
+                goto out;
+            }
+            if (pe) {
+                e->st.broker_errors++;
+                decided[i] = true;
+                c.partition[i] = -1;
+                pre[i].kind = pe == OBX_ENOTFOUND ? OBX__OUT_REJECT : OBX__OUT_NOT_SENT;
+                snprintf(pre[i].reason, sizeof pre[i].reason, "no partition: %s", obx_errmsg());
+                obx__utf8_trim(pre[i].reason);
+            }
         }
         if ((err = obx__new_id(&e->gen, "att-", now, c.att_id[i], sizeof c.att_id[i]))) goto out;
     }
     err = obx__engine_tx(e, begin_tx, &c);
     if (err) goto out;
-    size_t k = 0;
+    size_t k = 0, nf = 0;
     for (size_t i = 0; i < n; i++) {
         if (c.ok[i]) rows[i] = c.next[i]; /* the registered attempt's values */
         rows[i].payload = payload[i];
         rows[i].payload_len = plen[i];
         if (!c.ok[i]) continue;
+        if (decided[i]) {
+            fail[nf] = pre[i];
+            obx__strlcpy(fail[nf].event_id, rows[i].env.event_id, sizeof fail[nf].event_id);
+            fail[nf].envelope_gen = rows[i].envelope_gen;
+            obx__strlcpy(fail[nf].attempt_id, rows[i].attempt_id, sizeof fail[nf].attempt_id);
+            nf++;
+            continue;
+        }
         const obx__dest *dest = &rows[i].dest;
         if (OBX__MUTANT(RETRY_OTHER_DESTINATION) && rows[i].attempt_gen > 1) {
             alt[i] = rows[i].dest;
@@ -258,19 +283,22 @@ obx_err obx__engine_begin_attempts(obx__engine *e, int64_t now, obx__event_row *
              * attempts are definitely not persisted: back to PENDING with backoff. */
             e->st.broker_errors++;
             for (size_t i = 0; i < k; i++) {
-                memset(&fail[i], 0, sizeof fail[i]);
-                fail[i].kind = OBX__OUT_NOT_SENT;
-                obx__strlcpy(fail[i].event_id, msgs[i].env->event_id, sizeof fail[i].event_id);
-                fail[i].envelope_gen = msgs[i].env->envelope_gen;
-                obx__strlcpy(fail[i].attempt_id, msgs[i].attempt_id, sizeof fail[i].attempt_id);
-                snprintf(fail[i].reason, sizeof fail[i].reason, "send failed: %s", obx_errmsg());
+                obx__outcome *f = &fail[nf++];
+                memset(f, 0, sizeof *f);
+                f->kind = OBX__OUT_NOT_SENT;
+                obx__strlcpy(f->event_id, msgs[i].env->event_id, sizeof f->event_id);
+                f->envelope_gen = msgs[i].env->envelope_gen;
+                obx__strlcpy(f->attempt_id, msgs[i].attempt_id, sizeof f->attempt_id);
+                snprintf(f->reason, sizeof f->reason, "send failed: %s", obx_errmsg());
+                obx__utf8_trim(f->reason);
             }
-            err = obx__engine_apply_outcomes(e, now, fail, k);
+            err = OBX_OK;
         } else {
             *sent = k;
             e->st.sent += (int64_t)k;
         }
     }
+    if (nf) err = obx__engine_apply_outcomes(e, now, fail, nf);
 out:
     obx__rows_free(&c.cur);
     free(c.next);
@@ -281,6 +309,8 @@ out:
     free(plen);
     free(msgs);
     free(fail);
+    free(pre);
+    free(decided);
     free(alt);
     free(wire);
     return err;

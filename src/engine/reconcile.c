@@ -205,6 +205,11 @@ obx_err obx__reconcile_lookup(obx__engine *e, int64_t now, const obx__event_row 
         res->kind = OBX__LOOKUP_NOT_FOUND;
         snprintf(res->reason, sizeof res->reason, "no outstanding attempt of generation %d",
                  (int)row->envelope_gen);
+    } else if (row->pinned_partition < 0) {
+        /* no partition was ever chosen for this generation, so none of its attempts was handed
+         * to the broker (dispatch.c registers and ends such an attempt without sending it) */
+        res->kind = OBX__LOOKUP_NOT_FOUND;
+        snprintf(res->reason, sizeof res->reason, "never sent: no partition was chosen");
     } else if (!e->b) {
         res->kind = OBX__LOOKUP_CANNOT_TELL;
         snprintf(res->reason, sizeof res->reason, "no broker connection");

@@ -5,6 +5,7 @@
  */
 #include "store/store.h"
 
+#include <openssl/crypto.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,13 +113,19 @@ static obx_err check_methods(const obx__store_methods *m) {
 }
 
 obx_err obx__st_open(const char *url, obx__store **out) {
+    /* ${NAME} / ${file:PATH} references are expanded here, at the connection, and nowhere
+     * else: the handle keeps the URL as given (redacted), never the secret */
+    char *x = NULL;
+    obx_err e = obx__secret_expand(url, true, &x);
+    if (e) return obx__fail_prefix(e, "store URL");
     obx__url u;
-    obx_err e = obx__url_parse(url, "store", &u);
-    if (e) return e;
-    const obx__store_methods *m = obx__store_backend(u.scheme);
-    if (!m) return obx__fail(OBX_EUNSUPPORTED, "store URL: this build has no backend for it");
-    if ((e = check_methods(m))) return e;
-    e = m->open(&u, out);
+    e = obx__url_parse(x, "store", &u);
+    const obx__store_methods *m = e ? NULL : obx__store_backend(u.scheme);
+    if (!e && !m) e = obx__fail(OBX_EUNSUPPORTED, "store URL: this build has no backend for it");
+    if (!e) e = check_methods(m);
+    if (!e) e = m->open(&u, out);
+    obx__secret_free(x);
+    OPENSSL_cleanse(&u, sizeof u);
     if (e) return e;
     char *red = NULL;
     if (obx_url_redact(url, &red) == OBX_OK) {

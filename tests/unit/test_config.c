@@ -101,7 +101,7 @@ static void test_errors(void **st) {
     expect_error("relay:\n  shadow_interval_ms: 5\n",
                  "relay.shadow_interval_ms (line 2): 5 is outside");
     expect_error("relay:\n  shadow_feed: /tmp/feed.jsonl\n", "relay.shadow_feed: given, but");
-    expect_code(OBX_EINVAL, "relay:\n  shadow: true\n  shadow_topics: [\"a b\"]\n",
+    expect_code(OBX_ECONFIG, "relay:\n  shadow: true\n  shadow_topics: [\"a b\"]\n",
                 "relay.shadow_topics");
     obx_config *c;
     assert_int_equal(obx_config_load("/nonexistent/obx.yaml", &c), OBX_ECONFIG);

@@ -198,28 +198,33 @@ BEGIN
     END LOOP;
 END $$;
 
--- obx.create_roles(): as in version 1, plus reading the delivery-set tables (relay; the auditor by
+-- obx.create_roles(): as in version 1 (producer, relay, auditor, consumer with row-level
+-- security on the inbox tables), plus reading the delivery-set tables (relay; the auditor by
 -- the final grant on all tables). Moving an event to a new envelope generation needs nothing
 -- more; adding a delivery-set target creates an event row, which (like obx_enqueue() from C)
 -- needs the schema owner or a role granted INSERT on obx_event.
 CREATE OR REPLACE FUNCTION obx.create_roles(prefix text) RETURNS void LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET client_min_messages = warning AS $$
 DECLARE
     p text := prefix || '_producer';
     r text := prefix || '_relay';
     a text := prefix || '_auditor';
+    c text := prefix || '_consumer';
     x text;
+    t text;
+    rows text;
 BEGIN
     IF prefix IS NULL OR prefix !~ '^[a-z][a-z0-9_]{0,39}$' THEN
         RAISE EXCEPTION USING ERRCODE = 'OB002',
             MESSAGE = format('prefix: %L is not [a-z][a-z0-9_]{0,39}', prefix);
     END IF;
-    FOREACH x IN ARRAY ARRAY[p, r, a] LOOP
+    FOREACH x IN ARRAY ARRAY[p, r, a, c] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = x) THEN
             EXECUTE format('CREATE ROLE %I NOLOGIN', x);
         END IF;
     END LOOP;
     EXECUTE format('GRANT USAGE ON SCHEMA obx TO %I, %I, %I', p, r, a);
+    -- obx reads the schema version whenever it opens a store
     EXECUTE format('GRANT SELECT ON obx.obx_meta TO %I, %I, %I', p, r, a);
     EXECUTE format('GRANT EXECUTE ON FUNCTION obx.dest_canonical(text, text, text, text, bigint, text, text, text),
         obx.dest_digest(text, text, text, text, bigint, text, text, text),
@@ -248,6 +253,35 @@ BEGIN
     EXECUTE format('GRANT EXECUTE ON FUNCTION obx._stats() TO %I, %I', r, a);
 
     EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA obx TO %I', a);
+
+    -- consumer: schema version, its grants, the inbox tables; nothing of the outbox
+    EXECUTE format('GRANT USAGE ON SCHEMA obx TO %I', c);
+    EXECUTE format('GRANT SELECT ON obx.obx_meta, obx.obx_consumer_grant TO %I', c);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON obx.obx_inbox, obx.obx_consumer_watermark,
+        obx.obx_inbox_failure, obx.obx_poison, obx.obx_inbox_quarantine, obx.obx_consume_audit TO %I', c);
+    ALTER TABLE obx.obx_consumer_grant ENABLE ROW LEVEL SECURITY;
+    EXECUTE format('DROP POLICY IF EXISTS %I ON obx.obx_consumer_grant', c || '_own');
+    EXECUTE format('CREATE POLICY %I ON obx.obx_consumer_grant FOR SELECT TO %I
+        USING (pg_has_role(current_user, role_name, ''MEMBER''))', c || '_own', c);
+    EXECUTE format('DROP POLICY IF EXISTS %I ON obx.obx_consumer_grant', a || '_all');
+    EXECUTE format('CREATE POLICY %I ON obx.obx_consumer_grant FOR SELECT TO %I USING (true)',
+        a || '_all', a);
+    FOREACH t IN ARRAY ARRAY['obx_inbox', 'obx_consumer_watermark', 'obx_inbox_failure',
+                             'obx_poison', 'obx_inbox_quarantine', 'obx_consume_audit'] LOOP
+        EXECUTE format('ALTER TABLE obx.%I ENABLE ROW LEVEL SECURITY', t);
+        EXECUTE format('DROP POLICY IF EXISTS %I ON obx.%I', prefix || '_all', t);
+        EXECUTE format('CREATE POLICY %I ON obx.%I TO %I, %I USING (true) WITH CHECK (true)',
+            prefix || '_all', t, r, a);
+        -- the consumer's rows: its granted consumer IDs and, where a row names one, tenants
+        -- (columns qualified with the table: inside the subquery g's columns would win)
+        rows := format('EXISTS (SELECT 1 FROM obx.obx_consumer_grant g WHERE '
+            'pg_has_role(current_user, g.role_name, ''MEMBER'') AND g.consumer_id = %I.consumer_id%s)',
+            t, CASE WHEN t = 'obx_inbox' THEN format(' AND g.tenant IN (%I.tenant, ''*'')', t)
+                    ELSE '' END);
+        EXECUTE format('DROP POLICY IF EXISTS %I ON obx.%I', c || '_rows', t);
+        EXECUTE format('CREATE POLICY %I ON obx.%I TO %I USING (%s) WITH CHECK (%s)', c || '_rows',
+            t, c, rows, rows);
+    END LOOP;
 END $$;
 
 REVOKE ALL ON FUNCTION obx.enqueue(text, text, text, bigint, text, bytea, text, text, text, text,
