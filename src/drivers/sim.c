@@ -498,8 +498,8 @@ static obx_err open_pg(wk *k, const char *url) {
     if (PQstatus(k->opg) != CONNECTION_OK)
         return obx__fail(OBX_ESTORE, "sim: postgres: %s", PQerrorMessage(k->opg));
     const char *setup[] = {"SET search_path = obx, public", "SET client_min_messages = warning",
-                           "CREATE TEMP TABLE sim_orders (order_id TEXT PRIMARY KEY, event_id "
-                           "TEXT NOT NULL)"};
+                           ("CREATE TEMP TABLE sim_orders (order_id TEXT PRIMARY KEY, event_id "
+                            "TEXT NOT NULL)")};
     for (size_t i = 0; i < sizeof setup / sizeof setup[0]; i++) {
         PGresult *r = PQexec(k->opg, setup[i]);
         bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;

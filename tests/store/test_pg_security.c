@@ -427,8 +427,8 @@ static void test_consumer_sees_only_its_tenants(void **st) {
                      0);
     char stt[6];
     const char *denied[] = {
-        "INSERT INTO obx.obx_inbox VALUES ('proj-a', 'evt-x', 'd', 't.v1', 'tenant-b', 'APPLIED', "
-        "'', 'orders', 0, 0, 0, 0)",
+        ("INSERT INTO obx.obx_inbox VALUES ('proj-a', 'evt-x', 'd', 't.v1', 'tenant-b', 'APPLIED', "
+         "'', 'orders', 0, 0, 0, 0)"),
         "UPDATE obx.obx_inbox SET tenant = 'tenant-b'",
         "INSERT INTO obx.obx_consumer_grant VALUES ('obx_cons_a', 'proj-b', '*')",
         "SELECT count(*) FROM obx.obx_event",
