@@ -514,6 +514,55 @@ static void test_claim_cost_flat(void **state) {
     assert_true(big < small * 2);
 }
 
+/* ---- no statement is re-prepared on a new binding ----------------------------------------------
+ * Regression: retention candidates and state selects bound the state as a parameter; compared
+ * with the constants of obx_event_inflight's predicate, that made SQLite re-prepare them on
+ * every bind (two thirds of `obx sim`'s instructions). */
+static int reprepares(sqlite3 *db) {
+    int n = 0;
+    for (sqlite3_stmt *st = sqlite3_next_stmt(db, NULL); st; st = sqlite3_next_stmt(db, st))
+        n += sqlite3_stmt_status(st, SQLITE_STMTSTATUS_REPREPARE, 0);
+    return n;
+}
+
+static void test_no_reprepare(void **state) {
+    fx *f = *state;
+    for (int i = 0; i < 3; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "rp-%d", i);
+        obx_event ev = order_event(id, "{}");
+        obx_enqueue_result res;
+        assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_OK);
+    }
+    exec_ok(f->db, "UPDATE obx_event SET state = 'PUBLISHED', published_at = seq");
+    for (int round = 0; round < 3; round++) {
+        for (int k = 0; k < 2; k++) {
+            obx__retention_req rq = {.state = k ? OBX__ST_RETAINED : OBX__ST_PUBLISHED,
+                                     .after = OBX__PUB_POS_MIN,
+                                     .before = {.at = 1000 + round, .seq = INT64_MAX},
+                                     .limit = 10 + (size_t)round};
+            obx__rows rows = {0};
+            assert_int_equal(obx__st_retention_candidates(f->s, &rq, &rows), OBX_OK);
+            assert_int_equal(rows.n, k ? 0 : 3);
+            obx__rows_free(&rows);
+        }
+        for (int st = OBX__ST_PENDING; st <= OBX__ST_PARKED; st++) {
+            obx__select_req q = {
+                .kind = OBX__SEL_STATE, .state = (obx__state)st, .limit = 5 + (size_t)round};
+            obx__rows rows = {0};
+            assert_int_equal(obx__st_select(f->s, &q, &rows), OBX_OK);
+            assert_int_equal(rows.n, st == OBX__ST_PUBLISHED ? 3 : 0);
+            obx__rows_free(&rows);
+            q.kind = OBX__SEL_PUBLISHED_BEFORE;
+            q.now = INT64_MAX / 2;
+            assert_int_equal(obx__st_select(f->s, &q, &rows), OBX_OK);
+            assert_int_equal(rows.n, st == OBX__ST_PUBLISHED ? 3 : 0);
+            obx__rows_free(&rows);
+        }
+    }
+    assert_int_equal(reprepares(f->db), 0);
+}
+
 int main(void) {
     strcpy(conf_dir, "/tmp/obx-conf-XXXXXX");
     if (!mkdtemp(conf_dir)) return 1;
@@ -534,6 +583,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_upgrade_from_v1, setup, teardown),
         cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_cost_flat, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_reprepare, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL) + failed;
 }

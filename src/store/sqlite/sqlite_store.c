@@ -38,8 +38,6 @@ enum {
     Q_CLAIM,
     Q_SEL_EXPIRED,
     Q_SEL_RECONCILE,
-    Q_SEL_STATE,
-    Q_SEL_PUBBEFORE,
     Q_LOAD,
     Q_LOAD_PAYLOAD,
     Q_UPD_EVENT,
@@ -96,8 +94,10 @@ enum {
     Q_CAUDIT_EVENT,
     Q_CAUDIT_AFTER,
     Q_CAUDIT_NEWEST,
-    Q_AGED_LIST, /* + obx__aged_kind: one list statement per kind */
-    Q_AGED_COUNT = Q_AGED_LIST + OBX__AGED_COUNT, /* + obx__aged_kind: one count per kind */
+    Q_SEL_STATE,                                   /* + obx__state: the state is a literal */
+    Q_SEL_PUBBEFORE = Q_SEL_STATE + OBX__ST_COUNT, /* + obx__state */
+    Q_AGED_LIST = Q_SEL_PUBBEFORE + OBX__ST_COUNT, /* + obx__aged_kind: one statement per kind */
+    Q_AGED_COUNT = Q_AGED_LIST + OBX__AGED_COUNT,  /* + obx__aged_kind: one count per kind */
     Q_COUNT = Q_AGED_COUNT + OBX__AGED_COUNT
 };
 
@@ -191,17 +191,23 @@ static const char *const sql_text[Q_COUNT] = {
                         "WHERE ((e.state = 'DISPATCH_UNKNOWN' AND e.next_check_at <= ?1) OR "
                         "(e.state IN ('RECONCILING','RETRY_CLAIMED') AND e.lease_until <= ?1)) "
                         "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.seq LIMIT ?3",
-    /* INDEXED BY: with ORDER BY seq LIMIT, SQLite otherwise scans the whole table in seq
-     * order looking for a rare state (PARKED, UNKNOWN) at its end (seconds at 1M events) */
-    [Q_SEL_STATE] = "SELECT " EVENT_COLS " FROM obx_event e INDEXED BY obx_event_state_pub "
-                    "JOIN obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = "
-                    "e.envelope_gen LEFT JOIN obx_delivery_target t ON t.slot_id = e.event_id "
-                    "WHERE e.state = ?4 AND (?2 IS NULL OR e.dest_cluster = ?2) "
-                    "ORDER BY e.seq LIMIT ?3",
-    [Q_SEL_PUBBEFORE] =
-        "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = ?4 AND e.published_at <= ?1 "
-        "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.published_at, e.seq LIMIT ?3",
-    [Q_LOAD] = "SELECT " EVENT_COLS EVENT_FROM "WHERE e.event_id = ?",
+/* INDEXED BY: with ORDER BY seq LIMIT, SQLite otherwise scans the whole table in seq
+ * order looking for a rare state (PARKED, UNKNOWN) at its end (seconds at 1M events). One
+ * statement per state, the state a literal: a bound state compared with the constants of
+ * obx_event_inflight's predicate makes SQLite re-prepare the statement on every bind. */
+#define SEL_STATE(n, name)                                                                         \
+    [Q_SEL_STATE + OBX__ST_##                                                                      \
+        n] = "SELECT " EVENT_COLS " FROM obx_event e INDEXED BY obx_event_state_pub "              \
+             "JOIN obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = "                \
+             "e.envelope_gen LEFT JOIN obx_delivery_target t ON t.slot_id = e.event_id "           \
+             "WHERE e.state = '" name "' AND (?2 IS NULL OR e.dest_cluster = ?2) "                 \
+             "ORDER BY e.seq LIMIT ?3",                                                            \
+      [Q_SEL_PUBBEFORE + OBX__ST_##n] =                                                            \
+          "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = '" name "' AND e.published_at <= ?1 "   \
+          "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.published_at, e.seq LIMIT ?3",
+    OBX__STATE_LIST(SEL_STATE)
+#undef SEL_STATE
+        [Q_LOAD] = "SELECT " EVENT_COLS EVENT_FROM "WHERE e.event_id = ?",
     [Q_LOAD_PAYLOAD] = "SELECT " EVENT_COLS ", v.payload" EVENT_FROM "WHERE e.event_id = ?",
     [Q_UPD_EVENT] =
         "UPDATE obx_event SET envelope_gen = ?, state = ?, claim_gen = ?, owner = ?, "
@@ -1015,8 +1021,12 @@ static obx_err sq_select_events(obx__store *base, const obx__select_req *req, ob
     switch (req->kind) {
     case OBX__SEL_EXPIRED_SENDING: id = Q_SEL_EXPIRED; break;
     case OBX__SEL_RECONCILE: id = Q_SEL_RECONCILE; break;
-    case OBX__SEL_STATE: id = Q_SEL_STATE; break;
-    case OBX__SEL_PUBLISHED_BEFORE: id = Q_SEL_PUBBEFORE; break;
+    case OBX__SEL_STATE:
+    case OBX__SEL_PUBLISHED_BEFORE:
+        if ((unsigned)req->state >= OBX__ST_COUNT)
+            return obx__fail(OBX_EINVAL, "select: unknown state %d", (int)req->state);
+        id = (req->kind == OBX__SEL_STATE ? Q_SEL_STATE : Q_SEL_PUBBEFORE) + (int)req->state;
+        break;
     default: return obx__fail(OBX_EINVAL, "select: unknown kind %d", (int)req->kind);
     }
     sqlite3_stmt *st = NULL;
@@ -1028,7 +1038,6 @@ static obx_err sq_select_events(obx__store *base, const obx__select_req *req, ob
     else
         sqlite3_bind_null(st, 2);
     bi(st, 3, (int64_t)(req->limit ? req->limit : 1000));
-    if (id == Q_SEL_STATE || id == Q_SEL_PUBBEFORE) bt(st, 4, obx__state_name(req->state));
     e = collect(s, st, false, out, "select events");
     /* payload, when asked, is loaded per row (rare: reconciler retries) */
     if (!e && req->payload) {
