@@ -1562,6 +1562,7 @@ obx_err obx_sim_run(const obx_sim_options *o, char **out) {
     /* SQLite's memory statistics take a process-wide mutex on every allocation; the workers
      * share nothing else. Fails harmlessly (SQLITE_MISUSE) if SQLite is already initialized. */
     sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+    obx__sim_malloc_install(); /* small blocks recycled per thread (sim_malloc.c) */
     run r;
     memset(&r, 0, sizeof r);
     r.o = o;
