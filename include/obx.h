@@ -100,6 +100,7 @@ OBX_API void obx_free(void *p);
 #define OBX_TEXT_MAX 255    /* correlation id, causation id, owner, reason */
 #define OBX_TRACEPARENT_LEN 55
 #define OBX_PAYLOAD_DEFAULT_LIMIT (1024 * 1024)
+#define OBX_SET_MAX 8 /* destinations of one delivery set, the route's own included */
 
 /* ---------------------------------------------------------------------------------------------
  * Event identities and digests (pure; no I/O).
@@ -141,10 +142,12 @@ OBX_API obx_err obx_store_schema_version(obx_store *s, int *found, int *known);
 OBX_API obx_err obx_store_set_payload_limit(obx_store *s, size_t limit);
 /* The store's URL with any password replaced by "***". Owned by the handle. */
 OBX_API const char *obx_store_url(const obx_store *s);
-/* Creates (or, when they exist, grants again) three least-privilege database roles on an
+/* Creates (or, when they exist, grants again) four least-privilege database roles on an
  * initialized PostgreSQL store: <prefix>_producer (may only enqueue through the SQL function
  * obx.enqueue() and read its own events), <prefix>_relay (moves event states, never rewrites an
- * envelope) and <prefix>_auditor (reads). They are NOLOGIN groups: grant them to login roles.
+ * envelope), <prefix>_auditor (reads) and <prefix>_consumer (the inbox rows of the consumer IDs
+ * and tenants obx.obx_consumer_grant gives its login role: row-level security, enabled by this
+ * call). They are NOLOGIN groups: grant them to login roles.
  * prefix: [a-z][a-z0-9_]{0,39}. Needs the CREATEROLE privilege. OBX_EUNSUPPORTED on SQLite. */
 OBX_API obx_err obx_store_create_roles(obx_store *s, const char *prefix);
 
@@ -152,6 +155,21 @@ OBX_API obx_err obx_store_create_roles(obx_store *s, const char *prefix);
  * Route policy. Every obx_route_set() creates a new route policy generation; events enqueued
  * afterwards freeze it, events already enqueued keep the destination they froze.
  * ------------------------------------------------------------------------------------------- */
+
+/* A further destination of a delivery set (docs/migration.md): when the business needs the
+ * event on several targets, each target is frozen with its own digest and has its own
+ * attempts and publish slot; consumers see the same event ID on every target. NULL fields
+ * take the route's value. */
+typedef struct obx_route_target {
+    const char *cluster; /* required */
+    const char *topic;   /* required; (cluster, topic) differs from every other target's */
+    const char *routing_key;
+    const char *algorithm;
+    const char *serializer;
+    const char *durability;
+    const char *required_acks;
+} obx_route_target;
+
 typedef struct obx_route {
     const char *event_type;    /* required: the event type this route applies to */
     const char *cluster;       /* required: broker cluster identity, e.g. "local", "kafka-prod" */
@@ -167,6 +185,11 @@ typedef struct obx_route {
     int blind_retry;           /* reconciler may retry the same frozen target without lookup */
     int unordered;             /* do not hold back events behind an unpublished same key */
     const char *alias;         /* dispatcher alias that owns this type; NULL = "obx" */
+    /* Delivery set: further destinations (at most OBX_SET_MAX - 1), a contract frozen with each
+     * event at enqueue; n_targets 0 = a single destination. */
+    const obx_route_target *targets;
+    size_t n_targets;
+    const char *completion; /* when the event counts as delivered: "all" (NULL) or "any" */
 } obx_route;
 
 /* Creates a new generation for route->event_type. *out_gen (may be NULL) gets it. */
@@ -201,7 +224,7 @@ typedef struct obx_event {
 
 typedef struct obx_enqueue_result {
     char event_id[OBX_EVENT_ID_LEN + 1];
-    char dest_digest[OBX_DIGEST_LEN + 1];
+    char dest_digest[OBX_DIGEST_LEN + 1]; /* with a delivery set: target 1's (obx_inspect: all) */
     char payload_digest[OBX_DIGEST_LEN + 1];
     int64_t route_gen;
     int existing; /* 1: the idempotency key was seen before; event_id is the first event's */
@@ -212,7 +235,9 @@ OBX_API obx_err obx_enqueue(obx_store *s, const obx_event *ev, obx_enqueue_resul
 /* ---------------------------------------------------------------------------------------------
  * Inspection. JSON documents are the caller's (obx_free).
  * ------------------------------------------------------------------------------------------- */
-/* Envelope, destination, digests, state, attempts, receipts and audit rows of one event. */
+/* Envelope, destination, digests, state, attempts, receipts and audit rows of one event (or of
+ * one publish slot of a delivery set), its delivery set (targets, their states, whether it
+ * counts as delivered) and the evidence of its migration receipts. */
 OBX_API obx_err obx_inspect(obx_store *s, const char *event_id, char **out_json);
 
 /* ---------------------------------------------------------------------------------------------
@@ -223,9 +248,150 @@ OBX_API obx_err obx_inspect(obx_store *s, const char *event_id, char **out_json)
 OBX_API obx_err obx_requeue(obx_store *s, const char *event_id, const char *who);
 
 /* Whole-outbox report as JSON: counts by state, receipts by kind, UNKNOWN resolution times
- * (count, p50, p99, max in ms), oldest PENDING, and invariant checks (every PUBLISHED event has
- * exactly one primary receipt, none has two). *out_json is the caller's (obx_free). */
+ * (count, p50, p99, max in ms), oldest PENDING, delivery sets (how many, how many complete),
+ * and invariant checks (every PUBLISHED event has exactly one primary receipt, none has two).
+ * Counts by state count publish slots: an event with a delivery set has one per target.
+ * *out_json is the caller's (obx_free). */
 OBX_API obx_err obx_report(obx_store *s, char **out_json);
+
+/* ---------------------------------------------------------------------------------------------
+ * Destination migration (DESIGN.md §6, docs/migration.md). An undelivered event moves to a new
+ * destination only with proof that the old target did not accept it: never sent, a definite
+ * rejection, or an authoritative NOT_FOUND (looked up now for attempts still UNKNOWN, through
+ * broker_url, which must be connected to the old target's cluster). The move is a new envelope
+ * generation with the new frozen destination and a MIGRATION receipt (old and new digests, the
+ * proof, who, when); the original envelope is never edited, and a receipt that later arrives
+ * for the old generation is quarantined. An event with an attempt SENDING or UNKNOWN whose
+ * absence cannot be proven, a CLAIMED, DISPATCH_UNKNOWN or RECONCILING event (the reconciler
+ * resolves those first) and a delivered one are refused, naming the blocking attempt or claim.
+ *
+ * With add_target, the destination is added to each event as a further delivery-set target (a
+ * new publish slot), with the proof that the new target does not hold the event (an
+ * authoritative NOT_FOUND there: broker_url must be connected to its cluster) and a receipt.
+ *
+ * Each event is its own transaction. *out_json (set whenever the call got as far as deciding)
+ * lists every event with its outcome, proof or reason. OBX_OK: all selected events migrated
+ * (or, with dry_run, would be); OBX_EREFUSED: at least one was refused, obx_errmsg() names the
+ * first blocking attempt. Bad input is an error naming the field, with nothing stored.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct obx_migrate_request {
+    const char *const *event_ids; /* these events (or delivery-set slots), or a selector: */
+    size_t n_event_ids;
+    const char *event_type; /* selector: this type (NULL = any) */
+    const char *cluster;    /* selector: current frozen cluster (NULL = any) */
+    const char *topic;      /* selector: current frozen topic (NULL = any) */
+    const char *state;      /* selector: current state (NULL = any undelivered state) */
+    size_t limit;           /* selector: at most this many events (0 = 1000, at most 100000) */
+    int64_t route_gen;      /* destination: this route generation of the event's type (0 = the
+                               type's current one; set a new route first to move elsewhere) */
+    int add_target;         /* add the destination as a delivery-set target instead */
+    int target;             /* add_target: the generation's target number (0 = the first one the
+                               event does not have yet; 1 = the route's own destination) */
+    const char *completion; /* add_target to an event without a set: "all" (NULL) or "any" */
+    const char *who;        /* operator in receipts and audit rows (NULL = "operator") */
+    const char *reason;     /* why, recorded with the receipt (may be NULL) */
+    int dry_run;            /* decide and report, change nothing */
+} obx_migrate_request;
+
+OBX_API obx_err obx_migrate(obx_store *s, const char *broker_url, const char *const *broker_props,
+                            size_t n_props, const obx_migrate_request *req, char **out_json);
+
+/* ---------------------------------------------------------------------------------------------
+ * Shadow mode and scoped takeover (the rollout of docs/migration.md: shadow first, then take
+ * over a small share of low-risk event types; rollback switches the dispatcher alias back).
+ * ------------------------------------------------------------------------------------------- */
+
+/* Computes what obx would send for the events the given dispatcher aliases (or event types)
+ * own — destination, partition, key, digests — and compares it with what was actually
+ * published, as seen on the broker (its topics read through a consumer group of its own that
+ * never commits) or in a receipts feed file (JSON lines). Claims nothing, sends nothing,
+ * writes nothing. The JSON report counts and lists: events missing on the broker (older than
+ * the grace time), published to another destination or partition, with another payload
+ * digest, and event IDs on the broker the outbox does not know. OBX_EFINDINGS when there is
+ * any difference (the report is set too). */
+typedef struct obx_shadow_request {
+    const char *const *aliases; /* shadowed dispatcher aliases (NULL = any) */
+    size_t n_aliases;
+    const char *const *event_types; /* shadowed event types (NULL = any) */
+    size_t n_event_types;
+    const char *const *topics; /* also observe these topics (to see misrouted publications) */
+    size_t n_topics;
+    const char *feed_path; /* a receipts feed instead of the broker (NULL = the broker) */
+    int64_t since_ms;      /* events committed at or after (0 = the last hour) */
+    int64_t grace_ms;      /* younger events are not missing yet (0 = 60000; -1 = none) */
+    size_t limit;          /* events compared at most (0 = 100000) */
+} obx_shadow_request;
+
+OBX_API obx_err obx_shadow(obx_store *s, const char *broker_url, const char *const *broker_props,
+                           size_t n_props, const obx_shadow_request *req, char **out_json);
+
+/* Hands event types to dispatcher alias `to_alias` — a new route generation per type with the
+ * same destination and delivery set — so that only relays serving that alias dispatch events
+ * enqueued from now on. With backlog, unclaimed events of those types (PENDING or PARKED:
+ * nothing in flight) move to the new owner too. Events already sent keep their attempts and
+ * slots and keep being reconciled, whoever owns the type: rollback is the same call back to the
+ * old alias, and never makes anything publish blindly. *out_json lists the types and counts. */
+typedef struct obx_takeover_request {
+    const char *to_alias;           /* required */
+    const char *const *event_types; /* these types, or: */
+    size_t n_event_types;
+    const char *from_alias; /* the types this alias owns now ... */
+    int percent;            /* ... this share of them (1..100; 0 = all), chosen stably: a larger
+                               share includes every type a smaller one chose */
+    int backlog;
+    const char *who; /* NULL = "operator" */
+    int dry_run;
+} obx_takeover_request;
+
+OBX_API obx_err obx_takeover(obx_store *s, const obx_takeover_request *req, char **out_json);
+
+/* ---------------------------------------------------------------------------------------------
+ * Operations: what `obx status`, `obx trace` and the relay's dashboard show.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct obx_ops_options {
+    /* Critical consumers as "ID=URL" (their inbox databases): their consume receipts, consume
+     * audit, watermarks and poison messages join the documents. NULL = none. */
+    const char *const *consumers;
+    size_t n_consumers;
+    size_t limit; /* status: rows per list; trace: events per correlation ID. 0 = 50 */
+} obx_ops_options;
+
+/* The outbox at a glance as JSON, cheap on a big outbox (bounded, indexed reads): counts by
+ * state, the oldest PENDING and UNKNOWN ages, receipts by kind, the UNKNOWN events with their
+ * attempts, the PARKED events with the broker's last words, the quarantined receipts, and per
+ * critical consumer its lag, watermarks and poison messages. o may be NULL. */
+OBX_API obx_err obx_status(obx_store *s, const obx_ops_options *o, char **out_json);
+
+/* The whole flow of one event (event_id) and/or of every event carrying correlation_id, as
+ * JSON: the frozen envelope and destination (the producer's commit: txid, idempotency key,
+ * causation), attempts, receipts, audit rows, and each critical consumer's consume receipt,
+ * consume audit and poison state. OBX_ENOTFOUND when nothing matches. */
+OBX_API obx_err obx_trace(obx_store *s, const char *event_id, const char *correlation_id,
+                          const obx_ops_options *o, char **out_json);
+
+/* ---------------------------------------------------------------------------------------------
+ * Topic catalog (docs/operations.md): a YAML file of versioned topics, each with its owner,
+ * event types and subscribers, checked against the route policy and the consumers' runtime
+ * subscriptions.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct obx_catalog_check_options {
+    const char *catalog_path;   /* required */
+    obx_store *routes;          /* the outbox whose current routes to compare; NULL = skip */
+    const char *consumers_path; /* YAML "consumers: [{id, topics, event_types}]"; NULL = none */
+    const char *const *subscriptions; /* more, as "CONSUMER=TOPIC[,TOPIC...]" */
+    size_t n_subscriptions;
+    const char *const *consumer_dbs; /* "ID=URL": topics the consumer consumed (watermarks) */
+    size_t n_consumer_dbs;
+} obx_catalog_check_options;
+
+/* Reports, as JSON {"findings": [{"kind", "subject", "detail", "suggestion"?, "line"?}], ...},
+ * every disagreement: topics nobody consumes, subscriptions to undeclared topics, routes of
+ * undeclared types or to another topic, subscriber lists that differ from the runtime,
+ * unversioned or ownerless topics, and spelling or version drift (a name one edit, a case or
+ * separator change, or a version away from a declared one, with the suggestion).
+ * *n_findings (may be NULL) counts them. OBX_ECONFIG names file and line of a malformed file. */
+OBX_API obx_err obx_catalog_check(const obx_catalog_check_options *o, char **out_json,
+                                  size_t *n_findings);
 
 /* ---------------------------------------------------------------------------------------------
  * Inbox (consumer side, DESIGN.md §7). Runs inside the consumer's own database: the consume
@@ -311,6 +477,56 @@ OBX_API obx_err obx_inbox_effect_key(const char *consumer, const char *event_id,
                                      const char *effect_name, char out[68]);
 
 /* ---------------------------------------------------------------------------------------------
+ * Consumer test kit: replays a consumer's handler through the inbox against what an
+ * at-least-once broker delivers, and reports which cases it mishandles. Every scenario runs in
+ * a fresh in-memory SQLite consumer database (the handler's db is a sqlite3 *):
+ *   baseline        each sample once, in order: all APPLIED; its state is the reference
+ *   duplicate       every message twice, and the first again at the end: same state
+ *   lost-commit     the handler runs, the transaction fails before its commit (a crash), the
+ *                   message comes again: same state (catches effects outside the consumer's
+ *                   transaction and in-process dedupe sets)
+ *   reordering      reverse order, failed ones redelivered after the rest: same state, none
+ *                   parked
+ *   older-contract  the previous contract version: APPLIED if declared, else parked, no effect
+ *   foreign-tenant  a tenant the consumer does not serve: parked as poison, no effect
+ *   poison          an unprocessable payload between valid ones: parked after max_failures, no
+ *                   effect, the valid ones after it applied
+ * ------------------------------------------------------------------------------------------- */
+typedef struct obx_consumer_test {
+    const char *consumer_id; /* NULL = "consumer-under-test" */
+    obx_inbox_handler handler;
+    void *user;
+    /* what the consumer declares, as in its obx_inbox_options (NULL = any) */
+    const char *const *event_types;
+    size_t n_event_types;
+    const char *const *tenants;
+    size_t n_tenants;
+    int max_failures; /* 0 = 5; at least 2 (the simulated crash counts as one failure) */
+    /* Creates the consumer's own tables in the fresh database (db: sqlite3 *). May be NULL. */
+    obx_err (*setup)(void *user, void *db);
+    /* The consumer's observable state as canonical text in *out (malloc'ed; the kit frees it):
+     * its tables and every effect it makes outside them (e-mails sent, calls made). NULL =
+     * every table of db whose name does not start with obx_ (then keep clocks and random
+     * values out of your tables, or provide this hook). */
+    obx_err (*snapshot)(void *user, void *db, char **out);
+    /* Forgets effects outside the database before each scenario. May be NULL. */
+    void (*reset)(void *user);
+    /* Deliveries of one aggregate in commit order (aggregate_version increasing, type
+     * versioned, payloads the handler accepts; event_id, payload_digest, topic may be left
+     * NULL). At least 2. NULL = three generated JSON order events ({"order","version",
+     * "total"}) of the first declared type and tenant. */
+    const obx_message *samples;
+    size_t n_samples;
+    const void *poison_payload; /* bytes the handler cannot process; NULL = malformed JSON */
+    size_t poison_len;
+} obx_consumer_test;
+
+/* Runs every scenario. *out_json: {"consumer_id", "declared", "scenarios": [{"scenario",
+ * "ok", "detail"}], "mishandled"}; *mishandled (may be NULL) the count of failed scenarios.
+ * OBX_OK when the kit ran (whatever it found); an error when it could not. */
+OBX_API obx_err obx_consumer_test_run(const obx_consumer_test *t, char **out_json, int *mishandled);
+
+/* ---------------------------------------------------------------------------------------------
  * Consumer loop: broker deliveries through the inbox, position acknowledged after commit.
  * ------------------------------------------------------------------------------------------- */
 typedef struct obx_consumer obx_consumer;
@@ -355,6 +571,10 @@ OBX_API obx_err obx_config_load(const char *path, obx_config **out);
 OBX_API obx_err obx_config_set(obx_config *c, const char *key, const char *value);
 /* Effective configuration as JSON (secrets redacted); the caller frees. */
 OBX_API obx_err obx_config_dump(const obx_config *c, char **out_json);
+/* One key's value as text, secrets included (unlike obx_config_dump: for tools that connect
+ * with the configured URLs, never for printing). Lists are joined with '\n'. The caller frees
+ * *out_value (obx_free). */
+OBX_API obx_err obx_config_get(const obx_config *c, const char *key, char **out_value);
 OBX_API void obx_config_free(obx_config *c);
 
 typedef struct obx_relay obx_relay;
@@ -442,13 +662,18 @@ OBX_API void obx_kafka_mock_stop(obx_kafka_mock *m);
 typedef struct obx_sim_options {
     uint64_t seed;
     long traces;
-    int jobs;              /* worker threads, 1..64 */
-    uint64_t faults_mask;  /* bit i enables fault class i (obx_sim_fault_name); 0 = all */
-    long replay;           /* >= 0: run only this trace, narrating every step on stderr */
-    const char *mutation;  /* test-only builds (OBX_MUTATIONS): an engine mutation to enable */
-    int fail_fast;         /* stop starting new traces after the first failing one */
+    int jobs;             /* worker threads, 1..64 */
+    uint64_t faults_mask; /* bit i enables fault class i (obx_sim_fault_name); 0 = all */
+    long replay;          /* >= 0: run only this trace, narrating every step on stderr */
+    const char *mutation; /* test-only builds (OBX_MUTATIONS): an engine mutation to enable */
+    int fail_fast;        /* stop starting new traces after the first failing one */
     void (*progress)(void *user, long done, long total); /* may be NULL; called from workers */
     void *progress_user;
+    /* NULL: the outbox is SQLite in memory (one per worker). A postgres:// URL: the PostgreSQL
+     * store on that database (schema applied first); each worker runs every trace inside one
+     * transaction on its own connection and rolls it back, so the database keeps nothing.
+     * Borrowed for the call. */
+    const char *db_url;
 } obx_sim_options;
 
 /* Runs the traces and writes the gate as JSON (the caller frees): traces, seed, lost_events,

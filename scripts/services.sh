@@ -3,9 +3,11 @@
 # usable by hand: `source scripts/services.sh; services_start`).
 #   PostgreSQL 15: initdb in a temp folder owned by the postgres user, own port and socket.
 #   RabbitMQ: a detached node with its own HOME, node name, ports and data folders.
-# Exports OBX_TEST_PG_URL and OBX_TEST_AMQP_URL (and OBX_TEST_SERVICES_DIR); for RabbitMQ also
-# OBX_TEST_AMQPS_URL + OBX_TEST_AMQP_CACERT (TLS listener) and OBX_SVC_AMQP_PORT, which
-# scripts/rabbit.sh uses to stop and start the node. A suite whose server is missing fails
+# Exports OBX_TEST_PG_URL and OBX_TEST_AMQP_URL (and OBX_TEST_SERVICES_DIR); for PostgreSQL
+# also OBX_TEST_PG_CACERT (TLS is offered with a throwaway CA) and OBX_TEST_WRONG_CACERT (an
+# unrelated CA); for RabbitMQ also OBX_TEST_AMQPS_URL + OBX_TEST_AMQP_CACERT (TLS listener),
+# OBX_TEST_AMQP_WRONG_CACERT and OBX_SVC_AMQP_PORT, which scripts/rabbit.sh uses to stop and
+# start the node. A suite whose server is missing fails
 # loudly in CI instead of skipping.
 
 OBX_SVC_PG_PORT=${OBX_SVC_PG_PORT:-55432}
@@ -15,14 +17,27 @@ PG_BIN=/usr/lib/postgresql/15/bin
 pg_start() {
   local dir=$OBX_TEST_SERVICES_DIR/pg
   mkdir -p "$dir/data" "$dir/sock"
+  # TLS with a throwaway CA (sslmode=verify-full tests) plus an unrelated CA (must be refused);
+  # plain connections keep working: TLS is offered, not required, except where pg_hba says so
+  tls_files "$dir/tls" || { echo "services: cannot make PostgreSQL TLS certificates"; return 1; }
   chown -R postgres:postgres "$dir"
   chmod 700 "$dir/data"
+  chmod 600 "$dir/tls/server.key"
   su postgres -s /bin/sh -c "$PG_BIN/initdb -D '$dir/data' -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >'$dir/initdb.log' 2>&1" ||
     { cat "$dir/initdb.log"; return 1; }
-  su postgres -s /bin/sh -c "$PG_BIN/pg_ctl -D '$dir/data' -l '$dir/server.log' -o '-p $OBX_SVC_PG_PORT -k $dir/sock -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off -c synchronous_commit=on' -w start >/dev/null" ||
+  # the role obx_secret_user must give its password (secrets-from-file/env tests); the role
+  # obx_tls_user must also come over TLS; everyone else is trusted as before
+  { printf 'hostnossl all obx_tls_user 127.0.0.1/32 reject\n'
+    printf 'hostssl all obx_tls_user 127.0.0.1/32 scram-sha-256\n'
+    printf 'host all obx_secret_user 127.0.0.1/32 scram-sha-256\n'
+    cat "$dir/data/pg_hba.conf"; } >"$dir/pg_hba.new" && mv "$dir/pg_hba.new" "$dir/data/pg_hba.conf" &&
+    chown postgres:postgres "$dir/data/pg_hba.conf"
+  su postgres -s /bin/sh -c "$PG_BIN/pg_ctl -D '$dir/data' -l '$dir/server.log' -o '-p $OBX_SVC_PG_PORT -k $dir/sock -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off -c synchronous_commit=on -c ssl=on -c ssl_cert_file=$dir/tls/server.pem -c ssl_key_file=$dir/tls/server.key' -w start >/dev/null" ||
     { cat "$dir/server.log"; return 1; }
   export OBX_TEST_PG_URL="postgres://postgres@127.0.0.1:$OBX_SVC_PG_PORT/postgres"
-  echo "services: PostgreSQL on 127.0.0.1:$OBX_SVC_PG_PORT"
+  export OBX_TEST_PG_CACERT=$dir/tls/ca.pem
+  export OBX_TEST_WRONG_CACERT=$dir/tls/other-ca.pem
+  echo "services: PostgreSQL on 127.0.0.1:$OBX_SVC_PG_PORT (TLS offered)"
 }
 
 pg_stop() {
@@ -46,13 +61,16 @@ amqp_env() {
   export RABBITMQ_CONFIG_FILE=$dir/rabbitmq
 }
 
-# A private CA and a server certificate for localhost (TLS listener at AMQP port + 4).
-amqp_tls_files() {
+# A private CA with a server certificate for localhost / 127.0.0.1, and a second, unrelated CA
+# (other-ca.pem) that a client must refuse the server with. Made once per directory.
+tls_files() {
   local t=$1
-  [[ -s $t/server.pem ]] && return 0
+  [[ -s $t/server.pem && -s $t/other-ca.pem ]] && return 0
   mkdir -p "$t"
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
     -subj /CN=obx-test-ca -keyout "$t/ca.key" -out "$t/ca.pem" >/dev/null 2>&1 &&
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+      -subj /CN=obx-test-other-ca -keyout "$t/other-ca.key" -out "$t/other-ca.pem" >/dev/null 2>&1 &&
     openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=localhost \
       -keyout "$t/server.key" -out "$t/server.csr" >/dev/null 2>&1 &&
     printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >"$t/ext.cnf" &&
@@ -60,6 +78,9 @@ amqp_tls_files() {
       -days 2 -extfile "$t/ext.cnf" -out "$t/server.pem" >/dev/null 2>&1 &&
     chmod 644 "$t"/*.pem "$t"/*.key
 }
+
+# The RabbitMQ TLS listener's files (at AMQP port + 4).
+amqp_tls_files() { tls_files "$1"; }
 
 # Starts the node (first start or restart with the same data). amqp_node_start/amqp_node_stop
 # are what scripts/rabbit.sh runs for tests that stop and start the broker mid-run.
@@ -97,6 +118,7 @@ amqp_start() {
   export OBX_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$OBX_SVC_AMQP_PORT/%2f"
   export OBX_TEST_AMQPS_URL="amqps://guest:guest@localhost:$((OBX_SVC_AMQP_PORT + 4))/%2f"
   export OBX_TEST_AMQP_CACERT=$dir/tls/ca.pem
+  export OBX_TEST_AMQP_WRONG_CACERT=$dir/tls/other-ca.pem
   export OBX_TEST_RABBIT_DIR=$dir
   echo "services: RabbitMQ on 127.0.0.1:$OBX_SVC_AMQP_PORT (TLS on $((OBX_SVC_AMQP_PORT + 4)))"
 }

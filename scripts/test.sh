@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
-# README command 2: install what is missing, build twice (release and ASan+UBSan), start the
-# test services (private PostgreSQL cluster, RabbitMQ node; Kafka is librdkafka's in-process
-# mock cluster), run every test in both builds, run the style checks, stop the services.
-# Exit status is non-zero when anything fails.
+# README command 2: install what is missing, build twice (release and ASan+UBSan) plus the fuzz
+# targets (clang, libFuzzer with ASan+UBSan), replay every fuzz seed and fuzz each target for a
+# short bounded time, start the test services (private PostgreSQL cluster, RabbitMQ node; Kafka
+# is librdkafka's in-process mock cluster), run every test in both builds, run the style
+# checks, stop the services. Exit status is non-zero when anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 scripts/deps.sh test
 scripts/build.sh build
 scripts/build.sh build-asan -DOBX_SANITIZE=ON -DOBX_MUTATIONS=ON
+CC=clang scripts/build.sh build-fuzz -DOBX_FUZZ=ON -DBUILD_TESTING=OFF -DOBX_WITH_KAFKA=OFF \
+  -DOBX_WITH_AMQP=OFF
+status=0
+echo "== fuzz: every seed replayed, then 12 s per target (fuzz/run.sh for longer runs)"
+fuzz/run.sh --build build-fuzz --time "${OBX_FUZZ_SECONDS:-12}" || status=1
 
 # shellcheck source=scripts/services.sh
 source scripts/services.sh
-services_start
+# the trap first: a service that fails to start must not leave the others running
 trap services_stop EXIT
+services_start
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-status=0
 echo "== tests (release build)"
 (cd build && ctest --output-on-failure -j2 --timeout 900) || status=1
 echo "== tests (ASan + UBSan build)"

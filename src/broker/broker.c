@@ -5,6 +5,8 @@
  */
 #include "broker/broker.h"
 
+#include <errno.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,8 @@ void obx__br_fault_after(long k) {
     __atomic_store_n(&fault_at, k, __ATOMIC_SEQ_CST);
     __atomic_store_n(&call_count, 0, __ATOMIC_SEQ_CST);
 }
+
+long obx__br_calls(void) { return __atomic_load_n(&call_count, __ATOMIC_SEQ_CST); }
 
 static obx_err fault(const char *what) {
     long n = __atomic_add_fetch(&call_count, 1, __ATOMIC_SEQ_CST);
@@ -54,14 +58,70 @@ const obx__broker_methods *obx__broker_backend(obx__url_scheme scheme) {
     }
 }
 
+static obx_err open_expanded(const char *url, const char *x, const char *const *props,
+                             size_t n_props, obx__broker **out);
+
+/* Backend properties with their ${...} references expanded (values only, never in a URL). */
+static obx_err expand_props(const char *const *props, size_t n, char ***out) {
+    *out = NULL;
+    if (!n) return OBX_OK;
+    char **v = calloc(n, sizeof *v);
+    if (!v) return obx__fail(OBX_ENOMEM, "broker properties: out of memory");
+    obx_err e = OBX_OK;
+    for (size_t i = 0; i < n && !e; i++) {
+        if (!props[i]) continue; /* a backend skips NULL entries */
+        const char *eq = strchr(props[i], '=');
+        if (!eq) { /* the backend reports it (without echoing: it may be a bare secret) */
+            if (!(v[i] = obx__strdup(props[i])))
+                e = obx__fail(OBX_ENOMEM, "broker properties: out of memory");
+            continue;
+        }
+        char *val = NULL;
+        if ((e = obx__secret_expand(eq + 1, false, &val))) {
+            char name[96];
+            obx__fail_prefix(e, "broker property '%s'",
+                             obx__printable(props[i], (size_t)(eq - props[i]), name, sizeof name));
+            break;
+        }
+        v[i] = obx__asprintf("%.*s=%s", (int)(eq - props[i]), props[i], val);
+        obx__secret_free(val);
+        if (!v[i]) e = obx__fail(OBX_ENOMEM, "broker properties: out of memory");
+    }
+    if (e) {
+        for (size_t i = 0; i < n; i++) obx__secret_free(v[i]);
+        free(v);
+        return e;
+    }
+    *out = v;
+    return OBX_OK;
+}
+
 obx_err obx__br_open(const char *url, const char *const *props, size_t n_props, obx__broker **out) {
+    char *x = NULL, **xp = NULL;
+    obx_err e = obx__secret_expand(url, true, &x);
+    if (e) return obx__fail_prefix(e, "broker URL");
+    if ((e = expand_props(props, n_props, &xp))) {
+        obx__secret_free(x);
+        return e;
+    }
+    e = open_expanded(url, x, (const char *const *)xp, n_props, out);
+    obx__secret_free(x);
+    for (size_t i = 0; xp && i < n_props; i++) obx__secret_free(xp[i]);
+    free(xp);
+    return e;
+}
+
+static obx_err open_expanded(const char *url, const char *x, const char *const *props,
+                             size_t n_props, obx__broker **out) {
     obx__url u;
-    obx_err e = obx__url_parse(url, "broker", &u);
+    obx_err e = obx__url_parse(x, "broker", &u);
     if (e) return e;
     const obx__broker_methods *m = obx__broker_backend(u.scheme);
-    if (!m)
-        return obx__fail(OBX_EUNSUPPORTED, "broker URL '%.40s': this build has no backend for it",
-                         url);
+    if (!m) {
+        char sh[64];
+        return obx__fail(OBX_EUNSUPPORTED, "broker URL: this build has no backend for '%s'",
+                         obx__printable(url, strcspn(url, ":"), sh, sizeof sh));
+    }
     if (m->version != OBX__BROKER_METHODS_VERSION)
         return obx__fail(OBX_EINTERNAL, "broker backend %s: methods version %d, expected %d",
                          m->name, m->version, OBX__BROKER_METHODS_VERSION);
@@ -74,6 +134,7 @@ obx_err obx__br_open(const char *url, const char *const *props, size_t n_props, 
         return obx__fail(OBX_EINTERNAL, "broker backend %s: declares a capability it lacks",
                          m->name);
     e = m->open(&u, props, n_props, out);
+    OPENSSL_cleanse(&u, sizeof u);
     if (e) return e;
     char *red = NULL;
     if (obx_url_redact(url, &red) == OBX_OK) {
@@ -225,8 +286,9 @@ static obx_err take_i64(obx__header_get_fn get, void *user, obx__delivery *d, co
         return OBX_OK;
     }
     char *end;
+    errno = 0;
     long long v = strtoll(tmp, &end, 10);
-    if (*end || v < min || v > max)
+    if (*end || errno || v < min || v > max)
         return hfail(d, "%s: '%s' is not an integer in %lld..%lld", name, tmp, (long long)min,
                      (long long)max);
     *out = v;
@@ -272,19 +334,27 @@ obx_err obx__headers_parse(obx__header_get_fn get, void *user, obx__delivery *d)
     char agg[OBX_NAME_MAX + OBX_KEY_MAX + 32];
     if ((r = take(get, user, d, OBX__H_AGGREGATE, agg, sizeof agg, 0, OBX__CS_TEXT))) return r;
     if (agg[0]) {
+        /* "type/id@version": the type has no '/', the version is the digits after the last
+         * '@'; each part obeys the producer's rules (fuzz_headers found a type with any
+         * text in it passing through to the handler) */
         char *slash = strchr(agg, '/'), *at = strrchr(agg, '@');
         if (!slash || !at || at < slash)
             return hfail(d, "%s: not type/id@version", OBX__H_AGGREGATE);
         *slash = '\0';
         *at = '\0';
-        char *end;
-        long long v = strtoll(at + 1, &end, 10);
-        if (*end || v < 0 || !at[1]) return hfail(d, "%s: bad version", OBX__H_AGGREGATE);
-        if (strlen(agg) > OBX_NAME_MAX || strlen(slash + 1) > OBX_KEY_MAX)
-            return hfail(d, "%s: part over its limit", OBX__H_AGGREGATE);
+        bool digits = at[1] != '\0';
+        for (const char *p = at + 1; digits && *p; p++) digits = *p >= '0' && *p <= '9';
+        errno = 0;
+        long long ver = digits ? strtoll(at + 1, NULL, 10) : -1;
+        if (!digits || errno)
+            return hfail(d, "%s: the version after '@' is not a decimal number in 0..2^63-1",
+                         OBX__H_AGGREGATE);
+        if (obx__check_field("aggregate type", agg, 1, OBX_NAME_MAX, OBX__CS_NAME) ||
+            obx__check_field("aggregate id", slash + 1, 1, OBX_KEY_MAX, OBX__CS_TEXT))
+            return hfail(d, "%s: %s", OBX__H_AGGREGATE, obx_errmsg());
         obx__strlcpy(e->aggregate_type, agg, sizeof e->aggregate_type);
         obx__strlcpy(e->aggregate_id, slash + 1, sizeof e->aggregate_id);
-        e->aggregate_version = v;
+        e->aggregate_version = ver;
     }
     return OBX_OK;
 }

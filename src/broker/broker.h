@@ -154,7 +154,9 @@ typedef struct obx__broker_methods {
     void (*close)(obx__broker *b);
     /* The cluster identity receipts carry; compared with the frozen destination's cluster. */
     obx_err (*cluster_id)(obx__broker *b, char *out, size_t cap);
-    /* The partition for a destination's routing key per its frozen algorithm. */
+    /* The partition for a destination's routing key per its frozen algorithm. OBX_ENOTFOUND
+     * when the broker answered that the topic does not exist (a definite answer: the engine
+     * rejects the attempt); any other error is taken as transient. */
     obx_err (*partition_for)(obx__broker *b, const obx__dest *d, int32_t *out);
     obx_err (*send)(obx__broker *b, const obx__msg *m, size_t n, int64_t now);
     /* Up to cap outcomes; waits at most timeout_ms for the first one (0 = do not wait). */
@@ -241,6 +243,9 @@ obx_err obx__br_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_r
 obx_err obx__br_scan(obx__broker *b, const char *topic, int64_t since, obx__scan_fn fn, void *user);
 /* The open handle's capabilities: caps_of(b) when the backend has it, else the static caps. */
 unsigned obx__br_caps(obx__broker *b);
+/* Fault injection for tests: the k-th wrapper call (1-based, process-wide, counted from this
+ * call) fails with OBX_EBROKER; 0 = off. obx__br_calls(): wrapper calls counted since. */
 void obx__br_fault_after(long k);
+long obx__br_calls(void);
 
 #endif /* OBX_BROKER_H */

@@ -23,11 +23,22 @@ int cli_open_store(const char *cmd, const char *url, obx_store **out);
 
 typedef int (*cli_cmd_fn)(int argc, char **argv);
 
+/* The sample consumer (projection.c): an order projection in the consumer's SQLite database. */
+typedef struct projection {
+    unsigned fail_permille; /* injected handler failures (demo, tests) */
+    uint64_t rng;
+} projection;
+obx_err projection_setup(void *user, void *db);
+obx_err projection_handler(void *user, void *conn, const obx_message *m, const char *effect_key,
+                           char *result, size_t cap);
+obx_err projection_snapshot(void *user, void *db, char **out);
+
 int cmd_init(int argc, char **argv);
 int cmd_route(int argc, char **argv);
 int cmd_enqueue(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_relay(int argc, char **argv);
+int cmd_config(int argc, char **argv);
 int cmd_consume(int argc, char **argv);
 int cmd_requeue(int argc, char **argv);
 int cmd_report(int argc, char **argv);
@@ -37,5 +48,12 @@ int cmd_sim(int argc, char **argv);
 int cmd_audit(int argc, char **argv);
 int cmd_purge(int argc, char **argv);
 int cmd_watermark(int argc, char **argv);
+int cmd_migrate(int argc, char **argv);
+int cmd_shadow(int argc, char **argv);
+int cmd_takeover(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_trace(int argc, char **argv);
+int cmd_consumer_test(int argc, char **argv);
+int cmd_catalog(int argc, char **argv);
 
 #endif

@@ -43,7 +43,8 @@ static int sqlx_open(sqlx *x, const char *url) {
     if (!strncmp(url, "sqlite:", 7)) {
         const char *path = url + 7 + (strncmp(url + 7, "//", 2) ? 0 : 2);
         if (sqlite3_open(path, &x->lite) != SQLITE_OK) return -1;
-        sqlite3_busy_timeout(x->lite, 2000); /* short: the order loop retries and must keep resuming relay A */
+        sqlite3_busy_timeout(
+            x->lite, 2000); /* short: the order loop retries and must keep resuming relay A */
         return 0;
     }
     x->pg = PQconnectdb(url);
@@ -218,20 +219,20 @@ static pid_t start_relay(demo *d, const char *id, const char *broker) {
 
 static pid_t start_consumer(demo *d) {
     char *args[40] = {"obx",
-                          "consume",
-                          "--consumer-db",
-                          d->consumer_url,
-                          "--broker",
-                          d->broker_url_consumer,
-                          "--topic",
-                          (char *)d->consume_from,
-                          "--consumer",
-                          "order-projection",
-                          "--fail-permille",
-                          "5",
-                          "--max-failures",
-                          "8",
-                          NULL};
+                      "consume",
+                      "--consumer-db",
+                      d->consumer_url,
+                      "--broker",
+                      d->broker_url_consumer,
+                      "--topic",
+                      (char *)d->consume_from,
+                      "--consumer",
+                      "order-projection",
+                      "--fail-permille",
+                      "5",
+                      "--max-failures",
+                      "8",
+                      NULL};
     int n = 0;
     while (args[n]) n++;
     for (int i = 0; i < d->n_consumer_props; i++) {
@@ -488,10 +489,9 @@ int cmd_demo(int argc, char **argv) {
         unsigned tag = (unsigned)time(NULL) ^ ((unsigned)getpid() << 16);
         snprintf(d.topic, sizeof d.topic, "obx-demo-orders-%08x", tag);
         snprintf(d.amqp_names[0], sizeof d.amqp_names[0], "declare_exchange=%s", d.topic);
-        snprintf(d.amqp_names[1], sizeof d.amqp_names[1],
-                 "declare_queue=obx-demo-projection-%08x", tag);
-        snprintf(d.amqp_names[2], sizeof d.amqp_names[2], "audit_stream=obx-demo-audit-%08x",
+        snprintf(d.amqp_names[1], sizeof d.amqp_names[1], "declare_queue=obx-demo-projection-%08x",
                  tag);
+        snprintf(d.amqp_names[2], sizeof d.amqp_names[2], "audit_stream=obx-demo-audit-%08x", tag);
         snprintf(d.amqp_names[3], sizeof d.amqp_names[3], "audit_bind=%s", d.topic);
         snprintf(d.amqp_names[4], sizeof d.amqp_names[4], "confirm_timeout_ms=3000");
         for (int i = 0; i < 5; i++) d.relay_props[d.n_relay_props++] = d.amqp_names[i];
@@ -626,7 +626,7 @@ int cmd_demo(int argc, char **argv) {
                            : child_gone(&d.relay_a) ? "relay-a"
                            : child_gone(&d.relay_b) ? "relay-b"
                            : child_gone(&d.relay_c) ? "relay-c"
-                                                   : NULL;
+                                                    : NULL;
         if (gone) {
             fprintf(stderr, "obx demo: %s exited early; see %s/%s.log\n", gone, d.dir, gone);
             break;

@@ -83,6 +83,10 @@ int cmd_relay(int argc, char **argv) {
         obx_config_free(cfg);
         return cli_fail("relay", "configuration", e);
     }
+    char *log_format = NULL;
+    obx_config_get(cfg, "log.format", &log_format);
+    bool json_log = log_format && !strcmp(log_format, "json");
+    obx_free(log_format);
     sigset_t set;
     block_signals(&set);
     obx_relay *r;
@@ -96,7 +100,23 @@ int cmd_relay(int argc, char **argv) {
     e = obx_relay_wait(r);
     char *stats = NULL;
     if (obx_relay_stats(r, &stats) == OBX_OK) {
-        fprintf(stderr, "obx relay: stopped%s; counters: %s\n", sig ? " on signal" : "", stats);
+        json_t *j = json_loads(stats, 0, NULL);
+        char *line = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        if (json_log) { /* one JSON object per line, like every other record */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            struct tm tm;
+            gmtime_r(&ts.tv_sec, &tm);
+            fprintf(stderr,
+                    "{\"ts\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\",\"level\":\"info\","
+                    "\"component\":\"relay\",\"msg\":\"stopped%s\",\"counters\":%s}\n",
+                    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                    ts.tv_nsec / 1000000, sig ? " on signal" : "", line ? line : "{}");
+        } else
+            fprintf(stderr, "obx relay: stopped%s; counters: %s\n", sig ? " on signal" : "",
+                    line ? line : stats);
+        free(line);
+        json_decref(j);
         obx_free(stats);
     }
     obx_relay_close(r);
@@ -104,45 +124,7 @@ int cmd_relay(int argc, char **argv) {
     return 0;
 }
 
-/* ---- consume: the sample effect is an order projection in the consumer's SQLite db ---- */
-
-typedef struct projection {
-    sqlite3 *db;
-    unsigned fail_permille; /* injected handler failures (demo, tests) */
-    uint64_t rng;
-} projection;
-
-static obx_err project(void *user, void *conn, const obx_message *m, const char *effect_key,
-                       char *result, size_t cap) {
-    projection *p = user;
-    (void)conn;
-    if (p->fail_permille) {
-        p->rng ^= p->rng << 13;
-        p->rng ^= p->rng >> 7;
-        p->rng ^= p->rng << 17;
-        if (p->rng % 1000 < p->fail_permille) return OBX_EHANDLER; /* a flaky downstream */
-    }
-    /* a plain INSERT, not an upsert: if the inbox ever let an event through twice, the
-     * projection would show two rows for it (the demo counts them) */
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(p->db,
-                           "INSERT INTO order_projection (event_id, order_id, version, payload, "
-                           "effect_key, applied_at) VALUES (?, ?, ?, ?, ?, "
-                           "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))",
-                           -1, &st, NULL) != SQLITE_OK)
-        return OBX_ESTORE;
-    sqlite3_bind_text(st, 1, m->event_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, m->aggregate_id ? m->aggregate_id : "", -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, m->aggregate_version);
-    sqlite3_bind_blob(st, 4, m->payload, (int)m->payload_len, SQLITE_STATIC);
-    sqlite3_bind_text(st, 5, effect_key, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) return OBX_ESTORE;
-    snprintf(result, cap, "order %s projected at version %lld",
-             m->aggregate_id ? m->aggregate_id : "", (long long)m->aggregate_version);
-    return OBX_OK;
-}
+/* ---- consume: the sample effect is an order projection (projection.c) ---- */
 
 static int split(char *s, const char **out, int max) {
     int n = 0;
@@ -212,6 +194,7 @@ int cmd_consume(int argc, char **argv) {
     if (!e) e = obx_store_init(s);
     if (e) return cli_fail("consume", cdb, e);
     obx_store_close(s);
+    s = NULL;
     sqlite3 *db;
     const char *path = cdb + 7 + (strncmp(cdb + 7, "//", 2) ? 0 : 2);
     if (sqlite3_open(path, &db) != SQLITE_OK) {
@@ -219,13 +202,10 @@ int cmd_consume(int argc, char **argv) {
         return 1;
     }
     sqlite3_busy_timeout(db, 10000);
-    sqlite3_exec(db,
-                 "PRAGMA journal_mode=WAL; CREATE TABLE IF NOT EXISTS order_projection ("
-                 "event_id TEXT NOT NULL, order_id TEXT NOT NULL, version INTEGER NOT NULL, "
-                 "payload BLOB, effect_key TEXT NOT NULL, applied_at INTEGER NOT NULL)",
-                 NULL, NULL, NULL);
-    e = obx_store_wrap_sqlite(db, &s);
-    projection p = {db, (unsigned)fail_permille, 0x2545f4914f6cdd1dull ^ (uint64_t)getpid()};
+    sqlite3_exec(db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
+    projection p = {(unsigned)fail_permille, 0x2545f4914f6cdd1dull ^ (uint64_t)getpid()};
+    e = projection_setup(&p, db);
+    if (!e) e = obx_store_wrap_sqlite(db, &s);
     obx_consumer_options o = {.broker_url = broker,
                               .broker_props = props,
                               .n_broker_props = (size_t)nprops,
@@ -239,7 +219,7 @@ int cmd_consume(int argc, char **argv) {
                                         .n_tenants = (size_t)nn,
                                         .max_failures = (int)max_failures}};
     obx_consumer *con = NULL;
-    if (!e) e = obx_consumer_open(s, db, &o, project, &p, &con);
+    if (!e) e = obx_consumer_open(s, db, &o, projection_handler, &p, &con);
     if (e) {
         int rc = cli_fail("consume", "start", e);
         obx_store_close(s);
@@ -365,6 +345,11 @@ int cmd_report(int argc, char **argv) {
                (long long)json_integer_value(json_object_get(un, "p99_ms")),
                (long long)json_integer_value(json_object_get(un, "max_ms")),
                (long long)json_integer_value(json_object_get(un, "open_attempts")));
+        json_t *ds = json_object_get(j, "delivery_sets");
+        if (json_integer_value(json_object_get(ds, "sets")))
+            printf("delivery sets: %lld, delivered under their rule: %lld\n",
+                   (long long)json_integer_value(json_object_get(ds, "sets")),
+                   (long long)json_integer_value(json_object_get(ds, "complete")));
         printf("invariants (one primary receipt per published event): %s\n",
                hold ? "hold" : "VIOLATED");
     }

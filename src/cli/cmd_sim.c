@@ -29,15 +29,12 @@ int cmd_sim(int argc, char **argv) {
     obx_sim_options o = {.seed = 1, .traces = 100000, .jobs = 1, .replay = -1};
     int js = 0;
     char cmdline[1024] = "";
-    static const struct option opts[] = {{"traces", required_argument, 0, 'n'},
-                                         {"seed", required_argument, 0, 's'},
-                                         {"jobs", required_argument, 0, 'j'},
-                                         {"json", no_argument, 0, 'J'},
-                                         {"fault", required_argument, 0, 'f'},
-                                         {"replay", required_argument, 0, 'r'},
-                                         {"mutation", required_argument, 0, 'm'},
-                                         {"fail-fast", no_argument, 0, 'F'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"traces", required_argument, 0, 'n'},   {"seed", required_argument, 0, 's'},
+        {"jobs", required_argument, 0, 'j'},     {"json", no_argument, 0, 'J'},
+        {"fault", required_argument, 0, 'f'},    {"replay", required_argument, 0, 'r'},
+        {"mutation", required_argument, 0, 'm'}, {"fail-fast", no_argument, 0, 'F'},
+        {"db", required_argument, 0, 'D'},       {0, 0, 0, 0}};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -77,6 +74,17 @@ int cmd_sim(int argc, char **argv) {
                 return cli_usage("sim", "--replay: '%s' is not a trace ID", optarg);
             break;
         case 'F': o.fail_fast = 1; break;
+        case 'D': {
+            if (obx_url_check(optarg, "store")) return cli_fail("sim", "--db", OBX_EURL);
+            o.db_url = optarg;
+            char *red = NULL;
+            if (obx_url_redact(optarg, &red) == OBX_OK) {
+                size_t l = strlen(cmdline);
+                snprintf(cmdline + l, sizeof cmdline - l, " --db %s", red);
+                obx_free(red);
+            }
+            break;
+        }
         case 'm': {
             o.mutation = optarg;
             size_t l = strlen(cmdline);
@@ -85,7 +93,7 @@ int cmd_sim(int argc, char **argv) {
         }
         default:
             return cli_usage("sim", "usage: obx sim --traces N --seed S [--jobs J] [--json] "
-                                    "[--fault NAME ...] [--replay TRACE_ID]");
+                                    "[--fault NAME ...] [--replay TRACE_ID] [--db postgres://...]");
         }
     }
     if (optind < argc) return cli_usage("sim", "unexpected argument '%s'", argv[optind]);
@@ -127,6 +135,8 @@ int cmd_sim(int argc, char **argv) {
                     {"consumer duplicate effects", "consumer_duplicate_effects"},
                     {"sends under a stale claim", "stale_claim_sends"},
                     {"UNKNOWN not traceable by attempt", "unknown_untraceable"},
+                    {"purges without the consumers' evidence", "premature_purges"},
+                    {"migrations away from a target holding it", "migrated_with_old_copy"},
                     {"internal errors", "internal_errors"},
                     {"liveness failures", "liveness_failures"}};
         printf("  %-42s %12s  %s\n", "check", "value", "gate");
@@ -142,12 +152,16 @@ int cmd_sim(int argc, char **argv) {
         printf("  %-42s %12ld\n", "UNKNOWN attempts", num(j, "unknown_total"));
         printf("  %-42s %12ld\n", "quarantined receipts (alarms, not failures)",
                num(j, "quarantined_receipts"));
+        printf("  %-42s %12ld\n", "events purged (tombstones)", num(j, "purged"));
+        printf("  %-42s %5ld/%-6ld\n", "migrations done / refused (no proof)", num(j, "migrated"),
+               num(j, "migration_refused"));
         printf("\n  faults fired:\n");
         const char *k;
         json_t *v;
-        json_object_foreach(json_object_get(j, "faults_fired"), k, v)
+        json_object_foreach(json_object_get(j, "faults_fired"), k, v) {
             printf("    %-30s %10lld%s\n", k, (long long)json_integer_value(v),
                    json_integer_value(v) ? "" : "   (never fired)");
+        }
         printf("\n  gate: %s\n", passed ? "PASSED" : "FAILED");
         json_t *f = json_object_get(j, "failing_traces");
         if (json_array_size(f)) {

@@ -1,5 +1,6 @@
 /*
- * cmd_store.c — `obx init [--roles PREFIX]`, `obx route set|list`, `obx enqueue`, `obx inspect`.
+ * cmd_store.c — `obx init [--roles PREFIX]`, `obx route set|list` (with delivery sets),
+ * `obx enqueue`, `obx inspect`.
  */
 #include "cli.h"
 
@@ -46,11 +47,30 @@ int cmd_init(int argc, char **argv) {
             obx_store_close(s);
             return rc;
         }
-        printf("%s: roles %s_producer, %s_relay, %s_auditor granted (NOLOGIN: grant them to "
-               "login roles)\n",
-               obx_store_url(s), roles, roles, roles);
+        printf("%s: roles %s_producer, %s_relay, %s_auditor, %s_consumer granted (NOLOGIN: "
+               "grant them to login roles; consumers also need rows in obx.obx_consumer_grant, "
+               "docs/security.md)\n",
+               obx_store_url(s), roles, roles, roles, roles);
     }
     obx_store_close(s);
+    return 0;
+}
+
+/* --also CLUSTER/TOPIC[/ROUTING_KEY_TEMPLATE]: a further delivery-set target (split in place; a
+ * template may hold slashes, cluster and topic names cannot). */
+static int parse_also(char *v, obx_route_target *t) {
+    memset(t, 0, sizeof *t);
+    char *s1 = strchr(v, '/');
+    if (!s1 || s1 == v || !s1[1]) return -1;
+    *s1 = '\0';
+    char *s2 = strchr(s1 + 1, '/');
+    if (s2) {
+        *s2 = '\0';
+        if (!s2[1] || s2 == s1 + 1) return -1;
+        t->routing_key = s2 + 1;
+    }
+    t->cluster = v;
+    t->topic = s1 + 1;
     return 0;
 }
 
@@ -58,6 +78,8 @@ static int route_set(int argc, char **argv) {
     const char *db = CLI_DEFAULT_DB;
     obx_route r;
     memset(&r, 0, sizeof r);
+    obx_route_target also[OBX_SET_MAX];
+    size_t n_also = 0;
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},
                                          {"cluster", required_argument, 0, 'c'},
                                          {"topic", required_argument, 0, 't'},
@@ -70,12 +92,26 @@ static int route_set(int argc, char **argv) {
                                          {"blind-retry", no_argument, 0, 'b'},
                                          {"unordered", no_argument, 0, 'u'},
                                          {"alias", required_argument, 0, 'l'},
+                                         {"also", required_argument, 0, 'o'},
+                                         {"completion", required_argument, 0, 'C'},
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'd': db = optarg; break;
+        case 'o':
+            if (n_also == OBX_SET_MAX - 1)
+                return cli_usage("route set",
+                                 "--also: more than %d further destinations (a "
+                                 "delivery set has at most %d)",
+                                 OBX_SET_MAX - 1, OBX_SET_MAX);
+            if (parse_also(optarg, &also[n_also]))
+                return cli_usage("route set", "--also: '%s' is not CLUSTER/TOPIC[/ROUTING_KEY]",
+                                 optarg);
+            n_also++;
+            break;
+        case 'C': r.completion = optarg; break;
         case 'c': r.cluster = optarg; break;
         case 't': r.topic = optarg; break;
         case 'k': r.routing_key = optarg; break;
@@ -98,11 +134,15 @@ static int route_set(int argc, char **argv) {
             return cli_usage("route set", "usage: obx route set EVENT_TYPE --cluster C --topic T "
                                           "[--routing-key TPL] [--algorithm A] [--serializer S] "
                                           "[--durability D] [--acks A] [--max-attempts N] "
-                                          "[--blind-retry] [--unordered] [--alias A] [--db URL]");
+                                          "[--blind-retry] [--unordered] [--alias A] "
+                                          "[--also CLUSTER/TOPIC[/ROUTING_KEY]]... "
+                                          "[--completion all|any] [--db URL]");
         }
     }
     if (optind != argc - 1) return cli_usage("route set", "expected one EVENT_TYPE argument");
     r.event_type = argv[optind];
+    r.targets = also;
+    r.n_targets = n_also;
     obx_store *s;
     int rc = cli_open_store("route set", db, &s);
     if (rc) return rc;
@@ -110,9 +150,12 @@ static int route_set(int argc, char **argv) {
     obx_err e = obx_route_set(s, &r, &gen);
     if (e)
         rc = cli_fail("route set", r.event_type, e);
-    else
-        printf("route %s -> %s/%s: generation %lld\n", r.event_type, r.cluster, r.topic,
-               (long long)gen);
+    else {
+        printf("route %s -> %s/%s", r.event_type, r.cluster, r.topic);
+        for (size_t i = 0; i < n_also; i++) printf(" + %s/%s", also[i].cluster, also[i].topic);
+        if (n_also) printf(" (delivery set, complete on %s)", r.completion ? r.completion : "all");
+        printf(": generation %lld\n", (long long)gen);
+    }
     obx_store_close(s);
     return rc;
 }
@@ -152,7 +195,20 @@ static int route_list(int argc, char **argv) {
         printf("%-6s %-28s %-14s %-24s %-10s %-6s %s\n", "GEN", "EVENT TYPE", "CLUSTER", "TOPIC",
                "ALGORITHM", "ACKS", "OPTIONS");
         json_array_foreach(arr, i, r) {
-            printf("%-6lld %-28s %-14s %-24s %-10s %-6s max=%lld%s%s alias=%s\n",
+            json_t *set = json_object_get(r, "delivery_set"), *t;
+            char also[1024] = "";
+            size_t k, o = 0;
+            json_array_foreach(json_object_get(set, "targets"), k, t) {
+                int w =
+                    snprintf(also + o, sizeof also - o, "%s%s/%s",
+                             o ? "," : " set=", json_string_value(json_object_get(t, "cluster")),
+                             json_string_value(json_object_get(t, "topic")));
+                if (w > 0 && (size_t)w < sizeof also - o) o += (size_t)w;
+            }
+            if (set && o + 32 < sizeof also)
+                snprintf(also + o, sizeof also - o, " complete=%s",
+                         json_string_value(json_object_get(set, "completion")));
+            printf("%-6lld %-28s %-14s %-24s %-10s %-6s max=%lld%s%s alias=%s%s\n",
                    (long long)json_integer_value(json_object_get(r, "gen")),
                    json_string_value(json_object_get(r, "event_type")),
                    json_string_value(json_object_get(r, "cluster")),
@@ -162,7 +218,7 @@ static int route_list(int argc, char **argv) {
                    (long long)json_integer_value(json_object_get(r, "max_attempts")),
                    json_is_true(json_object_get(r, "blind_retry")) ? " blind-retry" : "",
                    json_is_true(json_object_get(r, "unordered")) ? " unordered" : "",
-                   json_string_value(json_object_get(r, "alias")));
+                   json_string_value(json_object_get(r, "alias")), also);
         }
         json_decref(arr);
     }
@@ -341,6 +397,9 @@ int cmd_inspect(int argc, char **argv) {
            json_string_value(json_object_get(st, "state")), "claim_gen",
            (long long)json_integer_value(json_object_get(st, "claim_gen")), "owner",
            json_string_value(json_object_get(st, "owner")));
+    if (json_object_get(st, "logical_event_id")) /* a further target's publish slot */
+        printf("  %-18s %s\n", "logical_event_id",
+               json_string_value(json_object_get(st, "logical_event_id")));
     print_time("committed_at", json_integer_value(json_object_get(st, "committed_at")));
     print_time("published_at", json_integer_value(json_object_get(st, "published_at")));
     size_t i;
@@ -366,6 +425,40 @@ int cmd_inspect(int argc, char **argv) {
                (long long)json_integer_value(json_object_get(a, "partition")),
                (long long)json_integer_value(json_object_get(a, "offset")),
                json_string_value(json_object_get(a, "reason")));
+    }
+    json_t *set = json_object_get(d, "delivery_set");
+    if (set) {
+        printf("\ndelivery set of %s (complete on %s): %s\n",
+               json_string_value(json_object_get(set, "event_id")),
+               json_string_value(json_object_get(set, "completion")),
+               json_is_true(json_object_get(set, "complete")) ? "delivered" : "not delivered yet");
+        json_array_foreach(json_object_get(set, "targets"), i, a) {
+            printf("  target %lld %s %-16s %s/%s gen=%lld %s\n",
+                   (long long)json_integer_value(json_object_get(a, "target")),
+                   json_string_value(json_object_get(a, "slot_id")),
+                   json_string_value(json_object_get(a, "state")),
+                   json_string_value(json_object_get(a, "cluster")),
+                   json_string_value(json_object_get(a, "topic")),
+                   (long long)json_integer_value(json_object_get(a, "envelope_gen")),
+                   json_string_value(json_object_get(a, "origin")));
+        }
+    }
+    if (json_array_size(json_object_get(d, "migrations"))) printf("\nmigrations:\n");
+    json_array_foreach(json_object_get(d, "migrations"), i, a) {
+        json_t *o = json_object_get(a, "old"), *n = json_object_get(a, "new");
+        printf("  %lld %s by %s: %s/%s gen %lld (%s) -> %s/%s gen %lld (%s); proof: %s\n",
+               (long long)json_integer_value(json_object_get(a, "at")),
+               json_string_value(json_object_get(a, "kind")),
+               json_string_value(json_object_get(a, "who")),
+               json_string_value(json_object_get(o, "cluster")),
+               json_string_value(json_object_get(o, "topic")),
+               (long long)json_integer_value(json_object_get(o, "envelope_gen")),
+               json_string_value(json_object_get(o, "dest_digest")),
+               json_string_value(json_object_get(n, "cluster")),
+               json_string_value(json_object_get(n, "topic")),
+               (long long)json_integer_value(json_object_get(n, "envelope_gen")),
+               json_string_value(json_object_get(n, "dest_digest")),
+               json_string_value(json_object_get(json_object_get(a, "proof"), "kind")));
     }
     printf("\naudit:\n");
     json_array_foreach(json_object_get(d, "audit"), i, a) {

@@ -9,19 +9,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Writes s to f with control bytes as \xNN: an argument must not drive the terminal. */
+static void put_printable(FILE *f, const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\x%02x", *p);
+        else
+            fputc(*p, f);
+}
+
 int cli_fail(const char *cmd, const char *what, obx_err e) {
-    const char *detail = obx_errmsg();
-    fprintf(stderr, "obx %s: %s: %s: %s\n", cmd, what, obx_errname(e),
-            detail && *detail ? detail : obx_strerror(e));
+    /* `what` is often the --db or --broker URL: never print its password */
+    char detail[1024], *red = NULL;
+    snprintf(detail, sizeof detail, "%s", obx_errmsg());
+    const char *shown = what && obx_url_redact(what, &red) == OBX_OK ? red : "(argument)";
+    fprintf(stderr, "obx %s: ", cmd);
+    put_printable(stderr, shown);
+    fprintf(stderr, ": %s: %s\n", obx_errname(e), *detail ? detail : obx_strerror(e));
+    obx_free(red);
     return 1;
 }
 
 int cli_usage(const char *cmd, const char *fmt, ...) {
+    char msg[1024];
     va_list ap;
-    fprintf(stderr, "obx %s: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap); /* it may quote an argument */
     va_end(ap);
+    fprintf(stderr, "obx %s: ", cmd);
+    put_printable(stderr, msg);
     fprintf(stderr, "\n(see `obx help` or `man obx`)\n");
     return 2;
 }
@@ -92,7 +108,13 @@ static const struct {
     {"enqueue", cmd_enqueue, "commit one event: obx enqueue --type T --aggregate TYPE/ID@V ..."},
     {"inspect", cmd_inspect, "one event's envelope, state, attempts, receipts, audit"},
     {"report", cmd_report, "the whole outbox: counts, receipts, UNKNOWN times, invariants"},
+    {"status", cmd_status, "the outbox at a glance (cheap): states, ages, UNKNOWN/PARKED lists"},
+    {"trace", cmd_trace, "one event's flow, producer to consumers: obx trace ID | --correlation C"},
+    {"consumer-test", cmd_consumer_test,
+     "replay a consumer against duplicates, reordering, old contracts, tenants, poison"},
+    {"catalog", cmd_catalog, "check the topic catalog against routes and subscriptions"},
     {"relay", cmd_relay, "run the relay daemon: obx relay [--config FILE] [--db] [--broker]"},
+    {"config", cmd_config, "the relay's effective configuration as JSON, secrets redacted"},
     {"consume", cmd_consume, "run a consumer through the inbox (sample order projection)"},
     {"requeue", cmd_requeue, "put a PARKED event back to PENDING: obx requeue EVENT_ID"},
     {"poison", cmd_poison, "consumer poison messages: obx poison list|redrive"},
@@ -103,6 +125,13 @@ static const struct {
     {"purge", cmd_purge, "retention: retain and purge what the evidence allows [--dry-run]"},
     {"watermark", cmd_watermark, "critical consumers' watermarks: list | force CONSUMER --until"},
     {"demo", cmd_demo, "the whole pipeline with injected faults: obx demo [--events N]"},
+    {"migrate", cmd_migrate,
+     "move undelivered events to a new destination (with proof), or add "
+     "a delivery-set target"},
+    {"shadow", cmd_shadow, "compare what obx would send with what another dispatcher published"},
+    {"takeover", cmd_takeover,
+     "hand event types to a dispatcher alias (or back): obx takeover "
+     "--to A"},
 };
 
 static void help(FILE *f) {

@@ -121,15 +121,21 @@ obx_err obx__routing_key_expand(const char *tpl, const obx__envelope *e, char *o
                     break;
                 }
             }
-            if (!val)
+            if (!val) {
+                char shown[64];
                 return obx__fail(OBX_EINVAL,
-                                 "routing_key: unknown placeholder at '%.20s' (known: {tenant} "
+                                 "routing_key: unknown placeholder at '%s' (known: {tenant} "
                                  "{aggregate_type} {aggregate_id} {event_type})",
-                                 p);
+                                 obx__printable(p, strnlen(p, 20), shown, sizeof shown));
+            }
         }
         size_t n = val ? strlen(val) : 1;
         if (o + n >= cap)
-            return obx__fail(OBX_ETOOBIG, "routing_key: expands to more than %zu bytes", cap - 1);
+            return obx__fail(OBX_ETOOBIG,
+                             "routing_key: expands to more than %zu bytes with this event's "
+                             "tenant (%zu bytes), aggregate_type (%zu) and aggregate_id (%zu)",
+                             cap - 1, strlen(e->tenant), strlen(e->aggregate_type),
+                             strlen(e->aggregate_id));
         memcpy(out + o, val ? val : p, n);
         o += n;
         p += skip;

@@ -142,6 +142,31 @@ long obx__utf8_invalid_at(const unsigned char *s, size_t n);
 /* "sha256:" + 64 lowercase hex. */
 bool obx__is_digest(const char *s);
 
+/* ---- outside input in messages and text columns (text.c) ---------------------------------- */
+
+/* Copies n bytes of s into out (cap bytes) for a message: control characters, DEL and bytes
+ * outside valid UTF-8 become "\xNN"; cut at a character boundary with "..." when long.
+ * Returns out. */
+const char *obx__printable(const char *s, size_t n, char *out, size_t cap);
+/* Like obx__strlcpy for a text column filled from outside input: never cuts a UTF-8 sequence,
+ * and control characters and invalid bytes become '?'. */
+void obx__text_copy(char *dst, const char *src, size_t cap);
+/* Drops an incomplete UTF-8 sequence at the end of s (what snprintf leaves when it cuts). */
+void obx__utf8_trim(char *s);
+
+/* ---- secrets (secret.c, docs/security.md) -------------------------------------------------- */
+
+/* Expands ${NAME} (environment) and ${file:PATH} references in `in` into a malloc'ed *out
+ * (obx__secret_free). in_url: substituted values are percent-encoded unless the reference is
+ * the whole string. Messages name the reference, never its value. */
+obx_err obx__secret_expand(const char *in, bool in_url, char **out);
+/* Wipes and frees a string that may hold a secret. NULL is harmless. */
+void obx__secret_free(char *s);
+/* Equality of two secrets in time independent of their contents and lengths. */
+bool obx__secret_equal(const void *a, size_t alen, const void *b, size_t blen);
+/* True for property names that hold secrets (sasl.password, ssl.key.pem, ...). */
+bool obx__secret_key(const char *key);
+
 /* ---- URLs ---------------------------------------------------------------------------------- */
 
 typedef enum obx__url_scheme {

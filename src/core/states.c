@@ -19,6 +19,9 @@
  *   3. A possibly-sent event (SENDING) never goes back to PENDING except on a definite
  *      rejection; an expired lease makes it DISPATCH_UNKNOWN.
  *   4. Nothing leaves PURGED.
+ *   5. Events are created by the producer; the migrator only adds a publish slot (a delivery-set
+ *      target) to an event that exists, and moves undelivered events to a new envelope
+ *      generation — never one whose outcome is UNKNOWN (the reconciler resolves those first).
  */
 #include "core.h"
 
@@ -69,6 +72,9 @@ const obx__transition obx__transitions[] = {
     T(PARKED, PENDING, MIGRATOR, "obx__migrate", "new envelope generation (definitely rejected)"),
     T(RETRY_CLAIMED, PENDING, MIGRATOR, "obx__migrate",
       "new envelope generation (authoritative NOT_FOUND)"),
+    /* A delivery-set target added to an existing event later (docs/migration.md): a new publish
+     * slot of that event, created by the migrator with its proof and receipt. */
+    T(NONE, PENDING, MIGRATOR, "obx__migrate", "delivery-set target added to an existing event"),
 };
 #undef T
 

@@ -104,16 +104,19 @@ obx_err obx_event_id_new(int64_t now_ms, char out[OBX_EVENT_ID_LEN + 1]) {
 
 obx_err obx_event_id_check(const char *s) {
     if (!s) return obx__fail(OBX_EINVAL, "event_id: missing");
+    /* an event ID arrives from brokers and command lines: echo it printable only */
+    char shown[64];
+    obx__printable(s, strnlen(s, 40), shown, sizeof shown);
     if (strncmp(s, "evt-", 4) != 0)
-        return obx__fail(OBX_EINVAL, "event_id: '%.40s' does not start with 'evt-'", s);
+        return obx__fail(OBX_EINVAL, "event_id: '%s' does not start with 'evt-'", shown);
     if (strlen(s) != OBX_EVENT_ID_LEN)
-        return obx__fail(OBX_EINVAL, "event_id: '%.40s' is %zu characters, expected %d", s,
-                         strlen(s), OBX_EVENT_ID_LEN);
+        return obx__fail(OBX_EINVAL, "event_id: '%s' is %zu bytes, expected %d", shown, strlen(s),
+                         OBX_EVENT_ID_LEN);
     for (int i = 4; i < OBX_EVENT_ID_LEN; i++)
         if (b32val(s[i]) < 0)
             return obx__fail(OBX_EINVAL,
-                             "event_id: '%.40s' has '%c' at %d, outside the ULID alphabet", s, s[i],
-                             i);
-    if (b32val(s[4]) > 7) return obx__fail(OBX_EINVAL, "event_id: '%.40s' time overflows", s);
+                             "event_id: '%s' has byte 0x%02x at %d, outside the ULID alphabet",
+                             shown, (unsigned char)s[i], i);
+    if (b32val(s[4]) > 7) return obx__fail(OBX_EINVAL, "event_id: '%s' time overflows", shown);
     return OBX_OK;
 }

@@ -3,7 +3,9 @@
  * and flag overrides by dotted key. One table (`keys`) is the whole schema: names, types,
  * limits and help; the file parser, obx_config_set and the README reference all follow it.
  * Errors name the key and, from a file, the line: `relay.dispatchers (line 4): 0 is outside
- * 1..64`. Unknown keys and wrong types are errors, never ignored.
+ * 1..64`. Unknown keys, wrong types, a key given twice, a NUL byte inside a value and a second
+ * YAML document are errors, never ignored or cut short; values are echoed in messages only in
+ * printable form. The JSON dump (obx_config_dump) is itself a valid configuration file.
  */
 #include "drivers/drivers.h"
 
@@ -56,6 +58,12 @@ static const key keys[] = {
     I("relay.drain_ms", drain_ms, 0, 600000),
     B("relay.reconciler", reconciler),
     L("relay.aliases", aliases),
+    B("relay.shadow", shadow),
+    S("relay.shadow_feed", shadow_feed),
+    I("relay.shadow_interval_ms", shadow_interval_ms, 100, 86400000),
+    I("relay.shadow_grace_ms", shadow_grace_ms, 0, INT64_C(31536000000)),
+    I("relay.shadow_window_ms", shadow_window_ms, 1000, INT64_C(31536000000)),
+    L("relay.shadow_topics", shadow_topics),
     S("http.listen", http_listen),
     S("http.token_file", http_token_file),
     S("log.format", log_format),
@@ -132,6 +140,9 @@ obx_err obx_config_new(obx_config **out) {
     c->audit_max_scan = 100000;
     c->audit_scan_window_ms = 3600000;
     c->purge_interval_ms = 0;
+    c->shadow_interval_ms = 10000;
+    c->shadow_grace_ms = 60000;
+    c->shadow_window_ms = 3600000;
     *out = c;
     return OBX_OK;
 }
@@ -141,6 +152,7 @@ void obx_config_free(obx_config *c) {
     strv_free(&c->broker_props);
     strv_free(&c->aliases);
     strv_free(&c->critical_consumers);
+    strv_free(&c->shadow_topics);
     free(c);
 }
 
@@ -151,12 +163,15 @@ obx_err obx__config_copy(const obx_config *src, obx_config **out) {
     c->broker_props = (obx__strv){0};
     c->aliases = (obx__strv){0};
     c->critical_consumers = (obx__strv){0};
+    c->shadow_topics = (obx__strv){0};
     obx_err e = OBX_OK;
     for (size_t i = 0; !e && i < src->broker_props.n; i++)
         e = strv_push(&c->broker_props, src->broker_props.v[i]);
     for (size_t i = 0; !e && i < src->aliases.n; i++) e = strv_push(&c->aliases, src->aliases.v[i]);
     for (size_t i = 0; !e && i < src->critical_consumers.n; i++)
         e = strv_push(&c->critical_consumers, src->critical_consumers.v[i]);
+    for (size_t i = 0; !e && i < src->shadow_topics.n; i++)
+        e = strv_push(&c->shadow_topics, src->shadow_topics.v[i]);
     if (e) {
         obx_config_free(c);
         return e;
@@ -173,6 +188,13 @@ static obx_err where(obx_err e, const char *name, int line) {
 /* Sets a scalar-typed key from text. */
 static obx_err set_scalar(obx_config *c, const key *k, const char *v, int line) {
     char *base = (char *)c + k->off;
+    /* values are UTF-8 text: a control byte in a URL or a path is a mistake (or an attack on
+     * whoever reads the dump in a terminal), never meant */
+    if (obx__check_field("value", v, 0, SIZE_MAX, OBX__CS_TEXT)) {
+        char msg[512];
+        obx__strlcpy(msg, obx_errmsg(), sizeof msg);
+        return where(obx__fail(OBX_ECONFIG, "%s", msg), k->name, line);
+    }
     switch (k->k) {
     case K_STR:
         if (strlen(v) >= k->cap)
@@ -182,11 +204,13 @@ static obx_err set_scalar(obx_config *c, const key *k, const char *v, int line) 
         strcpy(base, v);
         return OBX_OK;
     case K_INT: {
-        char *end;
+        char *end, shown[64];
         errno = 0;
         long long x = strtoll(v, &end, 10);
         if (!*v || *end || errno)
-            return where(obx__fail(OBX_ECONFIG, "'%s' is not an integer", v), k->name, line);
+            return where(obx__fail(OBX_ECONFIG, "'%s' is not an integer",
+                                   obx__printable(v, strlen(v), shown, sizeof shown)),
+                         k->name, line);
         if (x < k->min || x > k->max)
             return where(obx__fail(OBX_ECONFIG, "%lld is outside %lld..%lld", x, (long long)k->min,
                                    (long long)k->max),
@@ -199,9 +223,12 @@ static obx_err set_scalar(obx_config *c, const key *k, const char *v, int line) 
             *(int64_t *)(void *)base = 1;
         else if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off") || !strcmp(v, "0"))
             *(int64_t *)(void *)base = 0;
-        else
-            return where(obx__fail(OBX_ECONFIG, "'%s' is not a boolean (true/false)", v), k->name,
-                         line);
+        else {
+            char shown[64];
+            return where(obx__fail(OBX_ECONFIG, "'%s' is not a boolean (true/false)",
+                                   obx__printable(v, strlen(v), shown, sizeof shown)),
+                         k->name, line);
+        }
         return OBX_OK;
     case K_LIST: { /* from a flag: comma separated */
         obx__strv *sv = (obx__strv *)(void *)base;
@@ -217,8 +244,9 @@ static obx_err set_scalar(obx_config *c, const key *k, const char *v, int line) 
     }
     case K_MAP: { /* from a flag: k=v[,k=v...] */
         obx__strv *sv = (obx__strv *)(void *)base;
-        if (!strchr(v, '='))
-            return where(obx__fail(OBX_ECONFIG, "'%s' is not key=value", v), k->name, line);
+        /* not echoed: it may be a password typed without its key */
+        if (!strchr(v, '=') || v[0] == '=')
+            return where(obx__fail(OBX_ECONFIG, "an entry is not key=value"), k->name, line);
         return strv_push(sv, v);
     }
     }
@@ -253,6 +281,23 @@ typedef struct ynode {
 
 static obx_err load_node(obx_config *c, yaml_document_t *doc, yaml_node_t *n, const char *prefix);
 
+/* libyaml keeps "\0" escapes inside a scalar's bytes: C strings would silently cut the value
+ * there (a URL, a path), so such a value is refused. */
+static bool has_nul(const yaml_node_t *n) {
+    return n->type == YAML_SCALAR_NODE &&
+           strlen((const char *)n->data.scalar.value) != n->data.scalar.length;
+}
+
+/* One item of a YAML list, held to the same rules as a value. */
+static obx_err set_list_item(obx__strv *sv, const key *k, const char *v, int line) {
+    if (obx__check_field("item", v, 0, SIZE_MAX, OBX__CS_TEXT)) {
+        char msg[512];
+        obx__strlcpy(msg, obx_errmsg(), sizeof msg);
+        return where(obx__fail(OBX_ECONFIG, "%s", msg), k->name, line);
+    }
+    return strv_push(sv, v);
+}
+
 static obx_err load_value(obx_config *c, yaml_document_t *doc, const key *k, yaml_node_t *v) {
     int line = (int)v->start_mark.line + 1;
     if (k->k == K_LIST) {
@@ -265,28 +310,47 @@ static obx_err load_value(obx_config *c, yaml_document_t *doc, const key *k, yam
             yaml_node_t *item = yaml_document_get_node(doc, *it);
             if (!item || item->type != YAML_SCALAR_NODE)
                 return where(obx__fail(OBX_ECONFIG, "list items must be scalars"), k->name, line);
-            obx_err e = strv_push(sv, (const char *)item->data.scalar.value);
+            if (has_nul(item))
+                return where(obx__fail(OBX_ECONFIG, "a list item contains a NUL byte"), k->name,
+                             (int)item->start_mark.line + 1);
+            obx_err e = set_list_item(sv, k, (const char *)item->data.scalar.value,
+                                      (int)item->start_mark.line + 1);
             if (e) return e;
         }
         return OBX_OK;
     }
     if (k->k == K_MAP) {
+        obx__strv *sv = (obx__strv *)(void *)((char *)c + k->off);
+        if (v->type == YAML_SEQUENCE_NODE) { /* ["name=value", ...], as obx_config_dump writes */
+            strv_free(sv);
+            for (yaml_node_item_t *it = v->data.sequence.items.start;
+                 it < v->data.sequence.items.top; it++) {
+                yaml_node_t *item = yaml_document_get_node(doc, *it);
+                int il = item ? (int)item->start_mark.line + 1 : line;
+                if (!item || item->type != YAML_SCALAR_NODE || has_nul(item))
+                    return where(obx__fail(OBX_ECONFIG, "list items must be name=value scalars"),
+                                 k->name, il);
+                obx_err e = set_scalar(c, k, (const char *)item->data.scalar.value, il);
+                if (e) return e;
+            }
+            return OBX_OK;
+        }
         if (v->type != YAML_MAPPING_NODE)
             return where(obx__fail(OBX_ECONFIG, "expected a mapping of name: value"), k->name,
                          line);
-        obx__strv *sv = (obx__strv *)(void *)((char *)c + k->off);
         strv_free(sv);
         for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top;
              p++) {
             yaml_node_t *kn = yaml_document_get_node(doc, p->key);
             yaml_node_t *vn = yaml_document_get_node(doc, p->value);
-            if (!kn || !vn || kn->type != YAML_SCALAR_NODE || vn->type != YAML_SCALAR_NODE)
-                return where(obx__fail(OBX_ECONFIG, "entries must be name: scalar"), k->name,
-                             (int)(kn ? kn->start_mark.line : 0) + 1);
+            if (!kn || !vn || kn->type != YAML_SCALAR_NODE || vn->type != YAML_SCALAR_NODE ||
+                !kn->data.scalar.length || has_nul(kn) || has_nul(vn))
+                return where(obx__fail(OBX_ECONFIG, "entries must be name: scalar (no NUL byte)"),
+                             k->name, (int)(kn ? kn->start_mark.line : 0) + 1);
             char *kv = obx__asprintf("%s=%s", (const char *)kn->data.scalar.value,
                                      (const char *)vn->data.scalar.value);
             if (!kv) return obx__fail(OBX_ENOMEM, "config: out of memory");
-            obx_err e = strv_push(sv, kv);
+            obx_err e = set_scalar(c, k, kv, (int)kn->start_mark.line + 1);
             free(kv);
             if (e) return e;
         }
@@ -296,6 +360,7 @@ static obx_err load_value(obx_config *c, yaml_document_t *doc, const key *k, yam
         return where(obx__fail(OBX_ECONFIG, "expected a single value, found a %s",
                                v->type == YAML_MAPPING_NODE ? "mapping" : "list"),
                      k->name, line);
+    if (has_nul(v)) return where(obx__fail(OBX_ECONFIG, "contains a NUL byte"), k->name, line);
     return set_scalar(c, k, (const char *)v->data.scalar.value, line);
 }
 
@@ -306,12 +371,23 @@ static obx_err load_node(obx_config *c, yaml_document_t *doc, yaml_node_t *n, co
     for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
         yaml_node_t *kn = yaml_document_get_node(doc, p->key);
         yaml_node_t *vn = yaml_document_get_node(doc, p->value);
-        if (!kn || !vn || kn->type != YAML_SCALAR_NODE)
+        if (!kn || !vn || kn->type != YAML_SCALAR_NODE || has_nul(kn))
             return obx__fail(OBX_ECONFIG, "configuration (line %d): keys must be scalars",
                              (int)(kn ? kn->start_mark.line : 0) + 1);
+        const char *kv = (const char *)kn->data.scalar.value;
+        for (yaml_node_pair_t *q = n->data.mapping.pairs.start; q < p; q++) {
+            yaml_node_t *qk = yaml_document_get_node(doc, q->key);
+            if (qk && qk->type == YAML_SCALAR_NODE &&
+                !strcmp((const char *)qk->data.scalar.value, kv)) {
+                char shown[160];
+                return obx__fail(OBX_ECONFIG, "%s%s%s (line %d): given twice (first on line %d)",
+                                 prefix, *prefix ? "." : "",
+                                 obx__printable(kv, strlen(kv), shown, sizeof shown),
+                                 (int)kn->start_mark.line + 1, (int)qk->start_mark.line + 1);
+            }
+        }
         char name[256];
-        snprintf(name, sizeof name, "%s%s%s", prefix, *prefix ? "." : "",
-                 (const char *)kn->data.scalar.value);
+        snprintf(name, sizeof name, "%s%s%s", prefix, *prefix ? "." : "", kv);
         const key *k = find_key(name);
         if (k) {
             obx_err e = load_value(c, doc, k, vn);
@@ -323,9 +399,12 @@ static obx_err load_node(obx_config *c, yaml_document_t *doc, yaml_node_t *n, co
         size_t nl = strlen(name);
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
             if (!strncmp(keys[i].name, name, nl) && keys[i].name[nl] == '.') section = true;
-        if (!section)
-            return obx__fail(OBX_ECONFIG, "%s (line %d): unknown configuration key", name,
+        if (!section) {
+            char shown[160];
+            return obx__fail(OBX_ECONFIG, "%s (line %d): unknown configuration key",
+                             obx__printable(name, strlen(name), shown, sizeof shown),
                              (int)kn->start_mark.line + 1);
+        }
         obx_err e = load_node(c, doc, vn, name);
         if (e) return e;
     }
@@ -355,8 +434,23 @@ obx_err obx_config_load(const char *path, obx_config **out) {
     } else {
         yaml_node_t *root = yaml_document_get_root_node(&doc);
         if (root) e = load_node(c, &doc, root, "");
-        if (e) obx__fail_prefix(e, "%s", path);
         yaml_document_delete(&doc);
+        /* a second document would be ignored by a reader that stops at the first: refuse */
+        if (!e && root) {
+            yaml_document_t next;
+            if (!yaml_parser_load(&parser, &next))
+                e = obx__fail(OBX_ECONFIG, "(line %d): YAML: %s", (int)parser.problem_mark.line + 1,
+                              parser.problem ? parser.problem : "syntax error");
+            else {
+                yaml_node_t *r2 = yaml_document_get_root_node(&next);
+                if (r2)
+                    e = obx__fail(OBX_ECONFIG,
+                                  "(line %d): a second YAML document; a configuration is one",
+                                  (int)r2->start_mark.line + 1);
+                yaml_document_delete(&next);
+            }
+        }
+        if (e) obx__fail_prefix(e, "%s", path);
     }
     yaml_parser_delete(&parser);
     fclose(f);
@@ -369,12 +463,19 @@ obx_err obx_config_load(const char *path, obx_config **out) {
     return OBX_OK;
 }
 
+/* A field check's message, as a configuration error (one code for every bad setting). */
+static obx_err as_config_error(void) {
+    char msg[512];
+    obx__strlcpy(msg, obx_errmsg(), sizeof msg);
+    return obx__fail(OBX_ECONFIG, "%s", msg);
+}
+
 obx_err obx__config_check(const obx_config *c) {
     obx_err e;
     if ((e = obx_url_check(c->db, "store"))) return obx__fail_prefix(e, "db");
     if ((e = obx_url_check(c->broker, "broker"))) return obx__fail_prefix(e, "broker");
-    if (c->relay_id[0] && (e = obx__check_field("relay.id", c->relay_id, 1, 200, OBX__CS_OWNER)))
-        return e;
+    if (c->relay_id[0] && obx__check_field("relay.id", c->relay_id, 1, 200, OBX__CS_OWNER))
+        return as_config_error();
     if (c->backoff_max_ms < c->backoff_base_ms)
         return obx__fail(OBX_ECONFIG,
                          "relay.backoff_max_ms (%lld) is below relay.backoff_base_ms "
@@ -387,8 +488,14 @@ obx_err obx__config_check(const obx_config *c) {
         return obx__fail(OBX_ECONFIG, "log.level: '%s' is not debug, info, warn or error",
                          c->log_level);
     for (size_t i = 0; i < c->aliases.n; i++)
-        if ((e = obx__check_field("relay.aliases", c->aliases.v[i], 1, OBX_NAME_MAX, OBX__CS_NAME)))
-            return e;
+        if (obx__check_field("relay.aliases", c->aliases.v[i], 1, OBX_NAME_MAX, OBX__CS_NAME))
+            return as_config_error();
+    for (size_t i = 0; i < c->shadow_topics.n; i++)
+        if (obx__check_field("relay.shadow_topics", c->shadow_topics.v[i], 1, OBX_TOPIC_MAX,
+                             OBX__CS_NAME))
+            return as_config_error();
+    if (c->shadow_feed[0] && !c->shadow)
+        return obx__fail(OBX_ECONFIG, "relay.shadow_feed: given, but relay.shadow is false");
     for (size_t i = 0; i < c->broker_props.n; i++)
         if (!strchr(c->broker_props.v[i], '='))
             return obx__fail(OBX_ECONFIG, "broker_properties: '%s' is not key=value",
@@ -410,8 +517,10 @@ obx_err obx__config_check(const obx_config *c) {
                              i, idl, OBX_NAME_MAX);
         memcpy(id, item, idl);
         id[idl] = '\0';
-        if ((e = obx__check_field("consumer ID", id, 1, OBX_NAME_MAX, OBX__CS_NAME)) ||
-            (e = obx_url_check(eq + 1, "store")))
+        /* a bad ID is a configuration error; a bad URL keeps OBX_EURL */
+        if (obx__check_field("consumer ID", id, 1, OBX_NAME_MAX, OBX__CS_NAME))
+            return obx__fail_prefix(OBX_ECONFIG, "audit.critical_consumers[%zu]", i);
+        if ((e = obx_url_check(eq + 1, "store")))
             return obx__fail_prefix(e, "audit.critical_consumers[%zu]", i);
         for (size_t j = 0; j < i; j++) {
             const char *o = c->critical_consumers.v[j];
@@ -425,9 +534,23 @@ obx_err obx__config_check(const obx_config *c) {
     return OBX_OK;
 }
 
-static bool secret_prop(const char *kv) {
-    return strstr(kv, "password") || strstr(kv, "secret") || strstr(kv, "token") ||
-           strstr(kv, "sasl.oauthbearer");
+/* "name=value" as a dump shows it: the value of a secret property becomes "***" (a ${...}
+ * reference is shown: it names where the secret is, not what it is). */
+static json_t *prop_json(const char *kv) {
+    const char *eq = strchr(kv, '=');
+    char name[256];
+    size_t kl = eq ? (size_t)(eq - kv) : strlen(kv);
+    if (kl >= sizeof name) kl = sizeof name - 1;
+    memcpy(name, kv, kl);
+    name[kl] = '\0';
+    const char *v = eq ? eq + 1 : "";
+    if (!obx__secret_key(name) ||
+        (!strncmp(v, "${", 2) && v[strlen(v) - 1] == '}' && !strchr(v + 2, '}')[1]))
+        return json_string(kv);
+    char *red = obx__asprintf("%s=***", name);
+    json_t *j = red ? json_string(red) : NULL;
+    free(red);
+    return j;
 }
 
 obx_err obx_config_dump(const obx_config *c, char **out) {
@@ -452,12 +575,54 @@ obx_err obx_config_dump(const obx_config *c, char **out) {
         else {
             const obx__strv *sv = (const obx__strv *)(const void *)base;
             v = json_array();
-            for (size_t j = 0; j < sv->n; j++)
-                json_array_append_new(v, json_string(k->k == K_MAP && secret_prop(sv->v[j])
-                                                         ? "(secret)=***"
-                                                         : sv->v[j]));
+            for (size_t j = 0; j < sv->n; j++) {
+                const char *eq = strchr(sv->v[j], '=');
+                char *red = NULL;
+                /* "ID=URL": the URL may carry a password (an unparsable one is hidden whole) */
+                if (!strcmp(k->name, "audit.critical_consumers") && eq) {
+                    if (obx_url_redact(eq + 1, &red) != OBX_OK) red = NULL;
+                    char *item =
+                        obx__asprintf("%.*s=%s", (int)(eq - sv->v[j]), sv->v[j], red ? red : "***");
+                    json_array_append_new(v, json_string(item ? item : "(redacted)"));
+                    free(item);
+                    free(red);
+                    continue;
+                }
+                json_array_append_new(v,
+                                      k->k == K_MAP ? prop_json(sv->v[j]) : json_string(sv->v[j]));
+            }
         }
         json_object_set_new(o, k->name, v);
     }
     return obx__json_out(o, out);
+}
+
+obx_err obx_config_get(const obx_config *c, const char *name, char **out) {
+    if (!c || !name || !out) return obx__fail(OBX_EINVAL, "config: NULL argument");
+    *out = NULL;
+    const key *k = find_key(name);
+    if (!k) return obx__fail(OBX_ECONFIG, "%s: unknown configuration key", name);
+    const char *base = (const char *)c + k->off;
+    obx__buf b = {0};
+    switch (k->k) {
+    case K_STR: obx__buf_puts(&b, base); break;
+    case K_INT: obx__buf_printf(&b, "%lld", (long long)*(const int64_t *)(const void *)base); break;
+    case K_BOOL: obx__buf_puts(&b, *(const int64_t *)(const void *)base ? "true" : "false"); break;
+    case K_LIST:
+    case K_MAP: {
+        const obx__strv *sv = (const obx__strv *)(const void *)base;
+        for (size_t i = 0; i < sv->n; i++) {
+            if (i) obx__buf_put(&b, "\n", 1);
+            obx__buf_puts(&b, sv->v[i]);
+        }
+        break;
+    }
+    }
+    obx__buf_put(&b, "", 1);
+    if (b.oom) {
+        obx__buf_free(&b);
+        return obx__fail(OBX_ENOMEM, "config: out of memory");
+    }
+    *out = (char *)b.data;
+    return OBX_OK;
 }

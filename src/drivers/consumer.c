@@ -161,15 +161,21 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
     /* The failed delivery and everything not yet processed must come again: for each
      * partition among d[i..n-1], redeliver from its first unprocessed delivery. (A failure on
      * the last delivery of a batch once skipped this, and later acks moved the committed
-     * offset past it: tests/engine fault suite, consumer_loop_redelivers_failed_last.) */
-    if (!e && (failed || i < n)) {
-        for (size_t j = i; j < n && !e; j++) {
+     * offset past it: tests/engine fault suite, consumer_loop_redelivers_failed_last.) This
+     * holds as well when the inbox or the ack returned an error (a store fault, no memory):
+     * the fault loops found the delivery skipped for the session, and the next acks moving
+     * the committed offset past it — the event never applied (test_fault_loops, store call
+     * k=117, store outage from k=35, allocation k=192). */
+    if (failed || i < n) {
+        obx_err re = OBX_OK;
+        for (size_t j = i; j < n && !re; j++) {
             bool first = true;
             for (size_t k2 = i; k2 < j; k2++)
                 if (d[k2].partition == d[j].partition && !strcmp(d[k2].topic, d[j].topic))
                     first = false;
-            if (first) e = c->b->m->consume_redeliver(c->b, &d[j]);
+            if (first) re = c->b->m->consume_redeliver(c->b, &d[j]);
         }
+        if (!e) e = re;
     }
     for (size_t j = 0; j < n; j++) obx__delivery_free(&d[j]);
     free(d);

@@ -1,30 +1,64 @@
 /*
  * http.c — the relay's HTTP server (libmicrohttpd), bound to 127.0.0.1 unless configured
- * otherwise: /healthz (process alive), /readyz (database and broker reachable, schema current),
- * /metrics (Prometheus text: events by state, oldest PENDING age, UNKNOWN count and age,
- * receipts by kind, relay counters, the last audit's findings by kind).
+ * otherwise (http.listen). It owns the routes, authentication of mutating requests, and the
+ * connections it reads with:
  *
- * Requests are served on libmicrohttpd's internal thread with one store connection of its own,
- * guarded by a mutex; nothing here touches the dispatchers' connections.
+ *   GET  /healthz            the process is alive (no database access)
+ *   GET  /readyz             database reachable with the current schema, broker reachable,
+ *                            relay not stopping
+ *   GET  /metrics            Prometheus text (metrics.c)
+ *   GET  /  /app.js  /style.css   the dashboard: static files embedded in the binary
+ *   GET  /api/status         obx_status's document plus this relay's counters
+ *   GET  /api/trace?q=X      the trace of event ID X and of correlation ID X
+ *   POST /api/requeue        {"event_id": ...}              PARKED -> PENDING
+ *   POST /api/redrive        {"consumer": ..., "event_id": ...}  a consumer's poison message
+ *
+ * Mutating requests need "Authorization: Bearer <token>", the token read from http.token_file
+ * at start (compared in constant time, never logged); without a token file they are refused.
+ * With a loopback listen address, requests must name a loopback Host (a page elsewhere that
+ * rebinds its DNS name to 127.0.0.1 cannot read the API). Event data is hostile input: the
+ * API returns it as JSON strings only, and the page renders it as text (never as HTML) under a
+ * Content-Security-Policy that allows no inline script.
+ *
+ * Requests are served one at a time on libmicrohttpd's internal thread with connections of
+ * their own (outbox and critical consumers), guarded by a mutex; nothing here touches the
+ * dispatchers' connections.
  */
 #include "drivers/drivers.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
-void obx__relay_totals(obx_relay *r, obx__engine_stats *t);
-void *obx__relay_auditor(obx_relay *r);
+extern const char obx__dash_index_html[];
+extern const char obx__dash_app_js[];
+extern const char obx__dash_style_css[];
+
+enum { BODY_MAX = 8192, TOKEN_MIN = 16 };
 
 typedef struct http {
     struct MHD_Daemon *d;
     obx_relay *r;
     pthread_mutex_t mu;
     obx__store *s; /* lazily opened, reopened after an error */
+    obx__consumer_set cs;
+    obx__metrics *m;
+    char token_digest[OBX_DIGEST_LEN + 1]; /* SHA-256 of the token; "" = no token configured */
+    bool loopback;
 } http;
+
+typedef struct req {
+    obx__buf body;
+    bool too_big;
+} req;
+
+/* ---- responses --------------------------------------------------------------------------------
+ */
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char *type,
                              const char *body, size_t len) {
@@ -34,10 +68,52 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char
     MHD_add_response_header(rs, "Content-Type", type);
     MHD_add_response_header(rs, "Cache-Control", "no-store");
     MHD_add_response_header(rs, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(rs, "X-Frame-Options", "DENY");
+    MHD_add_response_header(rs, "Referrer-Policy", "no-referrer");
+    /* no inline script or style, no foreign origin: even markup that slipped past the page's
+     * text-only rendering could not run */
+    MHD_add_response_header(rs, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'self'; style-src 'self'; "
+                            "connect-src 'self'; img-src 'self'; base-uri 'none'; "
+                            "form-action 'none'; frame-ancestors 'none'");
+    if (code == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(rs, "WWW-Authenticate", "Bearer realm=\"obx\"");
     enum MHD_Result ret = MHD_queue_response(c, code, rs);
     MHD_destroy_response(rs);
     return ret;
 }
+
+static enum MHD_Result text(struct MHD_Connection *c, unsigned code, const char *s) {
+    return reply(c, code, "text/plain; charset=utf-8", s, strlen(s));
+}
+
+/* Takes the reference. */
+static enum MHD_Result json(struct MHD_Connection *c, unsigned code, json_t *j) {
+    char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!txt) return text(c, 500, "out of memory\n");
+    enum MHD_Result ret = reply(c, code, "application/json; charset=utf-8", txt, strlen(txt));
+    free(txt);
+    return ret;
+}
+
+static enum MHD_Result json_error(struct MHD_Connection *c, unsigned code, obx_err e,
+                                  const char *msg) {
+    return json(c, code, json_pack("{s:s,s:s}", "error", msg, "code", obx_errname(e)));
+}
+
+static unsigned status_of(obx_err e) {
+    switch (e) {
+    case OBX_EINVAL: return MHD_HTTP_BAD_REQUEST;
+    case OBX_ENOTFOUND: return MHD_HTTP_NOT_FOUND;
+    case OBX_EREFUSED:
+    case OBX_ECONFLICT: return MHD_HTTP_CONFLICT;
+    default: return MHD_HTTP_SERVICE_UNAVAILABLE;
+    }
+}
+
+/* ---- connections ------------------------------------------------------------------------------
+ */
 
 static obx_err store_of(http *h, obx__store **s) {
     if (!h->s) {
@@ -56,75 +132,250 @@ static void store_drop(http *h) {
     h->s = NULL;
 }
 
-static void metrics(http *h, obx__buf *b) {
-    obx__store *s;
+/* ---- authentication ---------------------------------------------------------------------------
+ */
+
+static obx_err read_token(http *h, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return obx__fail(OBX_ECONFIG, "http.token_file: %s: %s", path, strerror(errno));
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    struct stat sb;
+    bool loose = fstat(fileno(f), &sb) == 0 && (sb.st_mode & 077);
+    fclose(f);
+    buf[n] = '\0';
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = '\0';
+    obx_err e = OBX_OK;
+    if (n < TOKEN_MIN)
+        e = obx__fail(OBX_ECONFIG, "http.token_file: %s: the token has %zu bytes, at least %d",
+                      path, n, TOKEN_MIN);
+    if (!e) e = obx_sha256_digest(buf, n, h->token_digest);
+    memset(buf, 0, sizeof buf);
+    if (!e && loose)
+        obx__log(OBX__LOG_WARN, "http", NULL, NULL, NULL,
+                 "http.token_file %s is readable by group or others (chmod 600 it)", path);
+    return e;
+}
+
+/* Constant time in the token: both sides are hashed first, so neither its bytes nor its length
+ * shape the comparison's timing. */
+static bool authorized(http *h, struct MHD_Connection *c) {
+    if (!h->token_digest[0]) return false;
+    const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!a || strncmp(a, "Bearer ", 7)) return false;
+    char d[OBX_DIGEST_LEN + 1];
+    if (obx_sha256_digest(a + 7, strlen(a + 7), d)) return false;
+    unsigned diff = 0;
+    for (size_t i = 0; i < OBX_DIGEST_LEN; i++)
+        diff |= (unsigned)(unsigned char)(d[i] ^ h->token_digest[i]);
+    return diff == 0;
+}
+
+/* With a loopback listen address only loopback Host names are served (DNS rebinding). */
+static bool host_ok(http *h, struct MHD_Connection *c) {
+    if (!h->loopback) return true;
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    if (!host) return false;
+    char name[256];
+    obx__strlcpy(name, host, sizeof name);
+    char *end = name[0] == '[' ? strchr(name, ']') : strrchr(name, ':');
+    if (end && name[0] == '[') end++;
+    if (end && *end == ':') *end = '\0';
+    return !strcmp(name, "localhost") || !strncmp(name, "127.", 4) || !strcmp(name, "[::1]");
+}
+
+/* ---- routes ------------------------------------------------------------------------------------
+ */
+
+static enum MHD_Result readyz(http *h, struct MHD_Connection *c) {
+    obx__store *s = NULL;
+    int found = 0;
+    obx_err e = obx__relay_stopping(h->r) ? obx__fail(OBX_ESTOPPED, "the relay is stopping")
+                                          : store_of(h, &s);
+    if (!e) e = s->m->schema_version(s, &found);
+    if (!e && found != OBX__SCHEMA_VERSION)
+        e = obx__fail(OBX_ESCHEMA, "schema version %d, need %d", found, OBX__SCHEMA_VERSION);
+    else if (e && h->s)
+        store_drop(h);
+    if (!e) {
+        /* a fresh connection: what a dispatcher reconnecting now would get */
+        const obx_config *cfg = obx__relay_config(h->r);
+        obx__broker *b = NULL;
+        e = obx__br_open(cfg->broker, (const char *const *)cfg->broker_props.v, cfg->broker_props.n,
+                         &b);
+        char cl[OBX_NAME_MAX + 1];
+        if (!e) e = obx__br_cluster_id(b, cl, sizeof cl);
+        obx__br_close(b);
+    }
+    char body[1200];
+    snprintf(body, sizeof body, e ? "not ready: %s\n" : "ready\n", obx_errmsg());
+    return text(c, e ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, body);
+}
+
+static enum MHD_Result metrics(http *h, struct MHD_Connection *c) {
+    obx__store *s = NULL;
+    if (store_of(h, &s)) s = NULL;
+    obx__buf b = {0};
+    if (obx__metrics_render(h->m, h->r, s, &b) && s) store_drop(h);
+    enum MHD_Result ret = b.oom ? text(c, 500, "out of memory\n")
+                                : reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
+                                        (const char *)b.data, b.len);
+    obx__buf_free(&b);
+    return ret;
+}
+
+static enum MHD_Result api_status(http *h, struct MHD_Connection *c) {
+    obx__store *s = NULL;
     obx__store_stats st;
-    int64_t now = obx__wall_ms();
+    int64_t age = 0;
     obx_err e = store_of(h, &s);
-    if (!e) e = s->m->stats(s, &st);
-    obx__buf_printf(b,
-                    "# HELP obx_up 1 when the outbox database answered this scrape\n"
-                    "# TYPE obx_up gauge\nobx_up %d\n",
-                    e ? 0 : 1);
+    if (!e) e = obx__stats_get(obx__metrics_stats(h->m), s, &st, &age);
+    json_t *doc = NULL;
+    if (!e) e = obx__status_json(s, &h->cs, &st, 50, obx__wall_ms(), &doc);
     if (e) {
         store_drop(h);
-    } else {
-        obx__buf_puts(b, "# HELP obx_events Events by state\n# TYPE obx_events gauge\n");
-        for (int i = 1; i < OBX__ST_COUNT; i++)
-            obx__buf_printf(b, "obx_events{state=\"%s\"} %lld\n", obx__state_name((obx__state)i),
-                            (long long)st.by_state[i]);
-        obx__buf_printf(b,
-                        "# HELP obx_oldest_pending_age_seconds Age of the oldest PENDING event\n"
-                        "# TYPE obx_oldest_pending_age_seconds gauge\n"
-                        "obx_oldest_pending_age_seconds %.3f\n",
-                        st.oldest_pending_committed_at
-                            ? (double)(now - st.oldest_pending_committed_at) / 1000.0
-                            : 0.0);
-        obx__buf_printf(
-            b,
-            "# HELP obx_unknown_events Events whose publish outcome is unknown\n"
-            "# TYPE obx_unknown_events gauge\nobx_unknown_events %lld\n"
-            "# HELP obx_unknown_oldest_age_seconds Age of the oldest UNKNOWN episode\n"
-            "# TYPE obx_unknown_oldest_age_seconds gauge\n"
-            "obx_unknown_oldest_age_seconds %.3f\n"
-            "# HELP obx_unknown_attempts Attempts with an unknown outcome\n"
-            "# TYPE obx_unknown_attempts gauge\nobx_unknown_attempts %lld\n",
-            (long long)(st.by_state[OBX__ST_DISPATCH_UNKNOWN] + st.by_state[OBX__ST_RECONCILING] +
-                        st.by_state[OBX__ST_RETRY_CLAIMED]),
-            st.oldest_unknown_since ? (double)(now - st.oldest_unknown_since) / 1000.0 : 0.0,
-            (long long)st.attempts_unknown);
-        obx__buf_printf(b,
-                        "# HELP obx_receipts Receipts by kind\n# TYPE obx_receipts gauge\n"
-                        "obx_receipts{kind=\"primary\"} %lld\nobx_receipts{kind=\"duplicate\"} "
-                        "%lld\nobx_receipts{kind=\"quarantined\"} %lld\n"
-                        "obx_receipts{kind=\"migration\"} %lld\n",
-                        (long long)st.receipts_primary, (long long)st.receipts_duplicate,
-                        (long long)st.receipts_quarantined, (long long)st.receipts_migration);
+        return json_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, e, obx_errmsg());
     }
     obx__engine_stats t;
     obx__relay_totals(h->r, &t);
-    obx__buf_puts(b, "# HELP obx_relay_total Relay counters since start\n"
-                     "# TYPE obx_relay_total counter\n");
-#define C(name) obx__buf_printf(b, "obx_relay_total{what=\"" #name "\"} %lld\n", (long long)t.name)
-    C(claimed);
-    C(sent);
-    C(stale_refused);
-    C(accepted);
-    C(duplicates);
-    C(quarantined);
-    C(rejected);
-    C(not_sent);
-    C(unknown);
-    C(swept);
-    C(retries);
-    C(parked);
-    C(reconciled_found);
-    C(reconciled_not_found);
-    C(reconciled_cannot_tell);
-    C(store_errors);
-    C(broker_errors);
-#undef C
-    obx__auditor_metrics(obx__relay_auditor(h->r), b); /* obx_audit_findings{kind=...} */
+    json_object_set_new(doc, "stats_age_ms", json_integer(age));
+    json_object_set_new(
+        doc, "relay",
+        json_pack("{s:s,s:I,s:b,s:b,s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}}", "id",
+                  obx__relay_id(h->r), "started_at", (json_int_t)obx__relay_started_at(h->r),
+                  "stopping", obx__relay_stopping(h->r), "token_configured",
+                  h->token_digest[0] != '\0', "counters", "published", (json_int_t)t.accepted,
+                  "duplicates", (json_int_t)t.duplicates, "quarantined", (json_int_t)t.quarantined,
+                  "unknown", (json_int_t)(t.unknown + t.swept), "retries", (json_int_t)t.retries,
+                  "rejected", (json_int_t)t.rejected, "parked", (json_int_t)t.parked,
+                  "store_errors", (json_int_t)t.store_errors));
+    return json(c, MHD_HTTP_OK, doc);
+}
+
+static enum MHD_Result api_trace(http *h, struct MHD_Connection *c) {
+    const char *q = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "q");
+    if (!q || !*q)
+        return json_error(c, MHD_HTTP_BAD_REQUEST, OBX_EINVAL,
+                          "q: an event ID or a correlation ID is required");
+    obx__store *s = NULL;
+    obx_err e = store_of(h, &s);
+    json_t *doc = NULL;
+    /* one box for both: q is traced as an event ID when it is one, and as a correlation ID */
+    const char *eid = obx_event_id_check(q) == OBX_OK ? q : NULL;
+    const char *corr = obx__check_field("q", q, 1, OBX_TEXT_MAX, OBX__CS_TEXT) ? NULL : q;
+    if (!e && !eid && !corr)
+        return json_error(c, MHD_HTTP_BAD_REQUEST, OBX_EINVAL,
+                          "q: neither an event ID nor a valid correlation ID");
+    if (!e) e = obx__trace_json(s, &h->cs, eid, corr, 50, &doc);
+    if (e) {
+        if (e != OBX_EINVAL) store_drop(h);
+        return json_error(c, status_of(e), e, obx_errmsg());
+    }
+    return json(c, MHD_HTTP_OK, doc);
+}
+
+/* Parses the request body as a JSON object of string fields. */
+static json_t *body_json(req *rq, const char **err) {
+    if (rq->too_big) {
+        *err = "request body over 8 KiB";
+        return NULL;
+    }
+    json_error_t je;
+    json_t *j = json_loadb(rq->body.data ? (const char *)rq->body.data : "", rq->body.len, 0, &je);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        *err = "request body is not a JSON object";
+        return NULL;
+    }
+    return j;
+}
+
+static enum MHD_Result api_requeue(http *h, struct MHD_Connection *c, req *rq) {
+    const char *err = NULL;
+    json_t *j = body_json(rq, &err);
+    if (!j) return json_error(c, MHD_HTTP_BAD_REQUEST, OBX_EINVAL, err);
+    const char *id = json_string_value(json_object_get(j, "event_id"));
+    obx__store *s = NULL;
+    obx_err e = id ? store_of(h, &s) : obx__fail(OBX_EINVAL, "event_id: missing");
+    char who[OBX__OWNER_MAX + 1];
+    snprintf(who, sizeof who, "operator:dashboard@%.200s", obx__relay_id(h->r));
+    if (!e) e = obx__requeue(s, id, who, obx__wall_ms());
+    enum MHD_Result ret;
+    if (e) {
+        if (e == OBX_ESTORE || e == OBX_EIO || e == OBX_ECONNLOST) store_drop(h);
+        ret = json_error(c, status_of(e), e, obx_errmsg());
+    } else {
+        obx__log(OBX__LOG_INFO, "http", id, NULL, NULL,
+                 "requeued from the dashboard: PARKED -> PENDING");
+        ret = json(c, MHD_HTTP_OK, json_pack("{s:s,s:s}", "event_id", id, "state", "PENDING"));
+    }
+    json_decref(j);
+    return ret;
+}
+
+static enum MHD_Result api_redrive(http *h, struct MHD_Connection *c, req *rq) {
+    const char *err = NULL;
+    json_t *j = body_json(rq, &err);
+    if (!j) return json_error(c, MHD_HTTP_BAD_REQUEST, OBX_EINVAL, err);
+    const char *consumer = json_string_value(json_object_get(j, "consumer"));
+    const char *id = json_string_value(json_object_get(j, "event_id"));
+    size_t i = 0;
+    while (consumer && i < h->cs.n && strcmp(h->cs.v[i].id, consumer)) i++;
+    obx_err e = !consumer || !id ? obx__fail(OBX_EINVAL, "consumer and event_id are required")
+                : i == h->cs.n
+                    ? obx__fail(OBX_ENOTFOUND, "consumer: not a critical consumer of this relay")
+                    : obx__consumer_open(&h->cs, i);
+    if (!e) e = obx_inbox_redrive(h->cs.v[i].s, consumer, id);
+    enum MHD_Result ret;
+    if (e) {
+        if (i < h->cs.n && (e == OBX_ESTORE || e == OBX_EIO || e == OBX_ECONNLOST))
+            obx__consumer_drop(&h->cs, i, e);
+        ret = json_error(c, status_of(e), e, obx_errmsg());
+    } else {
+        obx__log(OBX__LOG_INFO, "http", id, NULL, NULL,
+                 "poison message of consumer %s marked for re-drive from the dashboard", consumer);
+        ret = json(
+            c, MHD_HTTP_OK,
+            json_pack("{s:s,s:s,s:s}", "consumer", consumer, "event_id", id, "state", "REDRIVE"));
+    }
+    json_decref(j);
+    return ret;
+}
+
+static enum MHD_Result route(http *h, struct MHD_Connection *c, const char *url, const char *method,
+                             req *rq) {
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    bool post = !strcmp(method, "POST");
+    if (get && !strcmp(url, "/readyz")) return readyz(h, c);
+    if (get && !strcmp(url, "/metrics")) return metrics(h, c);
+    if (get && (!strcmp(url, "/") || !strcmp(url, "/index.html")))
+        return reply(c, MHD_HTTP_OK, "text/html; charset=utf-8", obx__dash_index_html,
+                     strlen(obx__dash_index_html));
+    if (get && !strcmp(url, "/app.js"))
+        return reply(c, MHD_HTTP_OK, "text/javascript; charset=utf-8", obx__dash_app_js,
+                     strlen(obx__dash_app_js));
+    if (get && !strcmp(url, "/style.css"))
+        return reply(c, MHD_HTTP_OK, "text/css; charset=utf-8", obx__dash_style_css,
+                     strlen(obx__dash_style_css));
+    if (get && !strcmp(url, "/api/status")) return api_status(h, c);
+    if (get && !strcmp(url, "/api/trace")) return api_trace(h, c);
+    bool mutating = !strcmp(url, "/api/requeue") || !strcmp(url, "/api/redrive");
+    if (mutating && !post)
+        return json_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, OBX_EINVAL, "use POST");
+    if (mutating) {
+        if (!h->token_digest[0])
+            return json_error(c, MHD_HTTP_FORBIDDEN, OBX_EREFUSED,
+                              "no http.token_file configured: mutating requests are disabled");
+        if (!authorized(h, c)) {
+            obx__log(OBX__LOG_WARN, "http", NULL, NULL, NULL,
+                     "POST %s refused: missing or wrong bearer token", url);
+            return json_error(c, MHD_HTTP_UNAUTHORIZED, OBX_EREFUSED,
+                              "missing or wrong bearer token");
+        }
+        return !strcmp(url, "/api/requeue") ? api_requeue(h, c, rq) : api_redrive(h, c, rq);
+    }
+    if (!get && !post) return text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
+    return text(c, MHD_HTTP_NOT_FOUND, "not found\n");
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
@@ -132,46 +383,47 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                               size_t *upload_size, void **con_cls) {
     http *h = cls;
     (void)version;
-    (void)upload;
-    (void)upload_size;
-    (void)con_cls;
-    if (strcmp(method, "GET") && strcmp(method, "HEAD"))
-        return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n", 19);
-    if (!strcmp(url, "/healthz")) return reply(c, MHD_HTTP_OK, "text/plain", "ok\n", 3);
+    if (!*con_cls) { /* first call for this request: headers only */
+        req *rq = calloc(1, sizeof *rq);
+        if (!rq) return MHD_NO;
+        *con_cls = rq;
+        return MHD_YES;
+    }
+    req *rq = *con_cls;
+    if (*upload_size) { /* a chunk of the body */
+        if (rq->body.len + *upload_size > BODY_MAX)
+            rq->too_big = true;
+        else
+            obx__buf_put(&rq->body, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (!strcmp(url, "/healthz")) return text(c, MHD_HTTP_OK, "ok\n");
+    if (!host_ok(h, c)) return text(c, MHD_HTTP_FORBIDDEN, "host not allowed\n");
     pthread_mutex_lock(&h->mu);
-    enum MHD_Result ret;
-    if (!strcmp(url, "/readyz")) {
-        obx__store *s;
-        int found = 0;
-        obx_err e = store_of(h, &s);
-        if (!e) e = s->m->schema_version(s, &found);
-        if (!e && found != OBX__SCHEMA_VERSION)
-            e = obx__fail(OBX_ESCHEMA, "schema version %d, need %d", found, OBX__SCHEMA_VERSION);
-        obx__broker *b = NULL;
-        if (!e) {
-            const obx_config *cfg = obx__relay_config(h->r);
-            e = obx__br_open(cfg->broker, (const char *const *)cfg->broker_props.v,
-                             cfg->broker_props.n, &b);
-            char cl[OBX_NAME_MAX + 1];
-            if (!e) e = obx__br_cluster_id(b, cl, sizeof cl);
-            obx__br_close(b);
-        }
-        char body[1200];
-        int n = snprintf(body, sizeof body, e ? "not ready: %s\n" : "ready\n", obx_errmsg());
-        if (e) store_drop(h);
-        ret =
-            reply(c, e ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, "text/plain", body, (size_t)n);
-    } else if (!strcmp(url, "/metrics")) {
-        obx__buf b = {0};
-        metrics(h, &b);
-        ret = b.oom
-                  ? reply(c, 500, "text/plain", "out of memory\n", 14)
-                  : reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4", (const char *)b.data, b.len);
-        obx__buf_free(&b);
-    } else
-        ret = reply(c, MHD_HTTP_NOT_FOUND, "text/plain", "not found\n", 10);
+    enum MHD_Result ret = route(h, c, url, method, rq);
     pthread_mutex_unlock(&h->mu);
     return ret;
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                      enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)c;
+    (void)toe;
+    req *rq = *con_cls;
+    if (!rq) return;
+    obx__buf_free(&rq->body);
+    free(rq);
+    *con_cls = NULL;
+}
+
+static void http_free(http *h) {
+    obx__metrics_free(h->m);
+    obx__consumer_set_free(&h->cs);
+    obx__st_close(h->s);
+    pthread_mutex_destroy(&h->mu);
+    free(h);
 }
 
 obx_err obx__http_start(obx_relay *r, const char *listen, void **out) {
@@ -193,16 +445,34 @@ obx_err obx__http_start(obx_relay *r, const char *listen, void **out) {
     http *h = calloc(1, sizeof *h);
     if (!h) return obx__fail(OBX_ENOMEM, "http: out of memory");
     h->r = r;
+    h->loopback = (ntohl(sa.sin_addr.s_addr) >> 24) == 127;
     pthread_mutex_init(&h->mu, NULL);
+    const obx_config *cfg = obx__relay_config(r);
+    obx_err e = obx__consumer_set_init(&h->cs, (const char *const *)cfg->critical_consumers.v,
+                                       cfg->critical_consumers.n);
+    if (!e) e = obx__metrics_new(&h->cs, &h->m);
+    if (!e && cfg->http_token_file[0]) e = read_token(h, cfg->http_token_file);
+    if (e) {
+        http_free(h);
+        return e;
+    }
     h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port,
                             NULL, NULL, handle, h, MHD_OPTION_SOCK_ADDR, &sa,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);
     if (!h->d) {
-        pthread_mutex_destroy(&h->mu);
-        free(h);
+        http_free(h);
         return obx__fail(OBX_EIO, "http: cannot listen on %s (in use?)", listen);
     }
-    obx__log(OBX__LOG_INFO, "http", NULL, NULL, NULL, "listening on http://%s", listen);
+    /* port 0 asks the kernel for a free port: log the one we got (tests read it here) */
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    char addr[160];
+    inet_ntop(AF_INET, &sa.sin_addr, addr, sizeof addr);
+    obx__log(OBX__LOG_INFO, "http", NULL, NULL, NULL,
+             "listening on http://%s:%u (dashboard /, /metrics, /healthz, /readyz; mutating "
+             "requests %s)",
+             addr, info ? (unsigned)info->port : (unsigned)port,
+             h->token_digest[0] ? "need the bearer token" : "disabled: no token file");
     *out = h;
     return OBX_OK;
 }
@@ -211,7 +481,5 @@ void obx__http_stop(void *p) {
     http *h = p;
     if (!h) return;
     MHD_stop_daemon(h->d);
-    store_drop(h);
-    pthread_mutex_destroy(&h->mu);
-    free(h);
+    http_free(h);
 }

@@ -2,7 +2,8 @@
  * log.c — structured logs for the relay and consumer: one record per line on stderr, either
  * "text" (for a terminal) or "json" (one object per line, for collectors), carrying the event
  * ID, attempt ID and correlation ID when a record is about one event. Messages are built by
- * the library from redacted URLs only: no password reaches a log line.
+ * the library from redacted URLs only, and name configuration keys rather than their values:
+ * no password or token reaches a log line (tests/ops/test_logs.sh plants some and greps).
  */
 #include "drivers/drivers.h"
 
@@ -15,6 +16,11 @@
 static int json_mode;
 static obx__log_level min_level = OBX__LOG_INFO;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void clean(char *s) {
+    for (unsigned char *p = (unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) *p = '?';
+}
 
 void obx__log_setup(const char *format, const char *level) {
     json_mode = format && !strcmp(format, "json");
@@ -59,9 +65,16 @@ void obx__log(obx__log_level lvl, const char *component, const char *event_id,
         free(line);
         json_decref(o);
     } else {
-        fprintf(stderr, "%s %-5s %s: %s%s%s%s%s\n", when, names[lvl], component, msg,
+        /* one record, one line: a control character in a message (a broker's error text) or
+         * in event data must not start a forged line or move a terminal's cursor */
+        clean(msg);
+        char corr[OBX_TEXT_MAX + 1] = "";
+        if (correlation_id) obx__strlcpy(corr, correlation_id, sizeof corr);
+        clean(corr);
+        fprintf(stderr, "%s %-5s %s: %s%s%s%s%s%s%s\n", when, names[lvl], component, msg,
                 event_id && *event_id ? " event=" : "", event_id ? event_id : "",
-                attempt_id && *attempt_id ? " attempt=" : "", attempt_id ? attempt_id : "");
+                attempt_id && *attempt_id ? " attempt=" : "", attempt_id ? attempt_id : "",
+                corr[0] ? " correlation=" : "", corr);
     }
     pthread_mutex_unlock(&mu);
 }

@@ -10,6 +10,11 @@
  *   auditor thread (retention.c; audit.interval_ms, retention.interval_ms): the three-set audit
  *     whose counts /metrics exports, and (when configured) the purge.
  *
+ *   shadow mode (relay.shadow): instead of all of the above, one thread that claims nothing and
+ *     sends nothing: every relay.shadow_interval_ms it compares what obx would send for the
+ *     events of relay.aliases with what was published (the broker, or relay.shadow_feed), logs
+ *     the differences and exports their counts (docs/migration.md).
+ *
  * Work is always found by querying committed rows: a wake-up only makes the next query come
  * sooner (DESIGN.md §3). Stop: threads stop claiming, drain in-flight outcomes for up to
  * relay.drain_ms (so late ACKs reach the acceptance point), close, exit. A killed relay needs
@@ -32,10 +37,14 @@ enum { MAX_THREADS = 66 };
 
 typedef struct worker {
     obx_relay *r;
-    int index; /* dispatcher index, or -1 for the reconciler */
+    int index; /* dispatcher index, -1 for the reconciler, -2 for the shadow comparer */
     pthread_t th;
     bool started;
     obx__engine_stats st; /* published under r->mu */
+    /* histograms: live ones touched only by the worker's thread, copies published under r->mu
+     * with the counters (no lock per event) */
+    obx__hist latency, resolution;
+    obx__hist latency_pub, resolution_pub;
 } worker;
 
 struct obx_relay {
@@ -50,6 +59,7 @@ struct obx_relay {
     void *http;
     void *auditor; /* retention.c; NULL when audit and purge intervals are both 0 */
     int64_t started_at;
+    obx__shadow_counts shadow; /* the last comparison (shadow mode), under mu */
 };
 
 static void sleep_ms(int64_t ms) {
@@ -71,10 +81,59 @@ static void fatal(obx_relay *r, obx_err e, const char *what) {
     atomic_store(&r->stop, 1);
 }
 
-static void on_alarm(void *user, const char *event_id, const char *what) {
-    (void)user;
-    obx__log(OBX__LOG_ERROR, "acceptor", event_id, NULL, NULL, "ALARM receipt quarantined: %s",
-             what);
+/* One log record per event that needs attention (level by how much), and the histograms.
+ * Routine acceptances log at debug only: at thousands of events a second an info line each
+ * would drown everything else. */
+static void on_note(void *user, const obx__note *n) {
+    worker *w = user;
+    const char *comp = w->index >= 0 ? "dispatcher" : "reconciler";
+    switch (n->kind) {
+    case OBX__NOTE_PUBLISHED:
+        obx__hist_observe(&w->latency, (double)n->latency_ms / 1000.0);
+        if (n->unknown_ms >= 0)
+            obx__log(OBX__LOG_INFO, "acceptor", n->event_id, n->attempt_id, n->correlation_id,
+                     "UNKNOWN resolved: published (%s) %lld ms after the outcome became unknown",
+                     n->detail, (long long)n->unknown_ms);
+        else
+            obx__log(OBX__LOG_DEBUG, "acceptor", n->event_id, n->attempt_id, n->correlation_id,
+                     "published (%s) %lld ms after commit", n->detail, (long long)n->latency_ms);
+        break;
+    case OBX__NOTE_DUPLICATE:
+        obx__log(OBX__LOG_INFO, "acceptor", n->event_id, n->attempt_id, n->correlation_id,
+                 "duplicate transport receipt recorded (%s)", n->detail);
+        break;
+    case OBX__NOTE_QUARANTINED:
+        obx__log(OBX__LOG_ERROR, "acceptor", n->event_id, n->attempt_id, n->correlation_id,
+                 "ALARM receipt quarantined: %s", n->detail);
+        break;
+    case OBX__NOTE_UNKNOWN:
+        obx__log(OBX__LOG_WARN, comp, n->event_id, n->attempt_id, n->correlation_id,
+                 "outcome UNKNOWN: %s (the reconciler will ask the broker)", n->detail);
+        break;
+    case OBX__NOTE_REJECTED:
+        obx__log(OBX__LOG_INFO, comp, n->event_id, n->attempt_id, n->correlation_id,
+                 "definite rejection: %s (retry after backoff)", n->detail);
+        break;
+    case OBX__NOTE_NOT_SENT:
+        obx__log(OBX__LOG_DEBUG, comp, n->event_id, n->attempt_id, n->correlation_id,
+                 "not sent: %s (retry after backoff)", n->detail);
+        break;
+    case OBX__NOTE_PARKED:
+        obx__log(OBX__LOG_WARN, comp, n->event_id, n->attempt_id, n->correlation_id,
+                 "PARKED after the route's maximum rejections: %s (requeue: obx requeue %s)",
+                 n->detail, n->event_id);
+        break;
+    case OBX__NOTE_RETRY:
+        obx__log(OBX__LOG_INFO, "reconciler", n->event_id, n->attempt_id, n->correlation_id, "%s",
+                 n->detail);
+        break;
+    }
+}
+
+static void on_resolved(void *user, const char *event_id, int64_t ms) {
+    worker *w = user;
+    (void)event_id;
+    obx__hist_observe(&w->resolution, (double)ms / 1000.0);
 }
 
 static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engine *e) {
@@ -106,20 +165,26 @@ static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engi
     ec.aliases = (const char *const *)c->aliases.v;
     ec.n_aliases = c->aliases.n;
     if ((err = obx__engine_init(e, *s, *b, &ec))) return err;
-    e->on_alarm = on_alarm;
+    e->on_note = on_note;
+    e->on_note_user = w;
+    e->on_unknown_resolved = on_resolved;
+    e->on_unknown_resolved_user = w;
     return OBX_OK;
 }
 
 static void publish(worker *w, const obx__engine *e) {
     pthread_mutex_lock(&w->r->mu);
     w->st = e->st;
+    w->latency_pub = w->latency;
+    w->resolution_pub = w->resolution;
     pthread_mutex_unlock(&w->r->mu);
 }
 
 /* Transient store/broker trouble is logged and retried after a pause; the relay keeps going. */
 static void transient(worker *w, obx_err e, const char *what) {
-    obx__log(OBX__LOG_WARN, w->index >= 0 ? "dispatcher" : "reconciler", NULL, NULL, NULL,
-             "%s: %s: %s (retrying)", what, obx_errname(e), obx_errmsg());
+    obx__log(OBX__LOG_WARN,
+             w->index >= 0 ? "dispatcher" : (w->index == -1 ? "reconciler" : "shadow"), NULL, NULL,
+             NULL, "%s: %s: %s (retrying)", what, obx_errname(e), obx_errmsg());
     sleep_ms(w->r->cfg->poll_ms * 4 + 100);
 }
 
@@ -171,6 +236,139 @@ static void idle_wait(worker *w, obx__engine *e, obx__store *s, obx__broker *b) 
         }
         if (notified) return;
     }
+}
+
+/* ---- shadow mode ------------------------------------------------------------------------------
+ */
+
+/* Reads the whole receipts feed (it grows: read again every round). */
+static obx_err read_feed(const char *path, obx__observed **obs, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return obx__fail(OBX_EIO, "relay.shadow_feed: %s: cannot open: %s", path, strerror(errno));
+    obx__buf b = {0};
+    char chunk[65536];
+    size_t k;
+    while ((k = fread(chunk, 1, sizeof chunk, f)) > 0) obx__buf_put(&b, chunk, k);
+    fclose(f);
+    obx_err e = b.oom ? obx__fail(OBX_ENOMEM, "relay.shadow_feed: out of memory")
+                      : obx__shadow_parse_feed((const char *)b.data, b.len, obs, n);
+    obx__buf_free(&b);
+    return e;
+}
+
+/* One comparison: a broker connection of its own (a fresh consumer group every round). */
+static obx_err shadow_round(worker *w, obx__store *s, obx__shadow_counts *out) {
+    obx_relay *r = w->r;
+    obx_config *c = r->cfg;
+    int64_t now = obx__wall_ms();
+    obx__broker *b = NULL;
+    obx_err err =
+        obx__br_open(c->broker, (const char *const *)c->broker_props.v, c->broker_props.n, &b);
+    if (err) return err;
+    obx__engine e;
+    obx__engine_cfg ec;
+    obx__engine_cfg_defaults(&ec);
+    snprintf(ec.owner, sizeof ec.owner, "%s/shadow", r->id);
+    obx__shadow_req req = {.aliases = (const char *const *)c->aliases.v,
+                           .n_aliases = c->aliases.n,
+                           .topics = (const char *const *)c->shadow_topics.v,
+                           .n_topics = c->shadow_topics.n,
+                           .since = now - c->shadow_window_ms,
+                           .grace_ms = c->shadow_grace_ms};
+    obx__observed *obs = NULL;
+    size_t n_obs = 0;
+    json_t *rep = NULL;
+    size_t diffs = 0;
+    if (!(err = obx__engine_init(&e, s, b, &ec))) {
+        if (c->shadow_feed[0])
+            err = read_feed(c->shadow_feed, &obs, &n_obs);
+        else {
+            char **topics = NULL;
+            size_t nt = 0;
+            err = obx__shadow_topics(&e, now, &req, &topics, &nt);
+            if (!err)
+                err = obx__shadow_observe_broker(&e, (const char *const *)topics, nt, 0, &obs,
+                                                 &n_obs);
+            for (size_t i = 0; i < nt; i++) free(topics[i]);
+            free(topics);
+        }
+    }
+    if (!err) err = obx__shadow_compare(&e, now, &req, obs, n_obs, &rep, &diffs);
+    free(obs);
+    obx__br_close(b);
+    if (err) return err;
+    json_t *d = json_object_get(rep, "differences");
+    out->rounds++;
+    out->at = now;
+#define G(o, k) json_integer_value(json_object_get(o, k))
+    out->compared = G(rep, "compared");
+    out->matched = G(rep, "matched");
+    out->missing = G(d, "missing");
+    out->destination = G(d, "destination");
+    out->partition = G(d, "partition");
+    out->payload = G(d, "payload");
+    out->unknown = G(d, "unknown_on_broker");
+#undef G
+    size_t i;
+    json_t *f;
+    json_array_foreach(json_object_get(rep, "findings"), i, f) {
+        if (i == 20) break; /* the counts say the rest */
+        obx__log(OBX__LOG_WARN, "shadow", json_string_value(json_object_get(f, "event_id")), NULL,
+                 NULL, "%s: %s", json_string_value(json_object_get(f, "kind")),
+                 json_string_value(json_object_get(f, "why")));
+    }
+    obx__log(diffs ? OBX__LOG_WARN : OBX__LOG_INFO, "shadow", NULL, NULL, NULL,
+             "compared %lld slots with %zu publications: %lld matched, %zu differences "
+             "(missing %lld, destination %lld, partition %lld, payload %lld, unknown %lld); "
+             "nothing claimed, nothing sent",
+             (long long)out->compared, n_obs, (long long)out->matched, diffs,
+             (long long)out->missing, (long long)out->destination, (long long)out->partition,
+             (long long)out->payload, (long long)out->unknown);
+    json_decref(rep);
+    return OBX_OK;
+}
+
+static void *shadow_main(void *arg) {
+    worker *w = arg;
+    obx_relay *r = w->r;
+    obx__store *s = NULL;
+    obx_err err = obx__st_open(r->cfg->db, &s);
+    int found = 0;
+    if (!err) err = s->m->schema_version(s, &found);
+    if (!err && found != OBX__SCHEMA_VERSION)
+        err = obx__fail(OBX_ESCHEMA, "%s: schema version %d, this relay needs %d (run obx init)",
+                        s->url_redacted, found, OBX__SCHEMA_VERSION);
+    if (err) {
+        fatal(r, err, "shadow start");
+        obx__st_close(s);
+        return NULL;
+    }
+    while (!atomic_load(&r->stop)) {
+        pthread_mutex_lock(&r->mu);
+        obx__shadow_counts cur = r->shadow;
+        pthread_mutex_unlock(&r->mu);
+        err = shadow_round(w, s, &cur);
+        if (err)
+            transient(w, err, "shadow comparison");
+        else {
+            pthread_mutex_lock(&r->mu);
+            r->shadow = cur;
+            pthread_mutex_unlock(&r->mu);
+        }
+        int64_t t0 = obx__wall_ms();
+        while (!atomic_load(&r->stop) && obx__wall_ms() - t0 < r->cfg->shadow_interval_ms)
+            sleep_ms(20);
+    }
+    obx__st_close(s);
+    return NULL;
+}
+
+int obx__relay_shadow(obx_relay *r, obx__shadow_counts *out) {
+    pthread_mutex_lock(&r->mu);
+    *out = r->shadow;
+    pthread_mutex_unlock(&r->mu);
+    return r->cfg->shadow != 0;
 }
 
 static void *dispatcher_main(void *arg) {
@@ -301,12 +499,23 @@ obx_err obx_relay_start(const obx_config *c, obx_relay **out) {
         snprintf(r->id, sizeof r->id, "%s:%d", host, (int)getpid());
     }
     r->started_at = obx__wall_ms();
-    int nd = (int)r->cfg->dispatchers;
+    /* shadow mode: no dispatcher, no reconciler — nothing that could claim or send */
+    int nd = r->cfg->shadow ? 0 : (int)r->cfg->dispatchers;
     for (int i = 0; i < nd; i++) r->w[r->n++] = (worker){.r = r, .index = i};
-    if (r->cfg->reconciler) r->w[r->n++] = (worker){.r = r, .index = -1};
+    if (r->cfg->reconciler && !r->cfg->shadow) r->w[r->n++] = (worker){.r = r, .index = -1};
+    if (r->cfg->shadow) r->w[r->n++] = (worker){.r = r, .index = -2};
+    for (int i = 0; i < r->n; i++) {
+        obx__hist_init(&r->w[i].latency, obx__publish_latency_le);
+        obx__hist_init(&r->w[i].resolution, obx__unknown_resolution_le);
+        r->w[i].latency_pub = r->w[i].latency;
+        r->w[i].resolution_pub = r->w[i].resolution;
+    }
     for (int i = 0; i < r->n; i++) {
         int rc = pthread_create(&r->w[i].th, NULL,
-                                r->w[i].index >= 0 ? dispatcher_main : reconciler_main, &r->w[i]);
+                                r->w[i].index >= 0    ? dispatcher_main
+                                : r->w[i].index == -1 ? reconciler_main
+                                                      : shadow_main,
+                                &r->w[i]);
         if (rc) {
             e = obx__fail(OBX_EINTERNAL, "relay: cannot start thread: %s", strerror(rc));
             atomic_store(&r->stop, 1);
@@ -327,9 +536,12 @@ obx_err obx_relay_start(const obx_config *c, obx_relay **out) {
     char *db = NULL, *br = NULL;
     obx_url_redact(r->cfg->db, &db);
     obx_url_redact(r->cfg->broker, &br);
-    obx__log(OBX__LOG_INFO, "relay", NULL, NULL, NULL,
-             "relay %s started: %d dispatchers%s, store %s, broker %s", r->id, nd,
-             r->cfg->reconciler ? " + reconciler" : "", db ? db : "?", br ? br : "?");
+    obx__log(OBX__LOG_INFO, "relay", NULL, NULL, NULL, "relay %s started: %s, store %s, broker %s",
+             r->id,
+             r->cfg->shadow       ? "SHADOW mode (claims nothing, sends nothing)"
+             : r->cfg->reconciler ? "dispatchers + reconciler"
+                                  : "dispatchers",
+             db ? db : "?", br ? br : "?");
     free(db);
     free(br);
     *out = r;
@@ -373,6 +585,19 @@ void obx__relay_totals(obx_relay *r, obx__engine_stats *t) {
     pthread_mutex_unlock(&r->mu);
 }
 
+void obx__relay_hists(obx_relay *r, obx__hist *latency, obx__hist *resolution) {
+    obx__hist_init(latency, obx__publish_latency_le);
+    obx__hist_init(resolution, obx__unknown_resolution_le);
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) {
+        obx__hist_add(latency, &r->w[i].latency_pub);
+        obx__hist_add(resolution, &r->w[i].resolution_pub);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+int64_t obx__relay_started_at(obx_relay *r) { return r->started_at; }
+
 const obx_config *obx__relay_config(obx_relay *r) { return r->cfg; }
 void *obx__relay_auditor(obx_relay *r) { return r->auditor; }
 const char *obx__relay_id(obx_relay *r) { return r->id; }
@@ -392,6 +617,15 @@ obx_err obx_relay_stats(obx_relay *r, char **out) {
         "parked", (json_int_t)t.parked, "reconciled_found", (json_int_t)t.reconciled_found,
         "reconciled_not_found", (json_int_t)t.reconciled_not_found, "unknown_resolved",
         (json_int_t)t.unknown_resolved, "store_errors", (json_int_t)t.store_errors);
+    obx__shadow_counts sc;
+    if (o && obx__relay_shadow(r, &sc))
+        json_object_set_new(
+            o, "shadow",
+            json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "rounds", (json_int_t)sc.rounds,
+                      "at", (json_int_t)sc.at, "compared", (json_int_t)sc.compared, "matched",
+                      (json_int_t)sc.matched, "missing", (json_int_t)sc.missing, "destination",
+                      (json_int_t)sc.destination, "partition", (json_int_t)sc.partition, "payload",
+                      (json_int_t)sc.payload, "unknown_on_broker", (json_int_t)sc.unknown));
     return obx__json_out(o, out);
 }
 

@@ -1,14 +1,14 @@
 /*
  * sim.c — the deterministic simulator and the release gate (DESIGN.md §9): `obx sim`.
  *
- * It runs the production engine code (the real SQLite store, the real engine step functions,
- * the real inbox) against the simulated broker (src/broker/sim) under a virtual clock, over
- * seeded traces. A trace:
+ * It runs the production engine code (the real store — SQLite in memory, or PostgreSQL with
+ * --db — the real engine step functions, the real inbox) against the simulated broker
+ * (src/broker/sim) under a virtual clock, over seeded traces. A trace:
  *   1. a fault phase: a seeded scheduler interleaves actors one step at a time — a producer
  *      (business transactions with their envelopes, retrying commands with the same
- *      idempotency key after it crashes), two dispatchers, a reconciler, one or two consumers
- *      with the inbox — and injects the fault classes of §9 between any two steps (crashes:
- *      an actor loses its memory; pauses past a lease), in the broker and the network (lost,
+ *      idempotency key after it crashes), two dispatchers, a reconciler, a purger, one or two
+ *      consumers with the inbox — and injects the fault classes of §9 between any two steps
+ * (crashes: an actor loses its memory; pauses past a lease), in the broker and the network (lost,
  *      late, timed-out, duplicated and mangled ACKs, lost requests, rejections, unqueryable
  *      target, duplicated and reordered deliveries, lost consumer commits) and in the store
  *      (acceptance rolled back), plus a route policy revision;
@@ -19,18 +19,22 @@
  *      UNKNOWN resolution times.
  *
  * Determinism: trace i is a pure function of (seed, i): its own RNG, virtual clock, seeded IDs.
- * Each worker thread owns a world (in-memory databases, a simulated cluster) and runs a trace
- * inside outer transactions that are rolled back afterwards, so traces do not see each other.
+ * Each worker thread owns a world (databases, a simulated cluster) and runs a trace inside
+ * outer transactions that are rolled back afterwards, so traces do not see each other: on
+ * PostgreSQL each worker has its own connection, every engine transaction is a savepoint of
+ * the trace's transaction, and the checkers read the outbox through the same connection.
  * The trace hash combines per-trace digests in trace order, so --jobs does not change it.
  */
 #include "broker/sim/sim.h"
 #include "drivers/drivers.h"
 
 #include <jansson.h>
+#include <libpq-fe.h>
 #include <openssl/evp.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
@@ -60,7 +64,9 @@ obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_han
     X(LOST_REQUEST, "lost-request")                                                                \
     X(REJECTION, "rejection")                                                                      \
     X(MANGLED_RECEIPT, "mangled-receipt")                                                          \
-    X(HANDLER_FAILURE, "handler-failure")
+    X(HANDLER_FAILURE, "handler-failure")                                                          \
+    X(PREMATURE_PURGE, "premature-purge-attempt")                                                  \
+    X(MIGRATION_UNQUERYABLE, "old-target-unqueryable-during-migration")
 
 enum {
 #define F(n, s) F_##n,
@@ -82,7 +88,8 @@ typedef struct results {
     long traces;
     long lost_events, second_event_ids, cross_destination_retries, digest_divergence,
         consumer_duplicate_effects, stale_claim_sends, late_ack_total, late_ack_converged,
-        unknown_total, unknown_untraceable, internal_errors, liveness_failures, quarantined;
+        unknown_total, unknown_untraceable, internal_errors, liveness_failures, quarantined,
+        premature_purges, purged, migrated, migration_refused, migrated_with_old_copy;
     long fired[F_COUNT];
     long failing[16];
     long nfailing;
@@ -105,6 +112,11 @@ static void results_add(results *a, const results *b) {
     ADD(internal_errors);
     ADD(liveness_failures);
     ADD(quarantined);
+    ADD(premature_purges);
+    ADD(purged);
+    ADD(migrated);
+    ADD(migration_refused);
+    ADD(migrated_with_old_copy);
 #undef ADD
     for (int i = 0; i < F_COUNT; i++) a->fired[i] += b->fired[i];
 }
@@ -112,7 +124,7 @@ static void results_add(results *a, const results *b) {
 /* ---- actors ------------------------------------------------------------------------------------
  */
 
-enum { A_PRODUCER, A_DISPATCHER, A_RECONCILER, A_CONSUMER };
+enum { A_PRODUCER, A_DISPATCHER, A_RECONCILER, A_CONSUMER, A_PURGER, A_MIGRATOR };
 
 #define MAX_DL 16
 
@@ -128,12 +140,17 @@ typedef struct actor {
     int next_cmd, retry_cmd;
     obx__ulid_gen gen;
     /* consumer */
+    /* purger: retention with the trace's consumers as critical consumers */
+    obx__critical crit[2];
+    obx__retention_cfg rcfg;
+    obx__purge_cursor cur;
+    /* consumer (the delivery slots stay last: actor setup zeroes what comes before) */
     obx__delivery dl[MAX_DL];
     size_t ndl, posdl;
     bool to_ack[MAX_DL];
 } actor;
 
-#define MAX_ACTORS 6
+#define MAX_ACTORS 8
 #define MAX_EVENTS 8
 
 typedef struct wk {
@@ -141,12 +158,16 @@ typedef struct wk {
     const obx_sim_options *o;
     char wname[48], wurl[64];
     obx__sim_world *w;
-    sqlite3 *odb;
+    sqlite3 *odb;            /* the outbox: SQLite in memory ... */
+    PGconn *opg;             /* ... or PostgreSQL (--db) */
+    sqlite3_stmt *oq_st[32]; /* outbox queries (SQLite); PostgreSQL: prepared by name */
+    bool oq_pg_ready[32];
     obx_store *os;
     sqlite3 *cdb[2];
     obx_store *cs[2];
     obx_inbox *in[2];
-    sqlite3_stmt *st_order, *st_effect, *st_receipt_for, *st_env_of, *st_att_part;
+    sqlite3_stmt *st_effect[2], *st_inbox_at[2];
+    sqlite3_stmt *st_tx[3][2]; /* BEGIN, ROLLBACK on the outbox and each consumer database */
     /* the trace */
     long idx;
     uint64_t rng;
@@ -159,7 +180,11 @@ typedef struct wk {
     char orders[MAX_EVENTS][32];
     char event_ids[MAX_EVENTS][2][OBX_EVENT_ID_LEN + 1]; /* what the producer was told */
     int n_ids[MAX_EVENTS];
-    double p[F_COUNT]; /* fault probabilities of this trace */
+    double p[F_COUNT];        /* fault probabilities of this trace */
+    int64_t replay_window_ms; /* retention of this trace (purger actor) */
+    char tenant[24];          /* per trace: concurrent traces on one PostgreSQL never share a key */
+    size_t purge_batch;
+    bool revised; /* the route policy was revised in this trace (a migration target) */
     bool faults_on;
     bool handler_fail_next;
     results r;
@@ -266,6 +291,239 @@ static obx_err open_mem(sqlite3 **db, obx_store **s) {
     return e;
 }
 
+/* ---- the outbox, as the checkers and the business service see it ---------------------------
+ * The same SQL runs on SQLite and PostgreSQL ($n placeholders bind by position in both; the
+ * PostgreSQL connection's search_path is obx, public). sim_orders is the business table: a
+ * temporary table, so nothing of it outlives the worker's connection. */
+enum {
+    OQ_ORDER,
+    OQ_RECEIPT_FOR,
+    OQ_ENV_OF,
+    OQ_ATT_PART,
+    OQ_PURGED,
+    OQ_BEFORE,
+    OQ_UNPUBLISHED,
+    OQ_EVENTS,
+    OQ_ORPHANS,
+    OQ_REFERENCED,
+    OQ_DIVERGENT,
+    OQ_MULTI_PRIMARY,
+    OQ_STALE,
+    OQ_UNKNOWN_TOTAL,
+    OQ_UNTRACEABLE,
+    OQ_RACING,
+    OQ_BOTH_ACKED,
+    OQ_QUARANTINED,
+    OQ_STUCK,
+    OQ_MIGRATIONS,
+    OQ_COUNT
+};
+
+static const char *const oq_sql[OQ_COUNT] = {
+    [OQ_ORDER] = "INSERT INTO sim_orders VALUES ($1, $2) ON CONFLICT DO NOTHING",
+    [OQ_RECEIPT_FOR] = "SELECT count(*) FROM obx_receipt WHERE attempt_id = $1 AND "
+                       "(kind = 'PRIMARY' OR kind = 'DUPLICATE')",
+    [OQ_ENV_OF] = "SELECT dest_topic, dest_digest FROM obx_envelope WHERE event_id = $1 AND "
+                  "envelope_gen = $2",
+    [OQ_ATT_PART] = "SELECT partition FROM obx_attempt WHERE attempt_id = $1",
+    /* each purge: the event, its publication place, and when it was purged */
+    [OQ_PURGED] = "SELECT e.event_id, e.published_at, e.seq, (SELECT max(a.at) FROM obx_audit a "
+                  "WHERE a.event_id = e.event_id AND a.to_state = 'PURGED') FROM obx_event e "
+                  "WHERE e.state = 'PURGED' ORDER BY e.seq",
+    /* every published event at or before a place in publication order */
+    [OQ_BEFORE] = "SELECT event_id FROM obx_event WHERE published_at > 0 AND (published_at < $1 "
+                  "OR (published_at = $1 AND seq <= $2)) ORDER BY seq",
+    [OQ_UNPUBLISHED] = "SELECT count(*) FROM obx_event WHERE state <> 'PUBLISHED' AND state <> "
+                       "'RETAINED' AND state <> 'PURGED'",
+    [OQ_EVENTS] = "SELECT count(*) FROM obx_event",
+    [OQ_ORPHANS] = "SELECT count(*) FROM sim_orders o WHERE NOT EXISTS (SELECT 1 FROM obx_event e "
+                   "WHERE e.event_id = o.event_id)",
+    [OQ_REFERENCED] = "SELECT count(*) FROM obx_event e WHERE EXISTS (SELECT 1 FROM sim_orders o "
+                      "WHERE o.event_id = e.event_id)",
+    [OQ_DIVERGENT] = "SELECT count(*) FROM obx_receipt r JOIN obx_envelope v ON v.event_id = "
+                     "r.event_id AND v.envelope_gen = r.envelope_gen WHERE r.kind = 'PRIMARY' AND "
+                     "(r.payload_digest <> v.payload_digest OR r.dest_digest <> v.dest_digest)",
+    [OQ_MULTI_PRIMARY] = "SELECT count(*) FROM (SELECT 1 FROM obx_receipt WHERE kind = 'PRIMARY' "
+                         "GROUP BY event_id, envelope_gen HAVING count(*) > 1) x",
+    [OQ_STALE] = "SELECT count(*) FROM obx_attempt t WHERE NOT EXISTS (SELECT 1 FROM obx_audit a "
+                 "WHERE a.event_id = t.event_id AND a.claim_gen = t.claim_gen AND a.who = t.owner "
+                 "AND (a.to_state = 'CLAIMED' OR a.to_state = 'RECONCILING' OR a.to_state = "
+                 "'RETRY_CLAIMED'))",
+    [OQ_UNKNOWN_TOTAL] = "SELECT count(*) FROM obx_attempt WHERE unknown_at > 0",
+    [OQ_UNTRACEABLE] = "SELECT count(*) FROM obx_audit a WHERE a.to_state = 'DISPATCH_UNKNOWN' AND "
+                       "NOT EXISTS (SELECT 1 FROM obx_attempt t WHERE t.attempt_id = a.attempt_id "
+                       "AND t.event_id = a.event_id AND t.unknown_at > 0)",
+    [OQ_RACING] = "SELECT count(*) FROM obx_audit WHERE (from_state = 'RETRY_CLAIMED' AND to_state "
+                  "= 'PUBLISHED') OR (actor = 'reconciler' AND reason LIKE 'stale claim refused%')",
+    [OQ_BOTH_ACKED] = "SELECT count(*) FROM obx_receipt r JOIN obx_event e ON e.event_id = "
+                      "r.event_id WHERE r.kind = 'DUPLICATE' AND r.attempt_id <> "
+                      "e.primary_attempt_id",
+    [OQ_QUARANTINED] = "SELECT count(*) FROM obx_receipt WHERE kind = 'QUARANTINED'",
+    [OQ_STUCK] = "SELECT event_id, state, claim_gen, owner, lease_until, next_check_at FROM "
+                 "obx_event ORDER BY seq",
+    /* every move: the event and the generation it left */
+    [OQ_MIGRATIONS] = "SELECT event_id, envelope_gen - 1 FROM obx_receipt WHERE kind = "
+                      "'MIGRATION' ORDER BY receipt_id",
+};
+
+typedef struct oparam {
+    const char *s; /* text, or NULL: the integer i */
+    int64_t i;
+} oparam;
+
+#define OP_S(x) ((oparam){.s = (x)})
+#define OP_I(x) ((oparam){.i = (x)})
+
+/* A result being read: rows of a SQLite statement or of a PostgreSQL result. */
+typedef struct ocur {
+    sqlite3_stmt *st;
+    PGresult *res;
+    int row, nrows;
+    bool ok;
+} ocur;
+
+static bool oq_run(wk *k, int q, const oparam *p, int n, ocur *c) {
+    memset(c, 0, sizeof *c);
+    c->row = -1;
+    if (k->opg) {
+        char name[16];
+        snprintf(name, sizeof name, "obx_sim_%d", q);
+        if (!k->oq_pg_ready[q]) {
+            PGresult *r = PQprepare(k->opg, name, oq_sql[q], 0, NULL);
+            bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+            if (!ok) fail(k, "sim: prepare: %s", PQerrorMessage(k->opg));
+            PQclear(r);
+            if (!ok) return false;
+            k->oq_pg_ready[q] = true;
+        }
+        char nums[8][24];
+        const char *vals[8];
+        for (int i = 0; i < n && i < 8; i++) {
+            if (p[i].s)
+                vals[i] = p[i].s;
+            else {
+                snprintf(nums[i], sizeof nums[i], "%lld", (long long)p[i].i);
+                vals[i] = nums[i];
+            }
+        }
+        c->res = PQexecPrepared(k->opg, name, n, vals, NULL, NULL, 0);
+        ExecStatusType t = PQresultStatus(c->res);
+        c->ok = t == PGRES_TUPLES_OK || t == PGRES_COMMAND_OK;
+        if (!c->ok) fail(k, "sim: query %d: %s", q, PQerrorMessage(k->opg));
+        c->nrows = c->ok ? PQntuples(c->res) : 0;
+        return c->ok;
+    }
+    if (!k->oq_st[q] &&
+        sqlite3_prepare_v3(k->odb, oq_sql[q], -1, SQLITE_PREPARE_PERSISTENT, &k->oq_st[q], NULL)) {
+        fail(k, "sim: prepare: %s", sqlite3_errmsg(k->odb));
+        return false;
+    }
+    c->st = k->oq_st[q];
+    sqlite3_reset(c->st);
+    for (int i = 0; i < n; i++) {
+        if (p[i].s)
+            sqlite3_bind_text(c->st, i + 1, p[i].s, -1, SQLITE_TRANSIENT);
+        else
+            sqlite3_bind_int64(c->st, i + 1, p[i].i);
+    }
+    c->ok = true;
+    return true;
+}
+
+static bool oq_next(wk *k, ocur *c) {
+    if (!c->ok) return false;
+    if (c->res) return ++c->row < c->nrows;
+    int rc = sqlite3_step(c->st);
+    if (rc == SQLITE_ROW) return true;
+    if (rc != SQLITE_DONE) {
+        fail(k, "sim: step: %s", sqlite3_errmsg(k->odb));
+        c->ok = false;
+    }
+    return false;
+}
+
+static bool oq_null(const ocur *c, int col) {
+    return c->res ? PQgetisnull(c->res, c->row, col)
+                  : sqlite3_column_type(c->st, col) == SQLITE_NULL;
+}
+
+static const char *oq_text(const ocur *c, int col) {
+    const char *v =
+        c->res ? PQgetvalue(c->res, c->row, col) : (const char *)sqlite3_column_text(c->st, col);
+    return v ? v : "";
+}
+
+static int64_t oq_int(const ocur *c, int col) {
+    return c->res ? strtoll(PQgetvalue(c->res, c->row, col), NULL, 10)
+                  : sqlite3_column_int64(c->st, col);
+}
+
+static void oq_close(ocur *c) {
+    if (c->res) PQclear(c->res);
+    if (c->st) sqlite3_reset(c->st);
+    memset(c, 0, sizeof *c);
+}
+
+/* The first column of the first row as an integer; -1 when the query failed or had no row. */
+static long oq_long(wk *k, int q, const oparam *p, int n) {
+    ocur c;
+    long v = -1;
+    if (oq_run(k, q, p, n, &c) && oq_next(k, &c)) v = (long)oq_int(&c, 0);
+    oq_close(&c);
+    return v;
+}
+
+/* A statement with no result rows (the business insert); false on failure. */
+static bool oq_exec(wk *k, int q, const oparam *p, int n) {
+    ocur c;
+    bool ok = oq_run(k, q, p, n, &c);
+    if (ok) oq_next(k, &c);
+    ok = ok && c.ok;
+    oq_close(&c);
+    return ok;
+}
+
+/* BEGIN (which = 0) or ROLLBACK (1) of a trace's outer transaction on SQLite database db_i (0:
+ * the outbox, 1 and 2: the consumers), prepared once per worker: parsing them twice per trace
+ * and database cost about 1.5% of a trace. */
+static int sq_tx(wk *k, int db_i, int which) {
+    sqlite3 *db = db_i ? k->cdb[db_i - 1] : k->odb;
+    sqlite3_stmt **st = &k->st_tx[db_i][which];
+    if (!*st && sqlite3_prepare_v3(db, which ? "ROLLBACK" : "BEGIN", -1, SQLITE_PREPARE_PERSISTENT,
+                                   st, NULL) != SQLITE_OK)
+        return sqlite3_errcode(db);
+    int rc = sqlite3_step(*st);
+    sqlite3_reset(*st);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/* BEGIN / ROLLBACK of the trace's outer transaction on the outbox connection. */
+static void o_simple(wk *k, const char *sql) {
+    if (k->opg) {
+        PGresult *r = PQexec(k->opg, sql);
+        if (PQresultStatus(r) != PGRES_COMMAND_OK)
+            fail(k, "sim: %s: %s", sql, PQerrorMessage(k->opg));
+        PQclear(r);
+    } else if (sq_tx(k, 0, strcmp(sql, "BEGIN") != 0) != SQLITE_OK)
+        fail(k, "sim: %s: %s", sql, sqlite3_errmsg(k->odb));
+}
+
+static obx_err open_pg(wk *k, const char *url) {
+    k->opg = PQconnectdb(url);
+    if (PQstatus(k->opg) != CONNECTION_OK)
+        return obx__fail(OBX_ESTORE, "sim: postgres: %s", PQerrorMessage(k->opg));
+    const char *setup[] = {"SET search_path = obx, public", "SET client_min_messages = warning",
+                           ("CREATE TEMP TABLE sim_orders (order_id TEXT PRIMARY KEY, event_id "
+                            "TEXT NOT NULL)")};
+    for (size_t i = 0; i < sizeof setup / sizeof setup[0]; i++) {
+        PGresult *r = PQexec(k->opg, setup[i]);
+        bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+        PQclear(r);
+        if (!ok) return obx__fail(OBX_ESTORE, "sim: postgres: %s", PQerrorMessage(k->opg));
+    }
+    return obx_store_wrap_pg(k->opg, &k->os);
+}
+
 static obx_err wk_init(wk *k, int id, const obx_sim_options *o) {
     memset(k, 0, sizeof *k);
     k->id = id;
@@ -273,12 +531,17 @@ static obx_err wk_init(wk *k, int id, const obx_sim_options *o) {
     snprintf(k->wname, sizeof k->wname, "simworld-%p-%d", (void *)k, id);
     snprintf(k->wurl, sizeof k->wurl, "sim:%s", k->wname);
     obx_err e = obx__sim_world_new(k->wname, &k->w);
-    if (!e) e = open_mem(&k->odb, &k->os);
     if (e) return e;
-    if (sqlite3_exec(k->odb,
-                     "CREATE TABLE sim_orders (order_id TEXT PRIMARY KEY, event_id TEXT NOT NULL)",
-                     NULL, NULL, NULL) != SQLITE_OK)
-        return obx__fail(OBX_ESTORE, "sim: %s", sqlite3_errmsg(k->odb));
+    if (o->db_url) {
+        if ((e = open_pg(k, o->db_url))) return e;
+    } else {
+        if ((e = open_mem(&k->odb, &k->os))) return e;
+        if (sqlite3_exec(k->odb,
+                         "CREATE TEMP TABLE sim_orders (order_id TEXT PRIMARY KEY, event_id TEXT "
+                         "NOT NULL)",
+                         NULL, NULL, NULL) != SQLITE_OK)
+            return obx__fail(OBX_ESTORE, "sim: %s", sqlite3_errmsg(k->odb));
+    }
     for (int i = 0; i < 2; i++) {
         if ((e = open_mem(&k->cdb[i], &k->cs[i]))) return e;
         if (sqlite3_exec(k->cdb[i], "CREATE TABLE sim_effects (event_id TEXT NOT NULL)", NULL, NULL,
@@ -288,37 +551,30 @@ static obx_err wk_init(wk *k, int id, const obx_sim_options *o) {
         snprintf(cid, sizeof cid, "consumer-%d", i);
         obx_inbox_options io = {.consumer_id = cid, .max_failures = 100};
         if ((e = obx_inbox_open(k->cs[i], &io, &k->in[i]))) return e;
+        if (sqlite3_prepare_v3(k->cdb[i],
+                               "SELECT min(consumed_at) FROM obx_inbox WHERE consumer_id = ? AND "
+                               "event_id = ?",
+                               -1, SQLITE_PREPARE_PERSISTENT, &k->st_inbox_at[i], NULL))
+            return obx__fail(OBX_ESTORE, "sim: %s", sqlite3_errmsg(k->cdb[i]));
     }
-    if (sqlite3_prepare_v3(k->odb, "INSERT OR IGNORE INTO sim_orders VALUES (?, ?)", -1,
-                           SQLITE_PREPARE_PERSISTENT, &k->st_order, NULL) ||
-        sqlite3_prepare_v3(k->odb,
-                           "SELECT count(*) FROM obx_receipt WHERE attempt_id = ? AND kind IN "
-                           "('PRIMARY','DUPLICATE')",
-                           -1, SQLITE_PREPARE_PERSISTENT, &k->st_receipt_for, NULL) ||
-        sqlite3_prepare_v3(k->odb,
-                           "SELECT dest_topic, dest_digest FROM obx_envelope WHERE event_id = ? "
-                           "AND envelope_gen = ?",
-                           -1, SQLITE_PREPARE_PERSISTENT, &k->st_env_of, NULL) ||
-        sqlite3_prepare_v3(k->odb, "SELECT partition FROM obx_attempt WHERE attempt_id = ?", -1,
-                           SQLITE_PREPARE_PERSISTENT, &k->st_att_part, NULL))
-        return obx__fail(OBX_ESTORE, "sim: %s", sqlite3_errmsg(k->odb));
     return OBX_OK;
 }
 
 static void wk_free(wk *k) {
     qcached_free();
-    sqlite3_finalize(k->st_order);
-    sqlite3_finalize(k->st_effect);
-    sqlite3_finalize(k->st_receipt_for);
-    sqlite3_finalize(k->st_env_of);
-    sqlite3_finalize(k->st_att_part);
+    for (int i = 0; i < OQ_COUNT; i++) sqlite3_finalize(k->oq_st[i]);
+    for (int i = 0; i < 2; i++) sqlite3_finalize(k->st_effect[i]);
+    for (int i = 0; i < 2; i++) sqlite3_finalize(k->st_inbox_at[i]);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 2; j++) sqlite3_finalize(k->st_tx[i][j]);
     for (int i = 0; i < 2; i++) {
         obx_inbox_close(k->in[i]);
         obx_store_close(k->cs[i]);
         sqlite3_close(k->cdb[i]);
     }
     obx_store_close(k->os);
-    sqlite3_close(k->odb);
+    if (k->odb) sqlite3_close(k->odb);
+    if (k->opg) PQfinish(k->opg);
     obx__sim_world_free(k->w);
     free(k->res_ms);
 }
@@ -331,12 +587,14 @@ static obx_err actor_start(wk *k, actor *a) {
              a->kind == A_PRODUCER     ? "p"
              : a->kind == A_DISPATCHER ? "d"
              : a->kind == A_RECONCILER ? "r"
+             : a->kind == A_PURGER     ? "g"
+             : a->kind == A_MIGRATOR   ? "m"
                                        : "c",
              a->index, a->incarnation);
     obx_err e = OBX_OK;
-    if (a->kind != A_PRODUCER) e = obx__br_open(k->wurl, NULL, 0, &a->b);
+    if (a->kind != A_PRODUCER && a->kind != A_PURGER) e = obx__br_open(k->wurl, NULL, 0, &a->b);
     if (e) return e;
-    if (a->kind == A_DISPATCHER || a->kind == A_RECONCILER) {
+    if (a->kind == A_DISPATCHER || a->kind == A_RECONCILER || a->kind == A_MIGRATOR) {
         obx__engine_cfg c;
         obx__engine_cfg_defaults(&c);
         obx__strlcpy(c.owner, a->owner, sizeof c.owner);
@@ -354,6 +612,22 @@ static obx_err actor_start(wk *k, actor *a) {
         snprintf(group, sizeof group, "group-%d", a->index);
         const char *topics[] = {"orders", "orders-v2"}; /* v2: after a route revision */
         e = a->b->m->consume_open(a->b, group, topics, 2);
+    } else if (a->kind == A_PURGER) {
+        /* every consumer of the trace is critical: an event is purged only with evidence from
+         * each (its inbox receipt), behind the forced consumer watermark, after the window */
+        for (int i = 0; i < k->nconsumers && !e; i++) {
+            memset(&a->crit[i], 0, sizeof a->crit[i]);
+            snprintf(a->crit[i].id, sizeof a->crit[i].id, "consumer-%d", i);
+            a->crit[i].s = k->cs[i];
+            e = obx__critical_load(&a->crit[i]);
+        }
+        a->rcfg = (obx__retention_cfg){.consumers = a->crit,
+                                       .n_consumers = (size_t)k->nconsumers,
+                                       .replay_window_ms = k->replay_window_ms,
+                                       .batch = k->purge_batch,
+                                       .who = a->owner,
+                                       .max_listed = 0};
+        obx__purge_cursor_init(&a->cur);
     } else {
         memset(&a->gen, 0, sizeof a->gen);
         a->gen.seed = rnd(k) | 1;
@@ -402,11 +676,16 @@ static void producer_step(wk *k, actor *a) {
     snprintf(payload, sizeof payload, "{\"order\":\"%s\",\"total\":%d}", k->orders[c], 100 + c);
     char agg[16];
     snprintf(agg, sizeof agg, "o-%d", c % (1 + (int)(k->idx % 3))); /* shared keys: order rule */
+    /* the business transaction's ID, named here (not minted by SQLite's store or read from
+     * PostgreSQL's txid_current): the same trace is then the same on both stores */
+    char txid[48];
+    snprintf(txid, sizeof txid, "sim-%ld-%d-%s", k->idx, c, a->owner);
     obx_event ev = {.event_type = "order.created.v1",
                     .aggregate_type = "order",
                     .aggregate_id = agg,
                     .aggregate_version = c,
-                    .tenant = "t1",
+                    .tenant = k->tenant,
+                    .txid = txid,
                     .payload = payload,
                     .payload_len = strlen(payload),
                     .idempotency_key = k->orders[c],
@@ -415,11 +694,8 @@ static void producer_step(wk *k, actor *a) {
     obx_err e = obx__st_begin(k->os);
     if (!e) e = obx__enqueue_at(k->os, &ev, k->now, &a->gen, &res);
     if (!e) { /* the business row, in the same transaction (idempotent: a retried command) */
-        sqlite3_reset(k->st_order);
-        sqlite3_bind_text(k->st_order, 1, k->orders[c], -1, SQLITE_STATIC);
-        sqlite3_bind_text(k->st_order, 2, res.event_id, -1, SQLITE_STATIC);
-        if (sqlite3_step(k->st_order) != SQLITE_DONE) e = OBX_ESTORE;
-        sqlite3_reset(k->st_order);
+        oparam op[] = {OP_S(k->orders[c]), OP_S(res.event_id)};
+        if (!oq_exec(k, OQ_ORDER, op, 2)) e = OBX_ESTORE;
     }
     if (e || kill_before) {
         obx__st_rollback(k->os);
@@ -558,14 +834,13 @@ static obx_err effect_handler(void *user, void *conn, const obx_message *m, cons
         c->k->handler_fail_next = false;
         return obx__fail(OBX_EHANDLER, "sim: a flaky downstream");
     }
-    sqlite3 *db = c->k->cdb[c->consumer];
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v3(db, "INSERT INTO sim_effects VALUES (?)", -1, SQLITE_PREPARE_PERSISTENT,
-                           &st, NULL))
+    sqlite3_stmt **st = &c->k->st_effect[c->consumer];
+    if (!*st && sqlite3_prepare_v3(c->k->cdb[c->consumer], "INSERT INTO sim_effects VALUES (?)", -1,
+                                   SQLITE_PREPARE_PERSISTENT, st, NULL))
         return OBX_ESTORE;
-    sqlite3_bind_text(st, 1, m->event_id, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
+    sqlite3_bind_text(*st, 1, m->event_id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(*st);
+    sqlite3_reset(*st);
     snprintf(res, cap, "applied");
     return rc == SQLITE_DONE ? OBX_OK : OBX_ESTORE;
 }
@@ -658,12 +933,75 @@ static void consumer_step(wk *k, actor *a) {
     }
 }
 
+/* One bounded retention step; or, as the fault "premature purge attempt", an operator's
+ * `obx purge EVENT_ID` of any event at any time: obx must refuse it unless every condition
+ * holds (the checker verifies each purge against the consumers' receipts afterwards). */
+static void purger_step(wk *k, actor *a) {
+    obx__ret_result res = {0};
+    obx_err e;
+    if (k->faults_on && chance(k, k->p[F_PREMATURE_PURGE])) {
+        int c = (int)(rnd(k) % (uint64_t)k->n_events);
+        if (!k->n_ids[c]) return;
+        e = obx__purge_event(k->os, &a->rcfg, k->now, k->event_ids[c][0], &res);
+        logv(k, "%s: purge %s -> %s", a->owner, k->event_ids[c][0],
+             e == OBX_EREFUSED ? "refused"
+             : e               ? obx_errname(e)
+                               : "purged");
+        if (e == OBX_EREFUSED) {
+            k->r.fired[F_PREMATURE_PURGE]++;
+            e = OBX_OK;
+        }
+    } else {
+        e = obx__purge_step(k->os, &a->rcfg, k->now, &a->cur, &res);
+        if (res.retained || res.purged)
+            logv(k, "%s: retained %lld, purged %lld", a->owner, (long long)res.retained,
+                 (long long)res.purged);
+        if (a->cur.phase == 2) obx__purge_cursor_init(&a->cur);
+    }
+    h_add(k, (uint64_t)(res.retained * 64 + res.purged));
+    obx__ret_result_free(&res);
+    check_err(k, a, e, "purge");
+}
+
+/* An operator moving one event of the backlog to the current route generation (after a route
+ * policy revision) with `obx migrate`: it must move only with proof that the old target did not
+ * accept the event, and is refused otherwise — in particular while the old target cannot be
+ * queried (the fault). The checker verifies every move against the broker's log. */
+static void migrator_step(wk *k, actor *a) {
+    if (!k->revised) return; /* nothing to migrate to yet */
+    int c = (int)(rnd(k) % (uint64_t)k->n_events);
+    if (!k->n_ids[c]) return;
+    obx__sim_faults *wf = obx__sim_world_faults(k->w);
+    bool was_down = wf->lookup_down;
+    bool down = k->faults_on && chance(k, k->p[F_MIGRATION_UNQUERYABLE]);
+    if (down) wf->lookup_down = true;
+    const char *ids[] = {k->event_ids[c][0]};
+    obx__migrate_req req = {.ids = ids, .n_ids = 1, .who = a->owner, .reason = "sim"};
+    json_t *out = NULL;
+    size_t refused = 0;
+    obx_err e = obx__migrate(&a->e, k->now, &req, &out, &refused);
+    wf->lookup_down = was_down;
+    if (e == OBX_EREFUSED) e = OBX_OK;
+    if (!e) {
+        k->r.migrated += refused ? 0 : 1;
+        k->r.migration_refused += (long)refused;
+        if (down) k->r.fired[F_MIGRATION_UNQUERYABLE]++;
+        logv(k, "%s: migrate %s -> %s%s%s", a->owner, ids[0], refused ? "refused: " : "moved",
+             refused ? obx_errmsg() : "", down ? " (old target unqueryable)" : "");
+    }
+    h_add(k, refused ? 7 : 9);
+    json_decref(out);
+    check_err(k, a, e, "migrate");
+}
+
 static void step(wk *k, actor *a) {
     if (a->paused_until > k->now) return;
     switch (a->kind) {
     case A_PRODUCER: producer_step(k, a); break;
     case A_DISPATCHER: dispatcher_step(k, a); break;
     case A_RECONCILER: reconciler_step(k, a); break;
+    case A_PURGER: purger_step(k, a); break;
+    case A_MIGRATOR: migrator_step(k, a); break;
     default: consumer_step(k, a);
     }
 }
@@ -686,16 +1024,12 @@ static void route(wk *k, const char *topic, bool blind, bool unordered) {
 }
 
 static bool quiescent(wk *k) {
-    static _Thread_local qc unpublished = {"SELECT count(*) FROM obx_event WHERE state NOT IN "
-                                           "('PUBLISHED','RETAINED','PURGED')",
-                                           NULL};
-    static _Thread_local qc events = {"SELECT count(*) FROM obx_event", NULL};
     static _Thread_local qc consumed[2] = {
         {"SELECT count(DISTINCT event_id) FROM sim_effects", NULL},
         {"SELECT count(DISTINCT event_id) FROM sim_effects", NULL}};
     if (k->a[0].next_cmd < k->n_events || k->a[0].retry_cmd >= 0) return false;
-    if (qcached(k->odb, &unpublished) != 0) return false;
-    long n = qcached(k->odb, &events);
+    if (oq_long(k, OQ_UNPUBLISHED, NULL, 0) != 0) return false;
+    long n = oq_long(k, OQ_EVENTS, NULL, 0);
     for (int i = 0; i < k->nconsumers; i++)
         if (qcached(k->cdb[i], &consumed[i]) < n) return false;
     return true;
@@ -714,6 +1048,7 @@ static void run_trace(wk *k, long idx) {
     k->r.traces = 1;
     /* this trace's world */
     k->n_events = 2 + (int)(rnd(k) % 4);
+    snprintf(k->tenant, sizeof k->tenant, "t%ld", idx);
     for (int i = 0; i < k->n_events; i++) {
         snprintf(k->orders[i], sizeof k->orders[i], "order-%d", i);
         k->n_ids[i] = 0;
@@ -745,17 +1080,28 @@ static void run_trace(wk *k, long idx) {
     k->p[F_KILL_AFTER_COMMIT] *= 3;
     k->p[F_ACCEPTANCE_ROLLBACK] *= 2;
     k->p[F_HANDLER_FAILURE] *= 3;
-    sqlite3_exec(k->odb, "BEGIN", NULL, NULL, NULL);
-    for (int i = 0; i < 2; i++) sqlite3_exec(k->cdb[i], "BEGIN", NULL, NULL, NULL);
+    o_simple(k, "BEGIN");
+    for (int i = 0; i < 2; i++) sq_tx(k, i + 1, 0);
     route(k, "orders", blind, unordered);
     /* actors */
     k->nconsumers = 1 + (int)(rnd(k) % 2);
     k->na = 0;
-    int kinds[] = {A_PRODUCER, A_DISPATCHER, A_DISPATCHER, A_RECONCILER, A_CONSUMER, A_CONSUMER};
-    int index[] = {0, 1, 2, 0, 0, 1};
-    for (int i = 0; i < 4 + k->nconsumers; i++) {
+    bool retention = rnd(k) % 4 != 0; /* a purger runs in 3 of 4 traces */
+    bool migration = rnd(k) % 2 == 0; /* an operator migrating the backlog in half of them */
+    k->replay_window_ms = (int64_t)(rnd(k) % 1500);
+    k->purge_batch = 1 + (size_t)(rnd(k) % 3);
+    int kinds[] = {A_PRODUCER, A_DISPATCHER, A_DISPATCHER, A_RECONCILER,
+                   A_PURGER,   A_MIGRATOR,   A_CONSUMER,   A_CONSUMER};
+    int index[] = {0, 1, 2, 0, 0, 0, 0, 1};
+    for (int i = 0; i < 6 + k->nconsumers; i++) {
+        if ((kinds[i] == A_PURGER && !retention) || (kinds[i] == A_MIGRATOR && !migration))
+            continue;
         actor *a = &k->a[k->na++];
-        memset(a, 0, sizeof *a);
+        /* everything but the delivery slots (~40 KB an actor, valid below ndl only): zeroing
+         * them for every actor of every trace was 5% of the simulator's instructions */
+        memset(a, 0, offsetof(actor, dl));
+        a->ndl = a->posdl = 0;
+        memset(a->to_ack, 0, sizeof a->to_ack);
         a->kind = kinds[i];
         a->index = index[i];
         a->retry_cmd = -1;
@@ -771,7 +1117,7 @@ static void run_trace(wk *k, long idx) {
     /* 1. fault phase */
     k->faults_on = true;
     int steps = 60 + (int)(rnd(k) % 90);
-    bool revised = false;
+    k->revised = false;
     for (int s = 0; s < steps && !k->failure[0]; s++) {
         actor *a = &k->a[rnd(k) % (uint64_t)k->na];
         h_add(k, (uint64_t)(a - k->a));
@@ -791,10 +1137,10 @@ static void run_trace(wk *k, long idx) {
                  (long long)(v->paused_until - 1700000000000LL));
             k->r.fired[F_PAUSE_PAST_LEASE]++;
         }
-        if (!revised && chance(k, k->p[F_ROUTE_REVISION])) {
+        if (!k->revised && chance(k, k->p[F_ROUTE_REVISION])) {
             /* only later events may use it; without lookup it must still allow a blind retry */
             route(k, "orders-v2", authoritative ? !blind : true, unordered);
-            revised = true;
+            k->revised = true;
             k->r.fired[F_ROUTE_REVISION]++;
             logv(k, "route policy revised: later events go to orders-v2");
         }
@@ -842,6 +1188,8 @@ static void run_trace(wk *k, long idx) {
                 poll_outcomes(k, a);
                 break;
             }
+            case A_PURGER: purger_step(k, a); break;
+            case A_MIGRATOR: break; /* the operator is done */
             default:
                 for (int rep = 0; rep < 4; rep++) {
                     consumer_fetch(k, a);
@@ -859,76 +1207,111 @@ static void run_trace(wk *k, long idx) {
         fail(k, "not quiescent after the liveness phase (%zu network events pending)",
              obx__sim_world_pending(k->w));
         if (k->verbose) { /* narrate what is stuck */
-            sqlite3_stmt *st;
-            if (!sqlite3_prepare_v2(k->odb,
-                                    "SELECT event_id, state, claim_gen, owner, lease_until, "
-                                    "next_check_at FROM obx_event ORDER BY seq",
-                                    -1, &st, NULL))
-                while (sqlite3_step(st) == SQLITE_ROW)
+            ocur c;
+            if (oq_run(k, OQ_STUCK, NULL, 0, &c))
+                while (oq_next(k, &c))
                     fprintf(stderr,
                             "    %s %s claim_gen=%lld owner=%s lease_until=%lld next=%lld\n",
-                            sqlite3_column_text(st, 0), sqlite3_column_text(st, 1),
-                            (long long)sqlite3_column_int64(st, 2), sqlite3_column_text(st, 3),
-                            (long long)(sqlite3_column_int64(st, 4) - 1700000000000LL),
-                            (long long)(sqlite3_column_int64(st, 5) - 1700000000000LL));
-            sqlite3_finalize(st);
+                            oq_text(&c, 0), oq_text(&c, 1), (long long)oq_int(&c, 2),
+                            oq_text(&c, 3), (long long)(oq_int(&c, 4) - 1700000000000LL),
+                            (long long)(oq_int(&c, 5) - 1700000000000LL));
+            oq_close(&c);
         }
     }
     check_trace(k);
     /* 3. leave no trace behind for the next one */
     for (int i = 0; i < k->na; i++) actor_stop(&k->a[i]);
-    sqlite3_exec(k->odb, "ROLLBACK", NULL, NULL, NULL);
-    for (int i = 0; i < 2; i++) sqlite3_exec(k->cdb[i], "ROLLBACK", NULL, NULL, NULL);
+    o_simple(k, "ROLLBACK");
+    for (int i = 0; i < 2; i++) sq_tx(k, i + 1, 1);
 }
 
 /* ---- the checkers ------------------------------------------------------------------------------
  */
 
+/* When consumer i applied event_id (virtual ms), or -1: never. */
+static int64_t consumed_at(wk *k, int i, const char *event_id) {
+    char cid[16];
+    snprintf(cid, sizeof cid, "consumer-%d", i);
+    sqlite3_stmt *st = k->st_inbox_at[i];
+    sqlite3_reset(st);
+    sqlite3_bind_text(st, 1, cid, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, event_id, -1, SQLITE_TRANSIENT);
+    int64_t at = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL
+                     ? sqlite3_column_int64(st, 0)
+                     : -1;
+    sqlite3_reset(st);
+    return at;
+}
+
+/* Retention (DESIGN.md §8): each PURGED event was purged after its replay window, and at that
+ * moment every consumer (all critical) had applied it and every event published before it:
+ * nothing a consumer still needed lost its payload. The payload is gone, the envelope stays. */
+static void check_purges(wk *k) {
+    results *r = &k->r;
+    ocur p;
+    if (!oq_run(k, OQ_PURGED, NULL, 0, &p)) return;
+    while (oq_next(k, &p)) {
+        char id[OBX_EVENT_ID_LEN + 1];
+        obx__strlcpy(id, oq_text(&p, 0), sizeof id);
+        int64_t pub = oq_int(&p, 1), seq = oq_int(&p, 2), tp = oq_null(&p, 3) ? 0 : oq_int(&p, 3);
+        r->purged++;
+        if (pub <= 0 || pub + k->replay_window_ms > tp) {
+            r->premature_purges++;
+            fail(k, "%s was purged %lld ms after publication, inside the %lld ms replay window", id,
+                 (long long)(tp - pub), (long long)k->replay_window_ms);
+            continue;
+        }
+        ocur b;
+        oparam op[] = {OP_I(pub), OP_I(seq)};
+        if (oq_run(k, OQ_BEFORE, op, 2, &b))
+            while (oq_next(k, &b)) {
+                const char *e = oq_text(&b, 0);
+                for (int i = 0; i < k->nconsumers; i++) {
+                    int64_t at = consumed_at(k, i, e);
+                    if (at < 0 || at > tp) {
+                        r->premature_purges++;
+                        fail(k, "%s was purged at t=%lld while consumer %d %s %s", id,
+                             (long long)(tp - 1700000000000LL), i,
+                             at < 0 ? "never applied" : "had not yet applied", e);
+                        break;
+                    }
+                }
+            }
+        oq_close(&b);
+    }
+    oq_close(&p);
+}
+
+/* Migration (DESIGN.md §6): an event left a generation's destination only when that target did
+ * not have it — so the broker's log holds no message of a generation an event migrated away
+ * from (it would reach consumers from two destinations). */
+static void check_migrations(wk *k) {
+    size_t nlog;
+    const obx__sim_msg *log = obx__sim_world_log(k->w, &nlog);
+    size_t stride = obx__sim_world_log_stride();
+    ocur c;
+    if (!oq_run(k, OQ_MIGRATIONS, NULL, 0, &c)) return;
+    while (oq_next(k, &c)) {
+        const char *id = oq_text(&c, 0);
+        int64_t old = oq_int(&c, 1);
+        for (size_t i = 0; i < nlog; i++) {
+            const obx__sim_msg *m =
+                (const obx__sim_msg *)(const void *)((const char *)log + i * stride);
+            if (!strcmp(m->env.event_id, id) && m->env.envelope_gen == old) {
+                k->r.migrated_with_old_copy++;
+                fail(k,
+                     "%s migrated away from generation %lld while its old target held it "
+                     "(%s/%d, attempt %s)",
+                     id, (long long)old, m->topic, (int)m->partition, m->attempt_id);
+                break;
+            }
+        }
+    }
+    oq_close(&c);
+}
+
 static void check_trace(wk *k) {
     results *r = &k->r;
-    static _Thread_local qc unpublished = {"SELECT count(*) FROM obx_event WHERE state NOT IN "
-                                           "('PUBLISHED','RETAINED','PURGED')",
-                                           NULL};
-    static _Thread_local qc orphan_orders = {
-        "SELECT count(*) FROM sim_orders o WHERE NOT EXISTS (SELECT 1 FROM obx_event e WHERE "
-        "e.event_id = o.event_id)",
-        NULL};
-    static _Thread_local qc events = {"SELECT count(*) FROM obx_event", NULL};
-    static _Thread_local qc referenced = {
-        "SELECT count(*) FROM obx_event e WHERE EXISTS (SELECT 1 FROM sim_orders o WHERE "
-        "o.event_id = e.event_id)",
-        NULL};
-    static _Thread_local qc divergent = {
-        "SELECT count(*) FROM obx_receipt r JOIN obx_envelope v ON v.event_id = r.event_id AND "
-        "v.envelope_gen = r.envelope_gen WHERE r.kind = 'PRIMARY' AND (r.payload_digest <> "
-        "v.payload_digest OR r.dest_digest <> v.dest_digest)",
-        NULL};
-    static _Thread_local qc multi_primary = {
-        "SELECT count(*) FROM (SELECT 1 FROM obx_receipt WHERE kind = 'PRIMARY' GROUP BY "
-        "event_id, envelope_gen HAVING count(*) > 1)",
-        NULL};
-    static _Thread_local qc stale = {
-        "SELECT count(*) FROM obx_attempt t WHERE NOT EXISTS (SELECT 1 FROM obx_audit a WHERE "
-        "a.event_id = t.event_id AND a.claim_gen = t.claim_gen AND a.who = t.owner AND "
-        "a.to_state IN ('CLAIMED','RECONCILING','RETRY_CLAIMED'))",
-        NULL};
-    static _Thread_local qc unknown_total = {
-        "SELECT count(*) FROM obx_attempt WHERE unknown_at > 0", NULL};
-    static _Thread_local qc untraceable = {
-        "SELECT count(*) FROM obx_audit a WHERE a.to_state = 'DISPATCH_UNKNOWN' AND NOT EXISTS "
-        "(SELECT 1 FROM obx_attempt t WHERE t.attempt_id = a.attempt_id AND t.event_id = "
-        "a.event_id AND t.unknown_at > 0)",
-        NULL};
-    static _Thread_local qc racing = {
-        "SELECT count(*) FROM obx_audit WHERE (from_state = 'RETRY_CLAIMED' AND to_state = "
-        "'PUBLISHED') OR (actor = 'reconciler' AND reason LIKE 'stale claim refused%')",
-        NULL};
-    static _Thread_local qc both_acked = {
-        "SELECT count(*) FROM obx_receipt r JOIN obx_event e ON e.event_id = r.event_id WHERE "
-        "r.kind = 'DUPLICATE' AND r.attempt_id <> e.primary_attempt_id",
-        NULL};
-    static _Thread_local qc quarantined = {
-        "SELECT count(*) FROM obx_receipt WHERE kind = 'QUARANTINED'", NULL};
     static _Thread_local qc dup_effects[2] = {
         {"SELECT count(*) FROM (SELECT 1 FROM sim_effects GROUP BY event_id HAVING count(*) > 1)",
          NULL},
@@ -940,12 +1323,12 @@ static void check_trace(wk *k) {
     long v;
     /* lost: committed but not published, a business row without its event, or an event a
      * consumer never applied */
-    long n_events = qcached(k->odb, &events);
-    if ((v = qcached(k->odb, &unpublished)) > 0) {
+    long n_events = oq_long(k, OQ_EVENTS, NULL, 0);
+    if ((v = oq_long(k, OQ_UNPUBLISHED, NULL, 0)) > 0) {
         r->lost_events += v;
         fail(k, "%ld committed events were never published", v);
     }
-    if ((v = qcached(k->odb, &orphan_orders)) > 0) {
+    if ((v = oq_long(k, OQ_ORPHANS, NULL, 0)) > 0) {
         r->lost_events += v;
         fail(k, "%ld business orders committed without their event", v);
     }
@@ -956,7 +1339,7 @@ static void check_trace(wk *k) {
         }
     /* second logical event IDs: events no business row points at, or a command answered with
      * two different IDs */
-    if ((v = n_events - qcached(k->odb, &referenced)) > 0) {
+    if ((v = n_events - oq_long(k, OQ_REFERENCED, NULL, 0)) > 0) {
         r->second_event_ids += v;
         fail(k, "%ld events belong to no business command (second event IDs)", v);
     }
@@ -965,7 +1348,8 @@ static void check_trace(wk *k) {
             r->second_event_ids++;
             fail(k, "command %s was answered with two event IDs", k->orders[c]);
         }
-    if ((v = qcached(k->odb, &divergent)) > 0 || (v = qcached(k->odb, &multi_primary)) > 0) {
+    if ((v = oq_long(k, OQ_DIVERGENT, NULL, 0)) > 0 ||
+        (v = oq_long(k, OQ_MULTI_PRIMARY, NULL, 0)) > 0) {
         r->digest_divergence += v;
         fail(k, "%ld primary receipts diverge from their frozen envelope or are doubled", v);
     }
@@ -974,7 +1358,9 @@ static void check_trace(wk *k) {
             r->consumer_duplicate_effects += v;
             fail(k, "consumer %d applied %ld events twice", i, v);
         }
-    if ((v = qcached(k->odb, &stale)) > 0) {
+    check_purges(k);
+    check_migrations(k);
+    if ((v = oq_long(k, OQ_STALE, NULL, 0)) > 0) {
         r->stale_claim_sends += v;
         fail(k, "%ld attempts were sent under a claim their owner did not hold", v);
     }
@@ -986,18 +1372,13 @@ static void check_trace(wk *k) {
     for (size_t i = 0; i < nlog; i++) {
         const obx__sim_msg *m =
             (const obx__sim_msg *)(const void *)((const char *)log + i * stride);
-        sqlite3_reset(k->st_env_of);
-        sqlite3_bind_text(k->st_env_of, 1, m->env.event_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int(k->st_env_of, 2, m->env.envelope_gen);
-        bool ok = sqlite3_step(k->st_env_of) == SQLITE_ROW &&
-                  !strcmp((const char *)sqlite3_column_text(k->st_env_of, 0), m->topic) &&
-                  !strcmp((const char *)sqlite3_column_text(k->st_env_of, 1), m->dest_digest);
-        sqlite3_reset(k->st_env_of);
-        sqlite3_reset(k->st_att_part);
-        sqlite3_bind_text(k->st_att_part, 1, m->attempt_id, -1, SQLITE_STATIC);
-        ok = ok && sqlite3_step(k->st_att_part) == SQLITE_ROW &&
-             sqlite3_column_int(k->st_att_part, 0) == m->partition;
-        sqlite3_reset(k->st_att_part);
+        ocur c;
+        oparam ev[] = {OP_S(m->env.event_id), OP_I(m->env.envelope_gen)};
+        bool ok = oq_run(k, OQ_ENV_OF, ev, 2, &c) && oq_next(k, &c) &&
+                  !strcmp(oq_text(&c, 0), m->topic) && !strcmp(oq_text(&c, 1), m->dest_digest);
+        oq_close(&c);
+        oparam at[] = {OP_S(m->attempt_id)};
+        ok = ok && oq_long(k, OQ_ATT_PART, at, 1) == m->partition;
         if (!ok) {
             r->cross_destination_retries++;
             fail(k, "%s (attempt %s) reached %s/%d, not its frozen destination", m->env.event_id,
@@ -1012,24 +1393,21 @@ static void check_trace(wk *k) {
         if (!acks[i].late || !acks[i].valid || !acks[i].attempt_id[0]) continue;
         r->late_ack_total++;
         k->r.fired[F_CLAIM_EXPIRY_LATE_ACK]++;
-        sqlite3_reset(k->st_receipt_for);
-        sqlite3_bind_text(k->st_receipt_for, 1, acks[i].attempt_id, -1, SQLITE_STATIC);
-        bool conv = sqlite3_step(k->st_receipt_for) == SQLITE_ROW &&
-                    sqlite3_column_int(k->st_receipt_for, 0) > 0;
-        sqlite3_reset(k->st_receipt_for);
+        oparam at[] = {OP_S(acks[i].attempt_id)};
+        bool conv = oq_long(k, OQ_RECEIPT_FOR, at, 1) > 0;
         if (conv)
             r->late_ack_converged++;
         else
             fail(k, "the late ACK of attempt %s left no receipt", acks[i].attempt_id);
     }
-    r->unknown_total += qcached(k->odb, &unknown_total);
-    if ((v = qcached(k->odb, &untraceable)) > 0) {
+    r->unknown_total += oq_long(k, OQ_UNKNOWN_TOTAL, NULL, 0);
+    if ((v = oq_long(k, OQ_UNTRACEABLE, NULL, 0)) > 0) {
         r->unknown_untraceable += v;
         fail(k, "%ld UNKNOWN transitions name no UNKNOWN attempt", v);
     }
-    r->fired[F_UNKNOWN_RACING_RETRY] += qcached(k->odb, &racing);
-    r->fired[F_BOTH_ATTEMPTS_ACKED] += qcached(k->odb, &both_acked);
-    r->quarantined += qcached(k->odb, &quarantined);
+    r->fired[F_UNKNOWN_RACING_RETRY] += oq_long(k, OQ_RACING, NULL, 0);
+    r->fired[F_BOTH_ATTEMPTS_ACKED] += oq_long(k, OQ_BOTH_ACKED, NULL, 0);
+    r->quarantined += oq_long(k, OQ_QUARANTINED, NULL, 0);
     const obx__sim_fired *wf = obx__sim_world_fired(k->w);
     r->fired[F_LOST_ACK] += wf->lose_ack;
     r->fired[F_TIMED_OUT_ACK] += wf->drop_ack;
@@ -1169,9 +1547,22 @@ obx_err obx_sim_run(const obx_sim_options *o, char **out) {
         return obx__fail(OBX_EINVAL, "jobs: %d outside 1..64", o->jobs);
     obx_err e = obx__mutation_set(o->mutation);
     if (e) return e;
+    if (o->db_url) { /* PostgreSQL: the schema once, before the workers' trace transactions */
+        if (strncmp(o->db_url, "postgres://", 11) && strncmp(o->db_url, "postgresql://", 13))
+            return obx__fail(OBX_EINVAL,
+                             "db: the simulator runs on SQLite in memory (default) or a "
+                             "postgres:// URL, not '%.40s'",
+                             o->db_url);
+        obx_store *s;
+        if ((e = obx_store_open(o->db_url, &s))) return e;
+        e = obx_store_init(s);
+        obx_store_close(s);
+        if (e) return e;
+    }
     /* SQLite's memory statistics take a process-wide mutex on every allocation; the workers
      * share nothing else. Fails harmlessly (SQLITE_MISUSE) if SQLite is already initialized. */
     sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+    obx__sim_malloc_install(); /* small blocks recycled per thread (sim_malloc.c) */
     run r;
     memset(&r, 0, sizeof r);
     r.o = o;
@@ -1225,11 +1616,12 @@ obx_err obx_sim_run(const obx_sim_options *o, char **out) {
         json_object_set_new(fired, fault_names[i], json_integer(x->fired[i]));
         if (wanted && n >= 2000 && x->fired[i] == 0) all_fired = false;
     }
-    bool passed = x->lost_events == 0 && x->second_event_ids == 0 &&
-                  x->cross_destination_retries == 0 && x->digest_divergence == 0 &&
-                  x->consumer_duplicate_effects == 0 && x->stale_claim_sends == 0 &&
-                  x->late_ack_converged == x->late_ack_total && x->unknown_untraceable == 0 &&
-                  x->internal_errors == 0 && x->liveness_failures == 0 && p99 < 900.0 && all_fired;
+    bool passed =
+        x->lost_events == 0 && x->second_event_ids == 0 && x->cross_destination_retries == 0 &&
+        x->digest_divergence == 0 && x->consumer_duplicate_effects == 0 &&
+        x->stale_claim_sends == 0 && x->late_ack_converged == x->late_ack_total &&
+        x->unknown_untraceable == 0 && x->internal_errors == 0 && x->liveness_failures == 0 &&
+        x->premature_purges == 0 && x->migrated_with_old_copy == 0 && p99 < 900.0 && all_fired;
     json_t *failing = json_array();
     for (long i = 0; i < x->nfailing; i++)
         json_array_append_new(failing, json_integer(x->failing[i]));
@@ -1252,6 +1644,12 @@ obx_err obx_sim_run(const obx_sim_options *o, char **out) {
         "traces_per_second", secs > 0 ? (double)x->traces / secs : 0.0, "jobs", jobs,
         "failing_traces", failing, "first_failure", x->first_failure, "mutation",
         o->mutation ? o->mutation : "none", "every_fault_fired", (int)all_fired);
+    json_object_set_new(j, "premature_purges", json_integer(x->premature_purges));
+    json_object_set_new(j, "purged", json_integer(x->purged));
+    json_object_set_new(j, "migrated", json_integer(x->migrated));
+    json_object_set_new(j, "migration_refused", json_integer(x->migration_refused));
+    json_object_set_new(j, "migrated_with_old_copy", json_integer(x->migrated_with_old_copy));
+    json_object_set_new(j, "store", json_string(o->db_url ? "postgres" : "sqlite"));
     pthread_mutex_destroy(&r.mu);
     return obx__json_out(j, out);
 }

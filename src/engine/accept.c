@@ -15,6 +15,11 @@
  *
  * Every valid ACK therefore ends as the primary receipt or as a duplicate transport receipt.
  * A rolled-back acceptance leaves the attempt SENDING/UNKNOWN, to be reconciled.
+ *
+ * Delivery sets (docs/migration.md): every target is its own publish slot (an event row with
+ * its own key) but is sent under the logical event ID. A receipt is matched to the slot whose
+ * registered attempt it names, and rule 2's event_id is that slot's logical ID; the six rules
+ * then apply to that slot alone, and its receipts are kept under the slot's key.
  */
 #include "engine/engine_int.h"
 
@@ -57,10 +62,21 @@ static void receipt_from(obx__receipt_row *r, const obx__outcome *o, obx__receip
     r->created_at = now;
 }
 
+/* The slot a receipt belongs to: the one that registered the attempt it names (a delivery-set
+ * target's receipt carries the logical event ID), else the event it names. */
+static const char *slot_key(const obx__outcome *o, const obx__attempt_row *a) {
+    return a && strcmp(a->event_id, o->event_id) ? a->event_id : o->event_id;
+}
+
 /* Rule 2-4: why a receipt cannot be accepted, or NULL when it is valid. */
 static const char *invalid(accept_ctx *c, const obx__outcome *o, const obx__event_row *ev,
                            const obx__attempt_row *a, char *why, size_t cap) {
     if (!ev) return "receipt for an event this outbox never committed";
+    if (strcmp(obx__wire_id(ev), o->event_id)) {
+        snprintf(why, cap, "attempt %.40s belongs to %.40s, not to event %.40s", o->attempt_id,
+                 obx__wire_id(ev), o->event_id);
+        return why;
+    }
     if (o->envelope_gen != ev->envelope_gen && !OBX__MUTANT(ACCEPT_SUPERSEDED_GEN)) {
         snprintf(why, cap,
                  "receipt for envelope generation %d, current is %d: a superseded generation's "
@@ -112,15 +128,14 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
         free(aids);
         return obx__fail(OBX_ENOMEM, "accept: out of memory");
     }
-    for (size_t i = 0; i < c->n; i++) {
-        ids[i] = c->acks[i].event_id;
-        aids[i] = c->acks[i].attempt_id;
-    }
+    for (size_t i = 0; i < c->n; i++) aids[i] = c->acks[i].attempt_id;
     obx__rows_free(&c->ev);
     free(c->att);
     c->att = NULL;
-    err = obx__st_load_events(e->s, ids, c->n, OBX__LOAD_LOCK, &c->ev); /* rule 1 */
-    if (!err) err = obx__st_load_attempts(e->s, aids, c->n, NULL, &c->att, &c->n_att);
+    err = obx__st_load_attempts(e->s, aids, c->n, NULL, &c->att, &c->n_att);
+    for (size_t i = 0; !err && i < c->n; i++)
+        ids[i] = slot_key(&c->acks[i], find_att(c, c->acks[i].attempt_id));
+    if (!err) err = obx__st_load_events(e->s, ids, c->n, OBX__LOAD_LOCK, &c->ev); /* rule 1 */
     free(ids);
     free(aids);
     if (err) return err;
@@ -148,15 +163,19 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
     int64_t quarantined = 0;
     for (size_t i = 0; i < c->n; i++) {
         const obx__outcome *o = &c->acks[i];
-        obx__event_row *ev = obx__rows_find(&c->ev, o->event_id);
         obx__attempt_row *a = find_att(c, o->attempt_id);
+        obx__event_row *ev = obx__rows_find(&c->ev, slot_key(o, a));
         char why[OBX_TEXT_MAX + 1];
         const char *bad = invalid(c, o, ev, a, why, sizeof why);
         c->resolved_ms[i] = -1;
         c->alarm[i][0] = '\0';
+        /* receipts are kept under the slot they belong to (the event's own key for an
+         * ordinary event); one that names no slot of its event stays under the event it names */
+        if (ev && strcmp(obx__wire_id(ev), o->event_id)) ev = NULL;
         if (bad) { /* rule 6 */
             obx__receipt_row *r = &b.rc[b.n_rc++];
             receipt_from(r, o, OBX__RK_QUARANTINED, c->now);
+            if (ev) obx__strlcpy(r->event_id, ev->env.event_id, sizeof r->event_id);
             obx__strlcpy(r->reason, bad, sizeof r->reason);
             c->kinds[i] = OBX__RK_QUARANTINED;
             obx__strlcpy(c->alarm[i], bad, sizeof c->alarm[i]);
@@ -189,6 +208,7 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
             dirty_att[ai] = true;
             obx__receipt_row *r = &b.rc[b.n_rc++];
             receipt_from(r, o, OBX__RK_PRIMARY, c->now);
+            obx__strlcpy(r->event_id, ev->env.event_id, sizeof r->event_id);
             snprintf(r->reason, sizeof r->reason, "accepted in %s", obx__state_name(from));
             c->kinds[i] = OBX__RK_PRIMARY;
             obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_ACCEPTOR, e->cfg.owner, ev, from,
@@ -207,6 +227,7 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
             }
             obx__receipt_row *r = &b.rc[b.n_rc++];
             receipt_from(r, o, OBX__RK_DUPLICATE, c->now);
+            obx__strlcpy(r->event_id, ev->env.event_id, sizeof r->event_id);
             snprintf(r->reason, sizeof r->reason, "slot already filled by attempt %s",
                      ev->primary_attempt_id);
         }
@@ -222,6 +243,39 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
     free(dirty_att);
     obx__rows_free(&orig);
     return err;
+}
+
+/* The note for ack i, from the rows as the committed transaction left them. */
+static void note(obx__engine *e, accept_ctx *c, size_t i, int64_t now) {
+    const obx__outcome *o = &c->acks[i];
+    const obx__event_row *ev = obx__rows_find(&c->ev, o->event_id);
+    char detail[OBX_TEXT_MAX + 1] = "";
+    obx__note n = {.event_id = o->event_id,
+                   .attempt_id = o->attempt_id,
+                   .correlation_id = ev ? ev->env.correlation_id : "",
+                   .latency_ms = -1,
+                   .unknown_ms = -1,
+                   .detail = detail};
+    switch (c->kinds[i]) {
+    case OBX__RK_PRIMARY:
+        n.kind = OBX__NOTE_PUBLISHED;
+        if (ev) n.latency_ms = now - ev->committed_at;
+        n.unknown_ms = c->resolved_ms[i];
+        snprintf(detail, sizeof detail, "%s/%d@%lld", o->topic, (int)o->partition,
+                 (long long)o->offset);
+        break;
+    case OBX__RK_DUPLICATE:
+        n.kind = OBX__NOTE_DUPLICATE;
+        snprintf(detail, sizeof detail, "%s/%d@%lld; slot filled by attempt %s", o->topic,
+                 (int)o->partition, (long long)o->offset, ev ? ev->primary_attempt_id : "?");
+        break;
+    case OBX__RK_QUARANTINED:
+        n.kind = OBX__NOTE_QUARANTINED;
+        n.detail = c->alarm[i];
+        break;
+    default: return;
+    }
+    e->on_note(e->on_note_user, &n);
 }
 
 obx_err obx__accept_receipts(obx__engine *e, int64_t now, const obx__outcome *acks, size_t n,
@@ -253,6 +307,7 @@ obx_err obx__accept_receipts(obx__engine *e, int64_t now, const obx__outcome *ac
                     e->on_unknown_resolved(e->on_unknown_resolved_user, acks[i].event_id,
                                            c.resolved_ms[i]);
             }
+            if (e->on_note) note(e, &c, i, now);
         }
     }
     obx__rows_free(&c.ev);

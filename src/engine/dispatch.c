@@ -12,6 +12,8 @@
  *   4. Every attempt of one envelope generation goes to the frozen destination and the
  *      partition pinned by the first attempt.
  *   5. Only a definite answer sends an event back to PENDING; anything uncertain is UNKNOWN.
+ *   6. A delivery-set target's slot is sent under the logical event ID (what consumers dedupe
+ *      on); its outcomes come back under that ID and are matched to the slot by the attempt.
  *
  * The relay's cycle, obx__engine_dispatch, claims and registers in ONE transaction: the rows
  * stay locked from the claim to the attempt's registration, so PENDING -> CLAIMED -> SENDING is
@@ -19,8 +21,9 @@
  * two audit rows of the two transitions. Nobody can observe the CLAIMED step, and a claim
  * cannot go stale before its registration. obx__engine_claim and obx__engine_begin_attempts
  * remain the separate steps (the simulator interleaves other actors between them, the
- * reconciler registers its retries with the latter). Cost per event: one event update, one
- * lock and one transaction fewer than the two steps (docs/performance.md).
+ * reconciler registers its retries with the latter). Both end in send_registered(). Cost per
+ * event: one event update, one lock and one transaction fewer than the two steps
+ * (docs/performance.md).
  */
 #include "engine/engine_int.h"
 
@@ -49,64 +52,6 @@ obx_err obx__engine_tx(obx__engine *e, obx__tx_fn fn, void *arg) {
 
 /* ---- claim ---------------------------------------------------------------------------------- */
 
-/* The claim of one candidate (PENDING, or CLAIMED with an expired lease): *next gets the
- * CLAIMED row, *au its audit row. */
-static obx_err claim_row(obx__engine *e, int64_t now, const obx__event_row *cur,
-                         obx__event_row *next, obx__audit_row *au) {
-    obx__state to = OBX__ST_CLAIMED;
-    if (!obx__transition_allowed(cur->state, to, OBX__ACT_DISPATCHER))
-        return obx__fail(OBX_EINTERNAL, "claim: %s is not claimable", obx__state_name(cur->state));
-    *next = *cur;
-    next->state = to;
-    next->claim_gen = cur->claim_gen + 1;
-    obx__strlcpy(next->owner, e->cfg.owner, sizeof next->owner);
-    next->lease_until = now + e->cfg.lease_ms;
-    next->updated_at = now;
-    obx__audit(au, now, OBX__ACT_DISPATCHER, e->cfg.owner, next, cur->state, to,
-               cur->state == OBX__ST_CLAIMED ? "re-claimed: %s's lease expired with no attempt"
-                                             : "claimed%s",
-               cur->state == OBX__ST_CLAIMED ? cur->owner : "");
-    return OBX_OK;
-}
-
-/* The registration of an attempt for a row held under this engine's current claim (CLAIMED or
- * RETRY_CLAIMED, checked by the caller): *next gets the SENDING row, *a the new attempt, *au
- * its audit row. */
-static obx_err attempt_row(obx__engine *e, int64_t now, const obx__event_row *cur, obx__actor actor,
-                           const char *att_id, int32_t partition, obx__event_row *next,
-                           obx__attempt_row *a, obx__audit_row *au) {
-    *next = *cur;
-    next->state = OBX__ST_SENDING;
-    next->attempt_gen = cur->attempt_gen + 1;
-    obx__strlcpy(next->attempt_id, att_id, sizeof next->attempt_id);
-    if (next->pinned_partition < 0) next->pinned_partition = partition;
-    next->lease_until = now + e->cfg.lease_ms;
-    obx__strlcpy(next->owner, e->cfg.owner, sizeof next->owner);
-    next->updated_at = now;
-    if (!obx__transition_allowed(cur->state, next->state, actor))
-        return obx__fail(OBX_EINTERNAL, "begin attempt: %s -> SENDING not allowed for %s",
-                         obx__state_name(cur->state), obx__actor_name(actor));
-    memset(a, 0, sizeof *a);
-    obx__strlcpy(a->attempt_id, next->attempt_id, sizeof a->attempt_id);
-    obx__strlcpy(a->event_id, next->env.event_id, sizeof a->event_id);
-    a->envelope_gen = next->envelope_gen;
-    a->attempt_gen = next->attempt_gen;
-    a->claim_gen = next->claim_gen;
-    obx__strlcpy(a->owner, e->cfg.owner, sizeof a->owner);
-    obx__strlcpy(a->dest_digest, next->dest_digest, sizeof a->dest_digest);
-    a->partition = next->pinned_partition;
-    a->state = OBX__AT_SENDING;
-    a->started_at = now;
-    a->offset_before = -1;
-    /* no write of this attempt can land after its deadline (broker.h), so a lookup can prove
-     * absence only from deadline + the broker's quiet time on */
-    a->quiet_until = next->lease_until + (e->b ? e->b->m->quiet_time_ms(e->b) : 0);
-    obx__audit(au, now, actor, e->cfg.owner, next, cur->state, next->state,
-               "attempt %d registered (partition %d)", (int)next->attempt_gen,
-               (int)next->pinned_partition);
-    return OBX_OK;
-}
-
 typedef struct claim_ctx {
     int64_t now;
     obx__rows *out;
@@ -124,12 +69,26 @@ static obx_err claim_tx(obx__engine *e, void *arg) {
     if (err || !c->out->n) return err;
     obx__batch b;
     if ((err = obx__batch_reserve(&b, c->out->n, 0, 0, c->out->n))) return err;
-    for (size_t i = 0; !err && i < c->out->n; i++) {
-        obx__event_row *cur = &c->out->v[i], next;
-        if (!(err = claim_row(e, c->now, cur, &next, &b.au[b.n_au]))) {
-            b.n_au++;
-            obx__batch_update(&b, cur, &next);
+    for (size_t i = 0; i < c->out->n; i++) {
+        obx__event_row *cur = &c->out->v[i];
+        obx__state to = OBX__ST_CLAIMED;
+        if (!obx__transition_allowed(cur->state, to, OBX__ACT_DISPATCHER)) {
+            err =
+                obx__fail(OBX_EINTERNAL, "claim: %s is not claimable", obx__state_name(cur->state));
+            break;
         }
+        obx__event_row next = *cur;
+        next.state = to;
+        next.claim_gen = cur->claim_gen + 1;
+        obx__strlcpy(next.owner, e->cfg.owner, sizeof next.owner);
+        next.lease_until = c->now + e->cfg.lease_ms;
+        next.updated_at = c->now;
+        obx__batch_update(&b, cur, &next);
+        obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, &next, cur->state,
+                   to,
+                   cur->state == OBX__ST_CLAIMED ? "re-claimed: %s's lease expired with no attempt"
+                                                 : "claimed%s",
+                   cur->state == OBX__ST_CLAIMED ? cur->owner : "");
     }
     if (!err) err = obx__batch_write(e->s, &b);
     if (!err) /* hand back the new values (payloads stay with the rows) */
@@ -199,13 +158,39 @@ static obx_err begin_tx(obx__engine *e, void *arg) {
                        cur->owner, (long long)cur->lease_until);
             continue;
         }
-        obx__event_row next;
-        if ((err = attempt_row(e, c->now, cur, c->actor, c->att_id[i], c->partition[i], &next,
-                               &b.att_new[b.n_att_new], &b.au[b.n_au])))
+        obx__event_row next = *cur;
+        next.state = OBX__ST_SENDING;
+        next.attempt_gen = cur->attempt_gen + 1;
+        obx__strlcpy(next.attempt_id, c->att_id[i], sizeof next.attempt_id);
+        if (next.pinned_partition < 0) next.pinned_partition = c->partition[i];
+        next.lease_until = c->now + e->cfg.lease_ms;
+        obx__strlcpy(next.owner, e->cfg.owner, sizeof next.owner);
+        next.updated_at = c->now;
+        if (!obx__transition_allowed(cur->state, next.state, c->actor)) {
+            err = obx__fail(OBX_EINTERNAL, "begin attempt: %s -> SENDING not allowed for %s",
+                            obx__state_name(cur->state), obx__actor_name(c->actor));
             break;
-        b.n_att_new++;
-        b.n_au++;
+        }
         obx__batch_update(&b, cur, &next);
+        obx__attempt_row *a = &b.att_new[b.n_att_new++];
+        memset(a, 0, sizeof *a);
+        obx__strlcpy(a->attempt_id, next.attempt_id, sizeof a->attempt_id);
+        obx__strlcpy(a->event_id, next.env.event_id, sizeof a->event_id);
+        a->envelope_gen = next.envelope_gen;
+        a->attempt_gen = next.attempt_gen;
+        a->claim_gen = next.claim_gen;
+        obx__strlcpy(a->owner, e->cfg.owner, sizeof a->owner);
+        obx__strlcpy(a->dest_digest, next.dest_digest, sizeof a->dest_digest);
+        a->partition = next.pinned_partition;
+        a->state = OBX__AT_SENDING;
+        a->started_at = c->now;
+        a->offset_before = -1;
+        /* no write of this attempt can land after its deadline (broker.h), so a lookup can
+         * prove absence only from deadline + the broker's quiet time on */
+        a->quiet_until = next.lease_until + (e->b ? e->b->m->quiet_time_ms(e->b) : 0);
+        obx__audit(&b.au[b.n_au++], c->now, c->actor, e->cfg.owner, &next, cur->state, next.state,
+                   "attempt %d registered (partition %d)", (int)next.attempt_gen,
+                   (int)next.pinned_partition);
         c->next[i] = next;
         c->next[i].payload = NULL;
         c->ok[i] = true;
@@ -216,7 +201,8 @@ static obx_err begin_tx(obx__engine *e, void *arg) {
 }
 
 static obx_err send_registered(obx__engine *e, int64_t now, obx__event_row *rows, const bool *ok,
-                               size_t n, size_t *sent);
+                               const bool *decided, const obx__outcome *pre, size_t n,
+                               size_t *sent);
 
 obx_err obx__engine_begin_attempts(obx__engine *e, int64_t now, obx__event_row *rows, size_t n,
                                    obx__actor actor, size_t *sent) {
@@ -231,20 +217,37 @@ obx_err obx__engine_begin_attempts(obx__engine *e, int64_t now, obx__event_row *
     c.next = calloc(n, sizeof *c.next);
     unsigned char **payload = calloc(n, sizeof *payload);
     size_t *plen = calloc(n, sizeof *plen);
-    if (!c.partition || !c.att_id || !c.ok || !c.next || !payload || !plen) {
+    obx__outcome *pre = calloc(n, sizeof *pre); /* decided before sending (no partition) */
+    bool *decided = calloc(n, sizeof *decided);
+    if (!c.partition || !c.att_id || !c.ok || !c.next || !payload || !plen || !pre || !decided) {
         err = obx__fail(OBX_ENOMEM, "begin attempts: out of memory");
         goto out;
     }
     /* Choose partitions outside the transaction: a broker may need metadata (network). The
-     * first attempt's choice is recorded and pinned (DESIGN.md §1). */
+     * first attempt's choice is recorded and pinned (DESIGN.md §1). A row whose partition
+     * cannot be chosen is not sent: its attempt is registered and ends at once — REJECT when
+     * the broker says its topic does not exist (OBX_ENOTFOUND: counts toward parking, so an
+     * operator sees it PARKED with the reason), NOT_SENT otherwise (transient). It must not
+     * hold up the rest of the batch: a route to a missing topic once left every event of the
+     * batch CLAIMED, re-claimed and failing again forever. */
     for (size_t i = 0; i < n; i++) {
         payload[i] = rows[i].payload;
         plen[i] = rows[i].payload_len;
         c.partition[i] = rows[i].pinned_partition;
-        if (c.partition[i] < 0 &&
-            (err = obx__br_partition_for(e->b, &rows[i].dest, &c.partition[i]))) {
-            e->st.broker_errors++;
-            goto out;
+        if (c.partition[i] < 0) {
+            obx_err pe = obx__br_partition_for(e->b, &rows[i].dest, &c.partition[i]);
+            if (pe == OBX_ENOMEM) {
+                err = pe;
+                goto out;
+            }
+            if (pe) {
+                e->st.broker_errors++;
+                decided[i] = true;
+                c.partition[i] = -1;
+                pre[i].kind = pe == OBX_ENOTFOUND ? OBX__OUT_REJECT : OBX__OUT_NOT_SENT;
+                snprintf(pre[i].reason, sizeof pre[i].reason, "no partition: %s", obx_errmsg());
+                obx__utf8_trim(pre[i].reason);
+            }
         }
         if ((err = obx__new_id(&e->gen, "att-", now, c.att_id[i], sizeof c.att_id[i]))) goto out;
     }
@@ -255,7 +258,7 @@ obx_err obx__engine_begin_attempts(obx__engine *e, int64_t now, obx__event_row *
         rows[i].payload = payload[i];
         rows[i].payload_len = plen[i];
     }
-    err = send_registered(e, now, rows, c.ok, n, sent);
+    err = send_registered(e, now, rows, c.ok, decided, pre, n, sent);
 out:
     obx__rows_free(&c.cur);
     free(c.next);
@@ -264,33 +267,48 @@ out:
     free(c.ok);
     free(payload);
     free(plen);
+    free(pre);
+    free(decided);
     return err;
 }
 
-/* Hands the rows with ok[i] (registered attempts, payloads loaded) to the broker. When send()
- * fails, nothing of the batch was handed over (broker.h): those attempts get NOT_SENT outcomes
- * (back to PENDING with backoff). *sent gets how many were handed over. */
+/* Hands the rows with ok[i] (registered attempts, payloads loaded) to the broker, except those
+ * decided[i] before sending (no partition), whose outcome pre[i] is applied at once. When
+ * send() fails, nothing of the batch was handed over (broker.h): those attempts get NOT_SENT
+ * outcomes (back to PENDING with backoff). *sent gets how many were handed over. */
 static obx_err send_registered(obx__engine *e, int64_t now, obx__event_row *rows, const bool *ok,
-                               size_t n, size_t *sent) {
+                               const bool *decided, const obx__outcome *pre, size_t n,
+                               size_t *sent) {
     obx_err err = OBX_OK;
     *sent = 0;
     obx__msg *msgs = calloc(n, sizeof *msgs);
     obx__outcome *fail = calloc(n, sizeof *fail);
     obx__dest *alt = calloc(n, sizeof *alt);
-    if (!msgs || !fail || !alt) {
+    obx__envelope *wire = calloc(n, sizeof *wire); /* envelopes as sent (logical event ID) */
+    if (!msgs || !fail || !alt || !wire) {
         err = obx__fail(OBX_ENOMEM, "send: out of memory");
         goto out;
     }
-    size_t k = 0;
+    size_t k = 0, nf = 0;
     for (size_t i = 0; i < n; i++) {
         if (!ok[i]) continue;
+        if (decided[i]) {
+            fail[nf] = pre[i];
+            obx__strlcpy(fail[nf].event_id, rows[i].env.event_id, sizeof fail[nf].event_id);
+            fail[nf].envelope_gen = rows[i].envelope_gen;
+            obx__strlcpy(fail[nf].attempt_id, rows[i].attempt_id, sizeof fail[nf].attempt_id);
+            nf++;
+            continue;
+        }
         const obx__dest *dest = &rows[i].dest;
         if (OBX__MUTANT(RETRY_OTHER_DESTINATION) && rows[i].attempt_gen > 1) {
             alt[i] = rows[i].dest;
             snprintf(alt[i].topic, sizeof alt[i].topic, "%.200s-retry", rows[i].dest.topic);
             dest = &alt[i];
         }
-        msgs[k++] = (obx__msg){.env = &rows[i].env,
+        wire[i] = rows[i].env;
+        obx__strlcpy(wire[i].event_id, obx__wire_id(&rows[i]), sizeof wire[i].event_id);
+        msgs[k++] = (obx__msg){.env = &wire[i],
                                .dest = dest,
                                .dest_digest = rows[i].dest_digest,
                                .attempt_id = rows[i].attempt_id,
@@ -307,23 +325,27 @@ static obx_err send_registered(obx__engine *e, int64_t now, obx__event_row *rows
              * attempts are definitely not persisted: back to PENDING with backoff. */
             e->st.broker_errors++;
             for (size_t i = 0; i < k; i++) {
-                memset(&fail[i], 0, sizeof fail[i]);
-                fail[i].kind = OBX__OUT_NOT_SENT;
-                obx__strlcpy(fail[i].event_id, msgs[i].env->event_id, sizeof fail[i].event_id);
-                fail[i].envelope_gen = msgs[i].env->envelope_gen;
-                obx__strlcpy(fail[i].attempt_id, msgs[i].attempt_id, sizeof fail[i].attempt_id);
-                snprintf(fail[i].reason, sizeof fail[i].reason, "send failed: %s", obx_errmsg());
+                obx__outcome *f = &fail[nf++];
+                memset(f, 0, sizeof *f);
+                f->kind = OBX__OUT_NOT_SENT;
+                obx__strlcpy(f->event_id, msgs[i].env->event_id, sizeof f->event_id);
+                f->envelope_gen = msgs[i].env->envelope_gen;
+                obx__strlcpy(f->attempt_id, msgs[i].attempt_id, sizeof f->attempt_id);
+                snprintf(f->reason, sizeof f->reason, "send failed: %s", obx_errmsg());
+                obx__utf8_trim(f->reason);
             }
-            err = obx__engine_apply_outcomes(e, now, fail, k);
+            err = OBX_OK;
         } else {
             *sent = k;
             e->st.sent += (int64_t)k;
         }
     }
+    if (nf) err = obx__engine_apply_outcomes(e, now, fail, nf);
 out:
     free(msgs);
     free(fail);
     free(alt);
+    free(wire);
     return err;
 }
 
@@ -332,10 +354,10 @@ out:
 typedef struct dispatch_ctx {
     int64_t now;
     obx__rows *rows; /* claimed (with payloads); after commit, the values written */
-    bool *ok;        /* per row: attempt registered (else only claimed: no partition) */
+    bool *ok;        /* per row: attempt registered */
+    bool *decided;   /* per row: no partition, outcome pre[i] applied instead of a send */
+    obx__outcome *pre;
     size_t cap;
-    obx_err part_err; /* a partition could not be chosen for some row */
-    char part_msg[512];
 } dispatch_ctx;
 
 static obx_err dispatch_tx(obx__engine *e, void *arg) {
@@ -346,43 +368,97 @@ static obx_err dispatch_tx(obx__engine *e, void *arg) {
                           .aliases = e->cfg.aliases,
                           .n_aliases = e->cfg.n_aliases};
     obx__rows_free(c->rows);
-    c->part_err = OBX_OK;
     obx_err err = obx__st_claim_candidates(e->s, &req, c->rows);
     size_t n = c->rows->n;
     if (err || !n) return err;
     if (n > c->cap) {
         bool *ok = realloc(c->ok, n * sizeof *ok);
-        if (!ok) return obx__fail(OBX_ENOMEM, "dispatch: out of memory");
-        c->ok = ok;
+        if (ok) c->ok = ok;
+        bool *dec = realloc(c->decided, n * sizeof *dec);
+        if (dec) c->decided = dec;
+        obx__outcome *pre = realloc(c->pre, n * sizeof *pre);
+        if (pre) c->pre = pre;
+        if (!ok || !dec || !pre) return obx__fail(OBX_ENOMEM, "dispatch: out of memory");
         c->cap = n;
     }
     obx__batch b;
     if ((err = obx__batch_reserve(&b, n, n, 0, 2 * n))) return err;
-    for (size_t i = 0; !err && i < n; i++) {
-        obx__event_row *cur = &c->rows->v[i], claimed, next;
-        c->ok[i] = false;
-        if ((err = claim_row(e, c->now, cur, &claimed, &b.au[b.n_au]))) break;
-        b.n_au++;
-        /* The partition of a first attempt is chosen here, under the claim's row locks: a broker
-         * whose metadata has expired asks the network meanwhile. Other dispatchers skip locked
-         * rows, and nothing else waits for a row that has no attempt yet. */
-        int32_t part = claimed.pinned_partition;
-        char att[OBX__ATTEMPT_ID_LEN + 1];
-        obx_err pe = part < 0 ? obx__br_partition_for(e->b, &claimed.dest, &part) : OBX_OK;
-        if (pe) { /* claimed only, as obx__engine_claim would leave it; retried after the lease */
-            if (!c->part_err) {
-                c->part_err = pe;
-                obx__strlcpy(c->part_msg, obx_errmsg(), sizeof c->part_msg);
-            }
-            obx__batch_update(&b, cur, &claimed);
-            continue;
-        }
-        if ((err = obx__new_id(&e->gen, "att-", c->now, att, sizeof att)) ||
-            (err = attempt_row(e, c->now, &claimed, OBX__ACT_DISPATCHER, att, part, &next,
-                               &b.att_new[b.n_att_new], &b.au[b.n_au])))
+    for (size_t i = 0; i < n; i++) {
+        obx__event_row *cur = &c->rows->v[i];
+        c->ok[i] = c->decided[i] = false;
+        /* the claim (as claim_tx) */
+        if (!obx__transition_allowed(cur->state, OBX__ST_CLAIMED, OBX__ACT_DISPATCHER)) {
+            err =
+                obx__fail(OBX_EINTERNAL, "claim: %s is not claimable", obx__state_name(cur->state));
             break;
-        b.n_att_new++;
-        b.n_au++;
+        }
+        obx__event_row claimed = *cur;
+        claimed.state = OBX__ST_CLAIMED;
+        claimed.claim_gen = cur->claim_gen + 1;
+        obx__strlcpy(claimed.owner, e->cfg.owner, sizeof claimed.owner);
+        claimed.lease_until = c->now + e->cfg.lease_ms;
+        claimed.updated_at = c->now;
+        obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, &claimed, cur->state,
+                   OBX__ST_CLAIMED,
+                   cur->state == OBX__ST_CLAIMED ? "re-claimed: %s's lease expired with no attempt"
+                                                 : "claimed%s",
+                   cur->state == OBX__ST_CLAIMED ? cur->owner : "");
+        /* The partition of a first attempt is chosen here, under the claim's row locks: a
+         * broker whose metadata has expired asks the network meanwhile (other dispatchers skip
+         * locked rows). A row whose partition cannot be chosen gets its attempt registered and
+         * ended at once, as in obx__engine_begin_attempts. */
+        int32_t part = claimed.pinned_partition;
+        if (part < 0) {
+            obx_err pe = obx__br_partition_for(e->b, &claimed.dest, &part);
+            if (pe == OBX_ENOMEM) {
+                err = pe;
+                break;
+            }
+            if (pe) {
+                e->st.broker_errors++;
+                c->decided[i] = true;
+                part = -1;
+                memset(&c->pre[i], 0, sizeof c->pre[i]);
+                c->pre[i].kind = pe == OBX_ENOTFOUND ? OBX__OUT_REJECT : OBX__OUT_NOT_SENT;
+                snprintf(c->pre[i].reason, sizeof c->pre[i].reason, "no partition: %s",
+                         obx_errmsg());
+                obx__utf8_trim(c->pre[i].reason);
+            }
+        }
+        /* the registration (as begin_tx), on the claimed values */
+        char att[OBX__ATTEMPT_ID_LEN + 1];
+        if ((err = obx__new_id(&e->gen, "att-", c->now, att, sizeof att))) break;
+        if (!obx__transition_allowed(OBX__ST_CLAIMED, OBX__ST_SENDING, OBX__ACT_DISPATCHER)) {
+            err = obx__fail(OBX_EINTERNAL, "begin attempt: CLAIMED -> SENDING not allowed for %s",
+                            obx__actor_name(OBX__ACT_DISPATCHER));
+            break;
+        }
+        obx__event_row next = claimed;
+        next.state = OBX__ST_SENDING;
+        next.attempt_gen = claimed.attempt_gen + 1;
+        obx__strlcpy(next.attempt_id, att, sizeof next.attempt_id);
+        if (next.pinned_partition < 0) next.pinned_partition = part;
+        next.lease_until = c->now + e->cfg.lease_ms;
+        next.updated_at = c->now;
+        obx__attempt_row *a = &b.att_new[b.n_att_new++];
+        memset(a, 0, sizeof *a);
+        obx__strlcpy(a->attempt_id, next.attempt_id, sizeof a->attempt_id);
+        obx__strlcpy(a->event_id, next.env.event_id, sizeof a->event_id);
+        a->envelope_gen = next.envelope_gen;
+        a->attempt_gen = next.attempt_gen;
+        a->claim_gen = next.claim_gen;
+        obx__strlcpy(a->owner, e->cfg.owner, sizeof a->owner);
+        obx__strlcpy(a->dest_digest, next.dest_digest, sizeof a->dest_digest);
+        a->partition = next.pinned_partition;
+        a->state = OBX__AT_SENDING;
+        a->started_at = c->now;
+        a->offset_before = -1;
+        /* no write of this attempt can land after its deadline (broker.h), so a lookup can
+         * prove absence only from deadline + the broker's quiet time on */
+        a->quiet_until = next.lease_until + e->b->m->quiet_time_ms(e->b);
+        obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, &next,
+                   OBX__ST_CLAIMED, next.state, "attempt %d registered (partition %d)",
+                   (int)next.attempt_gen, (int)next.pinned_partition);
         obx__batch_update(&b, cur, &next); /* one compare-and-set: expects cur's state */
         c->ok[i] = true;
     }
@@ -407,14 +483,12 @@ obx_err obx__engine_dispatch(obx__engine *e, int64_t now, size_t *sent) {
     obx_err err = obx__engine_tx(e, dispatch_tx, &c);
     if (!err && rows.n) {
         e->st.claimed += (int64_t)rows.n;
-        err = send_registered(e, now, rows.v, c.ok, rows.n, sent);
-        if (!err && c.part_err) {
-            e->st.broker_errors++;
-            err = obx__fail(c.part_err, "%s", c.part_msg);
-        }
+        err = send_registered(e, now, rows.v, c.ok, c.decided, c.pre, rows.n, sent);
     }
     obx__rows_free(&rows);
     free(c.ok);
+    free(c.decided);
+    free(c.pre);
     return err;
 }
 
@@ -443,7 +517,21 @@ typedef struct outcome_ctx {
     obx__rows ev;
     obx__attempt_row *att;
     size_t n_att;
+    /* notes of the last run of the transaction (reported once it committed) */
+    struct outcome_note {
+        obx__note_kind kind;
+        size_t outcome;
+        char correlation_id[OBX_TEXT_MAX + 1];
+    } * notes;
+    size_t n_notes;
 } outcome_ctx;
+
+static void add_note(outcome_ctx *c, obx__note_kind k, size_t i, const obx__event_row *ev) {
+    struct outcome_note *n = &c->notes[c->n_notes++];
+    n->kind = k;
+    n->outcome = i;
+    obx__strlcpy(n->correlation_id, ev->env.correlation_id, sizeof n->correlation_id);
+}
 
 static obx__attempt_row *find_attempt(obx__attempt_row *a, size_t n, const char *id) {
     for (size_t i = 0; i < n; i++)
@@ -460,15 +548,19 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
         free(aids);
         return obx__fail(OBX_ENOMEM, "outcomes: out of memory");
     }
-    for (size_t i = 0; i < c->n; i++) {
-        ids[i] = c->o[i].event_id;
-        aids[i] = c->o[i].attempt_id;
-    }
+    for (size_t i = 0; i < c->n; i++) aids[i] = c->o[i].attempt_id;
     obx__rows_free(&c->ev);
     free(c->att);
     c->att = NULL;
-    err = obx__st_load_events(e->s, ids, c->n, OBX__LOAD_LOCK, &c->ev);
-    if (!err) err = obx__st_load_attempts(e->s, aids, c->n, NULL, &c->att, &c->n_att);
+    c->n_notes = 0;
+    err = obx__st_load_attempts(e->s, aids, c->n, NULL, &c->att, &c->n_att);
+    /* the slot that registered the attempt (a delivery-set target's outcome carries the
+     * logical event ID) */
+    for (size_t i = 0; !err && i < c->n; i++) {
+        const obx__attempt_row *a = find_attempt(c->att, c->n_att, c->o[i].attempt_id);
+        ids[i] = a ? a->event_id : c->o[i].event_id;
+    }
+    if (!err) err = obx__st_load_events(e->s, ids, c->n, OBX__LOAD_LOCK, &c->ev);
     free(ids);
     free(aids);
     if (err) return err;
@@ -496,9 +588,10 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
     int64_t quiet = e->b ? e->b->m->quiet_time_ms(e->b) : 0;
     for (size_t i = 0; i < c->n; i++) {
         const obx__outcome *o = &c->o[i];
-        obx__event_row *ev = obx__rows_find(&c->ev, o->event_id);
         obx__attempt_row *a = find_attempt(c->att, c->n_att, o->attempt_id);
-        if (!ev || !a || strcmp(a->event_id, o->event_id)) continue; /* nothing to move */
+        obx__event_row *ev = a ? obx__rows_find(&c->ev, a->event_id) : NULL;
+        /* nothing to move: an unregistered attempt, or one of another event */
+        if (!ev || strcmp(obx__wire_id(ev), o->event_id)) continue;
         size_t ei = (size_t)(ev - c->ev.v), ai = (size_t)(a - c->att);
         bool current = ev->state == OBX__ST_SENDING && !strcmp(ev->attempt_id, a->attempt_id);
         obx__state from = ev->state;
@@ -525,17 +618,25 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
                 ev->updated_at = c->now;
                 dirty_ev[ei] = true;
                 if (park) e->st.parked++;
+                add_note(c,
+                         park                         ? OBX__NOTE_PARKED
+                         : o->kind == OBX__OUT_REJECT ? OBX__NOTE_REJECTED
+                                                      : OBX__NOTE_NOT_SENT,
+                         i, ev);
                 obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, ev, from,
                            ev->state, "%s %s (%s); %s", park ? "parked after" : "retry after",
                            o->kind == OBX__OUT_REJECT ? "definite rejection" : "not sent",
                            o->reason, park ? "max attempts reached" : "backoff scheduled");
             } else {
+                add_note(c, o->kind == OBX__OUT_REJECT ? OBX__NOTE_REJECTED : OBX__NOTE_NOT_SENT, i,
+                         ev);
                 obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, ev, from,
                            from, "attempt %s definitely not accepted (%s): %s", a->attempt_id,
                            obx__outcome_kind_name(o->kind), o->reason);
             }
         } else if (o->kind == OBX__OUT_UNKNOWN) {
             e->st.unknown++;
+            if (a->state == OBX__AT_SENDING || current) add_note(c, OBX__NOTE_UNKNOWN, i, ev);
             if (a->state == OBX__AT_SENDING) {
                 a->state = OBX__AT_UNKNOWN;
                 a->unknown_at = c->now;
@@ -596,7 +697,21 @@ obx_err obx__engine_apply_outcomes(obx__engine *e, int64_t now, const obx__outco
     if (na) err = obx__accept_receipts(e, now, acks, na, NULL);
     if (!err && nr) {
         outcome_ctx c = {.now = now, .o = rest, .n = nr};
-        err = obx__engine_tx(e, outcomes_tx, &c);
+        c.notes = calloc(nr, sizeof *c.notes);
+        err = c.notes ? obx__engine_tx(e, outcomes_tx, &c)
+                      : obx__fail(OBX_ENOMEM, "outcomes: out of memory");
+        for (size_t i = 0; !err && e->on_note && i < c.n_notes; i++) {
+            const obx__outcome *oc = &rest[c.notes[i].outcome];
+            obx__note nt = {.kind = c.notes[i].kind,
+                            .event_id = oc->event_id,
+                            .attempt_id = oc->attempt_id,
+                            .correlation_id = c.notes[i].correlation_id,
+                            .latency_ms = -1,
+                            .unknown_ms = -1,
+                            .detail = oc->reason};
+            e->on_note(e->on_note_user, &nt);
+        }
+        free(c.notes);
         obx__rows_free(&c.ev);
         free(c.att);
     }
@@ -610,12 +725,14 @@ obx_err obx__engine_apply_outcomes(obx__engine *e, int64_t now, const obx__outco
 typedef struct sweep_ctx {
     int64_t now;
     size_t swept;
+    obx__rows rows; /* as swept by the last run (for the notes) */
 } sweep_ctx;
 
 static obx_err sweep_tx(obx__engine *e, void *arg) {
     sweep_ctx *c = arg;
     obx__select_req q = {
         .kind = OBX__SEL_EXPIRED_SENDING, .now = c->now, .limit = e->cfg.batch, .lock = true};
+    obx__rows_free(&c->rows);
     obx__rows rows = {0};
     obx_err err = obx__st_select(e->s, &q, &rows);
     c->swept = 0;
@@ -669,15 +786,34 @@ static obx_err sweep_tx(obx__engine *e, void *arg) {
     if (!err) c->swept = rows.n;
     obx__batch_free(&b);
     free(att);
-    obx__rows_free(&rows);
+    if (!err)
+        c->rows = rows; /* kept for the notes */
+    else
+        obx__rows_free(&rows);
     return err;
 }
 
 obx_err obx__engine_sweep(obx__engine *e, int64_t now, size_t *swept) {
-    sweep_ctx c = {now, 0};
+    sweep_ctx c = {.now = now};
     obx_err err = obx__engine_tx(e, sweep_tx, &c);
     *swept = err ? 0 : c.swept;
     e->st.swept += (int64_t)*swept;
+    for (size_t i = 0; !err && e->on_note && i < c.rows.n; i++) {
+        const obx__event_row *r = &c.rows.v[i];
+        char detail[OBX_TEXT_MAX + 1];
+        snprintf(detail, sizeof detail,
+                 "SENDING lease of %s expired with no outcome (the send may have happened)",
+                 r->owner);
+        obx__note n = {.kind = OBX__NOTE_UNKNOWN,
+                       .event_id = r->env.event_id,
+                       .attempt_id = r->attempt_id,
+                       .correlation_id = r->env.correlation_id,
+                       .latency_ms = -1,
+                       .unknown_ms = -1,
+                       .detail = detail};
+        e->on_note(e->on_note_user, &n);
+    }
+    obx__rows_free(&c.rows);
     return err;
 }
 

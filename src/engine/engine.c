@@ -43,6 +43,12 @@ obx_err obx__mutation_set(const char *name) {
 #endif
 }
 
+const char *obx__note_kind_name(obx__note_kind k) {
+    static const char *const n[] = {"PUBLISHED", "DUPLICATE", "QUARANTINED", "UNKNOWN",
+                                    "REJECTED",  "NOT_SENT",  "PARKED",      "RETRY"};
+    return (unsigned)k < sizeof n / sizeof n[0] ? n[k] : "?";
+}
+
 void obx__engine_cfg_defaults(obx__engine_cfg *c) {
     memset(c, 0, sizeof *c);
     obx__strlcpy(c->owner, "obx", sizeof c->owner);

@@ -97,6 +97,32 @@ typedef struct obx__engine_stats {
     int64_t unknown_resolve_ms_max;
 } obx__engine_stats;
 
+/* Per-event notes for logs and metrics (the relay's), delivered after the transaction that
+ * made the change committed, so a rolled-back or retried transaction never reports. Strings
+ * are borrowed for the duration of the call. */
+typedef enum obx__note_kind {
+    OBX__NOTE_PUBLISHED,   /* a receipt filled the publish slot */
+    OBX__NOTE_DUPLICATE,   /* a valid receipt after the slot was full (kept as evidence) */
+    OBX__NOTE_QUARANTINED, /* a receipt contradicting the frozen event (alarm) */
+    OBX__NOTE_UNKNOWN,     /* an attempt's outcome became unknown (timeout, lost ACK, sweep) */
+    OBX__NOTE_REJECTED,    /* a definite rejection (back to PENDING with backoff) */
+    OBX__NOTE_NOT_SENT,    /* definitely not sent (broker down before the send) */
+    OBX__NOTE_PARKED,      /* rejected max_attempts times: an operator must requeue it */
+    OBX__NOTE_RETRY,       /* the reconciler retries to the frozen target */
+} obx__note_kind;
+
+typedef struct obx__note {
+    obx__note_kind kind;
+    const char *event_id;
+    const char *attempt_id;
+    const char *correlation_id; /* "" when unknown (a receipt for an event never committed) */
+    int64_t latency_ms;         /* PUBLISHED: from the event's commit to its acceptance; else -1 */
+    int64_t unknown_ms;         /* PUBLISHED ending an UNKNOWN episode: its length; else -1 */
+    const char *detail;         /* reason or the broker's words; never NULL */
+} obx__note;
+
+const char *obx__note_kind_name(obx__note_kind k);
+
 typedef struct obx__engine {
     obx__store *s;
     obx__broker *b; /* may be NULL: actors that never send or look up */
@@ -112,6 +138,9 @@ typedef struct obx__engine {
     /* Optional observer of quarantines and alarms (log line, counter). */
     void (*on_alarm)(void *user, const char *event_id, const char *what);
     void *on_alarm_user;
+    /* Optional observer of per-event notes (see obx__note). */
+    void (*on_note)(void *user, const obx__note *n);
+    void *on_note_user;
 } obx__engine;
 
 /* Binds an engine to a store and a broker (both borrowed; they must outlive the engine). */
@@ -300,5 +329,108 @@ typedef struct obx__audit_cfg {
  * nothing. */
 obx_err obx__audit_run(obx__store *s, obx__broker *b, const obx__audit_cfg *cfg, int64_t now,
                        json_t **doc, int64_t counts[OBX__FK_COUNT]);
+/* ---- delivery sets (enqueue.c) --------------------------------------------------------------
+ * A route's delivery set: validated like the route (errors name "targets[i].field"), then
+ * stored with the route generation in one transaction. */
+obx_err obx__route_set_validate(const obx_route *r, const obx__route_row *primary,
+                                obx__route_set_row *set);
+/* Stores a route generation (and its delivery set when set != NULL) in one transaction. */
+obx_err obx__route_put_rows(obx__store *s, obx__route_row *row, obx__route_set_row *set,
+                            int64_t *gen);
+/* The frozen destination of a route target for an envelope (routing key expanded). */
+obx_err obx__dest_for(const obx__route_row *route, const obx__route_target_row *t,
+                      const obx__envelope *env, obx__dest *d, char digest[OBX_DIGEST_LEN + 1]);
+/* Whether one event counts as delivered under its delivery set's rule (an event outside a set:
+ * whether its own slot is published). */
+typedef struct obx__delivery_status {
+    bool in_set;
+    obx__delivery_row set;
+    int32_t published;    /* slots published */
+    bool complete;        /* under the rule */
+    int64_t completed_at; /* the publication that completed it (0 while incomplete) */
+    obx__rows slots;      /* the slots' rows, in target order (caller frees) */
+} obx__delivery_status;
+obx_err obx__delivery_status_of(obx__store *s, const char *event_id, obx__delivery_status *out);
+
+/* ---- destination migration (migrate.c, DESIGN.md §6) ----------------------------------------
+ * Moves undelivered events to a new destination, each only with proof that the old target did
+ * not accept it, or adds a delivery-set target to events (docs/migration.md). Each event is
+ * its own transaction; *out lists every event's outcome; *n_refused counts refusals, and the
+ * first refusal's reason (naming the blocking attempt) is the thread's error message. Lookups
+ * go through e->b (may be NULL: then nothing that needs one can be proven). */
+typedef struct obx__migrate_req {
+    const char *const *ids; /* by event ID (or slot ID), or: */
+    size_t n_ids;
+    obx__event_filter filter; /* a selector (when n_ids == 0) */
+    int64_t route_gen;        /* destination: this route generation; 0 = the type's current */
+    int32_t target_no;        /* add_target: which target of the generation (0 = first new) */
+    bool add_target;          /* add a delivery-set target instead of moving */
+    const char *completion;   /* add_target to an event without a set: "all" (NULL) or "any" */
+    const char *who;          /* receipts and audit rows; also the engine's owner */
+    const char *reason;       /* recorded; may be NULL */
+    bool dry_run;             /* decide and report, write nothing */
+} obx__migrate_req;
+
+obx_err obx__migrate(obx__engine *e, int64_t now, const obx__migrate_req *req, json_t **out,
+                     size_t *n_refused);
+
+/* ---- shadow mode (shadow.c) -----------------------------------------------------------------
+ * Computes what this relay would send for the events another dispatcher owns and compares it
+ * with what was actually published. Claims nothing, sends nothing, writes nothing. */
+typedef struct obx__observed { /* one publication seen on a broker or in a receipts feed */
+    char event_id[OBX_EVENT_ID_LEN + 1];
+    int32_t envelope_gen; /* 0 = not given */
+    char cluster[OBX_NAME_MAX + 1];
+    char topic[OBX_TOPIC_MAX + 1];
+    int32_t partition;
+    int64_t offset;
+    char payload_digest[OBX_DIGEST_LEN + 1];
+    char dest_digest[OBX_DIGEST_LEN + 1]; /* "" = not given */
+    char key[OBX_KEY_MAX + 1];            /* "" = not given */
+    int64_t ts;
+} obx__observed;
+
+typedef struct obx__shadow_req {
+    const char *const *aliases; /* the events these dispatcher aliases own (NULL = any) */
+    size_t n_aliases;
+    const char *const *types; /* and/or of these event types (NULL = any) */
+    size_t n_types;
+    const char *const *topics; /* observe these topics too (besides the expected ones) */
+    size_t n_topics;
+    int64_t since;    /* events committed at or after this time */
+    int64_t grace_ms; /* an event younger than this is not MISSING yet */
+    size_t limit;     /* events compared at most */
+} obx__shadow_req;
+
+/* Everything on the given topics, through a consumer group of its own that never commits. */
+obx_err obx__shadow_observe_broker(obx__engine *e, const char *const *topics, size_t n,
+                                   int64_t since, obx__observed **out, size_t *n_out);
+/* A receipts feed: one JSON object per line ({"event_id", "topic", "partition", "offset",
+ * "payload_digest"} required; "cluster", "dest_digest", "key", "envelope_gen", "ts" optional).
+ * Errors name the line and the field. */
+obx_err obx__shadow_parse_feed(const char *text, size_t len, obx__observed **out, size_t *n);
+/* The topics the expected events go to (observe them), malloc'ed strings. */
+obx_err obx__shadow_topics(obx__engine *e, int64_t now, const obx__shadow_req *req, char ***topics,
+                           size_t *n);
+obx_err obx__shadow_compare(obx__engine *e, int64_t now, const obx__shadow_req *req,
+                            const obx__observed *obs, size_t n_obs, json_t **report,
+                            size_t *differences);
+
+/* ---- scoped takeover (takeover.c) -----------------------------------------------------------
+ * Hands event types to a dispatcher alias (a new route generation per type, destination and
+ * delivery set unchanged), optionally with their unclaimed backlog. Rollback is the same call
+ * back to the old alias: what was sent stays with its attempts and keeps being reconciled. */
+typedef struct obx__takeover_req {
+    const char *to;           /* the alias that owns the types afterwards */
+    const char *const *types; /* these types, or: */
+    size_t n_types;
+    const char *from; /* the types this alias owns now ... */
+    int percent;      /* ... this share of them, chosen stably (1..100; 0 = all) */
+    bool backlog;     /* also re-own PENDING/PARKED events of those types */
+    const char *who;
+    bool dry_run;
+} obx__takeover_req;
+
+obx_err obx__takeover(obx__store *s, int64_t now, const obx__takeover_req *req, json_t **out);
 
 #endif /* OBX_ENGINE_H */

@@ -10,8 +10,12 @@
  *   3. The envelope and the event row are inserted together inside a savepoint of the caller's
  *      transaction (or a transaction of our own on a connection that has none): all or nothing.
  *   4. A repeated (tenant, idempotency_key) returns the first event's ID and inserts nothing.
+ *   5. A route generation with a delivery set gives the event one publish slot per target in
+ *      the same transaction (docs/migration.md): target 1 is the event's own row; every further
+ *      target is a row with its own slot ID, the event's envelope and its own frozen
+ *      destination, sent under the event's ID. The set, its rule and its slots are frozen.
  */
-#include "engine/engine.h"
+#include "engine/engine_int.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -91,17 +95,104 @@ obx_err obx__route_validate(const obx_route *r, obx__route_row *row, int64_t now
     return OBX_OK;
 }
 
-obx_err obx__route_set_at(obx__store *s, const obx_route *r, int64_t now, int64_t *gen) {
-    obx__route_row row;
-    obx_err e = obx__route_validate(r, &row, now);
+/* A delivery set's targets: every field checked as the route's (named "targets[i].field"),
+ * NULL fields take the route's value, (cluster, topic) differs between all targets. */
+obx_err obx__route_set_validate(const obx_route *r, const obx__route_row *primary,
+                                obx__route_set_row *set) {
+    obx_err e;
+    memset(set, 0, sizeof *set);
+    if (r->n_targets > OBX__SET_MAX - 1)
+        return obx__fail(OBX_ETOOBIG, "targets: %zu further destinations, over the limit of %d",
+                         r->n_targets, OBX__SET_MAX - 1);
+    if (r->n_targets && !r->targets) return obx__fail(OBX_EINVAL, "targets: NULL with n_targets");
+    const char *rule = dflt(r->completion, "all");
+    if (strcmp(rule, "all") && strcmp(rule, "any"))
+        return obx__fail(OBX_EINVAL, "completion: '%s' unknown (all or any)", rule);
+    if (!r->n_targets && r->completion && *r->completion)
+        return obx__fail(OBX_EINVAL, "completion: given without targets (a delivery set needs "
+                                     "at least one further destination)");
+    obx__strlcpy(set->completion, rule, sizeof set->completion);
+    for (size_t i = 0; i < r->n_targets; i++) {
+        const obx_route_target *t = &r->targets[i];
+        char f[64];
+#define CHECK(field, min, max, cs)                                                                 \
+    (snprintf(f, sizeof f, "targets[%zu].%s", i, #field),                                          \
+     obx__check_field(f, t->field, min, max, cs))
+        if ((e = CHECK(cluster, 1, OBX_NAME_MAX, OBX__CS_NAME)) ||
+            (e = CHECK(topic, 1, OBX_TOPIC_MAX, OBX__CS_NAME)) ||
+            (e = CHECK(routing_key, 0, OBX_KEY_MAX, OBX__CS_TEXT)) ||
+            (e = CHECK(algorithm, 0, OBX_NAME_MAX, OBX__CS_NAME)) ||
+            (e = CHECK(serializer, 0, OBX_NAME_MAX, OBX__CS_NAME)) ||
+            (e = CHECK(durability, 0, OBX_NAME_MAX, OBX__CS_NAME)) ||
+            (e = CHECK(required_acks, 0, OBX_NAME_MAX, OBX__CS_NAME)))
+            return e;
+#undef CHECK
+        /* the same rules as the route's own fields: check a route made of this target */
+        obx_route probe = *r;
+        probe.cluster = t->cluster;
+        probe.topic = t->topic;
+        probe.routing_key = dflt(t->routing_key, primary->routing_key);
+        probe.algorithm = dflt(t->algorithm, primary->algorithm);
+        probe.serializer = dflt(t->serializer, primary->serializer);
+        probe.durability = dflt(t->durability, primary->durability);
+        probe.required_acks = dflt(t->required_acks, primary->required_acks);
+        probe.targets = NULL;
+        probe.n_targets = 0;
+        obx__route_row tr;
+        if ((e = obx__route_validate(&probe, &tr, 0)))
+            return obx__fail_prefix(e, "targets[%zu]", i);
+        if (!strcmp(tr.cluster, primary->cluster) && !strcmp(tr.topic, primary->topic))
+            return obx__fail(OBX_EINVAL,
+                             "targets[%zu]: %s/%s is the route's own destination (a delivery set "
+                             "names each destination once)",
+                             i, tr.cluster, tr.topic);
+        for (int32_t k = 0; k < set->n; k++)
+            if (!strcmp(tr.cluster, set->t[k].cluster) && !strcmp(tr.topic, set->t[k].topic))
+                return obx__fail(OBX_EINVAL,
+                                 "targets[%zu]: %s/%s is targets[%d] already (a delivery set "
+                                 "names each destination once)",
+                                 i, tr.cluster, tr.topic, (int)k);
+        obx__route_target_row *o = &set->t[set->n++];
+        o->target_no = set->n + 1;
+        obx__strlcpy(o->cluster, tr.cluster, sizeof o->cluster);
+        obx__strlcpy(o->topic, tr.topic, sizeof o->topic);
+        obx__strlcpy(o->routing_key, tr.routing_key, sizeof o->routing_key);
+        obx__strlcpy(o->algorithm, tr.algorithm, sizeof o->algorithm);
+        obx__strlcpy(o->serializer, tr.serializer, sizeof o->serializer);
+        obx__strlcpy(o->durability, tr.durability, sizeof o->durability);
+        obx__strlcpy(o->required_acks, tr.required_acks, sizeof o->required_acks);
+    }
+    return OBX_OK;
+}
+
+obx_err obx__route_put_rows(obx__store *s, obx__route_row *row, obx__route_set_row *set,
+                            int64_t *gen) {
+    int64_t g = 0;
+    obx_err e = obx__st_begin(s);
     if (e) return e;
-    if ((e = obx__st_begin(s))) return e;
-    e = s->m->route_put(s, &row, gen);
+    e = s->m->route_put(s, row, &g);
+    if (!e && set && set->n) {
+        set->route_gen = g;
+        e = s->m->route_set_put(s, set);
+    }
     if (e) {
         obx__st_rollback(s);
         return e;
     }
-    return obx__st_commit(s);
+    if ((e = obx__st_commit(s))) return e;
+    row->gen = g;
+    row->targets = set && set->n ? set->n + 1 : 0;
+    if (gen) *gen = g;
+    return OBX_OK;
+}
+
+obx_err obx__route_set_at(obx__store *s, const obx_route *r, int64_t now, int64_t *gen) {
+    obx__route_row row;
+    obx__route_set_row set;
+    obx_err e = obx__route_validate(r, &row, now);
+    if (!e) e = obx__route_set_validate(r, &row, &set);
+    if (e) return e;
+    return obx__route_put_rows(s, &row, &set, gen);
 }
 
 obx_err obx_route_set(obx_store *s, const obx_route *r, int64_t *gen) {
@@ -111,13 +202,25 @@ obx_err obx_route_set(obx_store *s, const obx_route *r, int64_t *gen) {
 }
 
 json_t *obx__route_json(const obx__route_row *r) {
-    return json_pack("{s:I,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:i,s:b,s:b,s:s,s:I}", "gen",
+    return json_pack("{s:I,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:i,s:b,s:b,s:s,s:I,s:i}", "gen",
                      (json_int_t)r->gen, "event_type", r->event_type, "cluster", r->cluster,
                      "topic", r->topic, "routing_key", r->routing_key, "algorithm", r->algorithm,
                      "serializer", r->serializer, "durability", r->durability, "required_acks",
                      r->required_acks, "max_attempts", (int)r->max_attempts, "blind_retry",
                      (int)r->blind_retry, "unordered", (int)r->unordered, "alias", r->alias,
-                     "created_at", (json_int_t)r->created_at);
+                     "created_at", (json_int_t)r->created_at, "targets", (int)r->targets);
+}
+
+static json_t *route_set_json(const obx__route_set_row *set) {
+    json_t *t = json_array();
+    for (int32_t i = 0; t && i < set->n; i++)
+        json_array_append_new(
+            t, json_pack("{s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:s}", "target", (int)set->t[i].target_no,
+                         "cluster", set->t[i].cluster, "topic", set->t[i].topic, "routing_key",
+                         set->t[i].routing_key, "algorithm", set->t[i].algorithm, "serializer",
+                         set->t[i].serializer, "durability", set->t[i].durability, "required_acks",
+                         set->t[i].required_acks));
+    return json_pack("{s:s,s:o}", "completion", set->completion, "targets", t);
 }
 
 obx_err obx__json_out(json_t *j, char **out) {
@@ -139,8 +242,20 @@ obx_err obx_route_list(obx_store *s, int all, char **out) {
     obx_err e = s->m->route_list(s, all != 0, &rows, &n);
     if (e) return e;
     json_t *arr = json_array();
-    for (size_t i = 0; arr && i < n; i++) json_array_append_new(arr, obx__route_json(&rows[i]));
+    for (size_t i = 0; !e && arr && i < n; i++) {
+        json_t *j = obx__route_json(&rows[i]);
+        if (j && rows[i].targets) {
+            obx__route_set_row set;
+            if (!(e = s->m->route_set_get(s, rows[i].gen, &set)))
+                json_object_set_new(j, "delivery_set", route_set_json(&set));
+        }
+        json_array_append_new(arr, j);
+    }
     free(rows);
+    if (e) {
+        json_decref(arr);
+        return e;
+    }
     return obx__json_out(arr, out);
 }
 
@@ -185,6 +300,25 @@ static obx_err validate_event(const obx_event *ev, size_t payload_limit) {
         return obx__fail(OBX_ETOOBIG, "payload: %zu bytes, over the limit of %zu bytes",
                          ev->payload_len, payload_limit);
     return OBX_OK;
+}
+
+obx_err obx__dest_for(const obx__route_row *route, const obx__route_target_row *t,
+                      const obx__envelope *env, obx__dest *d, char digest[OBX_DIGEST_LEN + 1]) {
+    obx__route_row r = *route;
+    if (t) { /* a delivery-set target: the route's policy generation, the target's place */
+        obx__strlcpy(r.cluster, t->cluster, sizeof r.cluster);
+        obx__strlcpy(r.topic, t->topic, sizeof r.topic);
+        obx__strlcpy(r.routing_key, t->routing_key, sizeof r.routing_key);
+        obx__strlcpy(r.algorithm, t->algorithm, sizeof r.algorithm);
+        obx__strlcpy(r.serializer, t->serializer, sizeof r.serializer);
+        obx__strlcpy(r.durability, t->durability, sizeof r.durability);
+        obx__strlcpy(r.required_acks, t->required_acks, sizeof r.required_acks);
+    }
+    char rk[OBX_KEY_MAX + 1];
+    obx_err e = obx__routing_key_expand(r.routing_key, env, rk, sizeof rk);
+    if (e) return e;
+    obx__dest_from_route(&r, env, d, rk);
+    return obx__dest_digest(d, digest);
 }
 
 void obx__dest_from_route(const obx__route_row *route, const obx__envelope *env, obx__dest *d,
@@ -256,6 +390,48 @@ static obx_err build_row(obx__store *s, const obx_event *ev, const obx__route_ro
     return OBX_OK;
 }
 
+/* Contract 5: the further targets of a route's delivery set, inside the enqueue transaction. */
+static obx_err enqueue_targets(obx__store *s, const obx_event *ev, const obx__route_row *route,
+                               const obx__event_row *first, int64_t now, obx__ulid_gen *gen) {
+    obx__route_set_row set;
+    obx_err e = s->m->route_set_get(s, route->gen, &set);
+    if (e) return e;
+    obx__event_row *slot = malloc(sizeof *slot);
+    if (!slot) return obx__fail(OBX_ENOMEM, "enqueue: out of memory");
+    obx__delivery_row d;
+    memset(&d, 0, sizeof d);
+    obx__strlcpy(d.event_id, first->env.event_id, sizeof d.event_id);
+    obx__strlcpy(d.completion, set.completion, sizeof d.completion);
+    d.route_gen = route->gen;
+    d.created_at = now;
+    d.t[0] = (obx__delivery_target_row){.target_no = 1, .created_at = now};
+    obx__strlcpy(d.t[0].slot_id, first->env.event_id, sizeof d.t[0].slot_id);
+    obx__strlcpy(d.t[0].origin, "enqueue", sizeof d.t[0].origin);
+    d.n = 1;
+    for (int32_t i = 0; !e && i < set.n; i++) {
+        /* the event's envelope (and envelope digest) under the slot's own key, the target's
+         * frozen destination; no idempotency key on the slot's row (the event has it) */
+        *slot = *first;
+        slot->target_no = set.t[i].target_no;
+        if ((e = obx__dest_for(route, &set.t[i], &first->env, &slot->dest, slot->dest_digest)) ||
+            (e = obx__new_id(gen, "evt-", now, slot->env.event_id, sizeof slot->env.event_id)) ||
+            (e = s->m->insert_event(s, slot, ev->payload, ev->payload_len)))
+            break;
+        obx__audit_row a;
+        obx__audit(&a, now, OBX__ACT_PRODUCER, "producer", slot, OBX__ST_NONE, OBX__ST_PENDING,
+                   "target %d of delivery set %s, enqueued under route generation %lld",
+                   (int)slot->target_no, first->env.event_id, (long long)route->gen);
+        if ((e = obx__st_insert_audit(s, &a, 1))) break;
+        obx__delivery_target_row *t = &d.t[d.n++];
+        t->target_no = slot->target_no;
+        obx__strlcpy(t->slot_id, slot->env.event_id, sizeof t->slot_id);
+        obx__strlcpy(t->origin, "enqueue", sizeof t->origin);
+        t->created_at = now;
+    }
+    free(slot);
+    return e ? e : obx__st_delivery_put(s, &d);
+}
+
 obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ulid_gen *gen,
                         obx_enqueue_result *out) {
     obx_err e;
@@ -310,7 +486,8 @@ obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ul
         a.to = OBX__ST_PENDING;
         snprintf(a.reason, sizeof a.reason, "enqueued under route generation %lld",
                  (long long)route.gen);
-        if ((e = obx__st_insert_audit(s, &a, 1))) {
+        if ((e = obx__st_insert_audit(s, &a, 1)) ||
+            (route.targets && (e = enqueue_targets(s, ev, &route, row, now, gen)))) {
             obx__st_rollback(s);
             break;
         }

@@ -2,9 +2,12 @@
  * inbox.c — the consumer's inbox (DESIGN.md §7): applies each event's effect once per consumer.
  *
  * obx_inbox_process, in order:
- *   1. validate the message: headers well formed, payload matches its digest, the contract
- *      (event type version) and tenant are accepted — otherwise it is parked as poison (visible,
- *      re-drivable), never silently dropped;
+ *   1. validate the message: headers well formed, every field within the documented input rules
+ *      (a message may come from an application's own broker client, not only from obx's
+ *      header parser), payload matches its digest, the contract (event type version) and tenant
+ *      are accepted — otherwise it is parked as poison (visible, re-drivable), never silently
+ *      dropped. A message whose event ID is unusable is parked under "bad-<digest>", derived
+ *      from its bytes, so that two such messages never overwrite each other's evidence;
  *   2. in one transaction on the consumer's database: look up (consumer, event_id);
  *        present, same payload digest  -> DUPLICATE: the original receipt, no effect;
  *        present, other payload digest -> QUARANTINED, no effect;
@@ -13,7 +16,10 @@
  *   3. a handler failure rolls back; the failure is counted in its own transaction; after
  *      max_failures the message is parked as poison;
  *   4. only after the commit does the caller acknowledge the broker position (result.ack).
- * No in-process dedupe sets: the database is the only memory.
+ * No in-process dedupe sets: the database is the only memory. Text written to the consumer's
+ * database from outside input (field values in poison headers, the handler's result and error)
+ * is valid UTF-8: PostgreSQL refuses anything else, and a refused row would leave the message
+ * unacknowledged forever.
  */
 #include "engine/engine_int.h"
 
@@ -75,13 +81,17 @@ obx_err obx_inbox_open(obx_store *db, const obx_inbox_options *o, obx_inbox **ou
     in->s = db;
     obx__strlcpy(in->consumer, o->consumer_id, sizeof in->consumer);
     in->max_failures = o->max_failures ? o->max_failures : 5;
-    if ((e = copy_list("event_types", o->event_types, o->n_event_types, &in->types,
-                       OBX__CS_EVENT_TYPE)) ||
-        (e = copy_list("tenants", o->tenants, o->n_tenants, &in->tenants, OBX__CS_NAME))) {
+    /* each count is set as soon as its list is owned: a failure of the second list must
+     * free the first one whole (fuzz_inbox found the leak when it was set after both) */
+    e = copy_list("event_types", o->event_types, o->n_event_types, &in->types, OBX__CS_EVENT_TYPE);
+    if (!e) {
+        in->n_types = o->n_event_types;
+        e = copy_list("tenants", o->tenants, o->n_tenants, &in->tenants, OBX__CS_NAME);
+    }
+    if (e) {
         obx_inbox_close(in);
         return e;
     }
-    in->n_types = o->n_event_types;
     in->n_tenants = o->n_tenants;
     *out = in;
     return OBX_OK;
@@ -120,17 +130,50 @@ obx_err obx_inbox_effect_key(const char *consumer, const char *event_id, const c
     return OBX_OK;
 }
 
+/* A JSON string for a field of outside input: as is when it is valid UTF-8, else escaped
+ * (the poison row keeps the evidence instead of losing the whole header object). */
+static json_t *jstr(const char *v) {
+    if (!v) return json_null();
+    size_t n = strlen(v);
+    if (obx__utf8_invalid_at((const unsigned char *)v, n) < 0) return json_string(v);
+    size_t cap = 4 * n + 8;
+    char *tmp = malloc(cap);
+    if (!tmp) return NULL;
+    json_t *j = json_string(obx__printable(v, n, tmp, cap));
+    free(tmp);
+    return j;
+}
+
 static char *headers_of(const obx_message *m) {
-    json_t *o = json_pack("{s:s?,s:i,s:s?,s:s?,s:s?,s:s?,s:I,s:s?,s:s?,s:s?,s:I,s:s?}", "event_id",
-                          m->event_id, "envelope_gen", m->envelope_gen, "event_type", m->event_type,
-                          "tenant", m->tenant, "aggregate_type", m->aggregate_type, "aggregate_id",
-                          m->aggregate_id, "aggregate_version", (json_int_t)m->aggregate_version,
-                          "correlation_id", m->correlation_id, "causation_id", m->causation_id,
-                          "traceparent", m->traceparent, "occurred_at", (json_int_t)m->occurred_at,
-                          "payload_digest", m->payload_digest);
+    json_t *o = json_pack("{s:o*,s:i,s:o*,s:o*,s:o*,s:o*,s:I,s:o*,s:o*,s:o*,s:I,s:o*}", "event_id",
+                          jstr(m->event_id), "envelope_gen", m->envelope_gen, "event_type",
+                          jstr(m->event_type), "tenant", jstr(m->tenant), "aggregate_type",
+                          jstr(m->aggregate_type), "aggregate_id", jstr(m->aggregate_id),
+                          "aggregate_version", (json_int_t)m->aggregate_version, "correlation_id",
+                          jstr(m->correlation_id), "causation_id", jstr(m->causation_id),
+                          "traceparent", jstr(m->traceparent), "occurred_at",
+                          (json_int_t)m->occurred_at, "payload_digest", jstr(m->payload_digest));
     char *s = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(o);
     return s;
+}
+
+/* The key a message is parked under: its event ID, or for an unusable one "bad-" and 26 hex
+ * digits of SHA-256 over the raw event ID and payload (stable over redeliveries). */
+static void poison_key(const obx_message *m, char out[OBX_EVENT_ID_LEN + 1]) {
+    if (m->event_id && !obx_event_id_check(m->event_id)) {
+        obx__strlcpy(out, m->event_id, OBX_EVENT_ID_LEN + 1);
+        return;
+    }
+    obx__buf b = {0};
+    const char *id = m->event_id ? m->event_id : "";
+    obx__buf_u32be(&b, (uint32_t)strlen(id));
+    obx__buf_puts(&b, id);
+    if (m->payload) obx__buf_put(&b, m->payload, m->payload_len);
+    char d[OBX_DIGEST_LEN + 1] = "";
+    if (b.oom || obx_sha256_digest(b.data, b.len, d)) memset(d, '0', sizeof d - 1);
+    obx__buf_free(&b);
+    snprintf(out, OBX_EVENT_ID_LEN + 1, "bad-%.26s", d + 7);
 }
 
 static obx_err audit_consume(obx_inbox *in, const obx_message *m, const char *outcome, int64_t now,
@@ -139,10 +182,10 @@ static obx_err audit_consume(obx_inbox *in, const obx_message *m, const char *ou
     memset(&a, 0, sizeof a);
     a.at = now;
     obx__strlcpy(a.consumer_id, in->consumer, sizeof a.consumer_id);
-    obx__strlcpy(a.event_id, m->event_id ? m->event_id : "", sizeof a.event_id);
+    poison_key(m, a.event_id);
     obx__strlcpy(a.outcome, outcome, sizeof a.outcome);
     a.duration_us = dur;
-    obx__strlcpy(a.detail, detail ? detail : "", sizeof a.detail);
+    obx__text_copy(a.detail, detail, sizeof a.detail);
     return in->s->m->consume_audit_put(in->s, &a, 1);
 }
 
@@ -152,11 +195,11 @@ static obx_err park(obx_inbox *in, const obx_message *m, int failures, const cha
     obx__poison_row p;
     memset(&p, 0, sizeof p);
     obx__strlcpy(p.consumer_id, in->consumer, sizeof p.consumer_id);
-    obx__strlcpy(p.event_id, m->event_id ? m->event_id : "", sizeof p.event_id);
+    poison_key(m, p.event_id);
     obx__strlcpy(p.state, "PARKED", sizeof p.state);
     p.failures = failures;
-    obx__strlcpy(p.last_error, why, sizeof p.last_error);
-    obx__strlcpy(p.topic, m->topic ? m->topic : "", sizeof p.topic);
+    obx__text_copy(p.last_error, why, sizeof p.last_error);
+    obx__text_copy(p.topic, m->topic, sizeof p.topic);
     p.partition = m->partition;
     p.offset = m->offset;
     p.headers_json = headers_of(m);
@@ -175,7 +218,31 @@ static obx_err park(obx_inbox *in, const obx_message *m, int failures, const cha
     out->outcome = OBX_INBOX_POISONED;
     out->ack = 1;
     out->failures = failures;
-    obx__strlcpy(out->detail, why, sizeof out->detail);
+    obx__text_copy(out->detail, why, sizeof out->detail);
+    return OBX_OK;
+}
+
+/* The fields a handler relies on, by the producer's input rules (obx_enqueue): a message that
+ * breaks them did not come from an obx outbox, or was altered on the way. */
+static obx_err check_fields(const obx_message *m) {
+    obx_err e;
+    if ((e = obx__check_field("event_type", m->event_type, 1, OBX_NAME_MAX, OBX__CS_EVENT_TYPE)) ||
+        (e = obx__check_field("tenant", m->tenant, 1, OBX_NAME_MAX, OBX__CS_NAME)) ||
+        (e = obx__check_field("aggregate_type", m->aggregate_type, 0, OBX_NAME_MAX,
+                              OBX__CS_NAME)) ||
+        (e = obx__check_field("aggregate_id", m->aggregate_id, 0, OBX_KEY_MAX, OBX__CS_TEXT)) ||
+        (e = obx__check_field("correlation_id", m->correlation_id, 0, OBX_TEXT_MAX,
+                              OBX__CS_TEXT)) ||
+        (e = obx__check_field("causation_id", m->causation_id, 0, OBX_TEXT_MAX, OBX__CS_TEXT)) ||
+        (e = obx__check_field("traceparent", m->traceparent, 0, OBX_TRACEPARENT_LEN,
+                              OBX__CS_NAME)) ||
+        (e = obx__check_field("topic", m->topic, 0, OBX_TOPIC_MAX, OBX__CS_NAME)))
+        return e;
+    if (m->aggregate_version < 0)
+        return obx__fail(OBX_EINVAL, "aggregate_version: %lld is negative",
+                         (long long)m->aggregate_version);
+    if (!m->payload_len)
+        return obx__fail(OBX_EINVAL, "payload: empty (an obx event carries 1 byte or more)");
     return OBX_OK;
 }
 
@@ -183,37 +250,58 @@ obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_han
                               void *conn, int64_t now, int64_t mono_us_start,
                               int64_t (*mono_us)(void), obx_inbox_result *out);
 
+static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
+                       void *conn, int64_t now, int64_t mono_us_start, int64_t (*mono_us)(void),
+                       obx_inbox_result *out, bool retried);
+
 obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
                               void *conn, int64_t now, int64_t mono_us_start,
                               int64_t (*mono_us)(void), obx_inbox_result *out) {
+    return process(in, m, h, user, conn, now, mono_us_start, mono_us, out, false);
+}
+
+static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
+                       void *conn, int64_t now, int64_t mono_us_start, int64_t (*mono_us)(void),
+                       obx_inbox_result *out, bool retried) {
     obx_err e;
     if (!in || !m || !h || !out) return obx__fail(OBX_EINVAL, "inbox: NULL argument");
     memset(out, 0, sizeof *out);
-    char why[256];
+    char why[256], shown[160];
+    /* a NULL payload with a length is the caller's bug, not the message's */
+    if (!m->payload && m->payload_len)
+        return obx__fail(OBX_EINVAL, "message: payload is NULL with payload_len %zu",
+                         m->payload_len);
     /* 1. validation before any effect */
     if (m->header_error && *m->header_error) {
-        snprintf(why, sizeof why, "malformed message headers: %s", m->header_error);
+        snprintf(why, sizeof why, "malformed message headers: %s",
+                 obx__printable(m->header_error, strlen(m->header_error), shown, sizeof shown));
         return park(in, m, 0, why, now, out);
     }
     if (obx_event_id_check(m->event_id)) {
         snprintf(why, sizeof why, "bad event ID: %s", obx_errmsg());
         return park(in, m, 0, why, now, out);
     }
+    if ((e = check_fields(m))) {
+        snprintf(why, sizeof why, "malformed message: %s", obx_errmsg());
+        return park(in, m, 0, why, now, out);
+    }
     char digest[OBX_DIGEST_LEN + 1];
     if ((e = obx_sha256_digest(m->payload, m->payload_len, digest))) return e;
     if (!m->payload_digest || strcmp(digest, m->payload_digest)) {
-        snprintf(why, sizeof why, "payload does not match its digest header (%.20s...)",
-                 m->payload_digest ? m->payload_digest : "(none)");
+        snprintf(why, sizeof why, "payload does not match its digest header (%s)",
+                 m->payload_digest
+                     ? obx__printable(m->payload_digest, strnlen(m->payload_digest, 24), shown, 32)
+                     : "(none)");
         return park(in, m, 0, why, now, out);
     }
     if (!listed(in->types, in->n_types, m->event_type)) {
-        snprintf(why, sizeof why, "contract '%s' is not accepted by consumer %s",
-                 m->event_type ? m->event_type : "(none)", in->consumer);
+        snprintf(why, sizeof why, "contract '%s' is not accepted by consumer %s", m->event_type,
+                 in->consumer);
         return park(in, m, 0, why, now, out);
     }
     if (!listed(in->tenants, in->n_tenants, m->tenant)) {
-        snprintf(why, sizeof why, "tenant '%s' is not served by consumer %s",
-                 m->tenant ? m->tenant : "(none)", in->consumer);
+        snprintf(why, sizeof why, "tenant '%s' is not served by consumer %s", m->tenant,
+                 in->consumer);
         return park(in, m, 0, why, now, out);
     }
     char key[68];
@@ -256,8 +344,11 @@ obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_han
     obx_err he = h(user, conn, m, key, result, sizeof result);
     int64_t dur = mono_us ? mono_us() - mono_us_start : 0;
     if (he) {
-        char herr[256];
-        snprintf(herr, sizeof herr, "handler failed: %s: %s", obx_errname(he), obx_errmsg());
+        char herr[256], hmsg[200];
+        const char *em = obx_errmsg(); /* set by the application's handler: outside input */
+        snprintf(herr, sizeof herr, "handler failed: %s: %s", obx_errname(he),
+                 obx__printable(em, strlen(em), hmsg, sizeof hmsg));
+        obx__utf8_trim(herr);
         obx__st_rollback(in->s); /* 3. the effect is undone */
         int32_t failures = 0;
         if ((e = obx__st_begin(in->s))) return e;
@@ -274,7 +365,7 @@ obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_han
         }
         out->outcome = OBX_INBOX_FAILED;
         out->failures = failures;
-        obx__strlcpy(out->detail, herr, sizeof out->detail);
+        obx__text_copy(out->detail, herr, sizeof out->detail);
         return OBX_OK;
     }
     obx__inbox_row r;
@@ -285,8 +376,8 @@ obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_han
     obx__strlcpy(r.event_type, m->event_type ? m->event_type : "", sizeof r.event_type);
     obx__strlcpy(r.tenant, m->tenant ? m->tenant : "", sizeof r.tenant);
     obx__strlcpy(r.outcome, "APPLIED", sizeof r.outcome);
-    obx__strlcpy(r.result, result, sizeof r.result);
-    obx__strlcpy(r.topic, m->topic ? m->topic : "", sizeof r.topic);
+    obx__text_copy(r.result, result, sizeof r.result);               /* the handler's text */
+    obx__strlcpy(r.topic, m->topic ? m->topic : "", sizeof r.topic); /* checked above */
     r.partition = m->partition;
     r.offset = m->offset;
     r.consumed_at = now;
@@ -303,19 +394,34 @@ obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_han
     e = seen ? OBX_OK : in->s->m->inbox_put(in->s, &r);
     if (!e) e = in->s->m->watermark_put(in->s, &w);
     if (!e) e = in->s->m->failure_clear(in->s, in->consumer, m->event_id);
-    if (!e) e = audit_consume(in, m, "APPLIED", now, dur, result);
+    if (!e) e = audit_consume(in, m, "APPLIED", now, dur, r.result);
     if (!e)
         e = obx__st_commit(in->s);
     else
         obx__st_rollback(in->s);
     if (e == OBX_ECONFLICT) {
-        /* a concurrent consumer instance committed this event first: the unique key held */
-        return obx__inbox_process_at(in, m, h, user, conn, now, mono_us_start, mono_us, out);
+        /* a concurrent consumer instance committed this event first: the unique key held, and
+         * the next look finds its receipt. Once: a receipt that exists but cannot be seen
+         * (row-level security hiding it from this role) would otherwise loop for ever. */
+        if (!retried) return process(in, m, h, user, conn, now, mono_us_start, mono_us, out, true);
+        return obx__fail(OBX_ESTORE,
+                         "inbox: a consume receipt of %s for consumer %s exists but is not "
+                         "visible to this database role (row-level security?)",
+                         m->event_id, in->consumer);
+    }
+    if (e == OBX_EREFUSED) {
+        /* the database refused this consumer's receipt (PostgreSQL row-level security: the
+         * role is not granted this consumer or tenant): the effect was rolled back with it;
+         * park the message, visible, instead of stalling on it */
+        char refused[200];
+        obx__printable(obx_errmsg(), strlen(obx_errmsg()), refused, sizeof refused);
+        snprintf(why, sizeof why, "the consumer's database refused the receipt: %s", refused);
+        return park(in, m, 0, why, now, out);
     }
     if (e) return e;
     out->outcome = OBX_INBOX_APPLIED;
     out->ack = 1;
-    obx__strlcpy(out->result, result, sizeof out->result);
+    obx__strlcpy(out->result, r.result, sizeof out->result);
     return OBX_OK;
 }
 

@@ -1,7 +1,8 @@
 /*
  * inspect.c — one event's whole story as JSON: frozen envelope and destination with digests,
- * protocol state, attempts, receipts and audit rows. Used by `obx inspect`, the dashboard and
- * `obx trace`.
+ * protocol state, attempts, receipts and audit rows, its delivery set (targets, slots and
+ * whether it counts as delivered) and its migration receipts. Used by `obx inspect`, the
+ * dashboard and `obx trace`.
  */
 #include "engine/engine.h"
 
@@ -75,6 +76,57 @@ json_t *obx__audit_json(const obx__audit_row *a) {
                      (int)a->attempt_gen, "reason", a->reason);
 }
 
+obx_err obx__delivery_status_of(obx__store *s, const char *event_id, obx__delivery_status *out) {
+    memset(out, 0, sizeof *out);
+    obx_err e = s->m->delivery_get(s, event_id, &out->set);
+    const char *ids[OBX__SET_MAX];
+    size_t n = 0;
+    if (e == OBX_ENOTFOUND) { /* a single destination: its own slot */
+        obx__clear_error();
+        ids[n++] = event_id;
+    } else if (e) {
+        return e;
+    } else {
+        out->in_set = true;
+        for (int32_t i = 0; i < out->set.n; i++) ids[n++] = out->set.t[i].slot_id;
+    }
+    if ((e = obx__st_load_events(s, ids, n, 0, &out->slots))) return e;
+    if (out->slots.n != n) {
+        obx__rows_free(&out->slots);
+        return obx__fail(OBX_ENOTFOUND, "event %s: not in this outbox", event_id);
+    }
+    int64_t first = 0, last = 0;
+    for (size_t i = 0; i < n; i++) {
+        const obx__event_row *r = &out->slots.v[i];
+        if (!obx__state_is_published(r->state)) continue;
+        out->published++;
+        if (!first || r->published_at < first) first = r->published_at;
+        if (r->published_at > last) last = r->published_at;
+    }
+    bool any = out->in_set && !strcmp(out->set.completion, "any");
+    out->complete = any ? out->published > 0 : (size_t)out->published == n;
+    out->completed_at = out->complete ? (any ? first : last) : 0;
+    return OBX_OK;
+}
+
+static json_t *delivery_json(const obx__delivery_status *d) {
+    json_t *t = json_array();
+    for (size_t i = 0; t && i < d->slots.n; i++) {
+        const obx__event_row *r = &d->slots.v[i];
+        json_array_append_new(t, json_pack("{s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:i,s:I}", "target",
+                                           (int)d->set.t[i].target_no, "slot_id", r->env.event_id,
+                                           "origin", d->set.t[i].origin, "state",
+                                           obx__state_name(r->state), "cluster", r->dest.cluster,
+                                           "topic", r->dest.topic, "dest_digest", r->dest_digest,
+                                           "envelope_gen", (int)r->envelope_gen, "published_at",
+                                           (json_int_t)r->published_at));
+    }
+    return json_pack("{s:s,s:s,s:I,s:i,s:b,s:I,s:o}", "event_id", d->set.event_id, "completion",
+                     d->set.completion, "route_gen", (json_int_t)d->set.route_gen, "published",
+                     (int)d->published, "complete", (int)d->complete, "completed_at",
+                     (json_int_t)d->completed_at, "targets", t);
+}
+
 obx_err obx__inspect_json(obx__store *s, const char *event_id, json_t **out) {
     obx_err e;
     *out = NULL;
@@ -86,6 +138,9 @@ obx_err obx__inspect_json(obx__store *s, const char *event_id, json_t **out) {
         return obx__fail(OBX_ENOTFOUND, "event %s: not in this outbox", event_id);
     }
     json_t *doc = obx__event_json(&rows.v[0]);
+    if (doc && rows.v[0].target_no > 1) /* a further target's slot: whose event it carries */
+        json_object_set_new(json_object_get(doc, "status"), "logical_event_id",
+                            json_string(obx__wire_id(&rows.v[0])));
     obx__rows_free(&rows);
     obx__attempt_row *att = NULL;
     obx__receipt_row *rc = NULL;
@@ -110,6 +165,28 @@ obx_err obx__inspect_json(obx__store *s, const char *event_id, json_t **out) {
     json_object_set_new(doc, "attempts", ja);
     json_object_set_new(doc, "receipts", jr);
     json_object_set_new(doc, "audit", ju);
+    /* the delivery set it belongs to, and what its migration receipts prove */
+    obx__delivery_status ds;
+    if ((e = obx__delivery_status_of(s, event_id, &ds))) {
+        json_decref(doc);
+        return e;
+    }
+    if (ds.in_set) json_object_set_new(doc, "delivery_set", delivery_json(&ds));
+    obx__rows_free(&ds.slots);
+    char **det = NULL;
+    size_t nd = 0;
+    if ((e = s->m->receipt_details(s, event_id, OBX__RK_MIGRATION, &det, &nd))) {
+        json_decref(doc);
+        return e;
+    }
+    json_t *jm = json_array();
+    for (size_t i = 0; i < nd; i++) {
+        json_t *d = json_loads(det[i], 0, NULL);
+        json_array_append_new(jm, d ? d : json_string(det[i]));
+        free(det[i]);
+    }
+    free(det);
+    json_object_set_new(doc, "migrations", jm);
     *out = doc;
     return OBX_OK;
 }

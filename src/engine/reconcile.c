@@ -205,6 +205,11 @@ obx_err obx__reconcile_lookup(obx__engine *e, int64_t now, const obx__event_row 
         res->kind = OBX__LOOKUP_NOT_FOUND;
         snprintf(res->reason, sizeof res->reason, "no outstanding attempt of generation %d",
                  (int)row->envelope_gen);
+    } else if (row->pinned_partition < 0) {
+        /* no partition was ever chosen for this generation, so none of its attempts was handed
+         * to the broker (dispatch.c registers and ends such an attempt without sending it) */
+        res->kind = OBX__LOOKUP_NOT_FOUND;
+        snprintf(res->reason, sizeof res->reason, "never sent: no partition was chosen");
     } else if (!e->b) {
         res->kind = OBX__LOOKUP_CANNOT_TELL;
         snprintf(res->reason, sizeof res->reason, "no broker connection");
@@ -212,7 +217,7 @@ obx_err obx__reconcile_lookup(obx__engine *e, int64_t now, const obx__event_row 
         obx__lookup_req q = {.dest = &row->dest,
                              .dest_digest = row->dest_digest,
                              .partition = row->pinned_partition,
-                             .event_id = row->env.event_id,
+                             .event_id = obx__wire_id(row), /* as sent */
                              .envelope_gen = row->envelope_gen,
                              .since = since,
                              .quiet_until = quiet_until,
@@ -274,6 +279,20 @@ static obx_err reconcile_one(obx__engine *e, int64_t now, obx__event_row *row) {
         size_t sent = 0;
         e->st.retries++;
         err = obx__engine_begin_attempts(e, now, row, 1, OBX__ACT_RECONCILER, &sent);
+        if (!err && sent && e->on_note) {
+            char detail[OBX_TEXT_MAX + 1];
+            snprintf(detail, sizeof detail, "retry %d to the frozen destination %s/%s partition %d",
+                     (int)row->attempt_gen, row->dest.cluster, row->dest.topic,
+                     (int)row->pinned_partition);
+            obx__note n = {.kind = OBX__NOTE_RETRY,
+                           .event_id = row->env.event_id,
+                           .attempt_id = row->attempt_id,
+                           .correlation_id = row->env.correlation_id,
+                           .latency_ms = -1,
+                           .unknown_ms = -1,
+                           .detail = detail};
+            e->on_note(e->on_note_user, &n);
+        }
     }
     return err;
 }

@@ -1,7 +1,8 @@
 /*
  * report.c — the whole outbox at a glance as JSON (obx_report): counts by state, receipts by
- * kind, UNKNOWN resolution times, the oldest PENDING event, and the invariants every outbox
- * must satisfy at all times (exactly one primary receipt per published event and generation).
+ * kind, UNKNOWN resolution times, the oldest PENDING event, delivery sets (how many count as
+ * delivered under their rule), and the invariants every outbox must satisfy at all times
+ * (exactly one primary receipt per published slot and generation).
  */
 #include "engine/engine_int.h"
 
@@ -25,6 +26,8 @@ obx_err obx__report_json(obx__store *s, json_t **out) {
     obx_err e = s->m->stats(s, &st);
     if (!e) e = s->m->invariants(s, &inv);
     if (e) return e;
+    int64_t sets = 0, complete = 0;
+    if ((e = s->m->delivery_stats(s, &sets, &complete))) return e;
     int64_t *ms = NULL;
     size_t n = 0;
     if ((e = s->m->unknown_resolutions(s, &ms, &n))) return e;
@@ -53,6 +56,10 @@ obx_err obx__report_json(obx__store *s, json_t **out) {
         (json_int_t)inv.published_without_primary, "primary_not_published",
         (json_int_t)inv.primary_not_published, "multiple_primary", (json_int_t)inv.multi_primary,
         "hold", (int)ok);
+    if (*out)
+        json_object_set_new(
+            *out, "delivery_sets",
+            json_pack("{s:I,s:I}", "sets", (json_int_t)sets, "complete", (json_int_t)complete));
     return *out ? OBX_OK : obx__fail(OBX_ENOMEM, "report: out of memory");
 }
 

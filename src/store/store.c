@@ -5,6 +5,7 @@
  */
 #include "store/store.h"
 
+#include <openssl/crypto.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +51,10 @@ void obx__poison_rows_free(obx__poison_row *rows, size_t n) {
         free(rows[i].payload);
     }
     free(rows);
+}
+
+const char *obx__wire_id(const obx__event_row *r) {
+    return r->logical_id[0] ? r->logical_id : r->env.event_id;
 }
 
 void obx__rows_free(obx__rows *r) {
@@ -99,17 +104,28 @@ static obx_err check_methods(const obx__store_methods *m) {
         if (!*fn)
             return obx__fail(OBX_EINTERNAL, "store backend %s: a retention method is missing",
                              m->name);
+    /* the schema version 2 methods (after the two optional ones) are required too */
+    fn = (const void *const *)&m->find_events;
+    end = (const void *const *)(&m->set_alias + 1);
+    for (; fn < end; fn++)
+        if (!*fn) return obx__fail(OBX_EINTERNAL, "store backend %s: a method is missing", m->name);
     return OBX_OK;
 }
 
 obx_err obx__st_open(const char *url, obx__store **out) {
+    /* ${NAME} / ${file:PATH} references are expanded here, at the connection, and nowhere
+     * else: the handle keeps the URL as given (redacted), never the secret */
+    char *x = NULL;
+    obx_err e = obx__secret_expand(url, true, &x);
+    if (e) return obx__fail_prefix(e, "store URL");
     obx__url u;
-    obx_err e = obx__url_parse(url, "store", &u);
-    if (e) return e;
-    const obx__store_methods *m = obx__store_backend(u.scheme);
-    if (!m) return obx__fail(OBX_EUNSUPPORTED, "store URL: this build has no backend for it");
-    if ((e = check_methods(m))) return e;
-    e = m->open(&u, out);
+    e = obx__url_parse(x, "store", &u);
+    const obx__store_methods *m = e ? NULL : obx__store_backend(u.scheme);
+    if (!e && !m) e = obx__fail(OBX_EUNSUPPORTED, "store URL: this build has no backend for it");
+    if (!e) e = check_methods(m);
+    if (!e) e = m->open(&u, out);
+    obx__secret_free(x);
+    OPENSSL_cleanse(&u, sizeof u);
     if (e) return e;
     char *red = NULL;
     if (obx_url_redact(url, &red) == OBX_OK) {
@@ -248,6 +264,24 @@ obx_err obx__st_aged(obx__store *s, const obx__aged_req *req, obx__aged_row **ou
 obx_err obx__st_events_known(obx__store *s, const char *const *ids, size_t n, bool *known) {
     FAULT("events_known");
     return n ? s->m->events_known(s, ids, n, known) : OBX_OK;
+}
+
+obx_err obx__st_find_events(obx__store *s, const obx__event_filter *f, obx__rows *out) {
+    FAULT("find_events");
+    return s->m->find_events(s, f, out);
+}
+
+obx_err obx__st_delivery_put(obx__store *s, const obx__delivery_row *d) {
+    FAULT("delivery_put");
+    if (d->n < 1 || d->n > OBX__SET_MAX)
+        return obx__fail(OBX_EINTERNAL, "delivery_put: %d targets", (int)d->n);
+    return s->m->delivery_put(s, d);
+}
+
+obx_err obx__st_set_alias(obx__store *s, const char *const *ids, size_t n, const char *from,
+                          const char *to, bool *applied) {
+    FAULT("set_alias");
+    return n ? s->m->set_alias(s, ids, n, from, to, applied) : OBX_OK;
 }
 
 /* ---- public handle API --------------------------------------------------------------------- */

@@ -23,7 +23,8 @@
 #include "core/core.h"
 
 #define OBX__STORE_METHODS_VERSION 1
-#define OBX__SCHEMA_VERSION 1
+/* 1: the outbox; 2: delivery sets (route sets and per-event target slots, docs/migration.md) */
+#define OBX__SCHEMA_VERSION 2
 
 #define OBX__ATTEMPT_ID_LEN 30 /* "att-" + ULID */
 #define OBX__OWNER_MAX OBX_TEXT_MAX
@@ -48,6 +49,7 @@ typedef struct obx__route_row {
     bool unordered;
     char alias[OBX_NAME_MAX + 1];
     int64_t created_at;
+    int32_t targets; /* destinations of its delivery set (route_set_get), 0 = a single one */
 } obx__route_row;
 
 /* One event: its mutable protocol state plus the frozen envelope and destination of its current
@@ -85,7 +87,18 @@ typedef struct obx__event_row {
     unsigned char *payload;
     size_t payload_len;
     bool payload_purged;
+    /* Delivery sets (docs/migration.md). A row is one publish slot. env.event_id is the slot's
+     * key in the store; logical_id is the event ID brokers and consumers see: the same for an
+     * ordinary event, the set's event ID for the slot of a further target. target_no is the
+     * slot's place in its set (1 = the event's own row), 0 outside a set. Read-only here: the
+     * store fills both from obx_delivery_target; use obx__wire_id(). */
+    char logical_id[OBX_EVENT_ID_LEN + 1];
+    int32_t target_no;
 } obx__event_row;
+
+/* The event ID a slot is sent, looked up and consumed under (logical_id, or the row's own ID
+ * when it was never loaded from a store). */
+const char *obx__wire_id(const obx__event_row *r);
 
 typedef struct obx__rows {
     obx__event_row *v;
@@ -210,7 +223,15 @@ typedef struct obx__consume_audit_row {
     char outcome[32]; /* APPLIED DUPLICATE QUARANTINED FAILED POISONED REJECTED_CONTRACT ... */
     int64_t duration_us;
     char detail[OBX_TEXT_MAX + 1];
+    int64_t id; /* set by consume_audit_list (ignored by consume_audit_put): insertion order */
 } obx__consume_audit_row;
+
+/* A published event as the consumer-lag window sees it (recent_published). */
+typedef struct obx__published_ref {
+    char event_id[OBX_EVENT_ID_LEN + 1];
+    char topic[OBX_TOPIC_MAX + 1]; /* frozen destination topic */
+    int64_t published_at;
+} obx__published_ref;
 
 /* Outbox statistics for metrics, status and audit. */
 typedef struct obx__store_stats {
@@ -227,6 +248,64 @@ typedef struct obx__store_invariants {
     int64_t primary_not_published;     /* a primary receipt on an event that is not published */
     int64_t multi_primary;             /* events with more than one primary per generation */
 } obx__store_invariants;
+
+/* ---- delivery sets, selections (schema version 2) ------------------------------------------ */
+
+#define OBX__SET_MAX 8 /* destinations of one delivery set, the event's own included */
+
+/* One further destination of a route's delivery set (target 2..OBX__SET_MAX). */
+typedef struct obx__route_target_row {
+    int32_t target_no;
+    char cluster[OBX_NAME_MAX + 1];
+    char topic[OBX_TOPIC_MAX + 1];
+    char routing_key[OBX_KEY_MAX + 1]; /* template */
+    char algorithm[OBX_NAME_MAX + 1];
+    char serializer[OBX_NAME_MAX + 1];
+    char durability[OBX_NAME_MAX + 1];
+    char required_acks[OBX_NAME_MAX + 1];
+} obx__route_target_row;
+
+/* A route generation's delivery set: the route row's own destination is target 1. */
+typedef struct obx__route_set_row {
+    int64_t route_gen;
+    char completion[8]; /* "all" | "any" */
+    int32_t n;          /* further targets in t[] (1..OBX__SET_MAX-1) */
+    obx__route_target_row t[OBX__SET_MAX - 1];
+} obx__route_set_row;
+
+/* One event's delivery set: the contract (completion rule) and its slots. Target 1's slot is
+ * the logical event's own row. */
+typedef struct obx__delivery_target_row {
+    int32_t target_no;
+    char slot_id[OBX_EVENT_ID_LEN + 1];
+    char origin[16]; /* "enqueue" | "migration" (a target added later, with its receipt) */
+    int64_t created_at;
+} obx__delivery_target_row;
+
+typedef struct obx__delivery_row {
+    char event_id[OBX_EVENT_ID_LEN + 1];
+    char completion[8];
+    int64_t route_gen; /* the route generation that declared it; 0 = formed by a migration */
+    int64_t created_at;
+    int32_t n;
+    obx__delivery_target_row t[OBX__SET_MAX];
+} obx__delivery_row;
+
+/* Events by attributes (migration selectors, shadow comparisons, takeover backlogs): every
+ * given criterion must hold; NULL / 0 = any. Ordered by seq; after_seq pages. */
+typedef struct obx__event_filter {
+    const char *event_type;
+    const char *cluster; /* current frozen destination */
+    const char *topic;
+    const char *const *aliases;
+    size_t n_aliases;
+    const obx__state *states;
+    size_t n_states;
+    int64_t committed_from; /* committed_at >= this */
+    int64_t committed_to;   /* committed_at < this (0 = no bound) */
+    int64_t after_seq;
+    size_t limit; /* 0 = 1000 */
+} obx__event_filter;
 
 /* ---- requests ---------------------------------------------------------------------------- */
 
@@ -448,6 +527,47 @@ typedef struct obx__store_methods {
     /* known[i] = this outbox committed event ids[i] (any state). Batch, one round trip on
      * PostgreSQL. */
     obx_err (*events_known)(obx__store *s, const char *const *ids, size_t n, bool *known);
+    /* ---- schema version 2: migration, delivery sets, shadow and takeover (appended) ---- */
+    /* Rows matching f (see obx__event_filter), without payload, not locked. */
+    obx_err (*find_events)(obx__store *s, const obx__event_filter *f, obx__rows *out);
+    /* Declares the delivery set of route generation r->route_gen (same transaction as its
+     * route_put). */
+    obx_err (*route_set_put)(obx__store *s, const obx__route_set_row *r);
+    /* OBX_ENOTFOUND when the generation declares none. */
+    obx_err (*route_set_get)(obx__store *s, int64_t route_gen, obx__route_set_row *out);
+    /* Inserts the set row d (or, when the event has one already, requires the same completion
+     * rule: OBX_ECONFLICT otherwise) and the target rows d->t[0..n) (each new: a taken target
+     * number or slot is OBX_ECONFLICT). The slots' event rows are inserted with insert_event. */
+    obx_err (*delivery_put)(obx__store *s, const obx__delivery_row *d);
+    /* The set that event or slot `id` belongs to, targets ordered; OBX_ENOTFOUND when none. */
+    obx_err (*delivery_get)(obx__store *s, const char *id, obx__delivery_row *out);
+    /* Delivery sets, and those complete under their rule (every slot / any slot published). */
+    obx_err (*delivery_stats)(obx__store *s, int64_t *sets, int64_t *complete);
+    /* The detail (JSON text) of every receipt of this kind of event_id, oldest first; each
+     * string and the array are malloc'ed (freed by the caller). */
+    obx_err (*receipt_details)(obx__store *s, const char *event_id, obx__receipt_kind kind,
+                               char ***out, size_t *n);
+    /* Hands unclaimed events to another dispatcher alias: sets alias = to where the event is
+     * ids[i], its alias is `from` and its state PENDING or PARKED (nothing in flight).
+     * applied[i] tells which ones changed. */
+    obx_err (*set_alias)(obx__store *s, const char *const *ids, size_t n, const char *from,
+                         const char *to, bool *applied);
+    /* ---- appended within version 1 for operations (metrics, dashboard, trace) ----
+     * Each reads a bounded number of rows through an index: a scrape or a page view never
+     * scans the published bulk. Required of every backend. */
+    /* Receipts of one kind, newest first, at most limit (QUARANTINED and MIGRATION use the
+     * partial index on kind). */
+    obx_err (*receipts_by_kind)(obx__store *s, obx__receipt_kind kind, size_t limit,
+                                obx__receipt_row **out, size_t *n);
+    /* The newest PUBLISHED events, newest first, at most limit (index on state, published_at).
+     * RETAINED and PURGED are left out on purpose: every critical consumer has covered them. */
+    obx_err (*recent_published)(obx__store *s, size_t limit, obx__published_ref **out, size_t *n);
+    /* Consume audit rows (the consumer's database), each with its id. consumer and event_id
+     * filter (NULL = any). after_id >= 0: rows with id > after_id, oldest first (a cursor);
+     * after_id < 0: the newest rows, newest first. At most limit rows. */
+    obx_err (*consume_audit_list)(obx__store *s, const char *consumer, const char *event_id,
+                                  int64_t after_id, size_t limit, obx__consume_audit_row **out,
+                                  size_t *n);
 } obx__store_methods;
 
 struct obx_store {
@@ -490,6 +610,10 @@ obx_err obx__st_purge_payloads(obx__store *s, const char *const *ids, size_t n, 
 obx_err obx__st_aged(obx__store *s, const obx__aged_req *req, obx__aged_row **out, size_t *n,
                      obx__aged_count *count);
 obx_err obx__st_events_known(obx__store *s, const char *const *ids, size_t n, bool *known);
+obx_err obx__st_find_events(obx__store *s, const obx__event_filter *f, obx__rows *out);
+obx_err obx__st_delivery_put(obx__store *s, const obx__delivery_row *d);
+obx_err obx__st_set_alias(obx__store *s, const char *const *ids, size_t n, const char *from,
+                          const char *to, bool *applied);
 
 /* Fault injection for tests (SQLite's xSetSystemCall idea): when set, the k-th wrapper call
  * (1-based, counting all wrappers on all stores of the process) fails with OBX_EIO. 0 = off. */

@@ -953,6 +953,12 @@ static void test_tls(void **st) {
     assert_int_equal(obx__br_open(url, NULL, 0, &b), OBX_EBROKER);
     assert_non_null(strstr(obx_errmsg(), "verif"));
     assert_null(strstr(obx_errmsg(), "guest:guest"));
+    /* nor does a CA that did not sign the server's certificate (scripts/services.sh makes one) */
+    const char *wrong = getenv("OBX_TEST_AMQP_WRONG_CACERT");
+    if (!wrong) fail_msg("OBX_TEST_AMQP_WRONG_CACERT not set (scripts/services.sh sets it)");
+    snprintf(url, sizeof url, "%s?cacert=%s", tls, wrong);
+    assert_int_equal(obx__br_open(url, NULL, 0, &b), OBX_EBROKER);
+    assert_non_null(strstr(obx_errmsg(), "verif"));
     /* explicitly unverified */
     snprintf(url, sizeof url, "%s?verify_peer=0&verify_hostname=0", tls);
     b = open_url(url);

@@ -18,7 +18,7 @@ check() { # check NAME EXPECTED_RC NEEDLE -- command...
   fi
 }
 db=sqlite:$dir/o.db
-check "init" 0 "migrated from version 0 to 1" -- "$OBX" init --db "$db"
+check "init" 0 "migrated from version 0 to 2" -- "$OBX" init --db "$db"
 check "init again" 0 "is current" -- "$OBX" init --db "$db"
 check "init roles on sqlite" 1 "OBX_EUNSUPPORTED" -- "$OBX" init --db "$db" --roles app
 check "bad store url" 1 "unknown scheme 'mysql'" -- "$OBX" init --db mysql://x
@@ -45,6 +45,25 @@ check "inspect" 0 "PENDING" -- "$OBX" inspect "$id" --db "$db"
 check "inspect json" 0 "\"dest_digest\": \"sha256:" -- "$OBX" inspect "$id" --db "$db" --json
 check "inspect bad id" 1 "does not start with 'evt-'" -- "$OBX" inspect nope --db "$db"
 check "inspect unknown id" 1 "not in this outbox" -- "$OBX" inspect evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G --db "$db"
+# delivery sets, migration, shadow, takeover: usage and bad input (nothing stored)
+check "route set with delivery set" 0 "delivery set, complete on any" -- "$OBX" route set order.set.v1 --db "$db" --cluster local --topic orders --also eu/orders-eu --also "local/audit/{tenant}" --completion any
+check "route list shows the set" 0 "set=eu/orders-eu,local/audit complete=any" -- "$OBX" route list --db "$db"
+check "route --also malformed" 2 "is not CLUSTER/TOPIC" -- "$OBX" route set order.set.v1 --db "$db" --cluster local --topic orders --also eu
+check "route --also repeats a target" 1 "targets[0]: local/orders is the route's own destination" -- "$OBX" route set order.set.v1 --db "$db" --cluster local --topic orders --also local/orders
+check "route completion unknown" 1 "completion: 'some' unknown" -- "$OBX" route set order.set.v1 --db "$db" --cluster local --topic orders --also eu/x --completion some
+check "route completion without targets" 1 "completion: given without targets" -- "$OBX" route set order.set.v1 --db "$db" --cluster local --topic orders --completion all
+check "migrate without selector" 2 "no EVENT_ID and no selector" -- "$OBX" migrate --db "$db"
+check "migrate bad event ID" 1 "event_ids[0]" -- "$OBX" migrate --db "$db" nope
+check "migrate IDs and a selector" 1 "choose one" -- "$OBX" migrate --db "$db" "$id" --from-topic orders
+check "migrate unknown event" 1 "not in this outbox" -- "$OBX" migrate --db "$db" evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G
+check "migrate bad completion" 1 "completion: only with add_target" -- "$OBX" migrate --db "$db" "$id" --completion any
+check "takeover without --to" 2 "--to: required" -- "$OBX" takeover --db "$db" --type order.created.v2
+check "takeover unknown type" 1 "no route for 'x.y.v1'" -- "$OBX" takeover --db "$db" --to obx --type x.y.v1
+check "takeover dry run" 0 "dry run: nothing changed" -- "$OBX" takeover --db "$db" --to new-owner --from obx --percent 50 --dry-run
+check "shadow missing feed" 1 "cannot open" -- "$OBX" shadow --db "$db" --feed "$dir/none.jsonl"
+n=$(sqlite3 "$dir/o.db" "select count(*) from obx_receipt where kind='MIGRATION'")
+g=$(sqlite3 "$dir/o.db" "select count(*) from obx_route where alias='new-owner'")
+if [[ $n == 0 && $g == 0 ]]; then echo "ok   nothing stored by refused or dry-run commands"; else echo "FAIL migration receipts $n, routes $g"; fails=$((fails + 1)); fi
 check "unknown command" 2 "unknown command" -- "$OBX" frobnicate
 check "help" 0 "commands:" -- "$OBX" help
 if ((fails)); then echo "$fails failed"; exit 1; fi

@@ -1,7 +1,8 @@
 /*
- * test_engine_sqlite.c — the engine fault suite on the SQLite store.
+ * test_engine_sqlite.c — the engine fault suite and the migration suite on the SQLite store.
  */
 #include "engine/fault_suite.h"
+#include "engine/migration_suite.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@ int main(void) {
     strcpy(dir, "/tmp/obx-eng-XXXXXX");
     if (!mkdtemp(dir)) return 1;
     int failed = engine_fault_run("engine faults: sqlite", factory);
+    failed += engine_migration_run("migration, delivery sets, shadow, takeover: sqlite", factory);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) failed++;

@@ -23,6 +23,12 @@ check retry-other-destination 'cross_destination_retries > 0'
 check skip-inbox-dedupe       'consumer_duplicate_effects > 0'
 check ignore-idempotency-key  'second_event_ids > 0'
 check drop-duplicate-receipt  'late_ack_converged < late_ack_total'
+check purge-before-watermark  'premature_purges > 0'
+check migrate-while-unknown   'migrated_with_old_copy > 0'
+# accept-superseded-generation is an equivalent mutant here: a migration always changes the
+# destination digest (destination.v1 carries the route generation), so the digest rule refuses
+# the old generation's receipt before the generation rule is reached; the migration suite
+# (tests/engine/migration_suite.c) tests the rule's own refusal message.
 # the control: the same build without a mutation passes
 out=$("$OBX" sim --traces 3000 --seed 11 --jobs 2 --json || true)
 if echo "$out" | python3 -c "import json,sys; sys.exit(0 if json.load(sys.stdin)['passed'] else 1)"; then

@@ -3,8 +3,11 @@
 #   test_sim.sh OBX gate N    : obx sim --traces N must pass (exit 0) and report every key
 #   test_sim.sh OBX determinism : same seed and N give the same trace_hash with 1 and 2 jobs,
 #                                 a different seed gives another, and --replay narrates a trace
+#   test_sim.sh OBX postgres N : the gate on the PostgreSQL store (OBX_TEST_PG_URL; fails without
+#                                it) passes, with the same trace_hash as on SQLite: both stores
+#                                take every trace through the same states and outcomes
 set -euo pipefail
-OBX=${1:?usage: test_sim.sh OBX gate N | determinism}
+OBX=${1:?usage: test_sim.sh OBX gate N | determinism | postgres N}
 case ${2:-gate} in
 gate)
   n=${3:-100000}
@@ -31,5 +34,18 @@ determinism)
   steps=$("$OBX" sim --seed 5 --replay 17 2>&1 >/dev/null | grep -c '^  t=' || true)
   ((steps > 5)) || { echo "FAIL: --replay narrated only $steps steps"; exit 1; }
   echo "ok: same hash with 1 and 2 jobs ($a), another for another seed; replay narrated $steps steps"
+  ;;
+postgres)
+  n=${3:-500}
+  source "$(dirname "$0")/../e2e/pgdb.sh"
+  db=$(pg_fresh_db)
+  trap 'pg_drop_db "$db"' EXIT
+  hash() { python3 -c 'import json,sys; r=json.load(sys.stdin); assert r["passed"], r["first_failure"]; print(r["trace_hash"], r["store"], round(r["traces_per_second"], 1))'; }
+  pg=$("$OBX" sim --traces "$n" --seed 20261130 --jobs 2 --db "$db" --json | hash) || { echo "FAIL: the gate on PostgreSQL"; exit 1; }
+  lite=$("$OBX" sim --traces "$n" --seed 20261130 --jobs 2 --json | hash)
+  [[ ${pg%% *} == "${lite%% *}" ]] || { echo "FAIL: PostgreSQL and SQLite diverge: $pg / $lite"; exit 1; }
+  left=$(psql "$db" -Atc "SELECT count(*) FROM obx.obx_event")
+  [[ $left == 0 ]] || { echo "FAIL: $left events left in the database"; exit 1; }
+  echo "ok: $n traces on PostgreSQL passed, same trace_hash as SQLite (${pg%% *}); pg/sqlite traces/s: ${pg##* } / ${lite##* }"
   ;;
 esac

@@ -4,7 +4,8 @@
  * rule (order per key, leases, backoff, cluster and alias filters), compare-and-set updates,
  * attempts, receipts (one primary per event and generation), audit, selections, nested
  * transactions, statistics, the inbox tables, and the retention and audit methods (publication
- * order, payload purge, aged queries, known event IDs).
+ * order, payload purge, aged queries, known event IDs); and (schema version 2) delivery sets,
+ * event selection by attributes, receipt details and the alias hand-over of unclaimed events.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -536,6 +537,215 @@ static void test_selects_and_stats(void **state) {
     free(ids);
 }
 
+/* ---- schema version 2: delivery sets, selections, receipt details, alias hand-over ---- */
+
+static void test_delivery_sets(void **state) {
+    cx *c = *state;
+    /* a route generation's delivery set is stored with it and read back in target order */
+    obx_route_target t[] = {{.cluster = "eu", .topic = "orders-eu", .routing_key = "{tenant}"},
+                            {.cluster = "local", .topic = "audit", .algorithm = "none"}};
+    obx_route r = {.event_type = "order.created.v1",
+                   .cluster = "local",
+                   .topic = "orders",
+                   .targets = t,
+                   .n_targets = 2,
+                   .completion = "any"};
+    int64_t gen = 0;
+    OK(obx__route_set_at(c->s, &r, c->now, &gen));
+    obx__route_row rr;
+    OK(c->s->m->route_get(c->s, "order.created.v1", &rr));
+    assert_int_equal(rr.targets, 3);
+    obx__route_set_row rs;
+    OK(c->s->m->route_set_get(c->s, gen, &rs));
+    assert_string_equal(rs.completion, "any");
+    assert_int_equal(rs.n, 2);
+    assert_int_equal(rs.t[0].target_no, 2);
+    assert_string_equal(rs.t[0].cluster, "eu");
+    assert_string_equal(rs.t[0].routing_key, "{tenant}");
+    assert_string_equal(rs.t[0].algorithm, "murmur2"); /* the route's */
+    assert_string_equal(rs.t[1].algorithm, "none");
+    assert_int_equal(c->s->m->route_set_get(c->s, gen + 100, &rs), OBX_ENOTFOUND);
+    char *js = NULL;
+    OK(obx_route_list(c->s, 0, &js));
+    assert_non_null(strstr(js, "\"delivery_set\""));
+    assert_non_null(strstr(js, "orders-eu"));
+    obx_free(js);
+    /* an enqueue makes one slot per target, in one transaction */
+    obx_event ev = {.event_type = "order.created.v1",
+                    .aggregate_type = "order",
+                    .aggregate_id = "o-1",
+                    .aggregate_version = 1,
+                    .tenant = "t1",
+                    .payload = "{\"x\":1}",
+                    .payload_len = 7,
+                    .idempotency_key = "k-1"};
+    obx_enqueue_result er;
+    OK(obx__enqueue_at(c->s, &ev, c->now, NULL, &er));
+    obx__delivery_row d;
+    OK(c->s->m->delivery_get(c->s, er.event_id, &d));
+    assert_int_equal(d.n, 3);
+    assert_string_equal(d.event_id, er.event_id);
+    assert_string_equal(d.completion, "any");
+    assert_int_equal(d.route_gen, gen);
+    assert_string_equal(d.t[0].slot_id, er.event_id);
+    assert_string_equal(d.t[2].origin, "enqueue");
+    obx__delivery_row d2;
+    OK(c->s->m->delivery_get(c->s, d.t[2].slot_id, &d2)); /* by a slot, the same set */
+    assert_string_equal(d2.event_id, er.event_id);
+    assert_int_equal(d2.n, 3);
+    obx__event_row s2 = load1(c, d.t[1].slot_id, OBX__LOAD_PAYLOAD), s1 = load1(c, er.event_id, 0);
+    assert_string_equal(s2.logical_id, er.event_id);
+    assert_int_equal(s2.target_no, 2);
+    assert_string_equal(s1.logical_id, er.event_id);
+    assert_int_equal(s1.target_no, 1);
+    assert_string_equal(s2.dest.cluster, "eu");
+    assert_string_equal(s2.dest.routing_key, "t1");
+    assert_string_equal(s2.env.idempotency_key, "k-1"); /* the event's envelope ... */
+    assert_string_equal(s2.envelope_digest, s1.envelope_digest);
+    /* ... but the key names the event once: a retry finds the event, not a slot */
+    obx_enqueue_result again;
+    OK(obx__enqueue_at(c->s, &ev, c->now, NULL, &again));
+    assert_true(again.existing);
+    assert_string_equal(again.event_id, er.event_id);
+    OK(c->s->m->delivery_get(c->s, er.event_id, &d));
+    assert_int_equal(d.n, 3);
+    /* a plain event is in no set */
+    route(c, "order.paid.v1", "paid", 0, NULL);
+    char p[31];
+    enq(c, "order.paid.v1", "o-2", "", p);
+    assert_int_equal(c->s->m->delivery_get(c->s, p, &d2), OBX_ENOTFOUND);
+    obx__event_row rp = load1(c, p, 0);
+    assert_int_equal(rp.target_no, 0);
+    assert_string_equal(obx__wire_id(&rp), p);
+    /* statistics: complete under the rule ("any": one slot published) */
+    int64_t sets = 0, complete = 0;
+    OK(c->s->m->delivery_stats(c->s, &sets, &complete));
+    assert_int_equal(sets, 1);
+    assert_int_equal(complete, 0);
+    set_state(c, d.t[2].slot_id, OBX__ST_CLAIMED, c->now + 10);
+    set_state(c, d.t[2].slot_id, OBX__ST_SENDING, c->now + 10);
+    set_state(c, d.t[2].slot_id, OBX__ST_PUBLISHED, 0);
+    OK(c->s->m->delivery_stats(c->s, &sets, &complete));
+    assert_int_equal(complete, 1);
+    /* delivery_put: a further target of the same contract; another rule or a taken number is a
+     * conflict, and nothing of it stays */
+    obx__delivery_row add = {.completion = "any", .created_at = c->now, .n = 1};
+    strcpy(add.event_id, er.event_id);
+    add.t[0] = (obx__delivery_target_row){.target_no = 4, .created_at = c->now};
+    strcpy(add.t[0].slot_id, p);
+    strcpy(add.t[0].origin, "migration");
+    obx__delivery_row bad = add;
+    strcpy(bad.completion, "all");
+    OK(obx__st_begin(c->s));
+    assert_int_equal(obx__st_delivery_put(c->s, &bad), OBX_ECONFLICT);
+    OK(obx__st_rollback(c->s));
+    bad = add;
+    bad.t[0].target_no = 2;
+    OK(obx__st_begin(c->s));
+    assert_int_equal(obx__st_delivery_put(c->s, &bad), OBX_ECONFLICT);
+    OK(obx__st_rollback(c->s));
+    OK(c->s->m->delivery_get(c->s, er.event_id, &d));
+    assert_int_equal(d.n, 3);
+    OK(obx__st_begin(c->s));
+    OK(obx__st_delivery_put(c->s, &add));
+    OK(obx__st_commit(c->s));
+    OK(c->s->m->delivery_get(c->s, er.event_id, &d));
+    assert_int_equal(d.n, 4);
+    assert_string_equal(d.t[3].origin, "migration");
+    obx__event_row rp2 = load1(c, p, 0);
+    assert_string_equal(obx__wire_id(&rp2), er.event_id); /* now a slot of that event */
+    assert_int_equal(rp2.target_no, 4);
+}
+
+static void test_find_details_alias(void **state) {
+    cx *c = *state;
+    route(c, "order.created.v1", "orders", 0, "legacy");
+    route(c, "order.paid.v1", "paid", 0, NULL);
+    char a[31], b[31], d[31], e[31];
+    enq(c, "order.created.v1", "o-1", "", a);
+    c->now += 10;
+    enq(c, "order.created.v1", "o-2", "", b);
+    enq(c, "order.paid.v1", "o-3", "", d);
+    c->now += 10;
+    enq(c, "order.paid.v1", "o-4", "", e);
+    set_state(c, b, OBX__ST_CLAIMED, c->now + 100);
+    /* each criterion, and paging */
+    obx__rows rows = {0};
+    obx__event_filter f = {.event_type = "order.created.v1"};
+    OK(obx__st_find_events(c->s, &f, &rows));
+    assert_int_equal(rows.n, 2);
+    assert_string_equal(rows.v[0].env.event_id, a);
+    obx__rows_free(&rows);
+    const char *al[] = {"obx", "nobody"};
+    f = (obx__event_filter){.aliases = al, .n_aliases = 2};
+    OK(obx__st_find_events(c->s, &f, &rows));
+    assert_int_equal(rows.n, 2);
+    assert_string_equal(rows.v[1].env.event_id, e);
+    obx__rows_free(&rows);
+    obx__state st[] = {OBX__ST_CLAIMED, OBX__ST_SENDING};
+    f = (obx__event_filter){.states = st, .n_states = 2};
+    OK(obx__st_find_events(c->s, &f, &rows));
+    assert_int_equal(rows.n, 1);
+    assert_string_equal(rows.v[0].env.event_id, b);
+    obx__rows_free(&rows);
+    f = (obx__event_filter){.cluster = "local", .topic = "paid"};
+    OK(obx__st_find_events(c->s, &f, &rows));
+    assert_int_equal(rows.n, 2);
+    obx__rows_free(&rows);
+    f = (obx__event_filter){.committed_from = c->now - 10, .committed_to = c->now};
+    OK(obx__st_find_events(c->s, &f, &rows));
+    assert_int_equal(rows.n, 2); /* b and d */
+    obx__rows_free(&rows);
+    f = (obx__event_filter){.limit = 3};
+    OK(obx__st_find_events(c->s, &f, &rows));
+    assert_int_equal(rows.n, 3);
+    f.after_seq = rows.v[2].seq;
+    obx__rows_free(&rows);
+    OK(obx__st_find_events(c->s, &f, &rows));
+    assert_int_equal(rows.n, 1);
+    assert_string_equal(rows.v[0].env.event_id, e);
+    obx__rows_free(&rows);
+    /* receipt details: the JSON text of each receipt of a kind, oldest first */
+    obx__receipt_row rc[2];
+    memset(rc, 0, sizeof rc);
+    for (int i = 0; i < 2; i++) {
+        strcpy(rc[i].event_id, a);
+        rc[i].envelope_gen = 2 + i;
+        rc[i].kind = OBX__RK_MIGRATION;
+        strcpy(rc[i].cluster, "local");
+        strcpy(rc[i].topic, "orders-v2");
+        rc[i].partition = -1;
+        rc[i].offset = -1;
+        rc[i].detail = i ? "{\"n\":2}" : "{\"n\":1}";
+        rc[i].created_at = c->now;
+    }
+    OK(obx__st_begin(c->s));
+    OK(obx__st_insert_receipts(c->s, rc, 2));
+    OK(obx__st_commit(c->s));
+    char **det;
+    size_t nd;
+    OK(c->s->m->receipt_details(c->s, a, OBX__RK_MIGRATION, &det, &nd));
+    assert_int_equal(nd, 2);
+    assert_string_equal(det[0], "{\"n\":1}");
+    assert_string_equal(det[1], "{\"n\":2}");
+    for (size_t i = 0; i < nd; i++) free(det[i]);
+    free(det);
+    OK(c->s->m->receipt_details(c->s, a, OBX__RK_PRIMARY, &det, &nd));
+    assert_int_equal(nd, 0);
+    free(det);
+    /* alias hand-over: only unclaimed events of the expected owner change */
+    const char *ids[] = {a, b, d};
+    bool applied[3];
+    OK(obx__st_begin(c->s));
+    OK(obx__st_set_alias(c->s, ids, 3, "legacy", "obx", applied));
+    OK(obx__st_commit(c->s));
+    assert_true(applied[0]);
+    assert_false(applied[1]); /* CLAIMED: in a relay's hands */
+    assert_false(applied[2]); /* another owner */
+    assert_string_equal(load1(c, a, 0).alias, "obx");
+    assert_string_equal(load1(c, b, 0).alias, "legacy");
+}
+
 static void test_inbox_tables(void **state) {
     cx *c = *state;
     obx__inbox_row r, got;
@@ -744,7 +954,13 @@ static void test_retention_audit_methods(void **state) {
     g2.envelope_gen = 2;
     g2.env.envelope_gen = 2;
     OK(obx__st_begin(c->s));
-    OK(c->s->m->insert_envelope(c->s, &g2, "{\"x\":2}", 7));
+    /* a new generation keeps the envelope (the PostgreSQL trigger refuses another payload) */
+    obx__rows with_payload = {0};
+    const char *id3 = e[3];
+    OK(obx__st_load_events(c->s, &id3, 1, OBX__LOAD_PAYLOAD, &with_payload));
+    assert_int_equal(with_payload.n, 1);
+    OK(c->s->m->insert_envelope(c->s, &g2, with_payload.v[0].payload, r3.payload_len));
+    obx__rows_free(&with_payload);
     OK(obx__st_commit(c->s));
     const char *purge_ids[] = {e[3], "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G"};
     int64_t bytes = -1;
@@ -839,6 +1055,123 @@ static void test_retention_audit_methods(void **state) {
     assert_true(known[2]);
 }
 
+/* The operations queries (metrics, dashboard, trace): receipts by kind newest first, the newest
+ * PUBLISHED events with their frozen topic, and the consume audit as a cursor, as the newest
+ * rows and by event. */
+static void test_ops_queries(void **state) {
+    cx *c = *state;
+    route(c, "order.created.v1", "orders", 1, NULL);
+    route(c, "payment.done.v1", "payments", 1, NULL);
+    char a[31], b[31], d[31];
+    enq(c, "order.created.v1", "o-1", "", a);
+    enq(c, "payment.done.v1", "p-1", "", b);
+    enq(c, "order.created.v1", "o-2", "", d);
+    const char *pub[] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        c->now += 1000; /* b is published after a */
+        set_state(c, pub[i], OBX__ST_CLAIMED, c->now + 10);
+        set_state(c, pub[i], OBX__ST_SENDING, c->now + 10);
+        set_state(c, pub[i], OBX__ST_PUBLISHED, 0);
+    }
+    obx__published_ref *pr;
+    size_t n;
+    OK(c->s->m->recent_published(c->s, 10, &pr, &n));
+    assert_int_equal(n, 2); /* d is PENDING */
+    assert_string_equal(pr[0].event_id, b);
+    assert_string_equal(pr[0].topic, "payments");
+    assert_string_equal(pr[1].event_id, a);
+    assert_string_equal(pr[1].topic, "orders");
+    assert_true(pr[0].published_at > pr[1].published_at);
+    free(pr);
+    OK(c->s->m->recent_published(c->s, 1, &pr, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(pr[0].event_id, b);
+    free(pr);
+
+    obx__receipt_row rc[3];
+    const obx__receipt_kind kinds[3] = {OBX__RK_QUARANTINED, OBX__RK_DUPLICATE,
+                                        OBX__RK_QUARANTINED};
+    for (int i = 0; i < 3; i++) {
+        memset(&rc[i], 0, sizeof rc[i]);
+        strcpy(rc[i].event_id, i == 2 ? d : a);
+        rc[i].envelope_gen = 1;
+        snprintf(rc[i].attempt_id, sizeof rc[i].attempt_id, "att-01J9ZQ4X5Y6Z7A8B9C0D1E2F3%c",
+                 'A' + i);
+        rc[i].kind = kinds[i];
+        strcpy(rc[i].cluster, "local");
+        strcpy(rc[i].topic, "orders");
+        rc[i].offset = i;
+        snprintf(rc[i].reason, sizeof rc[i].reason, "reason %d", i);
+        rc[i].created_at = c->now + i;
+    }
+    OK(obx__st_begin(c->s));
+    OK(obx__st_insert_receipts(c->s, rc, 3));
+    OK(obx__st_commit(c->s));
+    obx__receipt_row *rr;
+    OK(c->s->m->receipts_by_kind(c->s, OBX__RK_QUARANTINED, 10, &rr, &n));
+    assert_int_equal(n, 2);
+    assert_string_equal(rr[0].event_id, d); /* newest first */
+    assert_string_equal(rr[0].reason, "reason 2");
+    assert_int_equal(rr[0].kind, OBX__RK_QUARANTINED);
+    assert_string_equal(rr[1].event_id, a);
+    free(rr);
+    OK(c->s->m->receipts_by_kind(c->s, OBX__RK_DUPLICATE, 10, &rr, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(rr[0].reason, "reason 1");
+    free(rr);
+    OK(c->s->m->receipts_by_kind(c->s, OBX__RK_MIGRATION, 10, &rr, &n));
+    assert_int_equal(n, 0);
+    free(rr);
+    OK(c->s->m->receipts_by_kind(c->s, OBX__RK_QUARANTINED, 1, &rr, &n));
+    assert_int_equal(n, 1);
+    free(rr);
+
+    obx__consume_audit_row ca[4];
+    const char *who[4] = {"projection", "billing", "projection", "projection"};
+    const char *ev[4] = {a, a, b, a};
+    const char *outcome[4] = {"FAILED", "APPLIED", "APPLIED", "DUPLICATE"};
+    for (int i = 0; i < 4; i++) {
+        memset(&ca[i], 0, sizeof ca[i]);
+        ca[i].at = c->now + i;
+        strcpy(ca[i].consumer_id, who[i]);
+        strcpy(ca[i].event_id, ev[i]);
+        strcpy(ca[i].outcome, outcome[i]);
+        ca[i].duration_us = 100 * (i + 1);
+    }
+    OK(obx__st_begin(c->s));
+    OK(c->s->m->consume_audit_put(c->s, ca, 4));
+    OK(obx__st_commit(c->s));
+    obx__consume_audit_row *cl;
+    OK(c->s->m->consume_audit_list(c->s, "projection", NULL, -1, 1, &cl, &n));
+    assert_int_equal(n, 1); /* the newest row of this consumer: where a cursor starts */
+    assert_string_equal(cl[0].outcome, "DUPLICATE");
+    int64_t newest = cl[0].id;
+    free(cl);
+    OK(c->s->m->consume_audit_list(c->s, NULL, NULL, 0, 10, &cl, &n));
+    assert_int_equal(n, 4); /* a cursor from the start: oldest first, every consumer */
+    assert_string_equal(cl[0].outcome, "FAILED");
+    assert_int_equal(cl[0].duration_us, 100);
+    assert_true(cl[0].id < cl[1].id && cl[1].id < cl[2].id && cl[2].id < cl[3].id);
+    assert_int_equal(cl[3].id, newest);
+    int64_t second = cl[1].id;
+    free(cl);
+    OK(c->s->m->consume_audit_list(c->s, "projection", NULL, second, 10, &cl, &n));
+    assert_int_equal(n, 2); /* after the cursor, this consumer only */
+    assert_string_equal(cl[0].event_id, b);
+    assert_string_equal(cl[1].outcome, "DUPLICATE");
+    free(cl);
+    OK(c->s->m->consume_audit_list(c->s, "projection", NULL, newest, 10, &cl, &n));
+    assert_int_equal(n, 0);
+    free(cl);
+    OK(c->s->m->consume_audit_list(c->s, NULL, a, 0, 10, &cl, &n));
+    assert_int_equal(n, 3); /* one event's rows from every consumer, oldest first */
+    assert_string_equal(cl[1].consumer_id, "billing");
+    free(cl);
+    OK(c->s->m->consume_audit_list(c->s, "projection", a, 0, 10, &cl, &n));
+    assert_int_equal(n, 2);
+    free(cl);
+}
+
 int store_conformance_run(const char *label, store_factory f) {
     factory = f;
     const struct CMUnitTest tests[] = {
@@ -850,6 +1183,9 @@ int store_conformance_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_selects_and_stats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inbox_tables, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retention_audit_methods, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delivery_sets, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_find_details_alias, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ops_queries, setup, teardown),
     };
     return _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
 }

@@ -10,7 +10,9 @@
  *    function obx.enqueue() against the C path and the digest vectors, psql as another language,
  *    least-privilege roles, NOTIFY waking wait_for_work, connection loss and a lost COMMIT,
  *    serialization/deadlock/lock-timeout mapping, SKIP LOCKED claims by concurrent relays,
- *    exact statistics, batch semantics, schema versions, and a claim+mark throughput figure.
+ *    exact statistics, batch semantics, schema versions, and a claim+mark throughput figure;
+ *    delivery sets through obx.enqueue() against the C path, and the upgrade from schema version
+ *    1 (roles included).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +22,7 @@
 
 #include "engine/engine.h"
 #include "engine/fault_suite.h"
+#include "engine/migration_suite.h"
 #include "store/conformance.h"
 
 #include <jansson.h>
@@ -987,7 +990,7 @@ static void test_roles(void **state) {
     OK(obx_store_open(urls[1], &rs));
     int found = 0;
     OK(obx_store_schema_version(rs, &found, NULL));
-    assert_int_equal(found, 1);
+    assert_int_equal(found, OBX__SCHEMA_VERSION);
     obx__claim_req req = {.now = obx__wall_ms() + 1000, .limit = 10};
     obx__rows rows = {0};
     OK(obx__st_begin(rs));
@@ -1638,6 +1641,173 @@ static void test_batch_semantics(void **state) {
     obx__rows_free(&rows);
 }
 
+/* ---- delivery sets through obx.enqueue(), and the upgrade from schema version 1 -------------
+ */
+
+/* obx.enqueue() (any language, inside the caller's transaction) makes the same delivery set as
+ * the C path: one slot per target with the same frozen destinations and digests. */
+static void test_sql_enqueue_delivery_set(void **state) {
+    fx *f = *state;
+    obx_route_target t[] = {{.cluster = "eu", .topic = "orders-eu"},
+                            {.cluster = "local", .topic = "audit", .routing_key = "{tenant}"}};
+    obx_route rt = {.event_type = "order.created.v2",
+                    .cluster = "local",
+                    .topic = "orders",
+                    .targets = t,
+                    .n_targets = 2,
+                    .completion = "any"};
+    int64_t gen;
+    OK(obx_route_set(f->s, &rt, &gen));
+    obx_event ev = order_event("o-set", "{\"total\":1}");
+    ev.idempotency_key = "k-c";
+    obx_enqueue_result rc;
+    OK(obx_enqueue(f->s, &ev, &rc));
+    const char *sql = "SELECT obx.enqueue('order.created.v2', 'order', 'o-set', 1, 'tenant-7', "
+                      "'\\x7b22746f74616c223a317d', NULL, 'corr-1', NULL, NULL, 'k-sql')";
+    PGresult *r = PQexec(f->conn, sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("%s", PQerrorMessage(f->conn));
+    char sid[64];
+    snprintf(sid, sizeof sid, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    obx__delivery_row dc, ds;
+    OK(f->s->m->delivery_get(f->s, rc.event_id, &dc));
+    OK(f->s->m->delivery_get(f->s, sid, &ds));
+    assert_int_equal(dc.n, 3);
+    assert_int_equal(ds.n, 3);
+    assert_string_equal(ds.completion, "any");
+    assert_int_equal(ds.route_gen, gen);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(ds.t[i].target_no, dc.t[i].target_no);
+        obx__event_row c = load1(f->s, dc.t[i].slot_id, 0), q = load1(f->s, ds.t[i].slot_id, 0);
+        assert_string_equal(q.dest_digest, c.dest_digest);
+        assert_string_equal(q.dest.cluster, c.dest.cluster);
+        assert_string_equal(q.dest.routing_key, c.dest.routing_key);
+        assert_string_equal(obx__wire_id(&q), sid);
+        assert_string_equal(obx__wire_id(&c), rc.event_id);
+        assert_int_equal(q.target_no, i + 1);
+        assert_string_equal(q.alias, c.alias);
+        obx__event_row q1 = load1(f->s, sid, 0);
+        assert_string_equal(q.envelope_digest, q1.envelope_digest);
+        assert_string_equal(q.env.payload_digest, c.env.payload_digest);
+    }
+    /* the key names the event once; a retried command gets its event (and set) back */
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event WHERE idempotency_key IS "
+                                   "NOT NULL"),
+                     2);
+    r = PQexec(f->conn, sql);
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    assert_string_equal(PQgetvalue(r, 0, 0), sid);
+    PQclear(r);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_delivery_target"), 6);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_audit WHERE from_state = 'NONE' "
+                                   "AND reason LIKE 'target % of delivery set %'"),
+                     4);
+    /* a delivery set is a frozen contract, also for the database owner */
+    char st[6], msg[256];
+    exec_fail(f->conn, "UPDATE obx.obx_delivery_set SET completion = 'all'", st, msg, sizeof msg);
+    assert_string_equal(st, "OB001");
+    exec_fail(f->conn, "DELETE FROM obx.obx_delivery_target", st, msg, sizeof msg);
+    assert_string_equal(st, "OB001");
+}
+
+/* A database made by schema version 1, with its least-privilege roles: `obx init` upgrades it in
+ * place; the producer enqueues through the new wrapper (and only through it), the relay reads
+ * the new tables, what was there stays. */
+static void test_upgrade_from_v1(void **state) {
+    (void)state;
+    extern const char obx__pg_schema_v1[];
+    char db[64], url[1200], pre[32], sql[512];
+    assert_int_equal(new_db(db, NULL), 0);
+    db_url(db, "", url, sizeof url);
+    PGconn *c = connect_url(url);
+    exec_ok(c, "BEGIN");
+    exec_ok(c, obx__pg_schema_v1);
+    exec_ok(c, "INSERT INTO obx.obx_meta (key, value) VALUES ('schema_version', '1')");
+    exec_ok(c, "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, algorithm, "
+               "serializer, durability, required_acks, max_attempts, blind_retry, unordered, "
+               "alias, created_at) VALUES ('order.created.v2', 'local', 'orders', "
+               "'{tenant}.{aggregate_type}.{aggregate_id}', 'murmur2', 'raw', 'persistent', "
+               "'all', 8, false, false, 'obx', 1)");
+    exec_ok(c, "COMMIT");
+    snprintf(pre, sizeof pre, "obxu%d", (int)getpid());
+    snprintf(sql, sizeof sql, "SELECT obx.create_roles('%s')", pre); /* version 1's */
+    exec_ok(c, sql);
+    const char *kinds[] = {"producer", "relay"};
+    char urls[2][1300];
+    for (int i = 0; i < 2; i++) {
+        snprintf(sql, sizeof sql, "CREATE ROLE %s_%s_login LOGIN IN ROLE %s_%s", pre, kinds[i], pre,
+                 kinds[i]);
+        exec_ok(c, sql);
+        char extra[128];
+        snprintf(extra, sizeof extra, "user=%s_%s_login", pre, kinds[i]);
+        db_url(db, extra, urls[i], sizeof urls[i]);
+    }
+    PGconn *p = connect_url(urls[0]);
+    PGresult *r = PQexec(p, "SELECT obx.enqueue('order.created.v2', 'order', 'o-old', 1, "
+                            "'tenant-7', '\\x7b7d')");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("v1 enqueue: %s", PQerrorMessage(p));
+    char old[64];
+    snprintf(old, sizeof old, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    /* the upgrade */
+    obx_store *s;
+    OK(obx_store_open(url, &s));
+    int found = 0;
+    OK(obx_store_schema_version(s, &found, NULL));
+    assert_int_equal(found, 1);
+    OK(obx_store_init(s));
+    OK(obx_store_schema_version(s, &found, NULL));
+    assert_int_equal(found, OBX__SCHEMA_VERSION);
+    obx_route_target t[] = {{.cluster = "eu", .topic = "orders-eu"}};
+    obx_route rt = {.event_type = "order.created.v2",
+                    .cluster = "local",
+                    .topic = "orders",
+                    .targets = t,
+                    .n_targets = 1};
+    OK(obx_route_set(s, &rt, NULL));
+    /* the producer keeps its right, on the wrapper only */
+    r = PQexec(p, "SELECT obx.enqueue('order.created.v2', 'order', 'o-new', 1, 'tenant-7', "
+                  "'\\x7b7d')");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("v2 enqueue: %s", PQerrorMessage(p));
+    char neu[64];
+    snprintf(neu, sizeof neu, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    char st[6], msg[256];
+    exec_fail(p,
+              "SELECT obx._enqueue_one('order.created.v2', 'order', 'o-x', 1, 'tenant-7', "
+              "'\\x7b7d')",
+              st, msg, sizeof msg);
+    assert_string_equal(st, "42501");
+    PQfinish(p);
+    /* the relay role (granted under version 1) reads the events with their slots */
+    obx_store *rs;
+    OK(obx_store_open(urls[1], &rs));
+    obx__rows rows = {0};
+    const char *ids[] = {old, neu};
+    OK(obx__st_load_events(rs, ids, 2, 0, &rows));
+    assert_int_equal(rows.n, 2);
+    assert_int_equal(rows.v[0].target_no, 0); /* enqueued before: no set */
+    assert_int_equal(rows.v[1].target_no, 1);
+    obx__rows_free(&rows);
+    obx__delivery_row d;
+    OK(rs->m->delivery_get(rs, neu, &d));
+    assert_int_equal(d.n, 2);
+    /* the relay role can move an event to a new envelope generation (obx migrate) */
+    obx_route moved = {.event_type = "order.created.v2", .cluster = "local", .topic = "orders-v2"};
+    int64_t g3;
+    OK(obx_route_set(s, &moved, &g3));
+    const char *mids[] = {old};
+    obx_migrate_request mr = {.event_ids = mids, .n_event_ids = 1, .route_gen = g3, .who = "ops"};
+    char *mout = NULL;
+    OK(obx_migrate(rs, NULL, NULL, 0, &mr, &mout));
+    assert_non_null(strstr(mout, "\"migrated\""));
+    assert_non_null(strstr(mout, "never_sent"));
+    obx_free(mout);
+    obx_store_close(rs);
+    obx_store_close(s);
+    PQfinish(c);
+}
+
 /* ---- schema versions --------------------------------------------------------------------------
  */
 
@@ -1729,10 +1899,15 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_stats_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_semantics, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sql_enqueue_delivery_set, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upgrade_from_v1, setup, teardown),
     };
     failed += cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
     /* the engine's fault suite (DESIGN.md §9) on this store */
     failed += engine_fault_run("engine faults: postgres", pg_factory);
+    /* destination migration, delivery sets, shadow mode and takeover on this store */
+    failed +=
+        engine_migration_run("migration, delivery sets, shadow, takeover: postgres", pg_factory);
     int64_t t2 = obx__mono_ms();
     printf("test_store_pg: conformance %lld ms, postgres-specific %lld ms\n", (long long)(t1 - t0),
            (long long)(t2 - t1));

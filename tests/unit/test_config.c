@@ -36,6 +36,8 @@ static void test_defaults_and_file(void **st) {
                "  id: relay-1\n"
                "  dispatchers: 4\n"
                "  aliases: [obx, legacy]\n"
+               "  shadow: true\n"
+               "  shadow_topics: [orders-legacy]\n"
                "http:\n"
                "  listen: 127.0.0.1:8089\n");
     obx_config *c;
@@ -47,6 +49,9 @@ static void test_defaults_and_file(void **st) {
     assert_non_null(strstr(js, "\"linger.ms=5\""));
     assert_null(strstr(js, "hunter2")); /* secrets never printed */
     assert_non_null(strstr(js, "legacy"));
+    assert_non_null(strstr(js, "\"relay.shadow\": true"));
+    assert_non_null(strstr(js, "\"relay.shadow_grace_ms\": 60000")); /* default */
+    assert_non_null(strstr(js, "orders-legacy"));
     obx_free(js);
     /* flags override the file */
     assert_int_equal(obx_config_set(c, "relay.dispatchers", "8"), OBX_OK);
@@ -90,6 +95,14 @@ static void test_errors(void **st) {
     expect_error("relay: {dispatchers: 2\n", "YAML");
     expect_error("log:\n  format: xml\n", "log.format: 'xml'");
     expect_error("relay:\n  backoff_base_ms: 9000\n  backoff_max_ms: 10\n", "backoff_max_ms");
+    /* shadow mode (docs/migration.md) */
+    expect_error("relay:\n  shadow: perhaps\n",
+                 "relay.shadow (line 2): 'perhaps' is not a boolean");
+    expect_error("relay:\n  shadow_interval_ms: 5\n",
+                 "relay.shadow_interval_ms (line 2): 5 is outside");
+    expect_error("relay:\n  shadow_feed: /tmp/feed.jsonl\n", "relay.shadow_feed: given, but");
+    expect_code(OBX_ECONFIG, "relay:\n  shadow: true\n  shadow_topics: [\"a b\"]\n",
+                "relay.shadow_topics");
     obx_config *c;
     assert_int_equal(obx_config_load("/nonexistent/obx.yaml", &c), OBX_ECONFIG);
     assert_non_null(strstr(obx_errmsg(), "cannot open"));
@@ -101,7 +114,7 @@ static void test_critical_consumers(void **st) {
     expect_error("audit:\n  critical_consumers: [projection]\n",
                  "audit.critical_consumers[0]: 'projection' is not ID=URL");
     expect_error("audit:\n  critical_consumers: ['=sqlite:c.db']\n", "is not ID=URL");
-    expect_code(OBX_EINVAL, "audit:\n  critical_consumers: ['a b=sqlite:c.db']\n",
+    expect_code(OBX_ECONFIG, "audit:\n  critical_consumers: ['a b=sqlite:c.db']\n",
                 "audit.critical_consumers[0]: consumer ID");
     expect_code(OBX_EURL, "audit:\n  critical_consumers: [p=sqlite:c.db, q=mysql://x]\n",
                 "audit.critical_consumers[1]: store URL");

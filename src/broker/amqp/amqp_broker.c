@@ -327,7 +327,8 @@ static obx_err parse_cfg(const obx__url *u, const char *const *props, size_t n_p
     }
     for (size_t i = 0; i < n_props && !e; i++) {
         const char *eq = props[i] ? strchr(props[i], '=') : NULL;
-        if (!eq) return obx__fail(OBX_ECONFIG, "amqp property '%s': expected key=value", props[i]);
+        /* not echoed: it may be a password typed without its key */
+        if (!eq) return obx__fail(OBX_ECONFIG, "amqp property #%zu: expected key=value", i + 1);
         char k[64];
         if ((size_t)(eq - props[i]) >= sizeof k)
             return obx__fail(OBX_ECONFIG, "amqp property name too long");

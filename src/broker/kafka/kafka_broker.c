@@ -706,8 +706,12 @@ static obx_err topic_partitions(kafka_broker *b, kb_topic *t, int32_t *n) {
     if (md->topic_cnt != 1 || md->topics[0].err || md->topics[0].partition_cnt < 1) {
         rd_kafka_resp_err_t te =
             md->topic_cnt == 1 ? md->topics[0].err : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
-        e = obx__fail(OBX_EBROKER, "kafka: topic '%s' on cluster %s: %s", t->name, b->kafka_id,
-                      te ? rd_kafka_err2str(te) : "no partitions");
+        /* the brokers answered that the topic does not exist: a definite answer (the engine
+         * rejects the attempt instead of retrying the metadata forever) */
+        bool missing =
+            te == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART || te == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+        e = obx__fail(missing ? OBX_ENOTFOUND : OBX_EBROKER, "kafka: topic '%s' on cluster %s: %s",
+                      t->name, b->kafka_id, te ? rd_kafka_err2str(te) : "no partitions");
     } else {
         t->partitions = md->topics[0].partition_cnt;
         t->partitions_at = now;

@@ -12,6 +12,10 @@
  *     there is no quiet time);
  *   - consumers read from their group's committed offset; an ack commits offset + 1.
  *
+ * Topics are created on first use, like a Kafka cluster with auto-creation, unless
+ * auto_create=0: then a topic must exist (obx__log_broker_create_topic) and a destination
+ * naming a missing one is refused — partition_for answers OBX_ENOTFOUND, a send REJECT.
+ *
  * Fault knobs (probabilities 0..1, for tests and the demo), all seeded by `seed`:
  *   drop_ack   append, then report UNKNOWN after ack_timeout_ms (a timed-out ACK)
  *   lose_ack   append, then report nothing at all (the dispatcher's lease runs out)
@@ -72,6 +76,7 @@ typedef struct log_broker {
     int64_t hold_ms;
     int64_t delay_ack_ms, ack_timeout_ms;
     bool down, lookup_down;
+    bool no_auto_create; /* auto_create=0 */
     /* outcomes not yet polled */
     pending *q;
     size_t nq, capq;
@@ -162,6 +167,8 @@ static obx_err set_knob(log_broker *b, const char *k, const char *v) {
         b->down = d != 0;
     else if (!strcmp(k, "lookup_down"))
         b->lookup_down = d != 0;
+    else if (!strcmp(k, "auto_create"))
+        b->no_auto_create = d == 0;
     else if (!strcmp(k, "seed"))
         b->rng = (uint64_t)d ? (uint64_t)d : 88172645463325252ull;
     else if (!strcmp(k, "partitions")) {
@@ -172,7 +179,8 @@ static obx_err set_knob(log_broker *b, const char *k, const char *v) {
         return obx__fail(OBX_EURL,
                          "broker URL: unknown log broker option '%s' (cluster, partitions, seed, "
                          "drop_ack, lose_ack, delay_ack, delay_ack_ms, ack_timeout_ms, reject, "
-                         "dup, blackhole, hold, hold_ms, down, lookup_down, lose_commit)",
+                         "dup, blackhole, hold, hold_ms, down, lookup_down, lose_commit, "
+                         "auto_create)",
                          k);
     return OBX_OK;
 }
@@ -292,7 +300,10 @@ static obx_err lb_cluster_id(obx__broker *base, char *out, size_t cap) {
     return OBX_OK;
 }
 
-/* Partition count of a topic; creates the topic with the default count on first use. */
+static obx_err create_topic(log_broker *b, const char *topic, int32_t parts, int32_t *n);
+
+/* Partition count of a topic; creates the topic with the default count on first use (unless
+ * auto_create=0: OBX_ENOTFOUND). */
 static obx_err partitions(log_broker *b, const char *topic, int32_t *n) {
     obx_err e = prep(b, &b->st_parts, "SELECT partitions FROM obx_log_topic WHERE name = ?");
     if (e) return e;
@@ -305,16 +316,43 @@ static obx_err partitions(log_broker *b, const char *topic, int32_t *n) {
     }
     sqlite3_reset(b->st_parts);
     if (rc != SQLITE_DONE) return dberr(b, "topic");
+    if (b->no_auto_create)
+        return obx__fail(OBX_ENOTFOUND, "log broker %s: topic '%s' does not exist (auto_create=0)",
+                         b->cluster, topic);
+    return create_topic(b, topic, b->default_partitions, n);
+}
+
+/* Creates topic with `parts` partitions (nothing when it exists); *n gets its count. */
+static obx_err create_topic(log_broker *b, const char *topic, int32_t parts, int32_t *n) {
+    obx_err e;
+    int rc;
     if ((e = prep(b, &b->st_ins_part,
                   "INSERT INTO obx_log_topic (name, partitions) VALUES (?, ?) "
                   "ON CONFLICT (name) DO NOTHING")))
         return e;
     sqlite3_bind_text(b->st_ins_part, 1, topic, -1, SQLITE_STATIC);
-    sqlite3_bind_int(b->st_ins_part, 2, b->default_partitions);
+    sqlite3_bind_int(b->st_ins_part, 2, parts);
     rc = sqlite3_step(b->st_ins_part);
     sqlite3_reset(b->st_ins_part);
     if (rc != SQLITE_DONE) return dberr(b, "create topic");
-    return partitions(b, topic, n);
+    bool saved = b->no_auto_create;
+    b->no_auto_create = false;
+    e = partitions(b, topic, n);
+    b->no_auto_create = saved;
+    return e;
+}
+
+/* Creates a topic (for auto_create=0 setups: tests, operators' scripts). */
+obx_err obx__log_broker_create_topic(obx__broker *base, const char *topic, int32_t partitions_n);
+obx_err obx__log_broker_create_topic(obx__broker *base, const char *topic, int32_t partitions_n) {
+    if (!base || base->m != &obx__log_broker_methods)
+        return obx__fail(OBX_EINVAL, "not a log broker");
+    obx_err e = obx__check_field("topic", topic, 1, OBX_TOPIC_MAX, OBX__CS_NAME);
+    if (e) return e;
+    if (partitions_n < 1 || partitions_n > 1024)
+        return obx__fail(OBX_EINVAL, "partitions: %d outside 1..1024", (int)partitions_n);
+    int32_t n = 0;
+    return create_topic((log_broker *)base, topic, partitions_n, &n);
 }
 
 static obx_err lb_partition_for(obx__broker *base, const obx__dest *d, int32_t *out) {
@@ -410,6 +448,11 @@ static obx_err append_one(log_broker *b, const obx__msg *m, int64_t now) {
     obx__outcome o;
     int32_t np = 0;
     obx_err e = partitions(b, m->dest->topic, &np);
+    if (e == OBX_ENOTFOUND) { /* a definite answer for this message, not a failed send */
+        outcome_for(b, m, OBX__OUT_REJECT, &o);
+        snprintf(o.reason, sizeof o.reason, "%s", obx_errmsg());
+        return queue(b, &o, now);
+    }
     if (e) return e;
     int64_t wall = obx__wall_ms();
     if (m->deadline && (now > wall ? now : wall) > m->deadline) {

@@ -22,7 +22,8 @@
  *      that names the same row twice is cut into runs without repeats, executed in order, so
  *      that it behaves as the same calls one by one.
  *   5. Errors (map_error): OB001 from the frozen-data triggers -> OBX_EIMMUTABLE; 23505 unique
- *      violation -> OBX_ECONFLICT; 40001 serialization failure, 40P01 deadlock, 55P03 lock
+ *      violation -> OBX_ECONFLICT; 42501 insufficient privilege (row-level security included)
+ *      -> OBX_EREFUSED; 40001 serialization failure, 40P01 deadlock, 55P03 lock
  *      timeout, 57014 statement timeout -> OBX_EBUSY (retriable: the server rolled the
  *      statement back; inside a transaction the caller rolls back and retries the whole
  *      transaction); a lost connection -> OBX_ECONNLOST; a connection lost while COMMIT was in
@@ -50,9 +51,10 @@
 #include <string.h>
 
 extern const char obx__pg_schema_v1[];
+extern const char obx__pg_schema_v2[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
-static const char *const migrations[] = {NULL, obx__pg_schema_v1};
+static const char *const migrations[] = {NULL, obx__pg_schema_v1, obx__pg_schema_v2};
 
 /* Advisory lock class IDs ("OBX" and "OBY"): the two-key form keeps obx's locks apart from an
  * application's single-bigint advisory locks. */
@@ -109,10 +111,26 @@ enum {
     Q_POISON_STATE,
     Q_INBOX_QUAR,
     Q_CONSUME_AUDIT,
+    Q_FIND,
+    Q_RSET_PUT,
+    Q_RSET_GET,
+    Q_DSET_PUT,
+    Q_DGET,
+    Q_DSTATS,
+    Q_RCPT_DETAIL,
+    Q_SET_ALIAS,
     Q_RET_CANDIDATES,
     Q_RET_CANDIDATES_LOCK,
     Q_PURGE_PAYLOADS,
     Q_EVENTS_KNOWN,
+    Q_RCPT_KIND_SPARSE,
+    Q_RCPT_KIND_ANY,
+    Q_RECENT_PUB,
+    Q_CAUDIT_EVENT,
+    Q_CAUDIT_AFTER,
+    Q_CAUDIT_NEWEST,
+    Q_SEL_UNPUB_STATE,
+    Q_SEL_UNPUB_STATE_LOCK,
     Q_AGED_LIST,                                  /* + obx__aged_kind */
     Q_AGED_COUNT = Q_AGED_LIST + OBX__AGED_COUNT, /* + obx__aged_kind */
     Q_COUNT = Q_AGED_COUNT + OBX__AGED_COUNT
@@ -139,17 +157,21 @@ typedef struct pg_store {
     "v.payload_digest, v.tenant, v.occurred_at, v.created_txid, v.correlation_id, "                \
     "v.causation_id, v.traceparent, v.idempotency_key, v.envelope_digest, v.dest_cluster, "        \
     "v.dest_topic, v.dest_routing_key, v.dest_algorithm, v.dest_route_gen, v.dest_serializer, "    \
-    "v.dest_durability, v.dest_acks, v.dest_digest, v.payload_len, v.payload IS NULL"
-#define EVENT_NCOLS 47 /* the payload, when selected, is column EVENT_NCOLS */
+    "v.dest_durability, v.dest_acks, v.dest_digest, v.payload_len, v.payload IS NULL, "            \
+    "coalesce(t.event_id, e.event_id), coalesce(t.target_no, 0)"
+#define EVENT_NCOLS 49 /* the payload, when selected, is column EVENT_NCOLS */
+/* A delivery-set slot carries its logical event ID and target number (schema version 2). */
+#define SLOT_JOIN " LEFT JOIN obx.obx_delivery_target t ON t.slot_id = e.event_id "
 #define EVENT_FROM                                                                                 \
     " FROM obx.obx_event e JOIN obx.obx_envelope v ON v.event_id = e.event_id AND "                \
-    "v.envelope_gen = e.envelope_gen "
+    "v.envelope_gen = e.envelope_gen" SLOT_JOIN
 /* Written exactly as the predicate of index obx_event_unpublished. */
 #define UNPUBLISHED                                                                                \
     "('PENDING','CLAIMED','SENDING','DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED','PARKED')"
 #define ROUTE_COLS                                                                                 \
     "gen, event_type, cluster, topic, routing_key, algorithm, serializer, durability, "            \
-    "required_acks, max_attempts, blind_retry, unordered, alias, created_at"
+    "required_acks, max_attempts, blind_retry, unordered, alias, created_at, "                     \
+    "coalesce((SELECT s.targets FROM obx.obx_route_set s WHERE s.route_gen = obx_route.gen), 0)"
 #define ENV_INS_COLS                                                                               \
     "(event_id, envelope_gen, aggregate_type, aggregate_id, aggregate_version, event_type, "       \
     "payload_schema, payload_digest, tenant, occurred_at, created_txid, correlation_id, "          \
@@ -177,12 +199,22 @@ typedef struct pg_store {
 /* every statement of the select family binds the same first four parameters; this one has no
  * use for now ($1), but an unreferenced parameter would have no type when prepared */
 #define SEL_STATE SEL("WHERE e.state = $5::text AND $1::bigint IS NOT NULL", "e.seq")
+/* An unpublished state (operators' lists: UNKNOWN, PARKED): the literal list proves the
+ * partial index obx_event_unpublished's predicate, and ordering by seq + 0 keeps the planner
+ * from walking the primary key in seq order hoping to meet the rare state soon (the unpublished
+ * rows are the newest: a generic plan of "state = $5 ORDER BY seq" read 200k rows for 50). The
+ * read is bounded by the backlog, whatever the plan cache decides. */
+#define SEL_UNPUB_STATE                                                                            \
+    SEL("WHERE e.state = $5::text AND e.state IN ('PENDING','CLAIMED','SENDING',"                  \
+        "'DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED','PARKED') AND $1::bigint IS NOT NULL",   \
+        "e.seq + 0")
 #define SEL_PUBBEFORE                                                                              \
     SEL("WHERE e.state = $5::text AND e.published_at <= $1::bigint", "e.published_at, e.seq")
 #define LOAD(lock)                                                                                 \
     "SELECT " EVENT_COLS ", CASE WHEN $2::bool THEN v.payload END FROM unnest($1::text[]) WITH "   \
     "ORDINALITY AS k(id, ord) JOIN obx.obx_event e ON e.event_id = k.id JOIN obx.obx_envelope v "  \
-    "ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen ORDER BY k.ord" lock
+    "ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen" SLOT_JOIN                     \
+    "ORDER BY k.ord" lock
 
 #define RET_CANDIDATES                                                                             \
     "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = $1::text AND e.state IN ('PUBLISHED', "       \
@@ -208,6 +240,11 @@ typedef struct pg_store {
 #define PARKED_W "obx.obx_event WHERE state IN " UNPUBLISHED " AND state = 'PARKED'"
 #define QUAR_W "obx.obx_receipt WHERE kind IN ('QUARANTINED', 'MIGRATION') AND kind = 'QUARANTINED'"
 #define IQUAR_W "obx.obx_inbox_quarantine WHERE true"
+
+#define RCPT_COLS                                                                                  \
+    "event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "            \
+    "broker_ts, payload_digest, dest_digest, reason, created_at"
+#define CAUDIT_COLS "audit_id, at, consumer_id, event_id, outcome, duration_us, detail"
 
 static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_PUT] = "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, "
@@ -253,7 +290,8 @@ static const char *const sql_text[Q_COUNT] = {
         "pinned_partition, rejections, available_at, next_check_at, unknown_since, "
         "primary_attempt_id, published_at, committed_at, updated_at, max_attempts, blind_retry, "
         "unordered, alias, dest_cluster) "
-        "SELECT env.event_id, $9::text, nullif($15::text, ''), $6::text, $12::text, $29::text, "
+        "SELECT env.event_id, $9::text, CASE WHEN $49::int >= 2 THEN NULL ELSE "
+        "nullif($15::text, '') END, $6::text, $12::text, $29::text, "
         "$2::int, $30::text, $31::bigint, $32::text, $33::bigint, $34::int, $35::text, $36::int, "
         "$37::int, $38::bigint, $39::bigint, $40::bigint, $41::text, $42::bigint, $43::bigint, "
         "$44::bigint, $45::int, $46::bool, $47::bool, $48::text, $17::text FROM env",
@@ -327,9 +365,8 @@ static const char *const sql_text[Q_COUNT] = {
                    "$12::text[], $13::text[], $14::bigint[]) WITH ORDINALITY AS t(event_id, "
                    "envelope_gen, attempt_id, kind, cluster, topic, partition, off, broker_ts, "
                    "payload_digest, dest_digest, reason, detail, created_at, ord) ORDER BY ord",
-    [Q_LOAD_RCPT] = "SELECT event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, "
-                    "\"offset\", broker_ts, payload_digest, dest_digest, reason, created_at "
-                    "FROM obx.obx_receipt WHERE event_id = $1::text ORDER BY receipt_id",
+    [Q_LOAD_RCPT] = "SELECT " RCPT_COLS " FROM obx.obx_receipt WHERE event_id = $1::text "
+                    "ORDER BY receipt_id",
     [Q_INS_AUDIT] = "INSERT INTO obx.obx_audit (at, actor, who, event_id, envelope_gen, "
                     "from_state, to_state, claim_gen, attempt_id, attempt_gen, reason) "
                     "SELECT at, actor, who, event_id, envelope_gen, from_state, to_state, "
@@ -451,6 +488,72 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_AGED_COUNT + OBX__AGED_QUARANTINED] = AGED_COUNT(QUAR_W, "created_at", ""),
     [Q_AGED_COUNT + OBX__AGED_INBOX_QUARANTINED] =
         AGED_COUNT(IQUAR_W, "at", " AND consumer_id = $2::text"),
+    [Q_FIND] =
+        "SELECT " EVENT_COLS EVENT_FROM "WHERE ($1::text IS NULL OR e.event_type = $1::text) "
+        "AND ($2::text IS NULL OR v.dest_cluster = $2::text) "
+        "AND ($3::text IS NULL OR v.dest_topic = $3::text) "
+        "AND ($4::text[] IS NULL OR e.alias = ANY ($4::text[])) "
+        "AND ($5::text[] IS NULL OR e.state = ANY ($5::text[])) "
+        "AND e.committed_at >= $6::bigint AND ($7::bigint = 0 OR e.committed_at < "
+        "$7::bigint) AND e.seq > $8::bigint ORDER BY e.seq LIMIT $9::bigint",
+    /* the set and its targets in one statement (contract 4) */
+    [Q_RSET_PUT] = "WITH s AS (INSERT INTO obx.obx_route_set (route_gen, completion, targets) "
+                   "VALUES ($1::bigint, $2::text, $3::int)) "
+                   "INSERT INTO obx.obx_route_target (route_gen, target_no, cluster, topic, "
+                   "routing_key, algorithm, serializer, durability, required_acks) SELECT "
+                   "$1::bigint, t.* FROM unnest($4::int[], $5::text[], $6::text[], $7::text[], "
+                   "$8::text[], $9::text[], $10::text[], $11::text[]) AS t",
+    [Q_RSET_GET] = "SELECT s.completion, t.target_no, t.cluster, t.topic, t.routing_key, "
+                   "t.algorithm, t.serializer, t.durability, t.required_acks FROM "
+                   "obx.obx_route_set s LEFT JOIN obx.obx_route_target t ON t.route_gen = "
+                   "s.route_gen WHERE s.route_gen = $1::bigint ORDER BY t.target_no",
+    /* The set row unless present; the targets only when the set's rule is the one given (a
+     * new set, or the same contract): fewer rows back than targets given = another rule. */
+    [Q_DSET_PUT] = "WITH s AS (INSERT INTO obx.obx_delivery_set (event_id, completion, route_gen, "
+                   "created_at) VALUES ($1::text, $2::text, $3::bigint, $4::bigint) ON CONFLICT "
+                   "(event_id) DO NOTHING RETURNING 1), ok AS (SELECT 1 FROM s UNION ALL SELECT 1 "
+                   "FROM obx.obx_delivery_set d WHERE d.event_id = $1::text AND d.completion = "
+                   "$2::text) INSERT INTO obx.obx_delivery_target (slot_id, event_id, target_no, "
+                   "origin, created_at) SELECT t.slot, $1::text, t.no, t.origin, t.at FROM "
+                   "unnest($5::text[], $6::int[], $7::text[], $8::bigint[]) AS t(slot, no, "
+                   "origin, at) WHERE EXISTS (SELECT 1 FROM ok) RETURNING 1",
+    [Q_DGET] = "SELECT d.event_id, d.completion, d.route_gen, d.created_at, t.target_no, "
+               "t.slot_id, t.origin, t.created_at FROM obx.obx_delivery_set d JOIN "
+               "obx.obx_delivery_target t ON t.event_id = d.event_id WHERE d.event_id = "
+               "coalesce((SELECT x.event_id FROM obx.obx_delivery_target x WHERE x.slot_id = "
+               "$1::text), $1::text) ORDER BY t.target_no",
+    [Q_DSTATS] = "SELECT count(*), coalesce(sum(CASE WHEN (d.completion = 'all' AND x.pub = x.n) "
+                 "OR (d.completion = 'any' AND x.pub > 0) THEN 1 ELSE 0 END), 0) FROM "
+                 "obx.obx_delivery_set d JOIN (SELECT t.event_id, count(*) AS n, count(*) FILTER "
+                 "(WHERE e.state IN ('PUBLISHED','RETAINED','PURGED')) AS pub FROM "
+                 "obx.obx_delivery_target t JOIN obx.obx_event e ON e.event_id = t.slot_id "
+                 "GROUP BY t.event_id) x ON x.event_id = d.event_id",
+    [Q_RCPT_DETAIL] = "SELECT coalesce(detail, '') FROM obx.obx_receipt WHERE event_id = $1::text "
+                      "AND kind = $2::text ORDER BY receipt_id",
+    [Q_SET_ALIAS] = "UPDATE obx.obx_event e SET alias = $3::text FROM unnest($1::text[]) WITH "
+                    "ORDINALITY AS k(id, ord) WHERE e.event_id = k.id AND e.alias = $2::text AND "
+                    "e.state IN ('PENDING', 'PARKED') RETURNING k.ord",
+    /* The literal IN list lets a generic plan use the partial index obx_receipt_kind. */
+    [Q_RCPT_KIND_SPARSE] = "SELECT " RCPT_COLS " FROM obx.obx_receipt WHERE kind = $1::text AND "
+                           "kind IN ('QUARANTINED','MIGRATION') ORDER BY receipt_id DESC "
+                           "LIMIT $2::bigint",
+    [Q_RCPT_KIND_ANY] = "SELECT " RCPT_COLS " FROM obx.obx_receipt WHERE kind = $1::text "
+                        "ORDER BY receipt_id DESC LIMIT $2::bigint",
+    [Q_RECENT_PUB] = "SELECT e.event_id, v.dest_topic, e.published_at FROM obx.obx_event e JOIN "
+                     "obx.obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = "
+                     "e.envelope_gen WHERE e.state = 'PUBLISHED' ORDER BY e.published_at DESC "
+                     "LIMIT $1::bigint",
+    [Q_CAUDIT_EVENT] = "SELECT " CAUDIT_COLS " FROM obx.obx_consume_audit WHERE event_id = "
+                       "$2::text AND ($1::text IS NULL OR consumer_id = $1::text) AND audit_id > "
+                       "$3::bigint ORDER BY audit_id LIMIT $4::bigint",
+    [Q_CAUDIT_AFTER] = "SELECT " CAUDIT_COLS " FROM obx.obx_consume_audit WHERE audit_id > "
+                       "$3::bigint AND ($1::text IS NULL OR consumer_id = $1::text) AND "
+                       "($2::text IS NULL) ORDER BY audit_id LIMIT $4::bigint",
+    [Q_CAUDIT_NEWEST] = "SELECT " CAUDIT_COLS " FROM obx.obx_consume_audit WHERE ($2::text IS "
+                        "NULL OR event_id = $2::text) AND ($1::text IS NULL OR consumer_id = "
+                        "$1::text) AND $3::bigint < 0 ORDER BY audit_id DESC LIMIT $4::bigint",
+    [Q_SEL_UNPUB_STATE] = SEL_UNPUB_STATE,
+    [Q_SEL_UNPUB_STATE_LOCK] = SEL_UNPUB_STATE SKIP_LOCKED,
 };
 
 /* Statements that only read: run standalone on an owned connection found lost, they are
@@ -495,6 +598,17 @@ static const bool q_readonly[Q_COUNT] = {
     [Q_AGED_COUNT + OBX__AGED_PARKED] = true,
     [Q_AGED_COUNT + OBX__AGED_QUARANTINED] = true,
     [Q_AGED_COUNT + OBX__AGED_INBOX_QUARANTINED] = true,
+    [Q_FIND] = true,
+    [Q_RSET_GET] = true,
+    [Q_DGET] = true,
+    [Q_DSTATS] = true,
+    [Q_RCPT_DETAIL] = true,
+    [Q_RCPT_KIND_SPARSE] = true,
+    [Q_RCPT_KIND_ANY] = true,
+    [Q_RECENT_PUB] = true,
+    [Q_CAUDIT_EVENT] = true,
+    [Q_CAUDIT_AFTER] = true,
+    [Q_CAUDIT_NEWEST] = true,
 };
 
 /* ---- statement names ----------------------------------------------------------------------- */
@@ -518,7 +632,7 @@ static void stmt_name(int id, char out[40]) {
 
 /* ---- parameters ------------------------------------------------------------------------------ */
 
-#define PMAX 48
+#define PMAX 56
 
 /* Parameters of one statement: text values (NULL = SQL NULL), binary bytea, and array literals
  * built in owned buffers. Out of memory is sticky and reported by run(). */
@@ -656,6 +770,9 @@ static obx_err map_error(pg_store *s, const PGresult *r, const char *what) {
                          st, what);
     if (!strncmp(st, "53", 2))
         return obx__fail(OBX_EIO, "postgres: %s [SQLSTATE %s] (%s)", msg, st, what);
+    /* insufficient privilege, row-level security included: refused for this role, for good */
+    if (!strcmp(st, "42501"))
+        return obx__fail(OBX_EREFUSED, "postgres: %s [SQLSTATE %s] (%s)", msg, st, what);
     return obx__fail(OBX_ESTORE, "postgres: %s [SQLSTATE %s] (%s)", msg, st, what);
 }
 
@@ -1123,6 +1240,7 @@ static void read_route(const PGresult *r, int row, obx__route_row *o) {
     o->unordered = gb(r, row, 11);
     GT(r, row, 12, o->alias);
     o->created_at = gi(r, row, 13);
+    o->targets = (int32_t)gi(r, row, 14);
 }
 
 static obx_err pg_route_put(obx__store *base, const obx__route_row *rt, int64_t *gen) {
@@ -1282,7 +1400,8 @@ static obx_err pg_insert_event(obx__store *base, const obx__event_row *r, const 
     p_int(&p, r->max_attempts);
     p_bool(&p, r->blind_retry);
     p_bool(&p, r->unordered);
-    p_text(&p, r->alias); /* $48 */
+    p_text(&p, r->alias);    /* $48 */
+    p_int(&p, r->target_no); /* $49: a further target's slot carries no idempotency key */
     return run(s, Q_INS_EVENT, &p, PGRES_COMMAND_OK, NULL, "insert event");
 }
 
@@ -1340,6 +1459,8 @@ static obx_err read_event(const PGresult *res, int row, obx__event_row *r, bool 
     GT(res, row, i++, r->dest_digest);
     r->payload_len = (size_t)gi(res, row, i++);
     r->payload_purged = gb(res, row, i++);
+    GT(res, row, i++, r->logical_id);
+    r->target_no = (int32_t)gi(res, row, i++);
     if (with_payload) {
         size_t n = 0;
         obx_err e = get_bytea(res, row, EVENT_NCOLS, &r->payload, &n);
@@ -1400,7 +1521,10 @@ static obx_err pg_select_events(obx__store *base, const obx__select_req *req, ob
     case OBX__SEL_EXPIRED_SENDING: id = req->lock ? Q_SEL_EXPIRED_LOCK : Q_SEL_EXPIRED; break;
     case OBX__SEL_RECONCILE: id = req->lock ? Q_SEL_RECONCILE_LOCK : Q_SEL_RECONCILE; break;
     case OBX__SEL_STATE:
-        id = req->lock ? Q_SEL_STATE_LOCK : Q_SEL_STATE;
+        if (obx__state_is_published(req->state))
+            id = req->lock ? Q_SEL_STATE_LOCK : Q_SEL_STATE;
+        else
+            id = req->lock ? Q_SEL_UNPUB_STATE_LOCK : Q_SEL_UNPUB_STATE;
         with_state = true;
         break;
     case OBX__SEL_PUBLISHED_BEFORE:
@@ -1665,21 +1789,13 @@ static obx_err pg_insert_receipts(obx__store *base, const obx__receipt_row *rc, 
     return e;
 }
 
-static obx_err pg_load_receipts(obx__store *base, const char *event_id, obx__receipt_row **out,
-                                size_t *n_out) {
-    pg_store *s = (pg_store *)base;
-    *out = NULL;
-    *n_out = 0;
-    params p;
-    p_init(&p);
-    p_text(&p, event_id);
-    PGresult *r = NULL;
-    obx_err e = run(s, Q_LOAD_RCPT, &p, PGRES_TUPLES_OK, &r, "load receipts");
-    if (e) return e;
+/* Receipts from rows of RCPT_COLS. */
+static obx_err read_receipts(PGresult *r, const char *what, obx__receipt_row **out, size_t *n_out) {
+    obx_err e = OBX_OK;
     int rows = PQntuples(r);
     if (rows > 0) {
         *out = calloc((size_t)rows, sizeof **out);
-        if (!*out) e = obx__fail(OBX_ENOMEM, "load receipts: out of memory");
+        if (!*out) e = obx__fail(OBX_ENOMEM, "%s: out of memory", what);
     }
     for (int i = 0; !e && i < rows; i++) {
         obx__receipt_row *rc = &(*out)[i];
@@ -1701,6 +1817,21 @@ static obx_err pg_load_receipts(obx__store *base, const char *event_id, obx__rec
         rc->created_at = gi(r, i, 12);
     }
     if (!e) *n_out = (size_t)rows;
+    return e;
+}
+
+static obx_err pg_load_receipts(obx__store *base, const char *event_id, obx__receipt_row **out,
+                                size_t *n_out) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n_out = 0;
+    params p;
+    p_init(&p);
+    p_text(&p, event_id);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_LOAD_RCPT, &p, PGRES_TUPLES_OK, &r, "load receipts");
+    if (e) return e;
+    e = read_receipts(r, "load receipts", out, n_out);
     PQclear(r);
     return e;
 }
@@ -2307,6 +2438,283 @@ static obx_err pg_create_roles(obx__store *base, const char *prefix) {
     return pg_commit(base);
 }
 
+/* ---- schema version 2: selections, delivery sets, receipt details, takeover ---------------- */
+
+static obx_err pg_find_events(obx__store *base, const obx__event_filter *f, obx__rows *out) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, f->event_type);
+    p_text(&p, f->cluster);
+    p_text(&p, f->topic);
+    if (f->n_aliases)
+        ARR_TEXT(&p, f->n_aliases, f->aliases[i]);
+    else
+        p_text(&p, NULL);
+    if (f->n_states)
+        ARR_TEXT(&p, f->n_states, obx__state_name(f->states[i]));
+    else
+        p_text(&p, NULL);
+    p_int(&p, f->committed_from);
+    p_int(&p, f->committed_to);
+    p_int(&p, f->after_seq);
+    p_int(&p, (int64_t)(f->limit ? f->limit : 1000));
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_FIND, &p, PGRES_TUPLES_OK, &r, "find events");
+    p_free(&p);
+    return e ? e : collect(r, false, out, "find events");
+}
+
+static obx_err pg_route_set_put(obx__store *base, const obx__route_set_row *rs) {
+    pg_store *s = (pg_store *)base;
+    size_t n = (size_t)rs->n;
+    params p;
+    p_init(&p);
+    p_int(&p, rs->route_gen);
+    p_text(&p, rs->completion);
+    p_int(&p, rs->n + 1);
+    ARR_INT(&p, n, rs->t[i].target_no);
+    ARR_TEXT(&p, n, rs->t[i].cluster);
+    ARR_TEXT(&p, n, rs->t[i].topic);
+    ARR_TEXT(&p, n, rs->t[i].routing_key);
+    ARR_TEXT(&p, n, rs->t[i].algorithm);
+    ARR_TEXT(&p, n, rs->t[i].serializer);
+    ARR_TEXT(&p, n, rs->t[i].durability);
+    ARR_TEXT(&p, n, rs->t[i].required_acks);
+    obx_err e = run(s, Q_RSET_PUT, &p, PGRES_COMMAND_OK, NULL, "insert route set");
+    p_free(&p);
+    return e;
+}
+
+static obx_err pg_route_set_get(obx__store *base, int64_t gen, obx__route_set_row *out) {
+    pg_store *s = (pg_store *)base;
+    memset(out, 0, sizeof *out);
+    params p;
+    p_init(&p);
+    p_int(&p, gen);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_RSET_GET, &p, PGRES_TUPLES_OK, &r, "read route set");
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (!rows) {
+        PQclear(r);
+        return obx__fail(OBX_ENOTFOUND, "route generation %lld declares no delivery set",
+                         (long long)gen);
+    }
+    out->route_gen = gen;
+    GT(r, 0, 0, out->completion);
+    for (int i = 0; i < rows && out->n < OBX__SET_MAX - 1; i++) {
+        if (PQgetisnull(r, i, 1)) continue;
+        obx__route_target_row *t = &out->t[out->n++];
+        t->target_no = (int32_t)gi(r, i, 1);
+        GT(r, i, 2, t->cluster);
+        GT(r, i, 3, t->topic);
+        GT(r, i, 4, t->routing_key);
+        GT(r, i, 5, t->algorithm);
+        GT(r, i, 6, t->serializer);
+        GT(r, i, 7, t->durability);
+        GT(r, i, 8, t->required_acks);
+    }
+    PQclear(r);
+    return OBX_OK;
+}
+
+static obx_err pg_delivery_put(obx__store *base, const obx__delivery_row *d) {
+    pg_store *s = (pg_store *)base;
+    size_t n = (size_t)d->n;
+    params p;
+    p_init(&p);
+    p_text(&p, d->event_id);
+    p_text(&p, d->completion);
+    p_int(&p, d->route_gen);
+    p_int(&p, d->created_at);
+    ARR_TEXT(&p, n, d->t[i].slot_id);
+    ARR_INT(&p, n, d->t[i].target_no);
+    ARR_TEXT(&p, n, d->t[i].origin);
+    ARR_INT(&p, n, d->t[i].created_at);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_DSET_PUT, &p, PGRES_TUPLES_OK, &r, "insert delivery set");
+    p_free(&p);
+    if (e) return e;
+    int got = PQntuples(r);
+    PQclear(r);
+    if ((size_t)got != n)
+        return obx__fail(OBX_ECONFLICT,
+                         "event %s: its delivery set does not complete on '%s' (a contract rule "
+                         "never changes)",
+                         d->event_id, d->completion);
+    return OBX_OK;
+}
+
+static obx_err pg_delivery_get(obx__store *base, const char *id, obx__delivery_row *out) {
+    pg_store *s = (pg_store *)base;
+    memset(out, 0, sizeof *out);
+    params p;
+    p_init(&p);
+    p_text(&p, id);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_DGET, &p, PGRES_TUPLES_OK, &r, "read delivery set");
+    if (e) return e;
+    int rows = PQntuples(r);
+    for (int i = 0; i < rows && out->n < OBX__SET_MAX; i++) {
+        GT(r, i, 0, out->event_id);
+        GT(r, i, 1, out->completion);
+        out->route_gen = gi(r, i, 2);
+        out->created_at = gi(r, i, 3);
+        obx__delivery_target_row *t = &out->t[out->n++];
+        t->target_no = (int32_t)gi(r, i, 4);
+        GT(r, i, 5, t->slot_id);
+        GT(r, i, 6, t->origin);
+        t->created_at = gi(r, i, 7);
+    }
+    PQclear(r);
+    if (!out->n) return obx__fail(OBX_ENOTFOUND, "%s: not part of a delivery set", id);
+    return OBX_OK;
+}
+
+static obx_err pg_delivery_stats(obx__store *base, int64_t *sets, int64_t *complete) {
+    pg_store *s = (pg_store *)base;
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_DSTATS, NULL, PGRES_TUPLES_OK, &r, "delivery statistics");
+    if (e) return e;
+    *sets = gi(r, 0, 0);
+    *complete = gi(r, 0, 1);
+    PQclear(r);
+    return OBX_OK;
+}
+
+static obx_err pg_receipt_details(obx__store *base, const char *event_id, obx__receipt_kind kind,
+                                  char ***out, size_t *n) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n = 0;
+    params p;
+    p_init(&p);
+    p_text(&p, event_id);
+    p_text(&p, obx__receipt_kind_name(kind));
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_RCPT_DETAIL, &p, PGRES_TUPLES_OK, &r, "receipt details");
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (rows > 0) {
+        *out = calloc((size_t)rows, sizeof **out);
+        if (!*out) e = obx__fail(OBX_ENOMEM, "receipt details: out of memory");
+        for (int i = 0; !e && i < rows; i++) {
+            if (!((*out)[i] = obx__strdup(PQgetvalue(r, i, 0))))
+                e = obx__fail(OBX_ENOMEM, "receipt details: out of memory");
+            else
+                (*n)++;
+        }
+    }
+    PQclear(r);
+    if (e) {
+        for (size_t i = 0; i < *n; i++) free((*out)[i]);
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return e;
+}
+
+static obx_err pg_set_alias(obx__store *base, const char *const *ids, size_t n, const char *from,
+                            const char *to, bool *applied) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    ARR_TEXT(&p, n, ids[i]);
+    p_text(&p, from);
+    p_text(&p, to);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_SET_ALIAS, &p, PGRES_TUPLES_OK, &r, "set alias");
+    p_free(&p);
+    if (e) return e;
+    for (size_t i = 0; i < n; i++) applied[i] = false;
+    for (int i = 0; i < PQntuples(r); i++) {
+        long ord = (long)gi(r, i, 0);
+        if (ord >= 1 && (size_t)ord <= n) applied[ord - 1] = true;
+    }
+    PQclear(r);
+    return OBX_OK;
+}
+
+static obx_err pg_receipts_by_kind(obx__store *base, obx__receipt_kind kind, size_t limit,
+                                   obx__receipt_row **out, size_t *n) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n = 0;
+    if ((unsigned)kind > OBX__RK_MIGRATION) return obx__fail(OBX_EINVAL, "receipt kind %d", kind);
+    bool sparse = kind == OBX__RK_QUARANTINED || kind == OBX__RK_MIGRATION;
+    params p;
+    p_init(&p);
+    p_text(&p, obx__receipt_kind_name(kind));
+    p_int(&p, (int64_t)limit);
+    PGresult *r = NULL;
+    obx_err e = run(s, sparse ? Q_RCPT_KIND_SPARSE : Q_RCPT_KIND_ANY, &p, PGRES_TUPLES_OK, &r,
+                    "receipts by kind");
+    if (e) return e;
+    e = read_receipts(r, "receipts by kind", out, n);
+    PQclear(r);
+    return e;
+}
+
+static obx_err pg_recent_published(obx__store *base, size_t limit, obx__published_ref **out,
+                                   size_t *n) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n = 0;
+    params p;
+    p_init(&p);
+    p_int(&p, (int64_t)limit);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_RECENT_PUB, &p, PGRES_TUPLES_OK, &r, "recent published");
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (rows > 0 && !(*out = calloc((size_t)rows, sizeof **out)))
+        e = obx__fail(OBX_ENOMEM, "recent published: out of memory");
+    for (int i = 0; !e && i < rows; i++) {
+        GT(r, i, 0, (*out)[i].event_id);
+        GT(r, i, 1, (*out)[i].topic);
+        (*out)[i].published_at = gi(r, i, 2);
+    }
+    if (!e) *n = (size_t)rows;
+    PQclear(r);
+    return e;
+}
+
+static obx_err pg_consume_audit_list(obx__store *base, const char *consumer, const char *event_id,
+                                     int64_t after_id, size_t limit, obx__consume_audit_row **out,
+                                     size_t *n) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n = 0;
+    params p;
+    p_init(&p);
+    p_text(&p, consumer);
+    p_text(&p, event_id);
+    p_int(&p, after_id);
+    p_int(&p, (int64_t)limit);
+    int q = after_id < 0 ? Q_CAUDIT_NEWEST : event_id ? Q_CAUDIT_EVENT : Q_CAUDIT_AFTER;
+    PGresult *r = NULL;
+    obx_err e = run(s, q, &p, PGRES_TUPLES_OK, &r, "consume audit");
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (rows > 0 && !(*out = calloc((size_t)rows, sizeof **out)))
+        e = obx__fail(OBX_ENOMEM, "consume audit: out of memory");
+    for (int i = 0; !e && i < rows; i++) {
+        obx__consume_audit_row *a = &(*out)[i];
+        a->id = gi(r, i, 0);
+        a->at = gi(r, i, 1);
+        GT(r, i, 2, a->consumer_id);
+        GT(r, i, 3, a->event_id);
+        GT(r, i, 4, a->outcome);
+        a->duration_us = gi(r, i, 5);
+        GT(r, i, 6, a->detail);
+    }
+    if (!e) *n = (size_t)rows;
+    PQclear(r);
+    return e;
+}
+
 const obx__store_methods obx__pg_store_methods = {
     .version = OBX__STORE_METHODS_VERSION,
     .name = "postgres",
@@ -2362,4 +2770,15 @@ const obx__store_methods obx__pg_store_methods = {
     .purge_payloads = pg_purge_payloads,
     .aged = pg_aged,
     .events_known = pg_events_known,
+    .find_events = pg_find_events,
+    .route_set_put = pg_route_set_put,
+    .route_set_get = pg_route_set_get,
+    .delivery_put = pg_delivery_put,
+    .delivery_get = pg_delivery_get,
+    .delivery_stats = pg_delivery_stats,
+    .receipt_details = pg_receipt_details,
+    .set_alias = pg_set_alias,
+    .receipts_by_kind = pg_receipts_by_kind,
+    .recent_published = pg_recent_published,
+    .consume_audit_list = pg_consume_audit_list,
 };

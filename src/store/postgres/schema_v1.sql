@@ -102,6 +102,32 @@ END $$;
 
 CREATE TRIGGER obx_envelope_frozen BEFORE UPDATE ON obx.obx_envelope
     FOR EACH ROW EXECUTE FUNCTION obx._envelope_frozen();
+-- A further envelope generation (destination migration, DESIGN.md §6) changes where an event
+-- goes, never what it is: every envelope field of generation 1 is kept, the payload included.
+-- Without this, a role allowed to insert generations (the relay) could re-point an event at a
+-- forged payload — a rewrite in all but name.
+CREATE FUNCTION obx._envelope_generation() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    g1 obx.obx_envelope;
+BEGIN
+    SELECT * INTO g1 FROM obx.obx_envelope e
+     WHERE e.event_id = NEW.event_id AND e.envelope_gen = 1;
+    IF NOT FOUND OR (g1.aggregate_type, g1.aggregate_id, g1.aggregate_version, g1.event_type,
+                     g1.payload_schema, g1.payload_digest, g1.tenant, g1.occurred_at,
+                     g1.correlation_id, g1.causation_id, g1.traceparent, g1.idempotency_key,
+                     g1.payload_len)
+        IS DISTINCT FROM (NEW.aggregate_type, NEW.aggregate_id, NEW.aggregate_version,
+                          NEW.event_type, NEW.payload_schema, NEW.payload_digest, NEW.tenant,
+                          NEW.occurred_at, NEW.correlation_id, NEW.causation_id, NEW.traceparent,
+                          NEW.idempotency_key, NEW.payload_len)
+       OR (g1.payload IS NOT NULL AND NEW.payload IS DISTINCT FROM g1.payload) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OB001', MESSAGE =
+            'obx: a new envelope generation keeps the envelope of generation 1 (only the destination may change)';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER obx_envelope_generation BEFORE INSERT ON obx.obx_envelope
+    FOR EACH ROW WHEN (NEW.envelope_gen > 1) EXECUTE FUNCTION obx._envelope_generation();
 CREATE TRIGGER obx_envelope_no_delete BEFORE DELETE ON obx.obx_envelope
     FOR EACH ROW EXECUTE FUNCTION obx._refuse('obx: envelopes are never deleted (purge keeps a tombstone)');
 CREATE TRIGGER obx_envelope_no_truncate BEFORE TRUNCATE ON obx.obx_envelope
@@ -321,6 +347,16 @@ CREATE TABLE obx.obx_inbox_quarantine (
     first_digest   TEXT NOT NULL,
     reason         TEXT NOT NULL,
     at             BIGINT NOT NULL
+);
+
+-- Which consumer identities and tenants a database role may act for in the inbox tables, once
+-- obx.create_roles() has enabled row-level security on them (docs/security.md). role_name may
+-- name a login role or a group; tenant '*' means every tenant of that consumer.
+CREATE TABLE obx.obx_consumer_grant (
+    role_name   TEXT NOT NULL,
+    consumer_id TEXT NOT NULL,
+    tenant      TEXT NOT NULL,
+    PRIMARY KEY (role_name, consumer_id, tenant)
 );
 
 CREATE TABLE obx.obx_consume_audit (
@@ -779,23 +815,30 @@ END $$;
 -- <prefix>_relay:    read the outbox, move event states, register attempts, write receipts,
 --                    audit rows and counters, insert new envelope generations (migration) and
 --                    drop payloads (purge: UPDATE of the payload column only); the inbox tables;
--- <prefix>_auditor:  read everything.
+-- <prefix>_auditor:  read everything;
+-- <prefix>_consumer: the inbox tables only, and there only the rows of the consumer IDs and
+--                    tenants obx.obx_consumer_grant lists for the connected role: row-level
+--                    security, enabled on the inbox tables by this function (their owner, who
+--                    ran `obx init`, is not subject to it; relay and auditor see every row).
 -- Nobody, the owner included, can change a frozen envelope or destination: the triggers above.
 -- The roles are NOLOGIN groups: grant them to login roles (GRANT <prefix>_relay TO relay_app).
 -- Idempotent: re-running only re-grants.
 CREATE FUNCTION obx.create_roles(prefix text) RETURNS void LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET client_min_messages = warning AS $$
 DECLARE
     p text := prefix || '_producer';
     r text := prefix || '_relay';
     a text := prefix || '_auditor';
+    c text := prefix || '_consumer';
     x text;
+    t text;
+    rows text;
 BEGIN
     IF prefix IS NULL OR prefix !~ '^[a-z][a-z0-9_]{0,39}$' THEN
         RAISE EXCEPTION USING ERRCODE = 'OB002',
             MESSAGE = format('prefix: %L is not [a-z][a-z0-9_]{0,39}', prefix);
     END IF;
-    FOREACH x IN ARRAY ARRAY[p, r, a] LOOP
+    FOREACH x IN ARRAY ARRAY[p, r, a, c] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = x) THEN
             EXECUTE format('CREATE ROLE %I NOLOGIN', x);
         END IF;
@@ -829,6 +872,35 @@ BEGIN
     EXECUTE format('GRANT EXECUTE ON FUNCTION obx._stats() TO %I, %I', r, a);
 
     EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA obx TO %I', a);
+
+    -- consumer: schema version, its grants, the inbox tables; nothing of the outbox
+    EXECUTE format('GRANT USAGE ON SCHEMA obx TO %I', c);
+    EXECUTE format('GRANT SELECT ON obx.obx_meta, obx.obx_consumer_grant TO %I', c);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON obx.obx_inbox, obx.obx_consumer_watermark,
+        obx.obx_inbox_failure, obx.obx_poison, obx.obx_inbox_quarantine, obx.obx_consume_audit TO %I', c);
+    ALTER TABLE obx.obx_consumer_grant ENABLE ROW LEVEL SECURITY;
+    EXECUTE format('DROP POLICY IF EXISTS %I ON obx.obx_consumer_grant', c || '_own');
+    EXECUTE format('CREATE POLICY %I ON obx.obx_consumer_grant FOR SELECT TO %I
+        USING (pg_has_role(current_user, role_name, ''MEMBER''))', c || '_own', c);
+    EXECUTE format('DROP POLICY IF EXISTS %I ON obx.obx_consumer_grant', a || '_all');
+    EXECUTE format('CREATE POLICY %I ON obx.obx_consumer_grant FOR SELECT TO %I USING (true)',
+        a || '_all', a);
+    FOREACH t IN ARRAY ARRAY['obx_inbox', 'obx_consumer_watermark', 'obx_inbox_failure',
+                             'obx_poison', 'obx_inbox_quarantine', 'obx_consume_audit'] LOOP
+        EXECUTE format('ALTER TABLE obx.%I ENABLE ROW LEVEL SECURITY', t);
+        EXECUTE format('DROP POLICY IF EXISTS %I ON obx.%I', prefix || '_all', t);
+        EXECUTE format('CREATE POLICY %I ON obx.%I TO %I, %I USING (true) WITH CHECK (true)',
+            prefix || '_all', t, r, a);
+        -- the consumer's rows: its granted consumer IDs and, where a row names one, tenants
+        -- (columns qualified with the table: inside the subquery g's columns would win)
+        rows := format('EXISTS (SELECT 1 FROM obx.obx_consumer_grant g WHERE '
+            'pg_has_role(current_user, g.role_name, ''MEMBER'') AND g.consumer_id = %I.consumer_id%s)',
+            t, CASE WHEN t = 'obx_inbox' THEN format(' AND g.tenant IN (%I.tenant, ''*'')', t)
+                    ELSE '' END);
+        EXECUTE format('DROP POLICY IF EXISTS %I ON obx.%I', c || '_rows', t);
+        EXECUTE format('CREATE POLICY %I ON obx.%I TO %I USING (%s) WITH CHECK (%s)', c || '_rows',
+            t, c, rows, rows);
+    END LOOP;
 END $$;
 
 -- Functions are executable by PUBLIC by default: nobody but the owner and the roles above.

@@ -22,6 +22,10 @@
 #include <time.h>
 
 extern const char obx__sqlite_schema_v1[];
+extern const char obx__sqlite_schema_v2[];
+
+/* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
+static const char *const migrations[] = {NULL, obx__sqlite_schema_v1, obx__sqlite_schema_v2};
 
 enum {
     Q_ROUTE_PUT,
@@ -34,8 +38,6 @@ enum {
     Q_CLAIM,
     Q_SEL_EXPIRED,
     Q_SEL_RECONCILE,
-    Q_SEL_STATE,
-    Q_SEL_PUBBEFORE,
     Q_LOAD,
     Q_LOAD_PAYLOAD,
     Q_UPD_EVENT,
@@ -70,11 +72,32 @@ enum {
     Q_POISON_STATE,
     Q_INBOX_QUAR,
     Q_CONSUME_AUDIT,
-    Q_RET_CANDIDATES,
+    Q_FIND,
+    Q_RSET_PUT,
+    Q_RTGT_PUT,
+    Q_RSET_GET,
+    Q_RTGT_GET,
+    Q_DSET_PUT,
+    Q_DSET_RULE,
+    Q_DTGT_PUT,
+    Q_DGET,
+    Q_DSTATS,
+    Q_RCPT_DETAIL,
+    Q_SET_ALIAS,
+    Q_RET_CANDIDATES_PUB, /* state = PUBLISHED */
+    Q_RET_CANDIDATES_RET, /* state = RETAINED */
     Q_PURGE_PAYLOAD,
     Q_EVENT_KNOWN,
-    Q_AGED_LIST, /* + obx__aged_kind: one list statement per kind */
-    Q_AGED_COUNT = Q_AGED_LIST + OBX__AGED_COUNT, /* + obx__aged_kind: one count per kind */
+    Q_RCPT_KIND_SPARSE,
+    Q_RCPT_KIND_ANY,
+    Q_RECENT_PUB,
+    Q_CAUDIT_EVENT,
+    Q_CAUDIT_AFTER,
+    Q_CAUDIT_NEWEST,
+    Q_SEL_STATE,                                   /* + obx__state: the state is a literal */
+    Q_SEL_PUBBEFORE = Q_SEL_STATE + OBX__ST_COUNT, /* + obx__state */
+    Q_AGED_LIST = Q_SEL_PUBBEFORE + OBX__ST_COUNT, /* + obx__aged_kind: one statement per kind */
+    Q_AGED_COUNT = Q_AGED_LIST + OBX__AGED_COUNT,  /* + obx__aged_kind: one count per kind */
     Q_COUNT = Q_AGED_COUNT + OBX__AGED_COUNT
 };
 
@@ -101,34 +124,37 @@ typedef struct sq_store {
     "v.payload_digest, v.tenant, v.occurred_at, v.created_txid, v.correlation_id, "                \
     "v.causation_id, v.traceparent, v.idempotency_key, v.envelope_digest, v.dest_cluster, "        \
     "v.dest_topic, v.dest_routing_key, v.dest_algorithm, v.dest_route_gen, v.dest_serializer, "    \
-    "v.dest_durability, v.dest_acks, v.dest_digest, v.payload_len, v.payload IS NULL"
-#define EVENT_NCOLS 47
+    "v.dest_durability, v.dest_acks, v.dest_digest, v.payload_len, v.payload IS NULL, "            \
+    "coalesce(t.event_id, e.event_id), coalesce(t.target_no, 0)"
+#define EVENT_NCOLS 49
+/* A delivery-set slot carries its logical event ID and target number (schema version 2). */
 #define EVENT_FROM                                                                                 \
     " FROM obx_event e JOIN obx_envelope v ON v.event_id = e.event_id AND "                        \
-    "v.envelope_gen = e.envelope_gen "
-/* Written exactly as the predicate of the partial index obx_event_unpublished (schema_v1.sql):
- * SQLite uses a partial index only for a term it can match to the index's WHERE, and it cannot
- * prove that an IN list of the seven unpublished states implies NOT IN the three published
- * ones. With the IN list, the claim's NOT EXISTS probe scanned every unpublished event for
- * every candidate (quadratic: minutes per claim with a 30,000-event backlog). */
-#define UNPUBLISHED_WHERE(t) t ".state NOT IN ('PUBLISHED', 'RETAINED', 'PURGED')"
+    "v.envelope_gen = e.envelope_gen LEFT JOIN obx_delivery_target t ON t.slot_id = e.event_id "
+#define ROUTE_COLS                                                                                 \
+    "gen, event_type, cluster, topic, routing_key, algorithm, serializer, durability, "            \
+    "required_acks, max_attempts, blind_retry, unordered, alias, created_at, "                     \
+    "coalesce((SELECT s.targets FROM obx_route_set s WHERE s.route_gen = obx_route.gen), 0)"
+/* "p is not yet published", written as the predicate of obx_event_unpublished term for term (the
+ * planner uses a partial index only when the query repeats its predicate; an IN list of seven
+ * states would also build an ephemeral table on every execution) */
+#define P_UNPUBLISHED "p.state <> 'PUBLISHED' AND p.state <> 'RETAINED' AND p.state <> 'PURGED'"
+
+#define RCPT_COLS                                                                                  \
+    "event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "            \
+    "broker_ts, payload_digest, dest_digest, reason, created_at"
+#define CAUDIT_COLS "audit_id, at, consumer_id, event_id, outcome, duration_us, detail"
 
 static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_PUT] = "INSERT INTO obx_route (event_type, cluster, topic, routing_key, algorithm, "
                     "serializer, durability, required_acks, max_attempts, blind_retry, unordered, "
                     "alias, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-    [Q_ROUTE_GET] = "SELECT gen, event_type, cluster, topic, routing_key, algorithm, serializer, "
-                    "durability, required_acks, max_attempts, blind_retry, unordered, alias, "
-                    "created_at FROM obx_route WHERE event_type = ? ORDER BY gen DESC LIMIT 1",
-    [Q_ROUTE_LIST_CUR] =
-        "SELECT gen, event_type, cluster, topic, routing_key, algorithm, serializer, durability, "
-        "required_acks, max_attempts, blind_retry, unordered, alias, created_at FROM obx_route r "
-        "WHERE gen = (SELECT max(gen) FROM obx_route WHERE event_type = r.event_type) "
-        "ORDER BY event_type",
-    [Q_ROUTE_LIST_ALL] =
-        "SELECT gen, event_type, cluster, topic, routing_key, algorithm, serializer, durability, "
-        "required_acks, max_attempts, blind_retry, unordered, alias, created_at FROM obx_route "
-        "ORDER BY event_type, gen",
+    [Q_ROUTE_GET] = "SELECT " ROUTE_COLS " FROM obx_route WHERE event_type = ? ORDER BY gen DESC "
+                    "LIMIT 1",
+    [Q_ROUTE_LIST_CUR] = "SELECT " ROUTE_COLS " FROM obx_route WHERE gen = (SELECT max(r.gen) "
+                         "FROM obx_route r WHERE r.event_type = obx_route.event_type) "
+                         "ORDER BY event_type",
+    [Q_ROUTE_LIST_ALL] = "SELECT " ROUTE_COLS " FROM obx_route ORDER BY event_type, gen",
     [Q_IDEM] = "SELECT event_id FROM obx_event WHERE tenant = ? AND idempotency_key = ?",
     [Q_INS_ENV] =
         "INSERT INTO obx_envelope (event_id, envelope_gen, aggregate_type, aggregate_id, "
@@ -144,20 +170,20 @@ static const char *const sql_text[Q_COUNT] = {
         "primary_attempt_id, published_at, committed_at, updated_at, max_attempts, blind_retry, "
         "unordered, alias, dest_cluster) "
         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-    /* INDEXED BY: walk the claimable events in seq order and stop at the limit. Without
-     * statistics (obx never runs ANALYZE) the planner preferred obx_event_state_pub and sorted
-     * every claimable row on each claim. */
     [Q_CLAIM] =
-        "SELECT " EVENT_COLS ", v.payload FROM obx_event e INDEXED BY obx_event_claimable JOIN "
-        "obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen "
-        "WHERE e.state IN ('PENDING','CLAIMED') "
-        "AND ((e.state = 'PENDING' AND e.available_at <= ?1) OR "
-        "     (e.state = 'CLAIMED' AND e.lease_until <= ?1)) "
-        "AND (?2 IS NULL OR e.dest_cluster = ?2) "
-        "AND (?4 IS NULL OR instr(?4, ',' || e.alias || ',') > 0) "
-        "AND (e.unordered = 1 OR NOT EXISTS (SELECT 1 FROM obx_event p "
-        "     WHERE p.order_key = e.order_key AND p.seq < e.seq AND " UNPUBLISHED_WHERE(
-            "p") ")) ORDER BY e.seq LIMIT ?3",
+        /* INDEXED BY: the claimable rows in seq order, LIMIT stops the scan; without it the
+         * planner picked obx_event_state_pub and sorted the whole backlog on every claim */
+    "SELECT " EVENT_COLS ", v.payload FROM obx_event e INDEXED BY obx_event_claimable "
+    "JOIN obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen "
+    "LEFT JOIN obx_delivery_target t ON t.slot_id = e.event_id "
+    "WHERE e.state IN ('PENDING','CLAIMED') "
+    "AND ((e.state = 'PENDING' AND e.available_at <= ?1) OR "
+    "     (e.state = 'CLAIMED' AND e.lease_until <= ?1)) "
+    "AND (?2 IS NULL OR e.dest_cluster = ?2) "
+    "AND (?4 IS NULL OR instr(?4, ',' || e.alias || ',') > 0) "
+    "AND (e.unordered = 1 OR NOT EXISTS (SELECT 1 FROM obx_event p INDEXED BY "
+    "     obx_event_unpublished WHERE p.order_key = e.order_key AND p.seq < e.seq "
+    "AND " P_UNPUBLISHED ")) ORDER BY e.seq LIMIT ?3",
     [Q_SEL_EXPIRED] =
         "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = 'SENDING' AND e.lease_until <= ?1 "
         "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.lease_until, e.seq LIMIT ?3",
@@ -165,13 +191,23 @@ static const char *const sql_text[Q_COUNT] = {
                         "WHERE ((e.state = 'DISPATCH_UNKNOWN' AND e.next_check_at <= ?1) OR "
                         "(e.state IN ('RECONCILING','RETRY_CLAIMED') AND e.lease_until <= ?1)) "
                         "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.seq LIMIT ?3",
-    [Q_SEL_STATE] = "SELECT " EVENT_COLS EVENT_FROM
-                    "WHERE e.state = ?4 AND (?2 IS NULL OR e.dest_cluster = ?2) "
-                    "ORDER BY e.seq LIMIT ?3",
-    [Q_SEL_PUBBEFORE] =
-        "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = ?4 AND e.published_at <= ?1 "
-        "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.published_at, e.seq LIMIT ?3",
-    [Q_LOAD] = "SELECT " EVENT_COLS EVENT_FROM "WHERE e.event_id = ?",
+/* INDEXED BY: with ORDER BY seq LIMIT, SQLite otherwise scans the whole table in seq
+ * order looking for a rare state (PARKED, UNKNOWN) at its end (seconds at 1M events). One
+ * statement per state, the state a literal: a bound state compared with the constants of
+ * obx_event_inflight's predicate makes SQLite re-prepare the statement on every bind. */
+#define SEL_STATE(n, name)                                                                         \
+    [Q_SEL_STATE + OBX__ST_##                                                                      \
+        n] = "SELECT " EVENT_COLS " FROM obx_event e INDEXED BY obx_event_state_pub "              \
+             "JOIN obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = "                \
+             "e.envelope_gen LEFT JOIN obx_delivery_target t ON t.slot_id = e.event_id "           \
+             "WHERE e.state = '" name "' AND (?2 IS NULL OR e.dest_cluster = ?2) "                 \
+             "ORDER BY e.seq LIMIT ?3",                                                            \
+      [Q_SEL_PUBBEFORE + OBX__ST_##n] =                                                            \
+          "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = '" name "' AND e.published_at <= ?1 "   \
+          "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.published_at, e.seq LIMIT ?3",
+    OBX__STATE_LIST(SEL_STATE)
+#undef SEL_STATE
+        [Q_LOAD] = "SELECT " EVENT_COLS EVENT_FROM "WHERE e.event_id = ?",
     [Q_LOAD_PAYLOAD] = "SELECT " EVENT_COLS ", v.payload" EVENT_FROM "WHERE e.event_id = ?",
     [Q_UPD_EVENT] =
         "UPDATE obx_event SET envelope_gen = ?, state = ?, claim_gen = ?, owner = ?, "
@@ -195,9 +231,7 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_INS_RCPT] = "INSERT INTO obx_receipt (event_id, envelope_gen, attempt_id, kind, cluster, "
                    "topic, partition, \"offset\", broker_ts, payload_digest, dest_digest, reason, "
                    "detail, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-    [Q_LOAD_RCPT] = "SELECT event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, "
-                    "\"offset\", broker_ts, payload_digest, dest_digest, reason, created_at "
-                    "FROM obx_receipt WHERE event_id = ? ORDER BY receipt_id",
+    [Q_LOAD_RCPT] = "SELECT " RCPT_COLS " FROM obx_receipt WHERE event_id = ? ORDER BY receipt_id",
     [Q_INS_AUDIT] = "INSERT INTO obx_audit (at, actor, who, event_id, envelope_gen, from_state, "
                     "to_state, claim_gen, attempt_id, attempt_gen, reason) "
                     "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
@@ -270,12 +304,17 @@ static const char *const sql_text[Q_COUNT] = {
                      "first_digest, reason, at) VALUES (?,?,?,?,?,?)",
     [Q_CONSUME_AUDIT] = "INSERT INTO obx_consume_audit (at, consumer_id, event_id, outcome, "
                         "duration_us, detail) VALUES (?,?,?,?,?,?)",
-    /* publication order (published_at, seq) between two exclusive places; the plain bounds on
-     * published_at let the planner range-scan obx_event_state_pub */
-    [Q_RET_CANDIDATES] =
-        "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = ?1 AND e.published_at >= ?2 AND "
-        "(e.published_at, e.seq) > (?2, ?3) AND e.published_at <= ?4 AND "
-        "(e.published_at, e.seq) < (?4, ?5) ORDER BY e.published_at, e.seq LIMIT ?6",
+/* publication order (published_at, seq) between two exclusive places; the plain bounds on
+ * published_at let the planner range-scan obx_event_state_pub */
+/* The state is a literal, not a parameter: a parameter compared with the constants of a
+ * partial index's predicate (obx_event_inflight's state = '...') makes SQLite re-prepare
+ * the statement whenever it is bound again (two thirds of `obx sim`'s time, callgrind) */
+#define RET_CANDIDATES(state)                                                                      \
+    "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = '" state "' AND e.published_at >= ?2 AND "    \
+    "(e.published_at, e.seq) > (?2, ?3) AND e.published_at <= ?4 AND "                             \
+    "(e.published_at, e.seq) < (?4, ?5) ORDER BY e.published_at, e.seq LIMIT ?6"
+    [Q_RET_CANDIDATES_PUB] = RET_CANDIDATES("PUBLISHED"),
+    [Q_RET_CANDIDATES_RET] = RET_CANDIDATES("RETAINED"),
     [Q_PURGE_PAYLOAD] = "UPDATE obx_envelope SET payload = NULL WHERE event_id = ? AND payload IS "
                         "NOT NULL RETURNING payload_len",
     [Q_EVENT_KNOWN] = "SELECT 1 FROM obx_event WHERE event_id = ?",
@@ -320,6 +359,60 @@ static const char *const sql_text[Q_COUNT] = {
 #undef PARKED_W
 #undef QUAR_W
 #undef IQUAR_W
+    [Q_FIND] = "SELECT " EVENT_COLS EVENT_FROM
+               "WHERE (?1 IS NULL OR e.event_type = ?1) AND (?2 IS NULL OR v.dest_cluster = ?2) "
+               "AND (?3 IS NULL OR v.dest_topic = ?3) "
+               "AND (?4 IS NULL OR instr(?4, ',' || e.alias || ',') > 0) "
+               "AND (?5 IS NULL OR instr(?5, ',' || e.state || ',') > 0) "
+               "AND e.committed_at >= ?6 AND (?7 = 0 OR e.committed_at < ?7) AND e.seq > ?8 "
+               "ORDER BY e.seq LIMIT ?9",
+    [Q_RSET_PUT] = "INSERT INTO obx_route_set (route_gen, completion, targets) VALUES (?,?,?)",
+    [Q_RTGT_PUT] = "INSERT INTO obx_route_target (route_gen, target_no, cluster, topic, "
+                   "routing_key, algorithm, serializer, durability, required_acks) "
+                   "VALUES (?,?,?,?,?,?,?,?,?)",
+    [Q_RSET_GET] = "SELECT completion FROM obx_route_set WHERE route_gen = ?",
+    [Q_RTGT_GET] = "SELECT target_no, cluster, topic, routing_key, algorithm, serializer, "
+                   "durability, required_acks FROM obx_route_target WHERE route_gen = ? "
+                   "ORDER BY target_no",
+    [Q_DSET_PUT] = "INSERT INTO obx_delivery_set (event_id, completion, route_gen, created_at) "
+                   "VALUES (?,?,?,?) ON CONFLICT (event_id) DO NOTHING",
+    [Q_DSET_RULE] = "SELECT completion FROM obx_delivery_set WHERE event_id = ?",
+    [Q_DTGT_PUT] = "INSERT INTO obx_delivery_target (slot_id, event_id, target_no, origin, "
+                   "created_at) VALUES (?,?,?,?,?)",
+    [Q_DGET] = "SELECT d.event_id, d.completion, d.route_gen, d.created_at, t.target_no, "
+               "t.slot_id, t.origin, t.created_at FROM obx_delivery_set d JOIN "
+               "obx_delivery_target t ON t.event_id = d.event_id WHERE d.event_id = "
+               "coalesce((SELECT x.event_id FROM obx_delivery_target x WHERE x.slot_id = ?1), ?1) "
+               "ORDER BY t.target_no",
+    [Q_DSTATS] = "SELECT count(*), coalesce(sum(CASE WHEN (d.completion = 'all' AND x.pub = x.n) "
+                 "OR (d.completion = 'any' AND x.pub > 0) THEN 1 ELSE 0 END), 0) FROM "
+                 "obx_delivery_set d JOIN (SELECT t.event_id, count(*) AS n, sum(CASE WHEN "
+                 "e.state IN ('PUBLISHED','RETAINED','PURGED') THEN 1 ELSE 0 END) AS pub FROM "
+                 "obx_delivery_target t JOIN obx_event e ON e.event_id = t.slot_id GROUP BY "
+                 "t.event_id) x ON x.event_id = d.event_id",
+    [Q_RCPT_DETAIL] = "SELECT coalesce(detail, '') FROM obx_receipt WHERE event_id = ? AND "
+                      "kind = ? ORDER BY receipt_id",
+    [Q_SET_ALIAS] = "UPDATE obx_event SET alias = ?3 WHERE event_id = ?1 AND alias = ?2 AND "
+                    "state IN ('PENDING', 'PARKED')",
+    /* The literal IN list lets SQLite use the partial index obx_receipt_kind (a bound kind
+     * alone does not imply the index's WHERE clause). */
+    [Q_RCPT_KIND_SPARSE] = "SELECT " RCPT_COLS " FROM obx_receipt INDEXED BY obx_receipt_kind "
+                           "WHERE kind = ?1 AND kind IN ('QUARANTINED','MIGRATION') ORDER BY "
+                           "receipt_id DESC LIMIT ?2",
+    [Q_RCPT_KIND_ANY] = "SELECT " RCPT_COLS " FROM obx_receipt WHERE kind = ?1 "
+                        "ORDER BY receipt_id DESC LIMIT ?2",
+    [Q_RECENT_PUB] = "SELECT e.event_id, v.dest_topic, e.published_at FROM obx_event e JOIN "
+                     "obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = "
+                     "e.envelope_gen WHERE e.state = 'PUBLISHED' ORDER BY e.published_at DESC "
+                     "LIMIT ?1",
+    [Q_CAUDIT_EVENT] = "SELECT " CAUDIT_COLS " FROM obx_consume_audit WHERE event_id = ?2 AND "
+                       "(?1 IS NULL OR consumer_id = ?1) AND audit_id > ?3 ORDER BY audit_id "
+                       "LIMIT ?4",
+    [Q_CAUDIT_AFTER] = "SELECT " CAUDIT_COLS " FROM obx_consume_audit WHERE audit_id > ?3 AND "
+                       "(?1 IS NULL OR consumer_id = ?1) ORDER BY audit_id LIMIT ?4",
+    [Q_CAUDIT_NEWEST] = "SELECT " CAUDIT_COLS " FROM obx_consume_audit WHERE (?2 IS NULL OR "
+                        "event_id = ?2) AND (?1 IS NULL OR consumer_id = ?1) ORDER BY audit_id "
+                        "DESC LIMIT ?4",
 };
 
 /* ---- errors ------------------------------------------------------------------------------- */
@@ -470,7 +563,7 @@ static obx_err sq_wrap(void *conn, obx__store **out) {
 
 static obx_err sq_schema_version(obx__store *base, int *found) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
+    sqlite3_stmt *st;
     *found = 0;
     int rc = sqlite3_prepare_v2(s->db, "SELECT value FROM obx_meta WHERE key = 'schema_version'",
                                 -1, &st, NULL);
@@ -501,11 +594,18 @@ static obx_err sq_migrate(obx__store *base) {
         e = obx__fail(OBX_ESCHEMA,
                       "database schema version %d is newer than this obx knows (%d): upgrade obx",
                       found, OBX__SCHEMA_VERSION);
-    if (!e && found < 1) {
-        e = exec(s, obx__sqlite_schema_v1);
-        if (!e)
-            e = exec(s, "INSERT INTO obx_meta (key, value) VALUES ('schema_version', '1') "
-                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value");
+    for (int v = found + 1; !e && v <= OBX__SCHEMA_VERSION; v++) {
+        char sql[160];
+        e = exec(s, migrations[v]);
+        if (e) {
+            obx__fail_prefix(e, "migration to schema version %d", v);
+            break;
+        }
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO obx_meta (key, value) VALUES ('schema_version', '%d') "
+                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                 v);
+        e = exec(s, sql);
     }
     if (e) {
         sq_rollback(base);
@@ -610,11 +710,12 @@ static void read_route(sqlite3_stmt *st, obx__route_row *r) {
     r->unordered = ci(st, 11) != 0;
     CT(st, 12, r->alias);
     r->created_at = ci(st, 13);
+    r->targets = (int32_t)ci(st, 14);
 }
 
 static obx_err sq_route_put(obx__store *base, const obx__route_row *r, int64_t *gen) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_ROUTE_PUT, &st);
     if (e) return e;
     bt(st, 1, r->event_type);
@@ -637,7 +738,7 @@ static obx_err sq_route_put(obx__store *base, const obx__route_row *r, int64_t *
 
 static obx_err sq_route_get(obx__store *base, const char *event_type, obx__route_row *out) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_ROUTE_GET, &st);
     if (e) return e;
     bt(st, 1, event_type);
@@ -657,7 +758,7 @@ static obx_err sq_route_get(obx__store *base, const char *event_type, obx__route
 
 static obx_err sq_route_list(obx__store *base, bool all, obx__route_row **out, size_t *n) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     *out = NULL;
     *n = 0;
     obx_err e = stmt(s, all ? Q_ROUTE_LIST_ALL : Q_ROUTE_LIST_CUR, &st);
@@ -691,7 +792,7 @@ static obx_err sq_route_list(obx__store *base, bool all, obx__route_row **out, s
 static obx_err sq_idem_lookup(obx__store *base, const char *tenant, const char *key,
                               char existing[OBX_EVENT_ID_LEN + 1]) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_IDEM, &st);
     if (e) return e;
     bt(st, 1, tenant);
@@ -715,7 +816,7 @@ static void order_key(const obx__event_row *r, char *out, size_t cap) {
 static obx_err sq_insert_envelope(obx__store *base, const obx__event_row *r, const void *payload,
                                   size_t len) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_INS_ENV, &st);
     if (e) return e;
     const obx__envelope *v = &r->env;
@@ -755,14 +856,15 @@ static obx_err sq_insert_event(obx__store *base, const obx__event_row *r, const 
     sq_store *s = (sq_store *)base;
     obx_err e = sq_insert_envelope(base, r, payload, len);
     if (e) return e;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     e = stmt(s, Q_INS_EVENT, &st);
     if (e) return e;
     char ok[OBX_NAME_MAX + OBX_TOPIC_MAX + OBX_KEY_MAX + 4];
     order_key(r, ok, sizeof ok);
     bt(st, 1, r->env.event_id);
     bt(st, 2, r->env.tenant);
-    if (r->env.idempotency_key[0])
+    /* the key names the logical event once: a further target's slot does not carry it */
+    if (r->env.idempotency_key[0] && r->target_no < 2)
         bt(st, 3, r->env.idempotency_key);
     else
         sqlite3_bind_null(st, 3);
@@ -847,6 +949,8 @@ static obx_err read_event(sqlite3_stmt *st, obx__event_row *r, bool with_payload
     CT(st, i++, r->dest_digest);
     r->payload_len = (size_t)ci(st, i++);
     r->payload_purged = ci(st, i++) != 0;
+    CT(st, i++, r->logical_id);
+    r->target_no = (int32_t)ci(st, i++);
     if (with_payload) {
         const void *p = sqlite3_column_blob(st, EVENT_NCOLS);
         int n = sqlite3_column_bytes(st, EVENT_NCOLS);
@@ -897,7 +1001,7 @@ static void bind_aliases(sqlite3_stmt *st, int idx, const char *const *aliases, 
 
 static obx_err sq_claim_candidates(obx__store *base, const obx__claim_req *req, obx__rows *out) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_CLAIM, &st);
     if (e) return e;
     char aliases[2048];
@@ -917,11 +1021,15 @@ static obx_err sq_select_events(obx__store *base, const obx__select_req *req, ob
     switch (req->kind) {
     case OBX__SEL_EXPIRED_SENDING: id = Q_SEL_EXPIRED; break;
     case OBX__SEL_RECONCILE: id = Q_SEL_RECONCILE; break;
-    case OBX__SEL_STATE: id = Q_SEL_STATE; break;
-    case OBX__SEL_PUBLISHED_BEFORE: id = Q_SEL_PUBBEFORE; break;
+    case OBX__SEL_STATE:
+    case OBX__SEL_PUBLISHED_BEFORE:
+        if ((unsigned)req->state >= OBX__ST_COUNT)
+            return obx__fail(OBX_EINVAL, "select: unknown state %d", (int)req->state);
+        id = (req->kind == OBX__SEL_STATE ? Q_SEL_STATE : Q_SEL_PUBBEFORE) + (int)req->state;
+        break;
     default: return obx__fail(OBX_EINVAL, "select: unknown kind %d", (int)req->kind);
     }
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, id, &st);
     if (e) return e;
     bi(st, 1, req->now);
@@ -930,12 +1038,11 @@ static obx_err sq_select_events(obx__store *base, const obx__select_req *req, ob
     else
         sqlite3_bind_null(st, 2);
     bi(st, 3, (int64_t)(req->limit ? req->limit : 1000));
-    if (id == Q_SEL_STATE || id == Q_SEL_PUBBEFORE) bt(st, 4, obx__state_name(req->state));
     e = collect(s, st, false, out, "select events");
     /* payload, when asked, is loaded per row (rare: reconciler retries) */
     if (!e && req->payload) {
         for (size_t i = 0; i < out->n && !e; i++) {
-            sqlite3_stmt *pl;
+            sqlite3_stmt *pl = NULL;
             e = stmt(s, Q_LOAD_PAYLOAD, &pl);
             if (e) break;
             bt(pl, 1, out->v[i].env.event_id);
@@ -957,7 +1064,7 @@ static obx_err sq_load_events(obx__store *base, const char *const *ids, size_t n
     sq_store *s = (sq_store *)base;
     bool pl = flags & OBX__LOAD_PAYLOAD;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, pl ? Q_LOAD_PAYLOAD : Q_LOAD, &st);
         if (e) return e;
         bt(st, 1, ids[i]);
@@ -972,7 +1079,7 @@ static obx_err sq_update_events(obx__store *base, const obx__event_update *u, si
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
         const obx__event_row *r = u[i].row;
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_UPD_EVENT, &st);
         if (e) return e;
         char ok[OBX_NAME_MAX + OBX_TOPIC_MAX + OBX_KEY_MAX + 4];
@@ -1027,7 +1134,7 @@ static void bind_attempt_common(sqlite3_stmt *st, const obx__attempt_row *a) {
 static obx_err sq_insert_attempts(obx__store *base, const obx__attempt_row *a, size_t n) {
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_INS_ATT, &st);
         if (e) return e;
         bind_attempt_common(st, &a[i]);
@@ -1040,7 +1147,7 @@ static obx_err sq_insert_attempts(obx__store *base, const obx__attempt_row *a, s
 static obx_err sq_update_attempts(obx__store *base, const obx__attempt_row *a, size_t n) {
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_UPD_ATT, &st);
         if (e) return e;
         bi(st, 1, a[i].partition);
@@ -1100,7 +1207,7 @@ static obx_err sq_load_attempts(obx__store *base, const char *const *ids, size_t
     *n_out = 0;
     size_t rounds = event_id ? 1 : n;
     for (size_t i = 0; i < rounds && !e; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         e = stmt(s, event_id ? Q_LOAD_ATT_EVENT : Q_LOAD_ATT, &st);
         if (e) break;
         bt(st, 1, event_id ? event_id : ids[i]);
@@ -1126,7 +1233,7 @@ static const char *const kind_names[] = {"PRIMARY", "DUPLICATE", "QUARANTINED", 
 static obx_err sq_insert_receipts(obx__store *base, const obx__receipt_row *r, size_t n) {
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_INS_RCPT, &st);
         if (e) return e;
         bt(st, 1, r[i].event_id);
@@ -1152,40 +1259,38 @@ static obx_err sq_insert_receipts(obx__store *base, const obx__receipt_row *r, s
     return OBX_OK;
 }
 
-static obx_err sq_load_receipts(obx__store *base, const char *event_id, obx__receipt_row **out,
-                                size_t *n_out) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+/* One receipt from a row of RCPT_COLS. */
+static void read_receipt(sqlite3_stmt *st, obx__receipt_row *r) {
+    memset(r, 0, sizeof *r);
+    CT(st, 0, r->event_id);
+    r->envelope_gen = (int32_t)ci(st, 1);
+    CT(st, 2, r->attempt_id);
+    char kind[32];
+    CT(st, 3, kind);
+    for (int k = 0; k < 4; k++)
+        if (!strcmp(kind, kind_names[k])) r->kind = (obx__receipt_kind)k;
+    CT(st, 4, r->cluster);
+    CT(st, 5, r->topic);
+    r->partition = (int32_t)ci(st, 6);
+    r->offset = ci(st, 7);
+    r->broker_ts = ci(st, 8);
+    CT(st, 9, r->payload_digest);
+    CT(st, 10, r->dest_digest);
+    CT(st, 11, r->reason);
+    r->created_at = ci(st, 12);
+}
+
+/* Steps a receipt query into a growing array. */
+static obx_err collect_receipts(sq_store *s, sqlite3_stmt *st, const char *what,
+                                obx__receipt_row **out, size_t *n_out) {
     size_t cap = 0;
-    *out = NULL;
-    *n_out = 0;
-    obx_err e = stmt(s, Q_LOAD_RCPT, &st);
-    if (e) return e;
-    bt(st, 1, event_id);
+    obx_err e = OBX_OK;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        e = grow_array((void **)out, &cap, *n_out + 1, sizeof **out);
-        if (e) break;
-        obx__receipt_row *r = &(*out)[(*n_out)++];
-        memset(r, 0, sizeof *r);
-        CT(st, 0, r->event_id);
-        r->envelope_gen = (int32_t)ci(st, 1);
-        CT(st, 2, r->attempt_id);
-        char kind[32];
-        CT(st, 3, kind);
-        for (int k = 0; k < 4; k++)
-            if (!strcmp(kind, kind_names[k])) r->kind = (obx__receipt_kind)k;
-        CT(st, 4, r->cluster);
-        CT(st, 5, r->topic);
-        r->partition = (int32_t)ci(st, 6);
-        r->offset = ci(st, 7);
-        r->broker_ts = ci(st, 8);
-        CT(st, 9, r->payload_digest);
-        CT(st, 10, r->dest_digest);
-        CT(st, 11, r->reason);
-        r->created_at = ci(st, 12);
+        if ((e = grow_array((void **)out, &cap, *n_out + 1, sizeof **out))) break;
+        read_receipt(st, &(*out)[(*n_out)++]);
     }
-    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "load receipts");
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, what);
     sqlite3_reset(st);
     if (e) {
         free(*out);
@@ -1195,10 +1300,22 @@ static obx_err sq_load_receipts(obx__store *base, const char *event_id, obx__rec
     return e;
 }
 
+static obx_err sq_load_receipts(obx__store *base, const char *event_id, obx__receipt_row **out,
+                                size_t *n_out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    *out = NULL;
+    *n_out = 0;
+    obx_err e = stmt(s, Q_LOAD_RCPT, &st);
+    if (e) return e;
+    bt(st, 1, event_id);
+    return collect_receipts(s, st, "load receipts", out, n_out);
+}
+
 static obx_err sq_insert_audit(obx__store *base, const obx__audit_row *a, size_t n) {
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_INS_AUDIT, &st);
         if (e) return e;
         bi(st, 1, a[i].at);
@@ -1221,7 +1338,7 @@ static obx_err sq_insert_audit(obx__store *base, const obx__audit_row *a, size_t
 static obx_err sq_load_audit(obx__store *base, const char *event_id, obx__audit_row **out,
                              size_t *n_out) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     size_t cap = 0;
     *out = NULL;
     *n_out = 0;
@@ -1263,7 +1380,7 @@ static obx_err sq_load_audit(obx__store *base, const char *event_id, obx__audit_
 
 static obx_err sq_counter_add(obx__store *base, const char *name, int64_t delta) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_COUNTER_ADD, &st);
     if (e) return e;
     bt(st, 1, name);
@@ -1273,7 +1390,7 @@ static obx_err sq_counter_add(obx__store *base, const char *name, int64_t delta)
 
 static obx_err sq_counter_get(obx__store *base, const char *name, int64_t *value) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_COUNTER_GET, &st);
     if (e) return e;
     bt(st, 1, name);
@@ -1288,7 +1405,7 @@ static obx_err sq_counter_get(obx__store *base, const char *name, int64_t *value
 
 static obx_err sq_stats(obx__store *base, obx__store_stats *out) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     memset(out, 0, sizeof *out);
     obx_err e = stmt(s, Q_STATS_STATE, &st);
     if (e) return e;
@@ -1329,7 +1446,7 @@ static obx_err sq_stats(obx__store *base, obx__store_stats *out) {
 
 static obx_err sq_invariants(obx__store *base, obx__store_invariants *out) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     memset(out, 0, sizeof *out);
     obx_err e = stmt(s, Q_STATS_INV, &st);
     if (e) return e;
@@ -1345,7 +1462,7 @@ static obx_err sq_invariants(obx__store *base, obx__store_invariants *out) {
 
 static obx_err sq_unknown_resolutions(obx__store *base, int64_t **ms, size_t *n) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     size_t cap = 0;
     *ms = NULL;
     *n = 0;
@@ -1369,7 +1486,7 @@ static obx_err sq_unknown_resolutions(obx__store *base, int64_t **ms, size_t *n)
 static obx_err sq_find_by_correlation(obx__store *base, const char *corr, size_t limit,
                                       char (**ids)[OBX_EVENT_ID_LEN + 1], size_t *n) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     size_t cap = 0;
     *ids = NULL;
     *n = 0;
@@ -1397,7 +1514,7 @@ static obx_err sq_find_by_correlation(obx__store *base, const char *corr, size_t
 static obx_err sq_inbox_get(obx__store *base, const char *consumer, const char *event_id,
                             obx__inbox_row *r) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_INBOX_GET, &st);
     if (e) return e;
     bt(st, 1, consumer);
@@ -1426,7 +1543,7 @@ static obx_err sq_inbox_get(obx__store *base, const char *consumer, const char *
 
 static obx_err sq_inbox_put(obx__store *base, const obx__inbox_row *r) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_INBOX_PUT, &st);
     if (e) return e;
     bt(st, 1, r->consumer_id);
@@ -1448,7 +1565,7 @@ static obx_err sq_inbox_has(obx__store *base, const char *consumer, const char *
                             size_t n, bool *present) {
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_INBOX_HAS, &st);
         if (e) return e;
         bt(st, 1, consumer);
@@ -1463,7 +1580,7 @@ static obx_err sq_inbox_has(obx__store *base, const char *consumer, const char *
 
 static obx_err sq_watermark_put(obx__store *base, const obx__watermark_row *w) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_WM_PUT, &st);
     if (e) return e;
     bt(st, 1, w->consumer_id);
@@ -1479,7 +1596,7 @@ static obx_err sq_watermark_put(obx__store *base, const obx__watermark_row *w) {
 static obx_err sq_watermark_list(obx__store *base, const char *consumer, obx__watermark_row **out,
                                  size_t *n) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     size_t cap = 0;
     *out = NULL;
     *n = 0;
@@ -1512,7 +1629,7 @@ static obx_err sq_watermark_list(obx__store *base, const char *consumer, obx__wa
 static obx_err sq_failure_bump(obx__store *base, const char *consumer, const char *event_id,
                                const char *error, int64_t now, int32_t *failures) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_FAIL_BUMP, &st);
     if (e) return e;
     bt(st, 1, consumer);
@@ -1528,7 +1645,7 @@ static obx_err sq_failure_bump(obx__store *base, const char *consumer, const cha
 
 static obx_err sq_failure_clear(obx__store *base, const char *consumer, const char *event_id) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_FAIL_CLEAR, &st);
     if (e) return e;
     bt(st, 1, consumer);
@@ -1538,7 +1655,7 @@ static obx_err sq_failure_clear(obx__store *base, const char *consumer, const ch
 
 static obx_err sq_poison_put(obx__store *base, const obx__poison_row *p) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_POISON_PUT, &st);
     if (e) return e;
     bt(st, 1, p->consumer_id);
@@ -1590,7 +1707,7 @@ static obx_err read_poison(sqlite3_stmt *st, obx__poison_row *p, bool payload) {
 static obx_err sq_poison_list(obx__store *base, const char *consumer, const char *state,
                               obx__poison_row **out, size_t *n) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     size_t cap = 0;
     *out = NULL;
     *n = 0;
@@ -1617,7 +1734,7 @@ static obx_err sq_poison_list(obx__store *base, const char *consumer, const char
 static obx_err sq_poison_get(obx__store *base, const char *consumer, const char *event_id,
                              obx__poison_row *out) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_POISON_GET, &st);
     if (e) return e;
     bt(st, 1, consumer);
@@ -1636,7 +1753,7 @@ static obx_err sq_poison_get(obx__store *base, const char *consumer, const char 
 static obx_err sq_poison_set_state(obx__store *base, const char *consumer, const char *event_id,
                                    const char *state, int64_t now) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_POISON_STATE, &st);
     if (e) return e;
     bt(st, 1, state);
@@ -1653,7 +1770,7 @@ static obx_err sq_inbox_quarantine_put(obx__store *base, const char *consumer, c
                                        const char *digest, const char *first_digest,
                                        const char *reason, int64_t at) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_INBOX_QUAR, &st);
     if (e) return e;
     bt(st, 1, consumer);
@@ -1668,7 +1785,7 @@ static obx_err sq_inbox_quarantine_put(obx__store *base, const char *consumer, c
 static obx_err sq_consume_audit_put(obx__store *base, const obx__consume_audit_row *a, size_t n) {
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_CONSUME_AUDIT, &st);
         if (e) return e;
         bi(st, 1, a[i].at);
@@ -1687,12 +1804,13 @@ static obx_err sq_consume_audit_put(obx__store *base, const obx__consume_audit_r
 static obx_err sq_retention_candidates(obx__store *base, const obx__retention_req *req,
                                        obx__rows *out) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
-    obx_err e = stmt(s, Q_RET_CANDIDATES, &st);
+    sqlite3_stmt *st = NULL;
+    /* the store layer admits PUBLISHED and RETAINED only */
+    obx_err e =
+        stmt(s, req->state == OBX__ST_RETAINED ? Q_RET_CANDIDATES_RET : Q_RET_CANDIDATES_PUB, &st);
     if (e) return e;
     /* req->lock needs nothing more: the caller's write transaction (BEGIN IMMEDIATE) already
      * excludes every other writer */
-    bt(st, 1, obx__state_name(req->state));
     bi(st, 2, req->after.at);
     bi(st, 3, req->after.seq);
     bi(st, 4, req->before.at);
@@ -1706,7 +1824,7 @@ static obx_err sq_purge_payloads(obx__store *base, const char *const *ids, size_
     sq_store *s = (sq_store *)base;
     int64_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_PURGE_PAYLOAD, &st);
         if (e) return e;
         bt(st, 1, ids[i]);
@@ -1722,7 +1840,7 @@ static obx_err sq_purge_payloads(obx__store *base, const char *const *ids, size_
 static obx_err sq_aged(obx__store *base, const obx__aged_req *req, obx__aged_row **out, size_t *n,
                        obx__aged_count *count) {
     sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     obx_err e;
     int rc;
     if (req->count) {
@@ -1767,7 +1885,7 @@ static obx_err sq_aged(obx__store *base, const obx__aged_req *req, obx__aged_row
 static obx_err sq_events_known(obx__store *base, const char *const *ids, size_t n, bool *known) {
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st;
+        sqlite3_stmt *st = NULL;
         obx_err e = stmt(s, Q_EVENT_KNOWN, &st);
         if (e) return e;
         bt(st, 1, ids[i]);
@@ -1777,6 +1895,301 @@ static obx_err sq_events_known(obx__store *base, const char *const *ids, size_t 
         if (rc != SQLITE_ROW && rc != SQLITE_DONE) return map_rc(s, rc, "events known");
     }
     return OBX_OK;
+}
+
+/* ---- schema version 2: selections, delivery sets, receipt details, takeover ---------------- */
+
+static obx_err sq_find_events(obx__store *base, const obx__event_filter *f, obx__rows *out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    obx_err e = stmt(s, Q_FIND, &st);
+    if (e) return e;
+    char aliases[2048], states[512];
+    const char *names[OBX__ST_COUNT];
+    size_t ns = f->n_states < OBX__ST_COUNT ? f->n_states : OBX__ST_COUNT;
+    for (size_t i = 0; i < ns; i++) names[i] = obx__state_name(f->states[i]);
+    if (f->event_type)
+        bt(st, 1, f->event_type);
+    else
+        sqlite3_bind_null(st, 1);
+    if (f->cluster)
+        bt(st, 2, f->cluster);
+    else
+        sqlite3_bind_null(st, 2);
+    if (f->topic)
+        bt(st, 3, f->topic);
+    else
+        sqlite3_bind_null(st, 3);
+    /* ",a,b," lists for instr() membership tests; none binds NULL (no filter) */
+    bind_aliases(st, 4, f->aliases, f->n_aliases, aliases, sizeof aliases);
+    bind_aliases(st, 5, names, ns, states, sizeof states);
+    bi(st, 6, f->committed_from);
+    bi(st, 7, f->committed_to);
+    bi(st, 8, f->after_seq);
+    bi(st, 9, (int64_t)(f->limit ? f->limit : 1000));
+    return collect(s, st, false, out, "find events");
+}
+
+static obx_err sq_route_set_put(obx__store *base, const obx__route_set_row *r) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    obx_err e = stmt(s, Q_RSET_PUT, &st);
+    if (e) return e;
+    bi(st, 1, r->route_gen);
+    bt(st, 2, r->completion);
+    bi(st, 3, r->n + 1);
+    if ((e = step_done(s, st, "insert route set"))) return e;
+    for (int32_t i = 0; i < r->n; i++) {
+        const obx__route_target_row *t = &r->t[i];
+        if ((e = stmt(s, Q_RTGT_PUT, &st))) return e;
+        bi(st, 1, r->route_gen);
+        bi(st, 2, t->target_no);
+        bt(st, 3, t->cluster);
+        bt(st, 4, t->topic);
+        bt(st, 5, t->routing_key);
+        bt(st, 6, t->algorithm);
+        bt(st, 7, t->serializer);
+        bt(st, 8, t->durability);
+        bt(st, 9, t->required_acks);
+        if ((e = step_done(s, st, "insert route target"))) return e;
+    }
+    return OBX_OK;
+}
+
+static obx_err sq_route_set_get(obx__store *base, int64_t gen, obx__route_set_row *out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    memset(out, 0, sizeof *out);
+    obx_err e = stmt(s, Q_RSET_GET, &st);
+    if (e) return e;
+    bi(st, 1, gen);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) CT(st, 0, out->completion);
+    sqlite3_reset(st);
+    if (rc == SQLITE_DONE)
+        return obx__fail(OBX_ENOTFOUND, "route generation %lld declares no delivery set",
+                         (long long)gen);
+    if (rc != SQLITE_ROW) return map_rc(s, rc, "read route set");
+    out->route_gen = gen;
+    if ((e = stmt(s, Q_RTGT_GET, &st))) return e;
+    bi(st, 1, gen);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && out->n < OBX__SET_MAX - 1) {
+        obx__route_target_row *t = &out->t[out->n++];
+        t->target_no = (int32_t)ci(st, 0);
+        CT(st, 1, t->cluster);
+        CT(st, 2, t->topic);
+        CT(st, 3, t->routing_key);
+        CT(st, 4, t->algorithm);
+        CT(st, 5, t->serializer);
+        CT(st, 6, t->durability);
+        CT(st, 7, t->required_acks);
+    }
+    e = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? OBX_OK : map_rc(s, rc, "read route targets");
+    sqlite3_reset(st);
+    return e;
+}
+
+static obx_err sq_delivery_put(obx__store *base, const obx__delivery_row *d) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    obx_err e = stmt(s, Q_DSET_PUT, &st);
+    if (e) return e;
+    bt(st, 1, d->event_id);
+    bt(st, 2, d->completion);
+    bi(st, 3, d->route_gen);
+    bi(st, 4, d->created_at);
+    if ((e = step_done(s, st, "insert delivery set"))) return e;
+    if ((e = stmt(s, Q_DSET_RULE, &st))) return e;
+    bt(st, 1, d->event_id);
+    char rule[16] = "";
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) CT(st, 0, rule);
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW) return map_rc(s, rc, "read delivery set");
+    if (strcmp(rule, d->completion))
+        return obx__fail(OBX_ECONFLICT,
+                         "event %s: its delivery set completes on '%s', not '%s' (a contract "
+                         "rule never changes)",
+                         d->event_id, rule, d->completion);
+    for (int32_t i = 0; i < d->n; i++) {
+        if ((e = stmt(s, Q_DTGT_PUT, &st))) return e;
+        bt(st, 1, d->t[i].slot_id);
+        bt(st, 2, d->event_id);
+        bi(st, 3, d->t[i].target_no);
+        bt(st, 4, d->t[i].origin);
+        bi(st, 5, d->t[i].created_at);
+        if ((e = step_done(s, st, "insert delivery target"))) return e;
+    }
+    return OBX_OK;
+}
+
+static obx_err sq_delivery_get(obx__store *base, const char *id, obx__delivery_row *out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    memset(out, 0, sizeof *out);
+    obx_err e = stmt(s, Q_DGET, &st);
+    if (e) return e;
+    bt(st, 1, id);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && out->n < OBX__SET_MAX) {
+        CT(st, 0, out->event_id);
+        CT(st, 1, out->completion);
+        out->route_gen = ci(st, 2);
+        out->created_at = ci(st, 3);
+        obx__delivery_target_row *t = &out->t[out->n++];
+        t->target_no = (int32_t)ci(st, 4);
+        CT(st, 5, t->slot_id);
+        CT(st, 6, t->origin);
+        t->created_at = ci(st, 7);
+    }
+    e = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? OBX_OK : map_rc(s, rc, "read delivery set");
+    sqlite3_reset(st);
+    if (!e && !out->n) e = obx__fail(OBX_ENOTFOUND, "%s: not part of a delivery set", id);
+    return e;
+}
+
+static obx_err sq_delivery_stats(obx__store *base, int64_t *sets, int64_t *complete) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    obx_err e = stmt(s, Q_DSTATS, &st);
+    if (e) return e;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *sets = ci(st, 0);
+        *complete = ci(st, 1);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW ? OBX_OK : map_rc(s, rc, "delivery statistics");
+}
+
+static obx_err sq_receipt_details(obx__store *base, const char *event_id, obx__receipt_kind kind,
+                                  char ***out, size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    *out = NULL;
+    *n = 0;
+    size_t cap = 0;
+    obx_err e = stmt(s, Q_RCPT_DETAIL, &st);
+    if (e) return e;
+    bt(st, 1, event_id);
+    bt(st, 2, obx__receipt_kind_name(kind));
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
+        char *d = obx__strdup((const char *)sqlite3_column_text(st, 0));
+        if (!d) {
+            e = obx__fail(OBX_ENOMEM, "receipt details: out of memory");
+            break;
+        }
+        (*out)[(*n)++] = d;
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "receipt details");
+    sqlite3_reset(st);
+    if (e) {
+        for (size_t i = 0; i < *n; i++) free((*out)[i]);
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return e;
+}
+
+static obx_err sq_set_alias(obx__store *base, const char *const *ids, size_t n, const char *from,
+                            const char *to, bool *applied) {
+    sq_store *s = (sq_store *)base;
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_stmt *st = NULL;
+        obx_err e = stmt(s, Q_SET_ALIAS, &st);
+        if (e) return e;
+        bt(st, 1, ids[i]);
+        bt(st, 2, from);
+        bt(st, 3, to);
+        if ((e = step_done(s, st, "set alias"))) return e;
+        applied[i] = sqlite3_changes(s->db) == 1;
+    }
+    return OBX_OK;
+}
+
+static obx_err sq_receipts_by_kind(obx__store *base, obx__receipt_kind kind, size_t limit,
+                                   obx__receipt_row **out, size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    *out = NULL;
+    *n = 0;
+    if ((unsigned)kind > OBX__RK_MIGRATION) return obx__fail(OBX_EINVAL, "receipt kind %d", kind);
+    bool sparse = kind == OBX__RK_QUARANTINED || kind == OBX__RK_MIGRATION;
+    obx_err e = stmt(s, sparse ? Q_RCPT_KIND_SPARSE : Q_RCPT_KIND_ANY, &st);
+    if (e) return e;
+    bt(st, 1, kind_names[kind]);
+    bi(st, 2, (int64_t)limit);
+    return collect_receipts(s, st, "receipts by kind", out, n);
+}
+
+static obx_err sq_recent_published(obx__store *base, size_t limit, obx__published_ref **out,
+                                   size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    size_t cap = 0;
+    *out = NULL;
+    *n = 0;
+    obx_err e = stmt(s, Q_RECENT_PUB, &st);
+    if (e) return e;
+    bi(st, 1, (int64_t)limit);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
+        obx__published_ref *p = &(*out)[(*n)++];
+        memset(p, 0, sizeof *p);
+        CT(st, 0, p->event_id);
+        CT(st, 1, p->topic);
+        p->published_at = ci(st, 2);
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "recent published");
+    sqlite3_reset(st);
+    if (e) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return e;
+}
+
+static obx_err sq_consume_audit_list(obx__store *base, const char *consumer, const char *event_id,
+                                     int64_t after_id, size_t limit, obx__consume_audit_row **out,
+                                     size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    size_t cap = 0;
+    *out = NULL;
+    *n = 0;
+    int q = after_id < 0 ? Q_CAUDIT_NEWEST : event_id ? Q_CAUDIT_EVENT : Q_CAUDIT_AFTER;
+    obx_err e = stmt(s, q, &st);
+    if (e) return e;
+    bt(st, 1, consumer);
+    bt(st, 2, event_id);
+    bi(st, 3, after_id);
+    bi(st, 4, (int64_t)limit);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
+        obx__consume_audit_row *a = &(*out)[(*n)++];
+        memset(a, 0, sizeof *a);
+        a->id = ci(st, 0);
+        a->at = ci(st, 1);
+        CT(st, 2, a->consumer_id);
+        CT(st, 3, a->event_id);
+        CT(st, 4, a->outcome);
+        a->duration_us = ci(st, 5);
+        CT(st, 6, a->detail);
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "consume audit");
+    sqlite3_reset(st);
+    if (e) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return e;
 }
 
 const obx__store_methods obx__sqlite_store_methods = {
@@ -1832,4 +2245,15 @@ const obx__store_methods obx__sqlite_store_methods = {
     .purge_payloads = sq_purge_payloads,
     .aged = sq_aged,
     .events_known = sq_events_known,
+    .find_events = sq_find_events,
+    .route_set_put = sq_route_set_put,
+    .route_set_get = sq_route_set_get,
+    .delivery_put = sq_delivery_put,
+    .delivery_get = sq_delivery_get,
+    .delivery_stats = sq_delivery_stats,
+    .receipt_details = sq_receipt_details,
+    .set_alias = sq_set_alias,
+    .receipts_by_kind = sq_receipts_by_kind,
+    .recent_published = sq_recent_published,
+    .consume_audit_list = sq_consume_audit_list,
 };

@@ -1,0 +1,446 @@
+/*
+ * cmd_migrate.c — `obx migrate` (destination migration and delivery-set targets), `obx shadow`
+ * (compare what obx would send with what another dispatcher published) and `obx takeover`
+ * (hand event types to a dispatcher alias, or back). Public API only; docs/migration.md.
+ *
+ * Exit status: 0 done (no refusal, no difference), 1 a refusal, a difference or a failure,
+ * 2 a usage error. Nothing is stored on bad input.
+ */
+#include "cli.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A repeatable option's values (argv strings, not copied). */
+typedef struct strv {
+    const char *v[256];
+    size_t n;
+} strv;
+
+/* Adds a comma-separated option value (split in place: argv strings are writable). */
+static int push(strv *s, const char *cmd, const char *opt, char *val) {
+    for (char *save = NULL, *t = strtok_r(val, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (s->n == sizeof s->v / sizeof s->v[0])
+            return cli_usage(cmd, "%s: more than %zu values", opt, sizeof s->v / sizeof s->v[0]);
+        s->v[s->n++] = t;
+    }
+    return 0;
+}
+
+static int parse_i64(const char *cmd, const char *opt, const char *v, long long lo, long long hi,
+                     long long *out) {
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || x < lo || x > hi)
+        return cli_usage(cmd, "%s: '%s' is not an integer in %lld..%lld", opt, v, lo, hi);
+    *out = x;
+    return 0;
+}
+
+static const char *str(json_t *o, const char *k) {
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+
+/* ---- obx migrate ------------------------------------------------------------------------------
+ */
+
+/* "A new route set first": the type's current route with another cluster/topic (and any route
+ * option given), as a new generation. */
+static int route_first(obx_store *s, const char *type, obx_route *over, int64_t *gen) {
+    char *js = NULL;
+    obx_err e = obx_route_list(s, 0, &js);
+    if (e) return cli_fail("migrate", "route list", e);
+    json_t *arr = json_loads(js, 0, NULL), *cur = NULL, *r;
+    obx_free(js);
+    size_t i;
+    json_array_foreach(arr, i, r) {
+        if (!strcmp(str(r, "event_type"), type)) cur = r;
+    }
+    if (!cur) {
+        json_decref(arr);
+        fprintf(stderr, "obx migrate: --type %s: no route yet (obx route set)\n", type);
+        return 1;
+    }
+    if (json_integer_value(json_object_get(cur, "targets"))) {
+        json_decref(arr);
+        fprintf(stderr,
+                "obx migrate: --cluster/--topic: %s has a delivery set; set its new "
+                "route with `obx route set` (with --also), then migrate with "
+                "--route-gen\n",
+                type);
+        return 2;
+    }
+    obx_route rt = {.event_type = type,
+                    .cluster = over->cluster,
+                    .topic = over->topic,
+                    .routing_key = over->routing_key ? over->routing_key : str(cur, "routing_key"),
+                    .algorithm = over->algorithm ? over->algorithm : str(cur, "algorithm"),
+                    .serializer = over->serializer ? over->serializer : str(cur, "serializer"),
+                    .durability = over->durability ? over->durability : str(cur, "durability"),
+                    .required_acks =
+                        over->required_acks ? over->required_acks : str(cur, "required_acks"),
+                    .max_attempts = (int)json_integer_value(json_object_get(cur, "max_attempts")),
+                    .blind_retry = json_is_true(json_object_get(cur, "blind_retry")),
+                    .unordered = json_is_true(json_object_get(cur, "unordered")),
+                    .alias = str(cur, "alias")};
+    e = obx_route_set(s, &rt, gen);
+    json_decref(arr);
+    if (e) return cli_fail("migrate", "new route", e);
+    printf("route %s -> %s/%s: generation %lld (events enqueued from now on go there too)\n", type,
+           over->cluster, over->topic, (long long)*gen);
+    return 0;
+}
+
+static void print_migration(json_t *res) {
+    size_t i;
+    json_t *it;
+    json_array_foreach(json_object_get(res, "events"), i, it) {
+        const char *out = str(it, "outcome");
+        json_t *from = json_object_get(it, "from"), *to = json_object_get(it, "to");
+        if (!strcmp(out, "refused")) {
+            printf("%s REFUSED: %s\n", str(it, "event_id"), str(it, "reason"));
+        } else if (!strcmp(out, "target_added") || !strcmp(out, "would_add_target")) {
+            printf("%s %s: target %lld %s/%s (slot %s); proof: %s\n", str(it, "event_id"),
+                   !strcmp(out, "target_added") ? "target added" : "would add a target",
+                   (long long)json_integer_value(json_object_get(it, "target")), str(to, "cluster"),
+                   str(to, "topic"), *str(it, "slot_id") ? str(it, "slot_id") : "-",
+                   str(json_object_get(it, "proof"), "kind"));
+        } else {
+            printf("%s %s: %s/%s (gen %lld) -> %s/%s (gen %lld); proof: %s\n", str(it, "event_id"),
+                   !strcmp(out, "migrated") ? "migrated" : "would migrate", str(from, "cluster"),
+                   str(from, "topic"),
+                   (long long)json_integer_value(json_object_get(from, "envelope_gen")),
+                   str(to, "cluster"), str(to, "topic"),
+                   (long long)json_integer_value(json_object_get(to, "envelope_gen")),
+                   str(json_object_get(it, "proof"), "kind"));
+        }
+    }
+    printf("%lld selected, %lld refused%s\n",
+           (long long)json_integer_value(json_object_get(res, "selected")),
+           (long long)json_integer_value(json_object_get(res, "refused")),
+           json_is_true(json_object_get(res, "dry_run")) ? " (dry run: nothing changed)" : "");
+}
+
+int cmd_migrate(int argc, char **argv) {
+    const char *db = CLI_DEFAULT_DB, *broker = NULL;
+    strv props = {0};
+    obx_migrate_request req;
+    memset(&req, 0, sizeof req);
+    obx_route over;
+    memset(&over, 0, sizeof over);
+    int js = 0, rc;
+    long long v = 0;
+    static const char usage[] =
+        "usage: obx migrate [EVENT_ID...] [--type T] [--from-cluster C] [--from-topic T] "
+        "[--state S] [--limit N] [--route-gen G | --cluster C --topic T [--routing-key TPL] "
+        "[--algorithm A] [--serializer S] [--durability D] [--acks A]] [--add-target "
+        "[--target N] [--completion all|any]] [--who W] [--reason R] [--dry-run] [--json] "
+        "[--db URL] [--broker URL] [--broker-prop K=V]...";
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
+                                         {"broker", required_argument, 0, 'b'},
+                                         {"broker-prop", required_argument, 0, 'p'},
+                                         {"type", required_argument, 0, 'T'},
+                                         {"from-cluster", required_argument, 0, 'C'},
+                                         {"from-topic", required_argument, 0, 'O'},
+                                         {"state", required_argument, 0, 'S'},
+                                         {"limit", required_argument, 0, 'L'},
+                                         {"route-gen", required_argument, 0, 'g'},
+                                         {"cluster", required_argument, 0, 'c'},
+                                         {"topic", required_argument, 0, 't'},
+                                         {"routing-key", required_argument, 0, 'k'},
+                                         {"algorithm", required_argument, 0, 'a'},
+                                         {"serializer", required_argument, 0, 's'},
+                                         {"durability", required_argument, 0, 'D'},
+                                         {"acks", required_argument, 0, 'A'},
+                                         {"add-target", no_argument, 0, '+'},
+                                         {"target", required_argument, 0, 'n'},
+                                         {"completion", required_argument, 0, 'm'},
+                                         {"who", required_argument, 0, 'w'},
+                                         {"reason", required_argument, 0, 'r'},
+                                         {"dry-run", no_argument, 0, 'x'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': db = optarg; break;
+        case 'b': broker = optarg; break;
+        case 'p':
+            if (props.n == sizeof props.v / sizeof props.v[0])
+                return cli_usage("migrate", "--broker-prop: more than %zu",
+                                 sizeof props.v / sizeof props.v[0]);
+            props.v[props.n++] = optarg; /* a property value may hold commas */
+            break;
+        case 'T': req.event_type = optarg; break;
+        case 'C': req.cluster = optarg; break;
+        case 'O': req.topic = optarg; break;
+        case 'S': req.state = optarg; break;
+        case 'L':
+            if ((rc = parse_i64("migrate", "--limit", optarg, 1, 100000, &v))) return rc;
+            req.limit = (size_t)v;
+            break;
+        case 'g':
+            if ((rc = parse_i64("migrate", "--route-gen", optarg, 1, INT64_MAX, &v))) return rc;
+            req.route_gen = v;
+            break;
+        case 'c': over.cluster = optarg; break;
+        case 't': over.topic = optarg; break;
+        case 'k': over.routing_key = optarg; break;
+        case 'a': over.algorithm = optarg; break;
+        case 's': over.serializer = optarg; break;
+        case 'D': over.durability = optarg; break;
+        case 'A': over.required_acks = optarg; break;
+        case '+': req.add_target = 1; break;
+        case 'n':
+            if ((rc = parse_i64("migrate", "--target", optarg, 1, OBX_SET_MAX, &v))) return rc;
+            req.target = (int)v;
+            break;
+        case 'm': req.completion = optarg; break;
+        case 'w': req.who = optarg; break;
+        case 'r': req.reason = optarg; break;
+        case 'x': req.dry_run = 1; break;
+        case 'j': js = 1; break;
+        default: return cli_usage("migrate", "%s", usage);
+        }
+    }
+    req.event_ids = (const char *const *)argv + optind;
+    req.n_event_ids = (size_t)(argc - optind);
+    bool new_route = over.cluster || over.topic || over.routing_key || over.algorithm ||
+                     over.serializer || over.durability || over.required_acks;
+    if (new_route && (!over.cluster || !over.topic))
+        return cli_usage("migrate", "--cluster and --topic: both or neither (a new route "
+                                    "generation for --type)");
+    if (new_route && req.route_gen)
+        return cli_usage("migrate", "--route-gen: not together with --cluster/--topic");
+    if (new_route && !req.event_type)
+        return cli_usage("migrate", "--cluster/--topic: needs --type (the route to set first)");
+    if (!req.n_event_ids && !req.event_type && !req.cluster && !req.topic && !req.state)
+        return cli_usage("migrate",
+                         "no EVENT_ID and no selector (--type, --from-cluster, "
+                         "--from-topic, --state)\n%s",
+                         usage);
+    obx_store *s;
+    if ((rc = cli_open_store("migrate", db, &s))) return rc;
+    const char *type_for_route = req.event_type;
+    if (new_route) {
+        int64_t gen = 0;
+        if ((rc = route_first(s, type_for_route, &over, &gen))) {
+            obx_store_close(s);
+            return rc;
+        }
+        req.route_gen = gen;
+    }
+    /* with IDs, the type only named the route to set: the IDs select */
+    if (new_route && req.n_event_ids) req.event_type = NULL;
+    char *out = NULL;
+    obx_err e = obx_migrate(s, broker, props.v, props.n, &req, &out);
+    obx_store_close(s);
+    if (!out) return cli_fail("migrate", "rejected, nothing changed", e);
+    if (js) {
+        printf("%s\n", out);
+    } else {
+        json_t *res = json_loads(out, 0, NULL);
+        print_migration(res);
+        json_decref(res);
+    }
+    obx_free(out);
+    if (e) {
+        cli_fail("migrate", "refused", e);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- obx shadow --------------------------------------------------------------------------------
+ */
+
+int cmd_shadow(int argc, char **argv) {
+    const char *db = CLI_DEFAULT_DB, *broker = NULL;
+    strv props = {0}, aliases = {0}, types = {0}, topics = {0};
+    obx_shadow_request req;
+    memset(&req, 0, sizeof req);
+    int js = 0, rc;
+    long long v = 0;
+    static const char usage[] =
+        "usage: obx shadow [--alias A]... [--type T]... [--topic T]... [--feed FILE] "
+        "[--since-ms MS] [--grace-ms MS] [--limit N] [--json] [--db URL] [--broker URL] "
+        "[--broker-prop K=V]...";
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
+                                         {"broker", required_argument, 0, 'b'},
+                                         {"broker-prop", required_argument, 0, 'p'},
+                                         {"alias", required_argument, 0, 'a'},
+                                         {"type", required_argument, 0, 'T'},
+                                         {"topic", required_argument, 0, 't'},
+                                         {"feed", required_argument, 0, 'f'},
+                                         {"since-ms", required_argument, 0, 's'},
+                                         {"grace-ms", required_argument, 0, 'g'},
+                                         {"limit", required_argument, 0, 'L'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': db = optarg; break;
+        case 'b': broker = optarg; break;
+        case 'p':
+            if (props.n == sizeof props.v / sizeof props.v[0])
+                return cli_usage("shadow", "--broker-prop: more than %zu",
+                                 sizeof props.v / sizeof props.v[0]);
+            props.v[props.n++] = optarg; /* a property value may hold commas */
+            break;
+        case 'a':
+            if ((rc = push(&aliases, "shadow", "--alias", optarg))) return rc;
+            break;
+        case 'T':
+            if ((rc = push(&types, "shadow", "--type", optarg))) return rc;
+            break;
+        case 't':
+            if ((rc = push(&topics, "shadow", "--topic", optarg))) return rc;
+            break;
+        case 'f': req.feed_path = optarg; break;
+        case 's':
+            if ((rc = parse_i64("shadow", "--since-ms", optarg, 0, INT64_MAX, &v))) return rc;
+            req.since_ms = v;
+            break;
+        case 'g':
+            if ((rc = parse_i64("shadow", "--grace-ms", optarg, -1, INT64_MAX, &v))) return rc;
+            req.grace_ms = v;
+            break;
+        case 'L':
+            if ((rc = parse_i64("shadow", "--limit", optarg, 1, 10000000, &v))) return rc;
+            req.limit = (size_t)v;
+            break;
+        case 'j': js = 1; break;
+        default: return cli_usage("shadow", "%s", usage);
+        }
+    }
+    if (optind < argc) return cli_usage("shadow", "unexpected argument '%s'", argv[optind]);
+    if (!broker && !req.feed_path) broker = CLI_DEFAULT_BROKER;
+    req.aliases = aliases.v;
+    req.n_aliases = aliases.n;
+    req.event_types = types.v;
+    req.n_event_types = types.n;
+    req.topics = topics.v;
+    req.n_topics = topics.n;
+    obx_store *s;
+    if ((rc = cli_open_store("shadow", db, &s))) return rc;
+    char *out = NULL;
+    obx_err e = obx_shadow(s, broker, props.v, props.n, &req, &out);
+    obx_store_close(s);
+    if (!out) return cli_fail("shadow", "comparison", e);
+    if (js) {
+        printf("%s\n", out);
+    } else {
+        json_t *r = json_loads(out, 0, NULL), *d = json_object_get(r, "differences"), *f;
+        printf("shadow (claims nothing, sends nothing): %lld slots compared with %lld "
+               "publications from %s\n",
+               (long long)json_integer_value(json_object_get(r, "compared")),
+               (long long)json_integer_value(json_object_get(r, "observed")), str(r, "source"));
+        printf("  matched %lld, not due yet %lld, duplicates %lld, outside the scope %lld\n",
+               (long long)json_integer_value(json_object_get(r, "matched")),
+               (long long)json_integer_value(json_object_get(r, "pending")),
+               (long long)json_integer_value(json_object_get(r, "duplicates")),
+               (long long)json_integer_value(json_object_get(r, "outside_scope")));
+        printf("  differences: missing %lld, destination %lld, partition %lld, payload %lld, "
+               "unknown on the broker %lld\n",
+               (long long)json_integer_value(json_object_get(d, "missing")),
+               (long long)json_integer_value(json_object_get(d, "destination")),
+               (long long)json_integer_value(json_object_get(d, "partition")),
+               (long long)json_integer_value(json_object_get(d, "payload")),
+               (long long)json_integer_value(json_object_get(d, "unknown_on_broker")));
+        size_t i;
+        json_array_foreach(json_object_get(r, "findings"), i, f) {
+            json_t *w = json_object_get(f, "would_send");
+            printf("  %-17s %s: %s", str(f, "kind"), str(f, "event_id"), str(f, "why"));
+            if (w)
+                printf(" [obx: %s/%s partition %lld key '%s']", str(w, "cluster"), str(w, "topic"),
+                       (long long)json_integer_value(json_object_get(w, "partition")),
+                       str(w, "key"));
+            printf("\n");
+        }
+        json_decref(r);
+    }
+    obx_free(out);
+    if (e == OBX_EFINDINGS) return 1;
+    return e ? cli_fail("shadow", "comparison", e) : 0;
+}
+
+/* ---- obx takeover ------------------------------------------------------------------------------
+ */
+
+int cmd_takeover(int argc, char **argv) {
+    const char *db = CLI_DEFAULT_DB;
+    strv types = {0};
+    obx_takeover_request req;
+    memset(&req, 0, sizeof req);
+    int js = 0, rc;
+    long long v = 0;
+    static const char usage[] =
+        "usage: obx takeover --to ALIAS (--type T[,T...]... | --from ALIAS [--percent P]) "
+        "[--backlog] [--who W] [--dry-run] [--json] [--db URL]";
+    static const struct option opts[] = {
+        {"db", required_argument, 0, 'd'},      {"to", required_argument, 0, 't'},
+        {"type", required_argument, 0, 'T'},    {"from", required_argument, 0, 'f'},
+        {"percent", required_argument, 0, 'P'}, {"backlog", no_argument, 0, 'B'},
+        {"who", required_argument, 0, 'w'},     {"dry-run", no_argument, 0, 'x'},
+        {"json", no_argument, 0, 'j'},          {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': db = optarg; break;
+        case 't': req.to_alias = optarg; break;
+        case 'T':
+            if ((rc = push(&types, "takeover", "--type", optarg))) return rc;
+            break;
+        case 'f': req.from_alias = optarg; break;
+        case 'P':
+            if ((rc = parse_i64("takeover", "--percent", optarg, 1, 100, &v))) return rc;
+            req.percent = (int)v;
+            break;
+        case 'B': req.backlog = 1; break;
+        case 'w': req.who = optarg; break;
+        case 'x': req.dry_run = 1; break;
+        case 'j': js = 1; break;
+        default: return cli_usage("takeover", "%s", usage);
+        }
+    }
+    if (optind < argc) return cli_usage("takeover", "unexpected argument '%s'", argv[optind]);
+    if (!req.to_alias) return cli_usage("takeover", "--to: required\n%s", usage);
+    if (!types.n && !req.from_alias)
+        return cli_usage("takeover", "--type or --from: one is required\n%s", usage);
+    req.event_types = types.v;
+    req.n_event_types = types.n;
+    obx_store *s;
+    if ((rc = cli_open_store("takeover", db, &s))) return rc;
+    char *out = NULL;
+    obx_err e = obx_takeover(s, &req, &out);
+    obx_store_close(s);
+    if (e) return cli_fail("takeover", "nothing changed", e);
+    if (js) {
+        printf("%s\n", out);
+    } else {
+        json_t *r = json_loads(out, 0, NULL), *t;
+        size_t i;
+        json_array_foreach(json_object_get(r, "types"), i, t) {
+            printf("%-32s %s -> %s%s (route generation %lld); backlog handed over: %lld\n",
+                   str(t, "event_type"), str(t, "from_alias"), str(t, "to_alias"),
+                   json_is_true(json_object_get(t, "switched")) ? "" : " (already)",
+                   (long long)json_integer_value(json_object_get(t, "route_gen")),
+                   (long long)json_integer_value(json_object_get(t, "backlog_moved")));
+        }
+        printf("%lld types switched to %s%s; events already claimed or sent stay with their "
+               "attempts and keep being reconciled\n",
+               (long long)json_integer_value(json_object_get(r, "types_switched")),
+               str(r, "to_alias"),
+               json_is_true(json_object_get(r, "dry_run")) ? " (dry run: nothing changed)" : "");
+        json_decref(r);
+    }
+    obx_free(out);
+    return 0;
+}

@@ -1,0 +1,256 @@
+// The obx dashboard: reads the relay's JSON API (/api/status, /api/trace) and sends operator
+// actions (/api/requeue, /api/redrive) with the bearer token the operator typed in.
+//
+// Event data (IDs, correlation IDs, aggregate IDs, reasons, broker words) is hostile input:
+// it only ever reaches the page through text nodes (el() below never parses markup), so a
+// "<script>" in a correlation ID is shown as those characters and never runs.
+"use strict";
+
+const TOKEN_KEY = "obx-token";
+let lastQuery = "";
+
+// ---- DOM helpers ---------------------------------------------------------------------------
+
+// el("td", {class: "num"}, "12") — children are nodes or strings (strings become text nodes).
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null) continue;
+    if (k === "class") e.className = v;
+    else if (k.startsWith("data-")) e.setAttribute(k, String(v));
+    else if (k === "title" || k === "type" || k === "id") e.setAttribute(k, String(v));
+    else if (k === "onclick") e.addEventListener("click", v);
+  }
+  for (const c of children) {
+    if (c === undefined || c === null) continue;
+    e.appendChild(typeof c === "string" || typeof c === "number" ? document.createTextNode(String(c)) : c);
+  }
+  return e;
+}
+
+function clear(node) {
+  while (node.firstChild) node.removeChild(node.firstChild);
+  return node;
+}
+
+function when(ms) {
+  if (!ms) return "";
+  return new Date(ms).toISOString().replace("T", " ").replace("Z", "");
+}
+
+function age(ms) {
+  if (!ms || ms < 0) return "0 s";
+  if (ms < 1000) return ms + " ms";
+  if (ms < 120000) return (ms / 1000).toFixed(1) + " s";
+  if (ms < 7200000) return (ms / 60000).toFixed(1) + " min";
+  return (ms / 3600000).toFixed(1) + " h";
+}
+
+function stateBadge(s) {
+  return el("span", {class: "state state-" + String(s).replace(/[^A-Z_]/g, "")}, s);
+}
+
+// A table from rows of cells; cells are strings or nodes.
+function table(headers, rows) {
+  const t = el("table");
+  t.appendChild(el("thead", {}, el("tr", {}, ...headers.map((h) => el("th", {}, h)))));
+  const body = el("tbody");
+  for (const r of rows) body.appendChild(el("tr", {}, ...r.map((c) => (c instanceof Node && c.tagName === "TD") ? c : el("td", {}, c))));
+  t.appendChild(body);
+  return t;
+}
+
+function kv(obj) {
+  const rows = Object.entries(obj).map(([k, v]) => [el("td", {class: "muted"}, k), el("td", {class: "mono kv-value"}, v === null ? "" : String(v))]);
+  return table(["field", "value"], rows);
+}
+
+function message(text, ok) {
+  const m = document.getElementById("message");
+  m.className = ok ? "ok" : "error";
+  m.textContent = text;
+}
+
+// ---- API -----------------------------------------------------------------------------------
+
+async function api(path, body) {
+  const opts = {headers: {}};
+  if (body !== undefined) {
+    opts.method = "POST";
+    opts.headers["Content-Type"] = "application/json";
+    const tok = sessionStorage.getItem(TOKEN_KEY) || "";
+    if (tok) opts.headers["Authorization"] = "Bearer " + tok;
+    opts.body = JSON.stringify(body);
+  }
+  const r = await fetch(path, opts);
+  let j = null;
+  try { j = await r.json(); } catch (e) { j = {error: "HTTP " + r.status}; }
+  if (!r.ok) throw new Error((j && j.error) || ("HTTP " + r.status));
+  return j;
+}
+
+async function requeue(id) {
+  try {
+    await api("/api/requeue", {event_id: id});
+    message("requeued " + id + ": PARKED -> PENDING", true);
+  } catch (e) {
+    message("requeue " + id + ": " + e.message, false);
+  }
+  await refresh();
+  if (lastQuery) await search(lastQuery);
+}
+
+async function redrive(consumer, id) {
+  try {
+    await api("/api/redrive", {consumer: consumer, event_id: id});
+    message("poison message " + id + " of " + consumer + " marked for re-drive", true);
+  } catch (e) {
+    message("re-drive " + id + ": " + e.message, false);
+  }
+  await refresh();
+}
+
+function requeueButton(id) {
+  return el("button", {class: "requeue", "data-event-id": id, type: "button", onclick: () => requeue(id)}, "Requeue");
+}
+
+function traceLink(id) {
+  return el("a", {class: "mono trace-link", "data-event-id": id, onclick: (ev) => { ev.preventDefault(); document.getElementById("search").value = id; search(id); }}, id);
+}
+
+// ---- status --------------------------------------------------------------------------------
+
+function card(label, value, alert) {
+  return el("div", {class: "card" + (alert ? " alert" : "")}, el("div", {class: "muted"}, label), el("div", {class: "value"}, String(value)));
+}
+
+function renderStatus(s) {
+  const r = s.relay || {};
+  document.getElementById("relay").textContent = "relay " + (r.id || "?") + (r.stopping ? " (stopping)" : "") + " · " + s.store;
+  document.getElementById("updated").textContent = "updated " + when(s.generated_at) + (s.stats_age_ms ? " (counts " + age(s.stats_age_ms) + " old)" : "");
+  if (!r.token_configured) document.getElementById("token-state").textContent = "actions disabled: no http.token_file";
+  const cards = clear(document.getElementById("cards"));
+  cards.appendChild(card("events", s.total));
+  cards.appendChild(card("published", (s.states.PUBLISHED || 0) + (s.states.RETAINED || 0) + (s.states.PURGED || 0)));
+  cards.appendChild(card("pending", s.pending.events));
+  cards.appendChild(card("oldest pending", age(s.pending.oldest_age_ms), s.pending.oldest_age_ms > 300000));
+  cards.appendChild(card("UNKNOWN", s.unknown.events, s.unknown.events > 0));
+  cards.appendChild(card("oldest UNKNOWN", age(s.unknown.oldest_age_ms), s.unknown.oldest_age_ms > 900000));
+  cards.appendChild(card("parked", s.states.PARKED || 0, (s.states.PARKED || 0) > 0));
+  cards.appendChild(card("quarantined receipts", s.receipts.quarantined, s.receipts.quarantined > 0));
+  cards.appendChild(card("duplicate receipts", s.receipts.duplicate));
+  const tb = clear(document.querySelector("#states tbody"));
+  for (const [k, v] of Object.entries(s.states)) tb.appendChild(el("tr", {"data-state": k}, el("td", {}, stateBadge(k)), el("td", {class: "num"}, String(v))));
+
+  const un = clear(document.getElementById("unknown"));
+  if (!s.lists.unknown.length) un.appendChild(el("p", {class: "muted"}, "none"));
+  for (const e of s.lists.unknown) {
+    const box = el("div", {class: "event", "data-event-id": e.event_id});
+    box.appendChild(el("div", {}, traceLink(e.event_id), " ", stateBadge(e.state), " ", e.event_type, " ", el("span", {class: "mono"}, e.aggregate),
+      " · unknown for " + age(s.generated_at - e.unknown_since) + " · next check " + when(e.next_check_at)));
+    box.appendChild(table(["attempt", "gen", "state", "partition", "owner", "started", "detail"],
+      e.attempts.map((a) => [el("td", {class: "mono"}, a.attempt_id), String(a.attempt_gen), stateBadge(a.state), String(a.partition), a.owner, when(a.started_at), a.detail])));
+    un.appendChild(box);
+  }
+
+  const pk = clear(document.getElementById("parked"));
+  if (!s.lists.parked.length) pk.appendChild(el("p", {class: "muted"}, "none"));
+  else pk.appendChild(table(["event", "type", "aggregate", "tenant", "correlation", "rejections", "last reason", ""],
+    s.lists.parked.map((e) => [traceLink(e.event_id), e.event_type, el("td", {class: "mono"}, e.aggregate), e.tenant, el("td", {class: "mono"}, e.correlation_id),
+      e.rejections + "/" + e.max_attempts, e.last_reason, el("td", {}, requeueButton(e.event_id))])));
+
+  const q = clear(document.getElementById("quarantined"));
+  if (!s.lists.quarantined.length) q.appendChild(el("p", {class: "muted"}, "none"));
+  else q.appendChild(table(["event", "attempt", "where", "reason", "at"],
+    s.lists.quarantined.map((rc) => [traceLink(rc.event_id), el("td", {class: "mono"}, rc.attempt_id), rc.cluster + "/" + rc.topic + "/" + rc.partition + "@" + rc.offset, rc.reason, when(rc.created_at)])));
+
+  const cs = clear(document.getElementById("consumers"));
+  if (!s.consumers.length) cs.appendChild(el("p", {class: "muted"}, "none configured (audit.critical_consumers)"));
+  for (const c of s.consumers) {
+    const box = el("div", {class: "consumer", "data-consumer": c.consumer_id});
+    box.appendChild(el("h3", {}, c.consumer_id + " ", el("span", {class: "muted mono"}, c.url)));
+    if (!c.up) { box.appendChild(el("p", {class: "error"}, "unreachable: " + c.error)); cs.appendChild(box); continue; }
+    box.appendChild(el("p", {}, "lag: " + c.lag.events + " of the newest " + c.lag.window + " published events not applied" +
+      (c.lag.events ? ", oldest " + age(c.lag.age_ms) : "") + " · last commit " + (c.lag.last_commit_at ? age(s.generated_at - c.lag.last_commit_at) + " ago" : "never") +
+      " · poison: " + c.poison.parked + " parked, " + c.poison.redrive + " to re-drive"));
+    if (c.poison.messages.length)
+      box.appendChild(table(["event", "state", "failures", "last error", "parked at", ""],
+        c.poison.messages.map((p) => [traceLink(p.event_id), p.state, String(p.failures), p.last_error, when(p.parked_at),
+          el("td", {}, p.state === "PARKED" ? el("button", {class: "redrive", type: "button", "data-event-id": p.event_id, onclick: () => redrive(c.consumer_id, p.event_id)}, "Re-drive") : "")])));
+    cs.appendChild(box);
+  }
+}
+
+async function refresh() {
+  try {
+    renderStatus(await api("/api/status"));
+  } catch (e) {
+    message("status: " + e.message, false);
+  }
+}
+
+// ---- trace ---------------------------------------------------------------------------------
+
+function renderEvent(d) {
+  const st = d.status;
+  const box = el("div", {class: "event", "data-event-id": d.event_id});
+  box.appendChild(el("h3", {}, el("span", {class: "mono"}, d.event_id), " ", el("span", {class: "event-state"}, st.state),
+    st.state === "PARKED" ? el("span", {}, " ", requeueButton(d.event_id)) : null));
+  box.appendChild(el("h4", {}, "envelope (frozen at commit)"));
+  box.appendChild(kv(d.envelope));
+  box.appendChild(el("h4", {}, "destination (frozen)"));
+  box.appendChild(kv(d.destination));
+  box.appendChild(el("h4", {}, "state"));
+  box.appendChild(kv({state: st.state, claim_gen: st.claim_gen, owner: st.owner, rejections: st.rejections + "/" + st.max_attempts,
+    committed: when(st.committed_at), published: when(st.published_at), unknown_since: when(st.unknown_since), primary_attempt: st.primary_attempt_id}));
+  box.appendChild(el("h4", {}, "attempts"));
+  box.appendChild(table(["attempt", "gen", "claim", "owner", "state", "partition", "started", "detail"],
+    d.attempts.map((a) => [el("td", {class: "mono"}, a.attempt_id), String(a.attempt_gen), String(a.claim_gen), a.owner, stateBadge(a.state), String(a.partition), when(a.started_at), a.detail])));
+  box.appendChild(el("h4", {}, "receipts"));
+  box.appendChild(table(["kind", "attempt", "where", "reason", "at"],
+    d.receipts.map((r) => [r.kind, el("td", {class: "mono"}, r.attempt_id), r.cluster + "/" + r.topic + "/" + r.partition + "@" + r.offset, r.reason, when(r.created_at)])));
+  box.appendChild(el("h4", {}, "audit"));
+  box.appendChild(table(["at", "actor", "who", "from", "to", "claim", "attempt", "reason"],
+    d.audit.map((a) => [when(a.at), a.actor, a.who, a.from, a.to, String(a.claim_gen), el("td", {class: "mono"}, a.attempt_id), a.reason])));
+  box.appendChild(el("h4", {}, "consumers"));
+  if (!d.consumers.length) box.appendChild(el("p", {class: "muted"}, "no critical consumers configured"));
+  else box.appendChild(table(["consumer", "receipt", "result", "consume audit", "poison"],
+    d.consumers.map((c) => [c.consumer_id,
+      c.error ? "unreachable: " + c.error : c.receipt ? c.receipt.outcome + " at " + when(c.receipt.consumed_at) + " (" + c.receipt.duration_us + " µs, " + c.receipt.topic + "/" + c.receipt.partition + "@" + c.receipt.offset + ")" : "not consumed",
+      c.receipt ? c.receipt.result : "",
+      (c.audit || []).map((a) => a.outcome + (a.detail ? " (" + a.detail + ")" : "")).join("; "),
+      c.poison ? c.poison.state + " after " + c.poison.failures + " failures: " + c.poison.last_error : ""])));
+  return box;
+}
+
+async function search(q) {
+  lastQuery = q;
+  const out = clear(document.getElementById("trace"));
+  try {
+    const t = await api("/api/trace?q=" + encodeURIComponent(q));
+    if (!t.events.length) out.appendChild(el("p", {class: "muted"}, "no event with this ID or correlation ID"));
+    else out.appendChild(el("p", {class: "muted"}, t.events.length + " event(s)"));
+    for (const d of t.events) out.appendChild(renderEvent(d));
+  } catch (e) {
+    out.appendChild(el("p", {class: "error"}, "trace: " + e.message));
+  }
+}
+
+// ---- wiring --------------------------------------------------------------------------------
+
+document.getElementById("token-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const v = document.getElementById("token").value.trim();
+  if (v) sessionStorage.setItem(TOKEN_KEY, v); else sessionStorage.removeItem(TOKEN_KEY);
+  document.getElementById("token").value = "";
+  document.getElementById("token-state").textContent = v ? "token set for this tab" : "token cleared";
+});
+
+document.getElementById("search-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const q = document.getElementById("search").value.trim();
+  if (q) search(q);
+});
+
+refresh();
+setInterval(refresh, 5000);

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""test_dashboard.py — the relay's dashboard end to end in headless Chromium.
+
+Usage: test_dashboard.py OBX
+
+An outbox with one PARKED event (parked by a relay whose broker rejects everything) whose
+correlation ID and aggregate ID carry markup, and one published event that a critical
+consumer applied. A relay with the dashboard (token file, critical consumer) runs; Chromium,
+driven over the DevTools protocol (tests/e2e/cdp.py, standard library only):
+  1. loads the page and sees the overview (one PARKED event);
+  2. searches the published event by its correlation ID and sees the consumer's receipt;
+  3. searches the parked event by its ID: the hostile strings are shown as text, nothing ran;
+  4. presses Requeue without a token: refused, still PARKED;
+  5. enters the token, presses Requeue: the state changes and the event is then PUBLISHED;
+and the audit (via the JSON API) names the dashboard's operator.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cdp  # noqa: E402
+
+OBX = sys.argv[1]
+HOSTILE_CORR = "corr-<script>window.__obx_pwned=1</script>"
+HOSTILE_AGG = 'o-<img src=x onerror="window.__obx_pwned=2">'
+TOKEN = "dash-token-" + os.urandom(8).hex()
+
+tmp = tempfile.mkdtemp(prefix="obx-dashboard-")
+procs = []
+t0 = time.time()
+
+
+def run(*args, stdin=None):
+    r = subprocess.run([OBX, *args], input=stdin, capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        raise SystemExit("obx %s failed (%d): %s" % (" ".join(args), r.returncode, r.stderr))
+    return r.stdout.strip()
+
+
+def relay(name, broker, *extra):
+    log = open(os.path.join(tmp, name + ".log"), "w")
+    p = subprocess.Popen([OBX, "relay", "--db", db, "--broker", broker, "--id", name,
+                          "--set", "relay.poll_ms=20", "--set", "relay.backoff_base_ms=20",
+                          "--set", "relay.drain_ms=500", *extra],
+                         stdout=log, stderr=subprocess.STDOUT)
+    procs.append(p)
+    return p
+
+
+def stop(p):
+    p.terminate()
+    p.wait(timeout=30)
+
+
+def api(path):
+    with urllib.request.urlopen(base + path, timeout=10) as r:
+        return json.load(r)
+
+
+def step(msg):
+    print("[%5.1f s] %s" % (time.time() - t0, msg), flush=True)
+
+
+browser = None
+try:
+    db = "sqlite:" + os.path.join(tmp, "outbox.db")
+    cdb = "sqlite:" + os.path.join(tmp, "consumer.db")
+    broker = "log:" + os.path.join(tmp, "broker.db")
+    run("init", "--db", db)
+    run("init", "--db", cdb)
+    run("route", "set", "order.created.v1", "--db", db, "--cluster", "local", "--topic",
+        "orders", "--max-attempts", "1")
+    parked = run("enqueue", "--db", db, "--type", "order.created.v1", "--aggregate",
+                 "order/%s@1" % HOSTILE_AGG, "--tenant", "t1", "--correlation-id", HOSTILE_CORR,
+                 stdin='{"order":"hostile"}')
+    # a relay whose broker rejects everything parks it (max attempts 1)
+    r0 = relay("r0", broker + "?reject=1")
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        st = json.loads(run("status", "--db", db, "--json"))
+        if st["states"]["PARKED"] == 1:
+            break
+        time.sleep(0.1)
+    stop(r0)
+    assert st["states"]["PARKED"] == 1, st["states"]
+    step("event %s parked" % parked)
+    published = run("enqueue", "--db", db, "--type", "order.created.v1", "--aggregate",
+                    "order/o-7@1", "--tenant", "t1", "--correlation-id", "checkout-7",
+                    stdin='{"order":"o-7"}')
+    token_file = os.path.join(tmp, "token")
+    with open(token_file, "w") as f:
+        f.write(TOKEN + "\n")
+    os.chmod(token_file, 0o600)
+    r1 = relay("r1", broker, "--http", "127.0.0.1:0", "--set", "http.token_file=" + token_file,
+               "--set", "audit.critical_consumers=order-projection=" + cdb)
+    port = None
+    deadline = time.time() + 20
+    while time.time() < deadline and not port:
+        with open(os.path.join(tmp, "r1.log")) as f:
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", f.read())
+        port = m and m.group(1)
+        time.sleep(0.05)
+    assert port, "the relay did not start its HTTP server"
+    base = "http://127.0.0.1:%s" % port
+    deadline = time.time() + 20
+    while api("/api/status")["states"]["PUBLISHED"] < 1 and time.time() < deadline:
+        time.sleep(0.1)
+    # the critical consumer applies the published event (its receipt joins the trace)
+    run("consume", "--consumer-db", cdb, "--broker", broker, "--topic", "orders",
+        "--until-idle", "500", "--types", "order.created.v1")
+    step("relay with dashboard on %s; consumer applied %s" % (base, published))
+
+    browser = cdp.Browser()
+    step("chromium started")
+    browser.navigate(base + "/")
+    browser.wait("document.querySelector('#states tbody tr[data-state=PARKED] td.num') && "
+                 "document.querySelector('#states tbody tr[data-state=PARKED] td.num')"
+                 ".textContent === '1'", what="overview with one PARKED event")
+    assert browser.eval("document.querySelectorAll('#parked button.requeue').length") == 1
+    step("overview loaded: 1 PARKED")
+
+    # search by correlation ID: the published event with the consumer's receipt
+    browser.eval("document.getElementById('search').value = 'checkout-7';"
+                 "document.getElementById('search-go').click(); true")
+    browser.wait("(() => { const e = document.querySelector('#trace .event'); return e && "
+                 "e.getAttribute('data-event-id') === %s && e.querySelector('.event-state')"
+                 ".textContent === 'PUBLISHED' && e.textContent.includes('APPLIED at') })()"
+                 % json.dumps(published), what="trace of checkout-7 with the consumer receipt")
+    step("correlation search shows the consumer receipt")
+
+    # search the parked event by its ID: hostile data shown as text, nothing executed
+    browser.eval("document.getElementById('search').value = %s;"
+                 "document.getElementById('search-go').click(); true" % json.dumps(parked))
+    browser.wait("(() => { const e = document.querySelector('#trace .event'); return e && "
+                 "e.getAttribute('data-event-id') === %s && "
+                 "e.querySelector('.event-state').textContent === 'PARKED' })()"
+                 % json.dumps(parked), what="trace of the parked event")
+    text = browser.eval("document.getElementById('trace').textContent")
+    assert HOSTILE_CORR in text, "correlation ID not shown as text"
+    assert HOSTILE_AGG in text, "aggregate ID not shown as text"
+    assert browser.eval("typeof window.__obx_pwned") == "undefined", "injected markup ran"
+    assert browser.eval("document.querySelectorAll('script').length") == 1
+    assert browser.eval("document.querySelectorAll('#trace img, #parked img').length") == 0
+    step("hostile correlation and aggregate IDs rendered as text, no script ran")
+
+    # requeue without a token: refused, still PARKED
+    # the page re-renders the trace while it refreshes: click once the button is there
+    browser.wait("(() => { const b = document.querySelector('#trace button.requeue'); "
+                 "if (!b) return false; b.click(); return true })()", what="the requeue button")
+    browser.wait("document.getElementById('message').textContent.includes('bearer token')",
+                 what="refusal without a token")
+    assert api("/api/trace?q=" + parked)["events"][0]["status"]["state"] == "PARKED"
+    step("requeue without the token refused")
+
+    # with the token: the state changes, and the relay then publishes the event
+    browser.eval("document.getElementById('token').value = %s;"
+                 "document.getElementById('token-save').click(); true" % json.dumps(TOKEN))
+    browser.wait("document.getElementById('token-state').textContent.includes('token set')",
+                 what="token accepted")
+    # the page re-renders the trace while it refreshes: click once the button is there
+    browser.wait("(() => { const b = document.querySelector('#trace button.requeue'); "
+                 "if (!b) return false; b.click(); return true })()", what="the requeue button")
+    browser.wait("document.getElementById('message').textContent.includes('PARKED -> PENDING')",
+                 what="requeue confirmation")
+    browser.wait("(() => { const s = document.querySelector('#trace .event .event-state'); "
+                 "return s && s.textContent !== 'PARKED' })()", what="state change")
+    step("requeued: state is now %s" % browser.eval(
+        "document.querySelector('#trace .event .event-state').textContent"))
+    deadline = time.time() + 20
+    state = None
+    while time.time() < deadline:
+        browser.eval("document.getElementById('search-go').click(); true")
+        time.sleep(0.3)
+        state = browser.eval("(document.querySelector('#trace .event .event-state') || {})"
+                             ".textContent")
+        if state == "PUBLISHED":
+            break
+    assert state == "PUBLISHED", "requeued event not published (state %s)" % state
+    audit = api("/api/trace?q=" + urllib.parse.quote(parked))["events"][0]["audit"]
+    who = [a["who"] for a in audit if a["actor"] == "operator"]
+    assert who and who[0].startswith("operator:dashboard@"), audit
+    assert browser.eval("typeof window.__obx_pwned") == "undefined"
+    step("published after the requeue; audit names %s" % who[0])
+    print("ok: dashboard end to end in %.1f s" % (time.time() - t0))
+except Exception:
+    for name in ("r0", "r1"):
+        path = os.path.join(tmp, name + ".log")
+        if os.path.exists(path):
+            with open(path) as f:
+                sys.stderr.write("---- %s\n%s\n" % (name, f.read()[-4000:]))
+    if browser:
+        sys.stderr.write("---- chromium console: %s\n" % browser.console[-10:])
+    raise
+finally:
+    if browser:
+        browser.close()
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    shutil.rmtree(tmp, ignore_errors=True)
