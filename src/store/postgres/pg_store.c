@@ -1495,17 +1495,23 @@ static obx_err pg_claim_candidates(obx__store *base, const obx__claim_req *req, 
         ARR_TEXT(&p, req->n_aliases, req->aliases[i]);
     else
         p_text(&p, NULL);
-    /* The claim must walk obx_event_claimable in seq order and stop at the limit. Without
-     * statistics (a table that was empty when the relay prepared the statement, until
-     * autovacuum analyzes it) the planner prefers a bitmap scan of every claimable row, the
-     * per-key NOT EXISTS and the envelope join for each of them, and a sort: a claim that costs
-     * O(backlog), so a burst that builds a backlog slows the relay down until it is analyzed
-     * (measured: 212 ms against 1.5 ms per claim at 20,000 pending rows; commit-to-PUBLISHED
-     * p50 of 50 s at 5,000 ev/s, docs/performance.md). Sorting and bitmap scans are taken off
-     * the table for this transaction, which leaves the ordered index scan. */
+    /* relay_plans. The relay prepares its statements once, often while the outbox is still
+     * empty, and PostgreSQL caches generic plans made for empty tables until autovacuum first
+     * analyzes them (a minute or more): each acceptance then scanned every row (3.2 ms per
+     * load of a few events at 15,000 rows), and so did the claim. So the relay's transactions
+     * (this claim, and every locking load: acceptance, registration) plan each statement for
+     * its parameters (plan_cache_mode, a fraction of a millisecond per statement of a batch).
+     * The claim must also walk obx_event_claimable in seq order and stop at the limit: without
+     * statistics the planner prefers a bitmap scan of every claimable row, the per-key NOT
+     * EXISTS and the envelope join for each of them, and a sort, a claim that costs O(backlog)
+     * (212 ms against 1.5 ms at 20,000 pending rows; commit-to-PUBLISHED p50 of 50 s at 5,000
+     * ev/s, docs/performance.md). Sorts and bitmap scans are off for this transaction, which
+     * leaves the ordered index scan. */
     obx_err e = OBX_OK;
     if (PQtransactionStatus(s->conn) == PQTRANS_INTRANS)
-        e = exec_simple(s, "SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off",
+        e = exec_simple(s,
+                        "SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off; "
+                        "SET LOCAL plan_cache_mode = force_custom_plan",
                         "claim plan");
     PGresult *r = NULL;
     if (!e) e = run(s, Q_CLAIM, &p, PGRES_TUPLES_OK, &r, "claim candidates");
@@ -1553,9 +1559,15 @@ static obx_err pg_load_events(obx__store *base, const char *const *ids, size_t n
     p_init(&p);
     ARR_TEXT(&p, n, ids[i]);
     p_bool(&p, pl);
+    obx_err e = OBX_OK;
+    /* A locking load opens the relay's acceptance and registration transactions: custom plans
+     * for the rest of the transaction (see relay_plans). */
+    if ((flags & OBX__LOAD_LOCK) && PQtransactionStatus(s->conn) == PQTRANS_INTRANS)
+        e = exec_simple(s, "SET LOCAL plan_cache_mode = force_custom_plan", "relay plans");
     PGresult *r = NULL;
-    obx_err e = run(s, (flags & OBX__LOAD_LOCK) ? Q_LOAD_LOCK : Q_LOAD, &p, PGRES_TUPLES_OK, &r,
-                    "load events");
+    if (!e)
+        e = run(s, (flags & OBX__LOAD_LOCK) ? Q_LOAD_LOCK : Q_LOAD, &p, PGRES_TUPLES_OK, &r,
+                "load events");
     p_free(&p);
     return e ? e : collect(r, pl, out, "load events");
 }
