@@ -214,7 +214,9 @@ obx_err obx__engine_begin_attempts(obx__engine *e, int64_t now, obx__event_row *
     c.partition = calloc(n, sizeof *c.partition);
     c.att_id = calloc(n, sizeof *c.att_id);
     c.ok = calloc(n, sizeof *c.ok);
-    c.next = calloc(n, sizeof *c.next);
+    /* next, msgs, alt and wire are written whole before they are read (next[i] only where
+     * ok[i]): not zeroed, they are large and this runs for every dispatch batch */
+    c.next = malloc(n * sizeof *c.next);
     unsigned char **payload = calloc(n, sizeof *payload);
     size_t *plen = calloc(n, sizeof *plen);
     obx__outcome *pre = calloc(n, sizeof *pre); /* decided before sending (no partition) */
@@ -281,10 +283,10 @@ static obx_err send_registered(obx__engine *e, int64_t now, obx__event_row *rows
                                size_t *sent) {
     obx_err err = OBX_OK;
     *sent = 0;
-    obx__msg *msgs = calloc(n, sizeof *msgs);
+    obx__msg *msgs = malloc(n * sizeof *msgs);
     obx__outcome *fail = calloc(n, sizeof *fail);
-    obx__dest *alt = calloc(n, sizeof *alt);
-    obx__envelope *wire = calloc(n, sizeof *wire); /* envelopes as sent (logical event ID) */
+    obx__dest *alt = malloc(n * sizeof *alt);
+    obx__envelope *wire = malloc(n * sizeof *wire); /* envelopes as sent (logical event ID) */
     if (!msgs || !fail || !alt || !wire) {
         err = obx__fail(OBX_ENOMEM, "send: out of memory");
         goto out;

@@ -135,13 +135,15 @@ obx__event_row *obx__rows_find(obx__rows *r, const char *event_id) {
 obx_err obx__batch_reserve(obx__batch *b, size_t n_events, size_t n_attempts, size_t n_receipts,
                            size_t n_audit) {
     memset(b, 0, sizeof *b);
-    b->upd = calloc(n_events ? n_events : 1, sizeof *b->upd);
-    b->upd_rows = calloc(n_events ? n_events : 1, sizeof *b->upd_rows);
+    /* upd, upd_rows and au are written whole before use (obx__batch_update copies the row,
+     * obx__audit clears it): zeroing them here was 2% of a simulated trace */
+    b->upd = malloc((n_events ? n_events : 1) * sizeof *b->upd);
+    b->upd_rows = malloc((n_events ? n_events : 1) * sizeof *b->upd_rows);
     b->applied = calloc(n_events ? n_events : 1, sizeof *b->applied);
     b->att = calloc(n_attempts ? n_attempts : 1, sizeof *b->att);
     b->att_new = calloc(n_attempts ? n_attempts : 1, sizeof *b->att_new);
     b->rc = calloc(n_receipts ? n_receipts : 1, sizeof *b->rc);
-    b->au = calloc(n_audit ? n_audit : 1, sizeof *b->au);
+    b->au = malloc((n_audit ? n_audit : 1) * sizeof *b->au);
     if (!b->upd || !b->upd_rows || !b->applied || !b->att || !b->att_new || !b->rc || !b->au) {
         obx__batch_free(b);
         return obx__fail(OBX_ENOMEM, "engine: out of memory for a batch of %zu", n_events);
