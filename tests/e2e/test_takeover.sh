@@ -174,5 +174,9 @@ set +e
 out=$("$OBX" shadow --db "$db" --alias legacy2 --feed "$dir/bad.jsonl" 2>&1); rc=$?
 set -e
 [[ $rc == 1 && $out == *"feed line 1: partition: missing"* ]] && ok "a bad feed line is named" || bad "bad feed: rc=$rc $out"
-if ((fails)); then echo "$fails failed"; exit 1; fi
+if ((fails)); then
+  for f in legacy.log obx.log; do echo "---- $f (last 15 lines)"; tail -15 "$dir/$f"; done
+  echo "$fails failed"
+  exit 1
+fi
 echo "all passed"

@@ -253,12 +253,22 @@ static obx_err lb_open(const obx__url *u, const char *const *props, size_t n_pro
         return e;
     }
     sqlite3_busy_timeout(b->db, 10000);
-    if (sqlite3_exec(b->db,
-                     strcmp(u->path, ":memory:")
-                         ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
-                         : "PRAGMA synchronous=OFF;",
-                     NULL, NULL, NULL) != SQLITE_OK ||
-        sqlite3_exec(b->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+    /* Several relays (and each relay's threads) may open a new broker file at once: the first
+     * switches it to WAL, which needs the file to itself, and SQLite answers the others BUSY
+     * at once, without its busy handler. Under load (CI, ASan) a relay once died of that at
+     * start. Retry for up to 10 s. */
+    int rc = SQLITE_BUSY;
+    for (int tries = 0; tries < 1000; tries++) {
+        rc = sqlite3_exec(b->db,
+                          strcmp(u->path, ":memory:")
+                              ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                              : "PRAGMA synchronous=OFF;",
+                          NULL, NULL, NULL);
+        if (rc == SQLITE_OK) rc = sqlite3_exec(b->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+        if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) break;
+        sqlite3_sleep(10);
+    }
+    if (rc != SQLITE_OK) {
         e = dberr(b, "open");
         lb_close(&b->base);
         return e;
