@@ -618,10 +618,11 @@ static void restart_mid_batch(const char *how) {
             how, n, count[OBX__OUT_ACK], count[OBX__OUT_UNKNOWN], count[OBX__OUT_NOT_SENT],
             count[OBX__OUT_REJECT]);
     assert_int_equal(count[OBX__OUT_REJECT], 0);
-    /* the window in flight when the node went comes back UNKNOWN, and every ACK stands for a
-     * basic.ack the backend received. A graceful stop may confirm the whole window before it
-     * closes the connection (CI saw 0 UNKNOWN once): only a killed node must leave some. */
-    if (strcmp(how, "stop")) assert_true(count[OBX__OUT_UNKNOWN] >= 1);
+    /* what was in flight when the node went comes back UNKNOWN, and every ACK stands for a
+     * basic.ack the backend received. Whether anything was still in flight is timing: CI saw
+     * the whole window confirmed before a graceful stop and before a SIGKILL took effect (0
+     * UNKNOWN, the next sends NOT_SENT), so no minimum is asserted; the stats identities below
+     * and the restart checks hold either way. */
     obx__amqp_stats s;
     OK(obx__amqp_broker_stats(b, &s));
     assert_int_equal(s.acked, count[OBX__OUT_ACK]);
