@@ -1023,8 +1023,9 @@ static int start_offset(kafka_broker *b, const char *topic, int32_t p, int64_t t
         if (list_offset(b, topic, p, ts, deadline, &off, why, why_cap)) return -1;
         if (off < 0 && hi > lo) {
             /* "No message at or after ts": trust it only if the last message is older. The
-             * mock cluster answers -1 to every timestamp query (rdkafka_mock_handlers.c,
-             * "FIXME: by timestamp"); then read from the log start instead. */
+             * mock cluster answers -1 to every timestamp query (rdkafka_mock_handlers.c: its
+             * timestamp lookup is left unfinished upstream); then read from the log start instead.
+             */
             ts_visit v = {0, false};
             span sp = {topic, p, hi - 1, hi, false};
             int64_t budget = 1;
