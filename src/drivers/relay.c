@@ -141,6 +141,7 @@ static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engi
     obx_config *c = r->cfg;
     obx_err err = obx__st_open(c->db, s);
     if (err) return err;
+    if ((*s)->m->serve_dispatch) (*s)->m->serve_dispatch(*s);
     int found = 0;
     if ((err = (*s)->m->schema_version(*s, &found))) return err;
     if (found != OBX__SCHEMA_VERSION)

@@ -506,6 +506,12 @@ typedef struct obx__store_methods {
      * a reason to look now: the relay always finds work by querying committed rows. Must not
      * be called inside a transaction. */
     obx_err (*wait_for_work)(obx__store *s, int timeout_ms, bool *notified);
+    /* Optional (NULL = nothing to tune). Declares that this connection serves a relay's
+     * dispatcher or reconciler from now on: every transaction it begins finds rows by key or
+     * by a partial index and touches a batch of them (claims, registrations, acceptance,
+     * sweeps, lookups by attempt). PostgreSQL: such transactions plan once, without sequential
+     * scans, hash or merge joins, sorts or bitmap scans (see relay_plans in pg_store.c). */
+    void (*serve_dispatch)(obx__store *s);
     /* Optional (NULL = the database has no roles: OBX_EUNSUPPORTED). Creates, or re-grants,
      * the least-privilege roles <prefix>_producer, <prefix>_relay and <prefix>_auditor
      * (docs/postgres.md). Runs in its own transaction or a savepoint of the caller's. */

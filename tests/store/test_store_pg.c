@@ -1483,6 +1483,90 @@ static void test_claim_throughput(void **state) {
     for (int i = 0; i < relays; i++) obx_store_close(ra[i].s);
 }
 
+/* ---- the relay's plans ----------------------------------------------------------------------- */
+
+/* Dispatches and accepts through a log broker until no event is left unpublished. */
+static void relay_until_published(fx *f, obx__engine *e) {
+    for (int turn = 0; turn < 2000; turn++) {
+        size_t sent = 0, applied = 0;
+        int64_t now = obx__wall_ms();
+        OK(obx__engine_dispatch(e, now, &sent));
+        OK(obx__engine_poll(e, now, 0, &applied));
+        if (!sent && !applied && !e->b->m->in_flight(e->b) &&
+            qint(f->conn, "SELECT count(*) FROM obx.obx_event WHERE state <> 'PUBLISHED'") == 0)
+            return;
+        if (!sent && !applied) msleep(1);
+    }
+    fail_msg("the relay did not publish everything");
+}
+
+/* A relay connection (serve_dispatch) makes its plans while the outbox is empty and keeps them:
+ * they must not be sequential scans, which cost O(table) per statement once the tables have
+ * grown and before autovacuum first analyzes them, and they must not be planned again on every
+ * call, which cost 37 % of the server's time at 1,000 events/s (docs/performance.md). */
+static void test_dispatch_plans(void **state) {
+    fx *f = *state;
+    PGconn *rc = PQconnectdb(f->url);
+    assert_int_equal(PQstatus(rc), CONNECTION_OK);
+    obx_store *ws = NULL;
+    OK(obx_store_wrap_pg(rc, &ws));
+    assert_non_null(ws->m->serve_dispatch);
+    ws->m->serve_dispatch(ws);
+    char dir[] = "/tmp/obx-plans-XXXXXX", burl[128];
+    assert_non_null(mkdtemp(dir));
+    snprintf(burl, sizeof burl, "log:%s/b.db?cluster=local", dir);
+    obx__broker *b = NULL;
+    OK(obx__br_open(burl, NULL, 0, &b));
+    obx__engine e;
+    obx__engine_cfg c;
+    obx__engine_cfg_defaults(&c);
+    obx__strlcpy(c.owner, "plans", sizeof c.owner);
+    c.batch = 100;
+    OK(obx__engine_init(&e, ws, b, &c));
+    /* the plans are made here, on an empty outbox */
+    for (int i = 0; i < 8; i++) {
+        exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'p-' || i, 1, "
+                         "'tenant-7', '\\x7b7d') FROM generate_series(1, 2) i");
+        relay_until_published(f, &e);
+    }
+    /* the tables grow tenfold and more, never analyzed */
+    exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'g-' || i, 1, 'tenant-7', "
+                     "'\\x7b7d') FROM generate_series(1, 3000) i");
+    relay_until_published(f, &e);
+    const char *scans = "SELECT coalesce(sum(seq_scan), 0) FROM pg_stat_user_tables WHERE "
+                        "schemaname = 'obx' AND relname IN ('obx_event', 'obx_envelope', "
+                        "'obx_attempt', 'obx_receipt')";
+    exec_ok(rc, "SELECT pg_stat_force_next_flush()");
+    exec_ok(rc, "SELECT pg_stat_clear_snapshot()");
+    long long before = qint(rc, scans);
+    exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'm-' || i, 1, 'tenant-7', "
+                     "'\\x7b7d') FROM generate_series(1, 300) i");
+    relay_until_published(f, &e);
+    exec_ok(rc, "SELECT pg_stat_force_next_flush()");
+    exec_ok(rc, "SELECT pg_stat_clear_snapshot()");
+    long long after = qint(rc, scans);
+    if (after != before)
+        fail_msg("the relay's transactions scanned the outbox's tables sequentially %lld times",
+                 after - before);
+    long long custom = qint(rc, "SELECT coalesce(sum(custom_plans), 0) FROM "
+                                "pg_prepared_statements WHERE NOT from_sql"),
+              generic = qint(rc, "SELECT coalesce(sum(generic_plans), 0) FROM "
+                                 "pg_prepared_statements WHERE NOT from_sql");
+    printf("  relay connection: %lld generic and %lld custom plan executions, %lld sequential "
+           "scans after the tables grew\n",
+           generic, custom, after - before);
+    assert_int_equal(custom, 0);
+    assert_true(generic > 0);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_receipt WHERE kind = 'PRIMARY'"),
+                     3316);
+    obx__br_close(b);
+    obx_store_close(ws);
+    PQfinish(rc);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* ---- statistics and batch semantics
  * -------------------------------------------------------------- */
 
@@ -1895,6 +1979,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_connection_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_mapping, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_skip_locked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dispatch_plans, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_throughput, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stats_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_semantics, setup, teardown),

@@ -144,6 +144,7 @@ typedef struct pg_store {
     int depth;
     bool lost;          /* the connection was lost inside the current obx transaction */
     bool listening;     /* LISTEN obx_work issued on this connection */
+    bool dispatch;      /* serve_dispatch: every BEGIN sets the relay's planner options */
     bool names_checked; /* borrowed connection: pg_prepared_statements read */
     bool prepared[Q_COUNT];
 } pg_store;
@@ -165,6 +166,11 @@ typedef struct pg_store {
 #define EVENT_FROM                                                                                 \
     " FROM obx.obx_event e JOIN obx.obx_envelope v ON v.event_id = e.event_id AND "                \
     "v.envelope_gen = e.envelope_gen" SLOT_JOIN
+/* The relay's planner options, for the rest of a transaction (relay_plans, pg_claim_candidates). */
+#define RELAY_PLANS                                                                                \
+    "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; "                          \
+    "SET LOCAL enable_sort = off; SET LOCAL enable_hashjoin = off; "                               \
+    "SET LOCAL enable_mergejoin = off; SET LOCAL plan_cache_mode = force_generic_plan"
 /* Written exactly as the predicate of index obx_event_unpublished. */
 #define UNPUBLISHED                                                                                \
     "('PENDING','CLAIMED','SENDING','DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED','PARKED')"
@@ -1127,7 +1133,8 @@ static obx_err pg_begin(obx__store *base) {
             ts = PQtransactionStatus(s->conn);
         }
         if (ts == PQTRANS_IDLE) {
-            if ((e = exec_simple(s, "BEGIN", "begin"))) return e;
+            if ((e = exec_simple(s, s->dispatch ? "BEGIN; " RELAY_PLANS : "BEGIN", "begin")))
+                return e;
             s->outer_begin = true;
             s->lost = false;
             s->depth = 1;
@@ -1497,22 +1504,21 @@ static obx_err pg_claim_candidates(obx__store *base, const obx__claim_req *req, 
         p_text(&p, NULL);
     /* relay_plans. The relay prepares its statements once, often while the outbox is still
      * empty, and PostgreSQL caches generic plans made for empty tables until autovacuum first
-     * analyzes them (a minute or more): each acceptance then scanned every row (3.2 ms per
-     * load of a few events at 15,000 rows), and so did the claim. So the relay's transactions
-     * (this claim, and every locking load: acceptance, registration) plan each statement for
-     * its parameters (plan_cache_mode, a fraction of a millisecond per statement of a batch).
-     * The claim must also walk obx_event_claimable in seq order and stop at the limit: without
-     * statistics the planner prefers a bitmap scan of every claimable row, the per-key NOT
-     * EXISTS and the envelope join for each of them, and a sort, a claim that costs O(backlog)
-     * (212 ms against 1.5 ms at 20,000 pending rows; commit-to-PUBLISHED p50 of 50 s at 5,000
-     * ev/s, docs/performance.md). Sorts and bitmap scans are off for this transaction, which
-     * leaves the ordered index scan. */
+     * analyzes them (a minute or more): each acceptance then scanned every row (3.2 ms per load
+     * of a few events at 15,000 rows), and so did the claim, which without statistics prefers a
+     * bitmap scan of every claimable row, the per-key NOT EXISTS and the envelope join for each
+     * of them, and a sort: a claim that costs O(backlog) (212 ms against 1.5 ms at 20,000
+     * pending rows; commit-to-PUBLISHED p50 of 50 s at 5,000 ev/s, docs/performance.md).
+     * Planning each statement for its parameters fixed that but cost 0.3-0.5 ms per statement,
+     * 37 % of the server's time at 1,000 ev/s. Every statement of the relay's transactions
+     * finds its rows by key or walks a partial index in seq order, so the plan that is right
+     * for them does not depend on the table's size: a relay connection (serve_dispatch) begins
+     * each transaction with RELAY_PLANS, which rules out what an empty table's statistics would
+     * choose, and plans each statement once. Other connections that claim (obx sim on
+     * PostgreSQL, tests) get the same options for the claim's transaction. */
     obx_err e = OBX_OK;
-    if (PQtransactionStatus(s->conn) == PQTRANS_INTRANS)
-        e = exec_simple(s,
-                        "SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off; "
-                        "SET LOCAL plan_cache_mode = force_custom_plan",
-                        "claim plan");
+    if (!s->dispatch && PQtransactionStatus(s->conn) == PQTRANS_INTRANS)
+        e = exec_simple(s, RELAY_PLANS, "claim plan");
     PGresult *r = NULL;
     if (!e) e = run(s, Q_CLAIM, &p, PGRES_TUPLES_OK, &r, "claim candidates");
     p_free(&p);
@@ -1560,10 +1566,11 @@ static obx_err pg_load_events(obx__store *base, const char *const *ids, size_t n
     ARR_TEXT(&p, n, ids[i]);
     p_bool(&p, pl);
     obx_err e = OBX_OK;
-    /* A locking load opens the relay's acceptance and registration transactions: custom plans
-     * for the rest of the transaction (see relay_plans). */
-    if ((flags & OBX__LOAD_LOCK) && PQtransactionStatus(s->conn) == PQTRANS_INTRANS)
-        e = exec_simple(s, "SET LOCAL plan_cache_mode = force_custom_plan", "relay plans");
+    /* A locking load opens acceptance and registration transactions: the relay's planner
+     * options for the rest of the transaction (see relay_plans) where the connection did not
+     * begin with them. */
+    if (!s->dispatch && (flags & OBX__LOAD_LOCK) && PQtransactionStatus(s->conn) == PQTRANS_INTRANS)
+        e = exec_simple(s, RELAY_PLANS, "relay plans");
     PGresult *r = NULL;
     if (!e)
         e = run(s, (flags & OBX__LOAD_LOCK) ? Q_LOAD_LOCK : Q_LOAD, &p, PGRES_TUPLES_OK, &r,
@@ -2399,6 +2406,8 @@ static obx_err pg_events_known(obx__store *base, const char *const *ids, size_t 
     return OBX_OK;
 }
 
+static void pg_serve_dispatch(obx__store *base) { ((pg_store *)base)->dispatch = true; }
+
 /* ---- idle wait (contract 8) ------------------------------------------------------------------ */
 
 static obx_err pg_wait_for_work(obx__store *base, int timeout_ms, bool *notified) {
@@ -2777,6 +2786,7 @@ const obx__store_methods obx__pg_store_methods = {
     .inbox_quarantine_put = pg_inbox_quarantine_put,
     .consume_audit_put = pg_consume_audit_put,
     .wait_for_work = pg_wait_for_work,
+    .serve_dispatch = pg_serve_dispatch,
     .create_roles = pg_create_roles,
     .retention_candidates = pg_retention_candidates,
     .purge_payloads = pg_purge_payloads,
