@@ -166,11 +166,16 @@ typedef struct pg_store {
 #define EVENT_FROM                                                                                 \
     " FROM obx.obx_event e JOIN obx.obx_envelope v ON v.event_id = e.event_id AND "                \
     "v.envelope_gen = e.envelope_gen" SLOT_JOIN
-/* The relay's planner options, for the rest of a transaction (relay_plans, pg_claim_candidates). */
+/* The relay's planner options, for the rest of a transaction (relay_plans): plan once, without
+ * sequential scans, hash or merge joins, or JIT compilation (a generic plan's cost estimate for
+ * a LIMIT $n walk of a million-row index passes jit_above_cost: 165 ms of compilation for a
+ * 2 ms claim, on every call). */
 #define RELAY_PLANS                                                                                \
-    "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; "                          \
-    "SET LOCAL enable_sort = off; SET LOCAL enable_hashjoin = off; "                               \
-    "SET LOCAL enable_mergejoin = off; SET LOCAL plan_cache_mode = force_generic_plan"
+    "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; "                            \
+    "SET LOCAL enable_mergejoin = off; SET LOCAL jit = off; "                                      \
+    "SET LOCAL plan_cache_mode = force_generic_plan"
+/* The claim must walk obx_event_claimable in seq order and stop at the limit (relay_plans). */
+#define CLAIM_PLANS "SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off"
 /* Written exactly as the predicate of index obx_event_unpublished. */
 #define UNPUBLISHED                                                                                \
     "('PENDING','CLAIMED','SENDING','DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED','PARKED')"
@@ -198,10 +203,13 @@ typedef struct pg_store {
 #define SKIP_LOCKED " FOR UPDATE OF e SKIP LOCKED"
 #define SEL_EXPIRED                                                                                \
     SEL("WHERE e.state = 'SENDING' AND e.lease_until <= $1::bigint", "e.lease_until, e.seq")
+/* seq + 0, as in SEL_UNPUB_STATE: a generic plan (the relay's) could otherwise walk the primary
+ * key in seq order through every published row, looking for the few in reconciliation (347 ms
+ * at a million rows instead of 0.2 ms through obx_event_inflight). */
 #define SEL_RECONCILE                                                                              \
     SEL("WHERE ((e.state = 'DISPATCH_UNKNOWN' AND e.next_check_at <= $1::bigint) OR "              \
         "(e.state IN ('RECONCILING','RETRY_CLAIMED') AND e.lease_until <= $1::bigint))",           \
-        "e.seq")
+        "e.seq + 0")
 /* every statement of the select family binds the same first four parameters; this one has no
  * use for now ($1), but an unreferenced parameter would have no type when prepared */
 #define SEL_STATE SEL("WHERE e.state = $5::text AND $1::bigint IS NOT NULL", "e.seq")
@@ -1511,14 +1519,16 @@ static obx_err pg_claim_candidates(obx__store *base, const obx__claim_req *req, 
      * pending rows; commit-to-PUBLISHED p50 of 50 s at 5,000 ev/s, docs/performance.md).
      * Planning each statement for its parameters fixed that but cost 0.3-0.5 ms per statement,
      * 37 % of the server's time at 1,000 ev/s. Every statement of the relay's transactions
-     * finds its rows by key or walks a partial index in seq order, so the plan that is right
-     * for them does not depend on the table's size: a relay connection (serve_dispatch) begins
-     * each transaction with RELAY_PLANS, which rules out what an empty table's statistics would
-     * choose, and plans each statement once. Other connections that claim (obx sim on
-     * PostgreSQL, tests) get the same options for the claim's transaction. */
+     * finds its rows by key or through a partial index, so the plan that is right for them does
+     * not depend on the table's size: a relay connection (serve_dispatch) begins each
+     * transaction with RELAY_PLANS, which rules out what an empty table's statistics would
+     * choose, and plans each statement once; the claim adds CLAIM_PLANS, which leaves the
+     * ordered walk of obx_event_claimable. Other connections that claim (obx sim on
+     * PostgreSQL, tests) get both for the claim's transaction. test_dispatch_plans checks the
+     * plans on an outbox that grew after they were made. */
     obx_err e = OBX_OK;
-    if (!s->dispatch && PQtransactionStatus(s->conn) == PQTRANS_INTRANS)
-        e = exec_simple(s, RELAY_PLANS, "claim plan");
+    if (PQtransactionStatus(s->conn) == PQTRANS_INTRANS)
+        e = exec_simple(s, s->dispatch ? CLAIM_PLANS : CLAIM_PLANS "; " RELAY_PLANS, "claim plan");
     PGresult *r = NULL;
     if (!e) e = run(s, Q_CLAIM, &p, PGRES_TUPLES_OK, &r, "claim candidates");
     p_free(&p);
