@@ -620,7 +620,8 @@ typedef struct obx_purge_options {
 /* Retention: PUBLISHED -> RETAINED once every critical consumer has consumed the event,
  * RETAINED -> PURGED (payload dropped, tombstone kept) once the replay window
  * (retention.replay_window_ms after publication) is over and the event is behind the forced
- * consumer watermark, in transactions of at most retention.batch events. *out_json (schema
+ * consumer watermark, in transactions of at most retention.batch events, paced to at most
+ * retention.max_rate events per second when that is set. *out_json (schema
  * "obx.purge.v1": counts, the watermark, every decision with its reason) is set on OBX_OK and,
  * for one event, on OBX_EREFUSED: that event cannot go now, and obx_errmsg() names every unmet
  * condition (nothing was changed). OBX_ECONFIG when no critical consumer is declared: an ACK

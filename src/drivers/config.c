@@ -79,6 +79,7 @@ static const key keys[] = {
     I("retention.replay_window_ms", replay_window_ms, 0, INT64_C(31536000000)),
     I("retention.batch", purge_batch, 1, 100000),
     I("retention.interval_ms", purge_interval_ms, 0, 86400000),
+    I("retention.max_rate", purge_max_rate, 0, 10000000),
 };
 #undef S
 #undef I

@@ -30,6 +30,7 @@ struct obx_config {
     int64_t pending_max_age_ms, unconsumed_max_age_ms, unknown_max_age_ms, audit_interval_ms;
     int64_t replay_window_ms, purge_batch;
     int64_t audit_max_ids, audit_max_scan, audit_scan_window_ms, purge_interval_ms;
+    int64_t purge_max_rate; /* retention.max_rate: events per second, 0 = as fast as it goes */
     /* shadow mode (docs/migration.md): claim nothing, send nothing, compare */
     int64_t shadow, shadow_interval_ms, shadow_grace_ms, shadow_window_ms;
     char shadow_feed[1024];

@@ -99,6 +99,20 @@ static void retention_cfg_of(const obx_config *c, obx__critical *cons, size_t n,
     r->max_listed = max_listed;
 }
 
+/* retention.max_rate: after a purge step, sleeps until the events handled so far (retained,
+ * purged or refused) are no more than rate per second since t0_ms. A purge is CPU work for
+ * the database that the relay competes with (docs/performance.md, scenario 4); an operator
+ * paces it below what the outbox's tables can absorb instead of letting it take its share. */
+static void pace(int64_t t0_ms, const obx__ret_result *res, int64_t rate) {
+    if (rate <= 0) return;
+    int64_t done = res->retained + res->purged + res->refused;
+    int64_t due = t0_ms + done * 1000 / rate, wait = due - obx__mono_ms();
+    if (wait <= 0) return;
+    if (wait > 10000) wait = 10000; /* one step at a time: never asleep for long */
+    struct timespec ts = {(time_t)(wait / 1000), (long)(wait % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
 /* ---- public API ------------------------------------------------------------------------------ */
 
 obx_err obx_audit(const obx_config *c, unsigned flags, char **out) {
@@ -162,8 +176,17 @@ obx_err obx_purge(const obx_config *c, const obx_purge_options *o, char **out) {
     obx__ret_result res;
     memset(&res, 0, sizeof res);
     int64_t now = obx__wall_ms();
-    e = o->event_id ? obx__purge_event(s, &rc, now, o->event_id, &res)
-                    : obx__purge_run(s, &rc, now, &res);
+    if (o->event_id)
+        e = obx__purge_event(s, &rc, now, o->event_id, &res);
+    else {
+        obx__purge_cursor cur;
+        obx__purge_cursor_init(&cur);
+        int64_t t0 = obx__mono_ms();
+        while (!e && cur.phase < 2) {
+            e = obx__purge_step(s, &rc, now, &cur, &res);
+            if (!e && !o->dry_run) pace(t0, &res, c->purge_max_rate);
+        }
+    }
     if (!e || e == OBX_EREFUSED) {
         /* keep the refusal's message: rendering must not overwrite it */
         char msg[1024];
@@ -369,10 +392,12 @@ static void run_purge(auditor *a, const obx_config *c, conns *k) {
     memset(&res, 0, sizeof res);
     obx__purge_cursor cur;
     obx__purge_cursor_init(&cur);
-    int64_t now = obx__wall_ms();
+    int64_t now = obx__wall_ms(), t0 = obx__mono_ms();
     obx_err e = OBX_OK;
-    while (!e && cur.phase < 2 && !obx__relay_stopping(a->r))
+    while (!e && cur.phase < 2 && !obx__relay_stopping(a->r)) {
         e = obx__purge_step(k->s, &rc, now, &cur, &res);
+        if (!e) pace(t0, &res, c->purge_max_rate);
+    }
     pthread_mutex_lock(&a->mu);
     a->purge_runs++;
     a->retained += res.retained;

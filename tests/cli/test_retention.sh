@@ -103,7 +103,11 @@ check "... and names the consumer" 1 "critical consumer ghost has not consumed i
 check "... and nothing moved" 0 "PUBLISHED         5" -- "$OBX" report --db "$db"
 check "purge one PENDING event: refused" 1 "it is PENDING" -- "$OBX" purge "$pending" --db "$db" --consumer "$proj"
 check "dry run with the window over lists what would go" 0 "would retain 5, would purge 5" -- "$OBX" purge --db "$db" --consumer "$proj" --set retention.replay_window_ms=0 --dry-run
-check "purge" 0 "" -- "$OBX" purge --db "$db" --consumer "$proj" --set retention.replay_window_ms=0 --set retention.batch=2 --json --who ops:alice
+t0=$(date +%s%N)
+check "purge, paced at 4 events/s" 0 "" -- "$OBX" purge --db "$db" --consumer "$proj" --set retention.replay_window_ms=0 --set retention.batch=2 --set retention.max_rate=4 --json --who ops:alice
+took=$((($(date +%s%N) - t0) / 1000000))
+# 10 decisions at 4/s: the last step may not end before 2.5 s (a lower bound: sleeps only add)
+if ((took >= 2400)); then echo "ok   retention.max_rate paced the purge (${took} ms)"; else echo "FAIL retention.max_rate: 10 events in ${took} ms"; fails=$((fails + 1)); fi
 json_check "purge json: 5 retained, 5 purged, in batches of 2" \
   'j["retained"]==5 and j["purged"]==5 and j["batches"]==6 and j["dry_run"] is False and j["forced_consumer_watermark"] is None'
 check "inspect a purged event" 0 "" -- "$OBX" inspect "${ids[2]}" --db "$db" --json
