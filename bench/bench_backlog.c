@@ -11,7 +11,9 @@
  * repetition adds its backlog (and, for the purge row, its slice of purgeable rows) on top.
  *
  *   bench_backlog [--events N] [--retained 10000,5000000] [--reps R] [--purge-rows P]
- *                 [--no-purge] [--set KEY=VALUE]... [--dir DIR] [--keep]
+ *                 [--purge-rate EV_PER_S] [--no-purge] [--set KEY=VALUE]... [--dir DIR] [--keep]
+ *
+ * --purge-rate runs the purge with retention.max_rate (default 0: unpaced).
  */
 #include "bench.h"
 
@@ -26,7 +28,7 @@
 #define MAX_SETS 16
 #define MAX_SIZES 4
 
-static long n_events = 100000, purge_rows = 200000;
+static long n_events = 100000, purge_rows = 200000, purge_rate; /* 0: unpaced */
 static int reps = 3;
 static bool keep, do_purge = true;
 static char dir[512];
@@ -80,6 +82,8 @@ int main(int argc, char **argv) {
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--purge-rows") && i + 1 < argc)
             purge_rows = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--purge-rate") && i + 1 < argc)
+            purge_rate = atol(argv[++i]);
         else if (!strcmp(argv[i], "--no-purge"))
             do_purge = false;
         else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_sets < MAX_SETS)
@@ -90,7 +94,8 @@ int main(int argc, char **argv) {
             keep = true;
         else {
             fprintf(stderr, "usage: bench_backlog [--events N] [--retained 10000,5000000] [--reps "
-                            "R] [--purge-rows P] [--no-purge] [--set KEY=VALUE]... [--dir DIR] "
+                            "R] [--purge-rows P] [--purge-rate EV_PER_S] [--no-purge] [--set "
+                            "KEY=VALUE]... [--dir DIR] "
                             "[--keep]\n");
             return 2;
         }
@@ -161,8 +166,17 @@ int main(int argc, char **argv) {
                                         "IN ('state:RETAINED', 'state:PURGED')");
             char log[700];
             snprintf(log, sizeof log, "%s/purge-r%d.log", dir, rep + 1);
-            char *purge[] = {(char *)bn_obx_bin(), "purge",  "--db", db_arg,
-                             "--consumer",         cons_arg, NULL};
+            char pace[64];
+            snprintf(pace, sizeof pace, "retention.max_rate=%ld", purge_rate);
+            char *purge[] = {(char *)bn_obx_bin(),
+                             "purge",
+                             "--db",
+                             db_arg,
+                             "--consumer",
+                             cons_arg,
+                             "--set",
+                             pace,
+                             NULL};
             bn_proc pp;
             bn_spawn(&pp, log, purge);
             usleep(300000); /* the purge has begun */
@@ -210,9 +224,11 @@ int main(int argc, char **argv) {
     }
     if (do_purge) {
         double q = bn_median(ratio[ns], reps);
-        printf("| %ld, during `obx purge` (%.0f rows retained or purged meanwhile, purge running "
-               "%.0f%% of the time) | %.0f | %.2f | %s |\n",
-               big->retained, bn_median(purged, reps), bn_median(overlap, reps) * 100,
+        char paced[64] = "";
+        if (purge_rate) snprintf(paced, sizeof paced, ", retention.max_rate=%ld", purge_rate);
+        printf("| %ld, during `obx purge`%s (%.0f rows retained or purged meanwhile, purge "
+               "running %.0f%% of the time) | %.0f | %.2f | %s |\n",
+               big->retained, paced, bn_median(purged, reps), bn_median(overlap, reps) * 100,
                bn_median(rate[ns], reps), q, q >= 0.90 ? "within 10%: met" : "within 10%: MISSED");
     }
     printf("\nrelay logs: %s\n", dir);
