@@ -35,14 +35,27 @@ typedef struct accept_ctx {
     obx__rows ev;
     obx__attempt_row *att;
     size_t n_att;
+    obx__id_index att_ix, ev_ix; /* over att and ev, rebuilt with them */
     int64_t *resolved_ms; /* per ack: UNKNOWN episode length when it filled the slot, else -1 */
     char (*alarm)[OBX_TEXT_MAX + 1];
 } accept_ctx;
 
 static obx__attempt_row *find_att(accept_ctx *c, const char *id) {
-    for (size_t i = 0; i < c->n_att; i++)
-        if (!strcmp(c->att[i].attempt_id, id)) return &c->att[i];
-    return NULL;
+    long i = obx__id_index_find(&c->att_ix, id);
+    return i < 0 ? NULL : &c->att[i];
+}
+
+static obx__event_row *find_ev(accept_ctx *c, const char *event_id) {
+    long i = obx__id_index_find(&c->ev_ix, event_id);
+    return i < 0 ? NULL : &c->ev.v[i];
+}
+
+static const char *att_id_at(const void *rows, size_t i) {
+    return ((const obx__attempt_row *)rows)[i].attempt_id;
+}
+
+static const char *ev_id_at(const void *rows, size_t i) {
+    return ((const obx__event_row *)rows)[i].env.event_id;
 }
 
 static void receipt_from(obx__receipt_row *r, const obx__outcome *o, obx__receipt_kind k,
@@ -132,10 +145,14 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
     obx__rows_free(&c->ev);
     free(c->att);
     c->att = NULL;
+    obx__id_index_free(&c->att_ix);
+    obx__id_index_free(&c->ev_ix);
     err = obx__st_load_attempts(e->s, aids, c->n, NULL, &c->att, &c->n_att);
+    if (!err) err = obx__id_index_build(&c->att_ix, c->att, c->n_att, att_id_at);
     for (size_t i = 0; !err && i < c->n; i++)
         ids[i] = slot_key(&c->acks[i], find_att(c, c->acks[i].attempt_id));
     if (!err) err = obx__st_load_events(e->s, ids, c->n, OBX__LOAD_LOCK, &c->ev); /* rule 1 */
+    if (!err) err = obx__id_index_build(&c->ev_ix, c->ev.v, c->ev.n, ev_id_at);
     free(ids);
     free(aids);
     if (err) return err;
@@ -164,7 +181,7 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
     for (size_t i = 0; i < c->n; i++) {
         const obx__outcome *o = &c->acks[i];
         obx__attempt_row *a = find_att(c, o->attempt_id);
-        obx__event_row *ev = obx__rows_find(&c->ev, slot_key(o, a));
+        obx__event_row *ev = find_ev(c, slot_key(o, a));
         char why[OBX_TEXT_MAX + 1];
         const char *bad = invalid(c, o, ev, a, why, sizeof why);
         c->resolved_ms[i] = -1;
@@ -248,7 +265,7 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
 /* The note for ack i, from the rows as the committed transaction left them. */
 static void note(obx__engine *e, accept_ctx *c, size_t i, int64_t now) {
     const obx__outcome *o = &c->acks[i];
-    const obx__event_row *ev = obx__rows_find(&c->ev, o->event_id);
+    const obx__event_row *ev = find_ev(c, o->event_id);
     char detail[OBX_TEXT_MAX + 1] = "";
     obx__note n = {.event_id = o->event_id,
                    .attempt_id = o->attempt_id,
@@ -312,6 +329,8 @@ obx_err obx__accept_receipts(obx__engine *e, int64_t now, const obx__outcome *ac
     }
     obx__rows_free(&c.ev);
     free(c.att);
+    obx__id_index_free(&c.att_ix);
+    obx__id_index_free(&c.ev_ix);
     if (!results) free(c.kinds);
     free(c.resolved_ms);
     free(c.alarm);

@@ -535,6 +535,14 @@ static void add_note(outcome_ctx *c, obx__note_kind k, size_t i, const obx__even
     obx__strlcpy(n->correlation_id, ev->env.correlation_id, sizeof n->correlation_id);
 }
 
+static const char *attempt_id_at(const void *rows, size_t i) {
+    return ((const obx__attempt_row *)rows)[i].attempt_id;
+}
+
+static const char *event_id_at(const void *rows, size_t i) {
+    return ((const obx__event_row *)rows)[i].env.event_id;
+}
+
 static obx__attempt_row *find_attempt(obx__attempt_row *a, size_t n, const char *id) {
     for (size_t i = 0; i < n; i++)
         if (!strcmp(a[i].attempt_id, id)) return &a[i];
@@ -555,23 +563,32 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
     free(c->att);
     c->att = NULL;
     c->n_notes = 0;
+    obx__id_index att_ix = {0}, ev_ix = {0};
     err = obx__st_load_attempts(e->s, aids, c->n, NULL, &c->att, &c->n_att);
+    if (!err) err = obx__id_index_build(&att_ix, c->att, c->n_att, attempt_id_at);
     /* the slot that registered the attempt (a delivery-set target's outcome carries the
      * logical event ID) */
     for (size_t i = 0; !err && i < c->n; i++) {
-        const obx__attempt_row *a = find_attempt(c->att, c->n_att, c->o[i].attempt_id);
-        ids[i] = a ? a->event_id : c->o[i].event_id;
+        long k = obx__id_index_find(&att_ix, c->o[i].attempt_id);
+        ids[i] = k >= 0 ? c->att[k].event_id : c->o[i].event_id;
     }
     if (!err) err = obx__st_load_events(e->s, ids, c->n, OBX__LOAD_LOCK, &c->ev);
+    if (!err) err = obx__id_index_build(&ev_ix, c->ev.v, c->ev.n, event_id_at);
     free(ids);
     free(aids);
-    if (err) return err;
+    if (err) {
+        obx__id_index_free(&att_ix);
+        obx__id_index_free(&ev_ix);
+        return err;
+    }
     /* work on copies so that several outcomes for one event compose */
     obx__rows orig = {0};
     for (size_t i = 0; i < c->ev.n; i++) {
         obx__event_row *r = obx__rows_push(&orig);
         if (!r) {
             obx__rows_free(&orig);
+            obx__id_index_free(&att_ix);
+            obx__id_index_free(&ev_ix);
             return obx__fail(OBX_ENOMEM, "outcomes: out of memory");
         }
         *r = c->ev.v[i];
@@ -585,13 +602,17 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
         free(dirty_ev);
         free(dirty_att);
         obx__rows_free(&orig);
+        obx__id_index_free(&att_ix);
+        obx__id_index_free(&ev_ix);
         return err;
     }
     int64_t quiet = e->b ? e->b->m->quiet_time_ms(e->b) : 0;
     for (size_t i = 0; i < c->n; i++) {
         const obx__outcome *o = &c->o[i];
-        obx__attempt_row *a = find_attempt(c->att, c->n_att, o->attempt_id);
-        obx__event_row *ev = a ? obx__rows_find(&c->ev, a->event_id) : NULL;
+        long ka = obx__id_index_find(&att_ix, o->attempt_id);
+        obx__attempt_row *a = ka >= 0 ? &c->att[ka] : NULL;
+        long ke = a ? obx__id_index_find(&ev_ix, a->event_id) : -1;
+        obx__event_row *ev = ke >= 0 ? &c->ev.v[ke] : NULL;
         /* nothing to move: an unregistered attempt, or one of another event */
         if (!ev || strcmp(obx__wire_id(ev), o->event_id)) continue;
         size_t ei = (size_t)(ev - c->ev.v), ai = (size_t)(a - c->att);
@@ -676,6 +697,8 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
     free(dirty_ev);
     free(dirty_att);
     obx__rows_free(&orig);
+    obx__id_index_free(&att_ix);
+    obx__id_index_free(&ev_ix);
     return err;
 }
 

@@ -131,6 +131,41 @@ obx__event_row *obx__rows_find(obx__rows *r, const char *event_id) {
     return NULL;
 }
 
+static int id_ent_cmp(const void *a, const void *b) {
+    const struct obx__id_ent *x = a, *y = b;
+    int c = strcmp(x->id, y->id);
+    return c ? c : (x->at > y->at) - (x->at < y->at);
+}
+
+obx_err obx__id_index_build(obx__id_index *x, const void *rows, size_t n,
+                            const char *(*id_at)(const void *rows, size_t i)) {
+    x->n = 0;
+    x->v = n ? malloc(n * sizeof *x->v) : NULL;
+    if (n && !x->v) return obx__fail(OBX_ENOMEM, "batch index: out of memory");
+    for (size_t i = 0; i < n; i++) x->v[i] = (struct obx__id_ent){id_at(rows, i), i};
+    x->n = n;
+    qsort(x->v, n, sizeof *x->v, id_ent_cmp);
+    return OBX_OK;
+}
+
+long obx__id_index_find(const obx__id_index *x, const char *id) {
+    size_t lo = 0, hi = x->n; /* the first entry whose id is >= id */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(x->v[mid].id, id) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < x->n && !strcmp(x->v[lo].id, id) ? (long)x->v[lo].at : -1;
+}
+
+void obx__id_index_free(obx__id_index *x) {
+    free(x->v);
+    x->v = NULL;
+    x->n = 0;
+}
+
 /* Growable arrays of update/insert rows for one transaction. */
 obx_err obx__batch_reserve(obx__batch *b, size_t n_events, size_t n_attempts, size_t n_receipts,
                            size_t n_audit) {

@@ -16,6 +16,25 @@ void obx__audit(obx__audit_row *a, int64_t now, obx__actor actor, const char *wh
     OBX__PRINTF(8, 9);
 obx__event_row *obx__rows_find(obx__rows *r, const char *event_id);
 
+/* Finds rows of a batch by ID in O(log n) with the answer of a linear scan: the first row, in
+ * array order, with that ID (a batch may hold one row twice, and the first copy is the one that
+ * accumulates changes). A linear scan per outcome made a batch of 256 ACKs cost 65,000 string
+ * comparisons (5 % of the relay's CPU). The index points into the rows: build it after they are
+ * loaded, use it while neither the array nor the IDs change. */
+typedef struct obx__id_index {
+    struct obx__id_ent {
+        const char *id;
+        size_t at;
+    } * v;
+    size_t n;
+} obx__id_index;
+/* id_at(rows, i) is row i's ID; OBX_ENOMEM leaves an index that finds nothing. */
+obx_err obx__id_index_build(obx__id_index *x, const void *rows, size_t n,
+                            const char *(*id_at)(const void *rows, size_t i));
+/* The position of the first row with this ID, or -1. */
+long obx__id_index_find(const obx__id_index *x, const char *id);
+void obx__id_index_free(obx__id_index *x);
+
 /* The rows one transaction writes. */
 typedef struct obx__batch {
     obx__event_update *upd;
