@@ -140,8 +140,10 @@ static int id_ent_cmp(const void *a, const void *b) {
 obx_err obx__id_index_build(obx__id_index *x, const void *rows, size_t n,
                             const char *(*id_at)(const void *rows, size_t i)) {
     x->n = 0;
-    x->v = n ? malloc(n * sizeof *x->v) : NULL;
-    if (n && !x->v) return obx__fail(OBX_ENOMEM, "batch index: out of memory");
+    x->v = NULL;
+    if (!n) return OBX_OK; /* qsort and malloc of nothing: nothing to find */
+    if (!(x->v = malloc(n * sizeof *x->v)))
+        return obx__fail(OBX_ENOMEM, "batch index: out of memory");
     for (size_t i = 0; i < n; i++) x->v[i] = (struct obx__id_ent){id_at(rows, i), i};
     x->n = n;
     qsort(x->v, n, sizeof *x->v, id_ent_cmp);
