@@ -113,6 +113,21 @@ static void pace(int64_t t0_ms, const obx__ret_result *res, int64_t rate) {
     nanosleep(&ts, NULL);
 }
 
+/* A whole purge run (obx__purge_run) step by step, paced to rate events/s (0 = unpaced), until
+ * done, an error, or r (may be NULL: `obx purge`) is stopping. */
+static obx_err purge_paced(obx__store *s, const obx__retention_cfg *rc, int64_t now, int64_t rate,
+                           obx_relay *r, obx__ret_result *res) {
+    obx__purge_cursor cur;
+    obx__purge_cursor_init(&cur);
+    int64_t t0 = obx__mono_ms();
+    obx_err e = OBX_OK;
+    while (!e && cur.phase < 2 && !(r && obx__relay_stopping(r))) {
+        e = obx__purge_step(s, rc, now, &cur, res);
+        if (!e) pace(t0, res, rate);
+    }
+    return e;
+}
+
 /* ---- public API ------------------------------------------------------------------------------ */
 
 obx_err obx_audit(const obx_config *c, unsigned flags, char **out) {
@@ -176,17 +191,8 @@ obx_err obx_purge(const obx_config *c, const obx_purge_options *o, char **out) {
     obx__ret_result res;
     memset(&res, 0, sizeof res);
     int64_t now = obx__wall_ms();
-    if (o->event_id)
-        e = obx__purge_event(s, &rc, now, o->event_id, &res);
-    else {
-        obx__purge_cursor cur;
-        obx__purge_cursor_init(&cur);
-        int64_t t0 = obx__mono_ms();
-        while (!e && cur.phase < 2) {
-            e = obx__purge_step(s, &rc, now, &cur, &res);
-            if (!e && !o->dry_run) pace(t0, &res, c->purge_max_rate);
-        }
-    }
+    e = o->event_id ? obx__purge_event(s, &rc, now, o->event_id, &res)
+                    : purge_paced(s, &rc, now, o->dry_run ? 0 : c->purge_max_rate, NULL, &res);
     if (!e || e == OBX_EREFUSED) {
         /* keep the refusal's message: rendering must not overwrite it */
         char msg[1024];
@@ -390,14 +396,7 @@ static void run_purge(auditor *a, const obx_config *c, conns *k) {
     retention_cfg_of(c, k->cons, k->n, who, false, 0, &rc);
     obx__ret_result res;
     memset(&res, 0, sizeof res);
-    obx__purge_cursor cur;
-    obx__purge_cursor_init(&cur);
-    int64_t now = obx__wall_ms(), t0 = obx__mono_ms();
-    obx_err e = OBX_OK;
-    while (!e && cur.phase < 2 && !obx__relay_stopping(a->r)) {
-        e = obx__purge_step(k->s, &rc, now, &cur, &res);
-        if (!e) pace(t0, &res, c->purge_max_rate);
-    }
+    obx_err e = purge_paced(k->s, &rc, obx__wall_ms(), c->purge_max_rate, a->r, &res);
     pthread_mutex_lock(&a->mu);
     a->purge_runs++;
     a->retained += res.retained;

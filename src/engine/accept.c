@@ -50,14 +50,6 @@ static obx__event_row *find_ev(accept_ctx *c, const char *event_id) {
     return i < 0 ? NULL : &c->ev.v[i];
 }
 
-static const char *att_id_at(const void *rows, size_t i) {
-    return ((const obx__attempt_row *)rows)[i].attempt_id;
-}
-
-static const char *ev_id_at(const void *rows, size_t i) {
-    return ((const obx__event_row *)rows)[i].env.event_id;
-}
-
 static void receipt_from(obx__receipt_row *r, const obx__outcome *o, obx__receipt_kind k,
                          int64_t now) {
     memset(r, 0, sizeof *r);
@@ -148,11 +140,11 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
     obx__id_index_free(&c->att_ix);
     obx__id_index_free(&c->ev_ix);
     err = obx__st_load_attempts(e->s, aids, c->n, NULL, &c->att, &c->n_att);
-    if (!err) err = obx__id_index_build(&c->att_ix, c->att, c->n_att, att_id_at);
+    if (!err) err = obx__id_index_attempts(&c->att_ix, c->att, c->n_att);
     for (size_t i = 0; !err && i < c->n; i++)
         ids[i] = slot_key(&c->acks[i], find_att(c, c->acks[i].attempt_id));
     if (!err) err = obx__st_load_events(e->s, ids, c->n, OBX__LOAD_LOCK, &c->ev); /* rule 1 */
-    if (!err) err = obx__id_index_build(&c->ev_ix, c->ev.v, c->ev.n, ev_id_at);
+    if (!err) err = obx__id_index_events(&c->ev_ix, &c->ev);
     free(ids);
     free(aids);
     if (err) return err;

@@ -535,20 +535,6 @@ static void add_note(outcome_ctx *c, obx__note_kind k, size_t i, const obx__even
     obx__strlcpy(n->correlation_id, ev->env.correlation_id, sizeof n->correlation_id);
 }
 
-static const char *attempt_id_at(const void *rows, size_t i) {
-    return ((const obx__attempt_row *)rows)[i].attempt_id;
-}
-
-static const char *event_id_at(const void *rows, size_t i) {
-    return ((const obx__event_row *)rows)[i].env.event_id;
-}
-
-static obx__attempt_row *find_attempt(obx__attempt_row *a, size_t n, const char *id) {
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(a[i].attempt_id, id)) return &a[i];
-    return NULL;
-}
-
 static obx_err outcomes_tx(obx__engine *e, void *arg) {
     outcome_ctx *c = arg;
     obx_err err;
@@ -565,7 +551,7 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
     c->n_notes = 0;
     obx__id_index att_ix = {0}, ev_ix = {0};
     err = obx__st_load_attempts(e->s, aids, c->n, NULL, &c->att, &c->n_att);
-    if (!err) err = obx__id_index_build(&att_ix, c->att, c->n_att, attempt_id_at);
+    if (!err) err = obx__id_index_attempts(&att_ix, c->att, c->n_att);
     /* the slot that registered the attempt (a delivery-set target's outcome carries the
      * logical event ID) */
     for (size_t i = 0; !err && i < c->n; i++) {
@@ -573,7 +559,7 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
         ids[i] = k >= 0 ? c->att[k].event_id : c->o[i].event_id;
     }
     if (!err) err = obx__st_load_events(e->s, ids, c->n, OBX__LOAD_LOCK, &c->ev);
-    if (!err) err = obx__id_index_build(&ev_ix, c->ev.v, c->ev.n, event_id_at);
+    if (!err) err = obx__id_index_events(&ev_ix, &c->ev);
     free(ids);
     free(aids);
     if (err) {
@@ -772,9 +758,12 @@ static obx_err sweep_tx(obx__engine *e, void *arg) {
     for (size_t i = 0; !err && i < rows.n; i++) aids[i] = rows.v[i].attempt_id;
     if (!err) err = obx__st_load_attempts(e->s, aids, rows.n, NULL, &att, &n_att);
     free(aids);
+    obx__id_index ix = {0};
+    if (!err) err = obx__id_index_attempts(&ix, att, n_att);
     obx__batch b;
     if (!err) err = obx__batch_reserve(&b, rows.n, n_att, 0, rows.n);
     if (err) {
+        obx__id_index_free(&ix);
         free(att);
         obx__rows_free(&rows);
         return err;
@@ -783,7 +772,8 @@ static obx_err sweep_tx(obx__engine *e, void *arg) {
     for (size_t i = 0; i < rows.n; i++) {
         obx__event_row *cur = &rows.v[i];
         obx__event_row next = *cur;
-        obx__attempt_row *a = find_attempt(att, n_att, cur->attempt_id);
+        long k = obx__id_index_find(&ix, cur->attempt_id);
+        obx__attempt_row *a = k >= 0 ? &att[k] : NULL;
         int64_t quiet_until = c->now + quiet;
         if (a && a->quiet_until > quiet_until) quiet_until = a->quiet_until;
         if (a && a->state == OBX__AT_SENDING) {
@@ -810,6 +800,7 @@ static obx_err sweep_tx(obx__engine *e, void *arg) {
     err = obx__batch_write(e->s, &b);
     if (!err) c->swept = rows.n;
     obx__batch_free(&b);
+    obx__id_index_free(&ix);
     free(att);
     if (!err)
         c->rows = rows; /* kept for the notes */

@@ -150,6 +150,22 @@ obx_err obx__id_index_build(obx__id_index *x, const void *rows, size_t n,
     return OBX_OK;
 }
 
+static const char *attempt_id_at(const void *rows, size_t i) {
+    return ((const obx__attempt_row *)rows)[i].attempt_id;
+}
+
+static const char *event_id_at(const void *rows, size_t i) {
+    return ((const obx__event_row *)rows)[i].env.event_id;
+}
+
+obx_err obx__id_index_attempts(obx__id_index *x, const obx__attempt_row *a, size_t n) {
+    return obx__id_index_build(x, a, n, attempt_id_at);
+}
+
+obx_err obx__id_index_events(obx__id_index *x, const obx__rows *r) {
+    return obx__id_index_build(x, r->v, r->n, event_id_at);
+}
+
 long obx__id_index_find(const obx__id_index *x, const char *id) {
     size_t lo = 0, hi = x->n; /* the first entry whose id is >= id */
     while (lo < hi) {

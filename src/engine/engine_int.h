@@ -31,6 +31,9 @@ typedef struct obx__id_index {
 /* id_at(rows, i) is row i's ID; OBX_ENOMEM leaves an index that finds nothing. */
 obx_err obx__id_index_build(obx__id_index *x, const void *rows, size_t n,
                             const char *(*id_at)(const void *rows, size_t i));
+/* The same over a batch's attempts (by attempt ID) or events (by event ID). */
+obx_err obx__id_index_attempts(obx__id_index *x, const obx__attempt_row *a, size_t n);
+obx_err obx__id_index_events(obx__id_index *x, const obx__rows *r);
 /* The position of the first row with this ID, or -1. */
 long obx__id_index_find(const obx__id_index *x, const char *id);
 void obx__id_index_free(obx__id_index *x);
