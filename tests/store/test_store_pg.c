@@ -1919,6 +1919,88 @@ static void test_upgrade_from_v1(void **state) {
     PQfinish(c);
 }
 
+/* A database at schema version 2 with attempts in every situation: `obx init` takes it to
+ * version 3, where an attempt's outcome is a HOT update (no new index entries) and the open
+ * UNKNOWN attempts are found through unknown_open. Before version 3 the index on
+ * state = 'UNKNOWN' made every outcome update write all three indexes of obx_attempt. */
+static void test_upgrade_v2_attempts_hot(void **state) {
+    (void)state;
+    extern const char obx__pg_schema_v1[], obx__pg_schema_v2[];
+    char db[64], url[1200];
+    assert_int_equal(new_db(db, NULL), 0);
+    db_url(db, "", url, sizeof url);
+    PGconn *c = connect_url(url);
+    exec_ok(c, "BEGIN");
+    exec_ok(c, obx__pg_schema_v1);
+    exec_ok(c, obx__pg_schema_v2);
+    exec_ok(c, "INSERT INTO obx.obx_meta (key, value) VALUES ('schema_version', '2')");
+    exec_ok(c, "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, algorithm, "
+               "serializer, durability, required_acks, max_attempts, blind_retry, unordered, "
+               "alias, created_at) VALUES ('order.created.v2', 'local', 'orders', "
+               "'{aggregate_id}', 'murmur2', 'raw', 'persistent', 'all', 8, false, false, 'obx', "
+               "1)");
+    exec_ok(c, "COMMIT");
+    PGresult *r = PQexec(c, "SELECT obx.enqueue('order.created.v2', 'order', 'o-1', 1, 't', "
+                            "'\\x7b7d')");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("v2 enqueue: %s", PQerrorMessage(c));
+    char ev[64], sql[1024];
+    snprintf(ev, sizeof ev, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    const char *att[][2] = {{"att-a", "UNKNOWN"}, {"att-b", "SENDING"}, {"att-c", "ACCEPTED"}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO obx.obx_attempt (attempt_id, event_id, envelope_gen, attempt_gen, "
+                 "claim_gen, owner, dest_digest, partition, state, started_at, unknown_at, "
+                 "ended_at, offset_before, quiet_until, detail) VALUES ('%s', '%s', 1, %d, 1, "
+                 "'r1', 'sha256:x', 0, '%s', 1, 0, 0, -1, 0, '')",
+                 att[i][0], ev, i + 1, att[i][1]);
+        exec_ok(c, sql);
+    }
+    const char *unknown_stat = "SELECT v FROM obx._stats() WHERE k = 'attempts_unknown'";
+    assert_int_equal(qint(c, unknown_stat), 1);
+    obx_store *s;
+    OK(obx_store_open(url, &s));
+    OK(obx_store_init(s));
+    int found = 0;
+    OK(obx_store_schema_version(s, &found, NULL));
+    assert_int_equal(found, 3);
+    obx_store_close(s);
+    /* the same attempts, the same count, through the new index */
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_attempt"), 3);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_attempt WHERE unknown_open"), 1);
+    assert_int_equal(qint(c, unknown_stat), 1);
+    assert_int_equal(qint(c, "SELECT count(*) FROM pg_indexes WHERE schemaname = 'obx' AND "
+                             "tablename = 'obx_attempt' AND indexdef LIKE '%state%'"),
+                     0);
+    exec_ok(c, "SET enable_seqscan = off");
+    r = PQexec(c, "EXPLAIN SELECT attempt_id FROM obx.obx_attempt WHERE unknown_open");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    assert_non_null(strstr(PQgetvalue(r, 0, 0), "obx_attempt_unknown_open"));
+    PQclear(r);
+    /* SENDING -> ACCEPTED, as the acceptance writes it: heap-only; UNKNOWN -> ACCEPTED leaves
+     * the unknown index, so it is not; the transaction's own counters say which */
+    exec_ok(c, "BEGIN");
+    exec_ok(c, "UPDATE obx.obx_attempt SET state = 'ACCEPTED', ended_at = 2, detail = 'acked' "
+               "WHERE attempt_id = 'att-b'");
+    assert_int_equal(qint(c, "SELECT n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relid = "
+                             "'obx.obx_attempt'::regclass"),
+                     1);
+    exec_ok(c, "UPDATE obx.obx_attempt SET state = 'ACCEPTED', ended_at = 2 WHERE attempt_id = "
+               "'att-a'");
+    assert_int_equal(qint(c, "SELECT n_tup_upd - n_tup_hot_upd FROM pg_stat_xact_user_tables "
+                             "WHERE relid = 'obx.obx_attempt'::regclass"),
+                     1);
+    exec_ok(c, "COMMIT");
+    assert_int_equal(qint(c, unknown_stat), 0);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_attempt WHERE unknown_open"), 0);
+    /* the column is derived: nobody writes it */
+    char st[6];
+    exec_fail(c, "UPDATE obx.obx_attempt SET unknown_open = true WHERE attempt_id = 'att-c'", st,
+              NULL, 0);
+    assert_string_equal(st, "428C9");
+    PQfinish(c);
+}
+
 /* ---- schema versions --------------------------------------------------------------------------
  */
 
@@ -2013,6 +2095,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sql_enqueue_delivery_set, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_from_v1, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upgrade_v2_attempts_hot, setup, teardown),
     };
     failed += cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
     /* the engine's fault suite (DESIGN.md §9) on this store */
