@@ -1736,6 +1736,32 @@ static void test_batch_semantics(void **state) {
     assert_int_equal(got[0].state, OBX__AT_ACCEPTED);
     assert_string_equal(got[0].detail, a.detail);
     free(got);
+    /* array parameters travel in PostgreSQL's binary format: UTF-8 text, the extremes of
+     * 32- and 64-bit integers and an empty array come back as they went */
+    obx__attempt_row w = a;
+    strcpy(w.attempt_id, "att-2");
+    strcpy(w.detail, "Gr\xc3\xbc\xc3\x9f"
+                     "e \xe2\x82\xac \xf0\x9f\x9a\x80 NULL, {} \"\" \t");
+    w.partition = INT32_MIN;
+    w.attempt_gen = INT32_MAX;
+    w.offset_before = INT64_MIN;
+    w.quiet_until = INT64_MAX;
+    OK(obx__st_begin(f->s));
+    OK(obx__st_insert_attempts(f->s, &w, 1));
+    OK(obx__st_commit(f->s));
+    aid = "att-2";
+    OK(obx__st_load_attempts(f->s, &aid, 1, NULL, &got, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(got[0].detail, w.detail);
+    assert_int_equal(got[0].partition, INT32_MIN);
+    assert_int_equal(got[0].attempt_gen, INT32_MAX);
+    assert_true(got[0].offset_before == INT64_MIN);
+    assert_true(got[0].quiet_until == INT64_MAX);
+    free(got);
+    obx__rows none = {0};
+    OK(obx__st_load_events(f->s, &aid, 0, 0, &none));
+    assert_int_equal(none.n, 0);
+    obx__rows_free(&none);
     obx__attempt_row missing[2] = {a, a};
     strcpy(missing[1].attempt_id, "att-missing");
     OK(obx__st_begin(f->s));

@@ -650,8 +650,17 @@ static void stmt_name(int id, char out[40]) {
 
 #define PMAX 56
 
-/* Parameters of one statement: text values (NULL = SQL NULL), binary bytea, and array literals
- * built in owned buffers. Out of memory is sticky and reported by run(). */
+/* Array parameters travel in PostgreSQL's binary array format (array_recv): the relay prints
+ * no decimals and quotes no strings, and the server parses no literals (text arrays cost about
+ * 12 % of the relay's CPU and array_in 2 % of the server's under a backlog). The elements are
+ * collected first (a text element as its length and bytes, an integer as an int64 in host
+ * order) and framed by frame_arrays() when the statement is known: every array parameter is
+ * written in the SQL with its cast ($n::text[], $n::int[], $n::bigint[]), and that cast says
+ * which element type and width the server expects. */
+enum { A_NONE, A_TEXT, A_INT, A_FRAMED };
+
+/* Parameters of one statement: text values (NULL = SQL NULL), binary bytea, and arrays built
+ * in owned buffers. Out of memory is sticky and reported by run(). */
 typedef struct params {
     int n;
     const char *val[PMAX];
@@ -659,6 +668,9 @@ typedef struct params {
     int fmt[PMAX];
     char num[PMAX][24];
     obx__buf arr[PMAX];
+    unsigned char akind[PMAX]; /* A_* */
+    int acount[PMAX];          /* elements */
+    bool anull[PMAX];          /* some element is NULL */
 } params;
 
 static void p_init(params *p) { memset(p, 0, sizeof *p); }
@@ -691,56 +703,135 @@ static void p_bytes(params *p, const void *data, size_t len) {
     p->n++;
 }
 
-/* Array literal parameters: a_begin, one a_* per element, a_end. */
-static obx__buf *a_begin(params *p) {
-    obx__buf *b = &p->arr[p->n];
-    obx__buf_put(b, "{", 1);
-    return b;
+/* Array parameters: a_begin, one a_text or a_int per element, a_end. */
+static obx__buf *a_begin(params *p, unsigned char kind) {
+    p->akind[p->n] = kind;
+    return &p->arr[p->n];
 }
 
-static void a_sep(obx__buf *b) {
-    if (b->len > 1) obx__buf_put(b, ",", 1);
-}
-
-static void a_text(obx__buf *b, const char *v) {
-    a_sep(b);
+static void a_text(params *p, obx__buf *b, const char *v) {
+    p->acount[p->n]++;
     if (!v) {
-        obx__buf_puts(b, "NULL");
+        p->anull[p->n] = true;
+        obx__buf_u32be(b, UINT32_MAX); /* length -1: NULL */
         return;
     }
-    obx__buf_put(b, "\"", 1);
-    for (const char *c = v; *c; c++) {
-        if (*c == '"' || *c == '\\') obx__buf_put(b, "\\", 1);
-        obx__buf_put(b, c, 1);
-    }
-    obx__buf_put(b, "\"", 1);
+    size_t len = strlen(v);
+    obx__buf_u32be(b, (uint32_t)len);
+    obx__buf_put(b, v, len);
 }
 
-static void a_int(obx__buf *b, int64_t v) {
-    a_sep(b);
-    obx__buf_printf(b, "%lld", (long long)v);
+static void a_int(params *p, obx__buf *b, int64_t v) {
+    p->acount[p->n]++;
+    obx__buf_put(b, &v, sizeof v);
 }
 
-static void a_end(params *p) {
-    obx__buf *b = &p->arr[p->n];
-    obx__buf_put(b, "}", 2); /* with the NUL */
-    p->val[p->n] = (const char *)b->data;
-    p->n++;
-}
+static void a_end(params *p) { p->n++; }
 
 /* Column arrays over n rows; the expression sees the row index as i. */
 #define ARR_TEXT(p, n, expr)                                                                       \
     do {                                                                                           \
-        obx__buf *b_ = a_begin(p);                                                                 \
-        for (size_t i = 0; i < (n); i++) a_text(b_, (expr));                                       \
+        obx__buf *b_ = a_begin(p, A_TEXT);                                                         \
+        for (size_t i = 0; i < (n); i++) a_text(p, b_, (expr));                                    \
         a_end(p);                                                                                  \
     } while (0)
 #define ARR_INT(p, n, expr)                                                                        \
     do {                                                                                           \
-        obx__buf *b_ = a_begin(p);                                                                 \
-        for (size_t i = 0; i < (n); i++) a_int(b_, (int64_t)(expr));                               \
+        obx__buf *b_ = a_begin(p, A_INT);                                                          \
+        for (size_t i = 0; i < (n); i++) a_int(p, b_, (int64_t)(expr));                            \
         a_end(p);                                                                                  \
     } while (0)
+
+/* The declared array type of each statement's parameters, read once from the statement texts:
+ * param_types[id][n] for $n. */
+enum { PT_NONE, PT_TEXT_ARR, PT_INT4_ARR, PT_INT8_ARR, PT_OTHER_ARR };
+static unsigned char param_types[Q_COUNT][PMAX + 1];
+static pthread_once_t param_types_once = PTHREAD_ONCE_INIT;
+
+static void param_types_init(void) {
+    for (int id = 0; id < Q_COUNT; id++)
+        for (const char *c = sql_text[id]; *c; c++) {
+            if (*c != '$' || c[1] < '1' || c[1] > '9') continue;
+            char *end;
+            long n = strtol(c + 1, &end, 10);
+            if (n < 1 || n > PMAX || strncmp(end, "::", 2)) continue;
+            const char *t = end + 2;
+            size_t tl = strspn(t, "abcdefghijklmnopqrstuvwxyz0123456789");
+            if (strncmp(t + tl, "[]", 2)) continue;
+            unsigned char k = PT_OTHER_ARR;
+            if (tl == 4 && !strncmp(t, "text", 4))
+                k = PT_TEXT_ARR;
+            else if (tl == 3 && !strncmp(t, "int", 3))
+                k = PT_INT4_ARR;
+            else if (tl == 6 && !strncmp(t, "bigint", 6))
+                k = PT_INT8_ARR;
+            param_types[id][n] = k;
+        }
+}
+
+/* Frames the collected array parameters of statement id (see A_*): one dimension, lower bound
+ * 1, each element as a length (-1: NULL) and its bytes in network order. Idempotent. */
+static obx_err frame_arrays(params *p, int id, const char *what) {
+    pthread_once(&param_types_once, param_types_init);
+    for (int i = 0; i < p->n; i++) {
+        unsigned char k = p->akind[i];
+        if (k != A_TEXT && k != A_INT) continue;
+        unsigned char t = param_types[id][i + 1];
+        uint32_t oid = 25; /* text */
+        if (k == A_INT && t == PT_INT4_ARR)
+            oid = 23;
+        else if (k == A_INT && t == PT_INT8_ARR)
+            oid = 20;
+        else if (k != A_TEXT || t != PT_TEXT_ARR)
+            return obx__fail(OBX_EINTERNAL,
+                             "postgres: %s: parameter $%d is an array of %s, the statement does "
+                             "not declare it so",
+                             what, i + 1, k == A_TEXT ? "text" : "integers");
+        obx__buf f = {0};
+        int count = p->acount[i];
+        obx__buf_u32be(&f, count ? 1 : 0); /* dimensions; none for an empty array */
+        obx__buf_u32be(&f, p->anull[i] ? 1 : 0);
+        obx__buf_u32be(&f, oid);
+        if (count) {
+            obx__buf_u32be(&f, (uint32_t)count);
+            obx__buf_u32be(&f, 1); /* lower bound */
+        }
+        if (k == A_TEXT) {
+            obx__buf_put(&f, p->arr[i].data, p->arr[i].len);
+        } else {
+            for (int j = 0; j < count; j++) {
+                int64_t v;
+                memcpy(&v, p->arr[i].data + (size_t)j * sizeof v, sizeof v);
+                if (oid == 23) {
+                    if (v < INT32_MIN || v > INT32_MAX) {
+                        obx__buf_free(&f);
+                        return obx__fail(OBX_EINVAL,
+                                         "postgres: %s: parameter $%d, element %d: %lld is out of "
+                                         "range for an integer column (-2147483648..2147483647)",
+                                         what, i + 1, j + 1, (long long)v);
+                    }
+                    obx__buf_u32be(&f, 4);
+                    obx__buf_u32be(&f, (uint32_t)(int32_t)v);
+                } else {
+                    obx__buf_u32be(&f, 8);
+                    obx__buf_u32be(&f, (uint32_t)((uint64_t)v >> 32));
+                    obx__buf_u32be(&f, (uint32_t)(uint64_t)v);
+                }
+            }
+        }
+        if (f.oom) {
+            obx__buf_free(&f);
+            return obx__fail(OBX_ENOMEM, "%s: out of memory", what);
+        }
+        obx__buf_free(&p->arr[i]);
+        p->arr[i] = f;
+        p->val[i] = (const char *)f.data;
+        p->len[i] = (int)f.len;
+        p->fmt[i] = 1;
+        p->akind[i] = A_FRAMED;
+    }
+    return OBX_OK;
+}
 
 static bool p_oom(const params *p) {
     for (int i = 0; i < p->n; i++)
@@ -892,6 +983,10 @@ static bool retriable_race(const PGresult *r) {
 static obx_err run(pg_store *s, int id, params *p, ExecStatusType want, PGresult **out,
                    const char *what) {
     if (p && p_oom(p)) return obx__fail(OBX_ENOMEM, "%s: out of memory", what);
+    if (p) {
+        obx_err fe = frame_arrays(p, id, what);
+        if (fe) return fe;
+    }
     char name[40];
     stmt_name(id, name);
     for (int attempt = 0;; attempt++) {
