@@ -220,15 +220,23 @@ void obx__batch_free(obx__batch *b) {
 obx_err obx__batch_write(obx__store *s, obx__batch *b) {
     obx_err e;
     for (size_t i = 0; i < b->n_upd; i++) b->upd[i].row = &b->upd_rows[i];
-    if ((e = obx__st_update_events(s, b->upd, b->n_upd, b->applied))) return e;
+    obx__write_set w = {.upd = b->upd,
+                        .n_upd = b->n_upd,
+                        .applied = b->applied,
+                        .att_new = b->att_new,
+                        .n_att_new = b->n_att_new,
+                        .att = b->att,
+                        .n_att = b->n_att,
+                        .rc = b->rc,
+                        .n_rc = b->n_rc,
+                        .au = b->au,
+                        .n_au = b->n_au};
+    if ((e = obx__st_write_set(s, &w))) return e;
     for (size_t i = 0; i < b->n_upd; i++)
         if (!b->applied[i])
             return obx__fail(OBX_ECONFLICT, "event %s changed under a locked transaction",
                              b->upd_rows[i].env.event_id);
-    if ((e = obx__st_insert_attempts(s, b->att_new, b->n_att_new))) return e;
-    if ((e = obx__st_update_attempts(s, b->att, b->n_att))) return e;
-    if ((e = obx__st_insert_receipts(s, b->rc, b->n_rc))) return e;
-    return obx__st_insert_audit(s, b->au, b->n_au);
+    return OBX_OK;
 }
 
 /* Adds an update of row `cur` (as loaded) to the new values `next`. */

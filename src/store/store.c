@@ -183,11 +183,27 @@ obx_err obx__st_load_events(obx__store *s, const char *const *ids, size_t n, uns
     return n ? s->m->load_events(s, ids, n, flags, out) : OBX_OK;
 }
 
-obx_err obx__st_update_events(obx__store *s, const obx__event_update *u, size_t n, bool *applied) {
-    FAULT("update_events");
+static obx_err check_updates(const obx__event_update *u, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (u[i].row->state >= OBX__ST_COUNT || u[i].row->state == OBX__ST_NONE)
             return obx__fail(OBX_EINTERNAL, "update_events: invalid target state");
+    return OBX_OK;
+}
+
+static obx_err check_audit(const obx__audit_row *a, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (a[i].from != a[i].to && a[i].to != OBX__ST_NONE &&
+            !obx__transition_allowed(a[i].from, a[i].to, a[i].actor))
+            return obx__fail(OBX_EINTERNAL, "audit: transition %s -> %s by %s is not in the table",
+                             obx__state_name(a[i].from), obx__state_name(a[i].to),
+                             obx__actor_name(a[i].actor));
+    return OBX_OK;
+}
+
+obx_err obx__st_update_events(obx__store *s, const obx__event_update *u, size_t n, bool *applied) {
+    FAULT("update_events");
+    obx_err e = check_updates(u, n);
+    if (e) return e;
     return n ? s->m->update_events(s, u, n, applied) : OBX_OK;
 }
 
@@ -219,13 +235,29 @@ obx_err obx__st_insert_receipts(obx__store *s, const obx__receipt_row *r, size_t
 
 obx_err obx__st_insert_audit(obx__store *s, const obx__audit_row *a, size_t n) {
     FAULT("insert_audit");
-    for (size_t i = 0; i < n; i++)
-        if (a[i].from != a[i].to && a[i].to != OBX__ST_NONE &&
-            !obx__transition_allowed(a[i].from, a[i].to, a[i].actor))
-            return obx__fail(OBX_EINTERNAL, "audit: transition %s -> %s by %s is not in the table",
-                             obx__state_name(a[i].from), obx__state_name(a[i].to),
-                             obx__actor_name(a[i].actor));
+    obx_err e = check_audit(a, n);
+    if (e) return e;
     return n ? s->m->insert_audit(s, a, n) : OBX_OK;
+}
+
+obx_err obx__st_write_set(obx__store *s, const obx__write_set *w) {
+    FAULT("update_events");
+    obx_err e = check_updates(w->upd, w->n_upd);
+    if (e) return e;
+    FAULT("insert_attempts");
+    FAULT("update_attempts");
+    FAULT("insert_receipts");
+    FAULT("insert_audit");
+    if ((e = check_audit(w->au, w->n_au))) return e;
+    if (!(w->n_upd || w->n_att_new || w->n_att || w->n_rc || w->n_au)) return OBX_OK;
+    if (s->m->write_set) return s->m->write_set(s, w);
+    if (w->n_upd && (e = s->m->update_events(s, w->upd, w->n_upd, w->applied))) return e;
+    for (size_t i = 0; i < w->n_upd; i++)
+        if (!w->applied[i]) return OBX_OK; /* the caller reports the conflict */
+    if (w->n_att_new && (e = s->m->insert_attempts(s, w->att_new, w->n_att_new))) return e;
+    if (w->n_att && (e = s->m->update_attempts(s, w->att, w->n_att))) return e;
+    if (w->n_rc && (e = s->m->insert_receipts(s, w->rc, w->n_rc))) return e;
+    return w->n_au ? s->m->insert_audit(s, w->au, w->n_au) : OBX_OK;
 }
 
 obx_err obx__st_counter_add(obx__store *s, const char *name, int64_t delta) {

@@ -402,6 +402,23 @@ typedef struct obx__aged_count {
     int64_t oldest; /* 0 when total is 0 */
 } obx__aged_count;
 
+/* The rows one transaction writes, in the order they are written: event compare-and-sets,
+ * new attempts, attempt updates, receipts, audit rows (the engine's obx__batch_write). The
+ * arrays are the caller's, read during the call; applied (n_upd entries) is filled. */
+typedef struct obx__write_set {
+    const obx__event_update *upd;
+    size_t n_upd;
+    bool *applied;
+    const obx__attempt_row *att_new;
+    size_t n_att_new;
+    const obx__attempt_row *att;
+    size_t n_att;
+    const obx__receipt_row *rc;
+    size_t n_rc;
+    const obx__audit_row *au;
+    size_t n_au;
+} obx__write_set;
+
 /* ---- methods ---------------------------------------------------------------------------- */
 
 #define OBX__STORE_CAP_SKIP_LOCKED 1u
@@ -575,6 +592,13 @@ typedef struct obx__store_methods {
     obx_err (*consume_audit_list)(obx__store *s, const char *consumer, const char *event_id,
                                   int64_t after_id, size_t limit, obx__consume_audit_row **out,
                                   size_t *n);
+    /* ---- appended within version 1 for performance ----
+     * Optional (NULL: update_events, insert_attempts, update_attempts, insert_receipts and
+     * insert_audit, one call after the other): every part of w in one round trip, in the same
+     * order and with the same effects. When an update did not apply, the later parts may or
+     * may not have been written and the call may still return OBX_OK: the caller, which sees
+     * applied, rolls the transaction back. Any other failure of a part is returned. */
+    obx_err (*write_set)(obx__store *s, const obx__write_set *w);
 } obx__store_methods;
 
 struct obx_store {
@@ -611,6 +635,9 @@ obx_err obx__st_load_attempts(obx__store *s, const char *const *ids, size_t n, c
                               obx__attempt_row **out, size_t *n_out);
 obx_err obx__st_insert_receipts(obx__store *s, const obx__receipt_row *r, size_t n);
 obx_err obx__st_insert_audit(obx__store *s, const obx__audit_row *a, size_t n);
+/* All of w (the backend's write_set, or its five methods in order, stopping after an update
+ * that did not apply); the same checks and fault points as the five wrappers. */
+obx_err obx__st_write_set(obx__store *s, const obx__write_set *w);
 obx_err obx__st_counter_add(obx__store *s, const char *name, int64_t delta);
 obx_err obx__st_retention_candidates(obx__store *s, const obx__retention_req *req, obx__rows *out);
 obx_err obx__st_purge_payloads(obx__store *s, const char *const *ids, size_t n, int64_t *bytes);

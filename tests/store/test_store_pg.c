@@ -1778,6 +1778,119 @@ static void test_batch_semantics(void **state) {
     obx__rows_free(&rows);
 }
 
+/* A transaction's writes in one round trip (write_set, libpq pipeline mode): the same effects as
+ * the five calls one after the other, repeated rows included; a part that fails is reported
+ * with its own message; an update that did not apply wins over the failure it caused later;
+ * and the connection leaves pipeline mode whatever happened. */
+static void test_write_set(void **state) {
+    fx *f = *state;
+    assert_non_null(f->s->m->write_set);
+    char x[31], y[31];
+    obx_event ev = order_event("o-ws1", "{}");
+    obx_enqueue_result res;
+    OK(obx_enqueue(f->s, &ev, &res));
+    strcpy(x, res.event_id);
+    ev.aggregate_id = "o-ws2";
+    OK(obx_enqueue(f->s, &ev, &res));
+    strcpy(y, res.event_id);
+    /* x twice (PENDING -> CLAIMED -> SENDING), y once; a new attempt updated twice */
+    obx__event_row x1 = load1(f->s, x, 0), x2, y1 = load1(f->s, y, 0);
+    x1.state = OBX__ST_CLAIMED;
+    x1.claim_gen = 1;
+    x2 = x1;
+    x2.state = OBX__ST_SENDING;
+    y1.rejections = 2;
+    obx__event_update u[3] = {
+        {&x1, OBX__ST_PENDING, 0}, {&y1, OBX__ST_PENDING, 0}, {&x2, OBX__ST_CLAIMED, 1}};
+    bool applied[3];
+    obx__attempt_row a = {.envelope_gen = 1,
+                          .attempt_gen = 1,
+                          .claim_gen = 1,
+                          .state = OBX__AT_SENDING,
+                          .offset_before = -1};
+    strcpy(a.attempt_id, "att-ws1");
+    strcpy(a.event_id, x);
+    obx__attempt_row au[2] = {a, a};
+    au[0].state = OBX__AT_UNKNOWN;
+    au[1].state = OBX__AT_ACCEPTED;
+    strcpy(au[1].detail, "acked");
+    obx__audit_row ad = {.actor = OBX__ACT_DISPATCHER,
+                         .envelope_gen = 1,
+                         .from = OBX__ST_PENDING,
+                         .to = OBX__ST_CLAIMED,
+                         .claim_gen = 1};
+    strcpy(ad.event_id, x);
+    strcpy(ad.reason, "claimed");
+    obx__write_set w = {.upd = u,
+                        .n_upd = 3,
+                        .applied = applied,
+                        .att_new = &a,
+                        .n_att_new = 1,
+                        .att = au,
+                        .n_att = 2,
+                        .au = &ad,
+                        .n_au = 1};
+    long audit0 = (long)qint(f->conn, "SELECT count(*) FROM obx.obx_audit");
+    OK(obx__st_begin(f->s));
+    OK(obx__st_write_set(f->s, &w));
+    OK(obx__st_commit(f->s));
+    assert_true(applied[0] && applied[1] && applied[2]);
+    assert_int_equal(load1(f->s, x, 0).state, OBX__ST_SENDING);
+    assert_int_equal(load1(f->s, y, 0).rejections, 2);
+    obx__attempt_row *got;
+    size_t n;
+    const char *aid = "att-ws1";
+    OK(obx__st_load_attempts(f->s, &aid, 1, NULL, &got, &n));
+    assert_int_equal(n, 1);
+    assert_int_equal(got[0].state, OBX__AT_ACCEPTED);
+    assert_string_equal(got[0].detail, "acked");
+    free(got);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_audit"), audit0 + 1);
+    /* a missing attempt: named, and the connection is usable after the rollback */
+    obx__attempt_row miss = a;
+    strcpy(miss.attempt_id, "att-ws-missing");
+    obx__write_set wm = {.att = &miss, .n_att = 1};
+    OK(obx__st_begin(f->s));
+    assert_int_equal(obx__st_write_set(f->s, &wm), OBX_ENOTFOUND);
+    assert_non_null(strstr(obx_errmsg(), "att-ws-missing"));
+    OK(obx__st_rollback(f->s));
+    assert_int_equal(load1(f->s, x, 0).state, OBX__ST_SENDING);
+    /* a statement the server refuses (a receipt kind outside the CHECK): its error, the
+     * parts after it skipped, nothing kept */
+    obx__receipt_row rc = {.envelope_gen = 1, .kind = (obx__receipt_kind)9, .offset = 1};
+    strcpy(rc.event_id, x);
+    strcpy(rc.attempt_id, "att-ws1");
+    obx__write_set wr = {.rc = &rc, .n_rc = 1, .au = &ad, .n_au = 1};
+    OK(obx__st_begin(f->s));
+    obx_err e = obx__st_write_set(f->s, &wr);
+    assert_int_not_equal(e, OBX_OK);
+    assert_non_null(strstr(obx_errmsg(), "insert receipts"));
+    OK(obx__st_rollback(f->s));
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_audit"), audit0 + 1);
+    /* an update that no longer applies (x is SENDING now), and a primary receipt for y whose
+     * slot is taken meanwhile would fail: the call reports the update (OBX_OK, applied false),
+     * which the engine turns into its conflict and a rollback */
+    obx__receipt_row pr = {.envelope_gen = 1, .kind = OBX__RK_PRIMARY, .offset = 7};
+    strcpy(pr.event_id, y);
+    strcpy(pr.attempt_id, "att-ws1");
+    strcpy(pr.cluster, "local");
+    strcpy(pr.topic, "orders");
+    OK(obx__st_begin(f->s));
+    OK(obx__st_insert_receipts(f->s, &pr, 1));
+    OK(obx__st_commit(f->s));
+    obx__event_row stale = load1(f->s, x, 0);
+    stale.state = OBX__ST_PUBLISHED;
+    obx__event_update us = {&stale, OBX__ST_CLAIMED, 1};
+    bool ap = true;
+    obx__write_set wc = {.upd = &us, .n_upd = 1, .applied = &ap, .rc = &pr, .n_rc = 1};
+    OK(obx__st_begin(f->s));
+    assert_int_equal(obx__st_write_set(f->s, &wc), OBX_OK);
+    assert_false(ap);
+    OK(obx__st_rollback(f->s));
+    assert_int_equal(load1(f->s, x, 0).state, OBX__ST_SENDING);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_receipt"), 1);
+}
+
 /* ---- delivery sets through obx.enqueue(), and the upgrade from schema version 1 -------------
  */
 
@@ -2118,6 +2231,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_claim_throughput, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stats_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_semantics, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_set, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sql_enqueue_delivery_set, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_from_v1, setup, teardown),

@@ -1715,43 +1715,54 @@ static const char *update_key(const void *rows, size_t i) {
     return ((const obx__event_update *)rows)[i].row->env.event_id;
 }
 
-static obx_err update_events_run(pg_store *s, const obx__event_update *u, size_t n, bool *applied) {
-    params p;
-    p_init(&p);
+/* The parameters of Q_UPD_EVENTS for n updates with distinct event IDs. */
+static obx_err build_update_events(params *p, const obx__event_update *u, size_t n) {
     char(*ok)[ORDER_KEY_CAP] = malloc(n * sizeof *ok);
     if (!ok) return obx__fail(OBX_ENOMEM, "update events: out of memory");
     for (size_t i = 0; i < n; i++) order_key(u[i].row, ok[i], sizeof ok[i]);
-    ARR_TEXT(&p, n, u[i].row->env.event_id);
-    ARR_INT(&p, n, u[i].row->envelope_gen);
-    ARR_TEXT(&p, n, obx__state_name(u[i].row->state));
-    ARR_INT(&p, n, u[i].row->claim_gen);
-    ARR_TEXT(&p, n, u[i].row->owner);
-    ARR_INT(&p, n, u[i].row->lease_until);
-    ARR_INT(&p, n, u[i].row->attempt_gen);
-    ARR_TEXT(&p, n, u[i].row->attempt_id);
-    ARR_INT(&p, n, u[i].row->pinned_partition);
-    ARR_INT(&p, n, u[i].row->rejections);
-    ARR_INT(&p, n, u[i].row->available_at);
-    ARR_INT(&p, n, u[i].row->next_check_at);
-    ARR_INT(&p, n, u[i].row->unknown_since);
-    ARR_TEXT(&p, n, u[i].row->primary_attempt_id);
-    ARR_INT(&p, n, u[i].row->published_at);
-    ARR_INT(&p, n, u[i].row->updated_at);
-    ARR_TEXT(&p, n, ok[i]);
-    ARR_TEXT(&p, n, u[i].row->dest.cluster);
-    ARR_TEXT(&p, n, obx__state_name(u[i].expect_state));
-    ARR_INT(&p, n, u[i].expect_claim_gen);
+    ARR_TEXT(p, n, u[i].row->env.event_id);
+    ARR_INT(p, n, u[i].row->envelope_gen);
+    ARR_TEXT(p, n, obx__state_name(u[i].row->state));
+    ARR_INT(p, n, u[i].row->claim_gen);
+    ARR_TEXT(p, n, u[i].row->owner);
+    ARR_INT(p, n, u[i].row->lease_until);
+    ARR_INT(p, n, u[i].row->attempt_gen);
+    ARR_TEXT(p, n, u[i].row->attempt_id);
+    ARR_INT(p, n, u[i].row->pinned_partition);
+    ARR_INT(p, n, u[i].row->rejections);
+    ARR_INT(p, n, u[i].row->available_at);
+    ARR_INT(p, n, u[i].row->next_check_at);
+    ARR_INT(p, n, u[i].row->unknown_since);
+    ARR_TEXT(p, n, u[i].row->primary_attempt_id);
+    ARR_INT(p, n, u[i].row->published_at);
+    ARR_INT(p, n, u[i].row->updated_at);
+    ARR_TEXT(p, n, ok[i]);
+    ARR_TEXT(p, n, u[i].row->dest.cluster);
+    ARR_TEXT(p, n, obx__state_name(u[i].expect_state));
+    ARR_INT(p, n, u[i].expect_claim_gen);
     free(ok);
-    PGresult *r = NULL;
-    obx_err e = run(s, Q_UPD_EVENTS, &p, PGRES_TUPLES_OK, &r, "update events");
-    p_free(&p);
-    if (e) return e;
+    return OBX_OK;
+}
+
+/* Which of Q_UPD_EVENTS's n updates applied (its RETURNING ord); consumes r. */
+static void read_applied(PGresult *r, size_t n, bool *applied) {
     for (size_t i = 0; i < n; i++) applied[i] = false;
     for (int k = 0; k < PQntuples(r); k++) {
         int64_t ord = gi(r, k, 0);
         if (ord >= 1 && (size_t)ord <= n) applied[ord - 1] = true;
     }
     PQclear(r);
+}
+
+static obx_err update_events_run(pg_store *s, const obx__event_update *u, size_t n, bool *applied) {
+    params p;
+    p_init(&p);
+    obx_err e = build_update_events(&p, u, n);
+    PGresult *r = NULL;
+    if (!e) e = run(s, Q_UPD_EVENTS, &p, PGRES_TUPLES_OK, &r, "update events");
+    p_free(&p);
+    if (e) return e;
+    read_applied(r, n, applied);
     return OBX_OK;
 }
 
@@ -1773,25 +1784,30 @@ static obx_err pg_update_events(obx__store *base, const obx__event_update *u, si
 
 /* ---- attempts, receipts, audit, counters --------------------------------------------------- */
 
+/* The parameters of Q_INS_ATT. */
+static void build_insert_attempts(params *p, const obx__attempt_row *a, size_t n) {
+    ARR_TEXT(p, n, a[i].attempt_id);
+    ARR_TEXT(p, n, a[i].event_id);
+    ARR_INT(p, n, a[i].envelope_gen);
+    ARR_INT(p, n, a[i].attempt_gen);
+    ARR_INT(p, n, a[i].claim_gen);
+    ARR_TEXT(p, n, a[i].owner);
+    ARR_TEXT(p, n, a[i].dest_digest);
+    ARR_INT(p, n, a[i].partition);
+    ARR_TEXT(p, n, obx__attempt_state_name(a[i].state));
+    ARR_INT(p, n, a[i].started_at);
+    ARR_INT(p, n, a[i].unknown_at);
+    ARR_INT(p, n, a[i].ended_at);
+    ARR_INT(p, n, a[i].offset_before);
+    ARR_INT(p, n, a[i].quiet_until);
+    ARR_TEXT(p, n, a[i].detail);
+}
+
 static obx_err pg_insert_attempts(obx__store *base, const obx__attempt_row *a, size_t n) {
     pg_store *s = (pg_store *)base;
     params p;
     p_init(&p);
-    ARR_TEXT(&p, n, a[i].attempt_id);
-    ARR_TEXT(&p, n, a[i].event_id);
-    ARR_INT(&p, n, a[i].envelope_gen);
-    ARR_INT(&p, n, a[i].attempt_gen);
-    ARR_INT(&p, n, a[i].claim_gen);
-    ARR_TEXT(&p, n, a[i].owner);
-    ARR_TEXT(&p, n, a[i].dest_digest);
-    ARR_INT(&p, n, a[i].partition);
-    ARR_TEXT(&p, n, obx__attempt_state_name(a[i].state));
-    ARR_INT(&p, n, a[i].started_at);
-    ARR_INT(&p, n, a[i].unknown_at);
-    ARR_INT(&p, n, a[i].ended_at);
-    ARR_INT(&p, n, a[i].offset_before);
-    ARR_INT(&p, n, a[i].quiet_until);
-    ARR_TEXT(&p, n, a[i].detail);
+    build_insert_attempts(&p, a, n);
     obx_err e = run(s, Q_INS_ATT, &p, PGRES_COMMAND_OK, NULL, "insert attempts");
     p_free(&p);
     return e;
@@ -1801,21 +1817,22 @@ static const char *attempt_key(const void *rows, size_t i) {
     return ((const obx__attempt_row *)rows)[i].attempt_id;
 }
 
-static obx_err update_attempts_run(pg_store *s, const obx__attempt_row *a, size_t n) {
-    params p;
-    p_init(&p);
-    ARR_TEXT(&p, n, a[i].attempt_id);
-    ARR_INT(&p, n, a[i].partition);
-    ARR_TEXT(&p, n, obx__attempt_state_name(a[i].state));
-    ARR_INT(&p, n, a[i].unknown_at);
-    ARR_INT(&p, n, a[i].ended_at);
-    ARR_INT(&p, n, a[i].offset_before);
-    ARR_INT(&p, n, a[i].quiet_until);
-    ARR_TEXT(&p, n, a[i].detail);
-    PGresult *r = NULL;
-    obx_err e = run(s, Q_UPD_ATT, &p, PGRES_TUPLES_OK, &r, "update attempts");
-    p_free(&p);
-    if (e) return e;
+/* The parameters of Q_UPD_ATT for n attempts with distinct IDs. */
+static void build_update_attempts(params *p, const obx__attempt_row *a, size_t n) {
+    ARR_TEXT(p, n, a[i].attempt_id);
+    ARR_INT(p, n, a[i].partition);
+    ARR_TEXT(p, n, obx__attempt_state_name(a[i].state));
+    ARR_INT(p, n, a[i].unknown_at);
+    ARR_INT(p, n, a[i].ended_at);
+    ARR_INT(p, n, a[i].offset_before);
+    ARR_INT(p, n, a[i].quiet_until);
+    ARR_TEXT(p, n, a[i].detail);
+}
+
+/* Q_UPD_ATT's RETURNING against the n attempts asked for: the first one missing is named;
+ * consumes r. */
+static obx_err check_updated_attempts(PGresult *r, const obx__attempt_row *a, size_t n) {
+    obx_err e = OBX_OK;
     if ((size_t)PQntuples(r) != n) {
         /* name the first attempt that did not match (ids in a run are distinct) */
         for (size_t i = 0; i < n && !e; i++) {
@@ -1827,6 +1844,17 @@ static obx_err update_attempts_run(pg_store *s, const obx__attempt_row *a, size_
     }
     PQclear(r);
     return e;
+}
+
+static obx_err update_attempts_run(pg_store *s, const obx__attempt_row *a, size_t n) {
+    params p;
+    p_init(&p);
+    build_update_attempts(&p, a, n);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_UPD_ATT, &p, PGRES_TUPLES_OK, &r, "update attempts");
+    p_free(&p);
+    if (e) return e;
+    return check_updated_attempts(r, a, n);
 }
 
 static obx_err pg_update_attempts(obx__store *base, const obx__attempt_row *a, size_t n) {
@@ -1892,24 +1920,29 @@ static obx_err pg_load_attempts(obx__store *base, const char *const *ids, size_t
     return e;
 }
 
+/* The parameters of Q_INS_RCPT. */
+static void build_insert_receipts(params *p, const obx__receipt_row *rc, size_t n) {
+    ARR_TEXT(p, n, rc[i].event_id);
+    ARR_INT(p, n, rc[i].envelope_gen);
+    ARR_TEXT(p, n, rc[i].attempt_id);
+    ARR_TEXT(p, n, obx__receipt_kind_name(rc[i].kind));
+    ARR_TEXT(p, n, rc[i].cluster);
+    ARR_TEXT(p, n, rc[i].topic);
+    ARR_INT(p, n, rc[i].partition);
+    ARR_INT(p, n, rc[i].offset);
+    ARR_INT(p, n, rc[i].broker_ts);
+    ARR_TEXT(p, n, rc[i].payload_digest);
+    ARR_TEXT(p, n, rc[i].dest_digest);
+    ARR_TEXT(p, n, rc[i].reason);
+    ARR_TEXT(p, n, rc[i].detail);
+    ARR_INT(p, n, rc[i].created_at);
+}
+
 static obx_err pg_insert_receipts(obx__store *base, const obx__receipt_row *rc, size_t n) {
     pg_store *s = (pg_store *)base;
     params p;
     p_init(&p);
-    ARR_TEXT(&p, n, rc[i].event_id);
-    ARR_INT(&p, n, rc[i].envelope_gen);
-    ARR_TEXT(&p, n, rc[i].attempt_id);
-    ARR_TEXT(&p, n, obx__receipt_kind_name(rc[i].kind));
-    ARR_TEXT(&p, n, rc[i].cluster);
-    ARR_TEXT(&p, n, rc[i].topic);
-    ARR_INT(&p, n, rc[i].partition);
-    ARR_INT(&p, n, rc[i].offset);
-    ARR_INT(&p, n, rc[i].broker_ts);
-    ARR_TEXT(&p, n, rc[i].payload_digest);
-    ARR_TEXT(&p, n, rc[i].dest_digest);
-    ARR_TEXT(&p, n, rc[i].reason);
-    ARR_TEXT(&p, n, rc[i].detail);
-    ARR_INT(&p, n, rc[i].created_at);
+    build_insert_receipts(&p, rc, n);
     obx_err e = run(s, Q_INS_RCPT, &p, PGRES_COMMAND_OK, NULL, "insert receipts");
     p_free(&p);
     return e;
@@ -1962,23 +1995,144 @@ static obx_err pg_load_receipts(obx__store *base, const char *event_id, obx__rec
     return e;
 }
 
+/* The parameters of Q_INS_AUDIT. */
+static void build_insert_audit(params *p, const obx__audit_row *a, size_t n) {
+    ARR_INT(p, n, a[i].at);
+    ARR_TEXT(p, n, obx__actor_name(a[i].actor));
+    ARR_TEXT(p, n, a[i].who);
+    ARR_TEXT(p, n, a[i].event_id);
+    ARR_INT(p, n, a[i].envelope_gen);
+    ARR_TEXT(p, n, obx__state_name(a[i].from));
+    ARR_TEXT(p, n, obx__state_name(a[i].to));
+    ARR_INT(p, n, a[i].claim_gen);
+    ARR_TEXT(p, n, a[i].attempt_id);
+    ARR_INT(p, n, a[i].attempt_gen);
+    ARR_TEXT(p, n, a[i].reason);
+}
+
 static obx_err pg_insert_audit(obx__store *base, const obx__audit_row *a, size_t n) {
     pg_store *s = (pg_store *)base;
     params p;
     p_init(&p);
-    ARR_INT(&p, n, a[i].at);
-    ARR_TEXT(&p, n, obx__actor_name(a[i].actor));
-    ARR_TEXT(&p, n, a[i].who);
-    ARR_TEXT(&p, n, a[i].event_id);
-    ARR_INT(&p, n, a[i].envelope_gen);
-    ARR_TEXT(&p, n, obx__state_name(a[i].from));
-    ARR_TEXT(&p, n, obx__state_name(a[i].to));
-    ARR_INT(&p, n, a[i].claim_gen);
-    ARR_TEXT(&p, n, a[i].attempt_id);
-    ARR_INT(&p, n, a[i].attempt_gen);
-    ARR_TEXT(&p, n, a[i].reason);
+    build_insert_audit(&p, a, n);
     obx_err e = run(s, Q_INS_AUDIT, &p, PGRES_COMMAND_OK, NULL, "insert audit");
     p_free(&p);
+    return e;
+}
+
+/* ---- a transaction's writes in one round trip (write_set) ----------------------------------- */
+
+/* One statement of a write set, and which part's rows its result answers for. */
+enum { WS_PLAIN, WS_UPD_EVENTS, WS_UPD_ATT };
+typedef struct ws_stmt {
+    int id;
+    int kind;      /* WS_* */
+    size_t off, n; /* its rows within the part */
+    const char *what;
+    ExecStatusType want;
+    params p;
+} ws_stmt;
+
+/* Sends every statement, one sync, then reads the results in order (libpq pipeline mode).
+ * The server runs them one after the other in the caller's transaction, exactly as separate
+ * calls would; after a failed statement it skips the rest (PGRES_PIPELINE_ABORTED) and the
+ * transaction is failed. Results are always read to the sync, so the connection leaves
+ * pipeline mode whatever happened, unless it broke. */
+static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set *w) {
+    obx_err e = ready(s, "write set");
+    for (size_t i = 0; !e && i < ns; i++) {
+        if (p_oom(&st[i].p)) return obx__fail(OBX_ENOMEM, "%s: out of memory", st[i].what);
+        if (!(e = frame_arrays(&st[i].p, st[i].id, st[i].what))) e = prepare(s, st[i].id);
+    }
+    if (e) return e;
+    if (!PQenterPipelineMode(s->conn)) return map_error(s, NULL, "write set: pipeline mode");
+    size_t sent = 0;
+    for (; sent < ns; sent++) {
+        char name[40];
+        stmt_name(st[sent].id, name);
+        const params *p = &st[sent].p;
+        if (!PQsendQueryPrepared(s->conn, name, p->n, p->val, p->len, p->fmt, 0)) break;
+    }
+    /* a sync also after a failed send: what was sent is answered, not left pending */
+    bool synced = PQpipelineSync(s->conn);
+    if (sent < ns || !synced) e = map_error(s, NULL, "write set: send");
+    size_t failed = ns; /* the first statement whose result says it failed */
+    for (size_t i = 0; i < sent; i++) {
+        PGresult *r = PQgetResult(s->conn), *more;
+        const ws_stmt *x = &st[i];
+        if (e || (r && PQresultStatus(r) == PGRES_PIPELINE_ABORTED)) {
+            PQclear(r);
+        } else if ((e = check(s, r, x->want, &r, x->what))) {
+            failed = i;
+        } else {
+            if (x->kind == WS_UPD_EVENTS)
+                read_applied(r, x->n, w->applied + x->off);
+            else if (x->kind == WS_UPD_ATT &&
+                     (e = check_updated_attempts(r, w->att + x->off, x->n)))
+                failed = i;
+            else if (x->kind == WS_PLAIN)
+                PQclear(r);
+        }
+        if (!r) break; /* the connection broke: nothing more will come */
+        while ((more = PQgetResult(s->conn)) != NULL) PQclear(more);
+    }
+    if (synced && PQstatus(s->conn) == CONNECTION_OK) {
+        PGresult *r = PQgetResult(s->conn); /* PGRES_PIPELINE_SYNC */
+        PQclear(r);
+    }
+    if (!PQexitPipelineMode(s->conn) && !e) e = map_error(s, NULL, "write set: pipeline mode");
+    /* a later part that failed because an update did not apply (a receipt's slot taken by
+     * whoever changed the event): the caller's conflict is the one to report */
+    if (e && e != OBX_ECONNLOST && failed < ns && st[failed].kind != WS_UPD_EVENTS)
+        for (size_t i = 0; i < w->n_upd; i++)
+            if (!w->applied[i]) return OBX_OK;
+    return e;
+}
+
+static obx_err pg_write_set(obx__store *base, const obx__write_set *w) {
+    pg_store *s = (pg_store *)base;
+    /* a part that names a row twice is split into runs, as update_events and update_attempts
+     * split it: at most one statement per row, plus the three plain inserts */
+    size_t max = w->n_upd + w->n_att + 3, big = w->n_upd > w->n_att ? w->n_upd : w->n_att;
+    size_t nslots = 2 * big + 1;
+    ws_stmt *st = calloc(max, sizeof *st);
+    long *slots = malloc(nslots * sizeof *slots);
+    obx_err e = OBX_OK;
+    size_t ns = 0;
+    if (!st || !slots) e = obx__fail(OBX_ENOMEM, "write set: out of memory");
+    for (size_t at = 0; !e && at < w->n_upd;) {
+        size_t len = unique_run(update_key, w->upd, at, w->n_upd, slots, nslots);
+        ws_stmt *x = &st[ns++];
+        *x = (ws_stmt){Q_UPD_EVENTS, WS_UPD_EVENTS, at, len, "update events", PGRES_TUPLES_OK};
+        e = build_update_events(&x->p, w->upd + at, len);
+        at += len;
+    }
+    if (!e && w->n_att_new) {
+        ws_stmt *x = &st[ns++];
+        *x = (ws_stmt){Q_INS_ATT, WS_PLAIN, 0, w->n_att_new, "insert attempts", PGRES_COMMAND_OK};
+        build_insert_attempts(&x->p, w->att_new, w->n_att_new);
+    }
+    for (size_t at = 0; !e && at < w->n_att;) {
+        size_t len = unique_run(attempt_key, w->att, at, w->n_att, slots, nslots);
+        ws_stmt *x = &st[ns++];
+        *x = (ws_stmt){Q_UPD_ATT, WS_UPD_ATT, at, len, "update attempts", PGRES_TUPLES_OK};
+        build_update_attempts(&x->p, w->att + at, len);
+        at += len;
+    }
+    if (!e && w->n_rc) {
+        ws_stmt *x = &st[ns++];
+        *x = (ws_stmt){Q_INS_RCPT, WS_PLAIN, 0, w->n_rc, "insert receipts", PGRES_COMMAND_OK};
+        build_insert_receipts(&x->p, w->rc, w->n_rc);
+    }
+    if (!e && w->n_au) {
+        ws_stmt *x = &st[ns++];
+        *x = (ws_stmt){Q_INS_AUDIT, WS_PLAIN, 0, w->n_au, "insert audit", PGRES_COMMAND_OK};
+        build_insert_audit(&x->p, w->au, w->n_au);
+    }
+    if (!e) e = ws_run(s, st, ns, w);
+    for (size_t i = 0; st && i < ns; i++) p_free(&st[i].p);
+    free(st);
+    free(slots);
     return e;
 }
 
@@ -2893,6 +3047,7 @@ const obx__store_methods obx__pg_store_methods = {
     .inbox_quarantine_put = pg_inbox_quarantine_put,
     .consume_audit_put = pg_consume_audit_put,
     .wait_for_work = pg_wait_for_work,
+    .write_set = pg_write_set,
     .serve_dispatch = pg_serve_dispatch,
     .create_roles = pg_create_roles,
     .retention_candidates = pg_retention_candidates,
