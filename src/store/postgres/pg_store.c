@@ -2092,14 +2092,23 @@ static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set 
 static obx_err pg_write_set(obx__store *base, const obx__write_set *w) {
     pg_store *s = (pg_store *)base;
     /* a part that names a row twice is split into runs, as update_events and update_attempts
-     * split it: at most one statement per row, plus the three plain inserts */
-    size_t max = w->n_upd + w->n_att + 3, big = w->n_upd > w->n_att ? w->n_upd : w->n_att;
-    size_t nslots = 2 * big + 1;
-    ws_stmt *st = calloc(max, sizeof *st);
+     * split it (usually one run each): count them first, a statement's parameters are large */
+    size_t big = w->n_upd > w->n_att ? w->n_upd : w->n_att, nslots = 2 * big + 1;
     long *slots = malloc(nslots * sizeof *slots);
+    if (!slots) return obx__fail(OBX_ENOMEM, "write set: out of memory");
+    size_t max = (w->n_att_new > 0) + (w->n_rc > 0) + (w->n_au > 0);
+    for (size_t at = 0; at < w->n_upd; max++)
+        at += unique_run(update_key, w->upd, at, w->n_upd, slots, nslots);
+    for (size_t at = 0; at < w->n_att; max++)
+        at += unique_run(attempt_key, w->att, at, w->n_att, slots, nslots);
+    if (!max) {
+        free(slots);
+        return OBX_OK;
+    }
+    ws_stmt *st = calloc(max, sizeof *st);
     obx_err e = OBX_OK;
     size_t ns = 0;
-    if (!st || !slots) e = obx__fail(OBX_ENOMEM, "write set: out of memory");
+    if (!st) e = obx__fail(OBX_ENOMEM, "write set: out of memory");
     for (size_t at = 0; !e && at < w->n_upd;) {
         size_t len = unique_run(update_key, w->upd, at, w->n_upd, slots, nslots);
         ws_stmt *x = &st[ns++];
