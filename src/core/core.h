@@ -58,8 +58,9 @@ int obx__unhex(const char *hex, unsigned char *out, size_t cap, size_t *outlen);
 
 /* Wall clock in ms since the epoch. Only drivers and CLI call this; the engine takes now. */
 int64_t obx__wall_ms(void);
-/* Monotonic ms, for drivers' timeouts. */
+/* Monotonic ms, for drivers' timeouts; us where ms would tie (the relay's claim ordering). */
 int64_t obx__mono_ms(void);
+int64_t obx__mono_us(void);
 /* ms since the epoch as RFC 3339 UTC, "2030-01-02T03:04:05.678Z" (out: 32 bytes). */
 void obx__iso_ms(int64_t ms, char out[32]);
 

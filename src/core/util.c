@@ -125,11 +125,13 @@ int64_t obx__wall_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int64_t obx__mono_ms(void) {
+int64_t obx__mono_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
+
+int64_t obx__mono_ms(void) { return obx__mono_us() / 1000; }
 
 void obx__iso_ms(int64_t ms, char out[32]) {
     /* outside 0000..9999 (or an unset time) there is no honest calendar date to print */

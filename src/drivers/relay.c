@@ -373,12 +373,6 @@ int obx__relay_shadow(obx_relay *r, obx__shadow_counts *out) {
     return r->cfg->shadow != 0;
 }
 
-static int64_t mono_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
-}
-
 /* A dispatcher looks for work when it has a reason (a wake-up hint, outcomes applied, which may
  * have unblocked a key's next event, a full batch, relay.poll_ms) at time since; it need not
  * when another dispatcher of this relay began a claim after that: that claim's snapshot already
@@ -388,7 +382,7 @@ static int64_t mono_us(void) {
  * which is only the old cost. */
 static bool claim_due(obx_relay *r, int64_t since) {
     if (atomic_load(&r->last_claim_us) > since) return false;
-    atomic_store(&r->last_claim_us, mono_us());
+    atomic_store(&r->last_claim_us, obx__mono_us());
     return true;
 }
 
@@ -405,13 +399,13 @@ static void *dispatcher_main(void *arg) {
         obx__st_close(s);
         return NULL;
     }
-    int64_t last_sweep = 0, since = mono_us();
+    int64_t last_sweep = 0, since = obx__mono_us();
     while (!atomic_load(&r->stop)) {
         int64_t now = obx__wall_ms();
         size_t applied = 0, sent = 0, swept = 0;
         err = obx__engine_poll(&e, now, 0, &applied);
         if (err) transient(w, err, "collect outcomes");
-        if (applied || err) since = mono_us();
+        if (applied || err) since = obx__mono_us();
         if (b->m->in_flight(b) < (size_t)r->cfg->window && !atomic_load(&r->stop) &&
             claim_due(r, since)) {
             err = obx__engine_dispatch(&e, now, &sent);
@@ -427,11 +421,11 @@ static void *dispatcher_main(void *arg) {
         }
         publish(w, &e);
         if (sent || applied) {
-            if (sent) since = mono_us(); /* there may be more */
+            if (sent) since = obx__mono_us(); /* there may be more */
             continue;
         }
         idle_wait(w, &e, s, b);
-        since = mono_us();
+        since = obx__mono_us();
     }
     /* drain: late ACKs of what we sent still go to the acceptance point */
     int64_t until = obx__wall_ms() + r->cfg->drain_ms;

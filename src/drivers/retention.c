@@ -110,7 +110,7 @@ static void pace(int64_t t0_ms, const obx__ret_result *res, int64_t rate) {
     if (wait <= 0) return;
     if (wait > 10000) wait = 10000; /* one step at a time: never asleep for long */
     struct timespec ts = {(time_t)(wait / 1000), (long)(wait % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    nanosleep(&ts, NULL); /* not nap(): a signal (the relay stopping) ends the wait early */
 }
 
 /* A whole purge run (obx__purge_run) step by step, paced to rate events/s (0 = unpaced), until

@@ -519,6 +519,7 @@ typedef struct outcome_ctx {
     obx__rows ev;
     obx__attempt_row *att;
     size_t n_att;
+    obx__id_index att_ix, ev_ix; /* over att and ev, rebuilt with them */
     /* notes of the last run of the transaction (reported once it committed) */
     struct outcome_note {
         obx__note_kind kind;
@@ -549,32 +550,27 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
     free(c->att);
     c->att = NULL;
     c->n_notes = 0;
-    obx__id_index att_ix = {0}, ev_ix = {0};
+    obx__id_index_free(&c->att_ix);
+    obx__id_index_free(&c->ev_ix);
     err = obx__st_load_attempts(e->s, aids, c->n, NULL, &c->att, &c->n_att);
-    if (!err) err = obx__id_index_attempts(&att_ix, c->att, c->n_att);
+    if (!err) err = obx__id_index_attempts(&c->att_ix, c->att, c->n_att);
     /* the slot that registered the attempt (a delivery-set target's outcome carries the
      * logical event ID) */
     for (size_t i = 0; !err && i < c->n; i++) {
-        long k = obx__id_index_find(&att_ix, c->o[i].attempt_id);
+        long k = obx__id_index_find(&c->att_ix, c->o[i].attempt_id);
         ids[i] = k >= 0 ? c->att[k].event_id : c->o[i].event_id;
     }
     if (!err) err = obx__st_load_events(e->s, ids, c->n, OBX__LOAD_LOCK, &c->ev);
-    if (!err) err = obx__id_index_events(&ev_ix, &c->ev);
+    if (!err) err = obx__id_index_events(&c->ev_ix, &c->ev);
     free(ids);
     free(aids);
-    if (err) {
-        obx__id_index_free(&att_ix);
-        obx__id_index_free(&ev_ix);
-        return err;
-    }
+    if (err) return err;
     /* work on copies so that several outcomes for one event compose */
     obx__rows orig = {0};
     for (size_t i = 0; i < c->ev.n; i++) {
         obx__event_row *r = obx__rows_push(&orig);
         if (!r) {
             obx__rows_free(&orig);
-            obx__id_index_free(&att_ix);
-            obx__id_index_free(&ev_ix);
             return obx__fail(OBX_ENOMEM, "outcomes: out of memory");
         }
         *r = c->ev.v[i];
@@ -588,16 +584,14 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
         free(dirty_ev);
         free(dirty_att);
         obx__rows_free(&orig);
-        obx__id_index_free(&att_ix);
-        obx__id_index_free(&ev_ix);
         return err;
     }
     int64_t quiet = e->b ? e->b->m->quiet_time_ms(e->b) : 0;
     for (size_t i = 0; i < c->n; i++) {
         const obx__outcome *o = &c->o[i];
-        long ka = obx__id_index_find(&att_ix, o->attempt_id);
+        long ka = obx__id_index_find(&c->att_ix, o->attempt_id);
         obx__attempt_row *a = ka >= 0 ? &c->att[ka] : NULL;
-        long ke = a ? obx__id_index_find(&ev_ix, a->event_id) : -1;
+        long ke = a ? obx__id_index_find(&c->ev_ix, a->event_id) : -1;
         obx__event_row *ev = ke >= 0 ? &c->ev.v[ke] : NULL;
         /* nothing to move: an unregistered attempt, or one of another event */
         if (!ev || strcmp(obx__wire_id(ev), o->event_id)) continue;
@@ -683,8 +677,6 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
     free(dirty_ev);
     free(dirty_att);
     obx__rows_free(&orig);
-    obx__id_index_free(&att_ix);
-    obx__id_index_free(&ev_ix);
     return err;
 }
 
@@ -725,6 +717,8 @@ obx_err obx__engine_apply_outcomes(obx__engine *e, int64_t now, const obx__outco
         free(c.notes);
         obx__rows_free(&c.ev);
         free(c.att);
+        obx__id_index_free(&c.att_ix);
+        obx__id_index_free(&c.ev_ix);
     }
     free(acks);
     free(rest);

@@ -1679,16 +1679,21 @@ static void test_stats_exact(void **state) {
     check_stats_exact(f);
 }
 
-static void test_batch_semantics(void **state) {
-    fx *f = *state;
-    char x[31], y[31];
-    obx_event ev = order_event("o-1", "{}");
+/* Two order events (aggregates a and b); their IDs into x and y. */
+static void enqueue_two(fx *f, const char *a, const char *b, char x[31], char y[31]) {
+    obx_event ev = order_event(a, "{}");
     obx_enqueue_result res;
     OK(obx_enqueue(f->s, &ev, &res));
     strcpy(x, res.event_id);
-    ev.aggregate_id = "o-2";
+    ev.aggregate_id = b;
     OK(obx_enqueue(f->s, &ev, &res));
     strcpy(y, res.event_id);
+}
+
+static void test_batch_semantics(void **state) {
+    fx *f = *state;
+    char x[31], y[31];
+    enqueue_two(f, "o-1", "o-2", x, y);
     /* x twice in one batch: applied in order, as one call after the other */
     obx__event_row x1 = load1(f->s, x, 0), x2, y1 = load1(f->s, y, 0);
     x1.state = OBX__ST_CLAIMED;
@@ -1786,13 +1791,7 @@ static void test_write_set(void **state) {
     fx *f = *state;
     assert_non_null(f->s->m->write_set);
     char x[31], y[31];
-    obx_event ev = order_event("o-ws1", "{}");
-    obx_enqueue_result res;
-    OK(obx_enqueue(f->s, &ev, &res));
-    strcpy(x, res.event_id);
-    ev.aggregate_id = "o-ws2";
-    OK(obx_enqueue(f->s, &ev, &res));
-    strcpy(y, res.event_id);
+    enqueue_two(f, "o-ws1", "o-ws2", x, y);
     /* x twice (PENDING -> CLAIMED -> SENDING), y once; a new attempt updated twice */
     obx__event_row x1 = load1(f->s, x, 0), x2, y1 = load1(f->s, y, 0);
     x1.state = OBX__ST_CLAIMED;

@@ -839,6 +839,12 @@ static bool p_oom(const params *p) {
     return false;
 }
 
+/* p ready to send with statement id: built without running out of memory, arrays framed. */
+static obx_err p_ready(params *p, int id, const char *what) {
+    if (p_oom(p)) return obx__fail(OBX_ENOMEM, "%s: out of memory", what);
+    return frame_arrays(p, id, what);
+}
+
 /* ---- errors ------------------------------------------------------------------------------- */
 
 static bool conn_lost_state(const char *st) {
@@ -982,10 +988,9 @@ static bool retriable_race(const PGresult *r) {
  * *out (may be NULL) gets the result on success (PQclear it). */
 static obx_err run(pg_store *s, int id, params *p, ExecStatusType want, PGresult **out,
                    const char *what) {
-    if (p && p_oom(p)) return obx__fail(OBX_ENOMEM, "%s: out of memory", what);
     if (p) {
-        obx_err fe = frame_arrays(p, id, what);
-        if (fe) return fe;
+        obx_err pe = p_ready(p, id, what);
+        if (pe) return pe;
     }
     char name[40];
     stmt_name(id, name);
@@ -2040,10 +2045,8 @@ typedef struct ws_stmt {
  * pipeline mode whatever happened, unless it broke. */
 static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set *w) {
     obx_err e = ready(s, "write set");
-    for (size_t i = 0; !e && i < ns; i++) {
-        if (p_oom(&st[i].p)) return obx__fail(OBX_ENOMEM, "%s: out of memory", st[i].what);
-        if (!(e = frame_arrays(&st[i].p, st[i].id, st[i].what))) e = prepare(s, st[i].id);
-    }
+    for (size_t i = 0; !e && i < ns; i++)
+        if (!(e = p_ready(&st[i].p, st[i].id, st[i].what))) e = prepare(s, st[i].id);
     if (e) return e;
     if (!PQenterPipelineMode(s->conn)) return map_error(s, NULL, "write set: pipeline mode");
     size_t sent = 0;
