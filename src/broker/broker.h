@@ -118,6 +118,10 @@ typedef struct obx__lookup_res {
     /* CANNOT_TELL only because the quiet time has not passed: when asking again can give an
      * authoritative answer (0 = unknown). */
     int64_t authoritative_at;
+    /* Set by the engine (obx__reconcile_lookup), not by backends: when the quiet time of the
+     * event's outstanding attempts ends, i.e. when no late write of theirs can appear any more.
+     * The route's UNKNOWN policy applies only after it. */
+    int64_t quiet_until;
     char reason[OBX_TEXT_MAX + 1];
 } obx__lookup_res;
 

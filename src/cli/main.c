@@ -117,6 +117,8 @@ static const struct {
     {"config", cmd_config, "the relay's effective configuration as JSON, secrets redacted"},
     {"consume", cmd_consume, "run a consumer through the inbox (sample order projection)"},
     {"requeue", cmd_requeue, "put a PARKED event back to PENDING: obx requeue EVENT_ID"},
+    {"resolve", cmd_resolve,
+     "end UNKNOWN outcomes: same-target --retry, or --accept with evidence (--who --reason)"},
     {"poison", cmd_poison, "consumer poison messages: obx poison list|redrive"},
     {"sim", cmd_sim, "the deterministic simulator and release gate: obx sim --traces N --seed S"},
     {"audit", cmd_audit,

@@ -876,6 +876,8 @@ static void consumer_process_one(wk *k, actor *a) {
                      .correlation_id = d->env.correlation_id,
                      .occurred_at = d->env.occurred_at,
                      .payload_digest = d->env.payload_digest,
+                     .attempt_id = d->attempt_id,
+                     .dest_digest = d->dest_digest,
                      .payload = d->payload,
                      .payload_len = d->payload_len,
                      .topic = d->topic,

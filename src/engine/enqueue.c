@@ -69,6 +69,12 @@ obx_err obx__route_validate(const obx_route *r, obx__route_row *row, int64_t now
     const char *dur = dflt(r->durability, "persistent");
     if (strcmp(dur, "persistent") && strcmp(dur, "transient"))
         return obx__fail(OBX_EINVAL, "durability: '%s' unknown (persistent or transient)", dur);
+    const char *pol = dflt(r->on_unknown, "retry");
+    if (strcmp(pol, "retry") && strcmp(pol, "hold"))
+        return obx__fail(OBX_EINVAL, "on_unknown: '%s' unknown (retry or hold)", pol);
+    if (!strcmp(pol, "hold") && r->blind_retry)
+        return obx__fail(OBX_EINVAL,
+                         "on_unknown: 'hold' contradicts blind_retry (a blind retry is 'retry')");
     if (r->max_attempts < 0 || r->max_attempts > 1000)
         return obx__fail(OBX_EINVAL, "max_attempts: %d outside 1..1000 (0 = default 8)",
                          r->max_attempts);
@@ -88,7 +94,7 @@ obx_err obx__route_validate(const obx_route *r, obx__route_row *row, int64_t now
     obx__strlcpy(row->durability, dur, sizeof row->durability);
     obx__strlcpy(row->required_acks, acks, sizeof row->required_acks);
     row->max_attempts = r->max_attempts ? r->max_attempts : 8;
-    row->blind_retry = r->blind_retry != 0;
+    row->blind_retry = strcmp(pol, "hold") != 0; /* the column holds the UNKNOWN policy */
     row->unordered = r->unordered != 0;
     obx__strlcpy(row->alias, dflt(r->alias, "obx"), sizeof row->alias);
     row->created_at = now;
@@ -202,13 +208,14 @@ obx_err obx_route_set(obx_store *s, const obx_route *r, int64_t *gen) {
 }
 
 json_t *obx__route_json(const obx__route_row *r) {
-    return json_pack("{s:I,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:i,s:b,s:b,s:s,s:I,s:i}", "gen",
+    return json_pack("{s:I,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:i,s:s,s:b,s:b,s:s,s:I,s:i}", "gen",
                      (json_int_t)r->gen, "event_type", r->event_type, "cluster", r->cluster,
                      "topic", r->topic, "routing_key", r->routing_key, "algorithm", r->algorithm,
                      "serializer", r->serializer, "durability", r->durability, "required_acks",
-                     r->required_acks, "max_attempts", (int)r->max_attempts, "blind_retry",
-                     (int)r->blind_retry, "unordered", (int)r->unordered, "alias", r->alias,
-                     "created_at", (json_int_t)r->created_at, "targets", (int)r->targets);
+                     r->required_acks, "max_attempts", (int)r->max_attempts, "on_unknown",
+                     r->blind_retry ? "retry" : "hold", "blind_retry", (int)r->blind_retry,
+                     "unordered", (int)r->unordered, "alias", r->alias, "created_at",
+                     (json_int_t)r->created_at, "targets", (int)r->targets);
 }
 
 static json_t *route_set_json(const obx__route_set_row *set) {

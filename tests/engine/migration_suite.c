@@ -80,7 +80,7 @@ static int64_t route(fx *f, const char *type, const char *topic, int blind, int 
     obx_route r = {.event_type = type,
                    .cluster = "local",
                    .topic = topic,
-                   .blind_retry = blind,
+                   .on_unknown = blind ? "retry" : "hold",
                    .max_attempts = max_attempts,
                    .alias = alias};
     int64_t gen = 0;
