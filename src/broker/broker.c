@@ -206,7 +206,7 @@ obx_err obx__br_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_r
     if (res->kind == OBX__LOOKUP_NOT_FOUND &&
         (!(caps & OBX__BCAP_LOOKUP_AUTHORITATIVE) || req->now < req->quiet_until)) {
         res->kind = OBX__LOOKUP_CANNOT_TELL;
-        if (b->m->caps & OBX__BCAP_LOOKUP_AUTHORITATIVE) res->authoritative_at = req->quiet_until;
+        if (caps & OBX__BCAP_LOOKUP_AUTHORITATIVE) res->authoritative_at = req->quiet_until;
         snprintf(res->reason, sizeof res->reason,
                  "not found, but not authoritative before the quiet time ends at %lld",
                  (long long)req->quiet_until);

@@ -122,6 +122,11 @@ typedef struct obx__lookup_res {
      * event's outstanding attempts ends, i.e. when no late write of theirs can appear any more.
      * The route's UNKNOWN policy applies only after it. */
     int64_t quiet_until;
+    /* FOUND by a best-effort lookup that proves only that the broker routed the message, not
+     * that every destination bound to it stored it (a RabbitMQ audit-stream copy: a queue may
+     * have refused the same publish, and that nack may be the confirm that was lost). The
+     * engine records it and lets the route's UNKNOWN policy decide (docs/amqp.md). */
+    bool routed_only;
     char reason[OBX_TEXT_MAX + 1];
 } obx__lookup_res;
 

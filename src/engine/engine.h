@@ -49,7 +49,10 @@ obx_err obx__inspect_json(obx__store *s, const char *event_id, json_t **out);
     X(ACCEPT_SUPERSEDED_GEN, "accept-superseded-generation")                                       \
     X(IGNORE_IDEMPOTENCY_KEY, "ignore-idempotency-key")                                            \
     X(DROP_DUPLICATE_RECEIPT, "drop-duplicate-receipt")                                            \
-    X(MIGRATE_WHILE_UNKNOWN, "migrate-while-unknown")
+    X(MIGRATE_WHILE_UNKNOWN, "migrate-while-unknown")                                              \
+    X(RECONCILE_GUESS, "reconcile-guess-published")                                                \
+    X(SWEEP_FORGETS_ATTEMPT, "sweep-forgets-attempt")                                              \
+    X(STAY_UNKNOWN, "stay-unknown")
 
 typedef enum obx__mutation {
     OBX__MUT_NONE,

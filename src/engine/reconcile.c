@@ -271,6 +271,19 @@ obx_err obx__reconcile_apply(obx__engine *e, int64_t now, obx__event_row *row,
     obx__lookup_res res = *res_in;
     if (row->state == OBX__ST_RETRY_CLAIMED) return OBX_OK; /* decision taken before a crash */
     bool found_bad = false;
+    if (res.kind == OBX__LOOKUP_FOUND && res.routed_only) {
+        /* a best-effort copy proves that the broker routed the message, not that every queue
+         * bound to it stored it: recorded with the decision, and the route's policy decides */
+        e->st.reconciled_found++;
+        char why[OBX_TEXT_MAX + 1];
+        snprintf(why, sizeof why,
+                 "a copy was found at %s/%d@%lld (attempt %.40s), which proves the broker routed "
+                 "it, not that every bound queue stored it",
+                 res.found.topic, (int)res.found.partition, (long long)res.found.offset,
+                 res.found.attempt_id);
+        obx__strlcpy(res.reason, why, sizeof res.reason);
+        res.kind = OBX__LOOKUP_CANNOT_TELL;
+    }
     if (res.kind == OBX__LOOKUP_FOUND) {
         e->st.reconciled_found++;
         obx__receipt_kind k = OBX__RK_QUARANTINED;
@@ -307,6 +320,24 @@ obx_err obx__reconcile_apply(obx__engine *e, int64_t now, obx__event_row *row,
             snprintf(evidence_why, sizeof evidence_why, "%s; %s", res.reason, obx_errmsg());
     }
     if (evidence_why[0]) obx__strlcpy(res.reason, evidence_why, sizeof res.reason);
+    if (OBX__MUTANT(RECONCILE_GUESS) && res.kind == OBX__LOOKUP_CANNOT_TELL && !found_bad) {
+        /* test-only bug: guess that the broker has it (a receipt made from the frozen
+         * destination) instead of proving it */
+        obx__outcome g;
+        memset(&g, 0, sizeof g);
+        g.kind = OBX__OUT_ACK;
+        obx__strlcpy(g.event_id, obx__wire_id(row), sizeof g.event_id);
+        g.envelope_gen = row->envelope_gen;
+        obx__strlcpy(g.attempt_id, row->attempt_id, sizeof g.attempt_id);
+        obx__strlcpy(g.payload_digest, row->env.payload_digest, sizeof g.payload_digest);
+        obx__strlcpy(g.dest_digest, row->dest_digest, sizeof g.dest_digest);
+        obx__strlcpy(g.cluster, row->dest.cluster, sizeof g.cluster);
+        obx__strlcpy(g.topic, row->dest.topic, sizeof g.topic);
+        g.partition = row->pinned_partition;
+        g.offset = -1;
+        obx__receipt_kind k;
+        return obx__accept_receipts_from(e, now, &g, 1, &k, OBX__RS_LOOKUP, "guessed");
+    }
     rapply_ctx c = {.now = now,
                     .row = row,
                     .why = res.reason,
@@ -317,7 +348,7 @@ obx_err obx__reconcile_apply(obx__engine *e, int64_t now, obx__event_row *row,
         c.d = DECIDE_RETRY_PROVEN;
     } else {
         e->st.reconciled_cannot_tell++;
-        if (now < res.quiet_until)
+        if (now < res.quiet_until || OBX__MUTANT(STAY_UNKNOWN))
             c.d = DECIDE_WAIT; /* a late write of an outstanding attempt may still appear */
         else if (found_bad) {
             c.d = DECIDE_HOLD;
