@@ -123,6 +123,12 @@ static void print_status(json_t *s) {
                ji(un, "held"), b,
                ji(un, "oldest_held_age_ms") > ji(un, "held_alert_ms") ? " (over 15 min)" : "");
     }
+    json_t *dsets = json_object_get(s, "delivery_sets");
+    if (ji(dsets, "undelivered_all") || ji(dsets, "undelivered_any") || ji(dsets, "trailing_slots"))
+        printf("\n  delivery sets not delivered yet: %lld (rule all), %lld (rule any); trailing "
+               "targets of delivered any-sets still being sent: %lld\n",
+               ji(dsets, "undelivered_all"), ji(dsets, "undelivered_any"),
+               ji(dsets, "trailing_slots"));
     json_t *rc = json_object_get(s, "receipts");
     printf("\n  receipts: %lld primary, %lld duplicate, %lld quarantined, %lld migration\n",
            ji(rc, "primary"), ji(rc, "duplicate"), ji(rc, "quarantined"), ji(rc, "migration"));

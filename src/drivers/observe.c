@@ -317,6 +317,17 @@ obx_err obx__status_json(obx__store *s, obx__consumer_set *cs, const obx__store_
                   "held", (json_int_t)st.held, "oldest_held_at", (json_int_t)st.oldest_held,
                   "oldest_held_age_ms", (json_int_t)(st.oldest_held ? now - st.oldest_held : 0),
                   "held_alert_ms", (json_int_t)OBX__HELD_ALERT_MS));
+    /* delivery sets not delivered yet under their rule, and the trailing targets of `any`
+     * sets that are (still sent; not overdue events) */
+    int64_t dopen[3] = {0, 0, 0};
+    if ((e = s->m->delivery_open(s, dopen))) {
+        json_decref(doc);
+        return e;
+    }
+    json_object_set_new(doc, "delivery_sets",
+                        json_pack("{s:I,s:I,s:I}", "undelivered_all", (json_int_t)dopen[0],
+                                  "undelivered_any", (json_int_t)dopen[1], "trailing_slots",
+                                  (json_int_t)dopen[2]));
     json_object_set_new(doc, "receipts",
                         json_pack("{s:I,s:I,s:I,s:I}", "primary", (json_int_t)st.receipts_primary,
                                   "duplicate", (json_int_t)st.receipts_duplicate, "quarantined",

@@ -143,6 +143,30 @@ static void on_resolved(void *user, const char *event_id, int64_t ms) {
     obx__hist_observe(&w->resolution, (double)ms / 1000.0);
 }
 
+/* Registers the cluster this relay serves in the outbox's cluster registry: its broker backend,
+ * lookup capability and the destination contracts it honours, so that `obx route set` can
+ * refuse a contract this cluster cannot honour (docs/protocol.md, "Destination contract"). */
+static obx_err register_cluster(obx_relay *r, obx__store *s, obx__broker *b, const char *cluster) {
+    obx__cluster_row c;
+    memset(&c, 0, sizeof c);
+    obx__strlcpy(c.cluster, cluster, sizeof c.cluster);
+    obx__strlcpy(c.backend, b->m->name, sizeof c.backend);
+    unsigned caps = obx__br_caps(b);
+    obx__strlcpy(c.lookup,
+                 caps & OBX__BCAP_LOOKUP_AUTHORITATIVE ? "authoritative"
+                 : caps & OBX__BCAP_LOOKUP_BEST_EFFORT ? "best_effort"
+                                                       : "none",
+                 sizeof c.lookup);
+    obx__contract k;
+    obx__br_contract(b, &k);
+    obx__strlcpy(c.durability, k.durability, sizeof c.durability);
+    obx__strlcpy(c.required_acks, k.required_acks, sizeof c.required_acks);
+    obx__strlcpy(c.serializer, k.serializer, sizeof c.serializer);
+    obx__strlcpy(c.relay, r->id, sizeof c.relay);
+    c.seen_at = obx__wall_ms();
+    return obx__st_cluster_put(s, &c);
+}
+
 static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engine *e) {
     obx_relay *r = w->r;
     obx_config *c = r->cfg;
@@ -173,6 +197,8 @@ static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engi
     ec.aliases = (const char *const *)c->aliases.v;
     ec.n_aliases = c->aliases.n;
     if ((err = obx__engine_init(e, *s, *b, &ec))) return err;
+    if (w->index == 0 && !r->cfg->shadow && (err = register_cluster(r, *s, *b, e->cluster)))
+        return obx__fail_prefix(err, "register cluster %s", e->cluster);
     e->on_note = on_note;
     e->on_note_user = w;
     e->on_unknown_resolved = on_resolved;

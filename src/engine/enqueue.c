@@ -192,11 +192,44 @@ obx_err obx__route_put_rows(obx__store *s, obx__route_row *row, obx__route_set_r
     return OBX_OK;
 }
 
+/* A destination contract the named cluster's registered backend cannot honour (the cluster
+ * registry, filled by the relays that serve it) is refused here, naming the field, the value
+ * and what the backend offers. A cluster no relay registered yet is accepted: its relay parks
+ * the events it cannot honour, with the reason (dispatch.c). */
+static obx_err contract_check(obx__store *s, const char *target, const char *cluster,
+                              const char *durability, const char *acks, const char *serializer) {
+    obx__cluster_row c;
+    obx_err e = obx__st_cluster_get(s, cluster, &c);
+    if (e == OBX_ENOTFOUND) return OBX_OK;
+    if (e) return e;
+    const char *field = NULL, *value = NULL, *offer = NULL;
+    if (!obx__csv_has(c.durability, durability))
+        field = "durability", value = durability, offer = c.durability;
+    else if (!obx__csv_has(c.required_acks, acks))
+        field = "required_acks", value = acks, offer = c.required_acks;
+    else if (!obx__csv_has(c.serializer, serializer))
+        field = "serializer", value = serializer, offer = c.serializer;
+    if (!field) return OBX_OK;
+    return obx__fail(OBX_EINVAL,
+                     "%s%s: '%s' cannot be honoured by cluster %s (its relay %s registered a %s "
+                     "backend, which honours: %s)",
+                     target, field, value, cluster, c.relay, c.backend, offer);
+}
+
 obx_err obx__route_set_at(obx__store *s, const obx_route *r, int64_t now, int64_t *gen) {
     obx__route_row row;
     obx__route_set_row set;
+    memset(&set, 0, sizeof set);
     obx_err e = obx__route_validate(r, &row, now);
     if (!e) e = obx__route_set_validate(r, &row, &set);
+    if (!e)
+        e = contract_check(s, "", row.cluster, row.durability, row.required_acks, row.serializer);
+    for (int32_t i = 0; !e && i < set.n; i++) {
+        char target[32];
+        snprintf(target, sizeof target, "targets[%d].", (int)i);
+        e = contract_check(s, target, set.t[i].cluster, set.t[i].durability, set.t[i].required_acks,
+                           set.t[i].serializer);
+    }
     if (e) return e;
     return obx__route_put_rows(s, &row, &set, gen);
 }

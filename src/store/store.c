@@ -122,7 +122,7 @@ static obx_err check_methods(const obx__store_methods *m) {
     for (; fn < end; fn++)
         if (!*fn) return obx__fail(OBX_EINTERNAL, "store backend %s: a method is missing", m->name);
     /* the schema version 4 registry */
-    if (!m->cluster_put || !m->cluster_get)
+    if (!m->cluster_put || !m->cluster_get || !m->delivery_open)
         return obx__fail(OBX_EINTERNAL, "store backend %s: a cluster method is missing", m->name);
     return OBX_OK;
 }

@@ -650,6 +650,11 @@ typedef struct obx__store_methods {
     obx_err (*cluster_put)(obx__store *s, const obx__cluster_row *c);
     /* OBX_ENOTFOUND when no relay registered the cluster. */
     obx_err (*cluster_get)(obx__store *s, const char *cluster, obx__cluster_row *out);
+    /* Delivery sets that are not delivered yet under their rule, from the unpublished slots (a
+     * read bounded by the backlog, cheap enough for a scrape): out[0] sets of rule `all` with
+     * a target still unpublished, out[1] sets of rule `any` with none published yet, out[2]
+     * unpublished slots of `any` sets already delivered (trailing targets, still sent). */
+    obx_err (*delivery_open)(obx__store *s, int64_t out[3]);
 } obx__store_methods;
 
 struct obx_store {

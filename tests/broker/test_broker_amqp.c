@@ -1061,6 +1061,98 @@ static void test_stream_copy_is_not_every_queue(void **st) {
     admin_delete(x, "%s");
 }
 
+/* The frozen destination contract on RabbitMQ: durability is the delivery mode (transient = 1),
+ * the serializer travels as the content-type header, and a required_acks RabbitMQ cannot give
+ * ("1": acknowledged before the broker stored it) parks the event at once with the reason,
+ * instead of being sent with publisher confirms as if nothing had been asked. */
+static void test_contract_honoured_or_parked(void **st) {
+    (void)st;
+    char x[128], url[1024], q[160];
+    fresh_name(x, sizeof x, "contract");
+    url_with(url, sizeof url, "cluster=rabbit-test&declare_exchange=%s&declare_queue=%s.q", x, x);
+    snprintf(q, sizeof q, "%s.q", x);
+    obx__store *s;
+    OK(obx__st_open("sqlite::memory:", &s));
+    OK(obx_store_init(s));
+    int64_t now = now_ms();
+    obx_route r = {.event_type = "order.created.v1",
+                   .cluster = "rabbit-test",
+                   .topic = x,
+                   .routing_key = "k",
+                   .durability = "transient",
+                   .serializer = "json"};
+    OK(obx__route_set_at(s, &r, now, NULL));
+    obx_route r1 = r;
+    r1.event_type = "payment.captured.v1";
+    r1.durability = NULL;
+    r1.required_acks = "1";
+    r1.routing_key = "k2";                    /* another order key: claimed in the same batch */
+    OK(obx__route_set_at(s, &r1, now, NULL)); /* nobody registered the cluster: accepted */
+    const char *types[] = {"order.created.v1", "payment.captured.v1"};
+    char ids[2][OBX_EVENT_ID_LEN + 1];
+    for (int i = 0; i < 2; i++) {
+        obx_event ev = {.event_type = types[i],
+                        .aggregate_type = "order",
+                        .aggregate_id = i ? "o-2" : "o-1",
+                        .aggregate_version = 1,
+                        .tenant = "t1",
+                        .payload = "{}",
+                        .payload_len = 2};
+        obx_enqueue_result er;
+        OK(obx__enqueue_at(s, &ev, now, NULL, &er));
+        strcpy(ids[i], er.event_id);
+    }
+    obx__broker *b = open_url(url);
+    obx__engine d;
+    obx__engine_cfg c;
+    obx__engine_cfg_defaults(&c);
+    OK(obx__engine_init(&d, s, b, &c));
+    size_t sent = 0, n = 0;
+    OK(obx__engine_dispatch(&d, now, &sent));
+    assert_int_equal(sent, 1); /* the transient json one; the acks=1 one is parked */
+    for (int k = 0; k < 50 && !n; k++) OK(obx__engine_poll(&d, now_ms(), 100, &n));
+    obx__rows rows = {0};
+    const char *pids[] = {ids[0], ids[1]};
+    OK(obx__st_load_events(s, pids, 2, 0, &rows));
+    assert_int_equal(rows.v[0].state, OBX__ST_PUBLISHED);
+    if (rows.v[1].state != OBX__ST_PARKED) {
+        obx__audit_row *au;
+        size_t nau;
+        OK(s->m->load_audit(s, ids[1], &au, &nau));
+        for (size_t i = 0; i < nau; i++) fprintf(stderr, "audit: %s\n", au[i].reason);
+        free(au);
+        fail_msg("%s is %s", ids[1], obx__state_name(rows.v[1].state));
+    }
+    obx__rows_free(&rows);
+    obx__attempt_row *at;
+    size_t na;
+    OK(obx__st_load_attempts(s, NULL, 0, ids[1], &at, &na));
+    assert_int_equal(na, 1);
+    assert_non_null(strstr(at[0].detail, "required_acks '1' cannot be honoured by the amqp "
+                                         "backend (it honours: all,confirm)"));
+    free(at);
+    /* what the queue holds: delivery mode 1, content-type json */
+    amqp_rpc_reply_t rr = amqp_basic_get(admin, 1, amqp_cstring_bytes(q), 1);
+    assert_int_equal(rr.reply_type, AMQP_RESPONSE_NORMAL);
+    assert_int_equal(rr.reply.id, AMQP_BASIC_GET_OK_METHOD);
+    amqp_message_t msg;
+    rr = amqp_read_message(admin, 1, &msg, 0);
+    assert_int_equal(rr.reply_type, AMQP_RESPONSE_NORMAL);
+    assert_true(msg.properties._flags & AMQP_BASIC_DELIVERY_MODE_FLAG);
+    assert_int_equal(msg.properties.delivery_mode, 1);
+    bool ct = false;
+    for (int i = 0; i < msg.properties.headers.num_entries; i++) {
+        amqp_table_entry_t *h = &msg.properties.headers.entries[i];
+        if (h->key.len == 12 && !memcmp(h->key.bytes, "content-type", 12))
+            ct = h->value.value.bytes.len == 4 && !memcmp(h->value.value.bytes.bytes, "json", 4);
+    }
+    assert_true(ct);
+    amqp_destroy_message(&msg);
+    obx__br_close(b);
+    obx__st_close(s);
+    admin_delete(x, "%s");
+}
+
 /* ---- TLS and credentials ----------------------------------------------------------------- */
 
 static void test_tls(void **st) {
@@ -1158,6 +1250,7 @@ int main(void) {
         cmocka_unit_test(test_consumer_redelivery),
         cmocka_unit_test(test_audit_stream),
         cmocka_unit_test(test_stream_copy_is_not_every_queue),
+        cmocka_unit_test(test_contract_honoured_or_parked),
         cmocka_unit_test(test_tls),
         cmocka_unit_test(test_credentials_not_shown),
         cmocka_unit_test(test_broker_stopped_mid_batch),

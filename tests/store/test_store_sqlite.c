@@ -482,6 +482,89 @@ static void test_upgrade_v3_unknown_policy(void **state) {
     sqlite3_close(db);
 }
 
+/* The relay refuses to send bytes that are not the committed event: a payload changed in the
+ * store behind obx's back (here: the frozen-envelope trigger dropped and the row rewritten) no
+ * longer hashes to the frozen payload digest, and the event is PARKED with that reason instead
+ * of putting another message under its ID. Nothing reaches the broker. */
+static void test_payload_rehashed_before_send(void **state) {
+    fx *f = *state;
+    obx_event ev = order_event("o-9", "{\"order\":\"o-9\",\"total\":10}");
+    obx_enqueue_result res;
+    assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_OK);
+    exec_ok(f->db, "DROP TRIGGER obx_envelope_frozen");
+    exec_ok(f->db, "UPDATE obx_envelope SET payload = CAST('{\"order\":\"o-9\",\"total\":99}' "
+                   "AS BLOB)");
+    char url[300];
+    snprintf(url, sizeof url, "log:%s/broker.db?cluster=local", f->dir);
+    obx__broker *b;
+    assert_int_equal(obx__br_open(url, NULL, 0, &b), OBX_OK);
+    obx__engine e;
+    obx__engine_cfg c;
+    obx__engine_cfg_defaults(&c);
+    assert_int_equal(obx__engine_init(&e, f->s, b, &c), OBX_OK);
+    size_t sent = 9;
+    assert_int_equal(obx__engine_dispatch(&e, obx__wall_ms(), &sent), OBX_OK);
+    assert_int_equal(sent, 0);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_event WHERE state = 'PARKED'"), 1);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_attempt WHERE state = 'REJECTED' AND "
+                                  "detail LIKE '%not the frozen payload digest%'"),
+                     1);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_audit WHERE to_state = 'PARKED' AND "
+                                  "reason LIKE '%no retry can cure it%'"),
+                     1);
+    obx__br_close(b);
+    sqlite3 *bdb;
+    char bpath[300];
+    snprintf(bpath, sizeof bpath, "%s/broker.db", f->dir);
+    assert_int_equal(sqlite3_open(bpath, &bdb), SQLITE_OK);
+    assert_int_equal(count(bdb, "SELECT count(*) FROM obx_log_msg"), 0);
+    sqlite3_close(bdb);
+}
+
+/* A destination contract the named cluster's registered backend cannot honour is refused at
+ * `obx route set`, naming the field; nothing is stored. An unregistered cluster is accepted. */
+static void test_route_contract_checked(void **state) {
+    fx *f = *state;
+    obx__cluster_row k = {.seen_at = 1};
+    strcpy(k.cluster, "kafka-eu");
+    strcpy(k.backend, "kafka");
+    strcpy(k.lookup, "authoritative");
+    strcpy(k.durability, "persistent");
+    strcpy(k.required_acks, "all");
+    strcpy(k.serializer, "*");
+    strcpy(k.relay, "relay-1");
+    assert_int_equal(obx__st_cluster_put(f->s, &k), OBX_OK);
+    int before = count(f->db, "SELECT count(*) FROM obx_route");
+    obx_route r = {.event_type = "payment.captured.v1",
+                   .cluster = "kafka-eu",
+                   .topic = "payments",
+                   .required_acks = "1"};
+    assert_int_equal(obx_route_set(f->s, &r, NULL), OBX_EINVAL);
+    assert_non_null(strstr(obx_errmsg(), "required_acks: '1' cannot be honoured by cluster "
+                                         "kafka-eu"));
+    assert_non_null(strstr(obx_errmsg(), "kafka backend, which honours: all"));
+    r.required_acks = NULL;
+    r.durability = "transient";
+    assert_int_equal(obx_route_set(f->s, &r, NULL), OBX_EINVAL);
+    assert_non_null(strstr(obx_errmsg(), "durability: 'transient'"));
+    /* a delivery-set target on that cluster is checked too, by its own field name */
+    obx_route_target t[] = {
+        {.cluster = "kafka-eu", .topic = "payments", .durability = "transient"}};
+    obx_route rs = {.event_type = "payment.captured.v1",
+                    .cluster = "local",
+                    .topic = "payments",
+                    .targets = t,
+                    .n_targets = 1};
+    assert_int_equal(obx_route_set(f->s, &rs, NULL), OBX_EINVAL);
+    assert_non_null(strstr(obx_errmsg(), "targets[0].durability"));
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_route"), before);
+    r.durability = NULL;
+    assert_int_equal(obx_route_set(f->s, &r, NULL), OBX_OK);
+    r.cluster = "nobody-registered-it";
+    r.required_acks = "1";
+    assert_int_equal(obx_route_set(f->s, &r, NULL), OBX_OK);
+}
+
 static void test_routes(void **state) {
     fx *f = *state;
     obx_route r = {.event_type = "payment.captured.v1",
@@ -644,6 +727,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_upgrade_from_v1, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v3_unknown_policy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_payload_rehashed_before_send, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_route_contract_checked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_cost_flat, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_reprepare, setup, teardown),
     };

@@ -988,6 +988,16 @@ static unsigned ab_caps_of(obx__broker *base) {
     return c;
 }
 
+/* Durability is the delivery mode; required_acks "all"/"confirm" is what publisher confirms
+ * give (for a quorum queue, a majority of its replicas); nothing here can acknowledge before the
+ * broker stored the message ("1"). The serializer travels as the content-type header. */
+static void ab_contract(obx__broker *base, obx__contract *out) {
+    (void)base;
+    obx__strlcpy(out->durability, "persistent,transient", sizeof out->durability);
+    obx__strlcpy(out->required_acks, "all,confirm", sizeof out->required_acks);
+    obx__strlcpy(out->serializer, "*", sizeof out->serializer);
+}
+
 static int64_t ab_quiet(obx__broker *base) {
     amqp_broker *b = (amqp_broker *)base;
     /* a publish can still land while its connection lives: at most until the confirm timeout
@@ -1015,7 +1025,8 @@ static int publish_one(amqp_broker *b, const obx__msg *m, uint64_t seq, int64_t 
     p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_MESSAGE_ID_FLAG |
                AMQP_BASIC_TIMESTAMP_FLAG | AMQP_BASIC_TYPE_FLAG | AMQP_BASIC_APP_ID_FLAG |
                AMQP_BASIC_HEADERS_FLAG;
-    p.delivery_mode = 2; /* persistent */
+    /* the frozen contract's durability (honoured: ab_contract); transient = delivery mode 1 */
+    p.delivery_mode = m->dest && !strcmp(m->dest->durability, "transient") ? 1 : 2;
     p.message_id = bytes_of(m->env->event_id);
     p.timestamp = (uint64_t)(now > 0 ? now / 1000 : 0);
     p.type = bytes_of(m->env->event_type);
@@ -1649,5 +1660,6 @@ const obx__broker_methods obx__amqp_broker_methods = {
     .consume_ack = ab_consume_ack,
     .caps_of = ab_caps_of,
     .consume_release = ab_consume_release,
+    .contract = ab_contract,
     .consume_redeliver = ab_consume_redeliver,
 };

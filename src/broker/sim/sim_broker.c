@@ -708,6 +708,16 @@ static obx_err sb_consume_redeliver(obx__broker *b, const obx__delivery *d) {
     return OBX_OK;
 }
 
+/* the simulated broker: what it stores is stored on its one node before the ACK, so every
+ * durability and acknowledgement level is honoured (a transient message kept durably loses nothing
+ * it was promised). */
+static void sb_contract(obx__broker *base, obx__contract *out) {
+    (void)base;
+    obx__strlcpy(out->durability, "persistent,transient", sizeof out->durability);
+    obx__strlcpy(out->required_acks, "all,1,confirm", sizeof out->required_acks);
+    obx__strlcpy(out->serializer, "*", sizeof out->serializer);
+}
+
 const obx__broker_methods obx__sim_broker_methods = {
     .version = OBX__BROKER_METHODS_VERSION,
     .name = "sim",
@@ -722,6 +732,7 @@ const obx__broker_methods obx__sim_broker_methods = {
     .in_flight = sb_in_flight,
     .lookup = sb_lookup,
     .quiet_time_ms = sb_quiet,
+    .contract = sb_contract,
     .scan = sb_scan,
     .consume_open = sb_consume_open,
     .consume_poll = sb_consume_poll,

@@ -136,6 +136,7 @@ enum {
     Q_SEL_UNPUB_STATE_LOCK,
     Q_CLUSTER_PUT,
     Q_CLUSTER_GET,
+    Q_DOPEN,
     Q_AGED_LIST,                                  /* + obx__aged_kind */
     Q_AGED_COUNT = Q_AGED_LIST + OBX__AGED_COUNT, /* + obx__aged_kind */
     Q_COUNT = Q_AGED_COUNT + OBX__AGED_COUNT
@@ -250,6 +251,19 @@ typedef struct pg_store {
     "SELECT count(*), coalesce(min(" at "), 0) FROM " from_where extra " AND " at " <= $1::bigint"
 #define UNKNOWN_AT "(CASE WHEN unknown_since > 0 THEN unknown_since ELSE updated_at END)"
 #define EV_AGED(at) "event_id, " at ", seq, state"
+/* The event ID consumers see (a delivery-set slot's logical event ID): what an inbox holds. */
+#define EV_AGED_WIRE(at)                                                                           \
+    "coalesce((SELECT t.event_id FROM obx.obx_delivery_target t WHERE t.slot_id = "                \
+    "obx_event.event_id), event_id), " at ", seq, state"
+/* Not a further target of a delivery set that its rule already counts as delivered (`any`, one
+ * target published): that slot is still dispatched, but it is no overdue event (docs/migration.md,
+ * "The contract"). */
+#define NOT_TRAILING                                                                               \
+    " AND NOT EXISTS (SELECT 1 FROM obx.obx_delivery_target t JOIN obx.obx_delivery_set d ON "     \
+    "d.event_id = t.event_id AND d.completion = 'any' JOIN obx.obx_delivery_target t2 ON "         \
+    "t2.event_id = t.event_id AND t2.slot_id <> t.slot_id JOIN obx.obx_event p ON p.event_id = "   \
+    "t2.slot_id AND p.state IN ('PUBLISHED', 'RETAINED', 'PURGED') WHERE t.slot_id = "             \
+    "obx_event.event_id)"
 #define PENDING_W "obx.obx_event WHERE state IN ('PENDING', 'CLAIMED')"
 #define UNKNOWN_W                                                                                  \
     "obx.obx_event WHERE state IN ('SENDING', 'DISPATCH_UNKNOWN', 'RECONCILING', "                 \
@@ -412,6 +426,18 @@ static const char *const sql_text[Q_COUNT] = {
                       "EXCLUDED.relay, seen_at = EXCLUDED.seen_at",
     [Q_CLUSTER_GET] = "SELECT cluster, backend, lookup, durability, required_acks, serializer, "
                       "relay, seen_at FROM obx.obx_cluster WHERE cluster = $1::text",
+    /* from the unpublished slots (index obx_event_unpublished), never the published bulk */
+    [Q_DOPEN] = "WITH u AS (SELECT t.event_id FROM obx.obx_event e JOIN obx.obx_delivery_target t "
+                "ON t.slot_id = e.event_id WHERE e.state IN " UNPUBLISHED "), "
+                "s AS (SELECT x.event_id, d.completion, EXISTS (SELECT 1 FROM "
+                "obx.obx_delivery_target t2 JOIN obx.obx_event p ON p.event_id = t2.slot_id "
+                "WHERE t2.event_id = x.event_id AND p.state IN ('PUBLISHED','RETAINED','PURGED')) "
+                "AS delivered_one FROM (SELECT DISTINCT event_id FROM u) x JOIN "
+                "obx.obx_delivery_set d ON d.event_id = x.event_id) "
+                "SELECT (SELECT count(*) FROM s WHERE completion = 'all'), "
+                "(SELECT count(*) FROM s WHERE completion = 'any' AND NOT delivered_one), "
+                "(SELECT count(*) FROM u JOIN s ON s.event_id = u.event_id WHERE s.completion = "
+                "'any' AND s.delivered_one)",
     [Q_STATS] = "SELECT k, v FROM obx._stats()",
     [Q_STATS_INV] =
         "SELECT (SELECT count(*) FROM obx.obx_event e WHERE e.state IN ('PUBLISHED','RETAINED',"
@@ -501,11 +527,11 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_EVENTS_KNOWN] = "SELECT k.ord FROM unnest($1::text[]) WITH ORDINALITY AS k(id, ord) WHERE "
                        "EXISTS (SELECT 1 FROM obx.obx_event e WHERE e.event_id = k.id)",
     [Q_AGED_LIST + OBX__AGED_PENDING] =
-        AGED_LIST(EV_AGED("committed_at"), PENDING_W, "committed_at", "seq", ""),
+        AGED_LIST(EV_AGED("committed_at"), PENDING_W, "committed_at", "seq", NOT_TRAILING),
     [Q_AGED_LIST + OBX__AGED_UNKNOWN] =
-        AGED_LIST(EV_AGED(UNKNOWN_AT), UNKNOWN_W, UNKNOWN_AT, "seq", ""),
+        AGED_LIST(EV_AGED(UNKNOWN_AT), UNKNOWN_W, UNKNOWN_AT, "seq", NOT_TRAILING),
     [Q_AGED_LIST + OBX__AGED_PUBLISHED] =
-        AGED_LIST(EV_AGED("published_at"), PUBLISHED_W, "published_at", "seq", ""),
+        AGED_LIST(EV_AGED_WIRE("published_at"), PUBLISHED_W, "published_at", "seq", ""),
     [Q_AGED_LIST + OBX__AGED_PARKED] =
         AGED_LIST(EV_AGED("updated_at"), PARKED_W, "updated_at", "seq", ""),
     [Q_AGED_LIST + OBX__AGED_QUARANTINED] = AGED_LIST("event_id, created_at, receipt_id, reason",
@@ -513,8 +539,8 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_AGED_LIST + OBX__AGED_INBOX_QUARANTINED] =
         AGED_LIST("event_id, at, quarantine_id, reason", IQUAR_W, "at", "quarantine_id",
                   " AND consumer_id = $5::text"),
-    [Q_AGED_COUNT + OBX__AGED_PENDING] = AGED_COUNT(PENDING_W, "committed_at", ""),
-    [Q_AGED_COUNT + OBX__AGED_UNKNOWN] = AGED_COUNT(UNKNOWN_W, UNKNOWN_AT, ""),
+    [Q_AGED_COUNT + OBX__AGED_PENDING] = AGED_COUNT(PENDING_W, "committed_at", NOT_TRAILING),
+    [Q_AGED_COUNT + OBX__AGED_UNKNOWN] = AGED_COUNT(UNKNOWN_W, UNKNOWN_AT, NOT_TRAILING),
     [Q_AGED_COUNT + OBX__AGED_PUBLISHED] = AGED_COUNT(PUBLISHED_W, "published_at", ""),
     [Q_AGED_COUNT + OBX__AGED_PARKED] = AGED_COUNT(PARKED_W, "updated_at", ""),
     [Q_AGED_COUNT + OBX__AGED_QUARANTINED] = AGED_COUNT(QUAR_W, "created_at", ""),
@@ -609,6 +635,7 @@ static const bool q_readonly[Q_COUNT] = {
     [Q_LOAD_AUDIT] = true,
     [Q_COUNTER_GET] = true,
     [Q_CLUSTER_GET] = true,
+    [Q_DOPEN] = true,
     [Q_STATS] = true,
     [Q_STATS_INV] = true,
     [Q_UNKNOWN_RES] = true,
@@ -2273,6 +2300,16 @@ static obx_err pg_cluster_get(obx__store *base, const char *cluster, obx__cluste
     return OBX_OK;
 }
 
+static obx_err pg_delivery_open(obx__store *base, int64_t out[3]) {
+    pg_store *s = (pg_store *)base;
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_DOPEN, NULL, PGRES_TUPLES_OK, &r, "open delivery sets");
+    if (e) return e;
+    for (int i = 0; i < 3; i++) out[i] = gi(r, 0, i);
+    PQclear(r);
+    return OBX_OK;
+}
+
 /* ---- statistics, search ------------------------------------------------------------------ */
 
 static obx_err pg_stats(obx__store *base, obx__store_stats *out) {
@@ -3140,6 +3177,7 @@ const obx__store_methods obx__pg_store_methods = {
     .write_set = pg_write_set,
     .cluster_put = pg_cluster_put,
     .cluster_get = pg_cluster_get,
+    .delivery_open = pg_delivery_open,
     .serve_dispatch = pg_serve_dispatch,
     .create_roles = pg_create_roles,
     .retention_candidates = pg_retention_candidates,

@@ -99,6 +99,7 @@ enum {
     Q_CAUDIT_NEWEST,
     Q_CLUSTER_PUT,
     Q_CLUSTER_GET,
+    Q_DOPEN,
     Q_SEL_STATE,                                   /* + obx__state: the state is a literal */
     Q_SEL_PUBBEFORE = Q_SEL_STATE + OBX__ST_COUNT, /* + obx__state */
     Q_AGED_LIST = Q_SEL_PUBBEFORE + OBX__ST_COUNT, /* + obx__aged_kind: one statement per kind */
@@ -144,6 +145,7 @@ typedef struct sq_store {
  * planner uses a partial index only when the query repeats its predicate; an IN list of seven
  * states would also build an ephemeral table on every execution) */
 #define P_UNPUBLISHED "p.state <> 'PUBLISHED' AND p.state <> 'RETAINED' AND p.state <> 'PURGED'"
+#define E_UNPUBLISHED "e.state <> 'PUBLISHED' AND e.state <> 'RETAINED' AND e.state <> 'PURGED'"
 
 #define RCPT_COLS                                                                                  \
     "event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "            \
@@ -251,6 +253,17 @@ static const char *const sql_text[Q_COUNT] = {
                       "required_acks, serializer, relay, seen_at) VALUES (?,?,?,?,?,?,?,?)",
     [Q_CLUSTER_GET] = "SELECT cluster, backend, lookup, durability, required_acks, serializer, "
                       "relay, seen_at FROM obx_cluster WHERE cluster = ?",
+    [Q_DOPEN] = "WITH u AS (SELECT t.event_id FROM obx_event e INDEXED BY obx_event_unpublished "
+                "JOIN obx_delivery_target t ON t.slot_id = e.event_id WHERE " E_UNPUBLISHED "), "
+                "s AS (SELECT x.event_id, d.completion, EXISTS (SELECT 1 FROM "
+                "obx_delivery_target t2 JOIN obx_event p ON p.event_id = t2.slot_id WHERE "
+                "t2.event_id = x.event_id AND p.state IN ('PUBLISHED','RETAINED','PURGED')) AS "
+                "delivered_one FROM (SELECT DISTINCT event_id FROM u) x JOIN obx_delivery_set d "
+                "ON d.event_id = x.event_id) "
+                "SELECT (SELECT count(*) FROM s WHERE completion = 'all'), "
+                "(SELECT count(*) FROM s WHERE completion = 'any' AND NOT delivered_one), "
+                "(SELECT count(*) FROM u JOIN s ON s.event_id = u.event_id WHERE s.completion = "
+                "'any' AND s.delivered_one)",
     [Q_STATS_STATE] = "SELECT state, count(*) FROM obx_event GROUP BY state",
     [Q_STATS_OLDEST] =
         "SELECT (SELECT min(committed_at) FROM obx_event WHERE state IN ('PENDING','CLAIMED')), "
@@ -339,8 +352,18 @@ static const char *const sql_text[Q_COUNT] = {
     "SELECT count(*), min(" at ") FROM " from_where " AND " at " <= ?1"
 #define UNKNOWN_AT "(CASE WHEN unknown_since > 0 THEN unknown_since ELSE updated_at END)"
 #define EV_AGED(at) "event_id, " at ", seq, state"
-#define PENDING_W "obx_event WHERE state IN ('PENDING','CLAIMED')"
-#define UNKNOWN_W "obx_event WHERE state IN ('DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED')"
+/* as pg_store.c's: the event ID consumers see, and no trailing slot of a delivered any-set */
+#define EV_AGED_WIRE(at)                                                                           \
+    "coalesce((SELECT t.event_id FROM obx_delivery_target t WHERE t.slot_id = "                    \
+    "obx_event.event_id), event_id), " at ", seq, state"
+#define NOT_TRAILING                                                                               \
+    " AND NOT EXISTS (SELECT 1 FROM obx_delivery_target t JOIN obx_delivery_set d ON d.event_id "  \
+    "= t.event_id AND d.completion = 'any' JOIN obx_delivery_target t2 ON t2.event_id = "          \
+    "t.event_id AND t2.slot_id <> t.slot_id JOIN obx_event p ON p.event_id = t2.slot_id AND "      \
+    "p.state IN ('PUBLISHED', 'RETAINED', 'PURGED') WHERE t.slot_id = obx_event.event_id)"
+#define PENDING_W "obx_event WHERE state IN ('PENDING','CLAIMED')" NOT_TRAILING
+#define UNKNOWN_W                                                                                  \
+    "obx_event WHERE state IN ('DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED')" NOT_TRAILING
 #define PUBLISHED_W "obx_event WHERE state = 'PUBLISHED'"
 #define PARKED_W "obx_event WHERE state = 'PARKED'"
 #define QUAR_W "obx_receipt WHERE kind = 'QUARANTINED'"
@@ -350,7 +373,7 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_AGED_LIST + OBX__AGED_UNKNOWN] =
         AGED_LIST(EV_AGED(UNKNOWN_AT), UNKNOWN_W, UNKNOWN_AT, "seq"),
     [Q_AGED_LIST + OBX__AGED_PUBLISHED] =
-        AGED_LIST(EV_AGED("published_at"), PUBLISHED_W, "published_at", "seq"),
+        AGED_LIST(EV_AGED_WIRE("published_at"), PUBLISHED_W, "published_at", "seq"),
     [Q_AGED_LIST + OBX__AGED_PARKED] =
         AGED_LIST(EV_AGED("updated_at"), PARKED_W, "updated_at", "seq"),
     [Q_AGED_LIST + OBX__AGED_QUARANTINED] =
@@ -1468,6 +1491,17 @@ static obx_err sq_cluster_get(obx__store *base, const char *cluster, obx__cluste
     return e;
 }
 
+static obx_err sq_delivery_open(obx__store *base, int64_t out[3]) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    obx_err e = stmt(s, Q_DOPEN, &st);
+    if (e) return e;
+    int rc = sqlite3_step(st);
+    for (int i = 0; i < 3; i++) out[i] = rc == SQLITE_ROW ? ci(st, i) : 0;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW ? OBX_OK : map_rc(s, rc, "open delivery sets");
+}
+
 /* ---- statistics, search ------------------------------------------------------------------ */
 
 static obx_err sq_stats(obx__store *base, obx__store_stats *out) {
@@ -2335,4 +2369,5 @@ const obx__store_methods obx__sqlite_store_methods = {
     .consume_audit_list = sq_consume_audit_list,
     .cluster_put = sq_cluster_put,
     .cluster_get = sq_cluster_get,
+    .delivery_open = sq_delivery_open,
 };
