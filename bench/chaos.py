@@ -54,6 +54,10 @@ BROKER_KINDS = {"amqp": ["rabbit_kill"],
 KAFKA_ERRORS = ["NOT_LEADER_FOR_PARTITION", "REQUEST_TIMED_OUT", "NOT_ENOUGH_REPLICAS",
                 "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "LEADER_NOT_AVAILABLE"]
 KAFKA_MESSAGE_TIMEOUT_MS = 30000
+# the shortest a fault of each kind may be (relay_pause: plus the lease)
+MIN_DURATION = {"relay_kill": 1, "consumer_kill": 1, "relay_pause": 3, "consumer_pause": 3,
+                "pg_crash": 2, "rabbit_kill": 2, "net_reject": 3, "net_drop": 5, "proxy_stall": 3,
+                "kafka_broker_down": 3, "kafka_lost_ack": KAFKA_MESSAGE_TIMEOUT_MS / 1000.0 + 5}
 
 
 def log(msg):
@@ -81,6 +85,8 @@ def make_schedule(seed, minutes, broker, lease_s, relays, kinds=None):
     sched = []
     first = kinds[:]
     rng.shuffle(first)
+    # the long ones first, so that every kind fits whole in a short run
+    first.sort(key=lambda k: -(MIN_DURATION.get(k, 0) + (lease_s if k == "relay_pause" else 0)))
     gap = min(8.0, (end - start) / max(len(first), 1))
     times = [start + i * gap for i in range(len(first))]
     t = times[-1] if times else start
@@ -90,32 +96,37 @@ def make_schedule(seed, minutes, broker, lease_s, relays, kinds=None):
         if t >= end:
             break
         picks.append((t, rng.choice(kinds)))
+    limit = dur * 0.97  # every fault heals before the producers stop
     for t, kind in picks:
         f = {"t": round(t, 2), "kind": kind}
         if kind in ("relay_kill", "consumer_kill"):
             f.update(target=rng.randrange(relays if kind == "relay_kill" else 2),
-                     duration=round(rng.uniform(1, 5), 2))
+                     duration=rng.uniform(1, 5))
         elif kind == "relay_pause":  # past the lease: the relay must be fenced
-            f.update(target=rng.randrange(relays), duration=round(lease_s + rng.uniform(3, 15), 2))
+            f.update(target=rng.randrange(relays), duration=lease_s + rng.uniform(3, 15))
         elif kind == "consumer_pause":
-            f.update(target=rng.randrange(2), duration=round(rng.uniform(3, 20), 2))
+            f.update(target=rng.randrange(2), duration=rng.uniform(3, 20))
         elif kind in ("pg_crash", "rabbit_kill"):
-            f.update(duration=round(rng.uniform(2, 10), 2))
+            f.update(duration=rng.uniform(2, 10))
         elif kind in ("net_reject", "net_drop", "proxy_stall"):
             lo, hi = {"net_reject": (3, 15), "net_drop": (5, 45), "proxy_stall": (3, 40)}[kind]
             side = "db" if broker == "kafka" else rng.choice(["db", "broker"])
-            f.update(target=rng.randrange(relays), side=side, duration=round(rng.uniform(lo, hi), 2))
+            f.update(target=rng.randrange(relays), side=side, duration=rng.uniform(lo, hi))
         elif kind == "kafka_broker_down":
-            f.update(target=rng.randint(1, 3), duration=round(rng.uniform(3, 15), 2))
+            f.update(target=rng.randint(1, 3), duration=rng.uniform(3, 15))
         elif kind == "kafka_leader_change":
             f.update(topic=rng.choice(TOPICS), partition=rng.randrange(8),
                      target=rng.randint(1, 3), duration=0)
         elif kind == "kafka_request_errors":
-            f.update(target=rng.randint(1, 3), error=rng.choice(KAFKA_ERRORS),
+            f.update(target=rng.randint(1, 3), kafka_error=rng.choice(KAFKA_ERRORS),
                      count=rng.randint(1, 5), duration=0)
         elif kind == "kafka_lost_ack":  # answered after message.timeout.ms: POSSIBLY_PERSISTED
             f.update(target=rng.randint(1, 3), count=rng.randint(1, 3),
-                     duration=round(KAFKA_MESSAGE_TIMEOUT_MS / 1000.0 + 5, 2))
+                     duration=KAFKA_MESSAGE_TIMEOUT_MS / 1000.0 + 5)
+        if t + f["duration"] > limit:  # shortened to end in time, never below its floor
+            f["duration"] = max(limit - t, MIN_DURATION.get(kind, 0) + (
+                lease_s if kind == "relay_pause" else 0))
+        f["duration"] = round(f["duration"], 2)
         sched.append(f)
     return sched
 
@@ -372,6 +383,7 @@ class Soak:
         self.reader = None
         self.kreaders = []
         self.supervising = threading.Event()
+        self.scheduler = None
         self.lease_s = 30.0
         for kv in a.relay_set:
             if kv.startswith("relay.lease_ms="):
@@ -587,10 +599,18 @@ class Soak:
     def fault(self, f):
         kind = f["kind"]
         target, keys = self.pick(f)
+        # a busy target: try again every 2 s for up to 20 s (a kind must not miss its turn)
+        deadline = time.monotonic() + 20
+        while keys is None and sleep_until(min(time.monotonic() + 2, deadline), self.stop_faults) \
+                and time.monotonic() < deadline:
+            target, keys = self.pick(f)
         rec = dict(f, start=time.time())
         if keys is None:
             rec.update(skipped="every target busy")
+            log("fault: %s skipped: every target busy" % kind)
             self.faults.append(rec)
+            with open(os.path.join(self.dir, "faults.jsonl"), "a") as fl:
+                fl.write(json.dumps(rec) + "\n")
             return
         if target is not None:
             rec["target"] = target
@@ -666,7 +686,7 @@ class Soak:
             self.kmock_cmd("leader %s %d %d" % (f["topic"], f["partition"], f["target"]))
             return None
         if kind == "kafka_request_errors":
-            self.kmock_cmd("error %d %s %d" % (f["target"], f["error"], f["count"]))
+            self.kmock_cmd("error %d %s %d" % (f["target"], f["kafka_error"], f["count"]))
             return None
         if kind == "kafka_lost_ack":
             self.kmock_cmd("delay %d %d %d" % (f["target"], KAFKA_MESSAGE_TIMEOUT_MS + 5000,
@@ -708,7 +728,8 @@ class Soak:
             try:
                 c = sqlite3.connect("file:%s?mode=ro" % path, uri=True, timeout=10)
                 try:
-                    return c.execute("SELECT event_id, payload FROM order_projection").fetchall()
+                    return c.execute("SELECT event_id, payload, applied_at / 1000.0 "
+                                     "FROM order_projection").fetchall()
                 finally:
                     c.close()
             except sqlite3.OperationalError:
@@ -811,9 +832,11 @@ class Soak:
         return view
 
     def recovery(self, commit_t, arrival):
-        """Per fault kind: seconds from the heal until new work flows at normal latency again
-        (recovery_s), and until the work committed before the heal and stuck behind the fault
-        has arrived (backlog_s). Overlapping faults make both upper bounds."""
+        """Per fault kind, from `arrival` (event -> when it was first seen: applied by a
+        consumer, end to end, or at the broker): seconds from the heal until work committed
+        after it arrives at normal latency again (recovery), and until the work committed before
+        the heal (from a minute before the fault) and stuck behind it has arrived (backlog).
+        Overlapping faults make both upper bounds."""
         lat = {e: arrival[e] - commit_t[e] for e in commit_t if e in arrival}
         p50 = cv.percentile(list(lat.values()), 50) or 0
         normal = max(1.0, 3 * p50)
@@ -830,6 +853,8 @@ class Soak:
                 continue
             h = f["healed"]
             i = bisect.bisect_left(times, h)
+            if i == len(times):
+                continue  # nothing committed after the heal: nothing to measure
             rec = sufmin[i] - h if sufmin[i] != float("inf") else None
             lo = bisect.bisect_left(times, f["start"] - 60)
             stuck = [arrival[by_commit[j][1]] for j in range(lo, i)
@@ -854,6 +879,8 @@ class Soak:
     def heal_everything(self):
         """Whatever a fault may have left: paused processes, firewall rules, servers down."""
         self.stop_faults.set()
+        if self.scheduler:
+            self.scheduler.join(timeout=10)
         for th in self.fault_threads:
             th.join(timeout=240)
         self.fw.flush()
@@ -960,14 +987,19 @@ def summary_lines(res):
             ("copies at the broker", res["broker_copies"]),
             ("duplicate deliveries (expected)", res["duplicate_deliveries"]),
             ("duplicate effects", res["duplicate_effects"]),
-            ("commit -> broker p50 / p99 / max (s)", "%s / %s / %s" % (
-                res["latency_s"]["p50_s"], res["latency_s"]["p99_s"], res["latency_s"]["max_s"])),
+            ("commit -> broker p50 / p99 / max (s)", "%s / %s / %s" % tuple(
+                res["latency_s"]["commit_to_broker"][k] for k in ("p50_s", "p99_s", "max_s"))),
+            ("commit -> applied p50 / p99 / max (s)", "%s / %s / %s" % tuple(
+                res["latency_s"]["commit_to_applied"][k] for k in ("p50_s", "p99_s", "max_s"))),
             ("obx's view: UNKNOWN episodes", res["unknown_total"]),
             ("obx's view: UNKNOWN unresolved", res["unknown_unresolved"]),
             ("obx's view: UNKNOWN p99 (s)", res["unknown_p99_s"]),
             ("obx report (invariants hold)", res["obx_report_ok"]),
             ("obx audit (no findings)", res["obx_audit"].get("ok")),
-            ("drained", res["drained"])]
+            ("drained", res["drained"]),
+            ("faults skipped / failed / kinds missing", "%d / %d / %s" % (
+                res["faults_skipped"], res["faults_failed"],
+                ",".join(res["faults_missing"]) or "none"))]
     out = ["", "obx chaos soak — %s" % ("PASSED" if not res["failed"] else
                                          "FAILED: " + ", ".join(res["failed"])), ""]
     out += ["  %-42s %s" % (k, v) for k, v in rows]
@@ -1034,8 +1066,9 @@ def main():
         soak.setup()
         soak.start_processes()
         t_start = time.monotonic()
-        sched = threading.Thread(target=soak.run_schedule, args=(schedule, t_start), daemon=True)
-        sched.start()
+        soak.scheduler = threading.Thread(target=soak.run_schedule, args=(schedule, t_start),
+                                          daemon=True)
+        soak.scheduler.start()
         sleep_until(t_start + a.minutes * 60, threading.Event())
         log("run over: healing, stopping the producers")
         soak.heal_everything()
@@ -1043,34 +1076,47 @@ def main():
             soak.procs[name].stop(timeout=60)
         drained = soak.drain()
         ledger, files, records, partitions, commit_t = soak.collect()
-        clean = cv.verify(ledger, files, soak.routes, records, soak.projection(), partitions,
-                          soak.cluster)
+        clean = cv.verify(ledger, files, soak.routes, records,
+                          [r[:2] for r in soak.projection()], partitions, soak.cluster)
         planted = None
         if a.self_test:
             planted = tamper(soak, ledger, files, records)
             time.sleep(5)  # the tampered copies reach the verifier queues
             ledger, files, records, partitions, commit_t = soak.collect()
-        res = cv.verify(ledger, files, soak.routes, records, soak.projection(), partitions,
+        proj = soak.projection()
+        res = cv.verify(ledger, files, soak.routes, records, [r[:2] for r in proj], partitions,
                         soak.cluster)
+        applied = {}
+        for eid, _, at in proj:
+            applied[eid] = min(at, applied.get(eid, at))
         end_ms = int(time.time() * 1000)
         arrival = soak.arrivals()
         soak.shutdown()
         view = soak.obx_view(end_ms)
-        recov, latency = soak.recovery(commit_t, arrival)
+        recov, latency = soak.recovery(commit_t, applied)
+        latency = {"commit_to_broker": soak.recovery(commit_t, arrival)[1],
+                   "commit_to_applied": latency}
         counts = {}
         for f in soak.faults:
             if "skipped" not in f and "error" not in f:
                 counts[f["kind"]] = counts.get(f["kind"], 0) + 1
         counts["rollback"] = res["rolled_back"]
+        enabled = sorted({f["kind"] for f in schedule})
         res.update(view)
         res.update({
             "broker": a.broker, "seed": a.seed, "minutes": a.minutes, "drained": drained,
             "faults": counts, "faults_skipped": sum(1 for f in soak.faults if "skipped" in f),
             "faults_failed": sum(1 for f in soak.faults if "error" in f or "heal_error" in f),
             "recovery_s": recov, "latency_s": latency, "dir": a.dir,
+            "faults_missing": [k for k in enabled if not counts.get(k)],
             "process_exits": {p.name: len(p.exits) for p in soak.procs.values() if p.exits},
         })
         res["failed"] = cv.failures(res)
+        # the soak did not test what it says it tested, or left its servers broken
+        if res["faults_missing"]:
+            res["failed"].append("faults_missing")
+        if res["faults_failed"]:
+            res["failed"].append("faults_failed")
         if a.self_test:
             return self_test_verdict(clean, res, planted)
     finally:
