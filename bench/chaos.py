@@ -28,7 +28,6 @@ import bisect
 import json
 import os
 import random
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -205,8 +204,11 @@ class Firewall:
 
     def specs(self, port, action):
         tail = ["-j", action] + (["--reject-with", "tcp-reset"] if action == "REJECT" else [])
-        return [["INPUT", "-i", "lo", "-p", "tcp", d, str(port), "-m", "comment", "--comment",
-                 self.tag] + tail for d in ("--dport", "--sport")]
+        # to and from the proxy's listening port on 127.0.0.1 (a port with a listener is never
+        # handed out as an ephemeral source port, so nobody else's connection matches)
+        return [["INPUT", "-i", "lo", "-p", "tcp", a, "127.0.0.1", d, str(port), "-m", "comment",
+                 "--comment", self.tag] + tail
+                for a, d in (("-d", "--dport"), ("-s", "--sport"))]
 
     def add(self, port, action):
         specs = self.specs(port, action)
@@ -660,10 +662,10 @@ class Soak:
             return cont
         if kind == "pg_crash":
             self.run([os.path.join(scripts, "pg.sh"), "crash"])
-            return lambda: self.run([os.path.join(scripts, "pg.sh"), "start"])
+            return lambda: self.server_start("pg.sh")
         if kind == "rabbit_kill":
             self.run([os.path.join(scripts, "rabbit.sh"), "kill"])
-            return lambda: self.run([os.path.join(scripts, "rabbit.sh"), "start"], timeout=180)
+            return lambda: self.server_start("rabbit.sh")
         if kind in ("net_reject", "net_drop"):
             port = (self.pg_port + 1 + t) if f["side"] == "db" else (self.amqp_port + 10 + t)
             specs = self.fw.add(port, "REJECT" if kind == "net_reject" else "DROP")
@@ -693,6 +695,23 @@ class Soak:
                                                f["count"]))
             return None
         raise ValueError("unknown fault kind " + kind)
+
+    def server_start(self, script):
+        """Starts a server again after its crash. On a loaded machine a start can time out while
+        the server is still booting: then wait for it (rabbit.sh), or start again (pg.sh), up to
+        three times before the heal counts as failed."""
+        path = os.path.join(ROOT, "scripts", script)
+        r = self.run([path, "start"], check=False, timeout=300)
+        for _ in range(3):
+            if r.returncode == 0:
+                return
+            log("%s start: exit %d (%s): retrying" % (script, r.returncode,
+                                                       (r.stderr or r.stdout).strip()[-300:]))
+            r = self.run([path, "wait" if script == "rabbit.sh" else "start"], check=False,
+                         timeout=300)
+        if r.returncode:
+            raise RuntimeError("%s start: exit %d: %s" % (script, r.returncode,
+                                                          (r.stderr or r.stdout).strip()[-1000:]))
 
     def run_schedule(self, schedule, t_start):
         for f in schedule:
@@ -1028,7 +1047,7 @@ def main():
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--dir", required=True)
-    ap.add_argument("--relays", type=int, default=3)
+    ap.add_argument("--relays", type=int, default=3, choices=range(1, 6), metavar="1..5")
     ap.add_argument("--rate", type=float, default=8.0, help="C producer orders/s (SQL: half)")
     ap.add_argument("--rollback-permille", type=int, default=50)
     ap.add_argument("--drain", type=float, default=300)
@@ -1038,6 +1057,8 @@ def main():
     ap.add_argument("--schedule-only", action="store_true")
     ap.add_argument("--self-test", action="store_true")
     a = ap.parse_args()
+    if a.minutes <= 0 or a.rate <= 0 or a.drain < 0:
+        ap.error("--minutes and --rate must be > 0, --drain >= 0")
     if a.seed is None:
         a.seed = int.from_bytes(os.urandom(3), "big")
     kinds = None if a.faults is None else a.faults.split(",")
@@ -1054,6 +1075,7 @@ def main():
                                                                    lease, a.relays, kinds)
     if a.schedule_only:
         print(json.dumps(schedule, indent=1))
+        print("chaos: seed %d: %d faults" % (a.seed, len(schedule)), file=sys.stderr)
         return 0
     log("seed %d, %s, %.1f min, %d faults scheduled; replay: scripts/chaos.sh --minutes %g "
         "--broker %s --seed %d" % (a.seed, a.broker, a.minutes, len(schedule), a.minutes,

@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-keep=0 dir="" args=() schedule_only=0 broker=amqp
+keep=0 dir="" args=() schedule_only=0 broker=amqp seeded=0
 for ((i = 1; i <= $#; i++)); do
   a=${!i}
   case $a in
@@ -28,18 +28,20 @@ for ((i = 1; i <= $#; i++)); do
   --schedule-only) schedule_only=1; args+=("$a") ;;
   --broker) i=$((i + 1)); broker=${!i}; args+=(--broker "$broker") ;;
   --broker=*) broker=${a#--broker=}; args+=("$a") ;;
-  -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  --seed | --seed=*) seeded=1; args+=("$a") ;;
+  -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
   *) args+=("$a") ;;
   esac
 done
 build=${OBX_BUILD:-$root/build}
-if ((schedule_only)); then
-  d=$(mktemp -d /tmp/obx-chaos-XXXXXX)
-  OBX_BIN=x CHAOS_BUILD=x OBX_SVC_PG_PORT=0 OBX_SVC_AMQP_PORT=0 /usr/bin/python3 bench/chaos.py --dir "$d" "${args[@]}"
-  rc=$?
-  rm -rf "$d"
-  exit $rc
-fi
+((seeded)) || args+=(--seed $((RANDOM * 32768 + RANDOM))) # one seed for the check and the run
+# the arguments are checked (and --schedule-only answered) before any server starts
+d=$(mktemp -d /tmp/obx-chaos-args-XXXXXX)
+rc=0
+/usr/bin/python3 bench/chaos.py --dir "$d" --schedule-only "${args[@]}" >"$d/schedule" || rc=$?
+((schedule_only && !rc)) && cat "$d/schedule"
+rm -rf "$d"
+((schedule_only || rc)) && exit $rc
 scripts/deps.sh test >&2
 [[ -x $build/obx && -x $build/bench/chaos_producer ]] || scripts/build.sh "$build" >&2
 

@@ -115,7 +115,7 @@ ssl_options.fail_if_no_peer_cert = false
 CONF
   HOME=$HOME_RABBIT /usr/lib/rabbitmq/bin/rabbitmq-server -detached >"$dir/start.log" 2>&1 || { cat "$dir/start.log"; return 1; }
   HOME=$HOME_RABBIT timeout 90 /usr/lib/rabbitmq/bin/rabbitmqctl wait --timeout 60 "$RABBITMQ_PID_FILE" >"$dir/wait.log" 2>&1 ||
-    { cat "$dir/wait.log"; tail -50 "$dir"/log/*.log; return 1; }
+    { cat "$dir/wait.log"; tail -n 50 "$dir"/log/*.log; return 1; }
 }
 
 amqp_node_stop() {
