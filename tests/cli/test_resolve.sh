@@ -4,7 +4,7 @@
 # whose lookups cannot tell, a relay that holds the events (visible in `obx status`), a
 # consumer's evidence accepted by the operator (no resend) and by the relay's reconciler itself,
 # an operator's same-target retry by selector, refusals that change nothing, and the default
-# policy (retry) ending an UNKNOWN by itself.
+# policy (retry) ending an UNKNOWN by itself; the relay's /metrics and POST /api/resolve.
 # Usage: test_resolve.sh OBX
 set -euo pipefail
 OBX=${1:?usage: test_resolve.sh OBX}
@@ -141,6 +141,49 @@ assert d["status"]["state"] == "PUBLISHED" and d["status"]["on_unknown"] == "ret
 assert any("UNKNOWN policy is retry" in a["reason"] for a in d["audit"]), d["audit"]
 ' || fail "e5 was not retried by the default policy"
 echo "ok: the default UNKNOWN policy retried e5 to the same target"
+# the same from the relay's HTTP API and /metrics (behind the operator token)
+check "route with the hold policy again" 0 'generation 3' -- \
+  "$OBX" route set order.created.v1 --db "$db" --cluster local --topic orders --on-unknown hold
+e6=$(enqueue 6)
+token=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+printf '%s\n' "$token" >"$dir/token"
+chmod 600 "$dir/token"
+"$OBX" relay --db "$db" --broker "$broker?blackhole=1&lookup_down=1" --id web --http 127.0.0.1:0 \
+  --set http.token_file="$dir/token" --set relay.lease_ms=300 --set relay.sweep_ms=50 \
+  --set relay.reconcile_ms=50 --set relay.recheck_ms=100 --set relay.poll_ms=20 \
+  --set relay.drain_ms=200 >"$dir/web.log" 2>&1 &
+relay_pid=$!
+port=
+for _ in $(seq 100); do
+  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$dir/web.log" | grep -o '[0-9]*$' || true)
+  [[ -n $port ]] && break
+  sleep 0.05
+done
+[[ -n $port ]] || fail "no HTTP port: $(cat "$dir/web.log")"
+metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v k="$1" '$1 == k { print $2 }'; }
+for _ in $(seq 100); do [[ $(metric obx_unknown_held_events) == 1 ]] && break; sleep 0.1; done
+[[ $(metric obx_unknown_held_events) == 1 ]] || fail "/metrics: obx_unknown_held_events is not 1"
+[[ $(metric obx_unknown_held_alert_seconds) == 900 ]] || fail "/metrics: no alert threshold"
+grep -q "UNKNOWN HELD" "$dir/web.log" || fail "the relay did not log the hold"
+post() { curl -s -o "$dir/body" -w '%{http_code}' -X POST -H 'Content-Type: application/json' "$@"; }
+[[ $(post "http://127.0.0.1:$port/api/resolve" -d "{\"event_id\":\"$e6\",\"action\":\"retry\",\"reason\":\"x\"}") == 401 ]] ||
+  fail "/api/resolve without the token: $(cat "$dir/body")"
+[[ $(post -H "Authorization: Bearer $token" "http://127.0.0.1:$port/api/resolve" -d "{\"event_id\":\"$e6\",\"action\":\"retry\"}") == 400 ]] ||
+  fail "/api/resolve without a reason: $(cat "$dir/body")"
+grep -q 'reason' "$dir/body" || fail "the refusal does not name reason: $(cat "$dir/body")"
+[[ $(post -H "Authorization: Bearer $token" "http://127.0.0.1:$port/api/resolve" -d "{\"held\":true,\"action\":\"retry\",\"who\":\"bob\",\"reason\":\"INC-44\"}") == 200 ]] ||
+  fail "/api/resolve: $(cat "$dir/body")"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["resolved"] == 1 and d["events"][0]["result"] == "retry", d' "$dir/body" ||
+  fail "/api/resolve did not retry e6"
+kill -TERM "$relay_pid"; wait "$relay_pid" || true; relay_pid=
+relay 2 ""
+"$OBX" inspect "$e6" --db "$db" --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["status"]["state"] == "PUBLISHED", d["status"]
+assert any(a["actor"] == "operator" and "INC-44" in a["reason"] and "bob" in a["who"] for a in d["audit"]), d["audit"]
+' || fail "e6 was not resolved through the HTTP API"
+echo "ok: /metrics counted the held event, POST /api/resolve (token, reason) retried it"
 check "report: invariants hold, nothing held" 0 'invariants .*: hold' -- "$OBX" report --db "$db"
 [[ $("$OBX" status --db "$db" --json | jq_ 'd["unknown"]["held"]') == 0 ]] || fail "events still held"
 echo "ok: every UNKNOWN ended"
