@@ -2,6 +2,8 @@
 # Installs the Debian packages obx needs that are missing (root, Debian 12).
 #   scripts/deps.sh build   — compilers and libraries (the demo)
 #   scripts/deps.sh test    — plus test tools and servers (PostgreSQL, RabbitMQ, kcat, spin, ...)
+#   scripts/deps.sh list build|test — print one set's own packages, one per line, install nothing
+#                             (tests/pkg/test_demo_deps.sh hides everything outside the build set)
 # Service auto-start is suppressed during the install (policy-rc.d): obx's tests start private
 # server instances on their own ports and must not find system ones holding them.
 set -euo pipefail
@@ -12,6 +14,15 @@ build_pkgs=(build-essential cmake pkg-config libsqlite3-dev libssl-dev libjansso
 test_pkgs=(libcmocka-dev postgresql-15 postgresql-client-15 rabbitmq-server kcat amqp-tools spin
            clang libclang-rt-14-dev clang-format cppcheck socat iproute2 procps openssl
            python3 curl chromium)
+
+if [[ $set_name == list ]]; then
+  case ${2:-} in
+  build) printf '%s\n' "${build_pkgs[@]}" ;;
+  test) printf '%s\n' "${test_pkgs[@]}" ;;
+  *) echo "usage: $0 list build|test" >&2; exit 2 ;;
+  esac
+  exit 0
+fi
 
 pkgs=("${build_pkgs[@]}")
 [[ $set_name == test ]] && pkgs+=("${test_pkgs[@]}")
