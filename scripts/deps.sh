@@ -13,7 +13,7 @@ build_pkgs=(build-essential cmake pkg-config libsqlite3-dev libssl-dev libjansso
             libmicrohttpd-dev libpq-dev librdkafka-dev librabbitmq-dev sqlite3)
 test_pkgs=(libcmocka-dev postgresql-15 postgresql-client-15 rabbitmq-server kcat amqp-tools spin
            clang libclang-rt-14-dev clang-format cppcheck socat iproute2 procps openssl
-           python3 curl chromium)
+           python3 curl chromium systemd groff-base)
 
 if [[ $set_name == list ]]; then
   case ${2:-} in
