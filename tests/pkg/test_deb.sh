@@ -71,7 +71,7 @@ IFS=: read -r _ _ uid _ _ home shell < <(getent passwd obx)
 echo "== systemd-analyze verify obx-relay.service"
 unit=$(dpkg-query -L obx | grep '/systemd/system/obx-relay.service$')
 out=$(systemd-analyze verify "$unit" 2>&1) || fail "systemd-analyze verify: $out"
-[[ -z $(grep obx-relay <<<"$out") ]] || fail "systemd-analyze verify warns: $out"
+! grep -q obx-relay <<<"$out" || fail "systemd-analyze verify warns: $out"
 for want in User=obx Group=obx "ExecStart=/usr/bin/obx relay --config /etc/obx/relay.yaml" \
   EnvironmentFile=-/etc/obx/relay.env Restart=on-failure StateDirectory=obx NoNewPrivileges=yes \
   ProtectSystem=strict ProtectHome=yes PrivateTmp=yes PrivateDevices=yes CapabilityBoundingSet=; do

@@ -41,7 +41,7 @@ libdir=$(pkg-config --define-prefix --variable=libdir obx)
 # libraries: Debian ships no static closure of libpq or gnutls) and Libs.private
 requires=$(pkg-config --print-requires-private obx | awk '{print $1}')
 private=$(sed -n 's/^Libs.private: //p' "$pc/obx.pc")
-# shellcheck disable=SC2086 # word lists from pkg-config
+# shellcheck disable=SC2086,SC2046 # word lists from pkg-config
 cc -o "$work/static" "$src/tests/pkg/consumer/main.c" $cflags "$libdir/libobx.a" \
   $(pkg-config --libs $requires) $private ||
   { echo "FAIL: static link with obx.pc's Requires.private ($requires) and Libs.private ($private)"; exit 1; }
