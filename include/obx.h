@@ -30,10 +30,10 @@ extern "C" {
 #define OBX_API
 #endif
 
-#define OBX_VERSION_MAJOR 0
-#define OBX_VERSION_MINOR 1
-#define OBX_VERSION_PATCH 0
-#define OBX_VERSION_STRING "0.1.0"
+/* OBX_VERSION_MAJOR, _MINOR, _PATCH, _STRING and _NUMBER (major*10000 + minor*100 + patch): the
+ * version this header belongs to, generated from CMake's project(VERSION). obx_libversion()
+ * says which library a program actually runs with. */
+#include "obx_version.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Errors. Numbers are never reused; names and messages come from this one list.
@@ -79,6 +79,9 @@ typedef enum obx_err {
 OBX_API const char *obx_strerror(obx_err e);
 /* Symbolic name of a code ("OBX_EINVAL"). Never NULL. */
 OBX_API const char *obx_errname(obx_err e);
+/* The version of the library running ("0.1.0"): with a shared libobx it may be newer than the
+ * OBX_VERSION_STRING the program was compiled with. Static storage, never NULL; any thread. */
+OBX_API const char *obx_libversion(void);
 /* 1 when repeating the same call later may succeed (busy database, lost connection). */
 OBX_API int obx_err_is_retriable(obx_err e);
 /* Detail message of the last failing obx_ call on this thread, e.g.

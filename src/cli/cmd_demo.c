@@ -21,7 +21,11 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
+#ifdef OBX_WITH_POSTGRES
 #include <libpq-fe.h>
+#else
+#include "pq_off.h" /* OBX_WITH_POSTGRES=OFF: a PostgreSQL URL fails to connect */
+#endif
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdlib.h>

@@ -40,7 +40,11 @@
 #include "drivers/drivers.h"
 
 #include <jansson.h>
+#ifdef OBX_WITH_POSTGRES
 #include <libpq-fe.h>
+#else
+#include "pq_off.h" /* OBX_WITH_POSTGRES=OFF: a PostgreSQL URL fails to connect */
+#endif
 #include <openssl/evp.h>
 #include <sqlite3.h>
 #include <stdio.h>
