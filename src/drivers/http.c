@@ -12,10 +12,9 @@
  *   GET  /api/trace?q=X      the trace of event ID X and of correlation ID X
  *   POST /api/requeue        {"event_id": ...}              PARKED -> PENDING
  *   POST /api/redrive        {"consumer": ..., "event_id": ...}  a consumer's poison message
- *   POST /api/resolve        {"event_id" | "event_ids": [...] | "held": true, "type", "older_than_ms",
- *                             "action": "retry" | "accept", evidence ("offset",
- *                             "payload_digest", "partition", "topic", "attempt_id"), "who",
- *                             "reason"}   UNKNOWN outcomes ended by an operator (obx resolve)
+ *   POST /api/resolve        {"event_id" | "event_ids": [...] | "held": true, "type",
+ * "older_than_ms", "action": "retry" | "accept", evidence ("offset", "payload_digest", "partition",
+ * "topic", "attempt_id"), "who", "reason"}   UNKNOWN outcomes ended by an operator (obx resolve)
  *
  * Mutating requests need "Authorization: Bearer <token>", the token read from http.token_file
  * at start (compared in constant time, never logged); without a token file they are refused.
@@ -329,7 +328,8 @@ static enum MHD_Result api_resolve(http *h, struct MHD_Connection *c, req *rq) {
     json_t *arr = json_object_get(j, "event_ids"), *it;
     size_t i;
     if (one) ids[n++] = one;
-    json_array_foreach(arr, i, it) if (n < 64 && json_string_value(it)) ids[n++] = json_string_value(it);
+    json_array_foreach(arr, i, it) if (n < 64 && json_string_value(it)) ids[n++] =
+        json_string_value(it);
     const char *op = json_string_value(json_object_get(j, "who"));
     char who[OBX__OWNER_MAX + 1];
     snprintf(who, sizeof who, "operator:%.60s@%.120s", op && *op ? op : "dashboard",
