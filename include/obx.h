@@ -67,7 +67,8 @@ extern "C" {
     X(OBX_ECONNLOST, 24, 1, "connection lost")                                                     \
     X(OBX_EFINDINGS, 25, 0, "audit has findings")                                                  \
     X(OBX_EINVARIANT, 26, 0, "an invariant does not hold")                                         \
-    X(OBX_ESTOPPED, 27, 0, "stopped by request")
+    X(OBX_ESTOPPED, 27, 0, "stopped by request")                                                   \
+    X(OBX_EPOISON, 28, 0, "message refused for good by the consumer's handler (poison)")
 
 typedef enum obx_err {
 #define OBX__ENUM(name, num, retr, msg) name = num,
@@ -426,7 +427,8 @@ typedef struct obx_message {
 /* Applies the effect using db (the consumer's connection given to obx_inbox_open: a sqlite3 *
  * or PGconn *) inside the inbox's transaction. Writes a short human result (may be empty) into
  * result. Return OBX_OK to commit, anything else to roll back (the message is retried, then
- * parked as poison after max_failures). effect_key is stable for (consumer, event): use it as
+ * parked as poison after max_failures); OBX_EPOISON rolls back and parks it at once (the
+ * handler knows no retry can succeed). effect_key is stable for (consumer, event): use it as
  * the idempotency key of external calls (payments, e-mail), with obx_inbox_effect_key() for
  * several effects per event. */
 typedef obx_err (*obx_inbox_handler)(void *user, void *db, const obx_message *m,

@@ -24,10 +24,11 @@
 extern const char obx__sqlite_schema_v1[];
 extern const char obx__sqlite_schema_v2[];
 extern const char obx__sqlite_schema_v3[];
+extern const char obx__sqlite_schema_v4[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL, obx__sqlite_schema_v1, obx__sqlite_schema_v2,
-                                         obx__sqlite_schema_v3};
+                                         obx__sqlite_schema_v3, obx__sqlite_schema_v4};
 
 enum {
     Q_ROUTE_PUT,
