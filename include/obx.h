@@ -87,6 +87,12 @@ OBX_API int obx_err_is_retriable(obx_err e);
  * valid until the next obx_ call on this thread. Never NULL (empty when nothing failed). */
 OBX_API const char *obx_errmsg(void);
 
+/* Sets the detail message obx_errmsg() returns on this thread (msg NULL: the code's static
+ * description) and returns e. For an inbox handler that fails: the inbox records this message
+ * with the failure, in the consume audit and the poison row. msg is copied (at most 1023
+ * bytes). */
+OBX_API obx_err obx_error_set(obx_err e, const char *msg);
+
 /* Frees memory the library handed to the caller (char ** out-parameters). NULL is harmless. */
 OBX_API void obx_free(void *p);
 
@@ -524,7 +530,8 @@ typedef struct obx_consumer_test {
 } obx_consumer_test;
 
 /* Runs every scenario. *out_json: {"consumer_id", "declared", "scenarios": [{"scenario",
- * "ok", "detail"}], "mishandled"}; *mishandled (may be NULL) the count of failed scenarios.
+ * "ok", "detail", "fix"}], "mishandled"} ("fix", on a mishandled scenario: what a correct
+ * consumer does instead); *mishandled (may be NULL) the count of failed scenarios.
  * OBX_OK when the kit ran (whatever it found); an error when it could not. */
 OBX_API obx_err obx_consumer_test_run(const obx_consumer_test *t, char **out_json, int *mishandled);
 

@@ -115,7 +115,7 @@ try:
         time.sleep(0.1)
     # the critical consumer applies the published event (its receipt joins the trace)
     run("consume", "--consumer-db", cdb, "--broker", broker, "--topic", "orders",
-        "--until-idle", "500", "--types", "order.created.v1")
+        "--until-idle", "500", "--types", "order.created.v1", "--tenants", "t1")
     step("relay with dashboard on %s; consumer applied %s" % (base, published))
 
     browser = cdp.Browser()

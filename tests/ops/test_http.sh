@@ -77,7 +77,7 @@ curl -s "$base/metrics" >"$dir/m1.txt"
 
 # the consumer applies everything: lag 0, outcomes and handler durations counted
 "$OBX" consume --consumer-db "$cdb" --broker "$broker" --topic orders --consumer proj \
-  --until-idle 400 --types order.created.v1 2>/dev/null
+  --until-idle 400 --types order.created.v1 --tenants t1 2>/dev/null
 wait_metric 'obx_consumer_lag_events{consumer="proj"}' "x == 0" "consumer lag back to 0"
 [[ $(metric 'obx_consumer_messages_total{consumer="proj",outcome="APPLIED"}') == "$N" ]] ||
   fail "APPLIED count"
@@ -93,7 +93,7 @@ printf 'not json' | "$OBX" enqueue --db "$db" --type order.created.v1 --aggregat
   --tenant t1 --correlation-id poison-1 >"$dir/poison.id"
 wait_metric 'obx_events{state="PUBLISHED"}' "x == $N + 1" "the poison event published"
 "$OBX" consume --consumer-db "$cdb" --broker "$broker" --topic orders --consumer proj \
-  --until-idle 400 --types order.created.v1 --max-failures 2 2>/dev/null
+  --until-idle 400 --types order.created.v1 --tenants t1 --max-failures 2 2>/dev/null
 wait_metric 'obx_consumer_poison_messages{consumer="proj",state="PARKED"}' "x == 1" "poison backlog"
 [[ $(metric 'obx_consumer_messages_total{consumer="proj",outcome="POISONED"}') == 1 ]] ||
   fail "POISONED count"
