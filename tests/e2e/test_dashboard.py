@@ -12,7 +12,11 @@ driven over the DevTools protocol (tests/e2e/cdp.py, standard library only):
   3. searches the parked event by its ID: the hostile strings are shown as text, nothing ran;
   4. presses Requeue without a token: refused, still PARKED;
   5. enters the token, presses Requeue: the state changes and the event is then PUBLISHED;
-and the audit (via the JSON API) names the dashboard's operator.
+  6. the charts (uPlot, from /api/series, sampled every 200 ms here): after a burst of orders
+     each chart has data points, the rates chart shows enqueued and published events, and a
+     screenshot of it holds the series' colours (the pixels are drawn, not only the DOM);
+and the audit (via the JSON API) names the dashboard's operator. The page's screenshot is kept
+as dashboard.png in the test's working folder.
 """
 import json
 import os
@@ -100,7 +104,8 @@ try:
         f.write(TOKEN + "\n")
     os.chmod(token_file, 0o600)
     r1 = relay("r1", broker, "--http", "127.0.0.1:0", "--set", "http.token_file=" + token_file,
-               "--set", "audit.critical_consumers=order-projection=" + cdb)
+               "--set", "audit.critical_consumers=order-projection=" + cdb,
+               "--set", "http.series_interval_ms=200")
     port = None
     deadline = time.time() + 20
     while time.time() < deadline and not port:
@@ -118,14 +123,58 @@ try:
         "--until-idle", "500", "--types", "order.created.v1", "--tenants", "t1")
     step("relay with dashboard on %s; consumer applied %s" % (base, published))
 
+    # a burst of orders while the relay samples: the rate charts have something to show
+    for i in range(20):
+        run("enqueue", "--db", db, "--type", "order.created.v1", "--aggregate",
+            "order/o-b%d@1" % i, "--tenant", "t1", stdin='{"order":"o-b%d"}' % i)
+        time.sleep(0.05)
     browser = cdp.Browser()
     step("chromium started")
+    browser.resize(1280, 2400)
     browser.navigate(base + "/")
     browser.wait("document.querySelector('#states tbody tr[data-state=PARKED] td.num') && "
                  "document.querySelector('#states tbody tr[data-state=PARKED] td.num')"
                  ".textContent === '1'", what="overview with one PARKED event")
     assert browser.eval("document.querySelectorAll('#parked button.requeue').length") == 1
     step("overview loaded: 1 PARKED")
+
+    # the charts: every chart drawn by uPlot with data points; the rates moved
+    charts = ["rates", "backlog", "pending-age", "unknown", "retries", "lag", "poison"]
+    browser.wait("(() => { const c = window.obxCharts || {}; return %s.every((k) => c[k] && "
+                 "c[k].data[0].length >= 10) && c.rates.data[2].some((v) => v > 0) && "
+                 "c.rates.data[1].some((v) => v > 0) })()" % json.dumps(charts),
+                 timeout=30, what="seven charts with 10+ samples and non-zero rates")
+    points = browser.eval("Object.fromEntries(Object.entries(window.obxCharts).map(([k, u]) => "
+                          "[k, u.data.slice(1).map((s) => s.filter((v) => v !== null).length)]))")
+    assert all(min(v) >= 5 for v in points.values()), points
+    assert browser.eval("document.querySelectorAll('#charts .uplot canvas').length") == 7
+    series = api("/api/series")
+    assert series["interval_ms"] == 200 and len(series["t"]) >= 10, series["interval_ms"]
+    assert series["consumers"][0]["consumer_id"] == "order-projection", series["consumers"]
+    assert max(v for v in series["published_per_s"] if v is not None) > 0
+    # the screenshot: the rates chart's plot area holds both series' colours
+    browser.eval("window.scrollTo(0, 0); true")
+    rect = browser.eval("(() => { const r = document.querySelector('#chart-rates canvas')"
+                        ".getBoundingClientRect(); return {x: r.x, y: r.y, width: r.width, "
+                        "height: r.height} })()")
+    png = browser.screenshot(clip=rect)
+    with open("dashboard-rates.png", "wb") as f:
+        f.write(png)
+    w, h, rows = cdp.png_pixels(png)
+
+    def near(px, rgb, tol=40):
+        return all(abs(a - b) <= tol for a, b in zip(px, rgb))
+    # the rate lines (published drawn over enqueued where they are equal) rise well above the
+    # zero line: a series was drawn, not only axes
+    ys = [y for y, row in enumerate(rows) for px in row
+          if near(px, (0x2b, 0x6c, 0xb0)) or near(px, (0x2f, 0x85, 0x5a))]
+    assert len(ys) >= 60 and max(ys) - min(ys) >= 20, \
+        "chart screenshot %dx%d: %d series pixels over %d rows" % (
+            w, h, len(ys), (max(ys) - min(ys)) if ys else 0)
+    with open("dashboard.png", "wb") as f:
+        f.write(browser.screenshot())
+    step("charts drawn: %d samples, screenshot %dx%d with %d series pixels over %d rows"
+         % (len(series["t"]), w, h, len(ys), max(ys) - min(ys)))
 
     # search by correlation ID: the published event with the consumer's receipt
     browser.eval("document.getElementById('search').value = 'checkout-7';"
@@ -147,7 +196,7 @@ try:
     assert HOSTILE_CORR in text, "correlation ID not shown as text"
     assert HOSTILE_AGG in text, "aggregate ID not shown as text"
     assert browser.eval("typeof window.__obx_pwned") == "undefined", "injected markup ran"
-    assert browser.eval("document.querySelectorAll('script').length") == 1
+    assert browser.eval("document.querySelectorAll('script').length") == 2  # uPlot, app.js
     assert browser.eval("document.querySelectorAll('#trace img, #parked img').length") == 0
     step("hostile correlation and aggregate IDs rendered as text, no script ran")
 

@@ -1,5 +1,6 @@
-// The obx dashboard: reads the relay's JSON API (/api/status, /api/trace) and sends operator
-// actions (/api/requeue, /api/redrive) with the bearer token the operator typed in.
+// The obx dashboard: reads the relay's JSON API (/api/status, /api/trace, /api/series) and
+// sends operator actions (/api/requeue, /api/redrive) with the bearer token the operator typed
+// in. The charts are drawn by uPlot (window.uPlot, vendored: /vendor/uplot.js).
 //
 // Event data (IDs, correlation IDs, aggregate IDs, reasons, broker words) is hostile input:
 // it only ever reaches the page through text nodes (el() below never parses markup), so a
@@ -189,6 +190,87 @@ async function refresh() {
   }
 }
 
+// ---- charts (/api/series, uPlot) -------------------------------------------------------------
+
+// Each chart: series from /api/series by key, or one series per critical consumer. Colours are
+// fixed so that a screenshot can be checked (tests/e2e/test_dashboard.py).
+const CHARTS = [
+  {id: "rates", title: "Enqueued and published (events/s, whole outbox)",
+   series: [["enqueued_per_s", "enqueued/s", "#2b6cb0"], ["published_per_s", "published/s", "#2f855a"]]},
+  {id: "backlog", title: "Backlog (publish slots not yet published, not parked)",
+   series: [["backlog", "backlog", "#b7791f"]]},
+  {id: "pending-age", title: "Oldest PENDING age (s)",
+   series: [["oldest_pending_age_s", "oldest pending (s)", "#c05621"]]},
+  {id: "unknown", title: "UNKNOWN outcomes: count and oldest age (s)",
+   series: [["unknown_events", "UNKNOWN events", "#c53030"], ["oldest_unknown_age_s", "oldest UNKNOWN (s)", "#805ad5", "age"]]},
+  {id: "retries", title: "Reconciler retries (per s, this relay)",
+   series: [["retries_per_s", "retries/s", "#d53f8c"]]},
+  {id: "lag", title: "Consumer lag (events of the newest published without a receipt)", consumers: "lag_events"},
+  {id: "poison", title: "Consumer poison messages (PARKED)", consumers: "poison_parked"},
+];
+const PALETTE = ["#2b6cb0", "#2f855a", "#c05621", "#805ad5", "#d53f8c", "#319795", "#744210"];
+// the uPlot instances by chart id (also for tests and the browser console)
+window.obxCharts = {};
+const chartKeys = {};
+
+function chartSpec(c, doc) {
+  if (c.consumers)
+    return doc.consumers.map((k, i) => [k.consumer_id, k.consumer_id, PALETTE[i % PALETTE.length], null, k[c.consumers]]);
+  return c.series.map(([key, label, color, scale]) => [key, label, color, scale, doc[key]]);
+}
+
+function renderCharts(doc) {
+  const box = document.getElementById("charts");
+  window.obxSeriesInterval = doc.interval_ms;
+  document.getElementById("charts-note").textContent = "One sample every " + (doc.interval_ms / 1000) +
+    " s, the last " + age(doc.interval_ms * doc.capacity) + " (" + doc.t.length + " so far), kept by this relay since it started.";
+  for (const c of CHARTS) {
+    const spec = chartSpec(c, doc);
+    const keys = spec.map((s) => s[0]).join("\u0000");
+    let holder = document.getElementById("chart-" + c.id);
+    if (!holder) {
+      holder = el("div", {class: "chart", id: "chart-" + c.id}, el("h3", {}, c.title), el("div", {class: "plot"}));
+      box.appendChild(holder);
+    }
+    const plot = holder.querySelector(".plot");
+    if (!spec.length) {
+      if (window.obxCharts[c.id]) { window.obxCharts[c.id].destroy(); delete window.obxCharts[c.id]; }
+      clear(plot).appendChild(el("p", {class: "muted"}, "no critical consumers configured (audit.critical_consumers)"));
+      chartKeys[c.id] = keys;
+      continue;
+    }
+    const data = [doc.t, ...spec.map((s) => s[4])];
+    let u = window.obxCharts[c.id];
+    if (u && chartKeys[c.id] !== keys) { u.destroy(); u = null; }
+    if (!u) {
+      clear(plot);
+      const axes = [{}, {scale: "y", size: 56}];
+      const scales = {x: {time: true}, y: {range: (self, min, max) => [0, max > 0 ? max * 1.1 : 1]}};
+      if (spec.some((s) => s[3] === "age")) {
+        axes.push({scale: "age", side: 1, grid: {show: false}, size: 56});
+        scales.age = {range: (self, min, max) => [0, max > 0 ? max * 1.1 : 1]};
+      }
+      u = new uPlot({
+        width: Math.max(300, plot.clientWidth || holder.clientWidth - 16), height: 170,
+        scales, axes, legend: {show: true},
+        series: [{}, ...spec.map(([key, label, color, scale]) => ({label, stroke: color, width: 2, scale: scale || "y", spanGaps: false, points: {show: false}}))],
+      }, data, plot);
+      window.obxCharts[c.id] = u;
+      chartKeys[c.id] = keys;
+    } else {
+      u.setData(data);
+    }
+  }
+}
+
+async function refreshCharts() {
+  try {
+    renderCharts(await api("/api/series"));
+  } catch (e) {
+    message("charts: " + e.message, false);
+  }
+}
+
 // ---- trace ---------------------------------------------------------------------------------
 
 function renderEvent(d) {
@@ -254,3 +336,8 @@ document.getElementById("search-form").addEventListener("submit", (ev) => {
 
 refresh();
 setInterval(refresh, 5000);
+// the charts follow the relay's sampling interval (http.series_interval_ms), at most once a second
+refreshCharts().then(() => {
+  const every = Math.max(1000, Math.min(5000, (window.obxSeriesInterval || 5000)));
+  setInterval(refreshCharts, every);
+});
