@@ -170,16 +170,24 @@ obx_err exec_handler_run(void *user, void *conn, const obx_message *m, const cha
         close(in_fd);
         in_fd = -1;
     }
-    long long deadline = now_ms() + x->timeout_ms;
-    bool timed_out = false;
+    long long deadline = now_ms() + x->timeout_ms, drained = 0;
+    bool timed_out = false, exited = false;
+    int st = 0;
     while (out_fd >= 0 || err_fd >= 0) {
         struct pollfd p[3] = {{in_fd, POLLOUT, 0}, {out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
-        long long left = deadline - now_ms();
-        if (left <= 0 && !timed_out) {
+        /* the command ended but something it started keeps its stdout or stderr open: what
+         * it wrote is read for a moment more, then the outcome is the command's own */
+        if (!exited && waitpid(pid, &st, WNOHANG) == pid) {
+            exited = true;
+            drained = now_ms() + 200;
+        }
+        if (exited && now_ms() >= drained) break;
+        long long left = (exited ? drained : deadline) - now_ms();
+        if (left <= 0 && !timed_out && !exited) {
             timed_out = true;
             kill(-pid, SIGKILL); /* the pipes close when the whole group is gone */
         }
-        int n = poll(p, 3, timed_out ? 1000 : (int)(left > 1000 ? 1000 : left));
+        int n = poll(p, 3, timed_out ? 1000 : (int)(left > 100 ? 100 : left < 0 ? 0 : left));
         if (n < 0 && errno != EINTR) break;
         if (n <= 0) continue;
         if (in_fd >= 0 && (p[0].revents & (POLLOUT | POLLERR | POLLHUP))) {
@@ -229,8 +237,7 @@ obx_err exec_handler_run(void *user, void *conn, const obx_message *m, const cha
     if (in_fd >= 0) close(in_fd);
     if (out_fd >= 0) close(out_fd);
     if (err_fd >= 0) close(err_fd);
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    while (!exited && waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
     obuf[olen] = '\0';
     ebuf[elen] = '\0';

@@ -18,7 +18,8 @@
 #             the consumer and the proxy are killed (SIGKILL): RabbitMQ redelivers the message
 #             and the inbox answers DUPLICATE without running the command again;
 #   - a handler failure once (retried, then applied), exit 65 (parked at once), exit 3 every
-#     time (parked after --max-failures), a hang (killed after --exec-timeout, then parked).
+#     time (parked after --max-failures), a hang (killed after --exec-timeout, then parked), a
+#     command that exits 0 leaving a background process with its stdout open (applied).
 # Checked from the outside: the handler's own effect log has every order exactly once
 # (duplicate effects 0), the command ran once per order except the one killed before its commit,
 # the inbox's receipts, duplicates, failures and poison rows are the expected ones, and the
@@ -118,6 +119,7 @@ case "$OBX_AGGREGATE_ID" in
   o-fails) echo "downstream refuses $OBX_AGGREGATE_ID" >&2; exit 3 ;;
   o-hangs) sleep 30 ;;
   o-3) if [ ! -e "$T/flaked" ]; then touch "$T/flaked"; echo "downstream busy" >&2; exit 1; fi ;;
+  o-2) sleep 3 & ;;  # leaves a process holding stdout and stderr open: the command's exit counts
 esac
 # the effect, in a system that dedupes on the effect key (a payment API's idempotency key)
 grep -q "^$OBX_EFFECT_KEY " "$T/effects" 2>/dev/null ||
