@@ -60,7 +60,7 @@ wait_metric() { # NAME PREDICATE(awk on $1) WHAT
 # lost ACKs (UNKNOWN, resolved by the reconciler's lookup) on a quarter of the sends
 start_relay relay "$broker?drop_ack=0.25&ack_timeout_ms=100&seed=3" \
   --set http.token_file="$dir/token" --set audit.critical_consumers="proj=$cdb" \
-  --set http.series_interval_ms=100 --set http.series_points=8
+  --set http.series_interval_ms=250 --set http.series_points=6
 base=http://127.0.0.1:$port
 [[ $(code "$base/healthz") == 200 && $(cat "$dir/body") == ok ]] || fail "/healthz"
 [[ $(code "$base/readyz") == 200 && $(cat "$dir/body") == ready ]] || fail "/readyz: $(cat "$dir/body")"
@@ -75,19 +75,19 @@ wait_metric obx_unknown_resolution_seconds_count "x >= 1" "UNKNOWN resolutions o
 lag_s=$(metric 'obx_consumer_lag_seconds{consumer="proj"}')
 awk -v x="$lag_s" 'BEGIN { exit !(x > 0) }' || fail "lag seconds $lag_s"
 # the charts' ring: bounded at http.series_points, sampled every http.series_interval_ms
-sleep 1.2
+sleep 2
 [[ $(code "$base/api/series") == 200 ]] || fail "/api/series"
 python3 - "$dir/body" "$N" <<'PY' || fail "/api/series: $(head -c 600 "$dir/body")"
 import json, sys
 d = json.load(open(sys.argv[1]))
 n = int(sys.argv[2])
-assert d["interval_ms"] == 100 and d["capacity"] == 8, d
-assert len(d["t"]) == 8, len(d["t"])  # more than 8 samples taken, 8 kept
+assert d["interval_ms"] == 250 and d["capacity"] == 6, d
+assert len(d["t"]) == 6, len(d["t"])  # more than 6 samples taken, 6 kept
 for k in ("enqueued_per_s", "published_per_s", "backlog", "oldest_pending_age_s",
           "unknown_events", "oldest_unknown_age_s", "retries_per_s"):
-    assert len(d[k]) == 8, k
+    assert len(d[k]) == 6, k
 steps = [round(b - a, 2) for a, b in zip(d["t"], d["t"][1:])]
-assert all(0.05 <= s <= 0.5 for s in steps), steps
+assert all(0.1 <= s <= 1.0 for s in steps), steps
 assert d["t"] == sorted(d["t"]), "oldest first"
 assert d["backlog"][-1] == 0, d["backlog"]
 c = d["consumers"][0]
