@@ -30,10 +30,10 @@ extern "C" {
 #define OBX_API
 #endif
 
-#define OBX_VERSION_MAJOR 0
-#define OBX_VERSION_MINOR 1
-#define OBX_VERSION_PATCH 0
-#define OBX_VERSION_STRING "0.1.0"
+/* OBX_VERSION_MAJOR, _MINOR, _PATCH, _STRING and _NUMBER (major*10000 + minor*100 + patch): the
+ * version this header belongs to, generated from CMake's project(VERSION). obx_libversion()
+ * says which library a program actually runs with. */
+#include "obx_version.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Errors. Numbers are never reused; names and messages come from this one list.
@@ -80,6 +80,9 @@ typedef enum obx_err {
 OBX_API const char *obx_strerror(obx_err e);
 /* Symbolic name of a code ("OBX_EINVAL"). Never NULL. */
 OBX_API const char *obx_errname(obx_err e);
+/* The version of the library running ("0.1.0"): with a shared libobx it may be newer than the
+ * OBX_VERSION_STRING the program was compiled with. Static storage, never NULL; any thread. */
+OBX_API const char *obx_libversion(void);
 /* 1 when repeating the same call later may succeed (busy database, lost connection). */
 OBX_API int obx_err_is_retriable(obx_err e);
 /* Detail message of the last failing obx_ call on this thread, e.g.
@@ -189,9 +192,17 @@ typedef struct obx_route {
     const char *durability;    /* NULL = "persistent" */
     const char *required_acks; /* NULL = "all" */
     int max_attempts;          /* definite rejections before PARKED; 0 = 8 */
-    int blind_retry;           /* reconciler may retry the same frozen target without lookup */
-    int unordered;             /* do not hold back events behind an unpublished same key */
-    const char *alias;         /* dispatcher alias that owns this type; NULL = "obx" */
+    /* The UNKNOWN policy, frozen with every event (docs/protocol.md, "UNKNOWN outcomes"): what
+     * the reconciler does when nothing can prove an UNKNOWN outcome either way once the
+     * attempts' quiet time has passed. NULL or "retry" (the default): a new attempt to the same
+     * frozen destination (consumers dedupe on (consumer, event) through the inbox). "hold": the
+     * event is held for an operator (`obx resolve`), for routes whose consumers cannot dedupe.
+     * An authoritative NOT_FOUND always retries, a FOUND or a critical consumer's evidence
+     * always publishes. */
+    const char *on_unknown;
+    int blind_retry;   /* kept for older callers: 1 = on_unknown "retry" (the default now) */
+    int unordered;     /* do not hold back events behind an unpublished same key */
+    const char *alias; /* dispatcher alias that owns this type; NULL = "obx" */
     /* Delivery set: further destinations (at most OBX_SET_MAX - 1), a contract frozen with each
      * event at enqueue; n_targets 0 = a single destination. */
     const obx_route_target *targets;
@@ -302,6 +313,48 @@ typedef struct obx_migrate_request {
 
 OBX_API obx_err obx_migrate(obx_store *s, const char *broker_url, const char *const *broker_props,
                             size_t n_props, const obx_migrate_request *req, char **out_json);
+
+/* ---------------------------------------------------------------------------------------------
+ * Operator resolution of UNKNOWN outcomes (docs/operations.md, "Held UNKNOWN events").
+ *
+ * For events in DISPATCH_UNKNOWN — held for an operator or not — chosen by ID or by a selector,
+ * always with who and why (audited):
+ *   action "retry"   a new attempt to the event's frozen destination and pinned partition: the
+ *                    event is handed to the reconciler (RETRY_CLAIMED with an expired lease),
+ *                    whose next step sends it. No destination can be named: moving an event is
+ *                    obx_migrate's, which refuses while its outcome is UNKNOWN.
+ *   action "accept"  evidence that the broker has the message, through the single acceptance
+ *                    point: what the operator found at the broker (topic, partition, offset and
+ *                    the payload digest the message carries; one event ID), or a critical
+ *                    consumer's consume receipt (consumer "ID=URL"). Evidence naming another
+ *                    topic, partition, payload digest or attempt is refused, nothing changed.
+ * Events in other states are refused, each with its reason. Each event is its own
+ * transaction. *out_json (the caller's, obx_free) lists every event's result; *n_refused (may
+ * be NULL) counts the refused ones. Bad input is an error naming the field, nothing changed.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct obx_resolve_request {
+    const char *const *event_ids; /* these events (or delivery-set slots), or a selector: */
+    size_t n_event_ids;
+    const char *event_type; /* selector: this type */
+    int held;               /* selector: only events held for an operator */
+    int64_t older_than_ms;  /* selector: UNKNOWN for at least this long (0 = any) */
+    const char *action;     /* "retry" or "accept" (required) */
+    /* accept, evidence found at the broker: */
+    const char *topic; /* NULL = the frozen topic */
+    int has_partition; /* 0 = the pinned partition; 1 = partition below */
+    int32_t partition;
+    int64_t offset;             /* the message's offset (>= 0) */
+    const char *payload_digest; /* the obx-payload-digest the message carries */
+    const char *attempt_id;     /* its obx-attempt-id (NULL = the newest outstanding attempt) */
+    /* accept, evidence from a consumer's inbox instead: "ID=URL" */
+    const char *consumer;
+    const char *who;    /* required */
+    const char *reason; /* required */
+    int dry_run;        /* decide and report, change nothing */
+} obx_resolve_request;
+
+OBX_API obx_err obx_resolve(obx_store *s, const obx_resolve_request *req, char **out_json,
+                            size_t *n_refused);
 
 /* ---------------------------------------------------------------------------------------------
  * Shadow mode and scoped takeover (the rollout of docs/migration.md: shadow first, then take
@@ -428,6 +481,12 @@ typedef struct obx_message {
     int64_t offset;
     int redelivered;
     const char *header_error; /* non-NULL/non-empty: the message's headers were malformed */
+    /* The attempt and frozen destination digest the message carries (obx-attempt-id,
+     * obx-dest-digest). May be NULL. Kept in the consume receipt: with them (and
+     * envelope_gen) a critical consumer's receipt proves to the reconciler that the broker
+     * accepted the message (docs/protocol.md, "Consumer evidence"). */
+    const char *attempt_id;
+    const char *dest_digest;
 } obx_message;
 
 /* Applies the effect using db (the consumer's connection given to obx_inbox_open: a sqlite3 *

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages obx needs that are missing (root, Debian 12).
 #   scripts/deps.sh build   — compilers and libraries (the demo)
-#   scripts/deps.sh test    — plus test tools and servers (PostgreSQL, RabbitMQ, kcat, spin, ...)
+#   scripts/deps.sh test    — plus test tools and servers (PostgreSQL, RabbitMQ, kcat, spin, the
+#                             chaos soak's psycopg2, pika and iptables, ...)
+#   scripts/deps.sh list build|test — print one set's own packages, one per line, install nothing
+#                             (tests/pkg/test_demo_deps.sh hides everything outside the build set)
 # Service auto-start is suppressed during the install (policy-rc.d): obx's tests start private
 # server instances on their own ports and must not find system ones holding them.
 set -euo pipefail
@@ -11,7 +14,17 @@ build_pkgs=(build-essential cmake pkg-config libsqlite3-dev libssl-dev libjansso
             libmicrohttpd-dev libpq-dev librdkafka-dev librabbitmq-dev sqlite3)
 test_pkgs=(libcmocka-dev postgresql-15 postgresql-client-15 rabbitmq-server kcat amqp-tools spin
            clang libclang-rt-14-dev clang-format cppcheck socat iproute2 procps openssl
-           python3 curl chromium python3-psycopg2 python3-pika prometheus)
+           python3 curl chromium python3-psycopg2 python3-pika iptables systemd groff-base
+           prometheus)
+
+if [[ $set_name == list ]]; then
+  case ${2:-} in
+  build) printf '%s\n' "${build_pkgs[@]}" ;;
+  test) printf '%s\n' "${test_pkgs[@]}" ;;
+  *) echo "usage: $0 list build|test" >&2; exit 2 ;;
+  esac
+  exit 0
+fi
 
 pkgs=("${build_pkgs[@]}")
 [[ $set_name == test ]] && pkgs+=("${test_pkgs[@]}")

@@ -32,17 +32,30 @@ pg_start() {
     printf 'host all obx_secret_user 127.0.0.1/32 scram-sha-256\n'
     cat "$dir/data/pg_hba.conf"; } >"$dir/pg_hba.new" && mv "$dir/pg_hba.new" "$dir/data/pg_hba.conf" &&
     chown postgres:postgres "$dir/data/pg_hba.conf"
-  su postgres -s /bin/sh -c "$PG_BIN/pg_ctl -D '$dir/data' -l '$dir/server.log' -o '-p $OBX_SVC_PG_PORT -k $dir/sock -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off -c synchronous_commit=on -c ssl=on -c ssl_cert_file=$dir/tls/server.pem -c ssl_key_file=$dir/tls/server.key' -w start >/dev/null" ||
-    { cat "$dir/server.log"; return 1; }
+  pg_node_start || { cat "$dir/server.log"; return 1; }
   export OBX_TEST_PG_URL="postgres://postgres@127.0.0.1:$OBX_SVC_PG_PORT/postgres"
   export OBX_TEST_PG_CACERT=$dir/tls/ca.pem
   export OBX_TEST_WRONG_CACERT=$dir/tls/other-ca.pem
   echo "services: PostgreSQL on 127.0.0.1:$OBX_SVC_PG_PORT (TLS offered)"
 }
 
+# Starts the cluster initialized by pg_start (first start, or a restart on the same data after
+# pg_node_stop). pg_node_start/pg_node_stop are what scripts/pg.sh runs for the chaos soak.
+pg_node_start() {
+  local dir=$OBX_TEST_SERVICES_DIR/pg
+  su postgres -s /bin/sh -c "$PG_BIN/pg_ctl -D '$dir/data' -l '$dir/server.log' -o '-p $OBX_SVC_PG_PORT -k $dir/sock -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off -c synchronous_commit=on -c ssl=on -c ssl_cert_file=$dir/tls/server.pem -c ssl_key_file=$dir/tls/server.key' -w start >/dev/null"
+}
+
+# Stops the cluster: MODE fast (default: clean) or immediate (a crash: backends killed, no
+# checkpoint, crash recovery at the next start).
+pg_node_stop() {
+  local dir=$OBX_TEST_SERVICES_DIR/pg
+  su postgres -s /bin/sh -c "$PG_BIN/pg_ctl -D '$dir/data' -m ${1:-fast} -w stop >/dev/null 2>&1"
+}
+
 pg_stop() {
   local dir=$OBX_TEST_SERVICES_DIR/pg
-  [[ -d $dir/data ]] && su postgres -s /bin/sh -c "$PG_BIN/pg_ctl -D '$dir/data' -m fast -w stop >/dev/null 2>&1" || true
+  [[ -d $dir/data ]] && pg_node_stop fast || true
 }
 
 amqp_env() {
@@ -102,7 +115,7 @@ ssl_options.fail_if_no_peer_cert = false
 CONF
   HOME=$HOME_RABBIT /usr/lib/rabbitmq/bin/rabbitmq-server -detached >"$dir/start.log" 2>&1 || { cat "$dir/start.log"; return 1; }
   HOME=$HOME_RABBIT timeout 90 /usr/lib/rabbitmq/bin/rabbitmqctl wait --timeout 60 "$RABBITMQ_PID_FILE" >"$dir/wait.log" 2>&1 ||
-    { cat "$dir/wait.log"; tail -50 "$dir"/log/*.log; return 1; }
+    { cat "$dir/wait.log"; tail -n 50 "$dir"/log/*.log; return 1; }
 }
 
 amqp_node_stop() {

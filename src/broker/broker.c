@@ -206,12 +206,41 @@ obx_err obx__br_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_r
     if (res->kind == OBX__LOOKUP_NOT_FOUND &&
         (!(caps & OBX__BCAP_LOOKUP_AUTHORITATIVE) || req->now < req->quiet_until)) {
         res->kind = OBX__LOOKUP_CANNOT_TELL;
-        if (b->m->caps & OBX__BCAP_LOOKUP_AUTHORITATIVE) res->authoritative_at = req->quiet_until;
+        if (caps & OBX__BCAP_LOOKUP_AUTHORITATIVE) res->authoritative_at = req->quiet_until;
         snprintf(res->reason, sizeof res->reason,
                  "not found, but not authoritative before the quiet time ends at %lld",
                  (long long)req->quiet_until);
     }
     return OBX_OK;
+}
+
+void obx__br_contract(obx__broker *b, obx__contract *out) {
+    memset(out, 0, sizeof *out);
+    if (b->m->contract) {
+        b->m->contract(b, out);
+        return;
+    }
+    obx__strlcpy(out->durability, "persistent", sizeof out->durability);
+    obx__strlcpy(out->required_acks, "all", sizeof out->required_acks);
+    obx__strlcpy(out->serializer, "*", sizeof out->serializer);
+}
+
+bool obx__br_honours(obx__broker *b, const obx__dest *d, char *why, size_t cap) {
+    obx__contract c;
+    obx__br_contract(b, &c);
+    const char *field = NULL, *value = NULL, *offer = NULL;
+    if (!obx__csv_has(c.durability, d->durability))
+        field = "durability", value = d->durability, offer = c.durability;
+    else if (!obx__csv_has(c.required_acks, d->required_acks))
+        field = "required_acks", value = d->required_acks, offer = c.required_acks;
+    else if (!obx__csv_has(c.serializer, d->serializer))
+        field = "serializer", value = d->serializer, offer = c.serializer;
+    if (!field) return true;
+    snprintf(why, cap,
+             "the frozen destination's %s '%.60s' cannot be honoured by the %s backend (it "
+             "honours: %.100s)",
+             field, value, b->m->name, offer);
+    return false;
 }
 
 /* ---- headers -------------------------------------------------------------------------------- */
@@ -243,6 +272,7 @@ void obx__headers_build(const obx__msg *m, obx__headers *h) {
     if (e->correlation_id[0]) put(h, OBX__H_CORRELATION_ID, "%s", e->correlation_id);
     if (e->causation_id[0]) put(h, OBX__H_CAUSATION_ID, "%s", e->causation_id);
     if (e->traceparent[0]) put(h, OBX__H_TRACEPARENT, "%s", e->traceparent);
+    if (m->dest && m->dest->serializer[0]) put(h, OBX__H_CONTENT_TYPE, "%s", m->dest->serializer);
 }
 
 static obx_err hfail(obx__delivery *d, const char *fmt, ...) OBX__PRINTF(2, 3);

@@ -51,6 +51,7 @@ typedef struct obx_broker obx__broker;
 #define OBX__H_AGGREGATE "obx-aggregate" /* "type/id@version" */
 #define OBX__H_OCCURRED_AT "obx-occurred-at"
 #define OBX__H_PAYLOAD_SCHEMA "obx-payload-schema"
+#define OBX__H_CONTENT_TYPE "content-type" /* the frozen destination's serializer */
 
 /* One attempt to send. All pointers are borrowed for the duration of send(); a backend that
  * keeps the message until its outcome copies what it needs. */
@@ -93,7 +94,19 @@ typedef struct obx__outcome {
     int64_t offset;
     int64_t broker_ts;
     char reason[OBX_TEXT_MAX + 1]; /* REJECT / NOT_SENT / UNKNOWN: the broker's words */
+    /* REJECT that no retry can cure (the frozen contract cannot be honoured, the payload no
+     * longer matches its frozen digest): the event is PARKED at once, with the reason */
+    bool park;
 } obx__outcome;
+
+/* What a broker handle honours of a frozen destination contract (destination.v1: durability,
+ * required_acks, serializer), as comma-separated values; "*" = any. docs/protocol.md,
+ * "Destination contract". */
+typedef struct obx__contract {
+    char durability[128];
+    char required_acks[128];
+    char serializer[128];
+} obx__contract;
 
 typedef struct obx__lookup_req {
     const obx__dest *dest;
@@ -118,6 +131,15 @@ typedef struct obx__lookup_res {
     /* CANNOT_TELL only because the quiet time has not passed: when asking again can give an
      * authoritative answer (0 = unknown). */
     int64_t authoritative_at;
+    /* Set by the engine (obx__reconcile_lookup), not by backends: when the quiet time of the
+     * event's outstanding attempts ends, i.e. when no late write of theirs can appear any more.
+     * The route's UNKNOWN policy applies only after it. */
+    int64_t quiet_until;
+    /* FOUND by a best-effort lookup that proves only that the broker routed the message, not
+     * that every destination bound to it stored it (a RabbitMQ audit-stream copy: a queue may
+     * have refused the same publish, and that nack may be the confirm that was lost). The
+     * engine records it and lets the route's UNKNOWN policy decide (docs/amqp.md). */
+    bool routed_only;
     char reason[OBX_TEXT_MAX + 1];
 } obx__lookup_res;
 
@@ -192,6 +214,9 @@ typedef struct obx__broker_methods {
      * retried now); false: the broker drops it or dead-letters it per the queue's policy. Must
      * not be used for a delivery whose effect was committed: that one is acked. */
     obx_err (*consume_release)(obx__broker *b, const obx__delivery *d, bool requeue);
+    /* What this handle honours of a frozen destination contract (obx__contract). Absent:
+     * durability persistent, required_acks all, any serializer (carried as content-type). */
+    void (*contract)(obx__broker *b, obx__contract *out);
 } obx__broker_methods;
 
 struct obx_broker {
@@ -243,6 +268,12 @@ obx_err obx__br_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_r
 obx_err obx__br_scan(obx__broker *b, const char *topic, int64_t since, obx__scan_fn fn, void *user);
 /* The open handle's capabilities: caps_of(b) when the backend has it, else the static caps. */
 unsigned obx__br_caps(obx__broker *b);
+/* What the handle honours of a destination contract (the backend's contract(), or the
+ * default). */
+void obx__br_contract(obx__broker *b, obx__contract *out);
+/* Whether the handle honours destination d's frozen contract; why (cap bytes) says what it
+ * cannot honour, naming the field, the value and what the backend offers. */
+bool obx__br_honours(obx__broker *b, const obx__dest *d, char *why, size_t cap);
 /* Fault injection for tests: the k-th wrapper call (1-based, process-wide, counted from this
  * call) fails with OBX_EBROKER; 0 = off. obx__br_calls(): wrapper calls counted since. */
 void obx__br_fault_after(long k);

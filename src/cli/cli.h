@@ -23,6 +23,37 @@ int cli_open_store(const char *cmd, const char *url, obx_store **out);
 
 typedef int (*cli_cmd_fn)(int argc, char **argv);
 
+/* The command table (commands.c): the one source of dispatch, help, man page and completion. */
+typedef struct cli_opt {
+    const char *name; /* long option without "--"; NULL ends the list */
+    const char *arg;  /* its argument's name ("URL"); NULL: a flag, no argument */
+    const char *def;  /* with an argument: its default as typed, or "required..."; flags: NULL */
+    const char *text; /* what it does: plain sentences */
+    char short_name;  /* a one-letter alias getopt also accepts (-d), or 0 */
+} cli_opt;
+
+#define CLI_MAX_OPTS 32
+typedef struct cli_command {
+    const char *name;
+    cli_cmd_fn fn;
+    const char *summary;        /* one line for `obx help` */
+    const char *synopsis;       /* usage lines without "obx ", '\n' between them */
+    const char *subcommands;    /* words that may follow the name (space separated), or NULL */
+    const char *text;           /* description: plain sentences, "\n\n" between paragraphs */
+    cli_opt opts[CLI_MAX_OPTS]; /* every option the command's getopt accepts; ends at name NULL */
+    const char *examples;       /* command lines, '\n' between them */
+} cli_command;
+
+extern const cli_command cli_commands[];
+extern const size_t cli_n_commands;
+extern const char cli_man_description[], cli_man_files[], cli_man_http[], cli_man_exit[],
+    cli_man_see_also[];
+/* The entry named `name`, or NULL. */
+const cli_command *cli_find_command(const char *name);
+/* help.c: the general help (command list), one command's help. */
+void cli_help_general(FILE *f);
+void cli_help_command(FILE *f, const cli_command *c);
+
 /* The sample consumer (projection.c): an order projection in the consumer's SQLite database. */
 typedef struct projection {
     unsigned fail_permille; /* injected handler failures (demo, tests) */
@@ -59,6 +90,7 @@ int cmd_relay(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_consume(int argc, char **argv);
 int cmd_requeue(int argc, char **argv);
+int cmd_resolve(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_poison(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
@@ -73,5 +105,8 @@ int cmd_status(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_consumer_test(int argc, char **argv);
 int cmd_catalog(int argc, char **argv);
+int cmd_help(int argc, char **argv);
+int cmd_version(int argc, char **argv);
+int cmd_completion(int argc, char **argv);
 
 #endif

@@ -21,7 +21,11 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
+#ifdef OBX_WITH_POSTGRES
 #include <libpq-fe.h>
+#else
+#include "pq_off.h" /* OBX_WITH_POSTGRES=OFF: a PostgreSQL URL fails to connect */
+#endif
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -150,7 +154,6 @@ typedef struct demo {
     const char *consume_from; /* topic (log, Kafka) or queue (AMQP) */
     char topic[64];           /* the route's topic (Kafka, log) or exchange (AMQP) */
     char amqp_names[5][128];  /* per-run exchange, queue and stream settings (AMQP) */
-    bool blind_retry;         /* brokers without an authoritative lookup */
     long events;
     long lease_ms;
     int json;
@@ -372,8 +375,7 @@ static int setup(demo *d) {
                    .cluster = cluster,
                    .topic = d->topic,
                    .routing_key = "{tenant}.order.{aggregate_id}",
-                   .max_attempts = 20,
-                   .blind_retry = d->blind_retry};
+                   .max_attempts = 20}; /* the UNKNOWN policy is the default: retry */
     int64_t gen;
     e = obx_route_set(s, &r, &gen);
     obx_store_close(s);
@@ -483,7 +485,7 @@ int cmd_demo(int argc, char **argv) {
         d.n_consumer_props = 1;
     } else if (broker && (!strncmp(broker, "amqp://", 7) || !strncmp(broker, "amqps://", 8))) {
         /* an exchange, the consumer's quorum queue and an audit stream (best-effort lookup);
-         * without an authoritative lookup the route must allow a blind same-target retry */
+         * what the lookup cannot prove, the route's default UNKNOWN policy retries */
         /* names carry a per-run tag: a queue left by an earlier run (still holding its
          * messages) must not feed this run's consumer */
         unsigned tag = (unsigned)time(NULL) ^ ((unsigned)getpid() << 16);
@@ -498,7 +500,6 @@ int cmd_demo(int argc, char **argv) {
         d.consumer_props[d.n_consumer_props++] = d.amqp_names[0];
         d.consumer_props[d.n_consumer_props++] = d.amqp_names[1];
         d.consume_from = d.amqp_names[1] + strlen("declare_queue=");
-        d.blind_retry = true;
     }
     if (broker) {
         d.custom_broker = true;

@@ -83,7 +83,7 @@ static int route_first(obx_store *s, const char *type, obx_route *over, int64_t 
                     .required_acks =
                         over->required_acks ? over->required_acks : str(cur, "required_acks"),
                     .max_attempts = (int)json_integer_value(json_object_get(cur, "max_attempts")),
-                    .blind_retry = json_is_true(json_object_get(cur, "blind_retry")),
+                    .on_unknown = str(cur, "on_unknown"),
                     .unordered = json_is_true(json_object_get(cur, "unordered")),
                     .alias = str(cur, "alias")};
     e = obx_route_set(s, &rt, gen);

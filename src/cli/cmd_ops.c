@@ -113,6 +113,22 @@ static void print_status(json_t *s) {
         }
         printf("\n");
     }
+    json_t *un = json_object_get(s, "unknown");
+    if (ji(un, "held")) {
+        age(b, sizeof b, ji(un, "oldest_held_age_ms"));
+        printf("\n  %sHELD for an operator: %lld UNKNOWN events, the oldest held for %s%s\n"
+               "  (resolve: obx resolve --held --retry --who NAME --reason TEXT, or --accept with "
+               "evidence)\n",
+               ji(un, "oldest_held_age_ms") > ji(un, "held_alert_ms") ? "ALERT " : "",
+               ji(un, "held"), b,
+               ji(un, "oldest_held_age_ms") > ji(un, "held_alert_ms") ? " (over 15 min)" : "");
+    }
+    json_t *dsets = json_object_get(s, "delivery_sets");
+    if (ji(dsets, "undelivered_all") || ji(dsets, "undelivered_any") || ji(dsets, "trailing_slots"))
+        printf("\n  delivery sets not delivered yet: %lld (rule all), %lld (rule any); trailing "
+               "targets of delivered any-sets still being sent: %lld\n",
+               ji(dsets, "undelivered_all"), ji(dsets, "undelivered_any"),
+               ji(dsets, "trailing_slots"));
     json_t *rc = json_object_get(s, "receipts");
     printf("\n  receipts: %lld primary, %lld duplicate, %lld quarantined, %lld migration\n",
            ji(rc, "primary"), ji(rc, "duplicate"), ji(rc, "quarantined"), ji(rc, "migration"));
@@ -125,8 +141,9 @@ static void print_status(json_t *s) {
         age(b, sizeof b, now - ji(e, "unknown_since"));
         printf("  %s %-16s ", js(e, "event_id"), js(e, "state"));
         cli_clean(stdout, js(e, "event_type"));
-        printf(" unknown for %s, %zu attempt(s)\n", b,
-               json_array_size(json_object_get(e, "attempts")));
+        printf(" unknown for %s, %zu attempt(s)%s\n", b,
+               json_array_size(json_object_get(e, "attempts")),
+               ji(e, "held_at") ? ", HELD for an operator" : "");
         size_t j;
         json_t *at;
         json_array_foreach(json_object_get(e, "attempts"), j, at) {

@@ -61,19 +61,24 @@ typedef struct args {
     int npos;
 } args;
 
-/* Parses the shared options; `allowed` lists the option codes this command takes. Returns 0, or
- * the exit status of a usage or configuration error (already reported). */
+/* Parses the shared options; `allowed` lists the option codes this command takes (getopt sees
+ * only those: an option of another command is unrecognized, and the command's help lists
+ * exactly what its getopt accepts). Returns 0, or the exit status of a usage or configuration
+ * error (already reported). */
 static int parse(const char *cmd, int argc, char **argv, const int *allowed, const char *usage,
                  args *a) {
     memset(a, 0, sizeof *a);
+    struct option mine[sizeof opts / sizeof opts[0]] = {{0}};
+    size_t n = 0;
+    for (const struct option *o = opts; o->name; o++)
+        for (const int *p = allowed; *p; p++)
+            if (*p == o->val) mine[n++] = *o;
     const char *config = NULL;
     int c;
     optind = 1;
     /* first pass: the file and the option set; flags apply over the file in the second */
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        bool ok = false;
-        for (const int *p = allowed; *p; p++) ok = ok || *p == c;
-        if (c == '?' || !ok) return cli_usage(cmd, "%s", usage);
+    while ((c = getopt_long(argc, argv, "", mine, NULL)) != -1) {
+        if (c == '?') return cli_usage(cmd, "%s", usage);
         if (c == O_CONFIG) config = optarg;
     }
     for (int i = optind; i < argc; i++) {
@@ -85,7 +90,7 @@ static int parse(const char *cmd, int argc, char **argv, const int *allowed, con
     a->config_given = config != NULL;
     bool consumers_reset = false;
     optind = 1;
-    while (!e && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while (!e && (c = getopt_long(argc, argv, "", mine, NULL)) != -1) {
         switch (c) {
         case O_DB: e = obx_config_set(a->cfg, "db", optarg); break;
         case O_BROKER:

@@ -80,21 +80,15 @@ static int route_set(int argc, char **argv) {
     memset(&r, 0, sizeof r);
     obx_route_target also[OBX_SET_MAX];
     size_t n_also = 0;
-    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
-                                         {"cluster", required_argument, 0, 'c'},
-                                         {"topic", required_argument, 0, 't'},
-                                         {"routing-key", required_argument, 0, 'k'},
-                                         {"algorithm", required_argument, 0, 'a'},
-                                         {"serializer", required_argument, 0, 's'},
-                                         {"durability", required_argument, 0, 'D'},
-                                         {"acks", required_argument, 0, 'A'},
-                                         {"max-attempts", required_argument, 0, 'm'},
-                                         {"blind-retry", no_argument, 0, 'b'},
-                                         {"unordered", no_argument, 0, 'u'},
-                                         {"alias", required_argument, 0, 'l'},
-                                         {"also", required_argument, 0, 'o'},
-                                         {"completion", required_argument, 0, 'C'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"db", required_argument, 0, 'd'},           {"cluster", required_argument, 0, 'c'},
+        {"topic", required_argument, 0, 't'},        {"routing-key", required_argument, 0, 'k'},
+        {"algorithm", required_argument, 0, 'a'},    {"serializer", required_argument, 0, 's'},
+        {"durability", required_argument, 0, 'D'},   {"acks", required_argument, 0, 'A'},
+        {"max-attempts", required_argument, 0, 'm'}, {"blind-retry", no_argument, 0, 'b'},
+        {"on-unknown", required_argument, 0, 'U'},   {"unordered", no_argument, 0, 'u'},
+        {"alias", required_argument, 0, 'l'},        {"also", required_argument, 0, 'o'},
+        {"completion", required_argument, 0, 'C'},   {0, 0, 0, 0}};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -127,14 +121,15 @@ static int route_set(int argc, char **argv) {
             r.max_attempts = (int)v;
             break;
         }
-        case 'b': r.blind_retry = 1; break;
+        case 'b': r.on_unknown = "retry"; break; /* kept: the default now */
+        case 'U': r.on_unknown = optarg; break;
         case 'u': r.unordered = 1; break;
         case 'l': r.alias = optarg; break;
         default:
             return cli_usage("route set", "usage: obx route set EVENT_TYPE --cluster C --topic T "
                                           "[--routing-key TPL] [--algorithm A] [--serializer S] "
                                           "[--durability D] [--acks A] [--max-attempts N] "
-                                          "[--blind-retry] [--unordered] [--alias A] "
+                                          "[--on-unknown retry|hold] [--unordered] [--alias A] "
                                           "[--also CLUSTER/TOPIC[/ROUTING_KEY]]... "
                                           "[--completion all|any] [--db URL]");
         }
@@ -216,7 +211,8 @@ static int route_list(int argc, char **argv) {
                    json_string_value(json_object_get(r, "algorithm")),
                    json_string_value(json_object_get(r, "required_acks")),
                    (long long)json_integer_value(json_object_get(r, "max_attempts")),
-                   json_is_true(json_object_get(r, "blind_retry")) ? " blind-retry" : "",
+                   json_is_true(json_object_get(r, "blind_retry")) ? " on-unknown=retry"
+                                                                   : " on-unknown=hold",
                    json_is_true(json_object_get(r, "unordered")) ? " unordered" : "",
                    json_string_value(json_object_get(r, "alias")), also);
         }

@@ -38,7 +38,8 @@ int cli_usage(const char *cmd, const char *fmt, ...) {
     va_end(ap);
     fprintf(stderr, "obx %s: ", cmd);
     put_printable(stderr, msg);
-    fprintf(stderr, "\n(see `obx help` or `man obx`)\n");
+    /* cmd may be "route set": the first word names the command's help */
+    fprintf(stderr, "\n(see `obx %.*s --help` or `man obx`)\n", (int)strcspn(cmd, " "), cmd);
     return 2;
 }
 
@@ -98,72 +99,31 @@ int cli_open_store(const char *cmd, const char *url, obx_store **out) {
     return 0;
 }
 
-static const struct {
-    const char *name;
-    cli_cmd_fn fn;
-    const char *help;
-} commands[] = {
-    {"init", cmd_init, "create or upgrade the outbox schema: obx init --db URL [--roles PREFIX]"},
-    {"route", cmd_route, "route policy: obx route set TYPE --cluster C --topic T ... | list"},
-    {"enqueue", cmd_enqueue, "commit one event: obx enqueue --type T --aggregate TYPE/ID@V ..."},
-    {"inspect", cmd_inspect, "one event's envelope, state, attempts, receipts, audit"},
-    {"report", cmd_report, "the whole outbox: counts, receipts, UNKNOWN times, invariants"},
-    {"status", cmd_status, "the outbox at a glance (cheap): states, ages, UNKNOWN/PARKED lists"},
-    {"trace", cmd_trace, "one event's flow, producer to consumers: obx trace ID | --correlation C"},
-    {"consumer-test", cmd_consumer_test,
-     "replay a consumer against duplicates, reordering, old contracts, tenants, poison"},
-    {"catalog", cmd_catalog, "check the topic catalog against routes and subscriptions"},
-    {"relay", cmd_relay, "run the relay daemon: obx relay [--config FILE] [--db] [--broker]"},
-    {"config", cmd_config, "the relay's effective configuration as JSON, secrets redacted"},
-    {"consume", cmd_consume, "run a consumer through the inbox (sample order projection)"},
-    {"requeue", cmd_requeue, "put a PARKED event back to PENDING: obx requeue EVENT_ID"},
-    {"poison", cmd_poison, "consumer poison messages: obx poison list|redrive"},
-    {"sim", cmd_sim, "the deterministic simulator and release gate: obx sim --traces N --seed S"},
-    {"audit", cmd_audit,
-     "three-set audit: outbox vs receipts vs critical consumers (exit 1: "
-     "findings)"},
-    {"purge", cmd_purge, "retention: retain and purge what the evidence allows [--dry-run]"},
-    {"watermark", cmd_watermark, "critical consumers' watermarks: list | force CONSUMER --until"},
-    {"demo", cmd_demo, "the whole pipeline with injected faults: obx demo [--events N]"},
-    {"migrate", cmd_migrate,
-     "move undelivered events to a new destination (with proof), or add "
-     "a delivery-set target"},
-    {"shadow", cmd_shadow, "compare what obx would send with what another dispatcher published"},
-    {"takeover", cmd_takeover,
-     "hand event types to a dispatcher alias (or back): obx takeover "
-     "--to A"},
-};
-
-static void help(FILE *f) {
-    fprintf(f,
-            "obx %s — transactional outbox with delivery reconciliation\n\nusage: obx "
-            "<command> [options]\n\ncommands:\n",
-            OBX_VERSION_STRING);
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
-    fprintf(f,
-            "\nEvery command names its outbox with --db URL (sqlite:PATH or postgres://...,\n"
-            "default %s) and its broker with --broker URL (log:PATH, kafka://HOST:PORT,\n"
-            "amqp://USER:PASS@HOST:PORT/VHOST; default %s).\n",
-            CLI_DEFAULT_DB, CLI_DEFAULT_BROKER);
+/* `obx COMMAND ... --help` (or -h) anywhere before a "--": that command's help, nothing run. */
+static bool wants_help(int argc, char **argv) {
+    for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return true;
+    return false;
 }
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        help(stderr);
+        cli_help_general(stderr);
         return 2;
     }
-    if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        help(stdout);
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return cmd_help(1, argv + 1);
+    if (!strcmp(argv[1], "--version")) return cmd_version(1, argv + 1);
+    const cli_command *c = cli_find_command(argv[1]);
+    if (!c) {
+        fprintf(stderr, "obx: unknown command '");
+        put_printable(stderr, argv[1]);
+        fprintf(stderr, "'\n\n");
+        cli_help_general(stderr);
+        return 2;
+    }
+    if (wants_help(argc, argv)) {
+        cli_help_command(stdout, c);
         return 0;
     }
-    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
-        printf("obx %s\n", OBX_VERSION_STRING);
-        return 0;
-    }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "obx: unknown command '%s'\n\n", argv[1]);
-    help(stderr);
-    return 2;
+    return c->fn(argc - 1, argv + 1);
 }

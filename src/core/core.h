@@ -35,6 +35,8 @@ void obx__clear_error(void);
 
 /* Copies at most cap-1 bytes and NUL-terminates. Returns strlen(src). */
 size_t obx__strlcpy(char *dst, const char *src, size_t cap);
+/* Whether v is one of the comma-separated values of list ("*" in the list: any value). */
+bool obx__csv_has(const char *list, const char *v);
 /* malloc'ed copy or NULL. */
 char *obx__strdup(const char *s);
 /* printf into a fresh malloc'ed string; NULL on ENOMEM. */

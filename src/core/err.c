@@ -38,6 +38,9 @@ const char *obx_errname(obx_err e) {
     return i ? i->name : "OBX_E?";
 }
 
+/* Compiled into the library: a program built against an older header still learns what runs. */
+const char *obx_libversion(void) { return OBX_VERSION_STRING; }
+
 int obx_err_is_retriable(obx_err e) {
     const err_info *i = find(e);
     return i ? i->retriable : 0;

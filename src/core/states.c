@@ -65,6 +65,11 @@ const obx__transition obx__transitions[] = {
     T(RETRY_CLAIMED, RETRY_CLAIMED, RECONCILER, "obx__reconcile_begin",
       "retry claim lease expired: taken over"),
     T(PARKED, PENDING, OPERATOR, "obx_requeue", "operator requeued a parked event"),
+    /* An operator resolving an UNKNOWN (held or not) by a same-target retry: the event is
+     * handed to the reconciler with an expired lease, which sends to the frozen destination.
+     * Accepting with evidence goes through the acceptance point instead (ACCEPTOR rows). */
+    T(DISPATCH_UNKNOWN, RETRY_CLAIMED, OPERATOR, "obx__resolve",
+      "operator: same-target retry of an UNKNOWN outcome"),
     T(PUBLISHED, RETAINED, PURGER, "obx__purge_step", "critical consumers' watermarks cover it"),
     T(RETAINED, PURGED, PURGER, "obx__purge_step",
       "replay window and forced watermark passed; payload dropped, tombstone kept"),

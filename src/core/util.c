@@ -10,6 +10,19 @@
 #include <string.h>
 #include <time.h>
 
+bool obx__csv_has(const char *list, const char *v) {
+    if (!list || !v) return false;
+    size_t n = strlen(v);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if ((len == 1 && *p == '*') || (len == n && !strncmp(p, v, n))) return true;
+        if (!end) break;
+        p = end + 1;
+    }
+    return false;
+}
+
 size_t obx__strlcpy(char *dst, const char *src, size_t cap) {
     size_t n = src ? strlen(src) : 0;
     if (cap) {

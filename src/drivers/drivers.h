@@ -9,6 +9,11 @@
 
 #include <stdatomic.h>
 
+/* A held UNKNOWN (one only an operator, a lookup's proof or a consumer's evidence can end)
+ * older than this is an alert in `obx status`, on the dashboard and in docs/ops/alerts.yml: the
+ * release gate's bound on UNKNOWN resolution (p99 under 15 minutes). */
+#define OBX__HELD_ALERT_MS 900000
+
 typedef struct obx__strv {
     char **v;
     size_t n;

@@ -15,6 +15,9 @@
  *   GET  /vendor/uplot.js /vendor/uplot.css   uPlot, vendored (src/drivers/dashboard/vendor)
  *   POST /api/requeue        {"event_id": ...}              PARKED -> PENDING
  *   POST /api/redrive        {"consumer": ..., "event_id": ...}  a consumer's poison message
+ *   POST /api/resolve        {"event_id" | "event_ids": [...] | "held": true, "type",
+ * "older_than_ms", "action": "retry" | "accept", evidence ("offset", "payload_digest", "partition",
+ * "topic", "attempt_id"), "who", "reason"}   UNKNOWN outcomes ended by an operator (obx resolve)
  *
  * Mutating requests need "Authorization: Bearer <token>", the token read from http.token_file
  * at start (compared in constant time, never logged); without a token file they are refused.
@@ -354,6 +357,65 @@ static enum MHD_Result api_requeue(http *h, struct MHD_Connection *c, req *rq) {
     return ret;
 }
 
+/* POST /api/resolve: obx_resolve's request as JSON; the reply is its document. "who" names the
+ * operator (recorded as operator:<who>@<relay>); "reason" is required. */
+static enum MHD_Result api_resolve(http *h, struct MHD_Connection *c, req *rq) {
+    const char *err = NULL;
+    json_t *j = body_json(rq, &err);
+    if (!j) return json_error(c, MHD_HTTP_BAD_REQUEST, OBX_EINVAL, err);
+    const char *ids[64];
+    size_t n = 0;
+    const char *one = json_string_value(json_object_get(j, "event_id"));
+    json_t *arr = json_object_get(j, "event_ids"), *it;
+    size_t i;
+    if (one) ids[n++] = one;
+    json_array_foreach(arr, i, it) if (n < 64 && json_string_value(it)) ids[n++] =
+        json_string_value(it);
+    const char *op = json_string_value(json_object_get(j, "who"));
+    char who[OBX__OWNER_MAX + 1];
+    snprintf(who, sizeof who, "operator:%.60s@%.120s", op && *op ? op : "dashboard",
+             obx__relay_id(h->r));
+    json_t *part = json_object_get(j, "partition");
+    obx_resolve_request q = {
+        .event_ids = n ? ids : NULL,
+        .n_event_ids = n,
+        .event_type = json_string_value(json_object_get(j, "type")),
+        .held = json_is_true(json_object_get(j, "held")),
+        .older_than_ms = json_integer_value(json_object_get(j, "older_than_ms")),
+        .action = json_string_value(json_object_get(j, "action")),
+        .topic = json_string_value(json_object_get(j, "topic")),
+        .has_partition = json_is_integer(part),
+        .partition = (int32_t)json_integer_value(part),
+        .offset = json_integer_value(json_object_get(j, "offset")),
+        .payload_digest = json_string_value(json_object_get(j, "payload_digest")),
+        .attempt_id = json_string_value(json_object_get(j, "attempt_id")),
+        .who = who,
+        .reason = json_string_value(json_object_get(j, "reason")),
+        .dry_run = json_is_true(json_object_get(j, "dry_run"))};
+    obx__store *s = NULL;
+    obx_err e = json_array_size(arr) > 64
+                    ? obx__fail(OBX_ETOOBIG, "event_ids: over the limit of 64 per request")
+                    : store_of(h, &s);
+    char *out = NULL;
+    size_t refused = 0;
+    if (!e) e = obx_resolve(s, &q, &out, &refused);
+    enum MHD_Result ret;
+    if (e) {
+        if (e == OBX_ESTORE || e == OBX_EIO || e == OBX_ECONNLOST) store_drop(h);
+        ret = json_error(c, status_of(e), e, obx_errmsg());
+    } else {
+        json_t *doc = json_loads(out, 0, NULL);
+        obx__log(OBX__LOG_INFO, "http", n == 1 ? ids[0] : NULL, NULL, NULL,
+                 "UNKNOWN resolution from the dashboard by %s (%s): %lld resolved, %zu refused",
+                 who, q.action, (long long)json_integer_value(json_object_get(doc, "resolved")),
+                 refused);
+        ret = json(c, MHD_HTTP_OK, doc ? doc : json_object());
+    }
+    obx_free(out);
+    json_decref(j);
+    return ret;
+}
+
 static enum MHD_Result api_redrive(http *h, struct MHD_Connection *c, req *rq) {
     const char *err = NULL;
     json_t *j = body_json(rq, &err);
@@ -407,7 +469,8 @@ static enum MHD_Result route(http *h, struct MHD_Connection *c, const char *url,
     if (get && !strcmp(url, "/api/status")) return api_status(h, c);
     if (get && !strcmp(url, "/api/series")) return api_series(h, c);
     if (get && !strcmp(url, "/api/trace")) return api_trace(h, c);
-    bool mutating = !strcmp(url, "/api/requeue") || !strcmp(url, "/api/redrive");
+    bool mutating = !strcmp(url, "/api/requeue") || !strcmp(url, "/api/redrive") ||
+                    !strcmp(url, "/api/resolve");
     if (mutating && !post)
         return json_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, OBX_EINVAL, "use POST");
     if (mutating) {
@@ -420,6 +483,7 @@ static enum MHD_Result route(http *h, struct MHD_Connection *c, const char *url,
             return json_error(c, MHD_HTTP_UNAUTHORIZED, OBX_EREFUSED,
                               "missing or wrong bearer token");
         }
+        if (!strcmp(url, "/api/resolve")) return api_resolve(h, c, rq);
         return !strcmp(url, "/api/requeue") ? api_requeue(h, c, rq) : api_redrive(h, c, rq);
     }
     if (!get && !post) return text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");

@@ -205,6 +205,17 @@ static void sec_outbox(scrape *x, obx__buf *b) {
            "Age of the oldest unresolved UNKNOWN episode (0: none)");
     sample(b, "obx_unknown_oldest_age_seconds", NULL, NULL,
            st->oldest_unknown_since ? (double)(x->now - st->oldest_unknown_since) / 1000.0 : 0.0);
+    family(b, "obx_unknown_held_events", "gauge",
+           "UNKNOWN events held for an operator (route policy hold, or a broker copy obx cannot "
+           "accept): resolve with obx resolve");
+    sample(b, "obx_unknown_held_events", NULL, NULL, (double)st->held);
+    family(b, "obx_unknown_held_oldest_age_seconds", "gauge",
+           "How long the oldest held UNKNOWN has been waiting for an operator (0: none)");
+    sample(b, "obx_unknown_held_oldest_age_seconds", NULL, NULL,
+           st->oldest_held ? (double)(x->now - st->oldest_held) / 1000.0 : 0.0);
+    family(b, "obx_unknown_held_alert_seconds", "gauge",
+           "The held-UNKNOWN age past which obx status and the dashboard raise an alert");
+    sample(b, "obx_unknown_held_alert_seconds", NULL, NULL, OBX__HELD_ALERT_MS / 1000.0);
     family(b, "obx_unknown_attempts", "gauge",
            "Attempts with an unknown outcome on events whose publish slot is still empty");
     sample(b, "obx_unknown_attempts", NULL, NULL, (double)st->attempts_unknown);

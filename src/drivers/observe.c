@@ -172,14 +172,15 @@ static json_t *summary(const obx__event_row *r) {
     snprintf(agg, sizeof agg, "%s/%s@%lld", r->env.aggregate_type, r->env.aggregate_id,
              (long long)r->env.aggregate_version);
     return json_pack(
-        "{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:i,s:i,s:s,s:i,s:I,s:I,s:s,s:I}", "event_id",
+        "{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:i,s:i,s:s,s:i,s:I,s:I,s:s,s:I,s:I,s:s}", "event_id",
         r->env.event_id, "event_type", r->env.event_type, "aggregate", agg, "tenant", r->env.tenant,
         "correlation_id", r->env.correlation_id, "state", obx__state_name(r->state), "topic",
         r->dest.topic, "committed_at", (json_int_t)r->committed_at, "updated_at",
         (json_int_t)r->updated_at, "rejections", (int)r->rejections, "max_attempts",
         (int)r->max_attempts, "attempt_id", r->attempt_id, "attempt_gen", (int)r->attempt_gen,
         "unknown_since", (json_int_t)r->unknown_since, "next_check_at",
-        (json_int_t)r->next_check_at, "owner", r->owner, "lease_until", (json_int_t)r->lease_until);
+        (json_int_t)r->next_check_at, "owner", r->owner, "lease_until", (json_int_t)r->lease_until,
+        "held_at", (json_int_t)r->held_at, "on_unknown", r->blind_retry ? "retry" : "hold");
 }
 
 static obx_err attempts_of(obx__store *s, const char *event_id, json_t *into, char *last_reason,
@@ -308,10 +309,25 @@ obx_err obx__status_json(obx__store *s, obx__consumer_set *cs, const obx__store_
                                                               : 0)));
     json_object_set_new(
         doc, "unknown",
-        json_pack("{s:I,s:I,s:I,s:I}", "events", (json_int_t)unknown, "open_attempts",
-                  (json_int_t)st.attempts_unknown, "oldest_since",
+        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "events", (json_int_t)unknown,
+                  "open_attempts", (json_int_t)st.attempts_unknown, "oldest_since",
                   (json_int_t)st.oldest_unknown_since, "oldest_age_ms",
-                  (json_int_t)(st.oldest_unknown_since ? now - st.oldest_unknown_since : 0)));
+                  (json_int_t)(st.oldest_unknown_since ? now - st.oldest_unknown_since : 0),
+                  /* held for an operator (obx resolve), and when to alert (docs/operations.md) */
+                  "held", (json_int_t)st.held, "oldest_held_at", (json_int_t)st.oldest_held,
+                  "oldest_held_age_ms", (json_int_t)(st.oldest_held ? now - st.oldest_held : 0),
+                  "held_alert_ms", (json_int_t)OBX__HELD_ALERT_MS));
+    /* delivery sets not delivered yet under their rule, and the trailing targets of `any`
+     * sets that are (still sent; not overdue events) */
+    int64_t dopen[3] = {0, 0, 0};
+    if ((e = s->m->delivery_open(s, dopen))) {
+        json_decref(doc);
+        return e;
+    }
+    json_object_set_new(doc, "delivery_sets",
+                        json_pack("{s:I,s:I,s:I}", "undelivered_all", (json_int_t)dopen[0],
+                                  "undelivered_any", (json_int_t)dopen[1], "trailing_slots",
+                                  (json_int_t)dopen[2]));
     json_object_set_new(doc, "receipts",
                         json_pack("{s:I,s:I,s:I,s:I}", "primary", (json_int_t)st.receipts_primary,
                                   "duplicate", (json_int_t)st.receipts_duplicate, "quarantined",

@@ -125,8 +125,14 @@ static void on_note(void *user, const obx__note *n) {
                  n->detail, n->event_id);
         break;
     case OBX__NOTE_RETRY:
+    case OBX__NOTE_RESOLVED:
         obx__log(OBX__LOG_INFO, "reconciler", n->event_id, n->attempt_id, n->correlation_id, "%s",
                  n->detail);
+        break;
+    case OBX__NOTE_HELD:
+        obx__log(OBX__LOG_WARN, "reconciler", n->event_id, n->attempt_id, n->correlation_id,
+                 "UNKNOWN HELD: %s (resolve: obx resolve %s --retry|--accept ...)", n->detail,
+                 n->event_id);
         break;
     }
 }
@@ -135,6 +141,30 @@ static void on_resolved(void *user, const char *event_id, int64_t ms) {
     worker *w = user;
     (void)event_id;
     obx__hist_observe(&w->resolution, (double)ms / 1000.0);
+}
+
+/* Registers the cluster this relay serves in the outbox's cluster registry: its broker backend,
+ * lookup capability and the destination contracts it honours, so that `obx route set` can
+ * refuse a contract this cluster cannot honour (docs/protocol.md, "Destination contract"). */
+static obx_err register_cluster(obx_relay *r, obx__store *s, obx__broker *b, const char *cluster) {
+    obx__cluster_row c;
+    memset(&c, 0, sizeof c);
+    obx__strlcpy(c.cluster, cluster, sizeof c.cluster);
+    obx__strlcpy(c.backend, b->m->name, sizeof c.backend);
+    unsigned caps = obx__br_caps(b);
+    obx__strlcpy(c.lookup,
+                 caps & OBX__BCAP_LOOKUP_AUTHORITATIVE ? "authoritative"
+                 : caps & OBX__BCAP_LOOKUP_BEST_EFFORT ? "best_effort"
+                                                       : "none",
+                 sizeof c.lookup);
+    obx__contract k;
+    obx__br_contract(b, &k);
+    obx__strlcpy(c.durability, k.durability, sizeof c.durability);
+    obx__strlcpy(c.required_acks, k.required_acks, sizeof c.required_acks);
+    obx__strlcpy(c.serializer, k.serializer, sizeof c.serializer);
+    obx__strlcpy(c.relay, r->id, sizeof c.relay);
+    c.seen_at = obx__wall_ms();
+    return obx__st_cluster_put(s, &c);
 }
 
 static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engine *e) {
@@ -167,6 +197,8 @@ static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engi
     ec.aliases = (const char *const *)c->aliases.v;
     ec.n_aliases = c->aliases.n;
     if ((err = obx__engine_init(e, *s, *b, &ec))) return err;
+    if (w->index == 0 && !r->cfg->shadow && (err = register_cluster(r, *s, *b, e->cluster)))
+        return obx__fail_prefix(err, "register cluster %s", e->cluster);
     e->on_note = on_note;
     e->on_note_user = w;
     e->on_unknown_resolved = on_resolved;
@@ -446,15 +478,44 @@ static void *dispatcher_main(void *arg) {
     return NULL;
 }
 
+/* The critical consumers' databases as consumer evidence for the reconciler (resolve.c):
+ * opened on demand before each step; one whose query failed is closed and opened again at the
+ * next step (a lost connection does not come back by itself). */
+static void evidence_refresh(obx__consumer_set *cs, obx__critical *crit, obx__engine *e) {
+    for (size_t i = 0; i < cs->n; i++) {
+        if (crit[i].failed) {
+            obx__log(OBX__LOG_WARN, "reconciler", NULL, NULL, NULL,
+                     "critical consumer %s cannot testify now (reconnecting): %s", crit[i].id,
+                     obx_errmsg());
+            obx__consumer_drop(cs, i, OBX_ESTORE);
+            crit[i].failed = false;
+        }
+        if (!cs->v[i].s) obx__consumer_open(cs, i);
+        obx__strlcpy(crit[i].id, cs->v[i].id, sizeof crit[i].id);
+        crit[i].s = cs->v[i].s; /* NULL while it cannot be opened: skipped */
+    }
+    e->cfg.evidence = crit;
+    e->cfg.n_evidence = cs->n;
+}
+
 static void *reconciler_main(void *arg) {
     worker *w = arg;
     obx_relay *r = w->r;
     obx__store *s = NULL;
     obx__broker *b = NULL;
     obx__engine e;
+    obx__consumer_set cs = {0};
+    obx__critical *crit = NULL;
     obx_err err = open_engine(w, &s, &b, &e);
+    if (!err)
+        err = obx__consumer_set_init(&cs, (const char *const *)r->cfg->critical_consumers.v,
+                                     r->cfg->critical_consumers.n);
+    if (!err && cs.n && !(crit = calloc(cs.n, sizeof *crit)))
+        err = obx__fail(OBX_ENOMEM, "reconciler: out of memory");
     if (err) {
         fatal(r, err, "reconciler start");
+        free(crit);
+        obx__consumer_set_free(&cs);
         obx__br_close(b);
         obx__st_close(s);
         return NULL;
@@ -462,6 +523,7 @@ static void *reconciler_main(void *arg) {
     while (!atomic_load(&r->stop)) {
         int64_t now = obx__wall_ms();
         size_t handled = 0, applied = 0;
+        evidence_refresh(&cs, crit, &e);
         err = obx__reconcile_step(&e, now, &handled);
         if (err) transient(w, err, "reconcile");
         err = obx__engine_poll(&e, obx__wall_ms(), 0, &applied);
@@ -489,6 +551,8 @@ static void *reconciler_main(void *arg) {
         if (!n) sleep_ms(10);
     }
     publish(w, &e);
+    obx__consumer_set_free(&cs);
+    free(crit);
     obx__br_close(b);
     obx__st_close(s);
     return NULL;

@@ -18,6 +18,17 @@
  *      converged to the publish slot or the duplicate log, UNKNOWNs traceable by attempt, and
  *      UNKNOWN resolution times.
  *
+ * Timings (docs/model.md, "The release gate"): every trace runs on the relay's shipped defaults
+ * (leases, recheck back-off, backoff, sweep and reconcile intervals: obx_config_new()) and on
+ * the timings of one adapter drawn per trace as production would have it — Kafka (authoritative
+ * lookup, UNKNOWN after message.timeout.ms, quiet time message.timeout.ms + request.timeout.ms),
+ * RabbitMQ without and with an audit stream (no lookup / best effort, confirm timeout, quiet
+ * time confirm timeout + 2 heartbeats) or the local log — with the route's UNKNOWN policy drawn
+ * too (retry, the default, or hold). An on-call operator is an actor: held UNKNOWNs older than
+ * their reaction time are resolved with `obx resolve` (evidence found at the broker, or a
+ * same-target retry). Virtual time jumps to the next due lease, check or network event when
+ * nothing else is due, so a trace covers hours of production time in a few milliseconds.
+ *
  * Determinism: trace i is a pure function of (seed, i): its own RNG, virtual clock, seeded IDs.
  * Each worker thread owns a world (databases, a simulated cluster) and runs a trace inside
  * outer transactions that are rolled back afterwards, so traces do not see each other: on
@@ -29,7 +40,11 @@
 #include "drivers/drivers.h"
 
 #include <jansson.h>
+#ifdef OBX_WITH_POSTGRES
 #include <libpq-fe.h>
+#else
+#include "pq_off.h" /* OBX_WITH_POSTGRES=OFF: a PostgreSQL URL fails to connect */
+#endif
 #include <openssl/evp.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -89,7 +104,9 @@ typedef struct results {
     long lost_events, second_event_ids, cross_destination_retries, digest_divergence,
         consumer_duplicate_effects, stale_claim_sends, late_ack_total, late_ack_converged,
         unknown_total, unknown_untraceable, internal_errors, liveness_failures, quarantined,
-        premature_purges, purged, migrated, migration_refused, migrated_with_old_copy;
+        premature_purges, purged, migrated, migration_refused, migrated_with_old_copy,
+        unknown_unresolved, held, op_retries, op_accepts, racing_observed, both_acked_observed;
+    long adapter_traces[4], hold_traces;
     long fired[F_COUNT];
     long failing[16];
     long nfailing;
@@ -117,6 +134,14 @@ static void results_add(results *a, const results *b) {
     ADD(migrated);
     ADD(migration_refused);
     ADD(migrated_with_old_copy);
+    ADD(unknown_unresolved);
+    ADD(held);
+    ADD(op_retries);
+    ADD(op_accepts);
+    ADD(racing_observed);
+    ADD(both_acked_observed);
+    ADD(hold_traces);
+    for (int i = 0; i < 4; i++) ADD(adapter_traces[i]);
 #undef ADD
     for (int i = 0; i < F_COUNT; i++) a->fired[i] += b->fired[i];
 }
@@ -124,7 +149,33 @@ static void results_add(results *a, const results *b) {
 /* ---- actors ------------------------------------------------------------------------------------
  */
 
-enum { A_PRODUCER, A_DISPATCHER, A_RECONCILER, A_CONSUMER, A_PURGER, A_MIGRATOR };
+enum { A_PRODUCER, A_DISPATCHER, A_RECONCILER, A_CONSUMER, A_PURGER, A_MIGRATOR, A_OPERATOR };
+
+/* The adapters a trace may run on, with their shipped timings (docs/kafka.md, docs/amqp.md). */
+typedef struct adapter {
+    const char *name;
+    obx__sim_lookup lookup;
+    int64_t ack_timeout_ms; /* when the backend reports UNKNOWN for an ACK that never came */
+    int64_t quiet_ms;       /* its quiet time */
+} adapter;
+
+static const adapter adapters[4] = {
+    /* message.timeout.ms 300 s; quiet = that + request.timeout.ms 30 s */
+    {"kafka", OBX__SIM_LOOKUP_AUTHORITATIVE, 300000, 330000},
+    /* confirm_timeout_ms 30 s; quiet = that + 2 x heartbeat 30 s */
+    {"amqp", OBX__SIM_LOOKUP_NONE, 30000, 90000},
+    {"amqp-stream", OBX__SIM_LOOKUP_BEST_EFFORT, 30000, 90000},
+    /* the local log broker: a synchronous append, no late write after the deadline */
+    {"log", OBX__SIM_LOOKUP_AUTHORITATIVE, 1000, 0},
+};
+
+/* An on-call operator reacts to a held UNKNOWN (alert, look, `obx resolve`) after this long
+ * (drawn per trace), and looks again every OP_POLL_MS. */
+#define OP_REACT_MIN_MS 120000
+#define OP_REACT_MAX_MS 600000
+#define OP_POLL_MS 60000
+/* The resolution time an unresolved UNKNOWN counts with (a thousand years). */
+#define UNRESOLVED_MS (INT64_C(1000) * 365 * 86400000)
 
 #define MAX_DL 16
 
@@ -140,7 +191,8 @@ typedef struct actor {
     int next_cmd, retry_cmd;
     obx__ulid_gen gen;
     /* consumer */
-    /* purger: retention with the trace's consumers as critical consumers */
+    /* purger: retention with the trace's consumers as critical consumers; reconciler: the
+     * same consumers as evidence (traces with evidence on) */
     obx__critical crit[2];
     obx__retention_cfg rcfg;
     obx__purge_cursor cur;
@@ -150,7 +202,7 @@ typedef struct actor {
     bool to_ack[MAX_DL];
 } actor;
 
-#define MAX_ACTORS 8
+#define MAX_ACTORS 9
 #define MAX_EVENTS 8
 
 typedef struct wk {
@@ -180,7 +232,14 @@ typedef struct wk {
     char orders[MAX_EVENTS][32];
     char event_ids[MAX_EVENTS][2][OBX_EVENT_ID_LEN + 1]; /* what the producer was told */
     int n_ids[MAX_EVENTS];
-    double p[F_COUNT];        /* fault probabilities of this trace */
+    double p[F_COUNT]; /* fault probabilities of this trace */
+    /* timings: the relay's shipped defaults (obx_config_new), the trace's adapter, the
+     * route's UNKNOWN policy, whether the reconciler consults the consumers, the operator */
+    obx__engine_cfg base;
+    int64_t sweep_ms, reconcile_ms;
+    const adapter *ad;
+    bool hold, evidence;
+    int64_t op_react_ms, op_next_at;
     int64_t replay_window_ms; /* retention of this trace (purger actor) */
     char tenant[24];          /* per trace: concurrent traces on one PostgreSQL never share a key */
     size_t purge_batch;
@@ -316,6 +375,9 @@ enum {
     OQ_QUARANTINED,
     OQ_STUCK,
     OQ_MIGRATIONS,
+    OQ_NEXT_DUE,
+    OQ_UNRESOLVED,
+    OQ_HELD_EVER,
     OQ_COUNT
 };
 
@@ -364,6 +426,20 @@ static const char *const oq_sql[OQ_COUNT] = {
     /* every move: the event and the generation it left */
     [OQ_MIGRATIONS] = "SELECT event_id, envelope_gen - 1 FROM obx_receipt WHERE kind = "
                       "'MIGRATION' ORDER BY receipt_id",
+    /* the liveness phase's clock: the earliest lease end, check or backoff end of an
+     * unpublished event, and when the earliest held event is old enough for the operator */
+    [OQ_NEXT_DUE] = "SELECT (SELECT min(t) FROM (SELECT lease_until AS t FROM obx_event WHERE "
+                    "state IN ('CLAIMED', 'SENDING', 'RECONCILING', 'RETRY_CLAIMED') UNION ALL "
+                    "SELECT next_check_at FROM obx_event WHERE state = 'DISPATCH_UNKNOWN' UNION "
+                    "ALL SELECT available_at FROM obx_event WHERE state = 'PENDING') x), "
+                    "(SELECT min(held_at) + $1 FROM obx_event WHERE held_at > 0)",
+    /* UNKNOWN episodes that never ended: the event was UNKNOWN and is not published */
+    [OQ_UNRESOLVED] = "SELECT count(*) FROM obx_event WHERE unknown_since > 0 AND state <> "
+                      "'PUBLISHED' AND state <> 'RETAINED' AND state <> 'PURGED'",
+    /* events the reconciler ever held for an operator */
+    [OQ_HELD_EVER] = "SELECT count(DISTINCT event_id) FROM obx_audit WHERE actor = 'reconciler' "
+                     "AND (reason LIKE 'held for an operator%' OR reason LIKE 'cannot tell past "
+                     "the quiet time; the route''s UNKNOWN policy is hold%')",
 };
 
 typedef struct oparam {
@@ -524,10 +600,31 @@ static obx_err open_pg(wk *k, const char *url) {
     return obx_store_wrap_pg(k->opg, &k->os);
 }
 
+/* The relay's shipped defaults: what `obx relay` runs with when nobody configured anything. */
+static obx_err shipped_timings(wk *k) {
+    obx_config *c = NULL;
+    obx_err e = obx_config_new(&c);
+    if (e) return e;
+    obx__engine_cfg_defaults(&k->base);
+    k->base.lease_ms = c->lease_ms;
+    k->base.reconcile_lease_ms = c->reconcile_lease_ms;
+    k->base.recheck_ms = c->recheck_ms;
+    k->base.recheck_max_ms = c->recheck_max_ms;
+    k->base.backoff_base_ms = c->backoff_base_ms;
+    k->base.backoff_max_ms = c->backoff_max_ms;
+    k->base.batch = (size_t)c->batch;
+    k->sweep_ms = c->sweep_ms;
+    k->reconcile_ms = c->reconcile_ms;
+    obx_config_free(c);
+    return OBX_OK;
+}
+
 static obx_err wk_init(wk *k, int id, const obx_sim_options *o) {
     memset(k, 0, sizeof *k);
     k->id = id;
     k->o = o;
+    obx_err se = shipped_timings(k);
+    if (se) return se;
     snprintf(k->wname, sizeof k->wname, "simworld-%p-%d", (void *)k, id);
     snprintf(k->wurl, sizeof k->wurl, "sim:%s", k->wname);
     obx_err e = obx__sim_world_new(k->wname, &k->w);
@@ -589,23 +686,27 @@ static obx_err actor_start(wk *k, actor *a) {
              : a->kind == A_RECONCILER ? "r"
              : a->kind == A_PURGER     ? "g"
              : a->kind == A_MIGRATOR   ? "m"
+             : a->kind == A_OPERATOR   ? "o"
                                        : "c",
              a->index, a->incarnation);
     obx_err e = OBX_OK;
-    if (a->kind != A_PRODUCER && a->kind != A_PURGER) e = obx__br_open(k->wurl, NULL, 0, &a->b);
+    if (a->kind != A_PRODUCER && a->kind != A_PURGER && a->kind != A_OPERATOR)
+        e = obx__br_open(k->wurl, NULL, 0, &a->b);
     if (e) return e;
-    if (a->kind == A_DISPATCHER || a->kind == A_RECONCILER || a->kind == A_MIGRATOR) {
-        obx__engine_cfg c;
-        obx__engine_cfg_defaults(&c);
+    if (a->kind == A_DISPATCHER || a->kind == A_RECONCILER || a->kind == A_MIGRATOR ||
+        a->kind == A_OPERATOR) {
+        obx__engine_cfg c = k->base; /* the shipped timings */
         obx__strlcpy(c.owner, a->owner, sizeof c.owner);
-        c.lease_ms = 1000;
-        c.reconcile_lease_ms = 1000;
-        c.recheck_ms = 300;
-        c.recheck_max_ms = 3000;
-        c.backoff_base_ms = 100;
-        c.backoff_max_ms = 2000;
-        c.batch = 8;
         c.seed = rnd(k) | 1;
+        if (a->kind == A_RECONCILER && k->evidence) {
+            for (int i = 0; i < k->nconsumers; i++) {
+                memset(&a->crit[i], 0, sizeof a->crit[i]);
+                snprintf(a->crit[i].id, sizeof a->crit[i].id, "consumer-%d", i);
+                a->crit[i].s = k->cs[i];
+            }
+            c.evidence = a->crit;
+            c.n_evidence = (size_t)k->nconsumers;
+        }
         e = obx__engine_init(&a->e, k->os, a->b, &c);
     } else if (a->kind == A_CONSUMER) {
         char group[16];
@@ -778,6 +879,57 @@ static void dispatcher_step(wk *k, actor *a) {
     }
 }
 
+/* Sends the retry the reconciler decided (a row it holds as RETRY_CLAIMED), with the seed's two
+ * races injected around it when the trace has them on (also in the liveness phase: they are
+ * orderings, not faults). */
+static void retry_send(wk *k, actor *a, obx__event_row *row) {
+    char old_att[OBX__ATTEMPT_ID_LEN + 1];
+    obx__strlcpy(old_att, row->attempt_id, sizeof old_att);
+    /* the older attempt's true ACK arrives while the retry is claimed and not yet sent: the
+     * acceptance fills the slot and the retry is fenced (never sent) */
+    if (old_att[0] && chance(k, k->p[F_UNKNOWN_RACING_RETRY]) &&
+        obx__sim_world_release_ack(k->w, old_att, k->now)) {
+        k->r.fired[F_UNKNOWN_RACING_RETRY]++;
+        logv(k, "%s: the late ACK of %s races the retry claim", a->owner, old_att);
+        obx__sim_world_tick(k->w, k->now);
+        for (int i = 0; i < k->na; i++)
+            if (k->a[i].kind == A_DISPATCHER || k->a[i].kind == A_RECONCILER)
+                poll_outcomes(k, &k->a[i]);
+    }
+    size_t sent = 0;
+    obx_err e = obx__engine_begin_attempts(&a->e, k->now, row, 1, OBX__ACT_RECONCILER, &sent);
+    check_err(k, a, e, "retry");
+    logv(k, "%s: retry of %s %s", a->owner, row->env.event_id, sent ? "sent" : "refused (fenced)");
+    h_add(k, sent);
+    /* the new attempt is on its way and the old one's true ACK arrives well after it (the new
+     * one has been accepted by then): one primary receipt, one late duplicate */
+    if (sent && old_att[0] && chance(k, k->p[F_BOTH_ATTEMPTS_ACKED]) &&
+        obx__sim_world_release_ack(k->w, old_att, k->now + 10000)) {
+        k->r.fired[F_BOTH_ATTEMPTS_ACKED]++;
+        logv(k, "%s: the old attempt %s will be ACKed too", a->owner, old_att);
+    }
+}
+
+/* The reconciler's whole step in the liveness phase (obx__reconcile_step's sequence, with the
+ * retries sent through retry_send). */
+static void reconcile_all(wk *k, actor *a) {
+    obx__rows_free(&a->held);
+    a->held_pos = 0;
+    obx_err e = obx__reconcile_begin(&a->e, k->now, &a->held);
+    check_err(k, a, e, "reconcile begin");
+    for (size_t i = 0; !e && i < a->held.n; i++) {
+        obx__event_row *row = &a->held.v[i];
+        if (row->state != OBX__ST_RETRY_CLAIMED) {
+            obx__lookup_res res;
+            e = obx__reconcile_lookup(&a->e, k->now, row, &res);
+            if (!e) e = obx__reconcile_apply(&a->e, k->now, row, &res);
+            check_err(k, a, e, "reconcile");
+        }
+        if (!e && row->state == OBX__ST_RETRY_CLAIMED) retry_send(k, a, row);
+    }
+    obx__rows_free(&a->held);
+}
+
 static void reconciler_step(wk *k, actor *a) {
     obx_err e;
     switch (rnd(k) % 3) {
@@ -794,12 +946,7 @@ static void reconciler_step(wk *k, actor *a) {
         if (a->held_pos >= a->held.n) break;
         obx__event_row *row = &a->held.v[a->held_pos];
         if (row->state == OBX__ST_RETRY_CLAIMED) { /* a separate step: the race window */
-            size_t sent = 0;
-            e = obx__engine_begin_attempts(&a->e, k->now, row, 1, OBX__ACT_RECONCILER, &sent);
-            check_err(k, a, e, "retry");
-            logv(k, "%s: retry of %s %s", a->owner, row->env.event_id,
-                 sent ? "sent" : "refused (fenced)");
-            h_add(k, sent);
+            retry_send(k, a, row);
             a->held_pos++;
             break;
         }
@@ -876,6 +1023,8 @@ static void consumer_process_one(wk *k, actor *a) {
                      .correlation_id = d->env.correlation_id,
                      .occurred_at = d->env.occurred_at,
                      .payload_digest = d->env.payload_digest,
+                     .attempt_id = d->attempt_id,
+                     .dest_digest = d->dest_digest,
                      .payload = d->payload,
                      .payload_len = d->payload_len,
                      .topic = d->topic,
@@ -994,6 +1143,53 @@ static void migrator_step(wk *k, actor *a) {
     check_err(k, a, e, "migrate");
 }
 
+/* The on-call operator: held UNKNOWNs (an alert) older than the reaction time are resolved with
+ * `obx resolve`. An operator first reads the broker (kcat, a queue browser): a message of the
+ * event's generation there is accepted as evidence (offset and the payload digest it carries);
+ * otherwise the event is retried to its frozen destination. */
+static void operator_step(wk *k, actor *a) {
+    if (k->now < k->op_next_at) return;
+    k->op_next_at = k->now + OP_POLL_MS;
+    obx__event_filter f = {.held = true, .limit = 32};
+    obx__rows rows = {0};
+    obx_err e = obx__st_find_events(k->os, &f, &rows);
+    check_err(k, a, e, "operator: list held");
+    for (size_t i = 0; !e && i < rows.n; i++) {
+        obx__event_row *r = &rows.v[i];
+        if (!r->held_at || r->held_at + k->op_react_ms > k->now) continue;
+        const obx__sim_msg *m = obx__sim_world_find(k->w, obx__wire_id(r), r->envelope_gen);
+        const char *ids[] = {r->env.event_id};
+        obx__resolve_req q = {.ids = ids,
+                              .n_ids = 1,
+                              .partition = -1,
+                              .who = a->owner,
+                              .reason = "on-call: held UNKNOWN past the alert"};
+        if (m) {
+            q.accept = true;
+            q.topic = m->topic;
+            q.partition = m->partition;
+            q.offset = m->offset;
+            q.payload_digest = m->env.payload_digest;
+            q.attempt_id = m->attempt_id;
+        }
+        json_t *out = NULL;
+        size_t refused = 0;
+        e = obx__resolve(&a->e, k->now, &q, &out, &refused);
+        json_decref(out);
+        check_err(k, a, e, "operator: resolve");
+        if (!e && !refused) {
+            if (m)
+                k->r.op_accepts++;
+            else
+                k->r.op_retries++;
+        }
+        logv(k, "%s: resolved held %s: %s%s", a->owner, r->env.event_id,
+             m ? "accepted the broker's copy" : "same-target retry", refused ? " (refused)" : "");
+        h_add(k, m ? 31 : 37);
+    }
+    obx__rows_free(&rows);
+}
+
 static void step(wk *k, actor *a) {
     if (a->paused_until > k->now) return;
     switch (a->kind) {
@@ -1002,18 +1198,19 @@ static void step(wk *k, actor *a) {
     case A_RECONCILER: reconciler_step(k, a); break;
     case A_PURGER: purger_step(k, a); break;
     case A_MIGRATOR: migrator_step(k, a); break;
+    case A_OPERATOR: operator_step(k, a); break;
     default: consumer_step(k, a);
     }
 }
 
 /* ---- the trace ------------------------------------------------------------------------------- */
 
-static void route(wk *k, const char *topic, bool blind, bool unordered) {
+static void route(wk *k, const char *topic, bool unordered) {
     obx_route r = {.event_type = "order.created.v1",
                    .cluster = "sim",
                    .topic = topic,
                    .routing_key = "{tenant}.{aggregate_id}",
-                   .blind_retry = blind,
+                   .on_unknown = k->hold ? "hold" : "retry",
                    .unordered = unordered,
                    .max_attempts = 50};
     obx_err e = obx__route_set_at(k->os, &r, k->now, NULL);
@@ -1021,6 +1218,23 @@ static void route(wk *k, const char *topic, bool blind, bool unordered) {
         k->r.internal_errors++;
         fail(k, "route set: %s", obx_errmsg());
     }
+}
+
+/* When the next thing is due: a lease ends, a check or a backoff is due, a network event
+ * arrives, the operator's next look at held events. INT64_MAX: nothing scheduled. */
+static int64_t next_due(wk *k) {
+    int64_t t = obx__sim_world_next_at(k->w);
+    oparam op[] = {OP_I(k->op_react_ms)};
+    ocur c;
+    if (oq_run(k, OQ_NEXT_DUE, op, 1, &c) && oq_next(k, &c)) {
+        if (!oq_null(&c, 0) && oq_int(&c, 0) < t) t = oq_int(&c, 0);
+        if (!oq_null(&c, 1)) { /* held: the operator reacts, on its round */
+            int64_t op_at = oq_int(&c, 1) > k->op_next_at ? oq_int(&c, 1) : k->op_next_at;
+            if (op_at < t) t = op_at;
+        }
+    }
+    oq_close(&c);
+    return t;
 }
 
 static bool quiescent(wk *k) {
@@ -1053,15 +1267,23 @@ static void run_trace(wk *k, long idx) {
         snprintf(k->orders[i], sizeof k->orders[i], "order-%d", i);
         k->n_ids[i] = 0;
     }
-    bool authoritative = rnd(k) % 2;
-    /* a broker that cannot look up requires a route that allows a blind same-target retry:
-     * otherwise an UNKNOWN can never be resolved (the protocol keeps it UNKNOWN, by design) */
-    bool blind = authoritative ? rnd(k) % 2 : true;
+    /* the adapter and the route's UNKNOWN policy, as production would have them: the default
+     * policy (retry) in most traces, hold in a fifth */
+    uint64_t pick = rnd(k) % 20;
+    int ai = pick < 7 ? 0 : pick < 14 ? 1 : pick < 17 ? 2 : 3;
+    k->ad = &adapters[ai];
+    k->r.adapter_traces[ai] = 1;
+    k->hold = rnd(k) % 5 == 0;
+    k->r.hold_traces = k->hold;
+    k->evidence = rnd(k) % 2; /* the reconciler consults the consumers in half of them */
+    k->op_react_ms = OP_REACT_MIN_MS + (int64_t)(rnd(k) % (OP_REACT_MAX_MS - OP_REACT_MIN_MS));
+    k->op_next_at = 0;
     bool unordered = rnd(k) % 4 == 0;
     for (int f = 0; f < F_COUNT; f++) {
         bool on = o->faults_mask ? (o->faults_mask >> f & 1) : true;
         k->p[f] = on && rnd(k) % 4 ? 1.0 : 0.0; /* each class on in ~3/4 of the traces */
     }
+    int64_t lease = k->base.lease_ms;
     obx__sim_faults sf = {.drop_ack = k->p[F_TIMED_OUT_ACK] * 0.15,
                           .lose_ack = k->p[F_LOST_ACK] * 0.10,
                           .delay_ack = (k->p[F_DELAYED_ACK] + k->p[F_CLAIM_EXPIRY_LATE_ACK]) * 0.12,
@@ -1071,18 +1293,24 @@ static void run_trace(wk *k, long idx) {
                           .corrupt = k->p[F_MANGLED_RECEIPT] * 0.05,
                           .dup_deliver = k->p[F_DUPLICATED_DELIVERY] * 0.20,
                           .lose_commit = k->p[F_CONSUMER_COMMIT_LOST_ACK] * 0.15,
-                          .delay_ack_ms = 1300,
-                          .ack_timeout_ms = 400,
-                          .max_net_delay_ms = 150};
-    obx__sim_world_reset(k->w, rnd(k), &sf, 1 + (int32_t)(rnd(k) % 4), authoritative, "sim");
+                          /* a delayed ACK arrives after the sender's lease: a late ACK */
+                          .delay_ack_ms = lease + 5000,
+                          .ack_timeout_ms = k->ad->ack_timeout_ms,
+                          .max_net_delay_ms = 150,
+                          .quiet_ms = k->ad->quiet_ms};
+    obx__sim_world_reset(k->w, rnd(k), &sf, 1 + (int32_t)(rnd(k) % 4), k->ad->lookup, "sim");
     for (int f = 0; f < F_COUNT; f++) k->p[f] *= 0.03; /* per-step injection probabilities */
     k->p[F_KILL_BEFORE_COMMIT] *= 3;
     k->p[F_KILL_AFTER_COMMIT] *= 3;
     k->p[F_ACCEPTANCE_ROLLBACK] *= 2;
     k->p[F_HANDLER_FAILURE] *= 3;
+    /* the two races are injected where their window opens (a retry claimed, a retry sent):
+     * often, since the window is rare */
+    k->p[F_UNKNOWN_RACING_RETRY] = k->p[F_UNKNOWN_RACING_RETRY] > 0 ? 0.5 : 0;
+    k->p[F_BOTH_ATTEMPTS_ACKED] = k->p[F_BOTH_ATTEMPTS_ACKED] > 0 ? 0.5 : 0;
     o_simple(k, "BEGIN");
     for (int i = 0; i < 2; i++) sq_tx(k, i + 1, 0);
-    route(k, "orders", blind, unordered);
+    route(k, "orders", unordered);
     /* actors */
     k->nconsumers = 1 + (int)(rnd(k) % 2);
     k->na = 0;
@@ -1090,10 +1318,10 @@ static void run_trace(wk *k, long idx) {
     bool migration = rnd(k) % 2 == 0; /* an operator migrating the backlog in half of them */
     k->replay_window_ms = (int64_t)(rnd(k) % 1500);
     k->purge_batch = 1 + (size_t)(rnd(k) % 3);
-    int kinds[] = {A_PRODUCER, A_DISPATCHER, A_DISPATCHER, A_RECONCILER,
-                   A_PURGER,   A_MIGRATOR,   A_CONSUMER,   A_CONSUMER};
-    int index[] = {0, 1, 2, 0, 0, 0, 0, 1};
-    for (int i = 0; i < 6 + k->nconsumers; i++) {
+    int kinds[] = {A_PRODUCER, A_DISPATCHER, A_DISPATCHER, A_RECONCILER, A_PURGER,
+                   A_MIGRATOR, A_OPERATOR,   A_CONSUMER,   A_CONSUMER};
+    int index[] = {0, 1, 2, 0, 0, 0, 0, 0, 1};
+    for (int i = 0; i < 7 + k->nconsumers; i++) {
         if ((kinds[i] == A_PURGER && !retention) || (kinds[i] == A_MIGRATOR && !migration))
             continue;
         actor *a = &k->a[k->na++];
@@ -1111,9 +1339,13 @@ static void run_trace(wk *k, long idx) {
         }
     }
     if (k->verbose)
-        fprintf(stderr, "trace %ld: %d events, lookup %s, blind retry %s, %s, %d consumers\n", idx,
-                k->n_events, authoritative ? "authoritative" : "none", blind ? "on" : "off",
-                unordered ? "unordered" : "ordered per key", k->nconsumers);
+        fprintf(stderr,
+                "trace %ld: %d events, adapter %s (quiet %lld ms), UNKNOWN policy %s, %s, %d "
+                "consumers%s, operator reacts after %lld s\n",
+                idx, k->n_events, k->ad->name, (long long)k->ad->quiet_ms,
+                k->hold ? "hold" : "retry", unordered ? "unordered" : "ordered per key",
+                k->nconsumers, k->evidence ? " (evidence)" : "",
+                (long long)(k->op_react_ms / 1000));
     /* 1. fault phase */
     k->faults_on = true;
     int steps = 60 + (int)(rnd(k) % 90);
@@ -1132,14 +1364,14 @@ static void run_trace(wk *k, long idx) {
         }
         if (chance(k, k->p[F_PAUSE_PAST_LEASE] + k->p[F_CLAIM_EXPIRY_LATE_ACK])) {
             actor *v = &k->a[1 + rnd(k) % (uint64_t)(k->na - 1)];
-            v->paused_until = k->now + 1000 + 200 + (int64_t)(rnd(k) % 1500);
+            v->paused_until = k->now + lease + 200 + (int64_t)(rnd(k) % (uint64_t)(lease * 3 / 2));
             logv(k, "%s pauses until t=%lld", v->owner,
                  (long long)(v->paused_until - 1700000000000LL));
             k->r.fired[F_PAUSE_PAST_LEASE]++;
         }
         if (!k->revised && chance(k, k->p[F_ROUTE_REVISION])) {
-            /* only later events may use it; without lookup it must still allow a blind retry */
-            route(k, "orders-v2", authoritative ? !blind : true, unordered);
+            /* only later events may use it (the same UNKNOWN policy) */
+            route(k, "orders-v2", unordered);
             k->revised = true;
             k->r.fired[F_ROUTE_REVISION]++;
             logv(k, "route policy revised: later events go to orders-v2");
@@ -1150,16 +1382,21 @@ static void run_trace(wk *k, long idx) {
             wf->lookup_down = down;
             if (down) k->r.fired[F_TARGET_UNQUERYABLE]++;
         }
-        k->now += (int64_t)(rnd(k) % 40);
-        if (rnd(k) % 20 == 0) k->now += 200 + (int64_t)(rnd(k) % 1000);
+        /* time between two steps, on the scale of the shipped lease: mostly a fraction of a
+         * second, sometimes a good part of a lease */
+        k->now += (int64_t)(rnd(k) % (uint64_t)(lease / 25));
+        if (rnd(k) % 20 == 0) k->now += lease / 5 + (int64_t)(rnd(k) % (uint64_t)lease);
     }
     /* 2. liveness: faults stop, everybody runs until quiescent */
     k->faults_on = false;
-    obx__sim_faults none = {.delay_ack_ms = 1300, .ack_timeout_ms = 400, .max_net_delay_ms = 150};
+    obx__sim_faults none = {.delay_ack_ms = lease + 5000,
+                            .ack_timeout_ms = k->ad->ack_timeout_ms,
+                            .max_net_delay_ms = 150,
+                            .quiet_ms = k->ad->quiet_ms};
     *obx__sim_world_faults(k->w) = none;
     for (int i = 0; i < k->na; i++) k->a[i].paused_until = 0;
     bool done = false;
-    for (int round = 0; round < 400 && !done && !k->failure[0]; round++) {
+    for (int round = 0; round < 1000 && !done && !k->failure[0]; round++) {
         for (int i = 0; i < k->na; i++) {
             actor *a = &k->a[i];
             switch (a->kind) {
@@ -1180,16 +1417,13 @@ static void run_trace(wk *k, long idx) {
                 check_err(k, a, obx__engine_dispatch(&a->e, k->now, &n), "dispatch");
                 break;
             }
-            case A_RECONCILER: {
-                size_t n = 0;
-                obx__rows_free(&a->held);
-                a->held_pos = 0;
-                check_err(k, a, obx__reconcile_step(&a->e, k->now, &n), "reconcile");
+            case A_RECONCILER:
+                reconcile_all(k, a);
                 poll_outcomes(k, a);
                 break;
-            }
             case A_PURGER: purger_step(k, a); break;
-            case A_MIGRATOR: break; /* the operator is done */
+            case A_MIGRATOR: break; /* the migrating operator is done */
+            case A_OPERATOR: operator_step(k, a); break;
             default:
                 for (int rep = 0; rep < 4; rep++) {
                     consumer_fetch(k, a);
@@ -1200,7 +1434,12 @@ static void run_trace(wk *k, long idx) {
         }
         obx__sim_world_tick(k->w, k->now);
         done = quiescent(k) && obx__sim_world_pending(k->w) == 0;
-        k->now += 300;
+        /* the relay sweeps and reconciles every second; when nothing is due sooner, virtual
+         * time jumps to the next lease end, check, backoff end, network event or operator
+         * round (a Kafka UNKNOWN waits out a quiet time of 5.5 minutes) */
+        int64_t due = next_due(k), stepms = k->sweep_ms;
+        if (due > k->now + stepms && due != INT64_MAX) stepms = due - k->now;
+        k->now += stepms;
     }
     if (!done && !k->failure[0]) {
         k->r.liveness_failures++;
@@ -1405,8 +1644,17 @@ static void check_trace(wk *k) {
         r->unknown_untraceable += v;
         fail(k, "%ld UNKNOWN transitions name no UNKNOWN attempt", v);
     }
-    r->fired[F_UNKNOWN_RACING_RETRY] += oq_long(k, OQ_RACING, NULL, 0);
-    r->fired[F_BOTH_ATTEMPTS_ACKED] += oq_long(k, OQ_BOTH_ACKED, NULL, 0);
+    /* the two races, as they happened (injected or not): a retry claim overtaken by a late
+     * ACK, and a duplicate receipt of another attempt than the primary */
+    r->racing_observed += oq_long(k, OQ_RACING, NULL, 0);
+    r->both_acked_observed += oq_long(k, OQ_BOTH_ACKED, NULL, 0);
+    /* every UNKNOWN ends: an episode still open here counts as never resolved */
+    long unresolved = oq_long(k, OQ_UNRESOLVED, NULL, 0);
+    if (unresolved > 0) {
+        r->unknown_unresolved += unresolved;
+        fail(k, "%ld UNKNOWN outcomes were never resolved", unresolved);
+    }
+    r->held += oq_long(k, OQ_HELD_EVER, NULL, 0);
     r->quarantined += oq_long(k, OQ_QUARANTINED, NULL, 0);
     const obx__sim_fired *wf = obx__sim_world_fired(k->w);
     r->fired[F_LOST_ACK] += wf->lose_ack;
@@ -1423,6 +1671,12 @@ static void check_trace(wk *k) {
     int64_t *ms = NULL;
     size_t n = 0;
     if (!k->os->m->unknown_resolutions(k->os, &ms, &n)) {
+        /* unresolved episodes take part in the percentile as never resolved */
+        int64_t *grown = unresolved > 0 ? realloc(ms, (n + (size_t)unresolved) * sizeof *ms) : ms;
+        if (grown) {
+            ms = grown;
+            for (long i = 0; i < unresolved; i++) ms[n++] = UNRESOLVED_MS;
+        }
         for (size_t i = 0; i < n; i++) {
             if (k->nres == k->capres) {
                 size_t c = k->capres ? k->capres * 2 : 4096;
@@ -1532,6 +1786,42 @@ obx_err obx_sim_fault_index(const char *name, int *out) {
     return obx__fail(OBX_EINVAL, "fault: unknown class '%s'", name ? name : "(null)");
 }
 
+/* The timings the gate ran on: the relay's shipped defaults, each adapter's, the operator's,
+ * and how many traces each adapter and UNKNOWN policy had. */
+static json_t *timing_json(const results *x) {
+    wk tmp;
+    memset(&tmp, 0, sizeof tmp);
+    json_t *t = json_object();
+    if (shipped_timings(&tmp)) return t;
+    json_object_set_new(t, "profile", json_string("production"));
+    json_object_set_new(
+        t, "relay",
+        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "lease_ms", (json_int_t)tmp.base.lease_ms,
+                  "reconcile_lease_ms", (json_int_t)tmp.base.reconcile_lease_ms, "recheck_ms",
+                  (json_int_t)tmp.base.recheck_ms, "recheck_max_ms",
+                  (json_int_t)tmp.base.recheck_max_ms, "backoff_base_ms",
+                  (json_int_t)tmp.base.backoff_base_ms, "backoff_max_ms",
+                  (json_int_t)tmp.base.backoff_max_ms, "sweep_ms", (json_int_t)tmp.sweep_ms,
+                  "reconcile_ms", (json_int_t)tmp.reconcile_ms));
+    json_t *ads = json_object();
+    static const char *const lookups[] = {"none", "best_effort", "authoritative"};
+    for (int i = 0; i < 4; i++)
+        json_object_set_new(ads, adapters[i].name,
+                            json_pack("{s:s,s:I,s:I,s:I}", "lookup", lookups[adapters[i].lookup],
+                                      "ack_timeout_ms", (json_int_t)adapters[i].ack_timeout_ms,
+                                      "quiet_ms", (json_int_t)adapters[i].quiet_ms, "traces",
+                                      (json_int_t)x->adapter_traces[i]));
+    json_object_set_new(t, "adapters", ads);
+    json_object_set_new(t, "unknown_policy",
+                        json_pack("{s:I,s:I}", "retry", (json_int_t)(x->traces - x->hold_traces),
+                                  "hold", (json_int_t)x->hold_traces));
+    json_object_set_new(t, "operator",
+                        json_pack("{s:I,s:I,s:I}", "react_min_ms", (json_int_t)OP_REACT_MIN_MS,
+                                  "react_max_ms", (json_int_t)OP_REACT_MAX_MS, "poll_ms",
+                                  (json_int_t)OP_POLL_MS));
+    return t;
+}
+
 static int cmp_i64(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
@@ -1616,12 +1906,13 @@ obx_err obx_sim_run(const obx_sim_options *o, char **out) {
         json_object_set_new(fired, fault_names[i], json_integer(x->fired[i]));
         if (wanted && n >= 2000 && x->fired[i] == 0) all_fired = false;
     }
-    bool passed =
-        x->lost_events == 0 && x->second_event_ids == 0 && x->cross_destination_retries == 0 &&
-        x->digest_divergence == 0 && x->consumer_duplicate_effects == 0 &&
-        x->stale_claim_sends == 0 && x->late_ack_converged == x->late_ack_total &&
-        x->unknown_untraceable == 0 && x->internal_errors == 0 && x->liveness_failures == 0 &&
-        x->premature_purges == 0 && x->migrated_with_old_copy == 0 && p99 < 900.0 && all_fired;
+    bool passed = x->unknown_unresolved == 0 && x->lost_events == 0 && x->second_event_ids == 0 &&
+                  x->cross_destination_retries == 0 && x->digest_divergence == 0 &&
+                  x->consumer_duplicate_effects == 0 && x->stale_claim_sends == 0 &&
+                  x->late_ack_converged == x->late_ack_total && x->unknown_untraceable == 0 &&
+                  x->internal_errors == 0 && x->liveness_failures == 0 &&
+                  x->premature_purges == 0 && x->migrated_with_old_copy == 0 && p99 < 900.0 &&
+                  all_fired;
     json_t *failing = json_array();
     for (long i = 0; i < x->nfailing; i++)
         json_array_append_new(failing, json_integer(x->failing[i]));
@@ -1636,8 +1927,8 @@ obx_err obx_sim_run(const obx_sim_options *o, char **out) {
         (json_int_t)x->consumer_duplicate_effects, "late_ack_total", (json_int_t)x->late_ack_total,
         "late_ack_converged", (json_int_t)x->late_ack_converged, "unknown_total",
         (json_int_t)x->unknown_total, "unknown_untraceable", (json_int_t)x->unknown_untraceable,
-        "unknown_resolved", (json_int_t)r.nres, "unknown_p99_s", p99, "faults_fired", fired,
-        "trace_hash", hash, "passed", (int)passed, "stale_claim_sends",
+        "unknown_resolved", (json_int_t)(r.nres - (size_t)x->unknown_unresolved), "unknown_p99_s",
+        p99, "faults_fired", fired, "trace_hash", hash, "passed", (int)passed, "stale_claim_sends",
         (json_int_t)x->stale_claim_sends, "internal_errors", (json_int_t)x->internal_errors,
         "liveness_failures", (json_int_t)x->liveness_failures, "quarantined_receipts",
         (json_int_t)x->quarantined, "unknown_p50_s", p50, "unknown_max_s", maxs, "seconds", secs,
@@ -1650,6 +1941,18 @@ obx_err obx_sim_run(const obx_sim_options *o, char **out) {
     json_object_set_new(j, "migration_refused", json_integer(x->migration_refused));
     json_object_set_new(j, "migrated_with_old_copy", json_integer(x->migrated_with_old_copy));
     json_object_set_new(j, "store", json_string(o->db_url ? "postgres" : "sqlite"));
+    /* every UNKNOWN ends: the open ones (they count in the percentile as never resolved), the
+     * events held for an operator and what the operator actor did */
+    json_object_set_new(j, "unknown_unresolved", json_integer(x->unknown_unresolved));
+    json_object_set_new(j, "unknown_held", json_integer(x->held));
+    json_object_set_new(j, "operator_resolutions",
+                        json_pack("{s:I,s:I}", "retry", (json_int_t)x->op_retries, "accept",
+                                  (json_int_t)x->op_accepts));
+    json_object_set_new(j, "races_observed",
+                        json_pack("{s:I,s:I}", "unknown_racing_retry_claim",
+                                  (json_int_t)x->racing_observed, "both_attempts_acked",
+                                  (json_int_t)x->both_acked_observed));
+    json_object_set_new(j, "timing", timing_json(x));
     pthread_mutex_destroy(&r.mu);
     return obx__json_out(j, out);
 }

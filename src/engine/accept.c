@@ -28,6 +28,8 @@
 
 typedef struct accept_ctx {
     int64_t now;
+    obx__receipt_source source; /* what proved these receipts */
+    const char *note;           /* appended to the audit rows (an operator's reason); may be NULL */
     const obx__outcome *acks;
     size_t n;
     obx__receipt_kind *kinds;
@@ -51,8 +53,9 @@ static obx__event_row *find_ev(accept_ctx *c, const char *event_id) {
 }
 
 static void receipt_from(obx__receipt_row *r, const obx__outcome *o, obx__receipt_kind k,
-                         int64_t now) {
+                         int64_t now, obx__receipt_source source) {
     memset(r, 0, sizeof *r);
+    r->source = source;
     obx__strlcpy(r->event_id, o->event_id, sizeof r->event_id);
     r->envelope_gen = o->envelope_gen;
     obx__strlcpy(r->attempt_id, o->attempt_id, sizeof r->attempt_id);
@@ -183,7 +186,7 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
         if (ev && strcmp(obx__wire_id(ev), o->event_id)) ev = NULL;
         if (bad) { /* rule 6 */
             obx__receipt_row *r = &b.rc[b.n_rc++];
-            receipt_from(r, o, OBX__RK_QUARANTINED, c->now);
+            receipt_from(r, o, OBX__RK_QUARANTINED, c->now, c->source);
             if (ev) obx__strlcpy(r->event_id, ev->env.event_id, sizeof r->event_id);
             obx__strlcpy(r->reason, bad, sizeof r->reason);
             c->kinds[i] = OBX__RK_QUARANTINED;
@@ -208,6 +211,7 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
             ev->state = OBX__ST_PUBLISHED;
             obx__strlcpy(ev->primary_attempt_id, a->attempt_id, sizeof ev->primary_attempt_id);
             ev->published_at = c->now;
+            ev->held_at = 0;
             ev->owner[0] = '\0';
             ev->lease_until = 0;
             ev->updated_at = c->now;
@@ -216,16 +220,22 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
             a->ended_at = c->now;
             dirty_att[ai] = true;
             obx__receipt_row *r = &b.rc[b.n_rc++];
-            receipt_from(r, o, OBX__RK_PRIMARY, c->now);
+            receipt_from(r, o, OBX__RK_PRIMARY, c->now, c->source);
             obx__strlcpy(r->event_id, ev->env.event_id, sizeof r->event_id);
             snprintf(r->reason, sizeof r->reason, "accepted in %s", obx__state_name(from));
             c->kinds[i] = OBX__RK_PRIMARY;
             obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_ACCEPTOR, e->cfg.owner, ev, from,
-                       OBX__ST_PUBLISHED, "receipt of attempt %s (%s/%d@%lld) filled the slot%s",
+                       OBX__ST_PUBLISHED, "%s of attempt %s (%s/%d@%lld) filled the slot%s%s%s",
+                       c->source == OBX__RS_BROKER     ? "receipt"
+                       : c->source == OBX__RS_LOOKUP   ? "lookup receipt"
+                       : c->source == OBX__RS_CONSUMER ? "consumer evidence"
+                                                       : "operator evidence",
                        a->attempt_id, o->topic, (int)o->partition, (long long)o->offset,
-                       from == OBX__ST_SENDING && !strcmp(ev->attempt_id, a->attempt_id)
+                       c->source != OBX__RS_BROKER ||
+                               (from == OBX__ST_SENDING && !strcmp(ev->attempt_id, a->attempt_id))
                            ? ""
-                           : " (late ACK)");
+                           : " (late ACK)",
+                       c->note ? ": " : "", c->note ? c->note : "");
         } else { /* rule 5: slot full */
             c->kinds[i] = OBX__RK_DUPLICATE;
             if (OBX__MUTANT(DROP_DUPLICATE_RECEIPT)) continue;
@@ -235,7 +245,7 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
                 dirty_att[ai] = true;
             }
             obx__receipt_row *r = &b.rc[b.n_rc++];
-            receipt_from(r, o, OBX__RK_DUPLICATE, c->now);
+            receipt_from(r, o, OBX__RK_DUPLICATE, c->now, c->source);
             obx__strlcpy(r->event_id, ev->env.event_id, sizeof r->event_id);
             snprintf(r->reason, sizeof r->reason, "slot already filled by attempt %s",
                      ev->primary_attempt_id);
@@ -289,8 +299,14 @@ static void note(obx__engine *e, accept_ctx *c, size_t i, int64_t now) {
 
 obx_err obx__accept_receipts(obx__engine *e, int64_t now, const obx__outcome *acks, size_t n,
                              obx__receipt_kind *results) {
+    return obx__accept_receipts_from(e, now, acks, n, results, OBX__RS_BROKER, NULL);
+}
+
+obx_err obx__accept_receipts_from(obx__engine *e, int64_t now, const obx__outcome *acks, size_t n,
+                                  obx__receipt_kind *results, obx__receipt_source source,
+                                  const char *why) {
     if (!n) return OBX_OK;
-    accept_ctx c = {.now = now, .acks = acks, .n = n};
+    accept_ctx c = {.now = now, .acks = acks, .n = n, .source = source, .note = why};
     c.kinds = results ? results : calloc(n, sizeof *c.kinds);
     c.resolved_ms = calloc(n, sizeof *c.resolved_ms);
     c.alarm = calloc(n, sizeof *c.alarm);

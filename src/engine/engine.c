@@ -44,8 +44,8 @@ obx_err obx__mutation_set(const char *name) {
 }
 
 const char *obx__note_kind_name(obx__note_kind k) {
-    static const char *const n[] = {"PUBLISHED", "DUPLICATE", "QUARANTINED", "UNKNOWN",
-                                    "REJECTED",  "NOT_SENT",  "PARKED",      "RETRY"};
+    static const char *const n[] = {"PUBLISHED", "DUPLICATE", "QUARANTINED", "UNKNOWN", "REJECTED",
+                                    "NOT_SENT",  "PARKED",    "RETRY",       "HELD",    "RESOLVED"};
     return (unsigned)k < sizeof n / sizeof n[0] ? n[k] : "?";
 }
 

@@ -49,7 +49,10 @@ obx_err obx__inspect_json(obx__store *s, const char *event_id, json_t **out);
     X(ACCEPT_SUPERSEDED_GEN, "accept-superseded-generation")                                       \
     X(IGNORE_IDEMPOTENCY_KEY, "ignore-idempotency-key")                                            \
     X(DROP_DUPLICATE_RECEIPT, "drop-duplicate-receipt")                                            \
-    X(MIGRATE_WHILE_UNKNOWN, "migrate-while-unknown")
+    X(MIGRATE_WHILE_UNKNOWN, "migrate-while-unknown")                                              \
+    X(RECONCILE_GUESS, "reconcile-guess-published")                                                \
+    X(SWEEP_FORGETS_ATTEMPT, "sweep-forgets-attempt")                                              \
+    X(STAY_UNKNOWN, "stay-unknown")
 
 typedef enum obx__mutation {
     OBX__MUT_NONE,
@@ -84,6 +87,12 @@ typedef struct obx__engine_cfg {
     const char *const *aliases; /* dispatcher aliases served (NULL = all) */
     size_t n_aliases;
     uint64_t seed; /* jitter RNG and ID generator seed; 0 = from the OS */
+    /* The critical consumers whose inboxes the reconciler consults before a same-target retry
+     * or a hold (consumer evidence, resolve.c). Borrowed; their stores may change between
+     * steps (the driver reopens lost connections); a consumer whose query fails is skipped
+     * and gets failed = true. NULL/0: none. */
+    struct obx__critical *evidence;
+    size_t n_evidence;
 } obx__engine_cfg;
 
 void obx__engine_cfg_defaults(obx__engine_cfg *c);
@@ -91,9 +100,10 @@ void obx__engine_cfg_defaults(obx__engine_cfg *c);
 typedef struct obx__engine_stats {
     int64_t claimed, sent, stale_refused, accepted, duplicates, quarantined, rejected, not_sent,
         unknown, swept, retries, parked, reconciled_found, reconciled_not_found,
-        reconciled_cannot_tell, released, store_errors, broker_errors;
+        reconciled_cannot_tell, reconciled_evidence, released, store_errors, broker_errors;
     /* resolution time of UNKNOWN episodes (unknown_since -> PUBLISHED), ms */
     int64_t unknown_resolved;
+    int64_t held; /* UNKNOWN events this engine held for an operator */
     int64_t unknown_resolve_ms_max;
 } obx__engine_stats;
 
@@ -109,6 +119,8 @@ typedef enum obx__note_kind {
     OBX__NOTE_NOT_SENT,    /* definitely not sent (broker down before the send) */
     OBX__NOTE_PARKED,      /* rejected max_attempts times: an operator must requeue it */
     OBX__NOTE_RETRY,       /* the reconciler retries to the frozen target */
+    OBX__NOTE_HELD,        /* an UNKNOWN was held for an operator (obx resolve) */
+    OBX__NOTE_RESOLVED,    /* an operator resolved an UNKNOWN (retry or accept) */
 } obx__note_kind;
 
 typedef struct obx__note {
@@ -168,6 +180,12 @@ obx_err obx__engine_release(obx__engine *e, int64_t now, const char *const *ids,
  * for the batch; results[i] (may be NULL) gets the receipt kind each outcome ended as. */
 obx_err obx__accept_receipts(obx__engine *e, int64_t now, const obx__outcome *acks, size_t n,
                              obx__receipt_kind *results);
+/* The same, for receipts proved by something other than the broker's confirm of a send: a
+ * lookup, a critical consumer's inbox row, an operator's evidence. The rules do not change;
+ * the receipts record their source, the audit rows the note (may be NULL). */
+obx_err obx__accept_receipts_from(obx__engine *e, int64_t now, const obx__outcome *acks, size_t n,
+                                  obx__receipt_kind *results, obx__receipt_source source,
+                                  const char *note);
 
 /* Reconciler (reconcile.c): DISPATCH_UNKNOWN -> RECONCILING -> lookup -> PUBLISHED |
  * RETRY_CLAIMED (-> SENDING) | DISPATCH_UNKNOWN. */
@@ -226,6 +244,7 @@ typedef struct obx__critical {
     obx__store *s;             /* its database (borrowed) */
     int64_t forced;            /* F_C, ms since the epoch; 0: never forced (obx__critical_load) */
     int64_t forced_at;         /* when it was last forced */
+    bool failed;               /* consumer evidence: the last query of its database failed */
 } obx__critical;
 
 /* Reads c->forced and c->forced_at from the consumer's database. */
@@ -234,6 +253,41 @@ obx_err obx__critical_load(obx__critical *c);
  * transaction on the consumer's database. OBX_EREFUSED when it would not move forward. */
 obx_err obx__critical_force(obx__critical *c, int64_t until, int64_t now, const char *who,
                             const char *reason);
+
+/* Evidence that the broker accepted event `row` (its current envelope generation) from the
+ * critical consumers' inboxes (resolve.c): the first consumer whose consume receipt carries
+ * the event's wire ID, generation, an attempt and the frozen destination digest. *out (kind
+ * ACK) is a receipt for the acceptance point; *found false when none has one. who (may be
+ * NULL) gets the consumer's ID. */
+obx_err obx__consumer_evidence(obx__critical *cs, size_t n, const obx__event_row *row,
+                               obx__outcome *out, bool *found, char *who, size_t who_cap);
+
+/* An operator's resolution of UNKNOWN outcomes (resolve.c; docs/operations.md). */
+typedef struct obx__resolve_req {
+    const char *const *ids; /* by event ID (slot ID for a delivery-set target), or: */
+    size_t n_ids;
+    obx__event_filter filter; /* a selector (n_ids == 0): event_type, held, unknown_before;
+                                 states are always DISPATCH_UNKNOWN */
+    bool accept;              /* false: retry to the frozen destination; true: accept evidence */
+    /* accept, evidence found at the broker (exactly one event ID): */
+    const char *topic;          /* NULL/"" = the frozen topic; another one is refused */
+    int32_t partition;          /* -1 = the pinned partition; another one is refused */
+    int64_t offset;             /* >= 0 */
+    const char *payload_digest; /* the digest the message carries; must be the frozen one */
+    const char *attempt_id;     /* NULL/"" = the newest outstanding attempt */
+    /* accept, evidence from a consumer's inbox instead (selector allowed): */
+    obx__critical *consumer;
+    const char *who;    /* required: audit rows and receipts */
+    const char *reason; /* required */
+    bool dry_run;       /* decide and report, write nothing */
+} obx__resolve_req;
+
+/* One decision per event into *out ({"action", "dry_run", "resolved", "refused", "events":
+ * [{"event_id", "result": retry|published|duplicate|refused|quarantined|dry-run, "detail"}]});
+ * *n_refused counts the events nothing could be done for (each item says why). Bad arguments
+ * are an error naming the field, with nothing changed. Each event is its own transaction. */
+obx_err obx__resolve(obx__engine *e, int64_t now, const obx__resolve_req *req, json_t **out,
+                     size_t *n_refused);
 
 typedef struct obx__retention_cfg {
     obx__critical *consumers; /* with forced watermarks loaded */

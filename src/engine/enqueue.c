@@ -69,6 +69,12 @@ obx_err obx__route_validate(const obx_route *r, obx__route_row *row, int64_t now
     const char *dur = dflt(r->durability, "persistent");
     if (strcmp(dur, "persistent") && strcmp(dur, "transient"))
         return obx__fail(OBX_EINVAL, "durability: '%s' unknown (persistent or transient)", dur);
+    const char *pol = dflt(r->on_unknown, "retry");
+    if (strcmp(pol, "retry") && strcmp(pol, "hold"))
+        return obx__fail(OBX_EINVAL, "on_unknown: '%s' unknown (retry or hold)", pol);
+    if (!strcmp(pol, "hold") && r->blind_retry)
+        return obx__fail(OBX_EINVAL,
+                         "on_unknown: 'hold' contradicts blind_retry (a blind retry is 'retry')");
     if (r->max_attempts < 0 || r->max_attempts > 1000)
         return obx__fail(OBX_EINVAL, "max_attempts: %d outside 1..1000 (0 = default 8)",
                          r->max_attempts);
@@ -88,7 +94,7 @@ obx_err obx__route_validate(const obx_route *r, obx__route_row *row, int64_t now
     obx__strlcpy(row->durability, dur, sizeof row->durability);
     obx__strlcpy(row->required_acks, acks, sizeof row->required_acks);
     row->max_attempts = r->max_attempts ? r->max_attempts : 8;
-    row->blind_retry = r->blind_retry != 0;
+    row->blind_retry = strcmp(pol, "hold") != 0; /* the column holds the UNKNOWN policy */
     row->unordered = r->unordered != 0;
     obx__strlcpy(row->alias, dflt(r->alias, "obx"), sizeof row->alias);
     row->created_at = now;
@@ -186,11 +192,44 @@ obx_err obx__route_put_rows(obx__store *s, obx__route_row *row, obx__route_set_r
     return OBX_OK;
 }
 
+/* A destination contract the named cluster's registered backend cannot honour (the cluster
+ * registry, filled by the relays that serve it) is refused here, naming the field, the value
+ * and what the backend offers. A cluster no relay registered yet is accepted: its relay parks
+ * the events it cannot honour, with the reason (dispatch.c). */
+static obx_err contract_check(obx__store *s, const char *target, const char *cluster,
+                              const char *durability, const char *acks, const char *serializer) {
+    obx__cluster_row c;
+    obx_err e = obx__st_cluster_get(s, cluster, &c);
+    if (e == OBX_ENOTFOUND) return OBX_OK;
+    if (e) return e;
+    const char *field = NULL, *value = NULL, *offer = NULL;
+    if (!obx__csv_has(c.durability, durability))
+        field = "durability", value = durability, offer = c.durability;
+    else if (!obx__csv_has(c.required_acks, acks))
+        field = "required_acks", value = acks, offer = c.required_acks;
+    else if (!obx__csv_has(c.serializer, serializer))
+        field = "serializer", value = serializer, offer = c.serializer;
+    if (!field) return OBX_OK;
+    return obx__fail(OBX_EINVAL,
+                     "%s%s: '%s' cannot be honoured by cluster %s (its relay %s registered a %s "
+                     "backend, which honours: %s)",
+                     target, field, value, cluster, c.relay, c.backend, offer);
+}
+
 obx_err obx__route_set_at(obx__store *s, const obx_route *r, int64_t now, int64_t *gen) {
     obx__route_row row;
     obx__route_set_row set;
+    memset(&set, 0, sizeof set);
     obx_err e = obx__route_validate(r, &row, now);
     if (!e) e = obx__route_set_validate(r, &row, &set);
+    if (!e)
+        e = contract_check(s, "", row.cluster, row.durability, row.required_acks, row.serializer);
+    for (int32_t i = 0; !e && i < set.n; i++) {
+        char target[32];
+        snprintf(target, sizeof target, "targets[%d].", (int)i);
+        e = contract_check(s, target, set.t[i].cluster, set.t[i].durability, set.t[i].required_acks,
+                           set.t[i].serializer);
+    }
     if (e) return e;
     return obx__route_put_rows(s, &row, &set, gen);
 }
@@ -202,13 +241,14 @@ obx_err obx_route_set(obx_store *s, const obx_route *r, int64_t *gen) {
 }
 
 json_t *obx__route_json(const obx__route_row *r) {
-    return json_pack("{s:I,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:i,s:b,s:b,s:s,s:I,s:i}", "gen",
+    return json_pack("{s:I,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:i,s:s,s:b,s:b,s:s,s:I,s:i}", "gen",
                      (json_int_t)r->gen, "event_type", r->event_type, "cluster", r->cluster,
                      "topic", r->topic, "routing_key", r->routing_key, "algorithm", r->algorithm,
                      "serializer", r->serializer, "durability", r->durability, "required_acks",
-                     r->required_acks, "max_attempts", (int)r->max_attempts, "blind_retry",
-                     (int)r->blind_retry, "unordered", (int)r->unordered, "alias", r->alias,
-                     "created_at", (json_int_t)r->created_at, "targets", (int)r->targets);
+                     r->required_acks, "max_attempts", (int)r->max_attempts, "on_unknown",
+                     r->blind_retry ? "retry" : "hold", "blind_retry", (int)r->blind_retry,
+                     "unordered", (int)r->unordered, "alias", r->alias, "created_at",
+                     (json_int_t)r->created_at, "targets", (int)r->targets);
 }
 
 static json_t *route_set_json(const obx__route_set_row *set) {

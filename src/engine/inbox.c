@@ -145,6 +145,14 @@ static json_t *jstr(const char *v) {
     return j;
 }
 
+/* "att-" + a ULID (Crockford base 32, upper case), as dispatch.c mints attempt IDs. */
+static bool attempt_id_ok(const char *s) {
+    if (!s || strncmp(s, "att-", 4) || strlen(s) != OBX__ATTEMPT_ID_LEN) return false;
+    for (const char *p = s + 4; *p; p++)
+        if (!strchr("0123456789ABCDEFGHJKMNPQRSTVWXYZ", *p)) return false;
+    return true;
+}
+
 static char *headers_of(const obx_message *m) {
     json_t *o = json_pack("{s:o*,s:i,s:o*,s:o*,s:o*,s:o*,s:I,s:o*,s:o*,s:o*,s:I,s:o*}", "event_id",
                           jstr(m->event_id), "envelope_gen", m->envelope_gen, "event_type",
@@ -154,6 +162,8 @@ static char *headers_of(const obx_message *m) {
                           jstr(m->correlation_id), "causation_id", jstr(m->causation_id),
                           "traceparent", jstr(m->traceparent), "occurred_at",
                           (json_int_t)m->occurred_at, "payload_digest", jstr(m->payload_digest));
+    if (o && m->attempt_id) json_object_set_new(o, "attempt_id", jstr(m->attempt_id));
+    if (o && m->dest_digest) json_object_set_new(o, "dest_digest", jstr(m->dest_digest));
     char *s = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(o);
     return s;
@@ -389,6 +399,14 @@ static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h,
     r.offset = m->offset;
     r.consumed_at = now;
     r.duration_us = dur;
+    /* evidence for the reconciler only when well-formed (outside input): otherwise the row is
+     * an ordinary consume receipt */
+    if (m->envelope_gen > 0 && attempt_id_ok(m->attempt_id) && m->dest_digest &&
+        obx__is_digest(m->dest_digest)) {
+        r.envelope_gen = m->envelope_gen;
+        obx__strlcpy(r.attempt_id, m->attempt_id, sizeof r.attempt_id);
+        obx__strlcpy(r.dest_digest, m->dest_digest, sizeof r.dest_digest);
+    }
     obx__watermark_row w;
     memset(&w, 0, sizeof w);
     obx__strlcpy(w.consumer_id, in->consumer, sizeof w.consumer_id);

@@ -38,6 +38,10 @@ json_t *obx__event_json(const obx__event_row *r) {
         "max_attempts", (int)r->max_attempts, "blind_retry", (int)r->blind_retry, "unordered",
         (int)r->unordered, "alias", r->alias, "payload_len", (json_int_t)r->payload_len,
         "payload_purged", (int)r->payload_purged);
+    if (st) { /* the UNKNOWN policy frozen with the route generation, and whether it is held */
+        json_object_set_new(st, "on_unknown", json_string(r->blind_retry ? "retry" : "hold"));
+        json_object_set_new(st, "held_at", json_integer(r->held_at));
+    }
     if (!env || !dest || !st) {
         json_decref(env);
         json_decref(dest);
@@ -60,12 +64,13 @@ json_t *obx__attempt_json(const obx__attempt_row *a) {
 }
 
 json_t *obx__receipt_json(const obx__receipt_row *r) {
-    return json_pack("{s:s,s:i,s:s,s:s,s:s,s:i,s:I,s:I,s:s,s:s,s:s,s:I}", "kind",
+    return json_pack("{s:s,s:i,s:s,s:s,s:s,s:i,s:I,s:I,s:s,s:s,s:s,s:I,s:s}", "kind",
                      obx__receipt_kind_name(r->kind), "envelope_gen", (int)r->envelope_gen,
                      "attempt_id", r->attempt_id, "cluster", r->cluster, "topic", r->topic,
                      "partition", (int)r->partition, "offset", (json_int_t)r->offset, "broker_ts",
                      (json_int_t)r->broker_ts, "payload_digest", r->payload_digest, "dest_digest",
-                     r->dest_digest, "reason", r->reason, "created_at", (json_int_t)r->created_at);
+                     r->dest_digest, "reason", r->reason, "created_at", (json_int_t)r->created_at,
+                     "source", obx__receipt_source_name(r->source));
 }
 
 json_t *obx__audit_json(const obx__audit_row *a) {

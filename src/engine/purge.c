@@ -123,7 +123,9 @@ static obx_err evidence(const obx__retention_cfg *c, const obx__event_row *rows,
     const char **ids = calloc(n, sizeof *ids);
     bool *present = calloc(n, sizeof *present);
     obx_err e = (!ids || !present) ? obx__fail(OBX_ENOMEM, "purge: out of memory") : OBX_OK;
-    for (size_t i = 0; !e && i < n; i++) ids[i] = rows[i].env.event_id;
+    /* consumers dedupe and record under the event ID they were sent (a delivery-set slot's
+     * logical ID), never the slot's own key */
+    for (size_t i = 0; !e && i < n; i++) ids[i] = obx__wire_id(&rows[i]);
     for (size_t k = 0; !e && k < c->n_consumers; k++) {
         const obx__critical *cc = &c->consumers[k];
         e = cc->s->m->inbox_has(cc->s, cc->id, ids, n, present);
@@ -291,6 +293,21 @@ static obx_err write_transitions(obx__engine *e, step_ctx *x, const obx__state *
     return err;
 }
 
+/* Whether slot r's delivery set counts as delivered under its completion rule; *why (cap
+ * bytes) says why not, or stays empty. */
+static obx_err set_delivered(obx__store *s, const obx__event_row *r, char *why, size_t cap) {
+    obx__delivery_status ds;
+    obx_err e = obx__delivery_status_of(s, r->env.event_id, &ds);
+    if (e) return e;
+    if (ds.in_set && !ds.complete)
+        snprintf(why, cap,
+                 "its delivery set (completion %s) is not delivered yet: %d of %d targets "
+                 "published",
+                 ds.set.completion, (int)ds.published, (int)ds.set.n);
+    obx__rows_free(&ds.slots);
+    return OBX_OK;
+}
+
 /* Phase 0: PUBLISHED -> RETAINED for the next batch after the cursor. */
 static obx_err retain_tx(obx__engine *e, void *arg) {
     step_ctx *x = arg;
@@ -318,6 +335,18 @@ static obx_err retain_tx(obx__engine *e, void *arg) {
     for (size_t i = 0; !err && i < n; i++) {
         const obx__event_row *r = &x->rows.v[i];
         want[i] = OBX__ST_NONE;
+        /* a delivery-set slot is retained only once its set counts as delivered under its
+         * rule: under `all` a published target waits for the others (the event is not
+         * delivered yet), under `any` one published target is enough */
+        char undelivered[OBX_TEXT_MAX + 1] = "";
+        if (r->target_no > 0 && (err = set_delivered(e->s, r, undelivered, sizeof undelivered)))
+            break;
+        if (undelivered[0]) {
+            if (!x->res->hole && !x->part.hole) set_hole(&x->part, r, undelivered);
+            x->part.refused++;
+            err = add_item(c, &x->part, r, r->state, "%s", undelivered);
+            continue;
+        }
         if (all_evidence(c, ev + i * nc)) {
             want[i] = OBX__ST_RETAINED;
             describe(c, ev + i * nc, false, who, sizeof who);
@@ -533,9 +562,13 @@ static obx_err find_watermark(obx__store *s, const obx__retention_cfg *c, obx__r
     unsigned char *evp = nc <= sizeof ev ? ev : calloc(nc, 1);
     if (!evp) e = obx__fail(OBX_ENOMEM, "purge: out of memory");
     if (!e) e = evidence(c, r, 1, evp);
+    char undelivered[OBX_TEXT_MAX + 1] = "";
+    if (!e && r->target_no > 0) e = set_delivered(s, r, undelivered, sizeof undelivered);
     if (!e) {
         char who[OBX_TEXT_MAX + 1], why[OBX_TEXT_MAX + 1];
-        if (all_evidence(c, evp))
+        if (undelivered[0])
+            obx__strlcpy(why, undelivered, sizeof why);
+        else if (all_evidence(c, evp))
             snprintf(why, sizeof why,
                      "consumed by every critical consumer but still PUBLISHED (another purger "
                      "holds it, or it was published during this run)");
@@ -668,6 +701,12 @@ static obx_err one_tx(obx__engine *e, void *arg) {
                     "critical consumer%s %s ha%s not consumed it (no consume receipt, no forced "
                     "watermark covering it)",
                     several ? "s" : "", who, several ? "ve" : "s");
+    }
+    /* a delivery-set slot: its set must count as delivered under its rule */
+    if (!err && r->target_no > 0 && r->state == OBX__ST_PUBLISHED) {
+        char undelivered[OBX_TEXT_MAX + 1] = "";
+        err = set_delivered(e->s, r, undelivered, sizeof undelivered);
+        if (!err && undelivered[0]) add_why(x, "%s", undelivered);
     }
     /* the replay window */
     if (!err && r->published_at + c->replay_window_ms > x->now) {

@@ -1,15 +1,24 @@
 /*
- * reconcile.c — the reconciler (DESIGN.md §5). An UNKNOWN outcome is never guessed:
+ * reconcile.c — the reconciler (DESIGN.md §5; docs/protocol.md, "UNKNOWN outcomes"). An UNKNOWN
+ * outcome is never guessed, and every one ends:
  *
  *   DISPATCH_UNKNOWN --reconcile_begin--> RECONCILING (own claim_gen + lease)
  *   RECONCILING --lookup(destination, pinned partition, event_id, since)-->
- *       FOUND(receipt)              -> the acceptance point -> PUBLISHED
+ *       FOUND(receipt)              -> the acceptance point (source "lookup") -> PUBLISHED
  *       NOT_FOUND (authoritative,   -> RETRY_CLAIMED, older attempts NOT_FOUND,
  *         past the quiet time)         a new attempt (attempt_gen + 1) to the same frozen
  *                                      destination and partition -> SENDING
- *       CANNOT_TELL + blind retry   -> RETRY_CLAIMED (older attempts stay UNKNOWN: their late
- *         allowed by the route         ACKs are still accepted) -> SENDING
- *       CANNOT_TELL otherwise       -> DISPATCH_UNKNOWN with a next check (backing off)
+ *       CANNOT_TELL, before the     -> DISPATCH_UNKNOWN, next check when the quiet time ends
+ *         attempts' quiet time         (a late ACK or a FOUND may still settle it)
+ *       CANNOT_TELL, after it:
+ *         a critical consumer's     -> the acceptance point (source "consumer") -> PUBLISHED,
+ *           inbox holds it             no resend
+ *         route policy "retry"      -> RETRY_CLAIMED (older attempts stay UNKNOWN: their late
+ *           (the default)              ACKs are still accepted) -> SENDING
+ *         route policy "hold", or   -> DISPATCH_UNKNOWN, HELD (held_at): counted, aged, listed
+ *           the broker holds a copy    and alerted until a lookup proves it, a consumer's
+ *           obx cannot accept          evidence arrives or an operator resolves it
+ *                                      (obx__resolve); checks go on with back-off
  *
  * A reconciler is fenced like a dispatcher: its decision is applied only if the event is still
  * RECONCILING under its claim_gen and unexpired lease. A retry never uses anything but the
@@ -71,7 +80,12 @@ static obx_err rbegin_tx(obx__engine *e, void *arg) {
     return err;
 }
 
-typedef enum { DECIDE_RETRY_PROVEN, DECIDE_RETRY_BLIND, DECIDE_STAY_UNKNOWN } decision;
+typedef enum {
+    DECIDE_RETRY_PROVEN, /* authoritative NOT_FOUND */
+    DECIDE_RETRY_BLIND,  /* cannot tell past the quiet time; the route's policy is retry */
+    DECIDE_WAIT,         /* cannot tell yet: the quiet time has not passed */
+    DECIDE_HOLD          /* cannot tell past the quiet time; hold for an operator */
+} decision;
 
 typedef struct rapply_ctx {
     int64_t now;
@@ -79,7 +93,10 @@ typedef struct rapply_ctx {
     decision d;
     const char *why;
     int64_t authoritative_at; /* next check when only the quiet time stood in the way */
+    int64_t quiet_until;      /* the outstanding attempts' quiet time end */
+    const char *hold_why;     /* DECIDE_HOLD for another reason than the route's policy */
     bool applied;
+    bool held; /* this decision held the event (it was not held before) */
     int64_t resolved_ms;
 } rapply_ctx;
 
@@ -116,19 +133,28 @@ static obx_err rapply_tx(obx__engine *e, void *arg) {
         c->applied = true;
     } else {
         obx__event_row next = *ev;
-        if (c->d == DECIDE_STAY_UNKNOWN) {
+        if (c->d == DECIDE_WAIT || c->d == DECIDE_HOLD) {
             int64_t since = ev->unknown_since ? c->now - ev->unknown_since : 0;
             int64_t wait = since / 2;
             if (wait < e->cfg.recheck_ms) wait = e->cfg.recheck_ms;
             if (wait > e->cfg.recheck_max_ms) wait = e->cfg.recheck_max_ms;
             next.state = OBX__ST_DISPATCH_UNKNOWN;
             next.next_check_at = c->now + wait;
+            /* absence becomes provable, or the route's policy applies, then */
             if (c->authoritative_at > c->now && c->authoritative_at < next.next_check_at)
-                next.next_check_at = c->authoritative_at; /* absence becomes provable then */
+                next.next_check_at = c->authoritative_at;
+            if (c->d == DECIDE_WAIT && c->quiet_until > c->now &&
+                c->quiet_until < next.next_check_at)
+                next.next_check_at = c->quiet_until;
+            if (c->d == DECIDE_HOLD && !next.held_at) {
+                next.held_at = c->now;
+                c->held = true;
+            }
             next.owner[0] = '\0';
             next.lease_until = 0;
         } else {
             next.state = OBX__ST_RETRY_CLAIMED;
+            next.held_at = 0;
             next.lease_until = c->now + e->cfg.reconcile_lease_ms;
             if (c->d == DECIDE_RETRY_PROVEN) {
                 /* every UNKNOWN attempt of this generation is proven absent */
@@ -152,10 +178,15 @@ static obx_err rapply_tx(obx__engine *e, void *arg) {
             obx__batch_update(&b, ev, &next);
             obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_RECONCILER, e->cfg.owner, &next, ev->state,
                        next.state, "%s: %s",
-                       c->d == DECIDE_RETRY_PROVEN  ? "proven absent, retry to the frozen target"
-                       : c->d == DECIDE_RETRY_BLIND ? "cannot tell; route allows blind same-target "
-                                                      "retry"
-                                                    : "cannot tell; next check scheduled",
+                       c->d == DECIDE_RETRY_PROVEN ? "proven absent, retry to the frozen target"
+                       : c->d == DECIDE_RETRY_BLIND
+                           ? "cannot tell past the quiet time; the route's UNKNOWN policy is "
+                             "retry: same-target retry"
+                       : c->d == DECIDE_WAIT ? "cannot tell before the quiet time ends; next "
+                                               "check scheduled"
+                       : c->hold_why         ? c->hold_why
+                                             : "cannot tell past the quiet time; the route's "
+                                               "UNKNOWN policy is hold: held for an operator",
                        c->why);
             unsigned char *p = c->row->payload;
             size_t len = c->row->payload_len;
@@ -200,6 +231,7 @@ obx_err obx__reconcile_lookup(obx__engine *e, int64_t now, const obx__event_row 
         if (att[i].quiet_until > quiet_until) quiet_until = att[i].quiet_until;
     }
     free(att);
+    res->quiet_until = quiet_until;
     if (!unknown) {
         /* nothing outstanding in this generation (all proven absent or rejected) */
         res->kind = OBX__LOOKUP_NOT_FOUND;
@@ -222,7 +254,9 @@ obx_err obx__reconcile_lookup(obx__engine *e, int64_t now, const obx__event_row 
                              .since = since,
                              .quiet_until = quiet_until,
                              .now = now};
-        if ((err = obx__br_lookup(e->b, &q, res))) {
+        err = obx__br_lookup(e->b, &q, res);
+        res->quiet_until = quiet_until; /* the backend's answer does not carry it */
+        if (err) {
             e->st.broker_errors++;
             res->kind = OBX__LOOKUP_CANNOT_TELL;
             snprintf(res->reason, sizeof res->reason, "lookup failed: %s", obx_errmsg());
@@ -237,26 +271,111 @@ obx_err obx__reconcile_apply(obx__engine *e, int64_t now, obx__event_row *row,
     obx__lookup_res res = *res_in;
     if (row->state == OBX__ST_RETRY_CLAIMED) return OBX_OK; /* decision taken before a crash */
     bool found_bad = false;
+    if (res.kind == OBX__LOOKUP_FOUND && res.routed_only) {
+        /* a best-effort copy proves that the broker routed the message, not that every queue
+         * bound to it stored it: recorded with the decision, and the route's policy decides */
+        e->st.reconciled_found++;
+        char why[OBX_TEXT_MAX + 1];
+        snprintf(why, sizeof why,
+                 "a copy was found at %s/%d@%lld (attempt %.40s), which proves the broker routed "
+                 "it, not that every bound queue stored it",
+                 res.found.topic, (int)res.found.partition, (long long)res.found.offset,
+                 res.found.attempt_id);
+        obx__strlcpy(res.reason, why, sizeof res.reason);
+        res.kind = OBX__LOOKUP_CANNOT_TELL;
+    }
     if (res.kind == OBX__LOOKUP_FOUND) {
         e->st.reconciled_found++;
         obx__receipt_kind k = OBX__RK_QUARANTINED;
-        if ((err = obx__accept_receipts(e, now, &res.found, 1, &k))) return err;
+        if ((err = obx__accept_receipts_from(e, now, &res.found, 1, &k, OBX__RS_LOOKUP, NULL)))
+            return err;
         if (k == OBX__RK_PRIMARY || k == OBX__RK_DUPLICATE) return OBX_OK;
         /* the broker holds something we cannot accept: do not retry blindly over it */
         res.kind = OBX__LOOKUP_CANNOT_TELL;
         snprintf(res.reason, sizeof res.reason, "found a message that was quarantined");
         found_bad = true;
     }
-    rapply_ctx c = {
-        .now = now, .row = row, .why = res.reason, .authoritative_at = res.authoritative_at};
+    /* Past the quiet time, before a blind retry or a hold: a critical consumer that received
+     * the message proves the broker accepted it (no resend). A consumer whose database cannot
+     * answer now testifies to nothing; the policy goes on without it. */
+    char evidence_why[OBX_TEXT_MAX + 1] = "";
+    if (res.kind == OBX__LOOKUP_CANNOT_TELL && now >= res.quiet_until && !found_bad &&
+        e->cfg.n_evidence) {
+        obx__outcome ev;
+        bool found = false;
+        char who[OBX_NAME_MAX + 1] = "";
+        obx_err ce = obx__consumer_evidence(e->cfg.evidence, e->cfg.n_evidence, row, &ev, &found,
+                                            who, sizeof who);
+        if (found) {
+            char note[OBX_TEXT_MAX + 1];
+            snprintf(note, sizeof note, "evidence of critical consumer %s (the lookup: %s)", who,
+                     res.reason);
+            obx__receipt_kind k = OBX__RK_QUARANTINED;
+            if ((err = obx__accept_receipts_from(e, now, &ev, 1, &k, OBX__RS_CONSUMER, note)))
+                return err;
+            e->st.reconciled_evidence++;
+            if (k == OBX__RK_PRIMARY || k == OBX__RK_DUPLICATE) return OBX_OK;
+            found_bad = true; /* a consumer saw another message under this ID: alarm, hold */
+        } else if (ce)
+            snprintf(evidence_why, sizeof evidence_why, "%s; %s", res.reason, obx_errmsg());
+    }
+    if (evidence_why[0]) obx__strlcpy(res.reason, evidence_why, sizeof res.reason);
+    if (OBX__MUTANT(RECONCILE_GUESS) && res.kind == OBX__LOOKUP_CANNOT_TELL && !found_bad) {
+        /* test-only bug: guess that the broker has it (a receipt made from the frozen
+         * destination) instead of proving it */
+        obx__outcome g;
+        memset(&g, 0, sizeof g);
+        g.kind = OBX__OUT_ACK;
+        obx__strlcpy(g.event_id, obx__wire_id(row), sizeof g.event_id);
+        g.envelope_gen = row->envelope_gen;
+        obx__strlcpy(g.attempt_id, row->attempt_id, sizeof g.attempt_id);
+        obx__strlcpy(g.payload_digest, row->env.payload_digest, sizeof g.payload_digest);
+        obx__strlcpy(g.dest_digest, row->dest_digest, sizeof g.dest_digest);
+        obx__strlcpy(g.cluster, row->dest.cluster, sizeof g.cluster);
+        obx__strlcpy(g.topic, row->dest.topic, sizeof g.topic);
+        g.partition = row->pinned_partition;
+        g.offset = -1;
+        obx__receipt_kind k;
+        return obx__accept_receipts_from(e, now, &g, 1, &k, OBX__RS_LOOKUP, "guessed");
+    }
+    rapply_ctx c = {.now = now,
+                    .row = row,
+                    .why = res.reason,
+                    .authoritative_at = res.authoritative_at,
+                    .quiet_until = res.quiet_until};
     if (res.kind == OBX__LOOKUP_NOT_FOUND) {
         e->st.reconciled_not_found++;
         c.d = DECIDE_RETRY_PROVEN;
     } else {
         e->st.reconciled_cannot_tell++;
-        c.d = row->blind_retry && !found_bad ? DECIDE_RETRY_BLIND : DECIDE_STAY_UNKNOWN;
+        if (now < res.quiet_until || OBX__MUTANT(STAY_UNKNOWN))
+            c.d = DECIDE_WAIT; /* a late write of an outstanding attempt may still appear */
+        else if (found_bad) {
+            c.d = DECIDE_HOLD;
+            c.hold_why = "held for an operator: the broker holds a copy under this event ID that "
+                         "obx cannot accept (quarantined); a retry would put a second, different "
+                         "message beside it";
+        } else
+            c.d = row->blind_retry ? DECIDE_RETRY_BLIND : DECIDE_HOLD;
     }
     if ((err = obx__engine_tx(e, rapply_tx, &c))) return err;
+    if (c.held) {
+        e->st.held++;
+        if (e->on_note) {
+            char detail[OBX_TEXT_MAX + 1];
+            snprintf(detail, sizeof detail, "%s: %s",
+                     c.hold_why ? c.hold_why : "held for an operator (UNKNOWN policy hold)",
+                     res.reason);
+            obx__note n = {.kind = OBX__NOTE_HELD,
+                           .event_id = row->env.event_id,
+                           .attempt_id = row->attempt_id,
+                           .correlation_id = row->env.correlation_id,
+                           .latency_ms = -1,
+                           .unknown_ms = -1,
+                           .detail = detail};
+            e->on_note(e->on_note_user, &n);
+        }
+    }
     if (c.resolved_ms >= 0) {
         e->st.unknown_resolved++;
         if (c.resolved_ms > e->st.unknown_resolve_ms_max)

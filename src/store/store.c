@@ -45,6 +45,18 @@ const char *obx__receipt_kind_name(obx__receipt_kind k) {
     return (unsigned)k < 4 ? n[k] : "?";
 }
 
+static const char *const source_names[OBX__RS_COUNT] = {"broker", "lookup", "consumer", "operator"};
+
+const char *obx__receipt_source_name(obx__receipt_source k) {
+    return (unsigned)k < OBX__RS_COUNT ? source_names[k] : "?";
+}
+
+obx__receipt_source obx__receipt_source_parse(const char *s) {
+    for (int i = 0; s && i < OBX__RS_COUNT; i++)
+        if (!strcmp(s, source_names[i])) return (obx__receipt_source)i;
+    return OBX__RS_COUNT;
+}
+
 void obx__poison_rows_free(obx__poison_row *rows, size_t n) {
     for (size_t i = 0; rows && i < n; i++) {
         free(rows[i].headers_json);
@@ -109,6 +121,9 @@ static obx_err check_methods(const obx__store_methods *m) {
     end = (const void *const *)(&m->set_alias + 1);
     for (; fn < end; fn++)
         if (!*fn) return obx__fail(OBX_EINTERNAL, "store backend %s: a method is missing", m->name);
+    /* the schema version 4 registry */
+    if (!m->cluster_put || !m->cluster_get || !m->delivery_open)
+        return obx__fail(OBX_EINTERNAL, "store backend %s: a cluster method is missing", m->name);
     return OBX_OK;
 }
 
@@ -301,6 +316,16 @@ obx_err obx__st_events_known(obx__store *s, const char *const *ids, size_t n, bo
 obx_err obx__st_find_events(obx__store *s, const obx__event_filter *f, obx__rows *out) {
     FAULT("find_events");
     return s->m->find_events(s, f, out);
+}
+
+obx_err obx__st_cluster_put(obx__store *s, const obx__cluster_row *c) {
+    FAULT("cluster_put");
+    return s->m->cluster_put(s, c);
+}
+
+obx_err obx__st_cluster_get(obx__store *s, const char *cluster, obx__cluster_row *out) {
+    FAULT("cluster_get");
+    return s->m->cluster_get(s, cluster, out);
 }
 
 obx_err obx__st_delivery_put(obx__store *s, const obx__delivery_row *d) {

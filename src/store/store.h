@@ -25,9 +25,10 @@
 #define OBX__STORE_METHODS_VERSION 1
 /* 1: the outbox; 2: delivery sets (route sets and per-event target slots, docs/migration.md);
  * 3: PostgreSQL writes an attempt's outcome as a HOT update (schema_v3.sql; SQLite unchanged);
- * 4: PostgreSQL's inbox as SQL functions for consumers in any language (schema_v4.sql; SQLite
+ * 4: every UNKNOWN ends: held events, receipt sources, consumer evidence, the cluster registry;
+ * 5: PostgreSQL's inbox as SQL functions for consumers in any language (schema_v5.sql; SQLite
  *    unchanged) */
-#define OBX__SCHEMA_VERSION 4
+#define OBX__SCHEMA_VERSION 5
 
 #define OBX__ATTEMPT_ID_LEN 30 /* "att-" + ULID */
 #define OBX__OWNER_MAX OBX_TEXT_MAX
@@ -72,12 +73,19 @@ typedef struct obx__event_row {
     int64_t available_at;  /* backoff: not claimable before */
     int64_t next_check_at; /* reconciler: next lookup */
     int64_t unknown_since; /* first UNKNOWN of the current episode; 0 none */
+    /* held for an operator since (schema version 4): an UNKNOWN whose route's policy is hold, or
+     * whose broker copy obx cannot accept, once nothing could prove its outcome past the
+     * attempts' quiet time. 0 = not held. Only DISPATCH_UNKNOWN / RECONCILING events are held:
+     * every transition out of them clears it. */
+    int64_t held_at;
     char primary_attempt_id[OBX__ATTEMPT_ID_LEN + 1];
     int64_t published_at;
     int64_t committed_at;
     int64_t updated_at;
     /* frozen at enqueue with the route */
     int32_t max_attempts;
+    /* the route's UNKNOWN policy (DB column blind_retry): true = "retry": a same-target retry
+     * once the lookup cannot tell past the quiet time; false = "hold" for an operator */
     bool blind_retry;
     bool unordered;
     char alias[OBX_NAME_MAX + 1];
@@ -144,6 +152,19 @@ typedef enum obx__receipt_kind {
 
 const char *obx__receipt_kind_name(obx__receipt_kind k);
 
+/* What proved a receipt (schema version 4; receipts written before say BROKER). The kind says
+ * what the receipt did to the publish slot; the source says where the evidence came from. */
+typedef enum obx__receipt_source {
+    OBX__RS_BROKER,   /* the broker's confirm of a send */
+    OBX__RS_LOOKUP,   /* a reconciler's lookup found the message */
+    OBX__RS_CONSUMER, /* a critical consumer's inbox row (DESIGN: consumer evidence) */
+    OBX__RS_OPERATOR, /* an operator's audited `obx resolve --accept` */
+    OBX__RS_COUNT
+} obx__receipt_source;
+
+const char *obx__receipt_source_name(obx__receipt_source s);
+obx__receipt_source obx__receipt_source_parse(const char *s); /* OBX__RS_COUNT: unknown */
+
 typedef struct obx__receipt_row {
     char event_id[OBX_EVENT_ID_LEN + 1];
     int32_t envelope_gen;
@@ -159,6 +180,7 @@ typedef struct obx__receipt_row {
     char reason[OBX_TEXT_MAX + 1];
     const char *detail; /* optional JSON (migration proof); borrowed */
     int64_t created_at;
+    obx__receipt_source source;
 } obx__receipt_row;
 
 typedef struct obx__audit_row {
@@ -189,6 +211,12 @@ typedef struct obx__inbox_row {
     int64_t offset;
     int64_t consumed_at;
     int64_t duration_us;
+    /* what makes the row evidence that the broker accepted the message (schema version 4):
+     * the envelope generation, attempt and destination digest the delivery carried. Rows
+     * written before have envelope_gen 0 and are never evidence. */
+    int32_t envelope_gen;
+    char attempt_id[OBX_EVENT_ID_LEN + 1];
+    char dest_digest[OBX_DIGEST_LEN + 1];
 } obx__inbox_row;
 
 typedef struct obx__watermark_row {
@@ -243,6 +271,8 @@ typedef struct obx__store_stats {
     int64_t oldest_unknown_since;        /* 0: none */
     int64_t receipts_primary, receipts_duplicate, receipts_quarantined, receipts_migration;
     int64_t attempts_unknown; /* UNKNOWN attempts of events whose slot is still empty */
+    int64_t held;             /* UNKNOWN events held for an operator (held_at > 0) */
+    int64_t oldest_held;      /* the earliest held_at; 0: none */
 } obx__store_stats;
 
 /* Whole-table invariant checks (all must be 0): scans, so only for reports and audits. */
@@ -307,8 +337,24 @@ typedef struct obx__event_filter {
     int64_t committed_from; /* committed_at >= this */
     int64_t committed_to;   /* committed_at < this (0 = no bound) */
     int64_t after_seq;
-    size_t limit; /* 0 = 1000 */
+    size_t limit;           /* 0 = 1000 */
+    bool held;              /* only events held for an operator (held_at > 0) */
+    int64_t unknown_before; /* only events whose UNKNOWN episode began before this (0 = any) */
 } obx__event_filter;
+
+/* A cluster as a relay registered it (schema version 4): the broker backend behind the cluster
+ * identity and what it can honour of a frozen destination contract (docs/protocol.md). The
+ * value lists are comma-separated; serializer "*" = any. */
+typedef struct obx__cluster_row {
+    char cluster[OBX_NAME_MAX + 1];
+    char backend[32];
+    char lookup[16]; /* authoritative | best_effort | none */
+    char durability[OBX_TEXT_MAX + 1];
+    char required_acks[OBX_TEXT_MAX + 1];
+    char serializer[OBX_TEXT_MAX + 1];
+    char relay[OBX__OWNER_MAX + 1];
+    int64_t seen_at;
+} obx__cluster_row;
 
 /* ---- requests ---------------------------------------------------------------------------- */
 
@@ -601,6 +647,16 @@ typedef struct obx__store_methods {
      * may not have been written and the call may still return OBX_OK: the caller, which sees
      * applied, rolls the transaction back. Any other failure of a part is returned. */
     obx_err (*write_set)(obx__store *s, const obx__write_set *w);
+    /* ---- schema version 4: the cluster registry (required) ----
+     * Inserts or replaces the registration of c->cluster. */
+    obx_err (*cluster_put)(obx__store *s, const obx__cluster_row *c);
+    /* OBX_ENOTFOUND when no relay registered the cluster. */
+    obx_err (*cluster_get)(obx__store *s, const char *cluster, obx__cluster_row *out);
+    /* Delivery sets that are not delivered yet under their rule, from the unpublished slots (a
+     * read bounded by the backlog, cheap enough for a scrape): out[0] sets of rule `all` with
+     * a target still unpublished, out[1] sets of rule `any` with none published yet, out[2]
+     * unpublished slots of `any` sets already delivered (trailing targets, still sent). */
+    obx_err (*delivery_open)(obx__store *s, int64_t out[3]);
 } obx__store_methods;
 
 struct obx_store {
@@ -648,6 +704,8 @@ obx_err obx__st_aged(obx__store *s, const obx__aged_req *req, obx__aged_row **ou
 obx_err obx__st_events_known(obx__store *s, const char *const *ids, size_t n, bool *known);
 obx_err obx__st_find_events(obx__store *s, const obx__event_filter *f, obx__rows *out);
 obx_err obx__st_delivery_put(obx__store *s, const obx__delivery_row *d);
+obx_err obx__st_cluster_put(obx__store *s, const obx__cluster_row *c);
+obx_err obx__st_cluster_get(obx__store *s, const char *cluster, obx__cluster_row *out);
 obx_err obx__st_set_alias(obx__store *s, const char *const *ids, size_t n, const char *from,
                           const char *to, bool *applied);
 

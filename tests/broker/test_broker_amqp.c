@@ -16,6 +16,7 @@
 
 #include "broker/amqp/amqp_broker.h"
 #include "broker/conformance.h"
+#include "engine/engine.h"
 
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
@@ -547,8 +548,9 @@ static void durable_set(obx__broker *b, const char *url, const char *queue, cons
  * registered servers"; see docs/amqp.md), which is the broker's loss, not this adapter's.
  * Checked: every attempt gets exactly one outcome; every ACK is in the durable set; no NOT_SENT
  * is; everything there was ACK or UNKNOWN; after resolving the UNKNOWNs the way the reconciler
- * does (the audit stream proves some were published, the rest are retried to the same
- * exchange, as are the NOT_SENT ones) every event is there. */
+ * does (a stream copy proves routing only, so with a queue every UNKNOWN is retried to the same
+ * exchange, as are the NOT_SENT ones; without one the stream copy proves it stored) every
+ * event is there. */
 static void restart_mid_batch(const char *how) {
     if (!getenv("OBX_TEST_SERVICES_DIR") || !getenv("OBX_SVC_AMQP_PORT"))
         fail_msg("OBX_TEST_SERVICES_DIR / OBX_SVC_AMQP_PORT not set: this test stops and starts "
@@ -558,9 +560,11 @@ static void restart_mid_batch(const char *how) {
     char x[128], url[1024], q[160];
     fresh_name(x, sizeof x, how);
     snprintf(q, sizeof q, "%s.q", x);
-    /* quick reconnects: the node is back within seconds */
+    /* quick reconnects: the node is back within seconds. A graceful stop lets the batch run
+     * on for a while (104,800 messages once in CI), and reading that many back from the audit
+     * stream took longer than the default 10 s lookup timeout on a loaded machine */
     const char *fast = "reconnect_backoff_ms=100&reconnect_backoff_max_ms=200&"
-                       "connect_timeout_ms=1000";
+                       "connect_timeout_ms=1000&lookup_timeout_ms=120000";
     if (with_queue)
         url_with(url, sizeof url, "declare_exchange=%s&declare_queue=%s&audit_stream=%s.audit&%s",
                  x, q, x, fast);
@@ -673,8 +677,11 @@ static void restart_mid_batch(const char *how) {
     assert_int_equal(missing_acked, 0);
     assert_true(idset_has(&d1, after_restart));
 
-    /* resolve as the reconciler would: the audit stream proves some UNKNOWNs were published
-     * (best effort); the other UNKNOWNs and the NOT_SENTs get a new attempt, same exchange */
+    /* resolve as the reconciler would. A copy in the audit stream proves the exchange routed
+     * the message, not that the bound queue stored it (a graceful stop once left 4 of 399
+     * stream copies out of the queue), so by default (audit_stream_proves=0) every UNKNOWN
+     * gets a new attempt like the NOT_SENTs, same exchange. Without a queue (the kill run),
+     * the stream is the only destination and its copy does prove the message stored. */
     idset stream = {0};
     OK(b->m->scan(b, x, 0, scan_into, &stream));
     idset_sort(&stream);
@@ -685,7 +692,7 @@ static void restart_mid_batch(const char *how) {
         if (recs[i].kind == OBX__OUT_UNKNOWN && idset_has(&stream, recs[i].id)) {
             found++;
             found_not_stored += !idset_has(&d1, recs[i].id);
-            continue;
+            if (!with_queue) continue;
         }
         test_msg_init(&rt, x, "tenant-7.order", (int)i);
         obx__strlcpy(rt.env.event_id, recs[i].id, sizeof rt.env.event_id);
@@ -877,6 +884,7 @@ static void test_audit_stream(void **st) {
         int64_t l0 = now_ms();
         OK(obx__br_lookup(b, &q, &r));
         if (r.kind != OBX__LOOKUP_FOUND) fail_msg("lookup %d: %s", i, r.reason);
+        assert_true(r.routed_only); /* a copy proves routing, unless declared otherwise */
         assert_true(now_ms() - l0 < 2000);
         /* the receipt the confirm carried */
         assert_int_equal(r.found.kind, OBX__OUT_ACK);
@@ -928,6 +936,226 @@ static void test_audit_stream(void **st) {
     OK(b->m->scan(b, other, t0, count_cb, &c2));
     assert_int_equal(c2.seen[0] + c2.seen[1] + c2.seen[2] + c2.other, 0);
     obx__br_close(b);
+    admin_delete(x, "%s");
+}
+
+/* One event through the engine on the real node, whose confirm is lost (the publishing
+ * connection is closed before its confirm is read), swept to UNKNOWN and then reconciled with a
+ * lookup in the audit stream. Returns the event's state; *receipt_src gets the primary
+ * receipt's source (-1: none) and *routed whether the decision recorded a routing-only copy. */
+static obx__state stream_reconcile(const char *url, const char *topic, const char *policy,
+                                   int fill_first, int *receipt_src, bool *routed) {
+    obx__store *s;
+    OK(obx__st_open("sqlite::memory:", &s));
+    OK(obx_store_init(s));
+    obx_route r = {.event_type = "order.created.v1",
+                   .cluster = "rabbit-test",
+                   .topic = topic,
+                   .routing_key = "k",
+                   .on_unknown = policy};
+    int64_t now = now_ms();
+    OK(obx__route_set_at(s, &r, now, NULL));
+    obx__engine_cfg c;
+    obx__engine_cfg_defaults(&c);
+    c.lease_ms = c.reconcile_lease_ms = 1000;
+    c.recheck_ms = 100;
+    obx__broker *b = open_url(url), *b2 = open_url(url);
+    char ids[2][OBX_EVENT_ID_LEN + 1];
+    for (int i = 0; i <= fill_first; i++) {
+        obx_event ev = {.event_type = "order.created.v1",
+                        .aggregate_type = "order",
+                        .aggregate_id = i ? "o-2" : "o-1",
+                        .aggregate_version = 1,
+                        .tenant = "t1",
+                        .payload = "{}",
+                        .payload_len = 2};
+        obx_enqueue_result er;
+        OK(obx__enqueue_at(s, &ev, now, NULL, &er));
+        strcpy(ids[i], er.event_id);
+        obx__engine d;
+        strcpy(c.owner, "relay-a");
+        OK(obx__engine_init(&d, s, b, &c));
+        size_t sent = 0, n = 0;
+        OK(obx__engine_dispatch(&d, now, &sent));
+        assert_int_equal(sent, 1);
+        if (i < fill_first) { /* this one fills the queue, confirmed */
+            for (int k = 0; k < 50 && !n; k++) OK(obx__engine_poll(&d, now_ms(), 100, &n));
+            assert_int_equal(n, 1);
+        }
+    }
+    const char *id = ids[fill_first];
+    obx__br_close(b); /* the last publish's confirm (or nack) is never read */
+    obx__engine rc;
+    strcpy(c.owner, "reconciler");
+    OK(obx__engine_init(&rc, s, b2, &c));
+    size_t n = 0;
+    OK(obx__engine_sweep(&rc, now + 1100, &n));
+    assert_int_equal(n, 1);
+    /* past the quiet time: confirm_timeout_ms + 2 heartbeats after the attempt's deadline */
+    OK(obx__reconcile_step(&rc, now + 1100 + 5000, &n));
+    assert_int_equal(n, 1);
+    if (rc.st.retries) /* a retry went out: its outcome (the queue refuses it again) */
+        for (int k = 0, got = 0; k < 50 && !got; k++) {
+            size_t m = 0;
+            OK(obx__engine_poll(&rc, now_ms(), 100, &m));
+            got = m > 0;
+        }
+    obx__rows rows = {0};
+    OK(obx__st_load_events(s, &id, 1, 0, &rows));
+    obx__state st = rows.v[0].state;
+    obx__rows_free(&rows);
+    obx__receipt_row *rr;
+    size_t nr;
+    OK(s->m->load_receipts(s, id, &rr, &nr));
+    *receipt_src = -1;
+    for (size_t i = 0; i < nr; i++)
+        if (rr[i].kind == OBX__RK_PRIMARY) *receipt_src = (int)rr[i].source;
+    free(rr);
+    obx__audit_row *au;
+    size_t na;
+    OK(s->m->load_audit(s, id, &au, &na));
+    *routed = false;
+    for (size_t i = 0; i < na; i++)
+        *routed = *routed || strstr(au[i].reason, "proves the broker routed");
+    free(au);
+    obx__br_close(b2);
+    obx__st_close(s);
+    return st;
+}
+
+/* A publish its consumer queue refused (x-max-length 0 with x-overflow reject-publish: every
+ * publish gets basic.nack) is copied to the audit stream all the same. When that nack is the
+ * confirm that was lost, the stream copy must not publish the event: it proves the exchange routed
+ * it, not that the queue stored it. The event is held (policy hold) or retried (policy retry: the
+ * queue refuses again, a definite rejection); it never becomes PUBLISHED. With
+ * audit_stream_proves=1 — an operator's declaration that no queue bound to the exchange refuses —
+ * the copy is the proof (source "lookup"). */
+static void test_stream_copy_is_not_every_queue(void **st) {
+    (void)st;
+    char x[128], url[1024];
+    fresh_name(x, sizeof x, "refused");
+    url_with(url, sizeof url,
+             "cluster=rabbit-test&declare_exchange=%s&declare_queue=%s.q&queue_type=classic&"
+             "queue_max_length=0&queue_overflow=reject-publish&audit_stream=%s.audit&"
+             "audit_bind=%s&confirm_timeout_ms=1000&heartbeat=1",
+             x, x, x, x);
+    int src;
+    bool routed;
+    obx__state s1 = stream_reconcile(url, x, "hold", 0, &src, &routed);
+    assert_int_equal(s1, OBX__ST_DISPATCH_UNKNOWN); /* held, not PUBLISHED */
+    assert_int_equal(src, -1);
+    assert_true(routed);
+    char q[160];
+    snprintf(q, sizeof q, "%s.q", x);
+    long qn = admin_count(q);
+    if (qn != 0) fail_msg("the queue holds %ld messages: it should refuse every one", qn);
+    obx__state s2 = stream_reconcile(url, x, "retry", 0, &src, &routed);
+    assert_int_equal(s2, OBX__ST_PENDING); /* retried, refused again: definite, with backoff */
+    assert_int_equal(src, -1);
+    assert_true(routed);
+    admin_delete(x, "%s");
+    /* the operator declares that the stream proves delivery (a queue that never refuses) */
+    fresh_name(x, sizeof x, "proves");
+    url_with(url, sizeof url,
+             "cluster=rabbit-test&declare_exchange=%s&declare_queue=%s.q&audit_stream=%s.audit&"
+             "audit_bind=%s&confirm_timeout_ms=1000&heartbeat=1&audit_stream_proves=1",
+             x, x, x, x);
+    obx__state s3 = stream_reconcile(url, x, "hold", 0, &src, &routed);
+    assert_int_equal(s3, OBX__ST_PUBLISHED);
+    assert_int_equal(src, OBX__RS_LOOKUP);
+    assert_false(routed);
+    admin_delete(x, "%s");
+}
+
+/* The frozen destination contract on RabbitMQ: durability is the delivery mode (transient = 1),
+ * the serializer travels as the content-type header, and a required_acks RabbitMQ cannot give
+ * ("1": acknowledged before the broker stored it) parks the event at once with the reason,
+ * instead of being sent with publisher confirms as if nothing had been asked. */
+static void test_contract_honoured_or_parked(void **st) {
+    (void)st;
+    char x[128], url[1024], q[160];
+    fresh_name(x, sizeof x, "contract");
+    url_with(url, sizeof url, "cluster=rabbit-test&declare_exchange=%s&declare_queue=%s.q", x, x);
+    snprintf(q, sizeof q, "%s.q", x);
+    obx__store *s;
+    OK(obx__st_open("sqlite::memory:", &s));
+    OK(obx_store_init(s));
+    int64_t now = now_ms();
+    obx_route r = {.event_type = "order.created.v1",
+                   .cluster = "rabbit-test",
+                   .topic = x,
+                   .routing_key = "k",
+                   .durability = "transient",
+                   .serializer = "json"};
+    OK(obx__route_set_at(s, &r, now, NULL));
+    obx_route r1 = r;
+    r1.event_type = "payment.captured.v1";
+    r1.durability = NULL;
+    r1.required_acks = "1";
+    r1.routing_key = "k2";                    /* another order key: claimed in the same batch */
+    OK(obx__route_set_at(s, &r1, now, NULL)); /* nobody registered the cluster: accepted */
+    const char *types[] = {"order.created.v1", "payment.captured.v1"};
+    char ids[2][OBX_EVENT_ID_LEN + 1];
+    for (int i = 0; i < 2; i++) {
+        obx_event ev = {.event_type = types[i],
+                        .aggregate_type = "order",
+                        .aggregate_id = i ? "o-2" : "o-1",
+                        .aggregate_version = 1,
+                        .tenant = "t1",
+                        .payload = "{}",
+                        .payload_len = 2};
+        obx_enqueue_result er;
+        OK(obx__enqueue_at(s, &ev, now, NULL, &er));
+        strcpy(ids[i], er.event_id);
+    }
+    obx__broker *b = open_url(url);
+    obx__engine d;
+    obx__engine_cfg c;
+    obx__engine_cfg_defaults(&c);
+    OK(obx__engine_init(&d, s, b, &c));
+    size_t sent = 0, n = 0;
+    OK(obx__engine_dispatch(&d, now, &sent));
+    assert_int_equal(sent, 1); /* the transient json one; the acks=1 one is parked */
+    for (int k = 0; k < 50 && !n; k++) OK(obx__engine_poll(&d, now_ms(), 100, &n));
+    obx__rows rows = {0};
+    const char *pids[] = {ids[0], ids[1]};
+    OK(obx__st_load_events(s, pids, 2, 0, &rows));
+    assert_int_equal(rows.v[0].state, OBX__ST_PUBLISHED);
+    if (rows.v[1].state != OBX__ST_PARKED) {
+        obx__audit_row *au;
+        size_t nau;
+        OK(s->m->load_audit(s, ids[1], &au, &nau));
+        for (size_t i = 0; i < nau; i++) fprintf(stderr, "audit: %s\n", au[i].reason);
+        free(au);
+        fail_msg("%s is %s", ids[1], obx__state_name(rows.v[1].state));
+    }
+    obx__rows_free(&rows);
+    obx__attempt_row *at;
+    size_t na;
+    OK(obx__st_load_attempts(s, NULL, 0, ids[1], &at, &na));
+    assert_int_equal(na, 1);
+    assert_non_null(strstr(at[0].detail, "required_acks '1' cannot be honoured by the amqp "
+                                         "backend (it honours: all,confirm)"));
+    free(at);
+    /* what the queue holds: delivery mode 1, content-type json */
+    amqp_rpc_reply_t rr = amqp_basic_get(admin, 1, amqp_cstring_bytes(q), 1);
+    assert_int_equal(rr.reply_type, AMQP_RESPONSE_NORMAL);
+    assert_int_equal(rr.reply.id, AMQP_BASIC_GET_OK_METHOD);
+    amqp_message_t msg;
+    rr = amqp_read_message(admin, 1, &msg, 0);
+    assert_int_equal(rr.reply_type, AMQP_RESPONSE_NORMAL);
+    assert_true(msg.properties._flags & AMQP_BASIC_DELIVERY_MODE_FLAG);
+    assert_int_equal(msg.properties.delivery_mode, 1);
+    bool ct = false;
+    for (int i = 0; i < msg.properties.headers.num_entries; i++) {
+        amqp_table_entry_t *h = &msg.properties.headers.entries[i];
+        if (h->key.len == 12 && !memcmp(h->key.bytes, "content-type", 12))
+            ct = h->value.value.bytes.len == 4 && !memcmp(h->value.value.bytes.bytes, "json", 4);
+    }
+    assert_true(ct);
+    amqp_destroy_message(&msg);
+    obx__br_close(b);
+    obx__st_close(s);
     admin_delete(x, "%s");
 }
 
@@ -1027,6 +1255,8 @@ int main(void) {
         cmocka_unit_test(test_missing_exchange),
         cmocka_unit_test(test_consumer_redelivery),
         cmocka_unit_test(test_audit_stream),
+        cmocka_unit_test(test_stream_copy_is_not_every_queue),
+        cmocka_unit_test(test_contract_honoured_or_parked),
         cmocka_unit_test(test_tls),
         cmocka_unit_test(test_credentials_not_shown),
         cmocka_unit_test(test_broker_stopped_mid_batch),

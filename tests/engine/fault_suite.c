@@ -70,11 +70,12 @@ static int teardown(void **state) {
     return 0;
 }
 
+/* blind: the route's UNKNOWN policy is "retry" (1) or "hold" (0) */
 static void route(fx *f, const char *type, int blind, int max_attempts) {
     obx_route r = {.event_type = type,
                    .cluster = "local",
                    .topic = "orders",
-                   .blind_retry = blind,
+                   .on_unknown = blind ? "retry" : "hold",
                    .max_attempts = max_attempts};
     OK(obx__route_set_at(f->s, &r, f->now, NULL));
 }
@@ -264,7 +265,8 @@ static void test_claim_expiry_then_late_old_ack(void **state) {
     assert_int_equal(at[0].partition, at[1].partition);
     assert_string_equal(at[0].dest_digest, at[1].dest_digest);
     free(at);
-    assert_int_equal(audit(f, a, OBX__ST_RECONCILING, OBX__ST_RETRY_CLAIMED, "blind"), 1);
+    assert_int_equal(audit(f, a, OBX__ST_RECONCILING, OBX__ST_RETRY_CLAIMED, "same-target retry"),
+                     1);
 }
 
 /* A worker paused past its lease finds its claim generation stale: it may not send. */
@@ -321,7 +323,9 @@ static void test_unknown_racing_retry_claim(void **state) {
     assert_int_equal(audit(f, a, OBX__ST_SENDING, OBX__ST_DISPATCH_UNKNOWN, "unknown"), 1);
     char att1[31];
     strcpy(att1, ev(f, a).attempt_id);
-    /* the reconciler takes it, cannot tell, decides a blind retry ... */
+    /* the reconciler takes it once the attempt's quiet time is over, cannot tell, decides a
+     * same-target retry (the route's policy) ... */
+    f->now += 1000;
     knob(f->b2, "lookup_down", "1");
     obx__rows held = {0};
     OK(obx__reconcile_begin(&rc, f->now, &held));
@@ -489,8 +493,9 @@ static void test_frozen_sender_after_deadline(void **state) {
     obx__delivery_free(&d[0]);
 }
 
-/* Cannot tell, and the route does not allow a blind retry: the event stays UNKNOWN with a
- * next-check time until the broker can answer. */
+/* Cannot tell past the quiet time, and the route's UNKNOWN policy is hold: the event is held
+ * for an operator (counted, aged), the reconciler keeps asking with back-off, and the broker's
+ * first definite answer settles it and ends the hold. */
 static void test_cannot_tell_stays_unknown(void **state) {
     fx *f = *state;
     route(f, "order.created.v1", 0, 0);
@@ -510,7 +515,13 @@ static void test_cannot_tell_stays_unknown(void **state) {
     assert_int_equal(r.state, OBX__ST_DISPATCH_UNKNOWN);
     assert_true(r.next_check_at > f->now);
     assert_int_equal(n_attempts(f, a), 1);
-    assert_int_equal(audit(f, a, OBX__ST_RECONCILING, OBX__ST_DISPATCH_UNKNOWN, "next check"), 1);
+    assert_int_equal(audit(f, a, OBX__ST_RECONCILING, OBX__ST_DISPATCH_UNKNOWN, "held"), 1);
+    assert_int_equal(r.held_at, f->now);
+    obx__store_stats st;
+    OK(f->s->m->stats(f->s, &st));
+    assert_int_equal(st.held, 1);
+    assert_int_equal(st.oldest_held, f->now);
+    assert_int_equal(rc.st.held, 1);
     /* not due yet: nothing happens */
     OK(obx__reconcile_step(&rc, f->now + 1, &n));
     assert_int_equal(n, 0);
@@ -520,6 +531,15 @@ static void test_cannot_tell_stays_unknown(void **state) {
     assert_one_primary(f, a);
     assert_int_equal(n_attempts(f, a), 1);
     assert_true(r.unknown_since > 0);
+    assert_int_equal(ev(f, a).held_at, 0); /* published: no longer held */
+    OK(f->s->m->stats(f->s, &st));
+    assert_int_equal(st.held, 0);
+    obx__receipt_row *rr;
+    size_t nr;
+    OK(f->s->m->load_receipts(f->s, a, &rr, &nr));
+    assert_int_equal(nr, 1);
+    assert_int_equal(rr[0].source, OBX__RS_LOOKUP); /* proved by the lookup, not a confirm */
+    free(rr);
 }
 
 static void test_rejection_backoff_park_requeue(void **state) {
@@ -779,7 +799,9 @@ static obx_message msg_of(const obx__delivery *d) {
                      .topic = d->topic,
                      .partition = d->partition,
                      .offset = d->offset,
-                     .header_error = d->header_error};
+                     .header_error = d->header_error,
+                     .attempt_id = d->attempt_id,
+                     .dest_digest = d->dest_digest};
     return m;
 }
 
@@ -1012,6 +1034,240 @@ static void test_consumer_loop_redelivers_failed_last(void **state) {
     obx_store_close(c.db);
 }
 
+/* The default UNKNOWN policy (retry), on a broker whose lookup cannot tell: nothing happens
+ * before the attempt's quiet time is over (its late ACK may still come), then a same-target
+ * retry publishes the event; the older attempt stays UNKNOWN and acceptable. */
+static void test_unknown_policy_retry_after_quiet(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 1, 0);
+    char a[31];
+    enq(f, "order.created.v1", "o-1", a);
+    obx__engine da, rc;
+    engine(f, &da, "relay-a", f->b);
+    engine(f, &rc, "reconciler", f->b2);
+    knob(f->b, "drop_ack", "1");
+    knob(f->b, "ack_timeout_ms", "100");
+    knob(f->b2, "lookup_down", "1");
+    size_t sent, n;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    int64_t t0 = f->now;
+    f->now += 100;
+    assert_int_equal(poll_all(&da, f->now), 1);
+    assert_int_equal(ev(f, a).state, OBX__ST_DISPATCH_UNKNOWN);
+    OK(obx__reconcile_step(&rc, f->now, &n));
+    obx__event_row r = ev(f, a);
+    assert_int_equal(r.state, OBX__ST_DISPATCH_UNKNOWN);
+    assert_true(r.next_check_at > f->now && r.next_check_at <= t0 + 1000);
+    assert_int_equal(r.held_at, 0);
+    assert_int_equal(n_attempts(f, a), 1);
+    assert_int_equal(audit(f, a, OBX__ST_RECONCILING, OBX__ST_DISPATCH_UNKNOWN, "quiet time"), 1);
+    /* checks go on until the quiet time (the attempt's deadline + the broker's quiet time, 0
+     * here) is over; never a retry before it */
+    while (r.next_check_at < t0 + 1000) {
+        f->now = r.next_check_at;
+        OK(obx__reconcile_step(&rc, f->now, &n));
+        r = ev(f, a);
+        assert_int_equal(r.state, OBX__ST_DISPATCH_UNKNOWN);
+        assert_int_equal(n_attempts(f, a), 1);
+    }
+    assert_int_equal(r.next_check_at, t0 + 1000);
+    f->now = r.next_check_at;
+    OK(obx__reconcile_step(&rc, f->now, &n));
+    assert_int_equal(ev(f, a).state, OBX__ST_SENDING);
+    assert_int_equal(ev(f, a).attempt_gen, 2);
+    assert_int_equal(poll_all(&rc, f->now), 1);
+    assert_one_primary(f, a);
+    assert_int_equal(attempts(f, a, OBX__AT_UNKNOWN), 1);
+    assert_int_equal(
+        audit(f, a, OBX__ST_RECONCILING, OBX__ST_RETRY_CLAIMED, "UNKNOWN policy is retry"), 1);
+    assert_int_equal(rc.st.unknown_resolved, 1);
+    assert_int_equal(rc.st.held, 0);
+}
+
+/* Consumer evidence: the broker cannot be asked and the route holds UNKNOWNs, but a critical
+ * consumer received the message: its consume receipt goes through the acceptance point and the
+ * event is published without a resend. A receipt of another payload under the same ID is an
+ * alarm (quarantined) and the event is held. */
+static void test_consumer_evidence(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 0, 0);
+    char a[31], b[31];
+    obx__engine da, rc;
+    engine(f, &da, "relay-a", f->b);
+    knob(f->b, "lose_ack", "1"); /* appended, the ACK never comes */
+    size_t sent, n;
+    enq(f, "order.created.v1", "o-1", a);
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    cons c;
+    cons_open(&c, f, NULL, 0);
+    int out[8] = {0};
+    consume_all(&c, f->now, out, false);
+    assert_int_equal(out[OBX_INBOX_APPLIED], 1);
+    obx__inbox_row ir;
+    OK(c.db->m->inbox_get(c.db, "projection", a, &ir));
+    assert_int_equal(ir.envelope_gen, 1);
+    assert_string_equal(ir.attempt_id, ev(f, a).attempt_id);
+    assert_string_equal(ir.dest_digest, ev(f, a).dest_digest);
+    /* b: sent too, and the consumer's receipt of it names another payload digest */
+    enq(f, "order.created.v1", "o-2", b);
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    obx__event_row rb = ev(f, b);
+    obx__inbox_row bad = ir;
+    strcpy(bad.event_id, b);
+    strcpy(bad.attempt_id, rb.attempt_id);
+    strcpy(bad.dest_digest, rb.dest_digest);
+    strcpy(bad.payload_digest,
+           "sha256:0000000000000000000000000000000000000000000000000000000000000000");
+    OK(c.db->m->inbox_put(c.db, &bad));
+    f->now += 1500;
+    OK(obx__engine_sweep(&da, f->now, &n));
+    assert_int_equal(n, 2);
+    obx__critical crit = {.s = c.db};
+    strcpy(crit.id, "projection");
+    obx__engine_cfg cfg;
+    obx__engine_cfg_defaults(&cfg);
+    strcpy(cfg.owner, "reconciler");
+    cfg.lease_ms = cfg.reconcile_lease_ms = 1000;
+    cfg.recheck_ms = 500;
+    cfg.evidence = &crit;
+    cfg.n_evidence = 1;
+    OK(obx__engine_init(&rc, f->s, f->b2, &cfg));
+    knob(f->b2, "lookup_down", "1");
+    OK(obx__reconcile_step(&rc, f->now, &n));
+    assert_one_primary(f, a);
+    assert_int_equal(n_attempts(f, a), 1); /* no resend */
+    obx__receipt_row *rr;
+    size_t nr;
+    OK(f->s->m->load_receipts(f->s, a, &rr, &nr));
+    assert_int_equal(nr, 1);
+    assert_int_equal(rr[0].source, OBX__RS_CONSUMER);
+    free(rr);
+    assert_int_equal(audit(f, a, -1, OBX__ST_PUBLISHED, "critical consumer projection"), 1);
+    assert_int_equal(rc.st.reconciled_evidence, 2);
+    rb = ev(f, b);
+    assert_int_equal(rb.state, OBX__ST_DISPATCH_UNKNOWN);
+    assert_true(rb.held_at > 0);
+    assert_int_equal(receipts(f, b, OBX__RK_QUARANTINED, NULL), 1);
+    assert_int_equal(n_attempts(f, b), 1);
+    cons_close(&c);
+}
+
+/* An operator resolves UNKNOWNs (obx_resolve): bad requests change nothing, evidence that names
+ * another destination or payload is refused, a retry goes to the frozen destination through the
+ * reconciler, evidence found at the broker publishes without a resend, and an event whose
+ * outcome is known is refused. */
+static void test_operator_resolution(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 0, 0); /* hold */
+    char a[31], b[31];
+    enq(f, "order.created.v1", "o-1", a);
+    enq(f, "order.created.v1", "o-2", b);
+    obx__engine da, rc;
+    engine(f, &da, "relay-a", f->b);
+    engine(f, &rc, "reconciler", f->b2);
+    knob(f->b, "lose_ack", "1");
+    size_t sent, n;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    f->now += 1500;
+    OK(obx__engine_sweep(&da, f->now, &n));
+    knob(f->b2, "lookup_down", "1");
+    OK(obx__reconcile_step(&rc, f->now, &n));
+    assert_true(ev(f, a).held_at > 0);
+    assert_true(ev(f, b).held_at > 0);
+    const char *ids_a[] = {a}, *ids_b[] = {b};
+    char *out = NULL;
+    size_t refused = 0;
+    /* who and reason are required; nothing changes */
+    obx_resolve_request q = {.event_ids = ids_a, .n_event_ids = 1, .action = "retry"};
+    assert_int_equal(obx_resolve(f->s, &q, &out, &refused), OBX_EINVAL);
+    assert_non_null(strstr(obx_errmsg(), "who"));
+    q.who = "alice";
+    assert_int_equal(obx_resolve(f->s, &q, &out, &refused), OBX_EINVAL);
+    assert_non_null(strstr(obx_errmsg(), "reason"));
+    q.reason = "INC-7: consumers dedupe";
+    /* a dry run decides and changes nothing */
+    q.dry_run = 1;
+    OK(obx_resolve(f->s, &q, &out, &refused));
+    assert_non_null(strstr(out, "dry-run"));
+    obx_free(out);
+    assert_int_equal(ev(f, a).state, OBX__ST_DISPATCH_UNKNOWN);
+    q.dry_run = 0;
+    /* evidence naming another topic or payload is refused before the acceptance point */
+    const char *zeros = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+    obx_resolve_request acc = {.event_ids = ids_b,
+                               .n_event_ids = 1,
+                               .action = "accept",
+                               .topic = "payments",
+                               .offset = 0,
+                               .payload_digest = ev(f, b).env.payload_digest,
+                               .who = "alice",
+                               .reason = "seen with kcat"};
+    char digest_b[OBX_DIGEST_LEN + 1];
+    strcpy(digest_b, ev(f, b).env.payload_digest);
+    acc.payload_digest = digest_b;
+    OK(obx_resolve(f->s, &acc, &out, &refused));
+    assert_int_equal(refused, 1);
+    assert_non_null(strstr(out, "never changes the destination"));
+    obx_free(out);
+    acc.topic = NULL;
+    acc.payload_digest = zeros;
+    OK(obx_resolve(f->s, &acc, &out, &refused));
+    assert_int_equal(refused, 1);
+    assert_non_null(strstr(out, "not this event's message"));
+    obx_free(out);
+    assert_int_equal(receipts(f, b, OBX__RK_QUARANTINED, NULL), 0);
+    assert_int_equal(ev(f, b).state, OBX__ST_DISPATCH_UNKNOWN);
+    /* a retry: to the reconciler, which sends to the frozen destination */
+    OK(obx_resolve(f->s, &q, &out, &refused));
+    assert_int_equal(refused, 0);
+    assert_non_null(strstr(out, "\"retry\""));
+    obx_free(out);
+    obx__event_row ra = ev(f, a);
+    assert_int_equal(ra.state, OBX__ST_RETRY_CLAIMED);
+    assert_int_equal(ra.held_at, 0);
+    assert_int_equal(audit(f, a, OBX__ST_DISPATCH_UNKNOWN, OBX__ST_RETRY_CLAIMED, "INC-7"), 1);
+    knob(f->b, "lose_ack", "0");
+    OK(obx__reconcile_step(&rc, f->now, &n));
+    assert_int_equal(ev(f, a).attempt_gen, 2);
+    assert_int_equal(poll_all(&rc, f->now), 1);
+    assert_one_primary(f, a);
+    /* b: the message is at the broker (the ACK was lost): accept it with its offset */
+    const char *topics[] = {"orders"};
+    OK(f->b2->m->consume_open(f->b2, "ops", topics, 1));
+    obx__delivery d[8];
+    size_t nd = 0;
+    OK(f->b2->m->consume_poll(f->b2, 0, d, 8, &nd));
+    int64_t off = -1;
+    for (size_t i = 0; i < nd; i++) {
+        if (!strcmp(d[i].env.event_id, b)) off = d[i].offset;
+        obx__delivery_free(&d[i]);
+    }
+    assert_true(off >= 0);
+    acc.payload_digest = digest_b;
+    acc.offset = off;
+    OK(obx_resolve(f->s, &acc, &out, &refused));
+    assert_int_equal(refused, 0);
+    assert_non_null(strstr(out, "published on the evidence"));
+    obx_free(out);
+    assert_one_primary(f, b);
+    assert_int_equal(n_attempts(f, b), 1);
+    obx__receipt_row *rr;
+    size_t nr;
+    OK(f->s->m->load_receipts(f->s, b, &rr, &nr));
+    assert_int_equal(nr, 1);
+    assert_int_equal(rr[0].source, OBX__RS_OPERATOR);
+    free(rr);
+    assert_int_equal(audit(f, b, -1, OBX__ST_PUBLISHED, "resolved by operator alice"), 1);
+    /* the outcome is known now: refused */
+    OK(obx_resolve(f->s, &q, &out, &refused));
+    assert_int_equal(refused, 1);
+    assert_non_null(strstr(out, "nothing to resolve"));
+    obx_free(out);
+    /* a selector needs a criterion */
+    obx_resolve_request all = {.action = "retry", .who = "alice", .reason = "x"};
+    assert_int_equal(obx_resolve(f->s, &all, &out, &refused), OBX_EINVAL);
+}
+
 int engine_fault_run(const char *label, store_factory f) {
     factory = f;
     strcpy(tmpdir, "/tmp/obx-fault-XXXXXX");
@@ -1037,6 +1293,9 @@ int engine_fault_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_inbox_poison_and_redrive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inbox_contract_tenant_digest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_loop_redelivers_failed_last, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_policy_retry_after_quiet, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_consumer_evidence, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_operator_resolution, setup, teardown),
     };
     int failed = _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
     char cmd[128];

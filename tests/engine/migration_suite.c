@@ -80,7 +80,7 @@ static int64_t route(fx *f, const char *type, const char *topic, int blind, int 
     obx_route r = {.event_type = type,
                    .cluster = "local",
                    .topic = topic,
-                   .blind_retry = blind,
+                   .on_unknown = blind ? "retry" : "hold",
                    .max_attempts = max_attempts,
                    .alias = alias};
     int64_t gen = 0;
@@ -763,6 +763,103 @@ static void test_delivery_set_all(void **state) {
     json_decref(doc);
 }
 
+/* The completion rule decides what "delivered" means beyond inspect: for the open-set counts
+ * (obx status, /metrics), for the three-set audit (a trailing target of a delivered `any` set is
+ * no overdue event; an `all` set's missing target is) and for retention (a published target of
+ * an undelivered `all` set is not retained; the critical consumers' evidence is read under the
+ * event ID they saw, the logical one, for every target). */
+static void test_delivery_rule_decides_delivered(void **state) {
+    fx *f = *state;
+    set_route(f, "order.created.v1", "all");
+    char a[31], b[31];
+    enq(f, "order.created.v1", "o-1", a);
+    set_route(f, "order.created.v1", "any");
+    enq(f, "order.created.v1", "o-2", b);
+    obx__engine dl, deu;
+    engine(f, &dl, "relay-local", f->b, NULL, 0);
+    engine(f, &deu, "relay-eu", f->beu, NULL, 0);
+    size_t sent;
+    /* the two local targets of each (the audit targets share a key: b's waits for a's); the
+     * eu ones wait for their relay */
+    OK(obx__engine_dispatch(&dl, f->now, &sent));
+    assert_int_equal(sent, 3);
+    assert_int_equal(poll_all(&dl, f->now), 3);
+    OK(obx__engine_dispatch(&dl, f->now, &sent));
+    assert_int_equal(sent, 1);
+    assert_int_equal(poll_all(&dl, f->now), 1);
+    int64_t open[3];
+    OK(f->s->m->delivery_open(f->s, open));
+    assert_int_equal(open[0], 1); /* a: all, eu missing */
+    assert_int_equal(open[1], 0); /* b: any, delivered */
+    assert_int_equal(open[2], 1); /* b's eu target: trailing, still to be sent */
+    /* the audit, an hour later: a's missing target is overdue, b's trailing one is not */
+    f->now += 3600000;
+    obx__audit_cfg ac = {.pending_max_age_ms = 60000, .max_ids = 10, .max_scan = 1000};
+    json_t *doc = NULL;
+    int64_t counts[OBX__FK_COUNT];
+    OK(obx__audit_run(f->s, NULL, &ac, f->now, &doc, counts));
+    assert_int_equal(counts[OBX__FK_PENDING], 1);
+    obx__delivery_row da;
+    OK(f->s->m->delivery_get(f->s, a, &da));
+    char *txt = json_dumps(doc, 0);
+    assert_non_null(strstr(txt, da.t[1].slot_id)); /* a's eu slot is listed */
+    free(txt);
+    json_decref(doc);
+    /* retention with a critical consumer that has both events (under their logical IDs) */
+    char url[256];
+    snprintf(url, sizeof url, "sqlite:%s/consumer%d.db", tmpdir, ++nfiles);
+    obx_store *cdb;
+    OK(obx_store_open(url, &cdb));
+    OK(obx_store_init(cdb));
+    const char *ids[] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        obx__inbox_row r = {.partition = 0, .offset = i, .consumed_at = f->now};
+        strcpy(r.consumer_id, "projection");
+        strcpy(r.event_id, ids[i]);
+        strcpy(r.payload_digest, ev(f, ids[i]).env.payload_digest);
+        strcpy(r.event_type, "order.created.v1");
+        strcpy(r.tenant, "t1");
+        strcpy(r.outcome, "APPLIED");
+        strcpy(r.topic, "orders");
+        OK(cdb->m->inbox_put(cdb, &r));
+    }
+    obx__critical crit = {.s = cdb};
+    strcpy(crit.id, "projection");
+    obx__retention_cfg rc = {.consumers = &crit,
+                             .n_consumers = 1,
+                             .replay_window_ms = 0,
+                             .batch = 10,
+                             .who = "purger",
+                             .max_listed = 20};
+    obx__ret_result res = {0};
+    OK(obx__purge_run(f->s, &rc, f->now, &res));
+    assert_int_equal(ev(f, a).state, OBX__ST_PUBLISHED); /* all: not delivered yet */
+    assert_int_equal(ev(f, da.t[2].slot_id).state, OBX__ST_PUBLISHED);
+    obx__delivery_row db;
+    OK(f->s->m->delivery_get(f->s, b, &db));
+    /* any: delivered and consumed, retained (target 3 too: evidence under the logical ID),
+     * not purged: a, published before it, is the forced consumer watermark until delivered */
+    assert_int_equal(ev(f, b).state, OBX__ST_RETAINED);
+    assert_int_equal(ev(f, db.t[2].slot_id).state, OBX__ST_RETAINED);
+    assert_true(res.hole);
+    assert_non_null(strstr(res.hole_why, "completion all) is not delivered yet: 2 of 3"));
+    obx__ret_result_free(&res);
+    /* the eu targets are sent: a is delivered and goes too */
+    OK(obx__engine_dispatch(&deu, f->now, &sent));
+    assert_int_equal(sent, 2);
+    assert_int_equal(poll_all(&deu, f->now), 2);
+    OK(f->s->m->delivery_open(f->s, open));
+    assert_int_equal(open[0] + open[1] + open[2], 0);
+    f->now += 1000;
+    memset(&res, 0, sizeof res);
+    OK(obx__purge_run(f->s, &rc, f->now, &res));
+    assert_int_equal(ev(f, a).state, OBX__ST_PURGED);
+    assert_int_equal(ev(f, da.t[1].slot_id).state, OBX__ST_PURGED);
+    assert_int_equal(ev(f, db.t[1].slot_id).state, OBX__ST_PURGED);
+    obx__ret_result_free(&res);
+    obx_store_close(cdb);
+}
+
 /* Rule "any": the event counts as delivered once one target has it; the others keep their own
  * slots (and their own retries) all the same. A bad target does not hold back the others. */
 static void test_delivery_set_any(void **state) {
@@ -1239,6 +1336,7 @@ int engine_migration_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_route_revision_during_backlog, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delivery_set_all, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delivery_set_any, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delivery_rule_decides_delivered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_add_target_is_a_migration, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alias_switch_mid_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shadow_reports_planted_differences, setup, teardown),

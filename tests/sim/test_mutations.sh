@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # test_mutations.sh — the simulator's checkers can fail: for each engine mutation (a deliberate
 # protocol bug compiled into test-only builds, OBX_MUTATIONS) the release gate must fail within
-# 10,000 traces, on the checker that guards against that bug. A control run without mutation
-# must pass. Usage: test_mutations.sh OBX (an obx built with -DOBX_MUTATIONS=ON)
+# 10,000 traces, on the checker that guards against that bug (every criterion of the release
+# gate has one: lost or orphan event, second event ID, cross-destination retry, divergence,
+# duplicate effect, late-ACK convergence, untraceable UNKNOWN, UNKNOWN p99 and unresolved
+# UNKNOWNs; plus stale claims, premature purges and migration without proof). A control run
+# without mutation must pass. Usage: test_mutations.sh OBX (an obx built with -DOBX_MUTATIONS=ON)
 set -euo pipefail
 OBX=${1:?usage: test_mutations.sh OBX}
 fails=0
@@ -25,6 +28,9 @@ check ignore-idempotency-key  'second_event_ids > 0'
 check drop-duplicate-receipt  'late_ack_converged < late_ack_total'
 check purge-before-watermark  'premature_purges > 0'
 check migrate-while-unknown   'migrated_with_old_copy > 0'
+check reconcile-guess-published 'lost_events > 0'
+check sweep-forgets-attempt   'unknown_untraceable > 0'
+check stay-unknown            'unknown_unresolved > 0 and unknown_p99_s >= 900'
 # accept-superseded-generation is an equivalent mutant here: a migration always changes the
 # destination digest (destination.v1 carries the route generation), so the digest rule refuses
 # the old generation's receipt before the generation rule is reached; the migration suite

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_sim.sh — the release gate in the test command, and its determinism.
-#   test_sim.sh OBX gate N    : obx sim --traces N must pass (exit 0) and report every key
+#   test_sim.sh OBX gate N    : obx sim --traces N must pass (exit 0) and report every key, on
+#                               the shipped timings, with no UNKNOWN left unresolved
 #   test_sim.sh OBX determinism : same seed and N give the same trace_hash with 1 and 2 jobs,
 #                                 a different seed gives another, and --replay narrates a trace
 #   test_sim.sh OBX postgres N : the gate on the PostgreSQL store (OBX_TEST_PG_URL; fails without
@@ -17,14 +18,25 @@ import json, sys
 r = json.load(sys.stdin)
 keys = ["traces", "seed", "lost_events", "second_event_ids", "cross_destination_retries",
         "digest_divergence", "consumer_duplicate_effects", "late_ack_total", "late_ack_converged",
-        "unknown_total", "unknown_untraceable", "unknown_p99_s", "faults_fired", "trace_hash", "passed"]
+        "unknown_total", "unknown_untraceable", "unknown_p99_s", "faults_fired", "trace_hash", "passed",
+        "unknown_unresolved", "unknown_held", "operator_resolutions", "timing"]
 missing = [k for k in keys if k not in r]
 assert not missing, missing
 assert r["passed"] and r["traces"] == int(sys.argv[1]), r
 assert all(v > 0 for v in r["faults_fired"].values()), r["faults_fired"]
-print("gate passed: %d traces, %.0f traces/s, late ACKs %d/%d, UNKNOWN %d (p99 %.1f s), hash %s" % (
+# the gate runs on the shipped timings, every adapter and both UNKNOWN policies, and nothing
+# is left UNKNOWN: held events were resolved by the operator actor
+t = r["timing"]
+assert t["profile"] == "production" and t["relay"]["lease_ms"] == 30000, t
+assert all(a["traces"] > 0 for a in t["adapters"].values()), t["adapters"]
+assert t["unknown_policy"]["hold"] > 0 and t["unknown_policy"]["retry"] > 0, t
+assert r["unknown_unresolved"] == 0 and 0 < r["unknown_p99_s"] < 900, r
+assert r["unknown_held"] > 0 and sum(r["operator_resolutions"].values()) > 0, r
+print("gate passed: %d traces, %.0f traces/s, late ACKs %d/%d, UNKNOWN %d (p99 %.1f s, unresolved %d, "
+      "held %d), hash %s" % (
     r["traces"], r["traces_per_second"], r["late_ack_converged"], r["late_ack_total"],
-    r["unknown_total"], r["unknown_p99_s"], r["trace_hash"][:16]))' "$n"
+    r["unknown_total"], r["unknown_p99_s"], r["unknown_unresolved"], r["unknown_held"],
+    r["trace_hash"][:16]))' "$n"
   ;;
 determinism)
   h() { "$OBX" sim --traces 1500 --seed "$1" --jobs "$2" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["trace_hash"])'; }

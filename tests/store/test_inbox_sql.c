@@ -1,5 +1,5 @@
 /*
- * test_inbox_sql.c — the SQL inbox (schema version 4: obx.inbox_receive, inbox_applied,
+ * test_inbox_sql.c — the SQL inbox (schema version 5: obx.inbox_receive, inbox_applied,
  * inbox_failed, inbox_redrives, inbox_effect_key) against obx_inbox_process() on a real
  * PostgreSQL (OBX_TEST_PG_URL; fails, never skips, without it).
  *
@@ -21,6 +21,9 @@
  *   least privilege  through the <prefix>_consumer role: its granted consumer and tenant work,
  *                    another tenant is parked ("refused the receipt"), another consumer ID is
  *                    refused, the outbox is out of reach;
+ *   evidence         a delivery recorded through obx.inbox_receive() with the relay's attempt
+ *                    and destination headers is a critical consumer's evidence for the
+ *                    reconciler (obx__consumer_evidence); a malformed attempt is not;
  *   bad input        a bad consumer ID or failure limit is an error naming the field and
  *                    stores nothing.
  */
@@ -108,7 +111,14 @@ typedef struct delivery {
     behaviour h;
     const char *want; /* "APPLIED", "DUPLICATE", "QUARANTINED", "FAILED", "POISONED" */
     int64_t offset;
+    const char *attempt_id; /* its obx-attempt-id header (NULL: ATT) */
 } delivery;
+
+/* The attempt and destination digest the relay's headers carry: with them a consume receipt is
+ * evidence for the reconciler (schema version 4's obx_inbox columns). */
+#define ATT "att-01JB0000000000000000000A01"
+#define DEST "sha256:" DEST32 DEST32
+#define DEST32 "0123456789abcdef0123456789abcdef"
 
 #define E(n) "evt-01JB0000000000000000000" n
 static const delivery script[] = {
@@ -116,7 +126,8 @@ static const delivery script[] = {
     {E("002"), "{\"order\":2}", NULL, "order.created.v1", "t2", H_OK, "APPLIED", 2},
     {E("002"), "{\"order\":2}", NULL, "order.created.v1", "t2", H_OK, "DUPLICATE", 3},
     {E("010"), "{\"order\":10}", NULL, "order.created.v1", "t1", H_OK, "APPLIED", 5},
-    {E("009"), "{\"order\":9}", NULL, "order.created.v1", "t1", H_OK, "APPLIED", 4},
+    /* a malformed attempt header: applied, an ordinary receipt (never evidence) */
+    {E("009"), "{\"order\":9}", NULL, "order.created.v1", "t1", H_OK, "APPLIED", 4, "att-bogus"},
     {E("001"), "{\"order\":1}", NULL, "order.created.v1", "t1", H_OK, "DUPLICATE", 6},
     {E("001"), "{\"order\":1,\"x\":1}", NULL, "order.created.v1", "t1", H_OK, "QUARANTINED", 7},
     {E("003"), "{\"order\":3}", "{\"order\":1}", "order.created.v1", "t1", H_OK, "POISONED", 8},
@@ -181,7 +192,9 @@ static obx_message message_of(const delivery *d, const char *digest) {
                          .payload_len = strlen(d->payload),
                          .topic = "orders",
                          .partition = 0,
-                         .offset = d->offset};
+                         .offset = d->offset,
+                         .attempt_id = d->attempt_id ? d->attempt_id : ATT,
+                         .dest_digest = DEST};
 }
 
 static const char *c_deliver(obx__store *s, obx_inbox *in, PGconn *conn, const delivery *d) {
@@ -214,11 +227,13 @@ static const char *q1(PGconn *c, const char *q, int n, const char *const *v, con
 #define RECEIVE_SQL                                                                                \
     "SELECT decision FROM obx.inbox_receive($1, $2, 1, $3, 'orders', 0, $4::bigint, $5::bytea, "   \
     "$6, $7, ARRAY['order.created.v1'], ARRAY['t1', 't2'], jsonb_build_object('obx-aggregate', "   \
-    "'" AGG "', 'obx-correlation-id', '" CORR "', 'obx-occurred-at', '1700000000123'))"
+    "'" AGG "', 'obx-correlation-id', '" CORR "', 'obx-occurred-at', '1700000000123', "           \
+    "'obx-attempt-id', $8::text, 'obx-dest-digest', '" DEST "'))"
 #define FAILED_SQL                                                                                 \
     "SELECT decision FROM obx.inbox_failed($1, $2, $3, 3, $4::boolean, 1, $5, 'orders', 0, "       \
     "$6::bigint, $7::bytea, $8, $9, jsonb_build_object('obx-aggregate', '" AGG "', "               \
-    "'obx-correlation-id', '" CORR "', 'obx-occurred-at', '1700000000123'))"
+    "'obx-correlation-id', '" CORR "', 'obx-occurred-at', '1700000000123', 'obx-attempt-id', "   \
+    "$10::text, 'obx-dest-digest', '" DEST "'))"
 
 /* The SQL side, as a consumer in any language writes it. */
 static const char *sql_deliver(PGconn *c, const char *consumer, const delivery *d, char *out,
@@ -226,12 +241,14 @@ static const char *sql_deliver(PGconn *c, const char *consumer, const delivery *
     char digest[OBX_DIGEST_LEN + 1], off[24];
     digest_of(d, digest);
     snprintf(off, sizeof off, "%lld", (long long)d->offset);
-    const char *v[] = {consumer, d->event_id, digest, off, d->payload, d->event_type, d->tenant};
-    const int len[] = {0, 0, 0, 0, (int)strlen(d->payload), 0, 0};
-    const int fmt[] = {0, 0, 0, 0, 1, 0, 0};
+    const char *att = d->attempt_id ? d->attempt_id : ATT;
+    const char *v[] = {consumer, d->event_id, digest, off, d->payload, d->event_type, d->tenant,
+                       att};
+    const int len[] = {0, 0, 0, 0, (int)strlen(d->payload), 0, 0, 0};
+    const int fmt[] = {0, 0, 0, 0, 1, 0, 0, 0};
     char dec[32];
     sql(c, "BEGIN");
-    q1(c, RECEIVE_SQL, 7, v, len, fmt, dec, sizeof dec, NULL, 0);
+    q1(c, RECEIVE_SQL, 8, v, len, fmt, dec, sizeof dec, NULL, 0);
     if (strcmp(dec, "process")) {
         sql(c, "COMMIT");
         snprintf(out, cap, "%s",
@@ -260,10 +277,10 @@ static const char *sql_deliver(PGconn *c, const char *consumer, const delivery *
     const char *err = d->h == H_FAIL ? "OBX_EHANDLER: boom on o-7" : "payload is not JSON";
     const char *fv[] = {consumer, d->event_id, err,        d->h == H_POISON ? "t" : "f",
                         digest,   off,         d->payload, d->event_type,
-                        d->tenant};
-    const int flen[] = {0, 0, 0, 0, 0, 0, (int)strlen(d->payload), 0, 0};
-    const int ffmt[] = {0, 0, 0, 0, 0, 0, 1, 0, 0};
-    q1(c, FAILED_SQL, 9, fv, flen, ffmt, dec, sizeof dec, NULL, 0);
+                        d->tenant, att};
+    const int flen[] = {0, 0, 0, 0, 0, 0, (int)strlen(d->payload), 0, 0, 0};
+    const int ffmt[] = {0, 0, 0, 0, 0, 0, 1, 0, 0, 0};
+    q1(c, FAILED_SQL, 10, fv, flen, ffmt, dec, sizeof dec, NULL, 0);
     snprintf(out, cap, "%s", !strcmp(dec, "retry") ? "FAILED" : "POISONED");
     return out;
 }
@@ -272,7 +289,8 @@ static const char *sql_deliver(PGconn *c, const char *consumer, const delivery *
 static char *dump(PGconn *c) {
     static const char *const q[] = {
         "SELECT consumer_id, event_id, payload_digest, event_type, tenant, outcome, result, "
-        "topic, partition, \"offset\" FROM obx.obx_inbox ORDER BY event_id",
+        "topic, partition, \"offset\", envelope_gen, attempt_id, dest_digest FROM obx.obx_inbox "
+        "ORDER BY event_id",
         "SELECT consumer_id, topic, partition, \"offset\", event_id, occurred_at FROM "
         "obx.obx_consumer_watermark ORDER BY topic, partition",
         "SELECT consumer_id, event_id, failures, last_error FROM obx.obx_inbox_failure ORDER BY "
@@ -452,16 +470,16 @@ static void test_concurrent_instances(void **st) {
                             21};
         char digest[OBX_DIGEST_LEN + 1], dec[32];
         digest_of(&d, digest);
-        const char *v[] = {"projection", d.event_id,   digest,  "21",
-                           d.payload,    d.event_type, d.tenant};
-        const int len[] = {0, 0, 0, 0, (int)strlen(d.payload), 0, 0};
-        const int fmt[] = {0, 0, 0, 0, 1, 0, 0};
+        const char *v[] = {"projection", d.event_id,   digest,   "21",
+                           d.payload,    d.event_type, d.tenant, ATT};
+        const int len[] = {0, 0, 0, 0, (int)strlen(d.payload), 0, 0, 0};
+        const int fmt[] = {0, 0, 0, 0, 1, 0, 0, 0};
         sql(a, "BEGIN");
-        q1(a, RECEIVE_SQL, 7, v, len, fmt, dec, sizeof dec, NULL, 0);
+        q1(a, RECEIVE_SQL, 8, v, len, fmt, dec, sizeof dec, NULL, 0);
         assert_string_equal(dec, "process");
         /* instance b gets the same message (a redelivery to another consumer instance) */
         sql(b, "BEGIN");
-        assert_int_equal(PQsendQueryParams(b, RECEIVE_SQL, 7, NULL, v, len, fmt, 0), 1);
+        assert_int_equal(PQsendQueryParams(b, RECEIVE_SQL, 8, NULL, v, len, fmt, 0), 1);
         assert_true(still_waiting(b, 300)); /* held by a's receipt */
         if (commit) {
             sql(a, "INSERT INTO fx VALUES ('" E("021") "', 'effect')");
@@ -496,11 +514,12 @@ static void test_receipt_must_be_completed(void **st) {
     const delivery d = {E("031"), "{\"o\":31}", NULL, "order.created.v1", "t1", H_OK, "", 31};
     char digest[OBX_DIGEST_LEN + 1], dec[32], err[512];
     digest_of(&d, digest);
-    const char *v[] = {"projection", d.event_id, digest, "31", d.payload, d.event_type, d.tenant};
-    const int len[] = {0, 0, 0, 0, (int)strlen(d.payload), 0, 0};
-    const int fmt[] = {0, 0, 0, 0, 1, 0, 0};
+    const char *v[] = {"projection", d.event_id, digest,   "31",
+                       d.payload,    d.event_type, d.tenant, ATT};
+    const int len[] = {0, 0, 0, 0, (int)strlen(d.payload), 0, 0, 0};
+    const int fmt[] = {0, 0, 0, 0, 1, 0, 0, 0};
     sql(c, "BEGIN");
-    q1(c, RECEIVE_SQL, 7, v, len, fmt, dec, sizeof dec, NULL, 0);
+    q1(c, RECEIVE_SQL, 8, v, len, fmt, dec, sizeof dec, NULL, 0);
     assert_string_equal(dec, "process");
     PGresult *r = PQexec(c, "COMMIT"); /* without inbox_applied */
     assert_int_equal(PQresultStatus(r), PGRES_FATAL_ERROR);
@@ -547,11 +566,11 @@ static void test_consumer_role(void **st) {
     /* another consumer ID: refused outright, nothing written */
     char digest[OBX_DIGEST_LEN + 1];
     digest_of(&d, digest);
-    const char *v[] = {"billing", d.event_id, digest, "41", d.payload, d.event_type, d.tenant};
-    const int len[] = {0, 0, 0, 0, (int)strlen(d.payload), 0, 0};
-    const int fmt[] = {0, 0, 0, 0, 1, 0, 0};
+    const char *v[] = {"billing", d.event_id, digest, "41", d.payload, d.event_type, d.tenant, ATT};
+    const int len[] = {0, 0, 0, 0, (int)strlen(d.payload), 0, 0, 0};
+    const int fmt[] = {0, 0, 0, 0, 1, 0, 0, 0};
     sql(c, "BEGIN");
-    assert_null(q1(c, RECEIVE_SQL, 7, v, len, fmt, dec, sizeof dec, err, sizeof err));
+    assert_null(q1(c, RECEIVE_SQL, 8, v, len, fmt, dec, sizeof dec, err, sizeof err));
     assert_non_null(strstr(err, "row-level security"));
     sql(c, "ROLLBACK");
     /* the outbox is out of reach */
@@ -563,6 +582,69 @@ static void test_consumer_role(void **st) {
     PQfinish(o);
     drop_db(db);
     sql(admin, "DROP ROLE IF EXISTS obx_isql_cons");
+}
+
+/* A delivery recorded through obx.inbox_receive() is a critical consumer's evidence for the
+ * reconciler (obx__consumer_evidence, as `obx resolve --accept --from-consumer` and the relay
+ * consult it): the receipt carries the generation, attempt and destination digest of the
+ * message's headers. A receipt of another generation or destination, or without a well-formed
+ * attempt, proves nothing. */
+static void test_sql_receipt_is_evidence(void **st) {
+    (void)st;
+    char db[48], url[256], got[32];
+    new_db(db, url, sizeof url);
+    PGconn *c = PQconnectdb(url);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    delivery d = {E("061"), "{\"o\":61}", NULL, "order.created.v1", "t1", H_OK, "", 61, NULL};
+    assert_string_equal(sql_deliver(c, "projection", &d, got, sizeof got), "APPLIED");
+    delivery bad = {E("062"), "{\"o\":62}", NULL, "order.created.v1", "t1", H_OK, "", 62,
+                    "att-not-an-attempt"};
+    assert_string_equal(sql_deliver(c, "projection", &bad, got, sizeof got), "APPLIED");
+    obx_store *s;
+    OK(obx_store_open(url, &s));
+    obx__critical cs = {.s = s};
+    obx__strlcpy(cs.id, "projection", sizeof cs.id);
+    obx__event_row row;
+    memset(&row, 0, sizeof row);
+    obx__strlcpy(row.env.event_id, d.event_id, sizeof row.env.event_id);
+    row.envelope_gen = 1;
+    obx__strlcpy(row.dest_digest, DEST, sizeof row.dest_digest);
+    obx__strlcpy(row.dest.cluster, "local", sizeof row.dest.cluster);
+    obx__outcome o;
+    bool found = false;
+    char who[64] = "";
+    OK(obx__consumer_evidence(&cs, 1, &row, &o, &found, who, sizeof who));
+    assert_true(found);
+    assert_string_equal(who, "projection");
+    assert_int_equal(o.kind, OBX__OUT_ACK);
+    assert_string_equal(o.event_id, d.event_id);
+    assert_int_equal(o.envelope_gen, 1);
+    assert_string_equal(o.attempt_id, ATT);
+    assert_string_equal(o.dest_digest, DEST);
+    assert_string_equal(o.topic, "orders");
+    assert_int_equal(o.offset, 61);
+    char digest[OBX_DIGEST_LEN + 1];
+    digest_of(&d, digest);
+    assert_string_equal(o.payload_digest, digest);
+    /* another envelope generation or destination: not evidence for it */
+    row.envelope_gen = 2;
+    OK(obx__consumer_evidence(&cs, 1, &row, &o, &found, NULL, 0));
+    assert_false(found);
+    row.envelope_gen = 1;
+    row.dest_digest[OBX_DIGEST_LEN - 1] = row.dest_digest[OBX_DIGEST_LEN - 1] == '0' ? '1' : '0';
+    OK(obx__consumer_evidence(&cs, 1, &row, &o, &found, NULL, 0));
+    assert_false(found);
+    /* a malformed attempt header: an ordinary receipt */
+    obx__strlcpy(row.dest_digest, DEST, sizeof row.dest_digest);
+    obx__strlcpy(row.env.event_id, bad.event_id, sizeof row.env.event_id);
+    OK(obx__consumer_evidence(&cs, 1, &row, &o, &found, NULL, 0));
+    assert_false(found);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_inbox WHERE event_id = '" E("062") "' "
+                             "AND envelope_gen = 0 AND attempt_id = '' AND dest_digest = ''"),
+                     1);
+    obx_store_close(s);
+    PQfinish(c);
+    drop_db(db);
 }
 
 static void test_bad_input(void **st) {
@@ -631,6 +713,7 @@ int main(void) {
         cmocka_unit_test(test_concurrent_instances),
         cmocka_unit_test(test_receipt_must_be_completed),
         cmocka_unit_test(test_consumer_role),
+        cmocka_unit_test(test_sql_receipt_is_evidence),
         cmocka_unit_test(test_bad_input),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

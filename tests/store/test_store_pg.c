@@ -2057,8 +2057,103 @@ static void test_upgrade_from_v1(void **state) {
     PQfinish(c);
 }
 
-/* A database at schema version 2 with attempts in every situation: `obx init` takes it
- * through version 3, where an attempt's outcome is a HOT update (no new index entries) and the open
+/* A populated database at schema version 3, with the least-privilege roles of version 3, is
+ * upgraded in place to version 4: a route made without blind retry keeps what it froze (now
+ * called the UNKNOWN policy "hold"), receipts say they came from the broker, old consume
+ * receipts are not evidence, and the relay role of version 3 may hold events and register its
+ * cluster. */
+static void test_upgrade_v3_unknown_policy(void **state) {
+    (void)state;
+    extern const char obx__pg_schema_v1[], obx__pg_schema_v2[], obx__pg_schema_v3[];
+    char db[64], url[1200], pre[32], sql[512], relay_url[1300];
+    assert_int_equal(new_db(db, NULL), 0);
+    db_url(db, "", url, sizeof url);
+    PGconn *c = connect_url(url);
+    exec_ok(c, "BEGIN");
+    exec_ok(c, obx__pg_schema_v1);
+    exec_ok(c, obx__pg_schema_v2);
+    exec_ok(c, obx__pg_schema_v3);
+    exec_ok(c, "INSERT INTO obx.obx_meta (key, value) VALUES ('schema_version', '3')");
+    exec_ok(c, "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, algorithm, "
+               "serializer, durability, required_acks, max_attempts, blind_retry, unordered, "
+               "alias, created_at) VALUES ('order.created.v2', 'local', 'orders', "
+               "'{aggregate_id}', 'murmur2', 'raw', 'persistent', 'all', 8, false, false, 'obx', "
+               "1)");
+    exec_ok(c, "COMMIT");
+    snprintf(pre, sizeof pre, "obxv%d", (int)getpid());
+    snprintf(sql, sizeof sql, "SELECT obx.create_roles('%s')", pre); /* version 3's */
+    exec_ok(c, sql);
+    snprintf(sql, sizeof sql, "CREATE ROLE %s_relay_login LOGIN IN ROLE %s_relay", pre, pre);
+    exec_ok(c, sql);
+    char extra[128];
+    snprintf(extra, sizeof extra, "user=%s_relay_login", pre);
+    db_url(db, extra, relay_url, sizeof relay_url);
+    PGresult *r = PQexec(c, "SELECT obx.enqueue('order.created.v2', 'order', 'o-1', 1, 't', "
+                            "'\\x7b7d')");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("v3 enqueue: %s", PQerrorMessage(c));
+    char ev[64];
+    snprintf(ev, sizeof ev, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO obx.obx_inbox (consumer_id, event_id, payload_digest, event_type, "
+             "tenant, outcome, result, topic, partition, \"offset\", consumed_at, duration_us) "
+             "VALUES ('projection', '%s', 'sha256:x', 'order.created.v2', 't', 'APPLIED', '', "
+             "'orders', 0, 3, 1, 1)",
+             ev);
+    exec_ok(c, sql);
+    obx_store *s;
+    OK(obx_store_open(url, &s));
+    OK(obx_store_init(s));
+    int found = 0;
+    OK(obx_store_schema_version(s, &found, NULL));
+    assert_int_equal(found, OBX__SCHEMA_VERSION); /* 4 and what came after */
+    char *js = NULL;
+    OK(obx_route_list(s, 0, &js));
+    assert_non_null(strstr(js, "\"on_unknown\": \"hold\""));
+    obx_free(js);
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM obx.obx_event WHERE event_id = '%s' AND "
+             "NOT blind_retry AND held_at = 0",
+             ev);
+    assert_int_equal(qint(c, sql), 1);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_inbox WHERE envelope_gen = 0 AND "
+                             "attempt_id = '' AND dest_digest = ''"),
+                     1);
+    assert_int_equal(qint(c, "SELECT v FROM obx._stats() WHERE k = 'held'"), 0);
+    obx_store_close(s);
+    /* the relay role of version 3 holds an event and registers its cluster */
+    obx_store *rs;
+    OK(obx_store_open(relay_url, &rs));
+    obx__rows rows = {0};
+    const char *ids[] = {ev};
+    OK(obx__st_load_events(rs, ids, 1, 0, &rows));
+    assert_int_equal(rows.n, 1);
+    obx__event_row next = rows.v[0];
+    next.payload = NULL;
+    next.state = OBX__ST_DISPATCH_UNKNOWN;
+    next.held_at = 77;
+    obx__event_update u = {&next, rows.v[0].state, rows.v[0].claim_gen};
+    bool ok = false;
+    OK(obx__st_update_events(rs, &u, 1, &ok));
+    assert_true(ok);
+    obx__rows_free(&rows);
+    obx__cluster_row k = {.seen_at = 1};
+    strcpy(k.cluster, "local");
+    strcpy(k.backend, "log");
+    strcpy(k.lookup, "authoritative");
+    strcpy(k.durability, "persistent,transient");
+    strcpy(k.required_acks, "all,1");
+    strcpy(k.serializer, "*");
+    strcpy(k.relay, "r1");
+    OK(obx__st_cluster_put(rs, &k));
+    obx_store_close(rs);
+    assert_int_equal(qint(c, "SELECT v FROM obx._stats() WHERE k = 'held'"), 1);
+    assert_int_equal(qint(c, "SELECT v FROM obx._stats() WHERE k = 'oldest_held'"), 77);
+    PQfinish(c);
+}
+
+/* A database at schema version 2 with attempts in every situation: `obx init` takes it to
+ * version 3, where an attempt's outcome is a HOT update (no new index entries) and the open
  * UNKNOWN attempts are found through unknown_open. Before version 3 the index on
  * state = 'UNKNOWN' made every outcome update write all three indexes of obx_attempt. */
 static void test_upgrade_v2_attempts_hot(void **state) {
@@ -2101,7 +2196,7 @@ static void test_upgrade_v2_attempts_hot(void **state) {
     OK(obx_store_init(s));
     int found = 0;
     OK(obx_store_schema_version(s, &found, NULL));
-    assert_int_equal(found, OBX__SCHEMA_VERSION); /* through version 3 to the newest */
+    assert_int_equal(found, OBX__SCHEMA_VERSION); /* 3 and what came after */
     obx_store_close(s);
     /* the same attempts, the same count, through the new index */
     assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_attempt"), 3);
@@ -2235,6 +2330,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sql_enqueue_delivery_set, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_from_v1, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v2_attempts_hot, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upgrade_v3_unknown_policy, setup, teardown),
     };
     failed += cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
     /* the engine's fault suite (DESIGN.md §9) on this store */

@@ -421,6 +421,150 @@ static void test_upgrade_from_v1(void **state) {
     sqlite3_close(db);
 }
 
+/* A populated database at schema version 3 is upgraded in place to version 4: a route made
+ * without --blind-retry (and its events) keeps what it froze, which is now called the UNKNOWN
+ * policy "hold"; receipts say they came from the broker; consume receipts written before are
+ * not evidence; nothing is held until a reconciler decides it. */
+static void test_upgrade_v3_unknown_policy(void **state) {
+    (void)state;
+    extern const char obx__sqlite_schema_v1[], obx__sqlite_schema_v2[], obx__sqlite_schema_v3[];
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(":memory:", &db), SQLITE_OK);
+    exec_ok(db, obx__sqlite_schema_v1);
+    exec_ok(db, obx__sqlite_schema_v2);
+    exec_ok(db, obx__sqlite_schema_v3);
+    exec_ok(db, "INSERT INTO obx_meta (key, value) VALUES ('schema_version', '3')");
+    obx_store *s;
+    assert_int_equal(obx_store_wrap_sqlite(db, &s), OBX_OK);
+    /* written the way version 3 wrote them: a route without blind retry, an event, a receipt,
+     * a consume receipt */
+    exec_ok(db, "INSERT INTO obx_route (event_type, cluster, topic, routing_key, algorithm, "
+                "serializer, durability, required_acks, max_attempts, blind_retry, unordered, "
+                "alias, created_at) VALUES ('order.created.v1', 'local', 'orders', "
+                "'{aggregate_id}', 'murmur2', 'raw', 'persistent', 'all', 8, 0, 0, 'obx', 1)");
+    exec_ok(db, "INSERT INTO obx_event (event_id, tenant, idempotency_key, event_type, "
+                "correlation_id, order_key, envelope_gen, state, claim_gen, owner, lease_until, "
+                "attempt_gen, attempt_id, pinned_partition, rejections, available_at, "
+                "next_check_at, unknown_since, primary_attempt_id, published_at, committed_at, "
+                "updated_at, max_attempts, blind_retry, unordered, alias, dest_cluster) VALUES "
+                "('evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G', 't1', NULL, 'order.created.v1', '', 'k', 1, "
+                "'DISPATCH_UNKNOWN', 1, '', 0, 1, 'att-a', 0, 0, 0, 0, 5, '', 0, 1, 1, 8, 0, 0, "
+                "'obx', 'local')");
+    exec_ok(db, "INSERT INTO obx_receipt (event_id, envelope_gen, attempt_id, kind, cluster, "
+                "topic, partition, \"offset\", broker_ts, payload_digest, dest_digest, reason, "
+                "detail, created_at) VALUES ('evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G', 1, 'att-a', "
+                "'DUPLICATE', 'local', 'orders', 0, 3, 1, 'sha256:x', 'sha256:y', '', NULL, 1)");
+    exec_ok(db, "INSERT INTO obx_inbox (consumer_id, event_id, payload_digest, event_type, "
+                "tenant, outcome, result, topic, partition, \"offset\", consumed_at, "
+                "duration_us) VALUES ('projection', 'evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G', 'sha256:x', "
+                "'order.created.v1', 't1', 'APPLIED', '', 'orders', 0, 3, 1, 1)");
+    assert_int_equal(obx_store_init(s), OBX_OK);
+    int found = 0;
+    assert_int_equal(obx_store_schema_version(s, &found, NULL), OBX_OK);
+    assert_int_equal(found, OBX__SCHEMA_VERSION); /* 4 and what came after */
+    char *js = NULL;
+    assert_int_equal(obx_route_list(s, 0, &js), OBX_OK);
+    assert_non_null(strstr(js, "\"on_unknown\": \"hold\""));
+    obx_free(js);
+    assert_int_equal(count(db, "SELECT count(*) FROM obx_receipt WHERE source = 'broker'"), 1);
+    assert_int_equal(count(db, "SELECT count(*) FROM obx_inbox WHERE envelope_gen = 0 AND "
+                               "attempt_id = ''"),
+                     1);
+    assert_int_equal(count(db, "SELECT count(*) FROM obx_event WHERE held_at = 0"), 1);
+    assert_int_equal(count(db, "SELECT count(*) FROM obx_cluster"), 0);
+    /* a new route says nothing: the seed's default */
+    obx_route r = {.event_type = "order.created.v1", .cluster = "local", .topic = "orders"};
+    assert_int_equal(obx_route_set(s, &r, NULL), OBX_OK);
+    assert_int_equal(obx_route_list(s, 0, &js), OBX_OK);
+    assert_non_null(strstr(js, "\"on_unknown\": \"retry\""));
+    obx_free(js);
+    obx_store_close(s);
+    sqlite3_close(db);
+}
+
+/* The relay refuses to send bytes that are not the committed event: a payload changed in the
+ * store behind obx's back (here: the frozen-envelope trigger dropped and the row rewritten) no
+ * longer hashes to the frozen payload digest, and the event is PARKED with that reason instead
+ * of putting another message under its ID. Nothing reaches the broker. */
+static void test_payload_rehashed_before_send(void **state) {
+    fx *f = *state;
+    obx_event ev = order_event("o-9", "{\"order\":\"o-9\",\"total\":10}");
+    obx_enqueue_result res;
+    assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_OK);
+    exec_ok(f->db, "DROP TRIGGER obx_envelope_frozen");
+    exec_ok(f->db, "UPDATE obx_envelope SET payload = CAST('{\"order\":\"o-9\",\"total\":99}' "
+                   "AS BLOB)");
+    char url[300];
+    snprintf(url, sizeof url, "log:%s/broker.db?cluster=local", f->dir);
+    obx__broker *b;
+    assert_int_equal(obx__br_open(url, NULL, 0, &b), OBX_OK);
+    obx__engine e;
+    obx__engine_cfg c;
+    obx__engine_cfg_defaults(&c);
+    assert_int_equal(obx__engine_init(&e, f->s, b, &c), OBX_OK);
+    size_t sent = 9;
+    assert_int_equal(obx__engine_dispatch(&e, obx__wall_ms(), &sent), OBX_OK);
+    assert_int_equal(sent, 0);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_event WHERE state = 'PARKED'"), 1);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_attempt WHERE state = 'REJECTED' AND "
+                                  "detail LIKE '%not the frozen payload digest%'"),
+                     1);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_audit WHERE to_state = 'PARKED' AND "
+                                  "reason LIKE '%no retry can cure it%'"),
+                     1);
+    obx__br_close(b);
+    sqlite3 *bdb;
+    char bpath[300];
+    snprintf(bpath, sizeof bpath, "%s/broker.db", f->dir);
+    assert_int_equal(sqlite3_open(bpath, &bdb), SQLITE_OK);
+    assert_int_equal(count(bdb, "SELECT count(*) FROM obx_log_msg"), 0);
+    sqlite3_close(bdb);
+}
+
+/* A destination contract the named cluster's registered backend cannot honour is refused at
+ * `obx route set`, naming the field; nothing is stored. An unregistered cluster is accepted. */
+static void test_route_contract_checked(void **state) {
+    fx *f = *state;
+    obx__cluster_row k = {.seen_at = 1};
+    strcpy(k.cluster, "kafka-eu");
+    strcpy(k.backend, "kafka");
+    strcpy(k.lookup, "authoritative");
+    strcpy(k.durability, "persistent");
+    strcpy(k.required_acks, "all");
+    strcpy(k.serializer, "*");
+    strcpy(k.relay, "relay-1");
+    assert_int_equal(obx__st_cluster_put(f->s, &k), OBX_OK);
+    int before = count(f->db, "SELECT count(*) FROM obx_route");
+    obx_route r = {.event_type = "payment.captured.v1",
+                   .cluster = "kafka-eu",
+                   .topic = "payments",
+                   .required_acks = "1"};
+    assert_int_equal(obx_route_set(f->s, &r, NULL), OBX_EINVAL);
+    assert_non_null(strstr(obx_errmsg(), "required_acks: '1' cannot be honoured by cluster "
+                                         "kafka-eu"));
+    assert_non_null(strstr(obx_errmsg(), "kafka backend, which honours: all"));
+    r.required_acks = NULL;
+    r.durability = "transient";
+    assert_int_equal(obx_route_set(f->s, &r, NULL), OBX_EINVAL);
+    assert_non_null(strstr(obx_errmsg(), "durability: 'transient'"));
+    /* a delivery-set target on that cluster is checked too, by its own field name */
+    obx_route_target t[] = {
+        {.cluster = "kafka-eu", .topic = "payments", .durability = "transient"}};
+    obx_route rs = {.event_type = "payment.captured.v1",
+                    .cluster = "local",
+                    .topic = "payments",
+                    .targets = t,
+                    .n_targets = 1};
+    assert_int_equal(obx_route_set(f->s, &rs, NULL), OBX_EINVAL);
+    assert_non_null(strstr(obx_errmsg(), "targets[0].durability"));
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_route"), before);
+    r.durability = NULL;
+    assert_int_equal(obx_route_set(f->s, &r, NULL), OBX_OK);
+    r.cluster = "nobody-registered-it";
+    r.required_acks = "1";
+    assert_int_equal(obx_route_set(f->s, &r, NULL), OBX_OK);
+}
+
 static void test_routes(void **state) {
     fx *f = *state;
     obx_route r = {.event_type = "payment.captured.v1",
@@ -581,7 +725,10 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_from_v1, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upgrade_v3_unknown_policy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_payload_rehashed_before_send, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_route_contract_checked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_cost_flat, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_reprepare, setup, teardown),
     };

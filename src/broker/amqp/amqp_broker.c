@@ -63,9 +63,12 @@ typedef struct amqp_cfg {
     bool verify_peer, verify_hostname;
     char declare_exchange[256], exchange_type[32];
     char declare_queue[256], queue_type[16], bind_key[256];
-    long long queue_max_length;
+    long long queue_max_length; /* -1: not set (0 is a queue that holds nothing) */
     char queue_overflow[32];
     char audit_stream[256], audit_bind[256], audit_key[256], audit_max_age[32];
+    /* a stream copy proves delivery (no queue bound to these exchanges ever refuses a message
+     * the exchange routed): an operator's declaration, off by default (docs/amqp.md) */
+    bool audit_stream_proves;
     int lookup_timeout_ms, lookup_prefetch;
     long long lookup_skew_ms;
 } amqp_cfg;
@@ -229,6 +232,7 @@ static obx_err parse_kv(amqp_cfg *c, const char *k, const char *v) {
     STR("key", key)
     BOOL("verify_peer", verify_peer)
     BOOL("verify_hostname", verify_hostname)
+    BOOL("audit_stream_proves", audit_stream_proves)
     STR("declare_exchange", declare_exchange)
     STR("exchange_type", exchange_type)
     STR("declare_queue", declare_queue)
@@ -249,7 +253,8 @@ static obx_err parse_kv(amqp_cfg *c, const char *k, const char *v) {
                      "prefetch, cacert, cert, key, verify_peer, verify_hostname, "
                      "declare_exchange, exchange_type, declare_queue, queue_type, bind_key, "
                      "queue_max_length, queue_overflow, audit_stream, audit_bind, audit_key, "
-                     "audit_max_age, lookup_timeout_ms, lookup_prefetch, lookup_skew_ms)",
+                     "audit_max_age, audit_stream_proves, lookup_timeout_ms, lookup_prefetch, "
+                     "lookup_skew_ms)",
                      k);
 }
 
@@ -291,6 +296,7 @@ static obx_err parse_cfg(const obx__url *u, const char *const *props, size_t n_p
     c->lookup_timeout_ms = 10000;
     c->lookup_prefetch = 1000;
     c->lookup_skew_ms = 60000;
+    c->queue_max_length = -1;
     const char *colon = strrchr(u->hosts, ':');
     if (!colon || (size_t)(colon - u->hosts) >= sizeof c->host)
         return obx__fail(OBX_EURL, "broker URL: amqp needs HOST:PORT");
@@ -511,7 +517,7 @@ static obx_err declare_queue(amqp_broker *b, amqp_connection_state_t st, const c
     a[n++] = (amqp_table_entry_t){
         .key = bytes_of("x-queue-type"),
         .value = {.kind = AMQP_FIELD_KIND_UTF8, .value.bytes = bytes_of(type)}};
-    if (max_len > 0)
+    if (max_len >= 0)
         a[n++] = (amqp_table_entry_t){
             .key = bytes_of("x-max-length"),
             .value = {.kind = AMQP_FIELD_KIND_I64, .value.i64 = (int64_t)max_len}};
@@ -570,7 +576,7 @@ static obx_err run_declarations(amqp_broker *b, amqp_connection_state_t st) {
     }
     if (c->audit_stream[0] && c->audit_bind[0]) {
         /* declared and bound by us; without audit_bind, ab_open checks that it exists */
-        if ((e = declare_queue(b, st, c->audit_stream, "stream", 0, NULL, c->audit_max_age)) ||
+        if ((e = declare_queue(b, st, c->audit_stream, "stream", -1, NULL, c->audit_max_age)) ||
             (e = bind_queue(b, st, c->audit_stream, c->audit_bind, c->audit_key)))
             return e;
     }
@@ -982,6 +988,16 @@ static unsigned ab_caps_of(obx__broker *base) {
     return c;
 }
 
+/* Durability is the delivery mode; required_acks "all"/"confirm" is what publisher confirms
+ * give (for a quorum queue, a majority of its replicas); nothing here can acknowledge before the
+ * broker stored the message ("1"). The serializer travels as the content-type header. */
+static void ab_contract(obx__broker *base, obx__contract *out) {
+    (void)base;
+    obx__strlcpy(out->durability, "persistent,transient", sizeof out->durability);
+    obx__strlcpy(out->required_acks, "all,confirm", sizeof out->required_acks);
+    obx__strlcpy(out->serializer, "*", sizeof out->serializer);
+}
+
 static int64_t ab_quiet(obx__broker *base) {
     amqp_broker *b = (amqp_broker *)base;
     /* a publish can still land while its connection lives: at most until the confirm timeout
@@ -1009,7 +1025,8 @@ static int publish_one(amqp_broker *b, const obx__msg *m, uint64_t seq, int64_t 
     p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_MESSAGE_ID_FLAG |
                AMQP_BASIC_TIMESTAMP_FLAG | AMQP_BASIC_TYPE_FLAG | AMQP_BASIC_APP_ID_FLAG |
                AMQP_BASIC_HEADERS_FLAG;
-    p.delivery_mode = 2; /* persistent */
+    /* the frozen contract's durability (honoured: ab_contract); transient = delivery mode 1 */
+    p.delivery_mode = m->dest && !strcmp(m->dest->durability, "transient") ? 1 : 2;
     p.message_id = bytes_of(m->env->event_id);
     p.timestamp = (uint64_t)(now > 0 ? now / 1000 : 0);
     p.type = bytes_of(m->env->event_type);
@@ -1359,8 +1376,15 @@ static obx_err ab_lookup(obx__broker *base, const obx__lookup_req *req, obx__loo
     }
     if (c.found) {
         res->kind = OBX__LOOKUP_FOUND;
-        snprintf(res->reason, sizeof res->reason, "found in audit stream '%s' at offset %lld",
-                 b->cfg.audit_stream, (long long)c.stream_offset);
+        /* The copy proves that the exchange routed the publish to the stream, not that every
+         * queue bound to it stored it: a reject-publish queue may have refused the same
+         * publish, and that basic.nack may be the confirm that was lost. Proof only where the
+         * operator declared it (audit_stream_proves=1); otherwise evidence the engine records
+         * while the route's UNKNOWN policy decides. */
+        res->routed_only = !b->cfg.audit_stream_proves;
+        snprintf(res->reason, sizeof res->reason, "found in audit stream '%s' at offset %lld%s",
+                 b->cfg.audit_stream, (long long)c.stream_offset,
+                 res->routed_only ? " (proves routing, not every queue's copy)" : "");
         return OBX_OK;
     }
     /* absence in the audit stream is never proof: retention, a binding added later, or a
@@ -1636,5 +1660,6 @@ const obx__broker_methods obx__amqp_broker_methods = {
     .consume_ack = ab_consume_ack,
     .caps_of = ab_caps_of,
     .consume_release = ab_consume_release,
+    .contract = ab_contract,
     .consume_redeliver = ab_consume_redeliver,
 };

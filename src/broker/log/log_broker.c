@@ -852,6 +852,16 @@ static obx_err lb_consume_redeliver(obx__broker *base, const obx__delivery *d) {
     return OBX_OK;
 }
 
+/* the local log: one node, every append synchronous and durable: what it stores is stored on its
+ * one node before the ACK, so every durability and acknowledgement level is honoured (a transient
+ * message kept durably loses nothing it was promised). */
+static void lb_contract(obx__broker *base, obx__contract *out) {
+    (void)base;
+    obx__strlcpy(out->durability, "persistent,transient", sizeof out->durability);
+    obx__strlcpy(out->required_acks, "all,1,confirm", sizeof out->required_acks);
+    obx__strlcpy(out->serializer, "*", sizeof out->serializer);
+}
+
 const obx__broker_methods obx__log_broker_methods = {
     .version = OBX__BROKER_METHODS_VERSION,
     .name = "log",
@@ -865,6 +875,7 @@ const obx__broker_methods obx__log_broker_methods = {
     .in_flight = lb_in_flight,
     .lookup = lb_lookup,
     .quiet_time_ms = lb_quiet,
+    .contract = lb_contract,
     .scan = lb_scan,
     .consume_open = lb_consume_open,
     .consume_poll = lb_consume_poll,

@@ -46,8 +46,20 @@ typedef struct obx__sim_faults {
     double dup_deliver; /* a consumer gets a delivery twice */
     double lose_commit; /* a consumer's ack is lost (redelivered later) */
     int64_t delay_ack_ms, ack_timeout_ms, max_net_delay_ms;
+    /* The broker's quiet time (quiet_time_ms): after an attempt's deadline plus this, no late
+     * write of it can appear. 0 = max_net_delay_ms. Requests still reach the log within
+     * max_net_delay_ms; the quiet time is what the adapter promises, e.g. Kafka's
+     * message.timeout.ms + request.timeout.ms. */
+    int64_t quiet_ms;
     bool lookup_down; /* lookups answer CANNOT_TELL (the target is not queryable) */
 } obx__sim_faults;
+
+/* A world's lookup capability (what the simulated adapter declares). */
+typedef enum obx__sim_lookup {
+    OBX__SIM_LOOKUP_NONE,         /* no lookup: every answer is CANNOT_TELL (RabbitMQ) */
+    OBX__SIM_LOOKUP_BEST_EFFORT,  /* FOUND proves routing only, never absence (an audit stream) */
+    OBX__SIM_LOOKUP_AUTHORITATIVE /* FOUND, and NOT_FOUND past the quiet time (Kafka, log) */
+} obx__sim_lookup;
 
 typedef struct obx__sim_world obx__sim_world;
 
@@ -55,9 +67,20 @@ typedef struct obx__sim_world obx__sim_world;
 obx_err obx__sim_world_new(const char *name, obx__sim_world **out);
 void obx__sim_world_free(obx__sim_world *w);
 /* Empties logs, queues, groups and handles' mailboxes; sets seed, faults, partitions and the
- * lookup capability (authoritative or none) for the next trace. */
+ * lookup capability for the next trace. */
 void obx__sim_world_reset(obx__sim_world *w, uint64_t seed, const obx__sim_faults *f,
-                          int32_t partitions, bool authoritative, const char *cluster);
+                          int32_t partitions, obx__sim_lookup lookup, const char *cluster);
+/* When the next network event is due (INT64_MAX: none scheduled). */
+int64_t obx__sim_world_next_at(obx__sim_world *w);
+/* Injects the late true ACK of an attempt whose message is in the log: its ACK (on its way,
+ * delayed, dropped or lost) arrives at the sending handle at time `at`, if that handle is still
+ * open. Returns true when an ACK will arrive. (The seed's races: UNKNOWN racing a retry claim,
+ * both old and new attempts ACKed.) */
+bool obx__sim_world_release_ack(obx__sim_world *w, const char *attempt_id, int64_t at);
+/* The newest message of (event_id, envelope_gen) in the log, or NULL: what an operator reading
+ * the broker would find. */
+const obx__sim_msg *obx__sim_world_find(obx__sim_world *w, const char *event_id,
+                                        int32_t envelope_gen);
 obx__sim_faults *obx__sim_world_faults(obx__sim_world *w);
 /* Delivers every network event due by now (appends, outcomes). */
 void obx__sim_world_tick(obx__sim_world *w, int64_t now);

@@ -33,6 +33,11 @@ typedef struct net_ev {
 typedef struct logent {
     obx__sim_msg m;
     uint8_t acked; /* bit per consumer group */
+    /* its sender and what became of its ACK (for obx__sim_world_release_ack) */
+    int handle;
+    uint32_t handle_gen;
+    int64_t deadline;
+    uint8_t ack_fate; /* 0 on its way or delivered, 1 dropped (UNKNOWN reported), 2 lost */
 } logent;
 
 typedef struct sim_handle sim_handle;
@@ -41,7 +46,7 @@ struct obx__sim_world {
     char name[64];
     char cluster[OBX_NAME_MAX + 1];
     int32_t partitions;
-    bool authoritative;
+    obx__sim_lookup lookup;
     uint64_t rng, order;
     obx__sim_faults f;
     obx__sim_fired fired;
@@ -131,13 +136,13 @@ void obx__sim_world_free(obx__sim_world *w) {
 }
 
 void obx__sim_world_reset(obx__sim_world *w, uint64_t seed, const obx__sim_faults *f,
-                          int32_t partitions, bool authoritative, const char *cluster) {
+                          int32_t partitions, obx__sim_lookup lookup, const char *cluster) {
     w->rng = seed ? seed : 0x9e3779b97f4a7c15ull;
     w->order = 0;
     w->f = *f;
     memset(&w->fired, 0, sizeof w->fired);
     w->partitions = partitions < 1 ? 1 : partitions > 64 ? 64 : partitions;
-    w->authoritative = authoritative;
+    w->lookup = lookup;
     obx__strlcpy(w->cluster, cluster, sizeof w->cluster);
     w->nlog = 0;
     w->nq = 0;
@@ -208,7 +213,8 @@ static obx_err box_put(sim_handle *h, const obx__outcome *o, uint8_t ack) {
     return OBX_OK;
 }
 
-static obx_err log_append(obx__sim_world *w, const obx__sim_msg *m, int64_t now, int64_t *off) {
+static obx_err log_append(obx__sim_world *w, const obx__sim_msg *m, int64_t now, int64_t *off,
+                          const net_ev *from) {
     int t = topic_index(w, m->topic, true);
     if (t < 0) return obx__fail(OBX_EBROKER, "sim: too many topics");
     if (w->nlog == w->caplog) {
@@ -223,8 +229,38 @@ static obx_err log_append(obx__sim_world *w, const obx__sim_msg *m, int64_t now,
     e->m.offset = w->next_offset[t][m->partition]++;
     e->m.ts = now;
     e->acked = 0;
+    e->handle = from->handle;
+    e->handle_gen = from->handle_gen;
+    e->deadline = from->deadline;
+    e->ack_fate = from->lose ? 2 : from->drop ? 1 : 0;
     *off = e->m.offset;
     return OBX_OK;
+}
+
+/* The ACK outcome of a logged message, on its way to its sender at `at`. */
+static net_ev ack_of(const obx__sim_world *w, const logent *l, int64_t at, bool corrupt) {
+    net_ev o;
+    memset(&o, 0, sizeof o);
+    o.kind = EV_OUTCOME;
+    o.at = at;
+    o.handle = l->handle;
+    o.handle_gen = l->handle_gen;
+    o.deadline = l->deadline;
+    o.valid = !corrupt;
+    o.out.kind = OBX__OUT_ACK;
+    obx__strlcpy(o.out.event_id, l->m.env.event_id, sizeof o.out.event_id);
+    o.out.envelope_gen = l->m.env.envelope_gen;
+    obx__strlcpy(o.out.attempt_id, l->m.attempt_id, sizeof o.out.attempt_id);
+    obx__strlcpy(o.out.payload_digest, l->m.env.payload_digest, sizeof o.out.payload_digest);
+    obx__strlcpy(o.out.dest_digest, l->m.dest_digest, sizeof o.out.dest_digest);
+    obx__strlcpy(o.out.cluster, w->cluster, sizeof o.out.cluster);
+    obx__strlcpy(o.out.topic, l->m.topic, sizeof o.out.topic);
+    o.out.partition = l->m.partition;
+    o.out.offset = l->m.offset;
+    o.out.broker_ts = l->m.ts;
+    if (corrupt) /* a broken broker or proxy mangles the receipt (not the message) */
+        o.out.payload_digest[8] = o.out.payload_digest[8] == 'a' ? 'b' : 'a';
+    return o;
 }
 
 /* An ACK handed to the engine by a poll (only those can reach the acceptance point). */
@@ -251,29 +287,17 @@ static obx_err apply(obx__sim_world *w, net_ev *e) {
     obx_err err = OBX_OK;
     if (e->kind == EV_APPEND) {
         int64_t off;
-        if ((err = log_append(w, &e->msg, e->at, &off))) return err;
+        if ((err = log_append(w, &e->msg, e->at, &off, e))) return err;
+        size_t first = w->nlog - 1;
         if (e->dup) {
             int64_t off2;
-            if ((err = log_append(w, &e->msg, e->at, &off2))) return err;
+            if ((err = log_append(w, &e->msg, e->at, &off2, e))) return err;
+            w->log[w->nlog - 1].ack_fate = 2; /* a producer-level retry's copy: no ACK of its own */
         }
         if (e->lose) return OBX_OK; /* the ACK never comes back */
-        net_ev o = *e;
-        o.kind = EV_OUTCOME;
-        memset(&o.out, 0, sizeof o.out);
-        o.out.kind = OBX__OUT_ACK;
-        obx__strlcpy(o.out.event_id, e->msg.env.event_id, sizeof o.out.event_id);
-        o.out.envelope_gen = e->msg.env.envelope_gen;
-        obx__strlcpy(o.out.attempt_id, e->msg.attempt_id, sizeof o.out.attempt_id);
-        obx__strlcpy(o.out.payload_digest, e->msg.env.payload_digest, sizeof o.out.payload_digest);
-        obx__strlcpy(o.out.dest_digest, e->msg.dest_digest, sizeof o.out.dest_digest);
-        obx__strlcpy(o.out.cluster, w->cluster, sizeof o.out.cluster);
-        obx__strlcpy(o.out.topic, e->msg.topic, sizeof o.out.topic);
-        o.out.partition = e->msg.partition;
-        o.out.offset = off;
-        o.out.broker_ts = e->at;
-        if (e->corrupt) /* a broken broker or proxy mangles the receipt (not the message) */
-            o.out.payload_digest[8] = o.out.payload_digest[8] == 'a' ? 'b' : 'a';
         if (e->drop) return OBX_OK; /* the sender gets UNKNOWN from its timeout instead */
+        net_ev o = ack_of(w, &w->log[first], 0, e->corrupt);
+        o.valid = e->valid;
         o.at = e->at + between(w, 0, 20) + (e->delay ? w->f.delay_ack_ms : 0);
         return schedule(w, &o);
     }
@@ -283,6 +307,44 @@ static obx_err apply(obx__sim_world *w, net_ev *e) {
     if (e->out.kind == OBX__OUT_ACK)
         ack = (uint8_t)((e->deadline && e->at > e->deadline ? 2 : 1) | (e->valid ? 0 : 4));
     return box_put(h, &e->out, ack);
+}
+
+int64_t obx__sim_world_next_at(obx__sim_world *w) {
+    int64_t t = INT64_MAX;
+    for (size_t i = 0; i < w->nq; i++)
+        if (w->q[i].at < t) t = w->q[i].at;
+    return t;
+}
+
+bool obx__sim_world_release_ack(obx__sim_world *w, const char *attempt_id, int64_t at) {
+    bool any = false;
+    for (size_t i = 0; i < w->nq; i++) /* an ACK on its way (delayed): it arrives now */
+        if (w->q[i].kind == EV_OUTCOME && w->q[i].out.kind == OBX__OUT_ACK &&
+            !strcmp(w->q[i].out.attempt_id, attempt_id)) {
+            if (w->q[i].at > at) w->q[i].at = at;
+            any = true;
+        }
+    if (any) return true;
+    for (size_t i = 0; i < w->nlog; i++) { /* a dropped or lost ACK: it was late, not lost */
+        logent *l = &w->log[i];
+        if (!l->ack_fate || strcmp(l->m.attempt_id, attempt_id)) continue;
+        sim_handle *h = l->handle >= 0 && l->handle < MAX_HANDLES ? w->h[l->handle] : NULL;
+        if (!h || h->gen != l->handle_gen) continue; /* its connection is gone: lost with it */
+        net_ev o = ack_of(w, l, at, false);
+        if (schedule(w, &o)) return false;
+        l->ack_fate = 0;
+        return true;
+    }
+    return false;
+}
+
+const obx__sim_msg *obx__sim_world_find(obx__sim_world *w, const char *event_id,
+                                        int32_t envelope_gen) {
+    for (size_t i = w->nlog; i-- > 0;)
+        if (w->log[i].m.env.envelope_gen == envelope_gen &&
+            !strcmp(w->log[i].m.env.event_id, event_id))
+            return &w->log[i].m;
+    return NULL;
 }
 
 void obx__sim_world_tick(obx__sim_world *w, int64_t now) {
@@ -344,7 +406,9 @@ static void sb_close(obx__broker *b) {
 static unsigned sb_caps_of(obx__broker *b) {
     sim_handle *h = (sim_handle *)b;
     return OBX__BCAP_CONSUME | OBX__BCAP_SCAN | OBX__BCAP_ORDERED |
-           (h->w->authoritative ? OBX__BCAP_LOOKUP_AUTHORITATIVE : 0);
+           (h->w->lookup == OBX__SIM_LOOKUP_AUTHORITATIVE ? OBX__BCAP_LOOKUP_AUTHORITATIVE
+            : h->w->lookup == OBX__SIM_LOOKUP_BEST_EFFORT ? OBX__BCAP_LOOKUP_BEST_EFFORT
+                                                          : 0u);
 }
 
 static obx_err sb_cluster_id(obx__broker *b, char *out, size_t cap) {
@@ -484,7 +548,10 @@ static size_t sb_in_flight(obx__broker *b) {
     return n;
 }
 
-static int64_t sb_quiet(obx__broker *b) { return ((sim_handle *)b)->w->f.max_net_delay_ms; }
+static int64_t sb_quiet(obx__broker *b) {
+    const obx__sim_faults *f = &((sim_handle *)b)->w->f;
+    return f->quiet_ms ? f->quiet_ms : f->max_net_delay_ms;
+}
 
 static obx_err sb_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_res *res) {
     sim_handle *h = (sim_handle *)b;
@@ -514,8 +581,10 @@ static obx_err sb_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup
         o->offset = m->offset;
         o->broker_ts = m->ts;
         res->kind = OBX__LOOKUP_FOUND;
-        snprintf(res->reason, sizeof res->reason, "sim: found at offset %lld",
-                 (long long)m->offset);
+        /* a best-effort lookup (an audit stream) proves routing, not every queue's copy */
+        res->routed_only = w->lookup == OBX__SIM_LOOKUP_BEST_EFFORT;
+        snprintf(res->reason, sizeof res->reason, "sim: found at offset %lld%s",
+                 (long long)m->offset, res->routed_only ? " (best effort: routed only)" : "");
         return OBX_OK;
     }
     res->kind = OBX__LOOKUP_NOT_FOUND;
@@ -639,10 +708,21 @@ static obx_err sb_consume_redeliver(obx__broker *b, const obx__delivery *d) {
     return OBX_OK;
 }
 
+/* the simulated broker: what it stores is stored on its one node before the ACK, so every
+ * durability and acknowledgement level is honoured (a transient message kept durably loses nothing
+ * it was promised). */
+static void sb_contract(obx__broker *base, obx__contract *out) {
+    (void)base;
+    obx__strlcpy(out->durability, "persistent,transient", sizeof out->durability);
+    obx__strlcpy(out->required_acks, "all,1,confirm", sizeof out->required_acks);
+    obx__strlcpy(out->serializer, "*", sizeof out->serializer);
+}
+
 const obx__broker_methods obx__sim_broker_methods = {
     .version = OBX__BROKER_METHODS_VERSION,
     .name = "sim",
-    .caps = OBX__BCAP_LOOKUP_AUTHORITATIVE | OBX__BCAP_SCAN | OBX__BCAP_CONSUME | OBX__BCAP_ORDERED,
+    .caps = OBX__BCAP_LOOKUP_AUTHORITATIVE | OBX__BCAP_LOOKUP_BEST_EFFORT | OBX__BCAP_SCAN |
+            OBX__BCAP_CONSUME | OBX__BCAP_ORDERED,
     .open = sb_open,
     .close = sb_close,
     .cluster_id = sb_cluster_id,
@@ -652,6 +732,7 @@ const obx__broker_methods obx__sim_broker_methods = {
     .in_flight = sb_in_flight,
     .lookup = sb_lookup,
     .quiet_time_ms = sb_quiet,
+    .contract = sb_contract,
     .scan = sb_scan,
     .consume_open = sb_consume_open,
     .consume_poll = sb_consume_poll,

@@ -54,10 +54,11 @@ extern const char obx__pg_schema_v1[];
 extern const char obx__pg_schema_v2[];
 extern const char obx__pg_schema_v3[];
 extern const char obx__pg_schema_v4[];
+extern const char obx__pg_schema_v5[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL, obx__pg_schema_v1, obx__pg_schema_v2,
-                                         obx__pg_schema_v3, obx__pg_schema_v4};
+                                         obx__pg_schema_v3, obx__pg_schema_v4, obx__pg_schema_v5};
 
 /* Advisory lock class IDs ("OBX" and "OBY"): the two-key form keeps obx's locks apart from an
  * application's single-bigint advisory locks. */
@@ -134,6 +135,9 @@ enum {
     Q_CAUDIT_NEWEST,
     Q_SEL_UNPUB_STATE,
     Q_SEL_UNPUB_STATE_LOCK,
+    Q_CLUSTER_PUT,
+    Q_CLUSTER_GET,
+    Q_DOPEN,
     Q_AGED_LIST,                                  /* + obx__aged_kind */
     Q_AGED_COUNT = Q_AGED_LIST + OBX__AGED_COUNT, /* + obx__aged_kind */
     Q_COUNT = Q_AGED_COUNT + OBX__AGED_COUNT
@@ -162,8 +166,8 @@ typedef struct pg_store {
     "v.causation_id, v.traceparent, v.idempotency_key, v.envelope_digest, v.dest_cluster, "        \
     "v.dest_topic, v.dest_routing_key, v.dest_algorithm, v.dest_route_gen, v.dest_serializer, "    \
     "v.dest_durability, v.dest_acks, v.dest_digest, v.payload_len, v.payload IS NULL, "            \
-    "coalesce(t.event_id, e.event_id), coalesce(t.target_no, 0)"
-#define EVENT_NCOLS 49 /* the payload, when selected, is column EVENT_NCOLS */
+    "coalesce(t.event_id, e.event_id), coalesce(t.target_no, 0), e.held_at"
+#define EVENT_NCOLS 50 /* the payload, when selected, is column EVENT_NCOLS */
 /* A delivery-set slot carries its logical event ID and target number (schema version 2). */
 #define SLOT_JOIN " LEFT JOIN obx.obx_delivery_target t ON t.slot_id = e.event_id "
 #define EVENT_FROM                                                                                 \
@@ -248,6 +252,19 @@ typedef struct pg_store {
     "SELECT count(*), coalesce(min(" at "), 0) FROM " from_where extra " AND " at " <= $1::bigint"
 #define UNKNOWN_AT "(CASE WHEN unknown_since > 0 THEN unknown_since ELSE updated_at END)"
 #define EV_AGED(at) "event_id, " at ", seq, state"
+/* The event ID consumers see (a delivery-set slot's logical event ID): what an inbox holds. */
+#define EV_AGED_WIRE(at)                                                                           \
+    "coalesce((SELECT t.event_id FROM obx.obx_delivery_target t WHERE t.slot_id = "                \
+    "obx_event.event_id), event_id), " at ", seq, state"
+/* Not a further target of a delivery set that its rule already counts as delivered (`any`, one
+ * target published): that slot is still dispatched, but it is no overdue event (docs/migration.md,
+ * "The contract"). */
+#define NOT_TRAILING                                                                               \
+    " AND NOT EXISTS (SELECT 1 FROM obx.obx_delivery_target t JOIN obx.obx_delivery_set d ON "     \
+    "d.event_id = t.event_id AND d.completion = 'any' JOIN obx.obx_delivery_target t2 ON "         \
+    "t2.event_id = t.event_id AND t2.slot_id <> t.slot_id JOIN obx.obx_event p ON p.event_id = "   \
+    "t2.slot_id AND p.state IN ('PUBLISHED', 'RETAINED', 'PURGED') WHERE t.slot_id = "             \
+    "obx_event.event_id)"
 #define PENDING_W "obx.obx_event WHERE state IN ('PENDING', 'CLAIMED')"
 #define UNKNOWN_W                                                                                  \
     "obx.obx_event WHERE state IN ('SENDING', 'DISPATCH_UNKNOWN', 'RECONCILING', "                 \
@@ -260,7 +277,7 @@ typedef struct pg_store {
 
 #define RCPT_COLS                                                                                  \
     "event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "            \
-    "broker_ts, payload_digest, dest_digest, reason, created_at"
+    "broker_ts, payload_digest, dest_digest, reason, created_at, source"
 #define CAUDIT_COLS "audit_id, at, consumer_id, event_id, outcome, duration_us, detail"
 
 static const char *const sql_text[Q_COUNT] = {
@@ -344,14 +361,15 @@ static const char *const sql_text[Q_COUNT] = {
         "available_at = u.available_at, next_check_at = u.next_check_at, "
         "unknown_since = u.unknown_since, primary_attempt_id = u.primary_attempt_id, "
         "published_at = u.published_at, updated_at = u.updated_at, order_key = u.order_key, "
-        "dest_cluster = u.dest_cluster "
+        "dest_cluster = u.dest_cluster, held_at = u.held_at "
         "FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::bigint[], "
         "$7::int[], $8::text[], $9::int[], $10::int[], $11::bigint[], $12::bigint[], "
         "$13::bigint[], $14::text[], $15::bigint[], $16::bigint[], $17::text[], $18::text[], "
-        "$19::text[], $20::bigint[]) WITH ORDINALITY AS u(event_id, envelope_gen, state, "
-        "claim_gen, owner, lease_until, attempt_gen, attempt_id, pinned_partition, rejections, "
-        "available_at, next_check_at, unknown_since, primary_attempt_id, published_at, "
-        "updated_at, order_key, dest_cluster, expect_state, expect_claim_gen, ord) "
+        "$19::text[], $20::bigint[], $21::bigint[]) WITH ORDINALITY AS u(event_id, envelope_gen, "
+        "state, claim_gen, owner, lease_until, attempt_gen, attempt_id, pinned_partition, "
+        "rejections, available_at, next_check_at, unknown_since, primary_attempt_id, "
+        "published_at, updated_at, order_key, dest_cluster, expect_state, expect_claim_gen, "
+        "held_at, ord) "
         "WHERE e.event_id = u.event_id AND e.state = u.expect_state "
         "AND e.claim_gen = u.expect_claim_gen RETURNING u.ord",
     [Q_INS_ATT] = "INSERT INTO obx.obx_attempt (" ATT_COLS ") SELECT " ATT_COLS
@@ -374,14 +392,15 @@ static const char *const sql_text[Q_COUNT] = {
                          "ORDER BY started_at, attempt_gen, attempt_id",
     [Q_INS_RCPT] = "INSERT INTO obx.obx_receipt (event_id, envelope_gen, attempt_id, kind, "
                    "cluster, topic, partition, \"offset\", broker_ts, payload_digest, "
-                   "dest_digest, reason, detail, created_at) "
+                   "dest_digest, reason, detail, created_at, source) "
                    "SELECT event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, "
-                   "off, broker_ts, payload_digest, dest_digest, reason, detail, created_at "
-                   "FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], "
-                   "$6::text[], $7::int[], $8::bigint[], $9::bigint[], $10::text[], $11::text[], "
-                   "$12::text[], $13::text[], $14::bigint[]) WITH ORDINALITY AS t(event_id, "
-                   "envelope_gen, attempt_id, kind, cluster, topic, partition, off, broker_ts, "
-                   "payload_digest, dest_digest, reason, detail, created_at, ord) ORDER BY ord",
+                   "off, broker_ts, payload_digest, dest_digest, reason, detail, created_at, "
+                   "source FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], "
+                   "$5::text[], $6::text[], $7::int[], $8::bigint[], $9::bigint[], $10::text[], "
+                   "$11::text[], $12::text[], $13::text[], $14::bigint[], $15::text[]) WITH "
+                   "ORDINALITY AS t(event_id, envelope_gen, attempt_id, kind, cluster, topic, "
+                   "partition, off, broker_ts, payload_digest, dest_digest, reason, detail, "
+                   "created_at, source, ord) ORDER BY ord",
     [Q_LOAD_RCPT] = "SELECT " RCPT_COLS " FROM obx.obx_receipt WHERE event_id = $1::text "
                     "ORDER BY receipt_id",
     [Q_INS_AUDIT] = "INSERT INTO obx.obx_audit (at, actor, who, event_id, envelope_gen, "
@@ -399,6 +418,27 @@ static const char *const sql_text[Q_COUNT] = {
                       "$2::bigint) ON CONFLICT (name) DO UPDATE SET value = c.value + "
                       "EXCLUDED.value",
     [Q_COUNTER_GET] = "SELECT value FROM obx.obx_counter WHERE name = $1::text",
+    [Q_CLUSTER_PUT] = "INSERT INTO obx.obx_cluster AS c (cluster, backend, lookup, durability, "
+                      "required_acks, serializer, relay, seen_at) VALUES ($1::text, $2::text, "
+                      "$3::text, $4::text, $5::text, $6::text, $7::text, $8::bigint) ON CONFLICT "
+                      "(cluster) DO UPDATE SET backend = EXCLUDED.backend, lookup = "
+                      "EXCLUDED.lookup, durability = EXCLUDED.durability, required_acks = "
+                      "EXCLUDED.required_acks, serializer = EXCLUDED.serializer, relay = "
+                      "EXCLUDED.relay, seen_at = EXCLUDED.seen_at",
+    [Q_CLUSTER_GET] = "SELECT cluster, backend, lookup, durability, required_acks, serializer, "
+                      "relay, seen_at FROM obx.obx_cluster WHERE cluster = $1::text",
+    /* from the unpublished slots (index obx_event_unpublished), never the published bulk */
+    [Q_DOPEN] = "WITH u AS (SELECT t.event_id FROM obx.obx_event e JOIN obx.obx_delivery_target t "
+                "ON t.slot_id = e.event_id WHERE e.state IN " UNPUBLISHED "), "
+                "s AS (SELECT x.event_id, d.completion, EXISTS (SELECT 1 FROM "
+                "obx.obx_delivery_target t2 JOIN obx.obx_event p ON p.event_id = t2.slot_id "
+                "WHERE t2.event_id = x.event_id AND p.state IN ('PUBLISHED','RETAINED','PURGED')) "
+                "AS delivered_one FROM (SELECT DISTINCT event_id FROM u) x JOIN "
+                "obx.obx_delivery_set d ON d.event_id = x.event_id) "
+                "SELECT (SELECT count(*) FROM s WHERE completion = 'all'), "
+                "(SELECT count(*) FROM s WHERE completion = 'any' AND NOT delivered_one), "
+                "(SELECT count(*) FROM u JOIN s ON s.event_id = u.event_id WHERE s.completion = "
+                "'any' AND s.delivered_one)",
     [Q_STATS] = "SELECT k, v FROM obx._stats()",
     [Q_STATS_INV] =
         "SELECT (SELECT count(*) FROM obx.obx_event e WHERE e.state IN ('PUBLISHED','RETAINED',"
@@ -417,13 +457,15 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_FIND_CORR] = "SELECT event_id FROM obx.obx_event WHERE correlation_id = $1::text AND "
                     "correlation_id <> '' ORDER BY seq LIMIT $2::bigint",
     [Q_INBOX_GET] = "SELECT consumer_id, event_id, payload_digest, event_type, tenant, outcome, "
-                    "result, topic, partition, \"offset\", consumed_at, duration_us FROM "
-                    "obx.obx_inbox WHERE consumer_id = $1::text AND event_id = $2::text",
+                    "result, topic, partition, \"offset\", consumed_at, duration_us, "
+                    "envelope_gen, attempt_id, dest_digest FROM obx.obx_inbox WHERE "
+                    "consumer_id = $1::text AND event_id = $2::text",
     [Q_INBOX_PUT] = "INSERT INTO obx.obx_inbox (consumer_id, event_id, payload_digest, "
                     "event_type, tenant, outcome, result, topic, partition, \"offset\", "
-                    "consumed_at, duration_us) VALUES ($1::text, $2::text, $3::text, $4::text, "
-                    "$5::text, $6::text, $7::text, $8::text, $9::int, $10::bigint, $11::bigint, "
-                    "$12::bigint)",
+                    "consumed_at, duration_us, envelope_gen, attempt_id, dest_digest) VALUES "
+                    "($1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, "
+                    "$8::text, $9::int, $10::bigint, $11::bigint, $12::bigint, $13::int, "
+                    "$14::text, $15::text)",
     [Q_INBOX_HAS] = "SELECT k.ord FROM unnest($2::text[]) WITH ORDINALITY AS k(id, ord) WHERE "
                     "EXISTS (SELECT 1 FROM obx.obx_inbox i WHERE i.consumer_id = $1::text AND "
                     "i.event_id = k.id)",
@@ -486,11 +528,11 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_EVENTS_KNOWN] = "SELECT k.ord FROM unnest($1::text[]) WITH ORDINALITY AS k(id, ord) WHERE "
                        "EXISTS (SELECT 1 FROM obx.obx_event e WHERE e.event_id = k.id)",
     [Q_AGED_LIST + OBX__AGED_PENDING] =
-        AGED_LIST(EV_AGED("committed_at"), PENDING_W, "committed_at", "seq", ""),
+        AGED_LIST(EV_AGED("committed_at"), PENDING_W, "committed_at", "seq", NOT_TRAILING),
     [Q_AGED_LIST + OBX__AGED_UNKNOWN] =
-        AGED_LIST(EV_AGED(UNKNOWN_AT), UNKNOWN_W, UNKNOWN_AT, "seq", ""),
+        AGED_LIST(EV_AGED(UNKNOWN_AT), UNKNOWN_W, UNKNOWN_AT, "seq", NOT_TRAILING),
     [Q_AGED_LIST + OBX__AGED_PUBLISHED] =
-        AGED_LIST(EV_AGED("published_at"), PUBLISHED_W, "published_at", "seq", ""),
+        AGED_LIST(EV_AGED_WIRE("published_at"), PUBLISHED_W, "published_at", "seq", ""),
     [Q_AGED_LIST + OBX__AGED_PARKED] =
         AGED_LIST(EV_AGED("updated_at"), PARKED_W, "updated_at", "seq", ""),
     [Q_AGED_LIST + OBX__AGED_QUARANTINED] = AGED_LIST("event_id, created_at, receipt_id, reason",
@@ -498,8 +540,8 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_AGED_LIST + OBX__AGED_INBOX_QUARANTINED] =
         AGED_LIST("event_id, at, quarantine_id, reason", IQUAR_W, "at", "quarantine_id",
                   " AND consumer_id = $5::text"),
-    [Q_AGED_COUNT + OBX__AGED_PENDING] = AGED_COUNT(PENDING_W, "committed_at", ""),
-    [Q_AGED_COUNT + OBX__AGED_UNKNOWN] = AGED_COUNT(UNKNOWN_W, UNKNOWN_AT, ""),
+    [Q_AGED_COUNT + OBX__AGED_PENDING] = AGED_COUNT(PENDING_W, "committed_at", NOT_TRAILING),
+    [Q_AGED_COUNT + OBX__AGED_UNKNOWN] = AGED_COUNT(UNKNOWN_W, UNKNOWN_AT, NOT_TRAILING),
     [Q_AGED_COUNT + OBX__AGED_PUBLISHED] = AGED_COUNT(PUBLISHED_W, "published_at", ""),
     [Q_AGED_COUNT + OBX__AGED_PARKED] = AGED_COUNT(PARKED_W, "updated_at", ""),
     [Q_AGED_COUNT + OBX__AGED_QUARANTINED] = AGED_COUNT(QUAR_W, "created_at", ""),
@@ -512,7 +554,9 @@ static const char *const sql_text[Q_COUNT] = {
         "AND ($4::text[] IS NULL OR e.alias = ANY ($4::text[])) "
         "AND ($5::text[] IS NULL OR e.state = ANY ($5::text[])) "
         "AND e.committed_at >= $6::bigint AND ($7::bigint = 0 OR e.committed_at < "
-        "$7::bigint) AND e.seq > $8::bigint ORDER BY e.seq LIMIT $9::bigint",
+        "$7::bigint) AND e.seq > $8::bigint AND (NOT $10::bool OR e.held_at > 0) "
+        "AND ($11::bigint = 0 OR (e.unknown_since > 0 AND e.unknown_since < $11::bigint)) "
+        "ORDER BY e.seq LIMIT $9::bigint",
     /* the set and its targets in one statement (contract 4) */
     [Q_RSET_PUT] = "WITH s AS (INSERT INTO obx.obx_route_set (route_gen, completion, targets) "
                    "VALUES ($1::bigint, $2::text, $3::int)) "
@@ -591,6 +635,8 @@ static const bool q_readonly[Q_COUNT] = {
     [Q_LOAD_RCPT] = true,
     [Q_LOAD_AUDIT] = true,
     [Q_COUNTER_GET] = true,
+    [Q_CLUSTER_GET] = true,
+    [Q_DOPEN] = true,
     [Q_STATS] = true,
     [Q_STATS_INV] = true,
     [Q_UNKNOWN_RES] = true,
@@ -1579,6 +1625,7 @@ static obx_err read_event(const PGresult *res, int row, obx__event_row *r, bool 
     r->payload_purged = gb(res, row, i++);
     GT(res, row, i++, r->logical_id);
     r->target_no = (int32_t)gi(res, row, i++);
+    r->held_at = gi(res, row, i++);
     if (with_payload) {
         size_t n = 0;
         obx_err e = get_bytea(res, row, EVENT_NCOLS, &r->payload, &n);
@@ -1746,6 +1793,7 @@ static obx_err build_update_events(params *p, const obx__event_update *u, size_t
     ARR_TEXT(p, n, u[i].row->dest.cluster);
     ARR_TEXT(p, n, obx__state_name(u[i].expect_state));
     ARR_INT(p, n, u[i].expect_claim_gen);
+    ARR_INT(p, n, u[i].row->held_at);
     free(ok);
     return OBX_OK;
 }
@@ -1942,6 +1990,7 @@ static void build_insert_receipts(params *p, const obx__receipt_row *rc, size_t 
     ARR_TEXT(p, n, rc[i].reason);
     ARR_TEXT(p, n, rc[i].detail);
     ARR_INT(p, n, rc[i].created_at);
+    ARR_TEXT(p, n, obx__receipt_source_name(rc[i].source));
 }
 
 static obx_err pg_insert_receipts(obx__store *base, const obx__receipt_row *rc, size_t n) {
@@ -1980,6 +2029,8 @@ static obx_err read_receipts(PGresult *r, const char *what, obx__receipt_row **o
         GT(r, i, 10, rc->dest_digest);
         GT(r, i, 11, rc->reason);
         rc->created_at = gi(r, i, 12);
+        rc->source = obx__receipt_source_parse(PQgetvalue(r, i, 13));
+        if (rc->source == OBX__RS_COUNT) rc->source = OBX__RS_BROKER;
     }
     if (!e) *n_out = (size_t)rows;
     return e;
@@ -2208,6 +2259,58 @@ static obx_err pg_counter_get(obx__store *base, const char *name, int64_t *value
     return OBX_OK;
 }
 
+/* ---- the cluster registry (schema version 4) ------------------------------------------------ */
+
+static obx_err pg_cluster_put(obx__store *base, const obx__cluster_row *c) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, c->cluster);
+    p_text(&p, c->backend);
+    p_text(&p, c->lookup);
+    p_text(&p, c->durability);
+    p_text(&p, c->required_acks);
+    p_text(&p, c->serializer);
+    p_text(&p, c->relay);
+    p_int(&p, c->seen_at);
+    return run(s, Q_CLUSTER_PUT, &p, PGRES_COMMAND_OK, NULL, "register cluster");
+}
+
+static obx_err pg_cluster_get(obx__store *base, const char *cluster, obx__cluster_row *c) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, cluster);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_CLUSTER_GET, &p, PGRES_TUPLES_OK, &r, "read cluster");
+    if (e) return e;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return obx__fail(OBX_ENOTFOUND, "cluster '%s': no relay registered it", cluster);
+    }
+    memset(c, 0, sizeof *c);
+    GT(r, 0, 0, c->cluster);
+    GT(r, 0, 1, c->backend);
+    GT(r, 0, 2, c->lookup);
+    GT(r, 0, 3, c->durability);
+    GT(r, 0, 4, c->required_acks);
+    GT(r, 0, 5, c->serializer);
+    GT(r, 0, 6, c->relay);
+    c->seen_at = gi(r, 0, 7);
+    PQclear(r);
+    return OBX_OK;
+}
+
+static obx_err pg_delivery_open(obx__store *base, int64_t out[3]) {
+    pg_store *s = (pg_store *)base;
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_DOPEN, NULL, PGRES_TUPLES_OK, &r, "open delivery sets");
+    if (e) return e;
+    for (int i = 0; i < 3; i++) out[i] = gi(r, 0, i);
+    PQclear(r);
+    return OBX_OK;
+}
+
 /* ---- statistics, search ------------------------------------------------------------------ */
 
 static obx_err pg_stats(obx__store *base, obx__store_stats *out) {
@@ -2236,6 +2339,10 @@ static obx_err pg_stats(obx__store *base, obx__store_stats *out) {
             out->oldest_unknown_since = v;
         else if (!strcmp(k, "attempts_unknown"))
             out->attempts_unknown = v;
+        else if (!strcmp(k, "held"))
+            out->held = v;
+        else if (!strcmp(k, "oldest_held"))
+            out->oldest_held = v;
     }
     PQclear(r);
     return OBX_OK;
@@ -2323,6 +2430,9 @@ static obx_err pg_inbox_get(obx__store *base, const char *consumer, const char *
         o->offset = gi(r, 0, 9);
         o->consumed_at = gi(r, 0, 10);
         o->duration_us = gi(r, 0, 11);
+        o->envelope_gen = (int32_t)gi(r, 0, 12);
+        GT(r, 0, 13, o->attempt_id);
+        GT(r, 0, 14, o->dest_digest);
     } else
         e = OBX_ENOTFOUND;
     PQclear(r);
@@ -2345,6 +2455,9 @@ static obx_err pg_inbox_put(obx__store *base, const obx__inbox_row *i) {
     p_int(&p, i->offset);
     p_int(&p, i->consumed_at);
     p_int(&p, i->duration_us);
+    p_int(&p, i->envelope_gen);
+    p_text(&p, i->attempt_id);
+    p_text(&p, i->dest_digest);
     return run(s, Q_INBOX_PUT, &p, PGRES_COMMAND_OK, NULL, "inbox put");
 }
 
@@ -2754,6 +2867,8 @@ static obx_err pg_find_events(obx__store *base, const obx__event_filter *f, obx_
     p_int(&p, f->committed_to);
     p_int(&p, f->after_seq);
     p_int(&p, (int64_t)(f->limit ? f->limit : 1000));
+    p_bool(&p, f->held);
+    p_int(&p, f->unknown_before);
     PGresult *r = NULL;
     obx_err e = run(s, Q_FIND, &p, PGRES_TUPLES_OK, &r, "find events");
     p_free(&p);
@@ -3061,6 +3176,9 @@ const obx__store_methods obx__pg_store_methods = {
     .consume_audit_put = pg_consume_audit_put,
     .wait_for_work = pg_wait_for_work,
     .write_set = pg_write_set,
+    .cluster_put = pg_cluster_put,
+    .cluster_get = pg_cluster_get,
+    .delivery_open = pg_delivery_open,
     .serve_dispatch = pg_serve_dispatch,
     .create_roles = pg_create_roles,
     .retention_candidates = pg_retention_candidates,

@@ -25,10 +25,11 @@ extern const char obx__sqlite_schema_v1[];
 extern const char obx__sqlite_schema_v2[];
 extern const char obx__sqlite_schema_v3[];
 extern const char obx__sqlite_schema_v4[];
+extern const char obx__sqlite_schema_v5[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL, obx__sqlite_schema_v1, obx__sqlite_schema_v2,
-                                         obx__sqlite_schema_v3, obx__sqlite_schema_v4};
+                                         obx__sqlite_schema_v3, obx__sqlite_schema_v4, obx__sqlite_schema_v5};
 
 enum {
     Q_ROUTE_PUT,
@@ -97,6 +98,9 @@ enum {
     Q_CAUDIT_EVENT,
     Q_CAUDIT_AFTER,
     Q_CAUDIT_NEWEST,
+    Q_CLUSTER_PUT,
+    Q_CLUSTER_GET,
+    Q_DOPEN,
     Q_SEL_STATE,                                   /* + obx__state: the state is a literal */
     Q_SEL_PUBBEFORE = Q_SEL_STATE + OBX__ST_COUNT, /* + obx__state */
     Q_AGED_LIST = Q_SEL_PUBBEFORE + OBX__ST_COUNT, /* + obx__aged_kind: one statement per kind */
@@ -128,8 +132,8 @@ typedef struct sq_store {
     "v.causation_id, v.traceparent, v.idempotency_key, v.envelope_digest, v.dest_cluster, "        \
     "v.dest_topic, v.dest_routing_key, v.dest_algorithm, v.dest_route_gen, v.dest_serializer, "    \
     "v.dest_durability, v.dest_acks, v.dest_digest, v.payload_len, v.payload IS NULL, "            \
-    "coalesce(t.event_id, e.event_id), coalesce(t.target_no, 0)"
-#define EVENT_NCOLS 49
+    "coalesce(t.event_id, e.event_id), coalesce(t.target_no, 0), e.held_at"
+#define EVENT_NCOLS 50
 /* A delivery-set slot carries its logical event ID and target number (schema version 2). */
 #define EVENT_FROM                                                                                 \
     " FROM obx_event e JOIN obx_envelope v ON v.event_id = e.event_id AND "                        \
@@ -142,10 +146,11 @@ typedef struct sq_store {
  * planner uses a partial index only when the query repeats its predicate; an IN list of seven
  * states would also build an ephemeral table on every execution) */
 #define P_UNPUBLISHED "p.state <> 'PUBLISHED' AND p.state <> 'RETAINED' AND p.state <> 'PURGED'"
+#define E_UNPUBLISHED "e.state <> 'PUBLISHED' AND e.state <> 'RETAINED' AND e.state <> 'PURGED'"
 
 #define RCPT_COLS                                                                                  \
     "event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "            \
-    "broker_ts, payload_digest, dest_digest, reason, created_at"
+    "broker_ts, payload_digest, dest_digest, reason, created_at, source"
 #define CAUDIT_COLS "audit_id, at, consumer_id, event_id, outcome, duration_us, detail"
 
 static const char *const sql_text[Q_COUNT] = {
@@ -213,11 +218,12 @@ static const char *const sql_text[Q_COUNT] = {
         [Q_LOAD] = "SELECT " EVENT_COLS EVENT_FROM "WHERE e.event_id = ?",
     [Q_LOAD_PAYLOAD] = "SELECT " EVENT_COLS ", v.payload" EVENT_FROM "WHERE e.event_id = ?",
     [Q_UPD_EVENT] =
-        "UPDATE obx_event SET envelope_gen = ?, state = ?, claim_gen = ?, owner = ?, "
-        "lease_until = ?, attempt_gen = ?, attempt_id = ?, pinned_partition = ?, rejections = ?, "
-        "available_at = ?, next_check_at = ?, unknown_since = ?, primary_attempt_id = ?, "
-        "published_at = ?, updated_at = ?, order_key = ?, dest_cluster = ? "
-        "WHERE event_id = ? AND state = ? AND claim_gen = ?",
+        "UPDATE obx_event SET envelope_gen = ?1, state = ?2, claim_gen = ?3, owner = ?4, "
+        "lease_until = ?5, attempt_gen = ?6, attempt_id = ?7, pinned_partition = ?8, "
+        "rejections = ?9, available_at = ?10, next_check_at = ?11, unknown_since = ?12, "
+        "primary_attempt_id = ?13, published_at = ?14, updated_at = ?15, order_key = ?16, "
+        "dest_cluster = ?17, held_at = ?21 WHERE event_id = ?18 AND state = ?19 AND claim_gen = "
+        "?20",
     [Q_INS_ATT] = "INSERT INTO obx_attempt (attempt_id, event_id, envelope_gen, attempt_gen, "
                   "claim_gen, owner, dest_digest, partition, state, started_at, unknown_at, "
                   "ended_at, offset_before, quiet_until, detail) "
@@ -233,7 +239,7 @@ static const char *const sql_text[Q_COUNT] = {
                          "WHERE event_id = ? ORDER BY started_at, attempt_gen, attempt_id",
     [Q_INS_RCPT] = "INSERT INTO obx_receipt (event_id, envelope_gen, attempt_id, kind, cluster, "
                    "topic, partition, \"offset\", broker_ts, payload_digest, dest_digest, reason, "
-                   "detail, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                   "detail, created_at, source) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [Q_LOAD_RCPT] = "SELECT " RCPT_COLS " FROM obx_receipt WHERE event_id = ? ORDER BY receipt_id",
     [Q_INS_AUDIT] = "INSERT INTO obx_audit (at, actor, who, event_id, envelope_gen, from_state, "
                     "to_state, claim_gen, attempt_id, attempt_gen, reason) "
@@ -244,11 +250,28 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_COUNTER_ADD] = "INSERT INTO obx_counter (name, value) VALUES (?1, ?2) "
                       "ON CONFLICT (name) DO UPDATE SET value = value + ?2",
     [Q_COUNTER_GET] = "SELECT value FROM obx_counter WHERE name = ?",
+    [Q_CLUSTER_PUT] = "INSERT OR REPLACE INTO obx_cluster (cluster, backend, lookup, durability, "
+                      "required_acks, serializer, relay, seen_at) VALUES (?,?,?,?,?,?,?,?)",
+    [Q_CLUSTER_GET] = "SELECT cluster, backend, lookup, durability, required_acks, serializer, "
+                      "relay, seen_at FROM obx_cluster WHERE cluster = ?",
+    [Q_DOPEN] = "WITH u AS (SELECT t.event_id FROM obx_event e INDEXED BY obx_event_unpublished "
+                "JOIN obx_delivery_target t ON t.slot_id = e.event_id WHERE " E_UNPUBLISHED "), "
+                "s AS (SELECT x.event_id, d.completion, EXISTS (SELECT 1 FROM "
+                "obx_delivery_target t2 JOIN obx_event p ON p.event_id = t2.slot_id WHERE "
+                "t2.event_id = x.event_id AND p.state IN ('PUBLISHED','RETAINED','PURGED')) AS "
+                "delivered_one FROM (SELECT DISTINCT event_id FROM u) x JOIN obx_delivery_set d "
+                "ON d.event_id = x.event_id) "
+                "SELECT (SELECT count(*) FROM s WHERE completion = 'all'), "
+                "(SELECT count(*) FROM s WHERE completion = 'any' AND NOT delivered_one), "
+                "(SELECT count(*) FROM u JOIN s ON s.event_id = u.event_id WHERE s.completion = "
+                "'any' AND s.delivered_one)",
     [Q_STATS_STATE] = "SELECT state, count(*) FROM obx_event GROUP BY state",
     [Q_STATS_OLDEST] =
         "SELECT (SELECT min(committed_at) FROM obx_event WHERE state IN ('PENDING','CLAIMED')), "
         "(SELECT min(unknown_since) FROM obx_event WHERE state IN ('DISPATCH_UNKNOWN', "
-        "'RECONCILING','RETRY_CLAIMED') AND unknown_since > 0)",
+        "'RECONCILING','RETRY_CLAIMED') AND unknown_since > 0), "
+        "(SELECT count(*) FROM obx_event WHERE held_at > 0), "
+        "(SELECT min(held_at) FROM obx_event WHERE held_at > 0)",
     [Q_STATS_RCPT] = "SELECT kind, count(*) FROM obx_receipt GROUP BY kind",
     [Q_STATS_ATT] = "SELECT count(*) FROM obx_attempt a JOIN obx_event e ON e.event_id = "
                     "a.event_id WHERE a.state = 'UNKNOWN' AND e.primary_attempt_id = ''",
@@ -266,11 +289,13 @@ static const char *const sql_text[Q_COUNT] = {
                       "e.published_at > 0 GROUP BY e.event_id",
     [Q_FIND_CORR] = "SELECT event_id FROM obx_event WHERE correlation_id = ? ORDER BY seq LIMIT ?",
     [Q_INBOX_GET] = "SELECT consumer_id, event_id, payload_digest, event_type, tenant, outcome, "
-                    "result, topic, partition, \"offset\", consumed_at, duration_us FROM obx_inbox "
+                    "result, topic, partition, \"offset\", consumed_at, duration_us, "
+                    "envelope_gen, attempt_id, dest_digest FROM obx_inbox "
                     "WHERE consumer_id = ? AND event_id = ?",
     [Q_INBOX_PUT] = "INSERT INTO obx_inbox (consumer_id, event_id, payload_digest, event_type, "
                     "tenant, outcome, result, topic, partition, \"offset\", consumed_at, "
-                    "duration_us) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    "duration_us, envelope_gen, attempt_id, dest_digest) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [Q_INBOX_HAS] = "SELECT 1 FROM obx_inbox WHERE consumer_id = ? AND event_id = ?",
     [Q_WM_PUT] = "INSERT INTO obx_consumer_watermark (consumer_id, topic, partition, \"offset\", "
                  "event_id, occurred_at, committed_at) VALUES (?1,?2,?3,?4,?5,?6,?7) "
@@ -328,8 +353,18 @@ static const char *const sql_text[Q_COUNT] = {
     "SELECT count(*), min(" at ") FROM " from_where " AND " at " <= ?1"
 #define UNKNOWN_AT "(CASE WHEN unknown_since > 0 THEN unknown_since ELSE updated_at END)"
 #define EV_AGED(at) "event_id, " at ", seq, state"
-#define PENDING_W "obx_event WHERE state IN ('PENDING','CLAIMED')"
-#define UNKNOWN_W "obx_event WHERE state IN ('DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED')"
+/* as pg_store.c's: the event ID consumers see, and no trailing slot of a delivered any-set */
+#define EV_AGED_WIRE(at)                                                                           \
+    "coalesce((SELECT t.event_id FROM obx_delivery_target t WHERE t.slot_id = "                    \
+    "obx_event.event_id), event_id), " at ", seq, state"
+#define NOT_TRAILING                                                                               \
+    " AND NOT EXISTS (SELECT 1 FROM obx_delivery_target t JOIN obx_delivery_set d ON d.event_id "  \
+    "= t.event_id AND d.completion = 'any' JOIN obx_delivery_target t2 ON t2.event_id = "          \
+    "t.event_id AND t2.slot_id <> t.slot_id JOIN obx_event p ON p.event_id = t2.slot_id AND "      \
+    "p.state IN ('PUBLISHED', 'RETAINED', 'PURGED') WHERE t.slot_id = obx_event.event_id)"
+#define PENDING_W "obx_event WHERE state IN ('PENDING','CLAIMED')" NOT_TRAILING
+#define UNKNOWN_W                                                                                  \
+    "obx_event WHERE state IN ('DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED')" NOT_TRAILING
 #define PUBLISHED_W "obx_event WHERE state = 'PUBLISHED'"
 #define PARKED_W "obx_event WHERE state = 'PARKED'"
 #define QUAR_W "obx_receipt WHERE kind = 'QUARANTINED'"
@@ -339,7 +374,7 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_AGED_LIST + OBX__AGED_UNKNOWN] =
         AGED_LIST(EV_AGED(UNKNOWN_AT), UNKNOWN_W, UNKNOWN_AT, "seq"),
     [Q_AGED_LIST + OBX__AGED_PUBLISHED] =
-        AGED_LIST(EV_AGED("published_at"), PUBLISHED_W, "published_at", "seq"),
+        AGED_LIST(EV_AGED_WIRE("published_at"), PUBLISHED_W, "published_at", "seq"),
     [Q_AGED_LIST + OBX__AGED_PARKED] =
         AGED_LIST(EV_AGED("updated_at"), PARKED_W, "updated_at", "seq"),
     [Q_AGED_LIST + OBX__AGED_QUARANTINED] =
@@ -368,6 +403,8 @@ static const char *const sql_text[Q_COUNT] = {
                "AND (?4 IS NULL OR instr(?4, ',' || e.alias || ',') > 0) "
                "AND (?5 IS NULL OR instr(?5, ',' || e.state || ',') > 0) "
                "AND e.committed_at >= ?6 AND (?7 = 0 OR e.committed_at < ?7) AND e.seq > ?8 "
+               "AND (?10 = 0 OR e.held_at > 0) "
+               "AND (?11 = 0 OR (e.unknown_since > 0 AND e.unknown_since < ?11)) "
                "ORDER BY e.seq LIMIT ?9",
     [Q_RSET_PUT] = "INSERT INTO obx_route_set (route_gen, completion, targets) VALUES (?,?,?)",
     [Q_RTGT_PUT] = "INSERT INTO obx_route_target (route_gen, target_no, cluster, topic, "
@@ -954,6 +991,7 @@ static obx_err read_event(sqlite3_stmt *st, obx__event_row *r, bool with_payload
     r->payload_purged = ci(st, i++) != 0;
     CT(st, i++, r->logical_id);
     r->target_no = (int32_t)ci(st, i++);
+    r->held_at = ci(st, i++);
     if (with_payload) {
         const void *p = sqlite3_column_blob(st, EVENT_NCOLS);
         int n = sqlite3_column_bytes(st, EVENT_NCOLS);
@@ -1107,6 +1145,7 @@ static obx_err sq_update_events(obx__store *base, const obx__event_update *u, si
         bt(st, 18, r->env.event_id);
         bt(st, 19, obx__state_name(u[i].expect_state));
         bi(st, 20, u[i].expect_claim_gen);
+        bi(st, 21, r->held_at);
         e = step_done(s, st, "update event");
         if (e) return e;
         applied[i] = sqlite3_changes(s->db) == 1;
@@ -1256,6 +1295,7 @@ static obx_err sq_insert_receipts(obx__store *base, const obx__receipt_row *r, s
         else
             sqlite3_bind_null(st, 13);
         bi(st, 14, r[i].created_at);
+        bt(st, 15, obx__receipt_source_name(r[i].source));
         e = step_done(s, st, "insert receipt");
         if (e) return e;
     }
@@ -1281,6 +1321,10 @@ static void read_receipt(sqlite3_stmt *st, obx__receipt_row *r) {
     CT(st, 10, r->dest_digest);
     CT(st, 11, r->reason);
     r->created_at = ci(st, 12);
+    char src[16];
+    CT(st, 13, src);
+    r->source = obx__receipt_source_parse(src);
+    if (r->source == OBX__RS_COUNT) r->source = OBX__RS_BROKER;
 }
 
 /* Steps a receipt query into a growing array. */
@@ -1404,6 +1448,61 @@ static obx_err sq_counter_get(obx__store *base, const char *name, int64_t *value
     return e;
 }
 
+/* ---- the cluster registry (schema version 4) ------------------------------------------------ */
+
+static obx_err sq_cluster_put(obx__store *base, const obx__cluster_row *c) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    obx_err e = stmt(s, Q_CLUSTER_PUT, &st);
+    if (e) return e;
+    bt(st, 1, c->cluster);
+    bt(st, 2, c->backend);
+    bt(st, 3, c->lookup);
+    bt(st, 4, c->durability);
+    bt(st, 5, c->required_acks);
+    bt(st, 6, c->serializer);
+    bt(st, 7, c->relay);
+    bi(st, 8, c->seen_at);
+    return step_done(s, st, "register cluster");
+}
+
+static obx_err sq_cluster_get(obx__store *base, const char *cluster, obx__cluster_row *c) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    obx_err e = stmt(s, Q_CLUSTER_GET, &st);
+    if (e) return e;
+    bt(st, 1, cluster);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        memset(c, 0, sizeof *c);
+        CT(st, 0, c->cluster);
+        CT(st, 1, c->backend);
+        CT(st, 2, c->lookup);
+        CT(st, 3, c->durability);
+        CT(st, 4, c->required_acks);
+        CT(st, 5, c->serializer);
+        CT(st, 6, c->relay);
+        c->seen_at = ci(st, 7);
+        e = OBX_OK;
+    } else
+        e = rc == SQLITE_DONE
+                ? obx__fail(OBX_ENOTFOUND, "cluster '%s': no relay registered it", cluster)
+                : map_rc(s, rc, "read cluster");
+    sqlite3_reset(st);
+    return e;
+}
+
+static obx_err sq_delivery_open(obx__store *base, int64_t out[3]) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    obx_err e = stmt(s, Q_DOPEN, &st);
+    if (e) return e;
+    int rc = sqlite3_step(st);
+    for (int i = 0; i < 3; i++) out[i] = rc == SQLITE_ROW ? ci(st, i) : 0;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW ? OBX_OK : map_rc(s, rc, "open delivery sets");
+}
+
 /* ---- statistics, search ------------------------------------------------------------------ */
 
 static obx_err sq_stats(obx__store *base, obx__store_stats *out) {
@@ -1423,6 +1522,8 @@ static obx_err sq_stats(obx__store *base, obx__store_stats *out) {
     if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         out->oldest_pending_committed_at = ci(st, 0);
         out->oldest_unknown_since = ci(st, 1);
+        out->held = ci(st, 2);
+        out->oldest_held = ci(st, 3);
     }
     sqlite3_reset(st);
     if (rc != SQLITE_ROW) return map_rc(s, rc, "stats");
@@ -1537,6 +1638,9 @@ static obx_err sq_inbox_get(obx__store *base, const char *consumer, const char *
         r->offset = ci(st, 9);
         r->consumed_at = ci(st, 10);
         r->duration_us = ci(st, 11);
+        r->envelope_gen = (int32_t)ci(st, 12);
+        CT(st, 13, r->attempt_id);
+        CT(st, 14, r->dest_digest);
         e = OBX_OK;
     } else
         e = rc == SQLITE_DONE ? OBX_ENOTFOUND : map_rc(s, rc, "inbox get");
@@ -1561,6 +1665,9 @@ static obx_err sq_inbox_put(obx__store *base, const obx__inbox_row *r) {
     bi(st, 10, r->offset);
     bi(st, 11, r->consumed_at);
     bi(st, 12, r->duration_us);
+    bi(st, 13, r->envelope_gen);
+    bt(st, 14, r->attempt_id);
+    bt(st, 15, r->dest_digest);
     return step_done(s, st, "inbox put");
 }
 
@@ -1930,6 +2037,8 @@ static obx_err sq_find_events(obx__store *base, const obx__event_filter *f, obx_
     bi(st, 7, f->committed_to);
     bi(st, 8, f->after_seq);
     bi(st, 9, (int64_t)(f->limit ? f->limit : 1000));
+    bi(st, 10, f->held);
+    bi(st, 11, f->unknown_before);
     return collect(s, st, false, out, "find events");
 }
 
@@ -2259,4 +2368,7 @@ const obx__store_methods obx__sqlite_store_methods = {
     .receipts_by_kind = sq_receipts_by_kind,
     .recent_published = sq_recent_published,
     .consume_audit_list = sq_consume_audit_list,
+    .cluster_put = sq_cluster_put,
+    .cluster_get = sq_cluster_get,
+    .delivery_open = sq_delivery_open,
 };
