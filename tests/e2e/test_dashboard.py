@@ -15,6 +15,10 @@ driven over the DevTools protocol (tests/e2e/cdp.py, standard library only):
   6. the charts (uPlot, from /api/series, sampled every 200 ms here): after a burst of orders
      each chart has data points, the rates chart shows enqueued and published events, and a
      screenshot of it holds the series' colours (the pixels are drawn, not only the DOM);
+  7. a payment held for an operator (its route holds UNKNOWNs; a relay lost its ACK and could
+     not look it up) is shown in a banner and the overview's cards; its Resolve (retry) without
+     who and reason changes nothing; with them the relay retries it to its frozen destination
+     and it is PUBLISHED, the audit naming the operator and the reason;
 and the audit (via the JSON API) names the dashboard's operator. The page's screenshot is kept
 as dashboard.png in the test's working folder.
 """
@@ -96,6 +100,24 @@ try:
     stop(r0)
     assert st["states"]["PARKED"] == 1, st["states"]
     step("event %s parked" % parked)
+    # a route that holds UNKNOWN outcomes for an operator, and a relay whose ACKs are lost and
+    # whose lookups cannot tell: the payment is held
+    run("route", "set", "payment.captured.v1", "--db", db, "--cluster", "local", "--topic",
+        "payments", "--on-unknown", "hold")
+    held = run("enqueue", "--db", db, "--type", "payment.captured.v1", "--aggregate",
+               "payment/p-1@1", "--tenant", "t1", stdin='{"payment":"p-1"}')
+    rh = relay("rh", broker + "?lose_ack=1&lookup_down=1", "--set", "relay.lease_ms=300",
+               "--set", "relay.sweep_ms=50", "--set", "relay.reconcile_ms=50",
+               "--set", "relay.recheck_ms=100")
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        st = json.loads(run("status", "--db", db, "--json"))
+        if st["unknown"]["held"] == 1:
+            break
+        time.sleep(0.1)
+    stop(rh)
+    assert st["unknown"]["held"] == 1, st["unknown"]
+    step("event %s held for an operator" % held)
     published = run("enqueue", "--db", db, "--type", "order.created.v1", "--aggregate",
                     "order/o-7@1", "--tenant", "t1", "--correlation-id", "checkout-7",
                     stdin='{"order":"o-7"}')
@@ -103,7 +125,8 @@ try:
     with open(token_file, "w") as f:
         f.write(TOKEN + "\n")
     os.chmod(token_file, 0o600)
-    r1 = relay("r1", broker, "--http", "127.0.0.1:0", "--set", "http.token_file=" + token_file,
+    # lookups stay down: only an operator ends the held payment
+    r1 = relay("r1", broker + "?lookup_down=1", "--http", "127.0.0.1:0", "--set", "http.token_file=" + token_file,
                "--set", "audit.critical_consumers=order-projection=" + cdb,
                "--set", "http.series_interval_ms=200")
     port = None
@@ -238,9 +261,48 @@ try:
     assert who and who[0].startswith("operator:dashboard@"), audit
     assert browser.eval("typeof window.__obx_pwned") == "undefined"
     step("published after the requeue; audit names %s" % who[0])
+
+    # the held payment: a banner and the cards say so; Resolve (retry) needs who and why
+    browser.wait("(() => { const b = document.getElementById('held-banner'); return !b.hidden && "
+                 "b.textContent.includes('1 UNKNOWN event is held for an operator') && "
+                 "document.querySelector('#card-held .value').textContent === '1' })()",
+                 what="the held banner and card")
+    assert browser.eval("document.querySelector('#unknown .held-event .held').textContent"
+                        ".startsWith('HELD')")
+    click_resolve = ("(() => { const b = document.querySelector('#unknown button.resolve"
+                     "[data-event-id=\"%s\"]'); if (!b) return false; b.click(); return true })()"
+                     % held)
+    browser.wait(click_resolve, what="the resolve button")
+    browser.wait("document.getElementById('message').textContent.includes('say who you are')",
+                 what="refusal without who and reason")
+    assert api("/api/status")["unknown"]["held"] == 1
+    step("resolve without who and reason refused: still held")
+    browser.eval("document.getElementById('resolve-who').value = 'carol';"
+                 "document.getElementById('resolve-reason').value = 'INC-77: broker has no copy';"
+                 "true")
+    browser.wait(click_resolve, what="the resolve button")
+    browser.wait("document.getElementById('message').textContent.includes(': retry: ')",
+                 what="the retry confirmation")
+    deadline = time.time() + 30
+    ev = None
+    while time.time() < deadline:
+        ev = api("/api/trace?q=" + held)["events"][0]
+        if ev["status"]["state"] == "PUBLISHED":
+            break
+        time.sleep(0.2)
+    assert ev["status"]["state"] == "PUBLISHED", ev["status"]
+    att = ev["attempts"]
+    assert len(att) == 2 and att[0]["dest_digest"] == att[1]["dest_digest"], att
+    assert any(a["actor"] == "operator" and a["who"].startswith("operator:carol@") and
+               "INC-77" in a["reason"] for a in ev["audit"]), ev["audit"]
+    browser.wait("document.getElementById('held-banner').hidden && "
+                 "document.querySelector('#card-held .value').textContent === '0'",
+                 what="the banner gone")
+    step("held payment resolved from the dashboard: retried to its frozen destination, "
+         "PUBLISHED, audited as carol")
     print("ok: dashboard end to end in %.1f s" % (time.time() - t0))
 except Exception:
-    for name in ("r0", "r1"):
+    for name in ("r0", "rh", "r1"):
         path = os.path.join(tmp, name + ".log")
         if os.path.exists(path):
             with open(path) as f:

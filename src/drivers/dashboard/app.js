@@ -1,6 +1,6 @@
 // The obx dashboard: reads the relay's JSON API (/api/status, /api/trace, /api/series) and
-// sends operator actions (/api/requeue, /api/redrive) with the bearer token the operator typed
-// in. The charts are drawn by uPlot (window.uPlot, vendored: /vendor/uplot.js).
+// sends operator actions (/api/requeue, /api/redrive, /api/resolve) with the bearer token the
+// operator typed in. The charts are drawn by uPlot (window.uPlot, vendored: /vendor/uplot.js).
 //
 // Event data (IDs, correlation IDs, aggregate IDs, reasons, broker words) is hostile input:
 // it only ever reaches the page through text nodes (el() below never parses markup), so a
@@ -111,6 +111,30 @@ async function redrive(consumer, id) {
   await refresh();
 }
 
+// An operator's same-target retry of a held UNKNOWN event (POST /api/resolve), with who and why
+// from the form above the UNKNOWN list (both required: they go into the audit row).
+async function resolveRetry(id) {
+  const who = document.getElementById("resolve-who").value.trim();
+  const reason = document.getElementById("resolve-reason").value.trim();
+  if (!who || !reason) {
+    message("resolve " + id + ": say who you are and why (the audit records both)", false);
+    return;
+  }
+  try {
+    const r = await api("/api/resolve", {event_id: id, action: "retry", who: who, reason: reason});
+    const ev = (r.events || [])[0] || {};
+    if (r.resolved === 1) message("resolve " + id + ": " + ev.result + ": " + ev.detail, true);
+    else message("resolve " + id + ": " + (ev.result || "refused") + ": " + (ev.detail || ""), false);
+  } catch (e) {
+    message("resolve " + id + ": " + e.message, false);
+  }
+  await refresh();
+}
+
+function resolveButton(id) {
+  return el("button", {class: "resolve", "data-event-id": id, type: "button", onclick: () => resolveRetry(id)}, "Resolve (retry)");
+}
+
 function requeueButton(id) {
   return el("button", {class: "requeue", "data-event-id": id, type: "button", onclick: () => requeue(id)}, "Requeue");
 }
@@ -137,6 +161,14 @@ function renderStatus(s) {
   cards.appendChild(card("oldest pending", age(s.pending.oldest_age_ms), s.pending.oldest_age_ms > 300000));
   cards.appendChild(card("UNKNOWN", s.unknown.events, s.unknown.events > 0));
   cards.appendChild(card("oldest UNKNOWN", age(s.unknown.oldest_age_ms), s.unknown.oldest_age_ms > 900000));
+  const held = s.unknown.held || 0, heldAge = s.unknown.oldest_held_age_ms || 0, heldAlert = s.unknown.held_alert_ms || 900000;
+  cards.appendChild(el("div", {class: "card" + (held ? " alert" : ""), id: "card-held"}, el("div", {class: "muted"}, "held UNKNOWN"), el("div", {class: "value"}, String(held))));
+  cards.appendChild(el("div", {class: "card" + (heldAge > heldAlert ? " alert" : ""), id: "card-held-age"}, el("div", {class: "muted"}, "oldest held"), el("div", {class: "value"}, held ? age(heldAge) : "-")));
+  // held events end only by an operator's decision: say so above everything else
+  const banner = document.getElementById("held-banner");
+  banner.hidden = !held;
+  banner.textContent = held ? held + " UNKNOWN event" + (held === 1 ? " is" : "s are") + " held for an operator, the oldest for " + age(heldAge) +
+    (heldAge > heldAlert ? " (past the alert age of " + age(heldAlert) + ")" : "") + ": resolve below or with obx resolve." : "";
   cards.appendChild(card("parked", s.states.PARKED || 0, (s.states.PARKED || 0) > 0));
   cards.appendChild(card("quarantined receipts", s.receipts.quarantined, s.receipts.quarantined > 0));
   cards.appendChild(card("duplicate receipts", s.receipts.duplicate));
@@ -146,9 +178,12 @@ function renderStatus(s) {
   const un = clear(document.getElementById("unknown"));
   if (!s.lists.unknown.length) un.appendChild(el("p", {class: "muted"}, "none"));
   for (const e of s.lists.unknown) {
-    const box = el("div", {class: "event", "data-event-id": e.event_id});
-    box.appendChild(el("div", {}, traceLink(e.event_id), " ", stateBadge(e.state), " ", e.event_type, " ", el("span", {class: "mono"}, e.aggregate),
-      " · unknown for " + age(s.generated_at - e.unknown_since) + " · next check " + when(e.next_check_at)));
+    const box = el("div", {class: "event" + (e.held_at ? " held-event" : ""), "data-event-id": e.event_id});
+    box.appendChild(el("div", {}, traceLink(e.event_id), " ", stateBadge(e.state), " ",
+      e.held_at ? el("span", {class: "held", title: "held since " + when(e.held_at)}, "HELD " + age(s.generated_at - e.held_at)) : null, e.held_at ? " " : null,
+      e.event_type, " ", el("span", {class: "mono"}, e.aggregate),
+      " · unknown for " + age(s.generated_at - e.unknown_since) + " · policy " + e.on_unknown + " · next check " + when(e.next_check_at),
+      e.held_at ? el("span", {}, " ", resolveButton(e.event_id)) : null));
     box.appendChild(table(["attempt", "gen", "state", "partition", "owner", "started", "detail"],
       e.attempts.map((a) => [el("td", {class: "mono"}, a.attempt_id), String(a.attempt_gen), stateBadge(a.state), String(a.partition), a.owner, when(a.started_at), a.detail])));
     un.appendChild(box);
@@ -327,6 +362,8 @@ document.getElementById("token-form").addEventListener("submit", (ev) => {
   document.getElementById("token").value = "";
   document.getElementById("token-state").textContent = v ? "token set for this tab" : "token cleared";
 });
+
+document.getElementById("resolve-form").addEventListener("submit", (ev) => ev.preventDefault());
 
 document.getElementById("search-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
