@@ -280,7 +280,8 @@ const cli_command cli_commands[] = {
                "Test: fail this many sample handler calls in 1000 (0..1000; not with --exec)."},
               {"exec", "CMD", D_NONE,
                "Run CMD (/bin/sh -c) per message as the handler, with the inbox around it."},
-              {"poison-exit", "N", "65", "With --exec: the exit status that parks at once (1..255)."},
+              {"poison-exit", "N", "65",
+               "With --exec: the exit status that parks at once (1..255)."},
               {"exec-timeout", "MS", "60000",
                "With --exec: kill the command's process group after MS (1..86400000); a retried "
                "failure."},

@@ -227,12 +227,12 @@ static const char *q1(PGconn *c, const char *q, int n, const char *const *v, con
 #define RECEIVE_SQL                                                                                \
     "SELECT decision FROM obx.inbox_receive($1, $2, 1, $3, 'orders', 0, $4::bigint, $5::bytea, "   \
     "$6, $7, ARRAY['order.created.v1'], ARRAY['t1', 't2'], jsonb_build_object('obx-aggregate', "   \
-    "'" AGG "', 'obx-correlation-id', '" CORR "', 'obx-occurred-at', '1700000000123', "           \
+    "'" AGG "', 'obx-correlation-id', '" CORR "', 'obx-occurred-at', '1700000000123', "            \
     "'obx-attempt-id', $8::text, 'obx-dest-digest', '" DEST "'))"
 #define FAILED_SQL                                                                                 \
     "SELECT decision FROM obx.inbox_failed($1, $2, $3, 3, $4::boolean, 1, $5, 'orders', 0, "       \
     "$6::bigint, $7::bytea, $8, $9, jsonb_build_object('obx-aggregate', '" AGG "', "               \
-    "'obx-correlation-id', '" CORR "', 'obx-occurred-at', '1700000000123', 'obx-attempt-id', "   \
+    "'obx-correlation-id', '" CORR "', 'obx-occurred-at', '1700000000123', 'obx-attempt-id', "     \
     "$10::text, 'obx-dest-digest', '" DEST "'))"
 
 /* The SQL side, as a consumer in any language writes it. */
@@ -242,8 +242,8 @@ static const char *sql_deliver(PGconn *c, const char *consumer, const delivery *
     digest_of(d, digest);
     snprintf(off, sizeof off, "%lld", (long long)d->offset);
     const char *att = d->attempt_id ? d->attempt_id : ATT;
-    const char *v[] = {consumer, d->event_id, digest, off, d->payload, d->event_type, d->tenant,
-                       att};
+    const char *v[] = {consumer,   d->event_id,   digest,    off,
+                       d->payload, d->event_type, d->tenant, att};
     const int len[] = {0, 0, 0, 0, (int)strlen(d->payload), 0, 0, 0};
     const int fmt[] = {0, 0, 0, 0, 1, 0, 0, 0};
     char dec[32];
@@ -275,8 +275,8 @@ static const char *sql_deliver(PGconn *c, const char *consumer, const delivery *
     }
     sql(c, "ROLLBACK"); /* the effect, if any, goes with it */
     const char *err = d->h == H_FAIL ? "OBX_EHANDLER: boom on o-7" : "payload is not JSON";
-    const char *fv[] = {consumer, d->event_id, err,        d->h == H_POISON ? "t" : "f",
-                        digest,   off,         d->payload, d->event_type,
+    const char *fv[] = {consumer,  d->event_id, err,        d->h == H_POISON ? "t" : "f",
+                        digest,    off,         d->payload, d->event_type,
                         d->tenant, att};
     const int flen[] = {0, 0, 0, 0, 0, 0, (int)strlen(d->payload), 0, 0, 0};
     const int ffmt[] = {0, 0, 0, 0, 0, 0, 1, 0, 0, 0};
@@ -514,7 +514,7 @@ static void test_receipt_must_be_completed(void **st) {
     const delivery d = {E("031"), "{\"o\":31}", NULL, "order.created.v1", "t1", H_OK, "", 31};
     char digest[OBX_DIGEST_LEN + 1], dec[32], err[512];
     digest_of(&d, digest);
-    const char *v[] = {"projection", d.event_id, digest,   "31",
+    const char *v[] = {"projection", d.event_id,   digest,   "31",
                        d.payload,    d.event_type, d.tenant, ATT};
     const int len[] = {0, 0, 0, 0, (int)strlen(d.payload), 0, 0, 0};
     const int fmt[] = {0, 0, 0, 0, 1, 0, 0, 0};
@@ -597,8 +597,8 @@ static void test_sql_receipt_is_evidence(void **st) {
     assert_int_equal(PQstatus(c), CONNECTION_OK);
     delivery d = {E("061"), "{\"o\":61}", NULL, "order.created.v1", "t1", H_OK, "", 61, NULL};
     assert_string_equal(sql_deliver(c, "projection", &d, got, sizeof got), "APPLIED");
-    delivery bad = {E("062"), "{\"o\":62}", NULL, "order.created.v1", "t1", H_OK, "", 62,
-                    "att-not-an-attempt"};
+    delivery bad = {E("062"), "{\"o\":62}", NULL, "order.created.v1",  "t1",
+                    H_OK,     "",           62,   "att-not-an-attempt"};
     assert_string_equal(sql_deliver(c, "projection", &bad, got, sizeof got), "APPLIED");
     obx_store *s;
     OK(obx_store_open(url, &s));
@@ -639,9 +639,11 @@ static void test_sql_receipt_is_evidence(void **st) {
     obx__strlcpy(row.env.event_id, bad.event_id, sizeof row.env.event_id);
     OK(obx__consumer_evidence(&cs, 1, &row, &o, &found, NULL, 0));
     assert_false(found);
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_inbox WHERE event_id = '" E("062") "' "
-                             "AND envelope_gen = 0 AND attempt_id = '' AND dest_digest = ''"),
-                     1);
+    assert_int_equal(
+        qint(c, "SELECT count(*) FROM obx.obx_inbox WHERE event_id = '" E(
+                    "062") "' "
+                           "AND envelope_gen = 0 AND attempt_id = '' AND dest_digest = ''"),
+        1);
     obx_store_close(s);
     PQfinish(c);
     drop_db(db);
