@@ -511,8 +511,10 @@ class Soak:
             add("relay-r%d" % (i + 1), Proc("relay-r%d" % (i + 1), argv, self.logdir))
         cdb = "sqlite:" + os.path.join(self.dir, "consumer.db")
         for i in range(2):
+            # every contract and tenant the producers write (the sample projection declares
+            # order.created.v1 and tenants tenant-7, tenant-9 unless told otherwise)
             argv = [self.obx, "consume", "--consumer-db", cdb, "--broker", self.broker_url(),
-                    "--consumer", "projection"]
+                    "--consumer", "projection", "--types", "*", "--tenants", "*"]
             if a.broker == "amqp":
                 argv += ["--topic", ",".join(t + ".app" for t in TOPICS)]
             else:

@@ -67,7 +67,8 @@ extern "C" {
     X(OBX_ECONNLOST, 24, 1, "connection lost")                                                     \
     X(OBX_EFINDINGS, 25, 0, "audit has findings")                                                  \
     X(OBX_EINVARIANT, 26, 0, "an invariant does not hold")                                         \
-    X(OBX_ESTOPPED, 27, 0, "stopped by request")
+    X(OBX_ESTOPPED, 27, 0, "stopped by request")                                                   \
+    X(OBX_EPOISON, 28, 0, "message refused for good by the consumer's handler (poison)")
 
 typedef enum obx_err {
 #define OBX__ENUM(name, num, retr, msg) name = num,
@@ -88,6 +89,12 @@ OBX_API int obx_err_is_retriable(obx_err e);
  * "tenant: 'a b' has a character outside [A-Za-z0-9._-] (at byte 1)". Owned by the library,
  * valid until the next obx_ call on this thread. Never NULL (empty when nothing failed). */
 OBX_API const char *obx_errmsg(void);
+
+/* Sets the detail message obx_errmsg() returns on this thread (msg NULL: the code's static
+ * description) and returns e. For an inbox handler that fails: the inbox records this message
+ * with the failure, in the consume audit and the poison row. msg is copied (at most 1023
+ * bytes). */
+OBX_API obx_err obx_error_set(obx_err e, const char *msg);
 
 /* Frees memory the library handed to the caller (char ** out-parameters). NULL is harmless. */
 OBX_API void obx_free(void *p);
@@ -485,7 +492,8 @@ typedef struct obx_message {
 /* Applies the effect using db (the consumer's connection given to obx_inbox_open: a sqlite3 *
  * or PGconn *) inside the inbox's transaction. Writes a short human result (may be empty) into
  * result. Return OBX_OK to commit, anything else to roll back (the message is retried, then
- * parked as poison after max_failures). effect_key is stable for (consumer, event): use it as
+ * parked as poison after max_failures); OBX_EPOISON rolls back and parks it at once (the
+ * handler knows no retry can succeed). effect_key is stable for (consumer, event): use it as
  * the idempotency key of external calls (payments, e-mail), with obx_inbox_effect_key() for
  * several effects per event. */
 typedef obx_err (*obx_inbox_handler)(void *user, void *db, const obx_message *m,
@@ -581,7 +589,8 @@ typedef struct obx_consumer_test {
 } obx_consumer_test;
 
 /* Runs every scenario. *out_json: {"consumer_id", "declared", "scenarios": [{"scenario",
- * "ok", "detail"}], "mishandled"}; *mishandled (may be NULL) the count of failed scenarios.
+ * "ok", "detail", "fix"}], "mishandled"} ("fix", on a mishandled scenario: what a correct
+ * consumer does instead); *mishandled (may be NULL) the count of failed scenarios.
  * OBX_OK when the kit ran (whatever it found); an error when it could not. */
 OBX_API obx_err obx_consumer_test_run(const obx_consumer_test *t, char **out_json, int *mishandled);
 

@@ -14,7 +14,8 @@ build_pkgs=(build-essential cmake pkg-config libsqlite3-dev libssl-dev libjansso
             libmicrohttpd-dev libpq-dev librdkafka-dev librabbitmq-dev sqlite3)
 test_pkgs=(libcmocka-dev postgresql-15 postgresql-client-15 rabbitmq-server kcat amqp-tools spin
            clang libclang-rt-14-dev clang-format cppcheck socat iproute2 procps openssl
-           python3 curl chromium python3-psycopg2 python3-pika iptables systemd groff-base)
+           python3 curl chromium python3-psycopg2 python3-pika iptables systemd groff-base
+           prometheus)
 
 if [[ $set_name == list ]]; then
   case ${2:-} in
@@ -33,6 +34,12 @@ for p in "${pkgs[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
   [[ $status == "install ok installed" ]] || missing+=("$p")
 done
+# Node.js and npm for examples/node (npm ci) and the dashboard's vendored uPlot
+# (scripts/vendor-uplot.sh): Debian's, unless a node with its npm is there already (a NodeSource
+# nodejs package carries npm and conflicts with Debian's npm package)
+if [[ $set_name == test ]] && ! command -v npm >/dev/null; then
+  missing+=(nodejs npm)
+fi
 if ((${#missing[@]} == 0)); then
   echo "deps: all ${#pkgs[@]} packages present"
   exit 0

@@ -10,6 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 scripts/deps.sh test
+# examples/node's dependencies (pg, amqplib) from the npm registry, as package-lock.json pins them
+(cd examples/node && npm ci --no-audit --no-fund --loglevel=error)
 scripts/build.sh build
 scripts/build.sh build-asan -DOBX_SANITIZE=ON -DOBX_MUTATIONS=ON
 CC=clang scripts/build.sh build-fuzz -DOBX_FUZZ=ON -DBUILD_TESTING=OFF -DOBX_WITH_KAFKA=OFF \

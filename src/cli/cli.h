@@ -64,6 +64,24 @@ obx_err projection_handler(void *user, void *conn, const obx_message *m, const c
                            char *result, size_t cap);
 obx_err projection_snapshot(void *user, void *db, char **out);
 
+/* What the sample consumer declares (projection.c): the contracts it understands and the
+ * tenants it serves. `obx consume` and `obx consumer-test --builtin order-projection` use them
+ * unless --types / --tenants say otherwise. */
+extern const char *const projection_types[];
+extern const size_t projection_n_types;
+extern const char *const projection_tenants[];
+extern const size_t projection_n_tenants;
+
+/* `obx consume --exec CMD` (exec_handler.c): an inbox handler that runs CMD per message. */
+typedef struct exec_handler {
+    const char *cmd;      /* run with /bin/sh -c */
+    const char *consumer; /* OBX_CONSUMER_ID */
+    int poison_exit;      /* this exit status parks the message at once (OBX_EPOISON) */
+    long timeout_ms;      /* the command's process group is killed after this long */
+} exec_handler;
+obx_err exec_handler_run(void *user, void *conn, const obx_message *m, const char *effect_key,
+                         char *result, size_t cap);
+
 int cmd_init(int argc, char **argv);
 int cmd_route(int argc, char **argv);
 int cmd_enqueue(int argc, char **argv);

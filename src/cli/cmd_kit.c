@@ -4,6 +4,7 @@
  * which deliveries it mishandles. Exit status 1 when any scenario fails.
  *
  *   obx consumer-test --builtin order-projection [--types T,..] [--tenants A,..] [--json]
+ *     (the sample consumer `obx consume` runs, with the contracts and tenants it declares)
  *   obx consumer-test --handler ./libmyconsumer.so[:SYMBOL] [--types ..] [--tenants ..]
  *
  * A handler library exports `const obx_consumer_test *SYMBOL(void)` (default symbol
@@ -41,7 +42,7 @@ int cmd_consumer_test(int argc, char **argv) {
                                          {"json", no_argument, 0, 'j'},
                                          {0, 0, 0, 0}};
     const char *usage = "usage: obx consumer-test --builtin order-projection | --handler "
-                        "LIB.so[:SYMBOL] [--types T1,T2] [--tenants A,B] [--max-failures N] "
+                        "LIB.so[:SYMBOL] [--types T1,T2|*] [--tenants A,B|*] [--max-failures N] "
                         "[--json]";
     int c;
     optind = 1;
@@ -69,9 +70,14 @@ int cmd_consumer_test(int argc, char **argv) {
     if (builtin) {
         if (strcmp(builtin, "order-projection"))
             return cli_usage("consumer-test", "--builtin: '%s' is not order-projection", builtin);
+        /* the sample as `obx consume` runs it: with the contracts and tenants it declares */
         spec = (obx_consumer_test){.consumer_id = "order-projection",
                                    .handler = projection_handler,
                                    .user = &proj,
+                                   .event_types = projection_types,
+                                   .n_event_types = projection_n_types,
+                                   .tenants = projection_tenants,
+                                   .n_tenants = projection_n_tenants,
                                    .setup = projection_setup,
                                    .snapshot = projection_snapshot};
         snprintf(what, sizeof what, "builtin order-projection");
@@ -105,13 +111,14 @@ int cmd_consumer_test(int argc, char **argv) {
         snprintf(what, sizeof what, "%s:%s", path, sym);
     }
     const char *types[64], *tenants[64];
+    /* "*" declares nothing: every contract or tenant gets through the inbox */
     if (types_s) {
-        spec.n_event_types = (size_t)split_list(types_s, types, 64);
-        spec.event_types = types;
+        spec.n_event_types = strcmp(types_s, "*") ? (size_t)split_list(types_s, types, 64) : 0;
+        spec.event_types = spec.n_event_types ? types : NULL;
     }
     if (tenants_s) {
-        spec.n_tenants = (size_t)split_list(tenants_s, tenants, 64);
-        spec.tenants = tenants;
+        spec.n_tenants = strcmp(tenants_s, "*") ? (size_t)split_list(tenants_s, tenants, 64) : 0;
+        spec.tenants = spec.n_tenants ? tenants : NULL;
     }
     if (max_failures) spec.max_failures = (int)max_failures;
     char *out = NULL;
@@ -138,6 +145,8 @@ int cmd_consumer_test(int argc, char **argv) {
             printf("  %-15s %-11s %s\n", json_string_value(json_object_get(s, "scenario")),
                    json_is_true(json_object_get(s, "ok")) ? "ok" : "MISHANDLED",
                    json_string_value(json_object_get(s, "detail")));
+            const char *fix = json_string_value(json_object_get(s, "fix"));
+            if (fix) printf("  %-15s %-11s fix: %s\n", "", "", fix);
         }
         printf("\n%d scenario(s) mishandled\n", bad);
         json_decref(j);

@@ -134,11 +134,29 @@ static int split(char *s, const char **out, int max) {
     return n;
 }
 
+/* A list flag: "*" declares nothing (any value accepted); absent: the given defaults. */
+static int declared_list(char *s, const char **out, int max, const char *const *def, size_t ndef) {
+    if (s && !strcmp(s, "*")) return 0;
+    if (s) return split(s, out, max);
+    int n = 0;
+    for (size_t i = 0; i < ndef && n < max; i++) out[n++] = def[i];
+    return n;
+}
+
+static long parse_long(const char *s, long min, long max, bool *ok) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    *ok = *s && !*end && !errno && v >= min && v <= max;
+    return v;
+}
+
 int cmd_consume(int argc, char **argv) {
     const char *cdb = NULL, *broker = CLI_DEFAULT_BROKER, *consumer = "order-projection",
-               *group = NULL;
+               *group = NULL, *exec_cmd = NULL;
     char *topics_s = NULL, *types_s = NULL, *tenants_s = NULL;
-    long until_idle = 0, max_failures = 0, fail_permille = 0;
+    long until_idle = 0, max_failures = 0, fail_permille = 0, poison_exit = 65,
+         exec_timeout = 60000;
     int js = 0;
     const char *props[32];
     int nprops = 0;
@@ -153,9 +171,13 @@ int cmd_consume(int argc, char **argv) {
                                          {"until-idle", required_argument, 0, 'u'},
                                          {"fail-permille", required_argument, 0, 'f'},
                                          {"broker-prop", required_argument, 0, 'p'},
+                                         {"exec", required_argument, 0, 'x'},
+                                         {"poison-exit", required_argument, 0, 'P'},
+                                         {"exec-timeout", required_argument, 0, 'o'},
                                          {"json", no_argument, 0, 'j'},
                                          {0, 0, 0, 0}};
     int c;
+    bool ok = true;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -172,40 +194,72 @@ int cmd_consume(int argc, char **argv) {
         case 'p':
             if (nprops < 32) props[nprops++] = optarg;
             break;
+        case 'x': exec_cmd = optarg; break;
+        case 'P':
+            poison_exit = parse_long(optarg, 1, 255, &ok);
+            if (!ok) return cli_usage("consume", "--poison-exit: '%s' is not 1..255", optarg);
+            break;
+        case 'o':
+            exec_timeout = parse_long(optarg, 1, 86400000, &ok);
+            if (!ok)
+                return cli_usage("consume", "--exec-timeout: '%s' is not 1..86400000 (ms)", optarg);
+            break;
         case 'j': js = 1; break;
         default:
-            return cli_usage(
-                "consume", "usage: obx consume --consumer-db sqlite:PATH --topic T [--broker URL] "
-                           "[--consumer ID] [--group G] [--types T1,T2] [--tenants A,B] "
-                           "[--max-failures N] [--until-idle MS] [--json]");
+            return cli_usage("consume",
+                             "usage: obx consume --consumer-db URL --topic T [--broker URL] "
+                             "[--consumer ID] [--group G] [--types T1,T2|*] [--tenants A,B|*] "
+                             "[--max-failures N] [--until-idle MS] [--exec CMD [--poison-exit N] "
+                             "[--exec-timeout MS]] [--json]");
         }
     }
-    if (!cdb || strncmp(cdb, "sqlite:", 7))
+    if (optind < argc) return cli_usage("consume", "unexpected argument '%s'", argv[optind]);
+    if (!cdb) return cli_usage("consume", "--consumer-db: required");
+    if (!exec_cmd && strncmp(cdb, "sqlite:", 7))
         return cli_usage("consume", "--consumer-db: a sqlite:PATH URL is required (the sample "
-                                    "projection lives in SQLite)");
+                                    "projection lives in SQLite; with --exec any store URL)");
+    if (exec_cmd && !*exec_cmd) return cli_usage("consume", "--exec: an empty command");
+    if (exec_cmd && fail_permille)
+        return cli_usage("consume", "--fail-permille: only for the sample projection, not --exec");
     if (!topics_s) return cli_usage("consume", "--topic: required");
     if (fail_permille < 0 || fail_permille > 1000)
         return cli_usage("consume", "--fail-permille: 0..1000");
     const char *topics[16], *types[64], *tenants[64];
-    int nt = split(topics_s, topics, 16), ny = split(types_s, types, 64),
-        nn = split(tenants_s, tenants, 64);
+    /* the sample projection declares its contracts and tenants; a command declares what the
+     * flags say (none: any) */
+    int nt = split(topics_s, topics, 16),
+        ny = declared_list(types_s, types, 64, exec_cmd ? NULL : projection_types,
+                           exec_cmd ? 0 : projection_n_types),
+        nn = declared_list(tenants_s, tenants, 64, exec_cmd ? NULL : projection_tenants,
+                           exec_cmd ? 0 : projection_n_tenants);
     obx_store *s;
     obx_err e = obx_store_open(cdb, &s);
     if (!e) e = obx_store_init(s);
     if (e) return cli_fail("consume", cdb, e);
-    obx_store_close(s);
-    s = NULL;
-    sqlite3 *db;
-    const char *path = cdb + 7 + (strncmp(cdb + 7, "//", 2) ? 0 : 2);
-    if (sqlite3_open(path, &db) != SQLITE_OK) {
-        fprintf(stderr, "obx consume: cannot open %s\n", path);
-        return 1;
-    }
-    sqlite3_busy_timeout(db, 10000);
-    sqlite3_exec(db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
+    sqlite3 *db = NULL;
     projection p = {(unsigned)fail_permille, 0x2545f4914f6cdd1dull ^ (uint64_t)getpid()};
-    e = projection_setup(&p, db);
-    if (!e) e = obx_store_wrap_sqlite(db, &s);
+    exec_handler x = {.cmd = exec_cmd,
+                      .consumer = consumer,
+                      .poison_exit = (int)poison_exit,
+                      .timeout_ms = exec_timeout};
+    if (exec_cmd) {
+        /* a command that closed its stdin early must not kill the consumer */
+        signal(SIGPIPE, SIG_IGN);
+    } else {
+        /* the projection writes through the inbox's own SQLite connection */
+        obx_store_close(s);
+        s = NULL;
+        const char *path = cdb + 7 + (strncmp(cdb + 7, "//", 2) ? 0 : 2);
+        if (sqlite3_open(path, &db) != SQLITE_OK) {
+            fprintf(stderr, "obx consume: cannot open %s\n", path);
+            sqlite3_close(db);
+            return 1;
+        }
+        sqlite3_busy_timeout(db, 10000);
+        sqlite3_exec(db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
+        e = projection_setup(&p, db);
+        if (!e) e = obx_store_wrap_sqlite(db, &s);
+    }
     obx_consumer_options o = {.broker_url = broker,
                               .broker_props = props,
                               .n_broker_props = (size_t)nprops,
@@ -219,7 +273,9 @@ int cmd_consume(int argc, char **argv) {
                                         .n_tenants = (size_t)nn,
                                         .max_failures = (int)max_failures}};
     obx_consumer *con = NULL;
-    if (!e) e = obx_consumer_open(s, db, &o, projection_handler, &p, &con);
+    if (!e)
+        e = exec_cmd ? obx_consumer_open(s, NULL, &o, exec_handler_run, &x, &con)
+                     : obx_consumer_open(s, db, &o, projection_handler, &p, &con);
     if (e) {
         int rc = cli_fail("consume", "start", e);
         obx_store_close(s);

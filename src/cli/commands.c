@@ -250,24 +250,46 @@ const cli_command cli_commands[] = {
      .examples = "obx config --config /etc/obx/relay.yaml"},
     {.name = "consume",
      .fn = cmd_consume,
-     .summary = "run a consumer through the inbox (sample order projection)",
-     .synopsis = "consume --consumer-db sqlite:PATH --topic T [options]",
-     .text = "Run a consumer through the inbox, applying the sample order projection in the "
-             "consumer's own SQLite database; each event's effect is applied once, and the "
-             "broker is acknowledged only after that commit.",
-     .opts = {{"consumer-db", "sqlite:PATH", "required", "The consumer's database (inbox)."},
+     .summary = "run a consumer through the inbox (sample projection, or a command per message)",
+     .synopsis = "consume --consumer-db sqlite:PATH --topic T [options]\n"
+                 "consume --consumer-db URL --topic T --exec CMD [--poison-exit N] "
+                 "[--exec-timeout MS] [options]",
+     .text = "Run a consumer through the inbox; each event's effect is applied once, and the "
+             "broker is acknowledged only after the inbox's commit. Without --exec it applies "
+             "the sample order projection in the consumer's own SQLite database (declaring its "
+             "contract order.created.v1 and tenants tenant-7, tenant-9). With --exec CMD it runs "
+             "/bin/sh -c CMD per message, the payload on its stdin and the obx headers in its "
+             "environment (OBX_EVENT_ID, OBX_EFFECT_KEY, ...; docs/inbox-sql.md), the inbox in "
+             "any store URL: exit 0 applies (the first line of its stdout is the result), exit "
+             "--poison-exit parks the message at once, any other exit, a signal or the timeout "
+             "is a failure retried up to --max-failures.",
+     .opts = {{"consumer-db", "URL", "required",
+               "The consumer's database (inbox): sqlite:PATH for the sample projection, any store "
+               "URL with --exec."},
               {"broker", "URL", D_BROKER, "The broker to read from."},
               {"topic", "T[,T...]", "required", "Topics to consume."},
               {"consumer", "ID", "order-projection", "The consumer's ID in the inbox."},
               {"group", "G", "the consumer ID", "The consumer group (Kafka)."},
-              {"types", "T1,T2", "any", "Accepted event types."},
-              {"tenants", "A,B", "any", "Accepted tenants."},
+              {"types", "T1,T2|*", "the sample's own; any with --exec",
+               "Accepted event types ('*': any)."},
+              {"tenants", "A,B|*", "the sample's own; any with --exec",
+               "Accepted tenants ('*': any)."},
               {"max-failures", "N", "5", "Handler failures before a message is parked as poison."},
               {"until-idle", "MS", "0 (run until SIGINT)", "Stop after MS without a message."},
-              {"fail-permille", "N", "0", "Test: fail this many handler calls in 1000 (0..1000)."},
+              {"fail-permille", "N", "0",
+               "Test: fail this many sample handler calls in 1000 (0..1000; not with --exec)."},
+              {"exec", "CMD", D_NONE,
+               "Run CMD (/bin/sh -c) per message as the handler, with the inbox around it."},
+              {"poison-exit", "N", "65",
+               "With --exec: the exit status that parks at once (1..255)."},
+              {"exec-timeout", "MS", "60000",
+               "With --exec: kill the command's process group after MS (1..86400000); a retried "
+               "failure."},
               O_BROKER_PROP,
               O_JSON},
-     .examples = "obx consume --consumer-db sqlite:projection.db --topic orders --until-idle 2000"},
+     .examples = "obx consume --consumer-db sqlite:projection.db --topic orders --until-idle 2000\n"
+                 "obx consume --consumer-db postgres://app@db/orders --topic orders --exec "
+                 "'python3 handle.py' --poison-exit 65"},
     {.name = "requeue",
      .fn = cmd_requeue,
      .summary = "put a PARKED event back to PENDING",

@@ -1,8 +1,9 @@
 /*
  * projection.c — the sample consumer shipped with the CLI: an order projection in the
  * consumer's SQLite database, used by `obx consume` (and the demo) and tested by
- * `obx consumer-test --builtin order-projection`. It validates the payload before its effect
- * (a JSON object, else the inbox retries and then parks it as poison) and makes its effect
+ * `obx consumer-test --builtin order-projection`. It declares the contracts and tenants it
+ * handles, validates the payload before its effect (a JSON object, else it is parked as poison
+ * at once: OBX_EPOISON) and makes its effect
  * only through the inbox's connection, so the inbox's transaction covers it.
  */
 #include "cli.h"
@@ -11,6 +12,14 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The sample's declaration, as a consumer in production states it: the one contract whose
+ * payload it understands, and the tenants of the sample shop (README's tour, `obx demo`). An
+ * older contract or a foreign tenant is refused by the inbox before the handler runs. */
+const char *const projection_types[] = {"order.created.v1"};
+const size_t projection_n_types = sizeof projection_types / sizeof projection_types[0];
+const char *const projection_tenants[] = {"tenant-7", "tenant-9"};
+const size_t projection_n_tenants = sizeof projection_tenants / sizeof projection_tenants[0];
 
 obx_err projection_setup(void *user, void *db) {
     (void)user;
@@ -36,7 +45,8 @@ obx_err projection_handler(void *user, void *conn, const obx_message *m, const c
     json_t *doc = json_loadb(m->payload, m->payload_len, 0, NULL);
     bool ok = json_is_object(doc);
     json_decref(doc);
-    if (!ok) return OBX_ECONTRACT;
+    /* no retry can make these bytes an order: park the message at once, visible */
+    if (!ok) return obx_error_set(OBX_EPOISON, "payload is not a JSON object");
     /* a plain INSERT, not an upsert: if the inbox ever let an event through twice, the
      * projection would show two rows for it (the demo counts them) */
     sqlite3_stmt *st;

@@ -50,6 +50,12 @@ const char *obx_errmsg(void) { return tls_msg; }
 
 void obx__clear_error(void) { tls_msg[0] = '\0'; }
 
+obx_err obx_error_set(obx_err e, const char *msg) {
+    if (msg == tls_msg) return e; /* obx_errmsg() itself: already there */
+    snprintf(tls_msg, sizeof tls_msg, "%s", msg ? msg : obx_strerror(e));
+    return e;
+}
+
 obx_err obx__failv(obx_err e, const char *fmt, va_list ap) {
     if (fmt)
         vsnprintf(tls_msg, sizeof tls_msg, fmt, ap);

@@ -66,6 +66,8 @@ static const key keys[] = {
     L("relay.shadow_topics", shadow_topics),
     S("http.listen", http_listen),
     S("http.token_file", http_token_file),
+    I("http.series_interval_ms", series_interval_ms, 100, 3600000),
+    I("http.series_points", series_points, 2, 100000),
     S("log.format", log_format),
     S("log.level", log_level),
     L("audit.critical_consumers", critical_consumers),
@@ -144,6 +146,8 @@ obx_err obx_config_new(obx_config **out) {
     c->shadow_interval_ms = 10000;
     c->shadow_grace_ms = 60000;
     c->shadow_window_ms = 3600000;
+    c->series_interval_ms = 5000; /* the dashboard's charts: every 5 s for an hour */
+    c->series_points = 720;
     *out = c;
     return OBX_OK;
 }

@@ -495,6 +495,44 @@ static obx_err prepare(kit *k) {
     return e;
 }
 
+/* How to fix a mishandled scenario: what a correct consumer does instead (in the report). */
+static const char *fix_for(const kit *k, const char *scenario) {
+    if (!strcmp(scenario, "baseline"))
+        return "the handler must apply every sample delivered once, in order: fix the error the "
+               "detail names, or give the kit samples the handler accepts "
+               "(obx_consumer_test.samples)";
+    if (!strcmp(scenario, "duplicate"))
+        return "make the effect only through the database connection the handler gets and "
+               "acknowledge the broker only after the inbox's commit: a redelivery is then "
+               "answered DUPLICATE and changes nothing";
+    if (!strcmp(scenario, "lost-commit"))
+        return "make every effect inside the consumer's transaction (the handler's db "
+               "connection), or key each external call on effect_key (obx_inbox_effect_key() "
+               "for several per event); drop in-process 'already processed' sets: only the "
+               "inbox's receipt commits together with the effect";
+    if (!strcmp(scenario, "reordering"))
+        return "make the effect independent of arrival order (keep the highest "
+               "aggregate_version, ignore older ones), or return an error until the missing "
+               "version arrived (the inbox retries it); never refuse an out-of-order message "
+               "as poison";
+    if (!strcmp(scenario, "older-contract"))
+        return k->t->n_event_types
+                   ? "the consumer declares this contract version: its handler must apply it, "
+                     "or stop declaring it (obx_inbox_options.event_types, `--types`)"
+                   : "declare the contracts the consumer understands "
+                     "(obx_inbox_options.event_types, `obx consume --types`): the inbox then "
+                     "parks any other version before the handler runs";
+    if (!strcmp(scenario, "foreign-tenant"))
+        return "declare the tenants the consumer serves (obx_inbox_options.tenants, `obx "
+               "consume --tenants`): the inbox then parks another tenant's message before the "
+               "handler runs";
+    if (!strcmp(scenario, "poison"))
+        return "validate the payload before any effect and return an error: OBX_EPOISON parks "
+               "it at once, any other error is retried max_failures times and then parked; "
+               "never make a partial effect or skip a message silently";
+    return "";
+}
+
 obx_err obx_consumer_test_run(const obx_consumer_test *t, char **out, int *mishandled) {
     if (!t || !out || !t->handler) return obx__fail(OBX_EINVAL, "consumer test: NULL argument");
     obx__clear_error();
@@ -527,8 +565,10 @@ obx_err obx_consumer_test_run(const obx_consumer_test *t, char **out, int *misha
             snprintf(base.detail, sizeof base.detail,
                      "%zu samples applied in order; their state is the reference", k.n);
         failed += !base.ok;
-        json_array_append_new(arr, json_pack("{s:s,s:b,s:s}", "scenario", "baseline", "ok", base.ok,
-                                             "detail", base.detail));
+        json_t *row = json_pack("{s:s,s:b,s:s}", "scenario", "baseline", "ok", base.ok, "detail",
+                                base.detail);
+        if (!base.ok) json_object_set_new(row, "fix", json_string(fix_for(&k, "baseline")));
+        json_array_append_new(arr, row);
     }
     for (size_t i = 0; !e && i < sizeof scenarios / sizeof scenarios[0]; i++) {
         verdict v = {.ok = true};
@@ -540,8 +580,12 @@ obx_err obx_consumer_test_run(const obx_consumer_test *t, char **out, int *misha
         else if (v.ok)
             snprintf(v.detail, sizeof v.detail, "handled");
         failed += !v.ok;
-        json_array_append_new(arr, json_pack("{s:s,s:b,s:s}", "scenario", scenarios[i].name, "ok",
-                                             v.ok, "detail", v.detail));
+        json_t *row = json_pack("{s:s,s:b,s:s}", "scenario", scenarios[i].name, "ok", v.ok,
+                                "detail", v.detail);
+        /* a scenario not run because the baseline failed is fixed by fixing the baseline */
+        if (!v.ok && base.ok)
+            json_object_set_new(row, "fix", json_string(fix_for(&k, scenarios[i].name)));
+        json_array_append_new(arr, row);
     }
     close_db(&k);
     free(ref);

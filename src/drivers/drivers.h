@@ -29,6 +29,7 @@ struct obx_config {
     obx__strv aliases;
     char http_listen[128];
     char http_token_file[512];
+    int64_t series_interval_ms, series_points; /* the dashboard's sample ring (series.c) */
     char log_format[16];
     char log_level[16];
     obx__strv critical_consumers; /* "id=sqlite:..." */
@@ -174,6 +175,27 @@ obx_err obx__consumer_lag_of(obx__store *cdb, const char *consumer,
                              obx__consumer_lag *out);
 
 #define OBX__LAG_WINDOW 1000
+
+/* ---- the dashboard's charts (series.c): a bounded ring of samples ------------------------ */
+
+/* What one sample reads (the HTTP server's connections, under its lock). */
+typedef struct obx__series_src {
+    obx_relay *r;
+    obx__store *s; /* NULL when the outbox could not be opened: the sample has no outbox values */
+    obx__stats_cache *stats;
+    obx__consumer_set *cs;
+} obx__series_src;
+
+typedef struct obx__series obx__series;
+/* capacity samples, one every interval_ms (both from http.series_*). */
+obx_err obx__series_new(size_t capacity, int64_t interval_ms, size_t n_consumers,
+                        obx__series **out);
+void obx__series_free(obx__series *x);
+/* Takes one sample now (wall clock now_ms). Returns the outbox's error (the caller drops that
+ * connection), OBX_OK when it answered; the sample is recorded either way. */
+obx_err obx__series_sample(obx__series *x, const obx__series_src *src, int64_t now_ms);
+/* The ring as the document /api/series serves (oldest first). */
+obx_err obx__series_json(const obx__series *x, const obx__consumer_set *cs, json_t **out);
 
 /* The documents behind obx_status and obx_trace, on open handles (the HTTP server reuses its
  * own). st: precomputed statistics or NULL. */

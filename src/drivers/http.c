@@ -10,6 +10,9 @@
  *   GET  /  /app.js  /style.css   the dashboard: static files embedded in the binary
  *   GET  /api/status         obx_status's document plus this relay's counters
  *   GET  /api/trace?q=X      the trace of event ID X and of correlation ID X
+ *   GET  /api/series         the charts' ring of samples (series.c), taken on a thread of
+ *                            this server's every http.series_interval_ms
+ *   GET  /vendor/uplot.js /vendor/uplot.css   uPlot, vendored (src/drivers/dashboard/vendor)
  *   POST /api/requeue        {"event_id": ...}              PARKED -> PENDING
  *   POST /api/redrive        {"consumer": ..., "event_id": ...}  a consumer's poison message
  *   POST /api/resolve        {"event_id" | "event_ids": [...] | "held": true, "type",
@@ -37,10 +40,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 extern const char obx__dash_index_html[];
 extern const char obx__dash_app_js[];
 extern const char obx__dash_style_css[];
+extern const char obx__dash_uplot_js[];
+extern const char obx__dash_uplot_css[];
 
 enum { BODY_MAX = 8192, TOKEN_MIN = 16 };
 
@@ -53,6 +59,10 @@ typedef struct http {
     obx__metrics *m;
     char token_digest[OBX_DIGEST_LEN + 1]; /* SHA-256 of the token; "" = no token configured */
     bool loopback;
+    obx__series *series; /* under mu, like the connections a sample reads */
+    pthread_t series_th;
+    bool series_started;
+    atomic_int series_stop;
 } http;
 
 typedef struct req {
@@ -255,6 +265,37 @@ static enum MHD_Result api_status(http *h, struct MHD_Connection *c) {
     return json(c, MHD_HTTP_OK, doc);
 }
 
+static enum MHD_Result api_series(http *h, struct MHD_Connection *c) {
+    json_t *doc = NULL;
+    obx_err e = obx__series_json(h->series, &h->cs, &doc);
+    if (e) return json_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, e, obx_errmsg());
+    return json(c, MHD_HTTP_OK, doc);
+}
+
+/* The sampler: one sample now, then one every http.series_interval_ms on a fixed schedule
+ * (a slow sample does not shift the ones after it), until the server stops. */
+static void *series_main(void *arg) {
+    http *h = arg;
+    int64_t every = obx__relay_config(h->r)->series_interval_ms, next = obx__mono_ms();
+    while (!atomic_load(&h->series_stop)) {
+        pthread_mutex_lock(&h->mu);
+        obx__store *s = NULL;
+        if (store_of(h, &s)) s = NULL;
+        obx__series_src src = {.r = h->r, .s = s, .stats = obx__metrics_stats(h->m), .cs = &h->cs};
+        if (obx__series_sample(h->series, &src, obx__wall_ms()) && s) store_drop(h);
+        pthread_mutex_unlock(&h->mu);
+        next += every;
+        int64_t now;
+        while (!atomic_load(&h->series_stop) && (now = obx__mono_ms()) < next) {
+            int64_t ms = next - now < 50 ? next - now : 50;
+            struct timespec ts = {0, (long)ms * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        if (obx__mono_ms() > next + every) next = obx__mono_ms(); /* fell behind: no burst */
+    }
+    return NULL;
+}
+
 static enum MHD_Result api_trace(http *h, struct MHD_Connection *c) {
     const char *q = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "q");
     if (!q || !*q)
@@ -419,7 +460,14 @@ static enum MHD_Result route(http *h, struct MHD_Connection *c, const char *url,
     if (get && !strcmp(url, "/style.css"))
         return reply(c, MHD_HTTP_OK, "text/css; charset=utf-8", obx__dash_style_css,
                      strlen(obx__dash_style_css));
+    if (get && !strcmp(url, "/vendor/uplot.js"))
+        return reply(c, MHD_HTTP_OK, "text/javascript; charset=utf-8", obx__dash_uplot_js,
+                     strlen(obx__dash_uplot_js));
+    if (get && !strcmp(url, "/vendor/uplot.css"))
+        return reply(c, MHD_HTTP_OK, "text/css; charset=utf-8", obx__dash_uplot_css,
+                     strlen(obx__dash_uplot_css));
     if (get && !strcmp(url, "/api/status")) return api_status(h, c);
+    if (get && !strcmp(url, "/api/series")) return api_series(h, c);
     if (get && !strcmp(url, "/api/trace")) return api_trace(h, c);
     bool mutating = !strcmp(url, "/api/requeue") || !strcmp(url, "/api/redrive") ||
                     !strcmp(url, "/api/resolve");
@@ -483,6 +531,11 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 }
 
 static void http_free(http *h) {
+    if (h->series_started) {
+        atomic_store(&h->series_stop, 1);
+        pthread_join(h->series_th, NULL);
+    }
+    obx__series_free(h->series);
     obx__metrics_free(h->m);
     obx__consumer_set_free(&h->cs);
     obx__st_close(h->s);
@@ -515,6 +568,9 @@ obx_err obx__http_start(obx_relay *r, const char *listen, void **out) {
     obx_err e = obx__consumer_set_init(&h->cs, (const char *const *)cfg->critical_consumers.v,
                                        cfg->critical_consumers.n);
     if (!e) e = obx__metrics_new(&h->cs, &h->m);
+    if (!e)
+        e = obx__series_new((size_t)cfg->series_points, cfg->series_interval_ms, h->cs.n,
+                            &h->series);
     if (!e && cfg->http_token_file[0]) e = read_token(h, cfg->http_token_file);
     if (e) {
         http_free(h);
@@ -528,6 +584,13 @@ obx_err obx__http_start(obx_relay *r, const char *listen, void **out) {
         http_free(h);
         return obx__fail(OBX_EIO, "http: cannot listen on %s (in use?)", listen);
     }
+    int rc = pthread_create(&h->series_th, NULL, series_main, h);
+    if (rc) {
+        MHD_stop_daemon(h->d);
+        http_free(h);
+        return obx__fail(OBX_EINTERNAL, "http: cannot start the series sampler: %s", strerror(rc));
+    }
+    h->series_started = true;
     /* port 0 asks the kernel for a free port: log the one we got (tests read it here) */
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     char addr[160];
@@ -544,6 +607,12 @@ obx_err obx__http_start(obx_relay *r, const char *listen, void **out) {
 void obx__http_stop(void *p) {
     http *h = p;
     if (!h) return;
+    /* the sampler first: it takes the lock the request handler takes */
+    if (h->series_started) {
+        atomic_store(&h->series_stop, 1);
+        pthread_join(h->series_th, NULL);
+        h->series_started = false;
+    }
     MHD_stop_daemon(h->d);
     http_free(h);
 }

@@ -173,8 +173,22 @@ static void sec_outbox(scrape *x, obx__buf *b) {
            "Age of the outbox statistics below (reused for 100x the time they took to count)");
     sample(b, "obx_stats_age_seconds", NULL, NULL, (double)x->stats_age_ms / 1000.0);
     family(b, "obx_events", "gauge", "Events by state");
-    for (int i = 1; i < OBX__ST_COUNT; i++)
+    int64_t all = 0;
+    for (int i = 1; i < OBX__ST_COUNT; i++) {
         sample(b, "obx_events", "state", obx__state_name((obx__state)i), (double)st->by_state[i]);
+        all += st->by_state[i];
+    }
+    /* counters of the whole outbox (every relay exports the same values: take max(), not sum()
+     * across relays). Events are never deleted and published ones never become unpublished, so
+     * both only grow: rate() gives the enqueue and publish rates (docs/ops/). */
+    family(b, "obx_outbox_enqueued_total", "counter",
+           "Publish slots committed to the outbox, in every state (the whole outbox)");
+    sample(b, "obx_outbox_enqueued_total", NULL, NULL, (double)all);
+    family(b, "obx_outbox_published_total", "counter",
+           "Publish slots PUBLISHED, RETAINED or PURGED (the whole outbox)");
+    sample(b, "obx_outbox_published_total", NULL, NULL,
+           (double)(st->by_state[OBX__ST_PUBLISHED] + st->by_state[OBX__ST_RETAINED] +
+                    st->by_state[OBX__ST_PURGED]));
     family(b, "obx_oldest_pending_age_seconds", "gauge",
            "Age of the oldest PENDING or CLAIMED event (0: none); grows when no relay scans");
     sample(b, "obx_oldest_pending_age_seconds", NULL, NULL,

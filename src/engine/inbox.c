@@ -14,7 +14,8 @@
  *        absent -> run the handler (the effect), insert the consume receipt (unique key is the
  *        last line of defence), move the watermark, commit;
  *   3. a handler failure rolls back; the failure is counted in its own transaction; after
- *      max_failures the message is parked as poison;
+ *      max_failures the message is parked as poison, at once when the handler returned
+ *      OBX_EPOISON;
  *   4. only after the commit does the caller acknowledge the broker position (result.ack).
  * No in-process dedupe sets: the database is the only memory. Text written to the consumer's
  * database from outside input (field values in poison headers, the handler's result and error)
@@ -355,9 +356,14 @@ static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h,
     int64_t dur = mono_us ? mono_us() - mono_us_start : 0;
     if (he) {
         char herr[256], hmsg[200];
-        const char *em = obx_errmsg(); /* set by the application's handler: outside input */
-        snprintf(herr, sizeof herr, "handler failed: %s: %s", obx_errname(he),
-                 obx__printable(em, strlen(em), hmsg, sizeof hmsg));
+        const char *em = obx_errmsg();   /* set by the application's handler: outside input */
+        bool poison = he == OBX_EPOISON; /* the handler says no retry can succeed */
+        if (poison)
+            snprintf(herr, sizeof herr, "handler refused the message as poison: %s",
+                     obx__printable(em, strlen(em), hmsg, sizeof hmsg));
+        else
+            snprintf(herr, sizeof herr, "handler failed: %s: %s", obx_errname(he),
+                     obx__printable(em, strlen(em), hmsg, sizeof hmsg));
         obx__utf8_trim(herr);
         obx__st_rollback(in->s); /* 3. the effect is undone */
         int32_t failures = 0;
@@ -369,6 +375,7 @@ static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h,
         else
             obx__st_rollback(in->s);
         if (e) return e;
+        if (poison) return park(in, m, failures, herr, now, out);
         if (failures >= in->max_failures) {
             snprintf(why, sizeof why, "%d handler failures, last: %.200s", (int)failures, herr);
             return park(in, m, failures, why, now, out);

@@ -25,8 +25,10 @@
 #define OBX__STORE_METHODS_VERSION 1
 /* 1: the outbox; 2: delivery sets (route sets and per-event target slots, docs/migration.md);
  * 3: PostgreSQL writes an attempt's outcome as a HOT update (schema_v3.sql; SQLite unchanged);
- * 4: every UNKNOWN ends: held events, receipt sources, consumer evidence, the cluster registry */
-#define OBX__SCHEMA_VERSION 4
+ * 4: every UNKNOWN ends: held events, receipt sources, consumer evidence, the cluster registry;
+ * 5: PostgreSQL's inbox as SQL functions for consumers in any language (schema_v5.sql; SQLite
+ *    unchanged) */
+#define OBX__SCHEMA_VERSION 5
 
 #define OBX__ATTEMPT_ID_LEN 30 /* "att-" + ULID */
 #define OBX__OWNER_MAX OBX_TEXT_MAX

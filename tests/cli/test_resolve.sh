@@ -64,9 +64,10 @@ held=$("$OBX" status --db "$db" --json | jq_ 'd["unknown"]["held"]')
 check "status shows the held events" 0 'HELD for an operator: 3 UNKNOWN events' -- \
   "$OBX" status --db "$db"
 grep -q "$e1.*HELD for an operator" "$dir/out" || fail "status does not mark $e1 as held"
-# the messages are on the broker: a consumer receives them (its receipts are evidence)
+# the messages are on the broker: a consumer receives them (its receipts are evidence); the
+# sample projection serves tenants tenant-7 and tenant-9 unless told otherwise
 "$OBX" consume --consumer-db "$cdb" --broker "$broker" --topic orders --until-idle 1000 \
-  >/dev/null 2>&1
+  --tenants t1 >/dev/null 2>&1
 # refusals change nothing
 check "resolve needs who" 2 '--who: required' -- "$OBX" resolve "$e1" --retry --db "$db" --reason x
 check "resolve needs reason" 2 '--reason: required' -- "$OBX" resolve "$e1" --retry --db "$db" --who ops

@@ -61,7 +61,7 @@ pids+=($!)
 wait_published 5 || { echo "FAIL relay did not publish"; fails=$((fails + 1)); }
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null
 "$OBX" consume --consumer-db "sqlite:$dir/c.db" --broker "$broker" --topic orders \
-  --consumer proj --until-idle 400 >/dev/null 2>&1
+  --consumer proj --tenants t1 --until-idle 400 >/dev/null 2>&1
 
 # ---- obx audit ----
 check "audit clean: exit 0" 0 "no findings" -- "$OBX" audit --db "$db" --broker "$broker" --consumer "$proj"
@@ -153,7 +153,7 @@ if [[ -n $got ]]; then echo "ok   relay exports obx_audit_findings on /metrics";
 [[ $m == *'obx_audit_findings{kind="bypass"}'* ]] && echo "ok   every finding kind has a gauge" || { echo "FAIL no bypass gauge"; fails=$((fails + 1)); }
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null
 "$OBX" consume --consumer-db "sqlite:$dir/c.db" --broker "$broker" --topic orders \
-  --consumer proj --until-idle 400 >/dev/null 2>&1
+  --consumer proj --tenants t1 --until-idle 400 >/dev/null 2>&1
 cat >purge.yaml <<YAML
 db: $db
 broker: $broker

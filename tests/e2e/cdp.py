@@ -185,6 +185,18 @@ class Browser:
     def navigate(self, url):
         self.call("Page.navigate", url=url)
 
+    def screenshot(self, clip=None):
+        """PNG bytes of the page, or of clip {x, y, width, height} (CSS pixels)."""
+        params = {"format": "png"}
+        if clip:
+            params["clip"] = dict(clip, scale=1)
+        return base64.b64decode(self.call("Page.captureScreenshot", **params)["data"])
+
+    def resize(self, width, height):
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
+                  deviceScaleFactor=1, mobile=False)
+
+
     def wait(self, expr, timeout=15, what=None):
         """Polls expr until it is truthy; returns its value."""
         deadline = time.time() + timeout
@@ -215,3 +227,43 @@ class Browser:
                 pass
         self.log.close()
         shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def png_pixels(data):
+    """Decodes an 8-bit RGB or RGBA PNG (what Chromium writes) with the standard library:
+    returns (width, height, rows) where rows[y][x] is an (r, g, b) tuple."""
+    import zlib
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, w = 8, b"", None
+    while pos < len(data):
+        n = struct.unpack(">I", data[pos:pos + 4])[0]
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
+        pos += 12 + n
+        if kind == b"IHDR":
+            w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert depth == 8 and ctype in (2, 6) and not interlace, (depth, ctype, interlace)
+            bpp = 3 if ctype == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+    raw = zlib.decompress(idat)
+    stride = w * bpp
+    rows, prev, i = [], bytearray(stride), 0
+    for _ in range(h):
+        f, line = raw[i], bytearray(raw[i + 1:i + 1 + stride])
+        i += 1 + stride
+        for x in range(stride):
+            a = line[x - bpp] if x >= bpp else 0
+            b, c = prev[x], prev[x - bpp] if x >= bpp else 0
+            if f == 1:
+                line[x] = (line[x] + a) & 255
+            elif f == 2:
+                line[x] = (line[x] + b) & 255
+            elif f == 3:
+                line[x] = (line[x] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append([tuple(line[x:x + 3]) for x in range(0, stride, bpp)])
+        prev = line
+    return w, h, rows

@@ -12,7 +12,15 @@ driven over the DevTools protocol (tests/e2e/cdp.py, standard library only):
   3. searches the parked event by its ID: the hostile strings are shown as text, nothing ran;
   4. presses Requeue without a token: refused, still PARKED;
   5. enters the token, presses Requeue: the state changes and the event is then PUBLISHED;
-and the audit (via the JSON API) names the dashboard's operator.
+  6. the charts (uPlot, from /api/series, sampled every 200 ms here): after a burst of orders
+     each chart has data points, the rates chart shows enqueued and published events, and a
+     screenshot of it holds the series' colours (the pixels are drawn, not only the DOM);
+  7. a payment held for an operator (its route holds UNKNOWNs; a relay lost its ACK and could
+     not look it up) is shown in a banner and the overview's cards; its Resolve (retry) without
+     who and reason changes nothing; with them the relay retries it to its frozen destination
+     and it is PUBLISHED, the audit naming the operator and the reason;
+and the audit (via the JSON API) names the dashboard's operator. The page's screenshot is kept
+as dashboard.png in the test's working folder.
 """
 import json
 import os
@@ -92,6 +100,24 @@ try:
     stop(r0)
     assert st["states"]["PARKED"] == 1, st["states"]
     step("event %s parked" % parked)
+    # a route that holds UNKNOWN outcomes for an operator, and a relay whose ACKs are lost and
+    # whose lookups cannot tell: the payment is held
+    run("route", "set", "payment.captured.v1", "--db", db, "--cluster", "local", "--topic",
+        "payments", "--on-unknown", "hold")
+    held = run("enqueue", "--db", db, "--type", "payment.captured.v1", "--aggregate",
+               "payment/p-1@1", "--tenant", "t1", stdin='{"payment":"p-1"}')
+    rh = relay("rh", broker + "?lose_ack=1&lookup_down=1", "--set", "relay.lease_ms=300",
+               "--set", "relay.sweep_ms=50", "--set", "relay.reconcile_ms=50",
+               "--set", "relay.recheck_ms=100")
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        st = json.loads(run("status", "--db", db, "--json"))
+        if st["unknown"]["held"] == 1:
+            break
+        time.sleep(0.1)
+    stop(rh)
+    assert st["unknown"]["held"] == 1, st["unknown"]
+    step("event %s held for an operator" % held)
     published = run("enqueue", "--db", db, "--type", "order.created.v1", "--aggregate",
                     "order/o-7@1", "--tenant", "t1", "--correlation-id", "checkout-7",
                     stdin='{"order":"o-7"}')
@@ -99,8 +125,10 @@ try:
     with open(token_file, "w") as f:
         f.write(TOKEN + "\n")
     os.chmod(token_file, 0o600)
-    r1 = relay("r1", broker, "--http", "127.0.0.1:0", "--set", "http.token_file=" + token_file,
-               "--set", "audit.critical_consumers=order-projection=" + cdb)
+    # lookups stay down: only an operator ends the held payment
+    r1 = relay("r1", broker + "?lookup_down=1", "--http", "127.0.0.1:0", "--set", "http.token_file=" + token_file,
+               "--set", "audit.critical_consumers=order-projection=" + cdb,
+               "--set", "http.series_interval_ms=200")
     port = None
     deadline = time.time() + 20
     while time.time() < deadline and not port:
@@ -115,17 +143,61 @@ try:
         time.sleep(0.1)
     # the critical consumer applies the published event (its receipt joins the trace)
     run("consume", "--consumer-db", cdb, "--broker", broker, "--topic", "orders",
-        "--until-idle", "500", "--types", "order.created.v1")
+        "--until-idle", "500", "--types", "order.created.v1", "--tenants", "t1")
     step("relay with dashboard on %s; consumer applied %s" % (base, published))
 
+    # a burst of orders while the relay samples: the rate charts have something to show
+    for i in range(20):
+        run("enqueue", "--db", db, "--type", "order.created.v1", "--aggregate",
+            "order/o-b%d@1" % i, "--tenant", "t1", stdin='{"order":"o-b%d"}' % i)
+        time.sleep(0.05)
     browser = cdp.Browser()
     step("chromium started")
+    browser.resize(1280, 2400)
     browser.navigate(base + "/")
     browser.wait("document.querySelector('#states tbody tr[data-state=PARKED] td.num') && "
                  "document.querySelector('#states tbody tr[data-state=PARKED] td.num')"
                  ".textContent === '1'", what="overview with one PARKED event")
     assert browser.eval("document.querySelectorAll('#parked button.requeue').length") == 1
     step("overview loaded: 1 PARKED")
+
+    # the charts: every chart drawn by uPlot with data points; the rates moved
+    charts = ["rates", "backlog", "pending-age", "unknown", "retries", "lag", "poison"]
+    browser.wait("(() => { const c = window.obxCharts || {}; return %s.every((k) => c[k] && "
+                 "c[k].data[0].length >= 10) && c.rates.data[2].some((v) => v > 0) && "
+                 "c.rates.data[1].some((v) => v > 0) })()" % json.dumps(charts),
+                 timeout=30, what="seven charts with 10+ samples and non-zero rates")
+    points = browser.eval("Object.fromEntries(Object.entries(window.obxCharts).map(([k, u]) => "
+                          "[k, u.data.slice(1).map((s) => s.filter((v) => v !== null).length)]))")
+    assert all(min(v) >= 5 for v in points.values()), points
+    assert browser.eval("document.querySelectorAll('#charts .uplot canvas').length") == 7
+    series = api("/api/series")
+    assert series["interval_ms"] == 200 and len(series["t"]) >= 10, series["interval_ms"]
+    assert series["consumers"][0]["consumer_id"] == "order-projection", series["consumers"]
+    assert max(v for v in series["published_per_s"] if v is not None) > 0
+    # the screenshot: the rates chart's plot area holds both series' colours
+    browser.eval("window.scrollTo(0, 0); true")
+    rect = browser.eval("(() => { const r = document.querySelector('#chart-rates canvas')"
+                        ".getBoundingClientRect(); return {x: r.x, y: r.y, width: r.width, "
+                        "height: r.height} })()")
+    png = browser.screenshot(clip=rect)
+    with open("dashboard-rates.png", "wb") as f:
+        f.write(png)
+    w, h, rows = cdp.png_pixels(png)
+
+    def near(px, rgb, tol=40):
+        return all(abs(a - b) <= tol for a, b in zip(px, rgb))
+    # the rate lines (published drawn over enqueued where they are equal) rise well above the
+    # zero line: a series was drawn, not only axes
+    ys = [y for y, row in enumerate(rows) for px in row
+          if near(px, (0x2b, 0x6c, 0xb0)) or near(px, (0x2f, 0x85, 0x5a))]
+    assert len(ys) >= 60 and max(ys) - min(ys) >= 20, \
+        "chart screenshot %dx%d: %d series pixels over %d rows" % (
+            w, h, len(ys), (max(ys) - min(ys)) if ys else 0)
+    with open("dashboard.png", "wb") as f:
+        f.write(browser.screenshot())
+    step("charts drawn: %d samples, screenshot %dx%d with %d series pixels over %d rows"
+         % (len(series["t"]), w, h, len(ys), max(ys) - min(ys)))
 
     # search by correlation ID: the published event with the consumer's receipt
     browser.eval("document.getElementById('search').value = 'checkout-7';"
@@ -147,7 +219,7 @@ try:
     assert HOSTILE_CORR in text, "correlation ID not shown as text"
     assert HOSTILE_AGG in text, "aggregate ID not shown as text"
     assert browser.eval("typeof window.__obx_pwned") == "undefined", "injected markup ran"
-    assert browser.eval("document.querySelectorAll('script').length") == 1
+    assert browser.eval("document.querySelectorAll('script').length") == 2  # uPlot, app.js
     assert browser.eval("document.querySelectorAll('#trace img, #parked img').length") == 0
     step("hostile correlation and aggregate IDs rendered as text, no script ran")
 
@@ -189,9 +261,48 @@ try:
     assert who and who[0].startswith("operator:dashboard@"), audit
     assert browser.eval("typeof window.__obx_pwned") == "undefined"
     step("published after the requeue; audit names %s" % who[0])
+
+    # the held payment: a banner and the cards say so; Resolve (retry) needs who and why
+    browser.wait("(() => { const b = document.getElementById('held-banner'); return !b.hidden && "
+                 "b.textContent.includes('1 UNKNOWN event is held for an operator') && "
+                 "document.querySelector('#card-held .value').textContent === '1' })()",
+                 what="the held banner and card")
+    assert browser.eval("document.querySelector('#unknown .held-event .held').textContent"
+                        ".startsWith('HELD')")
+    click_resolve = ("(() => { const b = document.querySelector('#unknown button.resolve"
+                     "[data-event-id=\"%s\"]'); if (!b) return false; b.click(); return true })()"
+                     % held)
+    browser.wait(click_resolve, what="the resolve button")
+    browser.wait("document.getElementById('message').textContent.includes('say who you are')",
+                 what="refusal without who and reason")
+    assert api("/api/status")["unknown"]["held"] == 1
+    step("resolve without who and reason refused: still held")
+    browser.eval("document.getElementById('resolve-who').value = 'carol';"
+                 "document.getElementById('resolve-reason').value = 'INC-77: broker has no copy';"
+                 "true")
+    browser.wait(click_resolve, what="the resolve button")
+    browser.wait("document.getElementById('message').textContent.includes(': retry: ')",
+                 what="the retry confirmation")
+    deadline = time.time() + 30
+    ev = None
+    while time.time() < deadline:
+        ev = api("/api/trace?q=" + held)["events"][0]
+        if ev["status"]["state"] == "PUBLISHED":
+            break
+        time.sleep(0.2)
+    assert ev["status"]["state"] == "PUBLISHED", ev["status"]
+    att = ev["attempts"]
+    assert len(att) == 2 and att[0]["dest_digest"] == att[1]["dest_digest"], att
+    assert any(a["actor"] == "operator" and a["who"].startswith("operator:carol@") and
+               "INC-77" in a["reason"] for a in ev["audit"]), ev["audit"]
+    browser.wait("document.getElementById('held-banner').hidden && "
+                 "document.querySelector('#card-held .value').textContent === '0'",
+                 what="the banner gone")
+    step("held payment resolved from the dashboard: retried to its frozen destination, "
+         "PUBLISHED, audited as carol")
     print("ok: dashboard end to end in %.1f s" % (time.time() - t0))
 except Exception:
-    for name in ("r0", "r1"):
+    for name in ("r0", "rh", "r1"):
         path = os.path.join(tmp, name + ".log")
         if os.path.exists(path):
             with open(path) as f:

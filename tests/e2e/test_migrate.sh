@@ -109,7 +109,7 @@ done
 t=$("$OBX" inspect "$unknown" --db "$db" --json | js '[r["topic"] for r in d["receipts"] if r["kind"]=="PRIMARY"][0]')
 [[ $t == orders ]] && ok "the refused event stayed on its frozen destination" || bad "refused event on $t"
 "$OBX" consume --consumer-db "sqlite:$dir/consumer.db" --broker "$broker" --topic orders-v2 \
-  --until-idle 500 >"$dir/consume.log" 2>&1 || true
+  --tenants t1 --until-idle 500 >"$dir/consume.log" 2>&1 || true
 applied=$(python3 - "$dir/consumer.db" <<'PY'
 import sqlite3, sys
 print(sqlite3.connect(sys.argv[1]).execute("select count(*) from obx_inbox").fetchone()[0])

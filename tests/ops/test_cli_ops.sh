@@ -25,12 +25,18 @@ check() {
 }
 
 # ---- consumer-test ----
-check "builtin without declarations" 1 'older-contract +MISHANDLED' -- \
+# the sample as shipped (and as the README shows it) declares its contracts and tenants
+check "builtin with its defaults" 0 '0 scenario\(s\) mishandled' -- \
   "$OBX" consumer-test --builtin order-projection
+grep -Eq 'declares contracts: yes; tenants: yes' "$dir/out" || fail "builtin declarations"
+# without them it is caught, and the report says how to fix each mishandled scenario
+check "builtin without declarations" 1 'older-contract +MISHANDLED' -- \
+  "$OBX" consumer-test --builtin order-projection --types '*' --tenants '*'
 grep -Eq 'foreign-tenant +MISHANDLED' "$dir/out" || fail "foreign tenant not reported"
 grep -Eq 'lost-commit +ok' "$dir/out" || fail "builtin lost-commit"
-check "builtin with contracts and tenants" 0 '0 scenario\(s\) mishandled' -- \
-  "$OBX" consumer-test --builtin order-projection --types order.created.v1 --tenants tenant-1
+grep -Eq 'fix: declare the contracts the consumer understands' "$dir/out" || fail "no contract fix"
+grep -Eq 'fix: declare the tenants the consumer serves' "$dir/out" || fail "no tenant fix"
+[[ $(grep -c 'fix:' "$dir/out") == 2 ]] || fail "a fix line for each mishandled scenario only"
 check "correct handler (default symbol)" 0 '0 scenario\(s\) mishandled' -- \
   "$OBX" consumer-test --handler "$KIT"
 check "broken handler" 1 '5 scenario\(s\) mishandled' -- \
@@ -47,6 +53,9 @@ bad = sorted(s["scenario"] for s in d["scenarios"] if not s["ok"])
 assert d["mishandled"] == 5 and bad == sorted(["lost-commit", "reordering", "older-contract", "foreign-tenant", "poison"]), d
 lost = next(s for s in d["scenarios"] if s["scenario"] == "lost-commit")
 assert "outside the consumer's transaction" in lost["detail"], lost
+assert all(s.get("fix") for s in d["scenarios"] if not s["ok"]), d
+assert not any("fix" in s for s in d["scenarios"] if s["ok"]), d
+assert "effect_key" in lost["fix"], lost
 print("ok: --json names the five mishandled scenarios")
 PY
 check "in-process dedupe set" 1 'lost-commit +MISHANDLED' -- \
@@ -198,7 +207,7 @@ done
 kill -TERM "$relay"
 wait "$relay" || true
 "$OBX" consume --consumer-db "$cdb" --broker "log:$dir/broker.db" --topic orders.v2 \
-  --consumer order-projection --until-idle 300 2>/dev/null
+  --consumer order-projection --types order.created.v2 --tenants t1 --until-idle 300 2>/dev/null
 check "runtime subscriptions (watermarks)" 1 'subscriber-unknown +billing' -- \
   "$OBX" catalog check --catalog "$dir/catalog.yaml" --consumer-db "order-projection=$cdb"
 grep -Eq 'topic-without-consumer +payments.v1' "$dir/out" || fail "payments.v1 consumed by nobody at run time"

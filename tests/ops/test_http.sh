@@ -59,7 +59,8 @@ wait_metric() { # NAME PREDICATE(awk on $1) WHAT
 
 # lost ACKs (UNKNOWN, resolved by the reconciler's lookup) on a quarter of the sends
 start_relay relay "$broker?drop_ack=0.25&ack_timeout_ms=100&seed=3" \
-  --set http.token_file="$dir/token" --set audit.critical_consumers="proj=$cdb"
+  --set http.token_file="$dir/token" --set audit.critical_consumers="proj=$cdb" \
+  --set http.series_interval_ms=250 --set http.series_points=6
 base=http://127.0.0.1:$port
 [[ $(code "$base/healthz") == 200 && $(cat "$dir/body") == ok ]] || fail "/healthz"
 [[ $(code "$base/readyz") == 200 && $(cat "$dir/body") == ready ]] || fail "/readyz: $(cat "$dir/body")"
@@ -73,11 +74,31 @@ wait_metric obx_unknown_resolution_seconds_count "x >= 1" "UNKNOWN resolutions o
 [[ $(metric 'obx_consumer_lag_events{consumer="proj"}') == "$N" ]] || fail "lag before consuming"
 lag_s=$(metric 'obx_consumer_lag_seconds{consumer="proj"}')
 awk -v x="$lag_s" 'BEGIN { exit !(x > 0) }' || fail "lag seconds $lag_s"
+# the charts' ring: bounded at http.series_points, sampled every http.series_interval_ms
+sleep 2
+[[ $(code "$base/api/series") == 200 ]] || fail "/api/series"
+python3 - "$dir/body" "$N" <<'PY' || fail "/api/series: $(head -c 600 "$dir/body")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+n = int(sys.argv[2])
+assert d["interval_ms"] == 250 and d["capacity"] == 6, d
+assert len(d["t"]) == 6, len(d["t"])  # more than 6 samples taken, 6 kept
+for k in ("enqueued_per_s", "published_per_s", "backlog", "oldest_pending_age_s",
+          "unknown_events", "oldest_unknown_age_s", "retries_per_s"):
+    assert len(d[k]) == 6, k
+steps = [round(b - a, 2) for a, b in zip(d["t"], d["t"][1:])]
+assert all(0.1 <= s <= 1.0 for s in steps), steps
+assert d["t"] == sorted(d["t"]), "oldest first"
+assert d["backlog"][-1] == 0, d["backlog"]
+c = d["consumers"][0]
+assert c["consumer_id"] == "proj" and c["lag_events"][-1] == n and c["poison_parked"][-1] == 0, c
+PY
+[[ $(code "$base/vendor/uplot.js") == 200 ]] && grep -q 'uPlot' "$dir/body" || fail "/vendor/uplot.js"
 curl -s "$base/metrics" >"$dir/m1.txt"
 
 # the consumer applies everything: lag 0, outcomes and handler durations counted
 "$OBX" consume --consumer-db "$cdb" --broker "$broker" --topic orders --consumer proj \
-  --until-idle 400 --types order.created.v1 2>/dev/null
+  --until-idle 400 --types order.created.v1 --tenants t1 2>/dev/null
 wait_metric 'obx_consumer_lag_events{consumer="proj"}' "x == 0" "consumer lag back to 0"
 [[ $(metric 'obx_consumer_messages_total{consumer="proj",outcome="APPLIED"}') == "$N" ]] ||
   fail "APPLIED count"
@@ -93,7 +114,7 @@ printf 'not json' | "$OBX" enqueue --db "$db" --type order.created.v1 --aggregat
   --tenant t1 --correlation-id poison-1 >"$dir/poison.id"
 wait_metric 'obx_events{state="PUBLISHED"}' "x == $N + 1" "the poison event published"
 "$OBX" consume --consumer-db "$cdb" --broker "$broker" --topic orders --consumer proj \
-  --until-idle 400 --types order.created.v1 --max-failures 2 2>/dev/null
+  --until-idle 400 --types order.created.v1 --tenants t1 --max-failures 2 2>/dev/null
 wait_metric 'obx_consumer_poison_messages{consumer="proj",state="PARKED"}' "x == 1" "poison backlog"
 [[ $(metric 'obx_consumer_messages_total{consumer="proj",outcome="POISONED"}') == 1 ]] ||
   fail "POISONED count"
@@ -187,6 +208,9 @@ grep -q 'at least 16' "$dir/relay-short.log" || fail "short token message: $(cat
 "$OBX" relay --db "$db" --broker "$broker" --http 127.0.0.1:0 --set http.token_file="$dir/none" \
   >"$dir/relay-none.log" 2>&1 && fail "relay started without its token file"
 grep -q "$dir/none" "$dir/relay-none.log" || fail "missing token file message"
+"$OBX" relay --db "$db" --broker "$broker" --set http.series_points=1 \
+  >"$dir/relay-sp.log" 2>&1 && fail "relay started with a one-point series"
+grep -q 'http.series_points' "$dir/relay-sp.log" || fail "series_points message: $(cat "$dir/relay-sp.log")"
 "$OBX" relay --db "$db" --broker "$broker" --set audit.critical_consumers=no-url \
   >"$dir/relay-cc.log" 2>&1 && fail "relay started with a malformed critical consumer"
 grep -q 'is not ID=URL' "$dir/relay-cc.log" || fail "critical consumer message: $(cat "$dir/relay-cc.log")"

@@ -1,5 +1,6 @@
-// The obx dashboard: reads the relay's JSON API (/api/status, /api/trace) and sends operator
-// actions (/api/requeue, /api/redrive) with the bearer token the operator typed in.
+// The obx dashboard: reads the relay's JSON API (/api/status, /api/trace, /api/series) and
+// sends operator actions (/api/requeue, /api/redrive, /api/resolve) with the bearer token the
+// operator typed in. The charts are drawn by uPlot (window.uPlot, vendored: /vendor/uplot.js).
 //
 // Event data (IDs, correlation IDs, aggregate IDs, reasons, broker words) is hostile input:
 // it only ever reaches the page through text nodes (el() below never parses markup), so a
@@ -110,6 +111,30 @@ async function redrive(consumer, id) {
   await refresh();
 }
 
+// An operator's same-target retry of a held UNKNOWN event (POST /api/resolve), with who and why
+// from the form above the UNKNOWN list (both required: they go into the audit row).
+async function resolveRetry(id) {
+  const who = document.getElementById("resolve-who").value.trim();
+  const reason = document.getElementById("resolve-reason").value.trim();
+  if (!who || !reason) {
+    message("resolve " + id + ": say who you are and why (the audit records both)", false);
+    return;
+  }
+  try {
+    const r = await api("/api/resolve", {event_id: id, action: "retry", who: who, reason: reason});
+    const ev = (r.events || [])[0] || {};
+    if (r.resolved === 1) message("resolve " + id + ": " + ev.result + ": " + ev.detail, true);
+    else message("resolve " + id + ": " + (ev.result || "refused") + ": " + (ev.detail || ""), false);
+  } catch (e) {
+    message("resolve " + id + ": " + e.message, false);
+  }
+  await refresh();
+}
+
+function resolveButton(id) {
+  return el("button", {class: "resolve", "data-event-id": id, type: "button", onclick: () => resolveRetry(id)}, "Resolve (retry)");
+}
+
 function requeueButton(id) {
   return el("button", {class: "requeue", "data-event-id": id, type: "button", onclick: () => requeue(id)}, "Requeue");
 }
@@ -136,6 +161,14 @@ function renderStatus(s) {
   cards.appendChild(card("oldest pending", age(s.pending.oldest_age_ms), s.pending.oldest_age_ms > 300000));
   cards.appendChild(card("UNKNOWN", s.unknown.events, s.unknown.events > 0));
   cards.appendChild(card("oldest UNKNOWN", age(s.unknown.oldest_age_ms), s.unknown.oldest_age_ms > 900000));
+  const held = s.unknown.held || 0, heldAge = s.unknown.oldest_held_age_ms || 0, heldAlert = s.unknown.held_alert_ms || 900000;
+  cards.appendChild(el("div", {class: "card" + (held ? " alert" : ""), id: "card-held"}, el("div", {class: "muted"}, "held UNKNOWN"), el("div", {class: "value"}, String(held))));
+  cards.appendChild(el("div", {class: "card" + (heldAge > heldAlert ? " alert" : ""), id: "card-held-age"}, el("div", {class: "muted"}, "oldest held"), el("div", {class: "value"}, held ? age(heldAge) : "-")));
+  // held events end only by an operator's decision: say so above everything else
+  const banner = document.getElementById("held-banner");
+  banner.hidden = !held;
+  banner.textContent = held ? held + " UNKNOWN event" + (held === 1 ? " is" : "s are") + " held for an operator, the oldest for " + age(heldAge) +
+    (heldAge > heldAlert ? " (past the alert age of " + age(heldAlert) + ")" : "") + ": resolve below or with obx resolve." : "";
   cards.appendChild(card("parked", s.states.PARKED || 0, (s.states.PARKED || 0) > 0));
   cards.appendChild(card("quarantined receipts", s.receipts.quarantined, s.receipts.quarantined > 0));
   cards.appendChild(card("duplicate receipts", s.receipts.duplicate));
@@ -145,9 +178,12 @@ function renderStatus(s) {
   const un = clear(document.getElementById("unknown"));
   if (!s.lists.unknown.length) un.appendChild(el("p", {class: "muted"}, "none"));
   for (const e of s.lists.unknown) {
-    const box = el("div", {class: "event", "data-event-id": e.event_id});
-    box.appendChild(el("div", {}, traceLink(e.event_id), " ", stateBadge(e.state), " ", e.event_type, " ", el("span", {class: "mono"}, e.aggregate),
-      " · unknown for " + age(s.generated_at - e.unknown_since) + " · next check " + when(e.next_check_at)));
+    const box = el("div", {class: "event" + (e.held_at ? " held-event" : ""), "data-event-id": e.event_id});
+    box.appendChild(el("div", {}, traceLink(e.event_id), " ", stateBadge(e.state), " ",
+      e.held_at ? el("span", {class: "held", title: "held since " + when(e.held_at)}, "HELD " + age(s.generated_at - e.held_at)) : null, e.held_at ? " " : null,
+      e.event_type, " ", el("span", {class: "mono"}, e.aggregate),
+      " · unknown for " + age(s.generated_at - e.unknown_since) + " · policy " + e.on_unknown + " · next check " + when(e.next_check_at),
+      e.held_at ? el("span", {}, " ", resolveButton(e.event_id)) : null));
     box.appendChild(table(["attempt", "gen", "state", "partition", "owner", "started", "detail"],
       e.attempts.map((a) => [el("td", {class: "mono"}, a.attempt_id), String(a.attempt_gen), stateBadge(a.state), String(a.partition), a.owner, when(a.started_at), a.detail])));
     un.appendChild(box);
@@ -186,6 +222,87 @@ async function refresh() {
     renderStatus(await api("/api/status"));
   } catch (e) {
     message("status: " + e.message, false);
+  }
+}
+
+// ---- charts (/api/series, uPlot) -------------------------------------------------------------
+
+// Each chart: series from /api/series by key, or one series per critical consumer. Colours are
+// fixed so that a screenshot can be checked (tests/e2e/test_dashboard.py).
+const CHARTS = [
+  {id: "rates", title: "Enqueued and published (events/s, whole outbox)",
+   series: [["enqueued_per_s", "enqueued/s", "#2b6cb0"], ["published_per_s", "published/s", "#2f855a"]]},
+  {id: "backlog", title: "Backlog (publish slots not yet published, not parked)",
+   series: [["backlog", "backlog", "#b7791f"]]},
+  {id: "pending-age", title: "Oldest PENDING age (s)",
+   series: [["oldest_pending_age_s", "oldest pending (s)", "#c05621"]]},
+  {id: "unknown", title: "UNKNOWN outcomes: count and oldest age (s)",
+   series: [["unknown_events", "UNKNOWN events", "#c53030"], ["oldest_unknown_age_s", "oldest UNKNOWN (s)", "#805ad5", "age"]]},
+  {id: "retries", title: "Reconciler retries (per s, this relay)",
+   series: [["retries_per_s", "retries/s", "#d53f8c"]]},
+  {id: "lag", title: "Consumer lag (events of the newest published without a receipt)", consumers: "lag_events"},
+  {id: "poison", title: "Consumer poison messages (PARKED)", consumers: "poison_parked"},
+];
+const PALETTE = ["#2b6cb0", "#2f855a", "#c05621", "#805ad5", "#d53f8c", "#319795", "#744210"];
+// the uPlot instances by chart id (also for tests and the browser console)
+window.obxCharts = {};
+const chartKeys = {};
+
+function chartSpec(c, doc) {
+  if (c.consumers)
+    return doc.consumers.map((k, i) => [k.consumer_id, k.consumer_id, PALETTE[i % PALETTE.length], null, k[c.consumers]]);
+  return c.series.map(([key, label, color, scale]) => [key, label, color, scale, doc[key]]);
+}
+
+function renderCharts(doc) {
+  const box = document.getElementById("charts");
+  window.obxSeriesInterval = doc.interval_ms;
+  document.getElementById("charts-note").textContent = "One sample every " + (doc.interval_ms / 1000) +
+    " s, the last " + age(doc.interval_ms * doc.capacity) + " (" + doc.t.length + " so far), kept by this relay since it started.";
+  for (const c of CHARTS) {
+    const spec = chartSpec(c, doc);
+    const keys = spec.map((s) => s[0]).join("\u0000");
+    let holder = document.getElementById("chart-" + c.id);
+    if (!holder) {
+      holder = el("div", {class: "chart", id: "chart-" + c.id}, el("h3", {}, c.title), el("div", {class: "plot"}));
+      box.appendChild(holder);
+    }
+    const plot = holder.querySelector(".plot");
+    if (!spec.length) {
+      if (window.obxCharts[c.id]) { window.obxCharts[c.id].destroy(); delete window.obxCharts[c.id]; }
+      clear(plot).appendChild(el("p", {class: "muted"}, "no critical consumers configured (audit.critical_consumers)"));
+      chartKeys[c.id] = keys;
+      continue;
+    }
+    const data = [doc.t, ...spec.map((s) => s[4])];
+    let u = window.obxCharts[c.id];
+    if (u && chartKeys[c.id] !== keys) { u.destroy(); u = null; }
+    if (!u) {
+      clear(plot);
+      const axes = [{}, {scale: "y", size: 56}];
+      const scales = {x: {time: true}, y: {range: (self, min, max) => [0, max > 0 ? max * 1.1 : 1]}};
+      if (spec.some((s) => s[3] === "age")) {
+        axes.push({scale: "age", side: 1, grid: {show: false}, size: 56});
+        scales.age = {range: (self, min, max) => [0, max > 0 ? max * 1.1 : 1]};
+      }
+      u = new uPlot({
+        width: Math.max(300, plot.clientWidth || holder.clientWidth - 16), height: 170,
+        scales, axes, legend: {show: true},
+        series: [{}, ...spec.map(([key, label, color, scale]) => ({label, stroke: color, width: 2, scale: scale || "y", spanGaps: false, points: {show: false}}))],
+      }, data, plot);
+      window.obxCharts[c.id] = u;
+      chartKeys[c.id] = keys;
+    } else {
+      u.setData(data);
+    }
+  }
+}
+
+async function refreshCharts() {
+  try {
+    renderCharts(await api("/api/series"));
+  } catch (e) {
+    message("charts: " + e.message, false);
   }
 }
 
@@ -246,6 +363,8 @@ document.getElementById("token-form").addEventListener("submit", (ev) => {
   document.getElementById("token-state").textContent = v ? "token set for this tab" : "token cleared";
 });
 
+document.getElementById("resolve-form").addEventListener("submit", (ev) => ev.preventDefault());
+
 document.getElementById("search-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
   const q = document.getElementById("search").value.trim();
@@ -254,3 +373,8 @@ document.getElementById("search-form").addEventListener("submit", (ev) => {
 
 refresh();
 setInterval(refresh, 5000);
+// the charts follow the relay's sampling interval (http.series_interval_ms), at most once a second
+refreshCharts().then(() => {
+  const every = Math.max(1000, Math.min(5000, (window.obxSeriesInterval || 5000)));
+  setInterval(refreshCharts, every);
+});

@@ -54,10 +54,15 @@ extern const char obx__pg_schema_v1[];
 extern const char obx__pg_schema_v2[];
 extern const char obx__pg_schema_v3[];
 extern const char obx__pg_schema_v4[];
+extern const char obx__pg_schema_v5[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
-static const char *const migrations[] = {NULL, obx__pg_schema_v1, obx__pg_schema_v2,
-                                         obx__pg_schema_v3, obx__pg_schema_v4};
+static const char *const migrations[] = {NULL,
+                                         obx__pg_schema_v1,
+                                         obx__pg_schema_v2,
+                                         obx__pg_schema_v3,
+                                         obx__pg_schema_v4,
+                                         obx__pg_schema_v5};
 
 /* Advisory lock class IDs ("OBX" and "OBY"): the two-key form keeps obx's locks apart from an
  * application's single-bigint advisory locks. */
