@@ -351,6 +351,32 @@ static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h,
         return e;
     }
     bool seen = e == OBX_OK; /* only reachable under the SKIP_INBOX_DEDUPE mutation */
+    /* A message this consumer already parked comes again when the acknowledgement of its
+     * POISONED outcome was lost (connection or channel closed before the ack): it stays parked,
+     * the handler does not run again and nothing is written. Only `obx poison redrive` runs it
+     * again (the state is then REDRIVE, not PARKED). */
+    if (!seen) {
+        obx__poison_row p;
+        e = in->s->m->poison_get(in->s, in->consumer, m->event_id, &p);
+        if (e == OBX_OK) {
+            bool parked = !strcmp(p.state, "PARKED");
+            if (parked) {
+                out->outcome = OBX_INBOX_POISONED;
+                out->ack = 1;
+                out->failures = p.failures;
+                snprintf(out->detail, sizeof out->detail, "already parked: %.200s", p.last_error);
+            }
+            free(p.payload);
+            free(p.headers_json);
+            if (parked) {
+                obx__st_rollback(in->s);
+                return OBX_OK;
+            }
+        } else if (e != OBX_ENOTFOUND) {
+            obx__st_rollback(in->s);
+            return e;
+        }
+    }
     char result[256] = "";
     obx_err he = h(user, conn, m, key, result, sizeof result);
     int64_t dur = mono_us ? mono_us() - mono_us_start : 0;

@@ -139,6 +139,9 @@ static const delivery script[] = {
     {E("007"), "{\"order\":7}", NULL, "order.created.v1", "t1", H_FAIL, "FAILED", 13},
     {E("007"), "{\"order\":7}", NULL, "order.created.v1", "t1", H_FAIL, "FAILED", 13},
     {E("007"), "{\"order\":7}", NULL, "order.created.v1", "t1", H_FAIL, "POISONED", 13},
+    /* the ack of that POISONED was lost: the broker delivers it again, and a handler that would
+     * now succeed must not run on a parked message (it ran, and applied it, before the fix) */
+    {E("007"), "{\"order\":7}", NULL, "order.created.v1", "t1", H_OK, "POISONED", 13},
     {E("008"), "{\"order\":8}", NULL, "order.created.v1", "t2", H_FAIL, "FAILED", 14},
     {E("008"), "{\"order\":8}", NULL, "order.created.v1", "t2", H_OK, "APPLIED", 14},
     {E("011"), "not json", NULL, "order.created.v1", "t1", H_POISON, "POISONED", 15},

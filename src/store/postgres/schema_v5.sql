@@ -260,6 +260,16 @@ BEGIN
         ev_attempt := headers ->> 'obx-attempt-id';
         ev_dest := headers ->> 'obx-dest-digest';
     END IF;
+    -- a message this consumer already parked comes again when the ack of its 'poisoned' was
+    -- lost: it stays parked, the handler does not run, nothing is written (as inbox.c); only a
+    -- re-drive (state REDRIVE) runs it again
+    SELECT p.failures, p.last_error INTO prev FROM obx.obx_poison p
+     WHERE p.consumer_id = consumer_id AND p.event_id = event_id AND p.state = 'PARKED';
+    IF FOUND THEN
+        RETURN QUERY SELECT 'poisoned'::text, ''::text,
+            'already parked: ' || left(prev.last_error, 200);
+        RETURN;
+    END IF;
     -- the receipt, or the one already there (a committed one, or one whose transaction this
     -- insert waited for). The placeholder duration is minus the receive time in microseconds;
     -- inbox_applied() turns it into the handler's run time.
