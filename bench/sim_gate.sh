@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/sim_gate.sh — the full release gate: one million fault-injected traces (DESIGN.md §9),
+# bench/sim_gate.sh — the full release gate: one million fault-injected traces (docs/model.md),
 # printed as the gate table with traces/s. Usage: bench/sim_gate.sh [TRACES] [JOBS] [SEED]
 set -euo pipefail
 cd "$(dirname "$0")/.."

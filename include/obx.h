@@ -273,7 +273,7 @@ OBX_API obx_err obx_requeue(obx_store *s, const char *event_id, const char *who)
 OBX_API obx_err obx_report(obx_store *s, char **out_json);
 
 /* ---------------------------------------------------------------------------------------------
- * Destination migration (DESIGN.md §6, docs/migration.md). An undelivered event moves to a new
+ * Destination migration (docs/migration.md, docs/migration.md). An undelivered event moves to a new
  * destination only with proof that the old target did not accept it: never sent, a definite
  * rejection, or an authoritative NOT_FOUND (looked up now for attempts still UNKNOWN, through
  * broker_url, which must be connected to the old target's cluster). The move is a new envelope
@@ -454,8 +454,8 @@ OBX_API obx_err obx_catalog_check(const obx_catalog_check_options *o, char **out
                                   size_t *n_findings);
 
 /* ---------------------------------------------------------------------------------------------
- * Inbox (consumer side, DESIGN.md §7). Runs inside the consumer's own database: the consume
- * receipt (unique per consumer and event), the handler's effect and the consumer watermark
+ * Inbox (consumer side, docs/protocol.md, "Inbox"). Runs inside the consumer's own database: the
+ * consume receipt (unique per consumer and event), the handler's effect and the consumer watermark
  * commit together; only then may the caller acknowledge the broker position.
  * ------------------------------------------------------------------------------------------- */
 typedef struct obx_inbox obx_inbox;
@@ -663,7 +663,7 @@ OBX_API void obx_relay_close(obx_relay *r);
 OBX_API int obx_relay_stopped(obx_relay *r);
 
 /* ---------------------------------------------------------------------------------------------
- * The three-set audit and retention (DESIGN.md §8, docs/retention.md). These read the outbox
+ * The three-set audit and retention (docs/retention.md, docs/retention.md). These read the outbox
  * (`db`), the broker (`broker`) and the critical consumers' inbox databases
  * (`audit.critical_consumers`, each "ID=URL") named by a configuration, with its audit.* and
  * retention.* keys. The configuration is borrowed for the call.
@@ -726,7 +726,7 @@ OBX_API obx_err obx_kafka_mock_start(int brokers, const char *topic, int partiti
 OBX_API void obx_kafka_mock_stop(obx_kafka_mock *m);
 
 /* ---------------------------------------------------------------------------------------------
- * The deterministic simulator and release gate (`obx sim`, DESIGN.md §9).
+ * The deterministic simulator and release gate (`obx sim`, docs/model.md).
  * ------------------------------------------------------------------------------------------- */
 typedef struct obx_sim_options {
     uint64_t seed;

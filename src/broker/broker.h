@@ -18,8 +18,9 @@
  *   UNKNOWN  it may or may not have been persisted (timeout, lost connection after the send):
  *            the reconciler resolves it.
  *
- * Lookup capability (DESIGN.md §5): AUTHORITATIVE backends can prove absence once an attempt's
- * quiet time has passed; BEST_EFFORT ones can prove presence only; NONE can prove nothing.
+ * Lookup capability (docs/protocol.md, "UNKNOWN outcomes"): AUTHORITATIVE backends can prove
+ * absence once an attempt's quiet time has passed; BEST_EFFORT ones can prove presence only; NONE
+ * can prove nothing.
  */
 #ifndef OBX_BROKER_H
 #define OBX_BROKER_H

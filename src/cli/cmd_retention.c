@@ -1,5 +1,5 @@
 /*
- * cmd_retention.c — `obx audit`, `obx purge` and `obx watermark` (DESIGN.md §8,
+ * cmd_retention.c — `obx audit`, `obx purge` and `obx watermark` (docs/retention.md,
  * docs/retention.md), on the public API only.
  *
  *   obx audit    the three-set audit; a table, or the audit document with --json; exit 0 when

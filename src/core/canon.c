@@ -1,7 +1,7 @@
 /*
  * canon.c — canonical encodings of destination.v1 and outboxEnvelope.v1 and their SHA-256
- * digests (DESIGN.md §1). This file is a compatibility contract: the PostgreSQL function
- * obx.enqueue() and any other implementation must produce the same bytes. The vectors in
+ * digests (docs/canonical-encoding.md). This file is a compatibility contract: the PostgreSQL
+ * function obx.enqueue() and any other implementation must produce the same bytes. The vectors in
  * tests/data/digest_vectors.json pin it; change them only with a new tag (".v2").
  *
  * Encoding: for the tag and then each field in the fixed order below,

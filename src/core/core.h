@@ -66,7 +66,8 @@ int64_t obx__mono_us(void);
 /* ms since the epoch as RFC 3339 UTC, "2030-01-02T03:04:05.678Z" (out: 32 bytes). */
 void obx__iso_ms(int64_t ms, char out[32]);
 
-/* ---- envelope and destination (DESIGN.md §1) --------------------------------------------- */
+/* ---- envelope and destination (docs/canonical-encoding.md)
+ * --------------------------------------------- */
 
 typedef struct obx__dest {
     char cluster[OBX_NAME_MAX + 1];
@@ -196,7 +197,8 @@ typedef struct obx__url {
 /* Parses url of kind "store" or "broker". */
 obx_err obx__url_parse(const char *url, const char *kind, obx__url *out);
 
-/* ---- the state machine (DESIGN.md §2) ------------------------------------------------------ */
+/* ---- the state machine (docs/protocol.md, "States")
+ * ------------------------------------------------------ */
 
 #define OBX__STATE_LIST(X)                                                                         \
     X(NONE, "NONE")                                                                                \
@@ -253,7 +255,7 @@ bool obx__transition_allowed(obx__state from, obx__state to, obx__actor actor);
 /* States in which the publish slot is filled. */
 bool obx__state_is_published(obx__state s);
 
-/* Attempt states (per send; DESIGN.md §3, §5). */
+/* Attempt states (per send; docs/protocol.md, "Attempts and fencing", §5). */
 #define OBX__ATTEMPT_STATE_LIST(X)                                                                 \
     X(SENDING, "SENDING")                                                                          \
     X(UNKNOWN, "UNKNOWN")                                                                          \

@@ -1,5 +1,5 @@
 /*
- * states.c — the outbox state machine of DESIGN.md §2 as data: one table of allowed
+ * states.c — the outbox state machine of docs/protocol.md, "States" as data: one table of allowed
  * (from, to, actor) transitions, naming the function that performs each. Every state change
  * in every store goes through obx__transition_allowed() before its compare-and-set, and the
  * unit tests walk the whole table and every pair outside it.
@@ -58,7 +58,8 @@ const obx__transition obx__transitions[] = {
     T(RETRY_CLAIMED, PUBLISHED, ACCEPTOR, "obx__accept_receipts", "late ACK of an older attempt"),
     /* After a blind retry, the older attempt stays UNKNOWN; if the newer one is then definitely
      * rejected the event is PENDING again (or CLAIMED, or PARKED) while the older one may still
-     * have been persisted. Its late valid ACK must reach the empty slot (DESIGN.md §4). */
+     * have been persisted. Its late valid ACK must reach the empty slot (docs/protocol.md, "The
+     * single acceptance point"). */
     T(PENDING, PUBLISHED, ACCEPTOR, "obx__accept_receipts", "late ACK of an older UNKNOWN attempt"),
     T(CLAIMED, PUBLISHED, ACCEPTOR, "obx__accept_receipts", "late ACK of an older UNKNOWN attempt"),
     T(PARKED, PUBLISHED, ACCEPTOR, "obx__accept_receipts", "late ACK of an older UNKNOWN attempt"),

@@ -16,9 +16,10 @@
  *     the differences and exports their counts (docs/migration.md).
  *
  * Work is always found by querying committed rows: a wake-up only makes the next query come
- * sooner (DESIGN.md §3). Stop: threads stop claiming, drain in-flight outcomes for up to
- * relay.drain_ms (so late ACKs reach the acceptance point), close, exit. A killed relay needs
- * no cleanup: its leases expire and another relay's sweeper and reconciler take over.
+ * sooner (docs/protocol.md, "Attempts and fencing"). Stop: threads stop claiming, drain in-flight
+ * outcomes for up to relay.drain_ms (so late ACKs reach the acceptance point), close, exit. A
+ * killed relay needs no cleanup: its leases expire and another relay's sweeper and reconciler take
+ * over.
  */
 #include "drivers/drivers.h"
 

@@ -1,5 +1,5 @@
 /*
- * sim.c — the deterministic simulator and the release gate (DESIGN.md §9): `obx sim`.
+ * sim.c — the deterministic simulator and the release gate (docs/model.md): `obx sim`.
  *
  * It runs the production engine code (the real store — SQLite in memory, or PostgreSQL with
  * --db — the real engine step functions, the real inbox) against the simulated broker
@@ -1482,7 +1482,7 @@ static int64_t consumed_at(wk *k, int i, const char *event_id) {
     return at;
 }
 
-/* Retention (DESIGN.md §8): each PURGED event was purged after its replay window, and at that
+/* Retention (docs/retention.md): each PURGED event was purged after its replay window, and at that
  * moment every consumer (all critical) had applied it and every event published before it:
  * nothing a consumer still needed lost its payload. The payload is gone, the envelope stays. */
 static void check_purges(wk *k) {
@@ -1521,7 +1521,7 @@ static void check_purges(wk *k) {
     oq_close(&p);
 }
 
-/* Migration (DESIGN.md §6): an event left a generation's destination only when that target did
+/* Migration (docs/migration.md): an event left a generation's destination only when that target did
  * not have it — so the broker's log holds no message of a generation an event migrated away
  * from (it would reach consumers from two destinations). */
 static void check_migrations(wk *k) {

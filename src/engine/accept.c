@@ -1,6 +1,7 @@
 /*
- * accept.c — accept_dispatch_receipt, the single acceptance point (DESIGN.md §4). This is the
- * only code in obx that sets PUBLISHED. One transaction per batch of receipts:
+ * accept.c — accept_dispatch_receipt, the single acceptance point (docs/protocol.md, "The single
+ * acceptance point"). This is the only code in obx that sets PUBLISHED. One transaction per batch
+ * of receipts:
  *
  *   1. lock the event rows;
  *   2. match event_id, envelope_gen, payload_digest, dest_digest;

@@ -1,5 +1,5 @@
 /*
- * audit.c — the three-set audit (DESIGN.md §8): it compares the committed outbox events, the
+ * audit.c — the three-set audit (docs/retention.md): it compares the committed outbox events, the
  * accepted publish receipts, and each critical consumer's consume receipts, and reports what
  * does not line up. Read-only: it changes nothing anywhere.
  *

@@ -1,7 +1,7 @@
 /*
- * dispatch.c — the dispatcher's steps (DESIGN.md §3): claim, register attempts (fenced by
- * claim_gen and lease), hand them to the broker, apply the broker's outcomes, sweep expired
- * SENDING leases, release claims on shutdown.
+ * dispatch.c — the dispatcher's steps (docs/protocol.md, "Attempts and fencing"): claim, register
+ * attempts (fenced by claim_gen and lease), hand them to the broker, apply the broker's outcomes,
+ * sweep expired SENDING leases, release claims on shutdown.
  *
  * Invariants kept here:
  *   1. A claim never means published: it only decides who may try to send.
@@ -174,7 +174,8 @@ static obx_err begin_tx(obx__engine *e, void *arg) {
         if (OBX__MUTANT(STALE_CLAIM_SENDS)) /* test-only bug: no fencing by claim_gen/lease */
             fenced = cur->state == OBX__ST_CLAIMED || cur->state == OBX__ST_RETRY_CLAIMED;
         if (!fenced) {
-            /* DESIGN.md §3: a stale worker may report what it saw, nothing else */
+            /* docs/protocol.md, "Attempts and fencing": a stale worker may report what it saw,
+             * nothing else */
             e->st.stale_refused++;
             obx__audit(&b.au[b.n_au++], c->now, c->actor, e->cfg.owner, cur, cur->state, cur->state,
                        "stale claim refused: held claim_gen %lld as %s, now claim_gen %lld "
@@ -251,9 +252,9 @@ obx_err obx__engine_begin_attempts(obx__engine *e, int64_t now, obx__event_row *
         goto out;
     }
     /* Choose partitions outside the transaction: a broker may need metadata (network). The
-     * first attempt's choice is recorded and pinned (DESIGN.md §1). A row whose partition
-     * cannot be chosen is not sent: its attempt is registered and ends at once — REJECT when
-     * the broker says its topic does not exist (OBX_ENOTFOUND: counts toward parking, so an
+     * first attempt's choice is recorded and pinned (docs/canonical-encoding.md). A row whose
+     * partition cannot be chosen is not sent: its attempt is registered and ends at once — REJECT
+     * when the broker says its topic does not exist (OBX_ENOTFOUND: counts toward parking, so an
      * operator sees it PARKED with the reason), NOT_SENT otherwise (transient). It must not
      * hold up the rest of the batch: a route to a missing topic once left every event of the
      * batch CLAIMED, re-claimed and failing again forever. */

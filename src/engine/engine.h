@@ -1,7 +1,7 @@
 /*
- * engine.h — the protocol as step functions over a store and a broker (DESIGN.md §2-§8).
- * No threads, no sleeps, no clock reads: every function takes `now` (ms) from its driver, so
- * the simulator runs exactly this code under a virtual clock.
+ * engine.h — the protocol as step functions over a store and a broker (docs/protocol.md,
+ * "States"-§8). No threads, no sleeps, no clock reads: every function takes `now` (ms) from its
+ * driver, so the simulator runs exactly this code under a virtual clock.
  *
  * An obx__engine is one actor's view: one store connection, one broker connection (may be
  * NULL for actors that never send), an owner name, and counters. Drivers (relay threads,
@@ -206,12 +206,11 @@ obx_err obx__reconcile_apply(obx__engine *e, int64_t now, obx__event_row *row,
 /* Operator (ops.c). */
 obx_err obx__requeue(obx__store *s, const char *event_id, const char *who, int64_t now);
 
-/* ---- retention (purge.c) and the three-set audit (audit.c), DESIGN.md §8 --------------------
- * Definitions (docs/retention.md has them with examples):
- *   critical consumer C   declared in configuration (audit.critical_consumers, "ID=URL"): its
- *                         inbox in the database at URL is evidence of what it consumed.
- *   evidence(C, E)        C's inbox holds a consume receipt for E, or E was published at or
- *                         before C's forced watermark F_C (an operator's signed-off declaration
+/* ---- retention (purge.c) and the three-set audit (audit.c), docs/retention.md
+ * -------------------- Definitions (docs/retention.md has them with examples): critical consumer C
+ * declared in configuration (audit.critical_consumers, "ID=URL"): its inbox in the database at URL
+ * is evidence of what it consumed. evidence(C, E)        C's inbox holds a consume receipt for E,
+ * or E was published at or before C's forced watermark F_C (an operator's signed-off declaration
  *                         that C needs nothing published up to then: a decommissioned or
  *                         rebuilt consumer). Offsets are never evidence: a consumer's offset
  *                         moves past events it parked as poison, and AMQP queues have none.
@@ -406,12 +405,13 @@ typedef struct obx__delivery_status {
 } obx__delivery_status;
 obx_err obx__delivery_status_of(obx__store *s, const char *event_id, obx__delivery_status *out);
 
-/* ---- destination migration (migrate.c, DESIGN.md §6) ----------------------------------------
- * Moves undelivered events to a new destination, each only with proof that the old target did
- * not accept it, or adds a delivery-set target to events (docs/migration.md). Each event is
- * its own transaction; *out lists every event's outcome; *n_refused counts refusals, and the
- * first refusal's reason (naming the blocking attempt) is the thread's error message. Lookups
- * go through e->b (may be NULL: then nothing that needs one can be proven). */
+/* ---- destination migration (migrate.c, docs/migration.md)
+ * ---------------------------------------- Moves undelivered events to a new destination, each only
+ * with proof that the old target did not accept it, or adds a delivery-set target to events
+ * (docs/migration.md). Each event is its own transaction; *out lists every event's outcome;
+ * *n_refused counts refusals, and the first refusal's reason (naming the blocking attempt) is the
+ * thread's error message. Lookups go through e->b (may be NULL: then nothing that needs one can be
+ * proven). */
 typedef struct obx__migrate_req {
     const char *const *ids; /* by event ID (or slot ID), or: */
     size_t n_ids;

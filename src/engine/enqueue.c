@@ -1,7 +1,7 @@
 /*
  * enqueue.c — the producer side: route policy generations and obx_enqueue().
  *
- * Contract of obx_enqueue (DESIGN.md §1):
+ * Contract of obx_enqueue (docs/canonical-encoding.md):
  *   1. All input is validated before anything is written; a bad field is an error naming the
  *      field and its limit, and nothing is stored.
  *   2. The destination is resolved from the current route policy generation and frozen with

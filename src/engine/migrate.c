@@ -1,5 +1,5 @@
 /*
- * migrate.c — destination migration (DESIGN.md §6) and delivery-set target addition
+ * migrate.c — destination migration (docs/migration.md) and delivery-set target addition
  * (docs/migration.md). Owns the decision whether an event may leave its frozen destination (the
  * proof that the old target did not accept it), the new envelope generation, the MIGRATION
  * receipt, and the addition of a publish slot to an event's delivery set.

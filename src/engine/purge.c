@@ -1,6 +1,6 @@
 /*
- * purge.c — retention (DESIGN.md §2, §8): PUBLISHED -> RETAINED -> PURGED, by the PURGER actor
- * (obx__purge_step, named in the transition table). Definitions in engine.h and
+ * purge.c — retention (docs/protocol.md, "States", §8): PUBLISHED -> RETAINED -> PURGED, by the
+ * PURGER actor (obx__purge_step, named in the transition table). Definitions in engine.h and
  * docs/retention.md; in short:
  *
  *   PUBLISHED --every critical consumer has evidence--> RETAINED

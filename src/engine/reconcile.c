@@ -1,5 +1,5 @@
 /*
- * reconcile.c — the reconciler (DESIGN.md §5; docs/protocol.md, "UNKNOWN outcomes"). An UNKNOWN
+ * reconcile.c — the reconciler (docs/protocol.md, "UNKNOWN outcomes"). An UNKNOWN
  * outcome is never guessed, and every one ends:
  *
  *   DISPATCH_UNKNOWN --reconcile_begin--> RECONCILING (own claim_gen + lease)

@@ -157,7 +157,7 @@ const char *obx__receipt_kind_name(obx__receipt_kind k);
 typedef enum obx__receipt_source {
     OBX__RS_BROKER,   /* the broker's confirm of a send */
     OBX__RS_LOOKUP,   /* a reconciler's lookup found the message */
-    OBX__RS_CONSUMER, /* a critical consumer's inbox row (DESIGN: consumer evidence) */
+    OBX__RS_CONSUMER, /* a critical consumer's inbox row (docs/protocol.md: consumer evidence) */
     OBX__RS_OPERATOR, /* an operator's audited `obx resolve --accept` */
     OBX__RS_COUNT
 } obx__receipt_source;
@@ -196,7 +196,8 @@ typedef struct obx__audit_row {
     char reason[OBX_TEXT_MAX + 1];
 } obx__audit_row;
 
-/* ---- consumer side (inbox, DESIGN.md §7) ------------------------------------------------- */
+/* ---- consumer side (inbox, docs/protocol.md, "Inbox")
+ * ------------------------------------------------- */
 
 typedef struct obx__inbox_row {
     char consumer_id[OBX_NAME_MAX + 1];
@@ -358,9 +359,9 @@ typedef struct obx__cluster_row {
 
 /* ---- requests ---------------------------------------------------------------------------- */
 
-/* Claim candidates (DESIGN.md §3): PENDING with available_at <= now, or CLAIMED with an
- * expired lease; oldest first; never one behind an unpublished earlier event with the same
- * order key unless its route is unordered; only the given clusters/aliases (NULL = any).
+/* Claim candidates (docs/protocol.md, "Attempts and fencing"): PENDING with available_at <= now, or
+ * CLAIMED with an expired lease; oldest first; never one behind an unpublished earlier event with
+ * the same order key unless its route is unordered; only the given clusters/aliases (NULL = any).
  * Rows are locked for the enclosing transaction (PostgreSQL: FOR UPDATE SKIP LOCKED). */
 typedef struct obx__claim_req {
     int64_t now;
@@ -391,7 +392,8 @@ typedef struct obx__select_req {
 #define OBX__LOAD_LOCK 1u
 #define OBX__LOAD_PAYLOAD 2u
 
-/* ---- retention and audit requests (DESIGN.md §8) ----------------------------------------- */
+/* ---- retention and audit requests (docs/retention.md) -----------------------------------------
+ */
 
 /* A place in publication order: events are ordered by (published_at, seq); seq breaks ties of
  * one millisecond. The forced consumer watermark and the retention cursors are such places. */
@@ -583,7 +585,7 @@ typedef struct obx__store_methods {
      * (docs/postgres.md). Runs in its own transaction or a savepoint of the caller's. */
     obx_err (*create_roles)(obx__store *s, const char *prefix);
 
-    /* ---- retention and audit (DESIGN.md §8): required, checked by the registry ---- */
+    /* ---- retention and audit (docs/retention.md): required, checked by the registry ---- */
     /* Retention candidates in publication order (obx__retention_req). PostgreSQL: one round
      * trip. */
     obx_err (*retention_candidates)(obx__store *s, const obx__retention_req *req, obx__rows *out);

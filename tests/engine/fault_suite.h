@@ -1,5 +1,5 @@
 /*
- * fault_suite.h — the engine's fault tests (DESIGN.md §9), run on every store backend with the
+ * fault_suite.h — the engine's fault tests (docs/model.md), run on every store backend with the
  * local log broker and its fault knobs, under a virtual clock.
  */
 #ifndef OBX_TEST_FAULT_SUITE_H

@@ -1,6 +1,6 @@
 /*
  * migration_suite.c — destination migration, delivery sets, shadow mode and scoped takeover
- * (DESIGN.md §6, docs/migration.md) at the engine level, on every store backend: real store
+ * (docs/migration.md, docs/migration.md) at the engine level, on every store backend: real store
  * (from the factory), real local log brokers (clusters "local" and "eu") with fault knobs,
  * virtual clock. Each test asserts the end state, the receipts, the audit rows and what the
  * brokers hold.

@@ -1,5 +1,5 @@
 /*
- * retention_suite.c — the three-set audit and retention (DESIGN.md §8) on every store backend.
+ * retention_suite.c — the three-set audit and retention (docs/retention.md) on every store backend.
  *
  * Each audit finding is produced on purpose and detected (PENDING past its age, PUBLISHED not
  * consumed by a critical consumer, a message on the broker the outbox never committed, UNKNOWN

@@ -1,5 +1,5 @@
 /*
- * retention_suite.h — the three-set audit and retention (DESIGN.md §8) on a store backend: the
+ * retention_suite.h — the three-set audit and retention (docs/retention.md) on a store backend: the
  * outbox and the critical consumers' databases all come from the backend's factory, the broker
  * is the local log broker, the clock is virtual.
  */

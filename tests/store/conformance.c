@@ -868,7 +868,8 @@ static void test_inbox_tables(void **state) {
     OK(c->s->m->consume_audit_put(c->s, &ca, 1));
 }
 
-/* ---- retention and audit methods (DESIGN.md §8) --------------------------------------------- */
+/* ---- retention and audit methods (docs/retention.md)
+ * --------------------------------------------- */
 
 /* Moves an event to `st` behind the protocol's back (the store does not judge transitions: the
  * engine does), with the times the retention and audit queries look at. */

@@ -102,7 +102,7 @@ END $$;
 
 CREATE TRIGGER obx_envelope_frozen BEFORE UPDATE ON obx.obx_envelope
     FOR EACH ROW EXECUTE FUNCTION obx._envelope_frozen();
--- A further envelope generation (destination migration, DESIGN.md §6) changes where an event
+-- A further envelope generation (destination migration, docs/migration.md) changes where an event
 -- goes, never what it is: every envelope field of generation 1 is kept, the payload included.
 -- Without this, a role allowed to insert generations (the relay) could re-point an event at a
 -- forged payload — a rewrite in all but name.
@@ -284,7 +284,7 @@ CREATE TABLE obx.obx_counter (
     value BIGINT NOT NULL
 );
 
--- Consumer side (the inbox, DESIGN.md §7). These tables live in the consumer's database,
+-- Consumer side (the inbox, docs/protocol.md, "Inbox"). These tables live in the consumer's database,
 -- which may or may not be the outbox database.
 CREATE TABLE obx.obx_inbox (
     consumer_id    TEXT NOT NULL,

@@ -236,7 +236,7 @@ CREATE TABLE obx_counter (
     value INTEGER NOT NULL
 );
 
--- Consumer side (the inbox, DESIGN.md §7). These tables live in the consumer's database,
+-- Consumer side (the inbox, docs/protocol.md, "Inbox"). These tables live in the consumer's database,
 -- which may or may not be the outbox database.
 CREATE TABLE obx_inbox (
     consumer_id    TEXT NOT NULL,

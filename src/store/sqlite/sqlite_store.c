@@ -1913,7 +1913,8 @@ static obx_err sq_consume_audit_put(obx__store *base, const obx__consume_audit_r
     return OBX_OK;
 }
 
-/* ---- retention and audit (DESIGN.md §8) ------------------------------------------------------ */
+/* ---- retention and audit (docs/retention.md)
+ * ------------------------------------------------------ */
 
 static obx_err sq_retention_candidates(obx__store *base, const obx__retention_req *req,
                                        obx__rows *out) {
