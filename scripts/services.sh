@@ -123,6 +123,17 @@ amqp_node_stop() {
   [[ -d $dir ]] || return 0
   amqp_env
   HOME=$HOME_RABBIT timeout 30 /usr/lib/rabbitmq/bin/rabbitmqctl shutdown >/dev/null 2>&1 || true
+  # A shutdown that failed or timed out (a loaded machine; a node restarted by the chaos soak
+  # while an earlier start was still booting) must not leave a node behind: it keeps the ports,
+  # and the next node on them never starts. Every node of this instance runs with its files
+  # under $dir, so its Erlang VM is found by that path.
+  local i
+  for ((i = 0; i < 50; i++)); do
+    pgrep -f "beam.smp.*$dir/" >/dev/null || return 0
+    ((i == 20)) && pkill -9 -f "beam.smp.*$dir/"
+    sleep 0.2
+  done
+  echo "services: a RabbitMQ node under $dir would not exit" >&2
 }
 
 amqp_start() {
