@@ -939,6 +939,21 @@ static void test_audit_stream(void **st) {
     admin_delete(x, "%s");
 }
 
+/* Commits one order event (tenant t1, version 1, payload "{}") and copies its ID to id. */
+static void enqueue_order(obx__store *s, const char *type, const char *aggregate_id, int64_t now,
+                          char id[OBX_EVENT_ID_LEN + 1]) {
+    obx_event ev = {.event_type = type,
+                    .aggregate_type = "order",
+                    .aggregate_id = aggregate_id,
+                    .aggregate_version = 1,
+                    .tenant = "t1",
+                    .payload = "{}",
+                    .payload_len = 2};
+    obx_enqueue_result er;
+    OK(obx__enqueue_at(s, &ev, now, NULL, &er));
+    strcpy(id, er.event_id);
+}
+
 /* One event through the engine on the real node, whose confirm is lost (the publishing
  * connection is closed before its confirm is read), swept to UNKNOWN and then reconciled with a
  * lookup in the audit stream. Returns the event's state; *receipt_src gets the primary
@@ -962,16 +977,7 @@ static obx__state stream_reconcile(const char *url, const char *topic, const cha
     obx__broker *b = open_url(url), *b2 = open_url(url);
     char ids[2][OBX_EVENT_ID_LEN + 1];
     for (int i = 0; i <= fill_first; i++) {
-        obx_event ev = {.event_type = "order.created.v1",
-                        .aggregate_type = "order",
-                        .aggregate_id = i ? "o-2" : "o-1",
-                        .aggregate_version = 1,
-                        .tenant = "t1",
-                        .payload = "{}",
-                        .payload_len = 2};
-        obx_enqueue_result er;
-        OK(obx__enqueue_at(s, &ev, now, NULL, &er));
-        strcpy(ids[i], er.event_id);
+        enqueue_order(s, "order.created.v1", i ? "o-2" : "o-1", now, ids[i]);
         obx__engine d;
         strcpy(c.owner, "relay-a");
         OK(obx__engine_init(&d, s, b, &c));
@@ -1096,18 +1102,7 @@ static void test_contract_honoured_or_parked(void **st) {
     OK(obx__route_set_at(s, &r1, now, NULL)); /* nobody registered the cluster: accepted */
     const char *types[] = {"order.created.v1", "payment.captured.v1"};
     char ids[2][OBX_EVENT_ID_LEN + 1];
-    for (int i = 0; i < 2; i++) {
-        obx_event ev = {.event_type = types[i],
-                        .aggregate_type = "order",
-                        .aggregate_id = i ? "o-2" : "o-1",
-                        .aggregate_version = 1,
-                        .tenant = "t1",
-                        .payload = "{}",
-                        .payload_len = 2};
-        obx_enqueue_result er;
-        OK(obx__enqueue_at(s, &ev, now, NULL, &er));
-        strcpy(ids[i], er.event_id);
-    }
+    for (int i = 0; i < 2; i++) enqueue_order(s, types[i], i ? "o-2" : "o-1", now, ids[i]);
     obx__broker *b = open_url(url);
     obx__engine d;
     obx__engine_cfg c;
