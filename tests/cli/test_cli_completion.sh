@@ -14,7 +14,7 @@ fail() {
 "$obx" completion bash | cmp -s - "$file" || fail "$file is not \`obx completion bash\`"
 # shellcheck source=/dev/null
 source "$file"
-complete -p obx | grep -q -- "-F _obx obx" || fail "sourcing $file registers no completion for obx"
+grep -q -- "-F _obx obx" <<<"$(complete -p obx)" || fail "sourcing $file registers no completion for obx"
 
 # what bash offers for the command line "$@" (the last word is the one being completed)
 comp() {

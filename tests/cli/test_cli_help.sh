@@ -56,8 +56,8 @@ for c in "${cmds[@]}"; do
   "$obx" "$c" --help >"$h" || fail "obx $c --help: exit status $?"
   "$obx" "$c" -h | cmp -s - "$h" || fail "obx $c -h differs from --help"
   "$obx" help "$c" | cmp -s - "$h" || fail "obx help $c differs from obx $c --help"
-  head -1 "$h" | grep -Eq "^usage: obx $c( |$)" || fail "obx $c --help does not start with its usage"
-  awk '/^examples:/ {on = 1; next} on' "$h" | grep -Eq "^  (.*\| )?obx $c( |$)" ||
+  grep -Eq "^usage: obx $c( |$)" <<<"$(head -1 "$h")" || fail "obx $c --help does not start with its usage"
+  grep -Eq "^  (.*\| )?obx $c( |$)" <<<"$(awk '/^examples:/ {on = 1; next} on' "$h")" ||
     [[ $c == completion ]] || fail "obx $c --help has no example running obx $c"
 
   # the code's view: getopt tables of the command and of each subcommand in its synopsis

@@ -225,7 +225,7 @@ bad=$(cat "$T/bad.id") fails=$(cat "$T/fails.id") hangs=$(cat "$T/hangs.id")
   fail "exit 65 was retried: $(q "SELECT outcome FROM obx_consume_audit WHERE event_id = '$bad'")"
 [[ $(q "SELECT last_error FROM obx_poison WHERE event_id = '$fails'") == "2 handler failures, last: handler failed: OBX_EHANDLER: exit 3: downstream refuses o-fails" ]] ||
   fail "exit 3 is retried, then parked: $(q "SELECT last_error FROM obx_poison WHERE event_id = '$fails'")"
-q "SELECT last_error FROM obx_poison WHERE event_id = '$hangs'" | grep -q "timed out after 1500 ms (killed)" ||
+grep -q "timed out after 1500 ms (killed)" <<<"$(q "SELECT last_error FROM obx_poison WHERE event_id = '$hangs'")" ||
   fail "a hanging command is killed: $(q "SELECT last_error FROM obx_poison WHERE event_id = '$hangs'")"
 echo "ok: exit 65 parked at once, exit 3 parked after 2 failures, a hang killed after 1.5 s"
 # nothing is left unacknowledged: a fresh consumer on the broker itself gets nothing

@@ -129,7 +129,7 @@ pid=$(cat "$dir/poison.id")
   fail "REDRIVE not visible"
 [[ $(code -X POST -H "Authorization: Bearer $token" "$base/api/redrive" \
   -d "{\"consumer\":\"proj\",\"event_id\":\"$pid\"}") == 409 ]] || fail "second re-drive not refused"
-"$OBX" poison list --consumer-db "$cdb" --consumer proj | grep -q '"state": "REDRIVE"' ||
+grep -q '"state": "REDRIVE"' <<<"$("$OBX" poison list --consumer-db "$cdb" --consumer proj)" ||
   fail "poison list after the re-drive"
 
 # the exposition is well formed: every sample belongs to a family with HELP and TYPE, no

@@ -22,7 +22,7 @@ fail() {
   exit 1
 }
 [[ $(id -u) -eq 0 ]] || fail "needs root (dpkg -i)"
-if dpkg-query -W -f='${Status}' obx 2>/dev/null | grep -q installed; then fail "package obx already installed"; fi
+if grep -q installed <<<"$(dpkg-query -W -f='${Status}' obx 2>/dev/null)"; then fail "package obx already installed"; fi
 getent passwd obx >/dev/null && fail "a user obx exists already"
 [[ ! -e /etc/obx && ! -e /var/lib/obx ]] || fail "/etc/obx or /var/lib/obx exists already"
 if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then fail "port $port is taken"; fi
@@ -46,13 +46,13 @@ echo "== build the package (scripts/package.sh)"
 deb=$("$src/scripts/package.sh" "$work/build" 2>"$work/package.log" | tail -1) ||
   { tail -30 "$work/package.log"; fail "scripts/package.sh"; }
 [[ -f $deb ]] || fail "no .deb: '$deb'"
-dpkg-deb -f "$deb" Depends | grep -q libsqlite3 || fail "the package does not depend on libsqlite3"
+grep -q libsqlite3 <<<"$(dpkg-deb -f "$deb" Depends)" || fail "the package does not depend on libsqlite3"
 
 echo "== dpkg -i $(basename "$deb")"
 installed=1
 dpkg -i "$deb" >"$work/install.log" 2>&1 || { cat "$work/install.log"; fail "dpkg -i"; }
 [[ $(/usr/bin/obx --version) == "obx $version" ]] || fail "/usr/bin/obx --version: $(/usr/bin/obx --version)"
-/usr/bin/obx relay --help | grep -q -- "--http ADDR:PORT" || fail "installed obx relay --help"
+grep -q -- "--http ADDR:PORT" <<<"$(/usr/bin/obx relay --help)" || fail "installed obx relay --help"
 [[ -f /usr/share/man/man1/obx.1 ]] || fail "no man page"
 [[ -f /usr/share/bash-completion/completions/obx ]] || fail "no bash completion"
 [[ $(pkg-config --modversion obx) == "$version" ]] || fail "pkg-config --modversion obx"
@@ -110,7 +110,7 @@ id=$(echo '{"order":"o-1"}' | as_obx /usr/bin/obx enqueue --db "$db" --type orde
 [[ -n $id ]] || fail "enqueue gave no event ID"
 published=0
 for _ in $(seq 100); do
-  as_obx /usr/bin/obx inspect "$id" --db "$db" | grep -q PUBLISHED && { published=1; break; }
+  grep -q PUBLISHED <<<"$(as_obx /usr/bin/obx inspect "$id" --db "$db")" && { published=1; break; }
   sleep 0.2
 done
 ((published)) || { cat "$work/relay.log"; fail "the relay did not publish $id"; }
@@ -132,7 +132,7 @@ echo "== dpkg --purge obx"
 dpkg-query -L obx | while read -r f; do [[ -d $f ]] || echo "$f"; done >"$work/files"
 dpkg --purge obx >"$work/purge.log" 2>&1 || { cat "$work/purge.log"; fail "dpkg --purge"; }
 installed=0
-if dpkg-query -W -f='${Status}' obx 2>/dev/null | grep -q installed; then fail "still installed"; fi
+if grep -q installed <<<"$(dpkg-query -W -f='${Status}' obx 2>/dev/null)"; then fail "still installed"; fi
 while read -r f; do [[ ! -e $f && ! -L $f ]] || fail "$f is left after purge"; done <"$work/files"
 [[ ! -e /etc/obx ]] || fail "/etc/obx is left: $(ls -A /etc/obx)"
 getent passwd obx >/dev/null && fail "user obx is left"

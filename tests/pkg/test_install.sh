@@ -25,7 +25,7 @@ cmake -S "$src/tests/pkg/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$roo
   >"$work/consumer-configure.log" 2>&1 || { cat "$work/consumer-configure.log"; echo "FAIL: find_package(obx)"; exit 1; }
 cmake --build "$work/consumer" >"$work/consumer-build.log" 2>&1 ||
   { cat "$work/consumer-build.log"; echo "FAIL: building against obx::obx"; exit 1; }
-ldd "$work/consumer/obx_consumer" | grep -q "$root/lib.*/libobx.so" ||
+grep -q "$root/lib.*/libobx.so" <<<"$(ldd "$work/consumer/obx_consumer")" ||
   { ldd "$work/consumer/obx_consumer"; echo "FAIL: the consumer does not use the installed libobx.so"; exit 1; }
 out=$("$work/consumer/obx_consumer" "$work/shared.db")
 [[ $out =~ ^$version\ $version\ evt-[0-9A-Z]{26}\ PENDING$ ]] || { echo "FAIL: consumer said '$out'"; exit 1; }
@@ -45,7 +45,7 @@ private=$(sed -n 's/^Libs.private: //p' "$pc/obx.pc")
 cc -o "$work/static" "$src/tests/pkg/consumer/main.c" $cflags "$libdir/libobx.a" \
   $(pkg-config --libs $requires) $private ||
   { echo "FAIL: static link with obx.pc's Requires.private ($requires) and Libs.private ($private)"; exit 1; }
-if ldd "$work/static" | grep -q libobx; then echo "FAIL: the static program loads libobx.so"; exit 1; fi
+if grep -q libobx <<<"$(ldd "$work/static")"; then echo "FAIL: the static program loads libobx.so"; exit 1; fi
 out=$("$work/static" "$work/static.db")
 [[ $out =~ ^$version\ $version\ evt-[0-9A-Z]{26}\ PENDING$ ]] || { echo "FAIL: static program said '$out'"; exit 1; }
 echo "PASS: installed header, find_package(obx) and pkg-config --static work from $prefix"

@@ -19,7 +19,7 @@ cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTI
 cmake --build "$work/build" -j2 --target obx obx_shared >"$work/build.log" 2>&1 ||
   { grep -E "error|Error" "$work/build.log" | head -30; echo "FAIL: build with OBX_WITH_$backend=OFF"; exit 1; }
 obx=$work/build/obx
-if ldd "$work/build/libobx.so" "$obx" | grep -q "$lib"; then
+if grep -q "$lib" <<<"$(ldd "$work/build/libobx.so" "$obx")"; then
   echo "FAIL: OBX_WITH_$backend=OFF still links $lib"; exit 1
 fi
 "$obx" init --db "sqlite:$work/o.db" >/dev/null

@@ -13,5 +13,5 @@ for f in uPlot.iife.min.js uPlot.min.css LICENSE; do
   got=$(sha256sum "$dir/$f" | cut -d' ' -f1)
   [[ -n $want && $got == "$want" ]] || { echo "FAIL: $f sha256 $got, pinned '$want'"; exit 1; }
 done
-head -c 80 "$dir/uPlot.iife.min.js" | grep -q "uPlot (v$version)" || { echo "FAIL: uPlot.iife.min.js is not v$version"; exit 1; }
+grep -q "uPlot (v$version)" <<<"$(head -c 80 "$dir/uPlot.iife.min.js")" || { echo "FAIL: uPlot.iife.min.js is not v$version"; exit 1; }
 echo "ok: vendored uPlot $version matches its pinned sums"
