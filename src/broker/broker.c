@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <openssl/crypto.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,6 +144,35 @@ static obx_err open_expanded(const char *url, const char *x, const char *const *
     }
     return OBX_OK;
 }
+
+/* every method has one entry in the lists of broker.h: a method added to the struct without
+ * a wrapper changes its size and stops the build here */
+#define ONE_(...) +1
+enum { N_METHODS_ = 0 OBX__BROKER_CONSUME(ONE_) OBX__BROKER_CUSTOM(ONE_) };
+_Static_assert(sizeof(obx__broker_methods) ==
+                   offsetof(obx__broker_methods, open) + N_METHODS_ * sizeof(void (*)(void)),
+               "every broker method needs an entry in OBX__BROKER_CONSUME/CUSTOM");
+
+#define CONSUME_(name, params, args)                                                               \
+    obx_err obx__br_##name params {                                                                \
+        if (!b) return obx__fail(OBX_EINTERNAL, #name ": broker NULL");                            \
+        obx_err e = fault(#name);                                                                  \
+        if (e) return e;                                                                           \
+        if (!(obx__br_caps(b) & OBX__BCAP_CONSUME) || !b->m->name)                                 \
+            return obx__fail(OBX_EUNSUPPORTED, "broker %s has no consumer side (" #name ")",       \
+                             obx__br_name(b));                                                     \
+        return b->m->name args;                                                                    \
+    }
+OBX__BROKER_CONSUME(CONSUME_)
+#undef CONSUME_
+
+bool obx__br_has_consume_release(const obx__broker *b) { return b && b->m->consume_release; }
+
+const char *obx__br_name(const obx__broker *b) { return b ? b->m->name : "?"; }
+
+size_t obx__br_in_flight(obx__broker *b) { return b->m->in_flight(b); }
+
+int64_t obx__br_quiet_time_ms(obx__broker *b) { return b->m->quiet_time_ms(b); }
 
 void obx__br_close(obx__broker *b) {
     if (b) b->m->close(b);

@@ -255,7 +255,48 @@ obx_err obx__headers_parse(obx__header_get_fn get, void *user, obx__delivery *d)
 uint32_t obx__murmur2(const void *key, size_t len);
 int32_t obx__partition(const char *algorithm, const char *key, int32_t n_partitions);
 
-/* ---- wrappers: the engine's only way in ---------------------------------------------------- */
+/* ---- wrappers: the engine's only way in ----------------------------------------------------
+ * Every method of obx__broker_methods has one entry in the lists below (a static assertion in
+ * broker.c checks the count against the struct). Nothing outside broker.c calls through
+ * `->m->` (the `check` target fails on it): every call counts for fault injection.
+ * OBX__BROKER_CONSUME: X(name, params, args): the consumer side (OBX__BCAP_CONSUME);
+ * obx__br_<name> counts the call and returns OBX_EUNSUPPORTED when this handle has no consumer
+ * side or the backend lacks the method, else b->m->name(args).
+ * OBX__BROKER_CUSTOM: X(name): wrappers written by hand in broker.c, declared below. */
+#define OBX__BROKER_CONSUME(X)                                                                     \
+    X(consume_open, (obx__broker * b, const char *group, const char *const *topics, size_t n),     \
+      (b, group, topics, n))                                                                       \
+    X(consume_poll, (obx__broker * b, int timeout_ms, obx__delivery *out, size_t cap, size_t *n),  \
+      (b, timeout_ms, out, cap, n))                                                                \
+    X(consume_ack, (obx__broker * b, const obx__delivery *d), (b, d))                              \
+    X(consume_redeliver, (obx__broker * b, const obx__delivery *d), (b, d))                        \
+    X(consume_release, (obx__broker * b, const obx__delivery *d, bool requeue), (b, d, requeue))
+
+#define OBX__BROKER_CUSTOM(X)                                                                      \
+    X(open)                                                                                        \
+    X(close)                                                                                       \
+    X(cluster_id)                                                                                  \
+    X(partition_for)                                                                               \
+    X(send)                                                                                        \
+    X(poll)                                                                                        \
+    X(in_flight)                                                                                   \
+    X(lookup)                                                                                      \
+    X(quiet_time_ms)                                                                               \
+    X(scan)                                                                                        \
+    X(caps_of)                                                                                     \
+    X(contract)
+
+#define OBX__BR_DECLARE(name, params, args) obx_err obx__br_##name params;
+OBX__BROKER_CONSUME(OBX__BR_DECLARE)
+#undef OBX__BR_DECLARE
+/* whether the backend has consume_release (per-message nack) */
+bool obx__br_has_consume_release(const obx__broker *b);
+/* the backend's name ("log", "kafka", "amqp", "sim") */
+const char *obx__br_name(const obx__broker *b);
+/* Messages sent whose outcome poll has not returned yet. */
+size_t obx__br_in_flight(obx__broker *b);
+/* The backend's quiet time (ms) of an attempt: after it, no late append can appear. */
+int64_t obx__br_quiet_time_ms(obx__broker *b);
 obx_err obx__br_open(const char *url, const char *const *props, size_t n_props, obx__broker **out);
 void obx__br_close(obx__broker *b);
 obx_err obx__br_cluster_id(obx__broker *b, char *out, size_t cap);

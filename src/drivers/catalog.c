@@ -438,7 +438,7 @@ static obx_err load_consumer_db(model *m, const char *decl) {
     obx__watermark_row *w = NULL;
     size_t n = 0;
     if (!(e = obx__consumer_open(&cs, 0)))
-        e = cs.v[0].s->m->watermark_list(cs.v[0].s, cs.v[0].id, &w, &n);
+        e = obx__st_watermark_list(cs.v[0].s, cs.v[0].id, &w, &n);
     char source[1100];
     snprintf(source, sizeof source, "watermarks in %s", cs.v[0].url_redacted);
     consumer *c = e ? NULL : add_consumer(m, cs.v[0].id, source, 0);
@@ -516,7 +516,7 @@ static obx_err check_routes(model *m, obx_store *s, const name_list *all_topics,
                             const name_list *all_types, size_t *n_routes) {
     obx__route_row *r = NULL;
     size_t n = 0;
-    obx_err e = s->m->route_list(s, false, &r, &n);
+    obx_err e = obx__st_route_list(s, false, &r, &n);
     if (e) return e;
     *n_routes = n;
     name_list routed = {0};

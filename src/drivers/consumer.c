@@ -39,11 +39,11 @@ obx_err obx_consumer_open(obx_store *db, void *conn, const obx_consumer_options 
     c->max_batch = o->max_batch ? o->max_batch : 64;
     obx_err e = obx_inbox_open(db, &o->inbox, &c->in);
     if (!e) e = obx__br_open(o->broker_url, o->broker_props, o->n_broker_props, &c->b);
-    if (!e && !(c->b->m->caps & OBX__BCAP_CONSUME))
-        e = obx__fail(OBX_EUNSUPPORTED, "broker %s has no consumer side", c->b->m->name);
+    if (!e && !(obx__br_caps(c->b) & OBX__BCAP_CONSUME))
+        e = obx__fail(OBX_EUNSUPPORTED, "broker %s has no consumer side", obx__br_name(c->b));
     if (!e)
-        e = c->b->m->consume_open(c->b, o->group ? o->group : o->inbox.consumer_id, o->topics,
-                                  o->n_topics);
+        e = obx__br_consume_open(c->b, o->group ? o->group : o->inbox.consumer_id, o->topics,
+                                 o->n_topics);
     if (e) {
         obx_consumer_close(c);
         return e;
@@ -69,10 +69,10 @@ static void count(obx_consumer_counts *k, obx_inbox_outcome o) {
 static obx_err redrive(obx_consumer *c, obx_consumer_counts *k) {
     obx__poison_row *rows = NULL;
     size_t n = 0;
-    obx_err e = c->db->m->poison_list(c->db, c->consumer, "REDRIVE", &rows, &n);
+    obx_err e = obx__st_poison_list(c->db, c->consumer, "REDRIVE", &rows, &n);
     for (size_t i = 0; !e && i < n; i++) {
         obx__poison_row p;
-        if ((e = c->db->m->poison_get(c->db, c->consumer, rows[i].event_id, &p))) break;
+        if ((e = obx__st_poison_get(c->db, c->consumer, rows[i].event_id, &p))) break;
         json_t *hj = json_loads(p.headers_json ? p.headers_json : "{}", 0, NULL);
 #define HS(k) json_string_value(json_object_get(hj, k))
         obx_message m = {
@@ -100,7 +100,7 @@ static obx_err redrive(obx_consumer *c, obx_consumer_counts *k) {
         e = obx__inbox_process_at(c->in, &m, c->h, c->user, c->conn, obx__wall_ms(), mono_us(),
                                   mono_us, &r);
         if (!e && (r.outcome == OBX_INBOX_APPLIED || r.outcome == OBX_INBOX_DUPLICATE)) {
-            e = c->db->m->poison_set_state(c->db, c->consumer, p.event_id, "DONE", obx__wall_ms());
+            e = obx__st_poison_set_state(c->db, c->consumer, p.event_id, "DONE", obx__wall_ms());
             if (k) k->redriven++;
         }
         if (!e) count(k, r.outcome);
@@ -120,7 +120,7 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
     obx__delivery *d = calloc(c->max_batch, sizeof *d);
     if (!d) return obx__fail(OBX_ENOMEM, "consumer: out of memory");
     size_t n = 0;
-    e = c->b->m->consume_poll(c->b, timeout_ms, d, c->max_batch, &n);
+    e = obx__br_consume_poll(c->b, timeout_ms, d, c->max_batch, &n);
     size_t i = 0;
     bool failed = false;
     for (; !e && i < n; i++) {
@@ -152,7 +152,7 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
         if (e) break;
         count(k, r.outcome);
         if (r.ack)
-            e = c->b->m->consume_ack(c->b, &d[i]);
+            e = obx__br_consume_ack(c->b, &d[i]);
         else {
             /* a failed handler: stop this batch here so that order is kept; the message and
              * everything after it come again (positions were not acknowledged) */
@@ -177,7 +177,7 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
             for (size_t k2 = i; k2 < j; k2++)
                 if (d[k2].partition == d[j].partition && !strcmp(d[k2].topic, d[j].topic))
                     first = false;
-            if (first) re = c->b->m->consume_redeliver(c->b, &d[j]);
+            if (first) re = obx__br_consume_redeliver(c->b, &d[j]);
         }
         if (!e) e = re;
     }

@@ -205,7 +205,7 @@ static enum MHD_Result readyz(http *h, struct MHD_Connection *c) {
     int found = 0;
     obx_err e = obx__relay_stopping(h->r) ? obx__fail(OBX_ESTOPPED, "the relay is stopping")
                                           : store_of(h, &s);
-    if (!e) e = s->m->schema_version(s, &found);
+    if (!e) e = obx__st_schema_version(s, &found);
     if (!e && found != OBX__SCHEMA_VERSION)
         e = obx__fail(OBX_ESCHEMA, "schema version %d, need %d", found, OBX__SCHEMA_VERSION);
     else if (e && h->s)

@@ -152,7 +152,7 @@ obx__stats_cache *obx__metrics_stats(obx__metrics *m) { return &m->stats; }
 /* ---- sections ------------------------------------------------------------------------------- */
 
 typedef struct scrape {
-    obx__metrics *m;
+    obx__metrics *mx; /* the registry (not a backend: named apart from vtable calls) */
     obx_relay *r;
     obx__store *s;
     bool store_ok;
@@ -166,7 +166,7 @@ static void sec_outbox(scrape *x, obx__buf *b) {
     sample(b, "obx_up", NULL, NULL, x->store_ok);
     family(b, "obx_scrape_duration_seconds", "gauge",
            "Time this relay took to produce its previous /metrics answer");
-    sample(b, "obx_scrape_duration_seconds", NULL, NULL, x->m->last_scrape_s);
+    sample(b, "obx_scrape_duration_seconds", NULL, NULL, x->mx->last_scrape_s);
     if (!x->store_ok) return;
     const obx__store_stats *st = &x->st;
     family(b, "obx_stats_age_seconds", "gauge",
@@ -302,13 +302,13 @@ static obx_err consumer_cursor(obx__store *cdb, const char *id, consumer_metrics
     obx_err e;
     if (!cm->started) {
         /* start at the newest row: counters and the histogram cover what happens from now */
-        if ((e = cdb->m->consume_audit_list(cdb, id, NULL, -1, 1, &rows, &n))) return e;
+        if ((e = obx__st_consume_audit_list(cdb, id, NULL, -1, 1, &rows, &n))) return e;
         cm->cursor = n ? rows[0].id : 0;
         cm->started = true;
         free(rows);
         return OBX_OK;
     }
-    if ((e = cdb->m->consume_audit_list(cdb, id, NULL, cm->cursor, CURSOR_PAGE, &rows, &n)))
+    if ((e = obx__st_consume_audit_list(cdb, id, NULL, cm->cursor, CURSOR_PAGE, &rows, &n)))
         return e;
     for (size_t i = 0; i < n; i++) {
         size_t k = 0;
@@ -322,12 +322,12 @@ static obx_err consumer_cursor(obx__store *cdb, const char *id, consumer_metrics
 }
 
 static void sec_consumers(scrape *x, obx__buf *b) {
-    obx__consumer_set *cs = x->m->cs;
+    obx__consumer_set *cs = x->mx->cs;
     if (!cs->n) return;
     obx__published_ref *recent = NULL;
     size_t n_recent = 0;
     bool window = x->store_ok &&
-                  x->s->m->recent_published(x->s, OBX__LAG_WINDOW, &recent, &n_recent) == OBX_OK;
+                  obx__st_recent_published(x->s, OBX__LAG_WINDOW, &recent, &n_recent) == OBX_OK;
     typedef struct {
         bool up;
         obx__consumer_lag lag;
@@ -344,13 +344,13 @@ static void sec_consumers(scrape *x, obx__buf *b) {
         if (!e && window) e = obx__consumer_lag_of(c->s, c->id, recent, n_recent, &v[i].lag);
         obx__poison_row *pr = NULL;
         size_t np = 0;
-        if (!e) e = c->s->m->poison_list(c->s, c->id, NULL, &pr, &np);
+        if (!e) e = obx__st_poison_list(c->s, c->id, NULL, &pr, &np);
         for (size_t k = 0; !e && k < np; k++) {
             if (!strcmp(pr[k].state, "PARKED")) v[i].parked++;
             if (!strcmp(pr[k].state, "REDRIVE")) v[i].redrive++;
         }
         obx__poison_rows_free(pr, np);
-        if (!e) e = consumer_cursor(c->s, c->id, &x->m->c[i]);
+        if (!e) e = consumer_cursor(c->s, c->id, &x->mx->c[i]);
         if (e && c->s) obx__consumer_drop(cs, i, e);
         v[i].up = !e;
     }
@@ -405,13 +405,13 @@ static void sec_consumers(scrape *x, obx__buf *b) {
             obx__buf_puts(b, "obx_consumer_messages_total{consumer=\"");
             label(b, cs->v[i].id);
             obx__buf_printf(b, "\",outcome=\"%s\"} %lld\n", k < N_OUTCOMES ? outcomes[k] : "OTHER",
-                            (long long)x->m->c[i].outcome[k]);
+                            (long long)x->mx->c[i].outcome[k]);
         }
     family(b, "obx_consumer_handler_duration_seconds", "histogram",
            "Handler run time of applied deliveries (from the consumer's consume audit)");
     for (size_t i = 0; i < cs->n; i++)
         hist(b, "obx_consumer_handler_duration_seconds", "consumer", cs->v[i].id,
-             &x->m->c[i].handler);
+             &x->mx->c[i].handler);
     free(v);
 }
 
@@ -441,7 +441,7 @@ static void (*const sections[])(scrape *, obx__buf *) = {sec_outbox, sec_relay, 
 obx_err obx__metrics_render(obx__metrics *m, obx_relay *r, obx__store *s, obx__buf *out) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    scrape x = {.m = m, .r = r, .s = s, .now = obx__wall_ms()};
+    scrape x = {.mx = m, .r = r, .s = s, .now = obx__wall_ms()};
     obx_err e = s ? obx__stats_get(&m->stats, s, &x.st, &x.stats_age_ms) : OBX_ESTORE;
     x.store_ok = !e;
     for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) sections[i](&x, out);

@@ -87,7 +87,7 @@ obx_err obx__consumer_open(obx__consumer_set *cs, size_t i) {
     if (c->s) return OBX_OK;
     obx_err e = obx__st_open(c->url, &c->s);
     int found = 0;
-    if (!e) e = c->s->m->schema_version(c->s, &found);
+    if (!e) e = obx__st_schema_version(c->s, &found);
     if (!e && found != OBX__SCHEMA_VERSION)
         e = obx__fail(OBX_ESCHEMA, "consumer database has schema version %d, need %d", found,
                       OBX__SCHEMA_VERSION);
@@ -110,7 +110,7 @@ obx_err obx__stats_get(obx__stats_cache *c, obx__store *s, obx__store_stats *out
     int64_t keep = c->cost_ms * 100;
     if (keep > 60000) keep = 60000;
     if (!c->valid || now - c->at_ms > keep) {
-        obx_err e = s->m->stats(s, &c->st);
+        obx_err e = obx__st_stats(s, &c->st);
         if (e) {
             c->valid = false;
             return e;
@@ -134,7 +134,7 @@ obx_err obx__consumer_lag_of(obx__store *cdb, const char *consumer,
     memset(out, 0, sizeof *out);
     obx__watermark_row *wm = NULL;
     size_t nw = 0;
-    obx_err e = cdb->m->watermark_list(cdb, consumer, &wm, &nw);
+    obx_err e = obx__st_watermark_list(cdb, consumer, &wm, &nw);
     if (e) return e;
     for (size_t i = 0; i < nw; i++)
         if (wm[i].committed_at > out->last_commit_at) out->last_commit_at = wm[i].committed_at;
@@ -150,7 +150,7 @@ obx_err obx__consumer_lag_of(obx__store *cdb, const char *consumer,
         refs[k] = &recent[i];
         ids[k++] = recent[i].event_id;
     }
-    if (!e && k) e = cdb->m->inbox_has(cdb, consumer, ids, k, present);
+    if (!e && k) e = obx__st_inbox_has(cdb, consumer, ids, k, present);
     for (size_t i = 0; !e && i < k; i++) {
         if (present[i]) continue;
         out->missing++;
@@ -231,8 +231,8 @@ static json_t *consumer_json(obx__consumer_set *cs, size_t i, const obx__publish
     size_t nw = 0;
     obx__poison_row *pr = NULL;
     size_t np = 0;
-    if (!e) e = c->s->m->watermark_list(c->s, c->id, &wm, &nw);
-    if (!e) e = c->s->m->poison_list(c->s, c->id, NULL, &pr, &np);
+    if (!e) e = obx__st_watermark_list(c->s, c->id, &wm, &nw);
+    if (!e) e = obx__st_poison_list(c->s, c->id, NULL, &pr, &np);
     if (e) {
         obx__consumer_drop(cs, i, e);
         json_object_set_new(o, "up", json_false());
@@ -285,7 +285,7 @@ obx_err obx__status_json(obx__store *s, obx__consumer_set *cs, const obx__store_
     obx_err e = OBX_OK;
     if (stp)
         st = *stp;
-    else if ((e = s->m->stats(s, &st)))
+    else if ((e = obx__st_stats(s, &st)))
         return e;
     json_t *doc = json_object(), *states = json_object();
     int64_t total = 0;
@@ -320,7 +320,7 @@ obx_err obx__status_json(obx__store *s, obx__consumer_set *cs, const obx__store_
     /* delivery sets not delivered yet under their rule, and the trailing targets of `any`
      * sets that are (still sent; not overdue events) */
     int64_t dopen[3] = {0, 0, 0};
-    if ((e = s->m->delivery_open(s, dopen))) {
+    if ((e = obx__st_delivery_open(s, dopen))) {
         json_decref(doc);
         return e;
     }
@@ -362,7 +362,7 @@ obx_err obx__status_json(obx__store *s, obx__consumer_set *cs, const obx__store_
     json_t *lq = json_array();
     obx__receipt_row *rc = NULL;
     size_t nr = 0;
-    if (!e) e = s->m->receipts_by_kind(s, OBX__RK_QUARANTINED, limit, &rc, &nr);
+    if (!e) e = obx__st_receipts_by_kind(s, OBX__RK_QUARANTINED, limit, &rc, &nr);
     for (size_t i = 0; !e && i < nr; i++) {
         json_t *j = obx__receipt_json(&rc[i]);
         json_object_set_new(j, "event_id", json_string(rc[i].event_id));
@@ -376,7 +376,7 @@ obx_err obx__status_json(obx__store *s, obx__consumer_set *cs, const obx__store_
     json_t *ca = json_array();
     obx__published_ref *recent = NULL;
     size_t n_recent = 0;
-    if (!e && cs && cs->n) e = s->m->recent_published(s, OBX__LAG_WINDOW, &recent, &n_recent);
+    if (!e && cs && cs->n) e = obx__st_recent_published(s, OBX__LAG_WINDOW, &recent, &n_recent);
     for (size_t i = 0; !e && cs && i < cs->n; i++)
         json_array_append_new(ca, consumer_json(cs, i, recent, n_recent, limit, now));
     free(recent);
@@ -399,17 +399,17 @@ static json_t *consumer_trace(obx__consumer_set *cs, size_t i, const char *event
     obx__inbox_row in;
     bool have = false;
     if (!e) {
-        e = c->s->m->inbox_get(c->s, c->id, event_id, &in);
+        e = obx__st_inbox_get(c->s, c->id, event_id, &in);
         have = e == OBX_OK;
         if (e == OBX_ENOTFOUND) e = OBX_OK;
     }
     obx__consume_audit_row *au = NULL;
     size_t na = 0;
-    if (!e) e = c->s->m->consume_audit_list(c->s, c->id, event_id, 0, 200, &au, &na);
+    if (!e) e = obx__st_consume_audit_list(c->s, c->id, event_id, 0, 200, &au, &na);
     obx__poison_row p;
     bool poisoned = false;
     if (!e) {
-        e = c->s->m->poison_get(c->s, c->id, event_id, &p);
+        e = obx__st_poison_get(c->s, c->id, event_id, &p);
         poisoned = e == OBX_OK;
         if (e == OBX_ENOTFOUND) e = OBX_OK;
     }
@@ -462,7 +462,7 @@ obx_err obx__trace_json(obx__store *s, obx__consumer_set *cs, const char *event_
     size_t n = 0;
     obx_err e = OBX_OK;
     if (correlation_id && *correlation_id)
-        e = s->m->find_by_correlation(s, correlation_id, limit, &ids, &n);
+        e = obx__st_find_by_correlation(s, correlation_id, limit, &ids, &n);
     if (e) return e;
     /* the event ID first, then the correlation's events (without repeating it) */
     size_t total = n + (event_id && *event_id ? 1 : 0);

@@ -151,7 +151,7 @@ static obx_err register_cluster(obx_relay *r, obx__store *s, obx__broker *b, con
     obx__cluster_row c;
     memset(&c, 0, sizeof c);
     obx__strlcpy(c.cluster, cluster, sizeof c.cluster);
-    obx__strlcpy(c.backend, b->m->name, sizeof c.backend);
+    obx__strlcpy(c.backend, obx__br_name(b), sizeof c.backend);
     unsigned caps = obx__br_caps(b);
     obx__strlcpy(c.lookup,
                  caps & OBX__BCAP_LOOKUP_AUTHORITATIVE ? "authoritative"
@@ -173,9 +173,9 @@ static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engi
     obx_config *c = r->cfg;
     obx_err err = obx__st_open(c->db, s);
     if (err) return err;
-    if ((*s)->m->serve_dispatch) (*s)->m->serve_dispatch(*s);
+    obx__st_serve_dispatch(*s);
     int found = 0;
-    if ((err = (*s)->m->schema_version(*s, &found))) return err;
+    if ((err = obx__st_schema_version(*s, &found))) return err;
     if (found != OBX__SCHEMA_VERSION)
         return obx__fail(OBX_ESCHEMA, "%s: schema version %d, this relay needs %d (run obx init)",
                          (*s)->url_redacted, found, OBX__SCHEMA_VERSION);
@@ -240,7 +240,7 @@ static void idle_wait(worker *w, obx__engine *e, obx__store *s, obx__broker *b) 
         if (left <= 0 || atomic_load(&r->stop)) return;
         bool notified = false;
         obx_err err = OBX_OK;
-        if (b->m->in_flight(b)) {
+        if (obx__br_in_flight(b)) {
             size_t n = 0;
             int slice = left < IDLE_SLICE_MS ? (int)left : IDLE_SLICE_MS;
             int64_t t0 = obx__mono_ms();
@@ -254,13 +254,13 @@ static void idle_wait(worker *w, obx__engine *e, obx__store *s, obx__broker *b) 
              * to the store's wait, or to a sleep: never a spin */
             int64_t rest = slice - (obx__mono_ms() - t0);
             if (rest < 0) rest = 0;
-            if (!s->m->wait_for_work) {
+            if (!obx__st_has_wait_for_work(s)) {
                 sleep_ms(rest);
                 continue;
             }
-            err = s->m->wait_for_work(s, (int)rest, &notified);
-        } else if (s->m->wait_for_work) {
-            err = s->m->wait_for_work(s, (int)left, &notified);
+            err = obx__st_wait_for_work(s, (int)rest, &notified);
+        } else if (obx__st_has_wait_for_work(s)) {
+            err = obx__st_wait_for_work(s, (int)left, &notified);
         } else {
             sleep_ms(left);
             return;
@@ -370,7 +370,7 @@ static void *shadow_main(void *arg) {
     obx__store *s = NULL;
     obx_err err = obx__st_open(r->cfg->db, &s);
     int found = 0;
-    if (!err) err = s->m->schema_version(s, &found);
+    if (!err) err = obx__st_schema_version(s, &found);
     if (!err && found != OBX__SCHEMA_VERSION)
         err = obx__fail(OBX_ESCHEMA, "%s: schema version %d, this relay needs %d (run obx init)",
                         s->url_redacted, found, OBX__SCHEMA_VERSION);
@@ -439,7 +439,7 @@ static void *dispatcher_main(void *arg) {
         err = obx__engine_poll(&e, now, 0, &applied);
         if (err) transient(w, err, "collect outcomes");
         if (applied || err) since = obx__mono_us();
-        if (b->m->in_flight(b) < (size_t)r->cfg->window && !atomic_load(&r->stop) &&
+        if (obx__br_in_flight(b) < (size_t)r->cfg->window && !atomic_load(&r->stop) &&
             claim_due(r, since)) {
             err = obx__engine_dispatch(&e, now, &sent);
             if (err) transient(w, err, "dispatch");
@@ -462,17 +462,17 @@ static void *dispatcher_main(void *arg) {
     }
     /* drain: late ACKs of what we sent still go to the acceptance point */
     int64_t until = obx__wall_ms() + r->cfg->drain_ms;
-    while (b->m->in_flight(b) && obx__wall_ms() < until) {
+    while (obx__br_in_flight(b) && obx__wall_ms() < until) {
         size_t n = 0;
         err = obx__engine_poll(&e, obx__wall_ms(), 50, &n);
         if (err) break;
         if (!n) sleep_ms(10);
     }
-    if (b->m->in_flight(b))
+    if (obx__br_in_flight(b))
         obx__log(OBX__LOG_WARN, "dispatcher", NULL, NULL, NULL,
                  "stopping with %zu outcomes outstanding: their attempts stay SENDING and will "
                  "be reconciled",
-                 b->m->in_flight(b));
+                 obx__br_in_flight(b));
     publish(w, &e);
     obx__br_close(b);
     obx__st_close(s);
@@ -540,13 +540,13 @@ static void *reconciler_main(void *arg) {
             int64_t t0 = obx__wall_ms();
             while (!atomic_load(&r->stop) && obx__wall_ms() - t0 < r->cfg->reconcile_ms) {
                 size_t n = 0;
-                if (b->m->in_flight(b)) obx__engine_poll(&e, obx__wall_ms(), 20, &n);
+                if (obx__br_in_flight(b)) obx__engine_poll(&e, obx__wall_ms(), 20, &n);
                 sleep_ms(20);
             }
         }
     }
     int64_t until = obx__wall_ms() + r->cfg->drain_ms;
-    while (b->m->in_flight(b) && obx__wall_ms() < until) {
+    while (obx__br_in_flight(b) && obx__wall_ms() < until) {
         size_t n = 0;
         if (obx__engine_poll(&e, obx__wall_ms(), 50, &n)) break;
         if (!n) sleep_ms(10);

@@ -45,7 +45,7 @@ obx_err obx__criticals_open(const obx_config *c, obx__critical **out, size_t *n)
             break;
         }
         int found = 0;
-        if (!(e = v[i].s->m->schema_version(v[i].s, &found)) && found != OBX__SCHEMA_VERSION)
+        if (!(e = obx__st_schema_version(v[i].s, &found)) && found != OBX__SCHEMA_VERSION)
             e = obx__fail(OBX_ESCHEMA,
                           "critical consumer %s: %s has schema version %d, need %d (is it the "
                           "consumer's database? run obx init on it)",
@@ -65,7 +65,7 @@ static obx_err open_outbox(const obx_config *c, obx__store **s) {
     obx_err e = obx__st_open(c->db, s);
     if (e) return e;
     int found = 0;
-    if (!(e = (*s)->m->schema_version(*s, &found)) && found != OBX__SCHEMA_VERSION)
+    if (!(e = obx__st_schema_version(*s, &found)) && found != OBX__SCHEMA_VERSION)
         e = obx__fail(OBX_ESCHEMA, "%s: schema version %d, this obx needs %d (run obx init)",
                       (*s)->url_redacted, found, OBX__SCHEMA_VERSION);
     if (e) {
@@ -234,7 +234,7 @@ obx_err obx_watermarks(const obx_config *c, char **out) {
     for (size_t k = 0; !e && rows.n && k < n; k++) {
         bool present = false;
         const char *id = rows.v[0].env.event_id;
-        e = cons[k].s->m->inbox_has(cons[k].s, cons[k].id, &id, 1, &present);
+        e = obx__st_inbox_has(cons[k].s, cons[k].id, &id, 1, &present);
         if (!e && !present && rows.v[0].published_at > cons[k].forced)
             json_array_append_new(lacking, json_string(cons[k].id));
     }

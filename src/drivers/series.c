@@ -124,9 +124,8 @@ obx_err obx__series_sample(obx__series *x, const obx__series_src *src, int64_t n
     /* consumers: the same window and poison rows /metrics reads */
     obx__published_ref *recent = NULL;
     size_t n_recent = 0;
-    bool window =
-        !e && x->n_consumers &&
-        src->s->m->recent_published(src->s, OBX__LAG_WINDOW, &recent, &n_recent) == OBX_OK;
+    bool window = !e && x->n_consumers &&
+                  obx__st_recent_published(src->s, OBX__LAG_WINDOW, &recent, &n_recent) == OBX_OK;
     for (size_t c = 0; c < x->n_consumers && c < src->cs->n; c++) {
         obx__consumer_db *cd = &src->cs->v[c];
         obx_err ce = obx__consumer_open(src->cs, c);
@@ -135,7 +134,7 @@ obx_err obx__series_sample(obx__series *x, const obx__series_src *src, int64_t n
             pt->lag[c] = (double)lag.missing;
         obx__poison_row *pr = NULL;
         size_t np = 0;
-        if (!ce && !(ce = cd->s->m->poison_list(cd->s, cd->id, "PARKED", &pr, &np)))
+        if (!ce && !(ce = obx__st_poison_list(cd->s, cd->id, "PARKED", &pr, &np)))
             pt->poison[c] = (double)np;
         obx__poison_rows_free(pr, np);
         if (ce && cd->s) obx__consumer_drop(src->cs, c, ce);

@@ -712,7 +712,7 @@ static obx_err actor_start(wk *k, actor *a) {
         char group[16];
         snprintf(group, sizeof group, "group-%d", a->index);
         const char *topics[] = {"orders", "orders-v2"}; /* v2: after a route revision */
-        e = a->b->m->consume_open(a->b, group, topics, 2);
+        e = obx__br_consume_open(a->b, group, topics, 2);
     } else if (a->kind == A_PURGER) {
         /* every consumer of the trace is critical: an event is purged only with evidence from
          * each (its inbox receipt), behind the forced consumer watermark, after the window */
@@ -999,7 +999,7 @@ static void drop_deliveries(actor *a) {
 
 static void consumer_fetch(wk *k, actor *a) {
     if (a->ndl) return;
-    obx_err e = a->b->m->consume_poll(a->b, 0, a->dl, MAX_DL, &a->ndl);
+    obx_err e = obx__br_consume_poll(a->b, 0, a->dl, MAX_DL, &a->ndl);
     check_err(k, a, e, "consume poll");
     memset(a->to_ack, 0, sizeof a->to_ack);
     a->posdl = 0;
@@ -1061,14 +1061,14 @@ static void consumer_process_one(wk *k, actor *a) {
         return;
     }
     /* failed: this delivery and everything after it come again */
-    check_err(k, a, a->b->m->consume_redeliver(a->b, d), "redeliver");
+    check_err(k, a, obx__br_consume_redeliver(a->b, d), "redeliver");
     drop_deliveries(a);
 }
 
 static void consumer_ack_all(wk *k, actor *a) {
     for (size_t i = 0; i < a->posdl; i++)
         if (a->to_ack[i]) {
-            check_err(k, a, a->b->m->consume_ack(a->b, &a->dl[i]), "ack");
+            check_err(k, a, obx__br_consume_ack(a->b, &a->dl[i]), "ack");
             a->to_ack[i] = false;
         }
     if (a->posdl >= a->ndl) drop_deliveries(a);
@@ -1670,7 +1670,7 @@ static void check_trace(wk *k) {
     /* UNKNOWN resolution times (virtual) */
     int64_t *ms = NULL;
     size_t n = 0;
-    if (!k->os->m->unknown_resolutions(k->os, &ms, &n)) {
+    if (!obx__st_unknown_resolutions(k->os, &ms, &n)) {
         /* unresolved episodes take part in the percentile as never resolved */
         int64_t *grown = unresolved > 0 ? realloc(ms, (n + (size_t)unresolved) * sizeof *ms) : ms;
         if (grown) {

@@ -177,7 +177,7 @@ static obx_err unconsumed(audit_ctx *x) {
         }
         for (size_t k = 0; !e && k < c->n_consumers; k++) {
             const obx__critical *cc = &c->consumers[k];
-            if ((e = cc->s->m->inbox_has(cc->s, cc->id, ids, n, present))) {
+            if ((e = obx__st_inbox_has(cc->s, cc->id, ids, n, present))) {
                 obx__fail_prefix(e, "audit: critical consumer %s", cc->id);
                 break;
             }
@@ -297,7 +297,7 @@ static obx_err bypass(audit_ctx *x) {
         check(x, name, "skipped",
               "the %s broker at %s cannot list what a topic holds (no scan capability; AMQP "
               "needs an audit stream)",
-              x->b->m->name, x->b->url_redacted);
+              obx__br_name(x->b), x->b->url_redacted);
         return OBX_OK;
     }
     char cluster[OBX_NAME_MAX + 1];
@@ -305,7 +305,7 @@ static obx_err bypass(audit_ctx *x) {
     if (e) return obx__fail_prefix(e, "audit bypass: broker cluster identity");
     obx__route_row *routes = NULL;
     size_t nr = 0;
-    if ((e = x->s->m->route_list(x->s, true, &routes, &nr)))
+    if ((e = obx__st_route_list(x->s, true, &routes, &nr)))
         return obx__fail_prefix(e, "audit bypass: routes");
     int64_t since = x->c->broker_scan_window_ms ? x->now - x->c->broker_scan_window_ms : 0;
     size_t topics = 0;
@@ -415,7 +415,7 @@ obx_err obx__audit_run(obx__store *s, obx__broker *b, const obx__audit_cfg *c, i
                        "PARKED events (definitely rejected the route's max attempts times)",
                        "fix the cause, then `obx requeue` them");
     obx__store_stats st;
-    if (!e) e = s->m->stats(s, &st);
+    if (!e) e = obx__st_stats(s, &st);
     if (e) {
         json_decref(x.findings);
         json_decref(x.checks);

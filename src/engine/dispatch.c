@@ -213,7 +213,7 @@ static obx_err begin_tx(obx__engine *e, void *arg) {
         a->offset_before = -1;
         /* no write of this attempt can land after its deadline (broker.h), so a lookup can
          * prove absence only from deadline + the broker's quiet time on */
-        a->quiet_until = next.lease_until + (e->b ? e->b->m->quiet_time_ms(e->b) : 0);
+        a->quiet_until = next.lease_until + (e->b ? obx__br_quiet_time_ms(e->b) : 0);
         obx__audit(&b.au[b.n_au++], c->now, c->actor, e->cfg.owner, &next, cur->state, next.state,
                    "attempt %d registered (partition %d)", (int)next.attempt_gen,
                    (int)next.pinned_partition);
@@ -485,7 +485,7 @@ static obx_err dispatch_tx(obx__engine *e, void *arg) {
         a->offset_before = -1;
         /* no write of this attempt can land after its deadline (broker.h), so a lookup can
          * prove absence only from deadline + the broker's quiet time on */
-        a->quiet_until = next.lease_until + e->b->m->quiet_time_ms(e->b);
+        a->quiet_until = next.lease_until + obx__br_quiet_time_ms(e->b);
         obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, &next,
                    OBX__ST_CLAIMED, next.state, "attempt %d registered (partition %d)",
                    (int)next.attempt_gen, (int)next.pinned_partition);
@@ -614,7 +614,7 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
         obx__rows_free(&orig);
         return err;
     }
-    int64_t quiet = e->b ? e->b->m->quiet_time_ms(e->b) : 0;
+    int64_t quiet = e->b ? obx__br_quiet_time_ms(e->b) : 0;
     for (size_t i = 0; i < c->n; i++) {
         const obx__outcome *o = &c->o[i];
         long ka = obx__id_index_find(&c->att_ix, o->attempt_id);
@@ -793,7 +793,7 @@ static obx_err sweep_tx(obx__engine *e, void *arg) {
         obx__rows_free(&rows);
         return err;
     }
-    int64_t quiet = e->b ? e->b->m->quiet_time_ms(e->b) : 0;
+    int64_t quiet = e->b ? obx__br_quiet_time_ms(e->b) : 0;
     for (size_t i = 0; i < rows.n; i++) {
         obx__event_row *cur = &rows.v[i];
         obx__event_row next = *cur;

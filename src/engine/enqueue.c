@@ -176,10 +176,10 @@ obx_err obx__route_put_rows(obx__store *s, obx__route_row *row, obx__route_set_r
     int64_t g = 0;
     obx_err e = obx__st_begin(s);
     if (e) return e;
-    e = s->m->route_put(s, row, &g);
+    e = obx__st_route_put(s, row, &g);
     if (!e && set && set->n) {
         set->route_gen = g;
-        e = s->m->route_set_put(s, set);
+        e = obx__st_route_set_put(s, set);
     }
     if (e) {
         obx__st_rollback(s);
@@ -279,14 +279,14 @@ obx_err obx_route_list(obx_store *s, int all, char **out) {
     obx__clear_error();
     obx__route_row *rows = NULL;
     size_t n = 0;
-    obx_err e = s->m->route_list(s, all != 0, &rows, &n);
+    obx_err e = obx__st_route_list(s, all != 0, &rows, &n);
     if (e) return e;
     json_t *arr = json_array();
     for (size_t i = 0; !e && arr && i < n; i++) {
         json_t *j = obx__route_json(&rows[i]);
         if (j && rows[i].targets) {
             obx__route_set_row set;
-            if (!(e = s->m->route_set_get(s, rows[i].gen, &set)))
+            if (!(e = obx__st_route_set_get(s, rows[i].gen, &set)))
                 json_object_set_new(j, "delivery_set", route_set_json(&set));
         }
         json_array_append_new(arr, j);
@@ -398,7 +398,7 @@ static obx_err build_row(obx__store *s, const obx_event *ev, const obx__route_ro
     v->occurred_at = ev->occurred_at_ms ? ev->occurred_at_ms : now;
     if (ev->txid && *ev->txid)
         obx__strlcpy(v->created_txid, ev->txid, sizeof v->created_txid);
-    else if (s->m->txid(s, v->created_txid, sizeof v->created_txid) != OBX_OK) {
+    else if (obx__st_txid(s, v->created_txid, sizeof v->created_txid) != OBX_OK) {
         /* SQLite cannot name its transaction: mint one (documented in obx.h) */
         obx__clear_error();
         if ((e = obx__new_id(gen, "tx-", now, v->created_txid, sizeof v->created_txid))) return e;
@@ -434,7 +434,7 @@ static obx_err build_row(obx__store *s, const obx_event *ev, const obx__route_ro
 static obx_err enqueue_targets(obx__store *s, const obx_event *ev, const obx__route_row *route,
                                const obx__event_row *first, int64_t now, obx__ulid_gen *gen) {
     obx__route_set_row set;
-    obx_err e = s->m->route_set_get(s, route->gen, &set);
+    obx_err e = obx__st_route_set_get(s, route->gen, &set);
     if (e) return e;
     obx__event_row *slot = malloc(sizeof *slot);
     if (!slot) return obx__fail(OBX_ENOMEM, "enqueue: out of memory");
@@ -455,7 +455,7 @@ static obx_err enqueue_targets(obx__store *s, const obx_event *ev, const obx__ro
         slot->target_no = set.t[i].target_no;
         if ((e = obx__dest_for(route, &set.t[i], &first->env, &slot->dest, slot->dest_digest)) ||
             (e = obx__new_id(gen, "evt-", now, slot->env.event_id, sizeof slot->env.event_id)) ||
-            (e = s->m->insert_event(s, slot, ev->payload, ev->payload_len)))
+            (e = obx__st_insert_event(s, slot, ev->payload, ev->payload_len)))
             break;
         obx__audit_row a;
         obx__audit(&a, now, OBX__ACT_PRODUCER, "producer", slot, OBX__ST_NONE, OBX__ST_PENDING,
@@ -484,7 +484,7 @@ obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ul
     for (int tries = 0; tries < 2; tries++) {
         if ((e = obx__st_begin(s))) break;
         if (ev->idempotency_key && *ev->idempotency_key && !OBX__MUTANT(IGNORE_IDEMPOTENCY_KEY)) {
-            e = s->m->idem_lookup(s, ev->tenant, ev->idempotency_key, out->event_id);
+            e = obx__st_idem_lookup(s, ev->tenant, ev->idempotency_key, out->event_id);
             if (e == OBX_OK) {
                 out->existing = 1;
                 obx__rows rows = {0};
@@ -506,9 +506,9 @@ obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ul
             }
         }
         obx__route_row route;
-        if ((e = s->m->route_get(s, ev->event_type, &route)) ||
+        if ((e = obx__st_route_get(s, ev->event_type, &route)) ||
             (e = build_row(s, ev, &route, now, gen, row)) ||
-            (e = s->m->insert_event(s, row, ev->payload, ev->payload_len))) {
+            (e = obx__st_insert_event(s, row, ev->payload, ev->payload_len))) {
             obx__st_rollback(s);
             /* a concurrent producer committed the same idempotency key first: look again */
             if (e == OBX_ECONFLICT && ev->idempotency_key && *ev->idempotency_key && !tries)

@@ -72,7 +72,7 @@ obx_err obx_inbox_open(obx_store *db, const obx_inbox_options *o, obx_inbox **ou
     if (o->max_failures < 0 || o->max_failures > 1000)
         return obx__fail(OBX_EINVAL, "max_failures: %d outside 1..1000 (0 = 5)", o->max_failures);
     int found = 0;
-    if ((e = db->m->schema_version(db, &found))) return e;
+    if ((e = obx__st_schema_version(db, &found))) return e;
     if (found != OBX__SCHEMA_VERSION)
         return obx__fail(OBX_ESCHEMA,
                          "consumer database has schema version %d, need %d (run obx "
@@ -198,7 +198,7 @@ static obx_err audit_consume(obx_inbox *in, const obx_message *m, const char *ou
     obx__strlcpy(a.outcome, outcome, sizeof a.outcome);
     a.duration_us = dur;
     obx__text_copy(a.detail, detail, sizeof a.detail);
-    return in->s->m->consume_audit_put(in->s, &a, 1);
+    return obx__st_consume_audit_put(in->s, &a, 1);
 }
 
 /* Parks m as poison in its own transaction, with an audit row. */
@@ -219,7 +219,7 @@ static obx_err park(obx_inbox *in, const obx_message *m, int failures, const cha
     p.payload_len = m->payload_len;
     p.parked_at = p.updated_at = now;
     obx_err e = obx__st_begin(in->s);
-    if (!e) e = in->s->m->poison_put(in->s, &p);
+    if (!e) e = obx__st_poison_put(in->s, &p);
     if (!e) e = audit_consume(in, m, "POISONED", now, 0, why);
     if (!e)
         e = obx__st_commit(in->s);
@@ -322,7 +322,7 @@ static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h,
     /* 2. one transaction: dedupe, effect, receipt, watermark */
     if ((e = obx__st_begin(in->s))) return e;
     obx__inbox_row prev;
-    e = in->s->m->inbox_get(in->s, in->consumer, m->event_id, &prev);
+    e = obx__st_inbox_get(in->s, in->consumer, m->event_id, &prev);
     if (e == OBX_OK && !OBX__MUTANT(SKIP_INBOX_DEDUPE)) {
         bool same = !strcmp(prev.payload_digest, digest);
         if (same) {
@@ -336,8 +336,8 @@ static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h,
             snprintf(out->detail, sizeof out->detail,
                      "same event ID, different payload digest (first %.20s..., now %.20s...)",
                      prev.payload_digest, digest);
-            e = in->s->m->inbox_quarantine_put(in->s, in->consumer, m->event_id, digest,
-                                               prev.payload_digest, out->detail, now);
+            e = obx__st_inbox_quarantine_put(in->s, in->consumer, m->event_id, digest,
+                                             prev.payload_digest, out->detail, now);
             if (!e) e = audit_consume(in, m, "QUARANTINED", now, 0, out->detail);
         }
         if (!e)
@@ -358,7 +358,7 @@ static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h,
      * again (the state is then REDRIVE, not PARKED). */
     if (!seen) {
         obx__poison_row p;
-        e = in->s->m->poison_get(in->s, in->consumer, m->event_id, &p);
+        e = obx__st_poison_get(in->s, in->consumer, m->event_id, &p);
         if (e == OBX_OK) {
             bool parked = !strcmp(p.state, "PARKED");
             if (parked) {
@@ -395,7 +395,7 @@ static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h,
         obx__st_rollback(in->s); /* 3. the effect is undone */
         int32_t failures = 0;
         if ((e = obx__st_begin(in->s))) return e;
-        e = in->s->m->failure_bump(in->s, in->consumer, m->event_id, herr, now, &failures);
+        e = obx__st_failure_bump(in->s, in->consumer, m->event_id, herr, now, &failures);
         if (!e) e = audit_consume(in, m, "FAILED", now, dur, herr);
         if (!e)
             e = obx__st_commit(in->s);
@@ -443,9 +443,9 @@ static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h,
     obx__strlcpy(w.event_id, m->event_id, sizeof w.event_id);
     w.occurred_at = m->occurred_at;
     w.committed_at = now;
-    e = seen ? OBX_OK : in->s->m->inbox_put(in->s, &r);
-    if (!e) e = in->s->m->watermark_put(in->s, &w);
-    if (!e) e = in->s->m->failure_clear(in->s, in->consumer, m->event_id);
+    e = seen ? OBX_OK : obx__st_inbox_put(in->s, &r);
+    if (!e) e = obx__st_watermark_put(in->s, &w);
+    if (!e) e = obx__st_failure_clear(in->s, in->consumer, m->event_id);
     if (!e) e = audit_consume(in, m, "APPLIED", now, dur, r.result);
     if (!e)
         e = obx__st_commit(in->s);
@@ -491,7 +491,7 @@ obx_err obx_inbox_poison_list(obx_store *db, const char *consumer, char **out) {
     *out = NULL;
     obx__poison_row *rows = NULL;
     size_t n = 0;
-    obx_err e = db->m->poison_list(db, consumer, NULL, &rows, &n);
+    obx_err e = obx__st_poison_list(db, consumer, NULL, &rows, &n);
     if (e) return e;
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < n; i++) {
@@ -517,16 +517,16 @@ obx_err obx_inbox_redrive(obx_store *db, const char *consumer, const char *event
     if (!e) e = obx__st_begin(db);
     if (e) return e;
     obx__poison_row p;
-    e = db->m->poison_get(db, consumer, event_id, &p);
+    e = obx__st_poison_get(db, consumer, event_id, &p);
     if (!e) {
         if (strcmp(p.state, "PARKED"))
             e = obx__fail(OBX_EREFUSED, "poison message %s is %s, not PARKED", event_id, p.state);
         free(p.payload);
         free(p.headers_json);
     }
-    if (!e) e = db->m->poison_set_state(db, consumer, event_id, "REDRIVE", obx__wall_ms());
+    if (!e) e = obx__st_poison_set_state(db, consumer, event_id, "REDRIVE", obx__wall_ms());
     /* a re-driven message starts with a clean failure count */
-    if (!e) e = db->m->failure_clear(db, consumer, event_id);
+    if (!e) e = obx__st_failure_clear(db, consumer, event_id);
     if (e) {
         obx__st_rollback(db);
         return e;

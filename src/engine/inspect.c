@@ -83,7 +83,7 @@ json_t *obx__audit_json(const obx__audit_row *a) {
 
 obx_err obx__delivery_status_of(obx__store *s, const char *event_id, obx__delivery_status *out) {
     memset(out, 0, sizeof *out);
-    obx_err e = s->m->delivery_get(s, event_id, &out->set);
+    obx_err e = obx__st_delivery_get(s, event_id, &out->set);
     const char *ids[OBX__SET_MAX];
     size_t n = 0;
     if (e == OBX_ENOTFOUND) { /* a single destination: its own slot */
@@ -153,8 +153,8 @@ obx_err obx__inspect_json(obx__store *s, const char *event_id, json_t **out) {
     size_t na = 0, nr = 0, nu = 0;
     if (!doc) return obx__fail(OBX_ENOMEM, "inspect: out of memory");
     if ((e = obx__st_load_attempts(s, NULL, 0, event_id, &att, &na)) ||
-        (e = s->m->load_receipts(s, event_id, &rc, &nr)) ||
-        (e = s->m->load_audit(s, event_id, &au, &nu))) {
+        (e = obx__st_load_receipts(s, event_id, &rc, &nr)) ||
+        (e = obx__st_load_audit(s, event_id, &au, &nu))) {
         json_decref(doc);
         free(att);
         free(rc);
@@ -180,7 +180,7 @@ obx_err obx__inspect_json(obx__store *s, const char *event_id, json_t **out) {
     obx__rows_free(&ds.slots);
     char **det = NULL;
     size_t nd = 0;
-    if ((e = s->m->receipt_details(s, event_id, OBX__RK_MIGRATION, &det, &nd))) {
+    if ((e = obx__st_receipt_details(s, event_id, OBX__RK_MIGRATION, &det, &nd))) {
         json_decref(doc);
         return e;
     }

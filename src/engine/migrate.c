@@ -297,7 +297,7 @@ static obx_err new_destination(mig *m, plan *p, bool *ok) {
     int32_t want = m->req->add_target ? p->target_no : (r->target_no > 1 ? r->target_no : 1);
     if (want > 1) {
         obx_err e =
-            route->targets ? m->e->s->m->route_set_get(m->e->s, route->gen, &set) : OBX_ENOTFOUND;
+            route->targets ? obx__st_route_set_get(m->e->s, route->gen, &set) : OBX_ENOTFOUND;
         if (e && e != OBX_ENOTFOUND) return e;
         for (int32_t i = 0; !e && i < set.n; i++)
             if (set.t[i].target_no == want) t = &set.t[i];
@@ -439,7 +439,7 @@ static obx_err move_tx(obx__engine *e, void *arg) {
     if (!err) {
         obx__event_row gen_row = *next; /* the envelope row is created now */
         gen_row.committed_at = m->now;
-        err = e->s->m->insert_envelope(e->s, &gen_row, ev->payload, ev->payload_len);
+        err = obx__st_insert_envelope(e->s, &gen_row, ev->payload, ev->payload_len);
     }
     for (size_t i = 0; !err && i < n_att; i++) {
         bool proven = false;
@@ -564,7 +564,7 @@ static obx_err add_tx(obx__engine *e, void *arg) {
     obx__delivery_row ds;
     memset(&ds, 0, sizeof ds);
     if (!err) {
-        err = e->s->m->delivery_get(e->s, id, &ds);
+        err = obx__st_delivery_get(e->s, id, &ds);
         if (err == OBX_ENOTFOUND) {
             obx__clear_error();
             err = OBX_OK;
@@ -611,7 +611,7 @@ static obx_err add_tx(obx__engine *e, void *arg) {
     slot->published_at = 0;
     slot->committed_at = m->now;
     slot->updated_at = m->now;
-    if (!err) err = e->s->m->insert_event(e->s, slot, ev->payload, ev->payload_len);
+    if (!err) err = obx__st_insert_event(e->s, slot, ev->payload, ev->payload_len);
     obx__delivery_row d;
     memset(&d, 0, sizeof d);
     obx__strlcpy(d.event_id, id, sizeof d.event_id);
@@ -705,7 +705,7 @@ static obx_err pick_target(mig *m, plan *p) {
         p->target_no = 1;
         if (route->targets) {
             obx__route_set_row set;
-            obx_err e = m->e->s->m->route_set_get(m->e->s, route->gen, &set);
+            obx_err e = obx__st_route_set_get(m->e->s, route->gen, &set);
             if (e) return e;
             plan probe = *p;
             probe.proof = NULL;
@@ -736,7 +736,7 @@ static obx_err one(mig *m, const obx__event_row *row, json_t *items, size_t *n_r
     if (!item) return obx__fail(OBX_ENOMEM, "migrate: out of memory");
     if (strcmp(obx__wire_id(row), row->env.event_id))
         json_object_set_new(item, "logical_event_id", json_string(obx__wire_id(row)));
-    obx_err err = e->s->m->delivery_get(e->s, row->env.event_id, &p.ds);
+    obx_err err = obx__st_delivery_get(e->s, row->env.event_id, &p.ds);
     if (err == OBX_ENOTFOUND) {
         obx__clear_error();
         err = OBX_OK;
@@ -841,7 +841,7 @@ obx_err obx__migrate(obx__engine *e, int64_t now, const obx__migrate_req *req, j
     *n_refused = 0;
     mig m = {.e = e, .now = now, .req = req};
     obx__rows rows = {0};
-    obx_err err = e->s->m->route_list(e->s, true, &m.routes, &m.n_routes);
+    obx_err err = obx__st_route_list(e->s, true, &m.routes, &m.n_routes);
     if (!err && req->n_ids) {
         /* one by one: the result lists every ID asked for, a missing one as refused */
         for (size_t i = 0; !err && i < req->n_ids; i++) {

@@ -37,7 +37,7 @@ obx_err obx__critical_load(obx__critical *c) {
     obx__watermark_row *w = NULL;
     size_t n = 0;
     c->forced = c->forced_at = 0;
-    obx_err e = c->s->m->watermark_list(c->s, c->id, &w, &n);
+    obx_err e = obx__st_watermark_list(c->s, c->id, &w, &n);
     if (e) return obx__fail_prefix(e, "critical consumer %s", c->id);
     for (size_t i = 0; i < n; i++)
         if (w[i].partition == OBX__FORCED_PARTITION && !strcmp(w[i].topic, OBX__FORCED_TOPIC)) {
@@ -84,7 +84,7 @@ obx_err obx__critical_force(obx__critical *c, int64_t until, int64_t now, const 
         w.partition = OBX__FORCED_PARTITION;
         w.offset = until;
         w.committed_at = now;
-        e = c->s->m->watermark_put(c->s, &w);
+        e = obx__st_watermark_put(c->s, &w);
     }
     if (!e) {
         obx__consume_audit_row a;
@@ -99,7 +99,7 @@ obx_err obx__critical_force(obx__critical *c, int64_t until, int64_t now, const 
             obx__strlcpy(prev, "never forced", sizeof prev);
         snprintf(a.detail, sizeof a.detail, "forced to %s by %.60s (was %s): %s", t_until, who,
                  prev, reason);
-        e = c->s->m->consume_audit_put(c->s, &a, 1);
+        e = obx__st_consume_audit_put(c->s, &a, 1);
     }
     if (e) {
         obx__st_rollback(c->s);
@@ -128,7 +128,7 @@ static obx_err evidence(const obx__retention_cfg *c, const obx__event_row *rows,
     for (size_t i = 0; !e && i < n; i++) ids[i] = obx__wire_id(&rows[i]);
     for (size_t k = 0; !e && k < c->n_consumers; k++) {
         const obx__critical *cc = &c->consumers[k];
-        e = cc->s->m->inbox_has(cc->s, cc->id, ids, n, present);
+        e = obx__st_inbox_has(cc->s, cc->id, ids, n, present);
         if (e) {
             obx__fail_prefix(e, "critical consumer %s", cc->id);
             break;

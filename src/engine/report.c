@@ -23,14 +23,14 @@ int64_t obx__percentile(int64_t *v, size_t n, double p) {
 obx_err obx__report_json(obx__store *s, json_t **out) {
     obx__store_stats st;
     obx__store_invariants inv;
-    obx_err e = s->m->stats(s, &st);
-    if (!e) e = s->m->invariants(s, &inv);
+    obx_err e = obx__st_stats(s, &st);
+    if (!e) e = obx__st_invariants(s, &inv);
     if (e) return e;
     int64_t sets = 0, complete = 0;
-    if ((e = s->m->delivery_stats(s, &sets, &complete))) return e;
+    if ((e = obx__st_delivery_stats(s, &sets, &complete))) return e;
     int64_t *ms = NULL;
     size_t n = 0;
-    if ((e = s->m->unknown_resolutions(s, &ms, &n))) return e;
+    if ((e = obx__st_unknown_resolutions(s, &ms, &n))) return e;
     json_t *states = json_object();
     int64_t total = 0;
     for (int i = 1; i < OBX__ST_COUNT; i++) {

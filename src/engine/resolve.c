@@ -39,7 +39,7 @@ obx_err obx__consumer_evidence(obx__critical *cs, size_t n, const obx__event_row
     for (size_t i = 0; i < n; i++) {
         obx__inbox_row r;
         if (!cs[i].s) continue;
-        obx_err e = cs[i].s->m->inbox_get(cs[i].s, cs[i].id, obx__wire_id(row), &r);
+        obx_err e = obx__st_inbox_get(cs[i].s, cs[i].id, obx__wire_id(row), &r);
         if (e == OBX_ENOTFOUND) continue;
         if (e) { /* this consumer cannot testify now; the others may */
             cs[i].failed = true;

@@ -49,15 +49,15 @@ obx_err obx__shadow_observe_broker(obx__engine *e, const char *const *topics, si
         return obx__fail(OBX_EUNSUPPORTED,
                          "shadow: the %s broker has no consumer side (give a "
                          "receipts feed)",
-                         e->b->m->name);
+                         obx__br_name(e->b));
     /* reading a queue takes its messages from the consumers that own it */
-    if (!strcmp(e->b->m->name, "amqp"))
+    if (!strcmp(obx__br_name(e->b), "amqp"))
         return obx__fail(OBX_EUNSUPPORTED, "shadow: reading RabbitMQ queues would take messages "
                                            "from their consumers: give a receipts feed");
     if (!n) return OBX_OK;
     char group[64];
     obx_err err = obx__new_id(&e->gen, "obx-shadow-", obx__wall_ms(), group, sizeof group);
-    if (!err) err = e->b->m->consume_open(e->b, group, topics, n);
+    if (!err) err = obx__br_consume_open(e->b, group, topics, n);
     if (err) return err;
     size_t cap = 0, empty = 0;
     enum { BATCH = 256 };
@@ -66,7 +66,7 @@ obx_err obx__shadow_observe_broker(obx__engine *e, const char *const *topics, si
     /* until two polls in a row bring nothing (a networked consumer needs a moment to join) */
     while (!err && empty < 2) {
         size_t k = 0;
-        err = e->b->m->consume_poll(e->b, strcmp(e->b->m->name, "log") ? 500 : 0, d, BATCH, &k);
+        err = obx__br_consume_poll(e->b, strcmp(obx__br_name(e->b), "log") ? 500 : 0, d, BATCH, &k);
         empty = k ? 0 : empty + 1;
         for (size_t i = 0; i < k; i++) {
             obx__observed *o = NULL;

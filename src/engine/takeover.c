@@ -40,7 +40,7 @@ static obx_err switch_route(obx__store *s, const obx__route_row *cur, const char
     obx__strlcpy(row.alias, to, sizeof row.alias);
     row.created_at = now;
     if (cur->targets) {
-        obx_err e = s->m->route_set_get(s, cur->gen, &set);
+        obx_err e = obx__st_route_set_get(s, cur->gen, &set);
         if (e) return e;
     }
     return obx__route_put_rows(s, &row, cur->targets ? &set : NULL, gen);
@@ -107,7 +107,7 @@ obx_err obx__takeover(obx__store *s, int64_t now, const obx__takeover_req *req, 
     *out = NULL;
     obx__route_row *routes = NULL;
     size_t n = 0;
-    obx_err e = s->m->route_list(s, false, &routes, &n);
+    obx_err e = obx__st_route_list(s, false, &routes, &n);
     if (e) return e;
     cand *c = calloc(n ? n : 1, sizeof *c);
     size_t nc = 0;

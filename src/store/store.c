@@ -6,6 +6,7 @@
 #include "store/store.h"
 
 #include <openssl/crypto.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,31 +101,63 @@ const obx__store_methods *obx__store_backend(obx__url_scheme scheme) {
     }
 }
 
+/* every method has one entry in the lists of store.h: a method added to the struct without a
+ * wrapper changes its size and stops the build here */
+#define ONE_(...) +1
+enum { N_METHODS_ = 0 OBX__STORE_FORWARD(ONE_) OBX__STORE_OPTIONAL(ONE_) OBX__STORE_CUSTOM(ONE_) };
+_Static_assert(sizeof(obx__store_methods) ==
+                   offsetof(obx__store_methods, open) + N_METHODS_ * sizeof(void (*)(void)),
+               "every store method needs an entry in OBX__STORE_FORWARD/OPTIONAL/CUSTOM");
+
+static obx_err missing(const obx__store_methods *m, const char *method) {
+    return obx__fail(OBX_EINTERNAL, "store backend %s: the method %s is missing", m->name, method);
+}
+
 static obx_err check_methods(const obx__store_methods *m) {
     if (m->version != OBX__STORE_METHODS_VERSION)
         return obx__fail(OBX_EINTERNAL, "store backend %s: methods version %d, expected %d",
                          m->name, m->version, OBX__STORE_METHODS_VERSION);
-    /* refuse a backend with a missing callback rather than crash later */
-    const void *const *fn = (const void *const *)&m->open;
-    const void *const *end = (const void *const *)(&m->consume_audit_put + 1);
-    for (; fn < end; fn++)
-        if (!*fn) return obx__fail(OBX_EINTERNAL, "store backend %s: a method is missing", m->name);
-    /* the retention and audit block, after the optional methods */
-    fn = (const void *const *)&m->retention_candidates;
-    end = (const void *const *)(&m->events_known + 1);
-    for (; fn < end; fn++)
-        if (!*fn)
-            return obx__fail(OBX_EINTERNAL, "store backend %s: a retention method is missing",
-                             m->name);
-    /* the schema version 2 methods (after the two optional ones) are required too */
-    fn = (const void *const *)&m->find_events;
-    end = (const void *const *)(&m->set_alias + 1);
-    for (; fn < end; fn++)
-        if (!*fn) return obx__fail(OBX_EINTERNAL, "store backend %s: a method is missing", m->name);
-    /* the schema version 4 registry */
-    if (!m->cluster_put || !m->cluster_get || !m->delivery_open)
-        return obx__fail(OBX_EINTERNAL, "store backend %s: a cluster method is missing", m->name);
+        /* refuse a backend with a missing callback rather than crash later; the optional ones
+         * (OBX__STORE_OPTIONAL, serve_dispatch, write_set) may be NULL */
+#define REQUIRED_(name, ...)                                                                       \
+    if (!m->name) return missing(m, #name);
+    OBX__STORE_FORWARD(REQUIRED_)
+#undef REQUIRED_
+#define REQUIRED_(name)                                                                            \
+    if (!m->name && strcmp(#name, "serve_dispatch") && strcmp(#name, "write_set"))                 \
+        return missing(m, #name);
+    OBX__STORE_CUSTOM(REQUIRED_)
+#undef REQUIRED_
     return OBX_OK;
+}
+
+/* ---- generated wrappers (the lists in store.h) ---------------------------------------------- */
+
+#define FORWARD_(name, params, args)                                                               \
+    obx_err obx__st_##name params {                                                                \
+        if (!s) return obx__fail(OBX_EINTERNAL, #name ": store NULL");                             \
+        FAULT(#name);                                                                              \
+        return s->m->name args;                                                                    \
+    }
+OBX__STORE_FORWARD(FORWARD_)
+#undef FORWARD_
+
+#define OPTIONAL_(name, params, args)                                                              \
+    bool obx__st_has_##name(const obx__store *s) { return s && s->m->name; }                       \
+    obx_err obx__st_##name params {                                                                \
+        if (!s) return obx__fail(OBX_EINTERNAL, #name ": store NULL");                             \
+        if (!s->m->name)                                                                           \
+            return obx__fail(OBX_EUNSUPPORTED, "the %s store has no " #name, obx__st_name(s));     \
+        FAULT(#name);                                                                              \
+        return s->m->name args;                                                                    \
+    }
+OBX__STORE_OPTIONAL(OPTIONAL_)
+#undef OPTIONAL_
+
+const char *obx__st_name(const obx__store *s) { return s ? s->m->name : "?"; }
+
+void obx__st_serve_dispatch(obx__store *s) {
+    if (s && s->m->serve_dispatch) s->m->serve_dispatch(s);
 }
 
 obx_err obx__st_open(const char *url, obx__store **out) {
@@ -275,11 +308,6 @@ obx_err obx__st_write_set(obx__store *s, const obx__write_set *w) {
     return w->n_au ? s->m->insert_audit(s, w->au, w->n_au) : OBX_OK;
 }
 
-obx_err obx__st_counter_add(obx__store *s, const char *name, int64_t delta) {
-    FAULT("counter_add");
-    return s->m->counter_add(s, name, delta);
-}
-
 obx_err obx__st_retention_candidates(obx__store *s, const obx__retention_req *req, obx__rows *out) {
     FAULT("retention_candidates");
     if (req->state != OBX__ST_PUBLISHED && req->state != OBX__ST_RETAINED)
@@ -311,21 +339,6 @@ obx_err obx__st_aged(obx__store *s, const obx__aged_req *req, obx__aged_row **ou
 obx_err obx__st_events_known(obx__store *s, const char *const *ids, size_t n, bool *known) {
     FAULT("events_known");
     return n ? s->m->events_known(s, ids, n, known) : OBX_OK;
-}
-
-obx_err obx__st_find_events(obx__store *s, const obx__event_filter *f, obx__rows *out) {
-    FAULT("find_events");
-    return s->m->find_events(s, f, out);
-}
-
-obx_err obx__st_cluster_put(obx__store *s, const obx__cluster_row *c) {
-    FAULT("cluster_put");
-    return s->m->cluster_put(s, c);
-}
-
-obx_err obx__st_cluster_get(obx__store *s, const char *cluster, obx__cluster_row *out) {
-    FAULT("cluster_get");
-    return s->m->cluster_get(s, cluster, out);
 }
 
 obx_err obx__st_delivery_put(obx__store *s, const obx__delivery_row *d) {

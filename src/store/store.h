@@ -678,7 +678,146 @@ extern const obx__store_methods obx__sqlite_store_methods;
 extern const obx__store_methods obx__pg_store_methods;
 #endif
 
-/* ---- wrappers: the engine's only way in ---------------------------------------------------- */
+/* ---- wrappers: the engine's only way in ----------------------------------------------------
+ * Every method of obx__store_methods has exactly one entry in one of the lists below, and a
+ * static assertion in store.c checks the count against the struct, so a method added to the
+ * struct without a wrapper does not compile. Nothing outside store.c calls through `->m->`
+ * (the `check` target fails on it): every call counts for fault injection (the k-th call
+ * fails, see obx__st_fault_after) and gets the wrapper's argument checks.
+ *
+ * OBX__STORE_FORWARD: X(name, params, args). obx__st_<name>(params) counts the call, refuses
+ * a NULL store, and returns s->m->name(args). Same contract as the method above.
+ * OBX__STORE_OPTIONAL: as FORWARD, for the optional methods; the wrapper returns
+ * OBX_EUNSUPPORTED when the backend has none, and obx__st_has_<name>(s) says whether it does.
+ * OBX__STORE_CUSTOM: X(name): methods whose wrapper is written by hand in store.c (checks of
+ * their own, a different signature, or no obx_err to return); declared below. */
+#define OBX__STORE_FORWARD(X)                                                                      \
+    X(schema_version, (obx__store * s, int *found), (s, found))                                    \
+    X(migrate, (obx__store * s), (s))                                                              \
+    X(txid, (obx__store * s, char *out, size_t cap), (s, out, cap))                                \
+    X(route_put, (obx__store * s, const obx__route_row *r, int64_t *gen), (s, r, gen))             \
+    X(route_get, (obx__store * s, const char *event_type, obx__route_row *out),                    \
+      (s, event_type, out))                                                                        \
+    X(route_list, (obx__store * s, bool all, obx__route_row **out, size_t *n), (s, all, out, n))   \
+    X(idem_lookup,                                                                                 \
+      (obx__store * s, const char *tenant, const char *key,                                        \
+       char existing_id[OBX_EVENT_ID_LEN + 1]),                                                    \
+      (s, tenant, key, existing_id))                                                               \
+    X(insert_event, (obx__store * s, const obx__event_row *row, const void *payload, size_t len),  \
+      (s, row, payload, len))                                                                      \
+    X(insert_envelope,                                                                             \
+      (obx__store * s, const obx__event_row *row, const void *payload, size_t len),                \
+      (s, row, payload, len))                                                                      \
+    X(load_receipts,                                                                               \
+      (obx__store * s, const char *event_id, obx__receipt_row **out, size_t *n_out),               \
+      (s, event_id, out, n_out))                                                                   \
+    X(load_audit, (obx__store * s, const char *event_id, obx__audit_row **out, size_t *n_out),     \
+      (s, event_id, out, n_out))                                                                   \
+    X(counter_add, (obx__store * s, const char *name, int64_t delta), (s, name, delta))            \
+    X(counter_get, (obx__store * s, const char *name, int64_t *value), (s, name, value))           \
+    X(stats, (obx__store * s, obx__store_stats * out), (s, out))                                   \
+    X(unknown_resolutions, (obx__store * s, int64_t * *ms, size_t * n), (s, ms, n))                \
+    X(invariants, (obx__store * s, obx__store_invariants * out), (s, out))                         \
+    X(find_by_correlation,                                                                         \
+      (obx__store * s, const char *correlation_id, size_t limit,                                   \
+       char(**ids)[OBX_EVENT_ID_LEN + 1], size_t *n),                                              \
+      (s, correlation_id, limit, ids, n))                                                          \
+    X(inbox_get,                                                                                   \
+      (obx__store * s, const char *consumer, const char *event_id, obx__inbox_row *out),           \
+      (s, consumer, event_id, out))                                                                \
+    X(inbox_put, (obx__store * s, const obx__inbox_row *r), (s, r))                                \
+    X(inbox_has,                                                                                   \
+      (obx__store * s, const char *consumer, const char *const *ids, size_t n, bool *present),     \
+      (s, consumer, ids, n, present))                                                              \
+    X(watermark_put, (obx__store * s, const obx__watermark_row *w), (s, w))                        \
+    X(watermark_list, (obx__store * s, const char *consumer, obx__watermark_row **out, size_t *n), \
+      (s, consumer, out, n))                                                                       \
+    X(failure_bump,                                                                                \
+      (obx__store * s, const char *consumer, const char *event_id, const char *error, int64_t now, \
+       int32_t *failures),                                                                         \
+      (s, consumer, event_id, error, now, failures))                                               \
+    X(failure_clear, (obx__store * s, const char *consumer, const char *event_id),                 \
+      (s, consumer, event_id))                                                                     \
+    X(poison_put, (obx__store * s, const obx__poison_row *p), (s, p))                              \
+    X(poison_list,                                                                                 \
+      (obx__store * s, const char *consumer, const char *state, obx__poison_row **out, size_t *n), \
+      (s, consumer, state, out, n))                                                                \
+    X(poison_get,                                                                                  \
+      (obx__store * s, const char *consumer, const char *event_id, obx__poison_row *out),          \
+      (s, consumer, event_id, out))                                                                \
+    X(poison_set_state,                                                                            \
+      (obx__store * s, const char *consumer, const char *event_id, const char *state,              \
+       int64_t now),                                                                               \
+      (s, consumer, event_id, state, now))                                                         \
+    X(inbox_quarantine_put,                                                                        \
+      (obx__store * s, const char *consumer, const char *event_id, const char *digest,             \
+       const char *first_digest, const char *reason, int64_t at),                                  \
+      (s, consumer, event_id, digest, first_digest, reason, at))                                   \
+    X(consume_audit_put, (obx__store * s, const obx__consume_audit_row *a, size_t n), (s, a, n))   \
+    X(find_events, (obx__store * s, const obx__event_filter *f, obx__rows *out), (s, f, out))      \
+    X(route_set_put, (obx__store * s, const obx__route_set_row *r), (s, r))                        \
+    X(route_set_get, (obx__store * s, int64_t route_gen, obx__route_set_row * out),                \
+      (s, route_gen, out))                                                                         \
+    X(delivery_get, (obx__store * s, const char *id, obx__delivery_row *out), (s, id, out))        \
+    X(delivery_stats, (obx__store * s, int64_t * sets, int64_t * complete), (s, sets, complete))   \
+    X(receipt_details,                                                                             \
+      (obx__store * s, const char *event_id, obx__receipt_kind kind, char ***out, size_t *n),      \
+      (s, event_id, kind, out, n))                                                                 \
+    X(receipts_by_kind,                                                                            \
+      (obx__store * s, obx__receipt_kind kind, size_t limit, obx__receipt_row * *out, size_t * n), \
+      (s, kind, limit, out, n))                                                                    \
+    X(recent_published, (obx__store * s, size_t limit, obx__published_ref * *out, size_t * n),     \
+      (s, limit, out, n))                                                                          \
+    X(consume_audit_list,                                                                          \
+      (obx__store * s, const char *consumer, const char *event_id, int64_t after_id, size_t limit, \
+       obx__consume_audit_row **out, size_t *n),                                                   \
+      (s, consumer, event_id, after_id, limit, out, n))                                            \
+    X(cluster_put, (obx__store * s, const obx__cluster_row *c), (s, c))                            \
+    X(cluster_get, (obx__store * s, const char *cluster, obx__cluster_row *out),                   \
+      (s, cluster, out))                                                                           \
+    X(delivery_open, (obx__store * s, int64_t out[3]), (s, out))
+
+#define OBX__STORE_OPTIONAL(X)                                                                     \
+    X(wait_for_work, (obx__store * s, int timeout_ms, bool *notified), (s, timeout_ms, notified))  \
+    X(create_roles, (obx__store * s, const char *prefix), (s, prefix))
+
+#define OBX__STORE_CUSTOM(X)                                                                       \
+    X(open)                                                                                        \
+    X(wrap)                                                                                        \
+    X(close)                                                                                       \
+    X(begin)                                                                                       \
+    X(commit)                                                                                      \
+    X(rollback)                                                                                    \
+    X(claim_candidates)                                                                            \
+    X(select_events)                                                                               \
+    X(load_events)                                                                                 \
+    X(update_events)                                                                               \
+    X(insert_attempts)                                                                             \
+    X(update_attempts)                                                                             \
+    X(load_attempts)                                                                               \
+    X(insert_receipts)                                                                             \
+    X(insert_audit)                                                                                \
+    X(serve_dispatch)                                                                              \
+    X(retention_candidates)                                                                        \
+    X(purge_payloads)                                                                              \
+    X(aged)                                                                                        \
+    X(events_known)                                                                                \
+    X(delivery_put)                                                                                \
+    X(set_alias)                                                                                   \
+    X(write_set)
+
+#define OBX__ST_DECLARE(name, params, args) obx_err obx__st_##name params;
+#define OBX__ST_DECLARE_HAS(name, params, args) bool obx__st_has_##name(const obx__store *s);
+OBX__STORE_FORWARD(OBX__ST_DECLARE)
+OBX__STORE_OPTIONAL(OBX__ST_DECLARE)
+OBX__STORE_OPTIONAL(OBX__ST_DECLARE_HAS)
+#undef OBX__ST_DECLARE
+#undef OBX__ST_DECLARE_HAS
+
+/* the backend's name ("sqlite", "postgres") */
+const char *obx__st_name(const obx__store *s);
+/* Opens the backend for url (secret references expanded here, at the connection, and nowhere
+ * else: the handle keeps the URL redacted). *out is the caller's, closed with obx__st_close. */
 obx_err obx__st_open(const char *url, obx__store **out);
 void obx__st_close(obx__store *s);
 obx_err obx__st_begin(obx__store *s);
@@ -698,16 +837,14 @@ obx_err obx__st_insert_audit(obx__store *s, const obx__audit_row *a, size_t n);
 /* All of w (the backend's write_set, or its five methods in order, stopping after an update
  * that did not apply); the same checks and fault points as the five wrappers. */
 obx_err obx__st_write_set(obx__store *s, const obx__write_set *w);
-obx_err obx__st_counter_add(obx__store *s, const char *name, int64_t delta);
+/* The backend's serve_dispatch when it has one; nothing otherwise. */
+void obx__st_serve_dispatch(obx__store *s);
 obx_err obx__st_retention_candidates(obx__store *s, const obx__retention_req *req, obx__rows *out);
 obx_err obx__st_purge_payloads(obx__store *s, const char *const *ids, size_t n, int64_t *bytes);
 obx_err obx__st_aged(obx__store *s, const obx__aged_req *req, obx__aged_row **out, size_t *n,
                      obx__aged_count *count);
 obx_err obx__st_events_known(obx__store *s, const char *const *ids, size_t n, bool *known);
-obx_err obx__st_find_events(obx__store *s, const obx__event_filter *f, obx__rows *out);
 obx_err obx__st_delivery_put(obx__store *s, const obx__delivery_row *d);
-obx_err obx__st_cluster_put(obx__store *s, const obx__cluster_row *c);
-obx_err obx__st_cluster_get(obx__store *s, const char *cluster, obx__cluster_row *out);
 obx_err obx__st_set_alias(obx__store *s, const char *const *ids, size_t n, const char *from,
                           const char *to, bool *applied);
 

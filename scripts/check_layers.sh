@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# check_layers.sh [ROOT] — the layering rules a compiler cannot see (run by the `check` target;
+# tests/unit/test_check_layers.sh makes each rule fail on a fixture):
+#   1. Above the backends nobody calls a store or broker method through its vtable
+#      (`->m->`): every call goes through the obx__st_* / obx__br_* wrappers of
+#      src/store/store.c and src/broker/broker.c, which check arguments and count the call for
+#      fault injection (docs/architecture.md).
+#   2. The CLI uses the public headers only (obx.h, obx_test.h), never an internal one.
+set -euo pipefail
+root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+fail=0
+dirs=()
+for d in src/engine src/drivers src/cli src/sim; do [[ -d $root/$d ]] && dirs+=("$root/$d"); done
+if hits=$(grep -rn --include='*.c' --include='*.h' -- '->m->' "${dirs[@]}"); then
+  echo "check_layers: a vtable call above the backends (use the obx__st_*/obx__br_* wrapper):"
+  echo "$hits"
+  fail=1
+fi
+if hits=$(grep -rnE '^#include "(core|store|broker|engine|drivers|sim)/' "$root/src/cli"); then
+  echo "check_layers: the CLI includes an internal header (it may use include/obx*.h only):"
+  echo "$hits"
+  fail=1
+fi
+exit $fail
