@@ -728,7 +728,7 @@ OBX_API obx_err obx_kafka_mock_start(int brokers, const char *topic, int partiti
 OBX_API void obx_kafka_mock_stop(obx_kafka_mock *m);
 
 /* ---------------------------------------------------------------------------------------------
- * The deterministic simulator and release gate (`obx sim`, docs/model.md).
+ * The deterministic simulator and release gate (`obx sim`, docs/design.md, "The release gate").
  * ------------------------------------------------------------------------------------------- */
 typedef struct obx_sim_options {
     uint64_t seed;

@@ -1,5 +1,6 @@
 /*
- * sim.c — the deterministic simulator and the release gate (docs/model.md): `obx sim`.
+ * sim.c — the deterministic simulator and the release gate (docs/design.md, "The release gate"):
+ * `obx sim`.
  *
  * It runs the production engine code (the real store — SQLite in memory, or PostgreSQL with
  * --db — the real engine step functions, the real inbox) against the simulated broker
