@@ -192,11 +192,12 @@ typedef struct obx_route {
     const char *durability;    /* NULL = "persistent" */
     const char *required_acks; /* NULL = "all" */
     int max_attempts;          /* definite rejections before PARKED; 0 = 8 */
-    /* The UNKNOWN policy, frozen with every event (docs/protocol.md, "UNKNOWN outcomes"): what
-     * the reconciler does when nothing can prove an UNKNOWN outcome either way once the
-     * attempts' quiet time has passed. NULL or "retry" (the default): a new attempt to the same
-     * frozen destination (consumers dedupe on (consumer, event) through the inbox). "hold": the
-     * event is held for an operator (`obx resolve`), for routes whose consumers cannot dedupe.
+    /* The UNKNOWN policy, frozen with every event (docs/design.md, "Reconciliation and UNKNOWN
+     * outcomes"): what the reconciler does when nothing can prove an UNKNOWN outcome either way
+     * once the attempts' quiet time has passed. NULL or "retry" (the default): a new attempt to
+     * the same frozen destination (consumers dedupe on (consumer, event) through the inbox).
+     * "hold": the event is held for an operator (`obx resolve`), for routes whose consumers
+     * cannot dedupe.
      * An authoritative NOT_FOUND always retries, a FOUND or a critical consumer's evidence
      * always publishes. */
     const char *on_unknown;
@@ -454,9 +455,9 @@ OBX_API obx_err obx_catalog_check(const obx_catalog_check_options *o, char **out
                                   size_t *n_findings);
 
 /* ---------------------------------------------------------------------------------------------
- * Inbox (consumer side, docs/protocol.md, "Inbox"). Runs inside the consumer's own database: the
- * consume receipt (unique per consumer and event), the handler's effect and the consumer watermark
- * commit together; only then may the caller acknowledge the broker position.
+ * Inbox (consumer side, docs/design.md, "Consumers and the inbox"). Runs inside the consumer's
+ * own database: the consume receipt (unique per consumer and event), the handler's effect and the
+ * consumer watermark commit together; only then may the caller acknowledge the broker position.
  * ------------------------------------------------------------------------------------------- */
 typedef struct obx_inbox obx_inbox;
 
@@ -484,7 +485,8 @@ typedef struct obx_message {
     /* The attempt and frozen destination digest the message carries (obx-attempt-id,
      * obx-dest-digest). May be NULL. Kept in the consume receipt: with them (and
      * envelope_gen) a critical consumer's receipt proves to the reconciler that the broker
-     * accepted the message (docs/protocol.md, "Consumer evidence"). */
+     * accepted the message (docs/design.md, "Reconciliation and UNKNOWN outcomes", consumer
+     * evidence). */
     const char *attempt_id;
     const char *dest_digest;
 } obx_message;
@@ -726,7 +728,7 @@ OBX_API obx_err obx_kafka_mock_start(int brokers, const char *topic, int partiti
 OBX_API void obx_kafka_mock_stop(obx_kafka_mock *m);
 
 /* ---------------------------------------------------------------------------------------------
- * The deterministic simulator and release gate (`obx sim`, docs/model.md).
+ * The deterministic simulator and release gate (`obx sim`, docs/design.md, "The release gate").
  * ------------------------------------------------------------------------------------------- */
 typedef struct obx_sim_options {
     uint64_t seed;

@@ -1,5 +1,5 @@
 /*
- * obx.pml -- checked model of the obx dispatch protocol (docs/protocol.md, issue 12).
+ * obx.pml -- checked model of the obx dispatch protocol (docs/design.md, issue 12).
  *
  * World: three committed events, two destinations, two dispatchers, one reconciler (which also
  * sends the retries), one consumer with an inbox, and an environment process that plays the
@@ -28,7 +28,7 @@
  *   NO_QUIET_CHECK      authoritative NOT_FOUND without waiting for the attempts' quiet time
  *   NO_MIGRATION_PROOF  migration without proof that the old target did not accept
  *   NO_UNKNOWN_BLOCK    a rejection returns the event to PENDING although an older attempt is
- *                       still UNKNOWN (the literal reading of the states in docs/protocol.md)
+ *                       still UNKNOWN (the literal reading of the states in docs/design.md)
  *   NO_INBOX_DEDUPE     consumer runs the effect without the (consumer, event_id) inbox check
  *   NO_ATOMIC_INBOX     consumer commits the effect and the inbox row in two transactions
  *   ACK_BEFORE_COMMIT   consumer acknowledges the broker before its transaction commits
@@ -559,7 +559,7 @@ end:
 #define POSTWORK (EWORK(0) || EWORK(1) || EWORK(2))
 #define POST(E) (timeout && ((E) == 0 || !EWORK(0)) && ((E) <= 1 || !EWORK(1)))
 
-/* ---- consumer with the inbox (docs/protocol.md, "Inbox") -------------------------------------------------- */
+/* ---- consumer with the inbox (docs/design.md, "Consumers and the inbox") ---------------------- */
 #ifdef NO_INBOX_DEDUPE
 #define SEEN(E) false
 #else

@@ -18,9 +18,9 @@
  *   UNKNOWN  it may or may not have been persisted (timeout, lost connection after the send):
  *            the reconciler resolves it.
  *
- * Lookup capability (docs/protocol.md, "UNKNOWN outcomes"): AUTHORITATIVE backends can prove
- * absence once an attempt's quiet time has passed; BEST_EFFORT ones can prove presence only; NONE
- * can prove nothing.
+ * Lookup capability (docs/design.md, "Reconciliation and UNKNOWN outcomes"): AUTHORITATIVE
+ * backends can prove absence once an attempt's quiet time has passed; BEST_EFFORT ones can prove
+ * presence only; NONE can prove nothing.
  */
 #ifndef OBX_BROKER_H
 #define OBX_BROKER_H
@@ -101,7 +101,7 @@ typedef struct obx__outcome {
 } obx__outcome;
 
 /* What a broker handle honours of a frozen destination contract (destination.v1: durability,
- * required_acks, serializer), as comma-separated values; "*" = any. docs/protocol.md,
+ * required_acks, serializer), as comma-separated values; "*" = any. docs/design.md,
  * "Destination contract". */
 typedef struct obx__contract {
     char durability[128];

@@ -1,7 +1,8 @@
 /*
  * cmd_sim.c — `obx sim --traces N --seed S [--jobs J] [--json] [--fault NAME ...]
  *                     [--replay TRACE_ID] [--mutation NAME]`
- * The deterministic simulator and release gate (docs/model.md). Exit 0 iff the gate passes.
+ * The deterministic simulator and release gate (docs/design.md, "The release gate"). Exit 0 iff
+ * the gate passes.
  */
 #include "cli.h"
 

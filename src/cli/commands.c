@@ -608,7 +608,7 @@ const char cli_man_http[] =
 const char cli_man_exit[] = "0 success; 1 failure or findings; 2 usage error.";
 
 const char cli_man_see_also[] =
-    "README.md, docs/protocol.md, docs/retention.md, docs/migration.md, docs/operations.md, "
+    "README.md, docs/design.md, docs/retention.md, docs/migration.md, docs/operations.md, "
     "docs/security.md in the obx source.";
 
 const cli_command *cli_find_command(const char *name) {

@@ -197,7 +197,7 @@ typedef struct obx__url {
 /* Parses url of kind "store" or "broker". */
 obx_err obx__url_parse(const char *url, const char *kind, obx__url *out);
 
-/* ---- the state machine (docs/protocol.md, "States")
+/* ---- the state machine (docs/design.md, "States")
  * ------------------------------------------------------ */
 
 #define OBX__STATE_LIST(X)                                                                         \
@@ -255,7 +255,8 @@ bool obx__transition_allowed(obx__state from, obx__state to, obx__actor actor);
 /* States in which the publish slot is filled. */
 bool obx__state_is_published(obx__state s);
 
-/* Attempt states (per send; docs/protocol.md, "Attempts and fencing", §5). */
+/* Attempt states (per send; docs/design.md, "Claims, attempts and fencing" and "Reconciliation
+ * and UNKNOWN outcomes"). */
 #define OBX__ATTEMPT_STATE_LIST(X)                                                                 \
     X(SENDING, "SENDING")                                                                          \
     X(UNKNOWN, "UNKNOWN")                                                                          \

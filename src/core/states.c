@@ -1,5 +1,5 @@
 /*
- * states.c — the outbox state machine of docs/protocol.md, "States" as data: one table of allowed
+ * states.c — the outbox state machine of docs/design.md, "States" as data: one table of allowed
  * (from, to, actor) transitions, naming the function that performs each. Every state change
  * in every store goes through obx__transition_allowed() before its compare-and-set, and the
  * unit tests walk the whole table and every pair outside it.
@@ -14,7 +14,7 @@
  *   SENDING --definite rejection--> PENDING (backoff) | PARKED (max attempts) --operator--> PENDING
  *
  * Invariants the table encodes:
- *   1. Only the acceptor enters PUBLISHED (the single acceptance point, §4).
+ *   1. Only the acceptor enters PUBLISHED (docs/design.md, "The single acceptance point").
  *   2. Only a registered attempt enters SENDING (CLAIMED/RETRY_CLAIMED -> SENDING).
  *   3. A possibly-sent event (SENDING) never goes back to PENDING except on a definite
  *      rejection; an expired lease makes it DISPATCH_UNKNOWN.
@@ -58,7 +58,7 @@ const obx__transition obx__transitions[] = {
     T(RETRY_CLAIMED, PUBLISHED, ACCEPTOR, "obx__accept_receipts", "late ACK of an older attempt"),
     /* After a blind retry, the older attempt stays UNKNOWN; if the newer one is then definitely
      * rejected the event is PENDING again (or CLAIMED, or PARKED) while the older one may still
-     * have been persisted. Its late valid ACK must reach the empty slot (docs/protocol.md, "The
+     * have been persisted. Its late valid ACK must reach the empty slot (docs/design.md, "The
      * single acceptance point"). */
     T(PENDING, PUBLISHED, ACCEPTOR, "obx__accept_receipts", "late ACK of an older UNKNOWN attempt"),
     T(CLAIMED, PUBLISHED, ACCEPTOR, "obx__accept_receipts", "late ACK of an older UNKNOWN attempt"),

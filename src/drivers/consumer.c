@@ -1,7 +1,8 @@
 /*
  * consumer.c — the consumer loop: deliveries from a broker's consumer side, each through the
  * inbox in the consumer's database, and the broker position acknowledged only after the
- * inbox committed (docs/protocol.md, "Inbox"). Also re-drives poison messages an operator marked.
+ * inbox committed (docs/design.md, "Consumers and the inbox"). Also re-drives poison messages an
+ * operator marked.
  */
 #include "drivers/drivers.h"
 

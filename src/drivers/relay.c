@@ -16,10 +16,10 @@
  *     the differences and exports their counts (docs/migration.md).
  *
  * Work is always found by querying committed rows: a wake-up only makes the next query come
- * sooner (docs/protocol.md, "Attempts and fencing"). Stop: threads stop claiming, drain in-flight
- * outcomes for up to relay.drain_ms (so late ACKs reach the acceptance point), close, exit. A
- * killed relay needs no cleanup: its leases expire and another relay's sweeper and reconciler take
- * over.
+ * sooner (docs/design.md, "Claims, attempts and fencing"). Stop: threads stop claiming, drain
+ * in-flight outcomes for up to relay.drain_ms (so late ACKs reach the acceptance point), close,
+ * exit. A killed relay needs no cleanup: its leases expire and another relay's sweeper and
+ * reconciler take over.
  */
 #include "drivers/drivers.h"
 
@@ -146,7 +146,7 @@ static void on_resolved(void *user, const char *event_id, int64_t ms) {
 
 /* Registers the cluster this relay serves in the outbox's cluster registry: its broker backend,
  * lookup capability and the destination contracts it honours, so that `obx route set` can
- * refuse a contract this cluster cannot honour (docs/protocol.md, "Destination contract"). */
+ * refuse a contract this cluster cannot honour (docs/design.md, "Destination contract"). */
 static obx_err register_cluster(obx_relay *r, obx__store *s, obx__broker *b, const char *cluster) {
     obx__cluster_row c;
     memset(&c, 0, sizeof c);

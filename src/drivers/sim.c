@@ -1,5 +1,6 @@
 /*
- * sim.c — the deterministic simulator and the release gate (docs/model.md): `obx sim`.
+ * sim.c — the deterministic simulator and the release gate (docs/design.md, "The release gate"):
+ * `obx sim`.
  *
  * It runs the production engine code (the real store — SQLite in memory, or PostgreSQL with
  * --db — the real engine step functions, the real inbox) against the simulated broker
@@ -7,8 +8,9 @@
  *   1. a fault phase: a seeded scheduler interleaves actors one step at a time — a producer
  *      (business transactions with their envelopes, retrying commands with the same
  *      idempotency key after it crashes), two dispatchers, a reconciler, a purger, one or two
- *      consumers with the inbox — and injects the fault classes of §9 between any two steps
- * (crashes: an actor loses its memory; pauses past a lease), in the broker and the network (lost,
+ *      consumers with the inbox — and injects the fault classes (docs/design.md, "The release
+ *      gate") between any two steps in the actors (crashes: an actor loses its memory; pauses
+ *      past a lease), in the broker and the network (lost,
  *      late, timed-out, duplicated and mangled ACKs, lost requests, rejections, unqueryable
  *      target, duplicated and reordered deliveries, lost consumer commits) and in the store
  *      (acceptance rolled back), plus a route policy revision;
@@ -18,7 +20,7 @@
  *      converged to the publish slot or the duplicate log, UNKNOWNs traceable by attempt, and
  *      UNKNOWN resolution times.
  *
- * Timings (docs/model.md, "The release gate"): every trace runs on the relay's shipped defaults
+ * Timings (docs/design.md, "The release gate"): every trace runs on the relay's shipped defaults
  * (leases, recheck back-off, backoff, sweep and reconcile intervals: obx_config_new()) and on
  * the timings of one adapter drawn per trace as production would have it — Kafka (authoritative
  * lookup, UNKNOWN after message.timeout.ms, quiet time message.timeout.ms + request.timeout.ms),

@@ -1,5 +1,5 @@
 /*
- * accept.c — accept_dispatch_receipt, the single acceptance point (docs/protocol.md, "The single
+ * accept.c — accept_dispatch_receipt, the single acceptance point (docs/design.md, "The single
  * acceptance point"). This is the only code in obx that sets PUBLISHED. One transaction per batch
  * of receipts:
  *

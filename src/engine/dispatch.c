@@ -1,7 +1,7 @@
 /*
- * dispatch.c — the dispatcher's steps (docs/protocol.md, "Attempts and fencing"): claim, register
- * attempts (fenced by claim_gen and lease), hand them to the broker, apply the broker's outcomes,
- * sweep expired SENDING leases, release claims on shutdown.
+ * dispatch.c — the dispatcher's steps (docs/design.md, "Claims, attempts and fencing"): claim,
+ * register attempts (fenced by claim_gen and lease), hand them to the broker, apply the broker's
+ * outcomes, sweep expired SENDING leases, release claims on shutdown.
  *
  * Invariants kept here:
  *   1. A claim never means published: it only decides who may try to send.
@@ -174,8 +174,8 @@ static obx_err begin_tx(obx__engine *e, void *arg) {
         if (OBX__MUTANT(STALE_CLAIM_SENDS)) /* test-only bug: no fencing by claim_gen/lease */
             fenced = cur->state == OBX__ST_CLAIMED || cur->state == OBX__ST_RETRY_CLAIMED;
         if (!fenced) {
-            /* docs/protocol.md, "Attempts and fencing": a stale worker may report what it saw,
-             * nothing else */
+            /* docs/design.md, "Claims, attempts and fencing": a stale worker may report what it
+             * saw, nothing else */
             e->st.stale_refused++;
             obx__audit(&b.au[b.n_au++], c->now, c->actor, e->cfg.owner, cur, cur->state, cur->state,
                        "stale claim refused: held claim_gen %lld as %s, now claim_gen %lld "

@@ -1,7 +1,8 @@
 /*
- * engine.h — the protocol as step functions over a store and a broker (docs/protocol.md,
- * "States"-§8). No threads, no sleeps, no clock reads: every function takes `now` (ms) from its
- * driver, so the simulator runs exactly this code under a virtual clock.
+ * engine.h — the protocol as step functions over a store and a broker (docs/design.md, from
+ * "States" to "Audit and retention"). No threads, no sleeps, no clock reads: every function
+ * takes `now` (ms) from its driver, so the simulator runs exactly this code under a virtual
+ * clock.
  *
  * An obx__engine is one actor's view: one store connection, one broker connection (may be
  * NULL for actors that never send), an owner name, and counters. Drivers (relay threads,

@@ -1,6 +1,6 @@
 /*
- * inbox.c — the consumer's inbox (docs/protocol.md, "Inbox"): applies each event's effect once per
- * consumer.
+ * inbox.c — the consumer's inbox (docs/design.md, "Consumers and the inbox"): applies each
+ * event's effect once per consumer.
  *
  * obx_inbox_process, in order:
  *   1. validate the message: headers well formed, every field within the documented input rules

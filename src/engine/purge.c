@@ -1,7 +1,7 @@
 /*
- * purge.c — retention (docs/protocol.md, "States", §8): PUBLISHED -> RETAINED -> PURGED, by the
- * PURGER actor (obx__purge_step, named in the transition table). Definitions in engine.h and
- * docs/retention.md; in short:
+ * purge.c — retention (docs/design.md, "Audit and retention"): PUBLISHED -> RETAINED -> PURGED,
+ * by the PURGER actor (obx__purge_step, named in the transition table). Definitions in engine.h
+ * and docs/retention.md; in short:
  *
  *   PUBLISHED --every critical consumer has evidence--> RETAINED
  *   RETAINED  --replay window over, behind the forced consumer watermark, evidence checked

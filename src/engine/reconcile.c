@@ -1,6 +1,6 @@
 /*
- * reconcile.c — the reconciler (docs/protocol.md, "UNKNOWN outcomes"). An UNKNOWN
- * outcome is never guessed, and every one ends:
+ * reconcile.c — the reconciler (docs/design.md, "Reconciliation and UNKNOWN outcomes"). An
+ * UNKNOWN outcome is never guessed, and every one ends:
  *
  *   DISPATCH_UNKNOWN --reconcile_begin--> RECONCILING (own claim_gen + lease)
  *   RECONCILING --lookup(destination, pinned partition, event_id, since)-->

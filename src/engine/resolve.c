@@ -1,6 +1,7 @@
 /*
- * resolve.c — how an UNKNOWN outcome ends when the broker cannot say (docs/protocol.md,
- * "UNKNOWN outcomes"): a critical consumer's evidence, and an operator's resolution.
+ * resolve.c — how an UNKNOWN outcome ends when the broker cannot say (docs/design.md,
+ * "Reconciliation and UNKNOWN outcomes"): a critical consumer's evidence, and an operator's
+ * resolution.
  *
  * Consumer evidence. A critical consumer's consume receipt (its inbox row: event ID, envelope
  * generation, attempt, destination digest, topic, partition, offset, payload digest) shows

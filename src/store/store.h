@@ -157,7 +157,7 @@ const char *obx__receipt_kind_name(obx__receipt_kind k);
 typedef enum obx__receipt_source {
     OBX__RS_BROKER,   /* the broker's confirm of a send */
     OBX__RS_LOOKUP,   /* a reconciler's lookup found the message */
-    OBX__RS_CONSUMER, /* a critical consumer's inbox row (docs/protocol.md: consumer evidence) */
+    OBX__RS_CONSUMER, /* a critical consumer's inbox row (docs/design.md: consumer evidence) */
     OBX__RS_OPERATOR, /* an operator's audited `obx resolve --accept` */
     OBX__RS_COUNT
 } obx__receipt_source;
@@ -196,7 +196,7 @@ typedef struct obx__audit_row {
     char reason[OBX_TEXT_MAX + 1];
 } obx__audit_row;
 
-/* ---- consumer side (inbox, docs/protocol.md, "Inbox")
+/* ---- consumer side (inbox, docs/design.md, "Consumers and the inbox")
  * ------------------------------------------------- */
 
 typedef struct obx__inbox_row {
@@ -344,8 +344,8 @@ typedef struct obx__event_filter {
 } obx__event_filter;
 
 /* A cluster as a relay registered it (schema version 4): the broker backend behind the cluster
- * identity and what it can honour of a frozen destination contract (docs/protocol.md). The
- * value lists are comma-separated; serializer "*" = any. */
+ * identity and what it can honour of a frozen destination contract (docs/design.md,
+ * "Destination contract"). The value lists are comma-separated; serializer "*" = any. */
 typedef struct obx__cluster_row {
     char cluster[OBX_NAME_MAX + 1];
     char backend[32];
@@ -359,9 +359,10 @@ typedef struct obx__cluster_row {
 
 /* ---- requests ---------------------------------------------------------------------------- */
 
-/* Claim candidates (docs/protocol.md, "Attempts and fencing"): PENDING with available_at <= now, or
- * CLAIMED with an expired lease; oldest first; never one behind an unpublished earlier event with
- * the same order key unless its route is unordered; only the given clusters/aliases (NULL = any).
+/* Claim candidates (docs/design.md, "Claims, attempts and fencing"): PENDING with
+ * available_at <= now, or CLAIMED with an expired lease; oldest first; never one behind an
+ * unpublished earlier event with the same order key unless its route is unordered; only the given
+ * clusters/aliases (NULL = any).
  * Rows are locked for the enclosing transaction (PostgreSQL: FOR UPDATE SKIP LOCKED). */
 typedef struct obx__claim_req {
     int64_t now;

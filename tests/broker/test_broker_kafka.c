@@ -1,7 +1,7 @@
 /*
  * test_broker_kafka.c — the Kafka backend against librdkafka's in-process mock cluster (a
- * Kafka-protocol broker; a fresh 3-broker cluster per test, because a broker-level error stack
- * shadows later cluster-level pushes, see /work/shared/SERVICES.md).
+ * Kafka-protocol broker; a fresh 3-broker cluster per test, because in the mock a broker-level
+ * error stack shadows later cluster-level pushes for the same API on that broker).
  *
  *   test_broker_kafka conformance   the broker conformance suite
  *   test_broker_kafka backend       Kafka-specific tests: murmur2 agreement with librdkafka,

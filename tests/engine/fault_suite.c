@@ -1,7 +1,8 @@
 /*
- * fault_suite.c — one named test per fault of docs/model.md that the dispatch protocol handles,
- * each asserting the exact end state, receipts and audit rows. Real store (from the factory),
- * real local log broker with fault knobs, virtual clock (`now` advanced by the test).
+ * fault_suite.c — one named test per fault of docs/design.md ("Tests per fault") that the
+ * dispatch protocol handles, each asserting the exact end state, receipts and audit rows. Real
+ * store (from the factory), real local log broker with fault knobs, virtual clock (`now` advanced
+ * by the test).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -213,7 +214,7 @@ static void test_happy_path(void **state) {
     assert_int_equal(e.st.accepted, 2);
 }
 
-/* docs/model.md "claim expiry followed by a late old ACK": the old attempt's late true ACK is
+/* docs/design.md, "claim expiry then a late old ACK": the old attempt's late true ACK is
  * recorded (here as a duplicate, the retry having filled the slot first). */
 static void test_claim_expiry_then_late_old_ack(void **state) {
     fx *f = *state;

@@ -1,6 +1,7 @@
 /*
- * fault_suite.h — the engine's fault tests (docs/model.md), run on every store backend with the
- * local log broker and its fault knobs, under a virtual clock.
+ * fault_suite.h — the engine's fault tests (docs/design.md, "Fault model" and "Tests per
+ * fault"), run on every store backend with the local log broker and its fault knobs, under a
+ * virtual clock.
  */
 #ifndef OBX_TEST_FAULT_SUITE_H
 #define OBX_TEST_FAULT_SUITE_H

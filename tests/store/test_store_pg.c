@@ -2333,7 +2333,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_upgrade_v3_unknown_policy, setup, teardown),
     };
     failed += cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
-    /* the engine's fault suite (docs/model.md) on this store */
+    /* the engine's fault suite (docs/design.md, "Tests per fault") on this store */
     failed += engine_fault_run("engine faults: postgres", pg_factory);
     /* destination migration, delivery sets, shadow mode and takeover on this store */
     failed +=

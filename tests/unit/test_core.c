@@ -356,7 +356,7 @@ static void test_transition_invariants(void **st) {
             t->to == OBX__ST_PENDING)
             fail_msg("an UNKNOWN event may not return to PENDING");
     }
-    /* the spine of docs/protocol.md, "States" is present */
+    /* the spine of docs/design.md, "States" is present */
     assert_true(obx__transition_allowed(OBX__ST_PENDING, OBX__ST_CLAIMED, OBX__ACT_DISPATCHER));
     assert_true(obx__transition_allowed(OBX__ST_CLAIMED, OBX__ST_SENDING, OBX__ACT_DISPATCHER));
     assert_true(obx__transition_allowed(OBX__ST_SENDING, OBX__ST_PUBLISHED, OBX__ACT_ACCEPTOR));

@@ -535,7 +535,7 @@ static obx_err sb_poll(obx__broker *b, int64_t now, int timeout_ms, obx__outcome
 void obx__sim_handle_unrecord_acks(obx__broker *b) {
     sim_handle *h = (sim_handle *)b;
     /* mark them as not having reached a committed acceptance: they are excluded from the
-     * late-ACK convergence count (docs/protocol.md, "The single acceptance point": a rolled-back
+     * late-ACK convergence count (docs/design.md, "The single acceptance point": a rolled-back
      * acceptance leaves the attempt to be reconciled) */
     for (size_t i = 0; i < h->npolled; i++) h->w->acks[h->polled_acks[i]].attempt_id[0] = '\0';
     h->npolled = 0;

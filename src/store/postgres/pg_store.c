@@ -333,10 +333,10 @@ static const char *const sql_text[Q_COUNT] = {
         "$2::int, $30::text, $31::bigint, $32::text, $33::bigint, $34::int, $35::text, $36::int, "
         "$37::int, $38::bigint, $39::bigint, $40::bigint, $41::text, $42::bigint, $43::bigint, "
         "$44::bigint, $45::int, $46::bool, $47::bool, $48::text, $17::text FROM env",
-    /* docs/protocol.md, "Attempts and fencing": oldest first; PENDING when available, CLAIMED when
-     * its lease expired; never behind an unpublished earlier event of the same order key unless
-     * unordered. Rows locked by another relay's claim are skipped, but the NOT EXISTS still sees
-     * them as unpublished, so a locked head of a key holds back the rest of the key. */
+    /* docs/design.md, "Claims, attempts and fencing": oldest first; PENDING when available,
+     * CLAIMED when its lease expired; never behind an unpublished earlier event of the same order
+     * key unless unordered. Rows locked by another relay's claim are skipped, but the NOT EXISTS
+     * still sees them as unpublished, so a locked head of a key holds back the rest of the key. */
     [Q_CLAIM] =
         "SELECT " EVENT_COLS ", v.payload" EVENT_FROM "WHERE e.state IN ('PENDING','CLAIMED') "
         "AND ((e.state = 'PENDING' AND e.available_at <= $1::bigint) OR "
@@ -355,7 +355,7 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_SEL_PUBBEFORE] = SEL_PUBBEFORE,
     [Q_SEL_PUBBEFORE_LOCK] = SEL_PUBBEFORE SKIP_LOCKED,
     [Q_LOAD] = LOAD(""),
-    /* acceptance locks the event row (docs/protocol.md, "The single acceptance point"): wait for
+    /* acceptance locks the event row (docs/design.md, "The single acceptance point"): wait for
        it, never skip it */
     [Q_LOAD_LOCK] = LOAD(" FOR UPDATE OF e"),
     [Q_UPD_EVENTS] =

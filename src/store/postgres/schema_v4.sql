@@ -1,6 +1,6 @@
--- obx outbox schema, version 4 (PostgreSQL): every UNKNOWN ends (docs/protocol.md, "UNKNOWN
--- outcomes"). Applied after version 3 by pg_store.c's migrate, in the same transaction, under
--- the init advisory lock. Mirrors src/store/sqlite/schema_v4.sql.
+-- obx outbox schema, version 4 (PostgreSQL): every UNKNOWN ends (docs/design.md,
+-- "Reconciliation and UNKNOWN outcomes"). Applied after version 3 by pg_store.c's migrate, in
+-- the same transaction, under the init advisory lock. Mirrors src/store/sqlite/schema_v4.sql.
 --
 --   * obx_event.held_at: when the reconciler (or an operator) held an UNKNOWN event for an
 --     operator: its route's UNKNOWN policy is "hold" and nothing could prove the outcome past
@@ -22,7 +22,7 @@
 --     are never evidence.
 --   * obx_cluster: each relay registers the cluster it serves, the broker backend behind it
 --     and the frozen destination contracts that backend honours, so that `obx route set` can
---     refuse a contract the cluster cannot honour (docs/protocol.md, "Destination contract").
+--     refuse a contract the cluster cannot honour (docs/design.md, "Destination contract").
 
 ALTER TABLE obx.obx_event ADD COLUMN held_at BIGINT NOT NULL DEFAULT 0;
 CREATE INDEX obx_event_held ON obx.obx_event (held_at, seq) WHERE held_at > 0;

@@ -236,8 +236,8 @@ CREATE TABLE obx_counter (
     value INTEGER NOT NULL
 );
 
--- Consumer side (the inbox, docs/protocol.md, "Inbox"). These tables live in the consumer's database,
--- which may or may not be the outbox database.
+-- Consumer side (the inbox, docs/design.md, "Consumers and the inbox"). These tables live in the
+-- consumer's database, which may or may not be the outbox database.
 CREATE TABLE obx_inbox (
     consumer_id    TEXT NOT NULL,
     event_id       TEXT NOT NULL,

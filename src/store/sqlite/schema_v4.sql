@@ -1,7 +1,7 @@
--- obx outbox schema, version 4 (SQLite): every UNKNOWN ends (docs/protocol.md, "UNKNOWN
--- outcomes"). Applied after version 3 by obx_store_init() / `obx init`, in the same transaction
--- as the version bump. Mirrors src/store/postgres/schema_v4.sql, which says what each column
--- means; in short:
+-- obx outbox schema, version 4 (SQLite): every UNKNOWN ends (docs/design.md,
+-- "Reconciliation and UNKNOWN outcomes"). Applied after version 3 by obx_store_init() / `obx
+-- init`, in the same transaction as the version bump. Mirrors src/store/postgres/schema_v4.sql,
+-- which says what each column means; in short:
 --   * obx_event.held_at: when an UNKNOWN event was held for an operator (0 = not held);
 --   * obx_receipt.source: what proved a receipt (broker, lookup, consumer, operator);
 --   * obx_inbox.envelope_gen, attempt_id, dest_digest: a consume receipt as evidence that the
