@@ -14,8 +14,12 @@
 
 static long fault_at;
 static long call_count;
+static const char *fault_hit; /* the wrapper the armed fault failed (a literal) */
+
+const char *obx__br_fault_hit(void) { return __atomic_load_n(&fault_hit, __ATOMIC_SEQ_CST); }
 
 void obx__br_fault_after(long k) {
+    __atomic_store_n(&fault_hit, NULL, __ATOMIC_SEQ_CST);
     __atomic_store_n(&fault_at, k, __ATOMIC_SEQ_CST);
     __atomic_store_n(&call_count, 0, __ATOMIC_SEQ_CST);
 }
@@ -25,8 +29,10 @@ long obx__br_calls(void) { return __atomic_load_n(&call_count, __ATOMIC_SEQ_CST)
 static obx_err fault(const char *what) {
     long n = __atomic_add_fetch(&call_count, 1, __ATOMIC_SEQ_CST);
     long k = __atomic_load_n(&fault_at, __ATOMIC_SEQ_CST);
-    if (k && n == k)
+    if (k && n == k) {
+        __atomic_store_n(&fault_hit, what, __ATOMIC_SEQ_CST);
         return obx__fail(OBX_EBROKER, "injected broker fault at call %ld (%s)", n, what);
+    }
     return OBX_OK;
 }
 

@@ -320,5 +320,7 @@ bool obx__br_honours(obx__broker *b, const obx__dest *d, char *why, size_t cap);
  * call) fails with OBX_EBROKER; 0 = off. obx__br_calls(): wrapper calls counted since. */
 void obx__br_fault_after(long k);
 long obx__br_calls(void);
+/* The wrapper (method name) the armed fault failed since it was armed, or NULL. */
+const char *obx__br_fault_hit(void);
 
 #endif /* OBX_BROKER_H */

@@ -10,11 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static long fault_at;    /* 0: off */
-static int fault_sticky; /* fail every call from fault_at on */
-static long call_count;  /* calls through the wrappers, process-wide */
+static long fault_at;         /* 0: off */
+static int fault_sticky;      /* fail every call from fault_at on */
+static long call_count;       /* calls through the wrappers, process-wide */
+static const char *fault_hit; /* the wrapper the armed fault failed first (a literal) */
 
 void obx__st_fault_after(long k) {
+    __atomic_store_n(&fault_hit, NULL, __ATOMIC_SEQ_CST);
     __atomic_store_n(&fault_sticky, 0, __ATOMIC_SEQ_CST);
     __atomic_store_n(&fault_at, k, __ATOMIC_SEQ_CST);
     __atomic_store_n(&call_count, 0, __ATOMIC_SEQ_CST);
@@ -27,11 +29,15 @@ void obx__st_fault_from(long k) {
 
 long obx__st_calls(void) { return __atomic_load_n(&call_count, __ATOMIC_SEQ_CST); }
 
+const char *obx__st_fault_hit(void) { return __atomic_load_n(&fault_hit, __ATOMIC_SEQ_CST); }
+
 static obx_err fault(const char *what) {
     long n = __atomic_add_fetch(&call_count, 1, __ATOMIC_SEQ_CST);
     long k = __atomic_load_n(&fault_at, __ATOMIC_SEQ_CST);
-    if (k && (n == k || (n > k && __atomic_load_n(&fault_sticky, __ATOMIC_SEQ_CST))))
+    if (k && (n == k || (n > k && __atomic_load_n(&fault_sticky, __ATOMIC_SEQ_CST)))) {
+        if (n == k) __atomic_store_n(&fault_hit, what, __ATOMIC_SEQ_CST);
         return obx__fail(OBX_EIO, "injected store fault at call %ld (%s)", n, what);
+    }
     return OBX_OK;
 }
 

@@ -855,5 +855,7 @@ void obx__st_fault_after(long k);
 /* Like obx__st_fault_after, but every call from the k-th on fails (until reset with 0). */
 void obx__st_fault_from(long k);
 long obx__st_calls(void);
+/* The wrapper (method name) the armed fault failed first since it was armed, or NULL. */
+const char *obx__st_fault_hit(void);
 
 #endif /* OBX_STORE_H */

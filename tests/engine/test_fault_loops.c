@@ -21,6 +21,10 @@
  *     allocation); OBX_FAULT_LOOP_LEAK_EACH=1 checks after every k instead, to find the k
  *     (about 90 ms of CPU per check: too slow to be the default).
  *
+ * Every store and broker call of the engine, the drivers and the CLI goes through the wrappers
+ * (scripts/check_layers.sh), so the loops reach the producer's enqueue, the inbox and the
+ * consumer too; each loop checks that it failed the methods of those paths (check_reach).
+ *
  * Loops: the k-th store call fails (obx__st_fault_after); every store call from the k-th on
  * fails (obx__st_fault_from, an outage mid-cycle); the k-th broker call fails
  * (obx__br_fault_after); the k-th allocation fails — malloc, calloc, realloc and strdup of
@@ -409,7 +413,45 @@ static obx_err expected(loop_kind kind) {
     return kind == LOOP_BROKER ? OBX_EBROKER : kind == LOOP_ALLOC ? OBX_ENOMEM : OBX_EIO;
 }
 
+/* The wrappers an armed fault failed, over one loop: the loops must reach the producer's
+ * enqueue, the inbox and the consumer, not only the relay's engine. */
+#define MAX_HITS 128
+static const char *hits[MAX_HITS];
+static size_t n_hits;
+
+static void note_hit(loop_kind kind) {
+    const char *h = kind == LOOP_BROKER                             ? obx__br_fault_hit()
+                    : kind == LOOP_STORE || kind == LOOP_STORE_FROM ? obx__st_fault_hit()
+                                                                    : NULL;
+    if (!h) return;
+    for (size_t i = 0; i < n_hits; i++)
+        if (!strcmp(hits[i], h)) return;
+    if (n_hits < MAX_HITS) hits[n_hits++] = h;
+}
+
+static bool was_hit(const char *name) {
+    for (size_t i = 0; i < n_hits; i++)
+        if (!strcmp(hits[i], name)) return true;
+    return false;
+}
+
+/* Methods each loop must have failed at least once: the producer's enqueue (route, idempotency
+ * key, event row), the inbox (receipt lookup and insert, failure count, consume audit) and the
+ * consumer's broker side (poll, ack). */
+static void check_reach(loop_kind kind) {
+    static const char *const store_needs[] = {"route_get", "idem_lookup", "insert_event",
+                                              "inbox_get", "inbox_put",   "consume_audit_put"};
+    static const char *const broker_needs[] = {"consume_poll", "consume_ack", "send", "poll",
+                                               "lookup"};
+    const char *const *need = kind == LOOP_BROKER ? broker_needs : store_needs;
+    size_t n = kind == LOOP_ALLOC    ? 0
+               : kind == LOOP_BROKER ? sizeof broker_needs / sizeof *broker_needs
+                                     : sizeof store_needs / sizeof *store_needs;
+    for (size_t i = 0; i < n; i++) CHECK(was_hit(need[i]), "the loop never failed %s", need[i]);
+}
+
 static void run_loop(loop_kind kind, long max_k) {
+    n_hits = 0;
     cur_loop = kind;
     long k = 1, reported = 0;
     bool leak_each = getenv("OBX_FAULT_LOOP_LEAK_EACH") != NULL;
@@ -420,6 +462,7 @@ static void run_loop(loop_kind kind, long max_k) {
         world_open(&w);
         arm(kind, k);
         cycle(&w, expected(kind));
+        note_hit(kind);
         long calls = disarm(kind);
         bool reached = calls >= k;
         reported += w.errors > 0;
@@ -434,6 +477,12 @@ static void run_loop(loop_kind kind, long max_k) {
                              "OBX_FAULT_LOOP_LEAK_EACH=1 finds the k)");
     fprintf(stderr, "fault loop over the k-th %s: k = 1..%ld, %ld runs reported an error\n",
             loop_names[kind], k, reported);
+    if (n_hits) {
+        fprintf(stderr, "  failed in:");
+        for (size_t i = 0; i < n_hits; i++) fprintf(stderr, " %s", hits[i]);
+        fprintf(stderr, "\n");
+    }
+    check_reach(kind);
 }
 
 /* The loops are only as good as the cycle: without faults it must go through every path the
