@@ -15,7 +15,9 @@
  *       event_types: [order.created.v1]            event_types: [order.created.v1]
  *       subscribers: [order-projection]
  */
-#include "drivers/drivers.h"
+#include "drivers/config.h"
+#include "drivers/log.h"
+#include "drivers/observe.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -7,7 +7,8 @@
  * YAML document are errors, never ignored or cut short; values are echoed in messages only in
  * printable form. The JSON dump (obx_config_dump) is itself a valid configuration file.
  */
-#include "drivers/drivers.h"
+#include "drivers/config.h"
+#include "drivers/log.h"
 
 #include <errno.h>
 #include <jansson.h>

@@ -4,7 +4,8 @@
  * inbox committed (docs/design.md, "Consumers and the inbox"). Also re-drives poison messages an
  * operator marked.
  */
-#include "drivers/drivers.h"
+#include "drivers/config.h"
+#include "drivers/log.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -25,7 +25,8 @@
  *                      parked after the consumer's failure limit, no effect, and the valid
  *                      messages after it still applied
  */
-#include "drivers/drivers.h"
+#include "drivers/config.h"
+#include "drivers/log.h"
 
 #include <sqlite3.h>
 #include <stdio.h>

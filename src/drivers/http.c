@@ -30,10 +30,14 @@
  * their own (outbox and critical consumers), guarded by a mutex; nothing here touches the
  * dispatchers' connections.
  */
-#include "drivers/drivers.h"
+#include "drivers/http.h"
+#include "drivers/log.h"
+#include "drivers/metrics.h"
+#include "drivers/series.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -52,7 +56,7 @@ enum { BODY_MAX = 8192, TOKEN_MIN = 16 };
 
 typedef struct http {
     struct MHD_Daemon *d;
-    obx_relay *r;
+    const obx__relay_view *v; /* the relay's (relay_view.h), outlives the server */
     pthread_mutex_t mu;
     obx__store *s; /* lazily opened, reopened after an error */
     obx__consumer_set cs;
@@ -130,7 +134,7 @@ static unsigned status_of(obx_err e) {
 
 static obx_err store_of(http *h, obx__store **s) {
     if (!h->s) {
-        obx_err e = obx__st_open(obx__relay_config(h->r)->db, &h->s);
+        obx_err e = obx__st_open(h->v->cfg->db, &h->s);
         if (e) {
             h->s = NULL;
             return e;
@@ -203,8 +207,8 @@ static bool host_ok(http *h, struct MHD_Connection *c) {
 static enum MHD_Result readyz(http *h, struct MHD_Connection *c) {
     obx__store *s = NULL;
     int found = 0;
-    obx_err e = obx__relay_stopping(h->r) ? obx__fail(OBX_ESTOPPED, "the relay is stopping")
-                                          : store_of(h, &s);
+    obx_err e = h->v->stopping(h->v->relay) ? obx__fail(OBX_ESTOPPED, "the relay is stopping")
+                                            : store_of(h, &s);
     if (!e) e = obx__st_schema_version(s, &found);
     if (!e && found != OBX__SCHEMA_VERSION)
         e = obx__fail(OBX_ESCHEMA, "schema version %d, need %d", found, OBX__SCHEMA_VERSION);
@@ -212,7 +216,7 @@ static enum MHD_Result readyz(http *h, struct MHD_Connection *c) {
         store_drop(h);
     if (!e) {
         /* a fresh connection: what a dispatcher reconnecting now would get */
-        const obx_config *cfg = obx__relay_config(h->r);
+        const obx_config *cfg = h->v->cfg;
         obx__broker *b = NULL;
         e = obx__br_open(cfg->broker, (const char *const *)cfg->broker_props.v, cfg->broker_props.n,
                          &b);
@@ -229,7 +233,7 @@ static enum MHD_Result metrics(http *h, struct MHD_Connection *c) {
     obx__store *s = NULL;
     if (store_of(h, &s)) s = NULL;
     obx__buf b = {0};
-    if (obx__metrics_render(h->m, h->r, s, &b) && s) store_drop(h);
+    if (obx__metrics_render(h->m, h->v, s, &b) && s) store_drop(h);
     enum MHD_Result ret = b.oom ? text(c, 500, "out of memory\n")
                                 : reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
                                         (const char *)b.data, b.len);
@@ -250,18 +254,18 @@ static enum MHD_Result api_status(http *h, struct MHD_Connection *c) {
         return json_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, e, obx_errmsg());
     }
     obx__engine_stats t;
-    obx__relay_totals(h->r, &t);
+    h->v->totals(h->v->relay, &t);
     json_object_set_new(doc, "stats_age_ms", json_integer(age));
     json_object_set_new(
         doc, "relay",
-        json_pack("{s:s,s:I,s:b,s:b,s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}}", "id",
-                  obx__relay_id(h->r), "started_at", (json_int_t)obx__relay_started_at(h->r),
-                  "stopping", obx__relay_stopping(h->r), "token_configured",
-                  h->token_digest[0] != '\0', "counters", "published", (json_int_t)t.accepted,
-                  "duplicates", (json_int_t)t.duplicates, "quarantined", (json_int_t)t.quarantined,
-                  "unknown", (json_int_t)(t.unknown + t.swept), "retries", (json_int_t)t.retries,
-                  "rejected", (json_int_t)t.rejected, "parked", (json_int_t)t.parked,
-                  "store_errors", (json_int_t)t.store_errors));
+        json_pack("{s:s,s:I,s:b,s:b,s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}}", "id", h->v->id,
+                  "started_at", (json_int_t)h->v->started_at, "stopping",
+                  h->v->stopping(h->v->relay), "token_configured", h->token_digest[0] != '\0',
+                  "counters", "published", (json_int_t)t.accepted, "duplicates",
+                  (json_int_t)t.duplicates, "quarantined", (json_int_t)t.quarantined, "unknown",
+                  (json_int_t)(t.unknown + t.swept), "retries", (json_int_t)t.retries, "rejected",
+                  (json_int_t)t.rejected, "parked", (json_int_t)t.parked, "store_errors",
+                  (json_int_t)t.store_errors));
     return json(c, MHD_HTTP_OK, doc);
 }
 
@@ -276,12 +280,12 @@ static enum MHD_Result api_series(http *h, struct MHD_Connection *c) {
  * (a slow sample does not shift the ones after it), until the server stops. */
 static void *series_main(void *arg) {
     http *h = arg;
-    int64_t every = obx__relay_config(h->r)->series_interval_ms, next = obx__mono_ms();
+    int64_t every = h->v->cfg->series_interval_ms, next = obx__mono_ms();
     while (!atomic_load(&h->series_stop)) {
         pthread_mutex_lock(&h->mu);
         obx__store *s = NULL;
         if (store_of(h, &s)) s = NULL;
-        obx__series_src src = {.r = h->r, .s = s, .stats = obx__metrics_stats(h->m), .cs = &h->cs};
+        obx__series_src src = {.v = h->v, .s = s, .stats = obx__metrics_stats(h->m), .cs = &h->cs};
         if (obx__series_sample(h->series, &src, obx__wall_ms()) && s) store_drop(h);
         pthread_mutex_unlock(&h->mu);
         next += every;
@@ -342,7 +346,7 @@ static enum MHD_Result api_requeue(http *h, struct MHD_Connection *c, req *rq) {
     obx__store *s = NULL;
     obx_err e = id ? store_of(h, &s) : obx__fail(OBX_EINVAL, "event_id: missing");
     char who[OBX__OWNER_MAX + 1];
-    snprintf(who, sizeof who, "operator:dashboard@%.200s", obx__relay_id(h->r));
+    snprintf(who, sizeof who, "operator:dashboard@%.200s", h->v->id);
     if (!e) e = obx__requeue(s, id, who, obx__wall_ms());
     enum MHD_Result ret;
     if (e) {
@@ -373,8 +377,7 @@ static enum MHD_Result api_resolve(http *h, struct MHD_Connection *c, req *rq) {
         json_string_value(it);
     const char *op = json_string_value(json_object_get(j, "who"));
     char who[OBX__OWNER_MAX + 1];
-    snprintf(who, sizeof who, "operator:%.60s@%.120s", op && *op ? op : "dashboard",
-             obx__relay_id(h->r));
+    snprintf(who, sizeof who, "operator:%.60s@%.120s", op && *op ? op : "dashboard", h->v->id);
     json_t *part = json_object_get(j, "partition");
     obx_resolve_request q = {
         .event_ids = n ? ids : NULL,
@@ -543,7 +546,7 @@ static void http_free(http *h) {
     free(h);
 }
 
-obx_err obx__http_start(obx_relay *r, const char *listen, void **out) {
+obx_err obx__http_start(const obx__relay_view *v, const char *listen, void **out) {
     char host[128];
     obx__strlcpy(host, listen, sizeof host);
     char *colon = strrchr(host, ':');
@@ -561,10 +564,10 @@ obx_err obx__http_start(obx_relay *r, const char *listen, void **out) {
         return obx__fail(OBX_ECONFIG, "http.listen: '%s' is not an IPv4 address", host);
     http *h = calloc(1, sizeof *h);
     if (!h) return obx__fail(OBX_ENOMEM, "http: out of memory");
-    h->r = r;
+    h->v = v;
     h->loopback = (ntohl(sa.sin_addr.s_addr) >> 24) == 127;
     pthread_mutex_init(&h->mu, NULL);
-    const obx_config *cfg = obx__relay_config(r);
+    const obx_config *cfg = v->cfg;
     obx_err e = obx__consumer_set_init(&h->cs, (const char *const *)cfg->critical_consumers.v,
                                        cfg->critical_consumers.n);
     if (!e) e = obx__metrics_new(&h->cs, &h->m);

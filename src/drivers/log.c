@@ -5,7 +5,7 @@
  * the library from redacted URLs only, and name configuration keys rather than their values:
  * no password or token reaches a log line (tests/ops/test_logs.sh plants some and greps).
  */
-#include "drivers/drivers.h"
+#include "drivers/log.h"
 
 #include <jansson.h>
 #include <pthread.h>

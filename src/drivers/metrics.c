@@ -16,7 +16,7 @@
  * Section order is the render table at the bottom: a section is one function appending to the
  * buffer, so further sections (e.g. audit findings) slot in without touching the others.
  */
-#include "drivers/drivers.h"
+#include "drivers/metrics.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,7 +153,7 @@ obx__stats_cache *obx__metrics_stats(obx__metrics *m) { return &m->stats; }
 
 typedef struct scrape {
     obx__metrics *mx; /* the registry (not a backend: named apart from vtable calls) */
-    obx_relay *r;
+    const obx__relay_view *v;
     obx__store *s;
     bool store_ok;
     obx__store_stats st;
@@ -232,15 +232,15 @@ static void sec_outbox(scrape *x, obx__buf *b) {
 
 static void sec_relay(scrape *x, obx__buf *b) {
     obx__engine_stats t;
-    obx__relay_totals(x->r, &t);
+    x->v->totals(x->v->relay, &t);
     obx__hist lat, res;
-    obx__relay_hists(x->r, &lat, &res);
+    x->v->hists(x->v->relay, &lat, &res);
     family(b, "obx_relay_info", "gauge", "This relay (value 1)");
     obx__buf_puts(b, "obx_relay_info{relay_id=\"");
-    label(b, obx__relay_id(x->r));
+    label(b, x->v->id);
     obx__buf_printf(b, "\",version=\"%s\"} 1\n", OBX_VERSION_STRING);
     family(b, "obx_relay_stopping", "gauge", "1 when the relay is stopping or stopped on an error");
-    sample(b, "obx_relay_stopping", NULL, NULL, obx__relay_stopping(x->r));
+    sample(b, "obx_relay_stopping", NULL, NULL, x->v->stopping(x->v->relay));
     family(b, "obx_publish_latency_seconds", "histogram",
            "From an event's commit to the acceptance of its primary receipt (this relay)");
     hist(b, "obx_publish_latency_seconds", NULL, NULL, &lat);
@@ -418,9 +418,9 @@ static void sec_consumers(scrape *x, obx__buf *b) {
 /* The relay's auditor (its last run's findings by kind) and, in shadow mode, the last
  * comparison's differences. */
 static void sec_audit(scrape *x, obx__buf *b) {
-    obx__auditor_metrics(obx__relay_auditor(x->r), b); /* obx_audit_findings{kind=...} */
+    x->v->audit_metrics(x->v->relay, b); /* obx_audit_findings{kind=...} */
     obx__shadow_counts sc;
-    if (!obx__relay_shadow(x->r, &sc)) return;
+    if (!x->v->shadow(x->v->relay, &sc)) return;
     family(b, "obx_shadow_differences", "gauge", "Differences found by the last shadow comparison");
     sample(b, "obx_shadow_differences", "kind", "missing", (double)sc.missing);
     sample(b, "obx_shadow_differences", "kind", "destination", (double)sc.destination);
@@ -438,10 +438,11 @@ static void sec_audit(scrape *x, obx__buf *b) {
 static void (*const sections[])(scrape *, obx__buf *) = {sec_outbox, sec_relay, sec_consumers,
                                                          sec_audit};
 
-obx_err obx__metrics_render(obx__metrics *m, obx_relay *r, obx__store *s, obx__buf *out) {
+obx_err obx__metrics_render(obx__metrics *m, const obx__relay_view *v, obx__store *s,
+                            obx__buf *out) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    scrape x = {.mx = m, .r = r, .s = s, .now = obx__wall_ms()};
+    scrape x = {.mx = m, .v = v, .s = s, .now = obx__wall_ms()};
     obx_err e = s ? obx__stats_get(&m->stats, s, &x.st, &x.stats_age_ms) : OBX_ESTORE;
     x.store_ok = !e;
     for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) sections[i](&x, out);

@@ -9,7 +9,8 @@
  * LIMITed, the lag window is OBX__LAG_WINDOW events); only the store statistics may count a
  * table (SQLite), and obx__stats_get bounds how often that happens.
  */
-#include "drivers/drivers.h"
+#include "drivers/log.h"
+#include "drivers/observe.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -21,18 +21,20 @@
  * exit. A killed relay needs no cleanup: its leases expire and another relay's sweeper and
  * reconciler take over.
  */
-#include "drivers/drivers.h"
+#include "drivers/config.h"
+#include "drivers/http.h"
+#include "drivers/log.h"
+#include "drivers/observe.h"
+#include "drivers/retention.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-obx_err obx__http_start(obx_relay *r, const char *listen, void **out);
-void obx__http_stop(void *h);
 
 enum { MAX_THREADS = 66 };
 
@@ -62,7 +64,13 @@ struct obx_relay {
     void *auditor; /* retention.c; NULL when audit and purge intervals are both 0 */
     int64_t started_at;
     obx__shadow_counts shadow; /* the last comparison (shadow mode), under mu */
+    obx__relay_view view;      /* what the HTTP server and the auditor see (relay_view.h) */
 };
+
+static void view_totals(obx_relay *r, obx__engine_stats *t);
+static bool view_stopping(obx_relay *r);
+static void view_audit_metrics(obx_relay *r, obx__buf *b);
+static void view_hists(obx_relay *r, obx__hist *latency, obx__hist *resolution);
 
 static void sleep_ms(int64_t ms) {
     if (ms <= 0) return;
@@ -399,7 +407,7 @@ static void *shadow_main(void *arg) {
     return NULL;
 }
 
-int obx__relay_shadow(obx_relay *r, obx__shadow_counts *out) {
+static int view_shadow(obx_relay *r, obx__shadow_counts *out) {
     pthread_mutex_lock(&r->mu);
     *out = r->shadow;
     pthread_mutex_unlock(&r->mu);
@@ -609,9 +617,19 @@ obx_err obx_relay_start(const obx_config *c, obx_relay **out) {
         }
         r->w[i].started = true;
     }
-    if (!e && (e = obx__auditor_start(r, &r->auditor))) atomic_store(&r->stop, 1);
+    /* the daemon's other parts see the relay through its view only */
+    r->view = (obx__relay_view){.cfg = r->cfg,
+                                .id = r->id,
+                                .started_at = r->started_at,
+                                .relay = r,
+                                .stopping = view_stopping,
+                                .totals = view_totals,
+                                .hists = view_hists,
+                                .shadow = view_shadow,
+                                .audit_metrics = view_audit_metrics};
+    if (!e && (e = obx__auditor_start(&r->view, &r->auditor))) atomic_store(&r->stop, 1);
     if (!e && r->cfg->http_listen[0]) {
-        e = obx__http_start(r, r->cfg->http_listen, &r->http);
+        e = obx__http_start(&r->view, r->cfg->http_listen, &r->http);
         if (e) atomic_store(&r->stop, 1);
     }
     if (e) {
@@ -656,7 +674,7 @@ obx_err obx_relay_wait(obx_relay *r) {
 }
 
 /* Sum of every worker's counters. */
-void obx__relay_totals(obx_relay *r, obx__engine_stats *t) {
+static void view_totals(obx_relay *r, obx__engine_stats *t) {
     memset(t, 0, sizeof *t);
     pthread_mutex_lock(&r->mu);
     for (int i = 0; i < r->n; i++) {
@@ -671,7 +689,7 @@ void obx__relay_totals(obx_relay *r, obx__engine_stats *t) {
     pthread_mutex_unlock(&r->mu);
 }
 
-void obx__relay_hists(obx_relay *r, obx__hist *latency, obx__hist *resolution) {
+static void view_hists(obx_relay *r, obx__hist *latency, obx__hist *resolution) {
     obx__hist_init(latency, obx__publish_latency_le);
     obx__hist_init(resolution, obx__unknown_resolution_le);
     pthread_mutex_lock(&r->mu);
@@ -682,17 +700,16 @@ void obx__relay_hists(obx_relay *r, obx__hist *latency, obx__hist *resolution) {
     pthread_mutex_unlock(&r->mu);
 }
 
-int64_t obx__relay_started_at(obx_relay *r) { return r->started_at; }
+const obx__relay_view *obx__relay_view_of(obx_relay *r) { return &r->view; }
 
-const obx_config *obx__relay_config(obx_relay *r) { return r->cfg; }
-void *obx__relay_auditor(obx_relay *r) { return r->auditor; }
-const char *obx__relay_id(obx_relay *r) { return r->id; }
-int obx__relay_stopping(obx_relay *r) { return atomic_load(&r->stop); }
+static bool view_stopping(obx_relay *r) { return atomic_load(&r->stop) != 0; }
+
+static void view_audit_metrics(obx_relay *r, obx__buf *b) { obx__auditor_metrics(r->auditor, b); }
 
 obx_err obx_relay_stats(obx_relay *r, char **out) {
     if (!r || !out) return obx__fail(OBX_EINVAL, "relay: NULL argument");
     obx__engine_stats t;
-    obx__relay_totals(r, &t);
+    view_totals(r, &t);
     json_t *o = json_pack(
         "{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "relay_id", r->id,
         "claimed", (json_int_t)t.claimed, "sent", (json_int_t)t.sent, "stale_refused",
@@ -704,7 +721,7 @@ obx_err obx_relay_stats(obx_relay *r, char **out) {
         "reconciled_not_found", (json_int_t)t.reconciled_not_found, "unknown_resolved",
         (json_int_t)t.unknown_resolved, "store_errors", (json_int_t)t.store_errors);
     obx__shadow_counts sc;
-    if (o && obx__relay_shadow(r, &sc))
+    if (o && view_shadow(r, &sc))
         json_object_set_new(
             o, "shadow",
             json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "rounds", (json_int_t)sc.rounds,

@@ -9,7 +9,8 @@
  * Owns: the stores and broker it opens (closed before returning; the auditor thread keeps its
  * own for its life and reopens them after an error), the auditor's counters (under its mutex).
  */
-#include "drivers/drivers.h"
+#include "drivers/log.h"
+#include "drivers/retention.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -114,14 +115,14 @@ static void pace(int64_t t0_ms, const obx__ret_result *res, int64_t rate) {
 }
 
 /* A whole purge run (obx__purge_run) step by step, paced to rate events/s (0 = unpaced), until
- * done, an error, or r (may be NULL: `obx purge`) is stopping. */
+ * done, an error, or v (may be NULL: `obx purge`) says the relay is stopping. */
 static obx_err purge_paced(obx__store *s, const obx__retention_cfg *rc, int64_t now, int64_t rate,
-                           obx_relay *r, obx__ret_result *res) {
+                           const obx__relay_view *v, obx__ret_result *res) {
     obx__purge_cursor cur;
     obx__purge_cursor_init(&cur);
     int64_t t0 = obx__mono_ms();
     obx_err e = OBX_OK;
-    while (!e && cur.phase < 2 && !(r && obx__relay_stopping(r))) {
+    while (!e && cur.phase < 2 && !(v && v->stopping(v->relay))) {
         e = obx__purge_step(s, rc, now, &cur, res);
         if (!e) pace(t0, res, rate);
     }
@@ -292,7 +293,7 @@ obx_err obx_watermark_force(const obx_config *c, const char *consumer, int64_t u
 /* ---- the relay's auditor thread -------------------------------------------------------------- */
 
 typedef struct auditor {
-    obx_relay *r;
+    const obx__relay_view *v; /* the relay's (relay_view.h), outlives the thread */
     pthread_t th;
     pthread_mutex_t mu;
     /* published under mu */
@@ -391,12 +392,12 @@ static void run_audit(auditor *a, const obx_config *c, conns *k) {
 
 static void run_purge(auditor *a, const obx_config *c, conns *k) {
     char who[OBX__OWNER_MAX + 1];
-    snprintf(who, sizeof who, "%.200s/purger", obx__relay_id(a->r));
+    snprintf(who, sizeof who, "%.200s/purger", a->v->id);
     obx__retention_cfg rc;
     retention_cfg_of(c, k->cons, k->n, who, false, 0, &rc);
     obx__ret_result res;
     memset(&res, 0, sizeof res);
-    obx_err e = purge_paced(k->s, &rc, obx__wall_ms(), c->purge_max_rate, a->r, &res);
+    obx_err e = purge_paced(k->s, &rc, obx__wall_ms(), c->purge_max_rate, a->v, &res);
     pthread_mutex_lock(&a->mu);
     a->purge_runs++;
     a->retained += res.retained;
@@ -417,13 +418,13 @@ static void run_purge(auditor *a, const obx_config *c, conns *k) {
 
 static void *auditor_main(void *arg) {
     auditor *a = arg;
-    const obx_config *c = obx__relay_config(a->r);
+    const obx_config *c = a->v->cfg;
     conns k;
     memset(&k, 0, sizeof k);
     /* the first audit at start (fresh gauges); a purge (with critical consumers) after one
      * interval, never in the relay's first moments */
     int64_t next_audit = obx__wall_ms(), next_purge = obx__wall_ms() + c->purge_interval_ms;
-    while (!obx__relay_stopping(a->r)) {
+    while (!a->v->stopping(a->v->relay)) {
         int64_t now = obx__wall_ms();
         bool audit_due = c->audit_interval_ms && now >= next_audit;
         bool purge_due = c->purge_interval_ms && c->critical_consumers.n && now >= next_purge;
@@ -451,13 +452,13 @@ static void *auditor_main(void *arg) {
     return NULL;
 }
 
-obx_err obx__auditor_start(obx_relay *r, void **out) {
+obx_err obx__auditor_start(const obx__relay_view *v, void **out) {
     *out = NULL;
-    const obx_config *c = obx__relay_config(r);
+    const obx_config *c = v->cfg;
     if (!c->audit_interval_ms && !c->purge_interval_ms) return OBX_OK;
     auditor *a = calloc(1, sizeof *a);
     if (!a) return obx__fail(OBX_ENOMEM, "auditor: out of memory");
-    a->r = r;
+    a->v = v;
     pthread_mutex_init(&a->mu, NULL);
     int rc = pthread_create(&a->th, NULL, auditor_main, a);
     if (rc) {

@@ -13,7 +13,7 @@
  * and its PARKED poison messages. A value that could not be read is null (a gap in the chart),
  * never a guess; rates need two samples with the outbox answering both.
  */
-#include "drivers/drivers.h"
+#include "drivers/series.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -91,7 +91,7 @@ obx_err obx__series_sample(obx__series *x, const obx__series_src *src, int64_t n
     for (int i = 0; i < V_COUNT; i++) pt->v[i] = NAN;
     for (size_t c = 0; c < x->n_consumers; c++) pt->lag[c] = pt->poison[c] = NAN;
     obx__engine_stats t;
-    obx__relay_totals(src->r, &t);
+    src->v->totals(src->v->relay, &t);
     obx__store_stats st;
     int64_t age = 0;
     obx_err e = src->s ? obx__stats_get(src->stats, src->s, &st, &age) : OBX_ESTORE;

@@ -414,7 +414,7 @@ static void test_metrics_render(void **state) {
     obx__buf b = {0};
     for (int i = 0; i < 300; i++) { /* the relay publishes its counters as it loops */
         obx__buf_free(&b);
-        OK(obx__metrics_render(m, r, f->s, &b));
+        OK(obx__metrics_render(m, obx__relay_view_of(r), f->s, &b));
         obx__buf_put(&b, "", 1);
         if (metric((const char *)b.data, "obx_publish_latency_seconds_count") == 1) break;
         usleep(10000);
@@ -439,11 +439,11 @@ static void test_metrics_render(void **state) {
         ca[i].duration_us = 3000; /* 3 ms: the (0.0025, 0.005] bucket */
     }
     OK(obx__st_begin(f->c));
-    OK(f->c->m->consume_audit_put(f->c, ca, 3));
+    OK(obx__st_consume_audit_put(f->c, ca, 3));
     OK(obx__st_commit(f->c));
     put_receipt(f, "proj", id, "orders");
     obx__buf_free(&b);
-    OK(obx__metrics_render(m, r, f->s, &b));
+    OK(obx__metrics_render(m, obx__relay_view_of(r), f->s, &b));
     obx__buf_put(&b, "", 1);
     t = (const char *)b.data;
     assert_int_equal(
@@ -461,7 +461,7 @@ static void test_metrics_render(void **state) {
     assert_int_equal(metric(t, "obx_consumer_lag_events{consumer=\"proj\"}"), 0);
     /* read once: a third scrape counts nothing new */
     obx__buf_free(&b);
-    OK(obx__metrics_render(m, r, f->s, &b));
+    OK(obx__metrics_render(m, obx__relay_view_of(r), f->s, &b));
     obx__buf_put(&b, "", 1);
     assert_int_equal(metric((const char *)b.data,
                             "obx_consumer_messages_total{consumer=\"proj\",outcome=\"APPLIED\"}"),
