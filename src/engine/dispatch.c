@@ -55,26 +55,6 @@ static bool sendable(obx__engine *e, const obx__event_row *r, obx__outcome *pre)
     return false;
 }
 
-obx_err obx__engine_tx(obx__engine *e, obx__tx_fn fn, void *arg) {
-    obx_err err = OBX_OK;
-    for (int attempt = 0; attempt < 5; attempt++) {
-        if ((err = obx__st_begin(e->s))) {
-            if (obx_err_is_retriable(err)) continue;
-            break;
-        }
-        err = fn(e, arg);
-        if (err) {
-            obx__st_rollback(e->s);
-            if (obx_err_is_retriable(err)) continue;
-            break;
-        }
-        err = obx__st_commit(e->s);
-        if (!err || !obx_err_is_retriable(err)) break;
-    }
-    if (err) e->st.store_errors++;
-    return err;
-}
-
 /* ---- claim ---------------------------------------------------------------------------------- */
 
 typedef struct claim_ctx {

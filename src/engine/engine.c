@@ -1,10 +1,11 @@
 /*
  * engine.c — what every engine step shares: configuration defaults, initialization (the
- * broker's cluster identity), the audit-row helper, backoff with jitter, and the test-only
- * mutation switch.
+ * broker's cluster identity), the transaction runner (obx__engine_tx), the audit-row helper,
+ * backoff with jitter, and the test-only mutation switch.
  */
 #include "engine/engine_int.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -104,6 +105,41 @@ int64_t obx__engine_backoff(obx__engine *e, int n) {
     int64_t span = d / 5;
     if (span > 0) d += (int64_t)(obx__engine_rand(e) % (uint64_t)(2 * span + 1)) - span;
     return d > 0 ? d : 1;
+}
+
+/* One transaction of fn (begin, fn, commit), retried up to five times while the failure is
+ * retriable (a serialization failure, a lost connection); fn must be safe to run again. Every
+ * step of every engine module runs its transactions through here. */
+obx_err obx__engine_tx(obx__engine *e, obx__tx_fn fn, void *arg) {
+    obx_err err = OBX_OK;
+    for (int attempt = 0; attempt < 5; attempt++) {
+        if ((err = obx__st_begin(e->s))) {
+            if (obx_err_is_retriable(err)) continue;
+            break;
+        }
+        err = fn(e, arg);
+        if (err) {
+            obx__st_rollback(e->s);
+            if (obx_err_is_retriable(err)) continue;
+            break;
+        }
+        err = obx__st_commit(e->s);
+        if (!err || !obx_err_is_retriable(err)) break;
+    }
+    if (err) e->st.store_errors++;
+    return err;
+}
+
+/* Serializes j (consumed) as indented JSON into *out (malloc'ed); the documents of the
+ * route, report, resolve and takeover entry points. */
+obx_err obx__json_out(json_t *j, char **out) {
+    if (!j) return obx__fail(OBX_ENOMEM, "JSON: out of memory");
+    char *txt = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(j);
+    if (!txt) return obx__fail(OBX_ENOMEM, "JSON: out of memory");
+    /* json_dumps uses jansson's allocator (malloc by default): obx_free() is free() */
+    *out = txt;
+    return OBX_OK;
 }
 
 void obx__audit(obx__audit_row *a, int64_t now, obx__actor actor, const char *who,
