@@ -15,8 +15,10 @@
  * on NOTIFY instead of spinning.
  *
  *   bench_latency [--rates 1000,5000] [--seconds S] [--producers P] [--reps R]
- *                 [--kafka-props K=V&K=V] [--set KEY=VALUE]... [--dir DIR] [--keep]
+ *                 [--kafka-props K=V&K=V] [--set KEY=VALUE]... [--dir DIR] [--keep] [--json]
  *
+ * --json: after the table, one JSON object: p99_ms, p50_ms and achieved_ev_s per offered rate
+ * (medians), and p99_ms_reps, every repetition's p99 (issue 19's target: < 20 ms in each).
  * --kafka-props adds librdkafka properties to the relay's broker URL (e.g. linger.ms=1).
  */
 #include "bench.h"
@@ -161,8 +163,33 @@ static void one_run(const char *boot, int rate, int rep, result *r) {
     if (!keep) bn_pg_drop("obx_bench_lat");
 }
 
+/* issue 19's figures as one JSON object: per offered rate, the median p99 and p50 (ms), every
+ * repetition's p99 (the target is < 20 ms at 1,000 ev/s in each), and the achieved rate */
+static void print_json(const int *rates, int n_rates, result res[][BN_MAX_REPS]) {
+    const char *const keys[] = {"p99_ms", "p50_ms", "achieved_ev_s"};
+    printf("{");
+    for (int f = 0; f < 3; f++) {
+        printf("%s\"%s\": {", f ? ", " : "", keys[f]);
+        for (int k = 0; k < n_rates; k++) {
+            double v[BN_MAX_REPS];
+            for (int i = 0; i < reps; i++)
+                v[i] = f == 0 ? res[k][i].p99 : f == 1 ? res[k][i].p50 : res[k][i].achieved;
+            printf("%s\"%d\": %.1f", k ? ", " : "", rates[k], bn_median(v, reps));
+        }
+        printf("}");
+    }
+    printf(", \"p99_ms_reps\": {");
+    for (int k = 0; k < n_rates; k++) {
+        printf("%s\"%d\": [", k ? ", " : "", rates[k]);
+        for (int i = 0; i < reps; i++) printf("%s%.1f", i ? ", " : "", res[k][i].p99);
+        printf("]");
+    }
+    printf("}, \"reps\": %d, \"seconds\": %d, \"producers\": %d}\n", reps, seconds, producers);
+}
+
 int main(int argc, char **argv) {
     char rates_arg[128] = "1000,5000";
+    bool json = false;
     snprintf(dir, sizeof dir, "/tmp/obx-bench-lat-%d", (int)getpid());
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rates") && i + 1 < argc)
@@ -181,10 +208,12 @@ int main(int argc, char **argv) {
             snprintf(dir, sizeof dir, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--keep"))
             keep = true;
+        else if (!strcmp(argv[i], "--json"))
+            json = true;
         else {
             fprintf(stderr, "usage: bench_latency [--rates 1000,5000] [--seconds S] [--producers "
                             "P] [--reps R] [--kafka-props K=V&K=V] [--set KEY=VALUE]... [--dir "
-                            "DIR] [--keep]\n");
+                            "DIR] [--keep] [--json]\n");
             return 2;
         }
     }
@@ -229,12 +258,17 @@ int main(int argc, char **argv) {
             v[5][i] = res[k][i].busy_cpu;
             v[6][i] = res[k][i].pg_cpu;
         }
-        double p99 = bn_median(v[2], reps);
+        double p99 = bn_median(v[2], reps), worst = 0;
+        for (int i = 0; i < reps; i++) worst = v[2][i] > worst ? v[2][i] : worst;
+        /* issue 19: p99 < 20 ms in every repetition at 1,000 ev/s (moonshot < 10 ms) */
         printf("| %d | %.0f | %.1f | %.1f | %.1f | %s | %.1f | %.1f | %.0f |\n", rates[k],
                bn_median(v[0], reps), bn_median(v[1], reps), p99, bn_median(v[3], reps),
-               rates[k] == 1000 ? (p99 < 25 ? "p99 < 25 ms: met" : "p99 < 25 ms: MISSED") : "",
+               rates[k] == 1000 ? (worst < 20 ? "p99 < 20 ms in every rep: met"
+                                              : "p99 < 20 ms in every rep: MISSED")
+                                : "",
                bn_median(v[4], reps), bn_median(v[5], reps), bn_median(v[6], reps));
     }
     printf("\nrelay logs: %s\n", dir);
+    if (json) print_json(rates, n_rates, res);
     return 0;
 }

@@ -15,7 +15,11 @@
  * own send/poll without a store).
  *
  *   bench_throughput [--events N] [--reps R] [--configs pg-kafka,pg-amqp,sqlite-log]
- *                    [--set KEY=VALUE]... [--dir DIR] [--keep]
+ *                    [--set KEY=VALUE]... [--dir DIR] [--keep] [--json]
+ *
+ * --json: after the tables, one JSON object with issue 19's figures (medians over the reps):
+ * pg_kafka_store_ratio (obx / claim-and-mark limit), pg_amqp_broker_ratio (obx / raw confirm
+ * publish), wal_bytes_per_event (PostgreSQL + Kafka run), and the same for the other configs.
  *
  * Needs OBX_TEST_PG_URL and OBX_TEST_AMQP_URL for the PostgreSQL and RabbitMQ configurations.
  */
@@ -343,8 +347,40 @@ static void print_row(const char *name, result *rs, int n, const char *target, d
                 rs[i].lim_cpu_us, rs[i].obx_wal, rs[i].lim_wal);
 }
 
+/* The median over reps of obx / limit (store limit, or broker limit when vs_broker), or of
+ * the obx run's WAL bytes per event (wal). */
+static double med_ratio(const result *rs, int n, bool vs_broker) {
+    double v[BN_MAX_REPS];
+    for (int i = 0; i < n; i++) v[i] = rs[i].obx / (vs_broker ? rs[i].broker_lim : rs[i].store_lim);
+    return bn_median(v, n);
+}
+
+static double med_wal(const result *rs, int n) {
+    double v[BN_MAX_REPS];
+    for (int i = 0; i < n; i++) v[i] = rs[i].obx_wal;
+    return bn_median(v, n);
+}
+
+/* issue 19's figures as one JSON object (a config that did not run: null) */
+static void print_json(bool k, const result *rk, bool a, const result *ra, bool q,
+                       const result *rsq, int n) {
+    char f[6][32];
+    snprintf(f[0], sizeof f[0], k ? "%.3f" : "null", k ? med_ratio(rk, n, false) : 0.0);
+    snprintf(f[1], sizeof f[1], a ? "%.3f" : "null", a ? med_ratio(ra, n, true) : 0.0);
+    snprintf(f[2], sizeof f[2], k ? "%.0f" : "null", k ? med_wal(rk, n) : 0.0);
+    snprintf(f[3], sizeof f[3], a ? "%.0f" : "null", a ? med_wal(ra, n) : 0.0);
+    snprintf(f[4], sizeof f[4], a ? "%.3f" : "null", a ? med_ratio(ra, n, false) : 0.0);
+    snprintf(f[5], sizeof f[5], q ? "%.3f" : "null", q ? med_ratio(rsq, n, false) : 0.0);
+    printf("{\"pg_kafka_store_ratio\": %s, \"pg_amqp_broker_ratio\": %s, "
+           "\"wal_bytes_per_event\": %s, \"pg_amqp_wal_bytes_per_event\": %s, "
+           "\"pg_amqp_store_ratio\": %s, \"sqlite_log_store_ratio\": %s, \"events\": %ld, "
+           "\"reps\": %d}\n",
+           f[0], f[1], f[2], f[3], f[4], f[5], n_events, n);
+}
+
 int main(int argc, char **argv) {
     const char *configs = "pg-kafka,pg-amqp,sqlite-log";
+    bool json = false;
     snprintf(dir, sizeof dir, "/tmp/obx-bench-%d", (int)getpid());
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--events") && i + 1 < argc)
@@ -359,10 +395,13 @@ int main(int argc, char **argv) {
             snprintf(dir, sizeof dir, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--keep"))
             keep = true;
+        else if (!strcmp(argv[i], "--json"))
+            json = true;
         else {
             fprintf(stderr,
                     "usage: bench_throughput [--events N] [--reps R] [--configs "
-                    "pg-kafka,pg-amqp,sqlite-log] [--set KEY=VALUE]... [--dir DIR] [--keep]\n");
+                    "pg-kafka,pg-amqp,sqlite-log] [--set KEY=VALUE]... [--dir DIR] [--keep] "
+                    "[--json]\n");
             return 2;
         }
     }
@@ -433,5 +472,6 @@ int main(int argc, char **argv) {
                bn_median(v[3], reps));
     }
     printf("\nrelay logs: %s\n", dir);
+    if (json) print_json(do_kafka, rk, do_amqp, ra, do_sqlite, rsq, reps);
     return 0;
 }
