@@ -403,12 +403,23 @@ static long long count_lost(sqlx *out, sqlx *con) {
     return lost;
 }
 
-int cmd_demo(int argc, char **argv) {
+/* What one `obx demo` run holds between its phases (cmd_demo and its helpers below). */
+typedef struct demo_run {
     demo d;
-    memset(&d, 0, sizeof d);
-    d.events = 10000;
-    d.lease_ms = 1500;
-    const char *dir = NULL, *broker = NULL, *db = NULL;
+    service sv;
+    sqlx out, con;                   /* the outbox and consumer databases, for counting */
+    obx_kafka_mock *mock;            /* --broker kafka: the in-process cluster, else NULL */
+    char *red_db, *red_broker;       /* redacted URLs for output (owned) */
+    long long t0, committed_at, end; /* monotonic ms: start, last commit, settled or gave up */
+    bool settled;                    /* everything published and consumed before the deadline */
+    const char *dir, *broker, *db;   /* --dir, --broker, --db (argv or static), or NULL */
+} demo_run;
+
+/* Options: parses and validates argv into r (0, or the exit code of a usage error). */
+static int demo_options(demo_run *r, int argc, char **argv) {
+    demo *d = &r->d;
+    d->events = 10000;
+    d->lease_ms = 1500;
     static const struct option opts[] = {{"events", required_argument, 0, 'n'},
                                          {"dir", required_argument, 0, 'd'},
                                          {"broker", required_argument, 0, 'b'},
@@ -422,53 +433,66 @@ int cmd_demo(int argc, char **argv) {
         char *end = NULL;
         switch (c) {
         case 'n':
-            d.events = strtol(optarg, &end, 10);
-            if (*end || d.events < 1 || d.events > 10000000)
+            d->events = strtol(optarg, &end, 10);
+            if (*end || d->events < 1 || d->events > 10000000)
                 return cli_usage("demo", "--events: '%s' is not in 1..10000000", optarg);
             break;
-        case 'd': dir = optarg; break;
-        case 'b': broker = optarg; break;
-        case 'D': db = optarg; break;
+        case 'd': r->dir = optarg; break;
+        case 'b': r->broker = optarg; break;
+        case 'D': r->db = optarg; break;
         case 'l':
-            d.lease_ms = strtol(optarg, &end, 10);
-            if (*end || d.lease_ms < 200) return cli_usage("demo", "--lease-ms: at least 200");
+            d->lease_ms = strtol(optarg, &end, 10);
+            if (*end || d->lease_ms < 200) return cli_usage("demo", "--lease-ms: at least 200");
             break;
-        case 'j': d.json = 1; break;
+        case 'j': d->json = 1; break;
         default:
             return cli_usage("demo", "usage: obx demo [--events N] [--dir DIR] [--db URL] "
                                      "[--broker URL|kafka] [--lease-ms MS] [--json]");
         }
     }
     if (optind < argc) return cli_usage("demo", "unexpected argument '%s'", argv[optind]);
-    if (db && obx_url_check(db, "store")) return cli_fail("demo", "--db", OBX_EURL);
-    if (broker && strcmp(broker, "kafka") && obx_url_check(broker, "broker"))
+    if (r->db && obx_url_check(r->db, "store")) return cli_fail("demo", "--db", OBX_EURL);
+    if (r->broker && strcmp(r->broker, "kafka") && obx_url_check(r->broker, "broker"))
         return cli_fail("demo", "--broker", OBX_EURL);
-    ssize_t sl = readlink("/proc/self/exe", d.self, sizeof d.self - 1);
+    return 0;
+}
+
+/* Paths: this executable (for the children), the run's folder and the two databases' URLs. */
+static int demo_paths(demo_run *r) {
+    demo *d = &r->d;
+    ssize_t sl = readlink("/proc/self/exe", d->self, sizeof d->self - 1);
     if (sl <= 0) return cli_usage("demo", "cannot find my own executable");
-    d.self[sl] = '\0';
-    if (dir) {
-        if (mkdir(dir, 0755) && errno != EEXIST) {
-            fprintf(stderr, "obx demo: cannot create %s: %s\n", dir, strerror(errno));
+    d->self[sl] = '\0';
+    if (r->dir) {
+        if (mkdir(r->dir, 0755) && errno != EEXIST) {
+            fprintf(stderr, "obx demo: cannot create %s: %s\n", r->dir, strerror(errno));
             return 1;
         }
-        if (!realpath(dir, d.dir)) return 1;
+        if (!realpath(r->dir, d->dir)) return 1;
     } else {
-        strcpy(d.dir, "/tmp/obx-demo-XXXXXX");
-        if (!mkdtemp(d.dir)) return 1;
+        strcpy(d->dir, "/tmp/obx-demo-XXXXXX");
+        if (!mkdtemp(d->dir)) return 1;
     }
-    if (db)
-        snprintf(d.outbox_url, sizeof d.outbox_url, "%s", db);
+    if (r->db)
+        snprintf(d->outbox_url, sizeof d->outbox_url, "%s", r->db);
     else
-        snprintf(d.outbox_url, sizeof d.outbox_url, "sqlite:%s/outbox.db", d.dir);
-    snprintf(d.consumer_path, sizeof d.consumer_path, "%s/consumer.db", d.dir);
-    snprintf(d.consumer_url, sizeof d.consumer_url, "sqlite:%s", d.consumer_path);
-    d.consume_from = "orders";
-    snprintf(d.topic, sizeof d.topic, "orders");
-    obx_kafka_mock *mock = NULL;
+        snprintf(d->outbox_url, sizeof d->outbox_url, "sqlite:%s/outbox.db", d->dir);
+    snprintf(d->consumer_path, sizeof d->consumer_path, "%s/consumer.db", d->dir);
+    snprintf(d->consumer_url, sizeof d->consumer_url, "sqlite:%s", d->consumer_path);
+    d->consume_from = "orders";
+    snprintf(d->topic, sizeof d->topic, "orders");
+    return 0;
+}
+
+/* Broker: starts the Kafka mock for `--broker kafka` and sets each process's broker URL and
+ * properties (per-run AMQP names; the local log broker with each child's fault knobs). */
+static int demo_broker(demo_run *r) {
+    demo *d = &r->d;
+    const char *broker = r->broker;
     char mock_boot[512];
     if (broker && !strcmp(broker, "kafka")) {
         /* a Kafka-protocol cluster in this process, for as long as the demo runs */
-        obx_err me = obx_kafka_mock_start(3, "orders", 8, mock_boot, sizeof mock_boot, &mock);
+        obx_err me = obx_kafka_mock_start(3, "orders", 8, mock_boot, sizeof mock_boot, &r->mock);
         if (me) return cli_fail("demo", "kafka mock cluster", me);
         static char url[600];
         snprintf(url, sizeof url, "kafka://%s", mock_boot);
@@ -478,255 +502,324 @@ int cmd_demo(int argc, char **argv) {
         /* short timeouts: the quiet time (message + request timeout) bounds how soon a
          * lookup can prove absence after a relay was paused or killed */
         static const char *const kp[] = {"message.timeout.ms=4000", "request.timeout.ms=3000"};
-        d.relay_props[0] = kp[0];
-        d.relay_props[1] = kp[1];
-        d.n_relay_props = 2;
-        d.consumer_props[0] = "consumer.session.timeout.ms=6000";
-        d.n_consumer_props = 1;
+        d->relay_props[0] = kp[0];
+        d->relay_props[1] = kp[1];
+        d->n_relay_props = 2;
+        d->consumer_props[0] = "consumer.session.timeout.ms=6000";
+        d->n_consumer_props = 1;
     } else if (broker && (!strncmp(broker, "amqp://", 7) || !strncmp(broker, "amqps://", 8))) {
         /* an exchange, the consumer's quorum queue and an audit stream (best-effort lookup);
          * what the lookup cannot prove, the route's default UNKNOWN policy retries */
         /* names carry a per-run tag: a queue left by an earlier run (still holding its
          * messages) must not feed this run's consumer */
         unsigned tag = (unsigned)time(NULL) ^ ((unsigned)getpid() << 16);
-        snprintf(d.topic, sizeof d.topic, "obx-demo-orders-%08x", tag);
-        snprintf(d.amqp_names[0], sizeof d.amqp_names[0], "declare_exchange=%s", d.topic);
-        snprintf(d.amqp_names[1], sizeof d.amqp_names[1], "declare_queue=obx-demo-projection-%08x",
+        snprintf(d->topic, sizeof d->topic, "obx-demo-orders-%08x", tag);
+        snprintf(d->amqp_names[0], sizeof d->amqp_names[0], "declare_exchange=%s", d->topic);
+        snprintf(d->amqp_names[1], sizeof d->amqp_names[1],
+                 "declare_queue=obx-demo-projection-%08x", tag);
+        snprintf(d->amqp_names[2], sizeof d->amqp_names[2], "audit_stream=obx-demo-audit-%08x",
                  tag);
-        snprintf(d.amqp_names[2], sizeof d.amqp_names[2], "audit_stream=obx-demo-audit-%08x", tag);
-        snprintf(d.amqp_names[3], sizeof d.amqp_names[3], "audit_bind=%s", d.topic);
-        snprintf(d.amqp_names[4], sizeof d.amqp_names[4], "confirm_timeout_ms=3000");
-        for (int i = 0; i < 5; i++) d.relay_props[d.n_relay_props++] = d.amqp_names[i];
-        d.consumer_props[d.n_consumer_props++] = d.amqp_names[0];
-        d.consumer_props[d.n_consumer_props++] = d.amqp_names[1];
-        d.consume_from = d.amqp_names[1] + strlen("declare_queue=");
+        snprintf(d->amqp_names[3], sizeof d->amqp_names[3], "audit_bind=%s", d->topic);
+        snprintf(d->amqp_names[4], sizeof d->amqp_names[4], "confirm_timeout_ms=3000");
+        for (int i = 0; i < 5; i++) d->relay_props[d->n_relay_props++] = d->amqp_names[i];
+        d->consumer_props[d->n_consumer_props++] = d->amqp_names[0];
+        d->consumer_props[d->n_consumer_props++] = d->amqp_names[1];
+        d->consume_from = d->amqp_names[1] + strlen("declare_queue=");
     }
     if (broker) {
-        d.custom_broker = true;
-        snprintf(d.broker_base, sizeof d.broker_base, "%s", broker);
-        snprintf(d.broker_url_a, sizeof d.broker_url_a, "%s", broker);
-        snprintf(d.broker_url_b, sizeof d.broker_url_b, "%s", broker);
-        snprintf(d.broker_url_c, sizeof d.broker_url_c, "%s", broker);
-        snprintf(d.broker_url_consumer, sizeof d.broker_url_consumer, "%s", broker);
+        d->custom_broker = true;
+        snprintf(d->broker_base, sizeof d->broker_base, "%s", broker);
+        snprintf(d->broker_url_a, sizeof d->broker_url_a, "%s", broker);
+        snprintf(d->broker_url_b, sizeof d->broker_url_b, "%s", broker);
+        snprintf(d->broker_url_c, sizeof d->broker_url_c, "%s", broker);
+        snprintf(d->broker_url_consumer, sizeof d->broker_url_consumer, "%s", broker);
     } else {
         /* the local log broker, each process with its own fault knobs */
-        snprintf(d.broker_base, sizeof d.broker_base, "log:%s/broker.db?partitions=8", d.dir);
-        snprintf(d.broker_url_a, sizeof d.broker_url_a,
+        snprintf(d->broker_base, sizeof d->broker_base, "log:%s/broker.db?partitions=8", d->dir);
+        snprintf(d->broker_url_a, sizeof d->broker_url_a,
                  "log:%s/broker.db?drop_ack=0.01&ack_timeout_ms=400&lose_ack=0.003&"
                  "delay_ack=0.02&delay_ack_ms=%ld&dup=0.01",
-                 d.dir, d.lease_ms + 1500);
-        snprintf(d.broker_url_b, sizeof d.broker_url_b,
+                 d->dir, d->lease_ms + 1500);
+        snprintf(d->broker_url_b, sizeof d->broker_url_b,
                  "log:%s/broker.db?blackhole=0.003&drop_ack=0.005&ack_timeout_ms=300&dup=0.005&"
                  "reject=0.002",
-                 d.dir);
-        snprintf(d.broker_url_c, sizeof d.broker_url_c, "log:%s/broker.db?dup=0.005", d.dir);
-        snprintf(d.broker_url_consumer, sizeof d.broker_url_consumer,
-                 "log:%s/broker.db?lose_commit=0.02", d.dir);
+                 d->dir);
+        snprintf(d->broker_url_c, sizeof d->broker_url_c, "log:%s/broker.db?dup=0.005", d->dir);
+        snprintf(d->broker_url_consumer, sizeof d->broker_url_consumer,
+                 "log:%s/broker.db?lose_commit=0.02", d->dir);
     }
-    char *red_db = NULL, *red_broker = NULL;
-    obx_url_redact(d.outbox_url, &red_db);
-    obx_url_redact(d.broker_base, &red_broker);
-    if (!d.json)
-        fprintf(stderr,
-                "obx demo: %ld orders through a fault-injected pipeline in %s\n"
-                "  outbox   %s\n  broker   %s\n  consumer %s\n",
-                d.events, d.dir, red_db, red_broker, d.consumer_url);
-    int rc = setup(&d);
-    if (rc) return rc;
+    return 0;
+}
 
-    service sv = {0};
-    sqlx out, con;
-    if (sqlx_open(&sv.db, d.outbox_url) || sqlx_open(&out, d.outbox_url) ||
-        sqlx_open(&con, d.consumer_url)) {
+/* Databases: opens the order service's, the outbox's and the consumer's connections, creates
+ * the business and projection tables and refuses an outbox that already holds events. */
+static int demo_open(demo_run *r) {
+    service *sv = &r->sv;
+    if (sqlx_open(&sv->db, r->d.outbox_url) || sqlx_open(&r->out, r->d.outbox_url) ||
+        sqlx_open(&r->con, r->d.consumer_url)) {
         fprintf(stderr, "obx demo: cannot open the demo databases\n");
         return 1;
     }
-    if (sv.db.lite)
-        sqlx_exec(&sv.db, "PRAGMA journal_mode=WAL; CREATE TABLE IF NOT EXISTS orders (order_id "
-                          "TEXT PRIMARY KEY, total_cents INTEGER NOT NULL, status TEXT NOT NULL)");
+    if (sv->db.lite)
+        sqlx_exec(&sv->db, "PRAGMA journal_mode=WAL; CREATE TABLE IF NOT EXISTS orders (order_id "
+                           "TEXT PRIMARY KEY, total_cents INTEGER NOT NULL, status TEXT NOT NULL)");
     else
-        sqlx_exec(&sv.db, "CREATE TABLE IF NOT EXISTS public.orders (order_id text PRIMARY KEY, "
-                          "total_cents bigint NOT NULL, status text NOT NULL); "
-                          "TRUNCATE public.orders");
-    sqlx_exec(&con,
+        sqlx_exec(&sv->db, "CREATE TABLE IF NOT EXISTS public.orders (order_id text PRIMARY KEY, "
+                           "total_cents bigint NOT NULL, status text NOT NULL); "
+                           "TRUNCATE public.orders");
+    sqlx_exec(&r->con,
               "PRAGMA journal_mode=WAL; CREATE TABLE IF NOT EXISTS order_projection (event_id "
               "TEXT NOT NULL, order_id TEXT NOT NULL, version INTEGER NOT NULL, payload BLOB, "
               "effect_key TEXT NOT NULL, applied_at INTEGER NOT NULL)");
-    obx_err we =
-        sv.db.lite ? obx_store_wrap_sqlite(sv.db.lite, &sv.s) : obx_store_wrap_pg(sv.db.pg, &sv.s);
+    obx_err we = sv->db.lite ? obx_store_wrap_sqlite(sv->db.lite, &sv->s)
+                             : obx_store_wrap_pg(sv->db.pg, &sv->s);
     if (we) return cli_fail("demo", "wrap", we);
-    if (!sv.db.lite && q1(&out, "SELECT count(*) FROM obx_event") > 0) {
+    if (!sv->db.lite && q1(&r->out, "SELECT count(*) FROM obx_event") > 0) {
         fprintf(stderr, "obx demo: %s already holds events; give the demo an empty database\n",
-                red_db);
+                r->red_db);
         return 1;
     }
+    return 0;
+}
 
-    long long t0 = mono_ms();
-    d.relay_a = start_relay(&d, "relay-a", d.broker_url_a);
-    d.relay_b = start_relay(&d, "relay-b", d.broker_url_b);
-    d.consumer = start_consumer(&d);
+/* Orders: starts the relays and the consumer, commits the orders and injects the faults on
+ * the way (relay A paused past its lease and resumed, relay B killed and replaced). */
+static void demo_orders(demo_run *r) {
+    demo *d = &r->d;
+    service *sv = &r->sv;
+    r->t0 = mono_ms();
+    d->relay_a = start_relay(d, "relay-a", d->broker_url_a);
+    d->relay_b = start_relay(d, "relay-b", d->broker_url_b);
+    d->consumer = start_consumer(d);
     bool paused = false, killed = false;
     long long resume_at = 0;
-    for (long i = 0; i < d.events; i++) {
+    for (long i = 0; i < d->events; i++) {
         /* Checked before the order commit, never skipped: on SQLite a relay frozen inside
          * its write transaction holds the database's single write lock, so our commit fails
          * with SQLITE_BUSY until relay A is resumed (the retry below must not starve it). */
         if (paused && resume_at && mono_ms() >= resume_at) {
-            kill(d.relay_a, SIGCONT); /* it wakes up past its lease: late ACKs arrive */
+            kill(d->relay_a, SIGCONT); /* it wakes up past its lease: late ACKs arrive */
             resume_at = 0;
         }
         bool roll_back = (i % 50) == 49; /* 2%: the business transaction rolls back */
-        if (commit_order(&sv, roll_back)) {
-            fprintf(stderr, "obx demo: order service: %s\n", sqlx_err(&sv.db));
+        if (commit_order(sv, roll_back)) {
+            fprintf(stderr, "obx demo: order service: %s\n", sqlx_err(&sv->db));
             i--;
             msleep(10);
             continue;
         }
-        if (roll_back) d.events++; /* keep N committed orders */
+        if (roll_back) d->events++; /* keep N committed orders */
         /* orders arrive at a realistic pace (a few thousand per second), not in one tight
          * loop on one connection: on SQLite the relays share the single write lock with us */
         if (i % 4 == 3) msleep(1);
-        long done = sv.committed;
-        if (!paused && done >= d.events * 3 / 10) {
-            kill(d.relay_a, SIGSTOP); /* relay A freezes with its batch in flight */
+        long done = sv->committed;
+        if (!paused && done >= d->events * 3 / 10) {
+            kill(d->relay_a, SIGSTOP); /* relay A freezes with its batch in flight */
             paused = true;
-            resume_at = mono_ms() + d.lease_ms + 1200;
+            resume_at = mono_ms() + d->lease_ms + 1200;
         }
-        if (!killed && done >= d.events * 6 / 10) {
-            kill(d.relay_b, SIGKILL); /* relay B dies mid-batch */
+        if (!killed && done >= d->events * 6 / 10) {
+            kill(d->relay_b, SIGKILL); /* relay B dies mid-batch */
             int st;
-            waitpid(d.relay_b, &st, 0);
-            d.relay_b = 0;
-            d.relay_c = start_relay(&d, "relay-c", d.broker_url_c); /* its replacement */
+            waitpid(d->relay_b, &st, 0);
+            d->relay_b = 0;
+            d->relay_c = start_relay(d, "relay-c", d->broker_url_c); /* its replacement */
             killed = true;
         }
-        if (i % (isatty(2) ? 500 : 2500) == 0) progress(&d, &out, &con, "committing orders");
+        if (i % (isatty(2) ? 500 : 2500) == 0) progress(d, &r->out, &r->con, "committing orders");
     }
     if (resume_at) {
         while (mono_ms() < resume_at) msleep(20);
-        kill(d.relay_a, SIGCONT);
+        kill(d->relay_a, SIGCONT);
     }
-    long long committed_at = mono_ms();
-    /* wait until everything is published and consumed */
-    long long deadline = mono_ms() + 180000 + d.events * 20;
-    bool settled = false;
+    r->committed_at = mono_ms();
+}
+
+/* Settle: waits until everything is published and consumed (or a child gave up, or the
+ * deadline passed), then stops the children. */
+static void demo_settle(demo_run *r) {
+    demo *d = &r->d;
+    long long deadline = mono_ms() + 180000 + d->events * 20;
     int tick = 0;
     while (mono_ms() < deadline) {
-        if (isatty(2) || tick++ % 10 == 0) progress(&d, &out, &con, "publishing and consuming");
-        long long pub = q1(&out, "SELECT count(*) FROM obx_event WHERE state = 'PUBLISHED'");
-        long long con_n = q1(&con, "SELECT count(DISTINCT event_id) FROM order_projection");
+        if (isatty(2) || tick++ % 10 == 0)
+            progress(d, &r->out, &r->con, "publishing and consuming");
+        long long pub = q1(&r->out, "SELECT count(*) FROM obx_event WHERE state = 'PUBLISHED'");
+        long long con_n = q1(&r->con, "SELECT count(DISTINCT event_id) FROM order_projection");
         /* the consumer may also see messages an earlier run left on the topic, so "all
          * consumed" means: no event of this outbox lacks its effect */
-        if (pub == sv.committed && con_n >= sv.committed && count_lost(&out, &con) == 0) {
-            settled = true;
+        if (pub == r->sv.committed && con_n >= r->sv.committed &&
+            count_lost(&r->out, &r->con) == 0) {
+            r->settled = true;
             break;
         }
         /* a child that exits on its own (bad broker settings, a missing queue) will not come
          * back: say so now, with its log, instead of waiting out the deadline */
-        const char *gone = child_gone(&d.consumer)  ? "consumer"
-                           : child_gone(&d.relay_a) ? "relay-a"
-                           : child_gone(&d.relay_b) ? "relay-b"
-                           : child_gone(&d.relay_c) ? "relay-c"
-                                                    : NULL;
+        const char *gone = child_gone(&d->consumer)  ? "consumer"
+                           : child_gone(&d->relay_a) ? "relay-a"
+                           : child_gone(&d->relay_b) ? "relay-b"
+                           : child_gone(&d->relay_c) ? "relay-c"
+                                                     : NULL;
         if (gone) {
-            fprintf(stderr, "obx demo: %s exited early; see %s/%s.log\n", gone, d.dir, gone);
+            fprintf(stderr, "obx demo: %s exited early; see %s/%s.log\n", gone, d->dir, gone);
             break;
         }
         msleep(200);
     }
-    long long end = mono_ms();
-    stop(d.relay_a);
-    stop(d.relay_b);
-    stop(d.relay_c);
-    stop(d.consumer);
-    if (!d.json && isatty(2)) fprintf(stderr, "\n");
+    r->end = mono_ms();
+    stop(d->relay_a);
+    stop(d->relay_b);
+    stop(d->relay_c);
+    stop(d->consumer);
+    if (!d->json && isatty(2)) fprintf(stderr, "\n");
+}
 
+/* The demo's counts: obx's own report, checked against the business and consumer tables. */
+typedef struct demo_tally {
+    long long committed, published, dups, quarantined, unk_resolved, p50, p99;
+    bool inv; /* the report's own invariants */
+    long long orders, orphan_orders, dup_effects, lost, applied, redelivered, handler_failures,
+        poisoned;
+    double secs;
+    bool ok; /* the demo's verdict: every invariant holds */
+} demo_tally;
+
+/* Tally: reads obx's report and counts the business and consumer side (0, or an exit code). */
+static int demo_tally_up(demo_run *r, demo_tally *t) {
     char *rep = NULL;
-    obx_err e = obx_report(sv.s, &rep);
+    obx_err e = obx_report(r->sv.s, &rep);
     if (e) return cli_fail("demo", "report", e);
     json_t *j = json_loads(rep, 0, NULL);
     obx_free(rep);
     json_t *rc_ = json_object_get(j, "receipts"), *un = json_object_get(j, "unknown");
-    long long committed = json_integer_value(json_object_get(j, "committed"));
-    long long published = json_integer_value(json_object_get(j, "published"));
-    long long dups = json_integer_value(json_object_get(rc_, "duplicate"));
-    long long quarantined = json_integer_value(json_object_get(rc_, "quarantined"));
-    long long unk_resolved = json_integer_value(json_object_get(un, "resolved"));
-    long long p50 = json_integer_value(json_object_get(un, "p50_ms"));
-    long long p99 = json_integer_value(json_object_get(un, "p99_ms"));
-    bool inv = json_is_true(json_object_get(json_object_get(j, "invariants"), "hold"));
+    t->committed = json_integer_value(json_object_get(j, "committed"));
+    t->published = json_integer_value(json_object_get(j, "published"));
+    t->dups = json_integer_value(json_object_get(rc_, "duplicate"));
+    t->quarantined = json_integer_value(json_object_get(rc_, "quarantined"));
+    t->unk_resolved = json_integer_value(json_object_get(un, "resolved"));
+    t->p50 = json_integer_value(json_object_get(un, "p50_ms"));
+    t->p99 = json_integer_value(json_object_get(un, "p99_ms"));
+    t->inv = json_is_true(json_object_get(json_object_get(j, "invariants"), "hold"));
     json_decref(j);
-    long long orders = q1(&sv.db, "SELECT count(*) FROM orders");
-    long long orphan_orders = q1(&sv.db, "SELECT count(*) FROM orders o WHERE NOT EXISTS (SELECT 1 "
-                                         "FROM obx_event e WHERE e.tenant IN ('tenant-7', "
-                                         "'tenant-9') AND e.idempotency_key = o.order_id)");
+    t->orders = q1(&r->sv.db, "SELECT count(*) FROM orders");
+    t->orphan_orders = q1(&r->sv.db, "SELECT count(*) FROM orders o WHERE NOT EXISTS (SELECT 1 "
+                                     "FROM obx_event e WHERE e.tenant IN ('tenant-7', "
+                                     "'tenant-9') AND e.idempotency_key = o.order_id)");
     /* the consumer side, checked against the outbox */
-    long long distinct_effects = q1(&con, "SELECT count(DISTINCT event_id) FROM order_projection");
-    long long effect_rows = q1(&con, "SELECT count(*) FROM order_projection");
-    long long dup_effects = effect_rows - distinct_effects;
-    long long lost = count_lost(&out, &con);
-    long long applied = committed - lost; /* effects of this outbox's events */
-    long long redelivered =
-        q1(&con, "SELECT count(*) FROM obx_consume_audit WHERE outcome = 'DUPLICATE'");
-    long long handler_failures =
-        q1(&con, "SELECT count(*) FROM obx_consume_audit WHERE outcome = 'FAILED'");
-    long long poisoned = q1(&con, "SELECT count(*) FROM obx_poison WHERE state = 'PARKED'");
-    double secs = (double)(end - t0) / 1000.0;
-    bool ok = settled && inv && lost == 0 && dup_effects == 0 && published == committed &&
-              orders == committed && orphan_orders == 0 && quarantined == 0 && poisoned == 0;
-    if (d.json) {
-        json_t *o = json_pack(
-            "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:s,s:s,s:s,s:s,"
-            "s:f}",
-            "committed", (json_int_t)committed, "rolled_back", (json_int_t)sv.rolled_back,
-            "published", (json_int_t)published, "duplicate_transport_receipts", (json_int_t)dups,
-            "quarantined_receipts", (json_int_t)quarantined, "unknown_resolved",
-            (json_int_t)unk_resolved, "unknown_p50_ms", (json_int_t)p50, "unknown_p99_ms",
-            (json_int_t)p99, "effects_applied", (json_int_t)applied, "duplicate_effects",
-            (json_int_t)dup_effects, "redeliveries_deduped", (json_int_t)redelivered,
-            "handler_failures_retried", (json_int_t)handler_failures, "lost", (json_int_t)lost,
-            "orders_without_event", (json_int_t)orphan_orders, "poisoned", (json_int_t)poisoned,
-            "invariants_hold", (int)ok, "outbox_url", red_db, "broker_url", red_broker,
-            "consumer_url", d.consumer_url, "dir", d.dir, "seconds", secs);
-        char *txt = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-        printf("%s\n", txt);
-        free(txt);
-        json_decref(o);
-    } else {
-        printf("\nobx demo: %ld orders in %.1f s (%.0f events/s end to end; %.1f s after the last "
-               "commit)\n\n",
-               sv.committed, secs, (double)committed / secs, (double)(end - committed_at) / 1000.0);
-        printf("  %-44s %10lld\n", "orders committed (business rows)", orders);
-        printf("  %-44s %10ld\n", "business transactions rolled back (no event)", sv.rolled_back);
-        printf("  %-44s %10lld\n", "events committed with them", committed);
-        printf("  %-44s %10lld\n", "events published (primary receipts)", published);
-        printf("  %-44s %10lld\n", "duplicate transport receipts (recorded)", dups);
-        printf("  %-44s %10lld\n", "quarantined receipts", quarantined);
-        printf("  %-44s %10lld\n", "UNKNOWN outcomes resolved", unk_resolved);
-        printf("  %-44s %10lld\n", "  resolution time p50 (ms)", p50);
-        printf("  %-44s %10lld\n", "  resolution time p99 (ms)", p99);
-        printf("  %-44s %10lld\n", "consumer effects applied", applied);
-        printf("  %-44s %10lld\n", "redeliveries answered by the inbox", redelivered);
-        printf("  %-44s %10lld\n", "handler failures retried", handler_failures);
-        printf("  %-44s %10lld\n", "duplicate effects", dup_effects);
-        printf("  %-44s %10lld\n", "lost events", lost);
-        printf("  %-44s %10s\n", "invariants", ok ? "HOLD" : "VIOLATED");
-        printf("\n  faults injected: relay-a paused past its lease, relay-b killed (SIGKILL) "
-               "mid-batch and replaced%s,\n  a flaky consumer with lost offset commits\n",
-               d.custom_broker ? ""
-                               : ",\n  lost/late/timed-out ACKs, duplicate appends, lost requests");
-        printf("\n  outbox    %s\n  broker    %s\n  consumer  %s\n  logs      %s/*.log\n", red_db,
-               red_broker, d.consumer_url, d.dir);
-        printf("\n  try:  obx report --db %s\n        obx inspect <event-id> --db %s\n", red_db,
-               red_db);
-    }
-    obx_store_close(sv.s);
-    sqlx_close(&sv.db);
-    sqlx_close(&out);
-    sqlx_close(&con);
-    free(red_db);
-    free(red_broker);
-    obx_kafka_mock_stop(mock);
-    if (!settled) fprintf(stderr, "obx demo: did not settle before the deadline\n");
-    return ok ? 0 : 1;
+    long long distinct_effects =
+        q1(&r->con, "SELECT count(DISTINCT event_id) FROM order_projection");
+    long long effect_rows = q1(&r->con, "SELECT count(*) FROM order_projection");
+    t->dup_effects = effect_rows - distinct_effects;
+    t->lost = count_lost(&r->out, &r->con);
+    t->applied = t->committed - t->lost; /* effects of this outbox's events */
+    t->redelivered =
+        q1(&r->con, "SELECT count(*) FROM obx_consume_audit WHERE outcome = 'DUPLICATE'");
+    t->handler_failures =
+        q1(&r->con, "SELECT count(*) FROM obx_consume_audit WHERE outcome = 'FAILED'");
+    t->poisoned = q1(&r->con, "SELECT count(*) FROM obx_poison WHERE state = 'PARKED'");
+    t->secs = (double)(r->end - r->t0) / 1000.0;
+    t->ok = r->settled && t->inv && t->lost == 0 && t->dup_effects == 0 &&
+            t->published == t->committed && t->orders == t->committed && t->orphan_orders == 0 &&
+            t->quarantined == 0 && t->poisoned == 0;
+    return 0;
+}
+
+/* Report (--json): the tally as one JSON object on stdout. */
+static void demo_print_json(const demo_run *r, const demo_tally *t) {
+    json_t *o = json_pack(
+        "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:s,s:s,s:s,s:s,"
+        "s:f}",
+        "committed", (json_int_t)t->committed, "rolled_back", (json_int_t)r->sv.rolled_back,
+        "published", (json_int_t)t->published, "duplicate_transport_receipts", (json_int_t)t->dups,
+        "quarantined_receipts", (json_int_t)t->quarantined, "unknown_resolved",
+        (json_int_t)t->unk_resolved, "unknown_p50_ms", (json_int_t)t->p50, "unknown_p99_ms",
+        (json_int_t)t->p99, "effects_applied", (json_int_t)t->applied, "duplicate_effects",
+        (json_int_t)t->dup_effects, "redeliveries_deduped", (json_int_t)t->redelivered,
+        "handler_failures_retried", (json_int_t)t->handler_failures, "lost", (json_int_t)t->lost,
+        "orders_without_event", (json_int_t)t->orphan_orders, "poisoned", (json_int_t)t->poisoned,
+        "invariants_hold", (int)t->ok, "outbox_url", r->red_db, "broker_url", r->red_broker,
+        "consumer_url", r->d.consumer_url, "dir", r->d.dir, "seconds", t->secs);
+    char *txt = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    printf("%s\n", txt);
+    free(txt);
+    json_decref(o);
+}
+
+/* Report (default): the tally as a table, the faults injected and where to look next. */
+static void demo_print_table(const demo_run *r, const demo_tally *t) {
+    printf("\nobx demo: %ld orders in %.1f s (%.0f events/s end to end; %.1f s after the last "
+           "commit)\n\n",
+           r->sv.committed, t->secs, (double)t->committed / t->secs,
+           (double)(r->end - r->committed_at) / 1000.0);
+    printf("  %-44s %10lld\n", "orders committed (business rows)", t->orders);
+    printf("  %-44s %10ld\n", "business transactions rolled back (no event)", r->sv.rolled_back);
+    printf("  %-44s %10lld\n", "events committed with them", t->committed);
+    printf("  %-44s %10lld\n", "events published (primary receipts)", t->published);
+    printf("  %-44s %10lld\n", "duplicate transport receipts (recorded)", t->dups);
+    printf("  %-44s %10lld\n", "quarantined receipts", t->quarantined);
+    printf("  %-44s %10lld\n", "UNKNOWN outcomes resolved", t->unk_resolved);
+    printf("  %-44s %10lld\n", "  resolution time p50 (ms)", t->p50);
+    printf("  %-44s %10lld\n", "  resolution time p99 (ms)", t->p99);
+    printf("  %-44s %10lld\n", "consumer effects applied", t->applied);
+    printf("  %-44s %10lld\n", "redeliveries answered by the inbox", t->redelivered);
+    printf("  %-44s %10lld\n", "handler failures retried", t->handler_failures);
+    printf("  %-44s %10lld\n", "duplicate effects", t->dup_effects);
+    printf("  %-44s %10lld\n", "lost events", t->lost);
+    printf("  %-44s %10s\n", "invariants", t->ok ? "HOLD" : "VIOLATED");
+    printf("\n  faults injected: relay-a paused past its lease, relay-b killed (SIGKILL) "
+           "mid-batch and replaced%s,\n  a flaky consumer with lost offset commits\n",
+           r->d.custom_broker ? ""
+                              : ",\n  lost/late/timed-out ACKs, duplicate appends, lost requests");
+    printf("\n  outbox    %s\n  broker    %s\n  consumer  %s\n  logs      %s/*.log\n", r->red_db,
+           r->red_broker, r->d.consumer_url, r->d.dir);
+    printf("\n  try:  obx report --db %s\n        obx inspect <event-id> --db %s\n", r->red_db,
+           r->red_db);
+}
+
+/* Clean up: closes what demo_open opened, frees the redacted URLs, stops the Kafka mock. */
+static void demo_close(demo_run *r) {
+    obx_store_close(r->sv.s);
+    sqlx_close(&r->sv.db);
+    sqlx_close(&r->out);
+    sqlx_close(&r->con);
+    free(r->red_db);
+    free(r->red_broker);
+    obx_kafka_mock_stop(r->mock);
+}
+
+int cmd_demo(int argc, char **argv) {
+    /* on the heap: the run's state is large (fixed URL and path buffers) */
+    demo_run *r = calloc(1, sizeof *r);
+    if (!r) return 1;
+    int rc = demo_options(r, argc, argv);
+    if (!rc) rc = demo_paths(r);
+    if (!rc) rc = demo_broker(r);
+    if (rc) goto out;
+    demo *d = &r->d;
+    obx_url_redact(d->outbox_url, &r->red_db);
+    obx_url_redact(d->broker_base, &r->red_broker);
+    if (!d->json)
+        fprintf(stderr,
+                "obx demo: %ld orders through a fault-injected pipeline in %s\n"
+                "  outbox   %s\n  broker   %s\n  consumer %s\n",
+                d->events, d->dir, r->red_db, r->red_broker, d->consumer_url);
+    if ((rc = setup(d)) || (rc = demo_open(r))) goto out;
+    demo_orders(r);
+    demo_settle(r);
+    demo_tally t = {0};
+    if ((rc = demo_tally_up(r, &t))) goto out;
+    if (d->json)
+        demo_print_json(r, &t);
+    else
+        demo_print_table(r, &t);
+    demo_close(r);
+    if (!r->settled) fprintf(stderr, "obx demo: did not settle before the deadline\n");
+    free(r);
+    return t.ok ? 0 : 1;
+out:
+    /* an early exit, as before the split: children, mock and connections die with the process */
+    free(r->red_db);
+    free(r->red_broker);
+    free(r);
+    return rc;
 }

@@ -29,6 +29,64 @@ static int split_list(char *s, const char **out, int max) {
     return n;
 }
 
+/* Load: the handler library's spec (LIB.so[:SYMBOL]) into *spec, the library's handle in *dl
+ * (to dlclose after the run) and its name in what; on failure nothing stays loaded (0, or an
+ * exit code). */
+static int kit_load_handler(const char *lib, obx_consumer_test *spec, void **dl, char *what,
+                            size_t whatcap) {
+    char path[512];
+    snprintf(path, sizeof path, "%s", lib);
+    const char *sym = "obx_consumer_test_spec";
+    char *colon = strrchr(path, ':');
+    if (colon) {
+        *colon = '\0';
+        sym = colon + 1;
+    }
+    /* a path, never a bare name: the loader must not search its library path */
+    if (!strchr(path, '/'))
+        return cli_usage("consumer-test", "--handler: '%s' is not a path (use ./%s)", path, path);
+    *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!*dl) {
+        fprintf(stderr, "obx consumer-test: %s\n", dlerror());
+        return 1;
+    }
+    spec_fn f;
+    *(void **)&f = dlsym(*dl, sym);
+    const obx_consumer_test *t = f ? f() : NULL;
+    if (!t) {
+        fprintf(stderr, "obx consumer-test: %s: no consumer test spec '%s'\n", path, sym);
+        dlclose(*dl);
+        *dl = NULL;
+        return 1;
+    }
+    *spec = *t;
+    snprintf(what, whatcap, "%s:%s", path, sym);
+    return 0;
+}
+
+/* Report (default): the kit's JSON result as one line per scenario, with the fix for each
+ * mishandled one. */
+static void kit_print(const char *out, const char *what, int bad) {
+    json_t *j = json_loads(out, 0, NULL);
+    printf("consumer test of %s (consumer %s)\n", what,
+           json_string_value(json_object_get(j, "consumer_id")));
+    json_t *d = json_object_get(j, "declared");
+    printf("  declares contracts: %s; tenants: %s\n\n",
+           json_array_size(json_object_get(d, "event_types")) ? "yes" : "NONE (any)",
+           json_array_size(json_object_get(d, "tenants")) ? "yes" : "NONE (any)");
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(j, "scenarios"), i, s) {
+        printf("  %-15s %-11s %s\n", json_string_value(json_object_get(s, "scenario")),
+               json_is_true(json_object_get(s, "ok")) ? "ok" : "MISHANDLED",
+               json_string_value(json_object_get(s, "detail")));
+        const char *fix = json_string_value(json_object_get(s, "fix"));
+        if (fix) printf("  %-15s %-11s fix: %s\n", "", "", fix);
+    }
+    printf("\n%d scenario(s) mishandled\n", bad);
+    json_decref(j);
+}
+
 int cmd_consumer_test(int argc, char **argv) {
     const char *builtin = NULL, *lib = NULL;
     char *types_s = NULL, *tenants_s = NULL;
@@ -82,33 +140,8 @@ int cmd_consumer_test(int argc, char **argv) {
                                    .snapshot = projection_snapshot};
         snprintf(what, sizeof what, "builtin order-projection");
     } else {
-        char path[512];
-        snprintf(path, sizeof path, "%s", lib);
-        const char *sym = "obx_consumer_test_spec";
-        char *colon = strrchr(path, ':');
-        if (colon) {
-            *colon = '\0';
-            sym = colon + 1;
-        }
-        /* a path, never a bare name: the loader must not search its library path */
-        if (!strchr(path, '/'))
-            return cli_usage("consumer-test", "--handler: '%s' is not a path (use ./%s)", path,
-                             path);
-        dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-        if (!dl) {
-            fprintf(stderr, "obx consumer-test: %s\n", dlerror());
-            return 1;
-        }
-        spec_fn f;
-        *(void **)&f = dlsym(dl, sym);
-        const obx_consumer_test *t = f ? f() : NULL;
-        if (!t) {
-            fprintf(stderr, "obx consumer-test: %s: no consumer test spec '%s'\n", path, sym);
-            dlclose(dl);
-            return 1;
-        }
-        spec = *t;
-        snprintf(what, sizeof what, "%s:%s", path, sym);
+        int rc = kit_load_handler(lib, &spec, &dl, what, sizeof what);
+        if (rc) return rc;
     }
     const char *types[64], *tenants[64];
     /* "*" declares nothing: every contract or tenant gets through the inbox */
@@ -131,26 +164,8 @@ int cmd_consumer_test(int argc, char **argv) {
     }
     if (js)
         printf("%s\n", out);
-    else {
-        json_t *j = json_loads(out, 0, NULL);
-        printf("consumer test of %s (consumer %s)\n", what,
-               json_string_value(json_object_get(j, "consumer_id")));
-        json_t *d = json_object_get(j, "declared");
-        printf("  declares contracts: %s; tenants: %s\n\n",
-               json_array_size(json_object_get(d, "event_types")) ? "yes" : "NONE (any)",
-               json_array_size(json_object_get(d, "tenants")) ? "yes" : "NONE (any)");
-        size_t i;
-        json_t *s;
-        json_array_foreach(json_object_get(j, "scenarios"), i, s) {
-            printf("  %-15s %-11s %s\n", json_string_value(json_object_get(s, "scenario")),
-                   json_is_true(json_object_get(s, "ok")) ? "ok" : "MISHANDLED",
-                   json_string_value(json_object_get(s, "detail")));
-            const char *fix = json_string_value(json_object_get(s, "fix"));
-            if (fix) printf("  %-15s %-11s fix: %s\n", "", "", fix);
-        }
-        printf("\n%d scenario(s) mishandled\n", bad);
-        json_decref(j);
-    }
+    else
+        kit_print(out, what, bad);
     obx_free(out);
     if (dl) dlclose(dl);
     return bad ? 1 : 0;

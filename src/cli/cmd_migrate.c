@@ -124,21 +124,24 @@ static void print_migration(json_t *res) {
            json_is_true(json_object_get(res, "dry_run")) ? " (dry run: nothing changed)" : "");
 }
 
-int cmd_migrate(int argc, char **argv) {
-    const char *db = CLI_DEFAULT_DB, *broker = NULL;
-    strv props = {0};
-    obx_migrate_request req;
-    memset(&req, 0, sizeof req);
-    obx_route over;
-    memset(&over, 0, sizeof over);
-    int js = 0, rc;
-    long long v = 0;
-    static const char usage[] =
-        "usage: obx migrate [EVENT_ID...] [--type T] [--from-cluster C] [--from-topic T] "
-        "[--state S] [--limit N] [--route-gen G | --cluster C --topic T [--routing-key TPL] "
-        "[--algorithm A] [--serializer S] [--durability D] [--acks A]] [--add-target "
-        "[--target N] [--completion all|any]] [--who W] [--reason R] [--dry-run] [--json] "
-        "[--db URL] [--broker URL] [--broker-prop K=V]...";
+static const char migrate_usage[] =
+    "usage: obx migrate [EVENT_ID...] [--type T] [--from-cluster C] [--from-topic T] "
+    "[--state S] [--limit N] [--route-gen G | --cluster C --topic T [--routing-key TPL] "
+    "[--algorithm A] [--serializer S] [--durability D] [--acks A]] [--add-target "
+    "[--target N] [--completion all|any]] [--who W] [--reason R] [--dry-run] [--json] "
+    "[--db URL] [--broker URL] [--broker-prop K=V]...";
+
+/* `obx migrate`'s flags, from parsing to the run (cmd_migrate and its helpers below). */
+typedef struct migrate_args {
+    const char *db, *broker;
+    strv props;              /* --broker-prop, in order */
+    obx_migrate_request req; /* the selection and the migration asked for */
+    obx_route over;          /* --cluster, --topic, ...: a new route generation for --type */
+    int js;
+} migrate_args;
+
+/* Options: parses argv into a (0, or the exit code of a usage error). */
+static int migrate_options(migrate_args *a, int argc, char **argv) {
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},
                                          {"broker", required_argument, 0, 'b'},
                                          {"broker-prop", required_argument, 0, 'p'},
@@ -163,84 +166,106 @@ int cmd_migrate(int argc, char **argv) {
                                          {"dry-run", no_argument, 0, 'x'},
                                          {"json", no_argument, 0, 'j'},
                                          {0, 0, 0, 0}};
-    int c;
+    obx_migrate_request *req = &a->req;
+    obx_route *over = &a->over;
+    long long v = 0;
+    int c, rc;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': db = optarg; break;
-        case 'b': broker = optarg; break;
+        case 'd': a->db = optarg; break;
+        case 'b': a->broker = optarg; break;
         case 'p':
-            if (props.n == sizeof props.v / sizeof props.v[0])
+            if (a->props.n == sizeof a->props.v / sizeof a->props.v[0])
                 return cli_usage("migrate", "--broker-prop: more than %zu",
-                                 sizeof props.v / sizeof props.v[0]);
-            props.v[props.n++] = optarg; /* a property value may hold commas */
+                                 sizeof a->props.v / sizeof a->props.v[0]);
+            a->props.v[a->props.n++] = optarg; /* a property value may hold commas */
             break;
-        case 'T': req.event_type = optarg; break;
-        case 'C': req.cluster = optarg; break;
-        case 'O': req.topic = optarg; break;
-        case 'S': req.state = optarg; break;
+        case 'T': req->event_type = optarg; break;
+        case 'C': req->cluster = optarg; break;
+        case 'O': req->topic = optarg; break;
+        case 'S': req->state = optarg; break;
         case 'L':
             if ((rc = parse_i64("migrate", "--limit", optarg, 1, 100000, &v))) return rc;
-            req.limit = (size_t)v;
+            req->limit = (size_t)v;
             break;
         case 'g':
             if ((rc = parse_i64("migrate", "--route-gen", optarg, 1, INT64_MAX, &v))) return rc;
-            req.route_gen = v;
+            req->route_gen = v;
             break;
-        case 'c': over.cluster = optarg; break;
-        case 't': over.topic = optarg; break;
-        case 'k': over.routing_key = optarg; break;
-        case 'a': over.algorithm = optarg; break;
-        case 's': over.serializer = optarg; break;
-        case 'D': over.durability = optarg; break;
-        case 'A': over.required_acks = optarg; break;
-        case '+': req.add_target = 1; break;
+        case 'c': over->cluster = optarg; break;
+        case 't': over->topic = optarg; break;
+        case 'k': over->routing_key = optarg; break;
+        case 'a': over->algorithm = optarg; break;
+        case 's': over->serializer = optarg; break;
+        case 'D': over->durability = optarg; break;
+        case 'A': over->required_acks = optarg; break;
+        case '+': req->add_target = 1; break;
         case 'n':
             if ((rc = parse_i64("migrate", "--target", optarg, 1, OBX_SET_MAX, &v))) return rc;
-            req.target = (int)v;
+            req->target = (int)v;
             break;
-        case 'm': req.completion = optarg; break;
-        case 'w': req.who = optarg; break;
-        case 'r': req.reason = optarg; break;
-        case 'x': req.dry_run = 1; break;
-        case 'j': js = 1; break;
-        default: return cli_usage("migrate", "%s", usage);
+        case 'm': req->completion = optarg; break;
+        case 'w': req->who = optarg; break;
+        case 'r': req->reason = optarg; break;
+        case 'x': req->dry_run = 1; break;
+        case 'j': a->js = 1; break;
+        default: return cli_usage("migrate", "%s", migrate_usage);
         }
     }
-    req.event_ids = (const char *const *)argv + optind;
-    req.n_event_ids = (size_t)(argc - optind);
-    bool new_route = over.cluster || over.topic || over.routing_key || over.algorithm ||
-                     over.serializer || over.durability || over.required_acks;
-    if (new_route && (!over.cluster || !over.topic))
+    req->event_ids = (const char *const *)argv + optind;
+    req->n_event_ids = (size_t)(argc - optind);
+    return 0;
+}
+
+/* Validate: a new route needs both --cluster and --topic, --type and no --route-gen; something
+ * must select events (0, or the exit code of a usage error). */
+static int migrate_validate(const migrate_args *a, bool new_route) {
+    const obx_migrate_request *req = &a->req;
+    if (new_route && (!a->over.cluster || !a->over.topic))
         return cli_usage("migrate", "--cluster and --topic: both or neither (a new route "
                                     "generation for --type)");
-    if (new_route && req.route_gen)
+    if (new_route && req->route_gen)
         return cli_usage("migrate", "--route-gen: not together with --cluster/--topic");
-    if (new_route && !req.event_type)
+    if (new_route && !req->event_type)
         return cli_usage("migrate", "--cluster/--topic: needs --type (the route to set first)");
-    if (!req.n_event_ids && !req.event_type && !req.cluster && !req.topic && !req.state)
+    if (!req->n_event_ids && !req->event_type && !req->cluster && !req->topic && !req->state)
         return cli_usage("migrate",
                          "no EVENT_ID and no selector (--type, --from-cluster, "
                          "--from-topic, --state)\n%s",
-                         usage);
+                         migrate_usage);
+    return 0;
+}
+
+int cmd_migrate(int argc, char **argv) {
+    migrate_args a;
+    memset(&a, 0, sizeof a);
+    a.db = CLI_DEFAULT_DB;
+    obx_migrate_request *req = &a.req;
+    int rc = migrate_options(&a, argc, argv);
+    if (rc) return rc;
+    obx_route *over = &a.over;
+    bool new_route = over->cluster || over->topic || over->routing_key || over->algorithm ||
+                     over->serializer || over->durability || over->required_acks;
+    if ((rc = migrate_validate(&a, new_route))) return rc;
     obx_store *s;
-    if ((rc = cli_open_store("migrate", db, &s))) return rc;
-    const char *type_for_route = req.event_type;
+    if ((rc = cli_open_store("migrate", a.db, &s))) return rc;
+    const char *type_for_route = req->event_type;
     if (new_route) {
         int64_t gen = 0;
-        if ((rc = route_first(s, type_for_route, &over, &gen))) {
+        if ((rc = route_first(s, type_for_route, over, &gen))) {
             obx_store_close(s);
             return rc;
         }
-        req.route_gen = gen;
+        req->route_gen = gen;
     }
     /* with IDs, the type only named the route to set: the IDs select */
-    if (new_route && req.n_event_ids) req.event_type = NULL;
+    if (new_route && req->n_event_ids) req->event_type = NULL;
     char *out = NULL;
-    obx_err e = obx_migrate(s, broker, props.v, props.n, &req, &out);
+    obx_err e = obx_migrate(s, a.broker, a.props.v, a.props.n, req, &out);
     obx_store_close(s);
     if (!out) return cli_fail("migrate", "rejected, nothing changed", e);
-    if (js) {
+    if (a.js) {
         printf("%s\n", out);
     } else {
         json_t *res = json_loads(out, 0, NULL);

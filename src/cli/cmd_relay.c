@@ -151,15 +151,25 @@ static long parse_long(const char *s, long min, long max, bool *ok) {
     return v;
 }
 
-int cmd_consume(int argc, char **argv) {
-    const char *cdb = NULL, *broker = CLI_DEFAULT_BROKER, *consumer = "order-projection",
-               *group = NULL, *exec_cmd = NULL;
-    char *topics_s = NULL, *types_s = NULL, *tenants_s = NULL;
-    long until_idle = 0, max_failures = 0, fail_permille = 0, poison_exit = 65,
-         exec_timeout = 60000;
-    int js = 0;
-    const char *props[32];
-    int nprops = 0;
+/* What `obx consume` holds between its phases (cmd_consume and its helpers below). */
+typedef struct consume_run {
+    const char *cdb, *broker, *consumer, *group, *exec_cmd; /* flags (argv or defaults) */
+    char *topics_s, *types_s, *tenants_s;                   /* list flags, split in place */
+    long until_idle, max_failures, fail_permille, poison_exit, exec_timeout;
+    int js;
+    const char *props[32]; /* --broker-prop, in order */
+    int nprops;
+    const char *topics[16], *types[64], *tenants[64]; /* the split lists (point into argv) */
+    int nt, ny, nn;
+    obx_store *s;      /* the inbox's store (owned) */
+    sqlite3 *db;       /* the sample projection's connection (owned), or NULL with --exec */
+    projection p;      /* the sample projection's handler state */
+    exec_handler x;    /* --exec: the handler command's state */
+    obx_consumer *con; /* the consumer (owned) */
+} consume_run;
+
+/* Options: parses argv into r (0, or the exit code of a usage error). */
+static int consume_options(consume_run *r, int argc, char **argv) {
     static const struct option opts[] = {{"consumer-db", required_argument, 0, 'D'},
                                          {"broker", required_argument, 0, 'b'},
                                          {"topic", required_argument, 0, 't'},
@@ -181,30 +191,30 @@ int cmd_consume(int argc, char **argv) {
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'D': cdb = optarg; break;
-        case 'b': broker = optarg; break;
-        case 't': topics_s = optarg; break;
-        case 'c': consumer = optarg; break;
-        case 'g': group = optarg; break;
-        case 'T': types_s = optarg; break;
-        case 'n': tenants_s = optarg; break;
-        case 'm': max_failures = strtol(optarg, NULL, 10); break;
-        case 'u': until_idle = strtol(optarg, NULL, 10); break;
-        case 'f': fail_permille = strtol(optarg, NULL, 10); break;
+        case 'D': r->cdb = optarg; break;
+        case 'b': r->broker = optarg; break;
+        case 't': r->topics_s = optarg; break;
+        case 'c': r->consumer = optarg; break;
+        case 'g': r->group = optarg; break;
+        case 'T': r->types_s = optarg; break;
+        case 'n': r->tenants_s = optarg; break;
+        case 'm': r->max_failures = strtol(optarg, NULL, 10); break;
+        case 'u': r->until_idle = strtol(optarg, NULL, 10); break;
+        case 'f': r->fail_permille = strtol(optarg, NULL, 10); break;
         case 'p':
-            if (nprops < 32) props[nprops++] = optarg;
+            if (r->nprops < 32) r->props[r->nprops++] = optarg;
             break;
-        case 'x': exec_cmd = optarg; break;
+        case 'x': r->exec_cmd = optarg; break;
         case 'P':
-            poison_exit = parse_long(optarg, 1, 255, &ok);
+            r->poison_exit = parse_long(optarg, 1, 255, &ok);
             if (!ok) return cli_usage("consume", "--poison-exit: '%s' is not 1..255", optarg);
             break;
         case 'o':
-            exec_timeout = parse_long(optarg, 1, 86400000, &ok);
+            r->exec_timeout = parse_long(optarg, 1, 86400000, &ok);
             if (!ok)
                 return cli_usage("consume", "--exec-timeout: '%s' is not 1..86400000 (ms)", optarg);
             break;
-        case 'j': js = 1; break;
+        case 'j': r->js = 1; break;
         default:
             return cli_usage("consume",
                              "usage: obx consume --consumer-db URL --topic T [--broker URL] "
@@ -214,111 +224,141 @@ int cmd_consume(int argc, char **argv) {
         }
     }
     if (optind < argc) return cli_usage("consume", "unexpected argument '%s'", argv[optind]);
-    if (!cdb) return cli_usage("consume", "--consumer-db: required");
-    if (!exec_cmd && strncmp(cdb, "sqlite:", 7))
+    return 0;
+}
+
+/* Validate: the flags' combinations and ranges, then the list flags split (0, or an exit
+ * code). */
+static int consume_validate(consume_run *r) {
+    if (!r->cdb) return cli_usage("consume", "--consumer-db: required");
+    if (!r->exec_cmd && strncmp(r->cdb, "sqlite:", 7))
         return cli_usage("consume", "--consumer-db: a sqlite:PATH URL is required (the sample "
                                     "projection lives in SQLite; with --exec any store URL)");
-    if (exec_cmd && !*exec_cmd) return cli_usage("consume", "--exec: an empty command");
-    if (exec_cmd && fail_permille)
+    if (r->exec_cmd && !*r->exec_cmd) return cli_usage("consume", "--exec: an empty command");
+    if (r->exec_cmd && r->fail_permille)
         return cli_usage("consume", "--fail-permille: only for the sample projection, not --exec");
-    if (!topics_s) return cli_usage("consume", "--topic: required");
-    if (fail_permille < 0 || fail_permille > 1000)
+    if (!r->topics_s) return cli_usage("consume", "--topic: required");
+    if (r->fail_permille < 0 || r->fail_permille > 1000)
         return cli_usage("consume", "--fail-permille: 0..1000");
-    const char *topics[16], *types[64], *tenants[64];
     /* the sample projection declares its contracts and tenants; a command declares what the
      * flags say (none: any) */
-    int nt = split(topics_s, topics, 16),
-        ny = declared_list(types_s, types, 64, exec_cmd ? NULL : projection_types,
-                           exec_cmd ? 0 : projection_n_types),
-        nn = declared_list(tenants_s, tenants, 64, exec_cmd ? NULL : projection_tenants,
-                           exec_cmd ? 0 : projection_n_tenants);
-    obx_store *s;
-    obx_err e = obx_store_open(cdb, &s);
-    if (!e) e = obx_store_init(s);
-    if (e) return cli_fail("consume", cdb, e);
-    sqlite3 *db = NULL;
-    projection p = {(unsigned)fail_permille, 0x2545f4914f6cdd1dull ^ (uint64_t)getpid()};
-    exec_handler x = {.cmd = exec_cmd,
-                      .consumer = consumer,
-                      .poison_exit = (int)poison_exit,
-                      .timeout_ms = exec_timeout};
-    if (exec_cmd) {
+    r->nt = split(r->topics_s, r->topics, 16);
+    r->ny = declared_list(r->types_s, r->types, 64, r->exec_cmd ? NULL : projection_types,
+                          r->exec_cmd ? 0 : projection_n_types);
+    r->nn = declared_list(r->tenants_s, r->tenants, 64, r->exec_cmd ? NULL : projection_tenants,
+                          r->exec_cmd ? 0 : projection_n_tenants);
+    return 0;
+}
+
+/* Open: the inbox's store, the sample projection's SQLite connection (or SIGPIPE ignored for
+ * --exec) and the consumer; on failure everything opened here is closed (0, or an exit code). */
+static int consume_open(consume_run *r) {
+    obx_err e = obx_store_open(r->cdb, &r->s);
+    if (!e) e = obx_store_init(r->s);
+    if (e) return cli_fail("consume", r->cdb, e);
+    r->p = (projection){(unsigned)r->fail_permille, 0x2545f4914f6cdd1dull ^ (uint64_t)getpid()};
+    r->x = (exec_handler){.cmd = r->exec_cmd,
+                          .consumer = r->consumer,
+                          .poison_exit = (int)r->poison_exit,
+                          .timeout_ms = r->exec_timeout};
+    if (r->exec_cmd) {
         /* a command that closed its stdin early must not kill the consumer */
         signal(SIGPIPE, SIG_IGN);
     } else {
         /* the projection writes through the inbox's own SQLite connection */
-        obx_store_close(s);
-        s = NULL;
-        const char *path = cdb + 7 + (strncmp(cdb + 7, "//", 2) ? 0 : 2);
-        if (sqlite3_open(path, &db) != SQLITE_OK) {
+        obx_store_close(r->s);
+        r->s = NULL;
+        const char *path = r->cdb + 7 + (strncmp(r->cdb + 7, "//", 2) ? 0 : 2);
+        if (sqlite3_open(path, &r->db) != SQLITE_OK) {
             fprintf(stderr, "obx consume: cannot open %s\n", path);
-            sqlite3_close(db);
+            sqlite3_close(r->db);
             return 1;
         }
-        sqlite3_busy_timeout(db, 10000);
-        sqlite3_exec(db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
-        e = projection_setup(&p, db);
-        if (!e) e = obx_store_wrap_sqlite(db, &s);
+        sqlite3_busy_timeout(r->db, 10000);
+        sqlite3_exec(r->db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
+        e = projection_setup(&r->p, r->db);
+        if (!e) e = obx_store_wrap_sqlite(r->db, &r->s);
     }
-    obx_consumer_options o = {.broker_url = broker,
-                              .broker_props = props,
-                              .n_broker_props = (size_t)nprops,
-                              .group = group,
-                              .topics = topics,
-                              .n_topics = (size_t)nt,
-                              .inbox = {.consumer_id = consumer,
-                                        .event_types = ny ? types : NULL,
-                                        .n_event_types = (size_t)ny,
-                                        .tenants = nn ? tenants : NULL,
-                                        .n_tenants = (size_t)nn,
-                                        .max_failures = (int)max_failures}};
-    obx_consumer *con = NULL;
+    obx_consumer_options o = {.broker_url = r->broker,
+                              .broker_props = r->props,
+                              .n_broker_props = (size_t)r->nprops,
+                              .group = r->group,
+                              .topics = r->topics,
+                              .n_topics = (size_t)r->nt,
+                              .inbox = {.consumer_id = r->consumer,
+                                        .event_types = r->ny ? r->types : NULL,
+                                        .n_event_types = (size_t)r->ny,
+                                        .tenants = r->nn ? r->tenants : NULL,
+                                        .n_tenants = (size_t)r->nn,
+                                        .max_failures = (int)r->max_failures}};
     if (!e)
-        e = exec_cmd ? obx_consumer_open(s, NULL, &o, exec_handler_run, &x, &con)
-                     : obx_consumer_open(s, db, &o, projection_handler, &p, &con);
+        e = r->exec_cmd ? obx_consumer_open(r->s, NULL, &o, exec_handler_run, &r->x, &r->con)
+                        : obx_consumer_open(r->s, r->db, &o, projection_handler, &r->p, &r->con);
     if (e) {
         int rc = cli_fail("consume", "start", e);
-        obx_store_close(s);
-        sqlite3_close(db);
+        obx_store_close(r->s);
+        sqlite3_close(r->db);
         return rc;
     }
+    return 0;
+}
+
+/* Run: polls until a signal, or until --until-idle ms pass with nothing delivered; k gets
+ * the consumer's counts. */
+static void consume_loop(consume_run *r, obx_consumer_counts *k) {
     sigset_t set;
     block_signals(&set);
-    obx_consumer_counts k = {0};
     struct timespec last;
     clock_gettime(CLOCK_MONOTONIC, &last);
-    int rc = 0;
     for (;;) {
-        long before = k.delivered + k.redriven;
-        e = obx_consumer_poll(con, 100, &k);
+        long before = k->delivered + k->redriven;
+        obx_err e = obx_consumer_poll(r->con, 100, k);
         if (e) {
             fprintf(stderr, "obx consume: %s: %s (retrying)\n", obx_errname(e), obx_errmsg());
             usleep(200000);
         }
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        if (k.delivered + k.redriven != before)
+        if (k->delivered + k->redriven != before)
             last = now;
         else if (wait_signal(&set, 20))
             break;
         long idle = (now.tv_sec - last.tv_sec) * 1000 + (now.tv_nsec - last.tv_nsec) / 1000000;
-        if (until_idle > 0 && idle >= until_idle) break;
+        if (r->until_idle > 0 && idle >= r->until_idle) break;
     }
-    obx_consumer_close(con);
-    obx_store_close(s);
-    sqlite3_close(db);
+}
+
+/* Report: the counts, one JSON object on stdout (--json) or one line on stderr. */
+static void consume_report(int js, const obx_consumer_counts *k) {
     if (js)
         printf("{\"delivered\":%ld,\"applied\":%ld,\"duplicates\":%ld,\"quarantined\":%ld,"
                "\"failed\":%ld,\"poisoned\":%ld,\"redriven\":%ld}\n",
-               k.delivered, k.applied, k.duplicates, k.quarantined, k.failed, k.poisoned,
-               k.redriven);
+               k->delivered, k->applied, k->duplicates, k->quarantined, k->failed, k->poisoned,
+               k->redriven);
     else
         fprintf(stderr,
                 "obx consume: delivered %ld, applied %ld, duplicates %ld, quarantined %ld, "
                 "failed %ld, poisoned %ld, re-driven %ld\n",
-                k.delivered, k.applied, k.duplicates, k.quarantined, k.failed, k.poisoned,
-                k.redriven);
-    return rc;
+                k->delivered, k->applied, k->duplicates, k->quarantined, k->failed, k->poisoned,
+                k->redriven);
+}
+
+int cmd_consume(int argc, char **argv) {
+    consume_run r = {.broker = CLI_DEFAULT_BROKER,
+                     .consumer = "order-projection",
+                     .poison_exit = 65,
+                     .exec_timeout = 60000};
+    int rc = consume_options(&r, argc, argv);
+    if (!rc) rc = consume_validate(&r);
+    if (!rc) rc = consume_open(&r);
+    if (rc) return rc;
+    obx_consumer_counts k = {0};
+    consume_loop(&r, &k);
+    obx_consumer_close(r.con);
+    obx_store_close(r.s);
+    sqlite3_close(r.db);
+    consume_report(r.js, &k);
+    return 0;
 }
 
 int cmd_requeue(int argc, char **argv) {

@@ -340,55 +340,27 @@ static void print_time(const char *label, json_int_t ms) {
     if (ms) printf("  %-18s %lld\n", label, (long long)ms);
 }
 
-int cmd_inspect(int argc, char **argv) {
-    const char *db = CLI_DEFAULT_DB;
-    int js = 0;
-    static const struct option opts[] = {
-        {"db", required_argument, 0, 'd'}, {"json", no_argument, 0, 'j'}, {0, 0, 0, 0}};
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'd')
-            db = optarg;
-        else if (c == 'j')
-            js = 1;
-        else
-            return cli_usage("inspect", "usage: obx inspect EVENT_ID [--json] [--db URL]");
-    }
-    if (optind != argc - 1) return cli_usage("inspect", "expected one EVENT_ID");
-    obx_store *s;
-    int rc = cli_open_store("inspect", db, &s);
-    if (rc) return rc;
-    char *out = NULL;
-    obx_err e = obx_inspect(s, argv[optind], &out);
-    obx_store_close(s);
-    if (e) return cli_fail("inspect", argv[optind], e);
-    if (js) {
-        printf("%s\n", out);
-        obx_free(out);
-        return 0;
-    }
-    json_t *d = json_loads(out, 0, NULL);
-    obx_free(out);
-    json_t *env = json_object_get(d, "envelope"), *dst = json_object_get(d, "destination"),
-           *st = json_object_get(d, "status");
+/* One frozen object's fields, one a line: strings as they are, anything else as an integer. */
+static void print_fields(json_t *obj) {
     const char *k;
     json_t *v;
+    json_object_foreach(obj, k, v) {
+        if (json_is_string(v))
+            printf("  %-18s %s\n", k, json_string_value(v));
+        else
+            printf("  %-18s %lld\n", k, (long long)json_integer_value(v));
+    }
+}
+
+/* Report, part 1: the frozen envelope and destination and the event's state. */
+static void inspect_print_event(json_t *d) {
+    json_t *env = json_object_get(d, "envelope"), *dst = json_object_get(d, "destination"),
+           *st = json_object_get(d, "status");
     printf("event %s\n\nenvelope (outboxEnvelope.v1, frozen):\n",
            json_string_value(json_object_get(d, "event_id")));
-    json_object_foreach(env, k, v) {
-        if (json_is_string(v))
-            printf("  %-18s %s\n", k, json_string_value(v));
-        else
-            printf("  %-18s %lld\n", k, (long long)json_integer_value(v));
-    }
+    print_fields(env);
     printf("\ndestination (destination.v1, frozen):\n");
-    json_object_foreach(dst, k, v) {
-        if (json_is_string(v))
-            printf("  %-18s %s\n", k, json_string_value(v));
-        else
-            printf("  %-18s %lld\n", k, (long long)json_integer_value(v));
-    }
+    print_fields(dst);
     printf("\nstate:\n  %-18s %s\n  %-18s %lld\n  %-18s %s\n", "state",
            json_string_value(json_object_get(st, "state")), "claim_gen",
            (long long)json_integer_value(json_object_get(st, "claim_gen")), "owner",
@@ -398,6 +370,10 @@ int cmd_inspect(int argc, char **argv) {
                json_string_value(json_object_get(st, "logical_event_id")));
     print_time("committed_at", json_integer_value(json_object_get(st, "committed_at")));
     print_time("published_at", json_integer_value(json_object_get(st, "published_at")));
+}
+
+/* Report, part 2: the attempts, the receipts and the delivery set. */
+static void inspect_print_delivery(json_t *d) {
     size_t i;
     json_t *a;
     printf("\nattempts:\n");
@@ -439,6 +415,12 @@ int cmd_inspect(int argc, char **argv) {
                    json_string_value(json_object_get(a, "origin")));
         }
     }
+}
+
+/* Report, part 3: the migrations and the audit trail. */
+static void inspect_print_history(json_t *d) {
+    size_t i;
+    json_t *a;
     if (json_array_size(json_object_get(d, "migrations"))) printf("\nmigrations:\n");
     json_array_foreach(json_object_get(d, "migrations"), i, a) {
         json_t *o = json_object_get(a, "old"), *n = json_object_get(a, "new");
@@ -469,6 +451,41 @@ int cmd_inspect(int argc, char **argv) {
                *json_string_value(json_object_get(a, "attempt_id")) ? " " : "",
                json_string_value(json_object_get(a, "reason")));
     }
+}
+
+int cmd_inspect(int argc, char **argv) {
+    const char *db = CLI_DEFAULT_DB;
+    int js = 0;
+    static const struct option opts[] = {
+        {"db", required_argument, 0, 'd'}, {"json", no_argument, 0, 'j'}, {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'd')
+            db = optarg;
+        else if (c == 'j')
+            js = 1;
+        else
+            return cli_usage("inspect", "usage: obx inspect EVENT_ID [--json] [--db URL]");
+    }
+    if (optind != argc - 1) return cli_usage("inspect", "expected one EVENT_ID");
+    obx_store *s;
+    int rc = cli_open_store("inspect", db, &s);
+    if (rc) return rc;
+    char *out = NULL;
+    obx_err e = obx_inspect(s, argv[optind], &out);
+    obx_store_close(s);
+    if (e) return cli_fail("inspect", argv[optind], e);
+    if (js) {
+        printf("%s\n", out);
+        obx_free(out);
+        return 0;
+    }
+    json_t *d = json_loads(out, 0, NULL);
+    obx_free(out);
+    inspect_print_event(d);
+    inspect_print_delivery(d);
+    inspect_print_history(d);
     json_decref(d);
     return 0;
 }

@@ -108,10 +108,22 @@ static const char *last_line(char *buf) {
     return nl ? nl + 1 : buf;
 }
 
-obx_err exec_handler_run(void *user, void *conn, const obx_message *m, const char *effect_key,
-                         char *result, size_t cap) {
-    exec_handler *x = user;
-    (void)conn;
+/* One run of the command, between its phases (exec_handler_run and its helpers below). */
+typedef struct exec_child {
+    pid_t pid;
+    int in_fd, out_fd, err_fd;    /* our ends of its stdin, stdout, stderr; -1 once closed */
+    const unsigned char *payload; /* the message's payload, written to its stdin */
+    size_t payload_len, sent;
+    char obuf[OUT_KEEP + 1], ebuf[ERR_KEEP + 1]; /* stdout's head, stderr's tail */
+    size_t olen, elen;
+    bool timed_out, exited;
+    int st; /* its wait status, once exited */
+} exec_child;
+
+/* Start: the pipes and /bin/sh -c CMD in its own process group with the message's environment;
+ * on failure nothing is left open. */
+static obx_err exec_start(const exec_handler *x, const obx_message *m, const char *effect_key,
+                          exec_child *c) {
     int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
     char **env = make_env(x, m, effect_key);
     if (!env) return obx_error_set(OBX_ENOMEM, "exec: out of memory");
@@ -145,8 +157,7 @@ obx_err exec_handler_run(void *user, void *conn, const obx_message *m, const cha
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
                                       POSIX_SPAWN_SETSIGDEF);
     char *argv[] = {"sh", "-c", (char *)x->cmd, NULL};
-    pid_t pid;
-    int rc = posix_spawn(&pid, "/bin/sh", &fa, &at, argv, env);
+    int rc = posix_spawn(&c->pid, "/bin/sh", &fa, &at, argv, env);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     free_env(env);
@@ -162,96 +173,113 @@ obx_err exec_handler_run(void *user, void *conn, const obx_message *m, const cha
         return obx_error_set(OBX_EHANDLER, msg);
     }
     fcntl(in[1], F_SETFL, O_NONBLOCK);
-    char obuf[OUT_KEEP + 1], ebuf[ERR_KEEP + 1];
-    size_t olen = 0, elen = 0, sent = 0;
-    const unsigned char *payload = m->payload;
-    int in_fd = in[1], out_fd = out[0], err_fd = err[0];
-    if (!m->payload_len) {
-        close(in_fd);
-        in_fd = -1;
+    c->in_fd = in[1];
+    c->out_fd = out[0];
+    c->err_fd = err[0];
+    return OBX_OK;
+}
+
+/* Stdin: writes what it takes of the rest of the payload; closes it when done or refused. */
+static void exec_feed(exec_child *c) {
+    ssize_t w = write(c->in_fd, c->payload + c->sent, c->payload_len - c->sent);
+    if (w > 0) c->sent += (size_t)w;
+    /* done, or the command closed its stdin (EPIPE: SIGPIPE is ignored) */
+    if (c->sent == c->payload_len || (w < 0 && errno != EAGAIN && errno != EINTR)) {
+        close(c->in_fd);
+        c->in_fd = -1;
     }
-    long long deadline = now_ms() + x->timeout_ms, drained = 0;
-    bool timed_out = false, exited = false;
-    int st = 0;
-    while (out_fd >= 0 || err_fd >= 0) {
-        struct pollfd p[3] = {{in_fd, POLLOUT, 0}, {out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
+}
+
+/* Stdout: keeps its first OUT_KEEP bytes, reads and drops the rest; closes it at EOF. */
+static void exec_read_out(exec_child *c) {
+    char chunk[4096];
+    ssize_t r = read(c->out_fd, chunk, sizeof chunk);
+    if (r > 0 && c->olen < OUT_KEEP) {
+        size_t k = (size_t)r < OUT_KEEP - c->olen ? (size_t)r : OUT_KEEP - c->olen;
+        memcpy(c->obuf + c->olen, chunk, k);
+        c->olen += k;
+    } else if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) {
+        close(c->out_fd);
+        c->out_fd = -1;
+    }
+}
+
+/* Stderr: passed through to ours, its last ERR_KEEP bytes kept; closes it at EOF. */
+static void exec_read_err(exec_child *c) {
+    char chunk[4096];
+    ssize_t r = read(c->err_fd, chunk, sizeof chunk);
+    if (r > 0) {
+        /* the command's diagnostics go to the consumer's stderr; the tail is kept */
+        fwrite(chunk, 1, (size_t)r, stderr);
+        if ((size_t)r >= ERR_KEEP) {
+            memcpy(c->ebuf, chunk + r - ERR_KEEP, ERR_KEEP);
+            c->elen = ERR_KEEP;
+        } else {
+            if (c->elen + (size_t)r > ERR_KEEP) {
+                size_t drop = c->elen + (size_t)r - ERR_KEEP;
+                memmove(c->ebuf, c->ebuf + drop, c->elen - drop);
+                c->elen -= drop;
+            }
+            memcpy(c->ebuf + c->elen, chunk, (size_t)r);
+            c->elen += (size_t)r;
+        }
+    } else if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) {
+        close(c->err_fd);
+        c->err_fd = -1;
+    }
+}
+
+/* Run: feeds stdin and reads stdout and stderr until both close (or the command ended and a
+ * moment passed), killing the process group at the timeout; then closes every pipe and reaps
+ * the command. */
+static void exec_wait(exec_child *c, long timeout_ms) {
+    long long deadline = now_ms() + timeout_ms, drained = 0;
+    while (c->out_fd >= 0 || c->err_fd >= 0) {
+        struct pollfd p[3] = {
+            {c->in_fd, POLLOUT, 0}, {c->out_fd, POLLIN, 0}, {c->err_fd, POLLIN, 0}};
         /* the command ended but something it started keeps its stdout or stderr open: what
          * it wrote is read for a moment more, then the outcome is the command's own */
-        if (!exited && waitpid(pid, &st, WNOHANG) == pid) {
-            exited = true;
+        if (!c->exited && waitpid(c->pid, &c->st, WNOHANG) == c->pid) {
+            c->exited = true;
             drained = now_ms() + 200;
         }
-        if (exited && now_ms() >= drained) break;
-        long long left = (exited ? drained : deadline) - now_ms();
-        if (left <= 0 && !timed_out && !exited) {
-            timed_out = true;
-            kill(-pid, SIGKILL); /* the pipes close when the whole group is gone */
+        if (c->exited && now_ms() >= drained) break;
+        long long left = (c->exited ? drained : deadline) - now_ms();
+        if (left <= 0 && !c->timed_out && !c->exited) {
+            c->timed_out = true;
+            kill(-c->pid, SIGKILL); /* the pipes close when the whole group is gone */
         }
-        int n = poll(p, 3, timed_out ? 1000 : (int)(left > 100 ? 100 : left < 0 ? 0 : left));
+        int n = poll(p, 3, c->timed_out ? 1000 : (int)(left > 100 ? 100 : left < 0 ? 0 : left));
         if (n < 0 && errno != EINTR) break;
         if (n <= 0) continue;
-        if (in_fd >= 0 && (p[0].revents & (POLLOUT | POLLERR | POLLHUP))) {
-            ssize_t w = write(in_fd, payload + sent, m->payload_len - sent);
-            if (w > 0) sent += (size_t)w;
-            /* done, or the command closed its stdin (EPIPE: SIGPIPE is ignored) */
-            if (sent == m->payload_len || (w < 0 && errno != EAGAIN && errno != EINTR)) {
-                close(in_fd);
-                in_fd = -1;
-            }
-        }
-        char chunk[4096];
-        if (out_fd >= 0 && (p[1].revents & (POLLIN | POLLERR | POLLHUP))) {
-            ssize_t r = read(out_fd, chunk, sizeof chunk);
-            if (r > 0 && olen < OUT_KEEP) {
-                size_t k = (size_t)r < OUT_KEEP - olen ? (size_t)r : OUT_KEEP - olen;
-                memcpy(obuf + olen, chunk, k);
-                olen += k;
-            } else if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) {
-                close(out_fd);
-                out_fd = -1;
-            }
-        }
-        if (err_fd >= 0 && (p[2].revents & (POLLIN | POLLERR | POLLHUP))) {
-            ssize_t r = read(err_fd, chunk, sizeof chunk);
-            if (r > 0) {
-                /* the command's diagnostics go to the consumer's stderr; the tail is kept */
-                fwrite(chunk, 1, (size_t)r, stderr);
-                if ((size_t)r >= ERR_KEEP) {
-                    memcpy(ebuf, chunk + r - ERR_KEEP, ERR_KEEP);
-                    elen = ERR_KEEP;
-                } else {
-                    if (elen + (size_t)r > ERR_KEEP) {
-                        size_t drop = elen + (size_t)r - ERR_KEEP;
-                        memmove(ebuf, ebuf + drop, elen - drop);
-                        elen -= drop;
-                    }
-                    memcpy(ebuf + elen, chunk, (size_t)r);
-                    elen += (size_t)r;
-                }
-            } else if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) {
-                close(err_fd);
-                err_fd = -1;
-            }
-        }
+        if (c->in_fd >= 0 && (p[0].revents & (POLLOUT | POLLERR | POLLHUP))) exec_feed(c);
+        if (c->out_fd >= 0 && (p[1].revents & (POLLIN | POLLERR | POLLHUP))) exec_read_out(c);
+        if (c->err_fd >= 0 && (p[2].revents & (POLLIN | POLLERR | POLLHUP))) exec_read_err(c);
     }
-    if (in_fd >= 0) close(in_fd);
-    if (out_fd >= 0) close(out_fd);
-    if (err_fd >= 0) close(err_fd);
-    while (!exited && waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    if (c->in_fd >= 0) close(c->in_fd);
+    if (c->out_fd >= 0) close(c->out_fd);
+    if (c->err_fd >= 0) close(c->err_fd);
+    while (!c->exited && waitpid(c->pid, &c->st, 0) < 0 && errno == EINTR) {
     }
-    obuf[olen] = '\0';
-    ebuf[elen] = '\0';
-    const char *why = last_line(ebuf);
+}
+
+/* Outcome: exit 0 gives stdout's first line as the result; poison_exit is OBX_EPOISON; any
+ * other ending is OBX_EHANDLER with stderr's last line as the reason. */
+static obx_err exec_outcome(const exec_handler *x, exec_child *c, char *result, size_t cap) {
+    int st = c->st;
+    c->obuf[c->olen] = '\0';
+    c->ebuf[c->elen] = '\0';
+    const char *why = last_line(c->ebuf);
     char msg[512];
-    if (!timed_out && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-        const char *line = obuf;
+    if (!c->timed_out && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+        const char *line = c->obuf;
         size_t l = strcspn(line, "\r\n");
         if (l >= cap) l = cap - 1;
         memcpy(result, line, l);
         result[l] = '\0';
         return OBX_OK;
     }
-    if (timed_out)
+    if (c->timed_out)
         snprintf(msg, sizeof msg, "timed out after %ld ms (killed)%s%.300s", x->timeout_ms,
                  *why ? ": " : "", why);
     else if (WIFEXITED(st) && WEXITSTATUS(st) == x->poison_exit) {
@@ -263,4 +291,21 @@ obx_err exec_handler_run(void *user, void *conn, const obx_message *m, const cha
         snprintf(msg, sizeof msg, "killed by signal %d%s%.300s", WTERMSIG(st), *why ? ": " : "",
                  why);
     return obx_error_set(OBX_EHANDLER, msg);
+}
+
+obx_err exec_handler_run(void *user, void *conn, const obx_message *m, const char *effect_key,
+                         char *result, size_t cap) {
+    exec_handler *x = user;
+    (void)conn;
+    exec_child c = {.pid = -1, .in_fd = -1, .out_fd = -1, .err_fd = -1};
+    obx_err e = exec_start(x, m, effect_key, &c);
+    if (e) return e;
+    c.payload = m->payload;
+    c.payload_len = m->payload_len;
+    if (!m->payload_len) {
+        close(c.in_fd);
+        c.in_fd = -1;
+    }
+    exec_wait(&c, x->timeout_ms);
+    return exec_outcome(x, &c, result, cap);
 }

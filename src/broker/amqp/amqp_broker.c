@@ -1141,29 +1141,12 @@ static size_t ab_in_flight(obx__broker *base) {
 
 typedef int (*audit_fn)(void *user, const amqp_envelope_t *env, int64_t stream_offset);
 
-/* Reads the audit stream from (since - lookup_skew_ms) up to an end marker this call appends
- * first, calling fn for every message but the markers until fn returns non-zero. The marker
- * makes the end exact: every message the stream held before the marker was confirmed is read.
- * *complete is true when the marker was reached. Runs on its own short-lived connection so
- * that stream deliveries never mix with publisher confirms. */
-static obx_err audit_read(amqp_broker *b, int64_t since, audit_fn fn, void *user, bool *complete,
-                          uint64_t *n_read) {
-    *complete = false;
-    *n_read = 0;
-    aconn a = {0};
-    obx_err e = aconn_open(b, &a, "audit reader");
-    if (e) return e;
-    amqp_connection_state_t st = a.st;
-    amqp_rpc_reply_t r;
-    char marker[OBX_EVENT_ID_LEN + 1];
-    obx_event_id_new(0, marker);
-    /* 1. append the end marker, confirmed */
+/* audit_read, step 1: appends the end marker to the audit stream and waits for its confirm. */
+static obx_err audit_append_marker(amqp_broker *b, amqp_connection_state_t st, const char *marker) {
     amqp_confirm_select(st, CH);
-    r = amqp_get_rpc_reply(st);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        e = rpc_fail(b, OBX_EBROKER, "audit: confirm.select", r);
-        goto out;
-    }
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(st);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL)
+        return rpc_fail(b, OBX_EBROKER, "audit: confirm.select", r);
     amqp_table_entry_t me = {
         .key = bytes_of(H_AUDIT_MARKER),
         .value = {.kind = AMQP_FIELD_KIND_UTF8, .value.bytes = bytes_of(marker)}};
@@ -1175,38 +1158,35 @@ static obx_err audit_read(amqp_broker *b, int64_t since, audit_fn fn, void *user
     p.headers = (amqp_table_t){1, &me};
     int rc = amqp_basic_publish(st, CH, amqp_empty_bytes, bytes_of(b->cfg.audit_stream), 1, 0, &p,
                                 amqp_empty_bytes);
-    if (rc != AMQP_STATUS_OK) {
-        e = obx__fail(OBX_EBROKER, "amqp %s: audit: marker publish: %s", b->cfg.where,
-                      amqp_error_string2(rc));
-        goto out;
-    }
+    if (rc != AMQP_STATUS_OK)
+        return obx__fail(OBX_EBROKER, "amqp %s: audit: marker publish: %s", b->cfg.where,
+                         amqp_error_string2(rc));
     for (bool acked = false; !acked;) {
         struct timeval tv = tv_ms(b->cfg.lookup_timeout_ms);
         amqp_frame_t f;
         rc = amqp_simple_wait_frame_noblock(st, &f, &tv);
-        if (rc != AMQP_STATUS_OK) {
-            e = obx__fail(OBX_EBROKER, "amqp %s: audit: marker confirm: %s", b->cfg.where,
-                          amqp_error_string2(rc));
-            goto out;
-        }
+        if (rc != AMQP_STATUS_OK)
+            return obx__fail(OBX_EBROKER, "amqp %s: audit: marker confirm: %s", b->cfg.where,
+                             amqp_error_string2(rc));
         if (f.frame_type != AMQP_FRAME_METHOD) continue;
         if (f.payload.method.id == AMQP_BASIC_ACK_METHOD) acked = true;
         if (f.payload.method.id == AMQP_BASIC_RETURN_METHOD ||
             f.payload.method.id == AMQP_BASIC_NACK_METHOD ||
             f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
-            f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD) {
-            e = obx__fail(OBX_EBROKER, "amqp %s: audit stream '%s' did not take the end marker",
-                          b->cfg.where, b->cfg.audit_stream);
-            goto out;
-        }
+            f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD)
+            return obx__fail(OBX_EBROKER, "amqp %s: audit stream '%s' did not take the end marker",
+                             b->cfg.where, b->cfg.audit_stream);
     }
-    /* 2. consume from the start time; streams need manual ack and a prefetch */
+    return OBX_OK;
+}
+
+/* audit_read, step 2: consumes the stream from (since - lookup_skew_ms); streams need manual
+ * ack and a prefetch. */
+static obx_err audit_subscribe(amqp_broker *b, amqp_connection_state_t st, int64_t since) {
     amqp_basic_qos(st, CH, 0, (uint16_t)b->cfg.lookup_prefetch, 0);
-    r = amqp_get_rpc_reply(st);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        e = rpc_fail(b, OBX_EBROKER, "audit: basic.qos", r);
-        goto out;
-    }
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(st);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL)
+        return rpc_fail(b, OBX_EBROKER, "audit: basic.qos", r);
     amqp_table_entry_t off;
     off.key = bytes_of("x-stream-offset");
     int64_t from = since - b->cfg.lookup_skew_ms;
@@ -1220,16 +1200,21 @@ static obx_err audit_read(amqp_broker *b, int64_t since, audit_fn fn, void *user
     amqp_basic_consume(st, CH, bytes_of(b->cfg.audit_stream), amqp_empty_bytes, 0, 0, 0,
                        (amqp_table_t){1, &off});
     r = amqp_get_rpc_reply(st);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        e = rpc_fail(b, OBX_EBROKER, "audit: basic.consume on the stream", r);
-        goto out;
-    }
+    if (r.reply_type != AMQP_RESPONSE_NORMAL)
+        return rpc_fail(b, OBX_EBROKER, "audit: basic.consume on the stream", r);
+    return OBX_OK;
+}
+
+/* audit_read, step 3: reads deliveries until the marker, fn's stop, or the lookup timeout
+ * (then *complete stays false); acknowledges them in batches so the stream sends more. */
+static obx_err audit_scan(amqp_broker *b, amqp_connection_state_t st, const char *marker,
+                          audit_fn fn, void *user, bool *complete, uint64_t *n_read) {
     int64_t deadline = mono() + b->cfg.lookup_timeout_ms;
     uint64_t unacked = 0, last_tag = 0;
     for (;;) {
         struct timeval tv = tv_ms(deadline - mono());
         amqp_envelope_t env;
-        r = amqp_consume_message(st, &env, &tv, 0);
+        amqp_rpc_reply_t r = amqp_consume_message(st, &env, &tv, 0);
         if (r.reply_type != AMQP_RESPONSE_NORMAL) {
             if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
                 r.library_error == AMQP_STATUS_TIMEOUT)
@@ -1242,15 +1227,13 @@ static obx_err audit_read(amqp_broker *b, int64_t since, audit_fn fn, void *user
                     f.frame_type == AMQP_FRAME_METHOD &&
                     (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
                      f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD ||
-                     f.payload.method.id == AMQP_BASIC_CANCEL_METHOD)) {
-                    e = obx__fail(OBX_EBROKER, "amqp %s: audit: the broker ended the stream read",
-                                  b->cfg.where);
-                    goto out;
-                }
+                     f.payload.method.id == AMQP_BASIC_CANCEL_METHOD))
+                    return obx__fail(OBX_EBROKER,
+                                     "amqp %s: audit: the broker ended the stream read",
+                                     b->cfg.where);
                 continue;
             }
-            e = rpc_fail(b, OBX_EBROKER, "audit: reading the stream", r);
-            goto out;
+            return rpc_fail(b, OBX_EBROKER, "audit: reading the stream", r);
         }
         const amqp_table_t *h = (env.message.properties._flags & AMQP_BASIC_HEADERS_FLAG)
                                     ? &env.message.properties.headers
@@ -1276,7 +1259,26 @@ static obx_err audit_read(amqp_broker *b, int64_t since, audit_fn fn, void *user
         amqp_maybe_release_buffers(st);
         if (stop) break;
     }
-out:
+    return OBX_OK;
+}
+
+/* Reads the audit stream from (since - lookup_skew_ms) up to an end marker this call appends
+ * first, calling fn for every message but the markers until fn returns non-zero. The marker
+ * makes the end exact: every message the stream held before the marker was confirmed is read.
+ * *complete is true when the marker was reached. Runs on its own short-lived connection so
+ * that stream deliveries never mix with publisher confirms. */
+static obx_err audit_read(amqp_broker *b, int64_t since, audit_fn fn, void *user, bool *complete,
+                          uint64_t *n_read) {
+    *complete = false;
+    *n_read = 0;
+    aconn a = {0};
+    obx_err e = aconn_open(b, &a, "audit reader");
+    if (e) return e;
+    char marker[OBX_EVENT_ID_LEN + 1];
+    obx_event_id_new(0, marker);
+    e = audit_append_marker(b, a.st, marker);
+    if (!e) e = audit_subscribe(b, a.st, since);
+    if (!e) e = audit_scan(b, a.st, marker, fn, user, complete, n_read);
     aconn_drop(&a, true, 2000);
     return e;
 }
