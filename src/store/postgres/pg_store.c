@@ -40,7 +40,7 @@
  * Thread use: one thread at a time per handle (obx.h); the statement-name hash is computed
  * once per process under pthread_once.
  */
-#include "store/store.h"
+#include "store/codec.h"
 
 #include <errno.h>
 #include <libpq-fe.h>
@@ -160,18 +160,8 @@ typedef struct pg_store {
     bool prepared[Q_COUNT];
 } pg_store;
 
-#define EVENT_COLS                                                                                 \
-    "e.seq, e.event_id, e.envelope_gen, e.state, e.claim_gen, e.owner, e.lease_until, "            \
-    "e.attempt_gen, e.attempt_id, e.pinned_partition, e.rejections, e.available_at, "              \
-    "e.next_check_at, e.unknown_since, e.primary_attempt_id, e.published_at, e.committed_at, "     \
-    "e.updated_at, e.max_attempts, e.blind_retry, e.unordered, e.alias, "                          \
-    "v.aggregate_type, v.aggregate_id, v.aggregate_version, v.event_type, v.payload_schema, "      \
-    "v.payload_digest, v.tenant, v.occurred_at, v.created_txid, v.correlation_id, "                \
-    "v.causation_id, v.traceparent, v.idempotency_key, v.envelope_digest, v.dest_cluster, "        \
-    "v.dest_topic, v.dest_routing_key, v.dest_algorithm, v.dest_route_gen, v.dest_serializer, "    \
-    "v.dest_durability, v.dest_acks, v.dest_digest, v.payload_len, v.payload IS NULL, "            \
-    "coalesce(t.event_id, e.event_id), coalesce(t.target_no, 0), e.held_at"
-#define EVENT_NCOLS 50 /* the payload, when selected, is column EVENT_NCOLS */
+#define EVENT_COLS OBX__EVENT_COLS   /* codec.h */
+#define EVENT_NCOLS OBX__EVENT_NCOLS /* the payload, when selected, is column EVENT_NCOLS */
 /* A delivery-set slot carries its logical event ID and target number (schema version 2). */
 #define SLOT_JOIN " LEFT JOIN obx.obx_delivery_target t ON t.slot_id = e.event_id "
 #define EVENT_FROM                                                                                 \
@@ -1099,6 +1089,18 @@ static void gt(const PGresult *r, int row, int col, char *out, size_t cap) {
 }
 #define GT(r, row, col, field) gt(r, row, col, field, sizeof(field))
 
+/* the shared decoders' view of one result row (codec.h) */
+typedef struct pg_cell {
+    const PGresult *r;
+    int row;
+} pg_cell;
+static int64_t rd_i64(void *c, int col) { return gi(((pg_cell *)c)->r, ((pg_cell *)c)->row, col); }
+static bool rd_flag(void *c, int col) { return gb(((pg_cell *)c)->r, ((pg_cell *)c)->row, col); }
+static void rd_text(void *c, int col, char *out, size_t cap) {
+    gt(((pg_cell *)c)->r, ((pg_cell *)c)->row, col, out, cap);
+}
+#define READER(res, i) (&(obx__col_reader){rd_i64, rd_flag, rd_text, &(pg_cell){(res), (i)}})
+
 static int hexv(char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -1394,22 +1396,7 @@ static obx_err pg_txid(obx__store *base, char *out, size_t cap) {
 /* ---- routes ------------------------------------------------------------------------------- */
 
 static void read_route(const PGresult *r, int row, obx__route_row *o) {
-    memset(o, 0, sizeof *o);
-    o->gen = gi(r, row, 0);
-    GT(r, row, 1, o->event_type);
-    GT(r, row, 2, o->cluster);
-    GT(r, row, 3, o->topic);
-    GT(r, row, 4, o->routing_key);
-    GT(r, row, 5, o->algorithm);
-    GT(r, row, 6, o->serializer);
-    GT(r, row, 7, o->durability);
-    GT(r, row, 8, o->required_acks);
-    o->max_attempts = (int32_t)gi(r, row, 9);
-    o->blind_retry = gb(r, row, 10);
-    o->unordered = gb(r, row, 11);
-    GT(r, row, 12, o->alias);
-    o->created_at = gi(r, row, 13);
-    o->targets = (int32_t)gi(r, row, 14);
+    obx__route_decode(READER(r, row), o);
 }
 
 static obx_err pg_route_put(obx__store *base, const obx__route_row *rt, int64_t *gen) {
@@ -1577,60 +1564,7 @@ static obx_err pg_insert_event(obx__store *base, const obx__event_row *r, const 
 /* ---- reading events ----------------------------------------------------------------------- */
 
 static obx_err read_event(const PGresult *res, int row, obx__event_row *r, bool with_payload) {
-    int i = 0;
-    r->seq = gi(res, row, i++);
-    GT(res, row, i++, r->env.event_id);
-    r->envelope_gen = (int32_t)gi(res, row, i++);
-    r->env.envelope_gen = r->envelope_gen;
-    char state[32];
-    GT(res, row, i++, state);
-    r->state = obx__state_parse(state);
-    r->claim_gen = gi(res, row, i++);
-    GT(res, row, i++, r->owner);
-    r->lease_until = gi(res, row, i++);
-    r->attempt_gen = (int32_t)gi(res, row, i++);
-    GT(res, row, i++, r->attempt_id);
-    r->pinned_partition = (int32_t)gi(res, row, i++);
-    r->rejections = (int32_t)gi(res, row, i++);
-    r->available_at = gi(res, row, i++);
-    r->next_check_at = gi(res, row, i++);
-    r->unknown_since = gi(res, row, i++);
-    GT(res, row, i++, r->primary_attempt_id);
-    r->published_at = gi(res, row, i++);
-    r->committed_at = gi(res, row, i++);
-    r->updated_at = gi(res, row, i++);
-    r->max_attempts = (int32_t)gi(res, row, i++);
-    r->blind_retry = gb(res, row, i++);
-    r->unordered = gb(res, row, i++);
-    GT(res, row, i++, r->alias);
-    GT(res, row, i++, r->env.aggregate_type);
-    GT(res, row, i++, r->env.aggregate_id);
-    r->env.aggregate_version = gi(res, row, i++);
-    GT(res, row, i++, r->env.event_type);
-    GT(res, row, i++, r->env.payload_schema);
-    GT(res, row, i++, r->env.payload_digest);
-    GT(res, row, i++, r->env.tenant);
-    r->env.occurred_at = gi(res, row, i++);
-    GT(res, row, i++, r->env.created_txid);
-    GT(res, row, i++, r->env.correlation_id);
-    GT(res, row, i++, r->env.causation_id);
-    GT(res, row, i++, r->env.traceparent);
-    GT(res, row, i++, r->env.idempotency_key);
-    GT(res, row, i++, r->envelope_digest);
-    GT(res, row, i++, r->dest.cluster);
-    GT(res, row, i++, r->dest.topic);
-    GT(res, row, i++, r->dest.routing_key);
-    GT(res, row, i++, r->dest.algorithm);
-    r->dest.route_gen = gi(res, row, i++);
-    GT(res, row, i++, r->dest.serializer);
-    GT(res, row, i++, r->dest.durability);
-    GT(res, row, i++, r->dest.required_acks);
-    GT(res, row, i++, r->dest_digest);
-    r->payload_len = (size_t)gi(res, row, i++);
-    r->payload_purged = gb(res, row, i++);
-    GT(res, row, i++, r->logical_id);
-    r->target_no = (int32_t)gi(res, row, i++);
-    r->held_at = gi(res, row, i++);
+    obx__event_decode(READER(res, row), r);
     if (with_payload) {
         size_t n = 0;
         obx_err e = get_bytea(res, row, EVENT_NCOLS, &r->payload, &n);
@@ -1932,24 +1866,7 @@ static obx_err pg_update_attempts(obx__store *base, const obx__attempt_row *a, s
 }
 
 static void read_attempt(const PGresult *r, int row, obx__attempt_row *a) {
-    memset(a, 0, sizeof *a);
-    GT(r, row, 0, a->attempt_id);
-    GT(r, row, 1, a->event_id);
-    a->envelope_gen = (int32_t)gi(r, row, 2);
-    a->attempt_gen = (int32_t)gi(r, row, 3);
-    a->claim_gen = gi(r, row, 4);
-    GT(r, row, 5, a->owner);
-    GT(r, row, 6, a->dest_digest);
-    a->partition = (int32_t)gi(r, row, 7);
-    char state[32];
-    GT(r, row, 8, state);
-    a->state = obx__attempt_state_parse(state);
-    a->started_at = gi(r, row, 9);
-    a->unknown_at = gi(r, row, 10);
-    a->ended_at = gi(r, row, 11);
-    a->offset_before = gi(r, row, 12);
-    a->quiet_until = gi(r, row, 13);
-    GT(r, row, 14, a->detail);
+    obx__attempt_decode(READER(r, row), a);
 }
 
 static obx_err pg_load_attempts(obx__store *base, const char *const *ids, size_t n,
@@ -2017,25 +1934,7 @@ static obx_err read_receipts(PGresult *r, const char *what, obx__receipt_row **o
         if (!*out) e = obx__fail(OBX_ENOMEM, "%s: out of memory", what);
     }
     for (int i = 0; !e && i < rows; i++) {
-        obx__receipt_row *rc = &(*out)[i];
-        GT(r, i, 0, rc->event_id);
-        rc->envelope_gen = (int32_t)gi(r, i, 1);
-        GT(r, i, 2, rc->attempt_id);
-        const char *kind = PQgetvalue(r, i, 3);
-        for (int k = 0; k < 4; k++)
-            if (!strcmp(kind, obx__receipt_kind_name((obx__receipt_kind)k)))
-                rc->kind = (obx__receipt_kind)k;
-        GT(r, i, 4, rc->cluster);
-        GT(r, i, 5, rc->topic);
-        rc->partition = (int32_t)gi(r, i, 6);
-        rc->offset = gi(r, i, 7);
-        rc->broker_ts = gi(r, i, 8);
-        GT(r, i, 9, rc->payload_digest);
-        GT(r, i, 10, rc->dest_digest);
-        GT(r, i, 11, rc->reason);
-        rc->created_at = gi(r, i, 12);
-        rc->source = obx__receipt_source_parse(PQgetvalue(r, i, 13));
-        if (rc->source == OBX__RS_COUNT) rc->source = OBX__RS_BROKER;
+        obx__receipt_decode(READER(r, i), &(*out)[i]);
     }
     if (!e) *n_out = (size_t)rows;
     return e;

@@ -13,7 +13,7 @@
  *   - Constraint failures raised by the frozen-data triggers map to OBX_EIMMUTABLE, unique
  *     violations to OBX_ECONFLICT, SQLITE_BUSY/LOCKED to OBX_EBUSY.
  */
-#include "store/store.h"
+#include "store/codec.h"
 
 #include <sqlite3.h>
 #include <stdio.h>
@@ -126,18 +126,8 @@ typedef struct sq_store {
     sqlite3_stmt *sp[8][3];
 } sq_store;
 
-#define EVENT_COLS                                                                                 \
-    "e.seq, e.event_id, e.envelope_gen, e.state, e.claim_gen, e.owner, e.lease_until, "            \
-    "e.attempt_gen, e.attempt_id, e.pinned_partition, e.rejections, e.available_at, "              \
-    "e.next_check_at, e.unknown_since, e.primary_attempt_id, e.published_at, e.committed_at, "     \
-    "e.updated_at, e.max_attempts, e.blind_retry, e.unordered, e.alias, "                          \
-    "v.aggregate_type, v.aggregate_id, v.aggregate_version, v.event_type, v.payload_schema, "      \
-    "v.payload_digest, v.tenant, v.occurred_at, v.created_txid, v.correlation_id, "                \
-    "v.causation_id, v.traceparent, v.idempotency_key, v.envelope_digest, v.dest_cluster, "        \
-    "v.dest_topic, v.dest_routing_key, v.dest_algorithm, v.dest_route_gen, v.dest_serializer, "    \
-    "v.dest_durability, v.dest_acks, v.dest_digest, v.payload_len, v.payload IS NULL, "            \
-    "coalesce(t.event_id, e.event_id), coalesce(t.target_no, 0), e.held_at"
-#define EVENT_NCOLS 50
+#define EVENT_COLS OBX__EVENT_COLS /* codec.h */
+#define EVENT_NCOLS OBX__EVENT_NCOLS
 /* A delivery-set slot carries its logical event ID and target number (schema version 2). */
 #define EVENT_FROM                                                                                 \
     " FROM obx_event e JOIN obx_envelope v ON v.event_id = e.event_id AND "                        \
@@ -526,6 +516,12 @@ static void ct(sqlite3_stmt *st, int i, char *out, size_t cap) {
 #define CT(st, i, field) ct(st, i, field, sizeof(field))
 static int64_t ci(sqlite3_stmt *st, int i) { return sqlite3_column_int64(st, i); }
 
+/* the shared decoders' view of a stepped statement (codec.h) */
+static int64_t rd_i64(void *st, int i) { return sqlite3_column_int64(st, i); }
+static bool rd_flag(void *st, int i) { return sqlite3_column_int64(st, i) != 0; }
+static void rd_text(void *st, int i, char *out, size_t cap) { ct(st, i, out, cap); }
+#define READER(st) (&(obx__col_reader){rd_i64, rd_flag, rd_text, (st)})
+
 static obx_err grow_array(void **arr, size_t *cap, size_t need, size_t elem);
 
 /* ---- open / close / schema --------------------------------------------------------------- */
@@ -738,24 +734,7 @@ static obx_err sq_txid(obx__store *base, char *out, size_t cap) {
 
 /* ---- routes ------------------------------------------------------------------------------- */
 
-static void read_route(sqlite3_stmt *st, obx__route_row *r) {
-    memset(r, 0, sizeof *r);
-    r->gen = ci(st, 0);
-    CT(st, 1, r->event_type);
-    CT(st, 2, r->cluster);
-    CT(st, 3, r->topic);
-    CT(st, 4, r->routing_key);
-    CT(st, 5, r->algorithm);
-    CT(st, 6, r->serializer);
-    CT(st, 7, r->durability);
-    CT(st, 8, r->required_acks);
-    r->max_attempts = (int32_t)ci(st, 9);
-    r->blind_retry = ci(st, 10) != 0;
-    r->unordered = ci(st, 11) != 0;
-    CT(st, 12, r->alias);
-    r->created_at = ci(st, 13);
-    r->targets = (int32_t)ci(st, 14);
-}
+static void read_route(sqlite3_stmt *st, obx__route_row *r) { obx__route_decode(READER(st), r); }
 
 static obx_err sq_route_put(obx__store *base, const obx__route_row *r, int64_t *gen) {
     sq_store *s = (sq_store *)base;
@@ -942,60 +921,7 @@ static obx_err sq_insert_event(obx__store *base, const obx__event_row *r, const 
 /* ---- reading events ----------------------------------------------------------------------- */
 
 static obx_err read_event(sqlite3_stmt *st, obx__event_row *r, bool with_payload) {
-    int i = 0;
-    r->seq = ci(st, i++);
-    CT(st, i++, r->env.event_id);
-    r->envelope_gen = (int32_t)ci(st, i++);
-    r->env.envelope_gen = r->envelope_gen;
-    char state[32];
-    CT(st, i++, state);
-    r->state = obx__state_parse(state);
-    r->claim_gen = ci(st, i++);
-    CT(st, i++, r->owner);
-    r->lease_until = ci(st, i++);
-    r->attempt_gen = (int32_t)ci(st, i++);
-    CT(st, i++, r->attempt_id);
-    r->pinned_partition = (int32_t)ci(st, i++);
-    r->rejections = (int32_t)ci(st, i++);
-    r->available_at = ci(st, i++);
-    r->next_check_at = ci(st, i++);
-    r->unknown_since = ci(st, i++);
-    CT(st, i++, r->primary_attempt_id);
-    r->published_at = ci(st, i++);
-    r->committed_at = ci(st, i++);
-    r->updated_at = ci(st, i++);
-    r->max_attempts = (int32_t)ci(st, i++);
-    r->blind_retry = ci(st, i++) != 0;
-    r->unordered = ci(st, i++) != 0;
-    CT(st, i++, r->alias);
-    CT(st, i++, r->env.aggregate_type);
-    CT(st, i++, r->env.aggregate_id);
-    r->env.aggregate_version = ci(st, i++);
-    CT(st, i++, r->env.event_type);
-    CT(st, i++, r->env.payload_schema);
-    CT(st, i++, r->env.payload_digest);
-    CT(st, i++, r->env.tenant);
-    r->env.occurred_at = ci(st, i++);
-    CT(st, i++, r->env.created_txid);
-    CT(st, i++, r->env.correlation_id);
-    CT(st, i++, r->env.causation_id);
-    CT(st, i++, r->env.traceparent);
-    CT(st, i++, r->env.idempotency_key);
-    CT(st, i++, r->envelope_digest);
-    CT(st, i++, r->dest.cluster);
-    CT(st, i++, r->dest.topic);
-    CT(st, i++, r->dest.routing_key);
-    CT(st, i++, r->dest.algorithm);
-    r->dest.route_gen = ci(st, i++);
-    CT(st, i++, r->dest.serializer);
-    CT(st, i++, r->dest.durability);
-    CT(st, i++, r->dest.required_acks);
-    CT(st, i++, r->dest_digest);
-    r->payload_len = (size_t)ci(st, i++);
-    r->payload_purged = ci(st, i++) != 0;
-    CT(st, i++, r->logical_id);
-    r->target_no = (int32_t)ci(st, i++);
-    r->held_at = ci(st, i++);
+    obx__event_decode(READER(st), r);
     if (with_payload) {
         const void *p = sqlite3_column_blob(st, EVENT_NCOLS);
         int n = sqlite3_column_bytes(st, EVENT_NCOLS);
@@ -1213,24 +1139,7 @@ static obx_err sq_update_attempts(obx__store *base, const obx__attempt_row *a, s
 }
 
 static void read_attempt(sqlite3_stmt *st, obx__attempt_row *a) {
-    memset(a, 0, sizeof *a);
-    CT(st, 0, a->attempt_id);
-    CT(st, 1, a->event_id);
-    a->envelope_gen = (int32_t)ci(st, 2);
-    a->attempt_gen = (int32_t)ci(st, 3);
-    a->claim_gen = ci(st, 4);
-    CT(st, 5, a->owner);
-    CT(st, 6, a->dest_digest);
-    a->partition = (int32_t)ci(st, 7);
-    char state[32];
-    CT(st, 8, state);
-    a->state = obx__attempt_state_parse(state);
-    a->started_at = ci(st, 9);
-    a->unknown_at = ci(st, 10);
-    a->ended_at = ci(st, 11);
-    a->offset_before = ci(st, 12);
-    a->quiet_until = ci(st, 13);
-    CT(st, 14, a->detail);
+    obx__attempt_decode(READER(st), a);
 }
 
 static obx_err grow_array(void **arr, size_t *cap, size_t need, size_t elem) {
@@ -1308,27 +1217,7 @@ static obx_err sq_insert_receipts(obx__store *base, const obx__receipt_row *r, s
 
 /* One receipt from a row of RCPT_COLS. */
 static void read_receipt(sqlite3_stmt *st, obx__receipt_row *r) {
-    memset(r, 0, sizeof *r);
-    CT(st, 0, r->event_id);
-    r->envelope_gen = (int32_t)ci(st, 1);
-    CT(st, 2, r->attempt_id);
-    char kind[32];
-    CT(st, 3, kind);
-    for (int k = 0; k < 4; k++)
-        if (!strcmp(kind, kind_names[k])) r->kind = (obx__receipt_kind)k;
-    CT(st, 4, r->cluster);
-    CT(st, 5, r->topic);
-    r->partition = (int32_t)ci(st, 6);
-    r->offset = ci(st, 7);
-    r->broker_ts = ci(st, 8);
-    CT(st, 9, r->payload_digest);
-    CT(st, 10, r->dest_digest);
-    CT(st, 11, r->reason);
-    r->created_at = ci(st, 12);
-    char src[16];
-    CT(st, 13, src);
-    r->source = obx__receipt_source_parse(src);
-    if (r->source == OBX__RS_COUNT) r->source = OBX__RS_BROKER;
+    obx__receipt_decode(READER(st), r);
 }
 
 /* Steps a receipt query into a growing array. */

@@ -1,0 +1,133 @@
+/*
+ * codec.c — the row decoders both stores share (codec.h): one place for each row type's field
+ * order, casts, and the parsing of states, kinds and receipt sources.
+ */
+#include "store/codec.h"
+
+#include <string.h>
+
+#define I64(c) rd->i64(rd->ctx, (c))
+#define FLAG(c) rd->flag(rd->ctx, (c))
+#define TEXT(c, field) rd->text(rd->ctx, (c), (field), sizeof(field))
+
+void obx__event_decode(const obx__col_reader *rd, obx__event_row *r) {
+    int i = 0;
+    char state[32];
+    r->seq = I64(i++);
+    TEXT(i++, r->env.event_id);
+    r->envelope_gen = (int32_t)I64(i++);
+    r->env.envelope_gen = r->envelope_gen;
+    TEXT(i++, state);
+    r->state = obx__state_parse(state);
+    r->claim_gen = I64(i++);
+    TEXT(i++, r->owner);
+    r->lease_until = I64(i++);
+    r->attempt_gen = (int32_t)I64(i++);
+    TEXT(i++, r->attempt_id);
+    r->pinned_partition = (int32_t)I64(i++);
+    r->rejections = (int32_t)I64(i++);
+    r->available_at = I64(i++);
+    r->next_check_at = I64(i++);
+    r->unknown_since = I64(i++);
+    TEXT(i++, r->primary_attempt_id);
+    r->published_at = I64(i++);
+    r->committed_at = I64(i++);
+    r->updated_at = I64(i++);
+    r->max_attempts = (int32_t)I64(i++);
+    r->blind_retry = FLAG(i++);
+    r->unordered = FLAG(i++);
+    TEXT(i++, r->alias);
+    TEXT(i++, r->env.aggregate_type);
+    TEXT(i++, r->env.aggregate_id);
+    r->env.aggregate_version = I64(i++);
+    TEXT(i++, r->env.event_type);
+    TEXT(i++, r->env.payload_schema);
+    TEXT(i++, r->env.payload_digest);
+    TEXT(i++, r->env.tenant);
+    r->env.occurred_at = I64(i++);
+    TEXT(i++, r->env.created_txid);
+    TEXT(i++, r->env.correlation_id);
+    TEXT(i++, r->env.causation_id);
+    TEXT(i++, r->env.traceparent);
+    TEXT(i++, r->env.idempotency_key);
+    TEXT(i++, r->envelope_digest);
+    TEXT(i++, r->dest.cluster);
+    TEXT(i++, r->dest.topic);
+    TEXT(i++, r->dest.routing_key);
+    TEXT(i++, r->dest.algorithm);
+    r->dest.route_gen = I64(i++);
+    TEXT(i++, r->dest.serializer);
+    TEXT(i++, r->dest.durability);
+    TEXT(i++, r->dest.required_acks);
+    TEXT(i++, r->dest_digest);
+    r->payload_len = (size_t)I64(i++);
+    r->payload_purged = FLAG(i++);
+    TEXT(i++, r->logical_id);
+    r->target_no = (int32_t)I64(i++);
+    r->held_at = I64(i++);
+    _Static_assert(OBX__EVENT_NCOLS == 50, "obx__event_decode reads OBX__EVENT_COLS in order");
+}
+
+void obx__attempt_decode(const obx__col_reader *rd, obx__attempt_row *a) {
+    char state[32];
+    memset(a, 0, sizeof *a);
+    TEXT(0, a->attempt_id);
+    TEXT(1, a->event_id);
+    a->envelope_gen = (int32_t)I64(2);
+    a->attempt_gen = (int32_t)I64(3);
+    a->claim_gen = I64(4);
+    TEXT(5, a->owner);
+    TEXT(6, a->dest_digest);
+    a->partition = (int32_t)I64(7);
+    TEXT(8, state);
+    a->state = obx__attempt_state_parse(state);
+    a->started_at = I64(9);
+    a->unknown_at = I64(10);
+    a->ended_at = I64(11);
+    a->offset_before = I64(12);
+    a->quiet_until = I64(13);
+    TEXT(14, a->detail);
+}
+
+void obx__receipt_decode(const obx__col_reader *rd, obx__receipt_row *r) {
+    char kind[32], src[16];
+    memset(r, 0, sizeof *r);
+    TEXT(0, r->event_id);
+    r->envelope_gen = (int32_t)I64(1);
+    TEXT(2, r->attempt_id);
+    TEXT(3, kind);
+    for (int k = 0; k < 4; k++)
+        if (!strcmp(kind, obx__receipt_kind_name((obx__receipt_kind)k)))
+            r->kind = (obx__receipt_kind)k;
+    TEXT(4, r->cluster);
+    TEXT(5, r->topic);
+    r->partition = (int32_t)I64(6);
+    r->offset = I64(7);
+    r->broker_ts = I64(8);
+    TEXT(9, r->payload_digest);
+    TEXT(10, r->dest_digest);
+    TEXT(11, r->reason);
+    r->created_at = I64(12);
+    TEXT(13, src);
+    r->source = obx__receipt_source_parse(src);
+    if (r->source == OBX__RS_COUNT) r->source = OBX__RS_BROKER;
+}
+
+void obx__route_decode(const obx__col_reader *rd, obx__route_row *r) {
+    memset(r, 0, sizeof *r);
+    r->gen = I64(0);
+    TEXT(1, r->event_type);
+    TEXT(2, r->cluster);
+    TEXT(3, r->topic);
+    TEXT(4, r->routing_key);
+    TEXT(5, r->algorithm);
+    TEXT(6, r->serializer);
+    TEXT(7, r->durability);
+    TEXT(8, r->required_acks);
+    r->max_attempts = (int32_t)I64(9);
+    r->blind_retry = FLAG(10);
+    r->unordered = FLAG(11);
+    TEXT(12, r->alias);
+    r->created_at = I64(13);
+    r->targets = (int32_t)I64(14);
+}

@@ -1,0 +1,54 @@
+/*
+ * codec.h — what the SQLite and PostgreSQL stores share of their rows (codec.c): the event
+ * row's column list (both select the same columns under the same aliases) and one decoder per
+ * row type (event, attempt, receipt, route). A backend supplies a column reader over its own
+ * result (sqlite3_stmt, a PGresult row); the field order, the casts and the parsing of states
+ * and kinds live here once, so the two stores cannot drift apart.
+ */
+#ifndef OBX_STORE_CODEC_H
+#define OBX_STORE_CODEC_H
+
+#include "store/store.h"
+
+/* The event row's columns, in the order obx__event_decode reads them: e = obx_event,
+ * v = obx_envelope (the event's current generation), t = obx_delivery_target (LEFT JOIN: a
+ * delivery-set slot's logical event ID and target number). A query may append the payload as
+ * column OBX__EVENT_NCOLS. */
+#define OBX__EVENT_COLS                                                                            \
+    "e.seq, e.event_id, e.envelope_gen, e.state, e.claim_gen, e.owner, e.lease_until, "            \
+    "e.attempt_gen, e.attempt_id, e.pinned_partition, e.rejections, e.available_at, "              \
+    "e.next_check_at, e.unknown_since, e.primary_attempt_id, e.published_at, e.committed_at, "     \
+    "e.updated_at, e.max_attempts, e.blind_retry, e.unordered, e.alias, "                          \
+    "v.aggregate_type, v.aggregate_id, v.aggregate_version, v.event_type, v.payload_schema, "      \
+    "v.payload_digest, v.tenant, v.occurred_at, v.created_txid, v.correlation_id, "                \
+    "v.causation_id, v.traceparent, v.idempotency_key, v.envelope_digest, v.dest_cluster, "        \
+    "v.dest_topic, v.dest_routing_key, v.dest_algorithm, v.dest_route_gen, v.dest_serializer, "    \
+    "v.dest_durability, v.dest_acks, v.dest_digest, v.payload_len, v.payload IS NULL, "            \
+    "coalesce(t.event_id, e.event_id), coalesce(t.target_no, 0), e.held_at"
+#define OBX__EVENT_NCOLS 50
+
+/* A backend's view of one result row. NULL reads as 0, false or "" (the backends' own rule). */
+typedef struct obx__col_reader {
+    int64_t (*i64)(void *ctx, int col);
+    bool (*flag)(void *ctx, int col); /* a boolean column (SQLite: an integer, PostgreSQL: t/f) */
+    /* copies the column's text into out (cap bytes, truncated, NUL-terminated) */
+    void (*text)(void *ctx, int col, char *out, size_t cap);
+    void *ctx;
+} obx__col_reader;
+
+/* Columns 0..OBX__EVENT_NCOLS-1 into r (every field but the payload, which the backend reads). */
+void obx__event_decode(const obx__col_reader *rd, obx__event_row *r);
+/* Columns attempt_id, event_id, envelope_gen, attempt_gen, claim_gen, owner, dest_digest,
+ * partition, state, started_at, unknown_at, ended_at, offset_before, quiet_until, detail. a is
+ * zeroed first. */
+void obx__attempt_decode(const obx__col_reader *rd, obx__attempt_row *a);
+/* Columns event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, offset,
+ * broker_ts, payload_digest, dest_digest, reason, created_at, source (an unknown source reads
+ * as broker). r is zeroed first. */
+void obx__receipt_decode(const obx__col_reader *rd, obx__receipt_row *r);
+/* Columns gen, event_type, cluster, topic, routing_key, algorithm, serializer, durability,
+ * required_acks, max_attempts, blind_retry, unordered, alias, created_at, targets. r is zeroed
+ * first. */
+void obx__route_decode(const obx__col_reader *rd, obx__route_row *r);
+
+#endif /* OBX_STORE_CODEC_H */
