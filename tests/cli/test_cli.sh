@@ -40,6 +40,12 @@ head -c 2000 /dev/zero > big.bin
 check "enqueue over limit" 1 "over the limit of 1000 bytes" -- "$OBX" enqueue --db "$db" --type order.created.v2 --aggregate order/o-1@1 --tenant t1 --payload-file big.bin --payload-limit 1000
 n=$(sqlite3 "$dir/o.db" "select count(*) from obx_event")
 if [[ $n == 1 ]]; then echo "ok   only one event stored"; else echo "FAIL events stored: $n"; fails=$((fails + 1)); fi
+# a database a newer obx initialized is refused, naming both versions, and left as it is
+cp "$dir/o.db" "$dir/newer.db"
+sqlite3 "$dir/newer.db" "update obx_meta set value = '99' where key = 'schema_version'"
+check "init refuses a newer schema" 1 "schema version 99 is newer than this obx knows" -- "$OBX" init --db "sqlite:$dir/newer.db"
+v=$(sqlite3 "$dir/newer.db" "select value from obx_meta where key = 'schema_version'")
+if [[ $v == 99 ]]; then echo "ok   the newer database is left as it is"; else echo "FAIL schema_version now $v"; fails=$((fails + 1)); fi
 id=$("$OBX" enqueue --db "$db" --type order.created.v2 --aggregate order/o-2@1 --tenant t1 --payload-file p.json --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["event_id"])')
 check "inspect" 0 "PENDING" -- "$OBX" inspect "$id" --db "$db"
 check "inspect json" 0 "\"dest_digest\": \"sha256:" -- "$OBX" inspect "$id" --db "$db" --json

@@ -369,6 +369,22 @@ static void test_kill_producer(void **state) {
 /* ---- frozen data ------------------------------------------------------------------------------
  */
 
+/* A database a newer obx initialized is refused with both versions named, and nothing in it
+ * changes (the migration runner in src/store/shared.c, shared with SQLite: tests/cli). */
+static void test_newer_schema_refused(void **state) {
+    fx *f = *state;
+    PQclear(PQexec(f->conn, "UPDATE obx.obx_meta SET value = '99' WHERE key = 'schema_version'"));
+    obx_err e = obx_store_init(f->s);
+    assert_int_equal(e, OBX_ESCHEMA);
+    char want[96];
+    snprintf(want, sizeof want, "database schema version 99 is newer than this obx knows (%d)",
+             OBX__SCHEMA_VERSION);
+    if (!strstr(obx_errmsg(), want)) fail_msg("message: %s", obx_errmsg());
+    PGresult *r = PQexec(f->conn, "SELECT value FROM obx.obx_meta WHERE key = 'schema_version'");
+    assert_string_equal(PQgetvalue(r, 0, 0), "99");
+    PQclear(r);
+}
+
 static void test_frozen(void **state) {
     fx *f = *state;
     obx_event ev = order_event("o-5", "{}");
@@ -2308,6 +2324,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_rollback_together, setup, teardown),
         cmocka_unit_test_setup_teardown(test_caller_tx_survives, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill_producer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_frozen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotency_concurrent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotency_concurrent_sql, setup, teardown),

@@ -40,7 +40,7 @@
  * Thread use: one thread at a time per handle (obx.h); the statement-name hash is computed
  * once per process under pthread_once.
  */
-#include "store/codec.h"
+#include "store/shared.h"
 
 #include <errno.h>
 #include <libpq-fe.h>
@@ -160,7 +160,7 @@ typedef struct pg_store {
     bool prepared[Q_COUNT];
 } pg_store;
 
-#define EVENT_COLS OBX__EVENT_COLS   /* codec.h */
+#define EVENT_COLS OBX__EVENT_COLS   /* shared.h */
 #define EVENT_NCOLS OBX__EVENT_NCOLS /* the payload, when selected, is column EVENT_NCOLS */
 /* A delivery-set slot carries its logical event ID and target number (schema version 2). */
 #define SLOT_JOIN " LEFT JOIN obx.obx_delivery_target t ON t.slot_id = e.event_id "
@@ -1089,7 +1089,7 @@ static void gt(const PGresult *r, int row, int col, char *out, size_t cap) {
 }
 #define GT(r, row, col, field) gt(r, row, col, field, sizeof(field))
 
-/* the shared decoders' view of one result row (codec.h) */
+/* the shared decoders' view of one result row (shared.h) */
 typedef struct pg_cell {
     const PGresult *r;
     int row;
@@ -1227,6 +1227,12 @@ static obx_err pg_begin(obx__store *base);
 static obx_err pg_commit(obx__store *base);
 static obx_err pg_rollback(obx__store *base);
 
+/* the migration runner's statements (shared.c) */
+static obx_err migrate_exec(obx__store *base, const char *sql) {
+    pg_store *s = (pg_store *)base;
+    return check(s, PQexec(s->conn, sql), PGRES_COMMAND_OK, NULL, "schema migration");
+}
+
 static obx_err migrate_in_tx(pg_store *s) {
     char sql[128];
     snprintf(sql, sizeof sql, "SELECT pg_advisory_xact_lock(%d, 0)", LOCK_CLASS_INIT);
@@ -1247,25 +1253,7 @@ static obx_err migrate_in_tx(pg_store *s) {
                          "postgres: database encoding is %s; obx needs a UTF8 database "
                          "(CREATE DATABASE ... ENCODING 'UTF8')",
                          enc);
-    int found = 0;
-    if ((e = pg_schema_version(&s->base, &found))) return e;
-    if (found > OBX__SCHEMA_VERSION)
-        return obx__fail(
-            OBX_ESCHEMA,
-            "database schema version %d is newer than this obx knows (%d): upgrade obx", found,
-            OBX__SCHEMA_VERSION);
-    for (int v = found + 1; v <= OBX__SCHEMA_VERSION; v++) {
-        if ((e = check(s, PQexec(s->conn, migrations[v]), PGRES_COMMAND_OK, NULL,
-                       "schema migration")))
-            return obx__fail_prefix(e, "migration to schema version %d", v);
-        snprintf(sql, sizeof sql,
-                 "INSERT INTO obx.obx_meta (key, value) VALUES ('schema_version', '%d') "
-                 "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                 v);
-        if ((e = check(s, PQexec(s->conn, sql), PGRES_COMMAND_OK, NULL, "schema version")))
-            return e;
-    }
-    return OBX_OK;
+    return obx__migrate_run(&s->base, migrations, "obx.obx_meta", migrate_exec);
 }
 
 /* Versioned migrations in one transaction (DDL is transactional in PostgreSQL) under an advisory

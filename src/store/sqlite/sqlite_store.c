@@ -13,7 +13,7 @@
  *   - Constraint failures raised by the frozen-data triggers map to OBX_EIMMUTABLE, unique
  *     violations to OBX_ECONFLICT, SQLITE_BUSY/LOCKED to OBX_EBUSY.
  */
-#include "store/codec.h"
+#include "store/shared.h"
 
 #include <sqlite3.h>
 #include <stdio.h>
@@ -126,7 +126,7 @@ typedef struct sq_store {
     sqlite3_stmt *sp[8][3];
 } sq_store;
 
-#define EVENT_COLS OBX__EVENT_COLS /* codec.h */
+#define EVENT_COLS OBX__EVENT_COLS /* shared.h */
 #define EVENT_NCOLS OBX__EVENT_NCOLS
 /* A delivery-set slot carries its logical event ID and target number (schema version 2). */
 #define EVENT_FROM                                                                                 \
@@ -516,7 +516,7 @@ static void ct(sqlite3_stmt *st, int i, char *out, size_t cap) {
 #define CT(st, i, field) ct(st, i, field, sizeof(field))
 static int64_t ci(sqlite3_stmt *st, int i) { return sqlite3_column_int64(st, i); }
 
-/* the shared decoders' view of a stepped statement (codec.h) */
+/* the shared decoders' view of a stepped statement (shared.h) */
 static int64_t rd_i64(void *st, int i) { return sqlite3_column_int64(st, i); }
 static bool rd_flag(void *st, int i) { return sqlite3_column_int64(st, i) != 0; }
 static void rd_text(void *st, int i, char *out, size_t cap) { ct(st, i, out, cap); }
@@ -624,29 +624,15 @@ static obx_err sq_begin(obx__store *base);
 static obx_err sq_commit(obx__store *base);
 static obx_err sq_rollback(obx__store *base);
 
+/* the migration runner's statements (shared.c) */
+static obx_err migrate_exec(obx__store *base, const char *sql) {
+    return exec((sq_store *)base, sql);
+}
+
 static obx_err sq_migrate(obx__store *base) {
-    sq_store *s = (sq_store *)base;
     obx_err e = sq_begin(base);
     if (e) return e;
-    int found = 0;
-    e = sq_schema_version(base, &found);
-    if (!e && found > OBX__SCHEMA_VERSION)
-        e = obx__fail(OBX_ESCHEMA,
-                      "database schema version %d is newer than this obx knows (%d): upgrade obx",
-                      found, OBX__SCHEMA_VERSION);
-    for (int v = found + 1; !e && v <= OBX__SCHEMA_VERSION; v++) {
-        char sql[160];
-        e = exec(s, migrations[v]);
-        if (e) {
-            obx__fail_prefix(e, "migration to schema version %d", v);
-            break;
-        }
-        snprintf(sql, sizeof sql,
-                 "INSERT INTO obx_meta (key, value) VALUES ('schema_version', '%d') "
-                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                 v);
-        e = exec(s, sql);
-    }
+    e = obx__migrate_run(base, migrations, "obx_meta", migrate_exec);
     if (e) {
         sq_rollback(base);
         return e;

@@ -1,9 +1,11 @@
 /*
- * codec.c — the row decoders both stores share (codec.h): one place for each row type's field
- * order, casts, and the parsing of states, kinds and receipt sources.
+ * shared.c — what both SQL stores share (shared.h): the row decoders (one place for each row
+ * type's field order, casts, and the parsing of states, kinds and receipt sources) and the
+ * migration runner.
  */
-#include "store/codec.h"
+#include "store/shared.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define I64(c) rd->i64(rd->ctx, (c))
@@ -130,4 +132,27 @@ void obx__route_decode(const obx__col_reader *rd, obx__route_row *r) {
     TEXT(12, r->alias);
     r->created_at = I64(13);
     r->targets = (int32_t)I64(14);
+}
+
+obx_err obx__migrate_run(obx__store *s, const char *const *scripts, const char *meta_table,
+                         obx__exec_fn exec) {
+    int found = 0;
+    obx_err e = s->m->schema_version(s, &found);
+    if (e) return e;
+    if (found > OBX__SCHEMA_VERSION)
+        return obx__fail(
+            OBX_ESCHEMA,
+            "database schema version %d is newer than this obx knows (%d): upgrade obx", found,
+            OBX__SCHEMA_VERSION);
+    for (int v = found + 1; v <= OBX__SCHEMA_VERSION; v++) {
+        char sql[192];
+        if ((e = exec(s, scripts[v])))
+            return obx__fail_prefix(e, "migration to schema version %d", v);
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO %s (key, value) VALUES ('schema_version', '%d') "
+                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                 meta_table, v);
+        if ((e = exec(s, sql))) return e;
+    }
+    return OBX_OK;
 }

@@ -1,12 +1,13 @@
 /*
- * codec.h — what the SQLite and PostgreSQL stores share of their rows (codec.c): the event
- * row's column list (both select the same columns under the same aliases) and one decoder per
- * row type (event, attempt, receipt, route). A backend supplies a column reader over its own
- * result (sqlite3_stmt, a PGresult row); the field order, the casts and the parsing of states
- * and kinds live here once, so the two stores cannot drift apart.
+ * shared.h — what the SQLite and PostgreSQL stores share (shared.c), so that the two cannot
+ * drift apart:
+ *   - the row codec: the event row's column list (both select the same columns under the same
+ *     aliases) and one decoder per row type (event, attempt, receipt, route), read through a
+ *     backend's column reader over its own result (sqlite3_stmt, a PGresult row);
+ *   - the migration runner: the newer-schema refusal and the version-by-version upgrade.
  */
-#ifndef OBX_STORE_CODEC_H
-#define OBX_STORE_CODEC_H
+#ifndef OBX_STORE_SHARED_H
+#define OBX_STORE_SHARED_H
 
 #include "store/store.h"
 
@@ -51,4 +52,13 @@ void obx__receipt_decode(const obx__col_reader *rd, obx__receipt_row *r);
  * first. */
 void obx__route_decode(const obx__col_reader *rd, obx__route_row *r);
 
-#endif /* OBX_STORE_CODEC_H */
+/* The migration runner, inside the caller's transaction: reads the schema version (the
+ * backend's schema_version), refuses a database newer than this obx (OBX_ESCHEMA, naming both
+ * versions), then for every version v after it up to OBX__SCHEMA_VERSION runs scripts[v] and
+ * records v in meta_table (the backend's obx_meta, schema-qualified as it needs), each through
+ * exec(s, sql). A failing script's error is prefixed "migration to schema version v". */
+typedef obx_err (*obx__exec_fn)(obx__store *s, const char *sql);
+obx_err obx__migrate_run(obx__store *s, const char *const *scripts, const char *meta_table,
+                         obx__exec_fn exec);
+
+#endif /* OBX_STORE_SHARED_H */
