@@ -22,7 +22,7 @@
 
 #include "core/core.h"
 
-#define OBX__STORE_METHODS_VERSION 1
+#define OBX__STORE_METHODS_VERSION 2
 /* 1: the outbox; 2: delivery sets (route sets and per-event target slots, docs/migration.md);
  * 3: PostgreSQL writes an attempt's outcome as a HOT update (schema_v3.sql; SQLite unchanged);
  * 4: every UNKNOWN ends: held events, receipt sources, consumer evidence, the cluster registry;
@@ -472,14 +472,12 @@ typedef struct obx__write_set {
 
 /* ---- methods ---------------------------------------------------------------------------- */
 
-#define OBX__STORE_CAP_SKIP_LOCKED 1u
-#define OBX__STORE_CAP_NOTIFY 2u
-#define OBX__STORE_CAP_TXID 4u /* the database can name the current transaction */
-
+/* A store has no capability bits: what differs between backends is an optional method (NULL
+ * when absent: wait_for_work, serve_dispatch, create_roles, write_set), asked through
+ * obx__st_has_<name>. (Version 1 had bits that nothing read.) */
 typedef struct obx__store_methods {
     int version; /* OBX__STORE_METHODS_VERSION */
     const char *name;
-    unsigned caps;
 
     obx_err (*open)(const obx__url *u, obx__store **out);
     obx_err (*wrap)(void *conn, obx__store **out);

@@ -3021,7 +3021,6 @@ static obx_err pg_consume_audit_list(obx__store *base, const char *consumer, con
 const obx__store_methods obx__pg_store_methods = {
     .version = OBX__STORE_METHODS_VERSION,
     .name = "postgres",
-    .caps = OBX__STORE_CAP_SKIP_LOCKED | OBX__STORE_CAP_NOTIFY | OBX__STORE_CAP_TXID,
     .open = pg_open,
     .wrap = pg_wrap,
     .close = pg_close,

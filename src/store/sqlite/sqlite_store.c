@@ -2187,7 +2187,6 @@ static obx_err sq_consume_audit_list(obx__store *base, const char *consumer, con
 const obx__store_methods obx__sqlite_store_methods = {
     .version = OBX__STORE_METHODS_VERSION,
     .name = "sqlite",
-    .caps = 0,
     .open = sq_open,
     .wrap = sq_wrap,
     .close = sq_close,
