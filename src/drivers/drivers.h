@@ -63,7 +63,7 @@ void obx__auditor_stop(void *auditor);
 /* Prometheus lines of the last audit and of the relay's purges (nothing when auditor is NULL). */
 void obx__auditor_metrics(void *auditor, obx__buf *b);
 
-/* ---- the simulator's SQLite allocator (sim_malloc.c) ---- */
+/* ---- the simulator's SQLite allocator (src/sim/sim_malloc.c) ---- */
 /* Installs per-thread small-block recycling as SQLite's allocator, once per process, before
  * SQLite is initialized; false (nothing changed) when SQLite already runs or in an ASan build. */
 bool obx__sim_malloc_install(void);
