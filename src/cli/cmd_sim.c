@@ -4,6 +4,7 @@
  * The deterministic simulator and release gate (docs/model.md). Exit 0 iff the gate passes.
  */
 #include "cli.h"
+#include "obx_test.h"
 
 #include <getopt.h>
 #include <malloc.h>

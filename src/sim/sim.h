@@ -19,6 +19,7 @@
 
 #include "broker/sim/sim.h"
 #include "drivers/drivers.h"
+#include "obx_test.h"
 
 #ifdef OBX_WITH_POSTGRES
 #include <libpq-fe.h>
