@@ -125,8 +125,7 @@ static void producer_step(wk *k, actor *a) {
     obx_err e = obx__st_begin(k->os);
     if (!e) e = obx__enqueue_at(k->os, &ev, k->now, &a->gen, &res);
     if (!e) { /* the business row, in the same transaction (idempotent: a retried command) */
-        oparam op[] = {OP_S(k->orders[c]), OP_S(res.event_id)};
-        if (!obx__simq_exec(k, OQ_ORDER, op, 2)) e = OBX_ESTORE;
+        if (!obx__simq_order_put(k, k->orders[c], res.event_id)) e = OBX_ESTORE;
     }
     if (e || kill_before) {
         obx__st_rollback(k->os);
@@ -311,15 +310,9 @@ static obx_err effect_handler(void *user, void *conn, const obx_message *m, cons
         c->k->handler_fail_next = false;
         return obx__fail(OBX_EHANDLER, "sim: a flaky downstream");
     }
-    sqlite3_stmt **st = &c->k->st_effect[c->consumer];
-    if (!*st && sqlite3_prepare_v3(c->k->cdb[c->consumer], "INSERT INTO sim_effects VALUES (?)", -1,
-                                   SQLITE_PREPARE_PERSISTENT, st, NULL))
-        return OBX_ESTORE;
-    sqlite3_bind_text(*st, 1, m->event_id, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(*st);
-    sqlite3_reset(*st);
+    obx_err e = obx__simq_effect_put(c->k, c->consumer, m->event_id);
     snprintf(res, cap, "applied");
-    return rc == SQLITE_DONE ? OBX_OK : OBX_ESTORE;
+    return e;
 }
 
 static void drop_deliveries(actor *a) {

@@ -5,108 +5,158 @@
  * divergence, no duplicate consumer effects, no sends under a stale claim, late valid ACKs
  * converged to the publish slot or the duplicate log, UNKNOWNs traceable by attempt and
  * resolved, purges only behind every consumer and after the replay window, migrations only
- * away from a target that did not have the event. The checkers read the databases themselves
- * (sim_sql.c) rather than trusting the engine's view of them.
+ * away from a target that did not have the event. The checkers read what the databases hold —
+ * the outbox through the store interface (snapshot.c), the consumers' inboxes through theirs,
+ * the business tables and two envelope-generation reads in sim_sql.c — rather than trusting
+ * the engine's or the actors' view of it.
  */
 #include "sim/sim.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* Retention (docs/retention.md): each PURGED event was purged after its replay window, and at that
- * moment every consumer (all critical) had applied it and every event published before it:
- * nothing a consumer still needed lost its payload. The payload is gone, the envelope stays. */
-static void check_purges(wk *k) {
+/* The row of event id in the snapshot, or -1. */
+static long snap_find(const obx__sim_snap *s, const char *id) {
+    for (size_t i = 0; i < s->ev.n; i++)
+        if (!strcmp(s->ev.v[i].env.event_id, id)) return (long)i;
+    return -1;
+}
+
+/* The attempt attempt_id in the snapshot, or NULL. */
+static const obx__attempt_row *snap_attempt(const obx__sim_snap *s, const char *attempt_id) {
+    for (size_t i = 0; i < s->ev.n; i++)
+        for (size_t j = 0; j < s->x[i].natt; j++)
+            if (!strcmp(s->x[i].att[j].attempt_id, attempt_id)) return &s->x[i].att[j];
+    return NULL;
+}
+
+/* When consumer i applied event_id (virtual ms), as its inbox holds it; -1: never. */
+static int64_t consumed_at(wk *k, int i, const char *event_id) {
+    char cid[16];
+    snprintf(cid, sizeof cid, "consumer-%d", i);
+    obx__inbox_row row;
+    obx_store *s = k->cs[i];
+    return s->m->inbox_get(s, cid, event_id, &row) ? -1 : row.consumed_at;
+}
+
+/* Retention (docs/retention.md): each PURGED event was purged after its replay window, and at
+ * that moment every consumer (all critical) had applied it and every event published before
+ * it: nothing a consumer still needed lost its payload. The payload is gone, the envelope
+ * stays. */
+static void check_purges(wk *k, const obx__sim_snap *s) {
     results *r = &k->r;
-    ocur p;
-    if (!obx__simq_run(k, OQ_PURGED, NULL, 0, &p)) return;
-    while (obx__simq_next(k, &p)) {
-        char id[OBX_EVENT_ID_LEN + 1];
-        obx__strlcpy(id, obx__simq_text(&p, 0), sizeof id);
-        int64_t pub = obx__simq_int(&p, 1), seq = obx__simq_int(&p, 2),
-                tp = obx__simq_null(&p, 3) ? 0 : obx__simq_int(&p, 3);
+    for (size_t p = 0; p < s->ev.n; p++) {
+        const obx__event_row *ev = &s->ev.v[p];
+        if (ev->state != OBX__ST_PURGED) continue;
+        int64_t pub = ev->published_at, seq = ev->seq, tp = 0; /* tp: when it was purged */
+        for (size_t j = 0; j < s->x[p].nau; j++)
+            if (s->x[p].au[j].to == OBX__ST_PURGED && s->x[p].au[j].at > tp) tp = s->x[p].au[j].at;
         r->purged++;
         if (pub <= 0 || pub + k->replay_window_ms > tp) {
             r->premature_purges++;
-            fail(k, "%s was purged %lld ms after publication, inside the %lld ms replay window", id,
-                 (long long)(tp - pub), (long long)k->replay_window_ms);
+            fail(k, "%s was purged %lld ms after publication, inside the %lld ms replay window",
+                 ev->env.event_id, (long long)(tp - pub), (long long)k->replay_window_ms);
             continue;
         }
-        ocur b;
-        oparam op[] = {OP_I(pub), OP_I(seq)};
-        if (obx__simq_run(k, OQ_BEFORE, op, 2, &b))
-            while (obx__simq_next(k, &b)) {
-                const char *e = obx__simq_text(&b, 0);
-                for (int i = 0; i < k->nconsumers; i++) {
-                    int64_t at = obx__simq_consumed_at(k, i, e);
-                    if (at < 0 || at > tp) {
-                        r->premature_purges++;
-                        fail(k, "%s was purged at t=%lld while consumer %d %s %s", id,
-                             (long long)(tp - 1700000000000LL), i,
-                             at < 0 ? "never applied" : "had not yet applied", e);
-                        break;
-                    }
+        for (size_t b = 0; b < s->ev.n; b++) { /* every event published at or before it */
+            const obx__event_row *eb = &s->ev.v[b];
+            if (eb->published_at <= 0 || eb->published_at > pub ||
+                (eb->published_at == pub && eb->seq > seq))
+                continue;
+            for (int i = 0; i < k->nconsumers; i++) {
+                int64_t at = consumed_at(k, i, eb->env.event_id);
+                if (at < 0 || at > tp) {
+                    r->premature_purges++;
+                    fail(k, "%s was purged at t=%lld while consumer %d %s %s", ev->env.event_id,
+                         (long long)(tp - 1700000000000LL), i,
+                         at < 0 ? "never applied" : "had not yet applied", eb->env.event_id);
+                    break;
                 }
             }
-        obx__simq_close(&b);
+        }
     }
-    obx__simq_close(&p);
 }
 
-/* Migration (docs/migration.md): an event left a generation's destination only when that target did
- * not have it — so the broker's log holds no message of a generation an event migrated away
- * from (it would reach consumers from two destinations). */
-static void check_migrations(wk *k) {
+/* Migration (docs/migration.md): an event left a generation's destination only when that
+ * target did not have it — so the broker's log holds no message of a generation an event
+ * migrated away from (it would reach consumers from two destinations). */
+static void check_migrations(wk *k, const obx__sim_snap *s) {
     size_t nlog;
     const obx__sim_msg *log = obx__sim_world_log(k->w, &nlog);
     size_t stride = obx__sim_world_log_stride();
-    ocur c;
-    if (!obx__simq_run(k, OQ_MIGRATIONS, NULL, 0, &c)) return;
-    while (obx__simq_next(k, &c)) {
-        const char *id = obx__simq_text(&c, 0);
-        int64_t old = obx__simq_int(&c, 1);
-        for (size_t i = 0; i < nlog; i++) {
-            const obx__sim_msg *m =
-                (const obx__sim_msg *)(const void *)((const char *)log + i * stride);
-            if (!strcmp(m->env.event_id, id) && m->env.envelope_gen == old) {
-                k->r.migrated_with_old_copy++;
-                fail(k,
-                     "%s migrated away from generation %lld while its old target held it "
-                     "(%s/%d, attempt %s)",
-                     id, (long long)old, m->topic, (int)m->partition, m->attempt_id);
-                break;
+    for (size_t e = 0; e < s->ev.n; e++)
+        for (size_t j = 0; j < s->x[e].nrc; j++) {
+            const obx__receipt_row *rc = &s->x[e].rc[j];
+            if (rc->kind != OBX__RK_MIGRATION) continue;
+            int64_t old = rc->envelope_gen - 1; /* the generation it left */
+            for (size_t i = 0; i < nlog; i++) {
+                const obx__sim_msg *m =
+                    (const obx__sim_msg *)(const void *)((const char *)log + i * stride);
+                if (!strcmp(m->env.event_id, rc->event_id) && m->env.envelope_gen == old) {
+                    k->r.migrated_with_old_copy++;
+                    fail(k,
+                         "%s migrated away from generation %lld while its old target held it "
+                         "(%s/%d, attempt %s)",
+                         rc->event_id, (long long)old, m->topic, (int)m->partition, m->attempt_id);
+                    break;
+                }
             }
         }
-    }
-    obx__simq_close(&c);
 }
 
 /* Lost: committed but not published, a business row without its event, or an event a consumer
  * never applied. */
-static void check_lost(wk *k, long n_events) {
+static void check_lost(wk *k, const obx__sim_snap *s, const obx__sim_orders *o) {
     results *r = &k->r;
-    long v;
-    if ((v = obx__simq_long(k, OQ_UNPUBLISHED, NULL, 0)) > 0) {
+    long v = 0;
+    for (size_t i = 0; i < s->ev.n; i++) v += !obx__sim_published(s->ev.v[i].state);
+    if (v > 0) {
         r->lost_events += v;
         fail(k, "%ld committed events were never published", v);
     }
-    if ((v = obx__simq_long(k, OQ_ORPHANS, NULL, 0)) > 0) {
+    v = 0;
+    for (size_t i = 0; i < o->n; i++) v += snap_find(s, o->event_id[i]) < 0;
+    if (v > 0) {
         r->lost_events += v;
         fail(k, "%ld business orders committed without their event", v);
     }
     for (int i = 0; i < k->nconsumers; i++)
-        if ((v = n_events - obx__simq_effects_distinct(k, i)) > 0) {
+        if ((v = (long)s->ev.n - obx__simq_effects_distinct(k, i)) > 0) {
             r->lost_events += v;
             fail(k, "consumer %d never applied %ld events", i, v);
         }
 }
 
+/* Primary receipts doubled for one envelope generation. */
+static long multi_primary(const obx__sim_snap *s) {
+    long v = 0;
+    for (size_t e = 0; e < s->ev.n; e++)
+        for (size_t j = 0; j < s->x[e].nrc; j++) {
+            const obx__receipt_row *a = &s->x[e].rc[j];
+            if (a->kind != OBX__RK_PRIMARY) continue;
+            size_t before = 0, after = 0; /* this generation's primaries before and after j */
+            for (size_t i = 0; i < s->x[e].nrc; i++) {
+                const obx__receipt_row *b = &s->x[e].rc[i];
+                if (b->kind == OBX__RK_PRIMARY && b->envelope_gen == a->envelope_gen)
+                    i<j ? before++ : i> j ? after++ : 0;
+            }
+            v += before == 0 && after > 0; /* counted once, at its first primary */
+        }
+    return v;
+}
+
 /* Second logical event IDs (events no business row points at, or a command answered with two
  * different IDs), primary receipts that diverge from their frozen envelope, duplicate effects. */
-static void check_ids_and_effects(wk *k, long n_events) {
+static void check_ids_and_effects(wk *k, const obx__sim_snap *s, const obx__sim_orders *o) {
     results *r = &k->r;
-    long v;
-    if ((v = n_events - obx__simq_long(k, OQ_REFERENCED, NULL, 0)) > 0) {
+    long v = 0;
+    for (size_t i = 0; i < s->ev.n; i++) {
+        bool referenced = false;
+        for (size_t j = 0; j < o->n && !referenced; j++)
+            referenced = !strcmp(o->event_id[j], s->ev.v[i].env.event_id);
+        v += !referenced;
+    }
+    if (v > 0) {
         r->second_event_ids += v;
         fail(k, "%ld events belong to no business command (second event IDs)", v);
     }
@@ -115,8 +165,7 @@ static void check_ids_and_effects(wk *k, long n_events) {
             r->second_event_ids++;
             fail(k, "command %s was answered with two event IDs", k->orders[c]);
         }
-    if ((v = obx__simq_long(k, OQ_DIVERGENT, NULL, 0)) > 0 ||
-        (v = obx__simq_long(k, OQ_MULTI_PRIMARY, NULL, 0)) > 0) {
+    if ((v = obx__simq_divergent(k)) > 0 || (v = multi_primary(s)) > 0) {
         r->digest_divergence += v;
         fail(k, "%ld primary receipts diverge from their frozen envelope or are doubled", v);
     }
@@ -127,23 +176,41 @@ static void check_ids_and_effects(wk *k, long n_events) {
         }
 }
 
+/* Stale claims: every attempt was sent under a claim its owner held — the audit shows the owner
+ * taking that claim generation. */
+static void check_stale(wk *k, const obx__sim_snap *s) {
+    long v = 0;
+    for (size_t e = 0; e < s->ev.n; e++)
+        for (size_t j = 0; j < s->x[e].natt; j++) {
+            const obx__attempt_row *t = &s->x[e].att[j];
+            bool held = false;
+            for (size_t i = 0; i < s->x[e].nau && !held; i++) {
+                const obx__audit_row *a = &s->x[e].au[i];
+                held = a->claim_gen == t->claim_gen && !strcmp(a->who, t->owner) &&
+                       (a->to == OBX__ST_CLAIMED || a->to == OBX__ST_RECONCILING ||
+                        a->to == OBX__ST_RETRY_CLAIMED);
+            }
+            v += !held;
+        }
+    if (v > 0) {
+        k->r.stale_claim_sends += v;
+        fail(k, "%ld attempts were sent under a claim their owner did not hold", v);
+    }
+}
+
 /* Cross-destination: every message on the broker went to its event's frozen destination (of
  * that envelope generation) and the attempt's pinned partition. */
-static void check_destinations(wk *k) {
+static void check_destinations(wk *k, const obx__sim_snap *s) {
     size_t nlog;
     const obx__sim_msg *log = obx__sim_world_log(k->w, &nlog);
     size_t stride = obx__sim_world_log_stride();
     for (size_t i = 0; i < nlog; i++) {
         const obx__sim_msg *m =
             (const obx__sim_msg *)(const void *)((const char *)log + i * stride);
-        ocur c;
-        oparam ev[] = {OP_S(m->env.event_id), OP_I(m->env.envelope_gen)};
-        bool ok = obx__simq_run(k, OQ_ENV_OF, ev, 2, &c) && obx__simq_next(k, &c) &&
-                  !strcmp(obx__simq_text(&c, 0), m->topic) &&
-                  !strcmp(obx__simq_text(&c, 1), m->dest_digest);
-        obx__simq_close(&c);
-        oparam at[] = {OP_S(m->attempt_id)};
-        ok = ok && obx__simq_long(k, OQ_ATT_PART, at, 1) == m->partition;
+        bool ok = obx__simq_frozen_dest_is(k, m->env.event_id, m->env.envelope_gen, m->topic,
+                                           m->dest_digest);
+        const obx__attempt_row *t = snap_attempt(s, m->attempt_id);
+        ok = ok && t && t->partition == m->partition;
         if (!ok) {
             k->r.cross_destination_retries++;
             fail(k, "%s (attempt %s) reached %s/%d, not its frozen destination", m->env.event_id,
@@ -154,7 +221,7 @@ static void check_destinations(wk *k) {
 
 /* Every valid late ACK that reached a committed acceptance is the primary receipt or a
  * duplicate transport receipt. */
-static void check_late_acks(wk *k) {
+static void check_late_acks(wk *k, const obx__sim_snap *s) {
     results *r = &k->r;
     size_t nacks;
     const obx__sim_ack *acks = obx__sim_world_acks(k->w, &nacks);
@@ -162,8 +229,13 @@ static void check_late_acks(wk *k) {
         if (!acks[i].late || !acks[i].valid || !acks[i].attempt_id[0]) continue;
         r->late_ack_total++;
         k->r.fired[F_CLAIM_EXPIRY_LATE_ACK]++;
-        oparam at[] = {OP_S(acks[i].attempt_id)};
-        bool conv = obx__simq_long(k, OQ_RECEIPT_FOR, at, 1) > 0;
+        bool conv = false;
+        for (size_t e = 0; e < s->ev.n && !conv; e++)
+            for (size_t j = 0; j < s->x[e].nrc && !conv; j++) {
+                const obx__receipt_row *rc = &s->x[e].rc[j];
+                conv = !strcmp(rc->attempt_id, acks[i].attempt_id) &&
+                       (rc->kind == OBX__RK_PRIMARY || rc->kind == OBX__RK_DUPLICATE);
+            }
         if (conv)
             r->late_ack_converged++;
         else
@@ -171,28 +243,67 @@ static void check_late_acks(wk *k) {
     }
 }
 
+static bool starts(const char *s, const char *prefix) {
+    return !strncmp(s, prefix, strlen(prefix));
+}
+
+/* The audit of one event: UNKNOWN transitions that name no UNKNOWN attempt of it, the races
+ * seen (a retry claim overtaken by a late ACK, a stale claim refused), whether it was ever held
+ * for an operator. */
+static void audit_counts(const obx__sim_snap *s, size_t e, long *untraceable, long *racing,
+                         long *held) {
+    bool was_held = false;
+    for (size_t i = 0; i < s->x[e].nau; i++) {
+        const obx__audit_row *a = &s->x[e].au[i];
+        bool reconciler = !strcmp(obx__actor_name(a->actor), "reconciler");
+        if (a->to == OBX__ST_DISPATCH_UNKNOWN) {
+            bool traced = false;
+            for (size_t j = 0; j < s->x[e].natt && !traced; j++)
+                traced = !strcmp(s->x[e].att[j].attempt_id, a->attempt_id) &&
+                         s->x[e].att[j].unknown_at > 0;
+            *untraceable += !traced;
+        }
+        *racing += (a->from == OBX__ST_RETRY_CLAIMED && a->to == OBX__ST_PUBLISHED) ||
+                   (reconciler && starts(a->reason, "stale claim refused"));
+        was_held =
+            was_held || (reconciler &&
+                         (starts(a->reason, "held for an operator") ||
+                          starts(a->reason, "cannot tell past the quiet time; the route's UNKNOWN "
+                                            "policy is hold")));
+    }
+    *held += was_held;
+}
+
 /* UNKNOWNs: each traceable by attempt, each resolved; the two races as they happened (injected
  * or not); held and quarantined counts. Returns the number of UNKNOWN episodes still open. */
-static long check_unknowns(wk *k) {
+static long check_unknowns(wk *k, const obx__sim_snap *s) {
     results *r = &k->r;
-    long v;
-    r->unknown_total += obx__simq_long(k, OQ_UNKNOWN_TOTAL, NULL, 0);
-    if ((v = obx__simq_long(k, OQ_UNTRACEABLE, NULL, 0)) > 0) {
-        r->unknown_untraceable += v;
-        fail(k, "%ld UNKNOWN transitions name no UNKNOWN attempt", v);
+    long total = 0, untraceable = 0, racing = 0, both = 0, unresolved = 0, held = 0, quar = 0;
+    for (size_t e = 0; e < s->ev.n; e++) {
+        const obx__event_row *ev = &s->ev.v[e];
+        for (size_t j = 0; j < s->x[e].natt; j++) total += s->x[e].att[j].unknown_at > 0;
+        for (size_t j = 0; j < s->x[e].nrc; j++) {
+            const obx__receipt_row *rc = &s->x[e].rc[j];
+            both += rc->kind == OBX__RK_DUPLICATE && strcmp(rc->attempt_id, ev->primary_attempt_id);
+            quar += rc->kind == OBX__RK_QUARANTINED;
+        }
+        audit_counts(s, e, &untraceable, &racing, &held);
+        /* every UNKNOWN ends: an episode still open here counts as never resolved */
+        unresolved += ev->unknown_since > 0 && !obx__sim_published(ev->state);
     }
-    /* a retry claim overtaken by a late ACK, and a duplicate receipt of another attempt than
-     * the primary */
-    r->racing_observed += obx__simq_long(k, OQ_RACING, NULL, 0);
-    r->both_acked_observed += obx__simq_long(k, OQ_BOTH_ACKED, NULL, 0);
-    /* every UNKNOWN ends: an episode still open here counts as never resolved */
-    long unresolved = obx__simq_long(k, OQ_UNRESOLVED, NULL, 0);
+    r->unknown_total += total;
+    if (untraceable > 0) {
+        r->unknown_untraceable += untraceable;
+        fail(k, "%ld UNKNOWN transitions name no UNKNOWN attempt", untraceable);
+    }
+    r->racing_observed += racing;
+    r->both_acked_observed += both;
     if (unresolved > 0) {
         r->unknown_unresolved += unresolved;
         fail(k, "%ld UNKNOWN outcomes were never resolved", unresolved);
     }
-    r->held += obx__simq_long(k, OQ_HELD_EVER, NULL, 0);
-    r->quarantined += obx__simq_long(k, OQ_QUARANTINED, NULL, 0);
+    r->held += held;
+    r->quarantined += quar;
     return unresolved;
 }
 
@@ -222,37 +333,43 @@ static void collect_resolutions(wk *k, long unresolved) {
 
 void obx__sim_check_trace(wk *k) {
     results *r = &k->r;
-    long n_events = obx__simq_long(k, OQ_EVENTS, NULL, 0);
-    check_lost(k, n_events);
-    check_ids_and_effects(k, n_events);
-    check_purges(k);
-    check_migrations(k);
-    long v;
-    if ((v = obx__simq_long(k, OQ_STALE, NULL, 0)) > 0) {
-        r->stale_claim_sends += v;
-        fail(k, "%ld attempts were sent under a claim their owner did not hold", v);
+    obx__sim_snap s;
+    obx__sim_orders o;
+    obx_err e = obx__sim_snap_load(k, true, &s);
+    if (e || !obx__simq_orders(k, &o)) {
+        r->internal_errors++;
+        fail(k, "sim: cannot read the outbox: %s", e ? obx_errmsg() : "the business orders");
+        if (!e) obx__sim_snap_free(&s);
+        return;
     }
-    check_destinations(k);
-    check_late_acks(k);
-    long unresolved = check_unknowns(k);
+    check_lost(k, &s, &o);
+    check_ids_and_effects(k, &s, &o);
+    check_purges(k, &s);
+    check_migrations(k, &s);
+    check_stale(k, &s);
+    check_destinations(k, &s);
+    check_late_acks(k, &s);
+    long unresolved = check_unknowns(k, &s);
     obx__sim_faults_collect(k);
     collect_resolutions(k, unresolved);
     size_t nlog;
     obx__sim_world_log(k->w, &nlog);
-    h_add(k, (uint64_t)n_events);
+    h_add(k, (uint64_t)s.ev.n);
     h_add(k, (uint64_t)nlog);
+    obx__sim_snap_free(&s);
     if (k->failure[0]) {
         if (r->nfailing < 16) r->failing[r->nfailing++] = k->idx;
         obx__strlcpy(r->first_failure, k->failure, sizeof r->first_failure);
     }
 }
 
-/* Quiescent: every command committed, every event published and applied by every consumer. */
-bool obx__sim_quiescent(wk *k) {
+/* Quiescent: every command committed, every event of the snapshot s published and applied by
+ * every consumer. */
+bool obx__sim_quiescent(wk *k, const obx__sim_snap *s) {
     if (k->a[0].next_cmd < k->n_events || k->a[0].retry_cmd >= 0) return false;
-    if (obx__simq_long(k, OQ_UNPUBLISHED, NULL, 0) != 0) return false;
-    long n = obx__simq_long(k, OQ_EVENTS, NULL, 0);
-    for (int i = 0; i < k->nconsumers; i++)
-        if (obx__simq_effects_distinct(k, i) < n) return false;
-    return true;
+    bool done = true;
+    for (size_t i = 0; i < s->ev.n && done; i++) done = obx__sim_published(s->ev.v[i].state);
+    for (int i = 0; i < k->nconsumers && done; i++)
+        done = obx__simq_effects_distinct(k, i) >= (long)s->ev.n;
+    return done;
 }

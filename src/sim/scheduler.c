@@ -57,19 +57,27 @@ const adapter obx__sim_adapters[4] = {
 
 /* When the next thing is due: a lease ends, a check or a backoff is due, a network event
  * arrives, the operator's next look at held events. INT64_MAX: nothing scheduled. */
-static int64_t next_due(wk *k) {
+static int64_t next_due(wk *k, const obx__sim_snap *s) {
     int64_t t = obx__sim_world_next_at(k->w);
-    oparam op[] = {OP_I(k->op_react_ms)};
-    ocur c;
-    if (obx__simq_run(k, OQ_NEXT_DUE, op, 1, &c) && obx__simq_next(k, &c)) {
-        if (!obx__simq_null(&c, 0) && obx__simq_int(&c, 0) < t) t = obx__simq_int(&c, 0);
-        if (!obx__simq_null(&c, 1)) { /* held: the operator reacts, on its round */
-            int64_t op_at =
-                obx__simq_int(&c, 1) > k->op_next_at ? obx__simq_int(&c, 1) : k->op_next_at;
-            if (op_at < t) t = op_at;
-        }
+    int64_t held = INT64_MAX; /* the earliest held_at */
+    for (size_t i = 0; i < s->ev.n; i++) {
+        const obx__event_row *ev = &s->ev.v[i];
+        int64_t at = INT64_MAX; /* a lease end, a check or a backoff end */
+        if (ev->state == OBX__ST_CLAIMED || ev->state == OBX__ST_SENDING ||
+            ev->state == OBX__ST_RECONCILING || ev->state == OBX__ST_RETRY_CLAIMED)
+            at = ev->lease_until;
+        else if (ev->state == OBX__ST_DISPATCH_UNKNOWN)
+            at = ev->next_check_at;
+        else if (ev->state == OBX__ST_PENDING)
+            at = ev->available_at;
+        if (at < t) t = at;
+        if (ev->held_at > 0 && ev->held_at < held) held = ev->held_at;
     }
-    obx__simq_close(&c);
+    if (held != INT64_MAX) { /* held: the operator reacts, on its round */
+        int64_t op_at =
+            held + k->op_react_ms > k->op_next_at ? held + k->op_react_ms : k->op_next_at;
+        if (op_at < t) t = op_at;
+    }
     return t;
 }
 
@@ -105,8 +113,7 @@ static bool trace_setup(wk *k, long idx) {
     k->op_next_at = 0;
     bool unordered = rnd(k) % 4 == 0;
     obx__sim_faults_draw(k);
-    obx__simq_outer(k, "BEGIN");
-    for (int i = 0; i < 2; i++) obx__simq_tx(k, i + 1, 0);
+    obx__simq_trace_begin(k);
     obx__sim_route(k, "orders", unordered);
     obx__sim_actors_setup(k);
     if (k->verbose)
@@ -143,14 +150,16 @@ static void fault_phase(wk *k, bool unordered) {
 
 /* What is stuck after a failed liveness phase (--replay narrates it). */
 static void narrate_stuck(wk *k) {
-    ocur c;
-    if (obx__simq_run(k, OQ_STUCK, NULL, 0, &c))
-        while (obx__simq_next(k, &c))
-            fprintf(stderr, "    %s %s claim_gen=%lld owner=%s lease_until=%lld next=%lld\n",
-                    obx__simq_text(&c, 0), obx__simq_text(&c, 1), (long long)obx__simq_int(&c, 2),
-                    obx__simq_text(&c, 3), (long long)(obx__simq_int(&c, 4) - 1700000000000LL),
-                    (long long)(obx__simq_int(&c, 5) - 1700000000000LL));
-    obx__simq_close(&c);
+    obx__sim_snap s;
+    if (obx__sim_snap_load(k, false, &s)) return;
+    for (size_t i = 0; i < s.ev.n; i++) {
+        const obx__event_row *ev = &s.ev.v[i];
+        fprintf(stderr, "    %s %s claim_gen=%lld owner=%s lease_until=%lld next=%lld\n",
+                ev->env.event_id, obx__state_name(ev->state), (long long)ev->claim_gen, ev->owner,
+                (long long)(ev->lease_until - 1700000000000LL),
+                (long long)(ev->next_check_at - 1700000000000LL));
+    }
+    obx__sim_snap_free(&s);
 }
 
 /* 2. Liveness: faults stop, every actor runs in rounds until the system is quiescent. */
@@ -161,11 +170,18 @@ static void liveness_phase(wk *k) {
     for (int round = 0; round < 1000 && !done && !k->failure[0]; round++) {
         for (int i = 0; i < k->na; i++) obx__sim_actor_live(k, i);
         obx__sim_world_tick(k->w, k->now);
-        done = obx__sim_quiescent(k) && obx__sim_world_pending(k->w) == 0;
+        obx__sim_snap s; /* the outbox after the round: is it done, what is due next */
+        if (obx__sim_snap_load(k, false, &s)) {
+            k->r.internal_errors++;
+            fail(k, "sim: cannot read the outbox: %s", obx_errmsg());
+            break;
+        }
+        done = obx__sim_quiescent(k, &s) && obx__sim_world_pending(k->w) == 0;
         /* the relay sweeps and reconciles every second; when nothing is due sooner, virtual
          * time jumps to the next lease end, check, backoff end, network event or operator
          * round (a Kafka UNKNOWN waits out a quiet time of 5.5 minutes) */
-        int64_t due = next_due(k), stepms = k->sweep_ms;
+        int64_t due = next_due(k, &s), stepms = k->sweep_ms;
+        obx__sim_snap_free(&s);
         if (due > k->now + stepms && due != INT64_MAX) stepms = due - k->now;
         k->now += stepms;
     }
@@ -186,8 +202,7 @@ static void run_trace(wk *k, long idx) {
     obx__sim_check_trace(k);
     /* 3. leave no trace behind for the next one */
     for (int i = 0; i < k->na; i++) obx__sim_actor_stop(&k->a[i]);
-    obx__simq_outer(k, "ROLLBACK");
-    for (int i = 0; i < 2; i++) obx__simq_tx(k, i + 1, 1);
+    obx__simq_trace_end(k);
 }
 
 /* ---- running many traces ------------------------------------------------------------------------

@@ -1,14 +1,16 @@
 /*
  * sim.h — what the simulator's files share (internal to src/sim; the entry points are in
- * include/obx.h): the fault classes, a worker's world and trace state (wk), the actors, the
+ * include/obx_test.h): the fault classes, a worker's world and trace state (wk), the actors, the
  * per-trace results, the seeded RNG and trace-hash helpers, and the functions each file
  * offers the others. The files:
  *   scheduler.c  the trace's phases under the virtual clock, the worker threads, obx_sim_run
  *   faults.c     the fault classes: which are on in a trace, their injection between steps
  *   actors.c     producer, dispatchers, reconciler, consumers, purger, migrator, operator
  *   checkers.c   the invariants checked after each trace
- *   world.c      a worker's databases, stores, inboxes and simulated cluster
- *   sim_sql.c    the SQL the checkers and the business service run on the outbox
+ *   snapshot.c   what the outbox holds, read through the store interface (checkers, clock)
+ *   world.c      a worker's stores, inboxes and simulated cluster
+ *   sim_sql.c    the only SQL of the simulator: opening its databases, the business tables,
+ *                the trace's outer transactions, two reads the store interface lacks
  *   report.c     the per-trace results summed and the JSON report
  *   sim_malloc.c SQLite's allocator while the simulator runs
  * Determinism: everything a trace draws comes from its wk's RNG (rnd) in a fixed order; a
@@ -150,7 +152,7 @@ typedef struct wk {
     sqlite3 *cdb[2];
     obx_store *cs[2];
     obx_inbox *in[2];
-    sqlite3_stmt *st_effect[2], *st_inbox_at[2];
+    sqlite3_stmt *st_effect[2];
     sqlite3_stmt *st_tx[3][2]; /* BEGIN, ROLLBACK on the outbox and each consumer database */
     /* the trace */
     long idx;
@@ -244,87 +246,59 @@ static inline void check_err(wk *k, const actor *a, obx_err e, const char *what)
     fail(k, "%s: %s failed: %s: %s", a->owner, what, obx_errname(e), obx_errmsg());
 }
 
-/* ---- the outbox, as the checkers and the business service see it ---------------------------
- * The same SQL runs on SQLite and PostgreSQL ($n placeholders bind by position in both; the
- * PostgreSQL connection's search_path is obx, public). sim_orders is the business table: a
- * temporary table, so nothing of it outlives the worker's connection. */
-enum {
-    OQ_ORDER,
-    OQ_RECEIPT_FOR,
-    OQ_ENV_OF,
-    OQ_ATT_PART,
-    OQ_PURGED,
-    OQ_BEFORE,
-    OQ_UNPUBLISHED,
-    OQ_EVENTS,
-    OQ_ORPHANS,
-    OQ_REFERENCED,
-    OQ_DIVERGENT,
-    OQ_MULTI_PRIMARY,
-    OQ_STALE,
-    OQ_UNKNOWN_TOTAL,
-    OQ_UNTRACEABLE,
-    OQ_RACING,
-    OQ_BOTH_ACKED,
-    OQ_QUARANTINED,
-    OQ_STUCK,
-    OQ_MIGRATIONS,
-    OQ_NEXT_DUE,
-    OQ_UNRESOLVED,
-    OQ_HELD_EVER,
-    OQ_COUNT
-};
-
-typedef struct oparam {
-    const char *s; /* text, or NULL: the integer i */
-    int64_t i;
-} oparam;
-
-#define OP_S(x) ((oparam){.s = (x)})
-#define OP_I(x) ((oparam){.i = (x)})
-
-/* A result being read: rows of a SQLite statement or of a PostgreSQL result. */
-typedef struct ocur {
-    sqlite3_stmt *st;
-    PGresult *res;
-    int row, nrows;
-    bool ok;
-} ocur;
-
-/* ---- sim_sql.c: the outbox and consumer queries ---- */
-/* Runs query q with n parameters; false (and the trace failed) on error. Read rows with
- * obx__simq_next; always obx__simq_close. */
-bool obx__simq_run(wk *k, int q, const oparam *p, int n, ocur *c);
-bool obx__simq_next(wk *k, ocur *c);
-bool obx__simq_null(const ocur *c, int col);
-const char *obx__simq_text(const ocur *c, int col);
-int64_t obx__simq_int(const ocur *c, int col);
-void obx__simq_close(ocur *c);
-/* The first column of the first row as an integer; -1 when the query failed or had no row. */
-long obx__simq_long(wk *k, int q, const oparam *p, int n);
-/* A statement with no result rows (the business insert); false on failure. */
-bool obx__simq_exec(wk *k, int q, const oparam *p, int n);
-/* Consumer i's business effects (sim_effects): how many events it applied, and how many it
- * applied more than once. */
+/* ---- sim_sql.c: the SQL the simulator runs itself (the business tables, the trace's outer
+ * transactions, two envelope-generation reads the store interface has no method for) ---- */
+typedef struct obx__sim_orders { /* the event IDs the business rows point at */
+    char event_id[MAX_EVENTS][OBX_EVENT_ID_LEN + 1];
+    size_t n;
+} obx__sim_orders;
+/* Opens the worker's outbox (SQLite in memory, or PostgreSQL with --db) and consumer databases
+ * with their stores and business tables; obx__simq_close_all closes what was opened. */
+obx_err obx__simq_open(wk *k);
+void obx__simq_close_all(wk *k);
+/* BEGIN / ROLLBACK of the trace's outer transactions (the outbox and each consumer). */
+void obx__simq_trace_begin(wk *k);
+void obx__simq_trace_end(wk *k);
+/* The business row of a command, in the caller's transaction (idempotent); false on failure. */
+bool obx__simq_order_put(wk *k, const char *order_id, const char *event_id);
+/* Every business row's event ID; false (and the trace failed) on failure. */
+bool obx__simq_orders(wk *k, obx__sim_orders *o);
+/* Whether generation gen of event_id froze this topic and destination digest. */
+bool obx__simq_frozen_dest_is(wk *k, const char *event_id, int32_t gen, const char *topic,
+                              const char *dest_digest);
+/* Primary receipts whose digests differ from the envelope of their generation. */
+long obx__simq_divergent(wk *k);
+/* Consumer i's business effect (sim_effects), in the inbox's transaction. */
+obx_err obx__simq_effect_put(wk *k, int i, const char *event_id);
+/* Consumer i's business effects: how many events it applied, and how many more than once. */
 long obx__simq_effects_distinct(wk *k, int i);
 long obx__simq_effects_doubled(wk *k, int i);
-/* Finalizes this thread's cached consumer statements (before its connections close). */
-void obx__simq_cached_free(void);
-/* BEGIN (which = 0) or ROLLBACK (1) of a trace's outer transaction on SQLite database db_i (0:
- * the outbox, 1 and 2: the consumers). */
-int obx__simq_tx(wk *k, int db_i, int which);
-/* BEGIN / ROLLBACK of the trace's outer transaction on the outbox connection. */
-void obx__simq_outer(wk *k, const char *sql);
-/* When consumer i applied event_id (virtual ms), or -1: never. */
-int64_t obx__simq_consumed_at(wk *k, int i, const char *event_id);
 
-/* ---- world.c: a worker's databases and cluster ---- */
-obx_err obx__sim_open_mem(sqlite3 **db, obx_store **s);
-obx_err obx__sim_open_pg(wk *k, const char *url);
+/* ---- world.c: a worker's world ---- */
 /* The relay's shipped defaults into k->base, k->sweep_ms, k->reconcile_ms. */
 obx_err obx__sim_shipped_timings(wk *k);
 obx_err obx__sim_wk_init(wk *k, int id, const obx_sim_options *o);
 void obx__sim_wk_free(wk *k);
+
+/* ---- snapshot.c: the outbox read through the store interface ---- */
+typedef struct obx__sim_snap_event { /* one event's rows (owned) */
+    obx__attempt_row *att;
+    size_t natt;
+    obx__receipt_row *rc;
+    size_t nrc;
+    obx__audit_row *au;
+    size_t nau;
+} obx__sim_snap_event;
+typedef struct obx__sim_snap {
+    obx__rows ev;           /* every event, in commit order (seq) */
+    obx__sim_snap_event *x; /* full snapshots: x[i] belongs to ev.v[i]; else NULL */
+} obx__sim_snap;
+/* Reads every event (full: with its attempts, receipts and audit) into s; on failure s is
+ * empty. Free with obx__sim_snap_free. */
+obx_err obx__sim_snap_load(wk *k, bool full, obx__sim_snap *s);
+void obx__sim_snap_free(obx__sim_snap *s);
+/* The states an event is done in: published, retained, purged. */
+bool obx__sim_published(obx__state st);
 
 /* ---- faults.c ---- */
 /* Draws which fault classes are on in this trace and resets the simulated cluster with them;
@@ -355,7 +329,7 @@ void obx__sim_route(wk *k, const char *topic, bool unordered);
 /* The invariants after a trace; violations go to k->r and k->failure. */
 void obx__sim_check_trace(wk *k);
 /* Everything committed, published and applied by every consumer. */
-bool obx__sim_quiescent(wk *k);
+bool obx__sim_quiescent(wk *k, const obx__sim_snap *s);
 
 /* ---- report.c ---- */
 void obx__sim_results_add(results *a, const results *b);

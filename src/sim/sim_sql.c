@@ -1,10 +1,17 @@
 /*
- * sim_sql.c — the SQL the simulator runs itself: the business service's row (sim_orders, in
- * the same transaction as its event), the checkers' reads of what the outbox and the consumers'
- * databases hold, and the trace's outer transactions. The same SQL runs on SQLite and
- * PostgreSQL ($n placeholders bind by position in both; the PostgreSQL connection's
- * search_path is obx, public). sim_orders is the business table: a temporary table, so
- * nothing of it outlives the worker's connection.
+ * sim_sql.c — the only SQL the simulator runs itself; everything else it reads or writes goes
+ * through the store interface. What is here, and why:
+ *   - opening the worker's databases (SQLite in memory, or a PostgreSQL connection) and the
+ *     trace's outer transactions, rolled back after each trace;
+ *   - the business tables: sim_orders (the producer's business row, in the same transaction as
+ *     its event; temporary, so nothing of it outlives the connection) and each consumer's
+ *     sim_effects (the handler's effect, in the inbox's transaction) — the application's own
+ *     tables, which the store knows nothing of;
+ *   - two checker reads of the envelope an older generation froze (OQ_ENV_OF, OQ_DIVERGENT):
+ *     the store loads an event's current generation only. A store method
+ *     load_envelope(event_id, envelope_gen) would let both go.
+ * The same SQL runs on SQLite and PostgreSQL ($n placeholders bind by position in both; the
+ * PostgreSQL connection's search_path is obx, public).
  */
 #include "sim/sim.h"
 
@@ -22,7 +29,7 @@ typedef struct qc {
 static _Thread_local qc *cached[32];
 static _Thread_local int ncached;
 
-void obx__simq_cached_free(void) {
+static void cached_free(void) {
     for (int i = 0; i < ncached; i++) {
         sqlite3_finalize(cached[i]->st);
         cached[i]->st = NULL;
@@ -41,68 +48,40 @@ static long qcached(sqlite3 *db, qc *q) {
     return v;
 }
 
+/* The queries, SQLite and PostgreSQL alike. Why they are SQL and not store calls: sim_orders is
+ * the business service's table (the store knows nothing of it); the store reads an event's
+ * envelope of its current generation only, and the checkers need the envelope an older
+ * generation froze (a message on the broker may be of any generation) — a store method for
+ * that (load_envelope(event_id, envelope_gen)) would let both go. */
+enum { OQ_ORDER, OQ_ORDER_EVENTS, OQ_ENV_OF, OQ_DIVERGENT, OQ_COUNT };
+
 static const char *const oq_sql[OQ_COUNT] = {
     [OQ_ORDER] = "INSERT INTO sim_orders VALUES ($1, $2) ON CONFLICT DO NOTHING",
-    [OQ_RECEIPT_FOR] = "SELECT count(*) FROM obx_receipt WHERE attempt_id = $1 AND "
-                       "(kind = 'PRIMARY' OR kind = 'DUPLICATE')",
+    [OQ_ORDER_EVENTS] = "SELECT event_id FROM sim_orders",
     [OQ_ENV_OF] = "SELECT dest_topic, dest_digest FROM obx_envelope WHERE event_id = $1 AND "
                   "envelope_gen = $2",
-    [OQ_ATT_PART] = "SELECT partition FROM obx_attempt WHERE attempt_id = $1",
-    /* each purge: the event, its publication place, and when it was purged */
-    [OQ_PURGED] = "SELECT e.event_id, e.published_at, e.seq, (SELECT max(a.at) FROM obx_audit a "
-                  "WHERE a.event_id = e.event_id AND a.to_state = 'PURGED') FROM obx_event e "
-                  "WHERE e.state = 'PURGED' ORDER BY e.seq",
-    /* every published event at or before a place in publication order */
-    [OQ_BEFORE] = "SELECT event_id FROM obx_event WHERE published_at > 0 AND (published_at < $1 "
-                  "OR (published_at = $1 AND seq <= $2)) ORDER BY seq",
-    [OQ_UNPUBLISHED] = "SELECT count(*) FROM obx_event WHERE state <> 'PUBLISHED' AND state <> "
-                       "'RETAINED' AND state <> 'PURGED'",
-    [OQ_EVENTS] = "SELECT count(*) FROM obx_event",
-    [OQ_ORPHANS] = "SELECT count(*) FROM sim_orders o WHERE NOT EXISTS (SELECT 1 FROM obx_event e "
-                   "WHERE e.event_id = o.event_id)",
-    [OQ_REFERENCED] = "SELECT count(*) FROM obx_event e WHERE EXISTS (SELECT 1 FROM sim_orders o "
-                      "WHERE o.event_id = e.event_id)",
     [OQ_DIVERGENT] = "SELECT count(*) FROM obx_receipt r JOIN obx_envelope v ON v.event_id = "
                      "r.event_id AND v.envelope_gen = r.envelope_gen WHERE r.kind = 'PRIMARY' AND "
                      "(r.payload_digest <> v.payload_digest OR r.dest_digest <> v.dest_digest)",
-    [OQ_MULTI_PRIMARY] = "SELECT count(*) FROM (SELECT 1 FROM obx_receipt WHERE kind = 'PRIMARY' "
-                         "GROUP BY event_id, envelope_gen HAVING count(*) > 1) x",
-    [OQ_STALE] = "SELECT count(*) FROM obx_attempt t WHERE NOT EXISTS (SELECT 1 FROM obx_audit a "
-                 "WHERE a.event_id = t.event_id AND a.claim_gen = t.claim_gen AND a.who = t.owner "
-                 "AND (a.to_state = 'CLAIMED' OR a.to_state = 'RECONCILING' OR a.to_state = "
-                 "'RETRY_CLAIMED'))",
-    [OQ_UNKNOWN_TOTAL] = "SELECT count(*) FROM obx_attempt WHERE unknown_at > 0",
-    [OQ_UNTRACEABLE] = "SELECT count(*) FROM obx_audit a WHERE a.to_state = 'DISPATCH_UNKNOWN' AND "
-                       "NOT EXISTS (SELECT 1 FROM obx_attempt t WHERE t.attempt_id = a.attempt_id "
-                       "AND t.event_id = a.event_id AND t.unknown_at > 0)",
-    [OQ_RACING] = "SELECT count(*) FROM obx_audit WHERE (from_state = 'RETRY_CLAIMED' AND to_state "
-                  "= 'PUBLISHED') OR (actor = 'reconciler' AND reason LIKE 'stale claim refused%')",
-    [OQ_BOTH_ACKED] = "SELECT count(*) FROM obx_receipt r JOIN obx_event e ON e.event_id = "
-                      "r.event_id WHERE r.kind = 'DUPLICATE' AND r.attempt_id <> "
-                      "e.primary_attempt_id",
-    [OQ_QUARANTINED] = "SELECT count(*) FROM obx_receipt WHERE kind = 'QUARANTINED'",
-    [OQ_STUCK] = "SELECT event_id, state, claim_gen, owner, lease_until, next_check_at FROM "
-                 "obx_event ORDER BY seq",
-    /* every move: the event and the generation it left */
-    [OQ_MIGRATIONS] = "SELECT event_id, envelope_gen - 1 FROM obx_receipt WHERE kind = "
-                      "'MIGRATION' ORDER BY receipt_id",
-    /* the liveness phase's clock: the earliest lease end, check or backoff end of an
-     * unpublished event, and when the earliest held event is old enough for the operator */
-    [OQ_NEXT_DUE] = "SELECT (SELECT min(t) FROM (SELECT lease_until AS t FROM obx_event WHERE "
-                    "state IN ('CLAIMED', 'SENDING', 'RECONCILING', 'RETRY_CLAIMED') UNION ALL "
-                    "SELECT next_check_at FROM obx_event WHERE state = 'DISPATCH_UNKNOWN' UNION "
-                    "ALL SELECT available_at FROM obx_event WHERE state = 'PENDING') x), "
-                    "(SELECT min(held_at) + $1 FROM obx_event WHERE held_at > 0)",
-    /* UNKNOWN episodes that never ended: the event was UNKNOWN and is not published */
-    [OQ_UNRESOLVED] = "SELECT count(*) FROM obx_event WHERE unknown_since > 0 AND state <> "
-                      "'PUBLISHED' AND state <> 'RETAINED' AND state <> 'PURGED'",
-    /* events the reconciler ever held for an operator */
-    [OQ_HELD_EVER] = "SELECT count(DISTINCT event_id) FROM obx_audit WHERE actor = 'reconciler' "
-                     "AND (reason LIKE 'held for an operator%' OR reason LIKE 'cannot tell past "
-                     "the quiet time; the route''s UNKNOWN policy is hold%')",
 };
 
-bool obx__simq_run(wk *k, int q, const oparam *p, int n, ocur *c) {
+typedef struct oparam {
+    const char *s; /* text, or NULL: the integer i */
+    int64_t i;
+} oparam;
+
+#define OP_S(x) ((oparam){.s = (x)})
+#define OP_I(x) ((oparam){.i = (x)})
+
+/* A result being read: rows of a SQLite statement or of a PostgreSQL result. */
+typedef struct ocur {
+    sqlite3_stmt *st;
+    PGresult *res;
+    int row, nrows;
+    bool ok;
+} ocur;
+
+static bool oq_run(wk *k, int q, const oparam *p, int n, ocur *c) {
     memset(c, 0, sizeof *c);
     c->row = -1;
     if (k->opg) {
@@ -150,7 +129,7 @@ bool obx__simq_run(wk *k, int q, const oparam *p, int n, ocur *c) {
     return true;
 }
 
-bool obx__simq_next(wk *k, ocur *c) {
+static bool oq_next(wk *k, ocur *c) {
     if (!c->ok) return false;
     if (c->res) return ++c->row < c->nrows;
     int rc = sqlite3_step(c->st);
@@ -162,51 +141,46 @@ bool obx__simq_next(wk *k, ocur *c) {
     return false;
 }
 
-bool obx__simq_null(const ocur *c, int col) {
-    return c->res ? PQgetisnull(c->res, c->row, col)
-                  : sqlite3_column_type(c->st, col) == SQLITE_NULL;
-}
-
-const char *obx__simq_text(const ocur *c, int col) {
+static const char *oq_text(const ocur *c, int col) {
     const char *v =
         c->res ? PQgetvalue(c->res, c->row, col) : (const char *)sqlite3_column_text(c->st, col);
     return v ? v : "";
 }
 
-int64_t obx__simq_int(const ocur *c, int col) {
+static int64_t oq_int(const ocur *c, int col) {
     return c->res ? strtoll(PQgetvalue(c->res, c->row, col), NULL, 10)
                   : sqlite3_column_int64(c->st, col);
 }
 
-void obx__simq_close(ocur *c) {
+static void oq_close(ocur *c) {
     if (c->res) PQclear(c->res);
     if (c->st) sqlite3_reset(c->st);
     memset(c, 0, sizeof *c);
 }
 
 /* The first column of the first row as an integer; -1 when the query failed or had no row. */
-long obx__simq_long(wk *k, int q, const oparam *p, int n) {
+static long oq_long(wk *k, int q, const oparam *p, int n) {
     ocur c;
     long v = -1;
-    if (obx__simq_run(k, q, p, n, &c) && obx__simq_next(k, &c)) v = (long)obx__simq_int(&c, 0);
-    obx__simq_close(&c);
+    if (oq_run(k, q, p, n, &c) && oq_next(k, &c)) v = (long)oq_int(&c, 0);
+    oq_close(&c);
     return v;
 }
 
 /* A statement with no result rows (the business insert); false on failure. */
-bool obx__simq_exec(wk *k, int q, const oparam *p, int n) {
+static bool oq_exec(wk *k, int q, const oparam *p, int n) {
     ocur c;
-    bool ok = obx__simq_run(k, q, p, n, &c);
-    if (ok) obx__simq_next(k, &c);
+    bool ok = oq_run(k, q, p, n, &c);
+    if (ok) oq_next(k, &c);
     ok = ok && c.ok;
-    obx__simq_close(&c);
+    oq_close(&c);
     return ok;
 }
 
 /* BEGIN (which = 0) or ROLLBACK (1) of a trace's outer transaction on SQLite database db_i (0:
  * the outbox, 1 and 2: the consumers), prepared once per worker: parsing them twice per trace
  * and database cost about 1.5% of a trace. */
-int obx__simq_tx(wk *k, int db_i, int which) {
+static int sq_tx(wk *k, int db_i, int which) {
     sqlite3 *db = db_i ? k->cdb[db_i - 1] : k->odb;
     sqlite3_stmt **st = &k->st_tx[db_i][which];
     if (!*st && sqlite3_prepare_v3(db, which ? "ROLLBACK" : "BEGIN", -1, SQLITE_PREPARE_PERSISTENT,
@@ -218,29 +192,14 @@ int obx__simq_tx(wk *k, int db_i, int which) {
 }
 
 /* BEGIN / ROLLBACK of the trace's outer transaction on the outbox connection. */
-void obx__simq_outer(wk *k, const char *sql) {
+static void outer(wk *k, const char *sql) {
     if (k->opg) {
         PGresult *r = PQexec(k->opg, sql);
         if (PQresultStatus(r) != PGRES_COMMAND_OK)
             fail(k, "sim: %s: %s", sql, PQerrorMessage(k->opg));
         PQclear(r);
-    } else if (obx__simq_tx(k, 0, strcmp(sql, "BEGIN") != 0) != SQLITE_OK)
+    } else if (sq_tx(k, 0, strcmp(sql, "BEGIN") != 0) != SQLITE_OK)
         fail(k, "sim: %s: %s", sql, sqlite3_errmsg(k->odb));
-}
-
-/* When consumer i applied event_id (virtual ms), or -1: never. */
-int64_t obx__simq_consumed_at(wk *k, int i, const char *event_id) {
-    char cid[16];
-    snprintf(cid, sizeof cid, "consumer-%d", i);
-    sqlite3_stmt *st = k->st_inbox_at[i];
-    sqlite3_reset(st);
-    sqlite3_bind_text(st, 1, cid, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, event_id, -1, SQLITE_TRANSIENT);
-    int64_t at = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL
-                     ? sqlite3_column_int64(st, 0)
-                     : -1;
-    sqlite3_reset(st);
-    return at;
 }
 
 static _Thread_local qc consumed[2] = {{"SELECT count(DISTINCT event_id) FROM sim_effects", NULL},
@@ -254,3 +213,121 @@ static _Thread_local qc doubled[2] = {
 long obx__simq_effects_distinct(wk *k, int i) { return qcached(k->cdb[i], &consumed[i]); }
 
 long obx__simq_effects_doubled(wk *k, int i) { return qcached(k->cdb[i], &doubled[i]); }
+
+/* ---- what the rest of the simulator calls (sim.h) ---- */
+
+void obx__simq_trace_begin(wk *k) {
+    outer(k, "BEGIN");
+    for (int i = 0; i < 2; i++) sq_tx(k, i + 1, 0);
+}
+
+void obx__simq_trace_end(wk *k) {
+    outer(k, "ROLLBACK");
+    for (int i = 0; i < 2; i++) sq_tx(k, i + 1, 1);
+}
+
+bool obx__simq_order_put(wk *k, const char *order_id, const char *event_id) {
+    oparam op[] = {OP_S(order_id), OP_S(event_id)};
+    return oq_exec(k, OQ_ORDER, op, 2);
+}
+
+bool obx__simq_orders(wk *k, obx__sim_orders *o) {
+    o->n = 0;
+    ocur c;
+    bool ok = oq_run(k, OQ_ORDER_EVENTS, NULL, 0, &c);
+    while (ok && oq_next(k, &c))
+        if (o->n < MAX_EVENTS)
+            obx__strlcpy(o->event_id[o->n++], oq_text(&c, 0), sizeof o->event_id[0]);
+    ok = ok && c.ok;
+    oq_close(&c);
+    return ok;
+}
+
+bool obx__simq_frozen_dest_is(wk *k, const char *event_id, int32_t gen, const char *topic,
+                              const char *dest_digest) {
+    ocur c;
+    oparam ev[] = {OP_S(event_id), OP_I(gen)};
+    bool ok = oq_run(k, OQ_ENV_OF, ev, 2, &c) && oq_next(k, &c) && !strcmp(oq_text(&c, 0), topic) &&
+              !strcmp(oq_text(&c, 1), dest_digest);
+    oq_close(&c);
+    return ok;
+}
+
+long obx__simq_divergent(wk *k) { return oq_long(k, OQ_DIVERGENT, NULL, 0); }
+
+obx_err obx__simq_effect_put(wk *k, int i, const char *event_id) {
+    sqlite3_stmt **st = &k->st_effect[i];
+    if (!*st && sqlite3_prepare_v3(k->cdb[i], "INSERT INTO sim_effects VALUES (?)", -1,
+                                   SQLITE_PREPARE_PERSISTENT, st, NULL))
+        return OBX_ESTORE;
+    sqlite3_bind_text(*st, 1, event_id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(*st);
+    sqlite3_reset(*st);
+    return rc == SQLITE_DONE ? OBX_OK : OBX_ESTORE;
+}
+
+/* ---- the worker's databases ---- */
+
+static obx_err open_mem(sqlite3 **db, obx_store **s) {
+    if (sqlite3_open_v2(":memory:", db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+        SQLITE_OK)
+        return obx__fail(OBX_ESTORE, "sim: cannot open an in-memory database");
+    /* a trace's databases hold a few dozen rows: small pages mean less to journal for every
+     * page a trace touches (measured: ~5% fewer instructions than 4096) */
+    sqlite3_exec(*db, "PRAGMA page_size=1024; PRAGMA synchronous=OFF", NULL, NULL, NULL);
+    obx_err e = obx_store_wrap_sqlite(*db, s);
+    if (!e) e = obx_store_init(*s);
+    return e;
+}
+
+static obx_err open_pg(wk *k, const char *url) {
+    k->opg = PQconnectdb(url);
+    if (PQstatus(k->opg) != CONNECTION_OK)
+        return obx__fail(OBX_ESTORE, "sim: postgres: %s", PQerrorMessage(k->opg));
+    const char *setup[] = {"SET search_path = obx, public", "SET client_min_messages = warning",
+                           ("CREATE TEMP TABLE sim_orders (order_id TEXT PRIMARY KEY, event_id "
+                            "TEXT NOT NULL)")};
+    for (size_t i = 0; i < sizeof setup / sizeof setup[0]; i++) {
+        PGresult *r = PQexec(k->opg, setup[i]);
+        bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+        PQclear(r);
+        if (!ok) return obx__fail(OBX_ESTORE, "sim: postgres: %s", PQerrorMessage(k->opg));
+    }
+    return obx_store_wrap_pg(k->opg, &k->os);
+}
+
+obx_err obx__simq_open(wk *k) {
+    obx_err e;
+    if (k->o->db_url) {
+        if ((e = open_pg(k, k->o->db_url))) return e;
+    } else {
+        if ((e = open_mem(&k->odb, &k->os))) return e;
+        if (sqlite3_exec(k->odb,
+                         "CREATE TEMP TABLE sim_orders (order_id TEXT PRIMARY KEY, event_id TEXT "
+                         "NOT NULL)",
+                         NULL, NULL, NULL) != SQLITE_OK)
+            return obx__fail(OBX_ESTORE, "sim: %s", sqlite3_errmsg(k->odb));
+    }
+    for (int i = 0; i < 2; i++) {
+        if ((e = open_mem(&k->cdb[i], &k->cs[i]))) return e;
+        if (sqlite3_exec(k->cdb[i], "CREATE TABLE sim_effects (event_id TEXT NOT NULL)", NULL, NULL,
+                         NULL) != SQLITE_OK)
+            return obx__fail(OBX_ESTORE, "sim: %s", sqlite3_errmsg(k->cdb[i]));
+    }
+    return OBX_OK;
+}
+
+void obx__simq_close_all(wk *k) {
+    cached_free();
+    for (int i = 0; i < OQ_COUNT; i++) sqlite3_finalize(k->oq_st[i]);
+    for (int i = 0; i < 2; i++) sqlite3_finalize(k->st_effect[i]);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 2; j++) sqlite3_finalize(k->st_tx[i][j]);
+    for (int i = 0; i < 2; i++) {
+        obx_store_close(k->cs[i]);
+        sqlite3_close(k->cdb[i]);
+    }
+    obx_store_close(k->os);
+    if (k->odb) sqlite3_close(k->odb);
+    if (k->opg) PQfinish(k->opg);
+}
