@@ -12,6 +12,7 @@
 #define OBX_BENCH_H
 
 #include "broker/broker.h"
+#include "obx_test.h"
 #include "store/store.h"
 
 #include <libpq-fe.h>

@@ -718,45 +718,6 @@ OBX_API obx_err obx_broker_cluster_id(const char *url, const char *const *props,
                                       char *out, size_t cap);
 
 /* ---------------------------------------------------------------------------------------------
- * A Kafka-protocol cluster in this process (librdkafka's mock cluster), for demos and tests.
- * Other processes reach it at the bootstrap list written to `bootstraps` until it is stopped.
- * OBX_EUNSUPPORTED in builds without Kafka.
- * ------------------------------------------------------------------------------------------- */
-typedef struct obx_kafka_mock obx_kafka_mock;
-OBX_API obx_err obx_kafka_mock_start(int brokers, const char *topic, int partitions,
-                                     char *bootstraps, size_t cap, obx_kafka_mock **out);
-OBX_API void obx_kafka_mock_stop(obx_kafka_mock *m);
-
-/* ---------------------------------------------------------------------------------------------
- * The deterministic simulator and release gate (`obx sim`, docs/design.md, "The release gate").
- * ------------------------------------------------------------------------------------------- */
-typedef struct obx_sim_options {
-    uint64_t seed;
-    long traces;
-    int jobs;             /* worker threads, 1..64 */
-    uint64_t faults_mask; /* bit i enables fault class i (obx_sim_fault_name); 0 = all */
-    long replay;          /* >= 0: run only this trace, narrating every step on stderr */
-    const char *mutation; /* test-only builds (OBX_MUTATIONS): an engine mutation to enable */
-    int fail_fast;        /* stop starting new traces after the first failing one */
-    void (*progress)(void *user, long done, long total); /* may be NULL; called from workers */
-    void *progress_user;
-    /* NULL: the outbox is SQLite in memory (one per worker). A postgres:// URL: the PostgreSQL
-     * store on that database (schema applied first); each worker runs every trace inside one
-     * transaction on its own connection and rolls it back, so the database keeps nothing.
-     * Borrowed for the call. */
-    const char *db_url;
-} obx_sim_options;
-
-/* Runs the traces and writes the gate as JSON (the caller frees): traces, seed, lost_events,
- * second_event_ids, cross_destination_retries, digest_divergence, consumer_duplicate_effects,
- * late_ack_total, late_ack_converged, unknown_total, unknown_untraceable, unknown_p99_s,
- * faults_fired, trace_hash, passed, and more. Returns OBX_OK whether or not the gate passed. */
-OBX_API obx_err obx_sim_run(const obx_sim_options *o, char **out_json);
-OBX_API size_t obx_sim_fault_count(void);
-OBX_API const char *obx_sim_fault_name(size_t i);
-OBX_API obx_err obx_sim_fault_index(const char *name, int *out);
-
-/* ---------------------------------------------------------------------------------------------
  * URL helpers (pure).
  * ------------------------------------------------------------------------------------------- */
 /* Checks a store or broker URL; on error the message names the bad part. kind is "store" or

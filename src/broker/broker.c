@@ -4,6 +4,7 @@
  * parser reads outside input and is a fuzz target) and the partitioners.
  */
 #include "broker/broker.h"
+#include "obx_test.h"
 
 #include <errno.h>
 #include <openssl/crypto.h>

@@ -16,6 +16,7 @@
  * `obx consume`): the demo uses only the public API and the CLI.
  */
 #include "cli.h"
+#include "obx_test.h"
 
 #include <errno.h>
 #include <fcntl.h>

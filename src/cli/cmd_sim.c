@@ -5,6 +5,7 @@
  * the gate passes.
  */
 #include "cli.h"
+#include "obx_test.h"
 
 #include <getopt.h>
 #include <malloc.h>

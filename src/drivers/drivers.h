@@ -19,9 +19,4 @@
 #include "drivers/retention.h"
 #include "drivers/series.h"
 
-/* ---- the simulator's SQLite allocator (sim_malloc.c) ---- */
-/* Installs per-thread small-block recycling as SQLite's allocator, once per process, before
- * SQLite is initialized; false (nothing changed) when SQLite already runs or in an ASan build. */
-bool obx__sim_malloc_install(void);
-
 #endif

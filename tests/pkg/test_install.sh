@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_install.sh SOURCE_DIR BUILD_DIR WORK_DIR — what `cmake --install` gives a program that
 # links libobx, checked from outside obx's tree (staged with DESTDIR under WORK_DIR):
-#   - obx.h with the generated obx_version.h, whose version is CMake's project(VERSION);
+#   - obx.h with the generated obx_version.h, whose version is CMake's project(VERSION); not
+#     obx_test.h (test and simulation support, not stable API), and obx.h declares none of it;
 #   - find_package(obx) from the install prefix: tests/pkg/consumer builds against obx::obx,
 #     runs (commits an event), and its header and library versions agree;
 #   - pkg-config: the same program linked with libobx.a and what obx.pc declares for a static
@@ -17,6 +18,10 @@ DESTDIR=$work/root cmake --install "$build" >"$work/install.log"
 root=$work/root$prefix
 inc=$root/include
 [[ -f $inc/obx.h && -f $inc/obx_version.h ]] || { echo "FAIL: obx.h / obx_version.h not installed"; exit 1; }
+[[ ! -e $inc/obx_test.h ]] || { echo "FAIL: obx_test.h (not stable API) is installed"; exit 1; }
+if grep -Eq 'obx_(sim|kafka_mock)_' "$inc/obx.h"; then
+  echo "FAIL: the installed obx.h declares test support (obx_sim_*, obx_kafka_mock_*)"; exit 1
+fi
 grep -q "#define OBX_VERSION_STRING \"$version\"" "$inc/obx_version.h" ||
   { echo "FAIL: obx_version.h does not carry project(VERSION) $version"; exit 1; }
 

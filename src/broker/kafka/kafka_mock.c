@@ -5,6 +5,7 @@
  * as the process that started it keeps it.
  */
 #include "core/core.h"
+#include "obx_test.h"
 
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>

@@ -1,7 +1,7 @@
 /*
  * sim.h — the simulated broker's world: a deterministic, seeded model of a broker cluster and
  * the network in front of it, under a virtual clock. Broker handles (the vtable in
- * sim_broker.c, URL "sim:NAME") attach to a world by name; the simulator (src/drivers/sim.c)
+ * sim_broker.c, URL "sim:NAME") attach to a world by name; the simulator (src/sim)
  * owns the worlds, resets them per trace and reads their logs for its invariant checkers.
  *
  * Network model (what makes the faults honest):

@@ -162,7 +162,7 @@ const obx__sim_fired *obx__sim_world_fired(obx__sim_world *w) { return &w->fired
 
 const obx__sim_msg *obx__sim_world_log(obx__sim_world *w, size_t *n) {
     *n = w->nlog;
-    /* logent starts with the message: callers index with a stride (see sim.c) */
+    /* logent starts with the message: callers index with a stride (see src/sim) */
     return w->nlog ? &w->log[0].m : NULL;
 }
 

@@ -16,7 +16,7 @@
  * header with its usable size (16-byte alignment kept). A thread's cached blocks are freed
  * when the thread exits.
  */
-#include "drivers/drivers.h"
+#include "sim/sim.h"
 
 #include <pthread.h>
 #include <sqlite3.h>

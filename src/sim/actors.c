@@ -1,0 +1,610 @@
+/*
+ * actors.c — the simulator's actors, each one step at a time: a producer (business
+ * transactions with their envelopes, retrying a command with the same idempotency key after
+ * it crashes), two dispatchers, a reconciler, one or two consumers with the inbox, a purger, an
+ * operator migrating the backlog and an on-call operator resolving held UNKNOWNs. They run the
+ * production engine code; the faults they are exposed to are drawn in faults.c, the order they
+ * run in in scheduler.c. An actor's crash loses its memory; what it committed stays.
+ */
+#include "sim/sim.h"
+
+#include <jansson.h>
+#include <stddef.h>
+#include <string.h>
+
+/* ---- actor lifecycle ------------------------------------------------------------------------- */
+
+static obx_err actor_start(wk *k, actor *a) {
+    a->incarnation++;
+    snprintf(a->owner, sizeof a->owner, "%s%d.i%d",
+             a->kind == A_PRODUCER     ? "p"
+             : a->kind == A_DISPATCHER ? "d"
+             : a->kind == A_RECONCILER ? "r"
+             : a->kind == A_PURGER     ? "g"
+             : a->kind == A_MIGRATOR   ? "m"
+             : a->kind == A_OPERATOR   ? "o"
+                                       : "c",
+             a->index, a->incarnation);
+    obx_err e = OBX_OK;
+    if (a->kind != A_PRODUCER && a->kind != A_PURGER && a->kind != A_OPERATOR)
+        e = obx__br_open(k->wurl, NULL, 0, &a->b);
+    if (e) return e;
+    if (a->kind == A_DISPATCHER || a->kind == A_RECONCILER || a->kind == A_MIGRATOR ||
+        a->kind == A_OPERATOR) {
+        obx__engine_cfg c = k->base; /* the shipped timings */
+        obx__strlcpy(c.owner, a->owner, sizeof c.owner);
+        c.seed = rnd(k) | 1;
+        if (a->kind == A_RECONCILER && k->evidence) {
+            for (int i = 0; i < k->nconsumers; i++) {
+                memset(&a->crit[i], 0, sizeof a->crit[i]);
+                snprintf(a->crit[i].id, sizeof a->crit[i].id, "consumer-%d", i);
+                a->crit[i].s = k->cs[i];
+            }
+            c.evidence = a->crit;
+            c.n_evidence = (size_t)k->nconsumers;
+        }
+        e = obx__engine_init(&a->e, k->os, a->b, &c);
+    } else if (a->kind == A_CONSUMER) {
+        char group[16];
+        snprintf(group, sizeof group, "group-%d", a->index);
+        const char *topics[] = {"orders", "orders-v2"}; /* v2: after a route revision */
+        e = obx__br_consume_open(a->b, group, topics, 2);
+    } else if (a->kind == A_PURGER) {
+        /* every consumer of the trace is critical: an event is purged only with evidence from
+         * each (its inbox receipt), behind the forced consumer watermark, after the window */
+        for (int i = 0; i < k->nconsumers && !e; i++) {
+            memset(&a->crit[i], 0, sizeof a->crit[i]);
+            snprintf(a->crit[i].id, sizeof a->crit[i].id, "consumer-%d", i);
+            a->crit[i].s = k->cs[i];
+            e = obx__critical_load(&a->crit[i]);
+        }
+        a->rcfg = (obx__retention_cfg){.consumers = a->crit,
+                                       .n_consumers = (size_t)k->nconsumers,
+                                       .replay_window_ms = k->replay_window_ms,
+                                       .batch = k->purge_batch,
+                                       .who = a->owner,
+                                       .max_listed = 0};
+        obx__purge_cursor_init(&a->cur);
+    } else {
+        memset(&a->gen, 0, sizeof a->gen);
+        a->gen.seed = rnd(k) | 1;
+    }
+    return e;
+}
+
+/* The actor loses its memory: held claims, unacknowledged deliveries, its broker session (and
+ * every outcome on its way to it). What it committed stays; what it was doing rolls back. */
+void obx__sim_actor_crash(wk *k, actor *a) {
+    obx__rows_free(&a->held);
+    a->held_pos = 0;
+    for (size_t i = 0; i < a->ndl; i++) obx__delivery_free(&a->dl[i]);
+    a->ndl = a->posdl = 0;
+    obx__br_close(a->b);
+    a->b = NULL;
+    if (actor_start(k, a)) {
+        k->r.internal_errors++;
+        fail(k, "actor %s could not restart: %s", a->owner, obx_errmsg());
+    }
+}
+
+void obx__sim_actor_stop(actor *a) {
+    obx__rows_free(&a->held);
+    for (size_t i = 0; i < a->ndl; i++) obx__delivery_free(&a->dl[i]);
+    a->ndl = 0;
+    obx__br_close(a->b);
+    a->b = NULL;
+}
+
+/* An engine error is expected only where a fault was injected; anything else is a defect. */
+/* ---- steps --------------------------------------------------------------------------------- */
+
+static void producer_step(wk *k, actor *a) {
+    int c = a->retry_cmd >= 0 ? a->retry_cmd : a->next_cmd;
+    if (c >= k->n_events) return;
+    bool kill_before = k->faults_on && chance(k, k->p[F_KILL_BEFORE_COMMIT]);
+    bool kill_after = !kill_before && k->faults_on && chance(k, k->p[F_KILL_AFTER_COMMIT]);
+    char payload[96];
+    snprintf(payload, sizeof payload, "{\"order\":\"%s\",\"total\":%d}", k->orders[c], 100 + c);
+    char agg[16];
+    snprintf(agg, sizeof agg, "o-%d", c % (1 + (int)(k->idx % 3))); /* shared keys: order rule */
+    /* the business transaction's ID, named here (not minted by SQLite's store or read from
+     * PostgreSQL's txid_current): the same trace is then the same on both stores */
+    char txid[48];
+    snprintf(txid, sizeof txid, "sim-%ld-%d-%s", k->idx, c, a->owner);
+    obx_event ev = {.event_type = "order.created.v1",
+                    .aggregate_type = "order",
+                    .aggregate_id = agg,
+                    .aggregate_version = c,
+                    .tenant = k->tenant,
+                    .txid = txid,
+                    .payload = payload,
+                    .payload_len = strlen(payload),
+                    .idempotency_key = k->orders[c],
+                    .correlation_id = k->orders[c]};
+    obx_enqueue_result res;
+    obx_err e = obx__st_begin(k->os);
+    if (!e) e = obx__enqueue_at(k->os, &ev, k->now, &a->gen, &res);
+    if (!e) { /* the business row, in the same transaction (idempotent: a retried command) */
+        if (!obx__simq_order_put(k, k->orders[c], res.event_id)) e = OBX_ESTORE;
+    }
+    if (e || kill_before) {
+        obx__st_rollback(k->os);
+        if (e) check_err(k, a, e, "enqueue");
+        if (kill_before) {
+            k->r.fired[F_KILL_BEFORE_COMMIT]++;
+            logv(k, "%s: killed before committing %s", a->owner, k->orders[c]);
+        }
+        a->retry_cmd = c; /* the client retries the command */
+        obx__sim_actor_crash(k, a);
+        return;
+    }
+    if ((e = obx__st_commit(k->os))) {
+        check_err(k, a, e, "commit");
+        return;
+    }
+    logv(k, "%s: committed %s -> %s%s", a->owner, k->orders[c], res.event_id,
+         res.existing ? " (idempotency key: existing)" : "");
+    h_str(k, res.event_id);
+    bool known = false;
+    for (int i = 0; i < k->n_ids[c]; i++)
+        known = known || !strcmp(k->event_ids[c][i], res.event_id);
+    if (!known && k->n_ids[c] < 2) obx__strlcpy(k->event_ids[c][k->n_ids[c]++], res.event_id, 31);
+    if (kill_after) { /* committed, but the client never heard: it retries the same command */
+        k->r.fired[F_KILL_AFTER_COMMIT]++;
+        logv(k, "%s: killed after committing %s", a->owner, k->orders[c]);
+        a->retry_cmd = c;
+        obx__sim_actor_crash(k, a);
+        return;
+    }
+    a->retry_cmd = -1;
+    if (c == a->next_cmd) a->next_cmd++;
+}
+
+static void poll_outcomes(wk *k, actor *a) {
+    size_t n = 0;
+    bool rollback = k->faults_on && chance(k, k->p[F_ACCEPTANCE_ROLLBACK]);
+    if (rollback) k->os->fail_commits = 8; /* every retry of this step's transactions fails */
+    obx_err e = obx__engine_poll(&a->e, k->now, 0, &n);
+    k->os->fail_commits = 0;
+    if (e && rollback) {
+        /* the acceptance rolled back: those ACKs never reached a committed acceptance; their
+         * attempts stay SENDING/UNKNOWN to be reconciled */
+        obx__sim_handle_unrecord_acks(a->b);
+        k->r.fired[F_ACCEPTANCE_ROLLBACK]++;
+        logv(k, "%s: acceptance of %s rolled back", a->owner, "a batch");
+        return;
+    }
+    check_err(k, a, e, "poll");
+    if (n) logv(k, "%s: applied %zu outcomes", a->owner, n);
+    h_add(k, n);
+}
+
+static void dispatcher_step(wk *k, actor *a) {
+    obx_err e;
+    size_t n = 0;
+    switch (rnd(k) % 4) {
+    case 0: /* claim (held in memory until sent) */
+        if (a->held.n) break;
+        e = obx__engine_claim(&a->e, k->now, &a->held);
+        check_err(k, a, e, "claim");
+        if (a->held.n) logv(k, "%s: claimed %zu", a->owner, a->held.n);
+        h_add(k, a->held.n);
+        break;
+    case 1: /* register attempts and send what was claimed */
+        if (!a->held.n) break;
+        e = obx__engine_begin_attempts(&a->e, k->now, a->held.v, a->held.n, OBX__ACT_DISPATCHER,
+                                       &n);
+        check_err(k, a, e, "begin attempts");
+        logv(k, "%s: sent %zu of %zu claimed", a->owner, n, a->held.n);
+        h_add(k, n);
+        obx__rows_free(&a->held);
+        break;
+    case 2: poll_outcomes(k, a); break;
+    default:
+        e = obx__engine_sweep(&a->e, k->now, &n);
+        check_err(k, a, e, "sweep");
+        if (n) logv(k, "%s: swept %zu expired SENDING leases", a->owner, n);
+        h_add(k, n);
+    }
+}
+
+/* Sends the retry the reconciler decided (a row it holds as RETRY_CLAIMED), with the seed's two
+ * races injected around it when the trace has them on (also in the liveness phase: they are
+ * orderings, not faults). */
+static void retry_send(wk *k, actor *a, obx__event_row *row) {
+    char old_att[OBX__ATTEMPT_ID_LEN + 1];
+    obx__strlcpy(old_att, row->attempt_id, sizeof old_att);
+    /* the older attempt's true ACK arrives while the retry is claimed and not yet sent: the
+     * acceptance fills the slot and the retry is fenced (never sent) */
+    if (old_att[0] && chance(k, k->p[F_UNKNOWN_RACING_RETRY]) &&
+        obx__sim_world_release_ack(k->w, old_att, k->now)) {
+        k->r.fired[F_UNKNOWN_RACING_RETRY]++;
+        logv(k, "%s: the late ACK of %s races the retry claim", a->owner, old_att);
+        obx__sim_world_tick(k->w, k->now);
+        for (int i = 0; i < k->na; i++)
+            if (k->a[i].kind == A_DISPATCHER || k->a[i].kind == A_RECONCILER)
+                poll_outcomes(k, &k->a[i]);
+    }
+    size_t sent = 0;
+    obx_err e = obx__engine_begin_attempts(&a->e, k->now, row, 1, OBX__ACT_RECONCILER, &sent);
+    check_err(k, a, e, "retry");
+    logv(k, "%s: retry of %s %s", a->owner, row->env.event_id, sent ? "sent" : "refused (fenced)");
+    h_add(k, sent);
+    /* the new attempt is on its way and the old one's true ACK arrives well after it (the new
+     * one has been accepted by then): one primary receipt, one late duplicate */
+    if (sent && old_att[0] && chance(k, k->p[F_BOTH_ATTEMPTS_ACKED]) &&
+        obx__sim_world_release_ack(k->w, old_att, k->now + 10000)) {
+        k->r.fired[F_BOTH_ATTEMPTS_ACKED]++;
+        logv(k, "%s: the old attempt %s will be ACKed too", a->owner, old_att);
+    }
+}
+
+/* The reconciler's whole step in the liveness phase (obx__reconcile_step's sequence, with the
+ * retries sent through retry_send). */
+static void reconcile_all(wk *k, actor *a) {
+    obx__rows_free(&a->held);
+    a->held_pos = 0;
+    obx_err e = obx__reconcile_begin(&a->e, k->now, &a->held);
+    check_err(k, a, e, "reconcile begin");
+    for (size_t i = 0; !e && i < a->held.n; i++) {
+        obx__event_row *row = &a->held.v[i];
+        if (row->state != OBX__ST_RETRY_CLAIMED) {
+            obx__lookup_res res;
+            e = obx__reconcile_lookup(&a->e, k->now, row, &res);
+            if (!e) e = obx__reconcile_apply(&a->e, k->now, row, &res);
+            check_err(k, a, e, "reconcile");
+        }
+        if (!e && row->state == OBX__ST_RETRY_CLAIMED) retry_send(k, a, row);
+    }
+    obx__rows_free(&a->held);
+}
+
+static void reconciler_step(wk *k, actor *a) {
+    obx_err e;
+    switch (rnd(k) % 3) {
+    case 0:
+        if (a->held_pos < a->held.n) break;
+        obx__rows_free(&a->held);
+        a->held_pos = 0;
+        e = obx__reconcile_begin(&a->e, k->now, &a->held);
+        check_err(k, a, e, "reconcile begin");
+        if (a->held.n) logv(k, "%s: reconciling %zu", a->owner, a->held.n);
+        h_add(k, a->held.n);
+        break;
+    case 1: {
+        if (a->held_pos >= a->held.n) break;
+        obx__event_row *row = &a->held.v[a->held_pos];
+        if (row->state == OBX__ST_RETRY_CLAIMED) { /* a separate step: the race window */
+            retry_send(k, a, row);
+            a->held_pos++;
+            break;
+        }
+        obx__lookup_res res;
+        e = obx__reconcile_lookup(&a->e, k->now, row, &res);
+        if (!e) e = obx__reconcile_apply(&a->e, k->now, row, &res);
+        check_err(k, a, e, "reconcile");
+        logv(k, "%s: %s: lookup %s -> %s", a->owner, row->env.event_id,
+             res.kind == OBX__LOOKUP_FOUND       ? "FOUND"
+             : res.kind == OBX__LOOKUP_NOT_FOUND ? "NOT_FOUND"
+                                                 : "CANNOT_TELL",
+             obx__state_name(row->state));
+        h_add(k, (uint64_t)res.kind * 16 + row->state);
+        if (row->state != OBX__ST_RETRY_CLAIMED) a->held_pos++;
+        break;
+    }
+    default: poll_outcomes(k, a);
+    }
+}
+
+typedef struct effect_ctx {
+    wk *k;
+    int consumer;
+} effect_ctx;
+
+static obx_err effect_handler(void *user, void *conn, const obx_message *m, const char *key,
+                              char *res, size_t cap) {
+    effect_ctx *c = user;
+    (void)conn;
+    (void)key;
+    if (c->k->handler_fail_next) {
+        c->k->handler_fail_next = false;
+        return obx__fail(OBX_EHANDLER, "sim: a flaky downstream");
+    }
+    obx_err e = obx__simq_effect_put(c->k, c->consumer, m->event_id);
+    snprintf(res, cap, "applied");
+    return e;
+}
+
+static void drop_deliveries(actor *a) {
+    for (size_t i = 0; i < a->ndl; i++) obx__delivery_free(&a->dl[i]);
+    a->ndl = a->posdl = 0;
+}
+
+static void consumer_fetch(wk *k, actor *a) {
+    if (a->ndl) return;
+    obx_err e = obx__br_consume_poll(a->b, 0, a->dl, MAX_DL, &a->ndl);
+    check_err(k, a, e, "consume poll");
+    memset(a->to_ack, 0, sizeof a->to_ack);
+    a->posdl = 0;
+    if (a->ndl) logv(k, "%s: fetched %zu deliveries", a->owner, a->ndl);
+    h_add(k, a->ndl);
+}
+
+/* One delivery through the inbox (its commit); the broker ack is a later step, so a crash in
+ * between is "consumer commit then lost broker ACK". */
+static void consumer_process_one(wk *k, actor *a) {
+    if (a->posdl >= a->ndl) return;
+    int ci = a->index;
+    obx__delivery *d = &a->dl[a->posdl];
+    obx_message m = {.event_id = d->env.event_id,
+                     .envelope_gen = d->env.envelope_gen,
+                     .event_type = d->env.event_type,
+                     .tenant = d->env.tenant,
+                     .aggregate_type = d->env.aggregate_type,
+                     .aggregate_id = d->env.aggregate_id,
+                     .aggregate_version = d->env.aggregate_version,
+                     .correlation_id = d->env.correlation_id,
+                     .occurred_at = d->env.occurred_at,
+                     .payload_digest = d->env.payload_digest,
+                     .attempt_id = d->attempt_id,
+                     .dest_digest = d->dest_digest,
+                     .payload = d->payload,
+                     .payload_len = d->payload_len,
+                     .topic = d->topic,
+                     .partition = d->partition,
+                     .offset = d->offset,
+                     .redelivered = d->redelivered,
+                     .header_error = d->header_error};
+    if (k->faults_on && chance(k, k->p[F_HANDLER_FAILURE])) {
+        k->handler_fail_next = true;
+        k->r.fired[F_HANDLER_FAILURE]++;
+    }
+    effect_ctx ec = {k, ci};
+    obx_inbox_result r;
+    obx_err e =
+        obx__inbox_process_at(k->in[ci], &m, effect_handler, &ec, k->cdb[ci], k->now, 0, NULL, &r);
+    k->handler_fail_next = false;
+    check_err(k, a, e, "inbox");
+    if (e) return;
+    logv(k, "%s: %s -> %s", a->owner, m.event_id,
+         r.outcome == OBX_INBOX_APPLIED       ? "APPLIED"
+         : r.outcome == OBX_INBOX_DUPLICATE   ? "DUPLICATE"
+         : r.outcome == OBX_INBOX_QUARANTINED ? "QUARANTINED"
+         : r.outcome == OBX_INBOX_FAILED      ? "FAILED"
+                                              : "POISONED");
+    h_add(k, (uint64_t)r.outcome);
+    if (r.outcome == OBX_INBOX_QUARANTINED || r.outcome == OBX_INBOX_POISONED) {
+        k->r.internal_errors++;
+        fail(k, "%s: %s was %s: %s", a->owner, m.event_id,
+             r.outcome == OBX_INBOX_QUARANTINED ? "quarantined" : "parked as poison", r.detail);
+    }
+    if (r.ack) {
+        a->to_ack[a->posdl] = true;
+        a->posdl++;
+        return;
+    }
+    /* failed: this delivery and everything after it come again */
+    check_err(k, a, obx__br_consume_redeliver(a->b, d), "redeliver");
+    drop_deliveries(a);
+}
+
+static void consumer_ack_all(wk *k, actor *a) {
+    for (size_t i = 0; i < a->posdl; i++)
+        if (a->to_ack[i]) {
+            check_err(k, a, obx__br_consume_ack(a->b, &a->dl[i]), "ack");
+            a->to_ack[i] = false;
+        }
+    if (a->posdl >= a->ndl) drop_deliveries(a);
+}
+
+static void consumer_step(wk *k, actor *a) {
+    switch (rnd(k) % 3) {
+    case 0: consumer_fetch(k, a); break;
+    case 1: consumer_process_one(k, a); break;
+    default: consumer_ack_all(k, a);
+    }
+}
+
+/* One bounded retention step; or, as the fault "premature purge attempt", an operator's
+ * `obx purge EVENT_ID` of any event at any time: obx must refuse it unless every condition
+ * holds (the checker verifies each purge against the consumers' receipts afterwards). */
+static void purger_step(wk *k, actor *a) {
+    obx__ret_result res = {0};
+    obx_err e;
+    if (k->faults_on && chance(k, k->p[F_PREMATURE_PURGE])) {
+        int c = (int)(rnd(k) % (uint64_t)k->n_events);
+        if (!k->n_ids[c]) return;
+        e = obx__purge_event(k->os, &a->rcfg, k->now, k->event_ids[c][0], &res);
+        logv(k, "%s: purge %s -> %s", a->owner, k->event_ids[c][0],
+             e == OBX_EREFUSED ? "refused"
+             : e               ? obx_errname(e)
+                               : "purged");
+        if (e == OBX_EREFUSED) {
+            k->r.fired[F_PREMATURE_PURGE]++;
+            e = OBX_OK;
+        }
+    } else {
+        e = obx__purge_step(k->os, &a->rcfg, k->now, &a->cur, &res);
+        if (res.retained || res.purged)
+            logv(k, "%s: retained %lld, purged %lld", a->owner, (long long)res.retained,
+                 (long long)res.purged);
+        if (a->cur.phase == 2) obx__purge_cursor_init(&a->cur);
+    }
+    h_add(k, (uint64_t)(res.retained * 64 + res.purged));
+    obx__ret_result_free(&res);
+    check_err(k, a, e, "purge");
+}
+
+/* An operator moving one event of the backlog to the current route generation (after a route
+ * policy revision) with `obx migrate`: it must move only with proof that the old target did not
+ * accept the event, and is refused otherwise — in particular while the old target cannot be
+ * queried (the fault). The checker verifies every move against the broker's log. */
+static void migrator_step(wk *k, actor *a) {
+    if (!k->revised) return; /* nothing to migrate to yet */
+    int c = (int)(rnd(k) % (uint64_t)k->n_events);
+    if (!k->n_ids[c]) return;
+    obx__sim_faults *wf = obx__sim_world_faults(k->w);
+    bool was_down = wf->lookup_down;
+    bool down = k->faults_on && chance(k, k->p[F_MIGRATION_UNQUERYABLE]);
+    if (down) wf->lookup_down = true;
+    const char *ids[] = {k->event_ids[c][0]};
+    obx__migrate_req req = {.ids = ids, .n_ids = 1, .who = a->owner, .reason = "sim"};
+    json_t *out = NULL;
+    size_t refused = 0;
+    obx_err e = obx__migrate(&a->e, k->now, &req, &out, &refused);
+    wf->lookup_down = was_down;
+    if (e == OBX_EREFUSED) e = OBX_OK;
+    if (!e) {
+        k->r.migrated += refused ? 0 : 1;
+        k->r.migration_refused += (long)refused;
+        if (down) k->r.fired[F_MIGRATION_UNQUERYABLE]++;
+        logv(k, "%s: migrate %s -> %s%s%s", a->owner, ids[0], refused ? "refused: " : "moved",
+             refused ? obx_errmsg() : "", down ? " (old target unqueryable)" : "");
+    }
+    h_add(k, refused ? 7 : 9);
+    json_decref(out);
+    check_err(k, a, e, "migrate");
+}
+
+/* The on-call operator: held UNKNOWNs (an alert) older than the reaction time are resolved with
+ * `obx resolve`. An operator first reads the broker (kcat, a queue browser): a message of the
+ * event's generation there is accepted as evidence (offset and the payload digest it carries);
+ * otherwise the event is retried to its frozen destination. */
+static void operator_step(wk *k, actor *a) {
+    if (k->now < k->op_next_at) return;
+    k->op_next_at = k->now + OP_POLL_MS;
+    obx__event_filter f = {.held = true, .limit = 32};
+    obx__rows rows = {0};
+    obx_err e = obx__st_find_events(k->os, &f, &rows);
+    check_err(k, a, e, "operator: list held");
+    for (size_t i = 0; !e && i < rows.n; i++) {
+        obx__event_row *r = &rows.v[i];
+        if (!r->held_at || r->held_at + k->op_react_ms > k->now) continue;
+        const obx__sim_msg *m = obx__sim_world_find(k->w, obx__wire_id(r), r->envelope_gen);
+        const char *ids[] = {r->env.event_id};
+        obx__resolve_req q = {.ids = ids,
+                              .n_ids = 1,
+                              .partition = -1,
+                              .who = a->owner,
+                              .reason = "on-call: held UNKNOWN past the alert"};
+        if (m) {
+            q.accept = true;
+            q.topic = m->topic;
+            q.partition = m->partition;
+            q.offset = m->offset;
+            q.payload_digest = m->env.payload_digest;
+            q.attempt_id = m->attempt_id;
+        }
+        json_t *out = NULL;
+        size_t refused = 0;
+        e = obx__resolve(&a->e, k->now, &q, &out, &refused);
+        json_decref(out);
+        check_err(k, a, e, "operator: resolve");
+        if (!e && !refused) {
+            if (m)
+                k->r.op_accepts++;
+            else
+                k->r.op_retries++;
+        }
+        logv(k, "%s: resolved held %s: %s%s", a->owner, r->env.event_id,
+             m ? "accepted the broker's copy" : "same-target retry", refused ? " (refused)" : "");
+        h_add(k, m ? 31 : 37);
+    }
+    obx__rows_free(&rows);
+}
+
+void obx__sim_step(wk *k, actor *a) {
+    if (a->paused_until > k->now) return;
+    switch (a->kind) {
+    case A_PRODUCER: producer_step(k, a); break;
+    case A_DISPATCHER: dispatcher_step(k, a); break;
+    case A_RECONCILER: reconciler_step(k, a); break;
+    case A_PURGER: purger_step(k, a); break;
+    case A_MIGRATOR: migrator_step(k, a); break;
+    case A_OPERATOR: operator_step(k, a); break;
+    default: consumer_step(k, a);
+    }
+}
+
+void obx__sim_route(wk *k, const char *topic, bool unordered) {
+    obx_route r = {.event_type = "order.created.v1",
+                   .cluster = "sim",
+                   .topic = topic,
+                   .routing_key = "{tenant}.{aggregate_id}",
+                   .on_unknown = k->hold ? "hold" : "retry",
+                   .unordered = unordered,
+                   .max_attempts = 50};
+    obx_err e = obx__route_set_at(k->os, &r, k->now, NULL);
+    if (e) {
+        k->r.internal_errors++;
+        fail(k, "route set: %s", obx_errmsg());
+    }
+}
+
+/* The trace's actors: a producer, two dispatchers, a reconciler, a purger (3 traces in 4), an
+ * operator migrating the backlog (1 in 2), the on-call operator and one or two consumers. */
+void obx__sim_actors_setup(wk *k) {
+    k->nconsumers = 1 + (int)(rnd(k) % 2);
+    k->na = 0;
+    bool retention = rnd(k) % 4 != 0; /* a purger runs in 3 of 4 traces */
+    bool migration = rnd(k) % 2 == 0; /* an operator migrating the backlog in half of them */
+    k->replay_window_ms = (int64_t)(rnd(k) % 1500);
+    k->purge_batch = 1 + (size_t)(rnd(k) % 3);
+    int kinds[] = {A_PRODUCER, A_DISPATCHER, A_DISPATCHER, A_RECONCILER, A_PURGER,
+                   A_MIGRATOR, A_OPERATOR,   A_CONSUMER,   A_CONSUMER};
+    int index[] = {0, 1, 2, 0, 0, 0, 0, 0, 1};
+    for (int i = 0; i < 7 + k->nconsumers; i++) {
+        if ((kinds[i] == A_PURGER && !retention) || (kinds[i] == A_MIGRATOR && !migration))
+            continue;
+        actor *a = &k->a[k->na++];
+        /* everything but the delivery slots (~40 KB an actor, valid below ndl only): zeroing
+         * them for every actor of every trace was 5% of the simulator's instructions */
+        memset(a, 0, offsetof(actor, dl));
+        a->ndl = a->posdl = 0;
+        memset(a->to_ack, 0, sizeof a->to_ack);
+        a->kind = kinds[i];
+        a->index = index[i];
+        a->retry_cmd = -1;
+        if (actor_start(k, a)) {
+            k->r.internal_errors++;
+            fail(k, "actor start: %s", obx_errmsg());
+        }
+    }
+}
+
+/* Actor i's turn in a liveness round: it does everything it has to do (no faults). */
+void obx__sim_actor_live(wk *k, int i) {
+    actor *a = &k->a[i];
+    switch (a->kind) {
+    case A_PRODUCER:
+        while (a->next_cmd < k->n_events || a->retry_cmd >= 0) producer_step(k, a);
+        break;
+    case A_DISPATCHER: {
+        size_t n = 0;
+        poll_outcomes(k, a);
+        if (i == 1) check_err(k, a, obx__engine_sweep(&a->e, k->now, &n), "sweep");
+        if (a->held.n) {
+            check_err(k, a,
+                      obx__engine_begin_attempts(&a->e, k->now, a->held.v, a->held.n,
+                                                 OBX__ACT_DISPATCHER, &n),
+                      "begin attempts");
+            obx__rows_free(&a->held);
+        }
+        check_err(k, a, obx__engine_dispatch(&a->e, k->now, &n), "dispatch");
+        break;
+    }
+    case A_RECONCILER:
+        reconcile_all(k, a);
+        poll_outcomes(k, a);
+        break;
+    case A_PURGER: purger_step(k, a); break;
+    case A_MIGRATOR: break; /* the migrating operator is done */
+    case A_OPERATOR: operator_step(k, a); break;
+    default:
+        for (int rep = 0; rep < 4; rep++) {
+            consumer_fetch(k, a);
+            while (a->posdl < a->ndl) consumer_process_one(k, a);
+            consumer_ack_all(k, a);
+        }
+    }
+}

@@ -1,0 +1,375 @@
+/*
+ * checkers.c — the simulator's checkers: after each trace, what the outbox, the consumers'
+ * databases and the simulated broker's log hold is checked against the protocol's promises —
+ * no lost events, no second logical event IDs, no cross-destination retries, no digest
+ * divergence, no duplicate consumer effects, no sends under a stale claim, late valid ACKs
+ * converged to the publish slot or the duplicate log, UNKNOWNs traceable by attempt and
+ * resolved, purges only behind every consumer and after the replay window, migrations only
+ * away from a target that did not have the event. The checkers read what the databases hold —
+ * the outbox through the store interface (snapshot.c), the consumers' inboxes through theirs,
+ * the business tables and two envelope-generation reads in sim_sql.c — rather than trusting
+ * the engine's or the actors' view of it.
+ */
+#include "sim/sim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The row of event id in the snapshot, or -1. */
+static long snap_find(const obx__sim_snap *s, const char *id) {
+    for (size_t i = 0; i < s->ev.n; i++)
+        if (!strcmp(s->ev.v[i].env.event_id, id)) return (long)i;
+    return -1;
+}
+
+/* The attempt attempt_id in the snapshot, or NULL. */
+static const obx__attempt_row *snap_attempt(const obx__sim_snap *s, const char *attempt_id) {
+    for (size_t i = 0; i < s->ev.n; i++)
+        for (size_t j = 0; j < s->x[i].natt; j++)
+            if (!strcmp(s->x[i].att[j].attempt_id, attempt_id)) return &s->x[i].att[j];
+    return NULL;
+}
+
+/* When consumer i applied event_id (virtual ms), as its inbox holds it; -1: never. */
+static int64_t consumed_at(wk *k, int i, const char *event_id) {
+    char cid[16];
+    snprintf(cid, sizeof cid, "consumer-%d", i);
+    obx__inbox_row row;
+    obx_store *s = k->cs[i];
+    return obx__st_inbox_get(s, cid, event_id, &row) ? -1 : row.consumed_at;
+}
+
+/* Retention (docs/retention.md): each PURGED event was purged after its replay window, and at
+ * that moment every consumer (all critical) had applied it and every event published before
+ * it: nothing a consumer still needed lost its payload. The payload is gone, the envelope
+ * stays. */
+static void check_purges(wk *k, const obx__sim_snap *s) {
+    results *r = &k->r;
+    for (size_t p = 0; p < s->ev.n; p++) {
+        const obx__event_row *ev = &s->ev.v[p];
+        if (ev->state != OBX__ST_PURGED) continue;
+        int64_t pub = ev->published_at, seq = ev->seq, tp = 0; /* tp: when it was purged */
+        for (size_t j = 0; j < s->x[p].nau; j++)
+            if (s->x[p].au[j].to == OBX__ST_PURGED && s->x[p].au[j].at > tp) tp = s->x[p].au[j].at;
+        r->purged++;
+        if (pub <= 0 || pub + k->replay_window_ms > tp) {
+            r->premature_purges++;
+            fail(k, "%s was purged %lld ms after publication, inside the %lld ms replay window",
+                 ev->env.event_id, (long long)(tp - pub), (long long)k->replay_window_ms);
+            continue;
+        }
+        for (size_t b = 0; b < s->ev.n; b++) { /* every event published at or before it */
+            const obx__event_row *eb = &s->ev.v[b];
+            if (eb->published_at <= 0 || eb->published_at > pub ||
+                (eb->published_at == pub && eb->seq > seq))
+                continue;
+            for (int i = 0; i < k->nconsumers; i++) {
+                int64_t at = consumed_at(k, i, eb->env.event_id);
+                if (at < 0 || at > tp) {
+                    r->premature_purges++;
+                    fail(k, "%s was purged at t=%lld while consumer %d %s %s", ev->env.event_id,
+                         (long long)(tp - 1700000000000LL), i,
+                         at < 0 ? "never applied" : "had not yet applied", eb->env.event_id);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/* Migration (docs/migration.md): an event left a generation's destination only when that
+ * target did not have it — so the broker's log holds no message of a generation an event
+ * migrated away from (it would reach consumers from two destinations). */
+static void check_migrations(wk *k, const obx__sim_snap *s) {
+    size_t nlog;
+    const obx__sim_msg *log = obx__sim_world_log(k->w, &nlog);
+    size_t stride = obx__sim_world_log_stride();
+    for (size_t e = 0; e < s->ev.n; e++)
+        for (size_t j = 0; j < s->x[e].nrc; j++) {
+            const obx__receipt_row *rc = &s->x[e].rc[j];
+            if (rc->kind != OBX__RK_MIGRATION) continue;
+            int64_t old = rc->envelope_gen - 1; /* the generation it left */
+            for (size_t i = 0; i < nlog; i++) {
+                const obx__sim_msg *m =
+                    (const obx__sim_msg *)(const void *)((const char *)log + i * stride);
+                if (!strcmp(m->env.event_id, rc->event_id) && m->env.envelope_gen == old) {
+                    k->r.migrated_with_old_copy++;
+                    fail(k,
+                         "%s migrated away from generation %lld while its old target held it "
+                         "(%s/%d, attempt %s)",
+                         rc->event_id, (long long)old, m->topic, (int)m->partition, m->attempt_id);
+                    break;
+                }
+            }
+        }
+}
+
+/* Lost: committed but not published, a business row without its event, or an event a consumer
+ * never applied. */
+static void check_lost(wk *k, const obx__sim_snap *s, const obx__sim_orders *o) {
+    results *r = &k->r;
+    long v = 0;
+    for (size_t i = 0; i < s->ev.n; i++) v += !obx__sim_published(s->ev.v[i].state);
+    if (v > 0) {
+        r->lost_events += v;
+        fail(k, "%ld committed events were never published", v);
+    }
+    v = 0;
+    for (size_t i = 0; i < o->n; i++) v += snap_find(s, o->event_id[i]) < 0;
+    if (v > 0) {
+        r->lost_events += v;
+        fail(k, "%ld business orders committed without their event", v);
+    }
+    for (int i = 0; i < k->nconsumers; i++)
+        if ((v = (long)s->ev.n - obx__simq_effects_distinct(k, i)) > 0) {
+            r->lost_events += v;
+            fail(k, "consumer %d never applied %ld events", i, v);
+        }
+}
+
+/* Primary receipts doubled for one envelope generation. */
+static long multi_primary(const obx__sim_snap *s) {
+    long v = 0;
+    for (size_t e = 0; e < s->ev.n; e++)
+        for (size_t j = 0; j < s->x[e].nrc; j++) {
+            const obx__receipt_row *a = &s->x[e].rc[j];
+            if (a->kind != OBX__RK_PRIMARY) continue;
+            size_t before = 0, after = 0; /* this generation's primaries before and after j */
+            for (size_t i = 0; i < s->x[e].nrc; i++) {
+                const obx__receipt_row *b = &s->x[e].rc[i];
+                if (b->kind == OBX__RK_PRIMARY && b->envelope_gen == a->envelope_gen)
+                    i<j ? before++ : i> j ? after++ : 0;
+            }
+            v += before == 0 && after > 0; /* counted once, at its first primary */
+        }
+    return v;
+}
+
+/* Second logical event IDs (events no business row points at, or a command answered with two
+ * different IDs), primary receipts that diverge from their frozen envelope, duplicate effects. */
+static void check_ids_and_effects(wk *k, const obx__sim_snap *s, const obx__sim_orders *o) {
+    results *r = &k->r;
+    long v = 0;
+    for (size_t i = 0; i < s->ev.n; i++) {
+        bool referenced = false;
+        for (size_t j = 0; j < o->n && !referenced; j++)
+            referenced = !strcmp(o->event_id[j], s->ev.v[i].env.event_id);
+        v += !referenced;
+    }
+    if (v > 0) {
+        r->second_event_ids += v;
+        fail(k, "%ld events belong to no business command (second event IDs)", v);
+    }
+    for (int c = 0; c < k->n_events; c++)
+        if (k->n_ids[c] > 1) {
+            r->second_event_ids++;
+            fail(k, "command %s was answered with two event IDs", k->orders[c]);
+        }
+    if ((v = obx__simq_divergent(k)) > 0 || (v = multi_primary(s)) > 0) {
+        r->digest_divergence += v;
+        fail(k, "%ld primary receipts diverge from their frozen envelope or are doubled", v);
+    }
+    for (int i = 0; i < k->nconsumers; i++)
+        if ((v = obx__simq_effects_doubled(k, i)) > 0) {
+            r->consumer_duplicate_effects += v;
+            fail(k, "consumer %d applied %ld events twice", i, v);
+        }
+}
+
+/* Stale claims: every attempt was sent under a claim its owner held — the audit shows the owner
+ * taking that claim generation. */
+static void check_stale(wk *k, const obx__sim_snap *s) {
+    long v = 0;
+    for (size_t e = 0; e < s->ev.n; e++)
+        for (size_t j = 0; j < s->x[e].natt; j++) {
+            const obx__attempt_row *t = &s->x[e].att[j];
+            bool held = false;
+            for (size_t i = 0; i < s->x[e].nau && !held; i++) {
+                const obx__audit_row *a = &s->x[e].au[i];
+                held = a->claim_gen == t->claim_gen && !strcmp(a->who, t->owner) &&
+                       (a->to == OBX__ST_CLAIMED || a->to == OBX__ST_RECONCILING ||
+                        a->to == OBX__ST_RETRY_CLAIMED);
+            }
+            v += !held;
+        }
+    if (v > 0) {
+        k->r.stale_claim_sends += v;
+        fail(k, "%ld attempts were sent under a claim their owner did not hold", v);
+    }
+}
+
+/* Cross-destination: every message on the broker went to its event's frozen destination (of
+ * that envelope generation) and the attempt's pinned partition. */
+static void check_destinations(wk *k, const obx__sim_snap *s) {
+    size_t nlog;
+    const obx__sim_msg *log = obx__sim_world_log(k->w, &nlog);
+    size_t stride = obx__sim_world_log_stride();
+    for (size_t i = 0; i < nlog; i++) {
+        const obx__sim_msg *m =
+            (const obx__sim_msg *)(const void *)((const char *)log + i * stride);
+        bool ok = obx__simq_frozen_dest_is(k, m->env.event_id, m->env.envelope_gen, m->topic,
+                                           m->dest_digest);
+        const obx__attempt_row *t = snap_attempt(s, m->attempt_id);
+        ok = ok && t && t->partition == m->partition;
+        if (!ok) {
+            k->r.cross_destination_retries++;
+            fail(k, "%s (attempt %s) reached %s/%d, not its frozen destination", m->env.event_id,
+                 m->attempt_id, m->topic, (int)m->partition);
+        }
+    }
+}
+
+/* Every valid late ACK that reached a committed acceptance is the primary receipt or a
+ * duplicate transport receipt. */
+static void check_late_acks(wk *k, const obx__sim_snap *s) {
+    results *r = &k->r;
+    size_t nacks;
+    const obx__sim_ack *acks = obx__sim_world_acks(k->w, &nacks);
+    for (size_t i = 0; i < nacks; i++) {
+        if (!acks[i].late || !acks[i].valid || !acks[i].attempt_id[0]) continue;
+        r->late_ack_total++;
+        k->r.fired[F_CLAIM_EXPIRY_LATE_ACK]++;
+        bool conv = false;
+        for (size_t e = 0; e < s->ev.n && !conv; e++)
+            for (size_t j = 0; j < s->x[e].nrc && !conv; j++) {
+                const obx__receipt_row *rc = &s->x[e].rc[j];
+                conv = !strcmp(rc->attempt_id, acks[i].attempt_id) &&
+                       (rc->kind == OBX__RK_PRIMARY || rc->kind == OBX__RK_DUPLICATE);
+            }
+        if (conv)
+            r->late_ack_converged++;
+        else
+            fail(k, "the late ACK of attempt %s left no receipt", acks[i].attempt_id);
+    }
+}
+
+static bool starts(const char *s, const char *prefix) {
+    return !strncmp(s, prefix, strlen(prefix));
+}
+
+/* The audit of one event: UNKNOWN transitions that name no UNKNOWN attempt of it, the races
+ * seen (a retry claim overtaken by a late ACK, a stale claim refused), whether it was ever held
+ * for an operator. */
+static void audit_counts(const obx__sim_snap *s, size_t e, long *untraceable, long *racing,
+                         long *held) {
+    bool was_held = false;
+    for (size_t i = 0; i < s->x[e].nau; i++) {
+        const obx__audit_row *a = &s->x[e].au[i];
+        bool reconciler = !strcmp(obx__actor_name(a->actor), "reconciler");
+        if (a->to == OBX__ST_DISPATCH_UNKNOWN) {
+            bool traced = false;
+            for (size_t j = 0; j < s->x[e].natt && !traced; j++)
+                traced = !strcmp(s->x[e].att[j].attempt_id, a->attempt_id) &&
+                         s->x[e].att[j].unknown_at > 0;
+            *untraceable += !traced;
+        }
+        *racing += (a->from == OBX__ST_RETRY_CLAIMED && a->to == OBX__ST_PUBLISHED) ||
+                   (reconciler && starts(a->reason, "stale claim refused"));
+        was_held =
+            was_held || (reconciler &&
+                         (starts(a->reason, "held for an operator") ||
+                          starts(a->reason, "cannot tell past the quiet time; the route's UNKNOWN "
+                                            "policy is hold")));
+    }
+    *held += was_held;
+}
+
+/* UNKNOWNs: each traceable by attempt, each resolved; the two races as they happened (injected
+ * or not); held and quarantined counts. Returns the number of UNKNOWN episodes still open. */
+static long check_unknowns(wk *k, const obx__sim_snap *s) {
+    results *r = &k->r;
+    long total = 0, untraceable = 0, racing = 0, both = 0, unresolved = 0, held = 0, quar = 0;
+    for (size_t e = 0; e < s->ev.n; e++) {
+        const obx__event_row *ev = &s->ev.v[e];
+        for (size_t j = 0; j < s->x[e].natt; j++) total += s->x[e].att[j].unknown_at > 0;
+        for (size_t j = 0; j < s->x[e].nrc; j++) {
+            const obx__receipt_row *rc = &s->x[e].rc[j];
+            both += rc->kind == OBX__RK_DUPLICATE && strcmp(rc->attempt_id, ev->primary_attempt_id);
+            quar += rc->kind == OBX__RK_QUARANTINED;
+        }
+        audit_counts(s, e, &untraceable, &racing, &held);
+        /* every UNKNOWN ends: an episode still open here counts as never resolved */
+        unresolved += ev->unknown_since > 0 && !obx__sim_published(ev->state);
+    }
+    r->unknown_total += total;
+    if (untraceable > 0) {
+        r->unknown_untraceable += untraceable;
+        fail(k, "%ld UNKNOWN transitions name no UNKNOWN attempt", untraceable);
+    }
+    r->racing_observed += racing;
+    r->both_acked_observed += both;
+    if (unresolved > 0) {
+        r->unknown_unresolved += unresolved;
+        fail(k, "%ld UNKNOWN outcomes were never resolved", unresolved);
+    }
+    r->held += held;
+    r->quarantined += quar;
+    return unresolved;
+}
+
+/* UNKNOWN resolution times (virtual) into the worker's list; unresolved episodes take part in
+ * the percentile as never resolved. */
+static void collect_resolutions(wk *k, long unresolved) {
+    int64_t *ms = NULL;
+    size_t n = 0;
+    if (obx__st_unknown_resolutions(k->os, &ms, &n)) return;
+    int64_t *grown = unresolved > 0 ? realloc(ms, (n + (size_t)unresolved) * sizeof *ms) : ms;
+    if (grown) {
+        ms = grown;
+        for (long i = 0; i < unresolved; i++) ms[n++] = UNRESOLVED_MS;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (k->nres == k->capres) {
+            size_t c = k->capres ? k->capres * 2 : 4096;
+            int64_t *p = realloc(k->res_ms, c * sizeof *p);
+            if (!p) break;
+            k->res_ms = p;
+            k->capres = c;
+        }
+        k->res_ms[k->nres++] = ms[i];
+    }
+    free(ms);
+}
+
+void obx__sim_check_trace(wk *k) {
+    results *r = &k->r;
+    obx__sim_snap s;
+    obx__sim_orders o;
+    obx_err e = obx__sim_snap_load(k, true, &s);
+    if (e || !obx__simq_orders(k, &o)) {
+        r->internal_errors++;
+        fail(k, "sim: cannot read the outbox: %s", e ? obx_errmsg() : "the business orders");
+        if (!e) obx__sim_snap_free(&s);
+        return;
+    }
+    check_lost(k, &s, &o);
+    check_ids_and_effects(k, &s, &o);
+    check_purges(k, &s);
+    check_migrations(k, &s);
+    check_stale(k, &s);
+    check_destinations(k, &s);
+    check_late_acks(k, &s);
+    long unresolved = check_unknowns(k, &s);
+    obx__sim_faults_collect(k);
+    collect_resolutions(k, unresolved);
+    size_t nlog;
+    obx__sim_world_log(k->w, &nlog);
+    h_add(k, (uint64_t)s.ev.n);
+    h_add(k, (uint64_t)nlog);
+    obx__sim_snap_free(&s);
+    if (k->failure[0]) {
+        if (r->nfailing < 16) r->failing[r->nfailing++] = k->idx;
+        obx__strlcpy(r->first_failure, k->failure, sizeof r->first_failure);
+    }
+}
+
+/* Quiescent: every command committed, every event of the snapshot s published and applied by
+ * every consumer. */
+bool obx__sim_quiescent(wk *k, const obx__sim_snap *s) {
+    if (k->a[0].next_cmd < k->n_events || k->a[0].retry_cmd >= 0) return false;
+    bool done = true;
+    for (size_t i = 0; i < s->ev.n && done; i++) done = obx__sim_published(s->ev.v[i].state);
+    for (int i = 0; i < k->nconsumers && done; i++)
+        done = obx__simq_effects_distinct(k, i) >= (long)s->ev.n;
+    return done;
+}

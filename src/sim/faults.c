@@ -1,0 +1,118 @@
+/*
+ * faults.c — the fault classes of the simulator (the fault model of docs/model.md): their
+ * names (`obx sim --faults`), which are on in a trace and with what probability, their
+ * injection — in the simulated cluster and network (lost, late, timed-out, duplicated and
+ * mangled ACKs, lost requests, rejections, an unqueryable target, duplicated and reordered
+ * deliveries, lost consumer commits: set here, fired by src/broker/sim), between two steps
+ * (crashes, pauses past a lease, a route policy revision) and inside the actors' steps (kills
+ * around a commit, acceptance rollback, handler failures, premature purges, the two races;
+ * actors.c draws those with k->p[]) — and the count of each that fired.
+ */
+#include "sim/sim.h"
+
+#include <string.h>
+
+static const char *const fault_names[F_COUNT] = {
+#define F(n, s) s,
+    FAULT_LIST(F)
+#undef F
+};
+
+size_t obx_sim_fault_count(void) { return F_COUNT; }
+
+const char *obx_sim_fault_name(size_t i) { return i < F_COUNT ? fault_names[i] : NULL; }
+
+obx_err obx_sim_fault_index(const char *name, int *out) {
+    for (int i = 0; i < F_COUNT; i++)
+        if (name && !strcmp(name, fault_names[i])) {
+            *out = i;
+            return OBX_OK;
+        }
+    return obx__fail(OBX_EINVAL, "fault: unknown class '%s'", name ? name : "(null)");
+}
+
+void obx__sim_faults_draw(wk *k) {
+    const obx_sim_options *o = k->o;
+    for (int f = 0; f < F_COUNT; f++) {
+        bool on = o->faults_mask ? (o->faults_mask >> f & 1) : true;
+        k->p[f] = on && rnd(k) % 4 ? 1.0 : 0.0; /* each class on in ~3/4 of the traces */
+    }
+    int64_t lease = k->base.lease_ms;
+    obx__sim_faults sf = {.drop_ack = k->p[F_TIMED_OUT_ACK] * 0.15,
+                          .lose_ack = k->p[F_LOST_ACK] * 0.10,
+                          .delay_ack = (k->p[F_DELAYED_ACK] + k->p[F_CLAIM_EXPIRY_LATE_ACK]) * 0.12,
+                          .dup_append = k->p[F_DUPLICATE_APPEND] * 0.10,
+                          .blackhole = k->p[F_LOST_REQUEST] * 0.08,
+                          .reject = k->p[F_REJECTION] * 0.05,
+                          .corrupt = k->p[F_MANGLED_RECEIPT] * 0.05,
+                          .dup_deliver = k->p[F_DUPLICATED_DELIVERY] * 0.20,
+                          .lose_commit = k->p[F_CONSUMER_COMMIT_LOST_ACK] * 0.15,
+                          /* a delayed ACK arrives after the sender's lease: a late ACK */
+                          .delay_ack_ms = lease + 5000,
+                          .ack_timeout_ms = k->ad->ack_timeout_ms,
+                          .max_net_delay_ms = 150,
+                          .quiet_ms = k->ad->quiet_ms};
+    obx__sim_world_reset(k->w, rnd(k), &sf, 1 + (int32_t)(rnd(k) % 4), k->ad->lookup, "sim");
+    for (int f = 0; f < F_COUNT; f++) k->p[f] *= 0.03; /* per-step injection probabilities */
+    k->p[F_KILL_BEFORE_COMMIT] *= 3;
+    k->p[F_KILL_AFTER_COMMIT] *= 3;
+    k->p[F_ACCEPTANCE_ROLLBACK] *= 2;
+    k->p[F_HANDLER_FAILURE] *= 3;
+    /* the two races are injected where their window opens (a retry claimed, a retry sent):
+     * often, since the window is rare */
+    k->p[F_UNKNOWN_RACING_RETRY] = k->p[F_UNKNOWN_RACING_RETRY] > 0 ? 0.5 : 0;
+    k->p[F_BOTH_ATTEMPTS_ACKED] = k->p[F_BOTH_ATTEMPTS_ACKED] > 0 ? 0.5 : 0;
+}
+
+void obx__sim_faults_between(wk *k, bool unordered) {
+    int64_t lease = k->base.lease_ms;
+    if (chance(k, k->p[F_ACTOR_CRASH])) {
+        actor *v = &k->a[1 + rnd(k) % (uint64_t)(k->na - 1)];
+        logv(k, "%s crashes", v->owner);
+        obx__sim_actor_crash(k, v);
+        k->r.fired[F_ACTOR_CRASH]++;
+    }
+    if (chance(k, k->p[F_PAUSE_PAST_LEASE] + k->p[F_CLAIM_EXPIRY_LATE_ACK])) {
+        actor *v = &k->a[1 + rnd(k) % (uint64_t)(k->na - 1)];
+        v->paused_until = k->now + lease + 200 + (int64_t)(rnd(k) % (uint64_t)(lease * 3 / 2));
+        logv(k, "%s pauses until t=%lld", v->owner, (long long)(v->paused_until - 1700000000000LL));
+        k->r.fired[F_PAUSE_PAST_LEASE]++;
+    }
+    if (!k->revised && chance(k, k->p[F_ROUTE_REVISION])) {
+        /* only later events may use it (the same UNKNOWN policy) */
+        obx__sim_route(k, "orders-v2", unordered);
+        k->revised = true;
+        k->r.fired[F_ROUTE_REVISION]++;
+        logv(k, "route policy revised: later events go to orders-v2");
+    }
+    obx__sim_faults *wf = obx__sim_world_faults(k->w);
+    bool down = chance(k, k->p[F_TARGET_UNQUERYABLE] * 3);
+    if (down != wf->lookup_down) {
+        wf->lookup_down = down;
+        if (down) k->r.fired[F_TARGET_UNQUERYABLE]++;
+    }
+}
+
+void obx__sim_faults_stop(wk *k) {
+    int64_t lease = k->base.lease_ms;
+    obx__sim_faults none = {.delay_ack_ms = lease + 5000,
+                            .ack_timeout_ms = k->ad->ack_timeout_ms,
+                            .max_net_delay_ms = 150,
+                            .quiet_ms = k->ad->quiet_ms};
+    *obx__sim_world_faults(k->w) = none;
+    for (int i = 0; i < k->na; i++) k->a[i].paused_until = 0;
+}
+
+void obx__sim_faults_collect(wk *k) {
+    const obx__sim_fired *wf = obx__sim_world_fired(k->w);
+    k->r.fired[F_LOST_ACK] += wf->lose_ack;
+    k->r.fired[F_TIMED_OUT_ACK] += wf->drop_ack;
+    k->r.fired[F_DELAYED_ACK] += wf->delay_ack;
+    k->r.fired[F_DUPLICATE_APPEND] += wf->dup_append;
+    k->r.fired[F_LOST_REQUEST] += wf->blackhole;
+    k->r.fired[F_REJECTION] += wf->reject;
+    k->r.fired[F_MANGLED_RECEIPT] += wf->corrupt;
+    k->r.fired[F_DUPLICATED_DELIVERY] += wf->dup_deliver;
+    k->r.fired[F_REORDERED_DELIVERY] += wf->reorder;
+    k->r.fired[F_CONSUMER_COMMIT_LOST_ACK] += wf->lose_commit;
+}
