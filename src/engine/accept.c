@@ -128,8 +128,9 @@ static const char *invalid(accept_ctx *c, const obx__outcome *o, const obx__even
     return NULL;
 }
 
-static obx_err accept_tx(obx__engine *e, void *arg) {
-    accept_ctx *c = arg;
+/* Rule 1, for this run of accept_tx: loads the attempts the receipts name and their slots'
+ * events (locked), with their indexes; drops what an earlier run of the transaction loaded. */
+static obx_err accept_load(obx__engine *e, accept_ctx *c) {
     obx_err err;
     const char **ids = calloc(c->n, sizeof *ids), **aids = calloc(c->n, sizeof *aids);
     if (!ids || !aids) {
@@ -151,26 +152,116 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
     if (!err) err = obx__id_index_events(&c->ev_ix, &c->ev);
     free(ids);
     free(aids);
-    if (err) return err;
+    return err;
+}
 
-    obx__rows orig = {0}; /* as locked: the compare-and-set expectations */
+/* The scratch of one run of accept_tx: the events as locked (orig, the compare-and-set
+ * expectations, payloads not owned), which events and attempts changed, and the batch. */
+typedef struct accept_run {
+    obx__rows orig;
+    bool *dirty_ev, *dirty_att;
+    obx__batch b;
+} accept_run;
+
+/* Rule 6: receipt i (o) is invalid for the reason bad: a QUARANTINED receipt (under slot ev when
+ * it names one, else under the event it names), an alarm, and an audit row on ev; nothing else
+ * changes. */
+static void quarantine(obx__engine *e, accept_ctx *c, accept_run *w, size_t i,
+                       const obx__outcome *o, const obx__event_row *ev, const char *bad) {
+    obx__receipt_row *r = &w->b.rc[w->b.n_rc++];
+    receipt_from(r, o, OBX__RK_QUARANTINED, c->now, c->source);
+    if (ev) obx__strlcpy(r->event_id, ev->env.event_id, sizeof r->event_id);
+    obx__strlcpy(r->reason, bad, sizeof r->reason);
+    c->kinds[i] = OBX__RK_QUARANTINED;
+    obx__strlcpy(c->alarm[i], bad, sizeof c->alarm[i]);
+    if (ev)
+        obx__audit(&w->b.au[w->b.n_au++], c->now, OBX__ACT_ACCEPTOR, e->cfg.owner, ev, ev->state,
+                   ev->state, "receipt of attempt %.40s quarantined: %s", o->attempt_id, bad);
+}
+
+/* Rule 5, empty slot: valid receipt i (o) of attempt a fills slot ev: event PUBLISHED, attempt
+ * ACCEPTED, a PRIMARY receipt and the audit row (in memory, into w). Fails only when the
+ * transition table does not allow the move (nothing changed then). */
+static obx_err fill_slot(obx__engine *e, accept_ctx *c, accept_run *w, size_t i,
+                         const obx__outcome *o, obx__attempt_row *a, obx__event_row *ev) {
+    size_t ei = (size_t)(ev - c->ev.v), ai = (size_t)(a - c->att);
+    obx__state from = ev->state;
+    if (!obx__transition_allowed(from, OBX__ST_PUBLISHED, OBX__ACT_ACCEPTOR))
+        return obx__fail(OBX_EINTERNAL, "accept: %s -> PUBLISHED is not in the table",
+                         obx__state_name(from));
+    if (ev->unknown_since) c->resolved_ms[i] = c->now - ev->unknown_since;
+    ev->state = OBX__ST_PUBLISHED;
+    obx__strlcpy(ev->primary_attempt_id, a->attempt_id, sizeof ev->primary_attempt_id);
+    ev->published_at = c->now;
+    ev->held_at = 0;
+    ev->owner[0] = '\0';
+    ev->lease_until = 0;
+    ev->updated_at = c->now;
+    w->dirty_ev[ei] = true;
+    a->state = OBX__AT_ACCEPTED;
+    a->ended_at = c->now;
+    w->dirty_att[ai] = true;
+    obx__receipt_row *r = &w->b.rc[w->b.n_rc++];
+    receipt_from(r, o, OBX__RK_PRIMARY, c->now, c->source);
+    obx__strlcpy(r->event_id, ev->env.event_id, sizeof r->event_id);
+    snprintf(r->reason, sizeof r->reason, "accepted in %s", obx__state_name(from));
+    c->kinds[i] = OBX__RK_PRIMARY;
+    obx__audit(&w->b.au[w->b.n_au++], c->now, OBX__ACT_ACCEPTOR, e->cfg.owner, ev, from,
+               OBX__ST_PUBLISHED, "%s of attempt %s (%s/%d@%lld) filled the slot%s%s%s",
+               c->source == OBX__RS_BROKER     ? "receipt"
+               : c->source == OBX__RS_LOOKUP   ? "lookup receipt"
+               : c->source == OBX__RS_CONSUMER ? "consumer evidence"
+                                               : "operator evidence",
+               a->attempt_id, o->topic, (int)o->partition, (long long)o->offset,
+               c->source != OBX__RS_BROKER ||
+                       (from == OBX__ST_SENDING && !strcmp(ev->attempt_id, a->attempt_id))
+                   ? ""
+                   : " (late ACK)",
+               c->note ? ": " : "", c->note ? c->note : "");
+    return OBX_OK;
+}
+
+/* Rule 5, full slot: valid receipt i (o) of attempt a becomes a DUPLICATE transport receipt of
+ * slot ev; a SENDING or UNKNOWN attempt ends DUPLICATE; the event does not change. */
+static void duplicate(accept_ctx *c, accept_run *w, size_t i, const obx__outcome *o,
+                      obx__attempt_row *a, const obx__event_row *ev) {
+    size_t ai = (size_t)(a - c->att);
+    c->kinds[i] = OBX__RK_DUPLICATE;
+    if (OBX__MUTANT(DROP_DUPLICATE_RECEIPT)) return;
+    if (a->state == OBX__AT_SENDING || a->state == OBX__AT_UNKNOWN) {
+        a->state = OBX__AT_DUPLICATE;
+        a->ended_at = c->now;
+        w->dirty_att[ai] = true;
+    }
+    obx__receipt_row *r = &w->b.rc[w->b.n_rc++];
+    receipt_from(r, o, OBX__RK_DUPLICATE, c->now, c->source);
+    obx__strlcpy(r->event_id, ev->env.event_id, sizeof r->event_id);
+    snprintf(r->reason, sizeof r->reason, "slot already filled by attempt %s",
+             ev->primary_attempt_id);
+}
+
+static obx_err accept_tx(obx__engine *e, void *arg) {
+    accept_ctx *c = arg;
+    obx_err err = accept_load(e, c);
+    if (err) return err;
+    accept_run w = {.orig = {0}}; /* orig: as locked, the compare-and-set expectations */
     for (size_t i = 0; i < c->ev.n; i++) {
-        obx__event_row *r = obx__rows_push(&orig);
+        obx__event_row *r = obx__rows_push(&w.orig);
         if (!r) {
-            obx__rows_free(&orig);
+            obx__rows_free(&w.orig);
             return obx__fail(OBX_ENOMEM, "accept: out of memory");
         }
         *r = c->ev.v[i];
         r->payload = NULL;
     }
-    bool *dirty_ev = calloc(c->ev.n + 1, 1), *dirty_att = calloc(c->n_att + 1, 1);
-    obx__batch b;
-    err = (!dirty_ev || !dirty_att) ? obx__fail(OBX_ENOMEM, "accept: out of memory")
-                                    : obx__batch_reserve(&b, c->ev.n, c->n_att, c->n, c->n);
+    w.dirty_ev = calloc(c->ev.n + 1, 1);
+    w.dirty_att = calloc(c->n_att + 1, 1);
+    err = (!w.dirty_ev || !w.dirty_att) ? obx__fail(OBX_ENOMEM, "accept: out of memory")
+                                        : obx__batch_reserve(&w.b, c->ev.n, c->n_att, c->n, c->n);
     if (err) {
-        free(dirty_ev);
-        free(dirty_att);
-        obx__rows_free(&orig);
+        free(w.dirty_ev);
+        free(w.dirty_att);
+        obx__rows_free(&w.orig);
         return err;
     }
     int64_t quarantined = 0;
@@ -186,82 +277,23 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
          * ordinary event); one that names no slot of its event stays under the event it names */
         if (ev && strcmp(obx__wire_id(ev), o->event_id)) ev = NULL;
         if (bad) { /* rule 6 */
-            obx__receipt_row *r = &b.rc[b.n_rc++];
-            receipt_from(r, o, OBX__RK_QUARANTINED, c->now, c->source);
-            if (ev) obx__strlcpy(r->event_id, ev->env.event_id, sizeof r->event_id);
-            obx__strlcpy(r->reason, bad, sizeof r->reason);
-            c->kinds[i] = OBX__RK_QUARANTINED;
-            obx__strlcpy(c->alarm[i], bad, sizeof c->alarm[i]);
+            quarantine(e, c, &w, i, o, ev, bad);
             quarantined++;
-            if (ev)
-                obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_ACCEPTOR, e->cfg.owner, ev, ev->state,
-                           ev->state, "receipt of attempt %.40s quarantined: %s", o->attempt_id,
-                           bad);
-            continue;
-        }
-        size_t ei = (size_t)(ev - c->ev.v), ai = (size_t)(a - c->att);
-        bool slot_empty = !ev->primary_attempt_id[0] && !obx__state_is_published(ev->state);
-        if (slot_empty) { /* rule 5: fill the slot */
-            obx__state from = ev->state;
-            if (!obx__transition_allowed(from, OBX__ST_PUBLISHED, OBX__ACT_ACCEPTOR)) {
-                err = obx__fail(OBX_EINTERNAL, "accept: %s -> PUBLISHED is not in the table",
-                                obx__state_name(from));
-                break;
-            }
-            if (ev->unknown_since) c->resolved_ms[i] = c->now - ev->unknown_since;
-            ev->state = OBX__ST_PUBLISHED;
-            obx__strlcpy(ev->primary_attempt_id, a->attempt_id, sizeof ev->primary_attempt_id);
-            ev->published_at = c->now;
-            ev->held_at = 0;
-            ev->owner[0] = '\0';
-            ev->lease_until = 0;
-            ev->updated_at = c->now;
-            dirty_ev[ei] = true;
-            a->state = OBX__AT_ACCEPTED;
-            a->ended_at = c->now;
-            dirty_att[ai] = true;
-            obx__receipt_row *r = &b.rc[b.n_rc++];
-            receipt_from(r, o, OBX__RK_PRIMARY, c->now, c->source);
-            obx__strlcpy(r->event_id, ev->env.event_id, sizeof r->event_id);
-            snprintf(r->reason, sizeof r->reason, "accepted in %s", obx__state_name(from));
-            c->kinds[i] = OBX__RK_PRIMARY;
-            obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_ACCEPTOR, e->cfg.owner, ev, from,
-                       OBX__ST_PUBLISHED, "%s of attempt %s (%s/%d@%lld) filled the slot%s%s%s",
-                       c->source == OBX__RS_BROKER     ? "receipt"
-                       : c->source == OBX__RS_LOOKUP   ? "lookup receipt"
-                       : c->source == OBX__RS_CONSUMER ? "consumer evidence"
-                                                       : "operator evidence",
-                       a->attempt_id, o->topic, (int)o->partition, (long long)o->offset,
-                       c->source != OBX__RS_BROKER ||
-                               (from == OBX__ST_SENDING && !strcmp(ev->attempt_id, a->attempt_id))
-                           ? ""
-                           : " (late ACK)",
-                       c->note ? ": " : "", c->note ? c->note : "");
-        } else { /* rule 5: slot full */
-            c->kinds[i] = OBX__RK_DUPLICATE;
-            if (OBX__MUTANT(DROP_DUPLICATE_RECEIPT)) continue;
-            if (a->state == OBX__AT_SENDING || a->state == OBX__AT_UNKNOWN) {
-                a->state = OBX__AT_DUPLICATE;
-                a->ended_at = c->now;
-                dirty_att[ai] = true;
-            }
-            obx__receipt_row *r = &b.rc[b.n_rc++];
-            receipt_from(r, o, OBX__RK_DUPLICATE, c->now, c->source);
-            obx__strlcpy(r->event_id, ev->env.event_id, sizeof r->event_id);
-            snprintf(r->reason, sizeof r->reason, "slot already filled by attempt %s",
-                     ev->primary_attempt_id);
-        }
+        } else if (!ev->primary_attempt_id[0] && !obx__state_is_published(ev->state)) {
+            if ((err = fill_slot(e, c, &w, i, o, a, ev))) break; /* rule 5: fill the slot */
+        } else
+            duplicate(c, &w, i, o, a, ev); /* rule 5: slot full */
     }
     for (size_t i = 0; !err && i < c->ev.n; i++)
-        if (dirty_ev[i]) obx__batch_update(&b, &orig.v[i], &c->ev.v[i]);
+        if (w.dirty_ev[i]) obx__batch_update(&w.b, &w.orig.v[i], &c->ev.v[i]);
     for (size_t i = 0; i < c->n_att; i++)
-        if (dirty_att[i]) b.att[b.n_att++] = c->att[i];
-    if (!err) err = obx__batch_write(e->s, &b);
+        if (w.dirty_att[i]) w.b.att[w.b.n_att++] = c->att[i];
+    if (!err) err = obx__batch_write(e->s, &w.b);
     if (!err && quarantined) err = obx__st_counter_add(e->s, "receipts_quarantined", quarantined);
-    obx__batch_free(&b);
-    free(dirty_ev);
-    free(dirty_att);
-    obx__rows_free(&orig);
+    obx__batch_free(&w.b);
+    free(w.dirty_ev);
+    free(w.dirty_att);
+    obx__rows_free(&w.orig);
     return err;
 }
 

@@ -544,8 +544,10 @@ static void add_note(outcome_ctx *c, obx__note_kind k, size_t i, const obx__even
     obx__strlcpy(n->correlation_id, ev->env.correlation_id, sizeof n->correlation_id);
 }
 
-static obx_err outcomes_tx(obx__engine *e, void *arg) {
-    outcome_ctx *c = arg;
+/* Loads, for this run of outcomes_tx, the attempts the outcomes name and their events (locked,
+ * each outcome's slot found by its attempt), with their indexes; drops what an earlier run of the
+ * transaction loaded. */
+static obx_err outcomes_load(obx__engine *e, outcome_ctx *c) {
     obx_err err;
     const char **ids = calloc(c->n, sizeof *ids), **aids = calloc(c->n, sizeof *aids);
     if (!ids || !aids) {
@@ -572,26 +574,141 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
     if (!err) err = obx__id_index_events(&c->ev_ix, &c->ev);
     free(ids);
     free(aids);
+    return err;
+}
+
+/* The scratch of one run of outcomes_tx: the events as loaded (orig, payloads not owned), which
+ * events and attempts changed, and the batch that writes them. */
+typedef struct outcome_run {
+    obx__rows orig;
+    bool *dirty_ev, *dirty_att;
+    obx__batch b;
+} outcome_run;
+
+/* Applies outcome i, a REJECT or NOT_SENT, to its attempt a and event ev (in memory, with notes
+ * and audit rows in w->b): the attempt is REJECTED; the event, if a is its current attempt, goes
+ * back to PENDING with a backoff, or is PARKED. */
+static void outcome_reject(obx__engine *e, outcome_ctx *c, outcome_run *w, size_t i,
+                           obx__attempt_row *a, obx__event_row *ev) {
+    const obx__outcome *o = &c->o[i];
+    size_t ei = (size_t)(ev - c->ev.v), ai = (size_t)(a - c->att);
+    bool current = ev->state == OBX__ST_SENDING && !strcmp(ev->attempt_id, a->attempt_id);
+    obx__state from = ev->state;
+    if (a->state != OBX__AT_SENDING && a->state != OBX__AT_UNKNOWN) return;
+    a->state = OBX__AT_REJECTED;
+    a->ended_at = c->now;
+    snprintf(a->detail, sizeof a->detail, "%s: %s", obx__outcome_kind_name(o->kind), o->reason);
+    w->dirty_att[ai] = true;
+    if (o->kind == OBX__OUT_REJECT)
+        e->st.rejected++;
+    else
+        e->st.not_sent++;
+    if (current) {
+        bool counts = o->kind == OBX__OUT_REJECT;
+        if (counts) ev->rejections++;
+        bool park = counts && (ev->rejections >= ev->max_attempts || o->park);
+        ev->state = park ? OBX__ST_PARKED : OBX__ST_PENDING;
+        ev->owner[0] = '\0';
+        ev->lease_until = 0;
+        ev->available_at =
+            c->now + obx__engine_backoff(e, counts ? ev->rejections : ev->attempt_gen);
+        ev->updated_at = c->now;
+        w->dirty_ev[ei] = true;
+        if (park) e->st.parked++;
+        add_note(c,
+                 park                         ? OBX__NOTE_PARKED
+                 : o->kind == OBX__OUT_REJECT ? OBX__NOTE_REJECTED
+                                              : OBX__NOTE_NOT_SENT,
+                 i, ev);
+        obx__audit(&w->b.au[w->b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, ev, from,
+                   ev->state, "%s %s (%s); %s", park ? "parked after" : "retry after",
+                   o->kind == OBX__OUT_REJECT ? "definite rejection" : "not sent", o->reason,
+                   !park     ? "backoff scheduled"
+                   : o->park ? "no retry can cure it: fix the route, then obx migrate"
+                             : "max attempts reached");
+    } else {
+        add_note(c, o->kind == OBX__OUT_REJECT ? OBX__NOTE_REJECTED : OBX__NOTE_NOT_SENT, i, ev);
+        obx__audit(&w->b.au[w->b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, ev, from, from,
+                   "attempt %s definitely not accepted (%s): %s", a->attempt_id,
+                   obx__outcome_kind_name(o->kind), o->reason);
+    }
+}
+
+/* Applies outcome i, an UNKNOWN, to its attempt a and event ev (in memory, like outcome_reject):
+ * a SENDING attempt becomes UNKNOWN with its quiet time; the event, if a is its current attempt,
+ * becomes DISPATCH_UNKNOWN. */
+static void outcome_unknown(obx__engine *e, outcome_ctx *c, outcome_run *w, size_t i,
+                            obx__attempt_row *a, obx__event_row *ev, int64_t quiet) {
+    const obx__outcome *o = &c->o[i];
+    size_t ei = (size_t)(ev - c->ev.v), ai = (size_t)(a - c->att);
+    bool current = ev->state == OBX__ST_SENDING && !strcmp(ev->attempt_id, a->attempt_id);
+    obx__state from = ev->state;
+    e->st.unknown++;
+    if (a->state == OBX__AT_SENDING || current) add_note(c, OBX__NOTE_UNKNOWN, i, ev);
+    if (a->state == OBX__AT_SENDING) {
+        a->state = OBX__AT_UNKNOWN;
+        a->unknown_at = c->now;
+        if (a->quiet_until < c->now + quiet) a->quiet_until = c->now + quiet;
+        snprintf(a->detail, sizeof a->detail, "UNKNOWN: %s", o->reason);
+        w->dirty_att[ai] = true;
+    }
+    if (current) {
+        ev->state = OBX__ST_DISPATCH_UNKNOWN;
+        if (!ev->unknown_since) ev->unknown_since = c->now;
+        ev->next_check_at = c->now; /* a FOUND is proof at any time */
+        ev->owner[0] = '\0';
+        ev->lease_until = 0;
+        ev->updated_at = c->now;
+        w->dirty_ev[ei] = true;
+        obx__audit(&w->b.au[w->b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, ev, from,
+                   ev->state, "outcome unknown: %s", o->reason);
+    }
+}
+
+/* Writes the changed events (each transition checked against the table, compare-and-set on the
+ * loaded row) and attempts with the audit rows, in one batch. */
+static obx_err outcomes_write(obx__engine *e, outcome_ctx *c, outcome_run *w) {
+    obx_err err = OBX_OK;
+    for (size_t i = 0; i < c->ev.n; i++)
+        if (w->dirty_ev[i]) {
+            if (!obx__transition_allowed(w->orig.v[i].state, c->ev.v[i].state,
+                                         OBX__ACT_DISPATCHER)) {
+                err = obx__fail(OBX_EINTERNAL, "outcome: %s -> %s not allowed",
+                                obx__state_name(w->orig.v[i].state),
+                                obx__state_name(c->ev.v[i].state));
+                break;
+            }
+            obx__batch_update(&w->b, &w->orig.v[i], &c->ev.v[i]);
+        }
+    for (size_t i = 0; i < c->n_att; i++)
+        if (w->dirty_att[i]) w->b.att[w->b.n_att++] = c->att[i];
+    if (!err) err = obx__batch_write(e->s, &w->b);
+    return err;
+}
+
+static obx_err outcomes_tx(obx__engine *e, void *arg) {
+    outcome_ctx *c = arg;
+    obx_err err = outcomes_load(e, c);
     if (err) return err;
     /* work on copies so that several outcomes for one event compose */
-    obx__rows orig = {0};
+    outcome_run w = {.orig = {0}};
     for (size_t i = 0; i < c->ev.n; i++) {
-        obx__event_row *r = obx__rows_push(&orig);
+        obx__event_row *r = obx__rows_push(&w.orig);
         if (!r) {
-            obx__rows_free(&orig);
+            obx__rows_free(&w.orig);
             return obx__fail(OBX_ENOMEM, "outcomes: out of memory");
         }
         *r = c->ev.v[i];
         r->payload = NULL;
     }
-    bool *dirty_ev = calloc(c->ev.n + 1, 1), *dirty_att = calloc(c->n_att + 1, 1);
-    obx__batch b;
-    err = (!dirty_ev || !dirty_att) ? obx__fail(OBX_ENOMEM, "outcomes: out of memory")
-                                    : obx__batch_reserve(&b, c->ev.n, c->n_att, 0, 2 * c->n);
+    w.dirty_ev = calloc(c->ev.n + 1, 1);
+    w.dirty_att = calloc(c->n_att + 1, 1);
+    err = (!w.dirty_ev || !w.dirty_att) ? obx__fail(OBX_ENOMEM, "outcomes: out of memory")
+                                        : obx__batch_reserve(&w.b, c->ev.n, c->n_att, 0, 2 * c->n);
     if (err) {
-        free(dirty_ev);
-        free(dirty_att);
-        obx__rows_free(&orig);
+        free(w.dirty_ev);
+        free(w.dirty_att);
+        obx__rows_free(&w.orig);
         return err;
     }
     int64_t quiet = e->b ? obx__br_quiet_time_ms(e->b) : 0;
@@ -603,91 +720,16 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
         obx__event_row *ev = ke >= 0 ? &c->ev.v[ke] : NULL;
         /* nothing to move: an unregistered attempt, or one of another event */
         if (!ev || strcmp(obx__wire_id(ev), o->event_id)) continue;
-        size_t ei = (size_t)(ev - c->ev.v), ai = (size_t)(a - c->att);
-        bool current = ev->state == OBX__ST_SENDING && !strcmp(ev->attempt_id, a->attempt_id);
-        obx__state from = ev->state;
-        if (o->kind == OBX__OUT_REJECT || o->kind == OBX__OUT_NOT_SENT) {
-            if (a->state != OBX__AT_SENDING && a->state != OBX__AT_UNKNOWN) continue;
-            a->state = OBX__AT_REJECTED;
-            a->ended_at = c->now;
-            snprintf(a->detail, sizeof a->detail, "%s: %s", obx__outcome_kind_name(o->kind),
-                     o->reason);
-            dirty_att[ai] = true;
-            if (o->kind == OBX__OUT_REJECT)
-                e->st.rejected++;
-            else
-                e->st.not_sent++;
-            if (current) {
-                bool counts = o->kind == OBX__OUT_REJECT;
-                if (counts) ev->rejections++;
-                bool park = counts && (ev->rejections >= ev->max_attempts || o->park);
-                ev->state = park ? OBX__ST_PARKED : OBX__ST_PENDING;
-                ev->owner[0] = '\0';
-                ev->lease_until = 0;
-                ev->available_at =
-                    c->now + obx__engine_backoff(e, counts ? ev->rejections : ev->attempt_gen);
-                ev->updated_at = c->now;
-                dirty_ev[ei] = true;
-                if (park) e->st.parked++;
-                add_note(c,
-                         park                         ? OBX__NOTE_PARKED
-                         : o->kind == OBX__OUT_REJECT ? OBX__NOTE_REJECTED
-                                                      : OBX__NOTE_NOT_SENT,
-                         i, ev);
-                obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, ev, from,
-                           ev->state, "%s %s (%s); %s", park ? "parked after" : "retry after",
-                           o->kind == OBX__OUT_REJECT ? "definite rejection" : "not sent",
-                           o->reason,
-                           !park     ? "backoff scheduled"
-                           : o->park ? "no retry can cure it: fix the route, then obx migrate"
-                                     : "max attempts reached");
-            } else {
-                add_note(c, o->kind == OBX__OUT_REJECT ? OBX__NOTE_REJECTED : OBX__NOTE_NOT_SENT, i,
-                         ev);
-                obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, ev, from,
-                           from, "attempt %s definitely not accepted (%s): %s", a->attempt_id,
-                           obx__outcome_kind_name(o->kind), o->reason);
-            }
-        } else if (o->kind == OBX__OUT_UNKNOWN) {
-            e->st.unknown++;
-            if (a->state == OBX__AT_SENDING || current) add_note(c, OBX__NOTE_UNKNOWN, i, ev);
-            if (a->state == OBX__AT_SENDING) {
-                a->state = OBX__AT_UNKNOWN;
-                a->unknown_at = c->now;
-                if (a->quiet_until < c->now + quiet) a->quiet_until = c->now + quiet;
-                snprintf(a->detail, sizeof a->detail, "UNKNOWN: %s", o->reason);
-                dirty_att[ai] = true;
-            }
-            if (current) {
-                ev->state = OBX__ST_DISPATCH_UNKNOWN;
-                if (!ev->unknown_since) ev->unknown_since = c->now;
-                ev->next_check_at = c->now; /* a FOUND is proof at any time */
-                ev->owner[0] = '\0';
-                ev->lease_until = 0;
-                ev->updated_at = c->now;
-                dirty_ev[ei] = true;
-                obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, ev, from,
-                           ev->state, "outcome unknown: %s", o->reason);
-            }
-        }
+        if (o->kind == OBX__OUT_REJECT || o->kind == OBX__OUT_NOT_SENT)
+            outcome_reject(e, c, &w, i, a, ev);
+        else if (o->kind == OBX__OUT_UNKNOWN)
+            outcome_unknown(e, c, &w, i, a, ev, quiet);
     }
-    for (size_t i = 0; i < c->ev.n; i++)
-        if (dirty_ev[i]) {
-            if (!obx__transition_allowed(orig.v[i].state, c->ev.v[i].state, OBX__ACT_DISPATCHER)) {
-                err =
-                    obx__fail(OBX_EINTERNAL, "outcome: %s -> %s not allowed",
-                              obx__state_name(orig.v[i].state), obx__state_name(c->ev.v[i].state));
-                break;
-            }
-            obx__batch_update(&b, &orig.v[i], &c->ev.v[i]);
-        }
-    for (size_t i = 0; i < c->n_att; i++)
-        if (dirty_att[i]) b.att[b.n_att++] = c->att[i];
-    if (!err) err = obx__batch_write(e->s, &b);
-    obx__batch_free(&b);
-    free(dirty_ev);
-    free(dirty_att);
-    obx__rows_free(&orig);
+    err = outcomes_write(e, c, &w);
+    obx__batch_free(&w.b);
+    free(w.dirty_ev);
+    free(w.dirty_att);
+    obx__rows_free(&w.orig);
     return err;
 }
 

@@ -272,57 +272,55 @@ obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_han
     return process(in, m, h, user, conn, now, mono_us_start, mono_us, out, false);
 }
 
-static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
-                       void *conn, int64_t now, int64_t mono_us_start, int64_t (*mono_us)(void),
-                       obx_inbox_result *out, bool retried) {
+/* Phase 1, validation before any effect: computes the payload's digest into `digest`. Returns an
+ * error only when the digest cannot be computed; a message to be parked as poison gets the reason
+ * in `why` (empty when the message is acceptable). Writes nothing. */
+static obx_err check_message(const obx_inbox *in, const obx_message *m,
+                             char digest[OBX_DIGEST_LEN + 1], char why[256]) {
     obx_err e;
-    if (!in || !m || !h || !out) return obx__fail(OBX_EINVAL, "inbox: NULL argument");
-    memset(out, 0, sizeof *out);
-    char why[256], shown[160];
-    /* a NULL payload with a length is the caller's bug, not the message's */
-    if (!m->payload && m->payload_len)
-        return obx__fail(OBX_EINVAL, "message: payload is NULL with payload_len %zu",
-                         m->payload_len);
-    /* 1. validation before any effect */
+    char shown[160];
+    *why = 0;
     if (m->header_error && *m->header_error) {
-        snprintf(why, sizeof why, "malformed message headers: %s",
+        snprintf(why, 256, "malformed message headers: %s",
                  obx__printable(m->header_error, strlen(m->header_error), shown, sizeof shown));
-        return park(in, m, 0, why, now, out);
+        return OBX_OK;
     }
     if (obx_event_id_check(m->event_id)) {
-        snprintf(why, sizeof why, "bad event ID: %s", obx_errmsg());
-        return park(in, m, 0, why, now, out);
+        snprintf(why, 256, "bad event ID: %s", obx_errmsg());
+        return OBX_OK;
     }
     if ((e = check_fields(m))) {
-        snprintf(why, sizeof why, "malformed message: %s", obx_errmsg());
-        return park(in, m, 0, why, now, out);
+        snprintf(why, 256, "malformed message: %s", obx_errmsg());
+        return OBX_OK;
     }
-    char digest[OBX_DIGEST_LEN + 1];
     if ((e = obx_sha256_digest(m->payload, m->payload_len, digest))) return e;
     if (!m->payload_digest || strcmp(digest, m->payload_digest)) {
-        snprintf(why, sizeof why, "payload does not match its digest header (%s)",
+        snprintf(why, 256, "payload does not match its digest header (%s)",
                  m->payload_digest
                      ? obx__printable(m->payload_digest, strnlen(m->payload_digest, 24), shown, 32)
                      : "(none)");
-        return park(in, m, 0, why, now, out);
+        return OBX_OK;
     }
     if (!listed(in->types, in->n_types, m->event_type)) {
-        snprintf(why, sizeof why, "contract '%s' is not accepted by consumer %s", m->event_type,
+        snprintf(why, 256, "contract '%s' is not accepted by consumer %s", m->event_type,
                  in->consumer);
-        return park(in, m, 0, why, now, out);
+        return OBX_OK;
     }
-    if (!listed(in->tenants, in->n_tenants, m->tenant)) {
-        snprintf(why, sizeof why, "tenant '%s' is not served by consumer %s", m->tenant,
-                 in->consumer);
-        return park(in, m, 0, why, now, out);
-    }
-    char key[68];
-    if ((e = obx_inbox_effect_key(in->consumer, m->event_id, "effect", key))) return e;
+    if (!listed(in->tenants, in->n_tenants, m->tenant))
+        snprintf(why, 256, "tenant '%s' is not served by consumer %s", m->tenant, in->consumer);
+    return OBX_OK;
+}
 
-    /* 2. one transaction: dedupe, effect, receipt, watermark */
-    if ((e = obx__st_begin(in->s))) return e;
+/* Phase 2a, inside the transaction process opened: looks for an earlier receipt or parking of
+ * (consumer, event_id). Sets *done when the message is decided here (duplicate, quarantined,
+ * already parked) or on an error: the transaction is then ended and the return value is the
+ * call's result. Otherwise the transaction stays open and *seen says whether a receipt exists
+ * (only under the SKIP_INBOX_DEDUPE mutation). */
+static obx_err prior_receipt(obx_inbox *in, const obx_message *m, const char *digest, int64_t now,
+                             obx_inbox_result *out, bool *seen, bool *done) {
     obx__inbox_row prev;
-    e = obx__st_inbox_get(in->s, in->consumer, m->event_id, &prev);
+    obx_err e = obx__st_inbox_get(in->s, in->consumer, m->event_id, &prev);
+    *done = true;
     if (e == OBX_OK && !OBX__MUTANT(SKIP_INBOX_DEDUPE)) {
         bool same = !strcmp(prev.payload_digest, digest);
         if (same) {
@@ -351,12 +349,12 @@ static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h,
         obx__st_rollback(in->s);
         return e;
     }
-    bool seen = e == OBX_OK; /* only reachable under the SKIP_INBOX_DEDUPE mutation */
+    *seen = e == OBX_OK; /* only reachable under the SKIP_INBOX_DEDUPE mutation */
     /* A message this consumer already parked comes again when the acknowledgement of its
      * POISONED outcome was lost (connection or channel closed before the ack): it stays parked,
      * the handler does not run again and nothing is written. Only `obx poison redrive` runs it
      * again (the state is then REDRIVE, not PARKED). */
-    if (!seen) {
+    if (!*seen) {
         obx__poison_row p;
         e = obx__st_poison_get(in->s, in->consumer, m->event_id, &p);
         if (e == OBX_OK) {
@@ -378,71 +376,112 @@ static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h,
             return e;
         }
     }
-    char result[256] = "";
-    obx_err he = h(user, conn, m, key, result, sizeof result);
-    int64_t dur = mono_us ? mono_us() - mono_us_start : 0;
-    if (he) {
-        char herr[256], hmsg[200];
-        const char *em = obx_errmsg();   /* set by the application's handler: outside input */
-        bool poison = he == OBX_EPOISON; /* the handler says no retry can succeed */
-        if (poison)
-            snprintf(herr, sizeof herr, "handler refused the message as poison: %s",
-                     obx__printable(em, strlen(em), hmsg, sizeof hmsg));
-        else
-            snprintf(herr, sizeof herr, "handler failed: %s: %s", obx_errname(he),
-                     obx__printable(em, strlen(em), hmsg, sizeof hmsg));
-        obx__utf8_trim(herr);
-        obx__st_rollback(in->s); /* 3. the effect is undone */
-        int32_t failures = 0;
-        if ((e = obx__st_begin(in->s))) return e;
-        e = obx__st_failure_bump(in->s, in->consumer, m->event_id, herr, now, &failures);
-        if (!e) e = audit_consume(in, m, "FAILED", now, dur, herr);
-        if (!e)
-            e = obx__st_commit(in->s);
-        else
-            obx__st_rollback(in->s);
-        if (e) return e;
-        if (poison) return park(in, m, failures, herr, now, out);
-        if (failures >= in->max_failures) {
-            snprintf(why, sizeof why, "%d handler failures, last: %.200s", (int)failures, herr);
-            return park(in, m, failures, why, now, out);
-        }
-        out->outcome = OBX_INBOX_FAILED;
-        out->failures = failures;
-        obx__text_copy(out->detail, herr, sizeof out->detail);
-        return OBX_OK;
+    *done = false;
+    return OBX_OK;
+}
+
+/* Phase 3: the handler returned he (its message in obx_errmsg()). Rolls back the open
+ * transaction (the effect is undone), counts the failure in its own transaction with a FAILED
+ * audit row, and parks the message when the handler said poison or max_failures is reached. */
+static obx_err handler_failed(obx_inbox *in, const obx_message *m, obx_err he, int64_t now,
+                              int64_t dur, obx_inbox_result *out) {
+    obx_err e;
+    char herr[256], hmsg[200], why[256];
+    const char *em = obx_errmsg();   /* set by the application's handler: outside input */
+    bool poison = he == OBX_EPOISON; /* the handler says no retry can succeed */
+    if (poison)
+        snprintf(herr, sizeof herr, "handler refused the message as poison: %s",
+                 obx__printable(em, strlen(em), hmsg, sizeof hmsg));
+    else
+        snprintf(herr, sizeof herr, "handler failed: %s: %s", obx_errname(he),
+                 obx__printable(em, strlen(em), hmsg, sizeof hmsg));
+    obx__utf8_trim(herr);
+    obx__st_rollback(in->s); /* 3. the effect is undone */
+    int32_t failures = 0;
+    if ((e = obx__st_begin(in->s))) return e;
+    e = obx__st_failure_bump(in->s, in->consumer, m->event_id, herr, now, &failures);
+    if (!e) e = audit_consume(in, m, "FAILED", now, dur, herr);
+    if (!e)
+        e = obx__st_commit(in->s);
+    else
+        obx__st_rollback(in->s);
+    if (e) return e;
+    if (poison) return park(in, m, failures, herr, now, out);
+    if (failures >= in->max_failures) {
+        snprintf(why, sizeof why, "%d handler failures, last: %.200s", (int)failures, herr);
+        return park(in, m, failures, why, now, out);
     }
-    obx__inbox_row r;
-    memset(&r, 0, sizeof r);
-    obx__strlcpy(r.consumer_id, in->consumer, sizeof r.consumer_id);
-    obx__strlcpy(r.event_id, m->event_id, sizeof r.event_id);
-    obx__strlcpy(r.payload_digest, digest, sizeof r.payload_digest);
-    obx__strlcpy(r.event_type, m->event_type ? m->event_type : "", sizeof r.event_type);
-    obx__strlcpy(r.tenant, m->tenant ? m->tenant : "", sizeof r.tenant);
-    obx__strlcpy(r.outcome, "APPLIED", sizeof r.outcome);
-    obx__text_copy(r.result, result, sizeof r.result);               /* the handler's text */
-    obx__strlcpy(r.topic, m->topic ? m->topic : "", sizeof r.topic); /* checked above */
-    r.partition = m->partition;
-    r.offset = m->offset;
-    r.consumed_at = now;
-    r.duration_us = dur;
+    out->outcome = OBX_INBOX_FAILED;
+    out->failures = failures;
+    obx__text_copy(out->detail, herr, sizeof out->detail);
+    return OBX_OK;
+}
+
+/* Phase 2b, after the handler succeeded: fills the consume receipt r and the watermark w of m
+ * (the handler's text in result, its duration dur). Pure. */
+static void receipt_rows(const obx_inbox *in, const obx_message *m, const char *digest,
+                         const char *result, int64_t now, int64_t dur, obx__inbox_row *r,
+                         obx__watermark_row *w) {
+    memset(r, 0, sizeof *r);
+    obx__strlcpy(r->consumer_id, in->consumer, sizeof r->consumer_id);
+    obx__strlcpy(r->event_id, m->event_id, sizeof r->event_id);
+    obx__strlcpy(r->payload_digest, digest, sizeof r->payload_digest);
+    obx__strlcpy(r->event_type, m->event_type ? m->event_type : "", sizeof r->event_type);
+    obx__strlcpy(r->tenant, m->tenant ? m->tenant : "", sizeof r->tenant);
+    obx__strlcpy(r->outcome, "APPLIED", sizeof r->outcome);
+    obx__text_copy(r->result, result, sizeof r->result);               /* the handler's text */
+    obx__strlcpy(r->topic, m->topic ? m->topic : "", sizeof r->topic); /* checked above */
+    r->partition = m->partition;
+    r->offset = m->offset;
+    r->consumed_at = now;
+    r->duration_us = dur;
     /* evidence for the reconciler only when well-formed (outside input): otherwise the row is
      * an ordinary consume receipt */
     if (m->envelope_gen > 0 && attempt_id_ok(m->attempt_id) && m->dest_digest &&
         obx__is_digest(m->dest_digest)) {
-        r.envelope_gen = m->envelope_gen;
-        obx__strlcpy(r.attempt_id, m->attempt_id, sizeof r.attempt_id);
-        obx__strlcpy(r.dest_digest, m->dest_digest, sizeof r.dest_digest);
+        r->envelope_gen = m->envelope_gen;
+        obx__strlcpy(r->attempt_id, m->attempt_id, sizeof r->attempt_id);
+        obx__strlcpy(r->dest_digest, m->dest_digest, sizeof r->dest_digest);
     }
+    memset(w, 0, sizeof *w);
+    obx__strlcpy(w->consumer_id, in->consumer, sizeof w->consumer_id);
+    obx__strlcpy(w->topic, r->topic, sizeof w->topic);
+    w->partition = m->partition;
+    w->offset = m->offset;
+    obx__strlcpy(w->event_id, m->event_id, sizeof w->event_id);
+    w->occurred_at = m->occurred_at;
+    w->committed_at = now;
+}
+
+static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
+                       void *conn, int64_t now, int64_t mono_us_start, int64_t (*mono_us)(void),
+                       obx_inbox_result *out, bool retried) {
+    obx_err e;
+    if (!in || !m || !h || !out) return obx__fail(OBX_EINVAL, "inbox: NULL argument");
+    memset(out, 0, sizeof *out);
+    char why[256];
+    /* a NULL payload with a length is the caller's bug, not the message's */
+    if (!m->payload && m->payload_len)
+        return obx__fail(OBX_EINVAL, "message: payload is NULL with payload_len %zu",
+                         m->payload_len);
+    /* 1. validation before any effect */
+    char digest[OBX_DIGEST_LEN + 1];
+    if ((e = check_message(in, m, digest, why))) return e;
+    if (*why) return park(in, m, 0, why, now, out);
+    char key[68];
+    if ((e = obx_inbox_effect_key(in->consumer, m->event_id, "effect", key))) return e;
+
+    /* 2. one transaction: dedupe, effect, receipt, watermark */
+    if ((e = obx__st_begin(in->s))) return e;
+    bool seen = false, done = false;
+    if ((e = prior_receipt(in, m, digest, now, out, &seen, &done)) || done) return e;
+    char result[256] = "";
+    obx_err he = h(user, conn, m, key, result, sizeof result);
+    int64_t dur = mono_us ? mono_us() - mono_us_start : 0;
+    if (he) return handler_failed(in, m, he, now, dur, out);
+    obx__inbox_row r;
     obx__watermark_row w;
-    memset(&w, 0, sizeof w);
-    obx__strlcpy(w.consumer_id, in->consumer, sizeof w.consumer_id);
-    obx__strlcpy(w.topic, r.topic, sizeof w.topic);
-    w.partition = m->partition;
-    w.offset = m->offset;
-    obx__strlcpy(w.event_id, m->event_id, sizeof w.event_id);
-    w.occurred_at = m->occurred_at;
-    w.committed_at = now;
+    receipt_rows(in, m, digest, result, now, dur, &r, &w);
     e = seen ? OBX_OK : obx__st_inbox_put(in->s, &r);
     if (!e) e = obx__st_watermark_put(in->s, &w);
     if (!e) e = obx__st_failure_clear(in->s, in->consumer, m->event_id);

@@ -139,26 +139,18 @@ static json_t *lookup_json(const obx__dest *d, int32_t partition, const obx__loo
 
 static bool undecided(obx__attempt_state s) { return s == OBX__AT_SENDING || s == OBX__AT_UNKNOWN; }
 
-/* The proof for every attempt of the event's current generation (contracts 1 and 2): on *ok,
- * p->att and p->proof are filled; otherwise p->why names what blocks the move (an OBX_OK
- * return: a refusal is a decision, not a failure). */
-static obx_err prove_absent(mig *m, plan *p, bool *ok) {
-    obx__event_row *r = &p->row;
-    *ok = false;
-    obx__attempt_row *att = NULL;
-    size_t n = 0;
-    obx_err err = obx__st_load_attempts(m->e->s, NULL, 0, r->env.event_id, &att, &n);
-    if (err) return err;
-    p->att = calloc(n ? n : 1, sizeof *p->att);
-    json_t *ja = json_array();
-    if (!p->att || !ja) {
-        free(att);
-        json_decref(ja);
-        return obx__fail(OBX_ENOMEM, "migrate: out of memory");
-    }
-    const obx__attempt_row *open = NULL; /* the first SENDING/UNKNOWN attempt */
-    int64_t since = 0, quiet = 0;
-    int rejected = 0, not_found = 0, n_undecided = 0;
+/* What prove_absent learns from the attempts of the event's current generation. */
+typedef struct att_tally {
+    const obx__attempt_row *open; /* the first SENDING/UNKNOWN attempt (in the loaded array) */
+    int64_t since, quiet;         /* earliest start, latest quiet time of the undecided ones */
+    int rejected, not_found, n_undecided;
+} att_tally;
+
+/* Records the current generation's attempts (att, n) in p->att and counts them in *t; the first
+ * attempt the old target answered for (ACCEPTED, DUPLICATE, QUARANTINED) sets p->why. */
+static void tally_attempts(plan *p, const obx__attempt_row *att, size_t n, att_tally *t) {
+    const obx__event_row *r = &p->row;
+    memset(t, 0, sizeof *t);
     for (size_t i = 0; i < n; i++) {
         const obx__attempt_row *a = &att[i];
         if (a->envelope_gen != r->envelope_gen) continue; /* a superseded generation's */
@@ -166,19 +158,67 @@ static obx_err prove_absent(mig *m, plan *p, bool *ok) {
         obx__strlcpy(s->id, a->attempt_id, sizeof s->id);
         s->state = a->state;
         if (undecided(a->state)) {
-            if (!open) open = a;
-            n_undecided++;
-            if (!since || a->started_at < since) since = a->started_at;
-            if (a->quiet_until > quiet) quiet = a->quiet_until;
+            if (!t->open) t->open = a;
+            t->n_undecided++;
+            if (!t->since || a->started_at < t->since) t->since = a->started_at;
+            if (a->quiet_until > t->quiet) t->quiet = a->quiet_until;
         } else if (a->state == OBX__AT_REJECTED)
-            rejected++;
+            t->rejected++;
         else if (a->state == OBX__AT_NOT_FOUND)
-            not_found++;
+            t->not_found++;
         else if (!*p->why) /* ACCEPTED, DUPLICATE, QUARANTINED */
             snprintf(p->why, sizeof p->why,
                      "attempt %s is %s: the old target answered for it; it is not moved",
                      a->attempt_id, obx__attempt_state_name(a->state));
     }
+}
+
+/* Undecided attempts (t->open the first) that may have been persisted: asks the old target once;
+ * only an authoritative NOT_FOUND clears them (marked looked_up, the answer in p->lookup_reason,
+ * in p->proof); any other answer sets p->why. */
+static void look_up_undecided(mig *m, plan *p, const att_tally *t) {
+    obx__event_row *r = &p->row;
+    const obx__attempt_row *open = t->open;
+    obx__lookup_res res;
+    if (!lookup(m, p, r, &r->dest, r->dest_digest, r->pinned_partition, r->envelope_gen, t->since,
+                t->quiet, &res)) {
+        char tmp[OBX_TEXT_MAX + 1];
+        obx__strlcpy(tmp, p->why, sizeof tmp);
+        snprintf(p->why, sizeof p->why,
+                 "attempt %s is %s and the old target cannot be queried (%s); not moved",
+                 open->attempt_id, obx__attempt_state_name(open->state), tmp);
+        return;
+    }
+    json_object_set_new(p->proof ? p->proof : (p->proof = json_object()), "lookup",
+                        lookup_json(&r->dest, r->pinned_partition, &res));
+    if (res.kind == OBX__LOOKUP_FOUND)
+        snprintf(p->why, sizeof p->why,
+                 "attempt %s is %s and the old target holds it (%.60s/%d@%lld): it was "
+                 "accepted there (the reconciler records its receipt); not moved",
+                 open->attempt_id, obx__attempt_state_name(open->state), res.found.topic,
+                 (int)res.found.partition, (long long)res.found.offset);
+    else if (res.kind == OBX__LOOKUP_CANNOT_TELL)
+        snprintf(p->why, sizeof p->why,
+                 "attempt %s is %s and the old target cannot be queried (%.120s); not "
+                 "moved",
+                 open->attempt_id, obx__attempt_state_name(open->state), res.reason);
+    else if (r->state == OBX__ST_DISPATCH_UNKNOWN || r->state == OBX__ST_RECONCILING)
+        snprintf(p->why, sizeof p->why,
+                 "attempt %s is UNKNOWN (event %s): the old target does not hold it, but "
+                 "the reconciler resolves an UNKNOWN event first (it retries the frozen "
+                 "target; once that is definitely rejected the event can move)",
+                 open->attempt_id, obx__state_name(r->state));
+    else { /* authoritative NOT_FOUND: the undecided attempts are proven absent */
+        obx__strlcpy(p->lookup_reason, res.reason, sizeof p->lookup_reason);
+        for (size_t i = 0; i < p->n_att; i++)
+            if (undecided(p->att[i].state)) p->att[i].looked_up = true;
+    }
+}
+
+/* Whether the event's state and its attempts (counted in *t) let it move: sets p->why when not,
+ * asking the old target about undecided attempts (look_up_undecided) when nothing else blocks. */
+static void check_movable(mig *m, plan *p, const att_tally *t) {
+    const obx__event_row *r = &p->row;
     const char *st = obx__state_name(r->state);
     if (obx__state_is_published(r->state)) {
         snprintf(p->why, sizeof p->why,
@@ -196,44 +236,10 @@ static obx_err prove_absent(mig *m, plan *p, bool *ok) {
                  "attempt %s is SENDING (owner %.60s, lease until %lld): its outcome is not known "
                  "yet",
                  r->attempt_id, r->owner, (long long)r->lease_until);
-    } else if (!*p->why && n_undecided &&
+    } else if (!*p->why && t->n_undecided &&
                !(OBX__MUTANT(MIGRATE_WHILE_UNKNOWN) && r->state != OBX__ST_DISPATCH_UNKNOWN &&
                  r->state != OBX__ST_RECONCILING)) {
-        /* an attempt that may have been persisted: only an authoritative NOT_FOUND clears it */
-        obx__lookup_res res;
-        if (!lookup(m, p, r, &r->dest, r->dest_digest, r->pinned_partition, r->envelope_gen, since,
-                    quiet, &res)) {
-            char tmp[OBX_TEXT_MAX + 1];
-            obx__strlcpy(tmp, p->why, sizeof tmp);
-            snprintf(p->why, sizeof p->why,
-                     "attempt %s is %s and the old target cannot be queried (%s); not moved",
-                     open->attempt_id, obx__attempt_state_name(open->state), tmp);
-        } else {
-            json_object_set_new(p->proof ? p->proof : (p->proof = json_object()), "lookup",
-                                lookup_json(&r->dest, r->pinned_partition, &res));
-            if (res.kind == OBX__LOOKUP_FOUND)
-                snprintf(p->why, sizeof p->why,
-                         "attempt %s is %s and the old target holds it (%.60s/%d@%lld): it was "
-                         "accepted there (the reconciler records its receipt); not moved",
-                         open->attempt_id, obx__attempt_state_name(open->state), res.found.topic,
-                         (int)res.found.partition, (long long)res.found.offset);
-            else if (res.kind == OBX__LOOKUP_CANNOT_TELL)
-                snprintf(p->why, sizeof p->why,
-                         "attempt %s is %s and the old target cannot be queried (%.120s); not "
-                         "moved",
-                         open->attempt_id, obx__attempt_state_name(open->state), res.reason);
-            else if (r->state == OBX__ST_DISPATCH_UNKNOWN || r->state == OBX__ST_RECONCILING)
-                snprintf(p->why, sizeof p->why,
-                         "attempt %s is UNKNOWN (event %s): the old target does not hold it, but "
-                         "the reconciler resolves an UNKNOWN event first (it retries the frozen "
-                         "target; once that is definitely rejected the event can move)",
-                         open->attempt_id, st);
-            else { /* authoritative NOT_FOUND: the undecided attempts are proven absent */
-                obx__strlcpy(p->lookup_reason, res.reason, sizeof p->lookup_reason);
-                for (size_t i = 0; i < p->n_att; i++)
-                    if (undecided(p->att[i].state)) p->att[i].looked_up = true;
-            }
-        }
+        look_up_undecided(m, p, t);
     } else if (!*p->why &&
                (r->state == OBX__ST_DISPATCH_UNKNOWN || r->state == OBX__ST_RECONCILING)) {
         snprintf(p->why, sizeof p->why,
@@ -242,6 +248,28 @@ static obx_err prove_absent(mig *m, plan *p, bool *ok) {
     if (!*p->why && r->state != OBX__ST_PENDING && r->state != OBX__ST_PARKED &&
         r->state != OBX__ST_RETRY_CLAIMED)
         snprintf(p->why, sizeof p->why, "event is %s: not movable", st);
+}
+
+/* The proof for every attempt of the event's current generation (contracts 1 and 2): on *ok,
+ * p->att and p->proof are filled; otherwise p->why names what blocks the move (an OBX_OK
+ * return: a refusal is a decision, not a failure). */
+static obx_err prove_absent(mig *m, plan *p, bool *ok) {
+    obx__event_row *r = &p->row;
+    *ok = false;
+    obx__attempt_row *att = NULL;
+    size_t n = 0;
+    obx_err err = obx__st_load_attempts(m->e->s, NULL, 0, r->env.event_id, &att, &n);
+    if (err) return err;
+    p->att = calloc(n ? n : 1, sizeof *p->att);
+    json_t *ja = json_array();
+    if (!p->att || !ja) {
+        free(att);
+        json_decref(ja);
+        return obx__fail(OBX_ENOMEM, "migrate: out of memory");
+    }
+    att_tally t;
+    tally_attempts(p, att, n, &t);
+    check_movable(m, p, &t);
     /* the proof, attempt by attempt */
     for (size_t i = 0; !*p->why && i < p->n_att; i++) {
         const obx__attempt_row *a = NULL;
@@ -265,9 +293,9 @@ static obx_err prove_absent(mig *m, plan *p, bool *ok) {
     const char *kind = "rejected+not_found";
     if (!p->n_att)
         kind = "never_sent";
-    else if (!not_found && !n_undecided)
+    else if (!t.not_found && !t.n_undecided)
         kind = "rejected";
-    else if (!rejected)
+    else if (!t.rejected)
         kind = "not_found";
     if (!p->proof) p->proof = json_object();
     json_object_set_new(p->proof, "kind", json_string(kind));

@@ -654,40 +654,17 @@ static void add_why(one_ctx *x, const char *fmt, ...) {
     x->refused = true;
 }
 
-static obx_err one_tx(obx__engine *e, void *arg) {
-    one_ctx *x = arg;
+/* The conditions for purging the loaded event r (PUBLISHED or RETAINED): its own evidence, its
+ * delivery set, the replay window and the forced consumer watermark. Reads only; every condition
+ * that fails adds its reason to x->why (and sets x->refused). ev receives r's evidence; ev0 is
+ * scratch for the older event's. */
+static obx_err one_conditions(obx__engine *e, one_ctx *x, const obx__event_row *r,
+                              unsigned char *ev, unsigned char *ev0) {
     const obx__retention_cfg *c = x->c;
-    obx__ret_result_free(&x->part);
-    memset(&x->part, 0, sizeof x->part);
-    x->refused = x->nothing = false;
-    x->why[0] = '\0';
-    obx__rows rows = {0}, older = {0};
-    obx_err err = obx__st_load_events(e->s, &x->id, 1, c->dry_run ? 0 : OBX__LOAD_LOCK, &rows);
-    if (!err && !rows.n) err = obx__fail(OBX_ENOTFOUND, "event %s: not in this outbox", x->id);
-    if (err) {
-        obx__rows_free(&rows);
-        return err;
-    }
-    obx__event_row *r = &rows.v[0];
-    size_t nc = c->n_consumers;
-    unsigned char *ev = calloc(nc, 1), *ev0 = calloc(nc, 1);
-    if (!ev || !ev0) err = obx__fail(OBX_ENOMEM, "purge: out of memory");
+    obx__rows older = {0};
     char t[32], t2[32], who[OBX_TEXT_MAX + 1];
-    if (!err && r->state == OBX__ST_PURGED) {
-        x->nothing = true;
-        obx__iso_ms(r->updated_at, t);
-        err = add_item(c, &x->part, r, r->state, "already PURGED (%s)", t);
-        goto out;
-    }
-    if (!err && r->state != OBX__ST_PUBLISHED && r->state != OBX__ST_RETAINED) {
-        add_why(x,
-                "it is %s: only a PUBLISHED or RETAINED event (one with an accepted publish "
-                "receipt) can be purged",
-                obx__state_name(r->state));
-        goto refuse;
-    }
     /* the event's own evidence */
-    if (!err) err = evidence(c, r, 1, ev);
+    obx_err err = evidence(c, r, 1, ev);
     if (!err && !all_evidence(c, ev)) {
         describe(c, ev, true, who, sizeof who);
         bool several = strchr(who, ',') != NULL;
@@ -740,14 +717,18 @@ static obx_err one_tx(obx__engine *e, void *arg) {
             }
         }
     }
-    if (err) goto out;
-refuse:
-    if (x->refused) {
-        x->part.refused++;
-        err = add_item(c, &x->part, r, r->state, "%s", x->why);
-        goto out;
-    }
-    /* all conditions hold: retain (if needed) and purge, in this transaction */
+    obx__rows_free(&older);
+    return err;
+}
+
+/* Every condition holds for the loaded event r (evidence in ev): retains it (if PUBLISHED) and
+ * purges it in the caller's transaction, compare-and-set on (state, claim_gen), with one audit
+ * row per transition; a dry run only counts. Adds r's item to x->part. */
+static obx_err one_purge(obx__engine *e, one_ctx *x, const obx__event_row *r,
+                         const unsigned char *ev) {
+    const obx__retention_cfg *c = x->c;
+    obx_err err = OBX_OK;
+    char t[32], who[OBX_TEXT_MAX + 1];
     describe(c, ev, false, who, sizeof who);
     obx__iso_ms(r->published_at + c->replay_window_ms, t);
     obx__state from = r->state;
@@ -793,11 +774,50 @@ refuse:
                        "the forced consumer watermark",
                        c->dry_run ? "would be purged" : "purged", t);
     }
-out:
+    return err;
+}
+
+/* One event, in one transaction: load (locked), then refuse with every reason, or purge. */
+static obx_err one_tx(obx__engine *e, void *arg) {
+    one_ctx *x = arg;
+    const obx__retention_cfg *c = x->c;
+    obx__ret_result_free(&x->part);
+    memset(&x->part, 0, sizeof x->part);
+    x->refused = x->nothing = false;
+    x->why[0] = '\0';
+    obx__rows rows = {0};
+    obx_err err = obx__st_load_events(e->s, &x->id, 1, c->dry_run ? 0 : OBX__LOAD_LOCK, &rows);
+    if (!err && !rows.n) err = obx__fail(OBX_ENOTFOUND, "event %s: not in this outbox", x->id);
+    if (err) {
+        obx__rows_free(&rows);
+        return err;
+    }
+    obx__event_row *r = &rows.v[0];
+    size_t nc = c->n_consumers;
+    unsigned char *ev = calloc(nc, 1), *ev0 = calloc(nc, 1);
+    if (!ev || !ev0) err = obx__fail(OBX_ENOMEM, "purge: out of memory");
+    if (!err && r->state == OBX__ST_PURGED) {
+        char t[32];
+        x->nothing = true;
+        obx__iso_ms(r->updated_at, t);
+        err = add_item(c, &x->part, r, r->state, "already PURGED (%s)", t);
+    } else if (!err) {
+        if (r->state != OBX__ST_PUBLISHED && r->state != OBX__ST_RETAINED)
+            add_why(x,
+                    "it is %s: only a PUBLISHED or RETAINED event (one with an accepted publish "
+                    "receipt) can be purged",
+                    obx__state_name(r->state));
+        else
+            err = one_conditions(e, x, r, ev, ev0);
+        if (!err && x->refused) {
+            x->part.refused++;
+            err = add_item(c, &x->part, r, r->state, "%s", x->why);
+        } else if (!err)
+            err = one_purge(e, x, r, ev);
+    }
     free(ev);
     free(ev0);
     obx__rows_free(&rows);
-    obx__rows_free(&older);
     return err;
 }
 

@@ -201,6 +201,125 @@ static json_t *item(const char *id, const char *result, const char *detail) {
     return json_pack("{s:s,s:s,s:s}", "event_id", id, "result", result, "detail", detail);
 }
 
+/* The operator's retry of event ev (DISPATCH_UNKNOWN when loaded): a dry run describes it,
+ * otherwise retry_tx moves it to RETRY_CLAIMED. Appends id's item to arr; clears *refused when
+ * the retry is (or would be) scheduled, with the detail in why (cap OBX_TEXT_MAX + 1). */
+static obx_err resolve_retry(obx__engine *e, int64_t now, const obx__resolve_req *req,
+                             const char *id, const obx__event_row *ev, json_t *arr, bool *refused,
+                             char *why) {
+    if (req->dry_run) {
+        snprintf(why, OBX_TEXT_MAX + 1, "would retry to the frozen destination %s/%s partition %d",
+                 ev->dest.cluster, ev->dest.topic, (int)ev->pinned_partition);
+        json_array_append_new(arr, item(id, "dry-run", why));
+        *refused = false;
+        return OBX_OK;
+    }
+    retry_ctx c = {.now = now, .id = id, .req = req};
+    obx_err err = obx__engine_tx(e, retry_tx, &c);
+    if (err) return err;
+    if (c.refused[0]) {
+        json_array_append_new(arr, item(id, "refused", c.refused));
+        return OBX_OK;
+    }
+    snprintf(why, OBX_TEXT_MAX + 1,
+             "retry scheduled to the frozen destination %s/%s partition %d (a reconciler "
+             "sends it)",
+             ev->dest.cluster, ev->dest.topic, (int)ev->pinned_partition);
+    json_array_append_new(arr, item(id, "retry", why));
+    *refused = false;
+    return OBX_OK;
+}
+
+/* The receipt *o that the evidence for ev amounts to: a consumer's consume receipt
+ * (*src = OBX__RS_CONSUMER) or what the operator found at the broker. Sets why (cap
+ * OBX_TEXT_MAX + 1) when the evidence is refused: none, or not matching the frozen event. */
+static obx_err evidence_outcome(obx__engine *e, int64_t now, const obx__resolve_req *req,
+                                const char *id, const obx__event_row *ev, obx__outcome *o,
+                                obx__receipt_source *src, char *why) {
+    obx_err err;
+    memset(o, 0, sizeof *o);
+    *src = OBX__RS_OPERATOR;
+    if (req->consumer) {
+        bool found = false;
+        if ((err = obx__consumer_evidence(req->consumer, 1, ev, o, &found, NULL, 0))) return err;
+        if (!found) {
+            snprintf(why, OBX_TEXT_MAX + 1,
+                     "%s: consumer %s has no consume receipt of generation %d with its "
+                     "attempt and destination (none, or recorded before schema version 4)",
+                     id, req->consumer->id, (int)ev->envelope_gen);
+            return OBX_OK;
+        }
+        *src = OBX__RS_CONSUMER;
+        obx__resolve_req chk = *req;
+        chk.topic = o->topic;
+        chk.partition = o->partition;
+        chk.payload_digest = o->payload_digest;
+        check_evidence(ev, &chk, why, OBX_TEXT_MAX + 1);
+        if (!why[0]) {
+            char att[OBX__ATTEMPT_ID_LEN + 1];
+            if ((err = pick_attempt(e, ev, o->attempt_id, att, why, OBX_TEXT_MAX + 1))) return err;
+        }
+        return OBX_OK;
+    }
+    check_evidence(ev, req, why, OBX_TEXT_MAX + 1);
+    char att[OBX__ATTEMPT_ID_LEN + 1] = "";
+    if (!why[0] && (err = pick_attempt(e, ev, req->attempt_id, att, why, OBX_TEXT_MAX + 1)))
+        return err;
+    o->kind = OBX__OUT_ACK;
+    obx__strlcpy(o->event_id, obx__wire_id(ev), sizeof o->event_id);
+    o->envelope_gen = ev->envelope_gen;
+    obx__strlcpy(o->attempt_id, att, sizeof o->attempt_id);
+    obx__strlcpy(o->payload_digest, req->payload_digest, sizeof o->payload_digest);
+    obx__strlcpy(o->dest_digest, ev->dest_digest, sizeof o->dest_digest);
+    obx__strlcpy(o->cluster, ev->dest.cluster, sizeof o->cluster);
+    obx__strlcpy(o->topic, ev->dest.topic, sizeof o->topic);
+    o->partition = ev->pinned_partition;
+    o->offset = req->offset;
+    o->broker_ts = now;
+    return OBX_OK;
+}
+
+/* The operator's evidence for event ev (DISPATCH_UNKNOWN when loaded), through the acceptance
+ * point unless refused or a dry run. Appends id's item to arr; clears *refused when the event is
+ * (or would be) published or the evidence kept as a duplicate, with the detail in why (cap
+ * OBX_TEXT_MAX + 1). */
+static obx_err resolve_accept(obx__engine *e, int64_t now, const obx__resolve_req *req,
+                              const char *id, const obx__event_row *ev, json_t *arr, bool *refused,
+                              char *why) {
+    obx__outcome o;
+    obx__receipt_source src;
+    obx_err err = evidence_outcome(e, now, req, id, ev, &o, &src, why);
+    if (err) return err;
+    if (why[0]) {
+        json_array_append_new(arr, item(id, "refused", why));
+        return OBX_OK;
+    }
+    if (req->dry_run) {
+        snprintf(why, OBX_TEXT_MAX + 1, "would accept %s/%d@%lld (attempt %s) as its receipt",
+                 o.topic, (int)o.partition, (long long)o.offset, o.attempt_id);
+        json_array_append_new(arr, item(id, "dry-run", why));
+        *refused = false;
+        return OBX_OK;
+    }
+    char note[OBX_TEXT_MAX + 1];
+    snprintf(note, sizeof note, "resolved by operator %s: %s", req->who, req->reason);
+    obx__receipt_kind k = OBX__RK_QUARANTINED;
+    if ((err = obx__accept_receipts_from(e, now, &o, 1, &k, src, note))) return err;
+    if (k == OBX__RK_PRIMARY || k == OBX__RK_DUPLICATE) {
+        snprintf(why, OBX_TEXT_MAX + 1, "%s: %s/%d@%lld (attempt %s)",
+                 k == OBX__RK_PRIMARY ? "published on the evidence"
+                                      : "already published; evidence kept as a duplicate",
+                 o.topic, (int)o.partition, (long long)o.offset, o.attempt_id);
+        json_array_append_new(arr, item(id, k == OBX__RK_PRIMARY ? "published" : "duplicate", why));
+        *refused = false;
+    } else {
+        snprintf(why, OBX_TEXT_MAX + 1, "%s: the acceptance point quarantined the evidence: %s", id,
+                 obx_errmsg());
+        json_array_append_new(arr, item(id, "quarantined", why));
+    }
+    return OBX_OK;
+}
+
 /* One event. Appends its item to arr; *refused when nothing could be done for it. */
 static obx_err resolve_one(obx__engine *e, int64_t now, const obx__resolve_req *req, const char *id,
                            json_t *arr, bool *refused) {
@@ -223,98 +342,9 @@ static obx_err resolve_one(obx__engine *e, int64_t now, const obx__resolve_req *
         json_array_append_new(arr, item(id, "refused", why));
         return OBX_OK;
     }
-    if (!req->accept) {
-        if (req->dry_run) {
-            snprintf(why, sizeof why, "would retry to the frozen destination %s/%s partition %d",
-                     ev.dest.cluster, ev.dest.topic, (int)ev.pinned_partition);
-            json_array_append_new(arr, item(id, "dry-run", why));
-            *refused = false;
-            return OBX_OK;
-        }
-        retry_ctx c = {.now = now, .id = id, .req = req};
-        if ((err = obx__engine_tx(e, retry_tx, &c))) return err;
-        if (c.refused[0]) {
-            json_array_append_new(arr, item(id, "refused", c.refused));
-            return OBX_OK;
-        }
-        snprintf(why, sizeof why,
-                 "retry scheduled to the frozen destination %s/%s partition %d (a reconciler "
-                 "sends it)",
-                 ev.dest.cluster, ev.dest.topic, (int)ev.pinned_partition);
-        json_array_append_new(arr, item(id, "retry", why));
-        *refused = false;
-    } else {
-        obx__outcome o;
-        memset(&o, 0, sizeof o);
-        obx__receipt_source src = OBX__RS_OPERATOR;
-        if (req->consumer) {
-            bool found = false;
-            if ((err = obx__consumer_evidence(req->consumer, 1, &ev, &o, &found, NULL, 0)))
-                return err;
-            if (!found) {
-                snprintf(why, sizeof why,
-                         "%s: consumer %s has no consume receipt of generation %d with its "
-                         "attempt and destination (none, or recorded before schema version 4)",
-                         id, req->consumer->id, (int)ev.envelope_gen);
-                json_array_append_new(arr, item(id, "refused", why));
-                return OBX_OK;
-            }
-            src = OBX__RS_CONSUMER;
-            obx__resolve_req chk = *req;
-            chk.topic = o.topic;
-            chk.partition = o.partition;
-            chk.payload_digest = o.payload_digest;
-            check_evidence(&ev, &chk, why, sizeof why);
-            if (!why[0]) {
-                char att[OBX__ATTEMPT_ID_LEN + 1];
-                if ((err = pick_attempt(e, &ev, o.attempt_id, att, why, sizeof why))) return err;
-            }
-        } else {
-            check_evidence(&ev, req, why, sizeof why);
-            char att[OBX__ATTEMPT_ID_LEN + 1] = "";
-            if (!why[0] && (err = pick_attempt(e, &ev, req->attempt_id, att, why, sizeof why)))
-                return err;
-            o.kind = OBX__OUT_ACK;
-            obx__strlcpy(o.event_id, obx__wire_id(&ev), sizeof o.event_id);
-            o.envelope_gen = ev.envelope_gen;
-            obx__strlcpy(o.attempt_id, att, sizeof o.attempt_id);
-            obx__strlcpy(o.payload_digest, req->payload_digest, sizeof o.payload_digest);
-            obx__strlcpy(o.dest_digest, ev.dest_digest, sizeof o.dest_digest);
-            obx__strlcpy(o.cluster, ev.dest.cluster, sizeof o.cluster);
-            obx__strlcpy(o.topic, ev.dest.topic, sizeof o.topic);
-            o.partition = ev.pinned_partition;
-            o.offset = req->offset;
-            o.broker_ts = now;
-        }
-        if (why[0]) {
-            json_array_append_new(arr, item(id, "refused", why));
-            return OBX_OK;
-        }
-        if (req->dry_run) {
-            snprintf(why, sizeof why, "would accept %s/%d@%lld (attempt %s) as its receipt",
-                     o.topic, (int)o.partition, (long long)o.offset, o.attempt_id);
-            json_array_append_new(arr, item(id, "dry-run", why));
-            *refused = false;
-            return OBX_OK;
-        }
-        char note[OBX_TEXT_MAX + 1];
-        snprintf(note, sizeof note, "resolved by operator %s: %s", req->who, req->reason);
-        obx__receipt_kind k = OBX__RK_QUARANTINED;
-        if ((err = obx__accept_receipts_from(e, now, &o, 1, &k, src, note))) return err;
-        if (k == OBX__RK_PRIMARY || k == OBX__RK_DUPLICATE) {
-            snprintf(why, sizeof why, "%s: %s/%d@%lld (attempt %s)",
-                     k == OBX__RK_PRIMARY ? "published on the evidence"
-                                          : "already published; evidence kept as a duplicate",
-                     o.topic, (int)o.partition, (long long)o.offset, o.attempt_id);
-            json_array_append_new(arr,
-                                  item(id, k == OBX__RK_PRIMARY ? "published" : "duplicate", why));
-            *refused = false;
-        } else {
-            snprintf(why, sizeof why, "%s: the acceptance point quarantined the evidence: %s", id,
-                     obx_errmsg());
-            json_array_append_new(arr, item(id, "quarantined", why));
-        }
-    }
+    err = req->accept ? resolve_accept(e, now, req, id, &ev, arr, refused, why)
+                      : resolve_retry(e, now, req, id, &ev, arr, refused, why);
+    if (err) return err;
     if (!*refused && e->on_note) {
         obx__note n = {.kind = OBX__NOTE_RESOLVED,
                        .event_id = id,

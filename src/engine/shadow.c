@@ -257,9 +257,15 @@ static int cmp_obs(const void *a, const void *b) {
     return c ? c : (x->offset > y->offset) - (x->offset < y->offset);
 }
 
+/* One comparison: the findings (owned, FINDINGS_MAX at most), the counts, and the observations
+ * sorted by event ID then offset (idx and used, n_obs of each; borrowed from the caller). */
 typedef struct cmp_state {
     json_t *findings;
     int64_t missing, destination, partition, payload, unknown;
+    int64_t matched, pending, duplicates, outside;
+    const obx__observed **idx;
+    bool *used; /* used[k]: idx[k] belongs to a slot in scope */
+    size_t n_obs;
 } cmp_state;
 
 static json_t *obs_json(const obx__observed *o) {
@@ -290,6 +296,134 @@ static bool same_place(const obx__event_row *r, const obx__observed *o) {
            (!o->cluster[0] || !strcmp(o->cluster, r->dest.cluster));
 }
 
+/* The observations of slot i (rows->v[i]), found in c->idx by its wire ID and marked used: *own
+ * is the first at the slot's frozen place, *best the first there whose partition (when part >= 0)
+ * and digests match, *stray the first at a place no other slot of the event owns; *n_own counts
+ * those at the slot's place. Pure. */
+static void slot_observations(cmp_state *c, const obx__rows *rows, size_t i, int32_t part,
+                              const obx__observed **own, const obx__observed **best,
+                              const obx__observed **stray, size_t *n_own) {
+    const obx__event_row *r = &rows->v[i];
+    const char *wid = obx__wire_id(r);
+    size_t lo = 0, hi = c->n_obs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (strcmp(c->idx[mid]->event_id, wid) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    size_t end = lo;
+    while (end < c->n_obs && !strcmp(c->idx[end]->event_id, wid)) end++;
+    *own = *best = *stray = NULL;
+    *n_own = 0;
+    for (size_t k = lo; k < end; k++) {
+        const obx__observed *o = c->idx[k];
+        c->used[k] = true;
+        if (!same_place(r, o)) {
+            /* another slot of the same event owns that place: not a stray */
+            bool other_slot = false;
+            for (size_t j = 0; j < rows->n && !other_slot; j++)
+                other_slot =
+                    j != i && !strcmp(obx__wire_id(&rows->v[j]), wid) && same_place(&rows->v[j], o);
+            if (!other_slot && !*stray) *stray = o;
+            continue;
+        }
+        (*n_own)++;
+        if (!*own) *own = o;
+        if (!*best && (part < 0 || o->partition == part) &&
+            !strcmp(o->payload_digest, r->env.payload_digest) &&
+            (!o->dest_digest[0] || !strcmp(o->dest_digest, r->dest_digest)))
+            *best = o;
+    }
+}
+
+/* Compares slot i (rows->v[i]) with its observations: counts a match, a duplicate or a pending
+ * slot, or adds one finding (which takes exp, what obx would send). Uses the broker only for the
+ * partition count of a slot not yet pinned. */
+static void compare_slot(obx__engine *e, cmp_state *c, const obx__rows *rows, size_t i, int64_t now,
+                         const obx__shadow_req *req) {
+    const obx__event_row *r = &rows->v[i];
+    const char *wid = obx__wire_id(r);
+    /* what obx would send: the frozen destination, the pinned (or computed) partition */
+    int32_t part = r->pinned_partition;
+    if (part < 0 && e->b && !strcmp(e->cluster, r->dest.cluster) &&
+        obx__br_partition_for(e->b, &r->dest, &part)) {
+        e->st.broker_errors++;
+        part = -1;
+    }
+    json_t *exp = json_pack("{s:s,s:s,s:s,s:i,s:s,s:s,s:s}", "slot_id", r->env.event_id, "cluster",
+                            r->dest.cluster, "topic", r->dest.topic, "partition", (int)part, "key",
+                            r->dest.routing_key, "payload_digest", r->env.payload_digest,
+                            "dest_digest", r->dest_digest);
+    const obx__observed *own, *best, *stray;
+    size_t n_own;
+    slot_observations(c, rows, i, part, &own, &best, &stray, &n_own);
+    char why[OBX_TEXT_MAX + 1];
+    if (best) {
+        c->matched++;
+        c->duplicates += (int64_t)n_own - 1;
+        json_decref(exp);
+    } else if (own) {
+        if (part >= 0 && own->partition != part) {
+            c->partition++;
+            snprintf(why, sizeof why, "published to partition %d, obx would send to %d",
+                     (int)own->partition, (int)part);
+            finding(c, "partition", wid, exp, own, why);
+        } else if (strcmp(own->payload_digest, r->env.payload_digest)) {
+            c->payload++;
+            snprintf(why, sizeof why, "published payload digest differs from the frozen one");
+            finding(c, "payload", wid, exp, own, why);
+        } else {
+            c->destination++;
+            snprintf(why, sizeof why,
+                     "published with destination digest %.20s..., the frozen one is %.20s...",
+                     own->dest_digest, r->dest_digest);
+            finding(c, "destination", wid, exp, own, why);
+        }
+    } else if (stray) {
+        c->destination++;
+        snprintf(why, sizeof why, "published to %.40s/%.60s, obx would send to %.40s/%.60s",
+                 stray->cluster[0] ? stray->cluster : "?", stray->topic, r->dest.cluster,
+                 r->dest.topic);
+        finding(c, "destination", wid, exp, stray, why);
+    } else if (r->committed_at <= now - req->grace_ms) {
+        c->missing++;
+        finding(c, "missing", wid, exp, NULL,
+                "committed, and not published by the other "
+                "dispatcher");
+    } else {
+        c->pending++; /* within the grace time */
+        json_decref(exp);
+    }
+}
+
+/* What nobody in scope explains: each run of unused observations of one event ID is looked up
+ * (one store read per ID) and counted outside the scope, or listed as unknown on the broker. */
+static obx_err unexplained(obx__engine *e, cmp_state *c) {
+    obx_err err = OBX_OK;
+    for (size_t k = 0; !err && k < c->n_obs;) {
+        size_t end = k + 1;
+        while (end < c->n_obs && !strcmp(c->idx[end]->event_id, c->idx[k]->event_id)) end++;
+        if (!c->used[k]) {
+            obx__rows known = {0};
+            const char *id = c->idx[k]->event_id;
+            err = obx__st_load_events(e->s, &id, 1, 0, &known);
+            if (!err && !known.n) {
+                c->unknown += (int64_t)(end - k);
+                for (size_t j = k; j < end; j++)
+                    finding(c, "unknown_on_broker", id, NULL, c->idx[j],
+                            "this outbox never committed this event ID (bypass publishing)");
+            } else if (!err) {
+                c->outside += (int64_t)(end - k);
+            }
+            obx__rows_free(&known);
+        }
+        k = end;
+    }
+    return err;
+}
+
 obx_err obx__shadow_compare(obx__engine *e, int64_t now, const obx__shadow_req *req,
                             const obx__observed *obs, size_t n_obs, json_t **report,
                             size_t *differences) {
@@ -299,119 +433,15 @@ obx_err obx__shadow_compare(obx__engine *e, int64_t now, const obx__shadow_req *
     obx_err err = expected(e, req, &rows);
     const obx__observed **idx = err ? NULL : calloc(n_obs ? n_obs : 1, sizeof *idx);
     bool *used = err ? NULL : calloc(n_obs ? n_obs : 1, sizeof *used);
-    cmp_state c = {.findings = json_array()};
+    cmp_state c = {.findings = json_array(), .idx = idx, .used = used, .n_obs = n_obs};
     if (!err && (!idx || !used || !c.findings))
         err = obx__fail(OBX_ENOMEM, "shadow: out of memory");
-    int64_t matched = 0, pending = 0, duplicates = 0, outside = 0;
     if (!err) {
         for (size_t i = 0; i < n_obs; i++) idx[i] = &obs[i];
         qsort(idx, n_obs, sizeof *idx, cmp_obs);
     }
-    for (size_t i = 0; !err && i < rows.n; i++) {
-        const obx__event_row *r = &rows.v[i];
-        const char *wid = obx__wire_id(r);
-        /* what obx would send: the frozen destination, the pinned (or computed) partition */
-        int32_t part = r->pinned_partition;
-        if (part < 0 && e->b && !strcmp(e->cluster, r->dest.cluster) &&
-            obx__br_partition_for(e->b, &r->dest, &part)) {
-            e->st.broker_errors++;
-            part = -1;
-        }
-        json_t *exp = json_pack("{s:s,s:s,s:s,s:i,s:s,s:s,s:s}", "slot_id", r->env.event_id,
-                                "cluster", r->dest.cluster, "topic", r->dest.topic, "partition",
-                                (int)part, "key", r->dest.routing_key, "payload_digest",
-                                r->env.payload_digest, "dest_digest", r->dest_digest);
-        /* the observations of this event ID */
-        size_t lo = 0, hi = n_obs;
-        while (lo < hi) {
-            size_t mid = (lo + hi) / 2;
-            if (strcmp(idx[mid]->event_id, wid) < 0)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        size_t end = lo;
-        while (end < n_obs && !strcmp(idx[end]->event_id, wid)) end++;
-        const obx__observed *own = NULL, *best = NULL, *stray = NULL;
-        size_t n_own = 0;
-        for (size_t k = lo; k < end; k++) {
-            const obx__observed *o = idx[k];
-            used[k] = true;
-            if (!same_place(r, o)) {
-                /* another slot of the same event owns that place: not a stray */
-                bool other_slot = false;
-                for (size_t j = 0; j < rows.n && !other_slot; j++)
-                    other_slot = j != i && !strcmp(obx__wire_id(&rows.v[j]), wid) &&
-                                 same_place(&rows.v[j], o);
-                if (!other_slot && !stray) stray = o;
-                continue;
-            }
-            n_own++;
-            if (!own) own = o;
-            if (!best && (part < 0 || o->partition == part) &&
-                !strcmp(o->payload_digest, r->env.payload_digest) &&
-                (!o->dest_digest[0] || !strcmp(o->dest_digest, r->dest_digest)))
-                best = o;
-        }
-        if (best) {
-            matched++;
-            duplicates += (int64_t)n_own - 1;
-            json_decref(exp);
-        } else if (own) {
-            char why[OBX_TEXT_MAX + 1];
-            if (part >= 0 && own->partition != part) {
-                c.partition++;
-                snprintf(why, sizeof why, "published to partition %d, obx would send to %d",
-                         (int)own->partition, (int)part);
-                finding(&c, "partition", wid, exp, own, why);
-            } else if (strcmp(own->payload_digest, r->env.payload_digest)) {
-                c.payload++;
-                snprintf(why, sizeof why, "published payload digest differs from the frozen one");
-                finding(&c, "payload", wid, exp, own, why);
-            } else {
-                c.destination++;
-                snprintf(why, sizeof why,
-                         "published with destination digest %.20s..., the frozen one is %.20s...",
-                         own->dest_digest, r->dest_digest);
-                finding(&c, "destination", wid, exp, own, why);
-            }
-        } else if (stray) {
-            char why[OBX_TEXT_MAX + 1];
-            c.destination++;
-            snprintf(why, sizeof why, "published to %.40s/%.60s, obx would send to %.40s/%.60s",
-                     stray->cluster[0] ? stray->cluster : "?", stray->topic, r->dest.cluster,
-                     r->dest.topic);
-            finding(&c, "destination", wid, exp, stray, why);
-        } else if (r->committed_at <= now - req->grace_ms) {
-            c.missing++;
-            finding(&c, "missing", wid, exp, NULL,
-                    "committed, and not published by the other "
-                    "dispatcher");
-        } else {
-            pending++; /* within the grace time */
-            json_decref(exp);
-        }
-    }
-    /* what nobody in scope explains: an event ID the outbox does not know at all */
-    for (size_t k = 0; !err && k < n_obs;) {
-        size_t end = k + 1;
-        while (end < n_obs && !strcmp(idx[end]->event_id, idx[k]->event_id)) end++;
-        if (!used[k]) {
-            obx__rows known = {0};
-            const char *id = idx[k]->event_id;
-            err = obx__st_load_events(e->s, &id, 1, 0, &known);
-            if (!err && !known.n) {
-                c.unknown += (int64_t)(end - k);
-                for (size_t j = k; j < end; j++)
-                    finding(&c, "unknown_on_broker", id, NULL, idx[j],
-                            "this outbox never committed this event ID (bypass publishing)");
-            } else if (!err) {
-                outside += (int64_t)(end - k);
-            }
-            obx__rows_free(&known);
-        }
-        k = end;
-    }
+    for (size_t i = 0; !err && i < rows.n; i++) compare_slot(e, &c, &rows, i, now, req);
+    if (!err) err = unexplained(e, &c);
     size_t n_expected = rows.n;
     obx__rows_free(&rows);
     free(idx);
@@ -421,14 +451,14 @@ obx_err obx__shadow_compare(obx__engine *e, int64_t now, const obx__shadow_req *
         return err;
     }
     int64_t total = c.missing + c.destination + c.partition + c.payload + c.unknown;
-    *report = json_pack("{s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:{s:I,s:I,s:I,s:I,s:I},s:o}", "shadow",
-                        1, "compared", (json_int_t)n_expected, "observed", (json_int_t)n_obs,
-                        "matched", (json_int_t)matched, "pending", (json_int_t)pending,
-                        "duplicates", (json_int_t)duplicates, "outside_scope", (json_int_t)outside,
-                        "differences_total", (json_int_t)total, "differences", "missing",
-                        (json_int_t)c.missing, "destination", (json_int_t)c.destination,
-                        "partition", (json_int_t)c.partition, "payload", (json_int_t)c.payload,
-                        "unknown_on_broker", (json_int_t)c.unknown, "findings", c.findings);
+    *report = json_pack(
+        "{s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:{s:I,s:I,s:I,s:I,s:I},s:o}", "shadow", 1, "compared",
+        (json_int_t)n_expected, "observed", (json_int_t)n_obs, "matched", (json_int_t)c.matched,
+        "pending", (json_int_t)c.pending, "duplicates", (json_int_t)c.duplicates, "outside_scope",
+        (json_int_t)c.outside, "differences_total", (json_int_t)total, "differences", "missing",
+        (json_int_t)c.missing, "destination", (json_int_t)c.destination, "partition",
+        (json_int_t)c.partition, "payload", (json_int_t)c.payload, "unknown_on_broker",
+        (json_int_t)c.unknown, "findings", c.findings);
     if (!*report) return obx__fail(OBX_ENOMEM, "shadow: out of memory");
     *differences = (size_t)total;
     return OBX_OK;
