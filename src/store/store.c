@@ -110,10 +110,21 @@ const obx__store_methods *obx__store_backend(obx__url_scheme scheme) {
 /* every method has one entry in the lists of store.h: a method added to the struct without a
  * wrapper changes its size and stops the build here */
 #define ONE_(...) +1
-enum { N_METHODS_ = 0 OBX__STORE_FORWARD(ONE_) OBX__STORE_OPTIONAL(ONE_) OBX__STORE_CUSTOM(ONE_) };
+enum {
+    N_METHODS_ = 0 OBX__STORE_FORWARD(ONE_) OBX__STORE_OPTIONAL(ONE_) OBX__STORE_CUSTOM(ONE_),
+    N_INBOX_ = 0 OBX__STORE_INBOX_FORWARD(ONE_),
+    N_READ_ = 0 OBX__STORE_READ_FORWARD(ONE_) OBX__STORE_READ_CUSTOM(ONE_)
+};
+#define FN_ sizeof(void (*)(void))
 _Static_assert(sizeof(obx__store_methods) ==
-                   offsetof(obx__store_methods, open) + N_METHODS_ * sizeof(void (*)(void)),
+                   offsetof(obx__store_methods, open) + (N_METHODS_ + 2) * FN_,
                "every store method needs an entry in OBX__STORE_FORWARD/OPTIONAL/CUSTOM");
+_Static_assert(sizeof(obx__store_inbox_methods) ==
+                   offsetof(obx__store_inbox_methods, inbox_get) + N_INBOX_ * FN_,
+               "every inbox method needs an entry in OBX__STORE_INBOX_FORWARD");
+_Static_assert(sizeof(obx__store_read_methods) ==
+                   offsetof(obx__store_read_methods, counter_get) + N_READ_ * FN_,
+               "every read-model method needs an entry in OBX__STORE_READ_FORWARD/CUSTOM");
 
 static obx_err missing(const obx__store_methods *m, const char *method) {
     return obx__fail(OBX_EINTERNAL, "store backend %s: the method %s is missing", m->name, method);
@@ -123,6 +134,12 @@ static obx_err check_methods(const obx__store_methods *m) {
     if (m->version != OBX__STORE_METHODS_VERSION)
         return obx__fail(OBX_EINTERNAL, "store backend %s: methods version %d, expected %d",
                          m->name, m->version, OBX__STORE_METHODS_VERSION);
+    if (!m->inbox || m->inbox->version != OBX__STORE_INBOX_VERSION)
+        return obx__fail(OBX_EINTERNAL, "store backend %s: no inbox table of version %d", m->name,
+                         OBX__STORE_INBOX_VERSION);
+    if (!m->read || m->read->version != OBX__STORE_READ_VERSION)
+        return obx__fail(OBX_EINTERNAL, "store backend %s: no read-model table of version %d",
+                         m->name, OBX__STORE_READ_VERSION);
         /* refuse a backend with a missing callback rather than crash later; the optional ones
          * (OBX__STORE_OPTIONAL, serve_dispatch, write_set) may be NULL */
 #define REQUIRED_(name, ...)                                                                       \
@@ -133,6 +150,15 @@ static obx_err check_methods(const obx__store_methods *m) {
     if (!m->name && strcmp(#name, "serve_dispatch") && strcmp(#name, "write_set"))                 \
         return missing(m, #name);
     OBX__STORE_CUSTOM(REQUIRED_)
+#undef REQUIRED_
+#define REQUIRED_(name, ...)                                                                       \
+    if (!m->inbox->name) return missing(m, #name);
+    OBX__STORE_INBOX_FORWARD(REQUIRED_)
+#undef REQUIRED_
+#define REQUIRED_(name, ...)                                                                       \
+    if (!m->read->name) return missing(m, #name);
+    OBX__STORE_READ_FORWARD(REQUIRED_)
+    OBX__STORE_READ_CUSTOM(REQUIRED_)
 #undef REQUIRED_
     return OBX_OK;
 }
@@ -147,6 +173,20 @@ static obx_err check_methods(const obx__store_methods *m) {
     }
 OBX__STORE_FORWARD(FORWARD_)
 #undef FORWARD_
+
+#define FORWARD_TO_(table, name, params, args)                                                     \
+    obx_err obx__st_##name params {                                                                \
+        if (!s) return obx__fail(OBX_EINTERNAL, #name ": store NULL");                             \
+        FAULT(#name);                                                                              \
+        return s->m->table->name args;                                                             \
+    }
+#define INBOX_(name, params, args) FORWARD_TO_(inbox, name, params, args)
+#define READ_(name, params, args) FORWARD_TO_(read, name, params, args)
+OBX__STORE_INBOX_FORWARD(INBOX_)
+OBX__STORE_READ_FORWARD(READ_)
+#undef INBOX_
+#undef READ_
+#undef FORWARD_TO_
 
 #define OPTIONAL_(name, params, args)                                                              \
     bool obx__st_has_##name(const obx__store *s) { return s && s->m->name; }                       \
@@ -339,12 +379,12 @@ obx_err obx__st_aged(obx__store *s, const obx__aged_req *req, obx__aged_row **ou
         return obx__fail(OBX_EINTERNAL, "aged: unknown kind %d", (int)req->kind);
     if (req->kind == OBX__AGED_INBOX_QUARANTINED && !req->consumer)
         return obx__fail(OBX_EINTERNAL, "aged: inbox quarantines need a consumer");
-    return s->m->aged(s, req, out, n, count);
+    return s->m->read->aged(s, req, out, n, count);
 }
 
 obx_err obx__st_events_known(obx__store *s, const char *const *ids, size_t n, bool *known) {
     FAULT("events_known");
-    return n ? s->m->events_known(s, ids, n, known) : OBX_OK;
+    return n ? s->m->read->events_known(s, ids, n, known) : OBX_OK;
 }
 
 obx_err obx__st_delivery_put(obx__store *s, const obx__delivery_row *d) {

@@ -22,7 +22,9 @@
 
 #include "core/core.h"
 
-#define OBX__STORE_METHODS_VERSION 2
+#define OBX__STORE_METHODS_VERSION 3 /* 3: the inbox and read-model tables split off */
+#define OBX__STORE_INBOX_VERSION 1
+#define OBX__STORE_READ_VERSION 1
 /* 1: the outbox; 2: delivery sets (route sets and per-event target slots, docs/migration.md);
  * 3: PostgreSQL writes an attempt's outcome as a HOT update (schema_v3.sql; SQLite unchanged);
  * 4: every UNKNOWN ends: held events, receipt sources, consumer evidence, the cluster registry;
@@ -475,6 +477,90 @@ typedef struct obx__write_set {
 /* A store has no capability bits: what differs between backends is an optional method (NULL
  * when absent: wait_for_work, serve_dispatch, create_roles, write_set), asked through
  * obx__st_has_<name>. (Version 1 had bits that nothing read.) */
+/* The inbox: what a consumer's database does for obx_inbox_process() and the consumer loop
+ * (receipts, watermarks, failures, poison, consume audit). Its own version: a consumer's
+ * database may be a store whose outbox side nobody uses. */
+typedef struct obx__store_inbox_methods {
+    int version; /* OBX__STORE_INBOX_VERSION */
+
+    /* inbox: the consumer's database */
+    obx_err (*inbox_get)(obx__store *s, const char *consumer, const char *event_id,
+                         obx__inbox_row *out);                    /* OBX_ENOTFOUND when absent */
+    obx_err (*inbox_put)(obx__store *s, const obx__inbox_row *r); /* OBX_ECONFLICT if present */
+    /* present[i] = a consume receipt exists for (consumer, ids[i]) */
+    obx_err (*inbox_has)(obx__store *s, const char *consumer, const char *const *ids, size_t n,
+                         bool *present);
+    obx_err (*watermark_put)(obx__store *s, const obx__watermark_row *w);
+    obx_err (*watermark_list)(obx__store *s, const char *consumer, obx__watermark_row **out,
+                              size_t *n);
+    /* Counts one more handler failure; *failures gets the new count. */
+    obx_err (*failure_bump)(obx__store *s, const char *consumer, const char *event_id,
+                            const char *error, int64_t now, int32_t *failures);
+    obx_err (*failure_clear)(obx__store *s, const char *consumer, const char *event_id);
+    obx_err (*poison_put)(obx__store *s, const obx__poison_row *p);
+    /* Without payload; consumer/state NULL = all. */
+    obx_err (*poison_list)(obx__store *s, const char *consumer, const char *state,
+                           obx__poison_row **out, size_t *n);
+    obx_err (*poison_get)(obx__store *s, const char *consumer, const char *event_id,
+                          obx__poison_row *out); /* with payload; OBX_ENOTFOUND */
+    obx_err (*poison_set_state)(obx__store *s, const char *consumer, const char *event_id,
+                                const char *state, int64_t now);
+    obx_err (*inbox_quarantine_put)(obx__store *s, const char *consumer, const char *event_id,
+                                    const char *digest, const char *first_digest,
+                                    const char *reason, int64_t at);
+    obx_err (*consume_audit_put)(obx__store *s, const obx__consume_audit_row *a, size_t n);
+    /* Consume audit rows (the consumer's database), each with its id. consumer and event_id
+     * filter (NULL = any). after_id >= 0: rows with id > after_id, oldest first (a cursor);
+     * after_id < 0: the newest rows, newest first. At most limit rows. */
+    obx_err (*consume_audit_list)(obx__store *s, const char *consumer, const char *event_id,
+                                  int64_t after_id, size_t limit, obx__consume_audit_row **out,
+                                  size_t *n);
+} obx__store_inbox_methods;
+
+/* The read model: what operations read (metrics, status, dashboard, trace, the three-set audit):
+ * statistics, invariants and bounded lookups, never a change. Its own version. */
+typedef struct obx__store_read_methods {
+    int version; /* OBX__STORE_READ_VERSION */
+    obx_err (*counter_get)(obx__store *s, const char *name, int64_t *value);
+
+    /* statistics and search */
+    obx_err (*stats)(obx__store *s, obx__store_stats *out);
+    /* For every published event that had an UNKNOWN attempt: published_at - first unknown_at
+     * (ms). *ms is malloc'ed. */
+    obx_err (*unknown_resolutions)(obx__store *s, int64_t **ms, size_t *n);
+    obx_err (*invariants)(obx__store *s, obx__store_invariants *out);
+    /* Event IDs with this correlation ID, oldest first (at most limit). */
+    obx_err (*find_by_correlation)(obx__store *s, const char *correlation_id, size_t limit,
+                                   char (**ids)[OBX_EVENT_ID_LEN + 1], size_t *n);
+    /* Audit queries (obx__aged_req). *out (malloc'ed, may be NULL when *n is 0) gets at most
+     * req->limit rows oldest first; *count (may be NULL) the totals when req->count. */
+    obx_err (*aged)(obx__store *s, const obx__aged_req *req, obx__aged_row **out, size_t *n,
+                    obx__aged_count *count);
+    /* known[i] = this outbox committed event ids[i] (any state). Batch, one round trip on
+     * PostgreSQL. */
+    obx_err (*events_known)(obx__store *s, const char *const *ids, size_t n, bool *known);
+    /* Delivery sets, and those complete under their rule (every slot / any slot published). */
+    obx_err (*delivery_stats)(obx__store *s, int64_t *sets, int64_t *complete);
+    /* The detail (JSON text) of every receipt of this kind of event_id, oldest first; each
+     * string and the array are malloc'ed (freed by the caller). */
+    obx_err (*receipt_details)(obx__store *s, const char *event_id, obx__receipt_kind kind,
+                               char ***out, size_t *n);
+    /* The next three read a bounded number of rows through an index: a scrape or a page view
+     * never scans the published bulk. */
+    /* Receipts of one kind, newest first, at most limit (QUARANTINED and MIGRATION use the
+     * partial index on kind). */
+    obx_err (*receipts_by_kind)(obx__store *s, obx__receipt_kind kind, size_t limit,
+                                obx__receipt_row **out, size_t *n);
+    /* The newest PUBLISHED events, newest first, at most limit (index on state, published_at).
+     * RETAINED and PURGED are left out on purpose: every critical consumer has covered them. */
+    obx_err (*recent_published)(obx__store *s, size_t limit, obx__published_ref **out, size_t *n);
+    /* Delivery sets that are not delivered yet under their rule, from the unpublished slots (a
+     * read bounded by the backlog, cheap enough for a scrape): out[0] sets of rule `all` with
+     * a target still unpublished, out[1] sets of rule `any` with none published yet, out[2]
+     * unpublished slots of `any` sets already delivered (trailing targets, still sent). */
+    obx_err (*delivery_open)(obx__store *s, int64_t out[3]);
+} obx__store_read_methods;
+
 typedef struct obx__store_methods {
     int version; /* OBX__STORE_METHODS_VERSION */
     const char *name;
@@ -529,44 +615,6 @@ typedef struct obx__store_methods {
     obx_err (*load_audit)(obx__store *s, const char *event_id, obx__audit_row **out, size_t *n_out);
     /* Adds delta to a named counter (alarms, quarantines); n pairs. */
     obx_err (*counter_add)(obx__store *s, const char *name, int64_t delta);
-    obx_err (*counter_get)(obx__store *s, const char *name, int64_t *value);
-
-    /* statistics and search */
-    obx_err (*stats)(obx__store *s, obx__store_stats *out);
-    /* For every published event that had an UNKNOWN attempt: published_at - first unknown_at
-     * (ms). *ms is malloc'ed. */
-    obx_err (*unknown_resolutions)(obx__store *s, int64_t **ms, size_t *n);
-    obx_err (*invariants)(obx__store *s, obx__store_invariants *out);
-    /* Event IDs with this correlation ID, oldest first (at most limit). */
-    obx_err (*find_by_correlation)(obx__store *s, const char *correlation_id, size_t limit,
-                                   char (**ids)[OBX_EVENT_ID_LEN + 1], size_t *n);
-
-    /* inbox: the consumer's database */
-    obx_err (*inbox_get)(obx__store *s, const char *consumer, const char *event_id,
-                         obx__inbox_row *out);                    /* OBX_ENOTFOUND when absent */
-    obx_err (*inbox_put)(obx__store *s, const obx__inbox_row *r); /* OBX_ECONFLICT if present */
-    /* present[i] = a consume receipt exists for (consumer, ids[i]) */
-    obx_err (*inbox_has)(obx__store *s, const char *consumer, const char *const *ids, size_t n,
-                         bool *present);
-    obx_err (*watermark_put)(obx__store *s, const obx__watermark_row *w);
-    obx_err (*watermark_list)(obx__store *s, const char *consumer, obx__watermark_row **out,
-                              size_t *n);
-    /* Counts one more handler failure; *failures gets the new count. */
-    obx_err (*failure_bump)(obx__store *s, const char *consumer, const char *event_id,
-                            const char *error, int64_t now, int32_t *failures);
-    obx_err (*failure_clear)(obx__store *s, const char *consumer, const char *event_id);
-    obx_err (*poison_put)(obx__store *s, const obx__poison_row *p);
-    /* Without payload; consumer/state NULL = all. */
-    obx_err (*poison_list)(obx__store *s, const char *consumer, const char *state,
-                           obx__poison_row **out, size_t *n);
-    obx_err (*poison_get)(obx__store *s, const char *consumer, const char *event_id,
-                          obx__poison_row *out); /* with payload; OBX_ENOTFOUND */
-    obx_err (*poison_set_state)(obx__store *s, const char *consumer, const char *event_id,
-                                const char *state, int64_t now);
-    obx_err (*inbox_quarantine_put)(obx__store *s, const char *consumer, const char *event_id,
-                                    const char *digest, const char *first_digest,
-                                    const char *reason, int64_t at);
-    obx_err (*consume_audit_put)(obx__store *s, const obx__consume_audit_row *a, size_t n);
 
     /* Optional (NULL = not supported; the driver sleeps instead). Waits up to timeout_ms for a
      * hint that new work was committed (PostgreSQL: LISTEN/NOTIFY on enqueue). A hint is only
@@ -593,13 +641,6 @@ typedef struct obx__store_methods {
      * tombstone. *bytes (may be NULL) gets the payload bytes dropped; an event whose payload is
      * gone already adds nothing. Batch: one statement per batch on PostgreSQL. */
     obx_err (*purge_payloads)(obx__store *s, const char *const *ids, size_t n, int64_t *bytes);
-    /* Audit queries (obx__aged_req). *out (malloc'ed, may be NULL when *n is 0) gets at most
-     * req->limit rows oldest first; *count (may be NULL) the totals when req->count. */
-    obx_err (*aged)(obx__store *s, const obx__aged_req *req, obx__aged_row **out, size_t *n,
-                    obx__aged_count *count);
-    /* known[i] = this outbox committed event ids[i] (any state). Batch, one round trip on
-     * PostgreSQL. */
-    obx_err (*events_known)(obx__store *s, const char *const *ids, size_t n, bool *known);
     /* ---- schema version 2: migration, delivery sets, shadow and takeover (appended) ---- */
     /* Rows matching f (see obx__event_filter), without payload, not locked. */
     obx_err (*find_events)(obx__store *s, const obx__event_filter *f, obx__rows *out);
@@ -614,33 +655,11 @@ typedef struct obx__store_methods {
     obx_err (*delivery_put)(obx__store *s, const obx__delivery_row *d);
     /* The set that event or slot `id` belongs to, targets ordered; OBX_ENOTFOUND when none. */
     obx_err (*delivery_get)(obx__store *s, const char *id, obx__delivery_row *out);
-    /* Delivery sets, and those complete under their rule (every slot / any slot published). */
-    obx_err (*delivery_stats)(obx__store *s, int64_t *sets, int64_t *complete);
-    /* The detail (JSON text) of every receipt of this kind of event_id, oldest first; each
-     * string and the array are malloc'ed (freed by the caller). */
-    obx_err (*receipt_details)(obx__store *s, const char *event_id, obx__receipt_kind kind,
-                               char ***out, size_t *n);
     /* Hands unclaimed events to another dispatcher alias: sets alias = to where the event is
      * ids[i], its alias is `from` and its state PENDING or PARKED (nothing in flight).
      * applied[i] tells which ones changed. */
     obx_err (*set_alias)(obx__store *s, const char *const *ids, size_t n, const char *from,
                          const char *to, bool *applied);
-    /* ---- appended within version 1 for operations (metrics, dashboard, trace) ----
-     * Each reads a bounded number of rows through an index: a scrape or a page view never
-     * scans the published bulk. Required of every backend. */
-    /* Receipts of one kind, newest first, at most limit (QUARANTINED and MIGRATION use the
-     * partial index on kind). */
-    obx_err (*receipts_by_kind)(obx__store *s, obx__receipt_kind kind, size_t limit,
-                                obx__receipt_row **out, size_t *n);
-    /* The newest PUBLISHED events, newest first, at most limit (index on state, published_at).
-     * RETAINED and PURGED are left out on purpose: every critical consumer has covered them. */
-    obx_err (*recent_published)(obx__store *s, size_t limit, obx__published_ref **out, size_t *n);
-    /* Consume audit rows (the consumer's database), each with its id. consumer and event_id
-     * filter (NULL = any). after_id >= 0: rows with id > after_id, oldest first (a cursor);
-     * after_id < 0: the newest rows, newest first. At most limit rows. */
-    obx_err (*consume_audit_list)(obx__store *s, const char *consumer, const char *event_id,
-                                  int64_t after_id, size_t limit, obx__consume_audit_row **out,
-                                  size_t *n);
     /* ---- appended within version 1 for performance ----
      * Optional (NULL: update_events, insert_attempts, update_attempts, insert_receipts and
      * insert_audit, one call after the other): every part of w in one round trip, in the same
@@ -653,11 +672,9 @@ typedef struct obx__store_methods {
     obx_err (*cluster_put)(obx__store *s, const obx__cluster_row *c);
     /* OBX_ENOTFOUND when no relay registered the cluster. */
     obx_err (*cluster_get)(obx__store *s, const char *cluster, obx__cluster_row *out);
-    /* Delivery sets that are not delivered yet under their rule, from the unpublished slots (a
-     * read bounded by the backlog, cheap enough for a scrape): out[0] sets of rule `all` with
-     * a target still unpublished, out[1] sets of rule `any` with none published yet, out[2]
-     * unpublished slots of `any` sets already delivered (trailing targets, still sent). */
-    obx_err (*delivery_open)(obx__store *s, int64_t out[3]);
+    /* the consumer side and the operations reads: tables of their own (above) */
+    const obx__store_inbox_methods *inbox;
+    const obx__store_read_methods *read;
 } obx__store_methods;
 
 struct obx_store {
@@ -686,6 +703,9 @@ extern const obx__store_methods obx__pg_store_methods;
  *
  * OBX__STORE_FORWARD: X(name, params, args). obx__st_<name>(params) counts the call, refuses
  * a NULL store, and returns s->m->name(args). Same contract as the method above.
+ * OBX__STORE_INBOX_FORWARD, OBX__STORE_READ_FORWARD: the same for the inbox and read-model
+ * tables (s->m->inbox->name, s->m->read->name); OBX__STORE_READ_CUSTOM: the read model's
+ * hand-written wrappers.
  * OBX__STORE_OPTIONAL: as FORWARD, for the optional methods; the wrapper returns
  * OBX_EUNSUPPORTED when the backend has none, and obx__st_has_<name>(s) says whether it does.
  * OBX__STORE_CUSTOM: X(name): methods whose wrapper is written by hand in store.c (checks of
@@ -713,14 +733,15 @@ extern const obx__store_methods obx__pg_store_methods;
     X(load_audit, (obx__store * s, const char *event_id, obx__audit_row **out, size_t *n_out),     \
       (s, event_id, out, n_out))                                                                   \
     X(counter_add, (obx__store * s, const char *name, int64_t delta), (s, name, delta))            \
-    X(counter_get, (obx__store * s, const char *name, int64_t *value), (s, name, value))           \
-    X(stats, (obx__store * s, obx__store_stats * out), (s, out))                                   \
-    X(unknown_resolutions, (obx__store * s, int64_t * *ms, size_t * n), (s, ms, n))                \
-    X(invariants, (obx__store * s, obx__store_invariants * out), (s, out))                         \
-    X(find_by_correlation,                                                                         \
-      (obx__store * s, const char *correlation_id, size_t limit,                                   \
-       char(**ids)[OBX_EVENT_ID_LEN + 1], size_t *n),                                              \
-      (s, correlation_id, limit, ids, n))                                                          \
+    X(find_events, (obx__store * s, const obx__event_filter *f, obx__rows *out), (s, f, out))      \
+    X(route_set_put, (obx__store * s, const obx__route_set_row *r), (s, r))                        \
+    X(route_set_get, (obx__store * s, int64_t route_gen, obx__route_set_row * out),                \
+      (s, route_gen, out))                                                                         \
+    X(delivery_get, (obx__store * s, const char *id, obx__delivery_row *out), (s, id, out))        \
+    X(cluster_put, (obx__store * s, const obx__cluster_row *c), (s, c))                            \
+    X(cluster_get, (obx__store * s, const char *cluster, obx__cluster_row *out), (s, cluster, out))
+
+#define OBX__STORE_INBOX_FORWARD(X)                                                                \
     X(inbox_get,                                                                                   \
       (obx__store * s, const char *consumer, const char *event_id, obx__inbox_row *out),           \
       (s, consumer, event_id, out))                                                                \
@@ -753,11 +774,20 @@ extern const obx__store_methods obx__pg_store_methods;
        const char *first_digest, const char *reason, int64_t at),                                  \
       (s, consumer, event_id, digest, first_digest, reason, at))                                   \
     X(consume_audit_put, (obx__store * s, const obx__consume_audit_row *a, size_t n), (s, a, n))   \
-    X(find_events, (obx__store * s, const obx__event_filter *f, obx__rows *out), (s, f, out))      \
-    X(route_set_put, (obx__store * s, const obx__route_set_row *r), (s, r))                        \
-    X(route_set_get, (obx__store * s, int64_t route_gen, obx__route_set_row * out),                \
-      (s, route_gen, out))                                                                         \
-    X(delivery_get, (obx__store * s, const char *id, obx__delivery_row *out), (s, id, out))        \
+    X(consume_audit_list,                                                                          \
+      (obx__store * s, const char *consumer, const char *event_id, int64_t after_id, size_t limit, \
+       obx__consume_audit_row **out, size_t *n),                                                   \
+      (s, consumer, event_id, after_id, limit, out, n))
+
+#define OBX__STORE_READ_FORWARD(X)                                                                 \
+    X(counter_get, (obx__store * s, const char *name, int64_t *value), (s, name, value))           \
+    X(stats, (obx__store * s, obx__store_stats * out), (s, out))                                   \
+    X(unknown_resolutions, (obx__store * s, int64_t * *ms, size_t * n), (s, ms, n))                \
+    X(invariants, (obx__store * s, obx__store_invariants * out), (s, out))                         \
+    X(find_by_correlation,                                                                         \
+      (obx__store * s, const char *correlation_id, size_t limit,                                   \
+       char(**ids)[OBX_EVENT_ID_LEN + 1], size_t *n),                                              \
+      (s, correlation_id, limit, ids, n))                                                          \
     X(delivery_stats, (obx__store * s, int64_t * sets, int64_t * complete), (s, sets, complete))   \
     X(receipt_details,                                                                             \
       (obx__store * s, const char *event_id, obx__receipt_kind kind, char ***out, size_t *n),      \
@@ -767,14 +797,9 @@ extern const obx__store_methods obx__pg_store_methods;
       (s, kind, limit, out, n))                                                                    \
     X(recent_published, (obx__store * s, size_t limit, obx__published_ref * *out, size_t * n),     \
       (s, limit, out, n))                                                                          \
-    X(consume_audit_list,                                                                          \
-      (obx__store * s, const char *consumer, const char *event_id, int64_t after_id, size_t limit, \
-       obx__consume_audit_row **out, size_t *n),                                                   \
-      (s, consumer, event_id, after_id, limit, out, n))                                            \
-    X(cluster_put, (obx__store * s, const obx__cluster_row *c), (s, c))                            \
-    X(cluster_get, (obx__store * s, const char *cluster, obx__cluster_row *out),                   \
-      (s, cluster, out))                                                                           \
     X(delivery_open, (obx__store * s, int64_t out[3]), (s, out))
+
+#define OBX__STORE_READ_CUSTOM(X) X(aged) X(events_known)
 
 #define OBX__STORE_OPTIONAL(X)                                                                     \
     X(wait_for_work, (obx__store * s, int timeout_ms, bool *notified), (s, timeout_ms, notified))  \
@@ -799,8 +824,6 @@ extern const obx__store_methods obx__pg_store_methods;
     X(serve_dispatch)                                                                              \
     X(retention_candidates)                                                                        \
     X(purge_payloads)                                                                              \
-    X(aged)                                                                                        \
-    X(events_known)                                                                                \
     X(delivery_put)                                                                                \
     X(set_alias)                                                                                   \
     X(write_set)
@@ -808,6 +831,8 @@ extern const obx__store_methods obx__pg_store_methods;
 #define OBX__ST_DECLARE(name, params, args) obx_err obx__st_##name params;
 #define OBX__ST_DECLARE_HAS(name, params, args) bool obx__st_has_##name(const obx__store *s);
 OBX__STORE_FORWARD(OBX__ST_DECLARE)
+OBX__STORE_INBOX_FORWARD(OBX__ST_DECLARE)
+OBX__STORE_READ_FORWARD(OBX__ST_DECLARE)
 OBX__STORE_OPTIONAL(OBX__ST_DECLARE)
 OBX__STORE_OPTIONAL(OBX__ST_DECLARE_HAS)
 #undef OBX__ST_DECLARE

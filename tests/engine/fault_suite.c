@@ -519,7 +519,7 @@ static void test_cannot_tell_stays_unknown(void **state) {
     assert_int_equal(audit(f, a, OBX__ST_RECONCILING, OBX__ST_DISPATCH_UNKNOWN, "held"), 1);
     assert_int_equal(r.held_at, f->now);
     obx__store_stats st;
-    OK(f->s->m->stats(f->s, &st));
+    OK(f->s->m->read->stats(f->s, &st));
     assert_int_equal(st.held, 1);
     assert_int_equal(st.oldest_held, f->now);
     assert_int_equal(rc.st.held, 1);
@@ -533,7 +533,7 @@ static void test_cannot_tell_stays_unknown(void **state) {
     assert_int_equal(n_attempts(f, a), 1);
     assert_true(r.unknown_since > 0);
     assert_int_equal(ev(f, a).held_at, 0); /* published: no longer held */
-    OK(f->s->m->stats(f->s, &st));
+    OK(f->s->m->read->stats(f->s, &st));
     assert_int_equal(st.held, 0);
     obx__receipt_row *rr;
     size_t nr;
@@ -632,7 +632,7 @@ static void test_quarantine(void **state) {
     assert_int_equal(receipts(f, a, OBX__RK_QUARANTINED, NULL), 4);
     assert_int_equal(attempts(f, a, OBX__AT_SENDING), 1);
     int64_t q;
-    OK(f->s->m->counter_get(f->s, "receipts_quarantined", &q));
+    OK(f->s->m->read->counter_get(f->s, "receipts_quarantined", &q));
     assert_int_equal(q, 5);
     assert_int_equal(da.st.quarantined, 5);
     assert_int_equal(audit(f, a, -1, -1, "quarantined"), 4);
@@ -851,7 +851,7 @@ static void test_duplicated_reordered_deliveries(void **state) {
     assert_int_equal(out[OBX_INBOX_DUPLICATE], 5);
     assert_int_equal(c.effects, 5);
     int64_t effects;
-    OK(c.db->m->counter_get(c.db, "effects", &effects));
+    OK(c.db->m->read->counter_get(c.db, "effects", &effects));
     assert_int_equal(effects, 5);
     cons_close(&c);
 }
@@ -876,11 +876,11 @@ static void test_consumer_commit_lost_ack(void **state) {
     assert_int_equal(out[OBX_INBOX_APPLIED], 0);
     assert_int_equal(c.effects, 3);
     obx__inbox_row r;
-    OK(c.db->m->inbox_get(c.db, "projection", ids[0], &r));
+    OK(c.db->m->inbox->inbox_get(c.db, "projection", ids[0], &r));
     assert_string_equal(r.result, "projected o-0");
     obx__watermark_row *w;
     size_t nw;
-    OK(c.db->m->watermark_list(c.db, "projection", &w, &nw));
+    OK(c.db->m->inbox->watermark_list(c.db, "projection", &w, &nw));
     assert_true(nw >= 1);
     free(w);
     cons_close(&c);
@@ -909,7 +909,7 @@ static void test_inbox_poison_and_redrive(void **state) {
     OK(obx_inbox_redrive(c.db, "projection", ids[0]));
     assert_int_equal(obx_inbox_redrive(c.db, "projection", ids[0]), OBX_EREFUSED);
     obx__poison_row p;
-    OK(c.db->m->poison_get(c.db, "projection", ids[0], &p));
+    OK(c.db->m->inbox->poison_get(c.db, "projection", ids[0], &p));
     assert_string_equal(p.state, "REDRIVE");
     c.fail_next = 0;
     json_t *h = json_loads(p.headers_json, 0, NULL);
@@ -1030,7 +1030,7 @@ static void test_consumer_loop_redelivers_failed_last(void **state) {
     for (int i = 0; i < 3; i++) OK(obx_consumer_poll(con, 0, &k));
     assert_int_equal(c.effects, 2); /* the failed one was retried and applied */
     obx__inbox_row r;
-    OK(c.db->m->inbox_get(c.db, "projection", ids[0], &r));
+    OK(c.db->m->inbox->inbox_get(c.db, "projection", ids[0], &r));
     obx_consumer_close(con);
     obx_store_close(c.db);
 }
@@ -1105,7 +1105,7 @@ static void test_consumer_evidence(void **state) {
     consume_all(&c, f->now, out, false);
     assert_int_equal(out[OBX_INBOX_APPLIED], 1);
     obx__inbox_row ir;
-    OK(c.db->m->inbox_get(c.db, "projection", a, &ir));
+    OK(c.db->m->inbox->inbox_get(c.db, "projection", a, &ir));
     assert_int_equal(ir.envelope_gen, 1);
     assert_string_equal(ir.attempt_id, ev(f, a).attempt_id);
     assert_string_equal(ir.dest_digest, ev(f, a).dest_digest);
@@ -1119,7 +1119,7 @@ static void test_consumer_evidence(void **state) {
     strcpy(bad.dest_digest, rb.dest_digest);
     strcpy(bad.payload_digest,
            "sha256:0000000000000000000000000000000000000000000000000000000000000000");
-    OK(c.db->m->inbox_put(c.db, &bad));
+    OK(c.db->m->inbox->inbox_put(c.db, &bad));
     f->now += 1500;
     OK(obx__engine_sweep(&da, f->now, &n));
     assert_int_equal(n, 2);

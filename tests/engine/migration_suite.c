@@ -333,7 +333,7 @@ static void test_migrate_refused_while_unknown_then_done(void **state) {
     assert_int_equal(receipts(f, a, OBX__RK_MIGRATION, NULL), 1);
     char **det;
     size_t nd;
-    OK(f->s->m->receipt_details(f->s, a, OBX__RK_MIGRATION, &det, &nd));
+    OK(f->s->m->read->receipt_details(f->s, a, OBX__RK_MIGRATION, &det, &nd));
     assert_int_equal(nd, 1);
     json_t *d = json_loads(det[0], 0, NULL);
     assert_non_null(d);
@@ -516,7 +516,7 @@ static void test_late_old_generation_ack_quarantined(void **state) {
     free(rc);
     assert_int_equal(prim, 1);
     obx__store_invariants inv;
-    OK(f->s->m->invariants(f->s, &inv));
+    OK(f->s->m->read->invariants(f->s, &inv));
     assert_int_equal(inv.published_without_primary + inv.primary_not_published + inv.multi_primary,
                      0);
 }
@@ -725,7 +725,7 @@ static void test_delivery_set_all(void **state) {
     assert_int_equal(st.completed_at, f->now);
     obx__rows_free(&st.slots);
     int64_t sets, complete;
-    OK(f->s->m->delivery_stats(f->s, &sets, &complete));
+    OK(f->s->m->read->delivery_stats(f->s, &sets, &complete));
     assert_int_equal(sets, 1);
     assert_int_equal(complete, 1);
     /* every target carries the logical event ID; one consumer reading two targets applies the
@@ -788,7 +788,7 @@ static void test_delivery_rule_decides_delivered(void **state) {
     assert_int_equal(sent, 1);
     assert_int_equal(poll_all(&dl, f->now), 1);
     int64_t open[3];
-    OK(f->s->m->delivery_open(f->s, open));
+    OK(f->s->m->read->delivery_open(f->s, open));
     assert_int_equal(open[0], 1); /* a: all, eu missing */
     assert_int_equal(open[1], 0); /* b: any, delivered */
     assert_int_equal(open[2], 1); /* b's eu target: trailing, still to be sent */
@@ -821,7 +821,7 @@ static void test_delivery_rule_decides_delivered(void **state) {
         strcpy(r.tenant, "t1");
         strcpy(r.outcome, "APPLIED");
         strcpy(r.topic, "orders");
-        OK(cdb->m->inbox_put(cdb, &r));
+        OK(cdb->m->inbox->inbox_put(cdb, &r));
     }
     obx__critical crit = {.s = cdb};
     strcpy(crit.id, "projection");
@@ -848,7 +848,7 @@ static void test_delivery_rule_decides_delivered(void **state) {
     OK(obx__engine_dispatch(&deu, f->now, &sent));
     assert_int_equal(sent, 2);
     assert_int_equal(poll_all(&deu, f->now), 2);
-    OK(f->s->m->delivery_open(f->s, open));
+    OK(f->s->m->read->delivery_open(f->s, open));
     assert_int_equal(open[0] + open[1] + open[2], 0);
     f->now += 1000;
     memset(&res, 0, sizeof res);
@@ -890,7 +890,7 @@ static void test_delivery_set_any(void **state) {
     assert_int_equal(st.published, 2);
     obx__rows_free(&st.slots);
     int64_t sets, complete;
-    OK(f->s->m->delivery_stats(f->s, &sets, &complete));
+    OK(f->s->m->read->delivery_stats(f->s, &sets, &complete));
     assert_int_equal(complete, 1);
     /* the eu slot is retried on its own, to its own frozen target */
     knob(f->beu, "reject", "0");
@@ -1006,7 +1006,7 @@ static void test_add_target_is_a_migration(void **state) {
     assert_int_equal(audit(f, slot, OBX__ST_NONE, OBX__ST_PENDING, "added"), 1);
     char **det;
     size_t nd;
-    OK(f->s->m->receipt_details(f->s, a, OBX__RK_MIGRATION, &det, &nd));
+    OK(f->s->m->read->receipt_details(f->s, a, OBX__RK_MIGRATION, &det, &nd));
     json_t *dj = json_loads(det[0], 0, NULL);
     assert_string_equal(json_string_value(json_object_get(dj, "kind")), "add_target");
     assert_string_equal(json_string_value(json_object_get(dj, "slot_id")), slot);
@@ -1248,7 +1248,7 @@ static void test_shadow_reports_planted_differences(void **state) {
     OK(obx__br_poll(f->look, f->now, 0, drain, 8, &dummy));
     int before = on_topic(f->url, "orders", NULL, NULL);
     obx__store_stats st0;
-    OK(f->s->m->stats(f->s, &st0));
+    OK(f->s->m->read->stats(f->s, &st0));
     /* obx in shadow mode */
     obx__engine sh;
     engine(f, &sh, "shadow", f->b2, NULL, 0);
@@ -1297,7 +1297,7 @@ static void test_shadow_reports_planted_differences(void **state) {
     assert_int_equal(on_topic(f->url, "orders", NULL, NULL), before);
     assert_int_equal(sh.st.sent + sh.st.claimed, 0);
     obx__store_stats st1;
-    OK(f->s->m->stats(f->s, &st1));
+    OK(f->s->m->read->stats(f->s, &st1));
     assert_memory_equal(st0.by_state, st1.by_state, sizeof st0.by_state);
     assert_int_equal(attempts(f, ids[7], OBX__AT_SENDING) + attempts(f, ids[7], OBX__AT_ACCEPTED),
                      0);

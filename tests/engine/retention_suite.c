@@ -152,7 +152,7 @@ static void consumed(fx *f, int k, char ids[][31], int n) {
         strcpy(r.outcome, "APPLIED");
         strcpy(r.topic, "orders");
         r.consumed_at = f->now;
-        OK(s->m->inbox_put(s, &r));
+        OK(s->m->inbox->inbox_put(s, &r));
     }
     OK(obx__st_commit(s));
 }
@@ -501,8 +501,8 @@ static void test_audit_quarantines(void **state) {
     obx__receipt_kind k;
     OK(obx__accept_receipts(&e, f->now, &bad, 1, &k));
     assert_int_equal(k, OBX__RK_QUARANTINED);
-    OK(f->cdb[1]->m->inbox_quarantine_put(f->cdb[1], "ledger", ids[1], r.env.payload_digest,
-                                          r.env.payload_digest, "digest differs", f->now));
+    OK(f->cdb[1]->m->inbox->inbox_quarantine_put(f->cdb[1], "ledger", ids[1], r.env.payload_digest,
+                                                 r.env.payload_digest, "digest differs", f->now));
     consumed(f, 0, ids, 2);
     consumed(f, 1, ids, 2);
     obx__audit_cfg c = acfg(f, 2);
@@ -904,7 +904,7 @@ static void test_purge_batched(void **state) {
     assert_int_equal(r.items_dropped, 2 * n - 10);
     obx__ret_result_free(&r);
     obx__store_stats st;
-    OK(f->s->m->stats(f->s, &st));
+    OK(f->s->m->read->stats(f->s, &st));
     assert_int_equal(st.by_state[OBX__ST_PURGED], n);
     assert_int_equal(st.by_state[OBX__ST_PUBLISHED] + st.by_state[OBX__ST_RETAINED], 0);
     for (int i = 0; i < n; i += n / 7)

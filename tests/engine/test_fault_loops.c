@@ -284,7 +284,7 @@ static void cycle(world *w, obx_err expect) {
 
 static int64_t count_sql(world *w, obx__state st) {
     obx__store_stats s;
-    OK(w->s->m->stats(w->s, &s));
+    OK(w->s->m->read->stats(w->s, &s));
     return s.by_state[st];
 }
 
@@ -303,7 +303,7 @@ static long long effects(world *w, const char *id) {
 
 static void invariants(world *w) {
     obx__store_invariants inv;
-    OK(w->s->m->invariants(w->s, &inv));
+    OK(w->s->m->read->invariants(w->s, &inv));
     CHECK(!inv.published_without_primary && !inv.primary_not_published && !inv.multi_primary,
           "store invariants: %lld %lld %lld", (long long)inv.published_without_primary,
           (long long)inv.primary_not_published, (long long)inv.multi_primary);

@@ -193,8 +193,8 @@ static void put_receipt(fx *f, const char *consumer, const char *id, const char 
     strcpy(w.topic, topic);
     strcpy(w.event_id, id);
     OK(obx__st_begin(f->c));
-    OK(f->c->m->inbox_put(f->c, &r));
-    OK(f->c->m->watermark_put(f->c, &w));
+    OK(f->c->m->inbox->inbox_put(f->c, &r));
+    OK(f->c->m->inbox->watermark_put(f->c, &w));
     OK(obx__st_commit(f->c));
 }
 
@@ -226,7 +226,7 @@ static void test_consumer_lag(void **state) {
     move(f, pay, OBX__ST_PUBLISHED, NULL);
     obx__published_ref *recent;
     size_t n;
-    OK(f->s->m->recent_published(f->s, OBX__LAG_WINDOW, &recent, &n));
+    OK(f->s->m->read->recent_published(f->s, OBX__LAG_WINDOW, &recent, &n));
     assert_int_equal(n, 5);
     obx__consumer_lag lag;
     /* no watermark yet: every published event counts */
@@ -295,8 +295,8 @@ static void test_status_and_trace(void **state) {
     strcpy(p.topic, "orders");
     p.parked_at = p.updated_at = f->now;
     OK(obx__st_begin(f->c));
-    OK(f->c->m->consume_audit_put(f->c, &ca, 1));
-    OK(f->c->m->poison_put(f->c, &p));
+    OK(f->c->m->inbox->consume_audit_put(f->c, &ca, 1));
+    OK(f->c->m->inbox->poison_put(f->c, &p));
     OK(obx__st_commit(f->c));
 
     char bad[160];

@@ -167,7 +167,7 @@ static void test_enqueue_roundtrip(void **state) {
     assert_true(again.existing);
     assert_string_equal(again.event_id, res.event_id);
     obx__store_stats st;
-    OK(c->s->m->stats(c->s, &st));
+    OK(c->s->m->read->stats(c->s, &st));
     assert_int_equal(st.by_state[OBX__ST_PENDING], 1);
     /* bad input leaves nothing */
     ev.tenant = "bad tenant";
@@ -175,7 +175,7 @@ static void test_enqueue_roundtrip(void **state) {
     ev.tenant = "t2";
     ev.event_type = "no.route.v1";
     assert_int_equal(obx__enqueue_at(c->s, &ev, c->now, NULL, &again), OBX_ENOROUTE);
-    OK(c->s->m->stats(c->s, &st));
+    OK(c->s->m->read->stats(c->s, &st));
     assert_int_equal(st.by_state[OBX__ST_PENDING], 1);
     /* missing IDs are skipped by load */
     const char *missing = "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G";
@@ -471,9 +471,9 @@ static void test_attempts_receipts_audit(void **state) {
     OK(obx__st_counter_add(c->s, "alarms", 3));
     OK(obx__st_commit(c->s));
     int64_t v;
-    OK(c->s->m->counter_get(c->s, "alarms", &v));
+    OK(c->s->m->read->counter_get(c->s, "alarms", &v));
     assert_int_equal(v, 5);
-    OK(c->s->m->counter_get(c->s, "nothing", &v));
+    OK(c->s->m->read->counter_get(c->s, "nothing", &v));
     assert_int_equal(v, 0);
 }
 
@@ -524,7 +524,7 @@ static void test_selects_and_stats(void **state) {
     assert_string_equal(rows.v[0].env.event_id, e);
     obx__rows_free(&rows);
     obx__store_stats st;
-    OK(c->s->m->stats(c->s, &st));
+    OK(c->s->m->read->stats(c->s, &st));
     assert_int_equal(st.by_state[OBX__ST_SENDING], 2);
     assert_int_equal(st.by_state[OBX__ST_DISPATCH_UNKNOWN], 1);
     assert_int_equal(st.by_state[OBX__ST_PENDING], 1);
@@ -532,7 +532,7 @@ static void test_selects_and_stats(void **state) {
     assert_int_equal(st.oldest_unknown_since, c->now - 7);
     char(*ids)[OBX_EVENT_ID_LEN + 1];
     size_t n;
-    OK(c->s->m->find_by_correlation(c->s, "corr-x", 10, &ids, &n));
+    OK(c->s->m->read->find_by_correlation(c->s, "corr-x", 10, &ids, &n));
     assert_int_equal(n, 2);
     assert_string_equal(ids[0], a);
     assert_string_equal(ids[1], b);
@@ -621,13 +621,13 @@ static void test_delivery_sets(void **state) {
     assert_string_equal(obx__wire_id(&rp), p);
     /* statistics: complete under the rule ("any": one slot published) */
     int64_t sets = 0, complete = 0;
-    OK(c->s->m->delivery_stats(c->s, &sets, &complete));
+    OK(c->s->m->read->delivery_stats(c->s, &sets, &complete));
     assert_int_equal(sets, 1);
     assert_int_equal(complete, 0);
     set_state(c, d.t[2].slot_id, OBX__ST_CLAIMED, c->now + 10);
     set_state(c, d.t[2].slot_id, OBX__ST_SENDING, c->now + 10);
     set_state(c, d.t[2].slot_id, OBX__ST_PUBLISHED, 0);
-    OK(c->s->m->delivery_stats(c->s, &sets, &complete));
+    OK(c->s->m->read->delivery_stats(c->s, &sets, &complete));
     assert_int_equal(complete, 1);
     /* delivery_put: a further target of the same contract; another rule or a taken number is a
      * conflict, and nothing of it stays */
@@ -726,13 +726,13 @@ static void test_find_details_alias(void **state) {
     OK(obx__st_commit(c->s));
     char **det;
     size_t nd;
-    OK(c->s->m->receipt_details(c->s, a, OBX__RK_MIGRATION, &det, &nd));
+    OK(c->s->m->read->receipt_details(c->s, a, OBX__RK_MIGRATION, &det, &nd));
     assert_int_equal(nd, 2);
     assert_string_equal(det[0], "{\"n\":1}");
     assert_string_equal(det[1], "{\"n\":2}");
     for (size_t i = 0; i < nd; i++) free(det[i]);
     free(det);
-    OK(c->s->m->receipt_details(c->s, a, OBX__RK_PRIMARY, &det, &nd));
+    OK(c->s->m->read->receipt_details(c->s, a, OBX__RK_PRIMARY, &det, &nd));
     assert_int_equal(nd, 0);
     free(det);
     /* alias hand-over: only unclaimed events of the expected owner change */
@@ -765,14 +765,16 @@ static void test_inbox_tables(void **state) {
     r.offset = 9;
     r.consumed_at = c->now;
     r.duration_us = 120;
-    assert_int_equal(c->s->m->inbox_get(c->s, "projection", r.event_id, &got), OBX_ENOTFOUND);
+    assert_int_equal(c->s->m->inbox->inbox_get(c->s, "projection", r.event_id, &got),
+                     OBX_ENOTFOUND);
     OK(obx__st_begin(c->s));
-    OK(c->s->m->inbox_put(c->s, &r));
+    OK(c->s->m->inbox->inbox_put(c->s, &r));
     OK(obx__st_commit(c->s));
     OK(obx__st_begin(c->s));
-    assert_int_equal(c->s->m->inbox_put(c->s, &r), OBX_ECONFLICT); /* unique (consumer, event) */
+    assert_int_equal(c->s->m->inbox->inbox_put(c->s, &r),
+                     OBX_ECONFLICT); /* unique (consumer, event) */
     OK(obx__st_rollback(c->s));
-    OK(c->s->m->inbox_get(c->s, "projection", r.event_id, &got));
+    OK(c->s->m->inbox->inbox_get(c->s, "projection", r.event_id, &got));
     assert_string_equal(got.result, "order o-1 projected");
     assert_int_equal(got.offset, 9);
     assert_int_equal(got.envelope_gen, 0); /* no evidence columns given: not evidence */
@@ -784,44 +786,44 @@ static void test_inbox_tables(void **state) {
     strcpy(ev.attempt_id, "att-01J9ZQ4X5Y6Z7A8B9C0D1E2F3K");
     strcpy(ev.dest_digest,
            "sha256:2222222222222222222222222222222222222222222222222222222222222222");
-    OK(c->s->m->inbox_put(c->s, &ev));
-    OK(c->s->m->inbox_get(c->s, "projection", ev.event_id, &got));
+    OK(c->s->m->inbox->inbox_put(c->s, &ev));
+    OK(c->s->m->inbox->inbox_get(c->s, "projection", ev.event_id, &got));
     assert_int_equal(got.envelope_gen, 2);
     assert_string_equal(got.attempt_id, ev.attempt_id);
     assert_string_equal(got.dest_digest, ev.dest_digest);
     const char *ids[] = {r.event_id, "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3H"};
     bool present[2];
-    OK(c->s->m->inbox_has(c->s, "projection", ids, 2, present));
+    OK(c->s->m->inbox->inbox_has(c->s, "projection", ids, 2, present));
     assert_true(present[0]);
     assert_false(present[1]);
-    OK(c->s->m->inbox_has(c->s, "other", ids, 1, present));
+    OK(c->s->m->inbox->inbox_has(c->s, "other", ids, 1, present));
     assert_false(present[0]);
 
     obx__watermark_row w = {.partition = 2, .offset = 9, .occurred_at = 5, .committed_at = 6};
     strcpy(w.consumer_id, "projection");
     strcpy(w.topic, "orders");
     strcpy(w.event_id, r.event_id);
-    OK(c->s->m->watermark_put(c->s, &w));
+    OK(c->s->m->inbox->watermark_put(c->s, &w));
     w.offset = 4; /* an older position never moves the watermark back */
-    OK(c->s->m->watermark_put(c->s, &w));
+    OK(c->s->m->inbox->watermark_put(c->s, &w));
     obx__watermark_row *wl;
     size_t n;
-    OK(c->s->m->watermark_list(c->s, "projection", &wl, &n));
+    OK(c->s->m->inbox->watermark_list(c->s, "projection", &wl, &n));
     assert_int_equal(n, 1);
     assert_int_equal(wl[0].offset, 9);
     assert_string_equal(wl[0].event_id, r.event_id);
     free(wl);
-    OK(c->s->m->watermark_list(c->s, NULL, &wl, &n));
+    OK(c->s->m->inbox->watermark_list(c->s, NULL, &wl, &n));
     assert_int_equal(n, 1);
     free(wl);
 
     int32_t f = 0;
-    OK(c->s->m->failure_bump(c->s, "projection", ids[1], "boom", c->now, &f));
+    OK(c->s->m->inbox->failure_bump(c->s, "projection", ids[1], "boom", c->now, &f));
     assert_int_equal(f, 1);
-    OK(c->s->m->failure_bump(c->s, "projection", ids[1], "boom again", c->now, &f));
+    OK(c->s->m->inbox->failure_bump(c->s, "projection", ids[1], "boom again", c->now, &f));
     assert_int_equal(f, 2);
-    OK(c->s->m->failure_clear(c->s, "projection", ids[1]));
-    OK(c->s->m->failure_bump(c->s, "projection", ids[1], "boom", c->now, &f));
+    OK(c->s->m->inbox->failure_clear(c->s, "projection", ids[1]));
+    OK(c->s->m->inbox->failure_bump(c->s, "projection", ids[1], "boom", c->now, &f));
     assert_int_equal(f, 1);
 
     obx__poison_row p;
@@ -838,34 +840,34 @@ static void test_inbox_tables(void **state) {
     p.payload_len = 3;
     p.parked_at = c->now;
     p.updated_at = c->now;
-    OK(c->s->m->poison_put(c->s, &p));
+    OK(c->s->m->inbox->poison_put(c->s, &p));
     obx__poison_row *pl;
-    OK(c->s->m->poison_list(c->s, NULL, "PARKED", &pl, &n));
+    OK(c->s->m->inbox->poison_list(c->s, NULL, "PARKED", &pl, &n));
     assert_int_equal(n, 1);
     assert_int_equal(pl[0].failures, 5);
     assert_null(pl[0].payload);
     assert_string_equal(pl[0].headers_json, "{\"obx-event-id\":\"x\"}");
     obx__poison_rows_free(pl, n);
     obx__poison_row pg;
-    OK(c->s->m->poison_get(c->s, "projection", ids[1], &pg));
+    OK(c->s->m->inbox->poison_get(c->s, "projection", ids[1], &pg));
     assert_int_equal(pg.payload_len, 3);
     assert_memory_equal(pg.payload, "abc", 3);
     free(pg.payload);
     free(pg.headers_json);
-    OK(c->s->m->poison_set_state(c->s, "projection", ids[1], "REDRIVE", c->now + 1));
-    OK(c->s->m->poison_list(c->s, "projection", "PARKED", &pl, &n));
+    OK(c->s->m->inbox->poison_set_state(c->s, "projection", ids[1], "REDRIVE", c->now + 1));
+    OK(c->s->m->inbox->poison_list(c->s, "projection", "PARKED", &pl, &n));
     assert_int_equal(n, 0);
     obx__poison_rows_free(pl, n);
-    assert_int_equal(c->s->m->poison_set_state(c->s, "projection", ids[0], "DONE", 1),
+    assert_int_equal(c->s->m->inbox->poison_set_state(c->s, "projection", ids[0], "DONE", 1),
                      OBX_ENOTFOUND);
-    assert_int_equal(c->s->m->poison_get(c->s, "nobody", ids[1], &pg), OBX_ENOTFOUND);
-    OK(c->s->m->inbox_quarantine_put(c->s, "projection", ids[0], r.payload_digest, r.payload_digest,
-                                     "digest differs", c->now));
+    assert_int_equal(c->s->m->inbox->poison_get(c->s, "nobody", ids[1], &pg), OBX_ENOTFOUND);
+    OK(c->s->m->inbox->inbox_quarantine_put(c->s, "projection", ids[0], r.payload_digest,
+                                            r.payload_digest, "digest differs", c->now));
     obx__consume_audit_row ca = {.at = c->now, .duration_us = 5};
     strcpy(ca.consumer_id, "projection");
     strcpy(ca.event_id, ids[0]);
     strcpy(ca.outcome, "APPLIED");
-    OK(c->s->m->consume_audit_put(c->s, &ca, 1));
+    OK(c->s->m->inbox->consume_audit_put(c->s, &ca, 1));
 }
 
 /* ---- retention and audit methods (docs/retention.md)
@@ -1046,10 +1048,10 @@ static void test_retention_audit_methods(void **state) {
     k = aged(c, OBX__AGED_QUARANTINED, c->now, NULL, INT64_MIN, INT64_MIN, 10, quar, 1);
     assert_int_equal(k.total, 1);
     assert_int_equal(k.oldest, 100);
-    OK(c->s->m->inbox_quarantine_put(c->s, "projection", e[1], r1.env.payload_digest,
-                                     r1.env.payload_digest, "digest differs", 50));
-    OK(c->s->m->inbox_quarantine_put(c->s, "other", e[2], r2.env.payload_digest,
-                                     r2.env.payload_digest, "digest differs", 40));
+    OK(c->s->m->inbox->inbox_quarantine_put(c->s, "projection", e[1], r1.env.payload_digest,
+                                            r1.env.payload_digest, "digest differs", 50));
+    OK(c->s->m->inbox->inbox_quarantine_put(c->s, "other", e[2], r2.env.payload_digest,
+                                            r2.env.payload_digest, "digest differs", 40));
     const char *iq[] = {e[1]};
     k = aged(c, OBX__AGED_INBOX_QUARANTINED, c->now, "projection", INT64_MIN, INT64_MIN, 10, iq, 1);
     assert_int_equal(k.total, 1);
@@ -1137,7 +1139,7 @@ static void test_unknown_ends_columns(void **state) {
     assert_true(ok);
     assert_int_equal(load1(c, b, 0).held_at, c->now + 7);
     obx__store_stats st;
-    OK(c->s->m->stats(c->s, &st));
+    OK(c->s->m->read->stats(c->s, &st));
     assert_int_equal(st.held, 1);
     assert_int_equal(st.oldest_held, c->now + 7);
     obx__event_filter f = {.held = true};
@@ -1159,7 +1161,7 @@ static void test_unknown_ends_columns(void **state) {
     u = (obx__event_update){&next, cur.state, cur.claim_gen};
     OK(obx__st_update_events(c->s, &u, 1, &ok));
     assert_true(ok);
-    OK(c->s->m->stats(c->s, &st));
+    OK(c->s->m->read->stats(c->s, &st));
     assert_int_equal(st.held, 0);
     assert_int_equal(st.oldest_held, 0);
 }
@@ -1181,7 +1183,7 @@ static void test_ops_queries(void **state) {
     }
     obx__published_ref *pr;
     size_t n;
-    OK(c->s->m->recent_published(c->s, 10, &pr, &n));
+    OK(c->s->m->read->recent_published(c->s, 10, &pr, &n));
     assert_int_equal(n, 2); /* d is PENDING */
     assert_string_equal(pr[0].event_id, b);
     assert_string_equal(pr[0].topic, "payments");
@@ -1189,7 +1191,7 @@ static void test_ops_queries(void **state) {
     assert_string_equal(pr[1].topic, "orders");
     assert_true(pr[0].published_at > pr[1].published_at);
     free(pr);
-    OK(c->s->m->recent_published(c->s, 1, &pr, &n));
+    OK(c->s->m->read->recent_published(c->s, 1, &pr, &n));
     assert_int_equal(n, 1);
     assert_string_equal(pr[0].event_id, b);
     free(pr);
@@ -1214,21 +1216,21 @@ static void test_ops_queries(void **state) {
     OK(obx__st_insert_receipts(c->s, rc, 3));
     OK(obx__st_commit(c->s));
     obx__receipt_row *rr;
-    OK(c->s->m->receipts_by_kind(c->s, OBX__RK_QUARANTINED, 10, &rr, &n));
+    OK(c->s->m->read->receipts_by_kind(c->s, OBX__RK_QUARANTINED, 10, &rr, &n));
     assert_int_equal(n, 2);
     assert_string_equal(rr[0].event_id, d); /* newest first */
     assert_string_equal(rr[0].reason, "reason 2");
     assert_int_equal(rr[0].kind, OBX__RK_QUARANTINED);
     assert_string_equal(rr[1].event_id, a);
     free(rr);
-    OK(c->s->m->receipts_by_kind(c->s, OBX__RK_DUPLICATE, 10, &rr, &n));
+    OK(c->s->m->read->receipts_by_kind(c->s, OBX__RK_DUPLICATE, 10, &rr, &n));
     assert_int_equal(n, 1);
     assert_string_equal(rr[0].reason, "reason 1");
     free(rr);
-    OK(c->s->m->receipts_by_kind(c->s, OBX__RK_MIGRATION, 10, &rr, &n));
+    OK(c->s->m->read->receipts_by_kind(c->s, OBX__RK_MIGRATION, 10, &rr, &n));
     assert_int_equal(n, 0);
     free(rr);
-    OK(c->s->m->receipts_by_kind(c->s, OBX__RK_QUARANTINED, 1, &rr, &n));
+    OK(c->s->m->read->receipts_by_kind(c->s, OBX__RK_QUARANTINED, 1, &rr, &n));
     assert_int_equal(n, 1);
     free(rr);
 
@@ -1245,15 +1247,15 @@ static void test_ops_queries(void **state) {
         ca[i].duration_us = 100 * (i + 1);
     }
     OK(obx__st_begin(c->s));
-    OK(c->s->m->consume_audit_put(c->s, ca, 4));
+    OK(c->s->m->inbox->consume_audit_put(c->s, ca, 4));
     OK(obx__st_commit(c->s));
     obx__consume_audit_row *cl;
-    OK(c->s->m->consume_audit_list(c->s, "projection", NULL, -1, 1, &cl, &n));
+    OK(c->s->m->inbox->consume_audit_list(c->s, "projection", NULL, -1, 1, &cl, &n));
     assert_int_equal(n, 1); /* the newest row of this consumer: where a cursor starts */
     assert_string_equal(cl[0].outcome, "DUPLICATE");
     int64_t newest = cl[0].id;
     free(cl);
-    OK(c->s->m->consume_audit_list(c->s, NULL, NULL, 0, 10, &cl, &n));
+    OK(c->s->m->inbox->consume_audit_list(c->s, NULL, NULL, 0, 10, &cl, &n));
     assert_int_equal(n, 4); /* a cursor from the start: oldest first, every consumer */
     assert_string_equal(cl[0].outcome, "FAILED");
     assert_int_equal(cl[0].duration_us, 100);
@@ -1261,19 +1263,19 @@ static void test_ops_queries(void **state) {
     assert_int_equal(cl[3].id, newest);
     int64_t second = cl[1].id;
     free(cl);
-    OK(c->s->m->consume_audit_list(c->s, "projection", NULL, second, 10, &cl, &n));
+    OK(c->s->m->inbox->consume_audit_list(c->s, "projection", NULL, second, 10, &cl, &n));
     assert_int_equal(n, 2); /* after the cursor, this consumer only */
     assert_string_equal(cl[0].event_id, b);
     assert_string_equal(cl[1].outcome, "DUPLICATE");
     free(cl);
-    OK(c->s->m->consume_audit_list(c->s, "projection", NULL, newest, 10, &cl, &n));
+    OK(c->s->m->inbox->consume_audit_list(c->s, "projection", NULL, newest, 10, &cl, &n));
     assert_int_equal(n, 0);
     free(cl);
-    OK(c->s->m->consume_audit_list(c->s, NULL, a, 0, 10, &cl, &n));
+    OK(c->s->m->inbox->consume_audit_list(c->s, NULL, a, 0, 10, &cl, &n));
     assert_int_equal(n, 3); /* one event's rows from every consumer, oldest first */
     assert_string_equal(cl[1].consumer_id, "billing");
     free(cl);
-    OK(c->s->m->consume_audit_list(c->s, "projection", a, 0, 10, &cl, &n));
+    OK(c->s->m->inbox->consume_audit_list(c->s, "projection", a, 0, 10, &cl, &n));
     assert_int_equal(n, 2);
     free(cl);
 }

@@ -366,7 +366,7 @@ static void test_same_semantics_as_c(void **st) {
     obx_store_close(ss);
     /* C: what consumer.c's redrive does */
     obx__poison_row p;
-    OK(cs->m->poison_get(cs, "projection", E("007"), &p));
+    OK(cs->m->inbox->poison_get(cs, "projection", E("007"), &p));
     delivery d7 = script[12];
     d7.h = H_OK;
     char digest[OBX_DIGEST_LEN + 1];
@@ -377,7 +377,7 @@ static void test_same_semantics_as_c(void **st) {
     obx_inbox_result r;
     OK(obx__inbox_process_at(in, &m, c_handler, &d7, cc, obx__wall_ms(), 0, NULL, &r));
     assert_int_equal(r.outcome, OBX_INBOX_APPLIED);
-    OK(cs->m->poison_set_state(cs, "projection", E("007"), "DONE", obx__wall_ms()));
+    OK(cs->m->inbox->poison_set_state(cs, "projection", E("007"), "DONE", obx__wall_ms()));
     free(p.payload);
     free(p.headers_json);
     /* SQL: the re-drive list gives the delivery back as it was parked */

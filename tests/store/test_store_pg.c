@@ -766,7 +766,7 @@ static void test_sql_enqueue_matches_c(void **state) {
     assert_string_equal(au[0].who, "postgres");
     free(au);
     obx__store_stats st;
-    OK(f->s->m->stats(f->s, &st));
+    OK(f->s->m->read->stats(f->s, &st));
     assert_int_equal(st.by_state[OBX__ST_PENDING], 2);
 }
 
@@ -1046,7 +1046,7 @@ static void test_roles(void **state) {
     OK(obx__st_commit(rs));
     obx__rows_free(&rows);
     obx__store_stats sst;
-    OK(rs->m->stats(rs, &sst));
+    OK(rs->m->read->stats(rs, &sst));
     assert_int_equal(sst.by_state[OBX__ST_CLAIMED], 1);
     obx_store_close(rs);
     PGconn *rc = connect_url(urls[1]);
@@ -1093,7 +1093,7 @@ static void test_roles(void **state) {
     PQfinish(a);
     obx_store *as = NULL;
     OK(obx_store_open(urls[2], &as));
-    OK(as->m->stats(as, &sst));
+    OK(as->m->read->stats(as, &sst));
     assert_int_equal(sst.by_state[OBX__ST_PENDING], 1);
     obx_store_close(as);
     /* SQLite has no roles */
@@ -1224,7 +1224,7 @@ static void test_connection_loss(void **state) {
     /* a standalone statement on a lost connection */
     kill_backend("obx-loss");
     obx__store_stats st;
-    OK(s->m->stats(s, &st)); /* outside a transaction an own connection is re-established */
+    OK(s->m->read->stats(s, &st)); /* outside a transaction an own connection is re-established */
     obx_store_close(s);
     /* a borrowed connection is never reset behind the caller's back */
     char url[1300];
@@ -1232,10 +1232,10 @@ static void test_connection_loss(void **state) {
     PGconn *c = connect_url(url);
     obx_store *w;
     OK(obx_store_wrap_pg(c, &w));
-    OK(w->m->stats(w, &st));
+    OK(w->m->read->stats(w, &st));
     kill_backend("obx-loss-w");
-    assert_int_equal(w->m->stats(w, &st), OBX_ECONNLOST);
-    assert_int_equal(w->m->stats(w, &st), OBX_ECONNLOST);
+    assert_int_equal(w->m->read->stats(w, &st), OBX_ECONNLOST);
+    assert_int_equal(w->m->read->stats(w, &st), OBX_ECONNLOST);
     assert_int_equal(obx_enqueue(w, &ev, &res), OBX_ECONNLOST);
     obx_store_close(w);
     PQfinish(c);
@@ -1493,7 +1493,7 @@ static void test_claim_throughput(void **state) {
                                    "AND claim_gen = 1"),
                      total);
     obx__store_stats st;
-    OK(f->s->m->stats(f->s, &st));
+    OK(f->s->m->read->stats(f->s, &st));
     assert_int_equal(st.by_state[OBX__ST_CLAIMED], total);
     assert_int_equal(st.by_state[OBX__ST_PENDING], 0);
     for (int i = 0; i < relays; i++) obx_store_close(ra[i].s);
@@ -1615,7 +1615,7 @@ static void test_dispatch_plans(void **state) {
 
 static void check_stats_exact(fx *f) {
     obx__store_stats st;
-    OK(f->s->m->stats(f->s, &st));
+    OK(f->s->m->read->stats(f->s, &st));
     PGresult *r = PQexec(f->conn, "SELECT state, count(*) FROM obx.obx_event GROUP BY state");
     int64_t want[OBX__ST_COUNT] = {0};
     for (int i = 0; i < PQntuples(r); i++)

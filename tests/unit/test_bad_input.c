@@ -276,7 +276,7 @@ static obx__store *mem_store(void) {
 
 static int64_t events(obx__store *s) {
     obx__store_stats st;
-    OK(s->m->stats(s, &st));
+    OK(s->m->read->stats(s, &st));
     int64_t n = 0;
     for (int i = 0; i < OBX__ST_COUNT; i++) n += st.by_state[i];
     return n;
