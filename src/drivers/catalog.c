@@ -5,8 +5,8 @@
  * observed in consumer databases' watermarks), and reports every disagreement: topics nobody
  * consumes, subscriptions to undeclared topics, routes the catalog does not know, subscriber
  * lists that differ from the runtime, and spelling drift (a name one typo, a case or separator
- * change, or a version away from a declared one). The second source document's release gate:
- * the catalog agrees with the runtime subscriptions, with nothing unconsumed and no drift.
+ * change, or a version away from a declared one). The release gate (docs/operations.md): the
+ * catalog agrees with the runtime subscriptions, with nothing unconsumed and no drift.
  *
  * Catalog:                                   Consumers:
  *   topics:                                    consumers:

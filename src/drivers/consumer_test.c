@@ -1,8 +1,8 @@
 /*
  * consumer_test.c — the consumer test kit (obx_consumer_test_run, `obx consumer-test`): replays
  * a consumer's handler, through the real inbox, against the deliveries an at-least-once broker
- * produces, and reports which it mishandles. The second source document asks every consumer
- * to have these tests before release: duplicates, reordering, an old contract version and
+ * produces, and reports which it mishandles. obx's release rules (docs/operations.md) ask every
+ * consumer to have these tests before release: duplicates, reordering, an old contract version and
  * poison messages (and the consumer rule: validate contract and tenant first).
  *
  * Every scenario runs in a fresh in-memory SQLite consumer database (the obx schema plus the

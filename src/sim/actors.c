@@ -208,9 +208,9 @@ static void dispatcher_step(wk *k, actor *a) {
     }
 }
 
-/* Sends the retry the reconciler decided (a row it holds as RETRY_CLAIMED), with the seed's two
- * races injected around it when the trace has them on (also in the liveness phase: they are
- * orderings, not faults). */
+/* Sends the retry the reconciler decided (a row it holds as RETRY_CLAIMED), with the two known
+ * races (docs/design.md, "Fault model") injected around it when the trace has them on (also in
+ * the liveness phase: they are orderings, not faults). */
 static void retry_send(wk *k, actor *a, obx__event_row *row) {
     char old_att[OBX__ATTEMPT_ID_LEN + 1];
     obx__strlcpy(old_att, row->attempt_id, sizeof old_att);

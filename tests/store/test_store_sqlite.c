@@ -472,7 +472,7 @@ static void test_upgrade_v3_unknown_policy(void **state) {
                      1);
     assert_int_equal(count(db, "SELECT count(*) FROM obx_event WHERE held_at = 0"), 1);
     assert_int_equal(count(db, "SELECT count(*) FROM obx_cluster"), 0);
-    /* a new route says nothing: the seed's default */
+    /* a new route says nothing: the default UNKNOWN policy (docs/design.md) */
     obx_route r = {.event_type = "order.created.v1", .cluster = "local", .topic = "orders"};
     assert_int_equal(obx_route_set(s, &r, NULL), OBX_OK);
     assert_int_equal(obx_route_list(s, 0, &js), OBX_OK);
