@@ -22,10 +22,6 @@ struct obx_consumer {
     char consumer[OBX_NAME_MAX + 1];
 };
 
-obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
-                              void *conn, int64_t now, int64_t mono_us_start,
-                              int64_t (*mono_us)(void), obx_inbox_result *out);
-
 obx_err obx_consumer_open(obx_store *db, void *conn, const obx_consumer_options *o,
                           obx_inbox_handler h, void *user, obx_consumer **out) {
     if (!db || !o || !h || !out) return obx__fail(OBX_EINVAL, "consumer: NULL argument");
@@ -126,27 +122,7 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
     size_t i = 0;
     bool failed = false;
     for (; !e && i < n; i++) {
-        obx_message m = {.event_id = d[i].env.event_id,
-                         .envelope_gen = d[i].env.envelope_gen,
-                         .event_type = d[i].env.event_type,
-                         .tenant = d[i].env.tenant,
-                         .aggregate_type = d[i].env.aggregate_type,
-                         .aggregate_id = d[i].env.aggregate_id,
-                         .aggregate_version = d[i].env.aggregate_version,
-                         .correlation_id = d[i].env.correlation_id,
-                         .causation_id = d[i].env.causation_id,
-                         .traceparent = d[i].env.traceparent,
-                         .occurred_at = d[i].env.occurred_at,
-                         .payload_digest = d[i].env.payload_digest,
-                         .attempt_id = d[i].attempt_id,
-                         .dest_digest = d[i].dest_digest,
-                         .payload = d[i].payload,
-                         .payload_len = d[i].payload_len,
-                         .topic = d[i].topic,
-                         .partition = d[i].partition,
-                         .offset = d[i].offset,
-                         .redelivered = d[i].redelivered,
-                         .header_error = d[i].header_error};
+        obx_message m = obx__message_of(&d[i]);
         if (k) k->delivered++;
         obx_inbox_result r;
         e = obx__inbox_process_at(c->in, &m, c->h, c->user, c->conn, obx__wall_ms(), mono_us(),

@@ -488,4 +488,16 @@ typedef struct obx__takeover_req {
 
 obx_err obx__takeover(obx__store *s, int64_t now, const obx__takeover_req *req, json_t **out);
 
+/* ---- the inbox (inbox.c) ----------------------------------------------------------------- */
+
+/* obx_inbox_process on the caller's clocks: now (wall ms) and mono_us (the handler's duration).
+ * The consumer loop, the simulator and the suites call it. */
+obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
+                              void *conn, int64_t now, int64_t mono_us_start,
+                              int64_t (*mono_us)(void), obx_inbox_result *out);
+/* The inbox's view of a broker delivery: every envelope field, the attempt and destination,
+ * the position and the redelivery and header-error flags. The strings and the payload point
+ * into d, which must outlive the message. */
+obx_message obx__message_of(const obx__delivery *d);
+
 #endif /* OBX_ENGINE_H */

@@ -258,6 +258,30 @@ static obx_err check_fields(const obx_message *m) {
     return OBX_OK;
 }
 
+obx_message obx__message_of(const obx__delivery *d) {
+    return (obx_message){.event_id = d->env.event_id,
+                         .envelope_gen = d->env.envelope_gen,
+                         .event_type = d->env.event_type,
+                         .tenant = d->env.tenant,
+                         .aggregate_type = d->env.aggregate_type,
+                         .aggregate_id = d->env.aggregate_id,
+                         .aggregate_version = d->env.aggregate_version,
+                         .correlation_id = d->env.correlation_id,
+                         .causation_id = d->env.causation_id,
+                         .traceparent = d->env.traceparent,
+                         .occurred_at = d->env.occurred_at,
+                         .payload_digest = d->env.payload_digest,
+                         .attempt_id = d->attempt_id,
+                         .dest_digest = d->dest_digest,
+                         .payload = d->payload,
+                         .payload_len = d->payload_len,
+                         .topic = d->topic,
+                         .partition = d->partition,
+                         .offset = d->offset,
+                         .redelivered = d->redelivered,
+                         .header_error = d->header_error};
+}
+
 obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
                               void *conn, int64_t now, int64_t mono_us_start,
                               int64_t (*mono_us)(void), obx_inbox_result *out);

@@ -336,25 +336,7 @@ static void consumer_process_one(wk *k, actor *a) {
     if (a->posdl >= a->ndl) return;
     int ci = a->index;
     obx__delivery *d = &a->dl[a->posdl];
-    obx_message m = {.event_id = d->env.event_id,
-                     .envelope_gen = d->env.envelope_gen,
-                     .event_type = d->env.event_type,
-                     .tenant = d->env.tenant,
-                     .aggregate_type = d->env.aggregate_type,
-                     .aggregate_id = d->env.aggregate_id,
-                     .aggregate_version = d->env.aggregate_version,
-                     .correlation_id = d->env.correlation_id,
-                     .occurred_at = d->env.occurred_at,
-                     .payload_digest = d->env.payload_digest,
-                     .attempt_id = d->attempt_id,
-                     .dest_digest = d->dest_digest,
-                     .payload = d->payload,
-                     .payload_len = d->payload_len,
-                     .topic = d->topic,
-                     .partition = d->partition,
-                     .offset = d->offset,
-                     .redelivered = d->redelivered,
-                     .header_error = d->header_error};
+    obx_message m = obx__message_of(d);
     if (k->faults_on && chance(k, k->p[F_HANDLER_FAILURE])) {
         k->handler_fail_next = true;
         k->r.fired[F_HANDLER_FAILURE]++;

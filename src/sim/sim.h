@@ -32,10 +32,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
-                              void *conn, int64_t now, int64_t mono_us_start,
-                              int64_t (*mono_us)(void), obx_inbox_result *out);
-
 /* ---- fault classes --------------------------------------------------------------------------- */
 
 #define FAULT_LIST(X)                                                                              \

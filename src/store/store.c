@@ -111,7 +111,8 @@ const obx__store_methods *obx__store_backend(obx__url_scheme scheme) {
  * wrapper changes its size and stops the build here */
 #define ONE_(...) +1
 enum {
-    N_METHODS_ = 0 OBX__STORE_FORWARD(ONE_) OBX__STORE_OPTIONAL(ONE_) OBX__STORE_CUSTOM(ONE_),
+    N_METHODS_ = 0 OBX__STORE_FORWARD(ONE_) OBX__STORE_OPTIONAL(ONE_) OBX__STORE_CUSTOM(ONE_)
+        OBX__STORE_OPTIONAL_CUSTOM(ONE_),
     N_INBOX_ = 0 OBX__STORE_INBOX_FORWARD(ONE_),
     N_READ_ = 0 OBX__STORE_READ_FORWARD(ONE_) OBX__STORE_READ_CUSTOM(ONE_)
 };
@@ -147,8 +148,7 @@ static obx_err check_methods(const obx__store_methods *m) {
     OBX__STORE_FORWARD(REQUIRED_)
 #undef REQUIRED_
 #define REQUIRED_(name)                                                                            \
-    if (!m->name && strcmp(#name, "serve_dispatch") && strcmp(#name, "write_set"))                 \
-        return missing(m, #name);
+    if (!m->name) return missing(m, #name);
     OBX__STORE_CUSTOM(REQUIRED_)
 #undef REQUIRED_
 #define REQUIRED_(name, ...)                                                                       \

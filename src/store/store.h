@@ -709,7 +709,8 @@ extern const obx__store_methods obx__pg_store_methods;
  * OBX__STORE_OPTIONAL: as FORWARD, for the optional methods; the wrapper returns
  * OBX_EUNSUPPORTED when the backend has none, and obx__st_has_<name>(s) says whether it does.
  * OBX__STORE_CUSTOM: X(name): methods whose wrapper is written by hand in store.c (checks of
- * their own, a different signature, or no obx_err to return); declared below. */
+ * their own, a different signature, or no obx_err to return); declared below.
+ * OBX__STORE_OPTIONAL_CUSTOM: the same for optional methods (serve_dispatch, write_set). */
 #define OBX__STORE_FORWARD(X)                                                                      \
     X(schema_version, (obx__store * s, int *found), (s, found))                                    \
     X(migrate, (obx__store * s), (s))                                                              \
@@ -821,12 +822,13 @@ extern const obx__store_methods obx__pg_store_methods;
     X(load_attempts)                                                                               \
     X(insert_receipts)                                                                             \
     X(insert_audit)                                                                                \
-    X(serve_dispatch)                                                                              \
     X(retention_candidates)                                                                        \
     X(purge_payloads)                                                                              \
     X(delivery_put)                                                                                \
-    X(set_alias)                                                                                   \
-    X(write_set)
+    X(set_alias)
+
+/* hand-written wrappers of optional methods (NULL when the backend has none) */
+#define OBX__STORE_OPTIONAL_CUSTOM(X) X(serve_dispatch) X(write_set)
 
 #define OBX__ST_DECLARE(name, params, args) obx_err obx__st_##name params;
 #define OBX__ST_DECLARE_HAS(name, params, args) bool obx__st_has_##name(const obx__store *s);

@@ -20,9 +20,6 @@
 
 obx_err obx__log_broker_set(obx__broker *base, const char *knob, const char *value);
 void obx__log_broker_rewind(obx__broker *base);
-obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
-                              void *conn, int64_t now, int64_t mono_us_start,
-                              int64_t (*mono_us)(void), obx_inbox_result *out);
 
 static store_factory factory;
 static char tmpdir[64];
@@ -784,28 +781,6 @@ static void cons_close(cons *c) {
     obx__br_close(c->b);
 }
 
-static obx_message msg_of(const obx__delivery *d) {
-    obx_message m = {.event_id = d->env.event_id,
-                     .envelope_gen = d->env.envelope_gen,
-                     .event_type = d->env.event_type,
-                     .tenant = d->env.tenant,
-                     .aggregate_type = d->env.aggregate_type,
-                     .aggregate_id = d->env.aggregate_id,
-                     .aggregate_version = d->env.aggregate_version,
-                     .correlation_id = d->env.correlation_id,
-                     .occurred_at = d->env.occurred_at,
-                     .payload_digest = d->env.payload_digest,
-                     .payload = d->payload,
-                     .payload_len = d->payload_len,
-                     .topic = d->topic,
-                     .partition = d->partition,
-                     .offset = d->offset,
-                     .header_error = d->header_error,
-                     .attempt_id = d->attempt_id,
-                     .dest_digest = d->dest_digest};
-    return m;
-}
-
 /* Processes everything available; returns counts per outcome in out[outcome]. */
 static void consume_all(cons *c, int64_t now, int out[8], bool reverse) {
     obx__delivery d[64];
@@ -813,7 +788,7 @@ static void consume_all(cons *c, int64_t now, int out[8], bool reverse) {
     OK(c->b->m->consume_poll(c->b, 0, d, 64, &n));
     for (size_t k = 0; k < n; k++) {
         size_t i = reverse ? n - 1 - k : k;
-        obx_message m = msg_of(&d[i]);
+        obx_message m = obx__message_of(&d[i]);
         obx_inbox_result r;
         OK(obx__inbox_process_at(c->in, &m, handler, c, NULL, now, 0, NULL, &r));
         out[r.outcome]++;

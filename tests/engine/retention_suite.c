@@ -28,9 +28,6 @@
 #include <unistd.h>
 
 obx_err obx__log_broker_set(obx__broker *base, const char *knob, const char *value);
-obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
-                              void *conn, int64_t now, int64_t mono_us_start,
-                              int64_t (*mono_us)(void), obx_inbox_result *out);
 
 static store_factory factory;
 static int many_events = 1000;

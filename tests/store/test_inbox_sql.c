@@ -48,10 +48,6 @@
         if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
     } while (0)
 
-obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
-                              void *conn, int64_t now, int64_t mono_us_start,
-                              int64_t (*mono_us)(void), obx_inbox_result *out);
-
 static PGconn *admin;
 static obx__url base;
 static char port[16];

@@ -1169,8 +1169,6 @@ static obx_err sq_load_attempts(obx__store *base, const char *const *ids, size_t
     return e;
 }
 
-static const char *const kind_names[] = {"PRIMARY", "DUPLICATE", "QUARANTINED", "MIGRATION"};
-
 static obx_err sq_insert_receipts(obx__store *base, const obx__receipt_row *r, size_t n) {
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
@@ -2112,7 +2110,7 @@ static obx_err sq_receipts_by_kind(obx__store *base, obx__receipt_kind kind, siz
     bool sparse = kind == OBX__RK_QUARANTINED || kind == OBX__RK_MIGRATION;
     obx_err e = stmt(s, sparse ? Q_RCPT_KIND_SPARSE : Q_RCPT_KIND_ANY, &st);
     if (e) return e;
-    bt(st, 1, kind_names[kind]);
+    bt(st, 1, obx__receipt_kind_name(kind));
     bi(st, 2, (int64_t)limit);
     return collect_receipts(s, st, "receipts by kind", out, n);
 }
