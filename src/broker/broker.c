@@ -66,6 +66,32 @@ const obx__broker_methods *obx__broker_backend(obx__url_scheme scheme) {
     }
 }
 
+obx_err obx__broker_methods_check(const obx__broker_methods *m) {
+    if (m->version != OBX__BROKER_METHODS_VERSION)
+        return obx__fail(OBX_EINTERNAL, "broker backend %s: methods version %d, expected %d",
+                         m->name, m->version, OBX__BROKER_METHODS_VERSION);
+        /* refuse a backend with a missing callback rather than crash later */
+#define REQUIRED_(meth)                                                                            \
+    if (!m->meth)                                                                                  \
+        return obx__fail(OBX_EINTERNAL, "broker backend %s: the method %s is missing", m->name,    \
+                         #meth);
+    OBX__BROKER_REQUIRED(REQUIRED_)
+#undef REQUIRED_
+    if ((m->caps & OBX__BCAP_SCAN) && !m->scan)
+        return obx__fail(OBX_EINTERNAL,
+                         "broker backend %s: declares the scan capability without the method scan",
+                         m->name);
+#define CONSUMER_(meth)                                                                            \
+    if ((m->caps & OBX__BCAP_CONSUME) && !m->meth)                                                 \
+        return obx__fail(OBX_EINTERNAL,                                                            \
+                         "broker backend %s: declares the consume capability without the method "  \
+                         "%s",                                                                     \
+                         m->name, #meth);
+    OBX__BROKER_CONSUME_REQUIRED(CONSUMER_)
+#undef CONSUMER_
+    return OBX_OK;
+}
+
 static obx_err open_expanded(const char *url, const char *x, const char *const *props,
                              size_t n_props, obx__broker **out);
 
@@ -130,17 +156,7 @@ static obx_err open_expanded(const char *url, const char *x, const char *const *
         return obx__fail(OBX_EUNSUPPORTED, "broker URL: this build has no backend for '%s'",
                          obx__printable(url, strcspn(url, ":"), sh, sizeof sh));
     }
-    if (m->version != OBX__BROKER_METHODS_VERSION)
-        return obx__fail(OBX_EINTERNAL, "broker backend %s: methods version %d, expected %d",
-                         m->name, m->version, OBX__BROKER_METHODS_VERSION);
-    if (!m->open || !m->close || !m->cluster_id || !m->partition_for || !m->send || !m->poll ||
-        !m->in_flight || !m->lookup || !m->quiet_time_ms)
-        return obx__fail(OBX_EINTERNAL, "broker backend %s: a required method is missing", m->name);
-    if (((m->caps & OBX__BCAP_SCAN) && !m->scan) ||
-        ((m->caps & OBX__BCAP_CONSUME) &&
-         (!m->consume_open || !m->consume_poll || !m->consume_ack || !m->consume_redeliver)))
-        return obx__fail(OBX_EINTERNAL, "broker backend %s: declares a capability it lacks",
-                         m->name);
+    if ((e = obx__broker_methods_check(m))) return e;
     e = m->open(&u, props, n_props, out);
     OPENSSL_cleanse(&u, sizeof u);
     if (e) return e;

@@ -262,7 +262,11 @@ int32_t obx__partition(const char *algorithm, const char *key, int32_t n_partiti
  * OBX__BROKER_CONSUME: X(name, params, args): the consumer side (OBX__BCAP_CONSUME);
  * obx__br_<name> counts the call and returns OBX_EUNSUPPORTED when this handle has no consumer
  * side or the backend lacks the method, else b->m->name(args).
- * OBX__BROKER_CUSTOM: X(name): wrappers written by hand in broker.c, declared below. */
+ * OBX__BROKER_REQUIRED: X(name): wrappers written by hand in broker.c, declared below; every
+ * backend must supply the method (obx__broker_methods_check refuses one that does not).
+ * OBX__BROKER_OPTIONAL: X(name): hand-written wrappers of methods a backend may leave NULL
+ * (scan is required only with OBX__BCAP_SCAN; caps_of and contract have documented defaults).
+ * OBX__BROKER_CUSTOM: both. */
 #define OBX__BROKER_CONSUME(X)                                                                     \
     X(consume_open, (obx__broker * b, const char *group, const char *const *topics, size_t n),     \
       (b, group, topics, n))                                                                       \
@@ -272,7 +276,12 @@ int32_t obx__partition(const char *algorithm, const char *key, int32_t n_partiti
     X(consume_redeliver, (obx__broker * b, const obx__delivery *d), (b, d))                        \
     X(consume_release, (obx__broker * b, const obx__delivery *d, bool requeue), (b, d, requeue))
 
-#define OBX__BROKER_CUSTOM(X)                                                                      \
+/* The consumer methods a backend declaring OBX__BCAP_CONSUME must supply (consume_release may
+ * be NULL: obx__br_has_consume_release tells). */
+#define OBX__BROKER_CONSUME_REQUIRED(X)                                                            \
+    X(consume_open) X(consume_poll) X(consume_ack) X(consume_redeliver)
+
+#define OBX__BROKER_REQUIRED(X)                                                                    \
     X(open)                                                                                        \
     X(close)                                                                                       \
     X(cluster_id)                                                                                  \
@@ -281,10 +290,16 @@ int32_t obx__partition(const char *algorithm, const char *key, int32_t n_partiti
     X(poll)                                                                                        \
     X(in_flight)                                                                                   \
     X(lookup)                                                                                      \
-    X(quiet_time_ms)                                                                               \
-    X(scan)                                                                                        \
-    X(caps_of)                                                                                     \
-    X(contract)
+    X(quiet_time_ms)
+
+#define OBX__BROKER_OPTIONAL(X) X(scan) X(caps_of) X(contract)
+
+#define OBX__BROKER_CUSTOM(X) OBX__BROKER_REQUIRED(X) OBX__BROKER_OPTIONAL(X)
+
+/* Refuses (OBX_EINTERNAL, naming the backend and the method) a methods table of another
+ * version, one without a required method, or one declaring a capability whose methods it lacks.
+ * Run by obx__broker_open before the backend is used. m: borrowed. */
+obx_err obx__broker_methods_check(const obx__broker_methods *m);
 
 #define OBX__BR_DECLARE(name, params, args) obx_err obx__br_##name params;
 OBX__BROKER_CONSUME(OBX__BR_DECLARE)

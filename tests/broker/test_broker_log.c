@@ -188,6 +188,38 @@ static void test_partitioner(void **st) {
     assert_int_equal(obx__partition("none", "x", 8), 0);
 }
 
+/* The registry's check is generated from broker.h's lists: each required method, and each
+ * method a declared capability needs, refused by name when NULL; the real table passes. */
+static void test_methods_check(void **state) {
+    (void)state;
+    const obx__broker_methods *real = &obx__log_broker_methods;
+    OK(obx__broker_methods_check(real));
+    assert_true(real->caps & OBX__BCAP_CONSUME);
+    assert_true(real->caps & OBX__BCAP_SCAN);
+    int n = 0;
+#define NULL_ONE_(meth)                                                                            \
+    do {                                                                                           \
+        obx__broker_methods m = *real;                                                             \
+        m.meth = NULL;                                                                             \
+        assert_int_equal(obx__broker_methods_check(&m), OBX_EINTERNAL);                            \
+        if (!strstr(obx_errmsg(), #meth)) fail_msg("no method name in: %s", obx_errmsg());         \
+        n++;                                                                                       \
+    } while (0);
+    OBX__BROKER_REQUIRED(NULL_ONE_)
+    OBX__BROKER_CONSUME_REQUIRED(NULL_ONE_)
+    NULL_ONE_(scan)
+#undef NULL_ONE_
+    assert_int_equal(n, 14);
+    obx__broker_methods m = *real;
+    m.version++;
+    assert_int_equal(obx__broker_methods_check(&m), OBX_EINTERNAL);
+    m = *real; /* optional methods may be absent */
+    m.caps_of = NULL;
+    m.contract = NULL;
+    m.consume_release = NULL;
+    OK(obx__broker_methods_check(&m));
+}
+
 int main(void) {
     strcpy(dir, "/tmp/obx-logb-XXXXXX");
     if (!mkdtemp(dir)) return 1;
@@ -196,7 +228,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_knobs_ack),   cmocka_unit_test(test_knobs_reject_dup_down),
         cmocka_unit_test(test_lost_commit), cmocka_unit_test(test_cluster_identity),
-        cmocka_unit_test(test_partitioner),
+        cmocka_unit_test(test_partitioner), cmocka_unit_test(test_methods_check),
     };
     failed += cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[128];
