@@ -105,6 +105,7 @@ enum {
     Q_CLUSTER_PUT,
     Q_CLUSTER_GET,
     Q_DOPEN,
+    Q_ENV_AT,
     Q_SEL_STATE,                                   /* + obx__state: the state is a literal */
     Q_SEL_PUBBEFORE = Q_SEL_STATE + OBX__ST_COUNT, /* + obx__state */
     Q_AGED_LIST = Q_SEL_PUBBEFORE + OBX__ST_COUNT, /* + obx__aged_kind: one statement per kind */
@@ -248,6 +249,8 @@ static const char *const sql_text[Q_COUNT] = {
                       "required_acks, serializer, relay, seen_at) VALUES (?,?,?,?,?,?,?,?)",
     [Q_CLUSTER_GET] = "SELECT cluster, backend, lookup, durability, required_acks, serializer, "
                       "relay, seen_at FROM obx_cluster WHERE cluster = ?",
+    [Q_ENV_AT] = "SELECT " OBX__ENVELOPE_AT_COLS " FROM obx_envelope WHERE event_id = ? AND "
+                 "envelope_gen = ?",
     [Q_DOPEN] = "WITH u AS (SELECT t.event_id FROM obx_event e INDEXED BY obx_event_unpublished "
                 "JOIN obx_delivery_target t ON t.slot_id = e.event_id WHERE " E_UNPUBLISHED "), "
                 "s AS (SELECT x.event_id, d.completion, EXISTS (SELECT 1 FROM "
@@ -1369,6 +1372,26 @@ static obx_err sq_cluster_get(obx__store *base, const char *cluster, obx__cluste
     return e;
 }
 
+static obx_err sq_envelope_at(obx__store *base, const char *id, int32_t gen,
+                              obx__envelope_at_row *out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    obx_err e = stmt(s, Q_ENV_AT, &st);
+    if (e) return e;
+    bt(st, 1, id);
+    bi(st, 2, gen);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        obx__envelope_at_decode(READER(st), out);
+        e = OBX_OK;
+    } else
+        e = rc == SQLITE_DONE
+                ? obx__fail(OBX_ENOTFOUND, "event %s has no envelope generation %d", id, (int)gen)
+                : map_rc(s, rc, "read envelope");
+    sqlite3_reset(st);
+    return e;
+}
+
 static obx_err sq_delivery_open(obx__store *base, int64_t out[3]) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
@@ -2214,6 +2237,7 @@ static const obx__store_read_methods sq_read_methods = {
     .receipts_by_kind = sq_receipts_by_kind,
     .recent_published = sq_recent_published,
     .delivery_open = sq_delivery_open,
+    .envelope_at = sq_envelope_at,
 };
 
 const obx__store_methods obx__sqlite_store_methods = {
