@@ -259,11 +259,6 @@ void obx__simq_trace_end(wk *k);
 bool obx__simq_order_put(wk *k, const char *order_id, const char *event_id);
 /* Every business row's event ID; false (and the trace failed) on failure. */
 bool obx__simq_orders(wk *k, obx__sim_orders *o);
-/* Whether generation gen of event_id froze this topic and destination digest. */
-bool obx__simq_frozen_dest_is(wk *k, const char *event_id, int32_t gen, const char *topic,
-                              const char *dest_digest);
-/* Primary receipts whose digests differ from the envelope of their generation. */
-long obx__simq_divergent(wk *k);
 /* Consumer i's business effect (sim_effects), in the inbox's transaction. */
 obx_err obx__simq_effect_put(wk *k, int i, const char *event_id);
 /* Consumer i's business effects: how many events it applied, and how many more than once. */

@@ -53,16 +53,11 @@ static long qcached(sqlite3 *db, qc *q) {
  * envelope of its current generation only, and the checkers need the envelope an older
  * generation froze (a message on the broker may be of any generation) — a store method for
  * that (load_envelope(event_id, envelope_gen)) would let both go. */
-enum { OQ_ORDER, OQ_ORDER_EVENTS, OQ_ENV_OF, OQ_DIVERGENT, OQ_COUNT };
+enum { OQ_ORDER, OQ_ORDER_EVENTS, OQ_COUNT };
 
 static const char *const oq_sql[OQ_COUNT] = {
     [OQ_ORDER] = "INSERT INTO sim_orders VALUES ($1, $2) ON CONFLICT DO NOTHING",
     [OQ_ORDER_EVENTS] = "SELECT event_id FROM sim_orders",
-    [OQ_ENV_OF] = "SELECT dest_topic, dest_digest FROM obx_envelope WHERE event_id = $1 AND "
-                  "envelope_gen = $2",
-    [OQ_DIVERGENT] = "SELECT count(*) FROM obx_receipt r JOIN obx_envelope v ON v.event_id = "
-                     "r.event_id AND v.envelope_gen = r.envelope_gen WHERE r.kind = 'PRIMARY' AND "
-                     "(r.payload_digest <> v.payload_digest OR r.dest_digest <> v.dest_digest)",
 };
 
 typedef struct oparam {
@@ -147,24 +142,10 @@ static const char *oq_text(const ocur *c, int col) {
     return v ? v : "";
 }
 
-static int64_t oq_int(const ocur *c, int col) {
-    return c->res ? strtoll(PQgetvalue(c->res, c->row, col), NULL, 10)
-                  : sqlite3_column_int64(c->st, col);
-}
-
 static void oq_close(ocur *c) {
     if (c->res) PQclear(c->res);
     if (c->st) sqlite3_reset(c->st);
     memset(c, 0, sizeof *c);
-}
-
-/* The first column of the first row as an integer; -1 when the query failed or had no row. */
-static long oq_long(wk *k, int q, const oparam *p, int n) {
-    ocur c;
-    long v = -1;
-    if (oq_run(k, q, p, n, &c) && oq_next(k, &c)) v = (long)oq_int(&c, 0);
-    oq_close(&c);
-    return v;
 }
 
 /* A statement with no result rows (the business insert); false on failure. */
@@ -242,18 +223,6 @@ bool obx__simq_orders(wk *k, obx__sim_orders *o) {
     oq_close(&c);
     return ok;
 }
-
-bool obx__simq_frozen_dest_is(wk *k, const char *event_id, int32_t gen, const char *topic,
-                              const char *dest_digest) {
-    ocur c;
-    oparam ev[] = {OP_S(event_id), OP_I(gen)};
-    bool ok = oq_run(k, OQ_ENV_OF, ev, 2, &c) && oq_next(k, &c) && !strcmp(oq_text(&c, 0), topic) &&
-              !strcmp(oq_text(&c, 1), dest_digest);
-    oq_close(&c);
-    return ok;
-}
-
-long obx__simq_divergent(wk *k) { return oq_long(k, OQ_DIVERGENT, NULL, 0); }
 
 obx_err obx__simq_effect_put(wk *k, int i, const char *event_id) {
     sqlite3_stmt **st = &k->st_effect[i];
