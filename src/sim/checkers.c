@@ -359,8 +359,22 @@ static void collect_resolutions(wk *k, long unresolved) {
     free(ms);
 }
 
+/* Every transaction obx opened in the trace ended: each database is back at the trace's own
+ * outer transaction (a step that left one open would commit or lose the next step's work with
+ * its own). */
+static void check_transactions(wk *k) {
+    bool open = k->os->tx_depth != 1;
+    for (int i = 0; i < 2; i++) open = open || k->cs[i]->tx_depth != 1;
+    if (open) {
+        k->r.internal_errors++;
+        fail(k, "sim: a transaction was left open (outbox at depth %d, consumers at %d and %d)",
+             k->os->tx_depth, k->cs[0]->tx_depth, k->cs[1]->tx_depth);
+    }
+}
+
 void obx__sim_check_trace(wk *k) {
     results *r = &k->r;
+    check_transactions(k);
     obx__sim_snap s;
     obx__sim_orders o;
     obx_err e = obx__sim_snap_load(k, true, &s);

@@ -9,8 +9,7 @@
  *   checkers.c   the invariants checked after each trace
  *   snapshot.c   what the outbox holds, read through the store interface (checkers, clock)
  *   world.c      a worker's stores, inboxes and simulated cluster
- *   sim_sql.c    the only SQL of the simulator: opening its databases, the business tables,
- *                the trace's outer transactions, two reads the store interface lacks
+ *   sim_sql.c    the only SQL of the simulator: opening its databases, the business tables
  *   report.c     the per-trace results summed and the JSON report
  *   sim_malloc.c SQLite's allocator while the simulator runs
  * Determinism: everything a trace draws comes from its wk's RNG (rnd) in a fixed order; a
@@ -149,7 +148,6 @@ typedef struct wk {
     obx_store *cs[2];
     obx_inbox *in[2];
     sqlite3_stmt *st_effect[2];
-    sqlite3_stmt *st_tx[3][2]; /* BEGIN, ROLLBACK on the outbox and each consumer database */
     /* the trace */
     long idx;
     uint64_t rng;
@@ -242,8 +240,7 @@ static inline void check_err(wk *k, const actor *a, obx_err e, const char *what)
     fail(k, "%s: %s failed: %s: %s", a->owner, what, obx_errname(e), obx_errmsg());
 }
 
-/* ---- sim_sql.c: the SQL the simulator runs itself (the business tables, the trace's outer
- * transactions, two envelope-generation reads the store interface has no method for) ---- */
+/* ---- sim_sql.c: the SQL the simulator runs itself (its databases, the business tables) ---- */
 typedef struct obx__sim_orders { /* the event IDs the business rows point at */
     char event_id[MAX_EVENTS][OBX_EVENT_ID_LEN + 1];
     size_t n;
@@ -252,9 +249,6 @@ typedef struct obx__sim_orders { /* the event IDs the business rows point at */
  * with their stores and business tables; obx__simq_close_all closes what was opened. */
 obx_err obx__simq_open(wk *k);
 void obx__simq_close_all(wk *k);
-/* BEGIN / ROLLBACK of the trace's outer transactions (the outbox and each consumer). */
-void obx__simq_trace_begin(wk *k);
-void obx__simq_trace_end(wk *k);
 /* The business row of a command, in the caller's transaction (idempotent); false on failure. */
 bool obx__simq_order_put(wk *k, const char *order_id, const char *event_id);
 /* Every business row's event ID; false (and the trace failed) on failure. */
@@ -270,6 +264,9 @@ long obx__simq_effects_doubled(wk *k, int i);
 obx_err obx__sim_shipped_timings(wk *k);
 obx_err obx__sim_wk_init(wk *k, int id, const obx_sim_options *o);
 void obx__sim_wk_free(wk *k);
+/* BEGIN / ROLLBACK of the trace's outer transactions (the outbox and each consumer). */
+void obx__sim_trace_begin(wk *k);
+void obx__sim_trace_end(wk *k);
 
 /* ---- snapshot.c: the outbox read through the store interface ---- */
 typedef struct obx__sim_snap_event { /* one event's rows (owned) */

@@ -1,15 +1,11 @@
 /*
  * sim_sql.c — the only SQL the simulator runs itself; everything else it reads or writes goes
- * through the store interface. What is here, and why:
- *   - opening the worker's databases (SQLite in memory, or a PostgreSQL connection) and the
- *     trace's outer transactions, rolled back after each trace;
- *   - the business tables: sim_orders (the producer's business row, in the same transaction as
- *     its event; temporary, so nothing of it outlives the connection) and each consumer's
- *     sim_effects (the handler's effect, in the inbox's transaction) — the application's own
- *     tables, which the store knows nothing of;
- *   - two checker reads of the envelope an older generation froze (OQ_ENV_OF, OQ_DIVERGENT):
- *     the store loads an event's current generation only. A store method
- *     load_envelope(event_id, envelope_gen) would let both go.
+ * through the store interface (the checkers' envelope reads: envelope_at; the trace's outer
+ * transactions: the stores' own begin/rollback, world.c). What is here: opening the worker's
+ * databases (SQLite in memory, or a PostgreSQL connection) and the business tables: sim_orders
+ * (the producer's business row, in the same transaction as its event; temporary, so nothing of
+ * it outlives the connection) and each consumer's sim_effects (the handler's effect, in the
+ * inbox's transaction) — the application's own tables, which the store knows nothing of.
  * The same SQL runs on SQLite and PostgreSQL ($n placeholders bind by position in both; the
  * PostgreSQL connection's search_path is obx, public).
  */
@@ -158,31 +154,6 @@ static bool oq_exec(wk *k, int q, const oparam *p, int n) {
     return ok;
 }
 
-/* BEGIN (which = 0) or ROLLBACK (1) of a trace's outer transaction on SQLite database db_i (0:
- * the outbox, 1 and 2: the consumers), prepared once per worker: parsing them twice per trace
- * and database cost about 1.5% of a trace. */
-static int sq_tx(wk *k, int db_i, int which) {
-    sqlite3 *db = db_i ? k->cdb[db_i - 1] : k->odb;
-    sqlite3_stmt **st = &k->st_tx[db_i][which];
-    if (!*st && sqlite3_prepare_v3(db, which ? "ROLLBACK" : "BEGIN", -1, SQLITE_PREPARE_PERSISTENT,
-                                   st, NULL) != SQLITE_OK)
-        return sqlite3_errcode(db);
-    int rc = sqlite3_step(*st);
-    sqlite3_reset(*st);
-    return rc == SQLITE_DONE ? SQLITE_OK : rc;
-}
-
-/* BEGIN / ROLLBACK of the trace's outer transaction on the outbox connection. */
-static void outer(wk *k, const char *sql) {
-    if (k->opg) {
-        PGresult *r = PQexec(k->opg, sql);
-        if (PQresultStatus(r) != PGRES_COMMAND_OK)
-            fail(k, "sim: %s: %s", sql, PQerrorMessage(k->opg));
-        PQclear(r);
-    } else if (sq_tx(k, 0, strcmp(sql, "BEGIN") != 0) != SQLITE_OK)
-        fail(k, "sim: %s: %s", sql, sqlite3_errmsg(k->odb));
-}
-
 static _Thread_local qc consumed[2] = {{"SELECT count(DISTINCT event_id) FROM sim_effects", NULL},
                                        {"SELECT count(DISTINCT event_id) FROM sim_effects", NULL}};
 static _Thread_local qc doubled[2] = {
@@ -196,16 +167,6 @@ long obx__simq_effects_distinct(wk *k, int i) { return qcached(k->cdb[i], &consu
 long obx__simq_effects_doubled(wk *k, int i) { return qcached(k->cdb[i], &doubled[i]); }
 
 /* ---- what the rest of the simulator calls (sim.h) ---- */
-
-void obx__simq_trace_begin(wk *k) {
-    outer(k, "BEGIN");
-    for (int i = 0; i < 2; i++) sq_tx(k, i + 1, 0);
-}
-
-void obx__simq_trace_end(wk *k) {
-    outer(k, "ROLLBACK");
-    for (int i = 0; i < 2; i++) sq_tx(k, i + 1, 1);
-}
 
 bool obx__simq_order_put(wk *k, const char *order_id, const char *event_id) {
     oparam op[] = {OP_S(order_id), OP_S(event_id)};
@@ -290,8 +251,6 @@ void obx__simq_close_all(wk *k) {
     cached_free();
     for (int i = 0; i < OQ_COUNT; i++) sqlite3_finalize(k->oq_st[i]);
     for (int i = 0; i < 2; i++) sqlite3_finalize(k->st_effect[i]);
-    for (int i = 0; i < 3; i++)
-        for (int j = 0; j < 2; j++) sqlite3_finalize(k->st_tx[i][j]);
     for (int i = 0; i < 2; i++) {
         obx_store_close(k->cs[i]);
         sqlite3_close(k->cdb[i]);

@@ -49,6 +49,23 @@ obx_err obx__sim_wk_init(wk *k, int id, const obx_sim_options *o) {
     return OBX_OK;
 }
 
+/* The trace's outer transactions, one per database, through the stores' own nesting: every
+ * transaction obx opens inside a trace is a savepoint of these, and the rollback at the end
+ * leaves the databases as empty as before the trace. */
+void obx__sim_trace_begin(wk *k) {
+    if (obx__st_begin(k->os)) fail(k, "sim: begin: %s", obx_errmsg());
+    for (int i = 0; i < 2; i++) obx__st_begin(k->cs[i]);
+}
+
+void obx__sim_trace_end(wk *k) {
+    /* all the way down: a transaction obx left open (the checkers count it) must not hold the
+     * next trace inside this one */
+    while (k->os->tx_depth > 0)
+        if (obx__st_rollback(k->os)) fail(k, "sim: rollback: %s", obx_errmsg());
+    for (int i = 0; i < 2; i++)
+        while (k->cs[i]->tx_depth > 0) obx__st_rollback(k->cs[i]);
+}
+
 void obx__sim_wk_free(wk *k) {
     for (int i = 0; i < 2; i++) obx_inbox_close(k->in[i]);
     obx__simq_close_all(k);

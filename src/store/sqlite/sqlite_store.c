@@ -125,6 +125,9 @@ typedef struct sq_store {
     /* SAVEPOINT / RELEASE / ROLLBACK TO per nesting depth, prepared once: obx opens a
      * savepoint for every transaction inside a caller's (and the simulator's) transaction */
     sqlite3_stmt *sp[8][3];
+    /* BEGIN IMMEDIATE, COMMIT, ROLLBACK of the outermost transaction, prepared once (parsing
+     * them is a measurable part of a short transaction: the simulator opens one per trace) */
+    sqlite3_stmt *tx[3];
 } sq_store;
 
 #define EVENT_COLS OBX__EVENT_COLS /* shared.h */
@@ -535,6 +538,7 @@ static void sq_close(obx__store *base) {
     for (int i = 0; i < Q_COUNT; i++) sqlite3_finalize(s->q[i]);
     for (int i = 0; i < 8; i++)
         for (int j = 0; j < 3; j++) sqlite3_finalize(s->sp[i][j]);
+    for (int i = 0; i < 3; i++) sqlite3_finalize(s->tx[i]);
     if (s->owned) sqlite3_close_v2(s->db);
     free(s);
 }
@@ -670,10 +674,21 @@ static obx_err savepoint(sq_store *s, int d, int kind) {
     return step_done(s, s->sp[d][kind], "savepoint");
 }
 
+enum { TX_BEGIN, TX_COMMIT, TX_ROLLBACK };
+
+/* The outermost transaction's statement `which` (prepared once). */
+static obx_err tx(sq_store *s, int which) {
+    static const char *const sql[] = {"BEGIN IMMEDIATE", "COMMIT", "ROLLBACK"};
+    if (!s->tx[which] &&
+        sqlite3_prepare_v3(s->db, sql[which], -1, SQLITE_PREPARE_PERSISTENT, &s->tx[which], NULL))
+        return map_rc(s, sqlite3_errcode(s->db), sql[which]);
+    return step_done(s, s->tx[which], sql[which]);
+}
+
 static obx_err sq_begin(obx__store *base) {
     sq_store *s = (sq_store *)base;
     if (s->depth == 0 && sqlite3_get_autocommit(s->db)) {
-        obx_err e = exec(s, "BEGIN IMMEDIATE");
+        obx_err e = tx(s, TX_BEGIN);
         if (e) return e;
         s->outer_begin = true;
     } else {
@@ -690,7 +705,7 @@ static obx_err sq_commit(obx__store *base) {
     if (s->depth <= 0) return obx__fail(OBX_EINTERNAL, "sqlite: commit without begin");
     s->depth--;
     if (s->depth == 0 && s->outer_begin) {
-        obx_err e = exec(s, "COMMIT");
+        obx_err e = tx(s, TX_COMMIT);
         if (e) {
             /* COMMIT failed (busy/IO): the transaction is still open; roll it back so the
              * connection is usable. The outcome is not applied. */
@@ -707,7 +722,7 @@ static obx_err sq_rollback(obx__store *base) {
     s->depth--;
     if (s->depth == 0 && s->outer_begin) {
         if (sqlite3_get_autocommit(s->db)) return OBX_OK; /* already rolled back by SQLite */
-        return exec(s, "ROLLBACK");
+        return tx(s, TX_ROLLBACK);
     }
     obx_err e = savepoint(s, s->depth, SP_ROLLBACK);
     obx_err e2 = savepoint(s, s->depth, SP_RELEASE);
