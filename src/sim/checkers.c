@@ -121,7 +121,7 @@ static void check_lost(wk *k, const obx__sim_snap *s, const obx__sim_orders *o) 
         fail(k, "%ld business orders committed without their event", v);
     }
     for (int i = 0; i < k->nconsumers; i++)
-        if ((v = (long)s->ev.n - obx__simq_effects_distinct(k, i)) > 0) {
+        if ((v = (long)s->ev.n - obx__app_effects_distinct(k->app[i])) > 0) {
             r->lost_events += v;
             fail(k, "consumer %d never applied %ld events", i, v);
         }
@@ -197,7 +197,7 @@ static void check_ids_and_effects(wk *k, const obx__sim_snap *s, const obx__sim_
         fail(k, "%ld primary receipts diverge from their frozen envelope or are doubled", v);
     }
     for (int i = 0; i < k->nconsumers; i++)
-        if ((v = obx__simq_effects_doubled(k, i)) > 0) {
+        if ((v = obx__app_effects_doubled(k->app[i])) > 0) {
             r->consumer_duplicate_effects += v;
             fail(k, "consumer %d applied %ld events twice", i, v);
         }
@@ -378,7 +378,7 @@ void obx__sim_check_trace(wk *k) {
     obx__sim_snap s;
     obx__sim_orders o;
     obx_err e = obx__sim_snap_load(k, true, &s);
-    if (e || !obx__simq_orders(k, &o)) {
+    if (e || obx__app_orders(k->shop, o.event_id, MAX_EVENTS, &o.n)) {
         r->internal_errors++;
         fail(k, "sim: cannot read the outbox: %s", e ? obx_errmsg() : "the business orders");
         if (!e) obx__sim_snap_free(&s);
@@ -412,6 +412,6 @@ bool obx__sim_quiescent(wk *k, const obx__sim_snap *s) {
     bool done = true;
     for (size_t i = 0; i < s->ev.n && done; i++) done = obx__sim_published(s->ev.v[i].state);
     for (int i = 0; i < k->nconsumers && done; i++)
-        done = obx__simq_effects_distinct(k, i) >= (long)s->ev.n;
+        done = obx__app_effects_distinct(k->app[i]) >= (long)s->ev.n;
     return done;
 }

@@ -41,6 +41,7 @@
 #include "sim/sim.h"
 
 #include <openssl/evp.h>
+#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 
