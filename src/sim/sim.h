@@ -10,10 +10,10 @@
  *   snapshot.c   what the outbox holds, read through the store interface (checkers, clock)
  *   world.c      a worker's stores, inboxes and simulated cluster, the trace's outer
  *                transactions
- * The simulator runs no SQL: the outbox and the inboxes are read and written through the store
- * interface, the business tables through the application doubles (src/app/app.h).
  *   report.c     the per-trace results summed and the JSON report
  *   sim_malloc.c SQLite's allocator while the simulator runs
+ * The simulator runs no SQL: the outbox and the inboxes are read and written through the store
+ * interface, the business tables through the application doubles (src/app/app.h).
  * Determinism: everything a trace draws comes from its wk's RNG (rnd) in a fixed order; a
  * change of that order changes the trace_hash.
  */
@@ -235,6 +235,7 @@ static inline void check_err(wk *k, const actor *a, obx_err e, const char *what)
     fail(k, "%s: %s failed: %s: %s", a->owner, what, obx_errname(e), obx_errmsg());
 }
 
+/* ---- the business rows as the checkers read them (src/app) ---- */
 typedef struct obx__sim_orders { /* the event IDs the business rows point at */
     char event_id[MAX_EVENTS][OBX_EVENT_ID_LEN + 1];
     size_t n;
