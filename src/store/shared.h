@@ -2,8 +2,9 @@
  * shared.h — what the SQLite and PostgreSQL stores share (shared.c), so that the two cannot
  * drift apart:
  *   - the row codec: the event row's column list (both select the same columns under the same
- *     aliases) and one decoder per row type (event, attempt, receipt, route), read through a
- *     backend's column reader over its own result (sqlite3_stmt, a PGresult row);
+ *     aliases) and one decoder per row type (event, attempt, receipt, route, envelope
+ *     generation), read through a backend's column reader over its own result (sqlite3_stmt, a
+ *     PGresult row);
  *   - the migration runner: the newer-schema refusal and the version-by-version upgrade.
  */
 #ifndef OBX_STORE_SHARED_H
