@@ -6,6 +6,10 @@
 #      src/store/store.c and src/broker/broker.c, which check arguments and count the call for
 #      fault injection (docs/architecture.md).
 #   2. The CLI uses the public headers only (obx.h, obx_test.h), never an internal one.
+#   3. The simulator runs no SQL (issue 20): obx's tables are read and written through the store
+#      interface, the business tables through the application doubles (src/app); no
+#      sqlite3_exec/prepare/step or PQexec/prepare/sendQuery call in src/sim.
+#   4. The application doubles (src/app) are an obx user's code: the public header only.
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 fail=0
@@ -18,6 +22,18 @@ if hits=$(grep -rn --include='*.c' --include='*.h' -- '->m->' "${dirs[@]}"); the
 fi
 if hits=$(grep -rnE '^#include "(core|store|broker|engine|drivers|sim)/' "$root/src/cli"); then
   echo "check_layers: the CLI includes an internal header (it may use include/obx*.h only):"
+  echo "$hits"
+  fail=1
+fi
+sql='(sqlite3_(exec|prepare[a-z0-9_]*|step|get_table)|PQ(exec[A-Za-z]*|prepare|sendQuery[A-Za-z]*|sendPrepare))[[:space:]]*\('
+if [[ -d $root/src/sim ]] && hits=$(grep -rnE --include='*.c' --include='*.h' "$sql" "$root/src/sim"); then
+  echo "check_layers: SQL in the simulator (go through the store interface or src/app):"
+  echo "$hits"
+  fail=1
+fi
+if [[ -d $root/src/app ]] &&
+  hits=$(grep -rnE '^#include "(core|store|broker|engine|drivers|sim|cli)/' "$root/src/app"); then
+  echo "check_layers: the application doubles include an internal header (obx.h only):"
   echo "$hits"
   fail=1
 fi

@@ -1,5 +1,5 @@
 /*
- * pq_off.h — the few libpq calls of the simulator (src/sim) and the demo
+ * pq_off.h — the few libpq calls of the simulator's application doubles (src/app) and the demo
  * (src/cli/cmd_demo.c), for a build without PostgreSQL (OBX_WITH_POSTGRES=OFF; CMake puts this
  * folder on their include path only then). Every connection fails with "not built in", so
  * `obx sim --db postgres://...` and `obx demo --db postgres://...` say so and exit non-zero;

@@ -125,7 +125,8 @@ static void producer_step(wk *k, actor *a) {
     obx_err e = obx__st_begin(k->os);
     if (!e) e = obx__enqueue_at(k->os, &ev, k->now, &a->gen, &res);
     if (!e) { /* the business row, in the same transaction (idempotent: a retried command) */
-        if (!obx__simq_order_put(k, k->orders[c], res.event_id)) e = OBX_ESTORE;
+        if ((e = obx__app_order_put(k->shop, k->orders[c], res.event_id)))
+            fail(k, "sim: %s", obx_errmsg());
     }
     if (e || kill_before) {
         obx__st_rollback(k->os);
@@ -310,7 +311,7 @@ static obx_err effect_handler(void *user, void *conn, const obx_message *m, cons
         c->k->handler_fail_next = false;
         return obx__fail(OBX_EHANDLER, "sim: a flaky downstream");
     }
-    obx_err e = obx__simq_effect_put(c->k, c->consumer, m->event_id);
+    obx_err e = obx__app_effect_put(c->k->app[c->consumer], m->event_id);
     snprintf(res, cap, "applied");
     return e;
 }
@@ -343,8 +344,8 @@ static void consumer_process_one(wk *k, actor *a) {
     }
     effect_ctx ec = {k, ci};
     obx_inbox_result r;
-    obx_err e =
-        obx__inbox_process_at(k->in[ci], &m, effect_handler, &ec, k->cdb[ci], k->now, 0, NULL, &r);
+    obx_err e = obx__inbox_process_at(k->in[ci], &m, effect_handler, &ec,
+                                      obx__app_consumer_conn(k->app[ci]), k->now, 0, NULL, &r);
     k->handler_fail_next = false;
     check_err(k, a, e, "inbox");
     if (e) return;

@@ -6,9 +6,9 @@
  * converged to the publish slot or the duplicate log, UNKNOWNs traceable by attempt and
  * resolved, purges only behind every consumer and after the replay window, migrations only
  * away from a target that did not have the event. The checkers read what the databases hold —
- * the outbox through the store interface (snapshot.c), the consumers' inboxes through theirs,
- * the business tables and two envelope-generation reads in sim_sql.c — rather than trusting
- * the engine's or the actors' view of it.
+ * the outbox through the store interface (snapshot.c, and envelope_at for the envelope an older
+ * generation froze), the consumers' inboxes through theirs, the business tables through the
+ * application doubles — rather than trusting the engine's or the actors' view of it.
  */
 #include "sim/sim.h"
 
@@ -121,10 +121,37 @@ static void check_lost(wk *k, const obx__sim_snap *s, const obx__sim_orders *o) 
         fail(k, "%ld business orders committed without their event", v);
     }
     for (int i = 0; i < k->nconsumers; i++)
-        if ((v = (long)s->ev.n - obx__simq_effects_distinct(k, i)) > 0) {
+        if ((v = (long)s->ev.n - obx__app_effects_distinct(k->app[i])) > 0) {
             r->lost_events += v;
             fail(k, "consumer %d never applied %ld events", i, v);
         }
+}
+
+/* Generation gen of event id as the outbox froze it into v (any generation: a receipt or a
+ * message may be of one a migration replaced). OBX_ENOTFOUND when the event has no such
+ * generation; any other error fails the trace. */
+static obx_err envelope_of(wk *k, const char *id, int32_t gen, obx__envelope_at_row *v) {
+    obx_err e = obx__st_envelope_at(k->os, id, gen, v);
+    if (e && e != OBX_ENOTFOUND) fail(k, "sim: read envelope: %s", obx_errmsg());
+    return e;
+}
+
+/* Primary receipts whose payload or destination digest differs from the envelope of their
+ * generation; -1 (the trace failed) when the store cannot tell. */
+static long divergent(wk *k, const obx__sim_snap *s) {
+    long v = 0;
+    for (size_t e = 0; e < s->ev.n; e++)
+        for (size_t j = 0; j < s->x[e].nrc; j++) {
+            const obx__receipt_row *rc = &s->x[e].rc[j];
+            if (rc->kind != OBX__RK_PRIMARY) continue;
+            obx__envelope_at_row env;
+            obx_err err = envelope_of(k, rc->event_id, rc->envelope_gen, &env);
+            if (err == OBX_ENOTFOUND) continue; /* a generation never frozen: nothing to differ */
+            if (err) return -1;
+            v += strcmp(rc->payload_digest, env.payload_digest) != 0 ||
+                 strcmp(rc->dest_digest, env.dest_digest) != 0;
+        }
+    return v;
 }
 
 /* Primary receipts doubled for one envelope generation. */
@@ -165,12 +192,12 @@ static void check_ids_and_effects(wk *k, const obx__sim_snap *s, const obx__sim_
             r->second_event_ids++;
             fail(k, "command %s was answered with two event IDs", k->orders[c]);
         }
-    if ((v = obx__simq_divergent(k)) > 0 || (v = multi_primary(s)) > 0) {
+    if ((v = divergent(k, s)) > 0 || (v = multi_primary(s)) > 0) {
         r->digest_divergence += v;
         fail(k, "%ld primary receipts diverge from their frozen envelope or are doubled", v);
     }
     for (int i = 0; i < k->nconsumers; i++)
-        if ((v = obx__simq_effects_doubled(k, i)) > 0) {
+        if ((v = obx__app_effects_doubled(k->app[i])) > 0) {
             r->consumer_duplicate_effects += v;
             fail(k, "consumer %d applied %ld events twice", i, v);
         }
@@ -207,8 +234,9 @@ static void check_destinations(wk *k, const obx__sim_snap *s) {
     for (size_t i = 0; i < nlog; i++) {
         const obx__sim_msg *m =
             (const obx__sim_msg *)(const void *)((const char *)log + i * stride);
-        bool ok = obx__simq_frozen_dest_is(k, m->env.event_id, m->env.envelope_gen, m->topic,
-                                           m->dest_digest);
+        obx__envelope_at_row env;
+        bool ok = !envelope_of(k, m->env.event_id, m->env.envelope_gen, &env) &&
+                  !strcmp(env.dest.topic, m->topic) && !strcmp(env.dest_digest, m->dest_digest);
         const obx__attempt_row *t = snap_attempt(s, m->attempt_id);
         ok = ok && t && t->partition == m->partition;
         if (!ok) {
@@ -331,12 +359,26 @@ static void collect_resolutions(wk *k, long unresolved) {
     free(ms);
 }
 
+/* Every transaction obx opened in the trace ended: each database is back at the trace's own
+ * outer transaction (a step that left one open would commit or lose the next step's work with
+ * its own). */
+static void check_transactions(wk *k) {
+    bool open = k->os->tx_depth != 1;
+    for (int i = 0; i < 2; i++) open = open || k->cs[i]->tx_depth != 1;
+    if (open) {
+        k->r.internal_errors++;
+        fail(k, "sim: a transaction was left open (outbox at depth %d, consumers at %d and %d)",
+             k->os->tx_depth, k->cs[0]->tx_depth, k->cs[1]->tx_depth);
+    }
+}
+
 void obx__sim_check_trace(wk *k) {
     results *r = &k->r;
+    check_transactions(k);
     obx__sim_snap s;
     obx__sim_orders o;
     obx_err e = obx__sim_snap_load(k, true, &s);
-    if (e || !obx__simq_orders(k, &o)) {
+    if (e || obx__app_orders(k->shop, o.event_id, MAX_EVENTS, &o.n)) {
         r->internal_errors++;
         fail(k, "sim: cannot read the outbox: %s", e ? obx_errmsg() : "the business orders");
         if (!e) obx__sim_snap_free(&s);
@@ -370,6 +412,6 @@ bool obx__sim_quiescent(wk *k, const obx__sim_snap *s) {
     bool done = true;
     for (size_t i = 0; i < s->ev.n && done; i++) done = obx__sim_published(s->ev.v[i].state);
     for (int i = 0; i < k->nconsumers && done; i++)
-        done = obx__simq_effects_distinct(k, i) >= (long)s->ev.n;
+        done = obx__app_effects_distinct(k->app[i]) >= (long)s->ev.n;
     return done;
 }

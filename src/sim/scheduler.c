@@ -41,6 +41,7 @@
 #include "sim/sim.h"
 
 #include <openssl/evp.h>
+#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -113,7 +114,7 @@ static bool trace_setup(wk *k, long idx) {
     k->op_next_at = 0;
     bool unordered = rnd(k) % 4 == 0;
     obx__sim_faults_draw(k);
-    obx__simq_trace_begin(k);
+    obx__sim_trace_begin(k);
     obx__sim_route(k, "orders", unordered);
     obx__sim_actors_setup(k);
     if (k->verbose)
@@ -202,7 +203,7 @@ static void run_trace(wk *k, long idx) {
     obx__sim_check_trace(k);
     /* 3. leave no trace behind for the next one */
     for (int i = 0; i < k->na; i++) obx__sim_actor_stop(&k->a[i]);
-    obx__simq_trace_end(k);
+    obx__sim_trace_end(k);
 }
 
 /* ---- running many traces ------------------------------------------------------------------------

@@ -8,11 +8,12 @@
  *   actors.c     producer, dispatchers, reconciler, consumers, purger, migrator, operator
  *   checkers.c   the invariants checked after each trace
  *   snapshot.c   what the outbox holds, read through the store interface (checkers, clock)
- *   world.c      a worker's stores, inboxes and simulated cluster
- *   sim_sql.c    the only SQL of the simulator: opening its databases, the business tables,
- *                the trace's outer transactions, two reads the store interface lacks
+ *   world.c      a worker's stores, inboxes and simulated cluster, the trace's outer
+ *                transactions
  *   report.c     the per-trace results summed and the JSON report
  *   sim_malloc.c SQLite's allocator while the simulator runs
+ * The simulator runs no SQL: the outbox and the inboxes are read and written through the store
+ * interface, the business tables through the application doubles (src/app/app.h).
  * Determinism: everything a trace draws comes from its wk's RNG (rnd) in a fixed order; a
  * change of that order changes the trace_hash.
  */
@@ -23,12 +24,8 @@
 #include "drivers/drivers.h"
 #include "obx_test.h"
 
-#ifdef OBX_WITH_POSTGRES
-#include <libpq-fe.h>
-#else
-#include "pq_off.h" /* OBX_WITH_POSTGRES=OFF: a PostgreSQL URL fails to connect */
-#endif
-#include <sqlite3.h>
+#include "app/app.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -140,16 +137,12 @@ typedef struct wk {
     const obx_sim_options *o;
     char wname[48], wurl[64];
     obx__sim_world *w;
-    sqlite3 *odb;            /* the outbox: SQLite in memory ... */
-    PGconn *opg;             /* ... or PostgreSQL (--db) */
-    sqlite3_stmt *oq_st[32]; /* outbox queries (SQLite); PostgreSQL: prepared by name */
-    bool oq_pg_ready[32];
-    obx_store *os;
-    sqlite3 *cdb[2];
-    obx_store *cs[2];
+    obx__app_producer *shop;   /* the producing service: its database (SQLite in memory, or
+                                  PostgreSQL with --db), business rows and the outbox ... */
+    obx_store *os;             /* ... whose store this is (borrowed from shop) */
+    obx__app_consumer *app[2]; /* the consuming services: databases, effects ... */
+    obx_store *cs[2];          /* ... and inbox stores (borrowed from app[i]) */
     obx_inbox *in[2];
-    sqlite3_stmt *st_effect[2];
-    sqlite3_stmt *st_tx[3][2]; /* BEGIN, ROLLBACK on the outbox and each consumer database */
     /* the trace */
     long idx;
     uint64_t rng;
@@ -242,39 +235,20 @@ static inline void check_err(wk *k, const actor *a, obx_err e, const char *what)
     fail(k, "%s: %s failed: %s: %s", a->owner, what, obx_errname(e), obx_errmsg());
 }
 
-/* ---- sim_sql.c: the SQL the simulator runs itself (the business tables, the trace's outer
- * transactions, two envelope-generation reads the store interface has no method for) ---- */
+/* ---- the business rows as the checkers read them (src/app) ---- */
 typedef struct obx__sim_orders { /* the event IDs the business rows point at */
     char event_id[MAX_EVENTS][OBX_EVENT_ID_LEN + 1];
     size_t n;
 } obx__sim_orders;
-/* Opens the worker's outbox (SQLite in memory, or PostgreSQL with --db) and consumer databases
- * with their stores and business tables; obx__simq_close_all closes what was opened. */
-obx_err obx__simq_open(wk *k);
-void obx__simq_close_all(wk *k);
-/* BEGIN / ROLLBACK of the trace's outer transactions (the outbox and each consumer). */
-void obx__simq_trace_begin(wk *k);
-void obx__simq_trace_end(wk *k);
-/* The business row of a command, in the caller's transaction (idempotent); false on failure. */
-bool obx__simq_order_put(wk *k, const char *order_id, const char *event_id);
-/* Every business row's event ID; false (and the trace failed) on failure. */
-bool obx__simq_orders(wk *k, obx__sim_orders *o);
-/* Whether generation gen of event_id froze this topic and destination digest. */
-bool obx__simq_frozen_dest_is(wk *k, const char *event_id, int32_t gen, const char *topic,
-                              const char *dest_digest);
-/* Primary receipts whose digests differ from the envelope of their generation. */
-long obx__simq_divergent(wk *k);
-/* Consumer i's business effect (sim_effects), in the inbox's transaction. */
-obx_err obx__simq_effect_put(wk *k, int i, const char *event_id);
-/* Consumer i's business effects: how many events it applied, and how many more than once. */
-long obx__simq_effects_distinct(wk *k, int i);
-long obx__simq_effects_doubled(wk *k, int i);
 
 /* ---- world.c: a worker's world ---- */
 /* The relay's shipped defaults into k->base, k->sweep_ms, k->reconcile_ms. */
 obx_err obx__sim_shipped_timings(wk *k);
 obx_err obx__sim_wk_init(wk *k, int id, const obx_sim_options *o);
 void obx__sim_wk_free(wk *k);
+/* BEGIN / ROLLBACK of the trace's outer transactions (the outbox and each consumer). */
+void obx__sim_trace_begin(wk *k);
+void obx__sim_trace_end(wk *k);
 
 /* ---- snapshot.c: the outbox read through the store interface ---- */
 typedef struct obx__sim_snap_event { /* one event's rows (owned) */

@@ -115,6 +115,21 @@ void obx__receipt_decode(const obx__col_reader *rd, obx__receipt_row *r) {
     if (r->source == OBX__RS_COUNT) r->source = OBX__RS_BROKER;
 }
 
+void obx__envelope_at_decode(const obx__col_reader *rd, obx__envelope_at_row *r) {
+    memset(r, 0, sizeof *r);
+    TEXT(0, r->dest.cluster);
+    TEXT(1, r->dest.topic);
+    TEXT(2, r->dest.routing_key);
+    TEXT(3, r->dest.algorithm);
+    r->dest.route_gen = I64(4);
+    TEXT(5, r->dest.serializer);
+    TEXT(6, r->dest.durability);
+    TEXT(7, r->dest.required_acks);
+    TEXT(8, r->dest_digest);
+    TEXT(9, r->payload_digest);
+    TEXT(10, r->envelope_digest);
+}
+
 void obx__route_decode(const obx__col_reader *rd, obx__route_row *r) {
     memset(r, 0, sizeof *r);
     r->gen = I64(0);

@@ -2,8 +2,9 @@
  * shared.h — what the SQLite and PostgreSQL stores share (shared.c), so that the two cannot
  * drift apart:
  *   - the row codec: the event row's column list (both select the same columns under the same
- *     aliases) and one decoder per row type (event, attempt, receipt, route), read through a
- *     backend's column reader over its own result (sqlite3_stmt, a PGresult row);
+ *     aliases) and one decoder per row type (event, attempt, receipt, route, envelope
+ *     generation), read through a backend's column reader over its own result (sqlite3_stmt, a
+ *     PGresult row);
  *   - the migration runner: the newer-schema refusal and the version-by-version upgrade.
  */
 #ifndef OBX_STORE_SHARED_H
@@ -47,6 +48,12 @@ void obx__attempt_decode(const obx__col_reader *rd, obx__attempt_row *a);
  * broker_ts, payload_digest, dest_digest, reason, created_at, source (an unknown source reads
  * as broker). r is zeroed first. */
 void obx__receipt_decode(const obx__col_reader *rd, obx__receipt_row *r);
+/* An envelope generation's frozen destination and digests (envelope_at), from obx_envelope. */
+#define OBX__ENVELOPE_AT_COLS                                                                      \
+    "dest_cluster, dest_topic, dest_routing_key, dest_algorithm, dest_route_gen, "                 \
+    "dest_serializer, dest_durability, dest_acks, dest_digest, payload_digest, envelope_digest"
+/* Columns OBX__ENVELOPE_AT_COLS into r (zeroed first). */
+void obx__envelope_at_decode(const obx__col_reader *rd, obx__envelope_at_row *r);
 /* Columns gen, event_type, cluster, topic, routing_key, algorithm, serializer, durability,
  * required_acks, max_attempts, blind_retry, unordered, alias, created_at, targets. r is zeroed
  * first. */

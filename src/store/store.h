@@ -24,7 +24,7 @@
 
 #define OBX__STORE_METHODS_VERSION 3 /* 3: the inbox and read-model tables split off */
 #define OBX__STORE_INBOX_VERSION 1
-#define OBX__STORE_READ_VERSION 1
+#define OBX__STORE_READ_VERSION 2 /* 2: envelope_at (an older generation's envelope) */
 /* 1: the outbox; 2: delivery sets (route sets and per-event target slots, docs/migration.md);
  * 3: PostgreSQL writes an attempt's outcome as a HOT update (schema_v3.sql; SQLite unchanged);
  * 4: every UNKNOWN ends: held events, receipt sources, consumer evidence, the cluster registry;
@@ -266,6 +266,15 @@ typedef struct obx__published_ref {
     char topic[OBX_TOPIC_MAX + 1]; /* frozen destination topic */
     int64_t published_at;
 } obx__published_ref;
+
+/* One envelope generation as it was frozen (envelope_at): its destination and the digests a
+ * receipt or a message of that generation must carry. */
+typedef struct obx__envelope_at_row {
+    obx__dest dest;
+    char dest_digest[OBX_DIGEST_LEN + 1];
+    char payload_digest[OBX_DIGEST_LEN + 1];
+    char envelope_digest[OBX_DIGEST_LEN + 1];
+} obx__envelope_at_row;
 
 /* Outbox statistics for metrics, status and audit. */
 typedef struct obx__store_stats {
@@ -559,6 +568,10 @@ typedef struct obx__store_read_methods {
      * a target still unpublished, out[1] sets of rule `any` with none published yet, out[2]
      * unpublished slots of `any` sets already delivered (trailing targets, still sent). */
     obx_err (*delivery_open)(obx__store *s, int64_t out[3]);
+    /* Version 2. Generation gen of event (or slot) id's envelope as it was frozen, whichever
+     * generation is current (a message on the broker, a receipt may be of any): OBX_ENOTFOUND
+     * when the event has no such generation. A purged payload leaves the digests. */
+    obx_err (*envelope_at)(obx__store *s, const char *id, int32_t gen, obx__envelope_at_row *out);
 } obx__store_read_methods;
 
 typedef struct obx__store_methods {
@@ -782,6 +795,8 @@ extern const obx__store_methods obx__pg_store_methods;
 
 #define OBX__STORE_READ_FORWARD(X)                                                                 \
     X(counter_get, (obx__store * s, const char *name, int64_t *value), (s, name, value))           \
+    X(envelope_at, (obx__store * s, const char *id, int32_t gen, obx__envelope_at_row *out),       \
+      (s, id, gen, out))                                                                           \
     X(stats, (obx__store * s, obx__store_stats * out), (s, out))                                   \
     X(unknown_resolutions, (obx__store * s, int64_t * *ms, size_t * n), (s, ms, n))                \
     X(invariants, (obx__store * s, obx__store_invariants * out), (s, out))                         \

@@ -7,7 +7,7 @@
  * order, payload purge, aged queries, known event IDs); and (schema version 2) delivery sets,
  * event selection by attributes, receipt details and the alias hand-over of unclaimed events;
  * and (schema version 4) the cluster registry, receipt sources, consume receipts as evidence
- * and held events.
+ * and held events; and (read model version 2) any envelope generation as it was frozen.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1074,6 +1074,62 @@ static void test_retention_audit_methods(void **state) {
     assert_true(known[2]);
 }
 
+/* Read model version 2: envelope_at reads any generation's frozen envelope (the current one or
+ * an older one a migration replaced), tells a missing generation or event from an error, and
+ * keeps the digests after the payload is purged. */
+static void test_envelope_at(void **state) {
+    cx *c = *state;
+    route(c, "order.created.v1", "orders", 0, NULL);
+    char e[31];
+    enq(c, "order.created.v1", "o-1", NULL, e);
+    obx__rows rows = {0};
+    const char *id = e;
+    OK(obx__st_load_events(c->s, &id, 1, OBX__LOAD_PAYLOAD, &rows));
+    assert_int_equal(rows.n, 1);
+    obx__event_row g1 = rows.v[0], g2 = rows.v[0];
+    g2.envelope_gen = g2.env.envelope_gen = 2;
+    strcpy(g2.dest.topic, "orders-v2");
+    g2.dest.route_gen = g1.dest.route_gen + 1;
+    OK(obx__dest_digest(&g2.dest, g2.dest_digest));
+    assert_string_not_equal(g2.dest_digest, g1.dest_digest);
+    OK(obx__st_begin(c->s));
+    OK(c->s->m->insert_envelope(c->s, &g2, g1.payload, g1.payload_len));
+    OK(obx__st_commit(c->s));
+    obx__rows_free(&rows);
+    const obx__event_row *want[] = {&g1, &g2};
+    for (int pass = 0; pass < 2; pass++) { /* before and after the payload purge */
+        for (int32_t gen = 1; gen <= 2; gen++) {
+            const obx__event_row *w = want[gen - 1];
+            obx__envelope_at_row v;
+            memset(&v, 0x5a, sizeof v);
+            OK(obx__st_envelope_at(c->s, e, gen, &v));
+            assert_string_equal(v.dest.cluster, "local");
+            assert_string_equal(v.dest.topic, w->dest.topic);
+            assert_string_equal(v.dest.routing_key, w->dest.routing_key);
+            assert_string_equal(v.dest.algorithm, w->dest.algorithm);
+            assert_int_equal(v.dest.route_gen, w->dest.route_gen);
+            assert_string_equal(v.dest.serializer, w->dest.serializer);
+            assert_string_equal(v.dest.durability, w->dest.durability);
+            assert_string_equal(v.dest.required_acks, w->dest.required_acks);
+            assert_string_equal(v.dest_digest, w->dest_digest);
+            assert_string_equal(v.payload_digest, g1.env.payload_digest);
+            assert_string_equal(v.envelope_digest, w->envelope_digest);
+        }
+        obx__envelope_at_row v;
+        assert_int_equal(obx__st_envelope_at(c->s, e, 3, &v), OBX_ENOTFOUND);
+        assert_int_equal(obx__st_envelope_at(c->s, "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G", 1, &v),
+                         OBX_ENOTFOUND);
+        int64_t bytes = 0;
+        OK(obx__st_begin(c->s));
+        OK(obx__st_purge_payloads(c->s, &id, 1, &bytes));
+        OK(obx__st_commit(c->s));
+    }
+    /* the event's current generation is still the first: envelope_at reads, never moves it */
+    obx__event_row now = load1(c, e, 0);
+    assert_int_equal(now.envelope_gen, 1);
+    assert_string_equal(now.dest.topic, "orders");
+}
+
 /* The operations queries (metrics, dashboard, trace): receipts by kind newest first, the newest
  * PUBLISHED events with their frozen topic, and the consume audit as a cursor, as the newest
  * rows and by event. */
@@ -1294,6 +1350,7 @@ int store_conformance_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_delivery_sets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_find_details_alias, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ops_queries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_envelope_at, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_ends_columns, setup, teardown),
     };
     return _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_check_layers.sh — scripts/check_layers.sh passes on the tree and fails on each rule it
-# states: a copy of the sources with one vtable call above the backends, and one with the CLI
-# including an internal header.
+# states: a copy of the sources with one vtable call above the backends, one with the CLI
+# including an internal header, one with SQL in the simulator (SQLite's and libpq's), and one
+# with the application doubles including an internal header.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
@@ -22,4 +23,15 @@ grep -q 'src/engine/report.c' "$work/out" || { echo "FAIL the report names no fi
 copy
 sed -i '1i #include "store/store.h"' "$work/t/src/cli/main.c"
 expect 1 "an internal header in the CLI is refused" "$work/t"
+copy
+printf 'static int f(sqlite3 *db) { return sqlite3_exec(db, "DELETE FROM obx_event", 0, 0, 0); }\n' \
+  >>"$work/t/src/sim/checkers.c"
+expect 1 "SQLite SQL in the simulator is refused" "$work/t"
+grep -q 'src/sim/checkers.c' "$work/out" || { echo "FAIL the report names no file"; fails=$((fails + 1)); }
+copy
+printf 'static void f(PGconn *c) { PQclear(PQexec (c, "SELECT 1")); }\n' >>"$work/t/src/sim/world.c"
+expect 1 "libpq SQL in the simulator is refused" "$work/t"
+copy
+sed -i '1i #include "store/store.h"' "$work/t/src/app/app.c"
+expect 1 "an internal header in the application doubles is refused" "$work/t"
 exit $fails

@@ -142,6 +142,7 @@ enum {
     Q_CLUSTER_PUT,
     Q_CLUSTER_GET,
     Q_DOPEN,
+    Q_ENV_AT,
     Q_AGED_LIST,                                  /* + obx__aged_kind */
     Q_AGED_COUNT = Q_AGED_LIST + OBX__AGED_COUNT, /* + obx__aged_kind */
     Q_COUNT = Q_AGED_COUNT + OBX__AGED_COUNT
@@ -422,6 +423,8 @@ static const char *const sql_text[Q_COUNT] = {
                       "EXCLUDED.relay, seen_at = EXCLUDED.seen_at",
     [Q_CLUSTER_GET] = "SELECT cluster, backend, lookup, durability, required_acks, serializer, "
                       "relay, seen_at FROM obx.obx_cluster WHERE cluster = $1::text",
+    [Q_ENV_AT] = "SELECT " OBX__ENVELOPE_AT_COLS " FROM obx.obx_envelope WHERE event_id = "
+                 "$1::text AND envelope_gen = $2::integer",
     /* from the unpublished slots (index obx_event_unpublished), never the published bulk */
     [Q_DOPEN] = "WITH u AS (SELECT t.event_id FROM obx.obx_event e JOIN obx.obx_delivery_target t "
                 "ON t.slot_id = e.event_id WHERE e.state IN " UNPUBLISHED "), "
@@ -632,6 +635,7 @@ static const bool q_readonly[Q_COUNT] = {
     [Q_COUNTER_GET] = true,
     [Q_CLUSTER_GET] = true,
     [Q_DOPEN] = true,
+    [Q_ENV_AT] = true,
     [Q_STATS] = true,
     [Q_STATS_INV] = true,
     [Q_UNKNOWN_RES] = true,
@@ -2193,6 +2197,25 @@ static obx_err pg_cluster_get(obx__store *base, const char *cluster, obx__cluste
     return OBX_OK;
 }
 
+static obx_err pg_envelope_at(obx__store *base, const char *id, int32_t gen,
+                              obx__envelope_at_row *out) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, id);
+    p_int(&p, gen);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_ENV_AT, &p, PGRES_TUPLES_OK, &r, "read envelope");
+    if (e) return e;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return obx__fail(OBX_ENOTFOUND, "event %s has no envelope generation %d", id, (int)gen);
+    }
+    obx__envelope_at_decode(READER(r, 0), out);
+    PQclear(r);
+    return OBX_OK;
+}
+
 static obx_err pg_delivery_open(obx__store *base, int64_t out[3]) {
     pg_store *s = (pg_store *)base;
     PGresult *r = NULL;
@@ -3050,6 +3073,7 @@ static const obx__store_read_methods pg_read_methods = {
     .receipt_details = pg_receipt_details,
     .receipts_by_kind = pg_receipts_by_kind,
     .recent_published = pg_recent_published,
+    .envelope_at = pg_envelope_at,
 };
 
 const obx__store_methods obx__pg_store_methods = {

@@ -105,6 +105,7 @@ enum {
     Q_CLUSTER_PUT,
     Q_CLUSTER_GET,
     Q_DOPEN,
+    Q_ENV_AT,
     Q_SEL_STATE,                                   /* + obx__state: the state is a literal */
     Q_SEL_PUBBEFORE = Q_SEL_STATE + OBX__ST_COUNT, /* + obx__state */
     Q_AGED_LIST = Q_SEL_PUBBEFORE + OBX__ST_COUNT, /* + obx__aged_kind: one statement per kind */
@@ -124,6 +125,9 @@ typedef struct sq_store {
     /* SAVEPOINT / RELEASE / ROLLBACK TO per nesting depth, prepared once: obx opens a
      * savepoint for every transaction inside a caller's (and the simulator's) transaction */
     sqlite3_stmt *sp[8][3];
+    /* BEGIN IMMEDIATE, COMMIT, ROLLBACK of the outermost transaction, prepared once (parsing
+     * them is a measurable part of a short transaction: the simulator opens one per trace) */
+    sqlite3_stmt *tx[3];
 } sq_store;
 
 #define EVENT_COLS OBX__EVENT_COLS /* shared.h */
@@ -248,6 +252,8 @@ static const char *const sql_text[Q_COUNT] = {
                       "required_acks, serializer, relay, seen_at) VALUES (?,?,?,?,?,?,?,?)",
     [Q_CLUSTER_GET] = "SELECT cluster, backend, lookup, durability, required_acks, serializer, "
                       "relay, seen_at FROM obx_cluster WHERE cluster = ?",
+    [Q_ENV_AT] = "SELECT " OBX__ENVELOPE_AT_COLS " FROM obx_envelope WHERE event_id = ? AND "
+                 "envelope_gen = ?",
     [Q_DOPEN] = "WITH u AS (SELECT t.event_id FROM obx_event e INDEXED BY obx_event_unpublished "
                 "JOIN obx_delivery_target t ON t.slot_id = e.event_id WHERE " E_UNPUBLISHED "), "
                 "s AS (SELECT x.event_id, d.completion, EXISTS (SELECT 1 FROM "
@@ -532,6 +538,7 @@ static void sq_close(obx__store *base) {
     for (int i = 0; i < Q_COUNT; i++) sqlite3_finalize(s->q[i]);
     for (int i = 0; i < 8; i++)
         for (int j = 0; j < 3; j++) sqlite3_finalize(s->sp[i][j]);
+    for (int i = 0; i < 3; i++) sqlite3_finalize(s->tx[i]);
     if (s->owned) sqlite3_close_v2(s->db);
     free(s);
 }
@@ -667,10 +674,21 @@ static obx_err savepoint(sq_store *s, int d, int kind) {
     return step_done(s, s->sp[d][kind], "savepoint");
 }
 
+enum { TX_BEGIN, TX_COMMIT, TX_ROLLBACK };
+
+/* The outermost transaction's statement `which` (prepared once). */
+static obx_err tx(sq_store *s, int which) {
+    static const char *const sql[] = {"BEGIN IMMEDIATE", "COMMIT", "ROLLBACK"};
+    if (!s->tx[which] &&
+        sqlite3_prepare_v3(s->db, sql[which], -1, SQLITE_PREPARE_PERSISTENT, &s->tx[which], NULL))
+        return map_rc(s, sqlite3_errcode(s->db), sql[which]);
+    return step_done(s, s->tx[which], sql[which]);
+}
+
 static obx_err sq_begin(obx__store *base) {
     sq_store *s = (sq_store *)base;
     if (s->depth == 0 && sqlite3_get_autocommit(s->db)) {
-        obx_err e = exec(s, "BEGIN IMMEDIATE");
+        obx_err e = tx(s, TX_BEGIN);
         if (e) return e;
         s->outer_begin = true;
     } else {
@@ -687,7 +705,7 @@ static obx_err sq_commit(obx__store *base) {
     if (s->depth <= 0) return obx__fail(OBX_EINTERNAL, "sqlite: commit without begin");
     s->depth--;
     if (s->depth == 0 && s->outer_begin) {
-        obx_err e = exec(s, "COMMIT");
+        obx_err e = tx(s, TX_COMMIT);
         if (e) {
             /* COMMIT failed (busy/IO): the transaction is still open; roll it back so the
              * connection is usable. The outcome is not applied. */
@@ -704,7 +722,7 @@ static obx_err sq_rollback(obx__store *base) {
     s->depth--;
     if (s->depth == 0 && s->outer_begin) {
         if (sqlite3_get_autocommit(s->db)) return OBX_OK; /* already rolled back by SQLite */
-        return exec(s, "ROLLBACK");
+        return tx(s, TX_ROLLBACK);
     }
     obx_err e = savepoint(s, s->depth, SP_ROLLBACK);
     obx_err e2 = savepoint(s, s->depth, SP_RELEASE);
@@ -1365,6 +1383,26 @@ static obx_err sq_cluster_get(obx__store *base, const char *cluster, obx__cluste
         e = rc == SQLITE_DONE
                 ? obx__fail(OBX_ENOTFOUND, "cluster '%s': no relay registered it", cluster)
                 : map_rc(s, rc, "read cluster");
+    sqlite3_reset(st);
+    return e;
+}
+
+static obx_err sq_envelope_at(obx__store *base, const char *id, int32_t gen,
+                              obx__envelope_at_row *out) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    obx_err e = stmt(s, Q_ENV_AT, &st);
+    if (e) return e;
+    bt(st, 1, id);
+    bi(st, 2, gen);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        obx__envelope_at_decode(READER(st), out);
+        e = OBX_OK;
+    } else
+        e = rc == SQLITE_DONE
+                ? obx__fail(OBX_ENOTFOUND, "event %s has no envelope generation %d", id, (int)gen)
+                : map_rc(s, rc, "read envelope");
     sqlite3_reset(st);
     return e;
 }
@@ -2214,6 +2252,7 @@ static const obx__store_read_methods sq_read_methods = {
     .receipts_by_kind = sq_receipts_by_kind,
     .recent_published = sq_recent_published,
     .delivery_open = sq_delivery_open,
+    .envelope_at = sq_envelope_at,
 };
 
 const obx__store_methods obx__sqlite_store_methods = {
