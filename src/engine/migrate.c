@@ -884,7 +884,8 @@ obx_err obx__migrate(obx__engine *e, int64_t now, const obx__migrate_req *req, j
             }
         }
     } else if (!err) {
-        err = obx__st_find_events(e->s, &req->filter, &rows);
+        err = obx__st_read_events(
+            e->s, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &req->filter}, &rows);
     }
     json_t *items = json_array();
     if (!err && !items) err = obx__fail(OBX_ENOMEM, "migrate: out of memory");

@@ -209,7 +209,9 @@ static obx_err expected(obx__engine *e, const obx__shadow_req *req, obx__rows *o
         for (;;) {
             size_t before = out->n;
             f.limit = limit - out->n < 1000 ? limit - out->n : 1000;
-            if ((err = obx__st_find_events(e->s, &f, out))) break;
+            if ((err = obx__st_read_events(
+                     e->s, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &f}, out)))
+                break;
             if (out->n == before || out->n >= limit) break;
             f.after_seq = out->v[out->n - 1].seq;
         }

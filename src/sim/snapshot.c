@@ -15,7 +15,8 @@ obx_err obx__sim_snap_load(wk *k, bool full, obx__sim_snap *s) {
     obx__event_filter f = {.limit = 1000};
     for (;;) { /* every event, a page at a time */
         obx__rows page = {0};
-        obx_err e = obx__st_find_events(k->os, &f, &page);
+        obx_err e = obx__st_read_events(
+            k->os, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &f}, &page);
         size_t n = e ? 0 : page.n;
         if (n) f.after_seq = page.v[n - 1].seq;
         if (!e && !s->ev.n) { /* the first page: taken as it is */

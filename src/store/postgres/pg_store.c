@@ -130,7 +130,6 @@ enum {
     Q_RET_CANDIDATES,
     Q_RET_CANDIDATES_LOCK,
     Q_PURGE_PAYLOADS,
-    Q_EVENTS_KNOWN,
     Q_RCPT_KIND_SPARSE,
     Q_RCPT_KIND_ANY,
     Q_RECENT_PUB,
@@ -449,8 +448,8 @@ static const char *const sql_text[Q_COUNT] = {
                       "e.published_at > 0 GROUP BY e.event_id, e.published_at",
     /* correlation_id <> '' lets the planner use the partial index obx_event_corr for any
      * parameter (an empty correlation ID means "none" and finds nothing) */
-    [Q_FIND_CORR] = "SELECT event_id FROM obx.obx_event WHERE correlation_id = $1::text AND "
-                    "correlation_id <> '' ORDER BY seq LIMIT $2::bigint",
+    [Q_FIND_CORR] = "SELECT " EVENT_COLS EVENT_FROM "WHERE e.correlation_id = $1::text AND "
+                    "e.correlation_id <> '' ORDER BY e.seq LIMIT $2::bigint",
     [Q_INBOX_GET] = "SELECT consumer_id, event_id, payload_digest, event_type, tenant, outcome, "
                     "result, topic, partition, \"offset\", consumed_at, duration_us, "
                     "envelope_gen, attempt_id, dest_digest FROM obx.obx_inbox WHERE "
@@ -520,8 +519,6 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_PURGE_PAYLOADS] = "UPDATE obx.obx_envelope v SET payload = NULL FROM unnest($1::text[]) AS "
                          "k(id) WHERE v.event_id = k.id AND v.payload IS NOT NULL RETURNING "
                          "v.payload_len",
-    [Q_EVENTS_KNOWN] = "SELECT k.ord FROM unnest($1::text[]) WITH ORDINALITY AS k(id, ord) WHERE "
-                       "EXISTS (SELECT 1 FROM obx.obx_event e WHERE e.event_id = k.id)",
     [Q_AGED_LIST + OBX__AGED_PENDING] =
         AGED_LIST(EV_AGED("committed_at"), PENDING_W, "committed_at", "seq", NOT_TRAILING),
     [Q_AGED_LIST + OBX__AGED_UNKNOWN] =
@@ -643,7 +640,6 @@ static const bool q_readonly[Q_COUNT] = {
     [Q_POISON_LIST] = true,
     [Q_POISON_GET] = true,
     [Q_RET_CANDIDATES] = true,
-    [Q_EVENTS_KNOWN] = true,
     [Q_AGED_LIST + OBX__AGED_PENDING] = true,
     [Q_AGED_LIST + OBX__AGED_UNKNOWN] = true,
     [Q_AGED_LIST + OBX__AGED_PUBLISHED] = true,
@@ -1576,7 +1572,7 @@ static obx_err collect(PGresult *r, bool with_payload, obx__rows *out, const cha
     return e;
 }
 
-static obx_err pg_claim_candidates(obx__store *base, const obx__claim_req *req, obx__rows *out) {
+static obx_err read_claim(obx__store *base, const obx__claim_req *req, obx__rows *out) {
     pg_store *s = (pg_store *)base;
     params p;
     p_init(&p);
@@ -1612,7 +1608,7 @@ static obx_err pg_claim_candidates(obx__store *base, const obx__claim_req *req, 
     return e ? e : collect(r, true, out, "claim candidates");
 }
 
-static obx_err pg_select_events(obx__store *base, const obx__select_req *req, obx__rows *out) {
+static obx_err read_select(obx__store *base, const obx__select_req *req, obx__rows *out) {
     pg_store *s = (pg_store *)base;
     int id;
     bool with_state = false;
@@ -1644,8 +1640,8 @@ static obx_err pg_select_events(obx__store *base, const obx__select_req *req, ob
     return e ? e : collect(r, req->payload, out, "select events");
 }
 
-static obx_err pg_load_events(obx__store *base, const char *const *ids, size_t n, unsigned flags,
-                              obx__rows *out) {
+static obx_err read_ids(obx__store *base, const char *const *ids, size_t n, unsigned flags,
+                        obx__rows *out) {
     pg_store *s = (pg_store *)base;
     bool pl = flags & OBX__LOAD_PAYLOAD;
     params p;
@@ -2273,27 +2269,15 @@ static obx_err pg_unknown_resolutions(obx__store *base, int64_t **ms, size_t *n)
     return e;
 }
 
-static obx_err pg_find_by_correlation(obx__store *base, const char *corr, size_t limit,
-                                      char (**ids)[OBX_EVENT_ID_LEN + 1], size_t *n) {
+static obx_err read_correlation(obx__store *base, const char *corr, size_t limit, obx__rows *out) {
     pg_store *s = (pg_store *)base;
-    *ids = NULL;
-    *n = 0;
     params p;
     p_init(&p);
     p_text(&p, corr);
     p_int(&p, (int64_t)limit);
     PGresult *r = NULL;
     obx_err e = run(s, Q_FIND_CORR, &p, PGRES_TUPLES_OK, &r, "find by correlation");
-    if (e) return e;
-    int rows = PQntuples(r);
-    if (rows > 0) {
-        *ids = calloc((size_t)rows, sizeof **ids);
-        if (!*ids) e = obx__fail(OBX_ENOMEM, "find by correlation: out of memory");
-        for (int i = 0; !e && i < rows; i++) gt(r, i, 0, (*ids)[i], OBX_EVENT_ID_LEN + 1);
-        if (!e) *n = (size_t)rows;
-    }
-    PQclear(r);
-    return e;
+    return e ? e : collect(r, false, out, "find by correlation");
 }
 
 /* ---- inbox ----------------------------------------------------------------------------------- */
@@ -2589,8 +2573,7 @@ static obx_err pg_consume_audit_put(obx__store *base, const obx__consume_audit_r
 /* ---- retention and audit (docs/retention.md)
  * ------------------------------------------------------ */
 
-static obx_err pg_retention_candidates(obx__store *base, const obx__retention_req *req,
-                                       obx__rows *out) {
+static obx_err read_retention(obx__store *base, const obx__retention_req *req, obx__rows *out) {
     pg_store *s = (pg_store *)base;
     params p;
     p_init(&p);
@@ -2668,24 +2651,6 @@ static obx_err pg_aged(obx__store *base, const obx__aged_req *req, obx__aged_row
     return e;
 }
 
-static obx_err pg_events_known(obx__store *base, const char *const *ids, size_t n, bool *known) {
-    pg_store *s = (pg_store *)base;
-    params p;
-    p_init(&p);
-    ARR_TEXT(&p, n, ids[i]);
-    PGresult *r = NULL;
-    obx_err e = run(s, Q_EVENTS_KNOWN, &p, PGRES_TUPLES_OK, &r, "events known");
-    p_free(&p);
-    if (e) return e;
-    for (size_t i = 0; i < n; i++) known[i] = false;
-    for (int k = 0; k < PQntuples(r); k++) {
-        int64_t ord = gi(r, k, 0);
-        if (ord >= 1 && (size_t)ord <= n) known[ord - 1] = true;
-    }
-    PQclear(r);
-    return OBX_OK;
-}
-
 static void pg_serve_dispatch(obx__store *base) { ((pg_store *)base)->dispatch = true; }
 
 /* ---- idle wait (contract 8) ------------------------------------------------------------------ */
@@ -2741,7 +2706,7 @@ static obx_err pg_create_roles(obx__store *base, const char *prefix) {
 
 /* ---- schema version 2: selections, delivery sets, receipt details, takeover ---------------- */
 
-static obx_err pg_find_events(obx__store *base, const obx__event_filter *f, obx__rows *out) {
+static obx_err read_filter(obx__store *base, const obx__event_filter *f, obx__rows *out) {
     pg_store *s = (pg_store *)base;
     params p;
     p_init(&p);
@@ -3018,6 +2983,18 @@ static obx_err pg_consume_audit_list(obx__store *base, const char *consumer, con
     return e;
 }
 
+static obx_err pg_read_events(obx__store *base, const obx__read_req *req, obx__rows *out) {
+    switch (req->by) {
+    case OBX__READ_IDS: return read_ids(base, req->ids, req->n_ids, req->flags, out);
+    case OBX__READ_CLAIM: return read_claim(base, req->claim, out);
+    case OBX__READ_SELECT: return read_select(base, req->select, out);
+    case OBX__READ_FILTER: return read_filter(base, req->filter, out);
+    case OBX__READ_RETENTION: return read_retention(base, req->retention, out);
+    case OBX__READ_CORRELATION: return read_correlation(base, req->correlation_id, req->limit, out);
+    default: return obx__fail(OBX_EINTERNAL, "read_events: unknown selector %d", (int)req->by);
+    }
+}
+
 static const obx__store_inbox_methods pg_inbox_methods = {
     .version = OBX__STORE_INBOX_VERSION,
     .inbox_get = pg_inbox_get,
@@ -3042,10 +3019,8 @@ static const obx__store_read_methods pg_read_methods = {
     .stats = pg_stats,
     .invariants = pg_invariants,
     .unknown_resolutions = pg_unknown_resolutions,
-    .find_by_correlation = pg_find_by_correlation,
     .delivery_open = pg_delivery_open,
     .aged = pg_aged,
-    .events_known = pg_events_known,
     .delivery_stats = pg_delivery_stats,
     .receipt_details = pg_receipt_details,
     .receipts_by_kind = pg_receipts_by_kind,
@@ -3070,9 +3045,7 @@ const obx__store_methods obx__pg_store_methods = {
     .idem_lookup = pg_idem_lookup,
     .insert_event = pg_insert_event,
     .insert_envelope = pg_insert_envelope,
-    .claim_candidates = pg_claim_candidates,
-    .select_events = pg_select_events,
-    .load_events = pg_load_events,
+    .read_events = pg_read_events,
     .update_events = pg_update_events,
     .insert_attempts = pg_insert_attempts,
     .update_attempts = pg_update_attempts,
@@ -3088,9 +3061,7 @@ const obx__store_methods obx__pg_store_methods = {
     .cluster_get = pg_cluster_get,
     .serve_dispatch = pg_serve_dispatch,
     .create_roles = pg_create_roles,
-    .retention_candidates = pg_retention_candidates,
     .purge_payloads = pg_purge_payloads,
-    .find_events = pg_find_events,
     .route_set_put = pg_route_set_put,
     .route_set_get = pg_route_set_get,
     .delivery_put = pg_delivery_put,

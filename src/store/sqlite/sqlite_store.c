@@ -95,7 +95,6 @@ enum {
     Q_RET_CANDIDATES_PUB, /* state = PUBLISHED */
     Q_RET_CANDIDATES_RET, /* state = RETAINED */
     Q_PURGE_PAYLOAD,
-    Q_EVENT_KNOWN,
     Q_RCPT_KIND_SPARSE,
     Q_RCPT_KIND_ANY,
     Q_RECENT_PUB,
@@ -281,7 +280,8 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_UNKNOWN_RES] = "SELECT e.published_at - min(a.unknown_at) FROM obx_event e JOIN "
                       "obx_attempt a ON a.event_id = e.event_id WHERE a.unknown_at > 0 AND "
                       "e.published_at > 0 GROUP BY e.event_id",
-    [Q_FIND_CORR] = "SELECT event_id FROM obx_event WHERE correlation_id = ? ORDER BY seq LIMIT ?",
+    [Q_FIND_CORR] = "SELECT " EVENT_COLS EVENT_FROM "WHERE e.correlation_id = ?1 AND "
+                    "e.correlation_id <> '' ORDER BY e.seq LIMIT ?2",
     [Q_INBOX_GET] = "SELECT consumer_id, event_id, payload_digest, event_type, tenant, outcome, "
                     "result, topic, partition, \"offset\", consumed_at, duration_us, "
                     "envelope_gen, attempt_id, dest_digest FROM obx_inbox "
@@ -339,7 +339,6 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_RET_CANDIDATES_RET] = RET_CANDIDATES("RETAINED"),
     [Q_PURGE_PAYLOAD] = "UPDATE obx_envelope SET payload = NULL WHERE event_id = ? AND payload IS "
                         "NOT NULL RETURNING payload_len",
-    [Q_EVENT_KNOWN] = "SELECT 1 FROM obx_event WHERE event_id = ?",
 #define AGED_LIST(cols, from_where, at, key)                                                       \
     "SELECT " cols " FROM " from_where " AND " at " <= ?1 AND (" at ", " key ") > (?2, ?3) "       \
     "ORDER BY " at ", " key " LIMIT ?4"
@@ -956,7 +955,7 @@ static void bind_aliases(sqlite3_stmt *st, int idx, const char *const *aliases, 
     sqlite3_bind_text(st, idx, buf, -1, SQLITE_STATIC);
 }
 
-static obx_err sq_claim_candidates(obx__store *base, const obx__claim_req *req, obx__rows *out) {
+static obx_err read_claim(obx__store *base, const obx__claim_req *req, obx__rows *out) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_CLAIM, &st);
@@ -972,7 +971,7 @@ static obx_err sq_claim_candidates(obx__store *base, const obx__claim_req *req, 
     return collect(s, st, true, out, "claim candidates");
 }
 
-static obx_err sq_select_events(obx__store *base, const obx__select_req *req, obx__rows *out) {
+static obx_err read_select(obx__store *base, const obx__select_req *req, obx__rows *out) {
     sq_store *s = (sq_store *)base;
     int id;
     switch (req->kind) {
@@ -1016,8 +1015,8 @@ static obx_err sq_select_events(obx__store *base, const obx__select_req *req, ob
     return e;
 }
 
-static obx_err sq_load_events(obx__store *base, const char *const *ids, size_t n, unsigned flags,
-                              obx__rows *out) {
+static obx_err read_ids(obx__store *base, const char *const *ids, size_t n, unsigned flags,
+                        obx__rows *out) {
     sq_store *s = (sq_store *)base;
     bool pl = flags & OBX__LOAD_PAYLOAD;
     for (size_t i = 0; i < n; i++) {
@@ -1464,30 +1463,14 @@ static obx_err sq_unknown_resolutions(obx__store *base, int64_t **ms, size_t *n)
     return e;
 }
 
-static obx_err sq_find_by_correlation(obx__store *base, const char *corr, size_t limit,
-                                      char (**ids)[OBX_EVENT_ID_LEN + 1], size_t *n) {
+static obx_err read_correlation(obx__store *base, const char *corr, size_t limit, obx__rows *out) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
-    size_t cap = 0;
-    *ids = NULL;
-    *n = 0;
     obx_err e = stmt(s, Q_FIND_CORR, &st);
     if (e) return e;
     bt(st, 1, corr);
     bi(st, 2, (int64_t)limit);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if ((e = grow_array((void **)ids, &cap, *n + 1, sizeof **ids))) break;
-        ct(st, 0, (*ids)[(*n)++], OBX_EVENT_ID_LEN + 1);
-    }
-    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "find by correlation");
-    sqlite3_reset(st);
-    if (e) {
-        free(*ids);
-        *ids = NULL;
-        *n = 0;
-    }
-    return e;
+    return collect(s, st, false, out, "find by correlation");
 }
 
 /* ---- inbox ----------------------------------------------------------------------------------- */
@@ -1789,8 +1772,7 @@ static obx_err sq_consume_audit_put(obx__store *base, const obx__consume_audit_r
 /* ---- retention and audit (docs/retention.md)
  * ------------------------------------------------------ */
 
-static obx_err sq_retention_candidates(obx__store *base, const obx__retention_req *req,
-                                       obx__rows *out) {
+static obx_err read_retention(obx__store *base, const obx__retention_req *req, obx__rows *out) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
     /* the store layer admits PUBLISHED and RETAINED only */
@@ -1870,24 +1852,9 @@ static obx_err sq_aged(obx__store *base, const obx__aged_req *req, obx__aged_row
     return e;
 }
 
-static obx_err sq_events_known(obx__store *base, const char *const *ids, size_t n, bool *known) {
-    sq_store *s = (sq_store *)base;
-    for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st = NULL;
-        obx_err e = stmt(s, Q_EVENT_KNOWN, &st);
-        if (e) return e;
-        bt(st, 1, ids[i]);
-        int rc = sqlite3_step(st);
-        known[i] = rc == SQLITE_ROW;
-        sqlite3_reset(st);
-        if (rc != SQLITE_ROW && rc != SQLITE_DONE) return map_rc(s, rc, "events known");
-    }
-    return OBX_OK;
-}
-
 /* ---- schema version 2: selections, delivery sets, receipt details, takeover ---------------- */
 
-static obx_err sq_find_events(obx__store *base, const obx__event_filter *f, obx__rows *out) {
+static obx_err read_filter(obx__store *base, const obx__event_filter *f, obx__rows *out) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_FIND, &st);
@@ -2182,6 +2149,18 @@ static obx_err sq_consume_audit_list(obx__store *base, const char *consumer, con
     return e;
 }
 
+static obx_err sq_read_events(obx__store *base, const obx__read_req *req, obx__rows *out) {
+    switch (req->by) {
+    case OBX__READ_IDS: return read_ids(base, req->ids, req->n_ids, req->flags, out);
+    case OBX__READ_CLAIM: return read_claim(base, req->claim, out);
+    case OBX__READ_SELECT: return read_select(base, req->select, out);
+    case OBX__READ_FILTER: return read_filter(base, req->filter, out);
+    case OBX__READ_RETENTION: return read_retention(base, req->retention, out);
+    case OBX__READ_CORRELATION: return read_correlation(base, req->correlation_id, req->limit, out);
+    default: return obx__fail(OBX_EINTERNAL, "read_events: unknown selector %d", (int)req->by);
+    }
+}
+
 static const obx__store_inbox_methods sq_inbox_methods = {
     .version = OBX__STORE_INBOX_VERSION,
     .inbox_get = sq_inbox_get,
@@ -2206,9 +2185,7 @@ static const obx__store_read_methods sq_read_methods = {
     .stats = sq_stats,
     .unknown_resolutions = sq_unknown_resolutions,
     .invariants = sq_invariants,
-    .find_by_correlation = sq_find_by_correlation,
     .aged = sq_aged,
-    .events_known = sq_events_known,
     .delivery_stats = sq_delivery_stats,
     .receipt_details = sq_receipt_details,
     .receipts_by_kind = sq_receipts_by_kind,
@@ -2234,9 +2211,7 @@ const obx__store_methods obx__sqlite_store_methods = {
     .idem_lookup = sq_idem_lookup,
     .insert_event = sq_insert_event,
     .insert_envelope = sq_insert_envelope,
-    .claim_candidates = sq_claim_candidates,
-    .select_events = sq_select_events,
-    .load_events = sq_load_events,
+    .read_events = sq_read_events,
     .update_events = sq_update_events,
     .insert_attempts = sq_insert_attempts,
     .update_attempts = sq_update_attempts,
@@ -2246,9 +2221,7 @@ const obx__store_methods obx__sqlite_store_methods = {
     .insert_audit = sq_insert_audit,
     .load_audit = sq_load_audit,
     .counter_add = sq_counter_add,
-    .retention_candidates = sq_retention_candidates,
     .purge_payloads = sq_purge_payloads,
-    .find_events = sq_find_events,
     .route_set_put = sq_route_set_put,
     .route_set_get = sq_route_set_get,
     .delivery_put = sq_delivery_put,
