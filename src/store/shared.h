@@ -4,7 +4,8 @@
  *   - the row codec: the event row's column list (both select the same columns under the same
  *     aliases) and one decoder per row type (event, attempt, receipt, route), read through a
  *     backend's column reader over its own result (sqlite3_stmt, a PGresult row);
- *   - the migration runner: the newer-schema refusal and the version-by-version upgrade.
+ *   - the migration runner: the newer-schema refusal and the version-by-version upgrade;
+ *   - transaction nesting: depth counting, our own BEGIN or the caller's transaction, savepoints.
  */
 #ifndef OBX_STORE_SHARED_H
 #define OBX_STORE_SHARED_H
@@ -60,5 +61,41 @@ void obx__route_decode(const obx__col_reader *rd, obx__route_row *r);
 typedef obx_err (*obx__exec_fn)(obx__store *s, const char *sql);
 obx_err obx__migrate_run(obx__store *s, const char *const *scripts, const char *meta_table,
                          obx__exec_fn exec);
+
+/* Transaction nesting (store.h, "Transactions"), once for both stores. The outermost begin on
+ * a connection that is not in a transaction opens one (the backend's begin: SQLite BEGIN
+ * IMMEDIATE, PostgreSQL BEGIN); every other begin, including the first one on a connection the
+ * caller (an application, the simulator) has already put in a transaction, opens savepoint
+ * obx_sp<d>, d = the depth before it. Commit and rollback undo one level: our own outermost
+ * transaction is committed or rolled back, a savepoint released or rolled back to; the caller's
+ * transaction is never ended here. A commit without a begin is OBX_EINTERNAL; a rollback
+ * without one does nothing. */
+typedef struct obx__tx_nest {
+    int depth;        /* open levels */
+    bool outer_begin; /* level 1 is our BEGIN (not a savepoint in the caller's transaction) */
+} obx__tx_nest;
+
+typedef enum { OBX__SP_OPEN, OBX__SP_RELEASE, OBX__SP_ROLLBACK } obx__sp_op;
+
+/* What a backend supplies: the primitive statements, nothing of the counting. */
+typedef struct obx__tx_ops {
+    /* Depth 0 only: *in_tx = the connection is in a transaction already (the caller's). May
+     * refuse (PostgreSQL: a failed or busy connection). */
+    obx_err (*in_tx)(obx__store *s, bool *in_tx);
+    obx_err (*begin)(obx__store *s);    /* opens the outermost transaction */
+    obx_err (*commit)(obx__store *s);   /* commits it */
+    obx_err (*rollback)(obx__store *s); /* rolls it back */
+    /* SAVEPOINT obx_sp<d>; RELEASE obx_sp<d>; ROLLBACK TO obx_sp<d> and RELEASE it */
+    obx_err (*savepoint)(obx__store *s, int d, obx__sp_op op);
+    /* Optional: the connection is gone, so nothing of the transaction survives it (the server
+     * rolled it back): a rollback only counts down. */
+    bool (*gone)(obx__store *s);
+    /* Optional: called whenever the depth returns to 0 (after the statement). */
+    void (*idle)(obx__store *s);
+} obx__tx_ops;
+
+obx_err obx__tx_begin(obx__store *s, obx__tx_nest *t, const obx__tx_ops *ops);
+obx_err obx__tx_commit(obx__store *s, obx__tx_nest *t, const obx__tx_ops *ops);
+obx_err obx__tx_rollback(obx__store *s, obx__tx_nest *t, const obx__tx_ops *ops);
 
 #endif /* OBX_STORE_SHARED_H */

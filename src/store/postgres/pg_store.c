@@ -150,8 +150,7 @@ typedef struct pg_store {
     obx__store base;
     PGconn *conn;
     bool owned;
-    bool outer_begin; /* depth-1 transaction is our BEGIN (not a savepoint) */
-    int depth;
+    obx__tx_nest tx;    /* transaction nesting (shared.c) */
     bool lost;          /* the connection was lost inside the current obx transaction */
     bool listening;     /* LISTEN obx_work issued on this connection */
     bool dispatch;      /* serve_dispatch: every BEGIN sets the relay's planner options */
@@ -906,7 +905,7 @@ static obx_err map_error(pg_store *s, const PGresult *r, const char *what) {
     char msg[768];
     primary_message(s, r, msg, sizeof msg);
     if (PQstatus(s->conn) != CONNECTION_OK || conn_lost_state(st)) {
-        if (s->depth > 0) s->lost = true;
+        if (s->tx.depth > 0) s->lost = true;
         return obx__fail(OBX_ECONNLOST, "postgres: connection lost (%s): %s", what, msg);
     }
     if (!st) return obx__fail(OBX_ESTORE, "postgres: %s (%s)", msg, what);
@@ -953,12 +952,12 @@ static void forget_session(pg_store *s) {
 
 /* Contract 6: usable connection or OBX_ECONNLOST. */
 static obx_err ready(pg_store *s, const char *what) {
-    if (s->depth > 0 && s->lost)
+    if (s->tx.depth > 0 && s->lost)
         return obx__fail(OBX_ECONNLOST,
                          "postgres: connection lost earlier in this transaction (%s): roll back",
                          what);
     if (PQstatus(s->conn) == CONNECTION_OK) return OBX_OK;
-    if (s->depth > 0 || !s->owned)
+    if (s->tx.depth > 0 || !s->owned)
         return obx__fail(OBX_ECONNLOST, "postgres: connection lost (%s): %s", what,
                          PQerrorMessage(s->conn));
     PQreset(s->conn);
@@ -1037,14 +1036,14 @@ static obx_err run(pg_store *s, int id, params *p, ExecStatusType want, PGresult
         if (e) return e;
         if ((e = prepare(s, id))) {
             /* PREPARE found the connection lost: nothing ran, so any statement may go again */
-            if (e == OBX_ECONNLOST && s->owned && s->depth == 0 && attempt == 0) continue;
+            if (e == OBX_ECONNLOST && s->owned && s->tx.depth == 0 && attempt == 0) continue;
             return e;
         }
         PGresult *r = PQexecPrepared(s->conn, name, p ? p->n : 0, p ? p->val : NULL,
                                      p ? p->len : NULL, p ? p->fmt : NULL, 0);
         ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
-        bool standalone = s->depth == 0 && (PQstatus(s->conn) != CONNECTION_OK ||
-                                            PQtransactionStatus(s->conn) == PQTRANS_IDLE);
+        bool standalone = s->tx.depth == 0 && (PQstatus(s->conn) != CONNECTION_OK ||
+                                               PQtransactionStatus(s->conn) == PQTRANS_IDLE);
         /* contract 6: a read found the connection lost; reconnect (ready) and read again */
         if (PQstatus(s->conn) != CONNECTION_OK && standalone && s->owned && q_readonly[id] &&
             attempt == 0) {
@@ -1268,38 +1267,34 @@ static obx_err pg_migrate(obx__store *base) {
 
 /* ---- transactions (contract 3) --------------------------------------------------------------- */
 
-static obx_err pg_begin(obx__store *base) {
+/* The nesting is shared (obx__tx_begin, shared.c); these are PostgreSQL's statements for it. */
+
+/* Depth 0: our own connection left in a transaction (e.g. a failed COMMIT) is rolled back, being
+ * nobody else's; a caller's transaction is joined unless it has failed already. */
+static obx_err tx_in_tx(obx__store *base, bool *in_tx) {
     pg_store *s = (pg_store *)base;
-    char sql[64];
     obx_err e;
-    if (s->depth == 0) {
-        if ((e = ready(s, "begin"))) return e;
-        PGTransactionStatusType ts = PQtransactionStatus(s->conn);
-        if (s->owned && ts != PQTRANS_IDLE) {
-            /* our own connection left in a transaction (e.g. a failed COMMIT): nobody else's */
-            if ((e = exec_simple(s, "ROLLBACK", "begin"))) return e;
-            ts = PQtransactionStatus(s->conn);
-        }
-        if (ts == PQTRANS_IDLE) {
-            if ((e = exec_simple(s, s->dispatch ? "BEGIN; " RELAY_PLANS : "BEGIN", "begin")))
-                return e;
-            s->outer_begin = true;
-            s->lost = false;
-            s->depth = 1;
-            return OBX_OK;
-        }
-        if (ts == PQTRANS_INERROR)
-            return obx__fail(OBX_ESTORE,
-                             "postgres: the caller's transaction has already failed: roll it back");
-        if (ts != PQTRANS_INTRANS)
-            return obx__fail(OBX_ESTORE, "postgres: the connection is busy with another command");
-        s->outer_begin = false;
-        s->lost = false;
+    if ((e = ready(s, "begin"))) return e;
+    PGTransactionStatusType ts = PQtransactionStatus(s->conn);
+    if (s->owned && ts != PQTRANS_IDLE) {
+        if ((e = exec_simple(s, "ROLLBACK", "begin"))) return e;
+        ts = PQtransactionStatus(s->conn);
     }
-    snprintf(sql, sizeof sql, "SAVEPOINT obx_sp%d", s->depth);
-    if ((e = exec_simple(s, sql, "savepoint"))) return e;
-    s->depth++;
+    *in_tx = ts != PQTRANS_IDLE;
+    if (ts == PQTRANS_INERROR)
+        return obx__fail(OBX_ESTORE,
+                         "postgres: the caller's transaction has already failed: roll it back");
+    if (*in_tx && ts != PQTRANS_INTRANS)
+        return obx__fail(OBX_ESTORE, "postgres: the connection is busy with another command");
+    if (*in_tx) s->lost = false;
     return OBX_OK;
+}
+
+static obx_err tx_begin(obx__store *base) {
+    pg_store *s = (pg_store *)base;
+    obx_err e = exec_simple(s, s->dispatch ? "BEGIN; " RELAY_PLANS : "BEGIN", "begin");
+    if (!e) s->lost = false;
+    return e;
 }
 
 /* The outermost COMMIT: definite success, definite failure, or OBX_EUNKNOWN when the connection
@@ -1335,36 +1330,48 @@ static obx_err commit_outer(pg_store *s) {
     return e;
 }
 
-static obx_err pg_commit(obx__store *base) {
+static obx_err tx_commit(obx__store *base) { return commit_outer((pg_store *)base); }
+
+static obx_err tx_rollback(obx__store *base) {
+    return exec_simple((pg_store *)base, "ROLLBACK", "rollback");
+}
+
+static obx_err tx_savepoint(obx__store *base, int d, obx__sp_op op) {
+    char sql[96];
+    if (op == OBX__SP_OPEN)
+        snprintf(sql, sizeof sql, "SAVEPOINT obx_sp%d", d);
+    else if (op == OBX__SP_RELEASE)
+        snprintf(sql, sizeof sql, "RELEASE SAVEPOINT obx_sp%d", d);
+    else
+        snprintf(sql, sizeof sql, "ROLLBACK TO SAVEPOINT obx_sp%d; RELEASE SAVEPOINT obx_sp%d", d,
+                 d);
+    return exec_simple((pg_store *)base, sql,
+                       op == OBX__SP_OPEN      ? "savepoint"
+                       : op == OBX__SP_RELEASE ? "release savepoint"
+                                               : "rollback to savepoint");
+}
+
+/* nothing of a transaction survives its connection: rolled back already, by the server */
+static bool tx_gone(obx__store *base) {
     pg_store *s = (pg_store *)base;
-    char sql[64];
-    if (s->depth <= 0) return obx__fail(OBX_EINTERNAL, "postgres: commit without begin");
-    s->depth--;
-    if (s->depth == 0 && s->outer_begin) {
-        obx_err e = commit_outer(s);
-        s->lost = false;
-        return e;
-    }
-    snprintf(sql, sizeof sql, "RELEASE SAVEPOINT obx_sp%d", s->depth);
-    obx_err e = exec_simple(s, sql, "release savepoint");
-    if (s->depth == 0) s->lost = false;
-    return e;
+    return s->lost || PQstatus(s->conn) != CONNECTION_OK;
+}
+
+static void tx_idle(obx__store *base) { ((pg_store *)base)->lost = false; }
+
+static const obx__tx_ops pg_tx = {tx_in_tx,     tx_begin, tx_commit, tx_rollback,
+                                  tx_savepoint, tx_gone,  tx_idle};
+
+static obx_err pg_begin(obx__store *base) {
+    return obx__tx_begin(base, &((pg_store *)base)->tx, &pg_tx);
+}
+
+static obx_err pg_commit(obx__store *base) {
+    return obx__tx_commit(base, &((pg_store *)base)->tx, &pg_tx);
 }
 
 static obx_err pg_rollback(obx__store *base) {
-    pg_store *s = (pg_store *)base;
-    char sql[96];
-    if (s->depth <= 0) return OBX_OK;
-    s->depth--;
-    /* nothing of a transaction survives its connection: rolled back already, by the server */
-    if (s->lost || PQstatus(s->conn) != CONNECTION_OK) {
-        if (s->depth == 0) s->lost = false;
-        return OBX_OK;
-    }
-    if (s->depth == 0 && s->outer_begin) return exec_simple(s, "ROLLBACK", "rollback");
-    snprintf(sql, sizeof sql, "ROLLBACK TO SAVEPOINT obx_sp%d; RELEASE SAVEPOINT obx_sp%d",
-             s->depth, s->depth);
-    return exec_simple(s, sql, "rollback to savepoint");
+    return obx__tx_rollback(base, &((pg_store *)base)->tx, &pg_tx);
 }
 
 static obx_err pg_txid(obx__store *base, char *out, size_t cap) {
@@ -2658,7 +2665,7 @@ static void pg_serve_dispatch(obx__store *base) { ((pg_store *)base)->dispatch =
 static obx_err pg_wait_for_work(obx__store *base, int timeout_ms, bool *notified) {
     pg_store *s = (pg_store *)base;
     *notified = false;
-    if (s->depth > 0 ||
+    if (s->tx.depth > 0 ||
         (PQstatus(s->conn) == CONNECTION_OK && PQtransactionStatus(s->conn) != PQTRANS_IDLE))
         return obx__fail(OBX_EINVAL, "wait_for_work: called inside a transaction (a "
                                      "notification is only delivered between transactions)");

@@ -115,8 +115,7 @@ typedef struct sq_store {
     obx__store base;
     sqlite3 *db;
     bool owned;
-    bool outer_begin; /* depth-1 transaction is our BEGIN (not a savepoint) */
-    int depth;
+    obx__tx_nest tx; /* transaction nesting (shared.c) */
     int64_t busy_since;
     uint64_t busy_rng;
     sqlite3_stmt *q[Q_COUNT];
@@ -666,48 +665,52 @@ static obx_err savepoint(sq_store *s, int d, int kind) {
     return step_done(s, s->sp[d][kind], "savepoint");
 }
 
-static obx_err sq_begin(obx__store *base) {
-    sq_store *s = (sq_store *)base;
-    if (s->depth == 0 && sqlite3_get_autocommit(s->db)) {
-        obx_err e = exec(s, "BEGIN IMMEDIATE");
-        if (e) return e;
-        s->outer_begin = true;
-    } else {
-        if (s->depth == 0) s->outer_begin = false;
-        obx_err e = savepoint(s, s->depth, SP_OPEN);
-        if (e) return e;
-    }
-    s->depth++;
+/* The nesting is shared (obx__tx_begin, shared.c); these are SQLite's statements for it. */
+
+static obx_err tx_in_tx(obx__store *base, bool *in_tx) {
+    *in_tx = !sqlite3_get_autocommit(((sq_store *)base)->db);
     return OBX_OK;
 }
 
-static obx_err sq_commit(obx__store *base) {
+static obx_err tx_begin(obx__store *base) { return exec((sq_store *)base, "BEGIN IMMEDIATE"); }
+
+static obx_err tx_commit(obx__store *base) {
     sq_store *s = (sq_store *)base;
-    if (s->depth <= 0) return obx__fail(OBX_EINTERNAL, "sqlite: commit without begin");
-    s->depth--;
-    if (s->depth == 0 && s->outer_begin) {
-        obx_err e = exec(s, "COMMIT");
-        if (e) {
-            /* COMMIT failed (busy/IO): the transaction is still open; roll it back so the
-             * connection is usable. The outcome is not applied. */
-            if (!sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-        }
-        return e;
-    }
-    return savepoint(s, s->depth, SP_RELEASE);
+    obx_err e = exec(s, "COMMIT");
+    /* COMMIT failed (busy/IO): the transaction is still open; roll it back so the connection is
+     * usable. The outcome is not applied. */
+    if (e && !sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return e;
+}
+
+static obx_err tx_rollback(obx__store *base) {
+    sq_store *s = (sq_store *)base;
+    if (sqlite3_get_autocommit(s->db)) return OBX_OK; /* already rolled back by SQLite */
+    return exec(s, "ROLLBACK");
+}
+
+static obx_err tx_savepoint(obx__store *base, int d, obx__sp_op op) {
+    sq_store *s = (sq_store *)base;
+    if (op == OBX__SP_OPEN) return savepoint(s, d, SP_OPEN);
+    if (op == OBX__SP_RELEASE) return savepoint(s, d, SP_RELEASE);
+    obx_err e = savepoint(s, d, SP_ROLLBACK);
+    obx_err e2 = savepoint(s, d, SP_RELEASE);
+    return e ? e : e2;
+}
+
+static const obx__tx_ops sq_tx = {tx_in_tx,     tx_begin, tx_commit, tx_rollback,
+                                  tx_savepoint, NULL,     NULL};
+
+static obx_err sq_begin(obx__store *base) {
+    return obx__tx_begin(base, &((sq_store *)base)->tx, &sq_tx);
+}
+
+static obx_err sq_commit(obx__store *base) {
+    return obx__tx_commit(base, &((sq_store *)base)->tx, &sq_tx);
 }
 
 static obx_err sq_rollback(obx__store *base) {
-    sq_store *s = (sq_store *)base;
-    if (s->depth <= 0) return OBX_OK;
-    s->depth--;
-    if (s->depth == 0 && s->outer_begin) {
-        if (sqlite3_get_autocommit(s->db)) return OBX_OK; /* already rolled back by SQLite */
-        return exec(s, "ROLLBACK");
-    }
-    obx_err e = savepoint(s, s->depth, SP_ROLLBACK);
-    obx_err e2 = savepoint(s, s->depth, SP_RELEASE);
-    return e ? e : e2;
+    return obx__tx_rollback(base, &((sq_store *)base)->tx, &sq_tx);
 }
 
 static obx_err sq_txid(obx__store *base, char *out, size_t cap) {
