@@ -599,7 +599,11 @@ static obx_err add_tx(obx__engine *e, void *arg) {
             ds.n = 0;
         }
     }
-    if (!err && (ds.n != p->ds.n || cur.v[0].envelope_gen != p->row.envelope_gen)) {
+    /* The set's completion rule never changes (docs/migration.md): this engine is the one place
+     * that holds to it, the store writes what it is given. The plan took the rule from the set
+     * it saw (or refused another); a set that came or changed since is decided again. */
+    if (!err && (ds.n != p->ds.n || cur.v[0].envelope_gen != p->row.envelope_gen ||
+                 (ds.n && strcmp(ds.completion, p->completion)))) {
         c->changed = true; /* another target came, or the event moved: decide again */
         obx__rows_free(&cur);
         return OBX_OK;

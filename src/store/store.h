@@ -673,9 +673,10 @@ typedef struct obx__store_methods {
     obx_err (*route_set_put)(obx__store *s, const obx__route_set_row *r);
     /* OBX_ENOTFOUND when the generation declares none. */
     obx_err (*route_set_get)(obx__store *s, int64_t route_gen, obx__route_set_row *out);
-    /* Inserts the set row d (or, when the event has one already, requires the same completion
-     * rule: OBX_ECONFLICT otherwise) and the target rows d->t[0..n) (each new: a taken target
-     * number or slot is OBX_ECONFLICT). The slots' event rows are inserted with insert_event. */
+    /* Inserts the set row d unless the event has one already (a set row is written once: its
+     * completion rule stays; whether d may join that set is the engine's decision, migrate.c),
+     * and the target rows d->t[0..n) (each new: a taken target number or slot is
+     * OBX_ECONFLICT). The slots' event rows are inserted with insert_event. */
     obx_err (*delivery_put)(obx__store *s, const obx__delivery_row *d);
     /* The set that event or slot `id` belongs to, targets ordered; OBX_ENOTFOUND when none. */
     obx_err (*delivery_get)(obx__store *s, const char *id, obx__delivery_row *out);

@@ -86,7 +86,6 @@ enum {
     Q_RSET_GET,
     Q_RTGT_GET,
     Q_DSET_PUT,
-    Q_DSET_RULE,
     Q_DTGT_PUT,
     Q_DGET,
     Q_DSTATS,
@@ -408,7 +407,6 @@ static const char *const sql_text[Q_COUNT] = {
                    "ORDER BY target_no",
     [Q_DSET_PUT] = "INSERT INTO obx_delivery_set (event_id, completion, route_gen, created_at) "
                    "VALUES (?,?,?,?) ON CONFLICT (event_id) DO NOTHING",
-    [Q_DSET_RULE] = "SELECT completion FROM obx_delivery_set WHERE event_id = ?",
     [Q_DTGT_PUT] = "INSERT INTO obx_delivery_target (slot_id, event_id, target_no, origin, "
                    "created_at) VALUES (?,?,?,?,?)",
     [Q_DGET] = "SELECT d.event_id, d.completion, d.route_gen, d.created_at, t.target_no, "
@@ -1959,18 +1957,6 @@ static obx_err sq_delivery_put(obx__store *base, const obx__delivery_row *d) {
     bi(st, 3, d->route_gen);
     bi(st, 4, d->created_at);
     if ((e = step_done(s, st, "insert delivery set"))) return e;
-    if ((e = stmt(s, Q_DSET_RULE, &st))) return e;
-    bt(st, 1, d->event_id);
-    char rule[16] = "";
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) CT(st, 0, rule);
-    sqlite3_reset(st);
-    if (rc != SQLITE_ROW) return map_rc(s, rc, "read delivery set");
-    if (strcmp(rule, d->completion))
-        return obx__fail(OBX_ECONFLICT,
-                         "event %s: its delivery set completes on '%s', not '%s' (a contract "
-                         "rule never changes)",
-                         d->event_id, rule, d->completion);
     for (int32_t i = 0; i < d->n; i++) {
         if ((e = stmt(s, Q_DTGT_PUT, &st))) return e;
         bt(st, 1, d->t[i].slot_id);
