@@ -5,9 +5,9 @@
  * on the broker or in a receipts feed.
  *
  * Contracts:
- *   1. Nothing here claims, sends or writes: the store is only read (find_events, load_events),
- *      the broker is asked for partition counts and read through a consumer group of its own
- *      that never commits a position.
+ *   1. Nothing here claims, sends or writes: the store is only read (read_events, by filter
+ *      and by IDs), the broker is asked for partition counts and read through a consumer group
+ *      of its own that never commits a position.
  *   2. Each publish slot is compared on its own: a delivery-set event is expected once per
  *      target, under its logical event ID, on that target's topic.
  *   3. Findings, each with the event ID and both sides: MISSING (nothing published for it and

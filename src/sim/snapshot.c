@@ -1,6 +1,6 @@
 /*
  * snapshot.c — what the outbox holds, read through the store interface for the checkers and
- * the scheduler's clock: every event row (find_events, in commit order) and, for a full
+ * the scheduler's clock: every event row (read_events by filter, in commit order) and, for a full
  * snapshot, each event's attempts, receipts and audit rows (load_attempts, load_receipts,
  * load_audit). It reads the database — not the engine's or the actors' memory — so a checker
  * working on it still checks what was committed, not what obx believes it committed.
@@ -30,7 +30,7 @@ obx_err obx__sim_snap_load(wk *k, bool full, obx__sim_snap *s) {
                 break;
             }
             *r = page.v[i];
-            page.v[i].payload = NULL; /* owned by s->ev now (find_events loads none) */
+            page.v[i].payload = NULL; /* owned by s->ev now (a filter read loads none) */
         }
         obx__rows_free(&page);
         if (e) {

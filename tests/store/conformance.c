@@ -963,7 +963,7 @@ static void test_retention_audit_methods(void **state) {
     put_state(c, e[8], OBX__ST_PARKED, 0, 0, 900);
     assert_true(r0.seq < r1.seq);
 
-    /* retention_candidates: order, exclusive bounds, limit, state, locking in a transaction */
+    /* retention candidates: order, exclusive bounds, limit, state, locking in a transaction */
     const char *pub_all[] = {e[0], e[1], e[2], e[4]};
     candidates(c, OBX__ST_PUBLISHED, OBX__PUB_POS_MIN, OBX__PUB_POS_MAX, 10, false, pub_all, 4);
     candidates(c, OBX__ST_PUBLISHED, (obx__pub_pos){1000, r0.seq}, OBX__PUB_POS_MAX, 10, false,
