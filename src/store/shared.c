@@ -134,6 +134,19 @@ void obx__route_decode(const obx__col_reader *rd, obx__route_row *r) {
     r->targets = (int32_t)I64(14);
 }
 
+obx_err obx__read_events(obx__store *s, const obx__read_req *req, const obx__event_readers *r,
+                         obx__rows *out) {
+    switch (req->by) {
+    case OBX__READ_IDS: return r->ids(s, req->ids, req->n_ids, req->flags, out);
+    case OBX__READ_CLAIM: return r->claim(s, req->claim, out);
+    case OBX__READ_SELECT: return r->select(s, req->select, out);
+    case OBX__READ_FILTER: return r->filter(s, req->filter, out);
+    case OBX__READ_RETENTION: return r->retention(s, req->retention, out);
+    case OBX__READ_CORRELATION: return r->correlation(s, req->correlation_id, req->limit, out);
+    default: return obx__fail(OBX_EINTERNAL, "read_events: unknown selector %d", (int)req->by);
+    }
+}
+
 obx_err obx__migrate_run(obx__store *s, const char *const *scripts, const char *meta_table,
                          obx__exec_fn exec) {
     int found = 0;

@@ -4,6 +4,7 @@
  *   - the row codec: the event row's column list (both select the same columns under the same
  *     aliases) and one decoder per row type (event, attempt, receipt, route), read through a
  *     backend's column reader over its own result (sqlite3_stmt, a PGresult row);
+ *   - read_events: the request's selector dispatched to the backend's query for it;
  *   - the migration runner: the newer-schema refusal and the version-by-version upgrade;
  *   - transaction nesting: depth counting, our own BEGIN or the caller's transaction, savepoints.
  */
@@ -53,6 +54,20 @@ void obx__receipt_decode(const obx__col_reader *rd, obx__receipt_row *r);
  * first. */
 void obx__route_decode(const obx__col_reader *rd, obx__route_row *r);
 
+/* A backend's query for each selector of obx__read_req (store.h, read_events). */
+typedef struct obx__event_readers {
+    obx_err (*ids)(obx__store *s, const char *const *ids, size_t n, unsigned flags, obx__rows *out);
+    obx_err (*claim)(obx__store *s, const obx__claim_req *req, obx__rows *out);
+    obx_err (*select)(obx__store *s, const obx__select_req *req, obx__rows *out);
+    obx_err (*filter)(obx__store *s, const obx__event_filter *f, obx__rows *out);
+    obx_err (*retention)(obx__store *s, const obx__retention_req *req, obx__rows *out);
+    obx_err (*correlation)(obx__store *s, const char *correlation_id, size_t limit, obx__rows *out);
+} obx__event_readers;
+
+/* read_events over a backend's readers. */
+obx_err obx__read_events(obx__store *s, const obx__read_req *req, const obx__event_readers *r,
+                         obx__rows *out);
+
 /* The migration runner, inside the caller's transaction: reads the schema version (the
  * backend's schema_version), refuses a database newer than this obx (OBX_ESCHEMA, naming both
  * versions), then for every version v after it up to OBX__SCHEMA_VERSION runs scripts[v] and
@@ -97,5 +112,18 @@ typedef struct obx__tx_ops {
 obx_err obx__tx_begin(obx__store *s, obx__tx_nest *t, const obx__tx_ops *ops);
 obx_err obx__tx_commit(obx__store *s, obx__tx_nest *t, const obx__tx_ops *ops);
 obx_err obx__tx_rollback(obx__store *s, obx__tx_nest *t, const obx__tx_ops *ops);
+
+/* A backend's begin, commit and rollback methods (prefix_begin, ...): its struct `type` keeps
+ * the nesting in member `tx`, its statements are `ops`. */
+#define OBX__TX_METHODS(prefix, type, ops)                                                         \
+    static obx_err prefix##_begin(obx__store *s) {                                                 \
+        return obx__tx_begin(s, &((type *)s)->tx, &ops);                                           \
+    }                                                                                              \
+    static obx_err prefix##_commit(obx__store *s) {                                                \
+        return obx__tx_commit(s, &((type *)s)->tx, &ops);                                          \
+    }                                                                                              \
+    static obx_err prefix##_rollback(obx__store *s) {                                              \
+        return obx__tx_rollback(s, &((type *)s)->tx, &ops);                                        \
+    }
 
 #endif /* OBX_STORE_SHARED_H */

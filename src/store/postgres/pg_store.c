@@ -1362,17 +1362,7 @@ static void tx_idle(obx__store *base) { ((pg_store *)base)->lost = false; }
 static const obx__tx_ops pg_tx = {tx_in_tx,     tx_begin, tx_commit, tx_rollback,
                                   tx_savepoint, tx_gone,  tx_idle};
 
-static obx_err pg_begin(obx__store *base) {
-    return obx__tx_begin(base, &((pg_store *)base)->tx, &pg_tx);
-}
-
-static obx_err pg_commit(obx__store *base) {
-    return obx__tx_commit(base, &((pg_store *)base)->tx, &pg_tx);
-}
-
-static obx_err pg_rollback(obx__store *base) {
-    return obx__tx_rollback(base, &((pg_store *)base)->tx, &pg_tx);
-}
+OBX__TX_METHODS(pg, pg_store, pg_tx)
 
 static obx_err pg_txid(obx__store *base, char *out, size_t cap) {
     pg_store *s = (pg_store *)base;
@@ -2981,16 +2971,17 @@ static obx_err pg_consume_audit_list(obx__store *base, const char *consumer, con
     return e;
 }
 
+static const obx__event_readers pg_readers = {
+    .ids = read_ids,
+    .claim = read_claim,
+    .select = read_select,
+    .filter = read_filter,
+    .retention = read_retention,
+    .correlation = read_correlation,
+};
+
 static obx_err pg_read_events(obx__store *base, const obx__read_req *req, obx__rows *out) {
-    switch (req->by) {
-    case OBX__READ_IDS: return read_ids(base, req->ids, req->n_ids, req->flags, out);
-    case OBX__READ_CLAIM: return read_claim(base, req->claim, out);
-    case OBX__READ_SELECT: return read_select(base, req->select, out);
-    case OBX__READ_FILTER: return read_filter(base, req->filter, out);
-    case OBX__READ_RETENTION: return read_retention(base, req->retention, out);
-    case OBX__READ_CORRELATION: return read_correlation(base, req->correlation_id, req->limit, out);
-    default: return obx__fail(OBX_EINTERNAL, "read_events: unknown selector %d", (int)req->by);
-    }
+    return obx__read_events(base, req, &pg_readers, out);
 }
 
 static const obx__store_inbox_methods pg_inbox_methods = {

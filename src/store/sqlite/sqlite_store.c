@@ -699,17 +699,7 @@ static obx_err tx_savepoint(obx__store *base, int d, obx__sp_op op) {
 static const obx__tx_ops sq_tx = {tx_in_tx,     tx_begin, tx_commit, tx_rollback,
                                   tx_savepoint, NULL,     NULL};
 
-static obx_err sq_begin(obx__store *base) {
-    return obx__tx_begin(base, &((sq_store *)base)->tx, &sq_tx);
-}
-
-static obx_err sq_commit(obx__store *base) {
-    return obx__tx_commit(base, &((sq_store *)base)->tx, &sq_tx);
-}
-
-static obx_err sq_rollback(obx__store *base) {
-    return obx__tx_rollback(base, &((sq_store *)base)->tx, &sq_tx);
-}
+OBX__TX_METHODS(sq, sq_store, sq_tx)
 
 static obx_err sq_txid(obx__store *base, char *out, size_t cap) {
     (void)base;
@@ -2138,16 +2128,17 @@ static obx_err sq_consume_audit_list(obx__store *base, const char *consumer, con
     return e;
 }
 
+static const obx__event_readers sq_readers = {
+    .ids = read_ids,
+    .claim = read_claim,
+    .select = read_select,
+    .filter = read_filter,
+    .retention = read_retention,
+    .correlation = read_correlation,
+};
+
 static obx_err sq_read_events(obx__store *base, const obx__read_req *req, obx__rows *out) {
-    switch (req->by) {
-    case OBX__READ_IDS: return read_ids(base, req->ids, req->n_ids, req->flags, out);
-    case OBX__READ_CLAIM: return read_claim(base, req->claim, out);
-    case OBX__READ_SELECT: return read_select(base, req->select, out);
-    case OBX__READ_FILTER: return read_filter(base, req->filter, out);
-    case OBX__READ_RETENTION: return read_retention(base, req->retention, out);
-    case OBX__READ_CORRELATION: return read_correlation(base, req->correlation_id, req->limit, out);
-    default: return obx__fail(OBX_EINTERNAL, "read_events: unknown selector %d", (int)req->by);
-    }
+    return obx__read_events(base, req, &sq_readers, out);
 }
 
 static const obx__store_inbox_methods sq_inbox_methods = {
