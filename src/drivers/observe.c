@@ -209,7 +209,8 @@ static int cmp_unknown(const void *a, const void *b) {
 static obx_err select_state(obx__store *s, obx__state st, size_t limit, obx__rows *rows) {
     obx__rows got = {0};
     obx__select_req q = {.kind = OBX__SEL_STATE, .state = st, .limit = limit};
-    obx_err e = obx__st_select(s, &q, &got);
+    obx_err e =
+        obx__st_read_events(s, &(obx__read_req){.by = OBX__READ_SELECT, .select = &q}, &got);
     for (size_t i = 0; !e && i < got.n; i++) {
         obx__event_row *r = obx__rows_push(rows);
         if (!r)
@@ -459,23 +460,29 @@ obx_err obx__trace_json(obx__store *s, obx__consumer_set *cs, const char *event_
             obx__check_field("correlation_id", correlation_id, 1, OBX_TEXT_MAX, OBX__CS_TEXT);
         if (ce) return ce;
     }
-    char(*ids)[OBX_EVENT_ID_LEN + 1] = NULL;
-    size_t n = 0;
+    obx__rows found = {0};
     obx_err e = OBX_OK;
     if (correlation_id && *correlation_id)
-        e = obx__st_find_by_correlation(s, correlation_id, limit, &ids, &n);
+        e = obx__st_read_events(s,
+                                &(obx__read_req){.by = OBX__READ_CORRELATION,
+                                                 .correlation_id = correlation_id,
+                                                 .limit = limit},
+                                &found);
     if (e) return e;
+    size_t n = found.n;
     /* the event ID first, then the correlation's events (without repeating it) */
     size_t total = n + (event_id && *event_id ? 1 : 0);
     const char **all = calloc(total + 1, sizeof *all);
     if (!all) {
-        free(ids);
+        obx__rows_free(&found);
         return obx__fail(OBX_ENOMEM, "trace: out of memory");
     }
     size_t k = 0;
     if (event_id && *event_id) all[k++] = event_id;
-    for (size_t i = 0; i < n; i++)
-        if (!(event_id && !strcmp(event_id, ids[i]))) all[k++] = ids[i];
+    for (size_t i = 0; i < n; i++) {
+        const char *id = found.v[i].env.event_id;
+        if (!(event_id && !strcmp(event_id, id))) all[k++] = id;
+    }
     json_t *events = json_array();
     for (size_t i = 0; !e && i < k; i++) {
         json_t *doc = NULL;
@@ -494,7 +501,7 @@ obx_err obx__trace_json(obx__store *s, obx__consumer_set *cs, const char *event_
         json_array_append_new(events, doc);
     }
     free(all);
-    free(ids);
+    obx__rows_free(&found);
     if (e) {
         json_decref(events);
         return e;

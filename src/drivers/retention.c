@@ -230,7 +230,8 @@ obx_err obx_watermarks(const obx_config *c, char **out) {
                               .after = OBX__PUB_POS_MIN,
                               .before = OBX__PUB_POS_MAX,
                               .limit = 1};
-    e = obx__st_retention_candidates(s, &req, &rows);
+    e = obx__st_read_events(s, &(obx__read_req){.by = OBX__READ_RETENTION, .retention = &req},
+                            &rows);
     json_t *lacking = json_array(), *cons_j = json_array();
     for (size_t k = 0; !e && rows.n && k < n; k++) {
         bool present = false;

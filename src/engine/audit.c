@@ -254,16 +254,25 @@ typedef struct scan_ctx {
 static obx_err scan_flush(scan_ctx *sc) {
     if (!sc->n) return OBX_OK;
     const char *ids[SCAN_BATCH];
-    bool known[SCAN_BATCH];
     for (size_t i = 0; i < sc->n; i++) ids[i] = sc->id[i];
-    obx_err e = obx__st_events_known(sc->x->s, ids, sc->n, known);
-    if (e) return e;
+    /* the rows come back in the order of ids, those not in the outbox left out */
+    obx__rows got = {0};
+    obx_err e = obx__st_load_events(sc->x->s, ids, sc->n, 0, &got);
+    if (e) {
+        obx__rows_free(&got);
+        return e;
+    }
+    size_t j = 0;
     for (size_t i = 0; i < sc->n; i++) {
-        if (known[i]) continue;
+        if (j < got.n && !strcmp(got.v[j].env.event_id, ids[i])) {
+            j++;
+            continue;
+        }
         sc->unknown++;
         if (!sc->oldest || (sc->ts[i] && sc->ts[i] < sc->oldest)) sc->oldest = sc->ts[i];
         list_id(sc->ids, sc->id[i], sc->x->c->max_ids);
     }
+    obx__rows_free(&got);
     sc->n = 0;
     return OBX_OK;
 }

@@ -70,7 +70,8 @@ static obx_err claim_tx(obx__engine *e, void *arg) {
                           .aliases = e->cfg.aliases,
                           .n_aliases = e->cfg.n_aliases};
     obx__rows_free(c->out);
-    obx_err err = obx__st_claim_candidates(e->s, &req, c->out);
+    obx_err err =
+        obx__st_read_events(e->s, &(obx__read_req){.by = OBX__READ_CLAIM, .claim = &req}, c->out);
     if (err || !c->out->n) return err;
     obx__batch b;
     if ((err = obx__batch_reserve(&b, c->out->n, 0, 0, c->out->n))) return err;
@@ -377,7 +378,8 @@ static obx_err dispatch_tx(obx__engine *e, void *arg) {
                           .aliases = e->cfg.aliases,
                           .n_aliases = e->cfg.n_aliases};
     obx__rows_free(c->rows);
-    obx_err err = obx__st_claim_candidates(e->s, &req, c->rows);
+    obx_err err =
+        obx__st_read_events(e->s, &(obx__read_req){.by = OBX__READ_CLAIM, .claim = &req}, c->rows);
     size_t n = c->rows->n;
     if (err || !n) return err;
     if (n > c->cap) {
@@ -792,7 +794,8 @@ static obx_err sweep_tx(obx__engine *e, void *arg) {
         .kind = OBX__SEL_EXPIRED_SENDING, .now = c->now, .limit = e->cfg.batch, .lock = true};
     obx__rows_free(&c->rows);
     obx__rows rows = {0};
-    obx_err err = obx__st_select(e->s, &q, &rows);
+    obx_err err =
+        obx__st_read_events(e->s, &(obx__read_req){.by = OBX__READ_SELECT, .select = &q}, &rows);
     c->swept = 0;
     if (err || !rows.n) {
         obx__rows_free(&rows);

@@ -599,7 +599,11 @@ static obx_err add_tx(obx__engine *e, void *arg) {
             ds.n = 0;
         }
     }
-    if (!err && (ds.n != p->ds.n || cur.v[0].envelope_gen != p->row.envelope_gen)) {
+    /* The set's completion rule never changes (docs/migration.md): this engine is the one place
+     * that holds to it, the store writes what it is given. The plan took the rule from the set
+     * it saw (or refused another); a set that came or changed since is decided again. */
+    if (!err && (ds.n != p->ds.n || cur.v[0].envelope_gen != p->row.envelope_gen ||
+                 (ds.n && strcmp(ds.completion, p->completion)))) {
         c->changed = true; /* another target came, or the event moved: decide again */
         obx__rows_free(&cur);
         return OBX_OK;
@@ -884,7 +888,8 @@ obx_err obx__migrate(obx__engine *e, int64_t now, const obx__migrate_req *req, j
             }
         }
     } else if (!err) {
-        err = obx__st_find_events(e->s, &req->filter, &rows);
+        err = obx__st_read_events(
+            e->s, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &req->filter}, &rows);
     }
     json_t *items = json_array();
     if (!err && !items) err = obx__fail(OBX_ENOMEM, "migrate: out of memory");

@@ -318,7 +318,8 @@ static obx_err retain_tx(obx__engine *e, void *arg) {
                               .before = OBX__PUB_POS_MAX,
                               .limit = c->batch,
                               .lock = !c->dry_run};
-    obx_err err = obx__st_retention_candidates(e->s, &req, &x->rows);
+    obx_err err = obx__st_read_events(
+        e->s, &(obx__read_req){.by = OBX__READ_RETENTION, .retention = &req}, &x->rows);
     size_t n = x->rows.n, nc = c->n_consumers ? c->n_consumers : 1;
     if (err || !n) return err;
     unsigned char *ev = calloc(n * nc, 1);
@@ -407,7 +408,8 @@ static obx_err purge_tx(obx__engine *e, void *arg) {
                               .before = x->cur->limit,
                               .limit = c->batch,
                               .lock = !c->dry_run};
-    obx_err err = obx__st_retention_candidates(e->s, &req, &x->rows);
+    obx_err err = obx__st_read_events(
+        e->s, &(obx__read_req){.by = OBX__READ_RETENTION, .retention = &req}, &x->rows);
     size_t n = x->rows.n, nc = c->n_consumers ? c->n_consumers : 1;
     if (err || !n) return err;
     unsigned char *ev = calloc(n * nc, 1);
@@ -547,7 +549,8 @@ static obx_err find_watermark(obx__store *s, const obx__retention_cfg *c, obx__r
                               .after = OBX__PUB_POS_MIN,
                               .before = OBX__PUB_POS_MAX,
                               .limit = 1};
-    obx_err e = obx__st_retention_candidates(s, &req, &rows);
+    obx_err e = obx__st_read_events(
+        s, &(obx__read_req){.by = OBX__READ_RETENTION, .retention = &req}, &rows);
     if (e || !rows.n) {
         obx__rows_free(&rows);
         return e;
@@ -698,7 +701,8 @@ static obx_err one_conditions(obx__engine *e, one_ctx *x, const obx__event_row *
                                   .after = OBX__PUB_POS_MIN,
                                   .before = {r->published_at, r->seq},
                                   .limit = 1};
-        err = obx__st_retention_candidates(e->s, &req, &older);
+        err = obx__st_read_events(
+            e->s, &(obx__read_req){.by = OBX__READ_RETENTION, .retention = &req}, &older);
         if (!err && older.n) err = evidence(c, &older.v[0], 1, ev0);
         if (!err && older.n) {
             obx__iso_ms(older.v[0].published_at, t);

@@ -43,7 +43,8 @@ static obx_err rbegin_tx(obx__engine *e, void *arg) {
                          .lock = true,
                          .payload = true,
                          .cluster = e->cfg.own_cluster && e->b ? e->cluster : NULL};
-    obx_err err = obx__st_select(e->s, &q, &c->rows);
+    obx_err err =
+        obx__st_read_events(e->s, &(obx__read_req){.by = OBX__READ_SELECT, .select = &q}, &c->rows);
     if (err || !c->rows.n) return err;
     obx__batch b;
     if ((err = obx__batch_reserve(&b, c->rows.n, 0, 0, c->rows.n))) return err;

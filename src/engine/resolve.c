@@ -409,7 +409,9 @@ obx_err obx__resolve(obx__engine *e, int64_t now, const obx__resolve_req *req, j
         f.limit = 500;
         for (;;) {
             obx__rows page = {0};
-            if ((err = obx__st_find_events(e->s, &f, &page))) break;
+            if ((err = obx__st_read_events(
+                     e->s, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &f}, &page)))
+                break;
             for (size_t i = 0; !err && i < page.n; i++) {
                 bool refused;
                 err = resolve_one(e, now, req, page.v[i].env.event_id, arr, &refused);

@@ -5,9 +5,9 @@
  * on the broker or in a receipts feed.
  *
  * Contracts:
- *   1. Nothing here claims, sends or writes: the store is only read (find_events, load_events),
- *      the broker is asked for partition counts and read through a consumer group of its own
- *      that never commits a position.
+ *   1. Nothing here claims, sends or writes: the store is only read (read_events, by filter
+ *      and by IDs), the broker is asked for partition counts and read through a consumer group
+ *      of its own that never commits a position.
  *   2. Each publish slot is compared on its own: a delivery-set event is expected once per
  *      target, under its logical event ID, on that target's topic.
  *   3. Findings, each with the event ID and both sides: MISSING (nothing published for it and
@@ -209,7 +209,9 @@ static obx_err expected(obx__engine *e, const obx__shadow_req *req, obx__rows *o
         for (;;) {
             size_t before = out->n;
             f.limit = limit - out->n < 1000 ? limit - out->n : 1000;
-            if ((err = obx__st_find_events(e->s, &f, out))) break;
+            if ((err = obx__st_read_events(
+                     e->s, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &f}, out)))
+                break;
             if (out->n == before || out->n >= limit) break;
             f.after_seq = out->v[out->n - 1].seq;
         }

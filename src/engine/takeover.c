@@ -60,7 +60,8 @@ static obx_err hand_backlog(obx__store *s, const char *type, const char *from, c
                            .limit = 500};
     for (;;) {
         obx__rows rows = {0};
-        obx_err e = obx__st_find_events(s, &f, &rows);
+        obx_err e =
+            obx__st_read_events(s, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &f}, &rows);
         if (e || !rows.n) {
             obx__rows_free(&rows);
             return e;

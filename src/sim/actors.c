@@ -458,7 +458,8 @@ static void operator_step(wk *k, actor *a) {
     k->op_next_at = k->now + OP_POLL_MS;
     obx__event_filter f = {.held = true, .limit = 32};
     obx__rows rows = {0};
-    obx_err e = obx__st_find_events(k->os, &f, &rows);
+    obx_err e =
+        obx__st_read_events(k->os, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &f}, &rows);
     check_err(k, a, e, "operator: list held");
     for (size_t i = 0; !e && i < rows.n; i++) {
         obx__event_row *r = &rows.v[i];

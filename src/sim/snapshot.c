@@ -1,6 +1,6 @@
 /*
  * snapshot.c — what the outbox holds, read through the store interface for the checkers and
- * the scheduler's clock: every event row (find_events, in commit order) and, for a full
+ * the scheduler's clock: every event row (read_events by filter, in commit order) and, for a full
  * snapshot, each event's attempts, receipts and audit rows (load_attempts, load_receipts,
  * load_audit). It reads the database — not the engine's or the actors' memory — so a checker
  * working on it still checks what was committed, not what obx believes it committed.
@@ -15,7 +15,8 @@ obx_err obx__sim_snap_load(wk *k, bool full, obx__sim_snap *s) {
     obx__event_filter f = {.limit = 1000};
     for (;;) { /* every event, a page at a time */
         obx__rows page = {0};
-        obx_err e = obx__st_find_events(k->os, &f, &page);
+        obx_err e = obx__st_read_events(
+            k->os, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &f}, &page);
         size_t n = e ? 0 : page.n;
         if (n) f.after_seq = page.v[n - 1].seq;
         if (!e && !s->ev.n) { /* the first page: taken as it is */
@@ -29,7 +30,7 @@ obx_err obx__sim_snap_load(wk *k, bool full, obx__sim_snap *s) {
                 break;
             }
             *r = page.v[i];
-            page.v[i].payload = NULL; /* owned by s->ev now (find_events loads none) */
+            page.v[i].payload = NULL; /* owned by s->ev now (a filter read loads none) */
         }
         obx__rows_free(&page);
         if (e) {

@@ -1,7 +1,7 @@
 /*
  * shared.c — what both SQL stores share (shared.h): the row decoders (one place for each row
- * type's field order, casts, and the parsing of states, kinds and receipt sources) and the
- * migration runner.
+ * type's field order, casts, and the parsing of states, kinds and receipt sources), the
+ * migration runner, and transaction nesting.
  */
 #include "store/shared.h"
 
@@ -149,6 +149,19 @@ void obx__route_decode(const obx__col_reader *rd, obx__route_row *r) {
     r->targets = (int32_t)I64(14);
 }
 
+obx_err obx__read_events(obx__store *s, const obx__read_req *req, const obx__event_readers *r,
+                         obx__rows *out) {
+    switch (req->by) {
+    case OBX__READ_IDS: return r->ids(s, req->ids, req->n_ids, req->flags, out);
+    case OBX__READ_CLAIM: return r->claim(s, req->claim, out);
+    case OBX__READ_SELECT: return r->select(s, req->select, out);
+    case OBX__READ_FILTER: return r->filter(s, req->filter, out);
+    case OBX__READ_RETENTION: return r->retention(s, req->retention, out);
+    case OBX__READ_CORRELATION: return r->correlation(s, req->correlation_id, req->limit, out);
+    default: return obx__fail(OBX_EINTERNAL, "read_events: unknown selector %d", (int)req->by);
+    }
+}
+
 obx_err obx__migrate_run(obx__store *s, const char *const *scripts, const char *meta_table,
                          obx__exec_fn exec) {
     int found = 0;
@@ -170,4 +183,45 @@ obx_err obx__migrate_run(obx__store *s, const char *const *scripts, const char *
         if ((e = exec(s, sql))) return e;
     }
     return OBX_OK;
+}
+
+/* ---- transaction nesting ------------------------------------------------------------------ */
+
+obx_err obx__tx_begin(obx__store *s, obx__tx_nest *t, const obx__tx_ops *ops) {
+    obx_err e;
+    if (t->depth == 0) {
+        bool caller = false;
+        if ((e = ops->in_tx(s, &caller))) return e;
+        if (!caller) {
+            if ((e = ops->begin(s))) return e;
+            t->outer_begin = true;
+            t->depth = 1;
+            return OBX_OK;
+        }
+        t->outer_begin = false;
+    }
+    if ((e = ops->savepoint(s, t->depth, OBX__SP_OPEN))) return e;
+    t->depth++;
+    return OBX_OK;
+}
+
+obx_err obx__tx_commit(obx__store *s, obx__tx_nest *t, const obx__tx_ops *ops) {
+    if (t->depth <= 0) return obx__fail(OBX_EINTERNAL, "%s: commit without begin", s->m->name);
+    t->depth--;
+    obx_err e = t->depth == 0 && t->outer_begin ? ops->commit(s)
+                                                : ops->savepoint(s, t->depth, OBX__SP_RELEASE);
+    if (t->depth == 0 && ops->idle) ops->idle(s);
+    return e;
+}
+
+obx_err obx__tx_rollback(obx__store *s, obx__tx_nest *t, const obx__tx_ops *ops) {
+    if (t->depth <= 0) return OBX_OK;
+    t->depth--;
+    obx_err e = OBX_OK;
+    /* a connection that is gone took the transaction with it: the server rolled it back */
+    if (!(ops->gone && ops->gone(s)))
+        e = t->depth == 0 && t->outer_begin ? ops->rollback(s)
+                                            : ops->savepoint(s, t->depth, OBX__SP_ROLLBACK);
+    if (t->depth == 0 && ops->idle) ops->idle(s);
+    return e;
 }

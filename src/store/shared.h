@@ -5,7 +5,9 @@
  *     aliases) and one decoder per row type (event, attempt, receipt, route, envelope
  *     generation), read through a backend's column reader over its own result (sqlite3_stmt, a
  *     PGresult row);
- *   - the migration runner: the newer-schema refusal and the version-by-version upgrade.
+ *   - read_events: the request's selector dispatched to the backend's query for it;
+ *   - the migration runner: the newer-schema refusal and the version-by-version upgrade;
+ *   - transaction nesting: depth counting, our own BEGIN or the caller's transaction, savepoints.
  */
 #ifndef OBX_STORE_SHARED_H
 #define OBX_STORE_SHARED_H
@@ -59,6 +61,20 @@ void obx__envelope_at_decode(const obx__col_reader *rd, obx__envelope_at_row *r)
  * first. */
 void obx__route_decode(const obx__col_reader *rd, obx__route_row *r);
 
+/* A backend's query for each selector of obx__read_req (store.h, read_events). */
+typedef struct obx__event_readers {
+    obx_err (*ids)(obx__store *s, const char *const *ids, size_t n, unsigned flags, obx__rows *out);
+    obx_err (*claim)(obx__store *s, const obx__claim_req *req, obx__rows *out);
+    obx_err (*select)(obx__store *s, const obx__select_req *req, obx__rows *out);
+    obx_err (*filter)(obx__store *s, const obx__event_filter *f, obx__rows *out);
+    obx_err (*retention)(obx__store *s, const obx__retention_req *req, obx__rows *out);
+    obx_err (*correlation)(obx__store *s, const char *correlation_id, size_t limit, obx__rows *out);
+} obx__event_readers;
+
+/* read_events over a backend's readers. */
+obx_err obx__read_events(obx__store *s, const obx__read_req *req, const obx__event_readers *r,
+                         obx__rows *out);
+
 /* The migration runner, inside the caller's transaction: reads the schema version (the
  * backend's schema_version), refuses a database newer than this obx (OBX_ESCHEMA, naming both
  * versions), then for every version v after it up to OBX__SCHEMA_VERSION runs scripts[v] and
@@ -67,5 +83,54 @@ void obx__route_decode(const obx__col_reader *rd, obx__route_row *r);
 typedef obx_err (*obx__exec_fn)(obx__store *s, const char *sql);
 obx_err obx__migrate_run(obx__store *s, const char *const *scripts, const char *meta_table,
                          obx__exec_fn exec);
+
+/* Transaction nesting (store.h, "Transactions"), once for both stores. The outermost begin on
+ * a connection that is not in a transaction opens one (the backend's begin: SQLite BEGIN
+ * IMMEDIATE, PostgreSQL BEGIN); every other begin, including the first one on a connection the
+ * caller (an application, the simulator) has already put in a transaction, opens savepoint
+ * obx_sp<d>, d = the depth before it. Commit and rollback undo one level: our own outermost
+ * transaction is committed or rolled back, a savepoint released or rolled back to; the caller's
+ * transaction is never ended here. A commit without a begin is OBX_EINTERNAL; a rollback
+ * without one does nothing. */
+typedef struct obx__tx_nest {
+    int depth;        /* open levels */
+    bool outer_begin; /* level 1 is our BEGIN (not a savepoint in the caller's transaction) */
+} obx__tx_nest;
+
+typedef enum { OBX__SP_OPEN, OBX__SP_RELEASE, OBX__SP_ROLLBACK } obx__sp_op;
+
+/* What a backend supplies: the primitive statements, nothing of the counting. */
+typedef struct obx__tx_ops {
+    /* Depth 0 only: *in_tx = the connection is in a transaction already (the caller's). May
+     * refuse (PostgreSQL: a failed or busy connection). */
+    obx_err (*in_tx)(obx__store *s, bool *in_tx);
+    obx_err (*begin)(obx__store *s);    /* opens the outermost transaction */
+    obx_err (*commit)(obx__store *s);   /* commits it */
+    obx_err (*rollback)(obx__store *s); /* rolls it back */
+    /* SAVEPOINT obx_sp<d>; RELEASE obx_sp<d>; ROLLBACK TO obx_sp<d> and RELEASE it */
+    obx_err (*savepoint)(obx__store *s, int d, obx__sp_op op);
+    /* Optional: the connection is gone, so nothing of the transaction survives it (the server
+     * rolled it back): a rollback only counts down. */
+    bool (*gone)(obx__store *s);
+    /* Optional: called whenever the depth returns to 0 (after the statement). */
+    void (*idle)(obx__store *s);
+} obx__tx_ops;
+
+obx_err obx__tx_begin(obx__store *s, obx__tx_nest *t, const obx__tx_ops *ops);
+obx_err obx__tx_commit(obx__store *s, obx__tx_nest *t, const obx__tx_ops *ops);
+obx_err obx__tx_rollback(obx__store *s, obx__tx_nest *t, const obx__tx_ops *ops);
+
+/* A backend's begin, commit and rollback methods (prefix_begin, ...): its struct `type` keeps
+ * the nesting in member `tx`, its statements are `ops`. */
+#define OBX__TX_METHODS(prefix, type, ops)                                                         \
+    static obx_err prefix##_begin(obx__store *s) {                                                 \
+        return obx__tx_begin(s, &((type *)s)->tx, &ops);                                           \
+    }                                                                                              \
+    static obx_err prefix##_commit(obx__store *s) {                                                \
+        return obx__tx_commit(s, &((type *)s)->tx, &ops);                                          \
+    }                                                                                              \
+    static obx_err prefix##_rollback(obx__store *s) {                                              \
+        return obx__tx_rollback(s, &((type *)s)->tx, &ops);                                        \
+    }
 
 #endif /* OBX_STORE_SHARED_H */

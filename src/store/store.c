@@ -261,20 +261,45 @@ obx_err obx__st_rollback(obx__store *s) {
     return s->m->rollback(s);
 }
 
-obx_err obx__st_claim_candidates(obx__store *s, const obx__claim_req *req, obx__rows *out) {
-    FAULT("claim_candidates");
-    return s->m->claim_candidates(s, req, out);
+/* The request names a known selector and carries what that selector reads. */
+static obx_err check_read(const obx__read_req *req) {
+    const void *need = NULL;
+    switch (req->by) {
+    case OBX__READ_IDS: need = req->ids || !req->n_ids ? (const void *)req : NULL; break;
+    case OBX__READ_CLAIM: need = req->claim; break;
+    case OBX__READ_SELECT: need = req->select; break;
+    case OBX__READ_FILTER: need = req->filter; break;
+    case OBX__READ_RETENTION: need = req->retention; break;
+    case OBX__READ_CORRELATION:
+        if (!req->limit) return obx__fail(OBX_EINTERNAL, "read_events: correlation limit 0");
+        need = req->correlation_id;
+        break;
+    default: return obx__fail(OBX_EINTERNAL, "read_events: unknown selector %d", (int)req->by);
+    }
+    if (!need)
+        return obx__fail(OBX_EINTERNAL, "read_events: selector %d without its request",
+                         (int)req->by);
+    const obx__retention_req *rt = req->by == OBX__READ_RETENTION ? req->retention : NULL;
+    if (rt && rt->state != OBX__ST_PUBLISHED && rt->state != OBX__ST_RETAINED)
+        return obx__fail(OBX_EINTERNAL, "retention candidates: state %s is not PUBLISHED/RETAINED",
+                         obx__state_name(rt->state));
+    if (rt && !rt->limit) return obx__fail(OBX_EINTERNAL, "retention candidates: limit 0");
+    return OBX_OK;
 }
 
-obx_err obx__st_select(obx__store *s, const obx__select_req *req, obx__rows *out) {
-    FAULT("select_events");
-    return s->m->select_events(s, req, out);
+obx_err obx__st_read_events(obx__store *s, const obx__read_req *req, obx__rows *out) {
+    if (!s) return obx__fail(OBX_EINTERNAL, "read_events: store NULL");
+    FAULT("read_events");
+    obx_err e = check_read(req);
+    if (e) return e;
+    if (req->by == OBX__READ_IDS && !req->n_ids) return OBX_OK;
+    return s->m->read_events(s, req, out);
 }
 
 obx_err obx__st_load_events(obx__store *s, const char *const *ids, size_t n, unsigned flags,
                             obx__rows *out) {
-    FAULT("load_events");
-    return n ? s->m->load_events(s, ids, n, flags, out) : OBX_OK;
+    return obx__st_read_events(
+        s, &(obx__read_req){.by = OBX__READ_IDS, .ids = ids, .n_ids = n, .flags = flags}, out);
 }
 
 static obx_err check_updates(const obx__event_update *u, size_t n) {
@@ -354,15 +379,6 @@ obx_err obx__st_write_set(obx__store *s, const obx__write_set *w) {
     return w->n_au ? s->m->insert_audit(s, w->au, w->n_au) : OBX_OK;
 }
 
-obx_err obx__st_retention_candidates(obx__store *s, const obx__retention_req *req, obx__rows *out) {
-    FAULT("retention_candidates");
-    if (req->state != OBX__ST_PUBLISHED && req->state != OBX__ST_RETAINED)
-        return obx__fail(OBX_EINTERNAL, "retention_candidates: state %s is not PUBLISHED/RETAINED",
-                         obx__state_name(req->state));
-    if (!req->limit) return obx__fail(OBX_EINTERNAL, "retention_candidates: limit 0");
-    return s->m->retention_candidates(s, req, out);
-}
-
 obx_err obx__st_purge_payloads(obx__store *s, const char *const *ids, size_t n, int64_t *bytes) {
     FAULT("purge_payloads");
     if (bytes) *bytes = 0;
@@ -380,11 +396,6 @@ obx_err obx__st_aged(obx__store *s, const obx__aged_req *req, obx__aged_row **ou
     if (req->kind == OBX__AGED_INBOX_QUARANTINED && !req->consumer)
         return obx__fail(OBX_EINTERNAL, "aged: inbox quarantines need a consumer");
     return s->m->read->aged(s, req, out, n, count);
-}
-
-obx_err obx__st_events_known(obx__store *s, const char *const *ids, size_t n, bool *known) {
-    FAULT("events_known");
-    return n ? s->m->read->events_known(s, ids, n, known) : OBX_OK;
 }
 
 obx_err obx__st_delivery_put(obx__store *s, const obx__delivery_row *d) {

@@ -22,9 +22,13 @@
 
 #include "core/core.h"
 
-#define OBX__STORE_METHODS_VERSION 3 /* 3: the inbox and read-model tables split off */
+/* 3: the inbox and read-model tables split off; 4: one read_events for every read of event
+ * rows (claim_candidates, select_events, load_events, find_events, retention_candidates,
+ * find_by_correlation, events_known before) */
+#define OBX__STORE_METHODS_VERSION 4
 #define OBX__STORE_INBOX_VERSION 1
-#define OBX__STORE_READ_VERSION 2 /* 2: envelope_at (an older generation's envelope) */
+#define OBX__STORE_READ_VERSION 3 /* 2: find_by_correlation, events_known into read_events;
+                                    * 3: envelope_at (an older generation's envelope) */
 /* 1: the outbox; 2: delivery sets (route sets and per-event target slots, docs/migration.md);
  * 3: PostgreSQL writes an attempt's outcome as a HOT update (schema_v3.sql; SQLite unchanged);
  * 4: every UNKNOWN ends: held events, receipt sources, consumer evidence, the cluster registry;
@@ -429,6 +433,41 @@ typedef struct obx__retention_req {
     bool lock;
 } obx__retention_req;
 
+/* ---- the one way to read event rows (read_events) ---------------------------------------------
+ * Every read of event rows, whoever asks (the claim, acceptance, the reconciler's sweeps,
+ * migration selectors, retention, trace, the audit), is one request: how the rows are found
+ * (`by`, and the selector that goes with it), and for each selector its own order, limit and
+ * locking, as documented at the selector. The rows come back decoded by the shared row codec
+ * (store/shared.h), appended to the caller's obx__rows. */
+typedef enum obx__read_by {
+    /* ids[0..n_ids), in that order; IDs not in the outbox are skipped (out->n may be < n_ids).
+     * flags: OBX__LOAD_LOCK locks the rows for the enclosing transaction and waits for them
+     * (acceptance, registration: never skip a row), OBX__LOAD_PAYLOAD loads the payload.
+     * PostgreSQL: one round trip for the batch. */
+    OBX__READ_IDS,
+    OBX__READ_CLAIM,     /* *claim: claim candidates, with payload, locked (obx__claim_req) */
+    OBX__READ_SELECT,    /* *select: sweeps and state lists (obx__select_req) */
+    OBX__READ_FILTER,    /* *filter: by attributes, without payload, not locked */
+    OBX__READ_RETENTION, /* *retention: retention candidates (obx__retention_req) */
+    /* correlation_id: its events oldest first (by seq), at most limit (>= 1), without payload,
+     * not locked */
+    OBX__READ_CORRELATION,
+    OBX__READ_BY_COUNT
+} obx__read_by;
+
+typedef struct obx__read_req {
+    obx__read_by by;
+    const char *const *ids; /* IDS */
+    size_t n_ids;
+    unsigned flags;             /* IDS: OBX__LOAD_* */
+    const char *correlation_id; /* CORRELATION */
+    size_t limit;               /* CORRELATION */
+    const obx__claim_req *claim;
+    const obx__select_req *select;
+    const obx__event_filter *filter;
+    const obx__retention_req *retention;
+} obx__read_req;
+
 /* What the audit looks for, each a bounded, indexed query. `at` is the time the row's age
  * counts from; `key` breaks ties and pages (seq, receipt_id, quarantine_id). */
 typedef enum obx__aged_kind {
@@ -538,16 +577,10 @@ typedef struct obx__store_read_methods {
      * (ms). *ms is malloc'ed. */
     obx_err (*unknown_resolutions)(obx__store *s, int64_t **ms, size_t *n);
     obx_err (*invariants)(obx__store *s, obx__store_invariants *out);
-    /* Event IDs with this correlation ID, oldest first (at most limit). */
-    obx_err (*find_by_correlation)(obx__store *s, const char *correlation_id, size_t limit,
-                                   char (**ids)[OBX_EVENT_ID_LEN + 1], size_t *n);
     /* Audit queries (obx__aged_req). *out (malloc'ed, may be NULL when *n is 0) gets at most
      * req->limit rows oldest first; *count (may be NULL) the totals when req->count. */
     obx_err (*aged)(obx__store *s, const obx__aged_req *req, obx__aged_row **out, size_t *n,
                     obx__aged_count *count);
-    /* known[i] = this outbox committed event ids[i] (any state). Batch, one round trip on
-     * PostgreSQL. */
-    obx_err (*events_known)(obx__store *s, const char *const *ids, size_t n, bool *known);
     /* Delivery sets, and those complete under their rule (every slot / any slot published). */
     obx_err (*delivery_stats)(obx__store *s, int64_t *sets, int64_t *complete);
     /* The detail (JSON text) of every receipt of this kind of event_id, oldest first; each
@@ -606,11 +639,8 @@ typedef struct obx__store_methods {
     obx_err (*insert_envelope)(obx__store *s, const obx__event_row *row, const void *payload,
                                size_t len);
 
-    obx_err (*claim_candidates)(obx__store *s, const obx__claim_req *req, obx__rows *out);
-    obx_err (*select_events)(obx__store *s, const obx__select_req *req, obx__rows *out);
-    /* Loads events by ID; missing IDs are skipped (out->n may be < n). */
-    obx_err (*load_events)(obx__store *s, const char *const *ids, size_t n, unsigned flags,
-                           obx__rows *out);
+    /* Every read of event rows (obx__read_req): appends the rows to out. */
+    obx_err (*read_events)(obx__store *s, const obx__read_req *req, obx__rows *out);
     /* Compare-and-set each update on (event_id, expect_state, expect_claim_gen). applied[i]
      * tells which ones matched. */
     obx_err (*update_events)(obx__store *s, const obx__event_update *u, size_t n, bool *applied);
@@ -646,25 +676,21 @@ typedef struct obx__store_methods {
     obx_err (*create_roles)(obx__store *s, const char *prefix);
 
     /* ---- retention and audit (docs/retention.md): required, checked by the registry ---- */
-    /* Retention candidates in publication order (obx__retention_req). PostgreSQL: one round
-     * trip. */
-    obx_err (*retention_candidates)(obx__store *s, const obx__retention_req *req, obx__rows *out);
     /* The purge: drops the payload of every envelope generation of these events (payload ->
      * NULL, the only change the frozen-envelope triggers allow); everything else stays as a
      * tombstone. *bytes (may be NULL) gets the payload bytes dropped; an event whose payload is
      * gone already adds nothing. Batch: one statement per batch on PostgreSQL. */
     obx_err (*purge_payloads)(obx__store *s, const char *const *ids, size_t n, int64_t *bytes);
     /* ---- schema version 2: migration, delivery sets, shadow and takeover (appended) ---- */
-    /* Rows matching f (see obx__event_filter), without payload, not locked. */
-    obx_err (*find_events)(obx__store *s, const obx__event_filter *f, obx__rows *out);
     /* Declares the delivery set of route generation r->route_gen (same transaction as its
      * route_put). */
     obx_err (*route_set_put)(obx__store *s, const obx__route_set_row *r);
     /* OBX_ENOTFOUND when the generation declares none. */
     obx_err (*route_set_get)(obx__store *s, int64_t route_gen, obx__route_set_row *out);
-    /* Inserts the set row d (or, when the event has one already, requires the same completion
-     * rule: OBX_ECONFLICT otherwise) and the target rows d->t[0..n) (each new: a taken target
-     * number or slot is OBX_ECONFLICT). The slots' event rows are inserted with insert_event. */
+    /* Inserts the set row d unless the event has one already (a set row is written once: its
+     * completion rule stays; whether d may join that set is the engine's decision, migrate.c),
+     * and the target rows d->t[0..n) (each new: a taken target number or slot is
+     * OBX_ECONFLICT). The slots' event rows are inserted with insert_event. */
     obx_err (*delivery_put)(obx__store *s, const obx__delivery_row *d);
     /* The set that event or slot `id` belongs to, targets ordered; OBX_ENOTFOUND when none. */
     obx_err (*delivery_get)(obx__store *s, const char *id, obx__delivery_row *out);
@@ -747,7 +773,6 @@ extern const obx__store_methods obx__pg_store_methods;
     X(load_audit, (obx__store * s, const char *event_id, obx__audit_row **out, size_t *n_out),     \
       (s, event_id, out, n_out))                                                                   \
     X(counter_add, (obx__store * s, const char *name, int64_t delta), (s, name, delta))            \
-    X(find_events, (obx__store * s, const obx__event_filter *f, obx__rows *out), (s, f, out))      \
     X(route_set_put, (obx__store * s, const obx__route_set_row *r), (s, r))                        \
     X(route_set_get, (obx__store * s, int64_t route_gen, obx__route_set_row * out),                \
       (s, route_gen, out))                                                                         \
@@ -800,10 +825,6 @@ extern const obx__store_methods obx__pg_store_methods;
     X(stats, (obx__store * s, obx__store_stats * out), (s, out))                                   \
     X(unknown_resolutions, (obx__store * s, int64_t * *ms, size_t * n), (s, ms, n))                \
     X(invariants, (obx__store * s, obx__store_invariants * out), (s, out))                         \
-    X(find_by_correlation,                                                                         \
-      (obx__store * s, const char *correlation_id, size_t limit,                                   \
-       char(**ids)[OBX_EVENT_ID_LEN + 1], size_t *n),                                              \
-      (s, correlation_id, limit, ids, n))                                                          \
     X(delivery_stats, (obx__store * s, int64_t * sets, int64_t * complete), (s, sets, complete))   \
     X(receipt_details,                                                                             \
       (obx__store * s, const char *event_id, obx__receipt_kind kind, char ***out, size_t *n),      \
@@ -815,7 +836,7 @@ extern const obx__store_methods obx__pg_store_methods;
       (s, limit, out, n))                                                                          \
     X(delivery_open, (obx__store * s, int64_t out[3]), (s, out))
 
-#define OBX__STORE_READ_CUSTOM(X) X(aged) X(events_known)
+#define OBX__STORE_READ_CUSTOM(X) X(aged)
 
 #define OBX__STORE_OPTIONAL(X)                                                                     \
     X(wait_for_work, (obx__store * s, int timeout_ms, bool *notified), (s, timeout_ms, notified))  \
@@ -828,16 +849,13 @@ extern const obx__store_methods obx__pg_store_methods;
     X(begin)                                                                                       \
     X(commit)                                                                                      \
     X(rollback)                                                                                    \
-    X(claim_candidates)                                                                            \
-    X(select_events)                                                                               \
-    X(load_events)                                                                                 \
+    X(read_events)                                                                                 \
     X(update_events)                                                                               \
     X(insert_attempts)                                                                             \
     X(update_attempts)                                                                             \
     X(load_attempts)                                                                               \
     X(insert_receipts)                                                                             \
     X(insert_audit)                                                                                \
-    X(retention_candidates)                                                                        \
     X(purge_payloads)                                                                              \
     X(delivery_put)                                                                                \
     X(set_alias)
@@ -864,8 +882,10 @@ void obx__st_close(obx__store *s);
 obx_err obx__st_begin(obx__store *s);
 obx_err obx__st_commit(obx__store *s);
 obx_err obx__st_rollback(obx__store *s);
-obx_err obx__st_claim_candidates(obx__store *s, const obx__claim_req *req, obx__rows *out);
-obx_err obx__st_select(obx__store *s, const obx__select_req *req, obx__rows *out);
+/* Checks req (a known selector, its request present, a retention request's state and limit)
+ * and reads; an IDS read of no IDs reads nothing. */
+obx_err obx__st_read_events(obx__store *s, const obx__read_req *req, obx__rows *out);
+/* Shorthand for the commonest read: read_events by ids[0..n) with flags (OBX__LOAD_*). */
 obx_err obx__st_load_events(obx__store *s, const char *const *ids, size_t n, unsigned flags,
                             obx__rows *out);
 obx_err obx__st_update_events(obx__store *s, const obx__event_update *u, size_t n, bool *applied);
@@ -880,11 +900,9 @@ obx_err obx__st_insert_audit(obx__store *s, const obx__audit_row *a, size_t n);
 obx_err obx__st_write_set(obx__store *s, const obx__write_set *w);
 /* The backend's serve_dispatch when it has one; nothing otherwise. */
 void obx__st_serve_dispatch(obx__store *s);
-obx_err obx__st_retention_candidates(obx__store *s, const obx__retention_req *req, obx__rows *out);
 obx_err obx__st_purge_payloads(obx__store *s, const char *const *ids, size_t n, int64_t *bytes);
 obx_err obx__st_aged(obx__store *s, const obx__aged_req *req, obx__aged_row **out, size_t *n,
                      obx__aged_count *count);
-obx_err obx__st_events_known(obx__store *s, const char *const *ids, size_t n, bool *known);
 obx_err obx__st_delivery_put(obx__store *s, const obx__delivery_row *d);
 obx_err obx__st_set_alias(obx__store *s, const char *const *ids, size_t n, const char *from,
                           const char *to, bool *applied);

@@ -1028,6 +1028,23 @@ static void test_add_target_is_a_migration(void **state) {
     assert_non_null(strstr(reason(json_array_get(json_object_get(out, "events"), 0)),
                            "target 2 of this event already"));
     json_decref(out);
+    /* another completion rule for a set that has one: refused by the engine (the store writes
+     * what it is given), and the set keeps its rule and its targets */
+    req = (obx__migrate_req){.ids = ids,
+                             .n_ids = 1,
+                             .route_gen = g2,
+                             .add_target = true,
+                             .completion = "any",
+                             .who = "ops@example"};
+    OK(obx__migrate(&m2, f->now, &req, &out, &refused));
+    assert_int_equal(refused, 1);
+    json_t *item = json_array_get(json_object_get(out, "events"), 0);
+    assert_string_equal(outcome(item), "refused");
+    assert_non_null(strstr(reason(item), "completes on 'all', not 'any'"));
+    json_decref(out);
+    OK(f->s->m->delivery_get(f->s, a, &d));
+    assert_int_equal(d.n, 2);
+    assert_string_equal(d.completion, "all");
     /* the added slot is dispatched by the eu relay under the event's ID */
     obx__engine deu;
     engine(f, &deu, "relay-eu", f->beu, NULL, 0);

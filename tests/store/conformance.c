@@ -186,7 +186,7 @@ static void test_enqueue_roundtrip(void **state) {
 
 static void claim(cx *c, obx__claim_req *req, obx__rows *out) {
     OK(obx__st_begin(c->s));
-    OK(obx__st_claim_candidates(c->s, req, out));
+    OK(obx__st_read_events(c->s, &(obx__read_req){.by = OBX__READ_CLAIM, .claim = req}, out));
     OK(obx__st_commit(c->s));
 }
 
@@ -500,17 +500,17 @@ static void test_selects_and_stats(void **state) {
     OK(obx__st_commit(c->s));
     obx__select_req q = {.kind = OBX__SEL_EXPIRED_SENDING, .now = c->now + 10, .limit = 10};
     obx__rows rows = {0};
-    OK(obx__st_select(c->s, &q, &rows));
+    OK(obx__st_read_events(c->s, &(obx__read_req){.by = OBX__READ_SELECT, .select = &q}, &rows));
     assert_int_equal(rows.n, 1);
     assert_string_equal(rows.v[0].env.event_id, a);
     obx__rows_free(&rows);
     q.kind = OBX__SEL_RECONCILE;
-    OK(obx__st_select(c->s, &q, &rows));
+    OK(obx__st_read_events(c->s, &(obx__read_req){.by = OBX__READ_SELECT, .select = &q}, &rows));
     assert_int_equal(rows.n, 0);
     obx__rows_free(&rows);
     q.now = c->now + 50;
     q.payload = true;
-    OK(obx__st_select(c->s, &q, &rows));
+    OK(obx__st_read_events(c->s, &(obx__read_req){.by = OBX__READ_SELECT, .select = &q}, &rows));
     assert_int_equal(rows.n, 1);
     assert_string_equal(rows.v[0].env.event_id, d);
     assert_int_equal(rows.v[0].payload_len, 7);
@@ -519,7 +519,7 @@ static void test_selects_and_stats(void **state) {
     q.kind = OBX__SEL_STATE;
     q.state = OBX__ST_PENDING;
     q.payload = false;
-    OK(obx__st_select(c->s, &q, &rows));
+    OK(obx__st_read_events(c->s, &(obx__read_req){.by = OBX__READ_SELECT, .select = &q}, &rows));
     assert_int_equal(rows.n, 1);
     assert_string_equal(rows.v[0].env.event_id, e);
     obx__rows_free(&rows);
@@ -530,13 +530,23 @@ static void test_selects_and_stats(void **state) {
     assert_int_equal(st.by_state[OBX__ST_PENDING], 1);
     assert_int_equal(st.oldest_pending_committed_at, c->now);
     assert_int_equal(st.oldest_unknown_since, c->now - 7);
-    char(*ids)[OBX_EVENT_ID_LEN + 1];
-    size_t n;
-    OK(c->s->m->read->find_by_correlation(c->s, "corr-x", 10, &ids, &n));
-    assert_int_equal(n, 2);
-    assert_string_equal(ids[0], a);
-    assert_string_equal(ids[1], b);
-    free(ids);
+    /* by correlation: oldest first, whole rows, at most limit */
+    obx__read_req corr = {.by = OBX__READ_CORRELATION, .correlation_id = "corr-x", .limit = 10};
+    OK(obx__st_read_events(c->s, &corr, &rows));
+    assert_int_equal(rows.n, 2);
+    assert_string_equal(rows.v[0].env.event_id, a);
+    assert_string_equal(rows.v[1].env.event_id, b);
+    assert_string_equal(rows.v[1].env.correlation_id, "corr-x");
+    assert_null(rows.v[0].payload);
+    obx__rows_free(&rows);
+    corr.limit = 1;
+    OK(obx__st_read_events(c->s, &corr, &rows));
+    assert_int_equal(rows.n, 1);
+    assert_string_equal(rows.v[0].env.event_id, a);
+    obx__rows_free(&rows);
+    corr.limit = 0; /* refused by the wrapper, nothing read */
+    assert_int_equal(obx__st_read_events(c->s, &corr, &rows), OBX_EINTERNAL);
+    assert_int_equal(rows.n, 0);
 }
 
 /* ---- schema version 2: delivery sets, selections, receipt details, alias hand-over ---- */
@@ -629,8 +639,9 @@ static void test_delivery_sets(void **state) {
     set_state(c, d.t[2].slot_id, OBX__ST_PUBLISHED, 0);
     OK(c->s->m->read->delivery_stats(c->s, &sets, &complete));
     assert_int_equal(complete, 1);
-    /* delivery_put: a further target of the same contract; another rule or a taken number is a
-     * conflict, and nothing of it stays */
+    /* delivery_put: a further target; a taken number is a conflict, and nothing of it stays.
+     * The set row is written once: a later put does not change its rule (whether a put may
+     * name another rule is the engine's decision, test_add_target_is_a_migration) */
     obx__delivery_row add = {.completion = "any", .created_at = c->now, .n = 1};
     strcpy(add.event_id, er.event_id);
     add.t[0] = (obx__delivery_target_row){.target_no = 4, .created_at = c->now};
@@ -639,7 +650,10 @@ static void test_delivery_sets(void **state) {
     obx__delivery_row bad = add;
     strcpy(bad.completion, "all");
     OK(obx__st_begin(c->s));
-    assert_int_equal(obx__st_delivery_put(c->s, &bad), OBX_ECONFLICT);
+    OK(obx__st_delivery_put(c->s, &bad));
+    OK(c->s->m->delivery_get(c->s, er.event_id, &d));
+    assert_string_equal(d.completion, "any");
+    assert_int_equal(d.n, 4);
     OK(obx__st_rollback(c->s));
     bad = add;
     bad.t[0].target_no = 2;
@@ -674,36 +688,36 @@ static void test_find_details_alias(void **state) {
     /* each criterion, and paging */
     obx__rows rows = {0};
     obx__event_filter f = {.event_type = "order.created.v1"};
-    OK(obx__st_find_events(c->s, &f, &rows));
+    OK(obx__st_read_events(c->s, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &f}, &rows));
     assert_int_equal(rows.n, 2);
     assert_string_equal(rows.v[0].env.event_id, a);
     obx__rows_free(&rows);
     const char *al[] = {"obx", "nobody"};
     f = (obx__event_filter){.aliases = al, .n_aliases = 2};
-    OK(obx__st_find_events(c->s, &f, &rows));
+    OK(obx__st_read_events(c->s, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &f}, &rows));
     assert_int_equal(rows.n, 2);
     assert_string_equal(rows.v[1].env.event_id, e);
     obx__rows_free(&rows);
     obx__state st[] = {OBX__ST_CLAIMED, OBX__ST_SENDING};
     f = (obx__event_filter){.states = st, .n_states = 2};
-    OK(obx__st_find_events(c->s, &f, &rows));
+    OK(obx__st_read_events(c->s, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &f}, &rows));
     assert_int_equal(rows.n, 1);
     assert_string_equal(rows.v[0].env.event_id, b);
     obx__rows_free(&rows);
     f = (obx__event_filter){.cluster = "local", .topic = "paid"};
-    OK(obx__st_find_events(c->s, &f, &rows));
+    OK(obx__st_read_events(c->s, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &f}, &rows));
     assert_int_equal(rows.n, 2);
     obx__rows_free(&rows);
     f = (obx__event_filter){.committed_from = c->now - 10, .committed_to = c->now};
-    OK(obx__st_find_events(c->s, &f, &rows));
+    OK(obx__st_read_events(c->s, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &f}, &rows));
     assert_int_equal(rows.n, 2); /* b and d */
     obx__rows_free(&rows);
     f = (obx__event_filter){.limit = 3};
-    OK(obx__st_find_events(c->s, &f, &rows));
+    OK(obx__st_read_events(c->s, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &f}, &rows));
     assert_int_equal(rows.n, 3);
     f.after_seq = rows.v[2].seq;
     obx__rows_free(&rows);
-    OK(obx__st_find_events(c->s, &f, &rows));
+    OK(obx__st_read_events(c->s, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &f}, &rows));
     assert_int_equal(rows.n, 1);
     assert_string_equal(rows.v[0].env.event_id, e);
     obx__rows_free(&rows);
@@ -894,7 +908,8 @@ static void candidates(cx *c, obx__state st, obx__pub_pos after, obx__pub_pos be
     obx__rows rows = {0};
     obx__retention_req req = {
         .state = st, .after = after, .before = before, .limit = limit, .lock = lock};
-    OK(obx__st_retention_candidates(c->s, &req, &rows));
+    OK(obx__st_read_events(c->s, &(obx__read_req){.by = OBX__READ_RETENTION, .retention = &req},
+                           &rows));
     if (rows.n != n_want) fail_msg("candidates: %zu rows, want %zu", rows.n, n_want);
     for (size_t i = 0; i < n_want; i++) {
         assert_string_equal(rows.v[i].env.event_id, want[i]);
@@ -948,7 +963,7 @@ static void test_retention_audit_methods(void **state) {
     put_state(c, e[8], OBX__ST_PARKED, 0, 0, 900);
     assert_true(r0.seq < r1.seq);
 
-    /* retention_candidates: order, exclusive bounds, limit, state, locking in a transaction */
+    /* retention candidates: order, exclusive bounds, limit, state, locking in a transaction */
     const char *pub_all[] = {e[0], e[1], e[2], e[4]};
     candidates(c, OBX__ST_PUBLISHED, OBX__PUB_POS_MIN, OBX__PUB_POS_MAX, 10, false, pub_all, 4);
     candidates(c, OBX__ST_PUBLISHED, (obx__pub_pos){1000, r0.seq}, OBX__PUB_POS_MAX, 10, false,
@@ -965,7 +980,10 @@ static void test_retention_audit_methods(void **state) {
     OK(obx__st_commit(c->s));
     obx__rows none = {0};
     obx__retention_req bad = {.state = OBX__ST_PENDING, .limit = 1};
-    assert_int_equal(obx__st_retention_candidates(c->s, &bad, &none), OBX_EINTERNAL);
+    assert_int_equal(
+        obx__st_read_events(c->s, &(obx__read_req){.by = OBX__READ_RETENTION, .retention = &bad},
+                            &none),
+        OBX_EINTERNAL);
 
     /* purge_payloads: payload -> NULL on every envelope generation, the rest is a tombstone */
     obx__event_row r3 = load1(c, e[3], OBX__LOAD_PAYLOAD);
@@ -1065,13 +1083,14 @@ static void test_retention_audit_methods(void **state) {
     assert_null(none_rows);
     assert_int_equal(k.total, 4);
 
-    /* events_known */
-    const char *ids[] = {e[0], "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G", e[8]};
-    bool known[3];
-    OK(obx__st_events_known(c->s, ids, 3, known));
-    assert_true(known[0]);
-    assert_false(known[1]);
-    assert_true(known[2]);
+    /* read by IDs: in the order asked, an ID the outbox never committed left out */
+    const char *ids[] = {e[8], "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G", e[0]};
+    obx__rows known = {0};
+    OK(obx__st_load_events(c->s, ids, 3, 0, &known));
+    assert_int_equal(known.n, 2);
+    assert_string_equal(known.v[0].env.event_id, e[8]);
+    assert_string_equal(known.v[1].env.event_id, e[0]);
+    obx__rows_free(&known);
 }
 
 /* Read model version 2: envelope_at reads any generation's frozen envelope (the current one or
@@ -1200,16 +1219,16 @@ static void test_unknown_ends_columns(void **state) {
     assert_int_equal(st.oldest_held, c->now + 7);
     obx__event_filter f = {.held = true};
     obx__rows rows = {0};
-    OK(obx__st_find_events(c->s, &f, &rows));
+    OK(obx__st_read_events(c->s, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &f}, &rows));
     assert_int_equal(rows.n, 1);
     assert_string_equal(rows.v[0].env.event_id, b);
     obx__rows_free(&rows);
     obx__event_filter old = {.unknown_before = c->now + 1};
-    OK(obx__st_find_events(c->s, &old, &rows));
+    OK(obx__st_read_events(c->s, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &old}, &rows));
     assert_int_equal(rows.n, 1);
     obx__rows_free(&rows);
     old.unknown_before = c->now;
-    OK(obx__st_find_events(c->s, &old, &rows));
+    OK(obx__st_read_events(c->s, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &old}, &rows));
     assert_int_equal(rows.n, 0);
     obx__rows_free(&rows);
     cur = next;

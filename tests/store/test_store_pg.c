@@ -560,7 +560,7 @@ static void test_seq_is_commit_order(void **state) {
     obx__claim_req req = {.now = obx__wall_ms() + 1000, .limit = 10};
     obx__rows rows = {0};
     OK(obx__st_begin(a));
-    OK(obx__st_claim_candidates(a, &req, &rows));
+    OK(obx__st_read_events(a, &(obx__read_req){.by = OBX__READ_CLAIM, .claim = &req}, &rows));
     OK(obx__st_commit(a));
     bool saw_first = false, saw_second = false;
     for (size_t i = 0; i < rows.n; i++) {
@@ -924,7 +924,7 @@ static void test_psql_producer(void **state) {
     obx__claim_req req = {.now = obx__wall_ms() + 1000, .limit = 10};
     obx__rows rows = {0};
     OK(obx__st_begin(f->s));
-    OK(obx__st_claim_candidates(f->s, &req, &rows));
+    OK(obx__st_read_events(f->s, &(obx__read_req){.by = OBX__READ_CLAIM, .claim = &req}, &rows));
     OK(obx__st_commit(f->s));
     assert_int_equal(rows.n, 1);
     assert_int_equal(rows.v[0].payload_len, 9);
@@ -1010,7 +1010,7 @@ static void test_roles(void **state) {
     obx__claim_req req = {.now = obx__wall_ms() + 1000, .limit = 10};
     obx__rows rows = {0};
     OK(obx__st_begin(rs));
-    OK(obx__st_claim_candidates(rs, &req, &rows));
+    OK(obx__st_read_events(rs, &(obx__read_req){.by = OBX__READ_CLAIM, .claim = &req}, &rows));
     assert_true(rows.n >= 1);
     obx__event_row row = rows.v[0];
     row.payload = NULL;
@@ -1362,13 +1362,13 @@ static void test_claim_skip_locked(void **state) {
     obx__claim_req req = {.now = obx__wall_ms() + 1000, .limit = 2};
     obx__rows got1 = {0}, got2 = {0};
     OK(obx__st_begin(r1));
-    OK(obx__st_claim_candidates(r1, &req, &got1));
+    OK(obx__st_read_events(r1, &(obx__read_req){.by = OBX__READ_CLAIM, .claim = &req}, &got1));
     assert_int_equal(got1.n, 2);
     assert_true(has(&got1, a1) && has(&got1, b1));
     /* the second relay skips the locked rows and does not jump a2 over its locked head */
     req.limit = 10;
     OK(obx__st_begin(r2));
-    OK(obx__st_claim_candidates(r2, &req, &got2));
+    OK(obx__st_read_events(r2, &(obx__read_req){.by = OBX__READ_CLAIM, .claim = &req}, &got2));
     assert_int_equal(got2.n, 1);
     assert_true(has(&got2, c1));
     OK(obx__st_commit(r2));
@@ -1400,7 +1400,9 @@ static void *relay_thread(void *p) {
         obx__claim_req req = {.now = 1900000000000, .limit = 100};
         obx__rows rows = {0};
         obx_err e = obx__st_begin(a->s);
-        if (!e) e = obx__st_claim_candidates(a->s, &req, &rows);
+        if (!e)
+            e = obx__st_read_events(a->s, &(obx__read_req){.by = OBX__READ_CLAIM, .claim = &req},
+                                    &rows);
         if (!e && rows.n == 0) {
             obx__st_rollback(a->s);
             obx__rows_free(&rows);

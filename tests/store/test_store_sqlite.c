@@ -637,7 +637,9 @@ static long claim_work(fx *f, int n) {
     sqlite3_progress_handler(f->db, 100, count_vm, &work);
     obx__claim_req req = {.now = INT64_MAX / 2, .limit = 50};
     obx__rows rows = {0};
-    assert_int_equal(obx__st_claim_candidates(f->s, &req, &rows), OBX_OK);
+    assert_int_equal(
+        obx__st_read_events(f->s, &(obx__read_req){.by = OBX__READ_CLAIM, .claim = &req}, &rows),
+        OBX_OK);
     sqlite3_progress_handler(f->db, 0, NULL, NULL);
     assert_int_equal(rows.n, 50);
     obx__rows_free(&rows);
@@ -686,7 +688,10 @@ static void test_no_reprepare(void **state) {
                                      .before = {.at = 1000 + round, .seq = INT64_MAX},
                                      .limit = 10 + (size_t)round};
             obx__rows rows = {0};
-            assert_int_equal(obx__st_retention_candidates(f->s, &rq, &rows), OBX_OK);
+            assert_int_equal(
+                obx__st_read_events(
+                    f->s, &(obx__read_req){.by = OBX__READ_RETENTION, .retention = &rq}, &rows),
+                OBX_OK);
             assert_int_equal(rows.n, k ? 0 : 3);
             obx__rows_free(&rows);
         }
@@ -694,12 +699,18 @@ static void test_no_reprepare(void **state) {
             obx__select_req q = {
                 .kind = OBX__SEL_STATE, .state = (obx__state)st, .limit = 5 + (size_t)round};
             obx__rows rows = {0};
-            assert_int_equal(obx__st_select(f->s, &q, &rows), OBX_OK);
+            assert_int_equal(
+                obx__st_read_events(f->s, &(obx__read_req){.by = OBX__READ_SELECT, .select = &q},
+                                    &rows),
+                OBX_OK);
             assert_int_equal(rows.n, st == OBX__ST_PUBLISHED ? 3 : 0);
             obx__rows_free(&rows);
             q.kind = OBX__SEL_PUBLISHED_BEFORE;
             q.now = INT64_MAX / 2;
-            assert_int_equal(obx__st_select(f->s, &q, &rows), OBX_OK);
+            assert_int_equal(
+                obx__st_read_events(f->s, &(obx__read_req){.by = OBX__READ_SELECT, .select = &q},
+                                    &rows),
+                OBX_OK);
             assert_int_equal(rows.n, st == OBX__ST_PUBLISHED ? 3 : 0);
             obx__rows_free(&rows);
         }
