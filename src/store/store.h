@@ -27,8 +27,9 @@
  * find_by_correlation, events_known before) */
 #define OBX__STORE_METHODS_VERSION 4
 #define OBX__STORE_INBOX_VERSION 1
-#define OBX__STORE_READ_VERSION 3 /* 2: find_by_correlation, events_known into read_events;
-                                    * 3: envelope_at (an older generation's envelope) */
+/* read model: 2: find_by_correlation, events_known into read_events; 3: envelope_at (an older
+ * generation's envelope, as it was frozen) */
+#define OBX__STORE_READ_VERSION 3
 /* 1: the outbox; 2: delivery sets (route sets and per-event target slots, docs/migration.md);
  * 3: PostgreSQL writes an attempt's outcome as a HOT update (schema_v3.sql; SQLite unchanged);
  * 4: every UNKNOWN ends: held events, receipt sources, consumer evidence, the cluster registry;
