@@ -29,8 +29,10 @@
  * 3: PostgreSQL writes an attempt's outcome as a HOT update (schema_v3.sql; SQLite unchanged);
  * 4: every UNKNOWN ends: held events, receipt sources, consumer evidence, the cluster registry;
  * 5: PostgreSQL's inbox as SQL functions for consumers in any language (schema_v5.sql; SQLite
- *    unchanged) */
-#define OBX__SCHEMA_VERSION 5
+ *    unchanged);
+ * 6: PostgreSQL's producer in fewer statements, no statistics trigger on event inserts
+ *    (schema_v6.sql; SQLite unchanged) */
+#define OBX__SCHEMA_VERSION 6
 
 #define OBX__ATTEMPT_ID_LEN 30 /* "att-" + ULID */
 #define OBX__OWNER_MAX OBX_TEXT_MAX

@@ -35,7 +35,8 @@
  *      back to depth 0. A borrowed connection is never reset.
  *   7. Per order key (cluster, topic, routing key), seq order is commit order: see Q_INS_EVENT.
  *   8. wait_for_work LISTENs on channel obx_work (on first use) and polls the socket; the
- *      insert trigger NOTIFYs at commit. A notification is a hint, never a row.
+ *      statement inserting an event NOTIFYs (delivered at commit; Q_INS_EVENT, obx.enqueue()).
+ *      A notification is a hint, never a row.
  *
  * Thread use: one thread at a time per handle (obx.h); the statement-name hash is computed
  * once per process under pthread_once.
@@ -55,6 +56,7 @@ extern const char obx__pg_schema_v2[];
 extern const char obx__pg_schema_v3[];
 extern const char obx__pg_schema_v4[];
 extern const char obx__pg_schema_v5[];
+extern const char obx__pg_schema_v6[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -62,7 +64,8 @@ static const char *const migrations[] = {NULL,
                                          obx__pg_schema_v2,
                                          obx__pg_schema_v3,
                                          obx__pg_schema_v4,
-                                         obx__pg_schema_v5};
+                                         obx__pg_schema_v5,
+                                         obx__pg_schema_v6};
 
 /* Advisory lock class IDs ("OBX" and "OBY"): the two-key form keeps obx's locks apart from an
  * application's single-bigint advisory locks. */
@@ -269,6 +272,13 @@ typedef struct pg_store {
 #define QUAR_W "obx.obx_receipt WHERE kind IN ('QUARANTINED', 'MIGRATION') AND kind = 'QUARANTINED'"
 #define IQUAR_W "obx.obx_inbox_quarantine WHERE true"
 
+/* The statistics delta of the events a statement inserts (CTE `ev` returning their state):
+ * since schema version 6 no trigger counts inserts, every inserting statement does
+ * (schema_v6.sql). */
+#define STAT_INSERTED                                                                              \
+    "st AS (INSERT INTO obx.obx_stat_delta (key, n) SELECT 'state:' || state, count(*) FROM ev "   \
+    "GROUP BY state) "
+
 #define RCPT_COLS                                                                                  \
     "event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "            \
     "broker_ts, payload_digest, dest_digest, reason, created_at, source"
@@ -312,8 +322,9 @@ static const char *const sql_text[Q_COUNT] = {
         ", hashtext($29::text) & "
         "1023)), "
         "env AS (INSERT INTO obx.obx_envelope " ENV_INS_COLS " SELECT " ENV_INS_VALS
-        " FROM lk RETURNING event_id) "
-        "INSERT INTO obx.obx_event (event_id, tenant, idempotency_key, event_type, correlation_id, "
+        " FROM lk RETURNING event_id), "
+        "ev AS (INSERT INTO obx.obx_event (event_id, tenant, idempotency_key, event_type, "
+        "correlation_id, "
         "order_key, envelope_gen, state, claim_gen, owner, lease_until, attempt_gen, attempt_id, "
         "pinned_partition, rejections, available_at, next_check_at, unknown_since, "
         "primary_attempt_id, published_at, committed_at, updated_at, max_attempts, blind_retry, "
@@ -322,7 +333,8 @@ static const char *const sql_text[Q_COUNT] = {
         "nullif($15::text, '') END, $6::text, $12::text, $29::text, "
         "$2::int, $30::text, $31::bigint, $32::text, $33::bigint, $34::int, $35::text, $36::int, "
         "$37::int, $38::bigint, $39::bigint, $40::bigint, $41::text, $42::bigint, $43::bigint, "
-        "$44::bigint, $45::int, $46::bool, $47::bool, $48::text, $17::text FROM env",
+        "$44::bigint, $45::int, $46::bool, $47::bool, $48::text, $17::text FROM env "
+        "RETURNING state), " STAT_INSERTED "SELECT pg_notify('" NOTIFY_CHANNEL "', '') FROM ev",
     /* docs/design.md, "Claims, attempts and fencing": oldest first; PENDING when available,
      * CLAIMED when its lease expired; never behind an unpublished earlier event of the same order
      * key unless unordered. Rows locked by another relay's claim are skipped, but the NOT EXISTS
@@ -1546,7 +1558,7 @@ static obx_err pg_insert_event(obx__store *base, const obx__event_row *r, const 
     p_bool(&p, r->unordered);
     p_text(&p, r->alias);    /* $48 */
     p_int(&p, r->target_no); /* $49: a further target's slot carries no idempotency key */
-    return run(s, Q_INS_EVENT, &p, PGRES_COMMAND_OK, NULL, "insert event");
+    return run(s, Q_INS_EVENT, &p, PGRES_TUPLES_OK, NULL, "insert event");
 }
 
 /* ---- reading events ----------------------------------------------------------------------- */
