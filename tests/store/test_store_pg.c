@@ -800,7 +800,18 @@ static void test_sql_validation_parity(void **state) {
         {"correlation_id", "c\x01", OBX_EINVAL, "OB002"},
         {"causation_id", "c\x7f", OBX_EINVAL, "OB002"},
         {"traceparent", "00-xyz", OBX_EINVAL, "OB002"},
+        /* schema version 6 checks these forms without anchored bounded patterns: 55 bytes with
+         * a dash out of place, upper-case hex, a version without digits */
+        {"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01", OBX_EINVAL,
+         "OB002"},
+        {"traceparent", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01", OBX_EINVAL,
+         "OB002"},
+        {"event_type", "order.created.v", OBX_EINVAL, "OB002"},
+        {"event_type", "order.v2.created", OBX_EINVAL, "OB002"},
         {"payload_schema", "md5:abc", OBX_EINVAL, "OB002"},
+        {"payload_schema",
+         "sha256:E3B0C44298FC1C149AFBF4C8996FB92427AE41E4649B934CA495991B7852B855", OBX_EINVAL,
+         "OB002"},
         {"aggregate_version", "-1", OBX_EINVAL, "OB002"},
         {"idempotency_key", "@BIG", OBX_ETOOBIG, "OB003"},
     };
