@@ -219,6 +219,8 @@ static void fill_chunk(PGconn *c, long first, long n, const char *state, bool do
         "CASE WHEN %d = 1 THEN t ELSE 0 END, t, t, 8, false, false, 'obx', r.cluster FROM " GEN_ROWS
         "ORDER BY i",
         state, old, old, old, old, old, old, BN_PAYLOAD - 2, old, now, first, last);
+    /* its statistics delta, as every statement inserting events writes one (schema_v6.sql) */
+    bn_sql(c, "INSERT INTO obx.obx_stat_delta (key, n) VALUES ('state:%s', %ld)", state, n);
     if (!done) return;
     /* what a publication leaves behind: the accepted attempt, the primary receipt, an audit
      * row (one of the three a relay writes: enough to give the tables their size) */

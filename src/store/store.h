@@ -34,8 +34,10 @@
  * 3: PostgreSQL writes an attempt's outcome as a HOT update (schema_v3.sql; SQLite unchanged);
  * 4: every UNKNOWN ends: held events, receipt sources, consumer evidence, the cluster registry;
  * 5: PostgreSQL's inbox as SQL functions for consumers in any language (schema_v5.sql; SQLite
- *    unchanged) */
-#define OBX__SCHEMA_VERSION 5
+ *    unchanged);
+ * 6: PostgreSQL's producer in fewer statements, no statistics trigger on event inserts
+ *    (schema_v6.sql; SQLite unchanged) */
+#define OBX__SCHEMA_VERSION 6
 
 #define OBX__ATTEMPT_ID_LEN 30 /* "att-" + ULID */
 #define OBX__OWNER_MAX OBX_TEXT_MAX
@@ -524,7 +526,8 @@ typedef struct obx__write_set {
 /* ---- methods ---------------------------------------------------------------------------- */
 
 /* A store has no capability bits: what differs between backends is an optional method (NULL
- * when absent: wait_for_work, serve_dispatch, create_roles, write_set), asked through
+ * when absent: wait_for_work, serve_dispatch, create_roles, route_get_txid, insert_event_audit,
+ * write_set), asked through
  * obx__st_has_<name>. (Version 1 had bits that nothing read.) */
 /* The inbox: what a consumer's database does for obx_inbox_process() and the consumer loop
  * (receipts, watermarks, failures, poison, consume audit). Its own version: a consumer's
@@ -675,6 +678,16 @@ typedef struct obx__store_methods {
      * the least-privilege roles <prefix>_producer, <prefix>_relay and <prefix>_auditor
      * (docs/postgres.md). Runs in its own transaction or a savepoint of the caller's. */
     obx_err (*create_roles)(obx__store *s, const char *prefix);
+    /* Optional (NULL = route_get, then txid). The producer's read in one round trip, inside a
+     * transaction: route_get's answer, and the current transaction's identity into txid (cap
+     * bytes) when there is a route. PostgreSQL (schema version 6, issue 19). */
+    obx_err (*route_get_txid)(obx__store *s, const char *event_type, obx__route_row *out,
+                              char *txid, size_t cap);
+    /* Optional (NULL = insert_event, then insert_audit of a). The producer's write in one
+     * round trip: the envelope and event row as insert_event, and the audit row a (one) in
+     * the same statement, which inserts both or neither. */
+    obx_err (*insert_event_audit)(obx__store *s, const obx__event_row *row, const void *payload,
+                                  size_t len, const obx__audit_row *a);
 
     /* ---- retention and audit (docs/retention.md): required, checked by the registry ---- */
     /* The purge: drops the payload of every envelope generation of these events (payload ->
@@ -841,7 +854,14 @@ extern const obx__store_methods obx__pg_store_methods;
 
 #define OBX__STORE_OPTIONAL(X)                                                                     \
     X(wait_for_work, (obx__store * s, int timeout_ms, bool *notified), (s, timeout_ms, notified))  \
-    X(create_roles, (obx__store * s, const char *prefix), (s, prefix))
+    X(create_roles, (obx__store * s, const char *prefix), (s, prefix))                             \
+    X(route_get_txid,                                                                              \
+      (obx__store * s, const char *event_type, obx__route_row *out, char *txid, size_t cap),       \
+      (s, event_type, out, txid, cap))                                                             \
+    X(insert_event_audit,                                                                          \
+      (obx__store * s, const obx__event_row *row, const void *payload, size_t len,                 \
+       const obx__audit_row *a),                                                                   \
+      (s, row, payload, len, a))
 
 #define OBX__STORE_CUSTOM(X)                                                                       \
     X(open)                                                                                        \

@@ -800,7 +800,18 @@ static void test_sql_validation_parity(void **state) {
         {"correlation_id", "c\x01", OBX_EINVAL, "OB002"},
         {"causation_id", "c\x7f", OBX_EINVAL, "OB002"},
         {"traceparent", "00-xyz", OBX_EINVAL, "OB002"},
+        /* schema version 6 checks these forms without anchored bounded patterns: 55 bytes with
+         * a dash out of place, upper-case hex, a version without digits */
+        {"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01", OBX_EINVAL,
+         "OB002"},
+        {"traceparent", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01", OBX_EINVAL,
+         "OB002"},
+        {"event_type", "order.created.v", OBX_EINVAL, "OB002"},
+        {"event_type", "order.v2.created", OBX_EINVAL, "OB002"},
         {"payload_schema", "md5:abc", OBX_EINVAL, "OB002"},
+        {"payload_schema",
+         "sha256:E3B0C44298FC1C149AFBF4C8996FB92427AE41E4649B934CA495991B7852B855", OBX_EINVAL,
+         "OB002"},
         {"aggregate_version", "-1", OBX_EINVAL, "OB002"},
         {"idempotency_key", "@BIG", OBX_ETOOBIG, "OB003"},
     };
@@ -1695,6 +1706,33 @@ static void test_stats_exact(void **state) {
     check_stats_exact(f);
     exec_ok(f->conn, "DELETE FROM obx.obx_receipt WHERE kind = 'DUPLICATE'");
     check_stats_exact(f);
+    /* since schema version 6 no trigger counts inserts: each inserting statement does. The SQL
+     * producer: a new event, a retry of it (nothing inserted), a rolled-back one */
+    const char *sql_enq = "SELECT obx.enqueue('order.created.v2', 'order', 'o-sql', 1, "
+                          "'tenant-7', '\\x7b7d', idempotency_key => 'k-sql')";
+    exec_ok(f->conn, sql_enq);
+    exec_ok(f->conn, sql_enq);
+    exec_ok(f->conn, "BEGIN");
+    exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'o-rb', 1, 'tenant-7', "
+                     "'\\x7b7d')");
+    exec_ok(f->conn, "ROLLBACK");
+    check_stats_exact(f);
+    /* a route with a delivery set: the slots of both producers are counted too */
+    obx_route_target t[] = {{.cluster = "eu", .topic = "orders-eu"},
+                            {.cluster = "us", .topic = "orders-us"}};
+    obx_route rt = {.event_type = "order.created.v2",
+                    .cluster = "local",
+                    .topic = "orders",
+                    .targets = t,
+                    .n_targets = 2};
+    OK(obx_route_set(f->s, &rt, NULL));
+    exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'o-set', 1, 'tenant-7', "
+                     "'\\x7b7d')");
+    obx_event ev = order_event("o-set-c", "{}");
+    obx_enqueue_result res;
+    OK(obx_enqueue(f->s, &ev, &res));
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_delivery_target"), 6);
+    check_stats_exact(f);
 }
 
 /* Two order events (aggregates a and b); their IDs into x and y. */
@@ -2039,12 +2077,14 @@ static void test_upgrade_from_v1(void **state) {
     char neu[64];
     snprintf(neu, sizeof neu, "%s", PQgetvalue(r, 0, 0));
     PQclear(r);
+    /* version 2 revoked the inner function from the producer; version 6 dropped it (its body
+     * moved into obx.enqueue()): either way there is no way around the wrapper */
     char st[6], msg[256];
     exec_fail(p,
               "SELECT obx._enqueue_one('order.created.v2', 'order', 'o-x', 1, 'tenant-7', "
               "'\\x7b7d')",
               st, msg, sizeof msg);
-    assert_string_equal(st, "42501");
+    assert_string_equal(st, "42883");
     PQfinish(p);
     /* the relay role (granted under version 1) reads the events with their slots */
     obx_store *rs;
@@ -2071,6 +2111,114 @@ static void test_upgrade_from_v1(void **state) {
     assert_non_null(strstr(mout, "never_sent"));
     obx_free(mout);
     obx_store_close(rs);
+    obx_store_close(s);
+    PQfinish(c);
+}
+
+/* A populated database at schema version 5, with the producer role of version 5, is upgraded
+ * in place to version 6 (issue 19's producer: obx.enqueue() in one function, no insert trigger):
+ * what was there stays, an idempotency key of an event enqueued under version 5 still returns
+ * that event and inserts nothing, both producers enqueue through the new version with the
+ * statistics exact, and the producer role keeps its right to obx.enqueue(). */
+static void test_upgrade_v5_producer(void **state) {
+    (void)state;
+    extern const char obx__pg_schema_v1[], obx__pg_schema_v2[], obx__pg_schema_v3[],
+        obx__pg_schema_v4[], obx__pg_schema_v5[];
+    char db[64], url[1200], pre[32], sql[512], prod_url[1300];
+    assert_int_equal(new_db(db, NULL), 0);
+    db_url(db, "", url, sizeof url);
+    PGconn *c = connect_url(url);
+    exec_ok(c, "BEGIN");
+    exec_ok(c, obx__pg_schema_v1);
+    exec_ok(c, obx__pg_schema_v2);
+    exec_ok(c, obx__pg_schema_v3);
+    exec_ok(c, obx__pg_schema_v4);
+    exec_ok(c, obx__pg_schema_v5);
+    exec_ok(c, "INSERT INTO obx.obx_meta (key, value) VALUES ('schema_version', '5')");
+    exec_ok(c, "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, algorithm, "
+               "serializer, durability, required_acks, max_attempts, blind_retry, unordered, "
+               "alias, created_at) VALUES ('order.created.v2', 'local', 'orders', "
+               "'{tenant}.{aggregate_id}', 'murmur2', 'raw', 'persistent', 'all', 8, true, "
+               "false, 'obx', 1)");
+    exec_ok(c, "COMMIT");
+    snprintf(pre, sizeof pre, "obxw%d", (int)getpid());
+    snprintf(sql, sizeof sql, "SELECT obx.create_roles('%s')", pre); /* version 5's */
+    exec_ok(c, sql);
+    snprintf(sql, sizeof sql, "CREATE ROLE %s_producer_login LOGIN IN ROLE %s_producer", pre, pre);
+    exec_ok(c, sql);
+    char extra[128];
+    snprintf(extra, sizeof extra, "user=%s_producer_login", pre);
+    db_url(db, extra, prod_url, sizeof prod_url);
+    PGconn *p = connect_url(prod_url);
+    const char *keyed = "SELECT obx.enqueue('order.created.v2', 'order', 'o-1', 1, 't', "
+                        "'\\x7b7d', idempotency_key => 'k-1')";
+    PGresult *r = PQexec(p, keyed);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("v5 enqueue: %s", PQerrorMessage(p));
+    char old[64];
+    snprintf(old, sizeof old, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    for (int i = 0; i < 50; i++) {
+        snprintf(sql, sizeof sql,
+                 "SELECT obx.enqueue('order.created.v2', 'order', 'o-%d', 1, 't', '\\x7b7d')", i);
+        exec_ok(p, sql);
+    }
+    long long pending =
+        qint(c, "SELECT sum(n) FROM obx.obx_stat_delta WHERE key = 'state:PENDING'");
+    assert_int_equal(pending, 51);
+    char old_digest[80];
+    snprintf(sql, sizeof sql, "SELECT envelope_digest FROM obx.obx_envelope WHERE event_id = '%s'",
+             old);
+    r = PQexec(c, sql);
+    snprintf(old_digest, sizeof old_digest, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    /* the upgrade */
+    obx_store *s;
+    OK(obx_store_open(url, &s));
+    int found = 0;
+    OK(obx_store_schema_version(s, &found, NULL));
+    assert_int_equal(found, 5);
+    OK(obx_store_init(s));
+    OK(obx_store_schema_version(s, &found, NULL));
+    assert_int_equal(found, 6);
+    assert_int_equal(qint(c, "SELECT count(*) FROM pg_trigger WHERE tgname = 'obx_event_inserted'"),
+                     0);
+    /* what was there stays */
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event"), 51);
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM obx.obx_envelope WHERE event_id = '%s' AND envelope_digest = "
+             "'%s'",
+             old, old_digest);
+    assert_int_equal(qint(c, sql), 1);
+    /* the retry of a version 5 event: the same ID, nothing inserted */
+    r = PQexec(p, keyed);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("v6 retry: %s", PQerrorMessage(p));
+    assert_string_equal(PQgetvalue(r, 0, 0), old);
+    PQclear(r);
+    obx_event ev = order_event("o-1", "{}");
+    ev.tenant = "t";
+    ev.idempotency_key = "k-1";
+    obx_enqueue_result res;
+    OK(obx_enqueue(s, &ev, &res));
+    assert_string_equal(res.event_id, old);
+    assert_true(res.existing);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event"), 51);
+    /* new events from both producers, counted without the trigger */
+    exec_ok(p, "SELECT obx.enqueue('order.created.v2', 'order', 'o-new', 1, 't', '\\x7b7d')");
+    ev.idempotency_key = NULL;
+    OK(obx_enqueue(s, &ev, &res));
+    assert_false(res.existing);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event"), 53);
+    assert_int_equal(qint(c, "SELECT sum(n) FROM obx.obx_stat_delta WHERE key = 'state:PENDING'"),
+                     53);
+    assert_int_equal(qint(c, "SELECT v FROM obx._stats() WHERE k = 'state:PENDING'"), 53);
+    /* a bad field is still refused by name, and changes nothing */
+    char st[6], msg[256];
+    exec_fail(p, "SELECT obx.enqueue('order.created', 'order', 'o-bad', 1, 't', '\\x7b7d')", st,
+              msg, sizeof msg);
+    assert_string_equal(st, "OB002");
+    assert_non_null(strstr(msg, "event_type: 'order.created' is not versioned"));
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event"), 53);
+    PQfinish(p);
     obx_store_close(s);
     PQfinish(c);
 }
@@ -2350,6 +2498,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_upgrade_from_v1, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v2_attempts_hot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v3_unknown_policy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upgrade_v5_producer, setup, teardown),
     };
     failed += cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
     /* the engine's fault suite (docs/design.md, "Tests per fault") on this store */

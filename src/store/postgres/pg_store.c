@@ -35,7 +35,8 @@
  *      back to depth 0. A borrowed connection is never reset.
  *   7. Per order key (cluster, topic, routing key), seq order is commit order: see Q_INS_EVENT.
  *   8. wait_for_work LISTENs on channel obx_work (on first use) and polls the socket; the
- *      insert trigger NOTIFYs at commit. A notification is a hint, never a row.
+ *      statement inserting an event NOTIFYs (delivered at commit; Q_INS_EVENT, obx.enqueue()).
+ *      A notification is a hint, never a row.
  *
  * Thread use: one thread at a time per handle (obx.h); the statement-name hash is computed
  * once per process under pthread_once.
@@ -55,6 +56,7 @@ extern const char obx__pg_schema_v2[];
 extern const char obx__pg_schema_v3[];
 extern const char obx__pg_schema_v4[];
 extern const char obx__pg_schema_v5[];
+extern const char obx__pg_schema_v6[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -62,7 +64,8 @@ static const char *const migrations[] = {NULL,
                                          obx__pg_schema_v2,
                                          obx__pg_schema_v3,
                                          obx__pg_schema_v4,
-                                         obx__pg_schema_v5};
+                                         obx__pg_schema_v5,
+                                         obx__pg_schema_v6};
 
 /* Advisory lock class IDs ("OBX" and "OBY"): the two-key form keeps obx's locks apart from an
  * application's single-bigint advisory locks. */
@@ -77,8 +80,10 @@ enum {
     Q_ROUTE_LIST_ALL,
     Q_IDEM,
     Q_TXID,
+    Q_ROUTE_GET_TXID,
     Q_INS_ENV,
     Q_INS_EVENT,
+    Q_INS_EVENT_AUDIT,
     Q_CLAIM,
     Q_SEL_EXPIRED,
     Q_SEL_EXPIRED_LOCK,
@@ -268,6 +273,49 @@ typedef struct pg_store {
 #define QUAR_W "obx.obx_receipt WHERE kind IN ('QUARANTINED', 'MIGRATION') AND kind = 'QUARANTINED'"
 #define IQUAR_W "obx.obx_inbox_quarantine WHERE true"
 
+/* The statistics delta of the events a statement inserts (CTE `ev` returning their state):
+ * since schema version 6 no trigger counts inserts, every inserting statement does
+ * (schema_v6.sql). */
+#define STAT_INSERTED                                                                              \
+    "st AS (INSERT INTO obx.obx_stat_delta (key, n) SELECT 'state:' || state, count(*) FROM ev "   \
+    "GROUP BY state)"
+
+/* Per order key, seq order must be commit order: otherwise a producer that drew seq 10 and
+ * commits after a producer that drew seq 11 lets a relay claim 11 while 10 is still
+ * invisible, and the claim rule (no event behind an unpublished earlier one of its key)
+ * cannot see the violation. So the transaction first takes a transaction-scoped advisory
+ * lock on the order key's hash, and only then draws seq (the event INSERT consumes the
+ * envelope CTE, which consumes the lock CTE). The lock is held until the producer's
+ * transaction ends, and PostgreSQL makes a commit visible before it releases the
+ * transaction's locks, so the next producer of that key draws a higher seq only after the
+ * earlier event is visible. The lock is on one of 1024 buckets of the key's hash, not on
+ * the key: a lock per key would let one bulk transaction of 10k keys exhaust the server's
+ * shared lock table (for every session); a bucket bounds a transaction to 1024 locks.
+ * Cost: producers of one key serialize on their commits, producers of two keys that share
+ * a bucket too (about n/1024 of n concurrent producers), and a bulk transaction holding all
+ * buckets serializes with every producer until it commits. Taken for unordered routes too:
+ * an ordered event may follow an unordered one of the same key, and the claim rule orders
+ * it behind it. Transactions that lock several buckets in different orders can deadlock:
+ * PostgreSQL detects it (40P01 -> OBX_EBUSY). obx.enqueue() takes the same lock. */
+#define INS_EVENT_CTES                                                                             \
+    "WITH lk AS MATERIALIZED (SELECT pg_advisory_xact_lock(" LOCK_CLASS_ORDER                      \
+    ", hashtext($29::text) & "                                                                     \
+    "1023)), "                                                                                     \
+    "env AS (INSERT INTO obx.obx_envelope " ENV_INS_COLS " SELECT " ENV_INS_VALS                   \
+    " FROM lk RETURNING event_id), "                                                               \
+    "ev AS (INSERT INTO obx.obx_event (event_id, tenant, idempotency_key, event_type, "            \
+    "correlation_id, "                                                                             \
+    "order_key, envelope_gen, state, claim_gen, owner, lease_until, attempt_gen, attempt_id, "     \
+    "pinned_partition, rejections, available_at, next_check_at, unknown_since, "                   \
+    "primary_attempt_id, published_at, committed_at, updated_at, max_attempts, blind_retry, "      \
+    "unordered, alias, dest_cluster) "                                                             \
+    "SELECT env.event_id, $9::text, CASE WHEN $49::int >= 2 THEN NULL ELSE "                       \
+    "nullif($15::text, '') END, $6::text, $12::text, $29::text, "                                  \
+    "$2::int, $30::text, $31::bigint, $32::text, $33::bigint, $34::int, $35::text, $36::int, "     \
+    "$37::int, $38::bigint, $39::bigint, $40::bigint, $41::text, $42::bigint, $43::bigint, "       \
+    "$44::bigint, $45::int, $46::bool, $47::bool, $48::text, $17::text FROM env "                  \
+    "RETURNING state), " STAT_INSERTED
+
 #define RCPT_COLS                                                                                  \
     "event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "            \
     "broker_ts, payload_digest, dest_digest, reason, created_at, source"
@@ -288,40 +336,20 @@ static const char *const sql_text[Q_COUNT] = {
                "idempotency_key = $2::text",
     /* the producer's created_txid: the top-level transaction, also from inside a savepoint */
     [Q_TXID] = "SELECT pg_current_xact_id()::text",
+    /* Q_ROUTE_GET and Q_TXID in one round trip (route_get_txid) */
+    [Q_ROUTE_GET_TXID] = "SELECT " ROUTE_COLS ", pg_current_xact_id()::text FROM obx.obx_route "
+                         "WHERE event_type = $1::text ORDER BY gen DESC LIMIT 1",
     [Q_INS_ENV] = "INSERT INTO obx.obx_envelope " ENV_INS_COLS " VALUES (" ENV_INS_VALS ")",
-    /* Per order key, seq order must be commit order: otherwise a producer that drew seq 10 and
-     * commits after a producer that drew seq 11 lets a relay claim 11 while 10 is still
-     * invisible, and the claim rule (no event behind an unpublished earlier one of its key)
-     * cannot see the violation. So the transaction first takes a transaction-scoped advisory
-     * lock on the order key's hash, and only then draws seq (the event INSERT consumes the
-     * envelope CTE, which consumes the lock CTE). The lock is held until the producer's
-     * transaction ends, and PostgreSQL makes a commit visible before it releases the
-     * transaction's locks, so the next producer of that key draws a higher seq only after the
-     * earlier event is visible. The lock is on one of 1024 buckets of the key's hash, not on
-     * the key: a lock per key would let one bulk transaction of 10k keys exhaust the server's
-     * shared lock table (for every session); a bucket bounds a transaction to 1024 locks.
-     * Cost: producers of one key serialize on their commits, producers of two keys that share
-     * a bucket too (about n/1024 of n concurrent producers), and a bulk transaction holding all
-     * buckets serializes with every producer until it commits. Taken for unordered routes too:
-     * an ordered event may follow an unordered one of the same key, and the claim rule orders
-     * it behind it. Transactions that lock several buckets in different orders can deadlock:
-     * PostgreSQL detects it (40P01 -> OBX_EBUSY). obx.enqueue() takes the same lock. */
-    [Q_INS_EVENT] =
-        "WITH lk AS MATERIALIZED (SELECT pg_advisory_xact_lock(" LOCK_CLASS_ORDER
-        ", hashtext($29::text) & "
-        "1023)), "
-        "env AS (INSERT INTO obx.obx_envelope " ENV_INS_COLS " SELECT " ENV_INS_VALS
-        " FROM lk RETURNING event_id) "
-        "INSERT INTO obx.obx_event (event_id, tenant, idempotency_key, event_type, correlation_id, "
-        "order_key, envelope_gen, state, claim_gen, owner, lease_until, attempt_gen, attempt_id, "
-        "pinned_partition, rejections, available_at, next_check_at, unknown_since, "
-        "primary_attempt_id, published_at, committed_at, updated_at, max_attempts, blind_retry, "
-        "unordered, alias, dest_cluster) "
-        "SELECT env.event_id, $9::text, CASE WHEN $49::int >= 2 THEN NULL ELSE "
-        "nullif($15::text, '') END, $6::text, $12::text, $29::text, "
-        "$2::int, $30::text, $31::bigint, $32::text, $33::bigint, $34::int, $35::text, $36::int, "
-        "$37::int, $38::bigint, $39::bigint, $40::bigint, $41::text, $42::bigint, $43::bigint, "
-        "$44::bigint, $45::int, $46::bool, $47::bool, $48::text, $17::text FROM env",
+    /* Q_INS_EVENT: see INS_EVENT_CTES (per order key, seq order is commit order) */
+    [Q_INS_EVENT] = INS_EVENT_CTES " SELECT pg_notify('" NOTIFY_CHANNEL "', '') FROM ev",
+    /* the same, and the one audit row that records the insert (insert_event_audit: the
+     * producer's write in one round trip) */
+    [Q_INS_EVENT_AUDIT] = INS_EVENT_CTES
+    ", au AS (INSERT INTO obx.obx_audit (at, actor, who, event_id, envelope_gen, from_state, "
+    "to_state, claim_gen, attempt_id, attempt_gen, reason) SELECT $50::bigint, $51::text, "
+    "$52::text, $53::text, $54::int, $55::text, $56::text, $57::bigint, $58::text, $59::int, "
+    "$60::text FROM ev)"
+    " SELECT pg_notify('" NOTIFY_CHANNEL "', '') FROM ev",
     /* docs/design.md, "Claims, attempts and fencing": oldest first; PENDING when available,
      * CLAIMED when its lease expired; never behind an unpublished earlier event of the same order
      * key unless unordered. Rows locked by another relay's claim are skipped, but the NOT EXISTS
@@ -689,7 +717,7 @@ static void stmt_name(int id, char out[40]) {
 
 /* ---- parameters ------------------------------------------------------------------------------ */
 
-#define PMAX 56
+#define PMAX 64
 
 /* Array parameters travel in PostgreSQL's binary array format (array_recv): the relay prints
  * no decimals and quotes no strings, and the server parses no literals (text arrays cost about
@@ -1428,6 +1456,27 @@ static obx_err pg_route_get(obx__store *base, const char *event_type, obx__route
     return e;
 }
 
+/* route_get and txid in one round trip: the producer's read inside its transaction. */
+static obx_err pg_route_get_txid(obx__store *base, const char *event_type, obx__route_row *out,
+                                 char *txid, size_t cap) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, event_type);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_ROUTE_GET_TXID, &p, PGRES_TUPLES_OK, &r, "read route");
+    if (e) return e;
+    if (PQntuples(r) == 1) {
+        read_route(r, 0, out);
+        gt(r, 0, PQnfields(r) - 1, txid, cap);
+    } else
+        e = obx__fail(OBX_ENOROUTE,
+                      "event_type: no route for '%s' (add one with `obx route set %s ...`)",
+                      event_type, event_type);
+    PQclear(r);
+    return e;
+}
+
 static obx_err pg_route_list(obx__store *base, bool all, obx__route_row **out, size_t *n) {
     pg_store *s = (pg_store *)base;
     *out = NULL;
@@ -1514,36 +1563,65 @@ static obx_err pg_insert_envelope(obx__store *base, const obx__event_row *r, con
     return run(s, Q_INS_ENV, &p, PGRES_COMMAND_OK, NULL, "insert envelope");
 }
 
+/* Parameters $1..$49 of Q_INS_EVENT and Q_INS_EVENT_AUDIT. p points into ok (the caller's,
+ * ORDER_KEY_CAP bytes, alive until the statement ran). */
+static void bind_event(params *p, char *ok, const obx__event_row *r, const void *payload,
+                       size_t len) {
+    order_key(r, ok, ORDER_KEY_CAP);
+    bind_envelope(p, r, payload, len);
+    p_text(p, ok); /* $29 */
+    p_text(p, obx__state_name(r->state));
+    p_int(p, r->claim_gen);
+    p_text(p, r->owner);
+    p_int(p, r->lease_until);
+    p_int(p, r->attempt_gen);
+    p_text(p, r->attempt_id);
+    p_int(p, r->pinned_partition);
+    p_int(p, r->rejections);
+    p_int(p, r->available_at);
+    p_int(p, r->next_check_at);
+    p_int(p, r->unknown_since);
+    p_text(p, r->primary_attempt_id);
+    p_int(p, r->published_at);
+    p_int(p, r->committed_at);
+    p_int(p, r->updated_at);
+    p_int(p, r->max_attempts);
+    p_bool(p, r->blind_retry);
+    p_bool(p, r->unordered);
+    p_text(p, r->alias);    /* $48 */
+    p_int(p, r->target_no); /* $49: a further target's slot carries no idempotency key */
+}
+
 static obx_err pg_insert_event(obx__store *base, const obx__event_row *r, const void *payload,
                                size_t len) {
     pg_store *s = (pg_store *)base;
     char ok[ORDER_KEY_CAP];
-    order_key(r, ok, sizeof ok);
     params p;
     p_init(&p);
-    bind_envelope(&p, r, payload, len);
-    p_text(&p, ok); /* $29 */
-    p_text(&p, obx__state_name(r->state));
-    p_int(&p, r->claim_gen);
-    p_text(&p, r->owner);
-    p_int(&p, r->lease_until);
-    p_int(&p, r->attempt_gen);
-    p_text(&p, r->attempt_id);
-    p_int(&p, r->pinned_partition);
-    p_int(&p, r->rejections);
-    p_int(&p, r->available_at);
-    p_int(&p, r->next_check_at);
-    p_int(&p, r->unknown_since);
-    p_text(&p, r->primary_attempt_id);
-    p_int(&p, r->published_at);
-    p_int(&p, r->committed_at);
-    p_int(&p, r->updated_at);
-    p_int(&p, r->max_attempts);
-    p_bool(&p, r->blind_retry);
-    p_bool(&p, r->unordered);
-    p_text(&p, r->alias);    /* $48 */
-    p_int(&p, r->target_no); /* $49: a further target's slot carries no idempotency key */
-    return run(s, Q_INS_EVENT, &p, PGRES_COMMAND_OK, NULL, "insert event");
+    bind_event(&p, ok, r, payload, len);
+    return run(s, Q_INS_EVENT, &p, PGRES_TUPLES_OK, NULL, "insert event");
+}
+
+/* insert_event and insert_audit of one row in one statement (Q_INS_EVENT_AUDIT). */
+static obx_err pg_insert_event_audit(obx__store *base, const obx__event_row *r, const void *payload,
+                                     size_t len, const obx__audit_row *a) {
+    pg_store *s = (pg_store *)base;
+    char ok[ORDER_KEY_CAP];
+    params p;
+    p_init(&p);
+    bind_event(&p, ok, r, payload, len);
+    p_int(&p, a->at); /* $50 */
+    p_text(&p, obx__actor_name(a->actor));
+    p_text(&p, a->who);
+    p_text(&p, a->event_id);
+    p_int(&p, a->envelope_gen);
+    p_text(&p, obx__state_name(a->from));
+    p_text(&p, obx__state_name(a->to));
+    p_int(&p, a->claim_gen);
+    p_text(&p, a->attempt_id);
+    p_int(&p, a->attempt_gen);
+    p_text(&p, a->reason); /* $60 */
+    return run(s, Q_INS_EVENT_AUDIT, &p, PGRES_TUPLES_OK, NULL, "insert event");
 }
 
 /* ---- reading events ----------------------------------------------------------------------- */
@@ -3074,6 +3152,8 @@ const obx__store_methods obx__pg_store_methods = {
     .cluster_get = pg_cluster_get,
     .serve_dispatch = pg_serve_dispatch,
     .create_roles = pg_create_roles,
+    .route_get_txid = pg_route_get_txid,
+    .insert_event_audit = pg_insert_event_audit,
     .purge_payloads = pg_purge_payloads,
     .route_set_put = pg_route_set_put,
     .route_set_get = pg_route_set_get,
