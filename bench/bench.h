@@ -64,6 +64,12 @@ double bn_pg_server_cpu(void);
 /* The server's WAL position in bytes (pg_current_wal_lsn): the difference over a run is how
  * much it wrote, a measure of work that load on the machine does not change. */
 double bn_pg_wal(void);
+/* The server's current WAL position as text (e.g. "0/1A2B3C"), into buf. */
+void bn_pg_lsn(char *buf, size_t cap);
+/* With OBX_BENCH_WAL_DETAIL set: prints, per relation of database `url`, the WAL records and
+ * bytes written between lsn0 and lsn1 divided by `per` (pg_walinspect; the extension is
+ * created in that database). Without the variable it does nothing. */
+void bn_pg_wal_detail(const char *url, const char *lsn0, const char *lsn1, double per);
 /* CPU seconds the RabbitMQ node of $OBX_TEST_RABBIT_DIR (its pid file) has used so far; 0 when
  * unknown. */
 double bn_rabbit_cpu(void);

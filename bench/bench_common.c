@@ -347,6 +347,45 @@ double bn_pg_wal(void) {
     return v;
 }
 
+void bn_pg_lsn(char *buf, size_t cap) {
+    PGconn *c = bn_pg_connect(bn_pg_base());
+    PGresult *r = PQexec(c, "SELECT pg_current_wal_lsn()::text");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) bn_die("lsn: %s", PQerrorMessage(c));
+    snprintf(buf, cap, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    PQfinish(c);
+}
+
+/* Where the WAL of a run went: a record is counted against the relation of its first block
+ * reference (heap, index, visibility map...), records without one against their resource
+ * manager (transaction commits, ...). */
+void bn_pg_wal_detail(const char *url, const char *lsn0, const char *lsn1, double per) {
+    if (!getenv("OBX_BENCH_WAL_DETAIL") || per <= 0) return;
+    PGconn *c = bn_pg_connect(url);
+    PQclear(PQexec(c, "CREATE EXTENSION IF NOT EXISTS pg_walinspect"));
+    const char *v[2] = {lsn0, lsn1};
+    PGresult *r = PQexecParams(
+        c,
+        "WITH w AS (SELECT record_length, fpi_length, resource_manager, "
+        "  record_type, regexp_match(block_ref, 'rel \\d+/(\\d+)/(\\d+)') AS m "
+        "  FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)) "
+        "SELECT coalesce(CASE WHEN m[1]::oid = (SELECT oid FROM pg_database WHERE datname = "
+        "current_database()) THEN pg_filenode_relation(0, m[2]::oid)::regclass::text END, "
+        "'(' || resource_manager || ')') || ' ' || record_type, count(*), sum(record_length), "
+        "sum(fpi_length) "
+        "FROM w GROUP BY 1 ORDER BY 3 DESC",
+        2, NULL, v, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) bn_die("wal detail: %s", PQerrorMessage(c));
+    fprintf(stderr, "WAL per event by relation (%s .. %s):\n", lsn0, lsn1);
+    fprintf(stderr, "  %-52s %10s %10s %10s\n", "relation", "records", "bytes", "fpi bytes");
+    for (int i = 0; i < PQntuples(r); i++)
+        fprintf(stderr, "  %-52s %10.2f %10.1f %10.1f\n", PQgetvalue(r, i, 0),
+                atof(PQgetvalue(r, i, 1)) / per, atof(PQgetvalue(r, i, 2)) / per,
+                atof(PQgetvalue(r, i, 3)) / per);
+    PQclear(r);
+    PQfinish(c);
+}
+
 double bn_children_cpu(void) {
     struct rusage ru;
     getrusage(RUSAGE_CHILDREN, &ru);

@@ -155,6 +155,7 @@ void obx__audit(obx__audit_row *a, int64_t now, obx__actor actor, const char *wh
     a->claim_gen = r->claim_gen;
     obx__strlcpy(a->attempt_id, r->attempt_id, sizeof a->attempt_id);
     a->attempt_gen = r->attempt_gen;
+    a->seq = r->seq;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(a->reason, sizeof a->reason, fmt, ap);

@@ -620,6 +620,7 @@ static obx_err add_tx(obx__engine *e, void *arg) {
     }
     /* the event's envelope under a new slot key, the new frozen destination, a fresh slot */
     *slot = *ev;
+    slot->seq = 0; /* the store draws the slot's own (its audit row must not carry ev's) */
     slot->payload = NULL;
     slot->envelope_gen = 1;
     slot->env.envelope_gen = 1;

@@ -36,8 +36,10 @@
  * 5: PostgreSQL's inbox as SQL functions for consumers in any language (schema_v5.sql; SQLite
  *    unchanged);
  * 6: PostgreSQL's producer in fewer statements, no statistics trigger on event inserts
- *    (schema_v6.sql; SQLite unchanged) */
-#define OBX__SCHEMA_VERSION 6
+ *    (schema_v6.sql; SQLite unchanged);
+ * 7: PostgreSQL's audit writes as batches, no statistics triggers on the relay's updates and
+ *    receipts (schema_v7.sql; SQLite unchanged) */
+#define OBX__SCHEMA_VERSION 7
 
 #define OBX__ATTEMPT_ID_LEN 30 /* "att-" + ULID */
 #define OBX__OWNER_MAX OBX_TEXT_MAX
@@ -203,6 +205,11 @@ typedef struct obx__audit_row {
     char attempt_id[OBX__ATTEMPT_ID_LEN + 1];
     int32_t attempt_gen;
     char reason[OBX_TEXT_MAX + 1];
+    /* The named event's seq (obx__event_row.seq) when the writer has it, else 0. PostgreSQL
+     * files a batch of rows under the range of their seqs (schema_v7.sql), so a non-zero seq
+     * must be the named event's: a row filed under another event's seq is not found by
+     * load_audit. With any seq 0 the store looks them up. Not read back (load_audit: 0). */
+    int64_t seq;
 } obx__audit_row;
 
 /* ---- consumer side (inbox, docs/design.md, "Consumers and the inbox")

@@ -1626,10 +1626,11 @@ static void test_dispatch_plans(void **state) {
 /* ---- statistics and batch semantics
  * -------------------------------------------------------------- */
 
-static void check_stats_exact(fx *f) {
+/* The store's statistics equal what the tables hold (store s, its database through conn). */
+static void stats_exact(obx__store *s, PGconn *conn) {
     obx__store_stats st;
-    OK(f->s->m->read->stats(f->s, &st));
-    PGresult *r = PQexec(f->conn, "SELECT state, count(*) FROM obx.obx_event GROUP BY state");
+    OK(s->m->read->stats(s, &st));
+    PGresult *r = PQexec(conn, "SELECT state, count(*) FROM obx.obx_event GROUP BY state");
     int64_t want[OBX__ST_COUNT] = {0};
     for (int i = 0; i < PQntuples(r); i++)
         want[obx__state_parse(PQgetvalue(r, i, 0))] = strtoll(PQgetvalue(r, i, 1), NULL, 10);
@@ -1639,12 +1640,14 @@ static void check_stats_exact(fx *f) {
             fail_msg("stats %s: %lld, table says %lld", obx__state_name((obx__state)k),
                      (long long)st.by_state[k], (long long)want[k]);
     assert_int_equal(st.receipts_primary,
-                     qint(f->conn, "SELECT count(*) FROM obx.obx_receipt WHERE kind='PRIMARY'"));
+                     qint(conn, "SELECT count(*) FROM obx.obx_receipt WHERE kind='PRIMARY'"));
     assert_int_equal(st.receipts_duplicate,
-                     qint(f->conn, "SELECT count(*) FROM obx.obx_receipt WHERE kind='DUPLICATE'"));
+                     qint(conn, "SELECT count(*) FROM obx.obx_receipt WHERE kind='DUPLICATE'"));
     assert_int_equal(st.attempts_unknown,
-                     qint(f->conn, "SELECT count(*) FROM obx.obx_attempt WHERE state='UNKNOWN'"));
+                     qint(conn, "SELECT count(*) FROM obx.obx_attempt WHERE state='UNKNOWN'"));
 }
+
+static void check_stats_exact(fx *f) { stats_exact(f->s, f->conn); }
 
 static void test_stats_exact(void **state) {
     fx *f = *state;
@@ -1688,6 +1691,19 @@ static void test_stats_exact(void **state) {
             OK(obx__st_rollback(f->s));
         else
             OK(obx__st_commit(f->s));
+        check_stats_exact(f);
+    }
+    { /* an update that does not apply (stale claim_gen) is not counted, the other one is */
+        obx__event_row r2[2] = {load1(f->s, ids[1], 0), load1(f->s, ids[2], 0)};
+        obx__event_update u2[2] = {{&r2[0], r2[0].state, r2[0].claim_gen + 5},
+                                   {&r2[1], r2[1].state, r2[1].claim_gen}};
+        r2[0].state = r2[1].state = OBX__ST_PARKED;
+        bool ap[2];
+        OK(obx__st_begin(f->s));
+        OK(obx__st_update_events(f->s, u2, 2, ap));
+        OK(obx__st_commit(f->s));
+        assert_false(ap[0]);
+        assert_true(ap[1]);
         check_stats_exact(f);
     }
     obx__receipt_row rc = {.envelope_gen = 1, .kind = OBX__RK_PRIMARY};
@@ -1885,7 +1901,7 @@ static void test_write_set(void **state) {
                         .n_att = 2,
                         .au = &ad,
                         .n_au = 1};
-    long audit0 = (long)qint(f->conn, "SELECT count(*) FROM obx.obx_audit");
+    long audit0 = (long)qint(f->conn, "SELECT count(*) FROM obx.obx_audit_all");
     OK(obx__st_begin(f->s));
     OK(obx__st_write_set(f->s, &w));
     OK(obx__st_commit(f->s));
@@ -1900,7 +1916,7 @@ static void test_write_set(void **state) {
     assert_int_equal(got[0].state, OBX__AT_ACCEPTED);
     assert_string_equal(got[0].detail, "acked");
     free(got);
-    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_audit"), audit0 + 1);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_audit_all"), audit0 + 1);
     /* a missing attempt: named, and the connection is usable after the rollback */
     obx__attempt_row miss = a;
     strcpy(miss.attempt_id, "att-ws-missing");
@@ -1921,7 +1937,7 @@ static void test_write_set(void **state) {
     assert_int_not_equal(e, OBX_OK);
     assert_non_null(strstr(obx_errmsg(), "insert receipts"));
     OK(obx__st_rollback(f->s));
-    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_audit"), audit0 + 1);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_audit_all"), audit0 + 1);
     /* an update that no longer applies (x is SENDING now), and a primary receipt for y whose
      * slot is taken meanwhile would fail: the call reports the update (OBX_OK, applied false),
      * which the engine turns into its conflict and a rollback */
@@ -2004,8 +2020,9 @@ static void test_sql_enqueue_delivery_set(void **state) {
     assert_string_equal(PQgetvalue(r, 0, 0), sid);
     PQclear(r);
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_delivery_target"), 6);
-    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_audit WHERE from_state = 'NONE' "
-                                   "AND reason LIKE 'target % of delivery set %'"),
+    assert_int_equal(qint(f->conn,
+                          "SELECT count(*) FROM obx.obx_audit_all WHERE from_state = 'NONE' "
+                          "AND reason LIKE 'target % of delivery set %'"),
                      4);
     /* a delivery set is a frozen contract, also for the database owner */
     char st[6], msg[256];
@@ -2015,25 +2032,49 @@ static void test_sql_enqueue_delivery_set(void **state) {
     assert_string_equal(st, "OB001");
 }
 
+/* The embedded schema scripts by version (pg_store.c's migrations). */
+extern const char obx__pg_schema_v1[], obx__pg_schema_v2[], obx__pg_schema_v3[],
+    obx__pg_schema_v4[], obx__pg_schema_v5[], obx__pg_schema_v6[];
+
+/* A new database (its name into db[64], its URL into url[1200]) as `obx init` of schema version
+ * v left it, with one route of order.created.v2 to cluster local, topic orders, the routing
+ * key template and blind retry given. Returns the owner's connection (the caller PQfinish-es). */
+static PGconn *old_db(int v, const char *routing_key, bool blind, char *db, char *url) {
+    static const char *const scripts[] = {NULL,
+                                          obx__pg_schema_v1,
+                                          obx__pg_schema_v2,
+                                          obx__pg_schema_v3,
+                                          obx__pg_schema_v4,
+                                          obx__pg_schema_v5,
+                                          obx__pg_schema_v6};
+    assert_true(v >= 1 && v < (int)(sizeof scripts / sizeof scripts[0]));
+    assert_int_equal(new_db(db, NULL), 0);
+    db_url(db, "", url, 1200);
+    PGconn *c = connect_url(url);
+    char sql[640];
+    exec_ok(c, "BEGIN");
+    for (int i = 1; i <= v; i++) exec_ok(c, scripts[i]);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO obx.obx_meta (key, value) VALUES ('schema_version', '%d')", v);
+    exec_ok(c, sql);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, algorithm, "
+             "serializer, durability, required_acks, max_attempts, blind_retry, unordered, alias, "
+             "created_at) VALUES ('order.created.v2', 'local', 'orders', '%s', 'murmur2', 'raw', "
+             "'persistent', 'all', 8, %s, false, 'obx', 1)",
+             routing_key, blind ? "true" : "false");
+    exec_ok(c, sql);
+    exec_ok(c, "COMMIT");
+    return c;
+}
+
 /* A database made by schema version 1, with its least-privilege roles: `obx init` upgrades it in
  * place; the producer enqueues through the new wrapper (and only through it), the relay reads
  * the new tables, what was there stays. */
 static void test_upgrade_from_v1(void **state) {
     (void)state;
-    extern const char obx__pg_schema_v1[];
     char db[64], url[1200], pre[32], sql[512];
-    assert_int_equal(new_db(db, NULL), 0);
-    db_url(db, "", url, sizeof url);
-    PGconn *c = connect_url(url);
-    exec_ok(c, "BEGIN");
-    exec_ok(c, obx__pg_schema_v1);
-    exec_ok(c, "INSERT INTO obx.obx_meta (key, value) VALUES ('schema_version', '1')");
-    exec_ok(c, "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, algorithm, "
-               "serializer, durability, required_acks, max_attempts, blind_retry, unordered, "
-               "alias, created_at) VALUES ('order.created.v2', 'local', 'orders', "
-               "'{tenant}.{aggregate_type}.{aggregate_id}', 'murmur2', 'raw', 'persistent', "
-               "'all', 8, false, false, 'obx', 1)");
-    exec_ok(c, "COMMIT");
+    PGconn *c = old_db(1, "{tenant}.{aggregate_type}.{aggregate_id}", false, db, url);
     snprintf(pre, sizeof pre, "obxu%d", (int)getpid());
     snprintf(sql, sizeof sql, "SELECT obx.create_roles('%s')", pre); /* version 1's */
     exec_ok(c, sql);
@@ -2122,25 +2163,8 @@ static void test_upgrade_from_v1(void **state) {
  * statistics exact, and the producer role keeps its right to obx.enqueue(). */
 static void test_upgrade_v5_producer(void **state) {
     (void)state;
-    extern const char obx__pg_schema_v1[], obx__pg_schema_v2[], obx__pg_schema_v3[],
-        obx__pg_schema_v4[], obx__pg_schema_v5[];
     char db[64], url[1200], pre[32], sql[512], prod_url[1300];
-    assert_int_equal(new_db(db, NULL), 0);
-    db_url(db, "", url, sizeof url);
-    PGconn *c = connect_url(url);
-    exec_ok(c, "BEGIN");
-    exec_ok(c, obx__pg_schema_v1);
-    exec_ok(c, obx__pg_schema_v2);
-    exec_ok(c, obx__pg_schema_v3);
-    exec_ok(c, obx__pg_schema_v4);
-    exec_ok(c, obx__pg_schema_v5);
-    exec_ok(c, "INSERT INTO obx.obx_meta (key, value) VALUES ('schema_version', '5')");
-    exec_ok(c, "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, algorithm, "
-               "serializer, durability, required_acks, max_attempts, blind_retry, unordered, "
-               "alias, created_at) VALUES ('order.created.v2', 'local', 'orders', "
-               "'{tenant}.{aggregate_id}', 'murmur2', 'raw', 'persistent', 'all', 8, true, "
-               "false, 'obx', 1)");
-    exec_ok(c, "COMMIT");
+    PGconn *c = old_db(5, "{tenant}.{aggregate_id}", true, db, url);
     snprintf(pre, sizeof pre, "obxw%d", (int)getpid());
     snprintf(sql, sizeof sql, "SELECT obx.create_roles('%s')", pre); /* version 5's */
     exec_ok(c, sql);
@@ -2179,7 +2203,7 @@ static void test_upgrade_v5_producer(void **state) {
     assert_int_equal(found, 5);
     OK(obx_store_init(s));
     OK(obx_store_schema_version(s, &found, NULL));
-    assert_int_equal(found, 6);
+    assert_int_equal(found, OBX__SCHEMA_VERSION);
     assert_int_equal(qint(c, "SELECT count(*) FROM pg_trigger WHERE tgname = 'obx_event_inserted'"),
                      0);
     /* what was there stays */
@@ -2223,6 +2247,141 @@ static void test_upgrade_v5_producer(void **state) {
     PQfinish(c);
 }
 
+/* The audit trail of event `id` as load_audit returns it: "from>to" per row, joined by ' '. */
+static void trail(obx__store *s, const char *id, char *out, size_t cap) {
+    obx__audit_row *a;
+    size_t n;
+    OK(obx__st_load_audit(s, id, &a, &n));
+    out[0] = 0;
+    for (size_t i = 0; i < n; i++)
+        snprintf(out + strlen(out), cap - strlen(out), "%s%s>%s", i ? " " : "",
+                 obx__state_name(a[i].from), obx__state_name(a[i].to));
+    free(a);
+}
+
+/* A populated database at schema version 6, with the roles of version 6 and a relay audit row
+ * written the version 6 way (one obx_audit row per transition, statistics by trigger), is
+ * upgraded in place to version 7 (issue 19: audit batches, no statistics triggers on the
+ * relay's path): the triggers are gone; an event's trail reads its old rows and then the
+ * batches written after the upgrade, in order; the old relay role writes batches, moves
+ * events and inserts receipts with the statistics exact; the old auditor reads the batches;
+ * a relay role made after the upgrade writes them too. */
+static void test_upgrade_v6_audit(void **state) {
+    (void)state;
+    char db[64], url[1200], pre[32], sql[768], relay_url[1300], aud_url[1300], new_url[1300];
+    PGconn *c = old_db(6, "{aggregate_id}", true, db, url);
+    snprintf(pre, sizeof pre, "obxa%d", (int)getpid());
+    snprintf(sql, sizeof sql,
+             "SELECT obx.create_roles('%s'); CREATE ROLE %s_relay_login LOGIN IN ROLE %s_relay; "
+             "CREATE ROLE %s_auditor_login LOGIN IN ROLE %s_auditor",
+             pre, pre, pre, pre, pre); /* version 6's (version 4's function) */
+    exec_ok(c, sql);
+    char ids[3][64];
+    for (int i = 0; i < 3; i++) {
+        snprintf(sql, sizeof sql,
+                 "SELECT obx.enqueue('order.created.v2', 'order', 'o-%d', 1, 't', '\\x7b7d')", i);
+        PGresult *r = PQexec(c, sql);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("v6 enqueue: %s", PQerrorMessage(c));
+        snprintf(ids[i], sizeof ids[i], "%s", PQgetvalue(r, 0, 0));
+        PQclear(r);
+    }
+    /* version 6's relay: a claim of event 0 with its audit row, counted by the update trigger */
+    snprintf(sql, sizeof sql,
+             "BEGIN; UPDATE obx.obx_event SET state = 'CLAIMED', claim_gen = 1, owner = 'r6', "
+             "lease_until = 9000000000000000 WHERE event_id = '%s'; INSERT INTO obx.obx_audit "
+             "(at, actor, who, event_id, envelope_gen, from_state, to_state, claim_gen, "
+             "attempt_id, attempt_gen, reason) VALUES (2, 'dispatcher', 'r6', '%s', 1, "
+             "'PENDING', 'CLAIMED', 1, '', 0, 'claimed'); COMMIT",
+             ids[0], ids[0]);
+    exec_ok(c, sql);
+    /* the upgrade */
+    obx_store *s;
+    OK(obx_store_open(url, &s));
+    int found = 0;
+    OK(obx_store_init(s));
+    OK(obx_store_schema_version(s, &found, NULL));
+    assert_int_equal(found, OBX__SCHEMA_VERSION);
+    assert_int_equal(qint(c, "SELECT count(*) FROM pg_trigger WHERE tgname IN "
+                             "('obx_event_updated', 'obx_receipt_inserted')"),
+                     0);
+    stats_exact(s, c);
+    char got[256];
+    trail(s, ids[0], got, sizeof got);
+    assert_string_equal(got, "NONE>PENDING PENDING>CLAIMED");
+    /* the relay role of version 6 moves event 0 on and claims 1 and 2: one batch */
+    char extra[128];
+    snprintf(extra, sizeof extra, "user=%s_relay_login", pre);
+    db_url(db, extra, relay_url, sizeof relay_url);
+    obx_store *rs;
+    OK(obx_store_open(relay_url, &rs));
+    obx__event_row rows[3];
+    obx__event_update u[3];
+    obx__audit_row au[3];
+    bool applied[3];
+    for (int i = 0; i < 3; i++) {
+        rows[i] = load1(rs, ids[i], 0);
+        u[i] = (obx__event_update){&rows[i], rows[i].state, rows[i].claim_gen};
+        obx__state from = rows[i].state;
+        rows[i].state = from == OBX__ST_CLAIMED ? OBX__ST_SENDING : OBX__ST_CLAIMED;
+        rows[i].claim_gen++;
+        au[i] = (obx__audit_row){.at = 3,
+                                 .actor = OBX__ACT_DISPATCHER,
+                                 .envelope_gen = 1,
+                                 .from = from,
+                                 .to = rows[i].state,
+                                 .claim_gen = rows[i].claim_gen};
+        strcpy(au[i].who, "r7");
+        strcpy(au[i].event_id, ids[i]);
+        strcpy(au[i].reason, "moved after the upgrade");
+        au[i].seq = rows[i].seq; /* filed under the seqs given */
+    }
+    OK(obx__st_begin(rs));
+    OK(obx__st_update_events(rs, u, 3, applied));
+    OK(obx__st_insert_audit(rs, au, 3));
+    obx__receipt_row rc = {.envelope_gen = 1, .kind = OBX__RK_PRIMARY, .offset = 1};
+    strcpy(rc.event_id, ids[0]);
+    OK(obx__st_insert_receipts(rs, &rc, 1));
+    OK(obx__st_commit(rs));
+    assert_true(applied[0] && applied[1] && applied[2]);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_audit_batch"), 1);
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM obx.obx_audit_batch WHERE seqs = int8range(%lld, %lld, '[]')",
+             (long long)rows[0].seq, (long long)rows[2].seq);
+    assert_int_equal(qint(c, sql), 1);
+    stats_exact(s, c);
+    trail(s, ids[0], got, sizeof got);
+    assert_string_equal(got, "NONE>PENDING PENDING>CLAIMED CLAIMED>SENDING");
+    trail(s, ids[2], got, sizeof got);
+    assert_string_equal(got, "NONE>PENDING PENDING>CLAIMED");
+    obx_store_close(rs);
+    /* the auditor of version 6 reads every row */
+    snprintf(extra, sizeof extra, "user=%s_auditor_login", pre);
+    db_url(db, extra, aud_url, sizeof aud_url);
+    PGconn *a = connect_url(aud_url);
+    assert_int_equal(qint(a, "SELECT count(*) FROM obx.obx_audit_all"), 3 + 1 + 3);
+    PQfinish(a);
+    /* roles made after the upgrade: the relay writes batches */
+    snprintf(sql, sizeof sql,
+             "SELECT obx.create_roles('%sn'); CREATE ROLE %sn_relay_login LOGIN IN ROLE "
+             "%sn_relay",
+             pre, pre, pre);
+    exec_ok(c, sql);
+    snprintf(extra, sizeof extra, "user=%sn_relay_login", pre);
+    db_url(db, extra, new_url, sizeof new_url);
+    OK(obx_store_open(new_url, &rs));
+    au[1].from = OBX__ST_CLAIMED;
+    au[1].seq = 0; /* looked up */
+    strcpy(au[1].reason, "a stale report, refused");
+    OK(obx__st_begin(rs));
+    OK(obx__st_insert_audit(rs, &au[1], 1));
+    OK(obx__st_commit(rs));
+    obx_store_close(rs);
+    trail(s, ids[1], got, sizeof got);
+    assert_string_equal(got, "NONE>PENDING PENDING>CLAIMED CLAIMED>CLAIMED");
+    obx_store_close(s);
+    PQfinish(c);
+}
+
 /* A populated database at schema version 3, with the least-privilege roles of version 3, is
  * upgraded in place to version 4: a route made without blind retry keeps what it froze (now
  * called the UNKNOWN policy "hold"), receipts say they came from the broker, old consume
@@ -2230,22 +2389,8 @@ static void test_upgrade_v5_producer(void **state) {
  * cluster. */
 static void test_upgrade_v3_unknown_policy(void **state) {
     (void)state;
-    extern const char obx__pg_schema_v1[], obx__pg_schema_v2[], obx__pg_schema_v3[];
     char db[64], url[1200], pre[32], sql[512], relay_url[1300];
-    assert_int_equal(new_db(db, NULL), 0);
-    db_url(db, "", url, sizeof url);
-    PGconn *c = connect_url(url);
-    exec_ok(c, "BEGIN");
-    exec_ok(c, obx__pg_schema_v1);
-    exec_ok(c, obx__pg_schema_v2);
-    exec_ok(c, obx__pg_schema_v3);
-    exec_ok(c, "INSERT INTO obx.obx_meta (key, value) VALUES ('schema_version', '3')");
-    exec_ok(c, "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, algorithm, "
-               "serializer, durability, required_acks, max_attempts, blind_retry, unordered, "
-               "alias, created_at) VALUES ('order.created.v2', 'local', 'orders', "
-               "'{aggregate_id}', 'murmur2', 'raw', 'persistent', 'all', 8, false, false, 'obx', "
-               "1)");
-    exec_ok(c, "COMMIT");
+    PGconn *c = old_db(3, "{aggregate_id}", false, db, url);
     snprintf(pre, sizeof pre, "obxv%d", (int)getpid());
     snprintf(sql, sizeof sql, "SELECT obx.create_roles('%s')", pre); /* version 3's */
     exec_ok(c, sql);
@@ -2324,21 +2469,8 @@ static void test_upgrade_v3_unknown_policy(void **state) {
  * state = 'UNKNOWN' made every outcome update write all three indexes of obx_attempt. */
 static void test_upgrade_v2_attempts_hot(void **state) {
     (void)state;
-    extern const char obx__pg_schema_v1[], obx__pg_schema_v2[];
     char db[64], url[1200];
-    assert_int_equal(new_db(db, NULL), 0);
-    db_url(db, "", url, sizeof url);
-    PGconn *c = connect_url(url);
-    exec_ok(c, "BEGIN");
-    exec_ok(c, obx__pg_schema_v1);
-    exec_ok(c, obx__pg_schema_v2);
-    exec_ok(c, "INSERT INTO obx.obx_meta (key, value) VALUES ('schema_version', '2')");
-    exec_ok(c, "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, algorithm, "
-               "serializer, durability, required_acks, max_attempts, blind_retry, unordered, "
-               "alias, created_at) VALUES ('order.created.v2', 'local', 'orders', "
-               "'{aggregate_id}', 'murmur2', 'raw', 'persistent', 'all', 8, false, false, 'obx', "
-               "1)");
-    exec_ok(c, "COMMIT");
+    PGconn *c = old_db(2, "{aggregate_id}", false, db, url);
     PGresult *r = PQexec(c, "SELECT obx.enqueue('order.created.v2', 'order', 'o-1', 1, 't', "
                             "'\\x7b7d')");
     if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("v2 enqueue: %s", PQerrorMessage(c));
@@ -2499,6 +2631,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_upgrade_v2_attempts_hot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v3_unknown_policy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v5_producer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upgrade_v6_audit, setup, teardown),
     };
     failed += cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
     /* the engine's fault suite (docs/design.md, "Tests per fault") on this store */

@@ -57,6 +57,7 @@ extern const char obx__pg_schema_v3[];
 extern const char obx__pg_schema_v4[];
 extern const char obx__pg_schema_v5[];
 extern const char obx__pg_schema_v6[];
+extern const char obx__pg_schema_v7[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -65,7 +66,8 @@ static const char *const migrations[] = {NULL,
                                          obx__pg_schema_v3,
                                          obx__pg_schema_v4,
                                          obx__pg_schema_v5,
-                                         obx__pg_schema_v6};
+                                         obx__pg_schema_v6,
+                                         obx__pg_schema_v7};
 
 /* Advisory lock class IDs ("OBX" and "OBY"): the two-key form keeps obx's locks apart from an
  * application's single-bigint advisory locks. */
@@ -103,6 +105,7 @@ enum {
     Q_INS_RCPT,
     Q_LOAD_RCPT,
     Q_INS_AUDIT,
+    Q_INS_AUDIT_FIND,
     Q_LOAD_AUDIT,
     Q_COUNTER_ADD,
     Q_COUNTER_GET,
@@ -276,6 +279,12 @@ typedef struct pg_store {
 /* The statistics delta of the events a statement inserts (CTE `ev` returning their state):
  * since schema version 6 no trigger counts inserts, every inserting statement does
  * (schema_v6.sql). */
+/* The statistics delta of a statement that moves events between states or inserts receipts
+ * (CTE `st`, one row, to be joined): since schema version 7 no trigger counts them
+ * (schema_v7.sql). */
+#define STAT_MOVES(minus, plus, from)                                                              \
+    "st AS (SELECT obx._stat_moves(" minus ", " plus ") AS x FROM " from ")"
+
 #define STAT_INSERTED                                                                              \
     "st AS (INSERT INTO obx.obx_stat_delta (key, n) SELECT 'state:' || state, count(*) FROM ev "   \
     "GROUP BY state)"
@@ -376,7 +385,7 @@ static const char *const sql_text[Q_COUNT] = {
        it, never skip it */
     [Q_LOAD_LOCK] = LOAD(" FOR UPDATE OF e"),
     [Q_UPD_EVENTS] =
-        "UPDATE obx.obx_event e SET envelope_gen = u.envelope_gen, state = u.state, "
+        "WITH up AS (UPDATE obx.obx_event e SET envelope_gen = u.envelope_gen, state = u.state, "
         "claim_gen = u.claim_gen, owner = u.owner, lease_until = u.lease_until, "
         "attempt_gen = u.attempt_gen, attempt_id = u.attempt_id, "
         "pinned_partition = u.pinned_partition, rejections = u.rejections, "
@@ -393,7 +402,9 @@ static const char *const sql_text[Q_COUNT] = {
         "published_at, updated_at, order_key, dest_cluster, expect_state, expect_claim_gen, "
         "held_at, ord) "
         "WHERE e.event_id = u.event_id AND e.state = u.expect_state "
-        "AND e.claim_gen = u.expect_claim_gen RETURNING u.ord",
+        "AND e.claim_gen = u.expect_claim_gen RETURNING u.ord, u.expect_state, "
+        "u.state), " STAT_MOVES("array_agg('state:' || expect_state)",
+                                "array_agg('state:' || state)", "up") " SELECT up.ord FROM up, st",
     [Q_INS_ATT] = "INSERT INTO obx.obx_attempt (" ATT_COLS ") SELECT " ATT_COLS
                   " FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::bigint[], "
                   "$6::text[], $7::text[], $8::int[], $9::text[], $10::bigint[], $11::bigint[], "
@@ -412,30 +423,69 @@ static const char *const sql_text[Q_COUNT] = {
                    "a.attempt_id = k.id ORDER BY k.ord",
     [Q_LOAD_ATT_EVENT] = "SELECT " ATT_COLS " FROM obx.obx_attempt WHERE event_id = $1::text "
                          "ORDER BY started_at, attempt_gen, attempt_id",
-    [Q_INS_RCPT] = "INSERT INTO obx.obx_receipt (event_id, envelope_gen, attempt_id, kind, "
-                   "cluster, topic, partition, \"offset\", broker_ts, payload_digest, "
-                   "dest_digest, reason, detail, created_at, source) "
-                   "SELECT event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, "
-                   "off, broker_ts, payload_digest, dest_digest, reason, detail, created_at, "
-                   "source FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], "
-                   "$5::text[], $6::text[], $7::int[], $8::bigint[], $9::bigint[], $10::text[], "
-                   "$11::text[], $12::text[], $13::text[], $14::bigint[], $15::text[]) WITH "
-                   "ORDINALITY AS t(event_id, envelope_gen, attempt_id, kind, cluster, topic, "
-                   "partition, off, broker_ts, payload_digest, dest_digest, reason, detail, "
-                   "created_at, source, ord) ORDER BY ord",
+    [Q_INS_RCPT] =
+        "WITH t AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::int[], $3::text[], "
+        "$4::text[], "
+        "$5::text[], $6::text[], $7::int[], $8::bigint[], $9::bigint[], $10::text[], "
+        "$11::text[], $12::text[], $13::text[], $14::bigint[], $15::text[]) WITH "
+        "ORDINALITY AS t(event_id, envelope_gen, attempt_id, kind, cluster, topic, "
+        "partition, off, broker_ts, payload_digest, dest_digest, reason, detail, "
+        "created_at, source, ord)), " STAT_MOVES(
+            "NULL::text[]", "array_agg('receipt:' || kind)",
+            "t") " INSERT INTO obx.obx_receipt (event_id, envelope_gen, attempt_id, kind, "
+                 "cluster, topic, partition, \"offset\", broker_ts, payload_digest, "
+                 "dest_digest, reason, detail, created_at, source) "
+                 "SELECT event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, "
+                 "off, broker_ts, payload_digest, dest_digest, reason, detail, created_at, "
+                 "source FROM t, st ORDER BY ord",
     [Q_LOAD_RCPT] = "SELECT " RCPT_COLS " FROM obx.obx_receipt WHERE event_id = $1::text "
                     "ORDER BY receipt_id",
-    [Q_INS_AUDIT] = "INSERT INTO obx.obx_audit (at, actor, who, event_id, envelope_gen, "
-                    "from_state, to_state, claim_gen, attempt_id, attempt_gen, reason) "
-                    "SELECT at, actor, who, event_id, envelope_gen, from_state, to_state, "
-                    "claim_gen, attempt_id, attempt_gen, reason FROM unnest($1::bigint[], "
+    /* One obx_audit_batch row (schema_v7.sql), the arrays as given, filed under the range of
+     * the rows' seqs ($12, $13; every row's seq known). */
+    [Q_INS_AUDIT] = "INSERT INTO obx.obx_audit_batch (seqs, at, actor, who, event_id, "
+                    "envelope_gen, from_state, to_state, claim_gen, attempt_id, attempt_gen, "
+                    "reason) VALUES (int8range($12::bigint, $13::bigint, '[]'), $1::bigint[], "
                     "$2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::text[], "
-                    "$8::bigint[], $9::text[], $10::int[], $11::text[]) WITH ORDINALITY AS t(at, "
-                    "actor, who, event_id, envelope_gen, from_state, to_state, claim_gen, "
-                    "attempt_id, attempt_gen, reason, ord) ORDER BY ord",
+                    "$8::bigint[], $9::text[], $10::int[], $11::text[])",
+    /* The same when some seq is not known: looked up; a row whose event does not exist (none
+     * is expected) becomes an obx_audit row. */
+    [Q_INS_AUDIT_FIND] =
+        "WITH t AS MATERIALIZED (SELECT t.*, e.seq FROM unnest($1::bigint[], "
+        "$2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::text[], "
+        "$8::bigint[], $9::text[], $10::int[], $11::text[]) WITH ORDINALITY AS t(at, "
+        "actor, who, event_id, envelope_gen, from_state, to_state, claim_gen, "
+        "attempt_id, attempt_gen, reason, ord) LEFT JOIN obx.obx_event e ON "
+        "e.event_id = t.event_id), b AS (INSERT INTO obx.obx_audit_batch (seqs, "
+        "at, actor, who, event_id, envelope_gen, from_state, to_state, claim_gen, "
+        "attempt_id, attempt_gen, reason) SELECT int8range(min(seq), max(seq), '[]'), "
+        "array_agg(at ORDER BY ord), array_agg(actor ORDER BY ord), "
+        "array_agg(who ORDER BY ord), array_agg(event_id ORDER BY ord), "
+        "array_agg(envelope_gen ORDER BY ord), array_agg(from_state ORDER BY ord), "
+        "array_agg(to_state ORDER BY ord), array_agg(claim_gen ORDER BY ord), "
+        "array_agg(attempt_id ORDER BY ord), array_agg(attempt_gen ORDER BY ord), "
+        "array_agg(reason ORDER BY ord) FROM t WHERE seq IS NOT NULL "
+        "HAVING count(*) > 0) "
+        "INSERT INTO obx.obx_audit (at, actor, who, event_id, envelope_gen, "
+        "from_state, to_state, claim_gen, attempt_id, attempt_gen, reason) "
+        "SELECT at, actor, who, event_id, envelope_gen, from_state, to_state, "
+        "claim_gen, attempt_id, attempt_gen, reason FROM t WHERE seq IS NULL "
+        "ORDER BY ord",
+    /* An event's rows of both tables in the order written (schema_v7.sql): its batches are
+     * those whose seq range holds its seq (GiST) and whose event IDs name it. */
     [Q_LOAD_AUDIT] = "SELECT at, actor, who, event_id, envelope_gen, from_state, to_state, "
-                     "claim_gen, attempt_id, attempt_gen, reason FROM obx.obx_audit "
-                     "WHERE event_id = $1::text ORDER BY audit_id",
+                     "claim_gen, attempt_id, attempt_gen, reason FROM (SELECT audit_id, "
+                     "1::bigint AS ord, at, actor, who, event_id, envelope_gen, from_state, "
+                     "to_state, claim_gen, attempt_id, attempt_gen, reason FROM obx.obx_audit "
+                     "WHERE event_id = $1::text UNION ALL SELECT b.audit_id, u.ord, u.at, "
+                     "u.actor, u.who, u.event_id, u.envelope_gen, u.from_state, u.to_state, "
+                     "u.claim_gen, u.attempt_id, u.attempt_gen, u.reason FROM obx.obx_event e "
+                     "JOIN obx.obx_audit_batch b ON b.seqs @> e.seq AND $1::text = ANY "
+                     "(b.event_id) CROSS JOIN LATERAL unnest(b.at, b.actor, b.who, b.event_id, "
+                     "b.envelope_gen, b.from_state, b.to_state, b.claim_gen, b.attempt_id, "
+                     "b.attempt_gen, b.reason) WITH ORDINALITY AS u(at, actor, who, event_id, "
+                     "envelope_gen, from_state, to_state, claim_gen, attempt_id, attempt_gen, "
+                     "reason, ord) WHERE e.event_id = $1::text AND u.event_id = $1::text) x "
+                     "ORDER BY audit_id, ord",
     [Q_COUNTER_ADD] = "INSERT INTO obx.obx_counter AS c (name, value) VALUES ($1::text, "
                       "$2::bigint) ON CONFLICT (name) DO UPDATE SET value = c.value + "
                       "EXCLUDED.value",
@@ -2019,8 +2069,9 @@ static obx_err pg_load_receipts(obx__store *base, const char *event_id, obx__rec
     return e;
 }
 
-/* The parameters of Q_INS_AUDIT. */
-static void build_insert_audit(params *p, const obx__audit_row *a, size_t n) {
+/* The parameters of Q_INS_AUDIT, or of Q_INS_AUDIT_FIND when some row's seq is not known;
+ * returns which. */
+static int build_insert_audit(params *p, const obx__audit_row *a, size_t n) {
     ARR_INT(p, n, a[i].at);
     ARR_TEXT(p, n, obx__actor_name(a[i].actor));
     ARR_TEXT(p, n, a[i].who);
@@ -2032,14 +2083,23 @@ static void build_insert_audit(params *p, const obx__audit_row *a, size_t n) {
     ARR_TEXT(p, n, a[i].attempt_id);
     ARR_INT(p, n, a[i].attempt_gen);
     ARR_TEXT(p, n, a[i].reason);
+    int64_t lo = 0, hi = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (a[i].seq <= 0) return Q_INS_AUDIT_FIND;
+        if (!i || a[i].seq < lo) lo = a[i].seq;
+        if (!i || a[i].seq > hi) hi = a[i].seq;
+    }
+    p_int(p, lo);
+    p_int(p, hi);
+    return Q_INS_AUDIT;
 }
 
 static obx_err pg_insert_audit(obx__store *base, const obx__audit_row *a, size_t n) {
     pg_store *s = (pg_store *)base;
     params p;
     p_init(&p);
-    build_insert_audit(&p, a, n);
-    obx_err e = run(s, Q_INS_AUDIT, &p, PGRES_COMMAND_OK, NULL, "insert audit");
+    int q = build_insert_audit(&p, a, n);
+    obx_err e = run(s, q, &p, PGRES_COMMAND_OK, NULL, "insert audit");
     p_free(&p);
     return e;
 }
@@ -2158,7 +2218,7 @@ static obx_err pg_write_set(obx__store *base, const obx__write_set *w) {
     if (!e && w->n_au) {
         ws_stmt *x = &st[ns++];
         *x = (ws_stmt){Q_INS_AUDIT, WS_PLAIN, 0, w->n_au, "insert audit", PGRES_COMMAND_OK};
-        build_insert_audit(&x->p, w->au, w->n_au);
+        x->id = build_insert_audit(&x->p, w->au, w->n_au);
     }
     if (!e) e = ws_run(s, st, ns, w);
     for (size_t i = 0; st && i < ns; i++) p_free(&st[i].p);
