@@ -70,6 +70,11 @@ void bn_pg_lsn(char *buf, size_t cap);
  * bytes written between lsn0 and lsn1 divided by `per` (pg_walinspect; the extension is
  * created in that database). Without the variable it does nothing. */
 void bn_pg_wal_detail(const char *url, const char *lsn0, const char *lsn1, double per);
+/* With OBX_BENCH_WAL_DETAIL set and pg_stat_statements loaded by the server: bn_pg_stmt_reset
+ * forgets the statements so far, bn_pg_stmt_detail prints the server's execution time per
+ * statement since then divided by `per` (microseconds), largest first. */
+void bn_pg_stmt_reset(void);
+void bn_pg_stmt_detail(double per);
 /* CPU seconds the RabbitMQ node of $OBX_TEST_RABBIT_DIR (its pid file) has used so far; 0 when
  * unknown. */
 double bn_rabbit_cpu(void);

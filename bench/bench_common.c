@@ -386,6 +386,30 @@ void bn_pg_wal_detail(const char *url, const char *lsn0, const char *lsn1, doubl
     PQfinish(c);
 }
 
+void bn_pg_stmt_reset(void) {
+    if (!getenv("OBX_BENCH_WAL_DETAIL")) return;
+    PGconn *c = bn_pg_connect(bn_pg_base());
+    PQclear(PQexec(c, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"));
+    PQclear(PQexec(c, "SELECT pg_stat_statements_reset()"));
+    PQfinish(c);
+}
+
+void bn_pg_stmt_detail(double per) {
+    if (!getenv("OBX_BENCH_WAL_DETAIL") || per <= 0) return;
+    PGconn *c = bn_pg_connect(bn_pg_base());
+    PGresult *r = PQexec(c, "SELECT calls, total_exec_time, left(regexp_replace(query, "
+                            "'\\s+', ' ', 'g'), 90) FROM pg_stat_statements WHERE "
+                            "total_exec_time > 0 ORDER BY total_exec_time DESC LIMIT 15");
+    if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+        fprintf(stderr, "server execution time per event by statement (pg_stat_statements):\n");
+        for (int i = 0; i < PQntuples(r); i++)
+            fprintf(stderr, "  %8.1f us %8s calls  %s\n", atof(PQgetvalue(r, i, 1)) * 1000.0 / per,
+                    PQgetvalue(r, i, 0), PQgetvalue(r, i, 2));
+    }
+    PQclear(r);
+    PQfinish(c);
+}
+
 double bn_children_cpu(void) {
     struct rusage ru;
     getrusage(RUSAGE_CHILDREN, &ru);

@@ -70,6 +70,7 @@ static void run_pg_relay(const char *url, const char *broker, const char *id, re
     double pg0 = bn_pg_server_cpu(), w0 = bn_pg_wal();
     char lsn0[64], lsn1[64];
     bn_pg_lsn(lsn0, sizeof lsn0);
+    bn_pg_stmt_reset();
     bn_relay_start(&p, dir, id, url, broker, sets);
     double t_done = bn_pg_wait_published(c, before + n_events, p.pid, 1800);
     double cpu = 0, pg_cpu = bn_pg_server_cpu() - pg0, wal = bn_pg_wal() - w0;
@@ -78,6 +79,7 @@ static void run_pg_relay(const char *url, const char *broker, const char *id, re
     bn_proc_stop(&p);
     bn_pg_lsn(lsn1, sizeof lsn1);
     if (t_done < 0) bn_die("%s: the relay did not publish everything (log %s)", id, p.log);
+    bn_pg_stmt_detail((double)n_events);
     bn_pg_wal_detail(url, lsn0, lsn1, (double)n_events);
     long long pub = 0, prim = 0;
     bn_pg_counts(c, &pub, &prim);
