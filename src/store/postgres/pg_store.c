@@ -279,11 +279,15 @@ typedef struct pg_store {
 /* The statistics delta of the events a statement inserts (CTE `ev` returning their state):
  * since schema version 6 no trigger counts inserts, every inserting statement does
  * (schema_v6.sql). */
-/* The statistics delta of a statement that moves events between states or inserts receipts
- * (CTE `st`, one row, to be joined): since schema version 7 no trigger counts them
- * (schema_v7.sql). */
-#define STAT_MOVES(minus, plus, from)                                                              \
-    "st AS (SELECT obx._stat_moves(" minus ", " plus ") AS x FROM " from ")"
+/* The statistics delta of a statement that moves events between states or inserts receipts:
+ * since schema version 7 no trigger counts them (schema_v7.sql). `moves` is a query of (k, d)
+ * rows, one per key a row leaves (-1) or enters (+1); CTE `st` appends their net per key, CTE
+ * `cp` (to be LEFT JOINed, one row) compacts the deltas in one statement of 256, as the
+ * triggers did. */
+#define STAT_DELTA(moves)                                                                          \
+    "st AS (INSERT INTO obx.obx_stat_delta (key, n) SELECT k, sum(d) FROM (" moves ") x "          \
+    "GROUP BY k HAVING sum(d) <> 0), cp AS MATERIALIZED (SELECT CASE WHEN random() < 1.0 / 256 "   \
+    "THEN obx._compact_stats()::text END AS c)"
 
 #define STAT_INSERTED                                                                              \
     "st AS (INSERT INTO obx.obx_stat_delta (key, n) SELECT 'state:' || state, count(*) FROM ev "   \
@@ -403,8 +407,9 @@ static const char *const sql_text[Q_COUNT] = {
         "held_at, ord) "
         "WHERE e.event_id = u.event_id AND e.state = u.expect_state "
         "AND e.claim_gen = u.expect_claim_gen RETURNING u.ord, u.expect_state, "
-        "u.state), " STAT_MOVES("array_agg('state:' || expect_state)",
-                                "array_agg('state:' || state)", "up") " SELECT up.ord FROM up, st",
+        "u.state), " STAT_DELTA(
+            "SELECT 'state:' || expect_state AS k, -1 AS d FROM up UNION ALL "
+            "SELECT 'state:' || state, 1 FROM up") " SELECT up.ord FROM up LEFT JOIN cp ON true",
     [Q_INS_ATT] = "INSERT INTO obx.obx_attempt (" ATT_COLS ") SELECT " ATT_COLS
                   " FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::bigint[], "
                   "$6::text[], $7::text[], $8::int[], $9::text[], $10::bigint[], $11::bigint[], "
@@ -430,14 +435,23 @@ static const char *const sql_text[Q_COUNT] = {
         "$11::text[], $12::text[], $13::text[], $14::bigint[], $15::text[]) WITH "
         "ORDINALITY AS t(event_id, envelope_gen, attempt_id, kind, cluster, topic, "
         "partition, off, broker_ts, payload_digest, dest_digest, reason, detail, "
-        "created_at, source, ord)), " STAT_MOVES(
-            "NULL::text[]", "array_agg('receipt:' || kind)",
-            "t") " INSERT INTO obx.obx_receipt (event_id, envelope_gen, attempt_id, kind, "
-                 "cluster, topic, partition, \"offset\", broker_ts, payload_digest, "
-                 "dest_digest, reason, detail, created_at, source) "
-                 "SELECT event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, "
-                 "off, broker_ts, payload_digest, dest_digest, reason, detail, created_at, "
-                 "source FROM t, st ORDER BY ord",
+        "created_at, source, ord)), " STAT_DELTA(
+            "SELECT 'receipt:' || kind AS k, 1 AS d FROM t") " INSERT INTO obx.obx_receipt "
+                                                             "(event_id, envelope_gen, attempt_id, "
+                                                             "kind, "
+                                                             "cluster, topic, partition, "
+                                                             "\"offset\", broker_ts, "
+                                                             "payload_digest, "
+                                                             "dest_digest, reason, detail, "
+                                                             "created_at, source) "
+                                                             "SELECT event_id, envelope_gen, "
+                                                             "attempt_id, kind, cluster, topic, "
+                                                             "partition, "
+                                                             "off, broker_ts, payload_digest, "
+                                                             "dest_digest, reason, detail, "
+                                                             "created_at, "
+                                                             "source FROM t LEFT JOIN cp ON true "
+                                                             "ORDER BY ord",
     [Q_LOAD_RCPT] = "SELECT " RCPT_COLS " FROM obx.obx_receipt WHERE event_id = $1::text "
                     "ORDER BY receipt_id",
     /* One obx_audit_batch row (schema_v7.sql), the arrays as given, filed under the range of

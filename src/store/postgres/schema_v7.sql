@@ -20,9 +20,9 @@
 --   * Statistics without triggers on the relay's path. Version 1's statement triggers on
 --     obx_event updates and obx_receipt inserts (PL/pgSQL over transition tables, which copy
 --     every changed row) are dropped; the only statements that change an event's state or
---     insert receipts (pg_store.c's Q_UPD_EVENTS and Q_INS_RCPT) pass their moves to
---     obx._stat_moves() in the same statement, which appends the net delta per key and compacts
---     now and then, as the trigger did. The counts stay exact: the delta commits or rolls back
+--     insert receipts (pg_store.c's Q_UPD_EVENTS and Q_INS_RCPT) append the net delta per key
+--     themselves (a data-modifying CTE) and compact now and then, as the triggers did; so the
+--     roles that move events may insert into obx_stat_delta and run obx._compact_stats(). The counts stay exact: the delta commits or rolls back
 --     with the rows it counts (test_store_pg's check_stats_exact compares them with count(*)
 --     after the relay's moves). Anyone changing obx_event.state or inserting receipts by hand
 --     (no obx role may) must add the delta too (docs/postgres.md). Receipt deletes and
@@ -32,23 +32,6 @@ DROP TRIGGER obx_event_updated ON obx.obx_event;
 DROP FUNCTION obx._event_updated();
 DROP TRIGGER obx_receipt_inserted ON obx.obx_receipt;
 DROP FUNCTION obx._receipt_inserted();
-
--- The statistics delta of one statement: -1 for each key in `minus`, +1 for each in `plus`
--- (keys 'state:<STATE>', 'receipt:<KIND>'; NULLs ignored), netted per key. Returns 0 so that a
--- statement can join it. SECURITY DEFINER: the relay role cannot write obx_stat_delta itself.
-CREATE FUNCTION obx._stat_moves(minus text[], plus text[]) RETURNS integer LANGUAGE plpgsql
-VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    INSERT INTO obx.obx_stat_delta (key, n)
-    SELECT k, sum(d) FROM (SELECT unnest(minus) AS k, -1 AS d
-                           UNION ALL SELECT unnest(plus), 1) x
-     WHERE k IS NOT NULL GROUP BY k HAVING sum(d) <> 0;
-    IF random() < 1.0 / 256 THEN
-        PERFORM obx._compact_stats();
-    END IF;
-    RETURN 0;
-END $$;
-REVOKE ALL ON FUNCTION obx._stat_moves(text[], text[]) FROM PUBLIC;
 
 -- One row per audit write of the obx library: element i of every array is one transition
 -- (obx_audit's columns), in the order written. seqs covers the seq of every event named.
@@ -119,13 +102,14 @@ BEGIN
     EXECUTE format('GRANT SELECT, INSERT ON obx.obx_audit_batch TO %I', r);
     EXECUTE format('GRANT SELECT ON obx.obx_audit_all TO %I, %I', r, a);
     EXECUTE format('GRANT USAGE ON SEQUENCE obx.obx_audit_audit_id_seq TO %I', r);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION obx._stat_moves(text[], text[]) TO %I', r);
+    EXECUTE format('GRANT INSERT ON obx.obx_stat_delta TO %I', r);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION obx._compact_stats() TO %I', r);
     EXECUTE format('GRANT SELECT ON obx.obx_audit_batch TO %I', a);
 END $$;
 REVOKE ALL ON FUNCTION obx.create_roles(text) FROM PUBLIC;
 
 -- Roles created under earlier versions: whoever may write audit rows writes batches and the
--- statistics of its moves; whoever reads audit rows reads batches.
+-- statistics delta of its moves; whoever reads audit rows reads batches.
 DO $$
 DECLARE
     g record;
@@ -137,7 +121,8 @@ BEGIN
         IF g.p = 'INSERT' THEN
             EXECUTE format('GRANT INSERT ON obx.obx_audit_batch TO %s', g.r);
             EXECUTE format('GRANT USAGE ON SEQUENCE obx.obx_audit_audit_id_seq TO %s', g.r);
-            EXECUTE format('GRANT EXECUTE ON FUNCTION obx._stat_moves(text[], text[]) TO %s', g.r);
+            EXECUTE format('GRANT INSERT ON obx.obx_stat_delta TO %s', g.r);
+            EXECUTE format('GRANT EXECUTE ON FUNCTION obx._compact_stats() TO %s', g.r);
         ELSE
             EXECUTE format('GRANT SELECT ON obx.obx_audit_batch, obx.obx_audit_all TO %s', g.r);
         END IF;
