@@ -46,6 +46,8 @@ double bn_sql_d(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2
  * BN_CLUSTER, topic). Its URL goes to url. */
 void bn_pg_fresh(const char *name, const char *topic, char *url, size_t cap);
 void bn_pg_drop(const char *name);
+/* A new empty database `name` (dropped first if it exists); no schema. */
+void bn_pg_create(const char *name);
 /* DROP DATABASE dst (if it exists), CREATE DATABASE dst TEMPLATE src. Database names are
  * logical: each process's databases are <name>_<pid> on the server. */
 void bn_pg_copy(const char *dst, const char *src);

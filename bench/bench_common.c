@@ -154,6 +154,13 @@ void bn_pg_drop(const char *name) {
     PQfinish(a);
 }
 
+void bn_pg_create(const char *name) {
+    PGconn *a = bn_pg_connect(bn_pg_base());
+    bn_sql(a, "DROP DATABASE IF EXISTS %s WITH (FORCE)", phys(name));
+    bn_sql(a, "CREATE DATABASE %s", phys(name));
+    PQfinish(a);
+}
+
 void bn_pg_copy(const char *dst, const char *src) {
     PGconn *a = bn_pg_connect(bn_pg_base());
     bn_sql(a, "DROP DATABASE IF EXISTS %s WITH (FORCE)", phys(dst));
