@@ -57,8 +57,8 @@ CREATE TABLE obx.obx_audit_batch (
        AND cardinality(attempt_gen) = cardinality(at) AND cardinality(reason) = cardinality(at))
 );
 CREATE INDEX obx_audit_batch_seqs ON obx.obx_audit_batch USING gist (seqs);
--- A batch's arrays (7 KB for 100 transitions) are compressed out of line; lz4 costs a third of
--- the default pglz's CPU (measured, docs/performance.md). A server built without lz4 keeps pglz.
+-- A batch's arrays (7 KB for 100 transitions) are compressed out of line; lz4 costs about half
+-- of the default pglz's CPU (measured, docs/performance.md). A server built without lz4 keeps pglz.
 DO $$
 BEGIN
     ALTER TABLE obx.obx_audit_batch ALTER at SET COMPRESSION lz4, ALTER actor SET COMPRESSION lz4,
