@@ -1,16 +1,18 @@
 -- obx outbox schema, version 7 (PostgreSQL): the relay's audit rows batched, and its statistics
 -- without triggers (issue 19, docs/performance.md section 1, "Schema version 7"). Applied after
 -- version 6 by pg_store.c's migrate, in the same transaction, under the init advisory lock.
--- Nothing already written is rewritten: the upgrade adds a table, two functions and a view and
--- drops two triggers, so its duration does not depend on the number of events.
+-- Nothing already written is rewritten: the upgrade adds a table, a view and grants, replaces
+-- obx.create_roles() and drops two triggers, so its duration does not depend on the number of
+-- events (bench/upgrade.sh: 73 ms on a million).
 --
 --   * Audit batches. Per relayed event the relay wrote three obx_audit rows (claimed, attempt
 --     registered, published), each a heap tuple and two btree entries: 1,160 of the 4,200 WAL
 --     bytes per event. Now every audit write of the obx library (pg_store.c's Q_INS_AUDIT: the
 --     relay, the reconciler, sweeps, migrations, operators) is one obx_audit_batch row: the
 --     same eleven fields as arrays, one element per transition, in the order written, and the
---     range of the events' seq (passed by the writer, which has the rows; looked up when not). The producer's first row of each event (NONE -> PENDING, from
---     obx.enqueue() and the C enqueue) stays an obx_audit row: obx.producer_events reads it.
+--     range of the events' seq (passed by the writer, which has the rows; looked up when not).
+--     The producer's first row of each event (NONE -> PENDING, from obx.enqueue() and the C
+--     enqueue) stays an obx_audit row: obx.producer_events reads it.
 --     Per-event, per-transition traceability stays: pg_store.c's Q_LOAD_AUDIT finds an event's
 --     batches through the GiST index on the seq range (the event's seq is in the range of every
 --     batch that names it) and keeps only the event's elements. A batch's elements are written
@@ -22,11 +24,11 @@
 --     every changed row) are dropped; the only statements that change an event's state or
 --     insert receipts (pg_store.c's Q_UPD_EVENTS and Q_INS_RCPT) append the net delta per key
 --     themselves (a data-modifying CTE) and compact now and then, as the triggers did; so the
---     roles that move events may insert into obx_stat_delta and run obx._compact_stats(). The counts stay exact: the delta commits or rolls back
---     with the rows it counts (test_store_pg's check_stats_exact compares them with count(*)
---     after the relay's moves). Anyone changing obx_event.state or inserting receipts by hand
---     (no obx role may) must add the delta too (docs/postgres.md). Receipt deletes and
---     truncates keep their triggers: nobody does them on a running system.
+--     roles that move events may insert into obx_stat_delta and run obx._compact_stats(). The
+--     counts stay exact: the delta commits or rolls back with the rows it counts (test_store_pg's
+--     check_stats_exact compares them with count(*) after the relay's moves). Anyone changing
+--     obx_event.state or inserting receipts by hand must add the delta too (docs/postgres.md).
+--     Receipt deletes and truncates keep their triggers: nobody does them on a running system.
 
 DROP TRIGGER obx_event_updated ON obx.obx_event;
 DROP FUNCTION obx._event_updated();
