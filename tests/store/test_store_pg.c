@@ -948,6 +948,18 @@ static void test_psql_producer(void **state) {
                          true) != 0);
 }
 
+/* A login role <prefix>_<kind>_login in the role <prefix>_<kind> that obx.create_roles made,
+ * created through the owner's connection c; the URL of database db as that login into
+ * url[1300]. */
+static void login_role(PGconn *c, const char *db, const char *prefix, const char *kind, char *url) {
+    char sql[256], extra[128];
+    snprintf(sql, sizeof sql, "CREATE ROLE %s_%s_login LOGIN IN ROLE %s_%s", prefix, kind, prefix,
+             kind);
+    exec_ok(c, sql);
+    snprintf(extra, sizeof extra, "user=%s_%s_login", prefix, kind);
+    db_url(db, extra, url, 1300);
+}
+
 /* ---- roles ------------------------------------------------------------------------------------
  */
 
@@ -968,17 +980,8 @@ static void test_roles(void **state) {
     assert_non_null(strstr(out, "_producer"));
     OK(obx_store_create_roles(f->s, pre)); /* idempotent */
     const char *kinds[] = {"producer", "relay", "auditor"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(sql, sizeof sql, "CREATE ROLE %s_%s_login LOGIN IN ROLE %s_%s", pre, kinds[i], pre,
-                 kinds[i]);
-        exec_ok(f->conn, sql);
-    }
     char urls[3][1300];
-    for (int i = 0; i < 3; i++) {
-        char extra[128];
-        snprintf(extra, sizeof extra, "user=%s_%s_login", pre, kinds[i]);
-        db_url(f->db, extra, urls[i], sizeof urls[i]);
-    }
+    for (int i = 0; i < 3; i++) login_role(f->conn, f->db, pre, kinds[i], urls[i]);
     char st[6], msg[512];
     /* producer: enqueue through the function, read its own events, nothing else */
     obx_event ev = order_event("o-r", "{}");
@@ -2080,14 +2083,7 @@ static void test_upgrade_from_v1(void **state) {
     exec_ok(c, sql);
     const char *kinds[] = {"producer", "relay"};
     char urls[2][1300];
-    for (int i = 0; i < 2; i++) {
-        snprintf(sql, sizeof sql, "CREATE ROLE %s_%s_login LOGIN IN ROLE %s_%s", pre, kinds[i], pre,
-                 kinds[i]);
-        exec_ok(c, sql);
-        char extra[128];
-        snprintf(extra, sizeof extra, "user=%s_%s_login", pre, kinds[i]);
-        db_url(db, extra, urls[i], sizeof urls[i]);
-    }
+    for (int i = 0; i < 2; i++) login_role(c, db, pre, kinds[i], urls[i]);
     PGconn *p = connect_url(urls[0]);
     PGresult *r = PQexec(p, "SELECT obx.enqueue('order.created.v2', 'order', 'o-old', 1, "
                             "'tenant-7', '\\x7b7d')");
@@ -2168,11 +2164,7 @@ static void test_upgrade_v5_producer(void **state) {
     snprintf(pre, sizeof pre, "obxw%d", (int)getpid());
     snprintf(sql, sizeof sql, "SELECT obx.create_roles('%s')", pre); /* version 5's */
     exec_ok(c, sql);
-    snprintf(sql, sizeof sql, "CREATE ROLE %s_producer_login LOGIN IN ROLE %s_producer", pre, pre);
-    exec_ok(c, sql);
-    char extra[128];
-    snprintf(extra, sizeof extra, "user=%s_producer_login", pre);
-    db_url(db, extra, prod_url, sizeof prod_url);
+    login_role(c, db, pre, "producer", prod_url);
     PGconn *p = connect_url(prod_url);
     const char *keyed = "SELECT obx.enqueue('order.created.v2', 'order', 'o-1', 1, 't', "
                         "'\\x7b7d', idempotency_key => 'k-1')";
@@ -2271,11 +2263,10 @@ static void test_upgrade_v6_audit(void **state) {
     char db[64], url[1200], pre[32], sql[768], relay_url[1300], aud_url[1300], new_url[1300];
     PGconn *c = old_db(6, "{aggregate_id}", true, db, url);
     snprintf(pre, sizeof pre, "obxa%d", (int)getpid());
-    snprintf(sql, sizeof sql,
-             "SELECT obx.create_roles('%s'); CREATE ROLE %s_relay_login LOGIN IN ROLE %s_relay; "
-             "CREATE ROLE %s_auditor_login LOGIN IN ROLE %s_auditor",
-             pre, pre, pre, pre, pre); /* version 6's (version 4's function) */
+    snprintf(sql, sizeof sql, "SELECT obx.create_roles('%s')", pre); /* version 6's (4's) */
     exec_ok(c, sql);
+    login_role(c, db, pre, "relay", relay_url);
+    login_role(c, db, pre, "auditor", aud_url);
     char ids[3][64];
     for (int i = 0; i < 3; i++) {
         snprintf(sql, sizeof sql,
@@ -2309,9 +2300,6 @@ static void test_upgrade_v6_audit(void **state) {
     trail(s, ids[0], got, sizeof got);
     assert_string_equal(got, "NONE>PENDING PENDING>CLAIMED");
     /* the relay role of version 6 moves event 0 on and claims 1 and 2: one batch */
-    char extra[128];
-    snprintf(extra, sizeof extra, "user=%s_relay_login", pre);
-    db_url(db, extra, relay_url, sizeof relay_url);
     obx_store *rs;
     OK(obx_store_open(relay_url, &rs));
     obx__event_row rows[3];
@@ -2355,19 +2343,15 @@ static void test_upgrade_v6_audit(void **state) {
     assert_string_equal(got, "NONE>PENDING PENDING>CLAIMED");
     obx_store_close(rs);
     /* the auditor of version 6 reads every row */
-    snprintf(extra, sizeof extra, "user=%s_auditor_login", pre);
-    db_url(db, extra, aud_url, sizeof aud_url);
     PGconn *a = connect_url(aud_url);
     assert_int_equal(qint(a, "SELECT count(*) FROM obx.obx_audit_all"), 3 + 1 + 3);
     PQfinish(a);
     /* roles made after the upgrade: the relay writes batches */
-    snprintf(sql, sizeof sql,
-             "SELECT obx.create_roles('%sn'); CREATE ROLE %sn_relay_login LOGIN IN ROLE "
-             "%sn_relay",
-             pre, pre, pre);
+    snprintf(sql, sizeof sql, "SELECT obx.create_roles('%sn')", pre);
     exec_ok(c, sql);
-    snprintf(extra, sizeof extra, "user=%sn_relay_login", pre);
-    db_url(db, extra, new_url, sizeof new_url);
+    char pre_new[40];
+    snprintf(pre_new, sizeof pre_new, "%sn", pre);
+    login_role(c, db, pre_new, "relay", new_url);
     OK(obx_store_open(new_url, &rs));
     au[1].from = OBX__ST_CLAIMED;
     au[1].seq = 0; /* looked up */
@@ -2394,11 +2378,7 @@ static void test_upgrade_v3_unknown_policy(void **state) {
     snprintf(pre, sizeof pre, "obxv%d", (int)getpid());
     snprintf(sql, sizeof sql, "SELECT obx.create_roles('%s')", pre); /* version 3's */
     exec_ok(c, sql);
-    snprintf(sql, sizeof sql, "CREATE ROLE %s_relay_login LOGIN IN ROLE %s_relay", pre, pre);
-    exec_ok(c, sql);
-    char extra[128];
-    snprintf(extra, sizeof extra, "user=%s_relay_login", pre);
-    db_url(db, extra, relay_url, sizeof relay_url);
+    login_role(c, db, pre, "relay", relay_url);
     PGresult *r = PQexec(c, "SELECT obx.enqueue('order.created.v2', 'order', 'o-1', 1, 't', "
                             "'\\x7b7d')");
     if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("v3 enqueue: %s", PQerrorMessage(c));

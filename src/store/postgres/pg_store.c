@@ -1502,17 +1502,20 @@ static obx_err pg_route_put(obx__store *base, const obx__route_row *rt, int64_t 
     return e;
 }
 
-static obx_err pg_route_get(obx__store *base, const char *event_type, obx__route_row *out) {
-    pg_store *s = (pg_store *)base;
+/* The current route of event_type by statement q (Q_ROUTE_GET, or Q_ROUTE_GET_TXID, whose last
+ * column, the transaction ID, goes to txid[cap]). */
+static obx_err route_read(pg_store *s, int q, const char *event_type, obx__route_row *out,
+                          char *txid, size_t cap) {
     params p;
     p_init(&p);
     p_text(&p, event_type);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_ROUTE_GET, &p, PGRES_TUPLES_OK, &r, "read route");
+    obx_err e = run(s, q, &p, PGRES_TUPLES_OK, &r, "read route");
     if (e) return e;
-    if (PQntuples(r) == 1)
+    if (PQntuples(r) == 1) {
         read_route(r, 0, out);
-    else
+        if (txid) gt(r, 0, PQnfields(r) - 1, txid, cap);
+    } else
         e = obx__fail(OBX_ENOROUTE,
                       "event_type: no route for '%s' (add one with `obx route set %s ...`)",
                       event_type, event_type);
@@ -1520,25 +1523,14 @@ static obx_err pg_route_get(obx__store *base, const char *event_type, obx__route
     return e;
 }
 
+static obx_err pg_route_get(obx__store *base, const char *event_type, obx__route_row *out) {
+    return route_read((pg_store *)base, Q_ROUTE_GET, event_type, out, NULL, 0);
+}
+
 /* route_get and txid in one round trip: the producer's read inside its transaction. */
 static obx_err pg_route_get_txid(obx__store *base, const char *event_type, obx__route_row *out,
                                  char *txid, size_t cap) {
-    pg_store *s = (pg_store *)base;
-    params p;
-    p_init(&p);
-    p_text(&p, event_type);
-    PGresult *r = NULL;
-    obx_err e = run(s, Q_ROUTE_GET_TXID, &p, PGRES_TUPLES_OK, &r, "read route");
-    if (e) return e;
-    if (PQntuples(r) == 1) {
-        read_route(r, 0, out);
-        gt(r, 0, PQnfields(r) - 1, txid, cap);
-    } else
-        e = obx__fail(OBX_ENOROUTE,
-                      "event_type: no route for '%s' (add one with `obx route set %s ...`)",
-                      event_type, event_type);
-    PQclear(r);
-    return e;
+    return route_read((pg_store *)base, Q_ROUTE_GET_TXID, event_type, out, txid, cap);
 }
 
 static obx_err pg_route_list(obx__store *base, bool all, obx__route_row **out, size_t *n) {
