@@ -262,6 +262,10 @@ static void fill_chunk(PGconn *c, long first, long n, const char *state, bool do
 
 void bn_pg_fill(PGconn *c, long first, long n, const char *state) {
     bool done = strcmp(state, "PENDING") != 0;
+    /* OBX_BENCH_EVENT_FILLFACTOR: obx_event's fillfactor for the rows filled from here on (the
+     * WAL/disk trade-off of schema_v8.sql, measured; the schema's own value otherwise) */
+    const char *ff = getenv("OBX_BENCH_EVENT_FILLFACTOR");
+    if (ff && *ff) bn_sql(c, "ALTER TABLE obx.obx_event SET (fillfactor = %d)", atoi(ff));
     const long chunk = 250000;
     for (long at = 0; at < n; at += chunk) {
         long k = n - at < chunk ? n - at : chunk;
@@ -389,6 +393,14 @@ void bn_pg_wal_detail(const char *url, const char *lsn0, const char *lsn1, doubl
         fprintf(stderr, "  %-52s %10.2f %10.1f %10.1f\n", PQgetvalue(r, i, 0),
                 atof(PQgetvalue(r, i, 1)) / per, atof(PQgetvalue(r, i, 2)) / per,
                 atof(PQgetvalue(r, i, 3)) / per);
+    PQclear(r);
+    /* what the fillfactor costs on disk: the event table's heap per event it holds */
+    r = PQexec(c, "SELECT pg_relation_size('obx.obx_event'), (SELECT count(*) FROM obx.obx_event), "
+                  "coalesce((SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = "
+                  "'obx.obx_event'::regclass), '')");
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && atof(PQgetvalue(r, 0, 1)) > 0)
+        fprintf(stderr, "obx_event heap: %.0f bytes per event (%s)\n",
+                atof(PQgetvalue(r, 0, 0)) / atof(PQgetvalue(r, 0, 1)), PQgetvalue(r, 0, 2));
     PQclear(r);
     PQfinish(c);
 }

@@ -1,15 +1,15 @@
 /*
  * bench_upgrade.c — `bench/run.sh upgrade`: how long `obx init` takes to bring a populated
- * PostgreSQL outbox at schema version 6 to this obx's version (issue 19: "test it on one with a
- * million events, and give its duration"; docs/performance.md, section 1).
+ * PostgreSQL outbox at the schema version before this obx's (7) to this obx's (issue 19: "test it
+ * on one with a million events, and give its duration"; docs/performance.md, section 1).
  *
- * It builds the old database the way version 6's `obx init` left it (the embedded scripts 1-6,
+ * It builds the old database the way version 7's `obx init` left it (the embedded scripts 1-7,
  * as pg_store.c's migrate applies them), fills it with bench_common's bulk fill (by default
  * 800,000 PUBLISHED events with their attempt, primary receipt and audit row, and 200,000
  * PENDING ones, each with its envelope and 512-byte payload), checkpoints, and times
  * obx_store_open + obx_store_init. Then it checks that nothing was lost: the event count, the
- * statistics against count(*) by state, and an old event's audit trail read through the new
- * schema.
+ * statistics against count(*) by state, and an old event's audit trail and primary receipt
+ * read through the new schema.
  *
  *   bench_upgrade [--events N] [--pending M] [--json]
  */
@@ -23,7 +23,7 @@
 #include <string.h>
 
 extern const char obx__pg_schema_v1[], obx__pg_schema_v2[], obx__pg_schema_v3[],
-    obx__pg_schema_v4[], obx__pg_schema_v5[], obx__pg_schema_v6[];
+    obx__pg_schema_v4[], obx__pg_schema_v5[], obx__pg_schema_v6[], obx__pg_schema_v7[];
 
 static void usage(void) {
     fprintf(stderr, "usage: bench_upgrade [--events N] [--pending M] [--json]\n");
@@ -47,7 +47,8 @@ int main(int argc, char **argv) {
     if (pending < 0) pending = events / 5;
     if (pending > events) pending = events;
     const char *scripts[] = {obx__pg_schema_v1, obx__pg_schema_v2, obx__pg_schema_v3,
-                             obx__pg_schema_v4, obx__pg_schema_v5, obx__pg_schema_v6};
+                             obx__pg_schema_v4, obx__pg_schema_v5, obx__pg_schema_v6,
+                             obx__pg_schema_v7};
     const int from = (int)(sizeof scripts / sizeof scripts[0]);
 
     /* the old database */
@@ -105,6 +106,12 @@ int main(int argc, char **argv) {
             au[0].to != OBX__ST_PUBLISHED)
             bn_die("the audit trail of %s: %zu rows (%s)", id, nau, obx_errmsg());
         free(au);
+        obx__receipt_row *rc = NULL;
+        size_t nrc = 0;
+        if (obx__st_load_receipts((obx__store *)s, id, &rc, &nrc) || nrc != 1 ||
+            rc[0].kind != OBX__RK_PRIMARY)
+            bn_die("the receipts of %s: %zu (%s)", id, nrc, obx_errmsg());
+        free(rc);
     }
     obx_store_close(s);
     PQfinish(c);

@@ -38,8 +38,10 @@
  * 6: PostgreSQL's producer in fewer statements, no statistics trigger on event inserts
  *    (schema_v6.sql; SQLite unchanged);
  * 7: PostgreSQL's audit writes as batches, no statistics triggers on the relay's updates and
- *    receipts (schema_v7.sql; SQLite unchanged) */
-#define OBX__SCHEMA_VERSION 7
+ *    receipts (schema_v7.sql; SQLite unchanged);
+ * 8: PostgreSQL's event updates on their own page, identity checks after the update (fewer WAL
+ *    bytes; schema_v8.sql; SQLite unchanged) */
+#define OBX__SCHEMA_VERSION 8
 
 #define OBX__ATTEMPT_ID_LEN 30 /* "att-" + ULID */
 #define OBX__OWNER_MAX OBX_TEXT_MAX

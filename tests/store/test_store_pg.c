@@ -2037,7 +2037,7 @@ static void test_sql_enqueue_delivery_set(void **state) {
 
 /* The embedded schema scripts by version (pg_store.c's migrations). */
 extern const char obx__pg_schema_v1[], obx__pg_schema_v2[], obx__pg_schema_v3[],
-    obx__pg_schema_v4[], obx__pg_schema_v5[], obx__pg_schema_v6[];
+    obx__pg_schema_v4[], obx__pg_schema_v5[], obx__pg_schema_v6[], obx__pg_schema_v7[];
 
 /* A new database (its name into db[64], its URL into url[1200]) as `obx init` of schema version
  * v left it, with one route of order.created.v2 to cluster local, topic orders, the routing
@@ -2049,7 +2049,8 @@ static PGconn *old_db(int v, const char *routing_key, bool blind, char *db, char
                                           obx__pg_schema_v3,
                                           obx__pg_schema_v4,
                                           obx__pg_schema_v5,
-                                          obx__pg_schema_v6};
+                                          obx__pg_schema_v6,
+                                          obx__pg_schema_v7};
     assert_true(v >= 1 && v < (int)(sizeof scripts / sizeof scripts[0]));
     assert_int_equal(new_db(db, NULL), 0);
     db_url(db, "", url, 1200);
@@ -2366,6 +2367,129 @@ static void test_upgrade_v6_audit(void **state) {
     PQfinish(c);
 }
 
+/* The storage parameter, trigger timing or indexes named, as one string (pg_class.reloptions,
+ * "after"/"before" from pg_trigger.tgtype's BEFORE bit, pg_indexes.indexdef). */
+static void catalog_text(PGconn *c, const char *sql, char *out, size_t cap) {
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+        fail_msg("%s: %s", sql, PQerrorMessage(c));
+    snprintf(out, cap, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+}
+
+/* A populated database at schema version 7 with its roles, an attempt and a primary receipt, is
+ * upgraded in place to version 8 (issue 19: fewer WAL bytes per relayed event): obx_event and
+ * obx_attempt leave room on their pages, the two identity checks run after the update and
+ * still refuse, the receipts have one index by event ID that still allows one primary receipt
+ * per event and generation; the old relay role moves events and adds receipts. */
+static void test_upgrade_v7_wal(void **state) {
+    (void)state;
+    char db[64], url[1200], pre[32], sql[768], relay_url[1300], txt[512];
+    PGconn *c = old_db(7, "{aggregate_id}", true, db, url);
+    snprintf(pre, sizeof pre, "obxw%d", (int)getpid());
+    snprintf(sql, sizeof sql, "SELECT obx.create_roles('%s')", pre); /* version 7's */
+    exec_ok(c, sql);
+    login_role(c, db, pre, "relay", relay_url);
+    char ids[2][64];
+    for (int i = 0; i < 2; i++) {
+        snprintf(sql, sizeof sql,
+                 "SELECT obx.enqueue('order.created.v2', 'order', 'o-%d', 1, 't', '\\x7b7d')", i);
+        PGresult *r = PQexec(c, sql);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("v7 enqueue: %s", PQerrorMessage(c));
+        snprintf(ids[i], sizeof ids[i], "%s", PQgetvalue(r, 0, 0));
+        PQclear(r);
+    }
+    /* event 0 sent and acknowledged the version 7 way: an attempt, a primary receipt, counted */
+    snprintf(sql, sizeof sql,
+             "BEGIN; INSERT INTO obx.obx_attempt VALUES ('att-7', '%s', 1, 1, 1, 'r7', "
+             "'sha256:x', 0, 'ACCEPTED', 1, 0, 2, -1, 0, ''); INSERT INTO obx.obx_receipt "
+             "(event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "
+             "broker_ts, payload_digest, dest_digest, reason, created_at) VALUES ('%s', 1, "
+             "'att-7', 'PRIMARY', 'local', 'orders', 0, 1, 1, 'd', 'd', 'v7', 2); INSERT INTO "
+             "obx.obx_stat_delta (key, n) VALUES ('receipt:PRIMARY', 1); COMMIT",
+             ids[0], ids[0]);
+    exec_ok(c, sql);
+    obx_store *s;
+    OK(obx_store_open(url, &s));
+    OK(obx_store_init(s));
+    int found = 0;
+    OK(obx_store_schema_version(s, &found, NULL));
+    assert_int_equal(found, OBX__SCHEMA_VERSION);
+    catalog_text(c,
+                 "SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = "
+                 "'obx.obx_event'::regclass",
+                 txt, sizeof txt);
+    assert_non_null(strstr(txt, "fillfactor=50"));
+    catalog_text(c,
+                 "SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = "
+                 "'obx.obx_attempt'::regclass",
+                 txt, sizeof txt);
+    assert_non_null(strstr(txt, "fillfactor=50"));
+    catalog_text(c,
+                 "SELECT string_agg(tgname || ':' || CASE WHEN tgtype & 2 = 2 THEN 'before' "
+                 "ELSE 'after' END, ' ' ORDER BY tgname) FROM pg_trigger WHERE tgname IN "
+                 "('obx_event_frozen', 'obx_attempt_frozen')",
+                 txt, sizeof txt);
+    assert_string_equal(txt, "obx_attempt_frozen:after obx_event_frozen:after");
+    catalog_text(c,
+                 "SELECT string_agg(indexname, ' ' ORDER BY indexname) FROM pg_indexes WHERE "
+                 "tablename = 'obx_receipt'",
+                 txt, sizeof txt);
+    assert_string_equal(txt, "obx_receipt_kind obx_receipt_pkey obx_receipt_primary");
+    /* the checks still refuse, and the row stays as it was */
+    char st[6], msg[512];
+    snprintf(sql, sizeof sql, "UPDATE obx.obx_event SET tenant = 'x' WHERE event_id = '%s'",
+             ids[1]);
+    exec_fail(c, sql, st, msg, sizeof msg);
+    assert_string_equal(st, "OB001");
+    assert_non_null(strstr(msg, "identity and frozen destination"));
+    exec_fail(c, "UPDATE obx.obx_attempt SET owner = 'other'", st, msg, sizeof msg);
+    assert_string_equal(st, "OB001");
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event WHERE tenant = 't'"), 2);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_attempt WHERE owner = 'r7'"), 1);
+    /* the old relay role: a second primary receipt for event 0 is a conflict, a duplicate
+     * receipt is not; event 1 is claimed */
+    obx_store *rs;
+    OK(obx_store_open(relay_url, &rs));
+    obx__receipt_row rc = {.envelope_gen = 1, .kind = OBX__RK_PRIMARY, .offset = 2};
+    strcpy(rc.event_id, ids[0]);
+    OK(obx__st_begin(rs));
+    assert_int_equal(obx__st_insert_receipts(rs, &rc, 1), OBX_ECONFLICT);
+    OK(obx__st_rollback(rs));
+    rc.kind = OBX__RK_DUPLICATE;
+    obx__event_row row = load1(rs, ids[1], 0);
+    obx__event_update u = {&row, row.state, row.claim_gen};
+    row.state = OBX__ST_CLAIMED;
+    row.claim_gen++;
+    bool applied = false;
+    OK(obx__st_begin(rs));
+    OK(obx__st_insert_receipts(rs, &rc, 1));
+    OK(obx__st_update_events(rs, &u, 1, &applied));
+    OK(obx__st_commit(rs));
+    assert_true(applied);
+    obx__receipt_row *got = NULL;
+    size_t n = 0;
+    OK(obx__st_load_receipts(rs, ids[0], &got, &n));
+    assert_int_equal(n, 2);
+    assert_int_equal(got[0].kind, OBX__RK_PRIMARY);
+    assert_int_equal(got[1].kind, OBX__RK_DUPLICATE);
+    free(got);
+    obx_store_close(rs);
+    stats_exact(s, c);
+    /* the one index answers a lookup of an event's receipts */
+    snprintf(sql, sizeof sql,
+             "BEGIN; SET LOCAL enable_seqscan = off; EXPLAIN SELECT * FROM obx.obx_receipt "
+             "WHERE event_id = '%s'",
+             ids[0]);
+    PGresult *r = PQexec(c, sql);
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    assert_non_null(strstr(PQgetvalue(r, 0, 0), "obx_receipt_primary"));
+    PQclear(r);
+    exec_ok(c, "ROLLBACK");
+    obx_store_close(s);
+    PQfinish(c);
+}
+
 /* A populated database at schema version 3, with the least-privilege roles of version 3, is
  * upgraded in place to version 4: a route made without blind retry keeps what it froze (now
  * called the UNKNOWN policy "hold"), receipts say they came from the broker, old consume
@@ -2612,6 +2736,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_upgrade_v3_unknown_policy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v5_producer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v6_audit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upgrade_v7_wal, setup, teardown),
     };
     failed += cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
     /* the engine's fault suite (docs/design.md, "Tests per fault") on this store */

@@ -58,6 +58,7 @@ extern const char obx__pg_schema_v4[];
 extern const char obx__pg_schema_v5[];
 extern const char obx__pg_schema_v6[];
 extern const char obx__pg_schema_v7[];
+extern const char obx__pg_schema_v8[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -67,7 +68,8 @@ static const char *const migrations[] = {NULL,
                                          obx__pg_schema_v4,
                                          obx__pg_schema_v5,
                                          obx__pg_schema_v6,
-                                         obx__pg_schema_v7};
+                                         obx__pg_schema_v7,
+                                         obx__pg_schema_v8};
 
 /* Advisory lock class IDs ("OBX" and "OBY"): the two-key form keeps obx's locks apart from an
  * application's single-bigint advisory locks. */
