@@ -12,7 +12,7 @@
 #   scale       1/2/4 relays on one PostgreSQL, and obx sim traces/s         (bench_scale)
 #   resources   relay RSS with a 1M backlog, CPU per 10,000 events           (bench_resources)
 #   amqp        obx's RabbitMQ backend vs a plain rabbitmq-c confirm loop    (bench_amqp)
-#   upgrade     obx init from schema version 6 on 1,000,000 events           (bench_upgrade)
+#   upgrade     obx init from the previous schema version on 1,000,000 events (bench_upgrade)
 #
 # ARGS go to the program (each has --help-like usage on a bad flag; sizes are flags, the issue's
 # sizes are the defaults). Ports: OBX_SVC_PG_PORT, OBX_SVC_AMQP_PORT (scripts/services.sh).
