@@ -15,8 +15,9 @@
 --     drain the table is smaller (651 against 842 bytes per event, because the old versions
 --     are pruned in place instead of leaving dead space behind); once VACUUM has made that
 --     dead space reusable, new rows at fillfactor 100 fill it and pages at 50 stay about half
---     full, so a table of mostly published rows is up to twice the size. An operator who
---     would rather pay WAL than disk sets it back (docs/postgres.md).
+--     full: a long-lived table's heap settles at 1.8 times the size (679 against 371 bytes
+--     per event, bench/fillfactor.sh; about 12 % of a whole outbox). An operator who would
+--     rather pay WAL than disk sets it back (docs/postgres.md).
 --     obx_attempt (fillfactor 60 since version 3) goes to 50: its outcome update is HOT in
 --     all cases instead of about nine in ten.
 --   * The identity checks of obx_event and obx_attempt run after the row is written. A BEFORE
