@@ -2072,6 +2072,36 @@ static PGconn *old_db(int v, const char *routing_key, bool blind, char *db, char
     return c;
 }
 
+/* `obx init` on the old database at url: its version before it (checked when from > 0) and
+ * after it (this obx's). Returns the open store (the caller closes it). */
+static obx_store *upgrade(const char *url, int from) {
+    obx_store *s;
+    OK(obx_store_open(url, &s));
+    int found = 0;
+    if (from > 0) {
+        OK(obx_store_schema_version(s, &found, NULL));
+        assert_int_equal(found, from);
+    }
+    OK(obx_store_init(s));
+    OK(obx_store_schema_version(s, &found, NULL));
+    assert_int_equal(found, OBX__SCHEMA_VERSION);
+    return s;
+}
+
+/* n events of order.created.v2 through obx.enqueue() on c (aggregates o-0 ... o-<n-1>, tenant
+ * t, payload {}), their IDs into ids[0..n-1]. */
+static void enqueue_sql(PGconn *c, int n, char (*ids)[64]) {
+    char sql[160];
+    for (int i = 0; i < n; i++) {
+        snprintf(sql, sizeof sql,
+                 "SELECT obx.enqueue('order.created.v2', 'order', 'o-%d', 1, 't', '\\x7b7d')", i);
+        PGresult *r = PQexec(c, sql);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("enqueue: %s", PQerrorMessage(c));
+        snprintf(ids[i], 64, "%s", PQgetvalue(r, 0, 0));
+        PQclear(r);
+    }
+}
+
 /* A database made by schema version 1, with its least-privilege roles: `obx init` upgrades it in
  * place; the producer enqueues through the new wrapper (and only through it), the relay reads
  * the new tables, what was there stays. */
@@ -2093,14 +2123,7 @@ static void test_upgrade_from_v1(void **state) {
     snprintf(old, sizeof old, "%s", PQgetvalue(r, 0, 0));
     PQclear(r);
     /* the upgrade */
-    obx_store *s;
-    OK(obx_store_open(url, &s));
-    int found = 0;
-    OK(obx_store_schema_version(s, &found, NULL));
-    assert_int_equal(found, 1);
-    OK(obx_store_init(s));
-    OK(obx_store_schema_version(s, &found, NULL));
-    assert_int_equal(found, OBX__SCHEMA_VERSION);
+    obx_store *s = upgrade(url, 1);
     obx_route_target t[] = {{.cluster = "eu", .topic = "orders-eu"}};
     obx_route rt = {.event_type = "order.created.v2",
                     .cluster = "local",
@@ -2189,14 +2212,7 @@ static void test_upgrade_v5_producer(void **state) {
     snprintf(old_digest, sizeof old_digest, "%s", PQgetvalue(r, 0, 0));
     PQclear(r);
     /* the upgrade */
-    obx_store *s;
-    OK(obx_store_open(url, &s));
-    int found = 0;
-    OK(obx_store_schema_version(s, &found, NULL));
-    assert_int_equal(found, 5);
-    OK(obx_store_init(s));
-    OK(obx_store_schema_version(s, &found, NULL));
-    assert_int_equal(found, OBX__SCHEMA_VERSION);
+    obx_store *s = upgrade(url, 5);
     assert_int_equal(qint(c, "SELECT count(*) FROM pg_trigger WHERE tgname = 'obx_event_inserted'"),
                      0);
     /* what was there stays */
@@ -2269,14 +2285,7 @@ static void test_upgrade_v6_audit(void **state) {
     login_role(c, db, pre, "relay", relay_url);
     login_role(c, db, pre, "auditor", aud_url);
     char ids[3][64];
-    for (int i = 0; i < 3; i++) {
-        snprintf(sql, sizeof sql,
-                 "SELECT obx.enqueue('order.created.v2', 'order', 'o-%d', 1, 't', '\\x7b7d')", i);
-        PGresult *r = PQexec(c, sql);
-        if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("v6 enqueue: %s", PQerrorMessage(c));
-        snprintf(ids[i], sizeof ids[i], "%s", PQgetvalue(r, 0, 0));
-        PQclear(r);
-    }
+    enqueue_sql(c, 3, ids);
     /* version 6's relay: a claim of event 0 with its audit row, counted by the update trigger */
     snprintf(sql, sizeof sql,
              "BEGIN; UPDATE obx.obx_event SET state = 'CLAIMED', claim_gen = 1, owner = 'r6', "
@@ -2287,12 +2296,7 @@ static void test_upgrade_v6_audit(void **state) {
              ids[0], ids[0]);
     exec_ok(c, sql);
     /* the upgrade */
-    obx_store *s;
-    OK(obx_store_open(url, &s));
-    int found = 0;
-    OK(obx_store_init(s));
-    OK(obx_store_schema_version(s, &found, NULL));
-    assert_int_equal(found, OBX__SCHEMA_VERSION);
+    obx_store *s = upgrade(url, 0);
     assert_int_equal(qint(c, "SELECT count(*) FROM pg_trigger WHERE tgname IN "
                              "('obx_event_updated', 'obx_receipt_inserted')"),
                      0);
@@ -2391,14 +2395,7 @@ static void test_upgrade_v7_wal(void **state) {
     exec_ok(c, sql);
     login_role(c, db, pre, "relay", relay_url);
     char ids[2][64];
-    for (int i = 0; i < 2; i++) {
-        snprintf(sql, sizeof sql,
-                 "SELECT obx.enqueue('order.created.v2', 'order', 'o-%d', 1, 't', '\\x7b7d')", i);
-        PGresult *r = PQexec(c, sql);
-        if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("v7 enqueue: %s", PQerrorMessage(c));
-        snprintf(ids[i], sizeof ids[i], "%s", PQgetvalue(r, 0, 0));
-        PQclear(r);
-    }
+    enqueue_sql(c, 2, ids);
     /* event 0 sent and acknowledged the version 7 way: an attempt, a primary receipt, counted */
     snprintf(sql, sizeof sql,
              "BEGIN; INSERT INTO obx.obx_attempt VALUES ('att-7', '%s', 1, 1, 1, 'r7', "
@@ -2409,12 +2406,7 @@ static void test_upgrade_v7_wal(void **state) {
              "obx.obx_stat_delta (key, n) VALUES ('receipt:PRIMARY', 1); COMMIT",
              ids[0], ids[0]);
     exec_ok(c, sql);
-    obx_store *s;
-    OK(obx_store_open(url, &s));
-    OK(obx_store_init(s));
-    int found = 0;
-    OK(obx_store_schema_version(s, &found, NULL));
-    assert_int_equal(found, OBX__SCHEMA_VERSION);
+    obx_store *s = upgrade(url, 0);
     catalog_text(c,
                  "SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = "
                  "'obx.obx_event'::regclass",
@@ -2516,12 +2508,7 @@ static void test_upgrade_v3_unknown_policy(void **state) {
              "'orders', 0, 3, 1, 1)",
              ev);
     exec_ok(c, sql);
-    obx_store *s;
-    OK(obx_store_open(url, &s));
-    OK(obx_store_init(s));
-    int found = 0;
-    OK(obx_store_schema_version(s, &found, NULL));
-    assert_int_equal(found, OBX__SCHEMA_VERSION); /* 4 and what came after */
+    obx_store *s = upgrade(url, 0); /* to 4 and what came after */
     char *js = NULL;
     OK(obx_route_list(s, 0, &js));
     assert_non_null(strstr(js, "\"on_unknown\": \"hold\""));
@@ -2593,12 +2580,7 @@ static void test_upgrade_v2_attempts_hot(void **state) {
     }
     const char *unknown_stat = "SELECT v FROM obx._stats() WHERE k = 'attempts_unknown'";
     assert_int_equal(qint(c, unknown_stat), 1);
-    obx_store *s;
-    OK(obx_store_open(url, &s));
-    OK(obx_store_init(s));
-    int found = 0;
-    OK(obx_store_schema_version(s, &found, NULL));
-    assert_int_equal(found, OBX__SCHEMA_VERSION); /* 3 and what came after */
+    obx_store *s = upgrade(url, 0); /* to 3 and what came after */
     obx_store_close(s);
     /* the same attempts, the same count, through the new index */
     assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_attempt"), 3);
