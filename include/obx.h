@@ -138,7 +138,9 @@ OBX_API obx_err obx_store_open(const char *url, obx_store **out);
  * and must keep it open until obx_store_close() on the wrapper; closing the wrapper does not
  * close db. Used by producers to enqueue inside their own transactions. */
 OBX_API obx_err obx_store_wrap_sqlite(void *sqlite3_db, obx_store **out);
-/* Wraps a caller's libpq connection (PGconn *), with the same ownership rule as above. */
+/* Wraps a caller's libpq connection (PGconn *), with the same ownership rule as above. Keep
+ * one wrapper for the connection's life: it remembers the routes it read, and an enqueue of a
+ * type it knows takes one round trip instead of four (docs/postgres.md). */
 OBX_API obx_err obx_store_wrap_pg(void *pg_conn, obx_store **out);
 OBX_API void obx_store_close(obx_store *s);
 

@@ -9,6 +9,9 @@
  *      for this event.
  *   3. The envelope and the event row are inserted together inside a savepoint of the caller's
  *      transaction (or a transaction of our own on a connection that has none): all or nothing.
+ *      Where the store has enqueue_write and the handle knows the event type's route, that is
+ *      one round trip, and a route that changed since makes it write nothing (route cache,
+ *      below).
  *   4. A repeated (tenant, idempotency_key) returns the first event's ID and inserts nothing.
  *   5. A route generation with a delivery set gives the event one publish slot per target in
  *      the same transaction (docs/migration.md): target 1 is the event's own row; every further
@@ -119,13 +122,20 @@ void obx__dest_from_route(const obx__route_row *route, const obx__envelope *env,
 }
 
 /* txid: the store's transaction identity when the route read brought it along (route_get_txid),
- * else "" (asked here, after the route, as before). */
+ * "" (asked here, after the route, as before), or NULL: the store supplies it and the envelope
+ * digest as it writes (enqueue_write; row->envelope_digest stays ""). */
+/* id: the event ID when one was drawn for this event already (a one-round-trip write that
+ * wrote nothing), else NULL or "": drawn here. */
 static obx_err build_row(obx__store *s, const obx_event *ev, const obx__route_row *route,
-                         const char *txid, int64_t now, obx__ulid_gen *gen, obx__event_row *row) {
+                         const char *txid, int64_t now, obx__ulid_gen *gen, const char *id,
+                         obx__event_row *row) {
     obx_err e;
     memset(row, 0, sizeof *row);
     obx__envelope *v = &row->env;
-    if ((e = obx__new_id(gen, "evt-", now, v->event_id, sizeof v->event_id))) return e;
+    if (id && *id)
+        obx__strlcpy(v->event_id, id, sizeof v->event_id);
+    else if ((e = obx__new_id(gen, "evt-", now, v->event_id, sizeof v->event_id)))
+        return e;
     v->envelope_gen = 1;
     obx__strlcpy(v->aggregate_type, ev->aggregate_type, sizeof v->aggregate_type);
     obx__strlcpy(v->aggregate_id, ev->aggregate_id, sizeof v->aggregate_id);
@@ -143,6 +153,8 @@ static obx_err build_row(obx__store *s, const obx_event *ev, const obx__route_ro
     v->occurred_at = ev->occurred_at_ms ? ev->occurred_at_ms : now;
     if (ev->txid && *ev->txid)
         obx__strlcpy(v->created_txid, ev->txid, sizeof v->created_txid);
+    else if (!txid)
+        ; /* the store's */
     else if (*txid)
         obx__strlcpy(v->created_txid, txid, sizeof v->created_txid);
     else if (obx__st_txid(s, v->created_txid, sizeof v->created_txid) != OBX_OK) {
@@ -162,7 +174,7 @@ static obx_err build_row(obx__store *s, const obx_event *ev, const obx__route_ro
     if ((e = obx__routing_key_expand(route->routing_key, v, rk, sizeof rk))) return e;
     obx__dest_from_route(route, v, &row->dest, rk);
     if ((e = obx__dest_digest(&row->dest, row->dest_digest))) return e;
-    if ((e = obx__envelope_digest(v, row->envelope_digest))) return e;
+    if (*v->created_txid && (e = obx__envelope_digest(v, row->envelope_digest))) return e;
 
     row->envelope_gen = 1;
     row->state = OBX__ST_PENDING;
@@ -228,25 +240,104 @@ static obx_err read_route(obx__store *s, const char *event_type, obx__route_row 
     return obx__st_route_get(s, event_type, route);
 }
 
+/* The audit row of an enqueue (NONE -> PENDING). */
+static void producer_audit(obx__audit_row *a, const obx__event_row *row,
+                           const obx__route_row *route, int64_t now) {
+    memset(a, 0, sizeof *a);
+    a->at = now;
+    a->actor = OBX__ACT_PRODUCER;
+    obx__strlcpy(a->who, "producer", sizeof a->who);
+    obx__strlcpy(a->event_id, row->env.event_id, sizeof a->event_id);
+    a->envelope_gen = 1;
+    a->from = OBX__ST_NONE;
+    a->to = OBX__ST_PENDING;
+    snprintf(a->reason, sizeof a->reason, "enqueued under route generation %lld",
+             (long long)route->gen);
+}
+
 /* The envelope, the event row and its audit row: one round trip where the store has
  * insert_event_audit, else two statements; either way inside the enqueue's savepoint. */
 static obx_err insert_audited(obx__store *s, const obx_event *ev, const obx__event_row *row,
                               const obx__route_row *route, int64_t now) {
     obx__audit_row a;
-    memset(&a, 0, sizeof a);
-    a.at = now;
-    a.actor = OBX__ACT_PRODUCER;
-    obx__strlcpy(a.who, "producer", sizeof a.who);
-    obx__strlcpy(a.event_id, row->env.event_id, sizeof a.event_id);
-    a.envelope_gen = 1;
-    a.from = OBX__ST_NONE;
-    a.to = OBX__ST_PENDING;
-    snprintf(a.reason, sizeof a.reason, "enqueued under route generation %lld",
-             (long long)route->gen);
+    producer_audit(&a, row, route, now);
     if (obx__st_has_insert_event_audit(s))
         return obx__st_insert_event_audit(s, row, ev->payload, ev->payload_len, &a);
     obx_err e = obx__st_insert_event(s, row, ev->payload, ev->payload_len);
     return e ? e : obx__st_insert_audit(s, &a, 1);
+}
+
+/* ---- the route cache (struct obx_store's routes) -------------------------------------------
+ * The routes this handle read last, by event type, replaced oldest first. A hit is only a
+ * guess that lets the next enqueue of the type go in one round trip: enqueue_write writes
+ * only while the database's current route is still the cached one, and otherwise nothing,
+ * after which the enqueue reads the route as always (and caches the new one). Only stores
+ * with enqueue_write use it. */
+#define ROUTE_CACHE_N 8
+
+struct obx__route_cache {
+    obx__route_row r[ROUTE_CACHE_N];
+    int n, next;
+};
+
+static const obx__route_row *cached_route(const obx__store *s, const char *event_type) {
+    const struct obx__route_cache *c = s->routes;
+    for (int i = 0; c && i < c->n; i++)
+        if (!strcmp(c->r[i].event_type, event_type)) return &c->r[i];
+    return NULL;
+}
+
+/* Best effort: out of memory leaves the cache as it was. */
+static void cache_route(obx__store *s, const obx__route_row *r) {
+    if (!obx__st_has_enqueue_write(s)) return;
+    if (!s->routes && !(s->routes = calloc(1, sizeof *s->routes))) return;
+    struct obx__route_cache *c = s->routes;
+    const obx__route_row *hit = cached_route(s, r->event_type);
+    if (hit) {
+        c->r[hit - c->r] = *r;
+        return;
+    }
+    c->r[c->next] = *r;
+    c->next = (c->next + 1) % ROUTE_CACHE_N;
+    if (c->n < ROUTE_CACHE_N) c->n++;
+}
+
+/* The one-round-trip enqueue (enqueue_write) with the cached route of the event's type.
+ * *done: answered here (out filled, or an error to return); otherwise nothing was written and
+ * the long way follows: no cached route, a route with a delivery set, a route that changed
+ * since, no transaction open, or an idempotency key already taken (the long way looks it up).
+ * The event ID drawn for the attempt is then left in row->env.event_id (else ""), for the long
+ * way to use: one ID per event, so that the simulator's seeded IDs stay the same on every
+ * store (test_sim_pg compares PostgreSQL's run with SQLite's). */
+static obx_err enqueue_cached(obx__store *s, const obx_event *ev, int64_t now, obx__ulid_gen *gen,
+                              obx__event_row *row, obx_enqueue_result *out, bool *done) {
+    *done = false;
+    row->env.event_id[0] = '\0';
+    const obx__route_row *hit = cached_route(s, ev->event_type);
+    if (!hit || hit->targets || OBX__MUTANT(IGNORE_IDEMPOTENCY_KEY)) return OBX_OK;
+    obx__route_row route = *hit;
+    obx__audit_row a;
+    bool written = false;
+    obx_err e = build_row(s, ev, &route, NULL, now, gen, NULL, row);
+    if (!e) {
+        producer_audit(&a, row, &route, now);
+        e = obx__st_enqueue_write(s, row, ev->payload, ev->payload_len, &a, route.routing_key,
+                                  &written);
+    }
+    if (e == OBX_ECONFLICT && ev->idempotency_key && *ev->idempotency_key) {
+        obx__clear_error();
+        return OBX_OK;
+    }
+    if (e || !written) {
+        *done = e != OBX_OK;
+        return e;
+    }
+    obx__strlcpy(out->event_id, row->env.event_id, sizeof out->event_id);
+    obx__strlcpy(out->dest_digest, row->dest_digest, sizeof out->dest_digest);
+    obx__strlcpy(out->payload_digest, row->env.payload_digest, sizeof out->payload_digest);
+    out->route_gen = route.gen;
+    *done = true;
+    return OBX_OK;
 }
 
 obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ulid_gen *gen,
@@ -258,7 +349,16 @@ obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ul
 
     obx__event_row *row = malloc(sizeof *row);
     if (!row) return obx__fail(OBX_ENOMEM, "enqueue: out of memory");
-    for (int tries = 0; tries < 2; tries++) {
+    /* A one-round-trip attempt that wrote nothing leaves its event ID to the long way, and a
+     * seeded generator (the simulator's) is put back if the long way needs none (a retry
+     * answered by its first event): the same draws as on a store without the one-trip write. */
+    obx__ulid_gen before = gen ? *gen : (obx__ulid_gen){0};
+    bool done = false;
+    e = enqueue_cached(s, ev, now, gen, row, out, &done);
+    char drawn[sizeof row->env.event_id];
+    obx__strlcpy(drawn, row->env.event_id, sizeof drawn);
+    bool drawn_used = done;
+    for (int tries = 0; !done && tries < 2; tries++) {
         if ((e = obx__st_begin(s))) break;
         if (ev->idempotency_key && *ev->idempotency_key && !OBX__MUTANT(IGNORE_IDEMPOTENCY_KEY)) {
             e = obx__st_idem_lookup(s, ev->tenant, ev->idempotency_key, out->event_id);
@@ -284,8 +384,13 @@ obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ul
         }
         obx__route_row route;
         char txid[sizeof row->env.created_txid] = "";
-        if ((e = read_route(s, ev->event_type, &route, txid, sizeof txid)) ||
-            (e = build_row(s, ev, &route, txid, now, gen, row)) ||
+        if ((e = read_route(s, ev->event_type, &route, txid, sizeof txid))) {
+            obx__st_rollback(s);
+            break;
+        }
+        cache_route(s, &route);
+        drawn_used |= !tries;
+        if ((e = build_row(s, ev, &route, txid, now, gen, tries ? NULL : drawn, row)) ||
             (e = insert_audited(s, ev, row, &route, now))) {
             obx__st_rollback(s);
             /* a concurrent producer committed the same idempotency key first: look again */
@@ -305,6 +410,7 @@ obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ul
         break;
     }
     free(row);
+    if (*drawn && !drawn_used && gen) *gen = before;
     if (e) memset(out, 0, sizeof *out);
     return e;
 }

@@ -231,7 +231,10 @@ obx_err obx__st_open(const char *url, obx__store **out) {
 }
 
 void obx__st_close(obx__store *s) {
-    if (s) s->m->close(s);
+    if (!s) return;
+    free(s->routes); /* one allocation (enqueue.c) */
+    s->routes = NULL;
+    s->m->close(s);
 }
 
 obx_err obx__st_begin(obx__store *s) {

@@ -536,7 +536,7 @@ typedef struct obx__write_set {
 
 /* A store has no capability bits: what differs between backends is an optional method (NULL
  * when absent: wait_for_work, serve_dispatch, create_roles, route_get_txid, insert_event_audit,
- * write_set), asked through
+ * enqueue_write, write_set), asked through
  * obx__st_has_<name>. (Version 1 had bits that nothing read.) */
 /* The inbox: what a consumer's database does for obx_inbox_process() and the consumer loop
  * (receipts, watermarks, failures, poison, consume audit). Its own version: a consumer's
@@ -697,6 +697,18 @@ typedef struct obx__store_methods {
      * the same statement, which inserts both or neither. */
     obx_err (*insert_event_audit)(obx__store *s, const obx__event_row *row, const void *payload,
                                   size_t len, const obx__audit_row *a);
+    /* Optional (NULL = the engine's begin, route_get_txid, insert_event_audit and commit). The
+     * producer's whole enqueue in one round trip when it knows the route from an earlier one:
+     * opens a savepoint, writes as insert_event_audit does (row and a) only if the current
+     * route of row->env.event_type is still the one row was built from (generation
+     * row->dest.route_gen, routing key template tpl, the fields row copies from it, no
+     * delivery set), and releases it. The store supplies created_txid when row->env.created_txid is
+     * "", and the envelope digest (row->envelope_digest is not read). *written: the event was
+     * written. false with OBX_OK: nothing was written (the route changed, or the connection has no
+     * transaction open, which this method leaves to the long way). An error:
+     * nothing written, the caller's transaction as before the call. PostgreSQL (issue 19). */
+    obx_err (*enqueue_write)(obx__store *s, const obx__event_row *row, const void *payload,
+                             size_t len, const obx__audit_row *a, const char *tpl, bool *written);
 
     /* ---- retention and audit (docs/retention.md): required, checked by the registry ---- */
     /* The purge: drops the payload of every envelope generation of these events (payload ->
@@ -744,6 +756,10 @@ struct obx_store {
     char url_redacted[1024];
     size_t payload_limit;
     int tx_depth; /* maintained by the wrappers */
+    /* The producer's routes (enqueue.c): the last ones read on this handle, so that the next
+     * enqueue of their event types can go in one round trip (enqueue_write, which checks the
+     * generation on the server). NULL until the first; owned, freed by obx__st_close. */
+    struct obx__route_cache *routes;
     /* Test hook (simulator): the next fail_commits outermost-or-inner commits through the
      * wrapper roll back and return OBX_EIO, on this handle only. */
     int fail_commits;
@@ -870,7 +886,11 @@ extern const obx__store_methods obx__pg_store_methods;
     X(insert_event_audit,                                                                          \
       (obx__store * s, const obx__event_row *row, const void *payload, size_t len,                 \
        const obx__audit_row *a),                                                                   \
-      (s, row, payload, len, a))
+      (s, row, payload, len, a))                                                                   \
+    X(enqueue_write,                                                                               \
+      (obx__store * s, const obx__event_row *row, const void *payload, size_t len,                 \
+       const obx__audit_row *a, const char *tpl, bool *written),                                   \
+      (s, row, payload, len, a, tpl, written))
 
 #define OBX__STORE_CUSTOM(X)                                                                       \
     X(open)                                                                                        \

@@ -322,6 +322,131 @@ static void test_caller_tx_survives(void **state) {
     exec_ok(f->conn, "ROLLBACK");
 }
 
+/* How often this connection ran obx's prepared statement whose text starts with `head`: the
+ * server's count (pg_prepared_statements), not obx's. */
+static long long runs_of(PGconn *c, const char *head) {
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT coalesce(sum(generic_plans + custom_plans), 0) FROM pg_prepared_statements "
+             "WHERE name LIKE 'obx%%' AND statement LIKE '%s%%'",
+             head);
+    return qint(c, sql);
+}
+
+/* The stored event checked against the C code: its envelope digest (which the one-round-trip
+ * write leaves to the server) and destination digest recomputed, created_txid the caller's
+ * transaction (the xmin of its business row `order_id`); the destination's topic. */
+static void check_enqueued(fx *f, const char *id, const char *order_id, const char *topic) {
+    obx__event_row r = load1(f->s, id, 0);
+    char d[OBX_DIGEST_LEN + 1], sql[256];
+    OK(obx__envelope_digest(&r.env, d));
+    assert_string_equal(d, r.envelope_digest);
+    OK(obx__dest_digest(&r.dest, d));
+    assert_string_equal(d, r.dest_digest);
+    assert_string_equal(r.dest.topic, topic);
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM obx.obx_envelope v JOIN orders o ON o.xmin::text = "
+             "v.created_txid WHERE v.event_id = '%s' AND o.id = '%s'",
+             id, order_id);
+    assert_int_equal(qint(f->conn, sql), 1);
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM obx.obx_audit WHERE event_id = '%s' AND to_state = 'PENDING'",
+             id);
+    assert_int_equal(qint(f->conn, sql), 1);
+}
+
+/* One business transaction: its row, then an enqueue of the order; the event ID into id. */
+static obx_err business_enqueue(fx *f, const char *order_id, const char *key, char id[31],
+                                int *existing) {
+    char sql[128];
+    exec_ok(f->conn, "BEGIN");
+    snprintf(sql, sizeof sql, "INSERT INTO orders VALUES ('%s', 1)", order_id);
+    exec_ok(f->conn, sql);
+    obx_event ev = order_event(order_id, "{\"order\":1}");
+    ev.idempotency_key = key;
+    obx_enqueue_result res;
+    obx_err e = obx_enqueue(f->s, &ev, &res);
+    /* whatever happened, the caller's transaction is usable and commits its own row */
+    assert_int_equal(PQtransactionStatus(f->conn), PQTRANS_INTRANS);
+    exec_ok(f->conn, "COMMIT");
+    snprintf(id, 31, "%s", res.event_id);
+    if (existing) *existing = res.existing;
+    return e;
+}
+
+#define ROUTE_READ "SELECT gen, event_type"
+#define ONE_TRIP "WITH rt AS"
+
+/* Issue 19: after the first enqueue of a type the handle knows its route, and the next ones
+ * write in one round trip (enqueue_write: savepoint, write, release), the server supplying
+ * created_txid and the envelope digest; a route changed in any way since (a new generation,
+ * or the row edited in place) is never used; an idempotency key taken or a failed write
+ * leave the caller's transaction usable. */
+static void test_enqueue_one_round_trip(void **state) {
+    fx *f = *state;
+    char id[8][31];
+    OK(business_enqueue(f, "r-1", NULL, id[0], NULL)); /* reads the route */
+    OK(business_enqueue(f, "r-2", NULL, id[1], NULL)); /* one round trip */
+    OK(business_enqueue(f, "r-3", NULL, id[2], NULL));
+    assert_int_equal(runs_of(f->conn, ROUTE_READ), 1);
+    assert_int_equal(runs_of(f->conn, ONE_TRIP), 2);
+    check_enqueued(f, id[0], "r-1", "orders");
+    check_enqueued(f, id[1], "r-2", "orders");
+    check_enqueued(f, id[2], "r-3", "orders");
+
+    /* a new generation: the cached one writes nothing, the route is read again */
+    obx_store *own = open_own(f, "route-admin");
+    obx_route r2 = {.event_type = "order.created.v2", .cluster = "local", .topic = "orders-2"};
+    OK(obx_route_set(own, &r2, NULL));
+    OK(business_enqueue(f, "r-4", NULL, id[3], NULL));
+    check_enqueued(f, id[3], "r-4", "orders-2");
+    OK(business_enqueue(f, "r-5", NULL, id[4], NULL));
+    check_enqueued(f, id[4], "r-5", "orders-2");
+    assert_int_equal(runs_of(f->conn, ROUTE_READ), 2);
+    assert_int_equal(runs_of(f->conn, ONE_TRIP), 4);
+
+    /* the current generation's row edited in place (nothing in obx does this; the owner can) */
+    PGconn *owner = connect_url(f->url);
+    exec_ok(owner, "UPDATE obx.obx_route SET routing_key = 'k-{aggregate_id}' WHERE gen = "
+                   "(SELECT max(gen) FROM obx.obx_route)");
+    PQfinish(owner);
+    OK(business_enqueue(f, "r-6", NULL, id[5], NULL));
+    check_enqueued(f, id[5], "r-6", "orders-2");
+    assert_string_equal(load1(f->s, id[5], 0).dest.routing_key, "k-r-6");
+    assert_int_equal(runs_of(f->conn, ROUTE_READ), 3);
+
+    /* an idempotency key taken: the first event's ID, nothing written, the row committed */
+    OK(business_enqueue(f, "r-7", "key-7", id[6], NULL));
+    int existing = 0;
+    OK(business_enqueue(f, "r-7b", "key-7", id[7], &existing));
+    assert_true(existing);
+    assert_string_equal(id[7], id[6]);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 7);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM orders"), 8);
+
+    /* a write that fails on the server (every order-key bucket locked elsewhere, the caller's
+     * lock_timeout): an error, nothing of it stored, the caller's transaction usable */
+    PGconn *holder = connect_url(f->url);
+    exec_ok(holder, "BEGIN");
+    exec_ok(holder, "SELECT count(pg_advisory_xact_lock(5194328, g)) FROM generate_series(0, "
+                    "1023) g");
+    long long trips = runs_of(f->conn, ONE_TRIP);
+    exec_ok(f->conn, "SET lock_timeout = '200ms'");
+    char bad[31];
+    assert_int_equal(business_enqueue(f, "r-8", NULL, bad, NULL), OBX_EBUSY);
+    exec_ok(f->conn, "RESET lock_timeout");
+    assert_int_equal(runs_of(f->conn, ONE_TRIP), trips + 1); /* it was the one-trip write */
+    exec_ok(holder, "ROLLBACK");
+    PQfinish(holder);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 7);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_envelope"), 7);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM orders WHERE id = 'r-8'"), 1);
+    assert_int_equal(qint(f->conn, "SELECT sum(n) FROM obx.obx_stat_delta WHERE key = "
+                                   "'state:PENDING'"),
+                     7);
+    obx_store_close(own);
+}
+
 enum kill_point { KILL_BETWEEN_INSERTS, KILL_BEFORE_COMMIT, KILL_AFTER_COMMIT };
 
 /* A child process connects, begins, writes the business row, enqueues (or not), and is killed
@@ -2691,6 +2816,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_commit_together, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rollback_together, setup, teardown),
         cmocka_unit_test_setup_teardown(test_caller_tx_survives, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_one_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill_producer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_frozen, setup, teardown),

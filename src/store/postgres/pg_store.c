@@ -88,6 +88,7 @@ enum {
     Q_INS_ENV,
     Q_INS_EVENT,
     Q_INS_EVENT_AUDIT,
+    Q_ENQ_WRITE,
     Q_CLAIM,
     Q_SEL_EXPIRED,
     Q_SEL_EXPIRED_LOCK,
@@ -199,11 +200,14 @@ typedef struct pg_store {
     "causation_id, traceparent, idempotency_key, envelope_digest, dest_cluster, dest_topic, "      \
     "dest_routing_key, dest_algorithm, dest_route_gen, dest_serializer, dest_durability, "         \
     "dest_acks, dest_digest, payload, payload_len, created_at)"
-#define ENV_INS_VALS                                                                               \
+/* ENV_INS_VALS_WITH(txid, digest): the envelope's values, created_txid and envelope_digest as
+ * given (ENV_INS_VALS: parameters $11 and $16; Q_ENQ_WRITE: the server's) */
+#define ENV_INS_VALS_WITH(txid, digest)                                                            \
     "$1::text, $2::int, $3::text, $4::text, $5::bigint, $6::text, $7::text, $8::text, $9::text, "  \
-    "$10::bigint, $11::text, $12::text, $13::text, $14::text, $15::text, $16::text, $17::text, "   \
+    "$10::bigint, " txid ", $12::text, $13::text, $14::text, $15::text, " digest ", $17::text, "   \
     "$18::text, $19::text, $20::text, $21::bigint, $22::text, $23::text, $24::text, $25::text, "   \
     "$26::bytea, $27::bigint, $28::bigint"
+#define ENV_INS_VALS ENV_INS_VALS_WITH("$11::text", "$16::text")
 #define ATT_COLS                                                                                   \
     "attempt_id, event_id, envelope_gen, attempt_gen, claim_gen, owner, dest_digest, partition, "  \
     "state, started_at, unknown_at, ended_at, offset_before, quiet_until, detail"
@@ -278,9 +282,6 @@ typedef struct pg_store {
 #define QUAR_W "obx.obx_receipt WHERE kind IN ('QUARANTINED', 'MIGRATION') AND kind = 'QUARANTINED'"
 #define IQUAR_W "obx.obx_inbox_quarantine WHERE true"
 
-/* The statistics delta of the events a statement inserts (CTE `ev` returning their state):
- * since schema version 6 no trigger counts inserts, every inserting statement does
- * (schema_v6.sql). */
 /* The statistics delta of a statement that moves events between states or inserts receipts:
  * since schema version 7 no trigger counts them (schema_v7.sql). `moves` is a query of (k, d)
  * rows, one per key a row leaves (-1) or enters (+1); CTE `st` appends their net per key, CTE
@@ -291,9 +292,12 @@ typedef struct pg_store {
     "GROUP BY k HAVING sum(d) <> 0), cp AS MATERIALIZED (SELECT CASE WHEN random() < 1.0 / 256 "   \
     "THEN obx._compact_stats()::text END AS c)"
 
+/* The statistics delta of the event a statement inserts (CTE `ev` returning its state): since
+ * schema version 6 no trigger counts inserts, every inserting statement does (schema_v6.sql).
+ * Each of them inserts one event (scalar parameters, no arrays), so the delta is that row's,
+ * without an aggregate (a hash table set up per statement). */
 #define STAT_INSERTED                                                                              \
-    "st AS (INSERT INTO obx.obx_stat_delta (key, n) SELECT 'state:' || state, count(*) FROM ev "   \
-    "GROUP BY state)"
+    "st AS (INSERT INTO obx.obx_stat_delta (key, n) SELECT 'state:' || state, 1 FROM ev)"
 
 /* Per order key, seq order must be commit order: otherwise a producer that drew seq 10 and
  * commits after a producer that drew seq 11 lets a relay claim 11 while 10 is still
@@ -312,29 +316,40 @@ typedef struct pg_store {
  * an ordered event may follow an unordered one of the same key, and the claim rule orders
  * it behind it. Transactions that lock several buckets in different orders can deadlock:
  * PostgreSQL detects it (40P01 -> OBX_EBUSY). obx.enqueue() takes the same lock. */
+#define ORDER_LOCK "pg_advisory_xact_lock(" LOCK_CLASS_ORDER ", hashtext($29::text) & 1023)"
 #define INS_EVENT_CTES                                                                             \
-    "WITH lk AS MATERIALIZED (SELECT pg_advisory_xact_lock(" LOCK_CLASS_ORDER                      \
-    ", hashtext($29::text) & "                                                                     \
-    "1023)), "                                                                                     \
-    "env AS (INSERT INTO obx.obx_envelope " ENV_INS_COLS " SELECT " ENV_INS_VALS                   \
-    " FROM lk RETURNING event_id), "                                                               \
-    "ev AS (INSERT INTO obx.obx_event (event_id, tenant, idempotency_key, event_type, "            \
-    "correlation_id, "                                                                             \
-    "order_key, envelope_gen, state, claim_gen, owner, lease_until, attempt_gen, attempt_id, "     \
-    "pinned_partition, rejections, available_at, next_check_at, unknown_since, "                   \
-    "primary_attempt_id, published_at, committed_at, updated_at, max_attempts, blind_retry, "      \
-    "unordered, alias, dest_cluster) "                                                             \
-    "SELECT env.event_id, $9::text, CASE WHEN $49::int >= 2 THEN NULL ELSE "                       \
-    "nullif($15::text, '') END, $6::text, $12::text, $29::text, "                                  \
-    "$2::int, $30::text, $31::bigint, $32::text, $33::bigint, $34::int, $35::text, $36::int, "     \
-    "$37::int, $38::bigint, $39::bigint, $40::bigint, $41::text, $42::bigint, $43::bigint, "       \
-    "$44::bigint, $45::int, $46::bool, $47::bool, $48::text, $17::text FROM env "                  \
-    "RETURNING state), " STAT_INSERTED
+    INS_EVENT_CTES_WITH("WITH lk AS MATERIALIZED (SELECT " ORDER_LOCK ")", ENV_INS_VALS, "lk")
+/* INS_EVENT_CTES_WITH(head, vals, src): the envelope's values `vals` selected from CTE `src`,
+ * which the CTEs in `head` end with (the order lock taken in it) */
+#define INS_EVENT_CTES_WITH(head, vals, src)                                                       \
+    head                                                                                           \
+        ", env AS (INSERT INTO obx.obx_envelope " ENV_INS_COLS " SELECT " vals " FROM " src        \
+        " RETURNING event_id), "                                                                   \
+        "ev AS (INSERT INTO obx.obx_event (event_id, tenant, idempotency_key, event_type, "        \
+        "correlation_id, "                                                                         \
+        "order_key, envelope_gen, state, claim_gen, owner, lease_until, attempt_gen, attempt_id, " \
+        "pinned_partition, rejections, available_at, next_check_at, unknown_since, "               \
+        "primary_attempt_id, published_at, committed_at, updated_at, max_attempts, blind_retry, "  \
+        "unordered, alias, dest_cluster) "                                                         \
+        "SELECT env.event_id, $9::text, CASE WHEN $49::int >= 2 THEN NULL ELSE "                   \
+        "nullif($15::text, '') END, $6::text, $12::text, $29::text, "                              \
+        "$2::int, $30::text, $31::bigint, $32::text, $33::bigint, $34::int, $35::text, $36::int, " \
+        "$37::int, $38::bigint, $39::bigint, $40::bigint, $41::text, $42::bigint, $43::bigint, "   \
+        "$44::bigint, $45::int, $46::bool, $47::bool, $48::text, $17::text FROM env "              \
+        "RETURNING state), " STAT_INSERTED
 
 #define RCPT_COLS                                                                                  \
     "event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "            \
     "broker_ts, payload_digest, dest_digest, reason, created_at, source"
 #define CAUDIT_COLS "audit_id, at, consumer_id, event_id, outcome, duration_us, detail"
+
+/* The tail of the producer's one-statement write (Q_INS_EVENT_AUDIT, Q_ENQ_WRITE): the audit
+ * row of the inserted event ($50..$60), and the NOTIFY; one row when the event was written. */
+#define AUDITED_TAIL                                                                               \
+    ", au AS (INSERT INTO obx.obx_audit (at, actor, who, event_id, envelope_gen, from_state, "     \
+    "to_state, claim_gen, attempt_id, attempt_gen, reason) SELECT $50::bigint, $51::text, "        \
+    "$52::text, $53::text, $54::int, $55::text, $56::text, $57::bigint, $58::text, $59::int, "     \
+    "$60::text FROM ev) SELECT pg_notify('" NOTIFY_CHANNEL "', '') FROM ev"
 
 static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_PUT] = "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, "
@@ -359,12 +374,30 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_INS_EVENT] = INS_EVENT_CTES " SELECT pg_notify('" NOTIFY_CHANNEL "', '') FROM ev",
     /* the same, and the one audit row that records the insert (insert_event_audit: the
      * producer's write in one round trip) */
-    [Q_INS_EVENT_AUDIT] = INS_EVENT_CTES
-    ", au AS (INSERT INTO obx.obx_audit (at, actor, who, event_id, envelope_gen, from_state, "
-    "to_state, claim_gen, attempt_id, attempt_gen, reason) SELECT $50::bigint, $51::text, "
-    "$52::text, $53::text, $54::int, $55::text, $56::text, $57::bigint, $58::text, $59::int, "
-    "$60::text FROM ev)"
-    " SELECT pg_notify('" NOTIFY_CHANNEL "', '') FROM ev",
+    [Q_INS_EVENT_AUDIT] = INS_EVENT_CTES AUDITED_TAIL,
+    /* Q_INS_EVENT_AUDIT when the client has the route from an earlier enqueue (enqueue_write):
+     * written only while the current route of the event type $6 is still the one the row
+     * was built from (generation $21, template $61, every copied field; no delivery set),
+     * else nothing (no row: the client reads the route again). The server supplies what the
+     * client could only learn by another round trip: created_txid (unless $11 names one) and
+     * so the envelope digest (unless $16 is the client's, over $11), by the same canonical
+     * encoding as src/core/canon.c (schema_v1.sql's obx.envelope_digest, inlined;
+     * test_store_pg recomputes it in C). */
+    [Q_ENQ_WRITE] = INS_EVENT_CTES_WITH(
+        "WITH rt AS MATERIALIZED (SELECT * FROM obx.obx_route r WHERE r.event_type = $6::text "
+        "ORDER BY r.gen DESC LIMIT 1), lk AS MATERIALIZED (SELECT " ORDER_LOCK " FROM rt WHERE "
+        "rt.gen = $21::bigint AND rt.cluster = $17::text AND rt.topic = $18::text AND "
+        "rt.routing_key = $61::text AND rt.algorithm = $20::text AND rt.serializer = $22::text "
+        "AND rt.durability = $23::text AND rt.required_acks = $24::text AND rt.max_attempts = "
+        "$45::int AND rt.blind_retry = $46::bool AND rt.unordered = $47::bool AND rt.alias = "
+        "$48::text AND NOT EXISTS (SELECT 1 FROM obx.obx_route_set x WHERE x.route_gen = "
+        "rt.gen)), f AS MATERIALIZED (SELECT coalesce(nullif($11::text, ''), "
+        "pg_current_xact_id()::text) AS txid FROM lk)",
+        ENV_INS_VALS_WITH("f.txid", "coalesce(nullif($16::text, ''), obx.envelope_digest("
+                                    "$1::text, $2::int, $3::text, $4::text, $5::bigint, "
+                                    "$6::text, $7::text, $8::text, $9::text, $10::bigint, "
+                                    "f.txid, $12::text, $13::text, $14::text, $15::text))"),
+        "f") AUDITED_TAIL,
     /* docs/design.md, "Claims, attempts and fencing": oldest first; PENDING when available,
      * CLAIMED when its lease expired; never behind an unpublished earlier event of the same order
      * key unless unordered. Rows locked by another relay's claim are skipped, but the NOT EXISTS
@@ -1660,6 +1693,21 @@ static obx_err pg_insert_event(obx__store *base, const obx__event_row *r, const 
     return run(s, Q_INS_EVENT, &p, PGRES_TUPLES_OK, NULL, "insert event");
 }
 
+/* Parameters $50..$60 of Q_INS_EVENT_AUDIT and Q_ENQ_WRITE: the producer's audit row. */
+static void bind_audit(params *p, const obx__audit_row *a) {
+    p_int(p, a->at); /* $50 */
+    p_text(p, obx__actor_name(a->actor));
+    p_text(p, a->who);
+    p_text(p, a->event_id);
+    p_int(p, a->envelope_gen);
+    p_text(p, obx__state_name(a->from));
+    p_text(p, obx__state_name(a->to));
+    p_int(p, a->claim_gen);
+    p_text(p, a->attempt_id);
+    p_int(p, a->attempt_gen);
+    p_text(p, a->reason); /* $60 */
+}
+
 /* insert_event and insert_audit of one row in one statement (Q_INS_EVENT_AUDIT). */
 static obx_err pg_insert_event_audit(obx__store *base, const obx__event_row *r, const void *payload,
                                      size_t len, const obx__audit_row *a) {
@@ -1668,18 +1716,92 @@ static obx_err pg_insert_event_audit(obx__store *base, const obx__event_row *r, 
     params p;
     p_init(&p);
     bind_event(&p, ok, r, payload, len);
-    p_int(&p, a->at); /* $50 */
-    p_text(&p, obx__actor_name(a->actor));
-    p_text(&p, a->who);
-    p_text(&p, a->event_id);
-    p_int(&p, a->envelope_gen);
-    p_text(&p, obx__state_name(a->from));
-    p_text(&p, obx__state_name(a->to));
-    p_int(&p, a->claim_gen);
-    p_text(&p, a->attempt_id);
-    p_int(&p, a->attempt_gen);
-    p_text(&p, a->reason); /* $60 */
+    bind_audit(&p, a);
     return run(s, Q_INS_EVENT_AUDIT, &p, PGRES_TUPLES_OK, NULL, "insert event");
+}
+
+/* A statement without parameters (SAVEPOINT, RELEASE) into a pipeline. */
+static bool send_plain(pg_store *s, const char *sql) {
+    return PQsendQueryParams(s->conn, sql, 0, NULL, NULL, NULL, NULL, 0);
+}
+
+/* Prepared statement id with p into a pipeline. */
+static bool send_prepared(pg_store *s, int id, const params *p) {
+    char name[40];
+    stmt_name(id, name);
+    return PQsendQueryPrepared(s->conn, name, p->n, p->val, p->len, p->fmt, 0);
+}
+
+/* enqueue_write (store.h): SAVEPOINT, Q_ENQ_WRITE, RELEASE in one pipeline, one round trip
+ * instead of the four of begin, route_get_txid, insert_event_audit and commit (issue 19: on a
+ * 2-core machine three more round trips cost a business transaction a third of its rate,
+ * docs/performance.md). Only inside a transaction (the caller's, or obx's at any depth): on
+ * a connection with none open, obx's own BEGIN ... COMMIT and its unknown-outcome handling
+ * (commit_outer) stay the long way, and nothing is sent here. After a statement failed the
+ * server skipped the rest up to the sync; the savepoint is then rolled back, so the caller's
+ * transaction is as before the call, as with obx__tx_rollback. */
+static obx_err pg_enqueue_write(obx__store *base, const obx__event_row *r, const void *payload,
+                                size_t len, const obx__audit_row *a, const char *tpl,
+                                bool *written) {
+    pg_store *s = (pg_store *)base;
+    *written = false;
+    bool in_tx = s->tx.depth > 0;
+    obx_err e = in_tx ? OBX_OK : tx_in_tx(base, &in_tx);
+    if (e || !in_tx) return e;
+    char ok[ORDER_KEY_CAP], open[48], release[56];
+    params p;
+    p_init(&p);
+    bind_event(&p, ok, r, payload, len);
+    bind_audit(&p, a);
+    p_text(&p, tpl); /* $61 */
+    if ((e = p_ready(&p, Q_ENQ_WRITE, "enqueue")) || (e = ready(s, "enqueue")) ||
+        (e = prepare(s, Q_ENQ_WRITE)))
+        return e;
+    snprintf(open, sizeof open, "SAVEPOINT obx_sp%d", s->tx.depth);
+    snprintf(release, sizeof release, "RELEASE SAVEPOINT obx_sp%d", s->tx.depth);
+    if (!PQenterPipelineMode(s->conn)) return map_error(s, NULL, "enqueue: pipeline mode");
+    const char *what[3] = {"savepoint", "enqueue", "release savepoint"};
+    int sent = 0;
+    if (send_plain(s, open)) sent++;
+    if (sent == 1 && send_prepared(s, Q_ENQ_WRITE, &p)) sent++;
+    if (sent == 2 && send_plain(s, release)) sent++;
+    bool synced = PQpipelineSync(s->conn); /* also after a failed send: answer what was sent */
+    if (sent < 3 || !synced) e = map_error(s, NULL, "enqueue: send");
+    bool opened = false, released = false, gone = false, discarded = false;
+    for (int i = 0; i < sent && !gone; i++) {
+        PGresult *res = PQgetResult(s->conn), *more;
+        gone = !res;
+        if (!res || PQresultStatus(res) == PGRES_PIPELINE_ABORTED || e) {
+            PQclear(res);
+        } else {
+            const char *code = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+            /* the caller reset its session (DISCARD ALL): prepared again on the long way */
+            if (i == 1 && code && !strcmp(code, "26000")) {
+                s->prepared[Q_ENQ_WRITE] = false;
+                discarded = true;
+            }
+            PGresult *keep = NULL;
+            if (!(e = check(s, res, i == 1 ? PGRES_TUPLES_OK : PGRES_COMMAND_OK, &keep, what[i]))) {
+                if (i == 0) opened = true;
+                if (i == 1) *written = PQntuples(keep) == 1;
+                if (i == 2) released = true;
+                PQclear(keep);
+            }
+        }
+        while (!gone && (more = PQgetResult(s->conn)) != NULL) PQclear(more);
+    }
+    if (synced && !gone && PQstatus(s->conn) == CONNECTION_OK) PQclear(PQgetResult(s->conn));
+    if (!PQexitPipelineMode(s->conn) && !e) e = map_error(s, NULL, "enqueue: pipeline mode");
+    if (opened && !released && PQstatus(s->conn) == CONNECTION_OK) {
+        /* the write (or the release) failed: undo the savepoint, keep the first error */
+        char undo[112];
+        snprintf(undo, sizeof undo, "ROLLBACK TO SAVEPOINT obx_sp%d; RELEASE SAVEPOINT obx_sp%d",
+                 s->tx.depth, s->tx.depth);
+        obx_err u = exec_simple(s, undo, "rollback to savepoint");
+        if (!e || (discarded && !u)) e = u; /* undone: the long way prepares it again */
+    }
+    if (e) *written = false;
+    return e;
 }
 
 /* ---- reading events ----------------------------------------------------------------------- */
@@ -3222,6 +3344,7 @@ const obx__store_methods obx__pg_store_methods = {
     .create_roles = pg_create_roles,
     .route_get_txid = pg_route_get_txid,
     .insert_event_audit = pg_insert_event_audit,
+    .enqueue_write = pg_enqueue_write,
     .purge_payloads = pg_purge_payloads,
     .route_set_put = pg_route_set_put,
     .route_set_get = pg_route_set_get,
