@@ -1371,8 +1371,14 @@ static void test_connection_loss(void **state) {
     PGconn *c = connect_url(url);
     obx_store *w;
     OK(obx_store_wrap_pg(c, &w));
+    exec_ok(c, "BEGIN");
+    OK(obx_enqueue(w, &ev, &res)); /* reads the route and keeps it */
+    exec_ok(c, "COMMIT");
     OK(w->m->read->stats(w, &st));
+    exec_ok(c, "BEGIN");
     kill_backend("obx-loss-w");
+    /* the one-round-trip write (enqueue_write) finds the connection gone */
+    assert_int_equal(obx_enqueue(w, &ev, &res), OBX_ECONNLOST);
     assert_int_equal(w->m->read->stats(w, &st), OBX_ECONNLOST);
     assert_int_equal(w->m->read->stats(w, &st), OBX_ECONNLOST);
     assert_int_equal(obx_enqueue(w, &ev, &res), OBX_ECONNLOST);

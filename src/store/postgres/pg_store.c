@@ -1790,6 +1790,7 @@ static obx_err pg_enqueue_write(obx__store *base, const obx__event_row *r, const
         }
         while (!gone && (more = PQgetResult(s->conn)) != NULL) PQclear(more);
     }
+    if (gone && !e) e = map_error(s, NULL, "enqueue"); /* no answer: the connection broke */
     if (synced && !gone && PQstatus(s->conn) == CONNECTION_OK) PQclear(PQgetResult(s->conn));
     if (!PQexitPipelineMode(s->conn) && !e) e = map_error(s, NULL, "enqueue: pipeline mode");
     if (opened && !released && PQstatus(s->conn) == CONNECTION_OK) {
