@@ -758,7 +758,7 @@ struct obx_store {
     int tx_depth; /* maintained by the wrappers */
     /* The producer's routes (enqueue.c): the last ones read on this handle, so that the next
      * enqueue of their event types can go in one round trip (enqueue_write, which checks the
-     * generation on the server). NULL until the first; owned, freed by obx__st_close. */
+     * route on the server). NULL until the first; owned, freed by obx__st_close. */
     struct obx__route_cache *routes;
     /* Test hook (simulator): the next fail_commits outermost-or-inner commits through the
      * wrapper roll back and return OBX_EIO, on this handle only. */

@@ -317,8 +317,6 @@ typedef struct pg_store {
  * it behind it. Transactions that lock several buckets in different orders can deadlock:
  * PostgreSQL detects it (40P01 -> OBX_EBUSY). obx.enqueue() takes the same lock. */
 #define ORDER_LOCK "pg_advisory_xact_lock(" LOCK_CLASS_ORDER ", hashtext($29::text) & 1023)"
-#define INS_EVENT_CTES                                                                             \
-    INS_EVENT_CTES_WITH("WITH lk AS MATERIALIZED (SELECT " ORDER_LOCK ")", ENV_INS_VALS, "lk")
 /* INS_EVENT_CTES_WITH(head, vals, src): the envelope's values `vals` selected from CTE `src`,
  * which the CTEs in `head` end with (the order lock taken in it) */
 #define INS_EVENT_CTES_WITH(head, vals, src)                                                       \
@@ -337,19 +335,25 @@ typedef struct pg_store {
         "$37::int, $38::bigint, $39::bigint, $40::bigint, $41::text, $42::bigint, $43::bigint, "   \
         "$44::bigint, $45::int, $46::bool, $47::bool, $48::text, $17::text FROM env "              \
         "RETURNING state), " STAT_INSERTED
+#define INS_EVENT_CTES                                                                             \
+    INS_EVENT_CTES_WITH("WITH lk AS MATERIALIZED (SELECT " ORDER_LOCK ")", ENV_INS_VALS, "lk")
 
 #define RCPT_COLS                                                                                  \
     "event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "            \
     "broker_ts, payload_digest, dest_digest, reason, created_at, source"
 #define CAUDIT_COLS "audit_id, at, consumer_id, event_id, outcome, duration_us, detail"
 
+/* The end of every event-inserting statement: the NOTIFY (delivered at commit, coalesced per
+ * transaction), one row when the event was written. */
+#define NOTIFY_TAIL " SELECT pg_notify('" NOTIFY_CHANNEL "', '') FROM ev"
+
 /* The tail of the producer's one-statement write (Q_INS_EVENT_AUDIT, Q_ENQ_WRITE): the audit
- * row of the inserted event ($50..$60), and the NOTIFY; one row when the event was written. */
+ * row of the inserted event ($50..$60), then NOTIFY_TAIL. */
 #define AUDITED_TAIL                                                                               \
     ", au AS (INSERT INTO obx.obx_audit (at, actor, who, event_id, envelope_gen, from_state, "     \
     "to_state, claim_gen, attempt_id, attempt_gen, reason) SELECT $50::bigint, $51::text, "        \
     "$52::text, $53::text, $54::int, $55::text, $56::text, $57::bigint, $58::text, $59::int, "     \
-    "$60::text FROM ev) SELECT pg_notify('" NOTIFY_CHANNEL "', '') FROM ev"
+    "$60::text FROM ev)" NOTIFY_TAIL
 
 static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_PUT] = "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, "
@@ -371,7 +375,7 @@ static const char *const sql_text[Q_COUNT] = {
                          "WHERE event_type = $1::text ORDER BY gen DESC LIMIT 1",
     [Q_INS_ENV] = "INSERT INTO obx.obx_envelope " ENV_INS_COLS " VALUES (" ENV_INS_VALS ")",
     /* Q_INS_EVENT: see INS_EVENT_CTES (per order key, seq order is commit order) */
-    [Q_INS_EVENT] = INS_EVENT_CTES " SELECT pg_notify('" NOTIFY_CHANNEL "', '') FROM ev",
+    [Q_INS_EVENT] = INS_EVENT_CTES NOTIFY_TAIL,
     /* the same, and the one audit row that records the insert (insert_event_audit: the
      * producer's write in one round trip) */
     [Q_INS_EVENT_AUDIT] = INS_EVENT_CTES AUDITED_TAIL,
