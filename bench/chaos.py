@@ -822,10 +822,10 @@ class Soak:
 
     def obx_view(self, end_ms):
         rows = self.sql("""
-            SELECT event_id, at, from_state, to_state FROM obx.obx_audit
-             WHERE event_id IN (SELECT event_id FROM obx.obx_audit
+            SELECT event_id, at, from_state, to_state FROM obx.obx_audit_all
+             WHERE event_id IN (SELECT event_id FROM obx.obx_audit_all
                                  WHERE to_state = 'DISPATCH_UNKNOWN')
-             ORDER BY event_id, audit_id""")
+             ORDER BY event_id, audit_id NULLS FIRST, ord""")
         view = cv.unknown_summary(rows, end_ms)
         r = self.run([self.obx, "report", "--db", self.db, "--json"], check=False)
         try:

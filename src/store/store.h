@@ -40,8 +40,10 @@
  * 7: PostgreSQL's audit writes as batches, no statistics triggers on the relay's updates and
  *    receipts (schema_v7.sql; SQLite unchanged);
  * 8: PostgreSQL's event updates on their own page, identity checks after the update (fewer WAL
- *    bytes; schema_v8.sql; SQLite unchanged) */
-#define OBX__SCHEMA_VERSION 8
+ *    bytes; schema_v8.sql; SQLite unchanged);
+ * 9: PostgreSQL records the producer's first audit row in the envelope (created_by), one row
+ *    fewer per enqueue (schema_v9.sql; SQLite unchanged) */
+#define OBX__SCHEMA_VERSION 9
 
 #define OBX__ATTEMPT_ID_LEN 30 /* "att-" + ULID */
 #define OBX__OWNER_MAX OBX_TEXT_MAX
@@ -694,7 +696,8 @@ typedef struct obx__store_methods {
                               char *txid, size_t cap);
     /* Optional (NULL = insert_event, then insert_audit of a). The producer's write in one
      * round trip: the envelope and event row as insert_event, and the audit row a (one) in
-     * the same statement, which inserts both or neither. */
+     * the same statement, which inserts both or neither. load_audit gives a back as given
+     * (PostgreSQL from schema version 9 records the producer's row in the envelope). */
     obx_err (*insert_event_audit)(obx__store *s, const obx__event_row *row, const void *payload,
                                   size_t len, const obx__audit_row *a);
     /* Optional (NULL = the engine's begin, route_get_txid, insert_event_audit and commit). The
@@ -704,8 +707,9 @@ typedef struct obx__store_methods {
      * row->dest.route_gen, routing key template tpl, the fields row copies from it, no
      * delivery set), and releases it. The store supplies created_txid when row->env.created_txid is
      * "", and the envelope digest (row->envelope_digest is not read). *written: the event was
-     * written. false with OBX_OK: nothing was written (the route changed, or the connection has no
-     * transaction open, which this method leaves to the long way). An error:
+     * written. false with OBX_OK: nothing was written (the route changed, the connection has no
+     * transaction open, or a is not the producer's row the envelope records: these are left to
+     * the long way). An error:
      * nothing written, the caller's transaction as before the call. PostgreSQL (issue 19). */
     obx_err (*enqueue_write)(obx__store *s, const obx__event_row *row, const void *payload,
                              size_t len, const obx__audit_row *a, const char *tpl, bool *written);

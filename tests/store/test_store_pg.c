@@ -196,6 +196,41 @@ static obx__event_row load1(obx__store *s, const char *id, unsigned flags) {
     return r;
 }
 
+/* An event's first audit row, recorded in its envelope (schema_v9.sql) and not as an obx_audit
+ * row, read back as the producer wrote it: NONE -> PENDING at the envelope's created_at by
+ * `who`, under the route generation the envelope froze. */
+static void check_first_row(obx__store *s, PGconn *c, const char *id, const char *who) {
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM obx.obx_audit WHERE event_id = '%s'", id);
+    assert_int_equal(qint(c, sql), 0);
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM obx.obx_envelope WHERE event_id = '%s' AND envelope_gen = 1 "
+             "AND created_by = '%s'",
+             id, who);
+    assert_int_equal(qint(c, sql), 1);
+    obx__event_row r = load1(s, id, 0);
+    obx__audit_row *a = NULL;
+    size_t n = 0;
+    OK(obx__st_load_audit(s, id, &a, &n));
+    assert_true(n >= 1);
+    char reason[64];
+    snprintf(reason, sizeof reason, "enqueued under route generation %lld",
+             (long long)r.dest.route_gen);
+    assert_int_equal(a[0].at, r.committed_at);
+    assert_int_equal(a[0].actor, OBX__ACT_PRODUCER);
+    assert_string_equal(a[0].who, who);
+    assert_string_equal(a[0].event_id, id);
+    assert_int_equal(a[0].envelope_gen, 1);
+    assert_int_equal(a[0].from, OBX__ST_NONE);
+    assert_int_equal(a[0].to, OBX__ST_PENDING);
+    assert_int_equal(a[0].claim_gen, 0);
+    assert_string_equal(a[0].attempt_id, "");
+    assert_int_equal(a[0].attempt_gen, 0);
+    assert_string_equal(a[0].reason, reason);
+    for (size_t i = 1; i < n; i++) assert_int_not_equal(a[i].from, OBX__ST_NONE);
+    free(a);
+}
+
 /* Opens an own store on the fixture's database, with an application_name to find its backend. */
 static obx_store *open_own(fx *f, const char *app) {
     char url[1300], extra[128];
@@ -250,7 +285,9 @@ static void test_commit_together(void **state) {
     assert_int_equal(qint(other, "SELECT count(*) FROM orders"), 1);
     assert_int_equal(qint(other, "SELECT count(*) FROM obx.obx_event WHERE state='PENDING'"), 1);
     assert_int_equal(qint(other, "SELECT count(*) FROM obx.obx_envelope"), 1);
-    assert_int_equal(qint(other, "SELECT count(*) FROM obx.obx_audit WHERE to_state='PENDING'"), 1);
+    assert_int_equal(qint(other, "SELECT count(*) FROM obx.obx_audit_all WHERE to_state='PENDING'"),
+                     1);
+    check_first_row(f->s, other, res.event_id, "producer");
     /* created_txid is the producer's own transaction */
     char sql[256];
     snprintf(sql, sizeof sql,
@@ -274,7 +311,7 @@ static void test_rollback_together(void **state) {
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM orders"), 0);
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 0);
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_envelope"), 0);
-    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_audit"), 0);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_audit_all"), 0);
     /* without a caller's transaction obx commits its own */
     OK(obx_enqueue(f->s, &ev, &res));
     assert_int_equal(PQtransactionStatus(f->conn), PQTRANS_IDLE);
@@ -335,7 +372,8 @@ static long long runs_of(PGconn *c, const char *head) {
 
 /* The stored event checked against the C code: its envelope digest (which the one-round-trip
  * write leaves to the server) and destination digest recomputed, created_txid the caller's
- * transaction (the xmin of its business row `order_id`); the destination's topic. */
+ * transaction (the xmin of its business row `order_id`); the destination's topic; its first
+ * audit row. */
 static void check_enqueued(fx *f, const char *id, const char *order_id, const char *topic) {
     obx__event_row r = load1(f->s, id, 0);
     char d[OBX_DIGEST_LEN + 1], sql[256];
@@ -349,10 +387,7 @@ static void check_enqueued(fx *f, const char *id, const char *order_id, const ch
              "v.created_txid WHERE v.event_id = '%s' AND o.id = '%s'",
              id, order_id);
     assert_int_equal(qint(f->conn, sql), 1);
-    snprintf(sql, sizeof sql,
-             "SELECT count(*) FROM obx.obx_audit WHERE event_id = '%s' AND to_state = 'PENDING'",
-             id);
-    assert_int_equal(qint(f->conn, sql), 1);
+    check_first_row(f->s, f->conn, id, "producer");
 }
 
 /* One business transaction: its row, then an enqueue of the order; the event ID into id. */
@@ -999,7 +1034,7 @@ static void test_sql_validation_parity(void **state) {
         PQclear(r);
         assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 0);
         assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_envelope"), 0);
-        assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_audit"), 0);
+        assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_audit_all"), 0);
     }
     free(pbig);
     /* the SQL limit follows the setting obx.payload_limit, as obx_store_set_payload_limit does */
@@ -1215,7 +1250,7 @@ static void test_roles(void **state) {
     /* auditor: reads everything, writes nothing */
     PGconn *a = connect_url(urls[2]);
     assert_true(qint(a, "SELECT count(*) FROM obx.obx_event") >= 2);
-    assert_true(qint(a, "SELECT count(*) FROM obx.obx_audit") >= 2);
+    assert_true(qint(a, "SELECT count(*) FROM obx.obx_audit_all") >= 2);
     qint(a, "SELECT count(*) FROM obx.obx_stat_delta");
     const char *auditor_denied[] = {
         "UPDATE obx.obx_event SET updated_at = 0",
@@ -2168,7 +2203,8 @@ static void test_sql_enqueue_delivery_set(void **state) {
 
 /* The embedded schema scripts by version (pg_store.c's migrations). */
 extern const char obx__pg_schema_v1[], obx__pg_schema_v2[], obx__pg_schema_v3[],
-    obx__pg_schema_v4[], obx__pg_schema_v5[], obx__pg_schema_v6[], obx__pg_schema_v7[];
+    obx__pg_schema_v4[], obx__pg_schema_v5[], obx__pg_schema_v6[], obx__pg_schema_v7[],
+    obx__pg_schema_v8[];
 
 /* A new database (its name into db[64], its URL into url[1200]) as `obx init` of schema version
  * v left it, with one route of order.created.v2 to cluster local, topic orders, the routing
@@ -2181,7 +2217,8 @@ static PGconn *old_db(int v, const char *routing_key, bool blind, char *db, char
                                           obx__pg_schema_v4,
                                           obx__pg_schema_v5,
                                           obx__pg_schema_v6,
-                                          obx__pg_schema_v7};
+                                          obx__pg_schema_v7,
+                                          obx__pg_schema_v8};
     assert_true(v >= 1 && v < (int)(sizeof scripts / sizeof scripts[0]));
     assert_int_equal(new_db(db, NULL), 0);
     db_url(db, "", url, 1200);
@@ -2613,6 +2650,94 @@ static void test_upgrade_v7_wal(void **state) {
     PQfinish(c);
 }
 
+/* A populated database at schema version 8 with its roles is upgraded in place to version 9
+ * (issue 19: one row fewer per enqueue): events enqueued before keep their first audit row in
+ * obx_audit; events enqueued after have it in their envelope (created_by) and none in obx_audit,
+ * through obx.enqueue() as the producer role and as the owner, read back as the row that was
+ * recorded; obx.producer_events finds the producer's events of both kinds, obx_audit_all shows
+ * every first row, the record is frozen; and an audit row that is not the producer's own is
+ * still written as a row. */
+static void test_upgrade_v8_first_row(void **state) {
+    (void)state;
+    char db[64], url[1200], pre[32], sql[512], prod_url[1300], me[128], st[6], msg[512];
+    PGconn *c = old_db(8, "{aggregate_id}", true, db, url);
+    snprintf(pre, sizeof pre, "obxf%d", (int)getpid());
+    snprintf(sql, sizeof sql, "SELECT obx.create_roles('%s')", pre); /* version 8's */
+    exec_ok(c, sql);
+    login_role(c, db, pre, "producer", prod_url);
+    PGconn *p = connect_url(prod_url);
+    char old[2][64], nw[2][64];
+    enqueue_sql(p, 1, &old[0]);
+    enqueue_sql(c, 1, &old[1]);
+    obx_store *s = upgrade(url, 8);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_audit WHERE from_state = 'NONE'"), 2);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_envelope WHERE created_by IS NOT NULL"),
+                     0);
+    enqueue_sql(p, 1, &nw[0]);
+    enqueue_sql(c, 1, &nw[1]);
+    char prod_login[80];
+    snprintf(prod_login, sizeof prod_login, "%s_producer_login", pre);
+    catalog_text(c, "SELECT session_user", me, sizeof me);
+    check_first_row(s, c, nw[0], prod_login);
+    check_first_row(s, c, nw[1], me);
+    char t[128];
+    trail(s, old[0], t, sizeof t);
+    assert_string_equal(t, "NONE>PENDING");
+    obx__audit_row *a = NULL;
+    size_t n = 0;
+    OK(obx__st_load_audit(s, old[0], &a, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(a[0].who, prod_login);
+    free(a);
+    /* the producer sees its own events, from before and after the upgrade, and no other */
+    assert_int_equal(qint(p, "SELECT count(*) FROM obx.producer_events"), 2);
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM obx.producer_events WHERE event_id IN ('%s', '%s')", old[0],
+             nw[0]);
+    assert_int_equal(qint(p, sql), 2);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_audit_all WHERE from_state = 'NONE'"),
+                     4);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_audit_all WHERE from_state = 'NONE' "
+                             "AND audit_id IS NULL AND actor = 'producer' AND reason = "
+                             "'enqueued under route generation 1'"),
+                     2);
+    /* the record is evidence: nobody changes it, the owner included */
+    snprintf(sql, sizeof sql,
+             "UPDATE obx.obx_envelope SET created_by = 'mallory' WHERE event_id = '%s'", nw[0]);
+    exec_fail(c, sql, st, msg, sizeof msg);
+    assert_string_equal(st, "OB001");
+    check_first_row(s, c, nw[0], prod_login);
+    /* a writer's audit row that the envelope cannot record (not the producer's NONE -> PENDING
+     * of this row) is an obx_audit row, read back as given */
+    obx__event_row r = load1(s, nw[1], 0);
+    OK(obx_event_id_new(0, r.env.event_id));
+    obx__audit_row x = {.at = r.committed_at,
+                        .actor = OBX__ACT_OPERATOR,
+                        .envelope_gen = 1,
+                        .from = OBX__ST_NONE,
+                        .to = OBX__ST_PENDING};
+    snprintf(x.who, sizeof x.who, "carol");
+    snprintf(x.event_id, sizeof x.event_id, "%s", r.env.event_id);
+    snprintf(x.reason, sizeof x.reason, "re-created by hand");
+    OK(obx__st_begin(s));
+    OK(obx__st_insert_event_audit(s, &r, "{}", 2, &x));
+    OK(obx__st_commit(s));
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM obx.obx_envelope WHERE event_id = '%s' AND created_by IS NULL",
+             r.env.event_id);
+    assert_int_equal(qint(c, sql), 1);
+    OK(obx__st_load_audit(s, r.env.event_id, &a, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(a[0].who, "carol");
+    assert_string_equal(a[0].reason, "re-created by hand");
+    assert_int_equal(a[0].actor, OBX__ACT_OPERATOR);
+    free(a);
+    stats_exact(s, c);
+    obx_store_close(s);
+    PQfinish(p);
+    PQfinish(c);
+}
+
 /* A populated database at schema version 3, with the least-privilege roles of version 3, is
  * upgraded in place to version 4: a route made without blind retry keeps what it froze (now
  * called the UNKNOWN policy "hold"), receipts say they came from the broker, old consume
@@ -2851,6 +2976,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_upgrade_v5_producer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v6_audit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v7_wal, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upgrade_v8_first_row, setup, teardown),
     };
     failed += cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
     /* the engine's fault suite (docs/design.md, "Tests per fault") on this store */

@@ -59,6 +59,7 @@ extern const char obx__pg_schema_v5[];
 extern const char obx__pg_schema_v6[];
 extern const char obx__pg_schema_v7[];
 extern const char obx__pg_schema_v8[];
+extern const char obx__pg_schema_v9[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -69,7 +70,8 @@ static const char *const migrations[] = {NULL,
                                          obx__pg_schema_v5,
                                          obx__pg_schema_v6,
                                          obx__pg_schema_v7,
-                                         obx__pg_schema_v8};
+                                         obx__pg_schema_v8,
+                                         obx__pg_schema_v9};
 
 /* Advisory lock class IDs ("OBX" and "OBY"): the two-key form keeps obx's locks apart from an
  * application's single-bigint advisory locks. */
@@ -194,12 +196,15 @@ typedef struct pg_store {
     "gen, event_type, cluster, topic, routing_key, algorithm, serializer, durability, "            \
     "required_acks, max_attempts, blind_retry, unordered, alias, created_at, "                     \
     "coalesce((SELECT s.targets FROM obx.obx_route_set s WHERE s.route_gen = obx_route.gen), 0)"
-#define ENV_INS_COLS                                                                               \
+#define ENV_COLS_LIST                                                                              \
     "(event_id, envelope_gen, aggregate_type, aggregate_id, aggregate_version, event_type, "       \
     "payload_schema, payload_digest, tenant, occurred_at, created_txid, correlation_id, "          \
     "causation_id, traceparent, idempotency_key, envelope_digest, dest_cluster, dest_topic, "      \
     "dest_routing_key, dest_algorithm, dest_route_gen, dest_serializer, dest_durability, "         \
-    "dest_acks, dest_digest, payload, payload_len, created_at)"
+    "dest_acks, dest_digest, payload, payload_len, created_at"
+#define ENV_INS_COLS ENV_COLS_LIST ")"
+/* the producer's envelope: also who enqueued ($50), its first audit row (schema_v9.sql) */
+#define ENV_INS_COLS_BY ENV_COLS_LIST ", created_by)"
 /* ENV_INS_VALS_WITH(txid, digest): the envelope's values, created_txid and envelope_digest as
  * given (ENV_INS_VALS: parameters $11 and $16; Q_ENQ_WRITE: the server's) */
 #define ENV_INS_VALS_WITH(txid, digest)                                                            \
@@ -317,11 +322,11 @@ typedef struct pg_store {
  * it behind it. Transactions that lock several buckets in different orders can deadlock:
  * PostgreSQL detects it (40P01 -> OBX_EBUSY). obx.enqueue() takes the same lock. */
 #define ORDER_LOCK "pg_advisory_xact_lock(" LOCK_CLASS_ORDER ", hashtext($29::text) & 1023)"
-/* INS_EVENT_CTES_WITH(head, vals, src): the envelope's values `vals` selected from CTE `src`,
- * which the CTEs in `head` end with (the order lock taken in it) */
-#define INS_EVENT_CTES_WITH(head, vals, src)                                                       \
+/* INS_EVENT_CTES_WITH(head, cols, vals, src): the envelope's columns `cols` and values `vals`
+ * selected from CTE `src`, which the CTEs in `head` end with (the order lock taken in it) */
+#define INS_EVENT_CTES_WITH(head, cols, vals, src)                                                 \
     head                                                                                           \
-        ", env AS (INSERT INTO obx.obx_envelope " ENV_INS_COLS " SELECT " vals " FROM " src        \
+        ", env AS (INSERT INTO obx.obx_envelope " cols " SELECT " vals " FROM " src                \
         " RETURNING event_id), "                                                                   \
         "ev AS (INSERT INTO obx.obx_event (event_id, tenant, idempotency_key, event_type, "        \
         "correlation_id, "                                                                         \
@@ -336,7 +341,8 @@ typedef struct pg_store {
         "$44::bigint, $45::int, $46::bool, $47::bool, $48::text, $17::text FROM env "              \
         "RETURNING state), " STAT_INSERTED
 #define INS_EVENT_CTES                                                                             \
-    INS_EVENT_CTES_WITH("WITH lk AS MATERIALIZED (SELECT " ORDER_LOCK ")", ENV_INS_VALS, "lk")
+    INS_EVENT_CTES_WITH("WITH lk AS MATERIALIZED (SELECT " ORDER_LOCK ")", ENV_INS_COLS,           \
+                        ENV_INS_VALS, "lk")
 
 #define RCPT_COLS                                                                                  \
     "event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "            \
@@ -347,13 +353,11 @@ typedef struct pg_store {
  * transaction), one row when the event was written. */
 #define NOTIFY_TAIL " SELECT pg_notify('" NOTIFY_CHANNEL "', '') FROM ev"
 
-/* The tail of the producer's one-statement write (Q_INS_EVENT_AUDIT, Q_ENQ_WRITE): the audit
- * row of the inserted event ($50..$60), then NOTIFY_TAIL. */
-#define AUDITED_TAIL                                                                               \
-    ", au AS (INSERT INTO obx.obx_audit (at, actor, who, event_id, envelope_gen, from_state, "     \
-    "to_state, claim_gen, attempt_id, attempt_gen, reason) SELECT $50::bigint, $51::text, "        \
-    "$52::text, $53::text, $54::int, $55::text, $56::text, $57::bigint, $58::text, $59::int, "     \
-    "$60::text FROM ev)" NOTIFY_TAIL
+/* The head of the producer's one-statement write (Q_INS_EVENT_AUDIT, Q_ENQ_WRITE) from CTE
+ * `src`: the envelope records who enqueued ($50), which is the event's first audit row
+ * (NONE -> PENDING, schema_v9.sql; see producer_row) */
+#define PRODUCER_CTES_WITH(head, vals, src)                                                        \
+    INS_EVENT_CTES_WITH(head, ENV_INS_COLS_BY, vals ", $50::text", src)
 
 static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_PUT] = "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, "
@@ -376,22 +380,23 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_INS_ENV] = "INSERT INTO obx.obx_envelope " ENV_INS_COLS " VALUES (" ENV_INS_VALS ")",
     /* Q_INS_EVENT: see INS_EVENT_CTES (per order key, seq order is commit order) */
     [Q_INS_EVENT] = INS_EVENT_CTES NOTIFY_TAIL,
-    /* the same, and the one audit row that records the insert (insert_event_audit: the
-     * producer's write in one round trip) */
-    [Q_INS_EVENT_AUDIT] = INS_EVENT_CTES AUDITED_TAIL,
+    /* the same, and the producer's audit row of the insert, recorded in the envelope
+     * (insert_event_audit: the producer's write in one round trip; see producer_row) */
+    [Q_INS_EVENT_AUDIT] = PRODUCER_CTES_WITH("WITH lk AS MATERIALIZED (SELECT " ORDER_LOCK ")",
+                                             ENV_INS_VALS, "lk") NOTIFY_TAIL,
     /* Q_INS_EVENT_AUDIT when the client has the route from an earlier enqueue (enqueue_write):
      * written only while the current route of the event type $6 is still the one the row
-     * was built from (generation $21, template $61, every copied field; no delivery set),
+     * was built from (generation $21, template $51, every copied field; no delivery set),
      * else nothing (no row: the client reads the route again). The server supplies what the
      * client could only learn by another round trip: created_txid (unless $11 names one) and
      * so the envelope digest (unless $16 is the client's, over $11), by the same canonical
      * encoding as src/core/canon.c (schema_v1.sql's obx.envelope_digest, inlined;
      * test_store_pg recomputes it in C). */
-    [Q_ENQ_WRITE] = INS_EVENT_CTES_WITH(
+    [Q_ENQ_WRITE] = PRODUCER_CTES_WITH(
         "WITH rt AS MATERIALIZED (SELECT * FROM obx.obx_route r WHERE r.event_type = $6::text "
         "ORDER BY r.gen DESC LIMIT 1), lk AS MATERIALIZED (SELECT " ORDER_LOCK " FROM rt WHERE "
         "rt.gen = $21::bigint AND rt.cluster = $17::text AND rt.topic = $18::text AND "
-        "rt.routing_key = $61::text AND rt.algorithm = $20::text AND rt.serializer = $22::text "
+        "rt.routing_key = $51::text AND rt.algorithm = $20::text AND rt.serializer = $22::text "
         "AND rt.durability = $23::text AND rt.required_acks = $24::text AND rt.max_attempts = "
         "$45::int AND rt.blind_retry = $46::bool AND rt.unordered = $47::bool AND rt.alias = "
         "$48::text AND NOT EXISTS (SELECT 1 FROM obx.obx_route_set x WHERE x.route_gen = "
@@ -401,7 +406,7 @@ static const char *const sql_text[Q_COUNT] = {
                                     "$1::text, $2::int, $3::text, $4::text, $5::bigint, "
                                     "$6::text, $7::text, $8::text, $9::text, $10::bigint, "
                                     "f.txid, $12::text, $13::text, $14::text, $15::text))"),
-        "f") AUDITED_TAIL,
+        "f") NOTIFY_TAIL,
     /* docs/design.md, "Claims, attempts and fencing": oldest first; PENDING when available,
      * CLAIMED when its lease expired; never behind an unpublished earlier event of the same order
      * key unless unordered. Rows locked by another relay's claim are skipped, but the NOT EXISTS
@@ -523,13 +528,18 @@ static const char *const sql_text[Q_COUNT] = {
         "SELECT at, actor, who, event_id, envelope_gen, from_state, to_state, "
         "claim_gen, attempt_id, attempt_gen, reason FROM t WHERE seq IS NULL "
         "ORDER BY ord",
-    /* An event's rows of both tables in the order written (schema_v7.sql): its batches are
-     * those whose seq range holds its seq (GiST) and whose event IDs name it. */
+    /* An event's rows in the order written: its first row when its envelope records it
+     * (schema_v9.sql, as producer_row writes it), then its rows of both tables (schema_v7.sql):
+     * its batches are those whose seq range holds its seq (GiST) and whose event IDs name it. */
     [Q_LOAD_AUDIT] = "SELECT at, actor, who, event_id, envelope_gen, from_state, to_state, "
                      "claim_gen, attempt_id, attempt_gen, reason FROM (SELECT audit_id, "
                      "1::bigint AS ord, at, actor, who, event_id, envelope_gen, from_state, "
                      "to_state, claim_gen, attempt_id, attempt_gen, reason FROM obx.obx_audit "
-                     "WHERE event_id = $1::text UNION ALL SELECT b.audit_id, u.ord, u.at, "
+                     "WHERE event_id = $1::text UNION ALL SELECT 0, 1, v.created_at, "
+                     "'producer', v.created_by, v.event_id, 1, 'NONE', 'PENDING', 0, '', 0, "
+                     "'enqueued under route generation ' || v.dest_route_gen FROM "
+                     "obx.obx_envelope v WHERE v.event_id = $1::text AND v.envelope_gen = 1 AND "
+                     "v.created_by IS NOT NULL UNION ALL SELECT b.audit_id, u.ord, u.at, "
                      "u.actor, u.who, u.event_id, u.envelope_gen, u.from_state, u.to_state, "
                      "u.claim_gen, u.attempt_id, u.attempt_gen, u.reason FROM obx.obx_event e "
                      "JOIN obx.obx_audit_batch b ON b.seqs @> e.seq AND $1::text = ANY "
@@ -1697,30 +1707,37 @@ static obx_err pg_insert_event(obx__store *base, const obx__event_row *r, const 
     return run(s, Q_INS_EVENT, &p, PGRES_TUPLES_OK, NULL, "insert event");
 }
 
-/* Parameters $50..$60 of Q_INS_EVENT_AUDIT and Q_ENQ_WRITE: the producer's audit row. */
-static void bind_audit(params *p, const obx__audit_row *a) {
-    p_int(p, a->at); /* $50 */
-    p_text(p, obx__actor_name(a->actor));
-    p_text(p, a->who);
-    p_text(p, a->event_id);
-    p_int(p, a->envelope_gen);
-    p_text(p, obx__state_name(a->from));
-    p_text(p, obx__state_name(a->to));
-    p_int(p, a->claim_gen);
-    p_text(p, a->attempt_id);
-    p_int(p, a->attempt_gen);
-    p_text(p, a->reason); /* $60 */
+/* Whether a is exactly the audit row that the producer's envelope of r records
+ * (schema_v9.sql): the one Q_LOAD_AUDIT and obx.obx_audit_all show for an envelope with
+ * created_by. Any other row is written as a row, so that what is read back is what was
+ * given. */
+static bool producer_row(const obx__event_row *r, const obx__audit_row *a) {
+    char reason[sizeof a->reason];
+    snprintf(reason, sizeof reason, "enqueued under route generation %lld",
+             (long long)r->dest.route_gen);
+    return a->at == r->committed_at && a->actor == OBX__ACT_PRODUCER &&
+           !strcmp(a->event_id, r->env.event_id) && a->envelope_gen == 1 &&
+           r->env.envelope_gen == 1 && a->from == OBX__ST_NONE && a->to == OBX__ST_PENDING &&
+           a->claim_gen == 0 && !a->attempt_id[0] && a->attempt_gen == 0 &&
+           !strcmp(a->reason, reason);
 }
 
-/* insert_event and insert_audit of one row in one statement (Q_INS_EVENT_AUDIT). */
+static obx_err pg_insert_audit(obx__store *base, const obx__audit_row *a, size_t n);
+
+/* insert_event and insert_audit of one row in one statement (Q_INS_EVENT_AUDIT): the audit row
+ * recorded in the envelope when it is the producer's (producer_row), else the two writes. */
 static obx_err pg_insert_event_audit(obx__store *base, const obx__event_row *r, const void *payload,
                                      size_t len, const obx__audit_row *a) {
     pg_store *s = (pg_store *)base;
+    if (!producer_row(r, a)) {
+        obx_err e = pg_insert_event(base, r, payload, len);
+        return e ? e : pg_insert_audit(base, a, 1);
+    }
     char ok[ORDER_KEY_CAP];
     params p;
     p_init(&p);
     bind_event(&p, ok, r, payload, len);
-    bind_audit(&p, a);
+    p_text(&p, a->who); /* $50 */
     return run(s, Q_INS_EVENT_AUDIT, &p, PGRES_TUPLES_OK, NULL, "insert event");
 }
 
@@ -1749,6 +1766,7 @@ static obx_err pg_enqueue_write(obx__store *base, const obx__event_row *r, const
                                 bool *written) {
     pg_store *s = (pg_store *)base;
     *written = false;
+    if (!producer_row(r, a)) return OBX_OK; /* the long way writes it as a row */
     bool in_tx = s->tx.depth > 0;
     obx_err e = in_tx ? OBX_OK : tx_in_tx(base, &in_tx);
     if (e || !in_tx) return e;
@@ -1756,8 +1774,8 @@ static obx_err pg_enqueue_write(obx__store *base, const obx__event_row *r, const
     params p;
     p_init(&p);
     bind_event(&p, ok, r, payload, len);
-    bind_audit(&p, a);
-    p_text(&p, tpl); /* $61 */
+    p_text(&p, a->who); /* $50 */
+    p_text(&p, tpl);    /* $51 */
     if ((e = p_ready(&p, Q_ENQ_WRITE, "enqueue")) || (e = ready(s, "enqueue")) ||
         (e = prepare(s, Q_ENQ_WRITE)))
         return e;

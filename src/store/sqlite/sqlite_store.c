@@ -29,6 +29,7 @@ extern const char obx__sqlite_schema_v5[];
 extern const char obx__sqlite_schema_v6[];
 extern const char obx__sqlite_schema_v7[];
 extern const char obx__sqlite_schema_v8[];
+extern const char obx__sqlite_schema_v9[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -39,7 +40,8 @@ static const char *const migrations[] = {NULL,
                                          obx__sqlite_schema_v5,
                                          obx__sqlite_schema_v6,
                                          obx__sqlite_schema_v7,
-                                         obx__sqlite_schema_v8};
+                                         obx__sqlite_schema_v8,
+                                         obx__sqlite_schema_v9};
 
 enum {
     Q_ROUTE_PUT,
