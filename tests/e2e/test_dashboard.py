@@ -295,9 +295,12 @@ try:
     assert len(att) == 2 and att[0]["dest_digest"] == att[1]["dest_digest"], att
     assert any(a["actor"] == "operator" and a["who"].startswith("operator:carol@") and
                "INC-77" in a["reason"] for a in ev["audit"]), ev["audit"]
+    # the page refreshes every 5 s; under the ASan build beside the chaos soaks on 2 cores one
+    # refresh took long enough that 15 s (3 refreshes) once ran out: what is tested is that
+    # the banner goes, not how fast
     browser.wait("document.getElementById('held-banner').hidden && "
                  "document.querySelector('#card-held .value').textContent === '0'",
-                 what="the banner gone")
+                 timeout=45, what="the banner gone")
     step("held payment resolved from the dashboard: retried to its frozen destination, "
          "PUBLISHED, audited as carol")
     print("ok: dashboard end to end in %.1f s" % (time.time() - t0))
