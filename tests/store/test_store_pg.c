@@ -2651,7 +2651,8 @@ static void test_upgrade_v7_wal(void **state) {
 }
 
 /* A populated database at schema version 8 with its roles is upgraded in place to version 9
- * (issue 19: one row fewer per enqueue): events enqueued before keep their first audit row in
+ * (issue 19: one row fewer per enqueue, the state checked against an enum; a state outside it
+ * is still refused): events enqueued before keep their first audit row in
  * obx_audit; events enqueued after have it in their envelope (created_by) and none in obx_audit,
  * through obx.enqueue() as the producer role and as the owner, read back as the row that was
  * recorded; obx.producer_events finds the producer's events of both kinds, obx_audit_all shows
@@ -2701,6 +2702,20 @@ static void test_upgrade_v8_first_row(void **state) {
                              "AND audit_id IS NULL AND actor = 'producer' AND reason = "
                              "'enqueued under route generation 1'"),
                      2);
+    /* the state is checked against the enum now, for everyone, and a state outside it is
+     * refused without a change */
+    char def[256];
+    catalog_text(c,
+                 "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = "
+                 "'obx_event_state_check'",
+                 def, sizeof def);
+    assert_non_null(strstr(def, "obx.event_state"));
+    snprintf(sql, sizeof sql, "UPDATE obx.obx_event SET state = 'LOST' WHERE event_id = '%s'",
+             old[1]);
+    exec_fail(c, sql, st, msg, sizeof msg);
+    assert_string_equal(st, "22P02");
+    assert_non_null(strstr(msg, "obx.event_state"));
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event WHERE state = 'PENDING'"), 4);
     /* the record is evidence: nobody changes it, the owner included */
     snprintf(sql, sizeof sql,
              "UPDATE obx.obx_envelope SET created_by = 'mallory' WHERE event_id = '%s'", nw[0]);
