@@ -251,8 +251,7 @@ static void producer_audit(obx__audit_row *a, const obx__event_row *row,
     a->envelope_gen = 1;
     a->from = OBX__ST_NONE;
     a->to = OBX__ST_PENDING;
-    snprintf(a->reason, sizeof a->reason, "enqueued under route generation %lld",
-             (long long)route->gen);
+    snprintf(a->reason, sizeof a->reason, OBX__PRODUCER_REASON, (long long)route->gen);
 }
 
 /* The envelope, the event row and its audit row: one round trip where the store has

@@ -198,6 +198,11 @@ typedef struct obx__receipt_row {
     obx__receipt_source source;
 } obx__receipt_row;
 
+/* The reason of the producer's audit row (NONE -> PENDING), from the event's route generation.
+ * From schema version 9 PostgreSQL records that row in the envelope and writes this text again
+ * in SQL when it reads the row back (schema_v9.sql, pg_store.c's Q_LOAD_AUDIT). */
+#define OBX__PRODUCER_REASON "enqueued under route generation %lld"
+
 typedef struct obx__audit_row {
     int64_t at;
     obx__actor actor;

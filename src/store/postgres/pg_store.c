@@ -1713,8 +1713,7 @@ static obx_err pg_insert_event(obx__store *base, const obx__event_row *r, const 
  * given. */
 static bool producer_row(const obx__event_row *r, const obx__audit_row *a) {
     char reason[sizeof a->reason];
-    snprintf(reason, sizeof reason, "enqueued under route generation %lld",
-             (long long)r->dest.route_gen);
+    snprintf(reason, sizeof reason, OBX__PRODUCER_REASON, (long long)r->dest.route_gen);
     return a->at == r->committed_at && a->actor == OBX__ACT_PRODUCER &&
            !strcmp(a->event_id, r->env.event_id) && a->envelope_gen == 1 &&
            r->env.envelope_gen == 1 && a->from == OBX__ST_NONE && a->to == OBX__ST_PENDING &&
