@@ -40,7 +40,7 @@ void obx__dest_canonical(const obx__dest *d, obx__buf *b) {
     field(b, d->required_acks);
 }
 
-void obx__envelope_canonical(const obx__envelope *e, obx__buf *b) {
+void obx__envelope_canonical_head(const obx__envelope *e, obx__buf *b) {
     field(b, OBX__ENV_TAG);
     field(b, e->event_id);
     field_i64(b, e->envelope_gen);
@@ -52,11 +52,21 @@ void obx__envelope_canonical(const obx__envelope *e, obx__buf *b) {
     field(b, e->payload_digest);
     field(b, e->tenant);
     field_i64(b, e->occurred_at);
-    field(b, e->created_txid);
+}
+
+void obx__envelope_canonical_tail(const obx__envelope *e, obx__buf *b) {
     field(b, e->correlation_id);
     field(b, e->causation_id);
     field(b, e->traceparent);
     field(b, e->idempotency_key);
+}
+
+/* Written as head, created_txid, tail, so that the split a store relies on (core.h) is the
+ * encoding itself, not a copy of it. */
+void obx__envelope_canonical(const obx__envelope *e, obx__buf *b) {
+    obx__envelope_canonical_head(e, b);
+    field(b, e->created_txid);
+    obx__envelope_canonical_tail(e, b);
 }
 
 /* OpenSSL 3 resolves EVP_sha256() through the provider store on every use, under a global

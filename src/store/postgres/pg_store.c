@@ -389,9 +389,11 @@ static const char *const sql_text[Q_COUNT] = {
      * was built from (generation $21, template $51, every copied field; no delivery set),
      * else nothing (no row: the client reads the route again). The server supplies what the
      * client could only learn by another round trip: created_txid (unless $11 names one) and
-     * so the envelope digest (unless $16 is the client's, over $11), by the same canonical
-     * encoding as src/core/canon.c (schema_v1.sql's obx.envelope_digest, inlined;
-     * test_store_pg recomputes it in C). */
+     * so the envelope digest (unless $16 is the client's, over $11). The client sends the
+     * canonical encoding (src/core/canon.c) up to created_txid's field ($52) and after it
+     * ($53); the server adds the field and takes the SHA-256 (test_store_pg recomputes it in
+     * C). schema_v1.sql's obx.envelope_digest inlined here, encoding all sixteen fields, was a
+     * quarter of the server's instructions per enqueue (docs/performance.md, section 3). */
     [Q_ENQ_WRITE] = PRODUCER_CTES_WITH(
         "WITH rt AS MATERIALIZED (SELECT * FROM obx.obx_route r WHERE r.event_type = $6::text "
         "ORDER BY r.gen DESC LIMIT 1), lk AS MATERIALIZED (SELECT " ORDER_LOCK " FROM rt WHERE "
@@ -402,10 +404,9 @@ static const char *const sql_text[Q_COUNT] = {
         "$48::text AND NOT EXISTS (SELECT 1 FROM obx.obx_route_set x WHERE x.route_gen = "
         "rt.gen)), f AS MATERIALIZED (SELECT coalesce(nullif($11::text, ''), "
         "pg_current_xact_id()::text) AS txid FROM lk)",
-        ENV_INS_VALS_WITH("f.txid", "coalesce(nullif($16::text, ''), obx.envelope_digest("
-                                    "$1::text, $2::int, $3::text, $4::text, $5::bigint, "
-                                    "$6::text, $7::text, $8::text, $9::text, $10::bigint, "
-                                    "f.txid, $12::text, $13::text, $14::text, $15::text))"),
+        ENV_INS_VALS_WITH("f.txid", "coalesce(nullif($16::text, ''), 'sha256:' || "
+                                    "encode(sha256($52::bytea || int4send(octet_length(f.txid)) "
+                                    "|| convert_to(f.txid, 'UTF8') || $53::bytea), 'hex'))"),
         "f") NOTIFY_TAIL,
     /* docs/design.md, "Claims, attempts and fencing": oldest first; PENDING when available,
      * CLAIMED when its lease expired; never behind an unpublished earlier event of the same order
@@ -1752,39 +1753,17 @@ static bool send_prepared(pg_store *s, int id, const params *p) {
     return PQsendQueryPrepared(s->conn, name, p->n, p->val, p->len, p->fmt, 0);
 }
 
-/* enqueue_write (store.h): SAVEPOINT, Q_ENQ_WRITE, RELEASE in one pipeline, one round trip
- * instead of the four of begin, route_get_txid, insert_event_audit and commit (issue 19: on a
- * 2-core machine three more round trips cost a business transaction a third of its rate,
- * docs/performance.md). Only inside a transaction (the caller's, or obx's at any depth): on
- * a connection with none open, obx's own BEGIN ... COMMIT and its unknown-outcome handling
- * (commit_outer) stay the long way, and nothing is sent here. After a statement failed the
- * server skipped the rest up to the sync; the savepoint is then rolled back, so the caller's
- * transaction is as before the call, as with obx__tx_rollback. */
-static obx_err pg_enqueue_write(obx__store *base, const obx__event_row *r, const void *payload,
-                                size_t len, const obx__audit_row *a, const char *tpl,
-                                bool *written) {
-    pg_store *s = (pg_store *)base;
-    *written = false;
-    if (!producer_row(r, a)) return OBX_OK; /* the long way writes it as a row */
-    bool in_tx = s->tx.depth > 0;
-    obx_err e = in_tx ? OBX_OK : tx_in_tx(base, &in_tx);
-    if (e || !in_tx) return e;
-    char ok[ORDER_KEY_CAP], open[48], release[56];
-    params p;
-    p_init(&p);
-    bind_event(&p, ok, r, payload, len);
-    p_text(&p, a->who); /* $50 */
-    p_text(&p, tpl);    /* $51 */
-    if ((e = p_ready(&p, Q_ENQ_WRITE, "enqueue")) || (e = ready(s, "enqueue")) ||
-        (e = prepare(s, Q_ENQ_WRITE)))
-        return e;
+/* SAVEPOINT, Q_ENQ_WRITE with p, RELEASE in one pipeline (pg_enqueue_write). */
+static obx_err enqueue_send(pg_store *s, const params *p, bool *written) {
+    obx_err e = OBX_OK;
+    char open[48], release[56];
     snprintf(open, sizeof open, "SAVEPOINT obx_sp%d", s->tx.depth);
     snprintf(release, sizeof release, "RELEASE SAVEPOINT obx_sp%d", s->tx.depth);
     if (!PQenterPipelineMode(s->conn)) return map_error(s, NULL, "enqueue: pipeline mode");
     const char *what[3] = {"savepoint", "enqueue", "release savepoint"};
     int sent = 0;
     if (send_plain(s, open)) sent++;
-    if (sent == 1 && send_prepared(s, Q_ENQ_WRITE, &p)) sent++;
+    if (sent == 1 && send_prepared(s, Q_ENQ_WRITE, p)) sent++;
     if (sent == 2 && send_plain(s, release)) sent++;
     bool synced = PQpipelineSync(s->conn); /* also after a failed send: answer what was sent */
     if (sent < 3 || !synced) e = map_error(s, NULL, "enqueue: send");
@@ -1823,6 +1802,43 @@ static obx_err pg_enqueue_write(obx__store *base, const obx__event_row *r, const
         if (!e || (discarded && !u)) e = u; /* undone: the long way prepares it again */
     }
     if (e) *written = false;
+    return e;
+}
+
+/* enqueue_write (store.h): SAVEPOINT, Q_ENQ_WRITE, RELEASE in one pipeline, one round trip
+ * instead of the four of begin, route_get_txid, insert_event_audit and commit (issue 19: on a
+ * 2-core machine three more round trips cost a business transaction a third of its rate,
+ * docs/performance.md). Only inside a transaction (the caller's, or obx's at any depth): on
+ * a connection with none open, obx's own BEGIN ... COMMIT and its unknown-outcome handling
+ * (commit_outer) stay the long way, and nothing is sent here. After a statement failed the
+ * server skipped the rest up to the sync; the savepoint is then rolled back, so the caller's
+ * transaction is as before the call, as with obx__tx_rollback. */
+static obx_err pg_enqueue_write(obx__store *base, const obx__event_row *r, const void *payload,
+                                size_t len, const obx__audit_row *a, const char *tpl,
+                                bool *written) {
+    pg_store *s = (pg_store *)base;
+    *written = false;
+    if (!producer_row(r, a)) return OBX_OK; /* the long way writes it as a row */
+    bool in_tx = s->tx.depth > 0;
+    obx_err e = in_tx ? OBX_OK : tx_in_tx(base, &in_tx);
+    if (e || !in_tx) return e;
+    char ok[ORDER_KEY_CAP];
+    obx__buf head = {0}, tail = {0}; /* the canonical encoding around created_txid */
+    obx__envelope_canonical_head(&r->env, &head);
+    obx__envelope_canonical_tail(&r->env, &tail);
+    params p;
+    p_init(&p);
+    bind_event(&p, ok, r, payload, len);
+    p_text(&p, a->who);               /* $50 */
+    p_text(&p, tpl);                  /* $51 */
+    p_bytes(&p, head.data, head.len); /* $52 */
+    p_bytes(&p, tail.data, tail.len); /* $53 */
+    if (head.oom || tail.oom) e = obx__fail(OBX_ENOMEM, "enqueue: out of memory");
+    if (!e && !(e = p_ready(&p, Q_ENQ_WRITE, "enqueue")) && !(e = ready(s, "enqueue")) &&
+        !(e = prepare(s, Q_ENQ_WRITE)))
+        e = enqueue_send(s, &p, written);
+    obx__buf_free(&head);
+    obx__buf_free(&tail);
     return e;
 }
 
