@@ -42,8 +42,10 @@
  * 8: PostgreSQL's event updates on their own page, identity checks after the update (fewer WAL
  *    bytes; schema_v8.sql; SQLite unchanged);
  * 9: PostgreSQL records the producer's first audit row in the envelope (created_by), one row
- *    fewer per enqueue (schema_v9.sql; SQLite unchanged) */
-#define OBX__SCHEMA_VERSION 9
+ *    fewer per enqueue (schema_v9.sql; SQLite unchanged);
+ * 10: PostgreSQL's obx.enqueue() draws its event ID and writes its digests in fewer steps
+ *    (schema_v10.sql; SQLite unchanged) */
+#define OBX__SCHEMA_VERSION 10
 
 #define OBX__ATTEMPT_ID_LEN 30 /* "att-" + ULID */
 #define OBX__OWNER_MAX OBX_TEXT_MAX

@@ -2204,7 +2204,7 @@ static void test_sql_enqueue_delivery_set(void **state) {
 /* The embedded schema scripts by version (pg_store.c's migrations). */
 extern const char obx__pg_schema_v1[], obx__pg_schema_v2[], obx__pg_schema_v3[],
     obx__pg_schema_v4[], obx__pg_schema_v5[], obx__pg_schema_v6[], obx__pg_schema_v7[],
-    obx__pg_schema_v8[];
+    obx__pg_schema_v8[], obx__pg_schema_v9[];
 
 /* A new database (its name into db[64], its URL into url[1200]) as `obx init` of schema version
  * v left it, with one route of order.created.v2 to cluster local, topic orders, the routing
@@ -2218,7 +2218,8 @@ static PGconn *old_db(int v, const char *routing_key, bool blind, char *db, char
                                           obx__pg_schema_v5,
                                           obx__pg_schema_v6,
                                           obx__pg_schema_v7,
-                                          obx__pg_schema_v8};
+                                          obx__pg_schema_v8,
+                                          obx__pg_schema_v9};
     assert_true(v >= 1 && v < (int)(sizeof scripts / sizeof scripts[0]));
     assert_int_equal(new_db(db, NULL), 0);
     db_url(db, "", url, 1200);
@@ -2753,6 +2754,70 @@ static void test_upgrade_v8_first_row(void **state) {
     PQfinish(c);
 }
 
+/* A database at schema version 9 with events from its obx.enqueue() is upgraded to version 10.
+ * The old events keep their IDs and digests. obx.enqueue() then draws its IDs by obx._ulid (a
+ * ULID whose time is now, a hexadecimal random part) and writes its envelope and destination
+ * digests written out (schema_v10.sql): they must be the bytes of schema_v1.sql's reference
+ * functions and of the C code (src/core/canon.c), recomputed here from the stored fields.
+ * obx._event_id keeps its contract (a delivery set's further targets draw their IDs there). */
+static void test_upgrade_v9_ids_digests(void **state) {
+    (void)state;
+    char db[64], url[1200], st[6], old[2][64], nw[2][64];
+    PGconn *c = old_db(9, "{tenant}.{aggregate_id}", false, db, url);
+    enqueue_sql(c, 2, old);
+    obx_store *s = upgrade(url, 9);
+    int64_t t0 = obx__wall_ms();
+    enqueue_sql(c, 2, nw);
+    PGresult *r = PQexec(c, "SELECT obx._event_id(floor(extract(epoch FROM clock_timestamp()) * "
+                            "1000)::bigint)");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    char tid[64];
+    snprintf(tid, sizeof tid, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    int64_t t1 = obx__wall_ms();
+    const char *fresh[3] = {nw[0], nw[1], tid};
+    for (int i = 0; i < 3; i++) {
+        OK(obx_event_id_check(fresh[i]));
+        int64_t t = obx__ulid_time(fresh[i] + 4);
+        assert_true(t >= t0 - 5 && t <= t1 + 5);
+        /* the random part: 16 upper-case hexadecimal digits */
+        assert_int_equal(strspn(fresh[i] + 14, "0123456789ABCDEF"), 16);
+    }
+    assert_string_not_equal(nw[0], nw[1]);
+    assert_string_not_equal(nw[1], tid);
+    exec_fail(c, "SELECT obx._event_id(-1)", st, NULL, 0);
+    assert_string_equal(st, "OB002");
+    exec_fail(c, "SELECT obx._event_id(1::bigint << 48)", st, NULL, 0);
+    assert_string_equal(st, "OB002");
+    /* every envelope's digests, old and new, are the reference functions' */
+    assert_int_equal(
+        qint(c, "SELECT count(*) FROM obx.obx_envelope WHERE envelope_digest = "
+                "obx.envelope_digest(event_id, envelope_gen, aggregate_type, aggregate_id, "
+                "aggregate_version, event_type, payload_schema, payload_digest, tenant, "
+                "occurred_at, created_txid, correlation_id, causation_id, traceparent, "
+                "idempotency_key) AND dest_digest = obx.dest_digest(dest_cluster, dest_topic, "
+                "dest_routing_key, dest_algorithm, dest_route_gen, dest_serializer, "
+                "dest_durability, dest_acks)"),
+        4);
+    /* and the C code's */
+    obx__rows rows = {0};
+    const char *ids[4] = {old[0], old[1], nw[0], nw[1]};
+    OK(obx__st_load_events(s, ids, 4, OBX__LOAD_PAYLOAD, &rows));
+    assert_int_equal(rows.n, 4);
+    char d[OBX_DIGEST_LEN + 1];
+    for (size_t k = 0; k < rows.n; k++) {
+        OK(obx__dest_digest(&rows.v[k].dest, d));
+        assert_string_equal(d, rows.v[k].dest_digest);
+        OK(obx__envelope_digest(&rows.v[k].env, d));
+        assert_string_equal(d, rows.v[k].envelope_digest);
+        assert_string_equal(rows.v[k].dest.routing_key, k % 2 ? "t.o-1" : "t.o-0");
+    }
+    obx__rows_free(&rows);
+    stats_exact(s, c);
+    obx_store_close(s);
+    PQfinish(c);
+}
+
 /* A populated database at schema version 3, with the least-privilege roles of version 3, is
  * upgraded in place to version 4: a route made without blind retry keeps what it froze (now
  * called the UNKNOWN policy "hold"), receipts say they came from the broker, old consume
@@ -2992,6 +3057,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_upgrade_v6_audit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v7_wal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v8_first_row, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upgrade_v9_ids_digests, setup, teardown),
     };
     failed += cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
     /* the engine's fault suite (docs/design.md, "Tests per fault") on this store */

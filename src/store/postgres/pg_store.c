@@ -60,6 +60,7 @@ extern const char obx__pg_schema_v6[];
 extern const char obx__pg_schema_v7[];
 extern const char obx__pg_schema_v8[];
 extern const char obx__pg_schema_v9[];
+extern const char obx__pg_schema_v10[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -71,7 +72,8 @@ static const char *const migrations[] = {NULL,
                                          obx__pg_schema_v6,
                                          obx__pg_schema_v7,
                                          obx__pg_schema_v8,
-                                         obx__pg_schema_v9};
+                                         obx__pg_schema_v9,
+                                         obx__pg_schema_v10};
 
 /* Advisory lock class IDs ("OBX" and "OBY"): the two-key form keeps obx's locks apart from an
  * application's single-bigint advisory locks. */

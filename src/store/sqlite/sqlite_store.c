@@ -30,6 +30,7 @@ extern const char obx__sqlite_schema_v6[];
 extern const char obx__sqlite_schema_v7[];
 extern const char obx__sqlite_schema_v8[];
 extern const char obx__sqlite_schema_v9[];
+extern const char obx__sqlite_schema_v10[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -41,7 +42,8 @@ static const char *const migrations[] = {NULL,
                                          obx__sqlite_schema_v6,
                                          obx__sqlite_schema_v7,
                                          obx__sqlite_schema_v8,
-                                         obx__sqlite_schema_v9};
+                                         obx__sqlite_schema_v9,
+                                         obx__sqlite_schema_v10};
 
 enum {
     Q_ROUTE_PUT,
