@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# bench/producer_instr.sh [--json]: the PostgreSQL server's instructions per business
+# transaction (bench_producer's: debit a customer, insert the order) alone, with a plain outbox
+# row, with obx.enqueue() and with obx_enqueue() on the wrapped connection (docs/performance.md,
+# section 3). Instructions, not time: they do not depend on the load on the machine, and repeat
+# to 0.2 %. A private PostgreSQL 15 (port OBX_INSTR_PG_PORT, default 55499; autovacuum off) is
+# set up as bench_producer sets up its database, then started under
+# `valgrind --tool=callgrind` once per variant from the same copy; per transaction =
+# (the backend's instructions for 80 transactions - those for 20) / 60, which leaves out the
+# connection's start and its first plans. Needs root (the server runs as postgres) and valgrind;
+# takes about two minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+json=0
+[[ ${1:-} == --json ]] && json=1
+[[ $# -le $json ]] || { echo "usage: bench/producer_instr.sh [--json]" >&2; exit 2; }
+command -v valgrind >/dev/null || { echo "bench/producer_instr.sh: needs valgrind" >&2; exit 1; }
+build=${OBX_BENCH_BUILD:-build-bench}
+[[ -f $build/CMakeCache.txt ]] || cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j2 --target bench_producer_instr >/dev/null
+exe=$(find "$PWD/$build" -name bench_producer_instr -type f -perm -u+x | head -1)
+[[ -x $exe ]] || { echo "bench/producer_instr.sh: bench_producer_instr was not built" >&2; exit 1; }
+
+bin=/usr/lib/postgresql/15/bin
+port=${OBX_INSTR_PG_PORT:-55499}
+dir=$(mktemp -d /tmp/obx-instr.XXXXXX)
+url="postgres://postgres@127.0.0.1:$port/bench"
+as_pg() { su postgres -s /bin/sh -c "$*"; }
+stop() { as_pg "$bin/pg_ctl -D '$dir/data' -m fast -w stop" >/dev/null 2>&1 || true; }
+trap 'stop; rm -rf "$dir"' EXIT
+chown postgres "$dir"
+as_pg "$bin/initdb -D '$dir/data' -A trust -U postgres -E UTF8 --locale=C.UTF-8" >/dev/null
+cat >>"$dir/data/postgresql.conf" <<CONF
+port = $port
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$dir'
+autovacuum = off
+shared_buffers = 256MB
+max_wal_size = 4GB
+CONF
+as_pg "$bin/pg_ctl -D '$dir/data' -l '$dir/setup.log' -w start" >/dev/null
+psql "postgres://postgres@127.0.0.1:$port/postgres" -qc "CREATE DATABASE bench"
+"$exe" "$url" setup
+psql "$url" -qc CHECKPOINT
+stop
+cp -a "$dir/data" "$dir/pristine"
+
+# instructions of the backend of process $1 (its callgrind file, written when it exits)
+instr() {
+  local f=$dir/out/cg.$1
+  for _ in $(seq 120); do
+    [[ -s $f ]] && grep -q '^totals:\|^summary:' "$f" && break
+    sleep 1
+  done
+  grep -h '^totals:\|^summary:' "$f" | head -1 | awk '{print $2}'
+}
+
+declare -A per
+for v in business plain sql c; do
+  rm -rf "$dir/data" "$dir/out"
+  cp -a "$dir/pristine" "$dir/data"
+  mkdir "$dir/out"
+  chown postgres "$dir/out"
+  as_pg "valgrind --tool=callgrind --trace-children=yes --callgrind-out-file='$dir/out/cg.%p' $bin/postgres -D '$dir/data'" >"$dir/valgrind.log" 2>&1 &
+  for _ in $(seq 180); do psql "$url" -qAtc "SELECT 1" >/dev/null 2>&1 && break; sleep 1; done
+  p20=$("$exe" "$url" "$v" 20)
+  p80=$("$exe" "$url" "$v" 80)
+  i20=$(instr "$p20")
+  i80=$(instr "$p80")
+  per[$v]=$(((i80 - i20) / 60))
+  stop
+  wait || true
+done
+plain=${per[plain]}
+printf '| server instructions per business transaction | count | vs + plain row |\n|---|---:|---:|\n'
+for v in business plain sql c; do
+  case $v in business) n="business transaction alone" ;; plain) n="+ plain outbox row" ;;
+    sql) n="+ obx.enqueue()" ;; c) n="+ obx_enqueue() (C)" ;; esac
+  printf '| %s | %d | %s |\n' "$n" "${per[$v]}" "$(awk -v a="${per[$v]}" -v b="$plain" 'BEGIN { printf "%.2f", a / b }')"
+done
+if ((json)); then
+  awk -v b="${per[business]}" -v p="$plain" -v s="${per[sql]}" -v c="${per[c]}" 'BEGIN {
+    printf "{\"instructions_per_txn\": {\"business\": %d, \"plain\": %d, \"obx_sql\": %d, ", b, p, s
+    printf "\"obx_c\": %d}, \"obx_sql_instr_ratio\": %.3f, \"obx_c_instr_ratio\": %.3f}\n", c, p / s, p / c }'
+fi
