@@ -48,6 +48,16 @@ void bn_pg_fresh(const char *name, const char *topic, char *url, size_t cap);
 void bn_pg_drop(const char *name);
 /* A new empty database `name` (dropped first if it exists); no schema. */
 void bn_pg_create(const char *name);
+/* The producer benches' business transaction (bench_producer, bench_producer_instr): debit a
+ * customer, insert the order, then the outbox write. bn_biz_tables creates its tables on c (an
+ * obx database with the BN_TYPE route) and fills each outbox with 20,000 rows of the shape the
+ * runs write, then VACUUM ANALYZE; bn_biz_prepare prepares begin, commit, rollback, debit ($1
+ * customer), order ($1 customer, returns the order ID) and plain (the plain outbox row: $1
+ * order ID, $2 aggregate ID, $3 payload, binary) on c; bn_biz_payload writes the 512-byte
+ * payload of order oid into buf (cap >= 600) and returns its length. */
+void bn_biz_tables(PGconn *c);
+void bn_biz_prepare(PGconn *c);
+int bn_biz_payload(char *buf, size_t cap, const char *oid);
 /* DROP DATABASE dst (if it exists), CREATE DATABASE dst TEMPLATE src. Database names are
  * logical: each process's databases are <name>_<pid> on the server. */
 void bn_pg_copy(const char *dst, const char *src);

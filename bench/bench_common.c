@@ -928,3 +928,63 @@ void bn_pg_relays(const char *db, const char *broker, int k, const char *prefix,
     out->hwm_kib = hwm;
     out->pg_cpu_s = pg_cpu;
 }
+
+/* ---- the producer benches' business transaction (bench_producer, bench_producer_instr) ---- */
+
+static void biz_prep(PGconn *c, const char *name, const char *sql) {
+    PGresult *r = PQprepare(c, name, sql, 0, NULL);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) bn_die("prepare %s: %s", name, PQerrorMessage(c));
+    PQclear(r);
+}
+
+void bn_biz_tables(PGconn *c) {
+    bn_sql(c, "CREATE TABLE bench_customer (id int PRIMARY KEY, balance bigint NOT NULL, orders "
+              "int NOT NULL, name text NOT NULL)");
+    bn_sql(c, "INSERT INTO bench_customer SELECT i, 1000000, 0, 'customer ' || i FROM "
+              "generate_series(1, 100000) i");
+    bn_sql(c, "CREATE TABLE bench_order (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+              "customer_id int NOT NULL, total bigint NOT NULL, created_at timestamptz NOT NULL)");
+    bn_sql(c, "CREATE TABLE bench_plain_outbox (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY "
+              "KEY, event_id text NOT NULL, event_type text NOT NULL, aggregate_type text NOT "
+              "NULL, aggregate_id text NOT NULL, tenant text NOT NULL, payload_digest text NOT "
+              "NULL, payload bytea NOT NULL, created_at timestamptz NOT NULL)");
+    /* A deployed outbox, not an empty one: statistics gathered on empty tables make each
+     * producer session's cached plans of obx.enqueue()'s lookups sequential scans until
+     * autovacuum analyzes again (a minute of traffic), which an 8-15 s run would measure
+     * instead of the steady state (docs/performance.md, scenario 3). Both outboxes get 20,000
+     * rows of the same shape first. */
+    bn_sql(c, "SELECT count(obx.enqueue('order.created.v1', 'order', 'w-' || i, 1, 'tenant-7', "
+              "convert_to(rpad('{\"order\":\"w-' || i || '\",\"total\":1999,\"note\":\"', "
+              "510, 'x') || '\"}', 'UTF8'))) FROM generate_series(1, 20000) i");
+    bn_sql(c, "INSERT INTO bench_plain_outbox (event_id, event_type, aggregate_type, "
+              "aggregate_id, tenant, payload_digest, payload, created_at) SELECT 'evw-' || "
+              "lpad(i::text, 26, '0'), 'order.created.v1', 'order', 'w-' || i, 'tenant-7', "
+              "'sha256:' || encode(sha256(p), 'hex'), p, now() FROM (SELECT i, "
+              "convert_to(rpad('{\"order\":\"w-' || i || '\",\"total\":1999,\"note\":\"', "
+              "510, 'x') || '\"}', 'UTF8') AS p FROM generate_series(1, 20000) i) x");
+    bn_sql(c, "VACUUM ANALYZE");
+}
+
+void bn_biz_prepare(PGconn *c) {
+    biz_prep(c, "begin", "BEGIN");
+    biz_prep(c, "commit", "COMMIT");
+    biz_prep(c, "rollback", "ROLLBACK");
+    biz_prep(c, "debit",
+             "UPDATE bench_customer SET balance = balance - 1999, orders = orders + 1 "
+             "WHERE id = $1");
+    biz_prep(c, "order",
+             "INSERT INTO bench_order (customer_id, total, created_at) VALUES ($1, 1999, "
+             "now()) RETURNING id");
+    biz_prep(c, "plain",
+             "INSERT INTO bench_plain_outbox (event_id, event_type, aggregate_type, "
+             "aggregate_id, tenant, payload_digest, payload, created_at) VALUES ('evt-' "
+             "|| lpad($1, 26, '0'), 'order.created.v1', 'order', $2, 'tenant-7', "
+             "'sha256:' || encode(sha256($3), 'hex'), $3, now())");
+}
+
+int bn_biz_payload(char *buf, size_t cap, const char *oid) {
+    int n = snprintf(buf, cap, "{\"order\":\"o-%s\",\"total\":1999,\"note\":\"", oid);
+    while (n < 510 && (size_t)n < cap - 3) buf[n++] = 'x';
+    n += snprintf(buf + n, cap - (size_t)n, "\"}");
+    return n;
+}

@@ -73,12 +73,6 @@ typedef struct cdrv {
     atomic_int failed;
 } cdrv;
 
-static void prep(PGconn *c, const char *name, const char *sql) {
-    PGresult *r = PQprepare(c, name, sql, 0, NULL);
-    if (PQresultStatus(r) != PGRES_COMMAND_OK) bn_die("prepare %s: %s", name, PQerrorMessage(c));
-    PQclear(r);
-}
-
 static bool exec_ok(PGconn *c, const char *name, int n, const char *const *v, char *out,
                     size_t cap) {
     PGresult *r = PQexecPrepared(c, name, n, v, NULL, NULL, 0);
@@ -121,20 +115,7 @@ static bool obx_row(obx_store *st, const char *oid, const char *payload, size_t 
 static void *cdrv_main(void *arg) {
     cdrv *d = arg;
     PGconn *c = bn_pg_connect(d->url);
-    prep(c, "begin", "BEGIN");
-    prep(c, "commit", "COMMIT");
-    prep(c, "rollback", "ROLLBACK");
-    prep(c, "debit",
-         "UPDATE bench_customer SET balance = balance - 1999, orders = orders + 1 "
-         "WHERE id = $1");
-    prep(c, "order",
-         "INSERT INTO bench_order (customer_id, total, created_at) VALUES ($1, 1999, "
-         "now()) RETURNING id");
-    prep(c, "plain",
-         "INSERT INTO bench_plain_outbox (event_id, event_type, aggregate_type, "
-         "aggregate_id, tenant, payload_digest, payload, created_at) VALUES ('evt-' "
-         "|| lpad($1, 26, '0'), 'order.created.v1', 'order', $2, 'tenant-7', "
-         "'sha256:' || encode(sha256($3), 'hex'), $3, now())");
+    bn_biz_prepare(c);
     obx_store *st = NULL;
     if (d->obx && obx_store_wrap_pg(c, &st)) bn_die("obx_store_wrap_pg: %s", obx_errmsg());
     unsigned seed = (unsigned)(uintptr_t)&seed ^ (unsigned)getpid();
@@ -145,11 +126,7 @@ static void *cdrv_main(void *arg) {
         const char *v[1] = {cid};
         bool ok = exec_ok(c, "begin", 0, NULL, NULL, 0);
         ok = ok && exec_ok(c, "debit", 1, v, NULL, 0) && exec_ok(c, "order", 1, v, oid, sizeof oid);
-        /* the same 512-byte payload as the pgbench variants */
-        int n = snprintf(payload, sizeof payload, "{\"order\":\"o-%s\",\"total\":1999,\"note\":\"",
-                         oid);
-        while (n < 510) payload[n++] = 'x';
-        n += snprintf(payload + n, sizeof payload - (size_t)n, "\"}");
+        int n = bn_biz_payload(payload, sizeof payload, oid);
         ok = ok && (d->obx ? obx_row(st, oid, payload, (size_t)n)
                            : plain_row(c, oid, payload, (size_t)n));
         ok = ok && exec_ok(c, ok ? "commit" : "rollback", 0, NULL, NULL, 0);
@@ -206,31 +183,7 @@ int main(int argc, char **argv) {
     char url[1024];
     bn_pg_fresh("obx_bench_prod", "orders", url, sizeof url);
     PGconn *c = bn_pg_connect(url);
-    bn_sql(c, "CREATE TABLE bench_customer (id int PRIMARY KEY, balance bigint NOT NULL, orders "
-              "int NOT NULL, name text NOT NULL)");
-    bn_sql(c, "INSERT INTO bench_customer SELECT i, 1000000, 0, 'customer ' || i FROM "
-              "generate_series(1, 100000) i");
-    bn_sql(c, "CREATE TABLE bench_order (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
-              "customer_id int NOT NULL, total bigint NOT NULL, created_at timestamptz NOT NULL)");
-    bn_sql(c, "CREATE TABLE bench_plain_outbox (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY "
-              "KEY, event_id text NOT NULL, event_type text NOT NULL, aggregate_type text NOT "
-              "NULL, aggregate_id text NOT NULL, tenant text NOT NULL, payload_digest text NOT "
-              "NULL, payload bytea NOT NULL, created_at timestamptz NOT NULL)");
-    /* A deployed outbox, not an empty one: statistics gathered on empty tables make each
-     * producer session's cached plans of obx.enqueue()'s lookups sequential scans until
-     * autovacuum analyzes again (a minute of traffic), which an 8-15 s run would measure
-     * instead of the steady state (docs/performance.md, scenario 3). Both outboxes get 20,000
-     * rows of the same shape first. */
-    bn_sql(c, "SELECT count(obx.enqueue('order.created.v1', 'order', 'w-' || i, 1, 'tenant-7', "
-              "convert_to(rpad('{\"order\":\"w-' || i || '\",\"total\":1999,\"note\":\"', "
-              "510, 'x') || '\"}', 'UTF8'))) FROM generate_series(1, 20000) i");
-    bn_sql(c, "INSERT INTO bench_plain_outbox (event_id, event_type, aggregate_type, "
-              "aggregate_id, tenant, payload_digest, payload, created_at) SELECT 'evw-' || "
-              "lpad(i::text, 26, '0'), 'order.created.v1', 'order', 'w-' || i, 'tenant-7', "
-              "'sha256:' || encode(sha256(p), 'hex'), p, now() FROM (SELECT i, "
-              "convert_to(rpad('{\"order\":\"w-' || i || '\",\"total\":1999,\"note\":\"', "
-              "510, 'x') || '\"}', 'UTF8') AS p FROM generate_series(1, 20000) i) x");
-    bn_sql(c, "VACUUM ANALYZE");
+    bn_biz_tables(c);
     enum { NV = 5 };
     double tps[NV][BN_MAX_REPS], cpu[NV][BN_MAX_REPS];
     double ratio[2][BN_MAX_REPS], ratio_cpu[2][BN_MAX_REPS]; /* [0] SQL, [1] C */

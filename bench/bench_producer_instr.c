@@ -12,6 +12,8 @@
  * A run prints the backend's process ID (its callgrind file is named after it) and exits
  * non-zero on the first failed statement.
  */
+#include "bench.h"
+
 #include <libpq-fe.h>
 #include <obx.h>
 
@@ -23,13 +25,6 @@
 static void die(const char *what, PGconn *c) {
     fprintf(stderr, "bench_producer_instr: %s: %s\n", what, c ? PQerrorMessage(c) : obx_errmsg());
     exit(1);
-}
-
-static void run_sql(PGconn *c, const char *sql) {
-    PGresult *r = PQexec(c, sql);
-    ExecStatusType st = PQresultStatus(r);
-    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) die(sql, c);
-    PQclear(r);
 }
 
 static void prep(PGconn *c, const char *name, const char *sql) {
@@ -56,44 +51,14 @@ static void setup(const char *url) {
     obx_store_close(s);
     PGconn *c = PQconnectdb(url);
     if (PQstatus(c) != CONNECTION_OK) die("connect", c);
-    run_sql(c, "CREATE TABLE bench_customer (id int PRIMARY KEY, balance bigint NOT NULL, orders "
-               "int NOT NULL, name text NOT NULL)");
-    run_sql(c, "INSERT INTO bench_customer SELECT i, 1000000, 0, 'customer ' || i FROM "
-               "generate_series(1, 100000) i");
-    run_sql(c, "CREATE TABLE bench_order (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
-               "customer_id int NOT NULL, total bigint NOT NULL, created_at timestamptz NOT NULL)");
-    run_sql(c, "CREATE TABLE bench_plain_outbox (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY "
-               "KEY, event_id text NOT NULL, event_type text NOT NULL, aggregate_type text NOT "
-               "NULL, aggregate_id text NOT NULL, tenant text NOT NULL, payload_digest text NOT "
-               "NULL, payload bytea NOT NULL, created_at timestamptz NOT NULL)");
-    run_sql(c, "SELECT count(obx.enqueue('order.created.v1', 'order', 'w-' || i, 1, 'tenant-7', "
-               "convert_to(rpad('{\"order\":\"w-' || i || '\",\"total\":1999,\"note\":\"', 510, "
-               "'x') || '\"}', 'UTF8'))) FROM generate_series(1, 20000) i");
-    run_sql(c, "INSERT INTO bench_plain_outbox (event_id, event_type, aggregate_type, "
-               "aggregate_id, tenant, payload_digest, payload, created_at) SELECT 'evw-' || "
-               "lpad(i::text, 26, '0'), 'order.created.v1', 'order', 'w-' || i, 'tenant-7', "
-               "'sha256:' || encode(sha256(p), 'hex'), p, now() FROM (SELECT i, "
-               "convert_to(rpad('{\"order\":\"w-' || i || '\",\"total\":1999,\"note\":\"', 510, "
-               "'x') || '\"}', 'UTF8') AS p FROM generate_series(1, 20000) i) x");
-    run_sql(c, "VACUUM ANALYZE");
+    bn_biz_tables(c);
     PQfinish(c);
 }
 
+/* bench_producer's statements, and pgbench's obx.enqueue() variant ($1 only gives the unused
+ * parameter a type) */
 static void prepare_all(PGconn *c) {
-    prep(c, "begin", "BEGIN");
-    prep(c, "commit", "COMMIT");
-    prep(c, "debit",
-         "UPDATE bench_customer SET balance = balance - 1999, orders = orders + 1 "
-         "WHERE id = $1");
-    prep(c, "order",
-         "INSERT INTO bench_order (customer_id, total, created_at) VALUES ($1, 1999, "
-         "now()) RETURNING id");
-    prep(c, "plain",
-         "INSERT INTO bench_plain_outbox (event_id, event_type, aggregate_type, "
-         "aggregate_id, tenant, payload_digest, payload, created_at) VALUES ('evt-' "
-         "|| lpad($1, 26, '0'), 'order.created.v1', 'order', $2, 'tenant-7', "
-         "'sha256:' || encode(sha256($3), 'hex'), $3, now())");
-    /* pgbench's obx.enqueue() variant; $1 only gives the unused parameter a type */
+    bn_biz_prepare(c);
     prep(c, "sql",
          "SELECT obx.enqueue('order.created.v1', 'order', $2, 1, 'tenant-7', $3) WHERE "
          "$1::text IS NOT NULL");
@@ -107,11 +72,7 @@ static void txn(PGconn *c, obx_store *st, const char *v, int i) {
     exec_prep(c, "begin", 0, NULL, NULL, NULL, NULL, 0);
     exec_prep(c, "debit", 1, cv, NULL, NULL, NULL, 0);
     exec_prep(c, "order", 1, cv, NULL, NULL, oid, sizeof oid);
-    /* the same 512-byte payload as bench_producer */
-    int n =
-        snprintf(payload, sizeof payload, "{\"order\":\"o-%s\",\"total\":1999,\"note\":\"", oid);
-    while (n < 510) payload[n++] = 'x';
-    n += snprintf(payload + n, sizeof payload - (size_t)n, "\"}");
+    int n = bn_biz_payload(payload, sizeof payload, oid);
     snprintf(agg, sizeof agg, "o-%s", oid);
     const char *pv[3] = {oid, agg, payload};
     int len[3] = {0, 0, n}, fmt[3] = {0, 0, 1};
