@@ -40,7 +40,7 @@ fail() {
   for f in "$T"/relay.log "$T"/consume*.log; do [[ -f $f ]] && { echo "---- $f" >&2; tail -30 "$f" >&2; }; done
   exit 1
 }
-q() { sqlite3 "$T/c.db" "$1"; }
+q() { sqlite3 -cmd '.timeout 10000' "$T/c.db" "$1"; } # beside a running consumer: wait for its lock
 
 db=sqlite:$T/o.db
 tag=exec$$

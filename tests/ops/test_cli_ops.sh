@@ -220,7 +220,7 @@ check "trace by ID not found" 1 'not in this outbox' -- \
 check "trace without an ID" 2 'usage' -- "$OBX" trace --db "$db"
 check "trace unknown correlation" 1 "no event with correlation ID" -- \
   "$OBX" trace --correlation nope --db "$db"
-id=$(sqlite3 "$dir/outbox.db" 'SELECT event_id FROM obx_event LIMIT 1')
+id=$(sqlite3 -cmd '.timeout 10000' "$dir/outbox.db" 'SELECT event_id FROM obx_event LIMIT 1')
 check "trace with the consumer" 0 'consumer +order-projection APPLIED' -- \
   "$OBX" trace "$id" --db "$db" --consumer "order-projection=$cdb"
 grep -q 'producer    committed in txid' "$dir/out" || fail "trace starts at the producer's commit"

@@ -183,13 +183,16 @@ python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); c=d["events"][0]["c
   fail "trace lacks the consumer receipt"
 grep -q "$token" "$dir"/relay.log && fail "the token reached the log"
 
-# readiness: a schema that is not current, then a broker that cannot be opened
-schema=$(sqlite3 "$dir/outbox.db" "SELECT value FROM obx_meta WHERE key = 'schema_version'")
-sqlite3 "$dir/outbox.db" "UPDATE obx_meta SET value = '99' WHERE key = 'schema_version'"
+# readiness: a schema that is not current, then a broker that cannot be opened. The sqlite3
+# shell has no busy timeout of its own: beside the running relay, whose write transactions hold
+# SQLite's single write lock, it failed "database is locked" at once under load (CI, db4539e).
+sq() { sqlite3 -cmd '.timeout 10000' "$@"; }
+schema=$(sq "$dir/outbox.db" "SELECT value FROM obx_meta WHERE key = 'schema_version'")
+sq "$dir/outbox.db" "UPDATE obx_meta SET value = '99' WHERE key = 'schema_version'"
 [[ $(code "$base/readyz") == 503 ]] || fail "readyz with schema 99"
 grep -q 'schema version 99' "$dir/body" || fail "readyz body: $(cat "$dir/body")"
 [[ $(metric obx_up) == 1 ]] || fail "metrics need the database, not the schema"
-sqlite3 "$dir/outbox.db" "UPDATE obx_meta SET value = '$schema' WHERE key = 'schema_version'"
+sq "$dir/outbox.db" "UPDATE obx_meta SET value = '$schema' WHERE key = 'schema_version'"
 [[ $(code "$base/readyz") == 200 ]] || fail "readyz after restoring the schema"
 mv "$dir/b" "$dir/b.away"
 [[ $(code "$base/readyz") == 503 ]] || fail "readyz with the broker gone"
