@@ -8,7 +8,8 @@
 # `valgrind --tool=callgrind` once per variant from the same copy; per transaction =
 # (the backend's instructions for 80 transactions - those for 20) / 60, which leaves out the
 # connection's start and its first plans. Needs root (the server runs as postgres) and valgrind;
-# takes about two minutes.
+# takes about two minutes. OBX_INSTR_VARIANTS (e.g. "plain c") runs only those variants, for a
+# quick A/B of one path; the table and JSON then need all four (default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 json=0
@@ -55,8 +56,9 @@ instr() {
   grep -h '^totals:\|^summary:' "$f" | head -1 | awk '{print $2}'
 }
 
+variants=${OBX_INSTR_VARIANTS:-business plain sql c}
 declare -A per
-for v in business plain sql c; do
+for v in $variants; do
   rm -rf "$dir/data" "$dir/out"
   cp -a "$dir/pristine" "$dir/data"
   mkdir "$dir/out"
@@ -71,6 +73,10 @@ for v in business plain sql c; do
   stop
   wait || true
 done
+if [[ $variants != "business plain sql c" ]]; then
+  for v in $variants; do printf '%s %d\n' "$v" "${per[$v]}"; done
+  exit 0
+fi
 plain=${per[plain]}
 printf '| server instructions per business transaction | count | vs + plain row |\n|---|---:|---:|\n'
 for v in business plain sql c; do

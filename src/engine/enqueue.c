@@ -322,8 +322,7 @@ static obx_err enqueue_cached(obx__store *s, const obx_event *ev, int64_t now, o
     obx_err e = build_row(s, ev, &route, NULL, now, gen, NULL, row);
     if (!e) {
         producer_audit(&a, row, &route, now);
-        e = obx__st_enqueue_write(s, row, ev->payload, ev->payload_len, &a, route.routing_key,
-                                  &written);
+        e = obx__st_enqueue_write(s, row, ev->payload, ev->payload_len, &a, &written);
     }
     if (e == OBX_ECONFLICT && ev->idempotency_key && *ev->idempotency_key) {
         obx__clear_error();

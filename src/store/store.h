@@ -44,8 +44,10 @@
  * 9: PostgreSQL records the producer's first audit row in the envelope (created_by), one row
  *    fewer per enqueue (schema_v9.sql; SQLite unchanged);
  * 10: PostgreSQL's obx.enqueue() draws its event ID and writes its digests in fewer steps
- *    (schema_v10.sql; SQLite unchanged) */
-#define OBX__SCHEMA_VERSION 10
+ *    (schema_v10.sql; SQLite unchanged);
+ * 11: a route generation's row cannot change (both), PostgreSQL's statistics deltas without
+ *    an identity column (schema_v11.sql) */
+#define OBX__SCHEMA_VERSION 11
 
 #define OBX__ATTEMPT_ID_LEN 30 /* "att-" + ULID */
 #define OBX__OWNER_MAX OBX_TEXT_MAX
@@ -711,15 +713,15 @@ typedef struct obx__store_methods {
      * producer's whole enqueue in one round trip when it knows the route from an earlier one:
      * opens a savepoint, writes as insert_event_audit does (row and a) only if the current
      * route of row->env.event_type is still the one row was built from (generation
-     * row->dest.route_gen, routing key template tpl, the fields row copies from it, no
-     * delivery set), and releases it. The store supplies created_txid when row->env.created_txid is
+     * row->dest.route_gen, whose row cannot change from schema version 11, and no delivery
+     * set), and releases it. The store supplies created_txid when row->env.created_txid is
      * "", and the envelope digest (row->envelope_digest is not read). *written: the event was
      * written. false with OBX_OK: nothing was written (the route changed, the connection has no
      * transaction open, or a is not the producer's row the envelope records: these are left to
      * the long way). An error:
      * nothing written, the caller's transaction as before the call. PostgreSQL (issue 19). */
     obx_err (*enqueue_write)(obx__store *s, const obx__event_row *row, const void *payload,
-                             size_t len, const obx__audit_row *a, const char *tpl, bool *written);
+                             size_t len, const obx__audit_row *a, bool *written);
 
     /* ---- retention and audit (docs/retention.md): required, checked by the registry ---- */
     /* The purge: drops the payload of every envelope generation of these events (payload ->
@@ -900,8 +902,8 @@ extern const obx__store_methods obx__pg_store_methods;
       (s, row, payload, len, a))                                                                   \
     X(enqueue_write,                                                                               \
       (obx__store * s, const obx__event_row *row, const void *payload, size_t len,                 \
-       const obx__audit_row *a, const char *tpl, bool *written),                                   \
-      (s, row, payload, len, a, tpl, written))
+       const obx__audit_row *a, bool *written),                                                    \
+      (s, row, payload, len, a, written))
 
 #define OBX__STORE_CUSTOM(X)                                                                       \
     X(open)                                                                                        \

@@ -410,7 +410,7 @@ static obx_err business_enqueue(fx *f, const char *order_id, const char *key, ch
 }
 
 #define ROUTE_READ "SELECT gen, event_type"
-#define ONE_TRIP "WITH rt AS"
+#define ONE_TRIP "WITH lk AS MATERIALIZED (SELECT pg_advisory_xact_lock(%) WHERE $21"
 
 /* Issue 19: after the first enqueue of a type the handle knows its route, and the next ones
  * write in one round trip (enqueue_write: savepoint, write, release), the server supplying
@@ -440,15 +440,24 @@ static void test_enqueue_one_round_trip(void **state) {
     assert_int_equal(runs_of(f->conn, ROUTE_READ), 2);
     assert_int_equal(runs_of(f->conn, ONE_TRIP), 4);
 
-    /* the current generation's row edited in place (nothing in obx does this; the owner can) */
+    /* a generation's row cannot be edited in place, not even by the owner (schema version 11):
+     * its number is all the one-trip write compares */
     PGconn *owner = connect_url(f->url);
-    exec_ok(owner, "UPDATE obx.obx_route SET routing_key = 'k-{aggregate_id}' WHERE gen = "
-                   "(SELECT max(gen) FROM obx.obx_route)");
+    char st[6];
+    exec_fail(owner,
+              "UPDATE obx.obx_route SET routing_key = 'k-{aggregate_id}' WHERE gen = "
+              "(SELECT max(gen) FROM obx.obx_route)",
+              st, NULL, 0);
+    assert_string_equal(st, "OB001");
+    exec_fail(owner, "DELETE FROM obx.obx_route", st, NULL, 0);
+    assert_string_equal(st, "OB001");
+    exec_fail(owner, "TRUNCATE obx.obx_route", st, NULL, 0);
+    assert_string_equal(st, "OB001");
     PQfinish(owner);
     OK(business_enqueue(f, "r-6", NULL, id[5], NULL));
     check_enqueued(f, id[5], "r-6", "orders-2");
-    assert_string_equal(load1(f->s, id[5], 0).dest.routing_key, "k-r-6");
-    assert_int_equal(runs_of(f->conn, ROUTE_READ), 3);
+    assert_int_equal(runs_of(f->conn, ROUTE_READ), 2); /* the cached generation still holds */
+    assert_int_equal(runs_of(f->conn, ONE_TRIP), 5);
 
     /* an idempotency key taken: the first event's ID, nothing written, the row committed */
     OK(business_enqueue(f, "r-7", "key-7", id[6], NULL));
@@ -2204,7 +2213,7 @@ static void test_sql_enqueue_delivery_set(void **state) {
 /* The embedded schema scripts by version (pg_store.c's migrations). */
 extern const char obx__pg_schema_v1[], obx__pg_schema_v2[], obx__pg_schema_v3[],
     obx__pg_schema_v4[], obx__pg_schema_v5[], obx__pg_schema_v6[], obx__pg_schema_v7[],
-    obx__pg_schema_v8[], obx__pg_schema_v9[];
+    obx__pg_schema_v8[], obx__pg_schema_v9[], obx__pg_schema_v10[];
 
 /* A new database (its name into db[64], its URL into url[1200]) as `obx init` of schema version
  * v left it, with one route of order.created.v2 to cluster local, topic orders, the routing
@@ -2219,7 +2228,8 @@ static PGconn *old_db(int v, const char *routing_key, bool blind, char *db, char
                                           obx__pg_schema_v6,
                                           obx__pg_schema_v7,
                                           obx__pg_schema_v8,
-                                          obx__pg_schema_v9};
+                                          obx__pg_schema_v9,
+                                          obx__pg_schema_v10};
     assert_true(v >= 1 && v < (int)(sizeof scripts / sizeof scripts[0]));
     assert_int_equal(new_db(db, NULL), 0);
     db_url(db, "", url, 1200);
@@ -2818,6 +2828,42 @@ static void test_upgrade_v9_ids_digests(void **state) {
     PQfinish(c);
 }
 
+/* A database at schema version 10 with events and statistics deltas is upgraded to version 11:
+ * its route generation is frozen from then on (the C producer's one-trip write compares only
+ * the generation number), and the statistics deltas lose their identity column without losing
+ * a count; the fold (obx._compact_stats, now by ctid) keeps them exact and folds every row. */
+static void test_upgrade_v10_route_stats(void **state) {
+    (void)state;
+    char db[64], url[1200], st[6], ids[3][64];
+    PGconn *c = old_db(10, "{tenant}.{aggregate_id}", false, db, url);
+    enqueue_sql(c, 3, ids);
+    /* version 10 let the owner edit a generation in place */
+    exec_ok(c, "UPDATE obx.obx_route SET created_at = 2");
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_stat_delta"), 3);
+    obx_store *s = upgrade(url, 10);
+    assert_int_equal(qint(c, "SELECT count(*) FROM information_schema.columns WHERE "
+                             "table_schema = 'obx' AND table_name = 'obx_stat_delta'"),
+                     2); /* key, n */
+    stats_exact(s, c);
+    exec_fail(c, "UPDATE obx.obx_route SET created_at = 3", st, NULL, 0);
+    assert_string_equal(st, "OB001");
+    exec_fail(c, "DELETE FROM obx.obx_route", st, NULL, 0);
+    assert_string_equal(st, "OB001");
+    exec_fail(c, "TRUNCATE obx.obx_route", st, NULL, 0);
+    assert_string_equal(st, "OB001");
+    /* a new generation is still an insert */
+    obx_route r2 = {.event_type = "order.created.v2", .cluster = "local", .topic = "orders-2"};
+    OK(obx_route_set(s, &r2, NULL));
+    enqueue_sql(c, 2, ids);
+    exec_ok(c, "INSERT INTO obx.obx_stat_delta (key, n) VALUES ('state:PENDING', 0)");
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_stat_delta"), 6);
+    exec_ok(c, "SELECT obx._compact_stats()");
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_stat_delta"), 1); /* state:PENDING 5 */
+    stats_exact(s, c);
+    obx_store_close(s);
+    PQfinish(c);
+}
+
 /* A populated database at schema version 3, with the least-privilege roles of version 3, is
  * upgraded in place to version 4: a route made without blind retry keeps what it froze (now
  * called the UNKNOWN policy "hold"), receipts say they came from the broker, old consume
@@ -3058,6 +3104,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_upgrade_v7_wal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v8_first_row, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v9_ids_digests, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upgrade_v10_route_stats, setup, teardown),
     };
     failed += cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
     /* the engine's fault suite (docs/design.md, "Tests per fault") on this store */

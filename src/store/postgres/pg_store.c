@@ -61,6 +61,7 @@ extern const char obx__pg_schema_v7[];
 extern const char obx__pg_schema_v8[];
 extern const char obx__pg_schema_v9[];
 extern const char obx__pg_schema_v10[];
+extern const char obx__pg_schema_v11[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -73,7 +74,8 @@ static const char *const migrations[] = {NULL,
                                          obx__pg_schema_v7,
                                          obx__pg_schema_v8,
                                          obx__pg_schema_v9,
-                                         obx__pg_schema_v10};
+                                         obx__pg_schema_v10,
+                                         obx__pg_schema_v11};
 
 /* Advisory lock class IDs ("OBX" and "OBY"): the two-key form keeps obx's locks apart from an
  * application's single-bigint advisory locks. */
@@ -388,27 +390,25 @@ static const char *const sql_text[Q_COUNT] = {
                                              ENV_INS_VALS, "lk") NOTIFY_TAIL,
     /* Q_INS_EVENT_AUDIT when the client has the route from an earlier enqueue (enqueue_write):
      * written only while the current route of the event type $6 is still the one the row
-     * was built from (generation $21, template $51, every copied field; no delivery set),
-     * else nothing (no row: the client reads the route again). The server supplies what the
+     * was built from, generation $21 without a delivery set, else nothing (no row: the client
+     * reads the route again). The generation is the whole comparison: from schema version 11
+     * a generation's row cannot change (obx_route_frozen), so its number stands for every
+     * field the row copied; comparing each of them in a CTE over the route row cost 34,000
+     * instructions per enqueue (docs/performance.md, section 3). The server supplies what the
      * client could only learn by another round trip: created_txid (unless $11 names one) and
      * so the envelope digest (unless $16 is the client's, over $11). The client sends the
-     * canonical encoding (src/core/canon.c) up to created_txid's field ($52) and after it
-     * ($53); the server adds the field and takes the SHA-256 (test_store_pg recomputes it in
+     * canonical encoding (src/core/canon.c) up to created_txid's field ($51) and after it
+     * ($52); the server adds the field and takes the SHA-256 (test_store_pg recomputes it in
      * C). schema_v1.sql's obx.envelope_digest inlined here, encoding all sixteen fields, was a
      * quarter of the server's instructions per enqueue (docs/performance.md, section 3). */
     [Q_ENQ_WRITE] = PRODUCER_CTES_WITH(
-        "WITH rt AS MATERIALIZED (SELECT * FROM obx.obx_route r WHERE r.event_type = $6::text "
-        "ORDER BY r.gen DESC LIMIT 1), lk AS MATERIALIZED (SELECT " ORDER_LOCK " FROM rt WHERE "
-        "rt.gen = $21::bigint AND rt.cluster = $17::text AND rt.topic = $18::text AND "
-        "rt.routing_key = $51::text AND rt.algorithm = $20::text AND rt.serializer = $22::text "
-        "AND rt.durability = $23::text AND rt.required_acks = $24::text AND rt.max_attempts = "
-        "$45::int AND rt.blind_retry = $46::bool AND rt.unordered = $47::bool AND rt.alias = "
-        "$48::text AND NOT EXISTS (SELECT 1 FROM obx.obx_route_set x WHERE x.route_gen = "
-        "rt.gen)), f AS MATERIALIZED (SELECT coalesce(nullif($11::text, ''), "
-        "pg_current_xact_id()::text) AS txid FROM lk)",
+        "WITH lk AS MATERIALIZED (SELECT " ORDER_LOCK " WHERE $21::bigint = (SELECT max(r.gen) "
+        "FROM obx.obx_route r WHERE r.event_type = $6::text) AND NOT EXISTS (SELECT 1 FROM "
+        "obx.obx_route_set x WHERE x.route_gen = $21::bigint)), f AS MATERIALIZED (SELECT "
+        "coalesce(nullif($11::text, ''), pg_current_xact_id()::text) AS txid FROM lk)",
         ENV_INS_VALS_WITH("f.txid", "coalesce(nullif($16::text, ''), 'sha256:' || "
-                                    "encode(sha256($52::bytea || int4send(octet_length(f.txid)) "
-                                    "|| convert_to(f.txid, 'UTF8') || $53::bytea), 'hex'))"),
+                                    "encode(sha256($51::bytea || int4send(octet_length(f.txid)) "
+                                    "|| convert_to(f.txid, 'UTF8') || $52::bytea), 'hex'))"),
         "f") NOTIFY_TAIL,
     /* docs/design.md, "Claims, attempts and fencing": oldest first; PENDING when available,
      * CLAIMED when its lease expired; never behind an unpublished earlier event of the same order
@@ -1816,8 +1816,7 @@ static obx_err enqueue_send(pg_store *s, const params *p, bool *written) {
  * server skipped the rest up to the sync; the savepoint is then rolled back, so the caller's
  * transaction is as before the call, as with obx__tx_rollback. */
 static obx_err pg_enqueue_write(obx__store *base, const obx__event_row *r, const void *payload,
-                                size_t len, const obx__audit_row *a, const char *tpl,
-                                bool *written) {
+                                size_t len, const obx__audit_row *a, bool *written) {
     pg_store *s = (pg_store *)base;
     *written = false;
     if (!producer_row(r, a)) return OBX_OK; /* the long way writes it as a row */
@@ -1832,9 +1831,8 @@ static obx_err pg_enqueue_write(obx__store *base, const obx__event_row *r, const
     p_init(&p);
     bind_event(&p, ok, r, payload, len);
     p_text(&p, a->who);               /* $50 */
-    p_text(&p, tpl);                  /* $51 */
-    p_bytes(&p, head.data, head.len); /* $52 */
-    p_bytes(&p, tail.data, tail.len); /* $53 */
+    p_bytes(&p, head.data, head.len); /* $51 */
+    p_bytes(&p, tail.data, tail.len); /* $52 */
     if (head.oom || tail.oom) e = obx__fail(OBX_ENOMEM, "enqueue: out of memory");
     if (!e && !(e = p_ready(&p, Q_ENQ_WRITE, "enqueue")) && !(e = ready(s, "enqueue")) &&
         !(e = prepare(s, Q_ENQ_WRITE)))

@@ -31,6 +31,7 @@ extern const char obx__sqlite_schema_v7[];
 extern const char obx__sqlite_schema_v8[];
 extern const char obx__sqlite_schema_v9[];
 extern const char obx__sqlite_schema_v10[];
+extern const char obx__sqlite_schema_v11[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -43,7 +44,8 @@ static const char *const migrations[] = {NULL,
                                          obx__sqlite_schema_v7,
                                          obx__sqlite_schema_v8,
                                          obx__sqlite_schema_v9,
-                                         obx__sqlite_schema_v10};
+                                         obx__sqlite_schema_v10,
+                                         obx__sqlite_schema_v11};
 
 enum {
     Q_ROUTE_PUT,
