@@ -17,13 +17,21 @@
  *   C obx     + obx_enqueue() on the borrowed connection (obx_store_wrap_pg): the C producer
  *             path, the same rows as obx.enqueue()
  *
+ * With --standalone, two more in which the event is the whole transaction (a producer with no
+ * business transaction of its own, or one that enqueues after it committed):
+ *
+ *   C alone: plain   the plain outbox row's prepared INSERT in autocommit
+ *   C alone: obx     obx_enqueue() on a wrapped connection with no transaction open (obx's
+ *                    own BEGIN ... COMMIT; docs/postgres.md, "Round trips")
+ *
  * Ratios (issue 19's table; median over repetitions, each ratio taken within one repetition):
- *   obx_sql_ratio = tps(obx.enqueue) / tps(plain row), both through pgbench
- *   obx_c_ratio   = tps(C obx_enqueue) / tps(C plain row), both through the C driver
+ *   obx_sql_ratio   = tps(obx.enqueue) / tps(plain row), both through pgbench
+ *   obx_c_ratio     = tps(C obx_enqueue) / tps(C plain row), both through the C driver
+ *   obx_alone_ratio = tps(C alone: obx) / tps(C alone: plain) (--standalone only)
  * and the same with the database server's CPU per transaction, which load on the machine
  * changes less. --json prints one JSON object with them (for scripts) after the tables.
  *
- *   bench_producer [--seconds S] [--clients C] [--reps R] [--dir DIR] [--json]
+ *   bench_producer [--seconds S] [--clients C] [--reps R] [--standalone] [--dir DIR] [--json]
  */
 #include "bench.h"
 
@@ -60,14 +68,23 @@ static const char *const script[3] = {
              ");\n"
              "COMMIT;\n",
 };
-static const char *const names[5] = {"business only", "+ plain outbox row", "+ obx.enqueue",
-                                     "C: + plain outbox row", "C: + obx_enqueue()"};
+static const char *const names[7] = {"business only",
+                                     "+ plain outbox row",
+                                     "+ obx.enqueue",
+                                     "C: + plain outbox row",
+                                     "C: + obx_enqueue()",
+                                     "C alone: plain outbox row (autocommit)",
+                                     "C alone: obx_enqueue() (no transaction open)"};
+
+/* event numbers of the standalone variants, apart from bench_order's IDs */
+static atomic_long alone_seq = 1000000000L;
 
 /* ---- the C driver: clients threads, each its own connection, for seconds ---- */
 
 typedef struct cdrv {
     const char *url;
-    bool obx; /* obx_enqueue() (true) or the plain row */
+    bool obx;   /* obx_enqueue() (true) or the plain row */
+    bool alone; /* the event is the whole transaction (no business rows, no BEGIN/COMMIT) */
     double until;
     atomic_long commits;
     atomic_int failed;
@@ -124,12 +141,16 @@ static void *cdrv_main(void *arg) {
         char cid[16], oid[32] = "";
         snprintf(cid, sizeof cid, "%d", 1 + (int)(rand_r(&seed) % 100000));
         const char *v[1] = {cid};
-        bool ok = exec_ok(c, "begin", 0, NULL, NULL, 0);
-        ok = ok && exec_ok(c, "debit", 1, v, NULL, 0) && exec_ok(c, "order", 1, v, oid, sizeof oid);
+        bool ok = true;
+        if (d->alone)
+            snprintf(oid, sizeof oid, "%ld", atomic_fetch_add(&alone_seq, 1));
+        else
+            ok = exec_ok(c, "begin", 0, NULL, NULL, 0) && exec_ok(c, "debit", 1, v, NULL, 0) &&
+                 exec_ok(c, "order", 1, v, oid, sizeof oid);
         int n = bn_biz_payload(payload, sizeof payload, oid);
         ok = ok && (d->obx ? obx_row(st, oid, payload, (size_t)n)
                            : plain_row(c, oid, payload, (size_t)n));
-        ok = ok && exec_ok(c, ok ? "commit" : "rollback", 0, NULL, NULL, 0);
+        if (!d->alone) ok = ok && exec_ok(c, ok ? "commit" : "rollback", 0, NULL, NULL, 0);
         if (!ok) {
             atomic_store(&d->failed, 1);
             break;
@@ -141,9 +162,10 @@ static void *cdrv_main(void *arg) {
     return NULL;
 }
 
-/* tps of the C driver (plain row or obx_enqueue) with `clients` connections for `seconds` */
-static double c_driver(const char *url, bool obx, int n_clients) {
-    cdrv d = {.url = url, .obx = obx};
+/* tps of the C driver (plain row or obx_enqueue, in the business transaction or alone) with
+ * `clients` connections for `seconds` */
+static double c_driver(const char *url, bool obx, bool alone, int n_clients) {
+    cdrv d = {.url = url, .obx = obx, .alone = alone};
     pthread_t th[64];
     if (n_clients > 64) bn_die("--clients: at most 64 for the C driver");
     double t0 = bn_now();
@@ -157,7 +179,7 @@ static double c_driver(const char *url, bool obx, int n_clients) {
 
 int main(int argc, char **argv) {
     char log[600];
-    bool json = false;
+    bool json = false, standalone = false;
     snprintf(log, sizeof log, "/tmp/obx-bench-producer-%d.log", (int)getpid());
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
@@ -168,13 +190,15 @@ int main(int argc, char **argv) {
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json"))
             json = true;
+        else if (!strcmp(argv[i], "--standalone"))
+            standalone = true;
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
             mkdir(argv[++i], 0755);
             snprintf(log, sizeof log, "%s/pgbench.log", argv[i]);
         } else {
             fprintf(stderr,
-                    "usage: bench_producer [--seconds S] [--clients C] [--reps R] [--dir DIR] "
-                    "[--json]\n");
+                    "usage: bench_producer [--seconds S] [--clients C] [--reps R] [--standalone] "
+                    "[--dir DIR] [--json]\n");
             return 2;
         }
     }
@@ -184,21 +208,22 @@ int main(int argc, char **argv) {
     bn_pg_fresh("obx_bench_prod", "orders", url, sizeof url);
     PGconn *c = bn_pg_connect(url);
     bn_biz_tables(c);
-    enum { NV = 5 };
+    enum { NV = 7 };
+    const int nv = standalone ? 7 : 5;
     double tps[NV][BN_MAX_REPS], cpu[NV][BN_MAX_REPS];
-    double ratio[2][BN_MAX_REPS], ratio_cpu[2][BN_MAX_REPS]; /* [0] SQL, [1] C */
+    double ratio[3][BN_MAX_REPS], ratio_cpu[3][BN_MAX_REPS]; /* [0] SQL, [1] C, [2] C alone */
     char extra[64];
     snprintf(extra, sizeof extra, "-M prepared -T %d", seconds);
     double load0 = bn_loadavg();
     for (int rep = 0; rep < reps; rep++) {
-        for (int k = 0; k < NV; k++) {
+        for (int k = 0; k < nv; k++) {
             /* alternate the order so that drift in the machine's load falls on every variant */
-            int v = rep % 2 ? NV - 1 - k : k;
+            int v = rep % 2 ? nv - 1 - k : k;
             long long n0 = bn_sql_ll(c, "SELECT xact_commit FROM pg_stat_database WHERE datname "
                                         "= current_database()");
             double c0 = bn_pg_server_cpu();
             tps[v][rep] = v < 3 ? bn_pgbench(url, script[v], clients, extra, log)
-                                : c_driver(url, v == 4, clients);
+                                : c_driver(url, v == 4 || v == 6, v >= 5, clients);
             double dc = bn_pg_server_cpu() - c0;
             usleep(600000); /* statistics of the last transactions */
             long long n1 = bn_sql_ll(c, "SELECT xact_commit FROM pg_stat_database WHERE datname "
@@ -211,6 +236,10 @@ int main(int argc, char **argv) {
         ratio[1][rep] = tps[4][rep] / tps[3][rep];
         ratio_cpu[0][rep] = cpu[1][rep] / cpu[2][rep];
         ratio_cpu[1][rep] = cpu[3][rep] / cpu[4][rep];
+        if (standalone) {
+            ratio[2][rep] = tps[6][rep] / tps[5][rep];
+            ratio_cpu[2][rep] = cpu[5][rep] / cpu[6][rep];
+        }
     }
     long long events = bn_sql_ll(c, "SELECT count(*) FROM obx.obx_event");
     long long plain = bn_sql_ll(c, "SELECT count(*) FROM bench_plain_outbox");
@@ -221,7 +250,7 @@ int main(int argc, char **argv) {
            "obx events and %lld plain rows written\n\n",
            clients, seconds, reps, load0, bn_loadavg(), events, plain);
     printf("| variant | tps | server CPU us/tx |\n|---|---:|---:|\n");
-    for (int v = 0; v < NV; v++)
+    for (int v = 0; v < nv; v++)
         printf("| %s | %.0f | %.0f |\n", names[v], bn_median(tps[v], reps),
                bn_median(cpu[v], reps));
     double r_sql = bn_median(ratio[0], reps), r_c = bn_median(ratio[1], reps);
@@ -232,8 +261,22 @@ int main(int argc, char **argv) {
            rc_sql, r_sql >= 0.67 ? "met" : "MISSED", r_sql >= 0.83 ? "met" : "missed");
     printf("| obx_enqueue() (C, libpq) | %.2f | %.2f | >= 0.67: %s | >= 0.83: %s |\n", r_c, rc_c,
            r_c >= 0.67 ? "met" : "MISSED", r_c >= 0.83 ? "met" : "missed");
+    double r_alone = standalone ? bn_median(ratio[2], reps) : 0;
+    if (standalone)
+        printf("| obx_enqueue() alone vs an autocommit row (C) | %.2f | %.2f | (none) | (none) |\n",
+               r_alone, bn_median(ratio_cpu[2], reps));
     printf("\npgbench output: %s\n", log);
-    if (json)
+    if (json && standalone)
+        printf("{\"obx_sql_ratio\": %.3f, \"obx_c_ratio\": %.3f, \"obx_alone_ratio\": %.3f, "
+               "\"obx_sql_cpu_ratio\": %.3f, \"obx_c_cpu_ratio\": %.3f, \"obx_alone_cpu_ratio\": "
+               "%.3f, \"tps\": {\"business\": %.0f, \"plain\": %.0f, \"obx_sql\": %.0f, "
+               "\"c_plain\": %.0f, \"obx_c\": %.0f, \"c_alone_plain\": %.0f, \"obx_alone\": "
+               "%.0f}, \"clients\": %d, \"seconds\": %d, \"reps\": %d}\n",
+               r_sql, r_c, r_alone, rc_sql, rc_c, bn_median(ratio_cpu[2], reps),
+               bn_median(tps[0], reps), bn_median(tps[1], reps), bn_median(tps[2], reps),
+               bn_median(tps[3], reps), bn_median(tps[4], reps), bn_median(tps[5], reps),
+               bn_median(tps[6], reps), clients, seconds, reps);
+    else if (json)
         printf("{\"obx_sql_ratio\": %.3f, \"obx_c_ratio\": %.3f, \"obx_sql_cpu_ratio\": %.3f, "
                "\"obx_c_cpu_ratio\": %.3f, \"tps\": {\"business\": %.0f, \"plain\": %.0f, "
                "\"obx_sql\": %.0f, \"c_plain\": %.0f, \"obx_c\": %.0f}, \"clients\": %d, "

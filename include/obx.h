@@ -221,9 +221,11 @@ OBX_API obx_err obx_route_list(obx_store *s, int all_generations, char **out_jso
 
 /* ---------------------------------------------------------------------------------------------
  * Enqueue (producer side). Runs inside the caller's open transaction on a wrapped connection
- * (or in its own transaction on a handle from obx_store_open). Either the PENDING envelope with
- * its frozen destination is inserted completely or nothing is (an internal savepoint undoes a
- * partial insert; the caller's transaction stays usable).
+ * (or in its own transaction on a handle from obx_store_open, or on a wrapped connection with
+ * none open). Either the PENDING envelope with its frozen destination is inserted completely or
+ * nothing is (an internal savepoint undoes a partial insert; the caller's transaction stays
+ * usable). In its own transaction, OBX_EUNKNOWN means the connection broke while it committed:
+ * the event may or may not be stored (an idempotency key makes the retry safe).
  * ------------------------------------------------------------------------------------------- */
 typedef struct obx_event {
     const char *event_type;     /* required, versioned: "order.created.v2" */

@@ -714,12 +714,14 @@ typedef struct obx__store_methods {
      * opens a savepoint, writes as insert_event_audit does (row and a) only if the current
      * route of row->env.event_type is still the one row was built from (generation
      * row->dest.route_gen, whose row cannot change from schema version 11, and no delivery
-     * set), and releases it. The store supplies created_txid when row->env.created_txid is
-     * "", and the envelope digest (row->envelope_digest is not read). *written: the event was
-     * written. false with OBX_OK: nothing was written (the route changed, the connection has no
-     * transaction open, or a is not the producer's row the envelope records: these are left to
-     * the long way). An error:
-     * nothing written, the caller's transaction as before the call. PostgreSQL (issue 19). */
+     * set), and releases it; on a connection with no transaction open, a transaction of its
+     * own (BEGIN ... COMMIT) instead of the savepoint. The store supplies created_txid when
+     * row->env.created_txid is "", and the envelope digest (row->envelope_digest is not read).
+     * *written: the event was written (and, in its own transaction, committed). false with
+     * OBX_OK: nothing was written (the route changed, or a is not the producer's row the
+     * envelope records: these are left to the long way). An error: nothing written, the
+     * caller's transaction as before the call; in its own transaction OBX_EUNKNOWN when the
+     * connection broke while COMMIT ran. PostgreSQL (issue 19). */
     obx_err (*enqueue_write)(obx__store *s, const obx__event_row *row, const void *payload,
                              size_t len, const obx__audit_row *a, bool *written);
 

@@ -634,6 +634,117 @@ static void *producer_thread(void *p) {
     return NULL;
 }
 
+/* Runs one enqueue of `aid` on s in a thread while this one waits for it to wait for a lock,
+ * then terminates its backend (application_name app); the enqueue's error. */
+static obx_err enqueue_killed_in_lock_wait(obx_store *s, const char *app, const char *aid) {
+    producer_arg pa = {.s = s, .ev = order_event(aid, "{\"k\":1}")};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, producer_thread, &pa), 0);
+    assert_int_equal(wait_lock_waiter(app), 0);
+    kill_backend(app);
+    pthread_join(t, NULL);
+    if (pa.err) obx__fail(pa.err, "%s", pa.msg);
+    return pa.err;
+}
+
+/* Issue 19: a producer that enqueues with no transaction open (a wrapped connection in
+ * autocommit, or a handle of its own) also writes in one round trip once it knows the route:
+ * BEGIN, the write and COMMIT in one pipeline, where the long way takes four. Its outcomes are
+ * the long way's: stored and committed on OBX_OK; nothing stored on an error the server answered
+ * (an idempotency key taken goes on to the long way's lookup), the connection idle either way;
+ * a connection that broke under the write stored nothing; one that broke while COMMIT ran is
+ * OBX_EUNKNOWN, as the long way's commit. */
+static void test_enqueue_own_one_round_trip(void **state) {
+    fx *f = *state;
+    obx_enqueue_result res[3];
+    for (int i = 0; i < 3; i++) {
+        char aid[16];
+        snprintf(aid, sizeof aid, "s-%d", i);
+        obx_event ev = order_event(aid, "{\"s\":1}");
+        OK(obx_enqueue(f->s, &ev, &res[i]));
+        assert_int_equal(PQtransactionStatus(f->conn), PQTRANS_IDLE);
+    }
+    assert_int_equal(runs_of(f->conn, ROUTE_READ), 1);
+    assert_int_equal(runs_of(f->conn, ONE_TRIP), 2);
+    PGconn *other = connect_url(f->url);
+    assert_int_equal(qint(other, "SELECT count(*) FROM obx.obx_event"), 3);
+    /* each its own transaction, the server's digests the C code's */
+    assert_int_equal(qint(other, "SELECT count(DISTINCT created_txid) FROM obx.obx_envelope"), 3);
+    for (int i = 0; i < 3; i++) {
+        obx__event_row r = load1(f->s, res[i].event_id, 0);
+        char d[OBX_DIGEST_LEN + 1];
+        OK(obx__envelope_digest(&r.env, d));
+        assert_string_equal(d, r.envelope_digest);
+        OK(obx__dest_digest(&r.dest, d));
+        assert_string_equal(d, r.dest_digest);
+        assert_string_equal(r.dest_digest, res[i].dest_digest);
+        check_first_row(f->s, f->conn, res[i].event_id, "producer");
+    }
+
+    /* an idempotency key taken: the first event, nothing written, the connection idle */
+    obx_event k = order_event("s-k", "{\"s\":2}");
+    k.idempotency_key = "key-s";
+    obx_enqueue_result ka, kb;
+    OK(obx_enqueue(f->s, &k, &ka));
+    OK(obx_enqueue(f->s, &k, &kb));
+    assert_true(kb.existing);
+    assert_string_equal(kb.event_id, ka.event_id);
+    assert_int_equal(runs_of(f->conn, ONE_TRIP), 4);
+    assert_int_equal(PQtransactionStatus(f->conn), PQTRANS_IDLE);
+    assert_int_equal(qint(other, "SELECT count(*) FROM obx.obx_event"), 4);
+
+    /* an error the server answered (every order-key bucket locked elsewhere): nothing stored,
+     * the connection idle, not in a failed transaction */
+    PGconn *holder = connect_url(f->url);
+    exec_ok(holder, "BEGIN");
+    exec_ok(holder, "SELECT count(pg_advisory_xact_lock(5194328, g)) FROM generate_series(0, "
+                    "1023) g");
+    exec_ok(f->conn, "SET lock_timeout = '200ms'");
+    obx_event b = order_event("s-busy", "{\"s\":3}");
+    obx_enqueue_result rb;
+    assert_int_equal(obx_enqueue(f->s, &b, &rb), OBX_EBUSY);
+    assert_int_equal(runs_of(f->conn, ONE_TRIP), 5);
+    assert_int_equal(PQtransactionStatus(f->conn), PQTRANS_IDLE);
+    exec_ok(f->conn, "RESET lock_timeout");
+
+    /* the connection broken while the write waits: the server's error ended the transaction */
+    obx_store *own = open_own(f, "obx-own-trip");
+    obx_event warm = order_event("s-warm", "{\"s\":4}");
+    obx_enqueue_result rw;
+    exec_ok(holder, "ROLLBACK");
+    OK(obx_enqueue(own, &warm, &rw)); /* reads the route: the next one is one round trip */
+    assert_int_equal(qint(other, "SELECT count(*) FROM obx.obx_event"), 5);
+    exec_ok(holder, "BEGIN");
+    exec_ok(holder, "SELECT count(pg_advisory_xact_lock(5194328, g)) FROM generate_series(0, "
+                    "1023) g");
+    obx_err e = enqueue_killed_in_lock_wait(own, "obx-own-trip", "s-lost");
+    if (e != OBX_ECONNLOST) fail_msg("%s: %s", obx_errname(e), obx_errmsg());
+    exec_ok(holder, "ROLLBACK");
+    assert_int_equal(qint(other, "SELECT count(*) FROM obx.obx_event"), 5);
+    obx_store_close(own);
+
+    /* the connection broken while COMMIT runs (a deferred trigger waits for a lock): unknown to
+     * the producer; the server rolled it back */
+    exec_ok(other, "CREATE FUNCTION public.hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                   "BEGIN PERFORM pg_advisory_xact_lock(777); RETURN NULL; END $$");
+    own = open_own(f, "obx-own-commit");
+    OK(obx_enqueue(own, &warm, &rw)); /* the long way, before the trigger */
+    exec_ok(other, "CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON obx.obx_envelope "
+                   "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "
+                   "public.hold_commit()");
+    exec_ok(holder, "SELECT pg_advisory_lock(777)");
+    e = enqueue_killed_in_lock_wait(own, "obx-own-commit", "s-commit");
+    if (e != OBX_EUNKNOWN) fail_msg("%s: %s", obx_errname(e), obx_errmsg());
+    assert_non_null(strstr(obx_errmsg(), "may or may not have been written"));
+    exec_ok(holder, "SELECT pg_advisory_unlock(777)");
+    exec_ok(other, "DROP TRIGGER hold_commit ON obx.obx_envelope");
+    assert_int_equal(qint(other, "SELECT count(*) FROM obx.obx_event"), 6);
+    assert_int_equal(qint(other, "SELECT count(*) FROM obx.obx_envelope"), 6);
+    obx_store_close(own);
+    PQfinish(holder);
+    PQfinish(other);
+}
+
 /* Two producers, one idempotency key: the second waits for the first and gets its event. */
 static void test_idempotency_concurrent(void **state) {
     fx *f = *state;
@@ -3074,6 +3185,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_rollback_together, setup, teardown),
         cmocka_unit_test_setup_teardown(test_caller_tx_survives, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_one_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_own_one_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill_producer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_frozen, setup, teardown),

@@ -1755,21 +1755,30 @@ static bool send_prepared(pg_store *s, int id, const params *p) {
     return PQsendQueryPrepared(s->conn, name, p->n, p->val, p->len, p->fmt, 0);
 }
 
-/* SAVEPOINT, Q_ENQ_WRITE with p, RELEASE in one pipeline (pg_enqueue_write). */
-static obx_err enqueue_send(pg_store *s, const params *p, bool *written) {
+/* One pipeline for pg_enqueue_write: SAVEPOINT, Q_ENQ_WRITE with p, RELEASE inside the caller's
+ * transaction; with own (no transaction open), BEGIN, Q_ENQ_WRITE, COMMIT instead.
+ *
+ * Outcomes with own: the COMMIT's answer decides; a statement that failed on the server (the
+ * pipeline then skipped the COMMIT) or a COMMIT that was never sent wrote nothing; a connection
+ * that broke once the COMMIT was sent and before its answer is OBX_EUNKNOWN, as for
+ * commit_outer (the server may have executed it). */
+static obx_err enqueue_send(pg_store *s, const params *p, bool own, bool *written) {
     obx_err e = OBX_OK;
-    char open[48], release[56];
-    snprintf(open, sizeof open, "SAVEPOINT obx_sp%d", s->tx.depth);
-    snprintf(release, sizeof release, "RELEASE SAVEPOINT obx_sp%d", s->tx.depth);
+    char open[48] = "BEGIN", close[56] = "COMMIT";
+    if (!own) {
+        snprintf(open, sizeof open, "SAVEPOINT obx_sp%d", s->tx.depth);
+        snprintf(close, sizeof close, "RELEASE SAVEPOINT obx_sp%d", s->tx.depth);
+    }
     if (!PQenterPipelineMode(s->conn)) return map_error(s, NULL, "enqueue: pipeline mode");
-    const char *what[3] = {"savepoint", "enqueue", "release savepoint"};
+    const char *what[3] = {own ? "begin" : "savepoint", "enqueue",
+                           own ? "commit" : "release savepoint"};
     int sent = 0;
     if (send_plain(s, open)) sent++;
     if (sent == 1 && send_prepared(s, Q_ENQ_WRITE, p)) sent++;
-    if (sent == 2 && send_plain(s, release)) sent++;
+    if (sent == 2 && send_plain(s, close)) sent++;
     bool synced = PQpipelineSync(s->conn); /* also after a failed send: answer what was sent */
     if (sent < 3 || !synced) e = map_error(s, NULL, "enqueue: send");
-    bool opened = false, released = false, gone = false, discarded = false;
+    bool opened = false, closed = false, gone = false, discarded = false, refused = false;
     for (int i = 0; i < sent && !gone; i++) {
         PGresult *res = PQgetResult(s->conn), *more;
         gone = !res;
@@ -1782,25 +1791,50 @@ static obx_err enqueue_send(pg_store *s, const params *p, bool *written) {
                 s->prepared[Q_ENQ_WRITE] = false;
                 discarded = true;
             }
+            /* The server's own error (it carries a SQLSTATE; libpq's do not) to BEGIN or the
+             * write ended the transaction, and so does one to COMMIT unless the connection was
+             * ending under it (commit_outer): with own, nothing was committed */
+            refused |= PQresultStatus(res) == PGRES_FATAL_ERROR && code &&
+                       (i < 2 || (!conn_lost_state(code) && PQstatus(s->conn) == CONNECTION_OK));
             PGresult *keep = NULL;
             if (!(e = check(s, res, i == 1 ? PGRES_TUPLES_OK : PGRES_COMMAND_OK, &keep, what[i]))) {
                 if (i == 0) opened = true;
                 if (i == 1) *written = PQntuples(keep) == 1;
-                if (i == 2) released = true;
+                /* COMMIT of a failed transaction reports success with the tag ROLLBACK */
+                if (i == 2 && own && strcmp(PQcmdStatus(keep), "COMMIT") != 0)
+                    e = obx__fail(OBX_ESTORE, "postgres: COMMIT rolled back (enqueue)");
+                else if (i == 2)
+                    closed = true;
                 PQclear(keep);
             }
         }
         while (!gone && (more = PQgetResult(s->conn)) != NULL) PQclear(more);
     }
     if (gone && !e) e = map_error(s, NULL, "enqueue"); /* no answer: the connection broke */
+    if (own && sent == 3 && !closed && !refused && e == OBX_ECONNLOST) {
+        char why[512];
+        obx__strlcpy(why, obx_errmsg(), sizeof why);
+        e = obx__fail(OBX_EUNKNOWN,
+                      "postgres: connection lost during the enqueue's COMMIT: the event may or "
+                      "may not have been written (%s)",
+                      why);
+    }
     if (synced && !gone && PQstatus(s->conn) == CONNECTION_OK) PQclear(PQgetResult(s->conn));
     if (!PQexitPipelineMode(s->conn) && !e) e = map_error(s, NULL, "enqueue: pipeline mode");
-    if (opened && !released && PQstatus(s->conn) == CONNECTION_OK) {
-        /* the write (or the release) failed: undo the savepoint, keep the first error */
+    if ((opened || own) && !closed && PQstatus(s->conn) == CONNECTION_OK) {
+        /* the write (or the release) failed: undo it, keep the first error. With own, a failed
+         * statement left the session in an aborted transaction block (or a failed send left it
+         * open): end it */
         char undo[112];
-        snprintf(undo, sizeof undo, "ROLLBACK TO SAVEPOINT obx_sp%d; RELEASE SAVEPOINT obx_sp%d",
-                 s->tx.depth, s->tx.depth);
-        obx_err u = exec_simple(s, undo, "rollback to savepoint");
+        if (own)
+            snprintf(undo, sizeof undo, "ROLLBACK");
+        else
+            snprintf(undo, sizeof undo,
+                     "ROLLBACK TO SAVEPOINT obx_sp%d; RELEASE SAVEPOINT obx_sp%d", s->tx.depth,
+                     s->tx.depth);
+        obx_err u = PQtransactionStatus(s->conn) == PQTRANS_IDLE
+                        ? OBX_OK
+                        : exec_simple(s, undo, own ? "rollback" : "rollback to savepoint");
         if (!e || (discarded && !u)) e = u; /* undone: the long way prepares it again */
     }
     if (e) *written = false;
@@ -1810,11 +1844,12 @@ static obx_err enqueue_send(pg_store *s, const params *p, bool *written) {
 /* enqueue_write (store.h): SAVEPOINT, Q_ENQ_WRITE, RELEASE in one pipeline, one round trip
  * instead of the four of begin, route_get_txid, insert_event_audit and commit (issue 19: on a
  * 2-core machine three more round trips cost a business transaction a third of its rate,
- * docs/performance.md). Only inside a transaction (the caller's, or obx's at any depth): on
- * a connection with none open, obx's own BEGIN ... COMMIT and its unknown-outcome handling
- * (commit_outer) stay the long way, and nothing is sent here. After a statement failed the
- * server skipped the rest up to the sync; the savepoint is then rolled back, so the caller's
- * transaction is as before the call, as with obx__tx_rollback. */
+ * docs/performance.md). Inside a transaction (the caller's, or obx's at any depth) after a
+ * statement failed the server skipped the rest up to the sync; the savepoint is then rolled
+ * back, so the caller's transaction is as before the call, as with obx__tx_rollback. On a
+ * connection with none open (a producer that enqueues on its own), the same pipeline is
+ * BEGIN, Q_ENQ_WRITE, COMMIT: one round trip where the long way takes four, with the long
+ * way's outcomes (enqueue_send). */
 static obx_err pg_enqueue_write(obx__store *base, const obx__event_row *r, const void *payload,
                                 size_t len, const obx__audit_row *a, bool *written) {
     pg_store *s = (pg_store *)base;
@@ -1822,7 +1857,7 @@ static obx_err pg_enqueue_write(obx__store *base, const obx__event_row *r, const
     if (!producer_row(r, a)) return OBX_OK; /* the long way writes it as a row */
     bool in_tx = s->tx.depth > 0;
     obx_err e = in_tx ? OBX_OK : tx_in_tx(base, &in_tx);
-    if (e || !in_tx) return e;
+    if (e) return e;
     char ok[ORDER_KEY_CAP];
     obx__buf head = {0}, tail = {0}; /* the canonical encoding around created_txid */
     obx__envelope_canonical_head(&r->env, &head);
@@ -1836,7 +1871,7 @@ static obx_err pg_enqueue_write(obx__store *base, const obx__event_row *r, const
     if (head.oom || tail.oom) e = obx__fail(OBX_ENOMEM, "enqueue: out of memory");
     if (!e && !(e = p_ready(&p, Q_ENQ_WRITE, "enqueue")) && !(e = ready(s, "enqueue")) &&
         !(e = prepare(s, Q_ENQ_WRITE)))
-        e = enqueue_send(s, &p, written);
+        e = enqueue_send(s, &p, !in_tx, written);
     obx__buf_free(&head);
     obx__buf_free(&tail);
     return e;
