@@ -241,6 +241,16 @@ static void sec_relay(scrape *x, obx__buf *b) {
     obx__buf_printf(b, "\",version=\"%s\"} 1\n", OBX_VERSION_STRING);
     family(b, "obx_relay_stopping", "gauge", "1 when the relay is stopping or stopped on an error");
     sample(b, "obx_relay_stopping", NULL, NULL, x->v->stopping(x->v->relay));
+    int64_t claimed[64];
+    int nd = x->v->dispatcher_claimed(x->v->relay, claimed, 64);
+    family(b, "obx_dispatcher_claimed_total", "counter",
+           "Events claimed by each dispatcher of this relay (beyond the first only while claims "
+           "take whole batches: a backlog)");
+    for (int i = 0; i < nd && i < 64; i++) {
+        char d[16];
+        snprintf(d, sizeof d, "%d", i);
+        sample(b, "obx_dispatcher_claimed_total", "dispatcher", d, (double)claimed[i]);
+    }
     family(b, "obx_publish_latency_seconds", "histogram",
            "From an event's commit to the acceptance of its primary receipt (this relay)");
     hist(b, "obx_publish_latency_seconds", NULL, NULL, &lat);

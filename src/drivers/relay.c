@@ -72,6 +72,7 @@ static void view_totals(obx_relay *r, obx__engine_stats *t);
 static bool view_stopping(obx_relay *r);
 static void view_audit_metrics(obx_relay *r, obx__buf *b);
 static void view_hists(obx_relay *r, obx__hist *latency, obx__hist *resolution);
+static int view_dispatcher_claimed(obx_relay *r, int64_t *out, int cap);
 
 static void sleep_ms(int64_t ms) {
     if (ms <= 0) return;
@@ -636,6 +637,7 @@ obx_err obx_relay_start(const obx_config *c, obx_relay **out) {
                                 .relay = r,
                                 .stopping = view_stopping,
                                 .totals = view_totals,
+                                .dispatcher_claimed = view_dispatcher_claimed,
                                 .hists = view_hists,
                                 .shadow = view_shadow,
                                 .audit_metrics = view_audit_metrics};
@@ -699,6 +701,19 @@ static void view_totals(obx_relay *r, obx__engine_stats *t) {
             t->unknown_resolve_ms_max = s->unknown_resolve_ms_max;
     }
     pthread_mutex_unlock(&r->mu);
+}
+
+static int view_dispatcher_claimed(obx_relay *r, int64_t *out, int cap) {
+    int n = 0;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) {
+        int d = r->w[i].index;
+        if (d < 0) continue;
+        if (d < cap) out[d] = r->w[i].st.claimed;
+        if (d + 1 > n) n = d + 1;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return n;
 }
 
 static void view_hists(obx_relay *r, obx__hist *latency, obx__hist *resolution) {

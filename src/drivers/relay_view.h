@@ -27,6 +27,9 @@ typedef struct obx__relay_view {
     bool (*stopping)(obx_relay *relay);
     /* every worker's counters, summed */
     void (*totals)(obx_relay *relay, obx__engine_stats *t);
+    /* events claimed by each dispatcher (out[i] for dispatcher i, up to cap); returns how many
+     * dispatchers the relay runs. Beyond the first they claim only during a backlog. */
+    int (*dispatcher_claimed)(obx_relay *relay, int64_t *out, int cap);
     /* the workers' histograms, summed (publish latency, UNKNOWN resolution) */
     void (*hists)(obx_relay *relay, obx__hist *latency, obx__hist *resolution);
     /* the last shadow comparison; returns 0 when the relay is not in shadow mode */
