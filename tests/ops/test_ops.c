@@ -387,23 +387,32 @@ static int64_t metric(const char *text, const char *series) {
     return p ? strtoll(p + strlen(key), NULL, 10) : -1;
 }
 
-static void test_metrics_render(void **state) {
-    fx *f = *state;
-    char id[31];
-    enq(f, "o-m", "corr-m", id);
-    char good[160], broker[160];
-    snprintf(good, sizeof good, "proj=%s", f->curl);
+/* Starts a relay on the fixture's outbox and a log broker beside it, with poll_ms and further
+ * settings sets[0..n) (KEY=VALUE pairs as key, value). */
+static obx_relay *start_relay(fx *f, const char *poll_ms, const char *const *sets, int n) {
+    char broker[160];
     snprintf(broker, sizeof broker, "log:%s/broker.db", f->dir);
     obx_config *cfg;
     OK(obx_config_new(&cfg));
     OK(obx_config_set(cfg, "db", f->url));
     OK(obx_config_set(cfg, "broker", broker));
-    OK(obx_config_set(cfg, "relay.poll_ms", "10"));
+    OK(obx_config_set(cfg, "relay.poll_ms", poll_ms));
     OK(obx_config_set(cfg, "relay.drain_ms", "100"));
     OK(obx_config_set(cfg, "log.level", "error"));
+    for (int i = 0; i + 1 < n; i += 2) OK(obx_config_set(cfg, sets[i], sets[i + 1]));
     obx_relay *r;
     OK(obx_relay_start(cfg, &r));
     obx_config_free(cfg);
+    return r;
+}
+
+static void test_metrics_render(void **state) {
+    fx *f = *state;
+    char id[31];
+    enq(f, "o-m", "corr-m", id);
+    char good[160];
+    snprintf(good, sizeof good, "proj=%s", f->curl);
+    obx_relay *r = start_relay(f, "10", NULL, 0);
     for (int i = 0; i < 300 && load1(f, id).state != OBX__ST_PUBLISHED; i++) usleep(10000);
     assert_int_equal(load1(f, id).state, OBX__ST_PUBLISHED);
     const char *decls[] = {good};
@@ -504,20 +513,9 @@ static const char *wait_claimed(obx_relay *r, fx *f, obx__metrics *m, obx__buf *
  * brings dispatcher 1 in. Counted by obx_dispatcher_claimed_total. */
 static void test_dispatchers_below_backlog(void **state) {
     fx *f = *state;
-    char broker[160], id[31];
-    snprintf(broker, sizeof broker, "log:%s/broker.db", f->dir);
-    obx_config *cfg;
-    OK(obx_config_new(&cfg));
-    OK(obx_config_set(cfg, "db", f->url));
-    OK(obx_config_set(cfg, "broker", broker));
-    OK(obx_config_set(cfg, "relay.dispatchers", "2"));
-    OK(obx_config_set(cfg, "relay.batch", "5"));
-    OK(obx_config_set(cfg, "relay.poll_ms", "5"));
-    OK(obx_config_set(cfg, "relay.drain_ms", "100"));
-    OK(obx_config_set(cfg, "log.level", "error"));
-    obx_relay *r;
-    OK(obx_relay_start(cfg, &r));
-    obx_config_free(cfg);
+    char id[31];
+    const char *const sets[] = {"relay.dispatchers", "2", "relay.batch", "5"};
+    obx_relay *r = start_relay(f, "5", sets, 4);
     obx__consumer_set cs;
     OK(obx__consumer_set_init(&cs, NULL, 0));
     obx__metrics *m;

@@ -409,6 +409,13 @@ static obx_err business_enqueue(fx *f, const char *order_id, const char *key, ch
     return e;
 }
 
+/* Takes, in holder's open transaction, every order-key bucket's lock (docs/postgres.md), so
+ * that an enqueue elsewhere waits for it. */
+static void lock_every_bucket(PGconn *holder) {
+    exec_ok(holder, "SELECT count(pg_advisory_xact_lock(5194328, g)) FROM generate_series(0, "
+                    "1023) g");
+}
+
 #define ROUTE_READ "SELECT gen, event_type"
 #define ONE_TRIP "WITH lk AS MATERIALIZED (SELECT pg_advisory_xact_lock(%) WHERE $21"
 
@@ -472,8 +479,7 @@ static void test_enqueue_one_round_trip(void **state) {
      * lock_timeout): an error, nothing of it stored, the caller's transaction usable */
     PGconn *holder = connect_url(f->url);
     exec_ok(holder, "BEGIN");
-    exec_ok(holder, "SELECT count(pg_advisory_xact_lock(5194328, g)) FROM generate_series(0, "
-                    "1023) g");
+    lock_every_bucket(holder);
     long long trips = runs_of(f->conn, ONE_TRIP);
     exec_ok(f->conn, "SET lock_timeout = '200ms'");
     char bad[31];
@@ -697,8 +703,7 @@ static void test_enqueue_own_one_round_trip(void **state) {
      * the connection idle, not in a failed transaction */
     PGconn *holder = connect_url(f->url);
     exec_ok(holder, "BEGIN");
-    exec_ok(holder, "SELECT count(pg_advisory_xact_lock(5194328, g)) FROM generate_series(0, "
-                    "1023) g");
+    lock_every_bucket(holder);
     exec_ok(f->conn, "SET lock_timeout = '200ms'");
     obx_event b = order_event("s-busy", "{\"s\":3}");
     obx_enqueue_result rb;
@@ -715,8 +720,7 @@ static void test_enqueue_own_one_round_trip(void **state) {
     OK(obx_enqueue(own, &warm, &rw)); /* reads the route: the next one is one round trip */
     assert_int_equal(qint(other, "SELECT count(*) FROM obx.obx_event"), 5);
     exec_ok(holder, "BEGIN");
-    exec_ok(holder, "SELECT count(pg_advisory_xact_lock(5194328, g)) FROM generate_series(0, "
-                    "1023) g");
+    lock_every_bucket(holder);
     obx_err e = enqueue_killed_in_lock_wait(own, "obx-own-trip", "s-lost");
     if (e != OBX_ECONNLOST) fail_msg("%s: %s", obx_errname(e), obx_errmsg());
     exec_ok(holder, "ROLLBACK");
