@@ -1916,6 +1916,129 @@ static void test_dispatch_plans(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* The frontend messages that end a round trip in a libpq trace: a Sync (a pipeline, an
+ * extended-protocol statement) or a simple Query. */
+static int trace_round_trips(const char *trace, size_t len) {
+    int n = 0;
+    char *buf = trace ? strndup(trace, len) : NULL;
+    if (!buf) return -1;
+    for (char *line = buf; line && line < buf + len;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = '\0';
+        if (!strncmp(line, "F\t", 2) && (strstr(line, "\tSync") || strstr(line, "\tQuery\t"))) n++;
+        line = nl ? nl + 1 : NULL;
+    }
+    free(buf);
+    return n;
+}
+
+/* A relay transaction sends its BEGIN and planner settings with its first statement, in one
+ * pipeline (pg_store.c, pend): a claim is 3 round trips (BEGIN + settings + claim, the writes,
+ * COMMIT) where it was 5, an acceptance 4 where it was 5, and a transaction that sends nothing
+ * costs none. Counted in libpq's trace of the relay's connection; the claim still runs inside
+ * the transaction (its rows stay locked until COMMIT). */
+static void test_dispatch_round_trips(void **state) {
+    fx *f = *state;
+    PGconn *rc = PQconnectdb(f->url);
+    assert_int_equal(PQstatus(rc), CONNECTION_OK);
+    obx_store *ws = NULL;
+    OK(obx_store_wrap_pg(rc, &ws));
+    ws->m->serve_dispatch(ws);
+    char dir[] = "/tmp/obx-trips-XXXXXX", burl[128];
+    assert_non_null(mkdtemp(dir));
+    snprintf(burl, sizeof burl, "log:%s/b.db?cluster=local", dir);
+    obx__broker *b = NULL;
+    OK(obx__br_open(burl, NULL, 0, &b));
+    obx__engine e;
+    obx__engine_cfg c;
+    obx__engine_cfg_defaults(&c);
+    obx__strlcpy(c.owner, "trips", sizeof c.owner);
+    c.batch = 100;
+    OK(obx__engine_init(&e, ws, b, &c));
+    /* warm: statements prepared, the route read */
+    exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'w-' || i, 1, 'tenant-7', "
+                     "'\\x7b7d') FROM generate_series(1, 3) i");
+    relay_until_published(f, &e);
+    exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 't-' || i, 1, 'tenant-7', "
+                     "'\\x7b7d') FROM generate_series(1, 5) i");
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *tr = open_memstream(&buf, &len);
+    assert_non_null(tr);
+    PQtrace(rc, tr);
+    PQsetTraceFlags(rc, PQTRACE_SUPPRESS_TIMESTAMPS);
+    /* a transaction that sends nothing */
+    OK(obx__st_begin(ws));
+    OK(obx__st_commit(ws));
+    OK(obx__st_begin(ws));
+    OK(obx__st_rollback(ws));
+    fflush(tr);
+    assert_int_equal(trace_round_trips(buf, len), 0);
+    assert_int_equal(PQtransactionStatus(rc), PQTRANS_IDLE);
+    /* the claim: 5 events claimed and registered */
+    size_t sent = 0;
+    OK(obx__engine_dispatch(&e, obx__wall_ms(), &sent));
+    assert_int_equal(sent, 5);
+    fflush(tr);
+    int claim_trips = trace_round_trips(buf, len);
+    /* the acceptance of their outcomes */
+    size_t applied = 0;
+    for (int i = 0; i < 200 && applied < 5; i++) {
+        size_t n = 0;
+        OK(obx__engine_poll(&e, obx__wall_ms(), 0, &n));
+        applied += n;
+        if (!n) msleep(1);
+    }
+    assert_int_equal(applied, 5);
+    fflush(tr);
+    fclose(tr);
+    PQuntrace(rc);
+    int all_trips = trace_round_trips(buf, len);
+    free(buf);
+    printf("  relay connection: a claim of 5 in %d round trips, their acceptance in %d\n",
+           claim_trips, all_trips - claim_trips);
+    assert_int_equal(claim_trips, 3);
+    assert_int_equal(all_trips - claim_trips, 4);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event WHERE state <> 'PUBLISHED'"),
+                     0);
+    /* the claim's pipeline runs inside its transaction: a claim rolled back leaves its rows
+     * as they were, and they were locked until then */
+    exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'r-1', 1, 'tenant-7', "
+                     "'\\x7b7d')");
+    OK(obx__st_begin(ws));
+    obx__claim_req req = {.now = obx__wall_ms(), .limit = 10};
+    obx__rows rows = {0};
+    OK(obx__st_read_events(ws, &(obx__read_req){.by = OBX__READ_CLAIM, .claim = &req}, &rows));
+    assert_int_equal(rows.n, 1);
+    assert_int_equal(PQtransactionStatus(rc), PQTRANS_INTRANS);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event WHERE state = 'PENDING' "
+                                   "AND event_id NOT IN (SELECT event_id FROM obx.obx_event FOR "
+                                   "UPDATE SKIP LOCKED)"),
+                     1);
+    /* with the relay's and the claim's planner settings, for this transaction only */
+    PGresult *set = PQexec(rc, "SELECT current_setting('plan_cache_mode') || ' ' || "
+                               "current_setting('enable_seqscan') || ' ' || "
+                               "current_setting('enable_sort')");
+    assert_int_equal(PQresultStatus(set), PGRES_TUPLES_OK);
+    assert_string_equal(PQgetvalue(set, 0, 0), "force_generic_plan off off");
+    PQclear(set);
+    OK(obx__st_rollback(ws));
+    obx__rows_free(&rows);
+    assert_int_equal(PQtransactionStatus(rc), PQTRANS_IDLE);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event WHERE state = 'PENDING' "
+                                   "AND event_id NOT IN (SELECT event_id FROM obx.obx_event FOR "
+                                   "UPDATE SKIP LOCKED)"),
+                     0);
+    assert_int_equal(qint(rc, "SELECT (current_setting('plan_cache_mode') = 'auto')::int"), 1);
+    relay_until_published(f, &e);
+    obx__br_close(b);
+    obx_store_close(ws);
+    PQfinish(rc);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* ---- statistics and batch semantics
  * -------------------------------------------------------------- */
 
@@ -3206,6 +3329,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_busy_mapping, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_skip_locked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dispatch_plans, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dispatch_round_trips, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_throughput, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stats_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_semantics, setup, teardown),

@@ -96,6 +96,8 @@ enum {
     Q_INS_EVENT_AUDIT,
     Q_ENQ_WRITE,
     Q_CLAIM,
+    Q_RELAY_PLANS,
+    Q_CLAIM_PLANS,
     Q_SEL_EXPIRED,
     Q_SEL_EXPIRED_LOCK,
     Q_SEL_RECONCILE,
@@ -172,6 +174,7 @@ typedef struct pg_store {
     bool lost;          /* the connection was lost inside the current obx transaction */
     bool listening;     /* LISTEN obx_work issued on this connection */
     bool dispatch;      /* serve_dispatch: every BEGIN sets the relay's planner options */
+    unsigned pend;      /* P_*: what goes in front of the next statement (pend_send) */
     bool names_checked; /* borrowed connection: pg_prepared_statements read */
     bool prepared[Q_COUNT];
 } pg_store;
@@ -193,6 +196,19 @@ typedef struct pg_store {
     "SET LOCAL plan_cache_mode = force_generic_plan"
 /* The claim must walk obx_event_claimable in seq order and stop at the limit (relay_plans). */
 #define CLAIM_PLANS "SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off"
+/* The same settings as one prepared statement each (set_config(.., true) is SET LOCAL), to go in
+ * a pipeline, where a statement list cannot. */
+#define RELAY_PLANS_SEL                                                                            \
+    "SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', "      \
+    "true), set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true), "         \
+    "set_config('plan_cache_mode', 'force_generic_plan', true)"
+#define CLAIM_PLANS_SEL                                                                            \
+    "SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true)"
+/* What a relay transaction has not sent yet (pg_store.pend): a relay connection's BEGIN waits
+ * for the transaction's first statement and goes in its pipeline (tx_begin), with the planner
+ * settings its statements need. P_RELAY and P_CLAIM alone: settings for a transaction already
+ * open. */
+enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
 /* Written exactly as the predicate of index obx_event_unpublished. */
 #define UNPUBLISHED                                                                                \
     "('PENDING','CLAIMED','SENDING','DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED','PARKED')"
@@ -753,6 +769,8 @@ static const char *const sql_text[Q_COUNT] = {
                         "$1::text) AND $3::bigint < 0 ORDER BY audit_id DESC LIMIT $4::bigint",
     [Q_SEL_UNPUB_STATE] = SEL_UNPUB_STATE,
     [Q_SEL_UNPUB_STATE_LOCK] = SEL_UNPUB_STATE SKIP_LOCKED,
+    [Q_RELAY_PLANS] = RELAY_PLANS_SEL,
+    [Q_CLAIM_PLANS] = CLAIM_PLANS_SEL,
 };
 
 /* Statements that only read: run standalone on an owned connection found lost, they are
@@ -1098,8 +1116,9 @@ static void forget_session(pg_store *s) {
     s->names_checked = false;
 }
 
-/* Contract 6: usable connection or OBX_ECONNLOST. */
-static obx_err ready(pg_store *s, const char *what) {
+/* Contract 6: usable connection or OBX_ECONNLOST. What the transaction has not sent yet
+ * (pend) stays unsent: for the callers that put it in their pipeline (ws_run). */
+static obx_err conn_ready(pg_store *s, const char *what) {
     if (s->tx.depth > 0 && s->lost)
         return obx__fail(OBX_ECONNLOST,
                          "postgres: connection lost earlier in this transaction (%s): roll back",
@@ -1114,6 +1133,26 @@ static obx_err ready(pg_store *s, const char *what) {
         return obx__fail(OBX_ECONNLOST, "postgres: cannot reconnect (%s): %s", what,
                          PQerrorMessage(s->conn));
     return OBX_OK;
+}
+
+/* The unsent part of the transaction (pend), sent on its own: for every statement that is not
+ * in a pipeline. */
+static obx_err pend_flush(pg_store *s, const char *what) {
+    unsigned p = s->pend;
+    if (!p) return OBX_OK;
+    s->pend = 0;
+    char sql[512];
+    snprintf(sql, sizeof sql, "%s%s%s%s%s", p & P_BEGIN ? "BEGIN" : "",
+             p & P_BEGIN && p & (P_RELAY | P_CLAIM) ? "; " : "", p & P_RELAY ? RELAY_PLANS : "",
+             p & P_RELAY && p & P_CLAIM ? "; " : "", p & P_CLAIM ? CLAIM_PLANS : "");
+    return check(s, PQexec(s->conn, sql), PGRES_COMMAND_OK, NULL, what);
+}
+
+/* conn_ready, then the transaction's unsent part: the connection is where the caller's
+ * transaction says it is. */
+static obx_err ready(pg_store *s, const char *what) {
+    obx_err e = conn_ready(s, what);
+    return e ? e : pend_flush(s, what);
 }
 
 static obx_err exec_simple(pg_store *s, const char *sql, const char *what) {
@@ -1164,6 +1203,20 @@ static obx_err prepare(pg_store *s, int id) {
     return e;
 }
 
+/* One statement of a pipeline (ws_run), and which part's rows its result answers for. */
+enum { WS_PLAIN, WS_UPD_EVENTS, WS_UPD_ATT, WS_KEEP };
+typedef struct ws_stmt {
+    int id;
+    int kind;      /* WS_*; WS_KEEP: the result goes to the caller */
+    size_t off, n; /* its rows within the part */
+    const char *what;
+    ExecStatusType want;
+    params p;
+} ws_stmt;
+
+static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const struct obx__write_set *w,
+                      PGresult **keep);
+
 static bool retriable_race(const PGresult *r) {
     const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
     return st && (!strcmp(st, "40001") || !strcmp(st, "40P01"));
@@ -1176,6 +1229,17 @@ static obx_err run(pg_store *s, int id, params *p, ExecStatusType want, PGresult
     if (p) {
         obx_err pe = p_ready(p, id, what);
         if (pe) return pe;
+    }
+    if (s->pend) { /* the transaction's first statement: one pipeline with its BEGIN */
+        ws_stmt one = {.id = id, .kind = WS_KEEP, .what = what, .want = want};
+        if (p) one.p = *p; /* shares p's buffers: not freed here */
+        PGresult *r = NULL;
+        obx_err e = ws_run(s, &one, 1, NULL, &r);
+        if (!e && out)
+            *out = r;
+        else
+            PQclear(r);
+        return e;
     }
     char name[40];
     stmt_name(id, name);
@@ -1438,9 +1502,16 @@ static obx_err tx_in_tx(obx__store *base, bool *in_tx) {
     return OBX_OK;
 }
 
+/* A relay connection's BEGIN is not sent here: it goes with the transaction's first statement,
+ * in one pipeline (pend), and a transaction that sends nothing costs nothing. */
 static obx_err tx_begin(obx__store *base) {
     pg_store *s = (pg_store *)base;
-    obx_err e = exec_simple(s, s->dispatch ? "BEGIN; " RELAY_PLANS : "BEGIN", "begin");
+    if (s->dispatch) {
+        s->pend = P_BEGIN | P_RELAY;
+        s->lost = false;
+        return OBX_OK;
+    }
+    obx_err e = exec_simple(s, "BEGIN", "begin");
     if (!e) s->lost = false;
     return e;
 }
@@ -1448,6 +1519,9 @@ static obx_err tx_begin(obx__store *base) {
 /* The outermost COMMIT: definite success, definite failure, or OBX_EUNKNOWN when the connection
  * broke while COMMIT was in flight (contract 5). */
 static obx_err commit_outer(pg_store *s) {
+    bool begun = !(s->pend & P_BEGIN);
+    s->pend = 0;
+    if (!begun) return OBX_OK; /* nothing was sent: nothing to commit */
     if (s->lost || PQstatus(s->conn) != CONNECTION_OK)
         return obx__fail(OBX_ECONNLOST, "postgres: connection lost before COMMIT: the "
                                         "transaction was not committed");
@@ -1481,7 +1555,10 @@ static obx_err commit_outer(pg_store *s) {
 static obx_err tx_commit(obx__store *base) { return commit_outer((pg_store *)base); }
 
 static obx_err tx_rollback(obx__store *base) {
-    return exec_simple((pg_store *)base, "ROLLBACK", "rollback");
+    pg_store *s = (pg_store *)base;
+    bool begun = !(s->pend & P_BEGIN);
+    s->pend = 0;
+    return begun ? exec_simple(s, "ROLLBACK", "rollback") : OBX_OK;
 }
 
 static obx_err tx_savepoint(obx__store *base, int d, obx__sp_op op) {
@@ -1931,11 +2008,10 @@ static obx_err read_claim(obx__store *base, const obx__claim_req *req, obx__rows
      * ordered walk of obx_event_claimable. Other connections that claim (obx sim on
      * PostgreSQL, tests) get both for the claim's transaction. test_dispatch_plans checks the
      * plans on an outbox that grew after they were made. */
-    obx_err e = OBX_OK;
-    if (PQtransactionStatus(s->conn) == PQTRANS_INTRANS)
-        e = exec_simple(s, s->dispatch ? CLAIM_PLANS : CLAIM_PLANS "; " RELAY_PLANS, "claim plan");
+    if ((s->pend & P_BEGIN) || PQtransactionStatus(s->conn) == PQTRANS_INTRANS)
+        s->pend |= s->dispatch ? P_CLAIM : P_CLAIM | P_RELAY; /* in the claim's pipeline */
     PGresult *r = NULL;
-    if (!e) e = run(s, Q_CLAIM, &p, PGRES_TUPLES_OK, &r, "claim candidates");
+    obx_err e = run(s, Q_CLAIM, &p, PGRES_TUPLES_OK, &r, "claim candidates");
     p_free(&p);
     return e ? e : collect(r, true, out, "claim candidates");
 }
@@ -1980,16 +2056,14 @@ static obx_err read_ids(obx__store *base, const char *const *ids, size_t n, unsi
     p_init(&p);
     ARR_TEXT(&p, n, ids[i]);
     p_bool(&p, pl);
-    obx_err e = OBX_OK;
     /* A locking load opens acceptance and registration transactions: the relay's planner
      * options for the rest of the transaction (see relay_plans) where the connection did not
      * begin with them. */
     if (!s->dispatch && (flags & OBX__LOAD_LOCK) && PQtransactionStatus(s->conn) == PQTRANS_INTRANS)
-        e = exec_simple(s, RELAY_PLANS, "relay plans");
+        s->pend |= P_RELAY; /* in the load's pipeline */
     PGresult *r = NULL;
-    if (!e)
-        e = run(s, (flags & OBX__LOAD_LOCK) ? Q_LOAD_LOCK : Q_LOAD, &p, PGRES_TUPLES_OK, &r,
-                "load events");
+    obx_err e = run(s, (flags & OBX__LOAD_LOCK) ? Q_LOAD_LOCK : Q_LOAD, &p, PGRES_TUPLES_OK, &r,
+                    "load events");
     p_free(&p);
     return e ? e : collect(r, pl, out, "load events");
 }
@@ -2309,54 +2383,66 @@ static obx_err pg_insert_audit(obx__store *base, const obx__audit_row *a, size_t
 
 /* ---- a transaction's writes in one round trip (write_set) ----------------------------------- */
 
-/* One statement of a write set, and which part's rows its result answers for. */
-enum { WS_PLAIN, WS_UPD_EVENTS, WS_UPD_ATT };
-typedef struct ws_stmt {
-    int id;
-    int kind;      /* WS_* */
-    size_t off, n; /* its rows within the part */
-    const char *what;
-    ExecStatusType want;
-    params p;
-} ws_stmt;
-
 /* Sends every statement, one sync, then reads the results in order (libpq pipeline mode).
  * The server runs them one after the other in the caller's transaction, exactly as separate
  * calls would; after a failed statement it skips the rest (PGRES_PIPELINE_ABORTED) and the
  * transaction is failed. Results are always read to the sync, so the connection leaves
- * pipeline mode whatever happened, unless it broke. */
-static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set *w) {
-    obx_err e = ready(s, "write set");
+ * pipeline mode whatever happened, unless it broke. What the transaction has not sent yet
+ * (pend: its BEGIN, planner settings) goes first, in the same pipeline. w: the write set the
+ * WS_UPD_* statements answer for (NULL if none); *keep: the result of the WS_KEEP statement. */
+static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set *w,
+                      PGresult **keep) {
+    const char *what = ns ? st[0].what : "pipeline";
+    obx_err e = conn_ready(s, what);
+    unsigned pend = s->pend;
+    /* the unsent part, in order: BEGIN (-1), then the settings' prepared statements */
+    int pre[3];
+    size_t npre = 0;
+    if (pend & P_BEGIN) pre[npre++] = -1;
+    if (pend & P_RELAY) pre[npre++] = Q_RELAY_PLANS;
+    if (pend & P_CLAIM) pre[npre++] = Q_CLAIM_PLANS;
+    for (size_t i = 0; !e && i < npre; i++)
+        if (pre[i] >= 0) e = prepare(s, pre[i]);
     for (size_t i = 0; !e && i < ns; i++)
         if (!(e = p_ready(&st[i].p, st[i].id, st[i].what))) e = prepare(s, st[i].id);
     if (e) return e;
-    if (!PQenterPipelineMode(s->conn)) return map_error(s, NULL, "write set: pipeline mode");
+    if (!PQenterPipelineMode(s->conn)) return map_error(s, NULL, "pipeline mode");
+    s->pend = 0; /* from here on the server's state says what was sent */
+    static const params none;
     size_t sent = 0;
-    for (; sent < ns; sent++) {
-        char name[40];
-        stmt_name(st[sent].id, name);
-        const params *p = &st[sent].p;
-        if (!PQsendQueryPrepared(s->conn, name, p->n, p->val, p->len, p->fmt, 0)) break;
+    for (; sent < npre + ns; sent++) {
+        bool ok;
+        if (sent < npre)
+            ok = pre[sent] < 0 ? send_plain(s, "BEGIN") : send_prepared(s, pre[sent], &none);
+        else
+            ok = send_prepared(s, st[sent - npre].id, &st[sent - npre].p);
+        if (!ok) break;
     }
     /* a sync also after a failed send: what was sent is answered, not left pending */
     bool synced = PQpipelineSync(s->conn);
-    if (sent < ns || !synced) e = map_error(s, NULL, "write set: send");
+    if (sent < npre + ns || !synced) e = map_error(s, NULL, "pipeline: send");
     size_t failed = ns; /* the first statement whose result says it failed */
-    for (size_t i = 0; i < sent; i++) {
+    for (size_t k = 0; k < sent; k++) {
         PGresult *r = PQgetResult(s->conn), *more;
-        const ws_stmt *x = &st[i];
         if (e || (r && PQresultStatus(r) == PGRES_PIPELINE_ABORTED)) {
             PQclear(r);
-        } else if ((e = check(s, r, x->want, &r, x->what))) {
-            failed = i;
+        } else if (k < npre) {
+            e = check(s, r, pre[k] < 0 ? PGRES_COMMAND_OK : PGRES_TUPLES_OK, NULL,
+                      pre[k] < 0 ? "begin" : "relay plans");
         } else {
-            if (x->kind == WS_UPD_EVENTS)
-                read_applied(r, x->n, w->applied + x->off);
-            else if (x->kind == WS_UPD_ATT &&
-                     (e = check_updated_attempts(r, w->att + x->off, x->n)))
+            size_t i = k - npre;
+            const ws_stmt *x = &st[i];
+            if ((e = check(s, r, x->want, &r, x->what))) {
                 failed = i;
-            else if (x->kind == WS_PLAIN)
+            } else if (x->kind == WS_UPD_EVENTS) {
+                read_applied(r, x->n, w->applied + x->off);
+            } else if (x->kind == WS_UPD_ATT) {
+                if ((e = check_updated_attempts(r, w->att + x->off, x->n))) failed = i;
+            } else if (x->kind == WS_KEEP) {
+                *keep = r;
+            } else {
                 PQclear(r);
+            }
         }
         if (!r) break; /* the connection broke: nothing more will come */
         while ((more = PQgetResult(s->conn)) != NULL) PQclear(more);
@@ -2365,10 +2451,14 @@ static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set 
         PGresult *r = PQgetResult(s->conn); /* PGRES_PIPELINE_SYNC */
         PQclear(r);
     }
-    if (!PQexitPipelineMode(s->conn) && !e) e = map_error(s, NULL, "write set: pipeline mode");
+    if (!PQexitPipelineMode(s->conn) && !e) e = map_error(s, NULL, "pipeline mode");
+    if (e && keep && *keep) {
+        PQclear(*keep);
+        *keep = NULL;
+    }
     /* a later part that failed because an update did not apply (a receipt's slot taken by
      * whoever changed the event): the caller's conflict is the one to report */
-    if (e && e != OBX_ECONNLOST && failed < ns && st[failed].kind != WS_UPD_EVENTS)
+    if (e && e != OBX_ECONNLOST && failed < ns && st[failed].kind != WS_UPD_EVENTS && w)
         for (size_t i = 0; i < w->n_upd; i++)
             if (!w->applied[i]) return OBX_OK;
     return e;
@@ -2423,7 +2513,7 @@ static obx_err pg_write_set(obx__store *base, const obx__write_set *w) {
         *x = (ws_stmt){Q_INS_AUDIT, WS_PLAIN, 0, w->n_au, "insert audit", PGRES_COMMAND_OK};
         x->id = build_insert_audit(&x->p, w->au, w->n_au);
     }
-    if (!e) e = ws_run(s, st, ns, w);
+    if (!e) e = ws_run(s, st, ns, w, NULL);
     for (size_t i = 0; st && i < ns; i++) p_free(&st[i].p);
     free(st);
     free(slots);
