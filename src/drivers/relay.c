@@ -3,7 +3,8 @@
  *
  *   dispatcher threads (relay.dispatchers): each with its own store and broker connection and
  *     engine: collect outcomes, claim + send while fewer than relay.window are in flight,
- *     idle-wait on the store's wake-up hint (PostgreSQL NOTIFY) or relay.poll_ms;
+ *     idle-wait on the store's wake-up hint (PostgreSQL NOTIFY) or relay.poll_ms; those beyond
+ *     the first claim only during a backlog and wait for it instead (follower_wait);
  *     dispatcher 0 also sweeps expired SENDING leases every relay.sweep_ms.
  *   reconciler thread (relay.reconciler): reconcile every relay.reconcile_ms, and collect the
  *     outcomes of its retries.
@@ -61,6 +62,11 @@ struct obx_relay {
     int n;
     _Atomic int64_t last_claim_us; /* when a dispatcher of this relay last began a claim (mono) */
     atomic_bool backlog; /* the last claim took a whole batch (claim_due: dispatchers beyond 0) */
+    /* claims that took a whole batch, counted under wake_mu, each broadcast on wake_cv: what the
+     * dispatchers beyond the first wait for (follower_wait) */
+    uint64_t backlog_gen;
+    pthread_mutex_t wake_mu;
+    pthread_cond_t wake_cv; /* on CLOCK_MONOTONIC */
     void *http;
     void *auditor; /* retention.c; NULL when audit and purge intervals are both 0 */
     int64_t started_at;
@@ -283,6 +289,59 @@ static void idle_wait(worker *w, obx__engine *e, obx__store *s, obx__broker *b) 
     }
 }
 
+/* The idle wait of a dispatcher beyond the first (index > 0): it claims only during a backlog
+ * (claim_due), so it does not LISTEN for commits: below a backlog that would wake it, and its
+ * server backend, on every commit for nothing (at 1,000 commits/s, 1,000 times a second). It
+ * waits for a claim that took a whole batch after the one it saw (seen: r->backlog_gen before
+ * its own claim), for outcomes of what it sent, or for relay.poll_ms. */
+static void follower_wait(worker *w, obx__engine *e, obx__broker *b, uint64_t seen) {
+    obx_relay *r = w->r;
+    int64_t until = obx__mono_ms() + r->cfg->poll_ms;
+    for (;;) {
+        int64_t left = until - obx__mono_ms();
+        if (left <= 0 || atomic_load(&r->stop)) return;
+        int64_t t0 = obx__mono_ms();
+        if (obx__br_in_flight(b)) {
+            size_t n = 0;
+            obx_err err = obx__engine_poll(e, obx__wall_ms(), IDLE_SLICE_MS, &n);
+            if (err) transient(w, err, "collect outcomes");
+            if (err || n) return;
+        }
+        /* the rest of the slice (a broker whose poll does not block), or up to the deadline */
+        int64_t wait = obx__br_in_flight(b) ? IDLE_SLICE_MS - (obx__mono_ms() - t0) : left;
+        pthread_mutex_lock(&r->wake_mu);
+        if (r->backlog_gen == seen && wait > 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            int64_t ns = ts.tv_nsec + (wait % 1000) * 1000000;
+            ts.tv_sec += (time_t)(wait / 1000 + ns / 1000000000);
+            ts.tv_nsec = (long)(ns % 1000000000);
+            pthread_cond_timedwait(&r->wake_cv, &r->wake_mu, &ts);
+        }
+        bool woken = r->backlog_gen != seen;
+        pthread_mutex_unlock(&r->wake_mu);
+        if (woken) return;
+    }
+}
+
+/* After a claim: a claim that took a whole batch starts or continues a backlog, and wakes the
+ * dispatchers beyond the first (follower_wait); one that took less ends it. */
+static void note_claim(obx_relay *r, bool full) {
+    atomic_store(&r->backlog, full);
+    if (!full) return;
+    pthread_mutex_lock(&r->wake_mu);
+    r->backlog_gen++;
+    pthread_cond_broadcast(&r->wake_cv);
+    pthread_mutex_unlock(&r->wake_mu);
+}
+
+static uint64_t backlog_gen(obx_relay *r) {
+    pthread_mutex_lock(&r->wake_mu);
+    uint64_t g = r->backlog_gen;
+    pthread_mutex_unlock(&r->wake_mu);
+    return g;
+}
+
 /* ---- shadow mode ------------------------------------------------------------------------------
  */
 
@@ -458,12 +517,13 @@ static void *dispatcher_main(void *arg) {
         err = obx__engine_poll(&e, now, 0, &applied);
         if (err) transient(w, err, "collect outcomes");
         if (applied || err) since = obx__mono_us();
+        uint64_t seen = w->index > 0 ? backlog_gen(r) : 0;
         if (obx__br_in_flight(b) < (size_t)r->cfg->window && !atomic_load(&r->stop) &&
             claim_due(r, w->index, since)) {
             int64_t claimed = e.st.claimed;
             err = obx__engine_dispatch(&e, now, &sent);
             if (err) transient(w, err, "dispatch");
-            atomic_store(&r->backlog, !err && e.st.claimed - claimed >= (int64_t)r->cfg->batch);
+            note_claim(r, !err && e.st.claimed - claimed >= (int64_t)r->cfg->batch);
         }
         if (w->index == 0 && now - last_sweep >= r->cfg->sweep_ms) {
             last_sweep = now;
@@ -478,7 +538,10 @@ static void *dispatcher_main(void *arg) {
             if (sent) since = obx__mono_us(); /* there may be more */
             continue;
         }
-        idle_wait(w, &e, s, b);
+        if (w->index > 0)
+            follower_wait(w, &e, b, seen);
+        else
+            idle_wait(w, &e, s, b);
         since = obx__mono_us();
     }
     /* drain: late ACKs of what we sent still go to the acceptance point */
@@ -589,7 +652,16 @@ obx_err obx_relay_start(const obx_config *c, obx_relay **out) {
     obx_relay *r = calloc(1, sizeof *r);
     if (!r) return obx__fail(OBX_ENOMEM, "relay: out of memory");
     pthread_mutex_init(&r->mu, NULL);
+    pthread_mutex_init(&r->wake_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->wake_cv, &ca);
+    pthread_condattr_destroy(&ca);
     if ((e = obx__config_copy(c, &r->cfg))) {
+        pthread_mutex_destroy(&r->mu);
+        pthread_cond_destroy(&r->wake_cv);
+        pthread_mutex_destroy(&r->wake_mu);
         free(r);
         return e;
     }
@@ -785,5 +857,7 @@ void obx_relay_close(obx_relay *r) {
     obx_relay_wait(r);
     obx_config_free(r->cfg);
     pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->wake_cv);
+    pthread_mutex_destroy(&r->wake_mu);
     free(r);
 }
