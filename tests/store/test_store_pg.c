@@ -1990,9 +1990,8 @@ static void test_dispatch_round_trips(void **state) {
         if (!n) msleep(1);
     }
     assert_int_equal(applied, 5);
-    fflush(tr);
+    PQuntrace(rc); /* flushes the stream: before it is closed */
     fclose(tr);
-    PQuntrace(rc);
     int all_trips = trace_round_trips(buf, len);
     free(buf);
     printf("  relay connection: a claim of 5 in %d round trips, their acceptance in %d\n",
