@@ -113,6 +113,8 @@ void bn_relay_start(bn_proc *p, const char *logdir, const char *id, const char *
                     const char *broker, const char *const *sets);
 /* Peak RSS (VmHWM, KiB) and CPU seconds (user + system) of a live process. */
 void bn_proc_usage(const bn_proc *p, long *hwm_kib, long *rss_kib, double *cpu_s);
+/* The process's minor page faults so far (/proc/PID/stat), -1 when it cannot be read. */
+long bn_proc_minflt(const bn_proc *p);
 bool bn_proc_alive(const bn_proc *p);
 /* SIGTERM, wait up to 20 s, then SIGKILL. Returns the exit status (-1 when killed). */
 int bn_proc_stop(bn_proc *p);

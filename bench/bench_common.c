@@ -544,6 +544,21 @@ void bn_proc_usage(const bn_proc *p, long *hwm_kib, long *rss_kib, double *cpu_s
     if (f) fclose(f);
 }
 
+long bn_proc_minflt(const bn_proc *p) {
+    char path[64], buf[2048];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)p->pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *s = strrchr(buf, ')'); /* after the command name */
+    unsigned long mf = 0;
+    /* fields after ')': state ppid pgrp session tty tpgid flags minflt */
+    if (!s || sscanf(s + 2, "%*c %*d %*d %*d %*d %*d %*u %lu", &mf) != 1) return -1;
+    return (long)mf;
+}
+
 bool bn_proc_alive(const bn_proc *p) {
     int st;
     return p->pid > 0 && waitpid(p->pid, &st, WNOHANG) == 0;

@@ -52,6 +52,9 @@ typedef struct result {
     double obx_wal, lim_wal;
     /* RabbitMQ node CPU per message (us): in the raw loop and in the relay's run */
     double broker_cpu_raw, broker_cpu_obx;
+    /* the relay's minor page faults per event: memory it touched afresh (docs/performance.md,
+     * section 2: per-batch buffers faulted in every time were half its CPU) */
+    double faults_ev;
 } result;
 
 /* The limit in rows/s; *cpu_us gets its CPU cost per row (pgbench + server). */
@@ -74,7 +77,7 @@ static void run_pg_relay(const char *url, const char *broker, const char *id, re
     bn_relay_start(&p, dir, id, url, broker, sets);
     double t_done = bn_pg_wait_published(c, before + n_events, p.pid, 1800);
     double cpu = 0, pg_cpu = bn_pg_server_cpu() - pg0, wal = bn_pg_wal() - w0;
-    long hwm = 0;
+    long hwm = 0, faults = bn_proc_minflt(&p);
     bn_proc_usage(&p, &hwm, NULL, &cpu);
     bn_proc_stop(&p);
     bn_pg_lsn(lsn1, sizeof lsn1);
@@ -88,6 +91,7 @@ static void run_pg_relay(const char *url, const char *broker, const char *id, re
     r->obx = (double)n_events / (t_done - p.started);
     r->cpu_per_10k = cpu * 10000.0 / (double)n_events;
     r->hwm_kib = hwm;
+    r->faults_ev = (double)faults / (double)n_events;
     r->obx_cpu_us = (cpu + pg_cpu) * 1e6 / (double)n_events;
     r->obx_wal = wal / (double)n_events;
 }
@@ -348,9 +352,10 @@ static void print_row(const char *name, result *rs, int n, const char *target, d
     for (int i = 0; i < n; i++)
         fprintf(stderr,
                 "  %s rep %d: obx %.0f ev/s, store limit %.0f, broker limit %.0f, obx cpu "
-                "%.0f us/ev, limit cpu %.0f us/row, WAL %.0f / %.0f B\n",
+                "%.0f us/ev, limit cpu %.0f us/row, WAL %.0f / %.0f B, relay minor faults "
+                "%.2f/ev\n",
                 name, i + 1, rs[i].obx, rs[i].store_lim, rs[i].broker_lim, rs[i].obx_cpu_us,
-                rs[i].lim_cpu_us, rs[i].obx_wal, rs[i].lim_wal);
+                rs[i].lim_cpu_us, rs[i].obx_wal, rs[i].lim_wal, rs[i].faults_ev);
 }
 
 /* The median over reps of obx / limit (store limit, or broker limit when vs_broker), or of
@@ -367,21 +372,30 @@ static double med_wal(const result *rs, int n) {
     return bn_median(v, n);
 }
 
+static double med_faults(const result *rs, int n) {
+    double v[BN_MAX_REPS];
+    for (int i = 0; i < n; i++) v[i] = rs[i].faults_ev;
+    return bn_median(v, n);
+}
+
 /* issue 19's figures as one JSON object (a config that did not run: null) */
 static void print_json(bool k, const result *rk, bool a, const result *ra, bool q,
                        const result *rsq, int n) {
-    char f[6][32];
+    char f[8][32];
     snprintf(f[0], sizeof f[0], k ? "%.3f" : "null", k ? med_ratio(rk, n, false) : 0.0);
     snprintf(f[1], sizeof f[1], a ? "%.3f" : "null", a ? med_ratio(ra, n, true) : 0.0);
     snprintf(f[2], sizeof f[2], k ? "%.0f" : "null", k ? med_wal(rk, n) : 0.0);
     snprintf(f[3], sizeof f[3], a ? "%.0f" : "null", a ? med_wal(ra, n) : 0.0);
     snprintf(f[4], sizeof f[4], a ? "%.3f" : "null", a ? med_ratio(ra, n, false) : 0.0);
     snprintf(f[5], sizeof f[5], q ? "%.3f" : "null", q ? med_ratio(rsq, n, false) : 0.0);
+    snprintf(f[6], sizeof f[6], k ? "%.2f" : "null", k ? med_faults(rk, n) : 0.0);
+    snprintf(f[7], sizeof f[7], a ? "%.2f" : "null", a ? med_faults(ra, n) : 0.0);
     printf("{\"pg_kafka_store_ratio\": %s, \"pg_amqp_broker_ratio\": %s, "
            "\"wal_bytes_per_event\": %s, \"pg_amqp_wal_bytes_per_event\": %s, "
-           "\"pg_amqp_store_ratio\": %s, \"sqlite_log_store_ratio\": %s, \"events\": %ld, "
-           "\"reps\": %d}\n",
-           f[0], f[1], f[2], f[3], f[4], f[5], n_events, n);
+           "\"pg_amqp_store_ratio\": %s, \"sqlite_log_store_ratio\": %s, "
+           "\"pg_kafka_relay_faults_per_event\": %s, \"pg_amqp_relay_faults_per_event\": %s, "
+           "\"events\": %ld, \"reps\": %d}\n",
+           f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], n_events, n);
 }
 
 int main(int argc, char **argv) {

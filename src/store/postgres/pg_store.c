@@ -174,7 +174,7 @@ typedef struct pg_store {
     bool lost;          /* the connection was lost inside the current obx transaction */
     bool listening;     /* LISTEN obx_work issued on this connection */
     bool dispatch;      /* serve_dispatch: every BEGIN sets the relay's planner options */
-    unsigned pend;      /* P_*: what goes in front of the next statement (pend_send) */
+    unsigned pend;      /* P_*: what goes in front of the next statement (ws_run, pend_flush) */
     bool names_checked; /* borrowed connection: pg_prepared_statements read */
     bool prepared[Q_COUNT];
 } pg_store;
