@@ -241,15 +241,32 @@ static void sec_relay(scrape *x, obx__buf *b) {
     obx__buf_printf(b, "\",version=\"%s\"} 1\n", OBX_VERSION_STRING);
     family(b, "obx_relay_stopping", "gauge", "1 when the relay is stopping or stopped on an error");
     sample(b, "obx_relay_stopping", NULL, NULL, x->v->stopping(x->v->relay));
-    int64_t claimed[64];
-    int nd = x->v->dispatcher_claimed(x->v->relay, claimed, 64);
-    family(b, "obx_dispatcher_claimed_total", "counter",
-           "Events claimed by each dispatcher of this relay (beyond the first only while claims "
-           "take whole batches: a backlog)");
-    for (int i = 0; i < nd && i < 64; i++) {
-        char d[16];
-        snprintf(d, sizeof d, "%d", i);
-        sample(b, "obx_dispatcher_claimed_total", "dispatcher", d, (double)claimed[i]);
+    obx__dispatcher_counts dc[64];
+    int nd = x->v->dispatchers(x->v->relay, dc, 64);
+    if (nd > 64) nd = 64;
+    static const struct {
+        const char *name, *help;
+        size_t off;
+    } dfam[] = {
+        {"obx_dispatcher_claimed_total",
+         "Events claimed by each dispatcher of this relay (beyond the first only while claims "
+         "take whole batches: a backlog)",
+         offsetof(obx__dispatcher_counts, claimed)},
+        {"obx_dispatcher_claims_total", "Claim transactions of each dispatcher of this relay",
+         offsetof(obx__dispatcher_counts, claims)},
+        {"obx_dispatcher_empty_claims_total",
+         "Claim transactions of each dispatcher that found nothing to claim",
+         offsetof(obx__dispatcher_counts, empty_claims)},
+    };
+    for (size_t k = 0; k < sizeof dfam / sizeof dfam[0]; k++) {
+        family(b, dfam[k].name, "counter", dfam[k].help);
+        for (int i = 0; i < nd; i++) {
+            char d[16];
+            snprintf(d, sizeof d, "%d", i);
+            int64_t v;
+            memcpy(&v, (const char *)&dc[i] + dfam[k].off, sizeof v);
+            sample(b, dfam[k].name, "dispatcher", d, (double)v);
+        }
     }
     family(b, "obx_publish_latency_seconds", "histogram",
            "From an event's commit to the acceptance of its primary receipt (this relay)");
@@ -302,6 +319,8 @@ static void sec_relay(scrape *x, obx__buf *b) {
     C(reconciled_cannot_tell);
     C(store_errors);
     C(broker_errors);
+    C(claims);
+    C(empty_claims);
 #undef C
 }
 

@@ -78,7 +78,7 @@ static void view_totals(obx_relay *r, obx__engine_stats *t);
 static bool view_stopping(obx_relay *r);
 static void view_audit_metrics(obx_relay *r, obx__buf *b);
 static void view_hists(obx_relay *r, obx__hist *latency, obx__hist *resolution);
-static int view_dispatcher_claimed(obx_relay *r, int64_t *out, int cap);
+static int view_dispatchers(obx_relay *r, obx__dispatcher_counts *out, int cap);
 
 static void sleep_ms(int64_t ms) {
     if (ms <= 0) return;
@@ -518,12 +518,14 @@ static void *dispatcher_main(void *arg) {
         if (err) transient(w, err, "collect outcomes");
         if (applied || err) since = obx__mono_us();
         uint64_t seen = w->index > 0 ? backlog_gen(r) : 0;
+        bool full = false;
         if (obx__br_in_flight(b) < (size_t)r->cfg->window && !atomic_load(&r->stop) &&
             claim_due(r, w->index, since)) {
             int64_t claimed = e.st.claimed;
             err = obx__engine_dispatch(&e, now, &sent);
             if (err) transient(w, err, "dispatch");
-            note_claim(r, !err && e.st.claimed - claimed >= (int64_t)r->cfg->batch);
+            full = !err && e.st.claimed - claimed >= (int64_t)r->cfg->batch;
+            note_claim(r, full);
         }
         if (w->index == 0 && now - last_sweep >= r->cfg->sweep_ms) {
             last_sweep = now;
@@ -535,7 +537,10 @@ static void *dispatcher_main(void *arg) {
         }
         publish(w, &e);
         if (sent || applied) {
-            if (sent) since = obx__mono_us(); /* there may be more */
+            /* a claim that took less than a whole batch held everything committed before it
+             * began: what comes later brings its own reason (a wake-up; relay.poll_ms for a
+             * backoff that ends), so only a full one looks again at once */
+            if (full) since = obx__mono_us();
             continue;
         }
         if (w->index > 0)
@@ -709,7 +714,7 @@ obx_err obx_relay_start(const obx_config *c, obx_relay **out) {
                                 .relay = r,
                                 .stopping = view_stopping,
                                 .totals = view_totals,
-                                .dispatcher_claimed = view_dispatcher_claimed,
+                                .dispatchers = view_dispatchers,
                                 .hists = view_hists,
                                 .shadow = view_shadow,
                                 .audit_metrics = view_audit_metrics};
@@ -775,13 +780,16 @@ static void view_totals(obx_relay *r, obx__engine_stats *t) {
     pthread_mutex_unlock(&r->mu);
 }
 
-static int view_dispatcher_claimed(obx_relay *r, int64_t *out, int cap) {
+static int view_dispatchers(obx_relay *r, obx__dispatcher_counts *out, int cap) {
     int n = 0;
     pthread_mutex_lock(&r->mu);
     for (int i = 0; i < r->n; i++) {
         int d = r->w[i].index;
         if (d < 0) continue;
-        if (d < cap) out[d] = r->w[i].st.claimed;
+        if (d < cap)
+            out[d] = (obx__dispatcher_counts){.claimed = r->w[i].st.claimed,
+                                              .claims = r->w[i].st.claims,
+                                              .empty_claims = r->w[i].st.empty_claims};
         if (d + 1 > n) n = d + 1;
     }
     pthread_mutex_unlock(&r->mu);
@@ -810,15 +818,16 @@ obx_err obx_relay_stats(obx_relay *r, char **out) {
     obx__engine_stats t;
     view_totals(r, &t);
     json_t *o = json_pack(
-        "{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "relay_id", r->id,
-        "claimed", (json_int_t)t.claimed, "sent", (json_int_t)t.sent, "stale_refused",
+        "{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "relay_id",
+        r->id, "claimed", (json_int_t)t.claimed, "sent", (json_int_t)t.sent, "stale_refused",
         (json_int_t)t.stale_refused, "accepted", (json_int_t)t.accepted, "duplicates",
         (json_int_t)t.duplicates, "quarantined", (json_int_t)t.quarantined, "rejected",
         (json_int_t)t.rejected, "not_sent", (json_int_t)t.not_sent, "unknown",
         (json_int_t)t.unknown, "swept", (json_int_t)t.swept, "retries", (json_int_t)t.retries,
         "parked", (json_int_t)t.parked, "reconciled_found", (json_int_t)t.reconciled_found,
         "reconciled_not_found", (json_int_t)t.reconciled_not_found, "unknown_resolved",
-        (json_int_t)t.unknown_resolved, "store_errors", (json_int_t)t.store_errors);
+        (json_int_t)t.unknown_resolved, "store_errors", (json_int_t)t.store_errors, "claims",
+        (json_int_t)t.claims, "empty_claims", (json_int_t)t.empty_claims);
     obx__shadow_counts sc;
     if (o && view_shadow(r, &sc))
         json_object_set_new(

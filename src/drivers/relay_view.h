@@ -18,6 +18,12 @@ typedef struct obx__shadow_counts {
  * starts them and that stays valid until obx_relay_wait has stopped them. The functions may be
  * called from any thread (the relay takes its own lock). These parts know the relay only
  * through this view: relay.c includes their headers, they do not call back into relay.c. */
+/* One dispatcher's claims so far: events claimed, claim transactions, and those that found
+ * nothing. */
+typedef struct obx__dispatcher_counts {
+    int64_t claimed, claims, empty_claims;
+} obx__dispatcher_counts;
+
 typedef struct obx__relay_view {
     const obx_config *cfg; /* the relay's configuration */
     const char *id;        /* the relay's ID */
@@ -27,9 +33,9 @@ typedef struct obx__relay_view {
     bool (*stopping)(obx_relay *relay);
     /* every worker's counters, summed */
     void (*totals)(obx_relay *relay, obx__engine_stats *t);
-    /* events claimed by each dispatcher (out[i] for dispatcher i, up to cap); returns how many
+    /* each dispatcher's claims (out[i] for dispatcher i, up to cap); returns how many
      * dispatchers the relay runs. Beyond the first they claim only during a backlog. */
-    int (*dispatcher_claimed)(obx_relay *relay, int64_t *out, int cap);
+    int (*dispatchers)(obx_relay *relay, obx__dispatcher_counts *out, int cap);
     /* the workers' histograms, summed (publish latency, UNKNOWN resolution) */
     void (*hists)(obx_relay *relay, obx__hist *latency, obx__hist *resolution);
     /* the last shadow comparison; returns 0 when the relay is not in shadow mode */

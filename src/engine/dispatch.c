@@ -493,6 +493,10 @@ obx_err obx__engine_dispatch(obx__engine *e, int64_t now, size_t *sent) {
     obx__rows rows = {0};
     dispatch_ctx c = {.now = now, .rows = &rows};
     obx_err err = obx__engine_tx(e, dispatch_tx, &c);
+    if (!err) {
+        e->st.claims++;
+        if (!rows.n) e->st.empty_claims++;
+    }
     if (!err && rows.n) {
         e->st.claimed += (int64_t)rows.n;
         err = send_registered(e, now, rows.v, c.ok, c.decided, c.pre, rows.n, sent);

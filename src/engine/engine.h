@@ -106,6 +106,9 @@ typedef struct obx__engine_stats {
     int64_t unknown_resolved;
     int64_t held; /* UNKNOWN events this engine held for an operator */
     int64_t unknown_resolve_ms_max;
+    /* claim transactions of obx__engine_dispatch that committed, and those that found nothing
+     * (a look for work in vain: what polling and wake-ups cost the store) */
+    int64_t claims, empty_claims;
 } obx__engine_stats;
 
 /* Per-event notes for logs and metrics (the relay's), delivered after the transaction that
