@@ -513,6 +513,28 @@ void bn_relay_start(bn_proc *p, const char *logdir, const char *id, const char *
     bn_spawn(p, log, argv);
 }
 
+/* The minor faults and CPU ticks (user + system) of process pid from /proc/PID/stat; false when
+ * it cannot be read. */
+static bool proc_stat(int pid, unsigned long *minflt, unsigned long *ticks) {
+    char path[64], buf[2048];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *s = strrchr(buf, ')'); /* after the command name */
+    unsigned long mf = 0, ut = 0, st = 0;
+    /* fields after ')': state ppid pgrp session tty tpgid flags minflt cminflt majflt
+     * cmajflt utime stime */
+    if (!s ||
+        sscanf(s + 2, "%*c %*d %*d %*d %*d %*d %*u %lu %*u %*u %*u %lu %lu", &mf, &ut, &st) != 3)
+        return false;
+    *minflt = mf;
+    *ticks = ut + st;
+    return true;
+}
+
 void bn_proc_usage(const bn_proc *p, long *hwm_kib, long *rss_kib, double *cpu_s) {
     char path[64], line[256];
     if (hwm_kib) *hwm_kib = -1;
@@ -527,36 +549,14 @@ void bn_proc_usage(const bn_proc *p, long *hwm_kib, long *rss_kib, double *cpu_s
         }
         fclose(f);
     }
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)p->pid);
-    f = fopen(path, "r");
-    if (f && cpu_s) {
-        char buf[2048];
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        buf[n] = '\0';
-        const char *s = strrchr(buf, ')'); /* after the command name */
-        unsigned long ut = 0, st = 0;
-        /* fields after ')': state ppid pgrp session tty tpgid flags minflt cminflt majflt
-         * cmajflt utime stime */
-        if (s &&
-            sscanf(s + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2)
-            *cpu_s = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-    }
-    if (f) fclose(f);
+    unsigned long mf, ticks;
+    if (cpu_s && proc_stat((int)p->pid, &mf, &ticks))
+        *cpu_s = (double)ticks / (double)sysconf(_SC_CLK_TCK);
 }
 
 long bn_proc_minflt(const bn_proc *p) {
-    char path[64], buf[2048];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)p->pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *s = strrchr(buf, ')'); /* after the command name */
-    unsigned long mf = 0;
-    /* fields after ')': state ppid pgrp session tty tpgid flags minflt */
-    if (!s || sscanf(s + 2, "%*c %*d %*d %*d %*d %*d %*u %lu", &mf) != 1) return -1;
-    return (long)mf;
+    unsigned long mf, ticks;
+    return proc_stat((int)p->pid, &mf, &ticks) ? (long)mf : -1;
 }
 
 bool bn_proc_alive(const bn_proc *p) {

@@ -1822,39 +1822,64 @@ static void relay_until_published(fx *f, obx__engine *e) {
     fail_msg("the relay did not publish everything");
 }
 
+/* A relay's connection with an engine on it, as the relay's dispatchers run (serve_dispatch), and
+ * a log broker in a directory of its own: relay_open sets it up, relay_close takes it down. */
+typedef struct relay_conn {
+    PGconn *rc; /* the relay's own connection (the store wraps it) */
+    obx_store *ws;
+    obx__broker *b;
+    obx__engine e;
+    char dir[32];
+} relay_conn;
+
+static void relay_open(fx *f, relay_conn *x, const char *owner) {
+    x->rc = PQconnectdb(f->url);
+    assert_int_equal(PQstatus(x->rc), CONNECTION_OK);
+    x->ws = NULL;
+    OK(obx_store_wrap_pg(x->rc, &x->ws));
+    assert_non_null(x->ws->m->serve_dispatch);
+    x->ws->m->serve_dispatch(x->ws);
+    strcpy(x->dir, "/tmp/obx-relay-XXXXXX");
+    assert_non_null(mkdtemp(x->dir));
+    char burl[128];
+    snprintf(burl, sizeof burl, "log:%s/b.db?cluster=local", x->dir);
+    x->b = NULL;
+    OK(obx__br_open(burl, NULL, 0, &x->b));
+    obx__engine_cfg c;
+    obx__engine_cfg_defaults(&c);
+    obx__strlcpy(c.owner, owner, sizeof c.owner);
+    c.batch = 100;
+    OK(obx__engine_init(&x->e, x->ws, x->b, &c));
+}
+
+static void relay_close(relay_conn *x) {
+    obx__br_close(x->b);
+    obx_store_close(x->ws);
+    PQfinish(x->rc);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", x->dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* A relay connection (serve_dispatch) makes its plans while the outbox is empty and keeps them:
  * they must not be sequential scans, which cost O(table) per statement once the tables have
  * grown and before autovacuum first analyzes them, and they must not be planned again on every
  * call, which cost 37 % of the server's time at 1,000 events/s (docs/performance.md). */
 static void test_dispatch_plans(void **state) {
     fx *f = *state;
-    PGconn *rc = PQconnectdb(f->url);
-    assert_int_equal(PQstatus(rc), CONNECTION_OK);
-    obx_store *ws = NULL;
-    OK(obx_store_wrap_pg(rc, &ws));
-    assert_non_null(ws->m->serve_dispatch);
-    ws->m->serve_dispatch(ws);
-    char dir[] = "/tmp/obx-plans-XXXXXX", burl[128];
-    assert_non_null(mkdtemp(dir));
-    snprintf(burl, sizeof burl, "log:%s/b.db?cluster=local", dir);
-    obx__broker *b = NULL;
-    OK(obx__br_open(burl, NULL, 0, &b));
-    obx__engine e;
-    obx__engine_cfg c;
-    obx__engine_cfg_defaults(&c);
-    obx__strlcpy(c.owner, "plans", sizeof c.owner);
-    c.batch = 100;
-    OK(obx__engine_init(&e, ws, b, &c));
+    relay_conn x;
+    relay_open(f, &x, "plans");
+    PGconn *rc = x.rc;
     /* the plans are made here, on an empty outbox */
     for (int i = 0; i < 8; i++) {
         exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'p-' || i, 1, "
                          "'tenant-7', '\\x7b7d') FROM generate_series(1, 2) i");
-        relay_until_published(f, &e);
+        relay_until_published(f, &x.e);
     }
     /* the tables grow tenfold and more, never analyzed */
     exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'g-' || i, 1, 'tenant-7', "
                      "'\\x7b7d') FROM generate_series(1, 3000) i");
-    relay_until_published(f, &e);
+    relay_until_published(f, &x.e);
     const char *scans = "SELECT coalesce(sum(seq_scan), 0) FROM pg_stat_user_tables WHERE "
                         "schemaname = 'obx' AND relname IN ('obx_event', 'obx_envelope', "
                         "'obx_attempt', 'obx_receipt')";
@@ -1873,19 +1898,19 @@ static void test_dispatch_plans(void **state) {
     msleep(200);
     exec_ok(rc, "SELECT pg_stat_clear_snapshot()");
     long long before = qint(rc, scans), pk_before = qint(rc, pkey_reads);
-    int64_t accepted0 = e.st.accepted;
-    for (int turn = 0; e.st.accepted - accepted0 < 300 || e.b->m->in_flight(e.b); turn++) {
+    int64_t accepted0 = x.e.st.accepted;
+    for (int turn = 0; x.e.st.accepted - accepted0 < 300 || x.e.b->m->in_flight(x.e.b); turn++) {
         if (turn > 5000)
-            fail_msg("the relay accepted %lld of 300", (long long)(e.st.accepted - accepted0));
+            fail_msg("the relay accepted %lld of 300", (long long)(x.e.st.accepted - accepted0));
         size_t sent = 0, applied = 0;
-        OK(obx__engine_dispatch(&e, obx__wall_ms(), &sent));
-        OK(obx__engine_poll(&e, obx__wall_ms(), 0, &applied));
+        OK(obx__engine_dispatch(&x.e, obx__wall_ms(), &sent));
+        OK(obx__engine_poll(&x.e, obx__wall_ms(), 0, &applied));
         if (!sent && !applied) msleep(1);
     }
     for (int i = 0; i < 5; i++) {
         size_t n = 0;
-        OK(obx__engine_sweep(&e, obx__wall_ms(), &n));
-        OK(obx__reconcile_step(&e, obx__wall_ms(), &n));
+        OK(obx__engine_sweep(&x.e, obx__wall_ms(), &n));
+        OK(obx__reconcile_step(&x.e, obx__wall_ms(), &n));
         assert_int_equal(n, 0);
     }
     exec_ok(rc, "SELECT pg_stat_force_next_flush()");
@@ -1908,12 +1933,7 @@ static void test_dispatch_plans(void **state) {
     assert_true(generic > 0);
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_receipt WHERE kind = 'PRIMARY'"),
                      3316);
-    obx__br_close(b);
-    obx_store_close(ws);
-    PQfinish(rc);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    relay_close(&x);
 }
 
 /* The frontend messages that end a round trip in a libpq trace: a Sync (a pipeline, an
@@ -1939,26 +1959,14 @@ static int trace_round_trips(const char *trace, size_t len) {
  * the transaction (its rows stay locked until COMMIT). */
 static void test_dispatch_round_trips(void **state) {
     fx *f = *state;
-    PGconn *rc = PQconnectdb(f->url);
-    assert_int_equal(PQstatus(rc), CONNECTION_OK);
-    obx_store *ws = NULL;
-    OK(obx_store_wrap_pg(rc, &ws));
-    ws->m->serve_dispatch(ws);
-    char dir[] = "/tmp/obx-trips-XXXXXX", burl[128];
-    assert_non_null(mkdtemp(dir));
-    snprintf(burl, sizeof burl, "log:%s/b.db?cluster=local", dir);
-    obx__broker *b = NULL;
-    OK(obx__br_open(burl, NULL, 0, &b));
-    obx__engine e;
-    obx__engine_cfg c;
-    obx__engine_cfg_defaults(&c);
-    obx__strlcpy(c.owner, "trips", sizeof c.owner);
-    c.batch = 100;
-    OK(obx__engine_init(&e, ws, b, &c));
+    relay_conn x;
+    relay_open(f, &x, "trips");
+    PGconn *rc = x.rc;
+    obx_store *ws = x.ws;
     /* warm: statements prepared, the route read */
     exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'w-' || i, 1, 'tenant-7', "
                      "'\\x7b7d') FROM generate_series(1, 3) i");
-    relay_until_published(f, &e);
+    relay_until_published(f, &x.e);
     exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 't-' || i, 1, 'tenant-7', "
                      "'\\x7b7d') FROM generate_series(1, 5) i");
     char *buf = NULL;
@@ -1977,7 +1985,7 @@ static void test_dispatch_round_trips(void **state) {
     assert_int_equal(PQtransactionStatus(rc), PQTRANS_IDLE);
     /* the claim: 5 events claimed and registered */
     size_t sent = 0;
-    OK(obx__engine_dispatch(&e, obx__wall_ms(), &sent));
+    OK(obx__engine_dispatch(&x.e, obx__wall_ms(), &sent));
     assert_int_equal(sent, 5);
     fflush(tr);
     int claim_trips = trace_round_trips(buf, len);
@@ -1985,7 +1993,7 @@ static void test_dispatch_round_trips(void **state) {
     size_t applied = 0;
     for (int i = 0; i < 200 && applied < 5; i++) {
         size_t n = 0;
-        OK(obx__engine_poll(&e, obx__wall_ms(), 0, &n));
+        OK(obx__engine_poll(&x.e, obx__wall_ms(), 0, &n));
         applied += n;
         if (!n) msleep(1);
     }
@@ -2029,13 +2037,8 @@ static void test_dispatch_round_trips(void **state) {
                                    "UPDATE SKIP LOCKED)"),
                      0);
     assert_int_equal(qint(rc, "SELECT (current_setting('plan_cache_mode') = 'auto')::int"), 1);
-    relay_until_published(f, &e);
-    obx__br_close(b);
-    obx_store_close(ws);
-    PQfinish(rc);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    relay_until_published(f, &x.e);
+    relay_close(&x);
 }
 
 /* ---- statistics and batch semantics
