@@ -406,6 +406,38 @@ static obx_relay *start_relay(fx *f, const char *poll_ms, const char *const *set
     return r;
 }
 
+/* This relay's metrics now, as a NUL-terminated text in b. */
+static const char *render(obx_relay *r, fx *f, obx__metrics *m, obx__buf *b) {
+    obx__buf_free(b);
+    OK(obx__metrics_render(m, obx__relay_view_of(r), f->s, b));
+    obx__buf_put(b, "", 1);
+    return (const char *)b->data;
+}
+
+/* A relay's metrics renderer for a test: the consumer set it reports on, the renderer and the
+ * buffer its scrapes go to. Closed, with the relay, by scrape_close. */
+typedef struct {
+    obx__consumer_set cs;
+    obx__metrics *m;
+    obx__buf b;
+} scrape;
+
+static void scrape_open(scrape *sc, const char *const *decls, int n) {
+    memset(sc, 0, sizeof *sc);
+    OK(obx__consumer_set_init(&sc->cs, decls, n));
+    OK(obx__metrics_new(&sc->cs, &sc->m));
+}
+
+/* Frees the renderer, then stops, waits for and closes r. */
+static void scrape_close(scrape *sc, obx_relay *r) {
+    obx__buf_free(&sc->b);
+    obx__metrics_free(sc->m);
+    obx__consumer_set_free(&sc->cs);
+    obx_relay_stop(r);
+    OK(obx_relay_wait(r));
+    obx_relay_close(r);
+}
+
 static void test_metrics_render(void **state) {
     fx *f = *state;
     char id[31];
@@ -416,19 +448,13 @@ static void test_metrics_render(void **state) {
     for (int i = 0; i < 300 && load1(f, id).state != OBX__ST_PUBLISHED; i++) usleep(10000);
     assert_int_equal(load1(f, id).state, OBX__ST_PUBLISHED);
     const char *decls[] = {good};
-    obx__consumer_set cs;
-    OK(obx__consumer_set_init(&cs, decls, 1));
-    obx__metrics *m;
-    OK(obx__metrics_new(&cs, &m));
-    obx__buf b = {0};
+    scrape sc;
+    scrape_open(&sc, decls, 1);
     for (int i = 0; i < 300; i++) { /* the relay publishes its counters as it loops */
-        obx__buf_free(&b);
-        OK(obx__metrics_render(m, obx__relay_view_of(r), f->s, &b));
-        obx__buf_put(&b, "", 1);
-        if (metric((const char *)b.data, "obx_publish_latency_seconds_count") == 1) break;
+        if (metric(render(r, f, sc.m, &sc.b), "obx_publish_latency_seconds_count") == 1) break;
         usleep(10000);
     }
-    const char *t = (const char *)b.data;
+    const char *t = (const char *)sc.b.data;
     assert_int_equal(metric(t, "obx_up"), 1);
     assert_int_equal(metric(t, "obx_events{state=\"PUBLISHED\"}"), 1);
     assert_int_equal(metric(t, "obx_publish_latency_seconds_count"), 1);
@@ -451,10 +477,7 @@ static void test_metrics_render(void **state) {
     OK(obx__st_consume_audit_put(f->c, ca, 3));
     OK(obx__st_commit(f->c));
     put_receipt(f, "proj", id, "orders");
-    obx__buf_free(&b);
-    OK(obx__metrics_render(m, obx__relay_view_of(r), f->s, &b));
-    obx__buf_put(&b, "", 1);
-    t = (const char *)b.data;
+    t = render(r, f, sc.m, &sc.b);
     assert_int_equal(
         metric(t, "obx_consumer_messages_total{consumer=\"proj\",outcome=\"APPLIED\"}"), 1);
     assert_int_equal(metric(t, "obx_consumer_messages_total{consumer=\"proj\",outcome=\"FAILED\"}"),
@@ -469,26 +492,10 @@ static void test_metrics_render(void **state) {
         1);
     assert_int_equal(metric(t, "obx_consumer_lag_events{consumer=\"proj\"}"), 0);
     /* read once: a third scrape counts nothing new */
-    obx__buf_free(&b);
-    OK(obx__metrics_render(m, obx__relay_view_of(r), f->s, &b));
-    obx__buf_put(&b, "", 1);
-    assert_int_equal(metric((const char *)b.data,
+    assert_int_equal(metric(render(r, f, sc.m, &sc.b),
                             "obx_consumer_messages_total{consumer=\"proj\",outcome=\"APPLIED\"}"),
                      1);
-    obx__buf_free(&b);
-    obx__metrics_free(m);
-    obx__consumer_set_free(&cs);
-    obx_relay_stop(r);
-    OK(obx_relay_wait(r));
-    obx_relay_close(r);
-}
-
-/* This relay's metrics now, as a NUL-terminated text in b. */
-static const char *render(obx_relay *r, fx *f, obx__metrics *m, obx__buf *b) {
-    obx__buf_free(b);
-    OK(obx__metrics_render(m, obx__relay_view_of(r), f->s, b));
-    obx__buf_put(b, "", 1);
-    return (const char *)b->data;
+    scrape_close(&sc, r);
 }
 
 /* Waits until every event in ids is PUBLISHED and dispatcher 0 and 1 together claimed `claimed`
@@ -516,11 +523,8 @@ static void test_dispatchers_below_backlog(void **state) {
     char id[31];
     const char *const sets[] = {"relay.dispatchers", "2", "relay.batch", "5"};
     obx_relay *r = start_relay(f, "5", sets, 4);
-    obx__consumer_set cs;
-    OK(obx__consumer_set_init(&cs, NULL, 0));
-    obx__metrics *m;
-    OK(obx__metrics_new(&cs, &m));
-    obx__buf b = {0};
+    scrape sc;
+    scrape_open(&sc, NULL, 0);
     for (int i = 0; i < 30; i++) {
         char agg[16];
         snprintf(agg, sizeof agg, "o-%d", i);
@@ -528,7 +532,7 @@ static void test_dispatchers_below_backlog(void **state) {
         for (int k = 0; k < 500 && load1(f, id).state != OBX__ST_PUBLISHED; k++) usleep(2000);
         assert_int_equal(load1(f, id).state, OBX__ST_PUBLISHED);
     }
-    const char *t = wait_claimed(r, f, m, &b, 30);
+    const char *t = wait_claimed(r, f, sc.m, &sc.b, 30);
     assert_int_equal(metric(t, "obx_dispatcher_claimed_total{dispatcher=\"0\"}"), 30);
     assert_int_equal(metric(t, "obx_dispatcher_claimed_total{dispatcher=\"1\"}"), 0);
     /* 400 events committed at once: 80 batches */
@@ -539,17 +543,12 @@ static void test_dispatchers_below_backlog(void **state) {
         enq(f, agg, "corr-b", id);
     }
     OK(obx__st_commit(f->s));
-    t = wait_claimed(r, f, m, &b, 430);
+    t = wait_claimed(r, f, sc.m, &sc.b, 430);
     assert_true(metric(t, "obx_dispatcher_claimed_total{dispatcher=\"1\"}") > 0);
     /* claimed is counted when the claim commits, PUBLISHED comes with the ACK */
     for (int k = 0; k < 1000 && load1(f, id).state != OBX__ST_PUBLISHED; k++) usleep(10000);
     assert_int_equal(load1(f, id).state, OBX__ST_PUBLISHED);
-    obx__buf_free(&b);
-    obx__metrics_free(m);
-    obx__consumer_set_free(&cs);
-    obx_relay_stop(r);
-    OK(obx_relay_wait(r));
-    obx_relay_close(r);
+    scrape_close(&sc, r);
 }
 
 /* A claim that took less than a whole batch held everything committed before it began, so the
@@ -570,32 +569,24 @@ static void test_no_claim_after_partial_batch(void **state) {
     snprintf(broker, sizeof broker, "log:%s/broker.db?delay_ack=1&delay_ack_ms=300", f->dir);
     const char *const sets[] = {"relay.dispatchers", "1", "relay.batch", "5", "broker", broker};
     obx_relay *r = start_relay(f, "4000", sets, 6);
-    obx__consumer_set cs;
-    OK(obx__consumer_set_init(&cs, NULL, 0));
-    obx__metrics *m;
-    OK(obx__metrics_new(&cs, &m));
-    obx__buf b = {0};
+    scrape sc;
+    scrape_open(&sc, NULL, 0);
     for (int i = 0; i < 3; i++) {
         for (int k = 0; k < 300 && load1(f, id[i]).state != OBX__ST_PUBLISHED; k++) usleep(10000);
         assert_int_equal(load1(f, id[i]).state, OBX__ST_PUBLISHED);
     }
-    const char *t = render(r, f, m, &b);
+    const char *t = render(r, f, sc.m, &sc.b);
     for (int k = 0; k < 100 && metric(t, "obx_dispatcher_claims_total{dispatcher=\"0\"}") < 2;
          k++) {
         usleep(10000);
-        t = render(r, f, m, &b);
+        t = render(r, f, sc.m, &sc.b);
     }
     usleep(300000); /* a claim straight after the send would be counted by now */
-    t = render(r, f, m, &b);
+    t = render(r, f, sc.m, &sc.b);
     assert_int_equal(metric(t, "obx_dispatcher_claimed_total{dispatcher=\"0\"}"), 3);
     assert_int_equal(metric(t, "obx_dispatcher_claims_total{dispatcher=\"0\"}"), 2);
     assert_int_equal(metric(t, "obx_dispatcher_empty_claims_total{dispatcher=\"0\"}"), 1);
-    obx__buf_free(&b);
-    obx__metrics_free(m);
-    obx__consumer_set_free(&cs);
-    obx_relay_stop(r);
-    OK(obx_relay_wait(r));
-    obx_relay_close(r);
+    scrape_close(&sc, r);
 }
 
 static void test_config_redaction(void **state) {
