@@ -223,9 +223,15 @@ OBX_API obx_err obx_route_list(obx_store *s, int all_generations, char **out_jso
  * Enqueue (producer side). Runs inside the caller's open transaction on a wrapped connection
  * (or in its own transaction on a handle from obx_store_open, or on a wrapped connection with
  * none open). Either the PENDING envelope with its frozen destination is inserted completely or
- * nothing is (an internal savepoint undoes a partial insert; the caller's transaction stays
- * usable). In its own transaction, OBX_EUNKNOWN means the connection broke while it committed:
- * the event may or may not be stored (an idempotency key makes the retry safe).
+ * nothing is. A failure obx can name (bad input, no route, a taken idempotency key, a lock
+ * timeout or deadlock on the order-key lock) leaves the caller's transaction usable: a savepoint
+ * undoes the partial insert. On PostgreSQL an event without an idempotency key whose route the
+ * handle knows is written by one statement of the caller's transaction, without a savepoint
+ * (docs/postgres.md, "Round trips"): a server fault in it (disk full, a cancelled statement, a
+ * session reset by DISCARD ALL) fails the caller's transaction, as a failure of one of its own
+ * statements would, and the caller rolls back. In its own transaction, OBX_EUNKNOWN means the
+ * connection broke while it committed: the event may or may not be stored (an idempotency key
+ * makes the retry safe).
  * ------------------------------------------------------------------------------------------- */
 typedef struct obx_event {
     const char *event_type;     /* required, versioned: "order.created.v2" */

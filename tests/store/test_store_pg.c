@@ -418,12 +418,26 @@ static void lock_every_bucket(PGconn *holder) {
 
 #define ROUTE_READ "SELECT gen, event_type"
 #define ONE_TRIP "WITH lk AS MATERIALIZED (SELECT pg_advisory_xact_lock(%) WHERE $21"
+#define TRY_TRIP "WITH lk AS MATERIALIZED (SELECT pg_try_advisory_xact_lock(%) AS got WHERE $21"
+
+/* Whether event id was written by the caller's top-level transaction itself, which wrote the
+ * business row order_id: the same xmin, where a savepoint's write has its subtransaction's. */
+static bool same_xmin(fx *f, const char *id, const char *order_id) {
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM obx.obx_event e JOIN orders o ON o.xmin = e.xmin WHERE "
+             "e.event_id = '%s' AND o.id = '%s'",
+             id, order_id);
+    return qint(f->conn, sql) == 1;
+}
 
 /* Issue 19: after the first enqueue of a type the handle knows its route, and the next ones
- * write in one round trip (enqueue_write: savepoint, write, release), the server supplying
- * created_txid and the envelope digest; a route changed in any way since (a new generation,
- * or the row edited in place) is never used; an idempotency key taken or a failed write
- * leave the caller's transaction usable. */
+ * write in one round trip, the server supplying created_txid and the envelope digest: an event
+ * without an idempotency key in one statement of the caller's transaction (enqueue_try, no
+ * savepoint), one with a key, or whose order-key bucket is busy, in a pipeline of savepoint,
+ * write, release; a route changed in any way since (a new generation, or the row edited in
+ * place) is never used; an idempotency key taken or a lock timeout leave the caller's
+ * transaction usable. */
 static void test_enqueue_one_round_trip(void **state) {
     fx *f = *state;
     char id[8][31];
@@ -431,10 +445,14 @@ static void test_enqueue_one_round_trip(void **state) {
     OK(business_enqueue(f, "r-2", NULL, id[1], NULL)); /* one round trip */
     OK(business_enqueue(f, "r-3", NULL, id[2], NULL));
     assert_int_equal(runs_of(f->conn, ROUTE_READ), 1);
-    assert_int_equal(runs_of(f->conn, ONE_TRIP), 2);
+    assert_int_equal(runs_of(f->conn, TRY_TRIP), 2);
+    assert_int_equal(runs_of(f->conn, ONE_TRIP), 0);
     check_enqueued(f, id[0], "r-1", "orders");
     check_enqueued(f, id[1], "r-2", "orders");
     check_enqueued(f, id[2], "r-3", "orders");
+    assert_false(same_xmin(f, id[0], "r-1")); /* the long way's savepoint */
+    assert_true(same_xmin(f, id[1], "r-2"));  /* no savepoint */
+    assert_true(same_xmin(f, id[2], "r-3"));
 
     /* a new generation: the cached one writes nothing, the route is read again */
     obx_store *own = open_own(f, "route-admin");
@@ -445,7 +463,8 @@ static void test_enqueue_one_round_trip(void **state) {
     OK(business_enqueue(f, "r-5", NULL, id[4], NULL));
     check_enqueued(f, id[4], "r-5", "orders-2");
     assert_int_equal(runs_of(f->conn, ROUTE_READ), 2);
-    assert_int_equal(runs_of(f->conn, ONE_TRIP), 4);
+    assert_int_equal(runs_of(f->conn, TRY_TRIP), 4); /* r-4's wrote nothing */
+    assert_int_equal(runs_of(f->conn, ONE_TRIP), 0);
 
     /* a generation's row cannot be edited in place, not even by the owner (schema version 11):
      * its number is all the one-trip write compares */
@@ -464,14 +483,20 @@ static void test_enqueue_one_round_trip(void **state) {
     OK(business_enqueue(f, "r-6", NULL, id[5], NULL));
     check_enqueued(f, id[5], "r-6", "orders-2");
     assert_int_equal(runs_of(f->conn, ROUTE_READ), 2); /* the cached generation still holds */
-    assert_int_equal(runs_of(f->conn, ONE_TRIP), 5);
+    assert_int_equal(runs_of(f->conn, TRY_TRIP), 5);
 
-    /* an idempotency key taken: the first event's ID, nothing written, the row committed */
+    /* an idempotency key taken: the first event's ID, nothing written, the row committed; an
+     * event with a key goes the savepoint's way (a taken key must not fail the caller's
+     * transaction) */
     OK(business_enqueue(f, "r-7", "key-7", id[6], NULL));
+    assert_int_equal(runs_of(f->conn, ONE_TRIP), 1);
+    assert_false(same_xmin(f, id[6], "r-7"));
     int existing = 0;
     OK(business_enqueue(f, "r-7b", "key-7", id[7], &existing));
     assert_true(existing);
     assert_string_equal(id[7], id[6]);
+    assert_int_equal(runs_of(f->conn, ONE_TRIP), 2);
+    assert_int_equal(runs_of(f->conn, TRY_TRIP), 5);
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 7);
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM orders"), 8);
 
@@ -485,7 +510,10 @@ static void test_enqueue_one_round_trip(void **state) {
     char bad[31];
     assert_int_equal(business_enqueue(f, "r-8", NULL, bad, NULL), OBX_EBUSY);
     exec_ok(f->conn, "RESET lock_timeout");
-    assert_int_equal(runs_of(f->conn, ONE_TRIP), trips + 1); /* it was the one-trip write */
+    /* the statement without a savepoint found the bucket busy and wrote nothing; the one-trip
+     * write in a savepoint waited for it */
+    assert_int_equal(runs_of(f->conn, TRY_TRIP), 6);
+    assert_int_equal(runs_of(f->conn, ONE_TRIP), trips + 1);
     exec_ok(holder, "ROLLBACK");
     PQfinish(holder);
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 7);
@@ -495,6 +523,48 @@ static void test_enqueue_one_round_trip(void **state) {
                                    "'state:PENDING'"),
                      7);
     obx_store_close(own);
+}
+
+/* A statement that fails on the server (a trigger refuses the envelope, as a full disk or a
+ * cancelled statement would) in the caller's transaction. Without an idempotency key the event
+ * is written without a savepoint (enqueue_try), so the caller's transaction has failed, as
+ * after a failure of one of its own statements (include/obx.h); with a key, the savepoint
+ * undoes the write and the transaction goes on. Nothing of either event is stored, and the
+ * handle enqueues again afterwards. */
+static void test_enqueue_server_fault(void **state) {
+    fx *f = *state;
+    char id[31];
+    OK(business_enqueue(f, "s-1", NULL, id, NULL)); /* the route is now cached */
+    OK(business_enqueue(f, "s-2", NULL, id, NULL));
+    assert_int_equal(runs_of(f->conn, TRY_TRIP), 1);
+    exec_ok(f->conn, "CREATE FUNCTION public.refuse_envelope() RETURNS trigger LANGUAGE plpgsql "
+                     "AS $$BEGIN RAISE EXCEPTION 'refused for the test'; END$$");
+    exec_ok(f->conn, "CREATE TRIGGER refuse BEFORE INSERT ON obx.obx_envelope FOR EACH ROW "
+                     "EXECUTE FUNCTION public.refuse_envelope()");
+    obx_event ev = order_event("s-3", "{}");
+    obx_enqueue_result res;
+    exec_ok(f->conn, "BEGIN");
+    exec_ok(f->conn, "INSERT INTO orders VALUES ('s-3', 1)");
+    assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_ESTORE);
+    assert_non_null(strstr(obx_errmsg(), "refused for the test"));
+    assert_int_equal(PQtransactionStatus(f->conn), PQTRANS_INERROR);
+    exec_ok(f->conn, "ROLLBACK");
+    assert_int_equal(runs_of(f->conn, TRY_TRIP), 2);
+    ev.idempotency_key = "key-3";
+    exec_ok(f->conn, "BEGIN");
+    exec_ok(f->conn, "INSERT INTO orders VALUES ('s-3', 1)");
+    assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_ESTORE);
+    assert_non_null(strstr(obx_errmsg(), "refused for the test"));
+    assert_int_equal(PQtransactionStatus(f->conn), PQTRANS_INTRANS);
+    exec_ok(f->conn, "COMMIT");
+    exec_ok(f->conn, "DROP TRIGGER refuse ON obx.obx_envelope");
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM orders WHERE id = 's-3'"), 1);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 2);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_envelope"), 2);
+    OK(business_enqueue(f, "s-4", NULL, id, NULL));
+    check_enqueued(f, id, "s-4", "orders");
+    assert_true(same_xmin(f, id, "s-4"));
+    assert_int_equal(runs_of(f->conn, TRY_TRIP), 3);
 }
 
 enum kill_point { KILL_BETWEEN_INSERTS, KILL_BEFORE_COMMIT, KILL_AFTER_COMMIT };
@@ -3314,6 +3384,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_rollback_together, setup, teardown),
         cmocka_unit_test_setup_teardown(test_caller_tx_survives, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_one_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_server_fault, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_own_one_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill_producer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
