@@ -18,7 +18,9 @@
  *                 [--kafka-props K=V&K=V] [--set KEY=VALUE]... [--dir DIR] [--keep] [--json]
  *
  * --json: after the table, one JSON object: p99_ms, p50_ms and achieved_ev_s per offered rate
- * (medians), and p99_ms_reps, every repetition's p99 (issue 19's target: < 20 ms in each).
+ * (medians), and p99_ms_reps, every repetition's p99 (issue 19's target: < 20 ms in each);
+ * max_pause_ms_reps, every repetition's longest pause between two of the relay's acceptance
+ * commits (a stall of the relay shows here, not in the producers).
  * --kafka-props adds librdkafka properties to the relay's broker URL (e.g. linger.ms=1).
  */
 #include "bench.h"
@@ -101,6 +103,8 @@ typedef struct result {
     double idle_cpu, busy_cpu; /* relay CPU, % of one core */
     double lag_max;            /* producers' worst delay behind schedule, s */
     double pg_cpu;             /* the database server's CPU while producing, % of 2 cores */
+    double gap, gap_at;        /* the longest pause between two acceptance commits (ms), and when it
+                                  began (s after the first producer's commit): a relay that stalls */
 } result;
 
 static void one_run(const char *boot, int rate, int rep, result *r) {
@@ -159,6 +163,20 @@ static void one_run(const char *boot, int rate, int rep, result *r) {
     r->p99 = strtod(PQgetvalue(q, 0, 1), NULL);
     r->max = strtod(PQgetvalue(q, 0, 2), NULL);
     PQclear(q);
+    /* a stall: no PUBLISHED commit for a while, though producers keep committing */
+    /* (while producers commit, after the warm-up second: the last acceptances trail off) */
+    q = PQexec(c, "WITH p AS (SELECT min(pg_xact_commit_timestamp(v.xmin)) AS lo, "
+                  "max(pg_xact_commit_timestamp(v.xmin)) AS hi FROM obx.obx_envelope v), a AS "
+                  "(SELECT DISTINCT pg_xact_commit_timestamp(e.xmin) AS t FROM obx.obx_event e "
+                  "WHERE e.state = 'PUBLISHED'), g AS (SELECT t, t - lag(t) OVER (ORDER BY t) AS "
+                  "d FROM a) SELECT coalesce(extract(epoch FROM max(d)) * 1000, 0), "
+                  "coalesce(extract(epoch FROM (array_agg(t - d - p.lo ORDER BY d DESC))[1]), 0) "
+                  "FROM g, p WHERE t - d >= p.lo + interval '1 second' AND t <= p.hi");
+    if (PQresultStatus(q) != PGRES_TUPLES_OK || PQntuples(q) != 1)
+        bn_die("pause query: %s", PQerrorMessage(c));
+    r->gap = strtod(PQgetvalue(q, 0, 0), NULL);
+    r->gap_at = strtod(PQgetvalue(q, 0, 1), NULL);
+    PQclear(q);
     PQfinish(c);
     if (!keep) bn_pg_drop("obx_bench_lat");
 }
@@ -182,6 +200,12 @@ static void print_json(const int *rates, int n_rates, result res[][BN_MAX_REPS])
     for (int k = 0; k < n_rates; k++) {
         printf("%s\"%d\": [", k ? ", " : "", rates[k]);
         for (int i = 0; i < reps; i++) printf("%s%.1f", i ? ", " : "", res[k][i].p99);
+        printf("]");
+    }
+    printf("}, \"max_pause_ms_reps\": {");
+    for (int k = 0; k < n_rates; k++) {
+        printf("%s\"%d\": [", k ? ", " : "", rates[k]);
+        for (int i = 0; i < reps; i++) printf("%s%.1f", i ? ", " : "", res[k][i].gap);
         printf("]");
     }
     printf("}, \"reps\": %d, \"seconds\": %d, \"producers\": %d}\n", reps, seconds, producers);
@@ -235,9 +259,9 @@ int main(int argc, char **argv) {
             result *r = &res[k][rep];
             bn_log("rep %d, %d ev/s: achieved %.0f, p50 %.1f ms, p99 %.1f ms, max %.1f ms, relay "
                    "cpu idle %.1f%% busy %.1f%%, PostgreSQL %.0f%% of 2 cores, producers' worst "
-                   "lag %.2f s",
+                   "lag %.2f s, longest pause between acceptances %.1f ms at %.1f s",
                    rep + 1, rates[k], r->achieved, r->p50, r->p99, r->max, r->idle_cpu, r->busy_cpu,
-                   r->pg_cpu, r->lag_max);
+                   r->pg_cpu, r->lag_max, r->gap, r->gap_at);
         }
     obx_kafka_mock_stop(mock);
     printf("\ncommit -> PUBLISHED latency, PostgreSQL + Kafka (mock%s%s), one event per producer "
