@@ -525,6 +525,19 @@ static void test_enqueue_one_round_trip(void **state) {
     obx_store_close(own);
 }
 
+/* A business transaction (order s-3) whose enqueue of ev test_enqueue_server_fault's trigger
+ * refuses: the error, then the caller's transaction in state `after`, ended by `end`. */
+static void refused_enqueue(fx *f, const obx_event *ev, PGTransactionStatusType after,
+                            const char *end) {
+    obx_enqueue_result res;
+    exec_ok(f->conn, "BEGIN");
+    exec_ok(f->conn, "INSERT INTO orders VALUES ('s-3', 1)");
+    assert_int_equal(obx_enqueue(f->s, ev, &res), OBX_ESTORE);
+    assert_non_null(strstr(obx_errmsg(), "refused for the test"));
+    assert_int_equal(PQtransactionStatus(f->conn), after);
+    exec_ok(f->conn, end);
+}
+
 /* A statement that fails on the server (a trigger refuses the envelope, as a full disk or a
  * cancelled statement would) in the caller's transaction. Without an idempotency key the event
  * is written without a savepoint (enqueue_try), so the caller's transaction has failed, as
@@ -542,21 +555,10 @@ static void test_enqueue_server_fault(void **state) {
     exec_ok(f->conn, "CREATE TRIGGER refuse BEFORE INSERT ON obx.obx_envelope FOR EACH ROW "
                      "EXECUTE FUNCTION public.refuse_envelope()");
     obx_event ev = order_event("s-3", "{}");
-    obx_enqueue_result res;
-    exec_ok(f->conn, "BEGIN");
-    exec_ok(f->conn, "INSERT INTO orders VALUES ('s-3', 1)");
-    assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_ESTORE);
-    assert_non_null(strstr(obx_errmsg(), "refused for the test"));
-    assert_int_equal(PQtransactionStatus(f->conn), PQTRANS_INERROR);
-    exec_ok(f->conn, "ROLLBACK");
+    refused_enqueue(f, &ev, PQTRANS_INERROR, "ROLLBACK");
     assert_int_equal(runs_of(f->conn, TRY_TRIP), 2);
     ev.idempotency_key = "key-3";
-    exec_ok(f->conn, "BEGIN");
-    exec_ok(f->conn, "INSERT INTO orders VALUES ('s-3', 1)");
-    assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_ESTORE);
-    assert_non_null(strstr(obx_errmsg(), "refused for the test"));
-    assert_int_equal(PQtransactionStatus(f->conn), PQTRANS_INTRANS);
-    exec_ok(f->conn, "COMMIT");
+    refused_enqueue(f, &ev, PQTRANS_INTRANS, "COMMIT");
     exec_ok(f->conn, "DROP TRIGGER refuse ON obx.obx_envelope");
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM orders WHERE id = 's-3'"), 1);
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 2);
