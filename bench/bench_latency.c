@@ -26,6 +26,7 @@
 #include "bench.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,8 +164,8 @@ static void one_run(const char *boot, int rate, int rep, result *r) {
     r->p99 = strtod(PQgetvalue(q, 0, 1), NULL);
     r->max = strtod(PQgetvalue(q, 0, 2), NULL);
     PQclear(q);
-    /* a stall: no PUBLISHED commit for a while, though producers keep committing */
-    /* (while producers commit, after the warm-up second: the last acceptances trail off) */
+    /* a stall: no PUBLISHED commit for a while, though producers keep committing (counted while
+     * they commit, after the warm-up second: after the last commit the acceptances trail off) */
     q = PQexec(c, "WITH p AS (SELECT min(pg_xact_commit_timestamp(v.xmin)) AS lo, "
                   "max(pg_xact_commit_timestamp(v.xmin)) AS hi FROM obx.obx_envelope v), a AS "
                   "(SELECT DISTINCT pg_xact_commit_timestamp(e.xmin) AS t FROM obx.obx_event e "
@@ -179,6 +180,22 @@ static void one_run(const char *boot, int rate, int rep, result *r) {
     PQclear(q);
     PQfinish(c);
     if (!keep) bn_pg_drop("obx_bench_lat");
+}
+
+/* ", key: {rate: [every repetition's field at offset off], ...}" */
+static void print_reps(const char *key, size_t off, const int *rates, int n_rates,
+                       result res[][BN_MAX_REPS]) {
+    printf(", \"%s\": {", key);
+    for (int k = 0; k < n_rates; k++) {
+        printf("%s\"%d\": [", k ? ", " : "", rates[k]);
+        for (int i = 0; i < reps; i++) {
+            double v;
+            memcpy(&v, (const char *)&res[k][i] + off, sizeof v);
+            printf("%s%.1f", i ? ", " : "", v);
+        }
+        printf("]");
+    }
+    printf("}");
 }
 
 /* issue 19's figures as one JSON object: per offered rate, the median p99 and p50 (ms), every
@@ -196,19 +213,9 @@ static void print_json(const int *rates, int n_rates, result res[][BN_MAX_REPS])
         }
         printf("}");
     }
-    printf(", \"p99_ms_reps\": {");
-    for (int k = 0; k < n_rates; k++) {
-        printf("%s\"%d\": [", k ? ", " : "", rates[k]);
-        for (int i = 0; i < reps; i++) printf("%s%.1f", i ? ", " : "", res[k][i].p99);
-        printf("]");
-    }
-    printf("}, \"max_pause_ms_reps\": {");
-    for (int k = 0; k < n_rates; k++) {
-        printf("%s\"%d\": [", k ? ", " : "", rates[k]);
-        for (int i = 0; i < reps; i++) printf("%s%.1f", i ? ", " : "", res[k][i].gap);
-        printf("]");
-    }
-    printf("}, \"reps\": %d, \"seconds\": %d, \"producers\": %d}\n", reps, seconds, producers);
+    print_reps("p99_ms_reps", offsetof(result, p99), rates, n_rates, res);
+    print_reps("max_pause_ms_reps", offsetof(result, gap), rates, n_rates, res);
+    printf(", \"reps\": %d, \"seconds\": %d, \"producers\": %d}\n", reps, seconds, producers);
 }
 
 int main(int argc, char **argv) {

@@ -1285,12 +1285,16 @@ static obx_err run(pg_store *s, int id, params *p, ExecStatusType want, PGresult
         }
         if (st != want && st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK && r) {
             const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-            /* a caller reset its session (DISCARD ALL): prepare again where that is harmless */
-            if (code && !strcmp(code, "26000") && standalone && attempt == 0) {
-                PQclear(r);
-                s->prepared[id] = false;
-                s->names_checked = true;
-                continue;
+            /* a caller reset its session (DISCARD ALL): every statement is gone, and each is
+             * prepared again when next used; this one again now where that is harmless (inside
+             * a transaction the error has failed it) */
+            if (code && !strcmp(code, "26000")) {
+                memset(s->prepared, 0, sizeof s->prepared);
+                if (standalone && attempt == 0) {
+                    PQclear(r);
+                    s->names_checked = true;
+                    continue;
+                }
             }
             /* contract 5: a standalone statement that lost a race was not applied at all */
             if (retriable_race(r) && standalone && attempt < 3) {
@@ -1944,17 +1948,12 @@ static obx_err enqueue_send(pg_store *s, const params *p, bool own, bool *writte
  * transaction, nothing was written; neither: the cached route is no longer current. An error
  * is the server's (a disk full, a cancelled statement): the caller's transaction has failed,
  * as after a failure of its own statements. A session reset by the caller (DISCARD ALL) is
- * such an error too: every statement is prepared again afterwards. */
-static obx_err enqueue_try(pg_store *s, const params *p, bool *written, bool *busy) {
+ * such an error too (run prepares every statement again afterwards). */
+static obx_err enqueue_try(pg_store *s, params *p, bool *written, bool *busy) {
     *written = *busy = false;
-    obx_err e = prepare(s, Q_ENQ_TRY);
+    PGresult *keep = NULL;
+    obx_err e = run(s, Q_ENQ_TRY, p, PGRES_TUPLES_OK, &keep, "enqueue");
     if (e) return e;
-    char name[40];
-    stmt_name(Q_ENQ_TRY, name);
-    PGresult *r = PQexecPrepared(s->conn, name, p->n, p->val, p->len, p->fmt, 0), *keep = NULL;
-    const char *code = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-    if (code && !strcmp(code, "26000")) memset(s->prepared, 0, sizeof s->prepared);
-    if ((e = check(s, r, PGRES_TUPLES_OK, &keep, "enqueue"))) return e;
     if (PQntuples(keep) == 1) {
         *written = gb(keep, 0, 0);
         *busy = !*written;
