@@ -57,8 +57,10 @@ static void setup(const char *url) {
 
 /* bench_producer's statements, and pgbench's obx.enqueue() variant ($1 only gives the unused
  * parameter a type) */
-static void prepare_all(PGconn *c) {
+static void prepare_all(PGconn *c, const char *v) {
     bn_biz_prepare(c);
+    /* plsql: obx.enqueue() of a database without the obx_pg extension (its PL/pgSQL body) */
+    if (!strcmp(v, "plsql")) PQclear(PQexec(c, "SELECT obx._point_enqueue(false)"));
     prep(c, "sql",
          "SELECT obx.enqueue('order.created.v1', 'order', $2, 1, 'tenant-7', $3) WHERE "
          "$1::text IS NOT NULL");
@@ -76,7 +78,8 @@ static void txn(PGconn *c, obx_store *st, const char *v, int i) {
     snprintf(agg, sizeof agg, "o-%s", oid);
     const char *pv[3] = {oid, agg, payload};
     int len[3] = {0, 0, n}, fmt[3] = {0, 0, 1};
-    if (!strcmp(v, "plain") || !strcmp(v, "sql")) exec_prep(c, v, 3, pv, len, fmt, NULL, 0);
+    if (!strcmp(v, "plain") || !strcmp(v, "sql") || !strcmp(v, "plsql"))
+        exec_prep(c, strcmp(v, "plain") ? "sql" : "plain", 3, pv, len, fmt, NULL, 0);
     if (!strcmp(v, "c")) {
         obx_event ev = {.event_type = "order.created.v1",
                         .aggregate_type = "order",
@@ -93,21 +96,22 @@ static void txn(PGconn *c, obx_store *st, const char *v, int i) {
 
 int main(int argc, char **argv) {
     const char *v = argc >= 3 ? argv[2] : "";
-    bool known =
-        !strcmp(v, "business") || !strcmp(v, "plain") || !strcmp(v, "sql") || !strcmp(v, "c");
+    bool known = !strcmp(v, "business") || !strcmp(v, "plain") || !strcmp(v, "sql") ||
+                 !strcmp(v, "c") || !strcmp(v, "plsql");
     if (argc == 3 && !strcmp(v, "setup")) {
         setup(argv[1]);
         return 0;
     }
     if (argc != 4 || !known || atoi(argv[3]) < 1) {
-        fprintf(stderr, "usage: bench_producer_instr URL setup | URL business|plain|sql|c N\n");
+        fprintf(stderr,
+                "usage: bench_producer_instr URL setup | URL business|plain|sql|plsql|c N\n");
         return 2;
     }
     PGconn *c = PQconnectdb(argv[1]);
     if (PQstatus(c) != CONNECTION_OK) die("connect", c);
     printf("%d\n", PQbackendPID(c));
     fflush(stdout);
-    prepare_all(c);
+    prepare_all(c, v);
     obx_store *st = NULL;
     if (!strcmp(v, "c") && obx_store_wrap_pg(c, &st)) die("obx_store_wrap_pg", NULL);
     for (int i = 0, n = atoi(argv[3]); i < n; i++) txn(c, st, v, i);

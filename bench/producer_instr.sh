@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/producer_instr.sh [--json]: the PostgreSQL server's instructions per business
 # transaction (bench_producer's: debit a customer, insert the order) alone, with a plain outbox
-# row, with obx.enqueue() and with obx_enqueue() on the wrapped connection (docs/performance.md,
+# row, with obx.enqueue() (its body in the obx_pg extension where scripts/pg_ext.sh installed it,
+# and its PL/pgSQL body: plsql) and with obx_enqueue() on the wrapped connection (docs/performance.md,
 # section 3). Instructions, not time: they do not depend on the load on the machine, and repeat
 # to 0.2 %. A private PostgreSQL 15 (port OBX_INSTR_PG_PORT, default 55499; autovacuum off) is
 # set up as bench_producer sets up its database, then started under
@@ -9,7 +10,7 @@
 # (the backend's instructions for 80 transactions - those for 20) / 60, which leaves out the
 # connection's start and its first plans. Needs root (the server runs as postgres) and valgrind;
 # takes about two minutes. OBX_INSTR_VARIANTS (e.g. "plain c") runs only those variants, for a
-# quick A/B of one path; the table and JSON then need all four (default).
+# quick A/B of one path; the table and JSON then need all five (default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 json=0
@@ -19,6 +20,8 @@ command -v valgrind >/dev/null || { echo "bench/producer_instr.sh: needs valgrin
 build=${OBX_BENCH_BUILD:-build-bench}
 [[ -f $build/CMakeCache.txt ]] || cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j2 --target bench_producer_instr >/dev/null
+# the obx_pg extension where the private server finds it (scripts/pg_ext.sh; else the PL/pgSQL body)
+scripts/pg_ext.sh "$build" >&2 || true
 exe=$(find "$PWD/$build" -name bench_producer_instr -type f -perm -u+x | head -1)
 [[ -x $exe ]] || { echo "bench/producer_instr.sh: bench_producer_instr was not built" >&2; exit 1; }
 
@@ -56,7 +59,7 @@ instr() {
   grep -h '^totals:\|^summary:' "$f" | head -1 | awk '{print $2}'
 }
 
-variants=${OBX_INSTR_VARIANTS:-business plain sql c}
+variants=${OBX_INSTR_VARIANTS:-business plain sql plsql c}
 declare -A per
 for v in $variants; do
   rm -rf "$dir/data" "$dir/out"
@@ -73,19 +76,20 @@ for v in $variants; do
   stop
   wait || true
 done
-if [[ $variants != "business plain sql c" ]]; then
+if [[ $variants != "business plain sql plsql c" ]]; then
   for v in $variants; do printf '%s %d\n' "$v" "${per[$v]}"; done
   exit 0
 fi
 plain=${per[plain]}
 printf '| server instructions per business transaction | count | vs + plain row |\n|---|---:|---:|\n'
-for v in business plain sql c; do
+for v in business plain sql plsql c; do
   case $v in business) n="business transaction alone" ;; plain) n="+ plain outbox row" ;;
-    sql) n="+ obx.enqueue()" ;; c) n="+ obx_enqueue() (C)" ;; esac
+    sql) n="+ obx.enqueue()" ;; plsql) n="+ obx.enqueue(), PL/pgSQL body (no obx_pg)" ;;
+    c) n="+ obx_enqueue() (C)" ;; esac
   printf '| %s | %d | %s |\n' "$n" "${per[$v]}" "$(awk -v a="${per[$v]}" -v b="$plain" 'BEGIN { printf "%.2f", a / b }')"
 done
 if ((json)); then
-  awk -v b="${per[business]}" -v p="$plain" -v s="${per[sql]}" -v c="${per[c]}" 'BEGIN {
-    printf "{\"instructions_per_txn\": {\"business\": %d, \"plain\": %d, \"obx_sql\": %d, ", b, p, s
+  awk -v b="${per[business]}" -v p="$plain" -v s="${per[sql]}" -v q="${per[plsql]}" -v c="${per[c]}" 'BEGIN {
+    printf "{\"instructions_per_txn\": {\"business\": %d, \"plain\": %d, \"obx_sql\": %d, \"obx_plsql\": %d, ", b, p, s, q
     printf "\"obx_c\": %d}, \"obx_sql_instr_ratio\": %.3f, \"obx_c_instr_ratio\": %.3f}\n", c, p / s, p / c }'
 fi

@@ -32,6 +32,9 @@ if [[ ! -f $build/CMakeCache.txt ]]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
 cmake --build "$build" -j2 --target obx "$prog" >/dev/null
+# the obx_pg extension (obx.enqueue() in C) where the server finds it; without it (not root, no
+# server headers) obx.enqueue() runs its PL/pgSQL body, and bench_producer says which it measured
+scripts/pg_ext.sh "$build" >&2 || true
 exe=$(find "$build" -name "$prog" -type f -perm -u+x | head -1)
 [[ -x $exe ]] || { echo "bench/run.sh: $prog was not built" >&2; exit 1; }
 

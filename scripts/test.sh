@@ -13,6 +13,9 @@ scripts/deps.sh test
 # examples/node's dependencies (pg, amqplib) from the npm registry, as package-lock.json pins them
 (cd examples/node && npm ci --no-audit --no-fund --loglevel=error)
 scripts/build.sh build
+# the obx_pg extension (obx.enqueue() in C) into the PostgreSQL server's own directories, where
+# the test clusters' `obx init` finds it (test_store_pg fails without it)
+scripts/pg_ext.sh build
 scripts/build.sh build-asan -DOBX_SANITIZE=ON -DOBX_MUTATIONS=ON
 CC=clang scripts/build.sh build-fuzz -DOBX_FUZZ=ON -DBUILD_TESTING=OFF -DOBX_WITH_KAFKA=OFF \
   -DOBX_WITH_AMQP=OFF

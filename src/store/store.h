@@ -47,7 +47,7 @@
  *    (schema_v10.sql; SQLite unchanged);
  * 11: a route generation's row cannot change (both), PostgreSQL's statistics deltas without
  *    an identity column (schema_v11.sql) */
-#define OBX__SCHEMA_VERSION 11
+#define OBX__SCHEMA_VERSION 12
 
 #define OBX__ATTEMPT_ID_LEN 30 /* "att-" + ULID */
 #define OBX__OWNER_MAX OBX_TEXT_MAX

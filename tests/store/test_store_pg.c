@@ -1011,10 +1011,11 @@ static void test_digest_vectors_sql(void **state) {
     json_decref(doc);
 }
 
-/* obx.enqueue() and obx_enqueue() freeze the same destination and digests; the C code
- * recomputes the SQL row's envelope digest from its fields. */
-static void test_sql_enqueue_matches_c(void **state) {
-    fx *f = *state;
+/* SQL function fn (obx.enqueue() or one of its bodies, schema_v12.sql) and obx_enqueue() freeze
+ * the same destination and digests; the C code recomputes the SQL row's envelope digest from its
+ * fields. key: the SQL call's idempotency key (NULL: none). plsql: the calls of the PL/pgSQL
+ * body the call makes (the server's count, track_functions), 0 when obx_pg's C body wrote it. */
+static void sql_enqueue_matches_c(fx *f, const char *fn, const char *key, int plsql) {
     obx_route rt = {.event_type = "order.created.v2",
                     .cluster = "kafka-prod",
                     .topic = "orders",
@@ -1049,18 +1050,26 @@ static void test_sql_enqueue_matches_c(void **state) {
                          ev.correlation_id,
                          ev.causation_id,
                          ev.traceparent,
-                         "k-sql"};
+                         key};
     int lens[11] = {0, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0};
     int fmts[11] = {0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0};
-    PGresult *r = PQexecParams(f->conn,
-                               "SELECT obx.enqueue($1, $2, $3, $4::bigint, $5, $6::bytea, $7, $8, "
-                               "$9, $10, $11, 'epoch'::timestamptz + 1700000000001 * interval "
-                               "'1 millisecond')",
-                               11, NULL, p, lens, fmts, 0);
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT %s($1, $2, $3, $4::bigint, $5, $6::bytea, $7, $8, $9, $10, $11, "
+             "'epoch'::timestamptz + 1700000000001 * interval '1 millisecond')",
+             fn);
+    exec_ok(f->conn, "BEGIN");
+    exec_ok(f->conn, "SET LOCAL track_functions = 'pl'");
+    PGresult *r = PQexecParams(f->conn, sql, 11, NULL, p, lens, fmts, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("%s", PQerrorMessage(f->conn));
     char sid[64];
     snprintf(sid, sizeof sid, "%s", PQgetvalue(r, 0, 0));
     PQclear(r);
+    assert_int_equal(qint(f->conn, "SELECT coalesce(pg_stat_get_xact_function_calls('"
+                                   "obx._enqueue_sql(text, text, text, bigint, text, bytea, text, "
+                                   "text, text, text, text, timestamptz)'::regprocedure), 0)"),
+                     plsql);
+    exec_ok(f->conn, "COMMIT");
     int64_t t1 = obx__wall_ms();
     OK(obx_event_id_check(sid));
     int64_t idt = obx__ulid_time(sid + 4);
@@ -1086,7 +1095,7 @@ static void test_sql_enqueue_matches_c(void **state) {
     assert_int_equal(s->env.occurred_at, c->env.occurred_at);
     assert_int_equal(s->env.aggregate_version, 42);
     assert_string_equal(s->env.traceparent, ev.traceparent);
-    assert_string_equal(s->env.idempotency_key, "k-sql");
+    assert_string_equal(s->env.idempotency_key, key ? key : "");
     assert_int_equal(s->payload_len, 10);
     assert_memory_equal(s->payload, ev.payload, 10);
     /* the same protocol row */
@@ -1124,6 +1133,142 @@ static void test_sql_enqueue_matches_c(void **state) {
     obx__store_stats st;
     OK(f->s->m->read->stats(f->s, &st));
     assert_int_equal(st.by_state[OBX__ST_PENDING], 2);
+}
+
+/* `obx init` on this server (the obx_pg extension installed by scripts/test.sh) points
+ * obx.enqueue() at the extension's C body: the suite fails, never skips, without it. */
+static void assert_enqueue_impl(PGconn *c, const char *impl) {
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM obx.obx_meta WHERE key = 'enqueue_impl' AND value = '%s'", impl);
+    if (qint(c, sql) != 1) fail_msg("obx.enqueue() does not run its %s body", impl);
+}
+
+/* The three ways into an enqueue give the C path's rows: obx.enqueue() without a key (the
+ * extension's fast path), with one (handed to obx._enqueue_sql()), and obx._enqueue_sql()
+ * itself, the body of a database without the extension. */
+static void test_sql_enqueue_matches_c(void **state) {
+    fx *f = *state;
+    assert_enqueue_impl(f->conn, "c");
+    sql_enqueue_matches_c(f, "obx.enqueue", NULL, 0);
+}
+
+static void test_sql_enqueue_key_matches_c(void **state) {
+    sql_enqueue_matches_c(*state, "obx.enqueue", "k-sql", 1);
+}
+
+static void test_sql_body_matches_c(void **state) {
+    sql_enqueue_matches_c(*state, "obx._enqueue_sql", NULL, 1);
+}
+
+/* obx.enqueue() of one order.created.v2 event without a key on c; its ID into id */
+static void sql_enqueue_id(PGconn *c, const char *aggregate_id, char id[64]) {
+    const char *p[1] = {aggregate_id};
+    PGresult *r = PQexecParams(c,
+                               "SELECT obx.enqueue('order.created.v2', 'order', $1, 1, "
+                               "'tenant-7', '\\x7b7d')",
+                               1, NULL, p, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("%s", PQerrorMessage(c));
+    snprintf(id, 64, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+}
+
+/* A route as a new generation of order.created.v2, through a handle of its own */
+static int64_t route_topic(const char *url, const char *topic, obx_route_target *t, size_t n) {
+    obx_store *own;
+    OK(obx_store_open(url, &own));
+    obx_route rt = {.event_type = "order.created.v2",
+                    .cluster = "local",
+                    .topic = topic,
+                    .targets = t,
+                    .n_targets = n,
+                    .completion = n ? "all" : NULL};
+    int64_t gen;
+    OK(obx_route_set(own, &rt, &gen));
+    obx_store_close(own);
+    return gen;
+}
+
+/* obx.enqueue()'s C body keeps the route generations it read, per session (obx_pg.c): the next
+ * call on the same session sees a new generation, one with a delivery set (whose further
+ * targets obx._enqueue_sql() writes), and a schema made again whose generations are numbered
+ * from 1 again (the cached generation 3 must not stand for the new schema's generation 3). */
+static void test_sql_enqueue_route_changes(void **state) {
+    fx *f = *state;
+    assert_enqueue_impl(f->conn, "c");
+    char id[64];
+    sql_enqueue_id(f->conn, "o-r1", id); /* setup's generation 1: topic orders */
+    assert_string_equal(load1(f->s, id, 0).dest.topic, "orders");
+    obx_route_target t[] = {{.cluster = "eu", .topic = "orders-eu"}};
+    int64_t gen = route_topic(f->url, "orders-2", t, 1);
+    sql_enqueue_id(f->conn, "o-r2", id);
+    obx__delivery_row d;
+    OK(f->s->m->delivery_get(f->s, id, &d));
+    assert_int_equal(d.n, 2);
+    assert_int_equal(d.route_gen, gen);
+    assert_int_equal(route_topic(f->url, "orders-3", NULL, 0), 3);
+    sql_enqueue_id(f->conn, "o-r3", id);
+    obx__event_row e = load1(f->s, id, 0);
+    assert_string_equal(e.dest.topic, "orders-3");
+    assert_int_equal(e.dest.route_gen, 3);
+    /* the schema made again, on the same session: generations 1-3 again */
+    exec_ok(f->conn, "SET client_min_messages = warning"); /* the cascade's NOTICE */
+    exec_ok(f->conn, "DROP SCHEMA obx CASCADE");
+    obx_store *own;
+    OK(obx_store_open(f->url, &own));
+    OK(obx_store_init(own));
+    obx_store_close(own);
+    route_topic(f->url, "a", NULL, 0);
+    route_topic(f->url, "b", NULL, 0);
+    assert_int_equal(route_topic(f->url, "orders-new", NULL, 0), 3);
+    sql_enqueue_id(f->conn, "o-r4", id);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_envelope WHERE dest_topic = "
+                                   "'orders-new' AND dest_route_gen = 3"),
+                     1);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_envelope"), 1);
+}
+
+#define ENQ_SIG                                                                                    \
+    "obx.enqueue(text, text, text, bigint, text, bytea, text, text, text, text, text, "            \
+    "timestamptz)"
+
+/* Where `obx init` may not create the obx_pg extension (a trusted extension needs CREATE on the
+ * database), obx.enqueue() runs its PL/pgSQL body, with the same rows; the next init by a user
+ * who may create it points obx.enqueue() at the C body again. */
+static void test_enqueue_without_extension(void **state) {
+    fx *f = *state;
+    char role[96], sql[512];
+    snprintf(role, sizeof role, "%s_noext", f->db);
+    const char *const grants[] = {"CREATE ROLE %s", "GRANT USAGE, CREATE ON SCHEMA obx TO %s",
+                                  "GRANT SELECT, INSERT, UPDATE ON obx.obx_meta TO %s",
+                                  "GRANT EXECUTE ON FUNCTION obx._point_enqueue(boolean) TO %s",
+                                  "ALTER FUNCTION " ENQ_SIG " OWNER TO %s"};
+    for (size_t i = 0; i < sizeof grants / sizeof grants[0]; i++) {
+        snprintf(sql, sizeof sql, grants[i], role);
+        exec_ok(f->conn, sql);
+    }
+    exec_ok(f->conn, "DROP EXTENSION obx_pg");
+    snprintf(sql, sizeof sql, "SET ROLE %s", role);
+    exec_ok(f->conn, sql);
+    OK(obx_store_init(f->s)); /* CREATE EXTENSION refused: the PL/pgSQL body */
+    exec_ok(f->conn, "RESET ROLE");
+    assert_enqueue_impl(f->conn, "sql");
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM pg_extension WHERE extname = 'obx_pg'"),
+                     0);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM pg_proc WHERE oid = '" ENQ_SIG
+                                   "'::regprocedure AND prosrc LIKE '%obx._enqueue_sql(%'"),
+                     1);
+    exec_ok(f->conn, "ALTER FUNCTION " ENQ_SIG " OWNER TO CURRENT_USER");
+    sql_enqueue_matches_c(f, "obx.enqueue", NULL, 1);
+    OK(obx_store_init(f->s)); /* a superuser's init: the C body again */
+    assert_enqueue_impl(f->conn, "c");
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM pg_proc WHERE oid = '" ENQ_SIG
+                                   "'::regprocedure AND prosrc LIKE '%obx._enqueue_c(%'"),
+                     1);
+    snprintf(sql, sizeof sql, "DROP OWNED BY %s", role);
+    exec_ok(f->conn, sql);
+    snprintf(sql, sizeof sql, "DROP ROLE %s", role);
+    exec_ok(f->conn, sql);
 }
 
 /* Each bad input is refused by the C path and by obx.enqueue() with the same message, and
@@ -1218,16 +1363,23 @@ static void test_sql_validation_parity(void **state) {
         }
         p11[10] = ev.idempotency_key;
         l11[10] = f11[10] = 0;
-        PGresult *r = PQexecParams(f->conn,
-                                   "SELECT obx.enqueue($1, $2, $3, $4::bigint, $5, $6::bytea, $7, "
-                                   "$8, $9, $10, $11)",
-                                   11, NULL, p11, l11, f11, 0);
-        const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-        const char *m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
-        if (!st || strcmp(st, cases[k].sqlstate) || !m || strcmp(m, cmsg))
-            fail_msg("case %zu (SQL): SQLSTATE %s '%s'; C said '%s' (expected %s)", k,
-                     st ? st : "none", m ? m : PQerrorMessage(f->conn), cmsg, cases[k].sqlstate);
-        PQclear(r);
+        /* obx.enqueue() (the obx_pg extension's body on this server, which refuses nothing
+         * itself) and the PL/pgSQL body */
+        for (int b = 0; b < 2; b++) {
+            PGresult *r = PQexecParams(f->conn,
+                                       b ? "SELECT obx._enqueue_sql($1, $2, $3, $4::bigint, $5, "
+                                           "$6::bytea, $7, $8, $9, $10, $11)"
+                                         : "SELECT obx.enqueue($1, $2, $3, $4::bigint, $5, "
+                                           "$6::bytea, $7, $8, $9, $10, $11)",
+                                       11, NULL, p11, l11, f11, 0);
+            const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+            const char *m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+            if (!st || strcmp(st, cases[k].sqlstate) || !m || strcmp(m, cmsg))
+                fail_msg("case %zu (SQL, %s): SQLSTATE %s '%s'; C said '%s' (expected %s)", k,
+                         b ? "obx._enqueue_sql" : "obx.enqueue", st ? st : "none",
+                         m ? m : PQerrorMessage(f->conn), cmsg, cases[k].sqlstate);
+            PQclear(r);
+        }
         assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 0);
         assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_envelope"), 0);
         assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_audit_all"), 0);
@@ -3102,9 +3254,10 @@ static void test_upgrade_v9_ids_digests(void **state) {
         OK(obx_event_id_check(fresh[i]));
         int64_t t = obx__ulid_time(fresh[i] + 4);
         assert_true(t >= t0 - 5 && t <= t1 + 5);
-        /* the random part: 16 upper-case hexadecimal digits */
-        assert_int_equal(strspn(fresh[i] + 14, "0123456789ABCDEF"), 16);
     }
+    /* obx._event_id()'s random part (obx._ulid): 16 upper-case hexadecimal digits. obx.enqueue()
+     * draws its IDs in the obx_pg extension from version 12 on (src/core/ulid.c, 80 random bits) */
+    assert_int_equal(strspn(tid + 14, "0123456789ABCDEF"), 16);
     assert_string_not_equal(nw[0], nw[1]);
     assert_string_not_equal(nw[1], tid);
     exec_fail(c, "SELECT obx._event_id(-1)", st, NULL, 0);
@@ -3396,6 +3549,10 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_seq_is_commit_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_digest_vectors_sql, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sql_enqueue_matches_c, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sql_enqueue_key_matches_c, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sql_body_matches_c, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_without_extension, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sql_enqueue_route_changes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sql_validation_parity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_psql_producer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_roles, setup, teardown),

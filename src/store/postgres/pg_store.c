@@ -62,6 +62,7 @@ extern const char obx__pg_schema_v8[];
 extern const char obx__pg_schema_v9[];
 extern const char obx__pg_schema_v10[];
 extern const char obx__pg_schema_v11[];
+extern const char obx__pg_schema_v12[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -75,7 +76,8 @@ static const char *const migrations[] = {NULL,
                                          obx__pg_schema_v8,
                                          obx__pg_schema_v9,
                                          obx__pg_schema_v10,
-                                         obx__pg_schema_v11};
+                                         obx__pg_schema_v11,
+                                         obx__pg_schema_v12};
 
 /* Advisory lock class IDs ("OBX" and "OBY"): the two-key form keeps obx's locks apart from an
  * application's single-bigint advisory locks. */
@@ -1465,6 +1467,51 @@ static obx_err migrate_exec(obx__store *base, const char *sql) {
     return check(s, PQexec(s->conn, sql), PGRES_COMMAND_OK, NULL, "schema migration");
 }
 
+/* One DDL statement in a savepoint: true when it ran, false when the server refused it (the
+ * transaction goes on as before it). */
+static bool try_ddl(pg_store *s, const char *sql) {
+    if (migrate_exec(&s->base, "SAVEPOINT obx_ddl")) return false;
+    if (!migrate_exec(&s->base, sql)) return !migrate_exec(&s->base, "RELEASE SAVEPOINT obx_ddl");
+    obx__clear_error();
+    (void)migrate_exec(&s->base, "ROLLBACK TO SAVEPOINT obx_ddl");
+    return false;
+}
+
+/* obx.enqueue()'s body (schema_v12.sql): obx._enqueue_c() of the obx_pg extension when the server
+ * has the extension and this user has it or may create it (a trusted extension: CREATE on the
+ * database), else obx._enqueue_sql(). Decided at every init, by whoever owns obx.enqueue(): a
+ * server that gains the extension uses it from the next `obx init`, and a relay started with a
+ * role of its own (cmd_relay.c runs init) changes nothing. The choice is in obx_meta
+ * (enqueue_impl) for `obx status` and the tests. */
+static obx_err enqueue_impl(pg_store *s) {
+    PGresult *r = NULL;
+    obx_err e = check(
+        s,
+        PQexec(s->conn,
+               "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'obx_pg'), "
+               "EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'obx_pg'), "
+               "p.prosrc LIKE '%obx._enqueue_c(%', pg_has_role(p.proowner, 'MEMBER') "
+               "FROM pg_proc p WHERE p.oid = 'obx.enqueue(text, text, text, bigint, text, bytea, "
+               "text, text, text, text, text, timestamptz)'::regprocedure"),
+        PGRES_TUPLES_OK, &r, "enqueue body");
+    if (e) return e;
+    bool avail = gb(r, 0, 0), have = gb(r, 0, 1), uses_c = gb(r, 0, 2), owner = gb(r, 0, 3);
+    PQclear(r);
+    if (!owner) return OBX_OK;
+    bool c = have || (avail && try_ddl(s, "CREATE EXTENSION obx_pg"));
+    if (c != uses_c && (e = check(s,
+                                  PQexec(s->conn, c ? "SELECT obx._point_enqueue(true)"
+                                                    : "SELECT obx._point_enqueue(false)"),
+                                  PGRES_TUPLES_OK, NULL, "enqueue body")))
+        return e;
+    return migrate_exec(&s->base, c ? "INSERT INTO obx.obx_meta (key, value) VALUES "
+                                      "('enqueue_impl', 'c') ON CONFLICT (key) DO UPDATE SET "
+                                      "value = excluded.value"
+                                    : "INSERT INTO obx.obx_meta (key, value) VALUES "
+                                      "('enqueue_impl', 'sql') ON CONFLICT (key) DO UPDATE SET "
+                                      "value = excluded.value");
+}
+
 static obx_err migrate_in_tx(pg_store *s) {
     char sql[128];
     snprintf(sql, sizeof sql, "SELECT pg_advisory_xact_lock(%d, 0)", LOCK_CLASS_INIT);
@@ -1485,7 +1532,8 @@ static obx_err migrate_in_tx(pg_store *s) {
                          "postgres: database encoding is %s; obx needs a UTF8 database "
                          "(CREATE DATABASE ... ENCODING 'UTF8')",
                          enc);
-    return obx__migrate_run(&s->base, migrations, "obx.obx_meta", migrate_exec);
+    e = obx__migrate_run(&s->base, migrations, "obx.obx_meta", migrate_exec);
+    return e ? e : enqueue_impl(s);
 }
 
 /* Versioned migrations in one transaction (DDL is transactional in PostgreSQL) under an advisory

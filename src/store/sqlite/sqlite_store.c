@@ -32,6 +32,7 @@ extern const char obx__sqlite_schema_v8[];
 extern const char obx__sqlite_schema_v9[];
 extern const char obx__sqlite_schema_v10[];
 extern const char obx__sqlite_schema_v11[];
+extern const char obx__sqlite_schema_v12[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -45,7 +46,8 @@ static const char *const migrations[] = {NULL,
                                          obx__sqlite_schema_v8,
                                          obx__sqlite_schema_v9,
                                          obx__sqlite_schema_v10,
-                                         obx__sqlite_schema_v11};
+                                         obx__sqlite_schema_v11,
+                                         obx__sqlite_schema_v12};
 
 enum {
     Q_ROUTE_PUT,

@@ -1,0 +1,475 @@
+/* obx_pg: the PostgreSQL extension behind obx.enqueue() (docs/postgres.md, "The obx_pg
+ * extension"; schema_v12.sql).
+ *
+ * It owns one SQL function, obx._enqueue_c(): the contract, arguments and rows of
+ * obx._enqueue_sql() (the PL/pgSQL body every database has), for the common call: every field
+ * valid, no idempotency key, a route without a delivery set. For it, this file validates the
+ * fields, draws the event ID (src/core/ulid.c), expands the routing key and computes the three
+ * digests with obx's own canonical encoding (src/core/canon.c, the code the C producer and the
+ * relay use, so the bytes are the same by construction), takes the order-key lock, and writes
+ * the envelope, the event and the statistics delta in one prepared statement. PL/pgSQL spent
+ * most of an enqueue building and running expressions (docs/performance.md, section 3).
+ *
+ * Every other call (a bad field, an idempotency key, no route, a delivery set, a template that
+ * does not expand, a payload limit that is not a number) is handed to obx._enqueue_sql() with
+ * the caller's arguments unchanged, so it answers or raises exactly as without the extension:
+ * the fast path only ever accepts what obx._enqueue_sql() accepts, and writes the same rows.
+ *
+ * Backend code: memory is palloc'd in the function's context or SPI's, errors are ereport()s.
+ * The core's functions malloc only inside obx__buf and free it before they return. */
+/* PostgreSQL 15 leaves PGDLLEXPORT empty on this platform, and the module is built with hidden
+ * symbols (CMakeLists.txt): the entry points PG_MODULE_MAGIC and PG_FUNCTION_INFO_V1 declare
+ * must be visible to the server. */
+#define PGDLLEXPORT __attribute__((visibility("default")))
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type_d.h"
+#include "commands/async.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+
+#include "core/core.h"
+
+#include <inttypes.h>
+
+PG_MODULE_MAGIC;
+
+PGDLLEXPORT Datum obx_pg_enqueue(PG_FUNCTION_ARGS);
+PG_FUNCTION_INFO_V1(obx_pg_enqueue);
+
+/* obx.enqueue()'s arguments, in order */
+enum {
+    A_TYPE,
+    A_ATYPE,
+    A_AID,
+    A_AVER,
+    A_TENANT,
+    A_PAYLOAD,
+    A_SCHEMA,
+    A_CORR,
+    A_CAUSE,
+    A_TRACE,
+    A_KEY,
+    A_OCCURRED,
+    A_COUNT
+};
+
+/* pg_store.c's NOTIFY_CHANNEL (and LOCK_CLASS_ORDER in write_sql): the same channel and lock
+ * as every other producer path */
+#define NOTIFY_CHANNEL "obx_work"
+#define PAYLOAD_LIMIT_DEFAULT 1048576
+
+/* Prepared once per backend (SPI_keepplan; the plan cache re-plans them after DDL). */
+static SPIPlanPtr route_plan, write_plan, sql_plan;
+static obx__ulid_gen ulid_gen;
+
+static const char route_sql[] =
+    "SELECT r.cluster, r.topic, r.routing_key, r.algorithm, r.gen, r.serializer, r.durability, "
+    "r.required_acks, r.max_attempts, r.blind_retry, r.unordered, r.alias, "
+    "EXISTS (SELECT 1 FROM obx.obx_route_set s WHERE s.route_gen = r.gen) "
+    "FROM obx.obx_route r WHERE r.event_type = $1 ORDER BY r.gen DESC LIMIT 1";
+
+/* The rows obx._enqueue_sql() writes for an event without an idempotency key, written only
+ * while route generation $25 is still the type's current one and has no delivery set (the
+ * check pg_store.c's Q_ENQ_WRITE makes of the C producer's cached route; else no row): the
+ * order-key bucket's lock (pg_store.c ORDER_LOCK), the envelope (created_by: the event's first
+ * audit row, schema_v9.sql), the event (its seq drawn after the lock), the statistics delta. */
+static const char write_sql[] =
+    "WITH lk AS MATERIALIZED (SELECT pg_advisory_xact_lock(5194328, hashtext($5) & 1023) "
+    "WHERE $25 = (SELECT max(r.gen) FROM obx.obx_route r WHERE r.event_type = $3) AND "
+    "NOT EXISTS (SELECT 1 FROM obx.obx_route_set x WHERE x.route_gen = $25)), "
+    "env AS (INSERT INTO obx.obx_envelope (event_id, envelope_gen, aggregate_type, "
+    "aggregate_id, aggregate_version, event_type, payload_schema, payload_digest, tenant, "
+    "occurred_at, created_txid, correlation_id, causation_id, traceparent, idempotency_key, "
+    "envelope_digest, dest_cluster, dest_topic, dest_routing_key, dest_algorithm, dest_route_gen, "
+    "dest_serializer, dest_durability, dest_acks, dest_digest, payload, payload_len, created_at, "
+    "created_by) SELECT $1, 1, $12, $13, $14, $3, $15, $16, $2, $17, $18, $4, $19, $20, '', "
+    "$21, $11, $22, $23, $24, $25, $26, $27, $28, $29, $30, octet_length($30), $6, $31 FROM lk "
+    "RETURNING event_id), "
+    "ev AS (INSERT INTO obx.obx_event (event_id, tenant, idempotency_key, event_type, "
+    "correlation_id, order_key, envelope_gen, state, claim_gen, owner, lease_until, attempt_gen, "
+    "attempt_id, pinned_partition, rejections, available_at, next_check_at, unknown_since, "
+    "primary_attempt_id, published_at, committed_at, updated_at, max_attempts, blind_retry, "
+    "unordered, alias, dest_cluster) SELECT env.event_id, $2, NULL, $3, $4, $5, 1, 'PENDING', 0, "
+    "'', 0, 0, '', -1, 0, $6, 0, 0, '', 0, $6, $6, $7, $8, $9, $10, $11 FROM env "
+    "RETURNING state) "
+    "INSERT INTO obx.obx_stat_delta (key, n) SELECT 'state:' || state, 1 FROM ev";
+static const Oid write_types[] = {TEXTOID, TEXTOID,  TEXTOID, TEXTOID, TEXTOID, INT8OID, INT4OID,
+                                  BOOLOID, BOOLOID,  TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT8OID,
+                                  TEXTOID, TEXTOID,  INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID,
+                                  TEXTOID, TEXTOID,  TEXTOID, INT8OID, TEXTOID, TEXTOID, TEXTOID,
+                                  TEXTOID, BYTEAOID, TEXTOID};
+#define WRITE_NARGS ((int)(sizeof write_types / sizeof write_types[0]))
+
+static const char sql_sql[] = "SELECT obx._enqueue_sql($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, "
+                              "$11, $12)";
+static const Oid sql_types[A_COUNT] = {TEXTOID, TEXTOID, TEXTOID, INT8OID, TEXTOID, BYTEAOID,
+                                       TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
+
+static SPIPlanPtr prepare(SPIPlanPtr *slot, const char *sql, int n, const Oid *types) {
+    if (!*slot) {
+        SPIPlanPtr p = SPI_prepare(sql, n, (Oid *)types);
+        if (!p)
+            ereport(ERROR, (errmsg("obx_pg: cannot prepare a statement: %s",
+                                   SPI_result_code_string(SPI_result))));
+        if (SPI_keepplan(p)) ereport(ERROR, (errmsg("obx_pg: cannot keep a prepared statement")));
+        *slot = p;
+    }
+    return *slot;
+}
+
+/* ---- the fields, checked as obx._enqueue_sql() checks them (schema_v10.sql) ------------------ */
+
+static bool in_name_set(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
+}
+
+static bool name_ok(const char *s, size_t n) { /* ^[A-Za-z0-9._-]+$, 1..128 bytes */
+    if (n < 1 || n > OBX_NAME_MAX) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!in_name_set(s[i])) return false;
+    return true;
+}
+
+static bool type_ok(const char *s, size_t n) { /* ^[a-z0-9._-]+\.v[0-9]+$, 1..128 bytes */
+    if (n < 1 || n > OBX_NAME_MAX) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!in_name_set(s[i]) || (s[i] >= 'A' && s[i] <= 'Z')) return false;
+    size_t d = n;
+    while (d > 0 && s[d - 1] >= '0' && s[d - 1] <= '9') d--;
+    /* at least one digit, then "v", then ".", then at least one character before it */
+    return d < n && d >= 3 && s[d - 1] == 'v' && s[d - 2] == '.';
+}
+
+static bool text_ok(const char *s, size_t n, size_t min, size_t max) { /* no [\x01-\x1f\x7f] */
+    if (n < min || n > max) return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return false;
+    return true;
+}
+
+static bool hex_ok(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
+    return true;
+}
+
+static bool trace_ok(const char *s, size_t n) { /* "" or 00-<32 hex>-<16 hex>-<2 hex> shape */
+    if (n == 0) return true;
+    if (n != OBX_TRACEPARENT_LEN || s[2] != '-' || s[35] != '-' || s[52] != '-') return false;
+    return hex_ok(s, 2) && hex_ok(s + 3, 32) && hex_ok(s + 36, 16) && hex_ok(s + 53, 2);
+}
+
+/* The argument as a NUL-terminated copy in dst (cap bytes), or false when it does not fit;
+ * NULL is the empty string. */
+static bool arg_text(FunctionCallInfo fcinfo, int i, char *dst, size_t cap, size_t *len) {
+    if (PG_ARGISNULL(i)) {
+        dst[0] = '\0';
+        *len = 0;
+        return true;
+    }
+    text *t = PG_GETARG_TEXT_PP(i);
+    size_t n = VARSIZE_ANY_EXHDR(t);
+    if (n >= cap) return false;
+    memcpy(dst, VARDATA_ANY(t), n);
+    dst[n] = '\0';
+    *len = n;
+    return true;
+}
+
+/* ms since the epoch, floored, as floor(extract(epoch FROM ts) * 1000) */
+static int64_t ts_ms(TimestampTz ts) {
+    int64_t us = ts + (int64_t)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
+    return us >= 0 ? us / 1000 : -((-us + 999) / 1000);
+}
+
+/* obx.payload_limit (obx._enqueue_sql(): coalesce(nullif(setting, ''), 1048576)::bigint); false
+ * when it is not a plain number (obx._enqueue_sql() then raises the cast's error) */
+static bool payload_limit(int64_t *out) {
+    const char *v = GetConfigOption("obx.payload_limit", true, false);
+    if (!v || !*v) {
+        *out = PAYLOAD_LIMIT_DEFAULT;
+        return true;
+    }
+    char *end = NULL;
+    errno = 0;
+    long long l = strtoll(v, &end, 10);
+    if (errno || end == v || *end) return false;
+    *out = l;
+    return true;
+}
+
+typedef struct call {
+    obx__envelope e;
+    obx__dest d;
+    int64_t now_ms;
+    int32 max_attempts;
+    bool blind_retry, unordered;
+    char alias[OBX_NAME_MAX + 1];
+    bytea *payload;
+} call;
+
+/* Reads and checks the arguments into c; false when obx._enqueue_sql() must answer (a field it
+ * would refuse or may need to look up, an idempotency key). */
+static bool read_args(FunctionCallInfo fcinfo, call *c) {
+    obx__envelope *e = &c->e;
+    size_t n_type, n_atype, n_aid, n_tenant, n_schema, n_corr, n_cause, n_trace, n_key;
+    if (PG_ARGISNULL(A_TYPE) || PG_ARGISNULL(A_ATYPE) || PG_ARGISNULL(A_AID) ||
+        PG_ARGISNULL(A_AVER) || PG_ARGISNULL(A_TENANT) || PG_ARGISNULL(A_PAYLOAD))
+        return false;
+    if (!arg_text(fcinfo, A_KEY, e->idempotency_key, sizeof e->idempotency_key, &n_key) || n_key)
+        return false;
+    if (!arg_text(fcinfo, A_TYPE, e->event_type, sizeof e->event_type, &n_type) ||
+        !type_ok(e->event_type, n_type))
+        return false;
+    if (!arg_text(fcinfo, A_ATYPE, e->aggregate_type, sizeof e->aggregate_type, &n_atype) ||
+        !name_ok(e->aggregate_type, n_atype))
+        return false;
+    if (!arg_text(fcinfo, A_TENANT, e->tenant, sizeof e->tenant, &n_tenant) ||
+        !name_ok(e->tenant, n_tenant))
+        return false;
+    if (!arg_text(fcinfo, A_AID, e->aggregate_id, sizeof e->aggregate_id, &n_aid) ||
+        !text_ok(e->aggregate_id, n_aid, 1, OBX_KEY_MAX))
+        return false;
+    if (!arg_text(fcinfo, A_CORR, e->correlation_id, sizeof e->correlation_id, &n_corr) ||
+        !text_ok(e->correlation_id, n_corr, 0, OBX_TEXT_MAX))
+        return false;
+    if (!arg_text(fcinfo, A_CAUSE, e->causation_id, sizeof e->causation_id, &n_cause) ||
+        !text_ok(e->causation_id, n_cause, 0, OBX_TEXT_MAX))
+        return false;
+    if (!arg_text(fcinfo, A_TRACE, e->traceparent, sizeof e->traceparent, &n_trace) ||
+        !trace_ok(e->traceparent, n_trace))
+        return false;
+    if (!arg_text(fcinfo, A_SCHEMA, e->payload_schema, sizeof e->payload_schema, &n_schema))
+        return false;
+    if (PG_ARGISNULL(A_SCHEMA)) {
+        char s[OBX_NAME_MAX + 16];
+        int n = snprintf(s, sizeof s, "schema:%s", e->event_type);
+        if (obx_sha256_digest(s, (size_t)n, e->payload_schema)) return false;
+    } else if (n_schema != OBX_DIGEST_LEN || memcmp(e->payload_schema, "sha256:", 7) ||
+               !hex_ok(e->payload_schema + 7, OBX_DIGEST_LEN - 7)) {
+        return false;
+    }
+    e->aggregate_version = PG_GETARG_INT64(A_AVER);
+    if (e->aggregate_version < 0) return false;
+    c->now_ms = ts_ms(GetCurrentTimestamp());
+    if (PG_ARGISNULL(A_OCCURRED)) {
+        e->occurred_at = c->now_ms;
+    } else {
+        TimestampTz occ = PG_GETARG_TIMESTAMPTZ(A_OCCURRED);
+        if (TIMESTAMP_NOT_FINITE(occ)) return false;
+        e->occurred_at = ts_ms(occ);
+    }
+    if (e->occurred_at < 0 || e->occurred_at >= ((int64_t)1 << 48)) return false;
+    int64_t limit;
+    c->payload = PG_GETARG_BYTEA_PP(A_PAYLOAD);
+    size_t plen = VARSIZE_ANY_EXHDR(c->payload);
+    if (!payload_limit(&limit) || plen == 0 || (int64_t)plen > limit) return false;
+    return obx_sha256_digest(VARDATA_ANY(c->payload), plen, e->payload_digest) == OBX_OK;
+}
+
+/* Column col as text into dst; false when it does not fit (obx._enqueue_sql() then answers:
+ * a cut template or name must never be written) */
+static bool get_text(HeapTuple t, TupleDesc td, int col, char *dst, size_t cap) {
+    char *v = SPI_getvalue(t, td, col);
+    return obx__strlcpy(dst, v ? v : "", cap) < cap;
+}
+
+/* A route generation as this backend keeps it. From schema version 11 on a generation's row
+ * cannot change and its number (an identity) is never drawn twice, so the number stands for the
+ * whole row; write_sql checks that it is still the type's current one. The relation's OID tells
+ * a schema made again (its generations numbered from 1 again) from the one the row was read in. */
+typedef struct route {
+    Oid rel;
+    char event_type[OBX_NAME_MAX + 1]; /* "": a free slot */
+    obx__dest d;                       /* routing_key: the template */
+    int32 max_attempts;
+    bool blind_retry, unordered, has_set;
+    char alias[OBX_NAME_MAX + 1];
+} route;
+
+#define ROUTES 16
+static route routes[ROUTES];
+static int routes_next;
+
+/* obx.obx_route's OID now (InvalidOid without the schema) */
+static Oid route_rel(void) {
+    Oid nsp = get_namespace_oid("obx", true);
+    return OidIsValid(nsp) ? get_relname_relid("obx_route", nsp) : InvalidOid;
+}
+
+static route *route_cached(const char *type, Oid rel) {
+    for (int i = 0; i < ROUTES; i++)
+        if (routes[i].rel == rel && !strcmp(routes[i].event_type, type)) return &routes[i];
+    return NULL;
+}
+
+/* The type's current route generation, read now into its slot; NULL when there is none or a
+ * field does not fit (obx._enqueue_sql() then raises, or answers). */
+static route *route_read(const char *type, Oid rel) {
+    Datum arg = CStringGetTextDatum(type);
+    SPIPlanPtr p = prepare(&route_plan, route_sql, 1, (const Oid[]){TEXTOID});
+    if (SPI_execute_plan(p, &arg, NULL, true, 1) != SPI_OK_SELECT)
+        ereport(ERROR, (errmsg("obx_pg: reading the route failed")));
+    route *r = NULL;
+    for (int i = 0; i < ROUTES && !r; i++)
+        if (!strcmp(routes[i].event_type, type)) r = &routes[i];
+    if (!r) r = &routes[routes_next++ % ROUTES];
+    r->event_type[0] = '\0';
+    if (SPI_processed != 1) return NULL;
+    HeapTuple t = SPI_tuptable->vals[0];
+    TupleDesc td = SPI_tuptable->tupdesc;
+    bool isnull;
+    obx__dest *d = &r->d;
+    if (!get_text(t, td, 1, d->cluster, sizeof d->cluster) ||
+        !get_text(t, td, 2, d->topic, sizeof d->topic) ||
+        !get_text(t, td, 3, d->routing_key, sizeof d->routing_key) ||
+        !get_text(t, td, 4, d->algorithm, sizeof d->algorithm) ||
+        !get_text(t, td, 6, d->serializer, sizeof d->serializer) ||
+        !get_text(t, td, 7, d->durability, sizeof d->durability) ||
+        !get_text(t, td, 8, d->required_acks, sizeof d->required_acks) ||
+        !get_text(t, td, 12, r->alias, sizeof r->alias))
+        return NULL;
+    d->route_gen = DatumGetInt64(SPI_getbinval(t, td, 5, &isnull));
+    r->max_attempts = DatumGetInt32(SPI_getbinval(t, td, 9, &isnull));
+    r->blind_retry = DatumGetBool(SPI_getbinval(t, td, 10, &isnull));
+    r->unordered = DatumGetBool(SPI_getbinval(t, td, 11, &isnull));
+    r->has_set = DatumGetBool(SPI_getbinval(t, td, 13, &isnull));
+    r->rel = rel;
+    obx__strlcpy(r->event_type, type, sizeof r->event_type);
+    return r;
+}
+
+/* Route r into c, its template expanded for c's event; false when it has a delivery set (the
+ * further targets are obx._enqueue_sql()'s) or the template does not expand. */
+static bool use_route(call *c, const route *r) {
+    if (r->has_set) return false;
+    c->d = r->d;
+    c->max_attempts = r->max_attempts;
+    c->blind_retry = r->blind_retry;
+    c->unordered = r->unordered;
+    memcpy(c->alias, r->alias, sizeof c->alias);
+    return obx__routing_key_expand(r->d.routing_key, &c->e, c->d.routing_key,
+                                   sizeof c->d.routing_key) == OBX_OK;
+}
+
+/* obx._enqueue_sql() with the caller's arguments: its answer, or its error */
+static text *enqueue_sql(FunctionCallInfo fcinfo) {
+    Datum v[A_COUNT];
+    char nulls[A_COUNT];
+    for (int i = 0; i < A_COUNT; i++) {
+        v[i] = PG_ARGISNULL(i) ? (Datum)0 : PG_GETARG_DATUM(i);
+        nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+    }
+    SPIPlanPtr p = prepare(&sql_plan, sql_sql, A_COUNT, sql_types);
+    if (SPI_execute_plan(p, v, nulls, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+        ereport(ERROR, (errmsg("obx_pg: obx._enqueue_sql() returned no row")));
+    bool isnull;
+    Datum r = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+    if (isnull) return NULL;
+    return (text *)DatumGetPointer(SPI_datumTransfer(r, false, -1));
+}
+
+static Datum txt(const char *s) { return CStringGetTextDatum(s); }
+
+/* The fast path's rows (write_sql): true when written, false when the route generation in c is
+ * no longer the type's current one (nothing written, no lock taken) */
+static bool write_rows(call *c) {
+    obx__envelope *e = &c->e;
+    obx__dest *d = &c->d;
+    char okey[OBX_NAME_MAX + OBX_TOPIC_MAX + OBX_KEY_MAX + 3]; /* the order key */
+    snprintf(okey, sizeof okey, "%s\x1f%s\x1f%s", d->cluster, d->topic, d->routing_key);
+    char env_digest[OBX_DIGEST_LEN + 1], dest_digest[OBX_DIGEST_LEN + 1];
+    if (obx__envelope_digest(e, env_digest) || obx__dest_digest(d, dest_digest))
+        ereport(ERROR, (errmsg("obx_pg: %s", obx_errmsg())));
+    Datum v[] = {txt(e->event_id),
+                 txt(e->tenant),
+                 txt(e->event_type),
+                 txt(e->correlation_id),
+                 txt(okey),
+                 Int64GetDatum(c->now_ms),
+                 Int32GetDatum(c->max_attempts),
+                 BoolGetDatum(c->blind_retry),
+                 BoolGetDatum(c->unordered),
+                 txt(c->alias),
+                 txt(d->cluster),
+                 txt(e->aggregate_type),
+                 txt(e->aggregate_id),
+                 Int64GetDatum(e->aggregate_version),
+                 txt(e->payload_schema),
+                 txt(e->payload_digest),
+                 Int64GetDatum(e->occurred_at),
+                 txt(e->created_txid),
+                 txt(e->causation_id),
+                 txt(e->traceparent),
+                 txt(env_digest),
+                 txt(d->topic),
+                 txt(d->routing_key),
+                 txt(d->algorithm),
+                 Int64GetDatum(d->route_gen),
+                 txt(d->serializer),
+                 txt(d->durability),
+                 txt(d->required_acks),
+                 txt(dest_digest),
+                 PointerGetDatum(c->payload),
+                 txt(GetUserNameFromId(GetSessionUserId(), false))};
+    StaticAssertStmt(sizeof v / sizeof v[0] == sizeof write_types / sizeof write_types[0],
+                     "one value per parameter");
+    SPIPlanPtr p = prepare(&write_plan, write_sql, WRITE_NARGS, write_types);
+    if (SPI_execute_plan(p, v, NULL, false, 0) != SPI_OK_INSERT || SPI_processed > 1)
+        ereport(ERROR, (errmsg("obx_pg: the enqueue's write failed")));
+    return SPI_processed == 1;
+}
+
+/* The fast path: true when the event is written. A route from this backend's cache that is no
+ * longer current is read again once; a route read in this call that is already stale (a
+ * generation added in between) or unusable leaves the call to obx._enqueue_sql(). */
+static bool enqueue_fast(call *c) {
+    obx__envelope *e = &c->e;
+    char ulid[27];
+    if (obx__ulid_next(&ulid_gen, c->now_ms, ulid))
+        ereport(ERROR, (errmsg("obx_pg: %s", obx_errmsg())));
+    snprintf(e->event_id, sizeof e->event_id, "evt-%s", ulid);
+    e->envelope_gen = 1;
+    snprintf(e->created_txid, sizeof e->created_txid, "%" PRIu64,
+             U64FromFullTransactionId(GetTopFullTransactionId()));
+    Oid rel = route_rel();
+    route *r = route_cached(e->event_type, rel);
+    for (bool fresh = false;; r = NULL) {
+        if (!r) {
+            if (fresh || !(r = route_read(e->event_type, rel))) return false;
+            fresh = true;
+        }
+        if (use_route(c, r) && write_rows(c)) return true;
+        if (fresh) return false;
+    }
+}
+
+Datum obx_pg_enqueue(PG_FUNCTION_ARGS) {
+    call c;
+    memset(&c, 0, sizeof c);
+    bool fast = read_args(fcinfo, &c);
+    if (SPI_connect() != SPI_OK_CONNECT) ereport(ERROR, (errmsg("obx_pg: SPI_connect failed")));
+    text *out;
+    if (fast && enqueue_fast(&c)) {
+        /* delivered at commit, coalesced per transaction, as pg_notify() */
+        Async_Notify(NOTIFY_CHANNEL, "");
+        size_t n = strlen(c.e.event_id);
+        out = (text *)SPI_palloc(VARHDRSZ + n);
+        SET_VARSIZE(out, VARHDRSZ + n);
+        memcpy(VARDATA(out), c.e.event_id, n);
+    } else {
+        out = enqueue_sql(fcinfo);
+    }
+    SPI_finish();
+    if (!out) PG_RETURN_NULL();
+    PG_RETURN_TEXT_P(out);
+}
