@@ -1478,11 +1478,12 @@ static bool try_ddl(pg_store *s, const char *sql) {
 }
 
 /* obx.enqueue()'s body (schema_v12.sql): obx._enqueue_c() of the obx_pg extension when the server
- * has the extension and this user has it or may create it (a trusted extension: CREATE on the
- * database), else obx._enqueue_sql(). Decided at every init, by whoever owns obx.enqueue(): a
- * server that gains the extension uses it from the next `obx init`, and a relay started with a
- * role of its own (cmd_relay.c runs init) changes nothing. The choice is in obx_meta
- * (enqueue_impl) for `obx status` and the tests. */
+ * has the extension's files and the database has it or this user may create it (a trusted
+ * extension: CREATE on the database), else obx._enqueue_sql() (also when the database has the
+ * extension but the server lost its files: the C body would fail every call). Decided at every
+ * init, by whoever owns obx.enqueue(): a server that gains the extension uses it from the next
+ * `obx init`, and a relay started with a role of its own (cmd_relay.c runs init) changes
+ * nothing. The choice is in obx_meta (enqueue_impl), for the benches and the tests. */
 static obx_err enqueue_impl(pg_store *s) {
     PGresult *r = NULL;
     obx_err e = check(
@@ -1498,18 +1499,16 @@ static obx_err enqueue_impl(pg_store *s) {
     bool avail = gb(r, 0, 0), have = gb(r, 0, 1), uses_c = gb(r, 0, 2), owner = gb(r, 0, 3);
     PQclear(r);
     if (!owner) return OBX_OK;
-    bool c = have || (avail && try_ddl(s, "CREATE EXTENSION obx_pg"));
-    if (c != uses_c && (e = check(s,
-                                  PQexec(s->conn, c ? "SELECT obx._point_enqueue(true)"
-                                                    : "SELECT obx._point_enqueue(false)"),
-                                  PGRES_TUPLES_OK, NULL, "enqueue body")))
+    bool c = avail && (have || try_ddl(s, "CREATE EXTENSION obx_pg"));
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT obx._point_enqueue(%s)", c ? "true" : "false");
+    if (c != uses_c && (e = check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, NULL, "enqueue body")))
         return e;
-    return migrate_exec(&s->base, c ? "INSERT INTO obx.obx_meta (key, value) VALUES "
-                                      "('enqueue_impl', 'c') ON CONFLICT (key) DO UPDATE SET "
-                                      "value = excluded.value"
-                                    : "INSERT INTO obx.obx_meta (key, value) VALUES "
-                                      "('enqueue_impl', 'sql') ON CONFLICT (key) DO UPDATE SET "
-                                      "value = excluded.value");
+    snprintf(sql, sizeof sql,
+             "INSERT INTO obx.obx_meta (key, value) VALUES ('enqueue_impl', '%s') ON CONFLICT "
+             "(key) DO UPDATE SET value = excluded.value",
+             c ? "c" : "sql");
+    return migrate_exec(&s->base, sql);
 }
 
 static obx_err migrate_in_tx(pg_store *s) {
