@@ -151,6 +151,8 @@ obx_err obx__check_field(const char *name, const char *value, size_t min, size_t
 long obx__utf8_invalid_at(const unsigned char *s, size_t n);
 /* "sha256:" + 64 lowercase hex. */
 bool obx__is_digest(const char *s);
+/* W3C traceparent shape: "<2 hex>-<32 hex>-<16 hex>-<2 hex>", lowercase, 55 bytes. */
+bool obx__is_traceparent(const char *s);
 
 /* ---- outside input in messages and text columns (text.c) ---------------------------------- */
 

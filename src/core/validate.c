@@ -114,3 +114,11 @@ bool obx__is_digest(const char *s) {
         if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return false;
     return true;
 }
+
+bool obx__is_traceparent(const char *s) {
+    bool ok = s && strlen(s) == OBX_TRACEPARENT_LEN && s[2] == '-' && s[35] == '-' && s[52] == '-';
+    for (int i = 0; ok && i < OBX_TRACEPARENT_LEN; i++)
+        if (i != 2 && i != 35 && i != 52)
+            ok = (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f');
+    return ok;
+}

@@ -70,16 +70,9 @@ static obx_err validate_event(const obx_event *ev, size_t payload_limit) {
                          (long long)ev->occurred_at_ms);
     if (ev->payload_schema && !obx__is_digest(ev->payload_schema))
         return obx__fail(OBX_EINVAL, "payload_schema: must be \"sha256:\" + 64 lowercase hex");
-    if (ev->traceparent && *ev->traceparent) {
-        const char *t = ev->traceparent;
-        bool ok = strlen(t) == OBX_TRACEPARENT_LEN && t[2] == '-' && t[35] == '-' && t[52] == '-';
-        for (int i = 0; ok && i < OBX_TRACEPARENT_LEN; i++)
-            if (i != 2 && i != 35 && i != 52)
-                ok = (t[i] >= '0' && t[i] <= '9') || (t[i] >= 'a' && t[i] <= 'f');
-        if (!ok)
-            return obx__fail(OBX_EINVAL,
-                             "traceparent: not W3C \"00-<32 hex>-<16 hex>-<2 hex>\" (55 bytes)");
-    }
+    if (ev->traceparent && *ev->traceparent && !obx__is_traceparent(ev->traceparent))
+        return obx__fail(OBX_EINVAL,
+                         "traceparent: not W3C \"00-<32 hex>-<16 hex>-<2 hex>\" (55 bytes)");
     if (!ev->payload || ev->payload_len == 0)
         return obx__fail(OBX_EINVAL, "payload: empty (1..%zu bytes required)", payload_limit);
     if (ev->payload_len > payload_limit)

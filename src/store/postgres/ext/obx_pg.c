@@ -125,48 +125,9 @@ static SPIPlanPtr prepare(SPIPlanPtr *slot, const char *sql, int n, const Oid *t
     return *slot;
 }
 
-/* ---- the fields, checked as obx._enqueue_sql() checks them (schema_v10.sql) ------------------ */
-
-static bool in_name_set(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-           c == '_' || c == '-';
-}
-
-static bool name_ok(const char *s, size_t n) { /* ^[A-Za-z0-9._-]+$, 1..128 bytes */
-    if (n < 1 || n > OBX_NAME_MAX) return false;
-    for (size_t i = 0; i < n; i++)
-        if (!in_name_set(s[i])) return false;
-    return true;
-}
-
-static bool type_ok(const char *s, size_t n) { /* ^[a-z0-9._-]+\.v[0-9]+$, 1..128 bytes */
-    if (n < 1 || n > OBX_NAME_MAX) return false;
-    for (size_t i = 0; i < n; i++)
-        if (!in_name_set(s[i]) || (s[i] >= 'A' && s[i] <= 'Z')) return false;
-    size_t d = n;
-    while (d > 0 && s[d - 1] >= '0' && s[d - 1] <= '9') d--;
-    /* at least one digit, then "v", then ".", then at least one character before it */
-    return d < n && d >= 3 && s[d - 1] == 'v' && s[d - 2] == '.';
-}
-
-static bool text_ok(const char *s, size_t n, size_t min, size_t max) { /* no [\x01-\x1f\x7f] */
-    if (n < min || n > max) return false;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return false;
-    return true;
-}
-
-static bool hex_ok(const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
-    return true;
-}
-
-static bool trace_ok(const char *s, size_t n) { /* "" or 00-<32 hex>-<16 hex>-<2 hex> shape */
-    if (n == 0) return true;
-    if (n != OBX_TRACEPARENT_LEN || s[2] != '-' || s[35] != '-' || s[52] != '-') return false;
-    return hex_ok(s, 2) && hex_ok(s + 3, 32) && hex_ok(s + 36, 16) && hex_ok(s + 53, 2);
-}
+/* ---- the fields, checked as obx._enqueue_sql() checks them: with the core's checks
+ * (src/core/validate.c), the C producer's, which test_sql_validation_parity holds to the PL/pgSQL
+ * body's refusals ------------------------------------------------------------------------------ */
 
 /* The argument as a NUL-terminated copy in dst (cap bytes), or false when it does not fit;
  * NULL is the empty string. */
@@ -221,32 +182,32 @@ typedef struct call {
  * would refuse or may need to look up, an idempotency key). */
 static bool read_args(FunctionCallInfo fcinfo, call *c) {
     obx__envelope *e = &c->e;
-    size_t n_type, n_atype, n_aid, n_tenant, n_schema, n_corr, n_cause, n_trace, n_key;
-    if (PG_ARGISNULL(A_TYPE) || PG_ARGISNULL(A_ATYPE) || PG_ARGISNULL(A_AID) ||
-        PG_ARGISNULL(A_AVER) || PG_ARGISNULL(A_TENANT) || PG_ARGISNULL(A_PAYLOAD))
-        return false;
+    static const struct {
+        int arg;
+        const char *name;
+        size_t off, cap, min;
+        obx__charset cs;
+    } fields[] = {
+#define F(a, n, min, cs) {a, #n, offsetof(obx__envelope, n), sizeof((obx__envelope *)0)->n, min, cs}
+        F(A_TYPE, event_type, 1, OBX__CS_EVENT_TYPE), F(A_ATYPE, aggregate_type, 1, OBX__CS_NAME),
+        F(A_TENANT, tenant, 1, OBX__CS_NAME),         F(A_AID, aggregate_id, 1, OBX__CS_TEXT),
+        F(A_CORR, correlation_id, 0, OBX__CS_TEXT),   F(A_CAUSE, causation_id, 0, OBX__CS_TEXT),
+#undef F
+    };
+    size_t n_key, n_trace, n_schema;
+    if (PG_ARGISNULL(A_AVER) || PG_ARGISNULL(A_PAYLOAD)) return false;
     if (!arg_text(fcinfo, A_KEY, e->idempotency_key, sizeof e->idempotency_key, &n_key) || n_key)
         return false;
-    if (!arg_text(fcinfo, A_TYPE, e->event_type, sizeof e->event_type, &n_type) ||
-        !type_ok(e->event_type, n_type))
-        return false;
-    if (!arg_text(fcinfo, A_ATYPE, e->aggregate_type, sizeof e->aggregate_type, &n_atype) ||
-        !name_ok(e->aggregate_type, n_atype))
-        return false;
-    if (!arg_text(fcinfo, A_TENANT, e->tenant, sizeof e->tenant, &n_tenant) ||
-        !name_ok(e->tenant, n_tenant))
-        return false;
-    if (!arg_text(fcinfo, A_AID, e->aggregate_id, sizeof e->aggregate_id, &n_aid) ||
-        !text_ok(e->aggregate_id, n_aid, 1, OBX_KEY_MAX))
-        return false;
-    if (!arg_text(fcinfo, A_CORR, e->correlation_id, sizeof e->correlation_id, &n_corr) ||
-        !text_ok(e->correlation_id, n_corr, 0, OBX_TEXT_MAX))
-        return false;
-    if (!arg_text(fcinfo, A_CAUSE, e->causation_id, sizeof e->causation_id, &n_cause) ||
-        !text_ok(e->causation_id, n_cause, 0, OBX_TEXT_MAX))
-        return false;
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        char *v = (char *)e + fields[i].off;
+        size_t n;
+        if ((fields[i].min && PG_ARGISNULL(fields[i].arg)) ||
+            !arg_text(fcinfo, fields[i].arg, v, fields[i].cap, &n) ||
+            obx__check_field(fields[i].name, v, fields[i].min, fields[i].cap - 1, fields[i].cs))
+            return false;
+    }
     if (!arg_text(fcinfo, A_TRACE, e->traceparent, sizeof e->traceparent, &n_trace) ||
-        !trace_ok(e->traceparent, n_trace))
+        (n_trace && !obx__is_traceparent(e->traceparent)))
         return false;
     if (!arg_text(fcinfo, A_SCHEMA, e->payload_schema, sizeof e->payload_schema, &n_schema))
         return false;
@@ -254,8 +215,7 @@ static bool read_args(FunctionCallInfo fcinfo, call *c) {
         char s[OBX_NAME_MAX + 16];
         int n = snprintf(s, sizeof s, "schema:%s", e->event_type);
         if (obx_sha256_digest(s, (size_t)n, e->payload_schema)) return false;
-    } else if (n_schema != OBX_DIGEST_LEN || memcmp(e->payload_schema, "sha256:", 7) ||
-               !hex_ok(e->payload_schema + 7, OBX_DIGEST_LEN - 7)) {
+    } else if (!obx__is_digest(e->payload_schema)) {
         return false;
     }
     e->aggregate_version = PG_GETARG_INT64(A_AVER);
