@@ -4,7 +4,7 @@
 # row, with obx.enqueue() (its body in the obx_pg extension where scripts/pg_ext.sh installed it,
 # and its PL/pgSQL body: plsql) and with obx_enqueue() on the wrapped connection (docs/performance.md,
 # section 3). Instructions, not time: they do not depend on the load on the machine, and repeat
-# to 0.2 %. A private PostgreSQL 15 (port OBX_INSTR_PG_PORT, default 55499; autovacuum off) is
+# to 0.2 %. A private PostgreSQL 15 (port OBX_INSTR_PG_PORT, default 25499; autovacuum off) is
 # set up as bench_producer sets up its database, then started under
 # `valgrind --tool=callgrind` once per variant from the same copy; per transaction =
 # (the backend's instructions for 80 transactions - those for 20) / 60, which leaves out the
@@ -26,7 +26,7 @@ exe=$(find "$PWD/$build" -name bench_producer_instr -type f -perm -u+x | head -1
 [[ -x $exe ]] || { echo "bench/producer_instr.sh: bench_producer_instr was not built" >&2; exit 1; }
 
 bin=/usr/lib/postgresql/15/bin
-port=${OBX_INSTR_PG_PORT:-55499}
+port=${OBX_INSTR_PG_PORT:-25499}
 dir=$(mktemp -d /tmp/obx-instr.XXXXXX)
 url="postgres://postgres@127.0.0.1:$port/bench"
 as_pg() { su postgres -s /bin/sh -c "$*"; }

@@ -12,7 +12,7 @@
 # --relays N, --rate R, --relay-set KEY=VALUE, --dir DIR (kept), --keep.
 #
 # Environment: OBX_BUILD (default build/, built if missing), OBX_CHAOS_PG_PORT and
-# OBX_CHAOS_AMQP_PORT (default OBX_SVC_PG_PORT/OBX_SVC_AMQP_PORT + 60, i.e. 55492 and 56780: the
+# OBX_CHAOS_AMQP_PORT (default OBX_SVC_PG_PORT/OBX_SVC_AMQP_PORT + 60, i.e. 25492 and 26780: the
 # soak kills its servers, so they are never the ones scripts/test.sh started for other tests).
 # Relays reach PostgreSQL through proxies on PG port + 1..3 and RabbitMQ on AMQP port + 10..12.
 # iptables rules are tagged with the soak's ports and removed on exit, also on failure.
@@ -45,8 +45,8 @@ rm -rf "$d"
 scripts/deps.sh test >&2
 [[ -x $build/obx && -x $build/bench/chaos_producer ]] || scripts/build.sh "$build" >&2
 
-export OBX_SVC_PG_PORT=${OBX_CHAOS_PG_PORT:-$((${OBX_SVC_PG_PORT:-55432} + 60))}
-export OBX_SVC_AMQP_PORT=${OBX_CHAOS_AMQP_PORT:-$((${OBX_SVC_AMQP_PORT:-56720} + 60))}
+export OBX_SVC_PG_PORT=${OBX_CHAOS_PG_PORT:-$((${OBX_SVC_PG_PORT:-25432} + 60))}
+export OBX_SVC_AMQP_PORT=${OBX_CHAOS_AMQP_PORT:-$((${OBX_SVC_AMQP_PORT:-26720} + 60))}
 export CHAOS_IPT_TAG=obx-chaos-$OBX_SVC_PG_PORT
 export OBX_BIN=$build/obx CHAOS_BUILD=$build
 [[ -n $dir ]] && { mkdir -p "$dir"; keep=1; } || dir=$(mktemp -d /tmp/obx-chaos-XXXXXX)

@@ -10,9 +10,37 @@
 # start the node. A suite whose server is missing fails
 # loudly in CI instead of skipping.
 
-OBX_SVC_PG_PORT=${OBX_SVC_PG_PORT:-55432}
-OBX_SVC_AMQP_PORT=${OBX_SVC_AMQP_PORT:-56720}
+# The default ports sit below Linux's ephemeral range (ip_local_port_range, 32768-60999): a
+# listening port inside it can be taken, while its server is down or not yet up, by any outgoing
+# connection on the machine as its local port. CI lost a RabbitMQ start to that (eaddrinuse on
+# 56780, the chaos soak's node, while the ASan tests beside it opened connections by the
+# thousand). A start still moves past a block some other program holds (svc_pick_ports).
+OBX_SVC_PG_PORT=${OBX_SVC_PG_PORT:-25432}
+OBX_SVC_AMQP_PORT=${OBX_SVC_AMQP_PORT:-26720}
 PG_BIN=/usr/lib/postgresql/15/bin
+
+# True when a TCP socket (any state, IPv4 or IPv6) has local port $1.
+svc_port_used() {
+  local hex
+  printf -v hex ':%04X' "$1"
+  awk -v p="$hex" 'substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+# Makes the variable named $1 the first base (itself, then +100, +200, ...) whose $2 ports from
+# the base are all unused, and exports it. The spans cover every port a start derives from the
+# base (PostgreSQL: the chaos soak's proxies at +1..3; RabbitMQ: +1..4 and the proxies +10..12).
+svc_pick_ports() {
+  local var=$1 span=$2 i p q busy
+  for ((i = 0; i < 20; i++)); do
+    p=${!var} busy=""
+    for ((q = p; q < p + span; q++)); do svc_port_used "$q" && { busy=$q; break; }; done
+    [[ -z $busy ]] && { export "${var?}"; return 0; }
+    echo "services: port $busy (of $var=$p..$((p + span - 1))) is in use; trying $((p + 100))" >&2
+    printf -v "$var" '%d' $((p + 100))
+  done
+  echo "services: no free block of $span ports for $var; set it to a free port" >&2
+  return 1
+}
 
 pg_start() {
   local dir=$OBX_TEST_SERVICES_DIR/pg
@@ -23,6 +51,7 @@ pg_start() {
   chown -R postgres:postgres "$dir"
   chmod 700 "$dir/data"
   chmod 600 "$dir/tls/server.key"
+  svc_pick_ports OBX_SVC_PG_PORT 4 || return 1
   su postgres -s /bin/sh -c "$PG_BIN/initdb -D '$dir/data' -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >'$dir/initdb.log' 2>&1" ||
     { cat "$dir/initdb.log"; return 1; }
   # the role obx_secret_user must give its password (secrets-from-file/env tests); the role
@@ -137,6 +166,7 @@ amqp_node_stop() {
 }
 
 amqp_start() {
+  svc_pick_ports OBX_SVC_AMQP_PORT 13 || return 1
   amqp_node_start || return 1
   local dir=$OBX_TEST_SERVICES_DIR/rabbit
   export OBX_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$OBX_SVC_AMQP_PORT/%2f"
