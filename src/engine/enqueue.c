@@ -170,6 +170,7 @@ static obx_err build_row(obx__store *s, const obx_event *ev, const obx__route_ro
     if (*v->created_txid && (e = obx__envelope_digest(v, row->envelope_digest))) return e;
 
     row->envelope_gen = 1;
+    row->route_rel = route->rel;
     row->state = OBX__ST_PENDING;
     row->pinned_partition = -1;
     row->available_at = now;

@@ -73,6 +73,11 @@ typedef struct obx__route_row {
     char alias[OBX_NAME_MAX + 1];
     int64_t created_at;
     int32_t targets; /* destinations of its delivery set (route_set_get), 0 = a single one */
+    /* Which table the row was read from, where the store can tell (PostgreSQL: obx_route's
+     * OID; 0 = not known). A generation number identifies a route only within one table: a
+     * schema dropped and made again numbers its routes from 1 again, so the producer's cached
+     * route is current only while this is still the table's (enqueue_write). */
+    uint32_t rel;
 } obx__route_row;
 
 /* One event: its mutable protocol state plus the frozen envelope and destination of its current
@@ -124,6 +129,8 @@ typedef struct obx__event_row {
      * store fills both from obx_delivery_target; use obx__wire_id(). */
     char logical_id[OBX_EVENT_ID_LEN + 1];
     int32_t target_no;
+    /* enqueue_write only: the rel of the route row the event was built from (0 = not known) */
+    uint32_t route_rel;
 } obx__event_row;
 
 /* The event ID a slot is sent, looked up and consumed under (logical_id, or the row's own ID

@@ -1189,6 +1189,32 @@ static int64_t route_topic(const char *url, const char *topic, obx_route_target 
     return gen;
 }
 
+/* The schema dropped and made again under a live handle numbers its routes from 1 again: the
+ * handle's cached generation 1 (topic orders) must not stand for the new table's generation 1
+ * (topic orders-new). Before the write compared the route table's OID too, r-3 went to orders. */
+static void test_enqueue_route_schema_remade(void **state) {
+    fx *f = *state;
+    char id[3][31];
+    OK(business_enqueue(f, "r-1", NULL, id[0], NULL)); /* reads and caches generation 1 */
+    OK(business_enqueue(f, "r-2", NULL, id[1], NULL));
+    assert_int_equal(runs_of(f->conn, TRY_TRIP), 1);
+    check_enqueued(f, id[1], "r-2", "orders");
+    exec_ok(f->conn, "SET client_min_messages = warning"); /* the cascade's NOTICE */
+    exec_ok(f->conn, "DROP SCHEMA obx CASCADE");
+    exec_ok(f->conn, "RESET client_min_messages");
+    obx_store *own;
+    OK(obx_store_open(f->url, &own));
+    OK(obx_store_init(own));
+    obx_store_close(own);
+    assert_int_equal(route_topic(f->url, "orders-new", NULL, 0), 1);
+    OK(business_enqueue(f, "r-3", NULL, id[2], NULL));
+    check_enqueued(f, id[2], "r-3", "orders-new");
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_envelope WHERE dest_topic = "
+                                   "'orders-new' AND dest_route_gen = 1"),
+                     1);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_envelope"), 1);
+}
+
 /* obx.enqueue()'s C body keeps the route generations it read, per session (obx_pg.c): the next
  * call on the same session sees a new generation, one with a delivery set (whose further
  * targets obx._enqueue_sql() writes), and a schema made again whose generations are numbered
@@ -3553,6 +3579,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sql_body_matches_c, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_without_extension, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sql_enqueue_route_changes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_route_schema_remade, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sql_validation_parity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_psql_producer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_roles, setup, teardown),

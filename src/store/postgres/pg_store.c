@@ -385,10 +385,12 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
     INS_EVENT_CTES_WITH(head, ENV_INS_COLS_BY, vals ", $50::text", src)
 
 /* Q_ENQ_WRITE and Q_ENQ_TRY: the route generation $21 the client built the row from is still
- * the type's current one and has no delivery set (see Q_ENQ_WRITE); created_txid and the
- * envelope digest by the server (CTE f) */
+ * the type's current one, in the same table ($53, the route row's tableoid: a schema made again
+ * numbers its generations from 1 again, test_enqueue_route_schema_remade), and has no delivery
+ * set (see Q_ENQ_WRITE); created_txid and the envelope digest by the server (CTE f) */
 #define ROUTE_STILL                                                                                \
-    "$21::bigint = (SELECT max(r.gen) FROM obx.obx_route r WHERE r.event_type = $6::text) AND "    \
+    "$21::bigint = (SELECT max(r.gen) FROM obx.obx_route r WHERE r.event_type = $6::text AND "     \
+    "r.tableoid = $53::oid) AND "                                                                  \
     "NOT EXISTS (SELECT 1 FROM obx.obx_route_set x WHERE x.route_gen = $21::bigint)"
 #define TXID_FROM                                                                                  \
     "f AS MATERIALIZED (SELECT coalesce(nullif($11::text, ''), pg_current_xact_id()::text) AS "    \
@@ -404,7 +406,8 @@ static const char *const sql_text[Q_COUNT] = {
                     "unordered, alias, created_at) VALUES ($1::text, $2::text, $3::text, "
                     "$4::text, $5::text, $6::text, $7::text, $8::text, $9::int, $10::bool, "
                     "$11::bool, $12::text, $13::bigint) RETURNING gen",
-    [Q_ROUTE_GET] = "SELECT " ROUTE_COLS " FROM obx.obx_route WHERE event_type = $1::text "
+    [Q_ROUTE_GET] = "SELECT " ROUTE_COLS ", tableoid::bigint FROM obx.obx_route WHERE "
+                    "event_type = $1::text "
                     "ORDER BY gen DESC LIMIT 1",
     [Q_ROUTE_LIST_CUR] = "SELECT DISTINCT ON (event_type) " ROUTE_COLS
                          " FROM obx.obx_route ORDER BY event_type, gen DESC",
@@ -414,7 +417,8 @@ static const char *const sql_text[Q_COUNT] = {
     /* the producer's created_txid: the top-level transaction, also from inside a savepoint */
     [Q_TXID] = "SELECT pg_current_xact_id()::text",
     /* Q_ROUTE_GET and Q_TXID in one round trip (route_get_txid) */
-    [Q_ROUTE_GET_TXID] = "SELECT " ROUTE_COLS ", pg_current_xact_id()::text FROM obx.obx_route "
+    [Q_ROUTE_GET_TXID] = "SELECT " ROUTE_COLS ", tableoid::bigint, pg_current_xact_id()::text "
+                         "FROM obx.obx_route "
                          "WHERE event_type = $1::text ORDER BY gen DESC LIMIT 1",
     [Q_INS_ENV] = "INSERT INTO obx.obx_envelope " ENV_INS_COLS " VALUES (" ENV_INS_VALS ")",
     /* Q_INS_EVENT: see INS_EVENT_CTES (per order key, seq order is commit order) */
@@ -426,13 +430,13 @@ static const char *const sql_text[Q_COUNT] = {
     /* Q_INS_EVENT_AUDIT when the client has the route from an earlier enqueue (enqueue_write):
      * written only while the current route of the event type $6 is still the one the row
      * was built from, generation $21 without a delivery set, else nothing (no row: the client
-     * reads the route again). The generation is the whole comparison: from schema version 11
-     * a generation's row cannot change (obx_route_frozen), so its number stands for every
-     * field the row copied; comparing each of them in a CTE over the route row cost 34,000
-     * instructions per enqueue (docs/performance.md, section 3). The server supplies what the
-     * client could only learn by another round trip: created_txid (unless $11 names one) and
-     * so the envelope digest (unless $16 is the client's, over $11). The client sends the
-     * canonical encoding (src/core/canon.c) up to created_txid's field ($51) and after it
+     * reads the route again). The generation (in its table, $53) is the whole comparison:
+     * from schema version 11 a generation's row cannot change (obx_route_frozen), so its
+     * number stands for every field the row copied; comparing each of them in a CTE over the route
+     * row cost 34,000 instructions per enqueue (docs/performance.md, section 3). The server
+     * supplies what the client could only learn by another round trip: created_txid (unless $11
+     * names one) and so the envelope digest (unless $16 is the client's, over $11). The client
+     * sends the canonical encoding (src/core/canon.c) up to created_txid's field ($51) and after it
      * ($52); the server adds the field and takes the SHA-256 (test_store_pg recomputes it in
      * C). schema_v1.sql's obx.envelope_digest inlined here, encoding all sixteen fields, was a
      * quarter of the server's instructions per enqueue (docs/performance.md, section 3). */
@@ -1703,8 +1707,8 @@ static obx_err pg_route_put(obx__store *base, const obx__route_row *rt, int64_t 
     return e;
 }
 
-/* The current route of event_type by statement q (Q_ROUTE_GET, or Q_ROUTE_GET_TXID, whose last
- * column, the transaction ID, goes to txid[cap]). */
+/* The current route of event_type by statement q: Q_ROUTE_GET, whose last column is the route
+ * table's OID (out->rel), or Q_ROUTE_GET_TXID, with the transaction ID after it (to txid[cap]). */
 static obx_err route_read(pg_store *s, int q, const char *event_type, obx__route_row *out,
                           char *txid, size_t cap) {
     params p;
@@ -1715,7 +1719,9 @@ static obx_err route_read(pg_store *s, int q, const char *event_type, obx__route
     if (e) return e;
     if (PQntuples(r) == 1) {
         read_route(r, 0, out);
-        if (txid) gt(r, 0, PQnfields(r) - 1, txid, cap);
+        int last = PQnfields(r) - 1;
+        if (txid) gt(r, 0, last--, txid, cap);
+        out->rel = (uint32_t)gi(r, 0, last);
     } else
         e = obx__fail(OBX_ENOROUTE,
                       "event_type: no route for '%s' (add one with `obx route set %s ...`)",
@@ -2039,6 +2045,7 @@ static obx_err pg_enqueue_write(obx__store *base, const obx__event_row *r, const
     p_text(&p, a->who);               /* $50 */
     p_bytes(&p, head.data, head.len); /* $51 */
     p_bytes(&p, tail.data, tail.len); /* $52 */
+    p_int(&p, r->route_rel);          /* $53 */
     if (head.oom || tail.oom) e = obx__fail(OBX_ENOMEM, "enqueue: out of memory");
     bool busy = true; /* the savepoint pipeline: unless enqueue_try wrote or the route changed */
     if (!e && !(e = p_ready(&p, Q_ENQ_WRITE, "enqueue")) && !(e = ready(s, "enqueue")) && in_tx &&
