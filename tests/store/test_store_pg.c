@@ -1288,6 +1288,12 @@ static void test_enqueue_without_extension(void **state) {
     sql_enqueue_matches_c(f, "obx.enqueue", NULL, 1);
     OK(obx_store_init(f->s)); /* a superuser's init: the C body again */
     assert_enqueue_impl(f->conn, "c");
+    /* an init that changes nothing writes nothing (the row version stays; it was rewritten on
+     * every init before) */
+    const char *ver = "SELECT xmin::text::bigint FROM obx.obx_meta WHERE key = 'enqueue_impl'";
+    long long xmin = qint(f->conn, ver);
+    OK(obx_store_init(f->s));
+    assert_int_equal(qint(f->conn, ver), xmin);
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM pg_proc WHERE oid = '" ENQ_SIG
                                    "'::regprocedure AND prosrc LIKE '%obx._enqueue_c(%'"),
                      1);

@@ -1508,11 +1508,14 @@ static obx_err enqueue_impl(pg_store *s) {
     snprintf(sql, sizeof sql, "SELECT obx._point_enqueue(%s)", c ? "true" : "false");
     if (c != uses_c && (e = check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, NULL, "enqueue body")))
         return e;
-    snprintf(sql, sizeof sql,
-             "INSERT INTO obx.obx_meta (key, value) VALUES ('enqueue_impl', '%s') ON CONFLICT "
-             "(key) DO UPDATE SET value = excluded.value",
-             c ? "c" : "sql");
-    return migrate_exec(&s->base, sql);
+    /* written only when it changes: an init (every relay start by the owner) writes nothing */
+    char meta[320];
+    snprintf(meta, sizeof meta,
+             "INSERT INTO obx.obx_meta (key, value) SELECT 'enqueue_impl', '%s' WHERE NOT EXISTS "
+             "(SELECT 1 FROM obx.obx_meta WHERE key = 'enqueue_impl' AND value = '%s') ON "
+             "CONFLICT (key) DO UPDATE SET value = excluded.value",
+             c ? "c" : "sql", c ? "c" : "sql");
+    return migrate_exec(&s->base, meta);
 }
 
 static obx_err migrate_in_tx(pg_store *s) {
