@@ -46,8 +46,12 @@
  * 10: PostgreSQL's obx.enqueue() draws its event ID and writes its digests in fewer steps
  *    (schema_v10.sql; SQLite unchanged);
  * 11: a route generation's row cannot change (both), PostgreSQL's statistics deltas without
- *    an identity column (schema_v11.sql) */
-#define OBX__SCHEMA_VERSION 12
+ *    an identity column (schema_v11.sql);
+ * 12: PostgreSQL's obx.enqueue() as a door to a PL/pgSQL or the obx_pg extension's C body
+ *    (schema_v12.sql; SQLite unchanged);
+ * 13: PostgreSQL's write set checks itself (obx._ws_check), so that a relay transaction's
+ *    COMMIT goes in the write set's round trip (schema_v13.sql; SQLite unchanged) */
+#define OBX__SCHEMA_VERSION 13
 
 #define OBX__ATTEMPT_ID_LEN 30 /* "att-" + ULID */
 #define OBX__OWNER_MAX OBX_TEXT_MAX
@@ -760,8 +764,12 @@ typedef struct obx__store_methods {
      * Optional (NULL: update_events, insert_attempts, update_attempts, insert_receipts and
      * insert_audit, one call after the other): every part of w in one round trip, in the same
      * order and with the same effects. When an update did not apply, the later parts may or
-     * may not have been written and the call may still return OBX_OK: the caller, which sees
-     * applied, rolls the transaction back. Any other failure of a part is returned. */
+     * may not have been written and the call returns OBX_ECONFLICT, or OBX_OK with applied
+     * false: the caller rolls the transaction back either way. Any other failure of a part is
+     * returned. A backend may hold the writes back until the transaction's next statement or
+     * its COMMIT (PostgreSQL, a relay transaction: one round trip fewer), and then fills
+     * applied with true: it then fails that statement, or the COMMIT (the transaction rolled
+     * back), when an update did not apply. */
     obx_err (*write_set)(obx__store *s, const obx__write_set *w);
     /* ---- schema version 4: the cluster registry (required) ----
      * Inserts or replaces the registration of c->cluster. */

@@ -2209,10 +2209,11 @@ static int trace_round_trips(const char *trace, size_t len) {
 }
 
 /* A relay transaction sends its BEGIN and planner settings with its first statement, in one
- * pipeline (pg_store.c, pend): a claim is 3 round trips (BEGIN + settings + claim, the writes,
- * COMMIT) where it was 5, an acceptance 4 where it was 5, and a transaction that sends nothing
- * costs none. Counted in libpq's trace of the relay's connection; the claim still runs inside
- * the transaction (its rows stay locked until COMMIT). */
+ * pipeline (pg_store.c, pend), and its COMMIT with its write set (held, schema version 13): a
+ * claim is 2 round trips (BEGIN + settings + claim, the writes + COMMIT) where it was 5, then 3,
+ * an acceptance 3 where it was 5, then 4, and a transaction that sends nothing costs none. Counted
+ * in libpq's trace of the relay's connection; the claim still runs inside the transaction (its rows
+ * stay locked until COMMIT). */
 static void test_dispatch_round_trips(void **state) {
     fx *f = *state;
     relay_conn x;
@@ -2260,8 +2261,8 @@ static void test_dispatch_round_trips(void **state) {
     free(buf);
     printf("  relay connection: a claim of 5 in %d round trips, their acceptance in %d\n",
            claim_trips, all_trips - claim_trips);
-    assert_int_equal(claim_trips, 3);
-    assert_int_equal(all_trips - claim_trips, 4);
+    assert_int_equal(claim_trips, 2);
+    assert_int_equal(all_trips - claim_trips, 3);
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event WHERE state <> 'PUBLISHED'"),
                      0);
     /* the claim's pipeline runs inside its transaction: a claim rolled back leaves its rows
@@ -2613,8 +2614,8 @@ static void test_write_set(void **state) {
     OK(obx__st_rollback(f->s));
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_audit_all"), audit0 + 1);
     /* an update that no longer applies (x is SENDING now), and a primary receipt for y whose
-     * slot is taken meanwhile would fail: the call reports the update (OBX_OK, applied false),
-     * which the engine turns into its conflict and a rollback */
+     * slot is taken meanwhile would fail: the call reports the update, by name (the statement
+     * checks itself, schema version 13: OBX_ECONFLICT), and the rollback keeps nothing */
     obx__receipt_row pr = {.envelope_gen = 1, .kind = OBX__RK_PRIMARY, .offset = 7};
     strcpy(pr.event_id, y);
     strcpy(pr.attempt_id, "att-ws1");
@@ -2629,11 +2630,150 @@ static void test_write_set(void **state) {
     bool ap = true;
     obx__write_set wc = {.upd = &us, .n_upd = 1, .applied = &ap, .rc = &pr, .n_rc = 1};
     OK(obx__st_begin(f->s));
-    assert_int_equal(obx__st_write_set(f->s, &wc), OBX_OK);
-    assert_false(ap);
+    assert_int_equal(obx__st_write_set(f->s, &wc), OBX_ECONFLICT);
+    assert_non_null(strstr(obx_errmsg(), x));
+    assert_non_null(strstr(obx_errmsg(), "changed under a locked transaction"));
     OK(obx__st_rollback(f->s));
     assert_int_equal(load1(f->s, x, 0).state, OBX__ST_SENDING);
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_receipt"), 1);
+}
+
+/* One relay transaction of write set w on s, in a thread (test_held_write_set). */
+typedef struct held_arg {
+    obx_store *s;
+    const obx__write_set *w;
+    obx_err err;
+    char msg[512];
+} held_arg;
+
+static void *held_commit_thread(void *arg) {
+    held_arg *h = arg;
+    h->err = obx__st_begin(h->s);
+    if (!h->err && !(h->err = obx__st_write_set(h->s, h->w))) h->err = obx__st_commit(h->s);
+    if (h->err) obx__strlcpy(h->msg, obx_errmsg(), sizeof h->msg);
+    return NULL;
+}
+
+/* A relay transaction's write set is held and sent with its COMMIT, in one pipeline (schema
+ * version 13): an update that did not apply fails the COMMIT (OBX_ECONFLICT, the event named)
+ * and nothing of the write set is kept, the connection idle and usable after; a good one is
+ * committed whole; a statement after a held write set sends it first, and its failure is that
+ * statement's; a rollback sends nothing; a backend terminated in a statement is
+ * OBX_ECONNLOST (the COMMIT behind it never ran), one terminated in the COMMIT OBX_EUNKNOWN. */
+static void test_held_write_set(void **state) {
+    fx *f = *state;
+    relay_conn x;
+    relay_open(f, &x, "held");
+    char a[31], b[31];
+    enqueue_two(f, "o-held1", "o-held2", a, b);
+    const char *audits = "SELECT count(*) FROM obx.obx_audit_all";
+    long long audit0 = qint(f->conn, audits);
+    obx__audit_row ad = {.actor = OBX__ACT_DISPATCHER,
+                         .envelope_gen = 1,
+                         .from = OBX__ST_PENDING,
+                         .to = OBX__ST_CLAIMED,
+                         .claim_gen = 1};
+    strcpy(ad.event_id, a);
+    strcpy(ad.reason, "claimed");
+    obx__event_row r = load1(f->s, a, 0);
+    r.state = OBX__ST_CLAIMED;
+    r.claim_gen = 1;
+    /* stale: a is PENDING with claim_gen 0, the update expects CLAIMED 1 */
+    obx__event_update u = {&r, OBX__ST_CLAIMED, 1};
+    bool ap = false;
+    obx__write_set w = {.upd = &u, .n_upd = 1, .applied = &ap, .au = &ad, .n_au = 1};
+    OK(obx__st_begin(x.ws));
+    OK(obx__st_write_set(x.ws, &w)); /* held: nothing sent yet */
+    assert_int_equal(obx__st_commit(x.ws), OBX_ECONFLICT);
+    assert_non_null(strstr(obx_errmsg(), a));
+    assert_int_equal(PQtransactionStatus(x.rc), PQTRANS_IDLE);
+    assert_int_equal(qint(f->conn, audits), audit0);
+    assert_int_equal(load1(f->s, a, 0).state, OBX__ST_PENDING);
+    /* the same, expecting what is there: committed whole */
+    u.expect_state = OBX__ST_PENDING;
+    u.expect_claim_gen = 0;
+    OK(obx__st_begin(x.ws));
+    OK(obx__st_write_set(x.ws, &w));
+    assert_true(ap);
+    OK(obx__st_commit(x.ws));
+    assert_int_equal(PQtransactionStatus(x.rc), PQTRANS_IDLE);
+    assert_int_equal(load1(f->s, a, 0).state, OBX__ST_CLAIMED);
+    assert_int_equal(qint(f->conn, audits), audit0 + 1);
+    /* stale again (a is CLAIMED now): the next statement of the transaction reports it */
+    OK(obx__st_begin(x.ws));
+    OK(obx__st_write_set(x.ws, &w));
+    obx__rows rows = {0};
+    const char *id = b;
+    assert_int_equal(obx__st_load_events(x.ws, &id, 1, 0, &rows), OBX_ECONFLICT);
+    assert_non_null(strstr(obx_errmsg(), a));
+    obx__rows_free(&rows);
+    OK(obx__st_rollback(x.ws));
+    assert_int_equal(PQtransactionStatus(x.rc), PQTRANS_IDLE);
+    /* a good write set, then a statement: sent in order, the statement sees the write */
+    r.state = OBX__ST_SENDING;
+    u.expect_state = OBX__ST_CLAIMED;
+    u.expect_claim_gen = 1;
+    OK(obx__st_begin(x.ws));
+    OK(obx__st_write_set(x.ws, &w));
+    id = a;
+    OK(obx__st_load_events(x.ws, &id, 1, 0, &rows));
+    assert_int_equal(rows.n, 1);
+    assert_int_equal(rows.v[0].state, OBX__ST_SENDING);
+    obx__rows_free(&rows);
+    /* rolled back: neither the write set nor anything else is kept */
+    OK(obx__st_rollback(x.ws));
+    assert_int_equal(load1(f->s, a, 0).state, OBX__ST_CLAIMED);
+    assert_int_equal(qint(f->conn, audits), audit0 + 1);
+    /* held, then rolled back before anything was sent: nothing reaches the server */
+    OK(obx__st_begin(x.ws));
+    OK(obx__st_write_set(x.ws, &w));
+    OK(obx__st_rollback(x.ws));
+    assert_int_equal(PQtransactionStatus(x.rc), PQTRANS_IDLE);
+    assert_int_equal(load1(f->s, a, 0).state, OBX__ST_CLAIMED);
+    assert_int_equal(qint(f->conn, audits), audit0 + 1);
+    /* the backend terminated while the write set waits (for the event's row lock): the
+     * server answered that statement, so the COMMIT behind it never ran: OBX_ECONNLOST,
+     * nothing kept */
+    exec_ok(x.rc, "SET application_name = 'obx-held-kill'");
+    PGconn *holder = connect_url(f->url);
+    char lock[160];
+    snprintf(lock, sizeof lock, "SELECT 1 FROM obx.obx_event WHERE event_id = '%s' FOR UPDATE", a);
+    exec_ok(holder, "BEGIN");
+    exec_ok(holder, lock);
+    held_arg h = {.s = x.ws, .w = &w};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, held_commit_thread, &h), 0);
+    assert_int_equal(wait_lock_waiter("obx-held-kill"), 0);
+    kill_backend("obx-held-kill");
+    pthread_join(t, NULL);
+    if (h.err != OBX_ECONNLOST) fail_msg("%s: %s", obx_errname(h.err), h.msg);
+    exec_ok(holder, "ROLLBACK");
+    assert_int_equal(load1(f->s, a, 0).state, OBX__ST_CLAIMED);
+    assert_int_equal(qint(f->conn, audits), audit0 + 1);
+    relay_close(&x);
+    /* terminated while the COMMIT runs (a deferred trigger waits for a lock): the statements
+     * answered, the COMMIT did not: OBX_EUNKNOWN, never success */
+    relay_open(f, &x, "held");
+    exec_ok(x.rc, "SET application_name = 'obx-held-kill'");
+    exec_ok(f->conn, "CREATE FUNCTION public.obx_test_commit_wait() RETURNS trigger LANGUAGE "
+                     "plpgsql AS $$BEGIN PERFORM pg_advisory_lock(4242); RETURN NULL; END$$");
+    exec_ok(f->conn, "CREATE CONSTRAINT TRIGGER obx_test_commit_wait AFTER INSERT ON "
+                     "obx.obx_audit_batch DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE "
+                     "FUNCTION public.obx_test_commit_wait()");
+    exec_ok(holder, "SELECT pg_advisory_lock(4242)");
+    h = (held_arg){.s = x.ws, .w = &w};
+    assert_int_equal(pthread_create(&t, NULL, held_commit_thread, &h), 0);
+    assert_int_equal(wait_lock_waiter("obx-held-kill"), 0);
+    kill_backend("obx-held-kill");
+    pthread_join(t, NULL);
+    if (h.err != OBX_EUNKNOWN) fail_msg("%s: %s", obx_errname(h.err), h.msg);
+    exec_ok(holder, "SELECT pg_advisory_unlock(4242)");
+    PQfinish(holder);
+    exec_ok(f->conn, "DROP TRIGGER obx_test_commit_wait ON obx.obx_audit_batch");
+    exec_ok(f->conn, "DROP FUNCTION public.obx_test_commit_wait()");
+    assert_int_equal(load1(f->s, a, 0).state, OBX__ST_CLAIMED); /* it had not committed */
+    assert_int_equal(qint(f->conn, audits), audit0 + 1);
+    relay_close(&x);
 }
 
 /* ---- delivery sets through obx.enqueue(), and the upgrade from schema version 1 -------------
@@ -3599,6 +3739,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_stats_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_semantics, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_set, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_held_write_set, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sql_enqueue_delivery_set, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_from_v1, setup, teardown),

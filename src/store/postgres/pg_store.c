@@ -63,6 +63,7 @@ extern const char obx__pg_schema_v9[];
 extern const char obx__pg_schema_v10[];
 extern const char obx__pg_schema_v11[];
 extern const char obx__pg_schema_v12[];
+extern const char obx__pg_schema_v13[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -77,7 +78,8 @@ static const char *const migrations[] = {NULL,
                                          obx__pg_schema_v9,
                                          obx__pg_schema_v10,
                                          obx__pg_schema_v11,
-                                         obx__pg_schema_v12};
+                                         obx__pg_schema_v12,
+                                         obx__pg_schema_v13};
 
 /* Advisory lock class IDs ("OBX" and "OBY"): the two-key form keeps obx's locks apart from an
  * application's single-bigint advisory locks. */
@@ -169,15 +171,21 @@ enum {
     Q_COUNT = Q_AGED_COUNT + OBX__AGED_COUNT
 };
 
+struct ws_stmt;
+
 typedef struct pg_store {
     obx__store base;
     PGconn *conn;
     bool owned;
-    obx__tx_nest tx;    /* transaction nesting (shared.c) */
-    bool lost;          /* the connection was lost inside the current obx transaction */
-    bool listening;     /* LISTEN obx_work issued on this connection */
-    bool dispatch;      /* serve_dispatch: every BEGIN sets the relay's planner options */
-    unsigned pend;      /* P_*: what goes in front of the next statement (ws_run, pend_flush) */
+    obx__tx_nest tx; /* transaction nesting (shared.c) */
+    bool lost;       /* the connection was lost inside the current obx transaction */
+    bool listening;  /* LISTEN obx_work issued on this connection */
+    bool dispatch;   /* serve_dispatch: every BEGIN sets the relay's planner options */
+    unsigned pend;   /* P_*: what goes in front of the next statement (ws_run, pend_flush) */
+    /* a relay transaction's write set, held back for its COMMIT's pipeline (pg_write_set);
+     * owned; sent before anything else the transaction sends (conn_ready) */
+    struct ws_stmt *held;
+    size_t n_held;
     bool names_checked; /* borrowed connection: pg_prepared_statements read */
     bool prepared[Q_COUNT];
 } pg_store;
@@ -315,6 +323,16 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
  * rows, one per key a row leaves (-1) or enters (+1); CTE `st` appends their net per key, CTE
  * `cp` (to be LEFT JOINed, one row) compacts the deltas in one statement of 256, as the
  * triggers did. */
+/* The write set's own check (schema_v13.sql): a row only if obx._ws_check() returned, which it
+ * does only when the CTE `cte` returned `expected` rows (-1: no check); otherwise it raises and
+ * fails the transaction, so that a COMMIT in the same pipeline cannot commit a write set that
+ * did not apply whole (pg_write_set). Its own UNION ALL branch: evaluated even when `cte` is
+ * empty. */
+#define WS_CHECK(expected, cte, what, ids, missing)                                                \
+    "SELECT NULL FROM (SELECT obx._ws_check(" expected "::int, count(*), '" what "', CASE WHEN "   \
+    "count(*) <> " expected "::int THEN " ids " END, " missing ") AS x FROM " cte ") ck WHERE "    \
+    "ck.x <> 0"
+
 #define STAT_DELTA(moves)                                                                          \
     "st AS (INSERT INTO obx.obx_stat_delta (key, n) SELECT k, sum(d) FROM (" moves ") x "          \
     "GROUP BY k HAVING sum(d) <> 0), cp AS MATERIALIZED (SELECT CASE WHEN random() < 1.0 / 256 "   \
@@ -499,18 +517,32 @@ static const char *const sql_text[Q_COUNT] = {
         "AND e.claim_gen = u.expect_claim_gen RETURNING u.ord, u.expect_state, "
         "u.state), " STAT_DELTA(
             "SELECT 'state:' || expect_state AS k, -1 AS d FROM up UNION ALL "
-            "SELECT 'state:' || state, 1 FROM up") " SELECT up.ord FROM up LEFT JOIN cp ON true",
+            "SELECT 'state:' || state, 1 FROM up") " SELECT up.ord FROM up LEFT JOIN cp ON true"
+                                                   " UNION ALL " WS_CHECK(
+                                                       "$22", "up", "event",
+                                                       "(SELECT string_agg(i.event_id, ', ') FROM "
+                                                       "unnest($1::text[]) WITH "
+                                                       "ORDINALITY AS i(event_id, ord) WHERE i.ord "
+                                                       "NOT IN (SELECT ord "
+                                                       "FROM up))",
+                                                       "false"),
     [Q_INS_ATT] = "INSERT INTO obx.obx_attempt (" ATT_COLS ") SELECT " ATT_COLS
                   " FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::bigint[], "
                   "$6::text[], $7::text[], $8::int[], $9::text[], $10::bigint[], $11::bigint[], "
                   "$12::bigint[], $13::bigint[], $14::bigint[], $15::text[]) AS t(" ATT_COLS ")",
-    [Q_UPD_ATT] = "UPDATE obx.obx_attempt a SET partition = u.partition, state = u.state, "
+    [Q_UPD_ATT] = "WITH ua AS (UPDATE obx.obx_attempt a SET partition = u.partition, "
+                  "state = u.state, "
                   "unknown_at = u.unknown_at, ended_at = u.ended_at, "
                   "offset_before = u.offset_before, quiet_until = u.quiet_until, "
                   "detail = u.detail FROM unnest($1::text[], $2::int[], $3::text[], "
                   "$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[]) AS "
                   "u(attempt_id, partition, state, unknown_at, ended_at, offset_before, "
-                  "quiet_until, detail) WHERE a.attempt_id = u.attempt_id RETURNING a.attempt_id",
+                  "quiet_until, detail) WHERE a.attempt_id = u.attempt_id RETURNING "
+                  "a.attempt_id) SELECT attempt_id FROM ua UNION ALL " WS_CHECK(
+                      "$9", "ua", "attempt",
+                      "(SELECT string_agg(i, ', ') FROM unnest($1::text[]) AS i WHERE i NOT IN "
+                      "(SELECT attempt_id FROM ua))",
+                      "true"),
     [Q_LOAD_ATT] = "SELECT a.attempt_id, a.event_id, a.envelope_gen, a.attempt_gen, a.claim_gen, "
                    "a.owner, a.dest_digest, a.partition, a.state, a.started_at, a.unknown_at, "
                    "a.ended_at, a.offset_before, a.quiet_until, a.detail FROM "
@@ -1106,6 +1138,8 @@ static obx_err map_error(pg_store *s, const PGresult *r, const char *what) {
     if (!strcmp(st, "OB002")) return obx__fail(OBX_EINVAL, "%s", msg);
     if (!strcmp(st, "OB003")) return obx__fail(OBX_ETOOBIG, "%s", msg);
     if (!strcmp(st, "OB004")) return obx__fail(OBX_ENOROUTE, "%s", msg);
+    if (!strcmp(st, "OB005")) return obx__fail(OBX_ECONFLICT, "%s (%s)", msg, what);
+    if (!strcmp(st, "OB006")) return obx__fail(OBX_ENOTFOUND, "%s (%s)", msg, what);
     if (!strcmp(st, "23505")) return obx__fail(OBX_ECONFLICT, "postgres: %s (%s)", msg, what);
     if (!strcmp(st, "40001") || !strcmp(st, "40P01") || !strcmp(st, "55P03") ||
         !strcmp(st, "57014"))
@@ -1143,9 +1177,16 @@ static void forget_session(pg_store *s) {
     s->names_checked = false;
 }
 
+static obx_err held_send(pg_store *s, bool commit);
+
 /* Contract 6: usable connection or OBX_ECONNLOST. What the transaction has not sent yet
- * (pend) stays unsent: for the callers that put it in their pipeline (ws_run). */
+ * (pend) stays unsent: for the callers that put it in their pipeline (ws_run); a held write set
+ * is sent first (its errors are this call's). */
 static obx_err conn_ready(pg_store *s, const char *what) {
+    if (s->held) {
+        obx_err e = held_send(s, false);
+        if (e) return e;
+    }
     if (s->tx.depth > 0 && s->lost)
         return obx__fail(OBX_ECONNLOST,
                          "postgres: connection lost earlier in this transaction (%s): roll back",
@@ -1242,7 +1283,34 @@ typedef struct ws_stmt {
 } ws_stmt;
 
 static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const struct obx__write_set *w,
-                      PGresult **keep);
+                      PGresult **keep, bool commit);
+
+static void held_drop(pg_store *s) {
+    for (size_t i = 0; i < s->n_held; i++) p_free(&s->held[i].p);
+    free(s->held);
+    s->held = NULL;
+    s->n_held = 0;
+}
+
+/* Sends the held write set (pg_write_set), then COMMIT in the same pipeline when commit (from
+ * commit_outer: the transaction's depth is already 0). Its failures are the caller's. */
+static obx_err held_send(pg_store *s, bool commit) {
+    ws_stmt *st = s->held;
+    size_t ns = s->n_held;
+    s->held = NULL; /* sent once, whatever happens (conn_ready: no recursion) */
+    s->n_held = 0;
+    obx_err e;
+    if (commit && (s->lost || PQstatus(s->conn) != CONNECTION_OK)) {
+        s->pend = 0; /* never reconnect here: the transaction died with the connection */
+        e = obx__fail(OBX_ECONNLOST, "postgres: connection lost before COMMIT: the transaction "
+                                     "was not committed");
+    } else {
+        e = ws_run(s, st, ns, NULL, NULL, commit);
+    }
+    for (size_t i = 0; i < ns; i++) p_free(&st[i].p);
+    free(st);
+    return e;
+}
 
 static bool retriable_race(const PGresult *r) {
     const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
@@ -1261,7 +1329,7 @@ static obx_err run(pg_store *s, int id, params *p, ExecStatusType want, PGresult
         ws_stmt one = {.id = id, .kind = WS_KEEP, .what = what, .want = want};
         if (p) one.p = *p; /* shares p's buffers: not freed here */
         PGresult *r = NULL;
-        obx_err e = ws_run(s, &one, 1, NULL, &r);
+        obx_err e = ws_run(s, &one, 1, NULL, &r, false);
         if (!e && out)
             *out = r;
         else
@@ -1387,6 +1455,7 @@ static obx_err get_bytea(const PGresult *r, int row, int col, unsigned char **ou
 static void pg_close(obx__store *base) {
     pg_store *s = (pg_store *)base;
     if (!s) return;
+    held_drop(s);
     if (s->owned) PQfinish(s->conn);
     free(s);
 }
@@ -1595,16 +1664,9 @@ static obx_err tx_begin(obx__store *base) {
     return e;
 }
 
-/* The outermost COMMIT: definite success, definite failure, or OBX_EUNKNOWN when the connection
- * broke while COMMIT was in flight (contract 5). */
-static obx_err commit_outer(pg_store *s) {
-    bool begun = !(s->pend & P_BEGIN);
-    s->pend = 0;
-    if (!begun) return OBX_OK; /* nothing was sent: nothing to commit */
-    if (s->lost || PQstatus(s->conn) != CONNECTION_OK)
-        return obx__fail(OBX_ECONNLOST, "postgres: connection lost before COMMIT: the "
-                                        "transaction was not committed");
-    PGresult *r = PQexec(s->conn, "COMMIT");
+/* COMMIT's result r (consumed; NULL when none came): definite success, definite failure, or
+ * OBX_EUNKNOWN when the connection broke while COMMIT was in flight (contract 5). */
+static obx_err commit_result(pg_store *s, PGresult *r) {
     ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
     if (st == PGRES_COMMAND_OK) {
         /* COMMIT of a failed transaction reports success with the tag ROLLBACK */
@@ -1631,10 +1693,24 @@ static obx_err commit_outer(pg_store *s) {
     return e;
 }
 
+/* The outermost COMMIT: definite success, definite failure, or OBX_EUNKNOWN when the connection
+ * broke while COMMIT was in flight (contract 5). A held write set goes in COMMIT's pipeline. */
+static obx_err commit_outer(pg_store *s) {
+    if (s->held) return held_send(s, true);
+    bool begun = !(s->pend & P_BEGIN);
+    s->pend = 0;
+    if (!begun) return OBX_OK; /* nothing was sent: nothing to commit */
+    if (s->lost || PQstatus(s->conn) != CONNECTION_OK)
+        return obx__fail(OBX_ECONNLOST, "postgres: connection lost before COMMIT: the "
+                                        "transaction was not committed");
+    return commit_result(s, PQexec(s->conn, "COMMIT"));
+}
+
 static obx_err tx_commit(obx__store *base) { return commit_outer((pg_store *)base); }
 
 static obx_err tx_rollback(obx__store *base) {
     pg_store *s = (pg_store *)base;
+    held_drop(s); /* never sent: nothing of it to roll back */
     bool begun = !(s->pend & P_BEGIN);
     s->pend = 0;
     return begun ? exec_simple(s, "ROLLBACK", "rollback") : OBX_OK;
@@ -1661,7 +1737,11 @@ static bool tx_gone(obx__store *base) {
     return s->lost || PQstatus(s->conn) != CONNECTION_OK;
 }
 
-static void tx_idle(obx__store *base) { ((pg_store *)base)->lost = false; }
+static void tx_idle(obx__store *base) {
+    pg_store *s = (pg_store *)base;
+    s->lost = false;
+    held_drop(s); /* the transaction is over: a write set still held belonged to it */
+}
 
 static const obx__tx_ops pg_tx = {tx_in_tx,     tx_begin, tx_commit, tx_rollback,
                                   tx_savepoint, tx_gone,  tx_idle};
@@ -2203,8 +2283,9 @@ static const char *update_key(const void *rows, size_t i) {
     return ((const obx__event_update *)rows)[i].row->env.event_id;
 }
 
-/* The parameters of Q_UPD_EVENTS for n updates with distinct event IDs. */
-static obx_err build_update_events(params *p, const obx__event_update *u, size_t n) {
+/* The parameters of Q_UPD_EVENTS for n updates with distinct event IDs. check: the statement
+ * raises unless all n apply (WS_CHECK; the write set), else it reports which did. */
+static obx_err build_update_events(params *p, const obx__event_update *u, size_t n, bool check) {
     char(*ok)[ORDER_KEY_CAP] = malloc(n * sizeof *ok);
     if (!ok) return obx__fail(OBX_ENOMEM, "update events: out of memory");
     for (size_t i = 0; i < n; i++) order_key(u[i].row, ok[i], sizeof ok[i]);
@@ -2229,6 +2310,7 @@ static obx_err build_update_events(params *p, const obx__event_update *u, size_t
     ARR_TEXT(p, n, obx__state_name(u[i].expect_state));
     ARR_INT(p, n, u[i].expect_claim_gen);
     ARR_INT(p, n, u[i].row->held_at);
+    p_int(p, check ? (int64_t)n : -1);
     free(ok);
     return OBX_OK;
 }
@@ -2246,7 +2328,7 @@ static void read_applied(PGresult *r, size_t n, bool *applied) {
 static obx_err update_events_run(pg_store *s, const obx__event_update *u, size_t n, bool *applied) {
     params p;
     p_init(&p);
-    obx_err e = build_update_events(&p, u, n);
+    obx_err e = build_update_events(&p, u, n, false);
     PGresult *r = NULL;
     if (!e) e = run(s, Q_UPD_EVENTS, &p, PGRES_TUPLES_OK, &r, "update events");
     p_free(&p);
@@ -2306,8 +2388,9 @@ static const char *attempt_key(const void *rows, size_t i) {
     return ((const obx__attempt_row *)rows)[i].attempt_id;
 }
 
-/* The parameters of Q_UPD_ATT for n attempts with distinct IDs. */
-static void build_update_attempts(params *p, const obx__attempt_row *a, size_t n) {
+/* The parameters of Q_UPD_ATT for n attempts with distinct IDs. check: the statement raises
+ * unless all n exist (WS_CHECK; the write set). */
+static void build_update_attempts(params *p, const obx__attempt_row *a, size_t n, bool check) {
     ARR_TEXT(p, n, a[i].attempt_id);
     ARR_INT(p, n, a[i].partition);
     ARR_TEXT(p, n, obx__attempt_state_name(a[i].state));
@@ -2316,6 +2399,7 @@ static void build_update_attempts(params *p, const obx__attempt_row *a, size_t n
     ARR_INT(p, n, a[i].offset_before);
     ARR_INT(p, n, a[i].quiet_until);
     ARR_TEXT(p, n, a[i].detail);
+    p_int(p, check ? (int64_t)n : -1);
 }
 
 /* Q_UPD_ATT's RETURNING against the n attempts asked for: the first one missing is named;
@@ -2338,7 +2422,7 @@ static obx_err check_updated_attempts(PGresult *r, const obx__attempt_row *a, si
 static obx_err update_attempts_run(pg_store *s, const obx__attempt_row *a, size_t n) {
     params p;
     p_init(&p);
-    build_update_attempts(&p, a, n);
+    build_update_attempts(&p, a, n, false);
     PGresult *r = NULL;
     obx_err e = run(s, Q_UPD_ATT, &p, PGRES_TUPLES_OK, &r, "update attempts");
     p_free(&p);
@@ -2489,15 +2573,44 @@ static obx_err pg_insert_audit(obx__store *base, const obx__audit_row *a, size_t
 
 /* ---- a transaction's writes in one round trip (write_set) ----------------------------------- */
 
+/* The result of the COMMIT that ended ws_run's pipeline, after the statements' (e: theirs;
+ * refused: the server answered one with an error, so it did not run the COMMIT: a definite
+ * failure, OBX_ECONNLOST if the backend went with it; broke: the connection broke while they
+ * were read, so the COMMIT may have run: OBX_EUNKNOWN). Reads COMMIT's result when one is
+ * due. */
+static obx_err ws_commit_result(pg_store *s, obx_err e, bool refused, bool broke) {
+    if (e && !refused && (broke || PQstatus(s->conn) != CONNECTION_OK))
+        return obx__fail(OBX_EUNKNOWN,
+                         "postgres: connection lost while the write set and its COMMIT were in "
+                         "flight: the transaction may or may not have been committed (%s)",
+                         obx_errmsg());
+    PGresult *r = PQgetResult(s->conn), *more;
+    bool got = r != NULL;
+    obx_err c = OBX_OK;
+    if (refused)
+        PQclear(r); /* PGRES_PIPELINE_ABORTED: the server skipped it */
+    else
+        c = commit_result(s, r);
+    while (got && (more = PQgetResult(s->conn)) != NULL) PQclear(more);
+    if (!e || refused) return e ? e : c;
+    /* no statement failed on the server, but one's result was not what this side expected:
+     * the COMMIT ran, and may have committed */
+    return c ? e
+             : obx__fail(OBX_EUNKNOWN, "postgres: the write set's COMMIT ran after a result this "
+                                       "side did not expect");
+}
+
 /* Sends every statement, one sync, then reads the results in order (libpq pipeline mode).
  * The server runs them one after the other in the caller's transaction, exactly as separate
  * calls would; after a failed statement it skips the rest (PGRES_PIPELINE_ABORTED) and the
  * transaction is failed. Results are always read to the sync, so the connection leaves
  * pipeline mode whatever happened, unless it broke. What the transaction has not sent yet
  * (pend: its BEGIN, planner settings) goes first, in the same pipeline. w: the write set the
- * WS_UPD_* statements answer for (NULL if none); *keep: the result of the WS_KEEP statement. */
-static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set *w,
-                      PGresult **keep) {
+ * WS_UPD_* statements answer for (NULL if none); *keep: the result of the WS_KEEP statement.
+ * commit: COMMIT goes last, in the same pipeline (held_send; the transaction is over after,
+ * committed or rolled back, or OBX_EUNKNOWN: ws_commit_result). */
+static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set *w, PGresult **keep,
+                      bool commit) {
     const char *what = ns ? st[0].what : "pipeline";
     obx_err e = conn_ready(s, what);
     unsigned pend = s->pend;
@@ -2524,12 +2637,22 @@ static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set 
             ok = send_prepared(s, st[sent - npre].id, &st[sent - npre].p);
         if (!ok) break;
     }
+    /* COMMIT only behind every statement: the server skips it after one that failed */
+    bool committing = commit && sent == npre + ns && send_plain(s, "COMMIT");
     /* a sync also after a failed send: what was sent is answered, not left pending */
     bool synced = PQpipelineSync(s->conn);
-    if (sent < npre + ns || !synced) e = map_error(s, NULL, "pipeline: send");
-    size_t failed = ns; /* the first statement whose result says it failed */
+    if (sent < npre + ns || commit != committing || !synced)
+        e = map_error(s, NULL, "pipeline: send");
+    size_t failed = ns;                  /* the first statement whose result says it failed */
+    bool refused = false, broke = false; /* the server failed a statement; the connection broke */
     for (size_t k = 0; k < sent; k++) {
         PGresult *r = PQgetResult(s->conn), *more;
+        /* the server answered a statement with an error (a SQLSTATE: libpq's own errors, such
+         * as a connection closed under it, have none), also 57P01 (terminated in it): it ran
+         * nothing after it, COMMIT included */
+        if (!e && r && PQresultStatus(r) == PGRES_FATAL_ERROR &&
+            PQresultErrorField(r, PG_DIAG_SQLSTATE))
+            refused = true;
         if (e || (r && PQresultStatus(r) == PGRES_PIPELINE_ABORTED)) {
             PQclear(r);
         } else if (k < npre) {
@@ -2540,9 +2663,9 @@ static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set 
             const ws_stmt *x = &st[i];
             if ((e = check(s, r, x->want, &r, x->what))) {
                 failed = i;
-            } else if (x->kind == WS_UPD_EVENTS) {
+            } else if (x->kind == WS_UPD_EVENTS && w) {
                 read_applied(r, x->n, w->applied + x->off);
-            } else if (x->kind == WS_UPD_ATT) {
+            } else if (x->kind == WS_UPD_ATT && w) {
                 if ((e = check_updated_attempts(r, w->att + x->off, x->n))) failed = i;
             } else if (x->kind == WS_KEEP) {
                 *keep = r;
@@ -2550,14 +2673,23 @@ static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set 
                 PQclear(r);
             }
         }
-        if (!r) break; /* the connection broke: nothing more will come */
+        if (!r) { /* the connection broke: nothing more will come */
+            broke = true;
+            break;
+        }
         while ((more = PQgetResult(s->conn)) != NULL) PQclear(more);
     }
+    if (committing) e = ws_commit_result(s, e, refused, broke);
     if (synced && PQstatus(s->conn) == CONNECTION_OK) {
         PGresult *r = PQgetResult(s->conn); /* PGRES_PIPELINE_SYNC */
         PQclear(r);
     }
     if (!PQexitPipelineMode(s->conn) && !e) e = map_error(s, NULL, "pipeline mode");
+    /* a COMMIT that did not run leaves the transaction open (failed): end it, as a failed
+     * COMMIT does (contract 5: definite failure means rolled back) */
+    if (commit && e && e != OBX_EUNKNOWN && PQstatus(s->conn) == CONNECTION_OK &&
+        PQtransactionStatus(s->conn) != PQTRANS_IDLE)
+        PQclear(PQexec(s->conn, "ROLLBACK"));
     if (e && keep && *keep) {
         PQclear(*keep);
         *keep = NULL;
@@ -2594,7 +2726,7 @@ static obx_err pg_write_set(obx__store *base, const obx__write_set *w) {
         size_t len = unique_run(update_key, w->upd, at, w->n_upd, slots, nslots);
         ws_stmt *x = &st[ns++];
         *x = (ws_stmt){Q_UPD_EVENTS, WS_UPD_EVENTS, at, len, "update events", PGRES_TUPLES_OK};
-        e = build_update_events(&x->p, w->upd + at, len);
+        e = build_update_events(&x->p, w->upd + at, len, true);
         at += len;
     }
     if (!e && w->n_att_new) {
@@ -2606,7 +2738,7 @@ static obx_err pg_write_set(obx__store *base, const obx__write_set *w) {
         size_t len = unique_run(attempt_key, w->att, at, w->n_att, slots, nslots);
         ws_stmt *x = &st[ns++];
         *x = (ws_stmt){Q_UPD_ATT, WS_UPD_ATT, at, len, "update attempts", PGRES_TUPLES_OK};
-        build_update_attempts(&x->p, w->att + at, len);
+        build_update_attempts(&x->p, w->att + at, len, true);
         at += len;
     }
     if (!e && w->n_rc) {
@@ -2619,7 +2751,19 @@ static obx_err pg_write_set(obx__store *base, const obx__write_set *w) {
         *x = (ws_stmt){Q_INS_AUDIT, WS_PLAIN, 0, w->n_au, "insert audit", PGRES_COMMAND_OK};
         x->id = build_insert_audit(&x->p, w->au, w->n_au);
     }
-    if (!e) e = ws_run(s, st, ns, w, NULL);
+    /* A relay transaction (obx began it, depth 1) ends with its write set: hold it back, and
+     * send it with the COMMIT (commit_outer), one round trip fewer per transaction. Every
+     * statement checks itself (WS_CHECK): if an update did not apply the transaction fails and
+     * the COMMIT rolls back, so every update counts as applied here. Anything else the
+     * transaction sends first sends the write set (conn_ready). */
+    if (!e && s->dispatch && s->tx.depth == 1 && s->tx.outer_begin && !s->held) {
+        for (size_t i = 0; i < w->n_upd; i++) w->applied[i] = true;
+        s->held = st;
+        s->n_held = ns;
+        free(slots);
+        return OBX_OK;
+    }
+    if (!e) e = ws_run(s, st, ns, w, NULL, false);
     for (size_t i = 0; st && i < ns; i++) p_free(&st[i].p);
     free(st);
     free(slots);

@@ -33,6 +33,7 @@ extern const char obx__sqlite_schema_v9[];
 extern const char obx__sqlite_schema_v10[];
 extern const char obx__sqlite_schema_v11[];
 extern const char obx__sqlite_schema_v12[];
+extern const char obx__sqlite_schema_v13[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -47,7 +48,8 @@ static const char *const migrations[] = {NULL,
                                          obx__sqlite_schema_v9,
                                          obx__sqlite_schema_v10,
                                          obx__sqlite_schema_v11,
-                                         obx__sqlite_schema_v12};
+                                         obx__sqlite_schema_v12,
+                                         obx__sqlite_schema_v13};
 
 enum {
     Q_ROUTE_PUT,
