@@ -49,7 +49,7 @@
  *    an identity column (schema_v11.sql);
  * 12: PostgreSQL's obx.enqueue() as a door to a PL/pgSQL or the obx_pg extension's C body
  *    (schema_v12.sql; SQLite unchanged);
- * 13: PostgreSQL's write set checks itself (obx._ws_check), so that a relay transaction's
+ * 13: PostgreSQL's write set checks itself (obx._ws_fail), so that a relay transaction's
  *    COMMIT goes in the write set's round trip (schema_v13.sql; SQLite unchanged) */
 #define OBX__SCHEMA_VERSION 13
 

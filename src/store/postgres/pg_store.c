@@ -323,15 +323,22 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
  * rows, one per key a row leaves (-1) or enters (+1); CTE `st` appends their net per key, CTE
  * `cp` (to be LEFT JOINed, one row) compacts the deltas in one statement of 256, as the
  * triggers did. */
-/* The write set's own check (schema_v13.sql): a row only if obx._ws_check() returned, which it
- * does only when the CTE `cte` returned `expected` rows (-1: no check); otherwise it raises and
- * fails the transaction, so that a COMMIT in the same pipeline cannot commit a write set that
- * did not apply whole (pg_write_set). Its own UNION ALL branch: evaluated even when `cte` is
- * empty. */
-#define WS_CHECK(expected, cte, what, ids, missing)                                                \
-    "SELECT NULL FROM (SELECT obx._ws_check(" expected "::int, count(*), '" what "', CASE WHEN "   \
-    "count(*) <> " expected "::int THEN " ids " END, " missing ") AS x FROM " cte ") ck WHERE "    \
-    "ck.x <> 0"
+/* The write set's own check (schema_v13.sql): when the CTE `cte` did not return `expected` rows
+ * (-1: no check), obx._ws_fail() raises and fails the transaction, so that a COMMIT in the same
+ * pipeline cannot commit a write set that did not apply whole (pg_write_set). Its own UNION ALL
+ * branch, evaluated even when `cte` is empty; `ids` (the rows that did not apply) and the
+ * function run only then. type: the other branch's column type. */
+#define WS_CHECK(expected, cte, what, ids, missing, type)                                          \
+    "SELECT obx._ws_fail('" what "', " ids ", " missing ")::" type " FROM (SELECT count(*) AS "    \
+    "c FROM " cte ") ck WHERE " expected "::int >= 0 AND ck.c <> " expected "::int"
+
+/* The rows of Q_UPD_EVENTS / Q_UPD_ATT that did not apply, for WS_CHECK's message. */
+#define UPD_EVENTS_MISSING                                                                         \
+    "(SELECT string_agg(i.event_id, ', ') FROM unnest($1::text[]) WITH ORDINALITY AS "             \
+    "i(event_id, ord) WHERE i.ord NOT IN (SELECT ord FROM up))"
+#define UPD_ATT_MISSING                                                                            \
+    "(SELECT string_agg(i, ', ') FROM unnest($1::text[]) AS i WHERE i NOT IN (SELECT attempt_id "  \
+    "FROM ua))"
 
 #define STAT_DELTA(moves)                                                                          \
     "st AS (INSERT INTO obx.obx_stat_delta (key, n) SELECT k, sum(d) FROM (" moves ") x "          \
@@ -518,14 +525,9 @@ static const char *const sql_text[Q_COUNT] = {
         "u.state), " STAT_DELTA(
             "SELECT 'state:' || expect_state AS k, -1 AS d FROM up UNION ALL "
             "SELECT 'state:' || state, 1 FROM up") " SELECT up.ord FROM up LEFT JOIN cp ON true"
-                                                   " UNION ALL " WS_CHECK(
-                                                       "$22", "up", "event",
-                                                       "(SELECT string_agg(i.event_id, ', ') FROM "
-                                                       "unnest($1::text[]) WITH "
-                                                       "ORDINALITY AS i(event_id, ord) WHERE i.ord "
-                                                       "NOT IN (SELECT ord "
-                                                       "FROM up))",
-                                                       "false"),
+                                                   " UNION ALL " WS_CHECK("$22", "up", "event",
+                                                                          UPD_EVENTS_MISSING,
+                                                                          "false", "bigint"),
     [Q_INS_ATT] = "INSERT INTO obx.obx_attempt (" ATT_COLS ") SELECT " ATT_COLS
                   " FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::bigint[], "
                   "$6::text[], $7::text[], $8::int[], $9::text[], $10::bigint[], $11::bigint[], "
@@ -539,10 +541,7 @@ static const char *const sql_text[Q_COUNT] = {
                   "u(attempt_id, partition, state, unknown_at, ended_at, offset_before, "
                   "quiet_until, detail) WHERE a.attempt_id = u.attempt_id RETURNING "
                   "a.attempt_id) SELECT attempt_id FROM ua UNION ALL " WS_CHECK(
-                      "$9", "ua", "attempt",
-                      "(SELECT string_agg(i, ', ') FROM unnest($1::text[]) AS i WHERE i NOT IN "
-                      "(SELECT attempt_id FROM ua))",
-                      "true"),
+                      "$9", "ua", "attempt", UPD_ATT_MISSING, "true", "text"),
     [Q_LOAD_ATT] = "SELECT a.attempt_id, a.event_id, a.envelope_gen, a.attempt_gen, a.claim_gen, "
                    "a.owner, a.dest_digest, a.partition, a.state, a.started_at, a.unknown_at, "
                    "a.ended_at, a.offset_before, a.quiet_until, a.detail FROM "

@@ -10,19 +10,17 @@
 -- update does not exist, which fails the transaction on the server, and COMMIT goes in the same
 -- pipeline: it commits only a write set that applied whole, and otherwise becomes a rollback.
 
--- Raises when got <> expected (expected < 0 checks nothing), else returns 0. what and ids name
--- the rows in the message (ids: those that did not apply). missing: the rows were not found
--- (OB006, obx's OBX_ENOTFOUND: an attempt to update does not exist); otherwise a
--- compare-and-set was lost (OB005, OBX_ECONFLICT: the event changed under a locked transaction).
-CREATE FUNCTION obx._ws_check(expected integer, got bigint, what text, ids text, missing boolean)
-RETURNS integer LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $f$
+-- Raises, always: the write set's statements call it only for a part that did not apply whole
+-- (pg_store.c, WS_CHECK), so the common case calls no function at all. what and ids name the
+-- rows in the message (ids: those that did not apply). missing: the rows were not found (OB006,
+-- obx's OBX_ENOTFOUND: an attempt to update does not exist); otherwise a compare-and-set was
+-- lost (OB005, OBX_ECONFLICT: the event changed under a locked transaction).
+CREATE FUNCTION obx._ws_fail(what text, ids text, missing boolean)
+RETURNS bigint LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $f$
 BEGIN
-    IF expected >= 0 AND got <> expected THEN
-        RAISE EXCEPTION USING ERRCODE = CASE WHEN missing THEN 'OB006' ELSE 'OB005' END,
-            MESSAGE = format('obx: %s %s %s', what, ids,
-                             CASE WHEN missing THEN 'not found'
-                                  ELSE 'changed under a locked transaction' END);
-    END IF;
-    RETURN 0;
+    RAISE EXCEPTION USING ERRCODE = CASE WHEN missing THEN 'OB006' ELSE 'OB005' END,
+        MESSAGE = format('obx: %s %s %s', what, ids,
+                         CASE WHEN missing THEN 'not found'
+                              ELSE 'changed under a locked transaction' END);
 END
 $f$;
