@@ -2530,6 +2530,18 @@ static void test_batch_semantics(void **state) {
     obx__rows_free(&rows);
 }
 
+/* The dispatcher's audit row of event id's claim (PENDING -> CLAIMED, claim 1). */
+static obx__audit_row claimed_audit(const char *id) {
+    obx__audit_row ad = {.actor = OBX__ACT_DISPATCHER,
+                         .envelope_gen = 1,
+                         .from = OBX__ST_PENDING,
+                         .to = OBX__ST_CLAIMED,
+                         .claim_gen = 1};
+    obx__strlcpy(ad.event_id, id, sizeof ad.event_id);
+    strcpy(ad.reason, "claimed");
+    return ad;
+}
+
 /* A transaction's writes in one round trip (write_set, libpq pipeline mode): the same effects as
  * the five calls one after the other, repeated rows included; a part that fails is reported
  * with its own message; an update that did not apply wins over the failure it caused later;
@@ -2560,13 +2572,7 @@ static void test_write_set(void **state) {
     au[0].state = OBX__AT_UNKNOWN;
     au[1].state = OBX__AT_ACCEPTED;
     strcpy(au[1].detail, "acked");
-    obx__audit_row ad = {.actor = OBX__ACT_DISPATCHER,
-                         .envelope_gen = 1,
-                         .from = OBX__ST_PENDING,
-                         .to = OBX__ST_CLAIMED,
-                         .claim_gen = 1};
-    strcpy(ad.event_id, x);
-    strcpy(ad.reason, "claimed");
+    obx__audit_row ad = claimed_audit(x);
     obx__write_set w = {.upd = u,
                         .n_upd = 3,
                         .applied = applied,
@@ -2668,13 +2674,7 @@ static void test_held_write_set(void **state) {
     enqueue_two(f, "o-held1", "o-held2", a, b);
     const char *audits = "SELECT count(*) FROM obx.obx_audit_all";
     long long audit0 = qint(f->conn, audits);
-    obx__audit_row ad = {.actor = OBX__ACT_DISPATCHER,
-                         .envelope_gen = 1,
-                         .from = OBX__ST_PENDING,
-                         .to = OBX__ST_CLAIMED,
-                         .claim_gen = 1};
-    strcpy(ad.event_id, a);
-    strcpy(ad.reason, "claimed");
+    obx__audit_row ad = claimed_audit(a);
     obx__event_row r = load1(f->s, a, 0);
     r.state = OBX__ST_CLAIMED;
     r.claim_gen = 1;

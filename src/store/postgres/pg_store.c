@@ -318,11 +318,6 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
 #define QUAR_W "obx.obx_receipt WHERE kind IN ('QUARANTINED', 'MIGRATION') AND kind = 'QUARANTINED'"
 #define IQUAR_W "obx.obx_inbox_quarantine WHERE true"
 
-/* The statistics delta of a statement that moves events between states or inserts receipts:
- * since schema version 7 no trigger counts them (schema_v7.sql). `moves` is a query of (k, d)
- * rows, one per key a row leaves (-1) or enters (+1); CTE `st` appends their net per key, CTE
- * `cp` (to be LEFT JOINed, one row) compacts the deltas in one statement of 256, as the
- * triggers did. */
 /* The write set's own check (schema_v13.sql): when the CTE `cte` did not return `expected` rows
  * (-1: no check), obx._ws_fail() raises and fails the transaction, so that a COMMIT in the same
  * pipeline cannot commit a write set that did not apply whole (pg_write_set). Its own UNION ALL
@@ -340,6 +335,11 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
     "(SELECT string_agg(i, ', ') FROM unnest($1::text[]) AS i WHERE i NOT IN (SELECT attempt_id "  \
     "FROM ua))"
 
+/* The statistics delta of a statement that moves events between states or inserts receipts:
+ * since schema version 7 no trigger counts them (schema_v7.sql). `moves` is a query of (k, d)
+ * rows, one per key a row leaves (-1) or enters (+1); CTE `st` appends their net per key, CTE
+ * `cp` (to be LEFT JOINed, one row) compacts the deltas in one statement of 256, as the
+ * triggers did. */
 #define STAT_DELTA(moves)                                                                          \
     "st AS (INSERT INTO obx.obx_stat_delta (key, n) SELECT k, sum(d) FROM (" moves ") x "          \
     "GROUP BY k HAVING sum(d) <> 0), cp AS MATERIALIZED (SELECT CASE WHEN random() < 1.0 / 256 "   \
@@ -1284,9 +1284,14 @@ typedef struct ws_stmt {
 static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const struct obx__write_set *w,
                       PGresult **keep, bool commit);
 
+/* Frees ns statements and their parameters (st may be NULL). */
+static void ws_free(ws_stmt *st, size_t ns) {
+    for (size_t i = 0; st && i < ns; i++) p_free(&st[i].p);
+    free(st);
+}
+
 static void held_drop(pg_store *s) {
-    for (size_t i = 0; i < s->n_held; i++) p_free(&s->held[i].p);
-    free(s->held);
+    ws_free(s->held, s->n_held);
     s->held = NULL;
     s->n_held = 0;
 }
@@ -1306,8 +1311,7 @@ static obx_err held_send(pg_store *s, bool commit) {
     } else {
         e = ws_run(s, st, ns, NULL, NULL, commit);
     }
-    for (size_t i = 0; i < ns; i++) p_free(&st[i].p);
-    free(st);
+    ws_free(st, ns);
     return e;
 }
 
@@ -2599,6 +2603,21 @@ static obx_err ws_commit_result(pg_store *s, obx_err e, bool refused, bool broke
                                        "side did not expect");
 }
 
+/* A statement's successful result r (consumed or kept): an update's rows to the write set w
+ * (NULL: nothing to report, the statement checked itself), the WS_KEEP result to *keep. */
+static obx_err ws_take(const ws_stmt *x, PGresult *r, const obx__write_set *w, PGresult **keep) {
+    if (x->kind == WS_UPD_EVENTS && w) {
+        read_applied(r, x->n, w->applied + x->off);
+        return OBX_OK;
+    }
+    if (x->kind == WS_UPD_ATT && w) return check_updated_attempts(r, w->att + x->off, x->n);
+    if (x->kind == WS_KEEP)
+        *keep = r;
+    else
+        PQclear(r);
+    return OBX_OK;
+}
+
 /* Sends every statement, one sync, then reads the results in order (libpq pipeline mode).
  * The server runs them one after the other in the caller's transaction, exactly as separate
  * calls would; after a failed statement it skips the rest (PGRES_PIPELINE_ABORTED) and the
@@ -2642,7 +2661,6 @@ static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set 
     bool synced = PQpipelineSync(s->conn);
     if (sent < npre + ns || commit != committing || !synced)
         e = map_error(s, NULL, "pipeline: send");
-    size_t failed = ns;                  /* the first statement whose result says it failed */
     bool refused = false, broke = false; /* the server failed a statement; the connection broke */
     for (size_t k = 0; k < sent; k++) {
         PGresult *r = PQgetResult(s->conn), *more;
@@ -2658,19 +2676,10 @@ static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set 
             e = check(s, r, pre[k] < 0 ? PGRES_COMMAND_OK : PGRES_TUPLES_OK, NULL,
                       pre[k] < 0 ? "begin" : "relay plans");
         } else {
-            size_t i = k - npre;
-            const ws_stmt *x = &st[i];
-            if ((e = check(s, r, x->want, &r, x->what))) {
-                failed = i;
-            } else if (x->kind == WS_UPD_EVENTS && w) {
-                read_applied(r, x->n, w->applied + x->off);
-            } else if (x->kind == WS_UPD_ATT && w) {
-                if ((e = check_updated_attempts(r, w->att + x->off, x->n))) failed = i;
-            } else if (x->kind == WS_KEEP) {
-                *keep = r;
-            } else {
-                PQclear(r);
-            }
+            /* an event update that did not apply fails in its own statement (WS_CHECK), before
+             * any later part runs */
+            const ws_stmt *x = &st[k - npre];
+            if (!(e = check(s, r, x->want, &r, x->what))) e = ws_take(x, r, w, keep);
         }
         if (!r) { /* the connection broke: nothing more will come */
             broke = true;
@@ -2693,11 +2702,6 @@ static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set 
         PQclear(*keep);
         *keep = NULL;
     }
-    /* a later part that failed because an update did not apply (a receipt's slot taken by
-     * whoever changed the event): the caller's conflict is the one to report */
-    if (e && e != OBX_ECONNLOST && failed < ns && st[failed].kind != WS_UPD_EVENTS && w)
-        for (size_t i = 0; i < w->n_upd; i++)
-            if (!w->applied[i]) return OBX_OK;
     return e;
 }
 
@@ -2763,8 +2767,7 @@ static obx_err pg_write_set(obx__store *base, const obx__write_set *w) {
         return OBX_OK;
     }
     if (!e) e = ws_run(s, st, ns, w, NULL, false);
-    for (size_t i = 0; st && i < ns; i++) p_free(&st[i].p);
-    free(st);
+    ws_free(st, ns);
     free(slots);
     return e;
 }
