@@ -37,6 +37,7 @@
 
 #include <obx.h>
 #include <pthread.h>
+#include <math.h>
 #include <stdatomic.h>
 
 #include <stdio.h>
@@ -46,6 +47,17 @@
 #include <unistd.h>
 
 static int seconds = 15, clients = 8, reps = 3;
+
+/* A ratio for --json: null where it could not be measured (bn_pg_server_cpu reads the server's
+ * processes only for the servers bench/run.sh started; against OBX_TEST_PG_URL's it has none,
+ * and 0 / 0 printed as "-nan" made the object invalid JSON). */
+static const char *jratio(char *buf, size_t cap, double v) {
+    if (isfinite(v))
+        snprintf(buf, cap, "%.3f", v);
+    else
+        snprintf(buf, cap, "null");
+    return buf;
+}
 
 #define BUSINESS                                                                                   \
     "\\set cid random(1, 100000)\n"                                                                \
@@ -272,23 +284,25 @@ int main(int argc, char **argv) {
         printf("| obx_enqueue() alone vs an autocommit row (C) | %.2f | %.2f | (none) | (none) |\n",
                r_alone, bn_median(ratio_cpu[2], reps));
     printf("\npgbench output: %s\n", log);
+    char j1[32], j2[32], j3[32];
     if (json && standalone)
         printf("{\"obx_sql_ratio\": %.3f, \"obx_c_ratio\": %.3f, \"obx_alone_ratio\": %.3f, "
-               "\"obx_sql_cpu_ratio\": %.3f, \"obx_c_cpu_ratio\": %.3f, \"obx_alone_cpu_ratio\": "
-               "%.3f, \"tps\": {\"business\": %.0f, \"plain\": %.0f, \"obx_sql\": %.0f, "
+               "\"obx_sql_cpu_ratio\": %s, \"obx_c_cpu_ratio\": %s, \"obx_alone_cpu_ratio\": "
+               "%s, \"tps\": {\"business\": %.0f, \"plain\": %.0f, \"obx_sql\": %.0f, "
                "\"c_plain\": %.0f, \"obx_c\": %.0f, \"c_alone_plain\": %.0f, \"obx_alone\": "
                "%.0f}, \"obx_sql_body\": \"%s\", \"clients\": %d, \"seconds\": %d, \"reps\": %d}\n",
-               r_sql, r_c, r_alone, rc_sql, rc_c, bn_median(ratio_cpu[2], reps),
-               bn_median(tps[0], reps), bn_median(tps[1], reps), bn_median(tps[2], reps),
-               bn_median(tps[3], reps), bn_median(tps[4], reps), bn_median(tps[5], reps),
-               bn_median(tps[6], reps), body, clients, seconds, reps);
+               r_sql, r_c, r_alone, jratio(j1, sizeof j1, rc_sql), jratio(j2, sizeof j2, rc_c),
+               jratio(j3, sizeof j3, bn_median(ratio_cpu[2], reps)), bn_median(tps[0], reps),
+               bn_median(tps[1], reps), bn_median(tps[2], reps), bn_median(tps[3], reps),
+               bn_median(tps[4], reps), bn_median(tps[5], reps), bn_median(tps[6], reps), body,
+               clients, seconds, reps);
     else if (json)
-        printf("{\"obx_sql_ratio\": %.3f, \"obx_c_ratio\": %.3f, \"obx_sql_cpu_ratio\": %.3f, "
-               "\"obx_c_cpu_ratio\": %.3f, \"tps\": {\"business\": %.0f, \"plain\": %.0f, "
+        printf("{\"obx_sql_ratio\": %.3f, \"obx_c_ratio\": %.3f, \"obx_sql_cpu_ratio\": %s, "
+               "\"obx_c_cpu_ratio\": %s, \"tps\": {\"business\": %.0f, \"plain\": %.0f, "
                "\"obx_sql\": %.0f, \"c_plain\": %.0f, \"obx_c\": %.0f}, \"obx_sql_body\": \"%s\", "
                "\"clients\": %d, \"seconds\": %d, \"reps\": %d}\n",
-               r_sql, r_c, rc_sql, rc_c, bn_median(tps[0], reps), bn_median(tps[1], reps),
-               bn_median(tps[2], reps), bn_median(tps[3], reps), bn_median(tps[4], reps), body,
-               clients, seconds, reps);
+               r_sql, r_c, jratio(j1, sizeof j1, rc_sql), jratio(j2, sizeof j2, rc_c),
+               bn_median(tps[0], reps), bn_median(tps[1], reps), bn_median(tps[2], reps),
+               bn_median(tps[3], reps), bn_median(tps[4], reps), body, clients, seconds, reps);
     return 0;
 }

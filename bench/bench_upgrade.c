@@ -1,9 +1,9 @@
 /*
  * bench_upgrade.c — `bench/run.sh upgrade`: how long `obx init` takes to bring a populated
- * PostgreSQL outbox at the schema version before this obx's (11) to this obx's (issue 19: "test it
+ * PostgreSQL outbox at the schema version before this obx's (12) to this obx's (issue 19: "test it
  * on one with a million events, and give its duration"; docs/performance.md, section 1).
  *
- * It builds the old database the way version 11's `obx init` left it (the embedded scripts 1-11,
+ * It builds the old database the way version 12's `obx init` left it (the embedded scripts 1-12,
  * as pg_store.c's migrate applies them), fills it with bench_common's bulk fill (by default
  * 800,000 PUBLISHED events with their attempt, primary receipt and audit row, and 200,000
  * PENDING ones, each with its envelope and 512-byte payload), checkpoints, and times
@@ -24,7 +24,8 @@
 
 extern const char obx__pg_schema_v1[], obx__pg_schema_v2[], obx__pg_schema_v3[],
     obx__pg_schema_v4[], obx__pg_schema_v5[], obx__pg_schema_v6[], obx__pg_schema_v7[],
-    obx__pg_schema_v8[], obx__pg_schema_v9[], obx__pg_schema_v10[], obx__pg_schema_v11[];
+    obx__pg_schema_v8[], obx__pg_schema_v9[], obx__pg_schema_v10[], obx__pg_schema_v11[],
+    obx__pg_schema_v12[];
 
 static void usage(void) {
     fprintf(stderr, "usage: bench_upgrade [--events N] [--pending M] [--json]\n");
@@ -47,10 +48,10 @@ int main(int argc, char **argv) {
     if (events < 1) usage();
     if (pending < 0) pending = events / 5;
     if (pending > events) pending = events;
-    const char *scripts[] = {obx__pg_schema_v1,  obx__pg_schema_v2, obx__pg_schema_v3,
-                             obx__pg_schema_v4,  obx__pg_schema_v5, obx__pg_schema_v6,
-                             obx__pg_schema_v7,  obx__pg_schema_v8, obx__pg_schema_v9,
-                             obx__pg_schema_v10, obx__pg_schema_v11};
+    const char *scripts[] = {obx__pg_schema_v1,  obx__pg_schema_v2,  obx__pg_schema_v3,
+                             obx__pg_schema_v4,  obx__pg_schema_v5,  obx__pg_schema_v6,
+                             obx__pg_schema_v7,  obx__pg_schema_v8,  obx__pg_schema_v9,
+                             obx__pg_schema_v10, obx__pg_schema_v11, obx__pg_schema_v12};
     const int from = (int)(sizeof scripts / sizeof scripts[0]);
 
     /* the old database */
