@@ -174,4 +174,10 @@ double bn_amqp_raw(const char *amqp_url, const char *exchange, const bn_msgs *po
 /* Declares (durable topic exchange, quorum queue bound with '#') or deletes them. */
 void bn_amqp_topology(const char *amqp_url, const char *exchange, const char *queue, bool create);
 
+/* For bn_sql on a bench database's connection: every session opened on that database from then
+ * on has obx.notify = off (the producers' --notify-off; docs/postgres.md, "NOTIFY"). */
+#define NOTIFY_OFF_SQL                                                                             \
+    "DO $$BEGIN EXECUTE format('ALTER DATABASE %%I SET obx.notify = off', current_database()); "   \
+    "END $$"
+
 #endif /* OBX_BENCH_H */

@@ -15,13 +15,16 @@
  * on NOTIFY instead of spinning.
  *
  *   bench_latency [--rates 1000,5000] [--seconds S] [--producers P] [--reps R]
- *                 [--kafka-props K=V&K=V] [--set KEY=VALUE]... [--dir DIR] [--keep] [--json]
+ *                 [--kafka-props K=V&K=V] [--set KEY=VALUE]... [--notify-off] [--dir DIR] [--keep]
+ *                 [--json]
  *
  * --json: after the table, one JSON object: p99_ms, p50_ms and achieved_ev_s per offered rate
  * (medians), and p99_ms_reps, every repetition's p99 (issue 19's target: < 20 ms in each);
  * max_pause_ms_reps, every repetition's longest pause between two of the relay's acceptance
  * commits (a stall of the relay shows here, not in the producers).
  * --kafka-props adds librdkafka properties to the relay's broker URL (e.g. linger.ms=1).
+ * --notify-off runs the producers with obx.notify = off (no NOTIFY; docs/postgres.md, "NOTIFY"):
+ * the relay finds their events by polling, so pair it with --set relay.poll_ms=N.
  */
 #include "bench.h"
 
@@ -39,6 +42,7 @@
 
 static int seconds = 20, producers = 8, reps = 3;
 static const char *kafka_props = "";
+static bool notify_off;
 static bool keep;
 static char dir[512];
 static const char *sets[MAX_SETS + 1];
@@ -114,6 +118,8 @@ static void one_run(const char *boot, int rate, int rep, result *r) {
     PGconn *c = bn_pg_connect(url);
     if (bn_sql_ll(c, "SELECT (current_setting('track_commit_timestamp') = 'on')::int") != 1)
         bn_die("track_commit_timestamp is off: bench/run.sh turns it on (ALTER SYSTEM, restart)");
+    /* the producers' sessions, opened below, inherit it; the relay inserts no events */
+    if (notify_off) bn_sql(c, NOTIFY_OFF_SQL);
     snprintf(broker, sizeof broker, "kafka://%s?cluster=" BN_CLUSTER "%s%s", boot,
              kafka_props[0] ? "&" : "", kafka_props);
     snprintf(id, sizeof id, "lat-%d-%d", rate, rep);
@@ -215,7 +221,8 @@ static void print_json(const int *rates, int n_rates, result res[][BN_MAX_REPS])
     }
     print_reps("p99_ms_reps", offsetof(result, p99), rates, n_rates, res);
     print_reps("max_pause_ms_reps", offsetof(result, gap), rates, n_rates, res);
-    printf(", \"reps\": %d, \"seconds\": %d, \"producers\": %d}\n", reps, seconds, producers);
+    printf(", \"reps\": %d, \"seconds\": %d, \"producers\": %d, \"producer_notify\": %s}\n", reps,
+           seconds, producers, notify_off ? "false" : "true");
 }
 
 int main(int argc, char **argv) {
@@ -239,12 +246,14 @@ int main(int argc, char **argv) {
             snprintf(dir, sizeof dir, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--keep"))
             keep = true;
+        else if (!strcmp(argv[i], "--notify-off"))
+            notify_off = true;
         else if (!strcmp(argv[i], "--json"))
             json = true;
         else {
             fprintf(stderr, "usage: bench_latency [--rates 1000,5000] [--seconds S] [--producers "
-                            "P] [--reps R] [--kafka-props K=V&K=V] [--set KEY=VALUE]... [--dir "
-                            "DIR] [--keep] [--json]\n");
+                            "P] [--reps R] [--kafka-props K=V&K=V] [--set KEY=VALUE]... "
+                            "[--notify-off] [--dir DIR] [--keep] [--json]\n");
             return 2;
         }
     }

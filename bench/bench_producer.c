@@ -31,7 +31,11 @@
  * and the same with the database server's CPU per transaction, which load on the machine
  * changes less. --json prints one JSON object with them (for scripts) after the tables.
  *
- *   bench_producer [--seconds S] [--clients C] [--reps R] [--standalone] [--dir DIR] [--json]
+ * --notify-off runs every producer session with obx.notify = off (schema_v14.sql: no NOTIFY, so
+ * PostgreSQL does not commit the producers one at a time; docs/postgres.md, "NOTIFY").
+ *
+ *   bench_producer [--seconds S] [--clients C] [--reps R] [--standalone] [--notify-off]
+ *                  [--dir DIR] [--json]
  */
 #include "bench.h"
 
@@ -47,6 +51,7 @@
 #include <unistd.h>
 
 static int seconds = 15, clients = 8, reps = 3;
+static bool notify_off; /* --notify-off: the producers' sessions with obx.notify = off */
 
 /* A ratio for --json: null where it could not be measured (bn_pg_server_cpu reads the server's
  * processes only for the servers bench/run.sh started; against OBX_TEST_PG_URL's it has none,
@@ -204,13 +209,15 @@ int main(int argc, char **argv) {
             json = true;
         else if (!strcmp(argv[i], "--standalone"))
             standalone = true;
+        else if (!strcmp(argv[i], "--notify-off"))
+            notify_off = true;
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
             mkdir(argv[++i], 0755);
             snprintf(log, sizeof log, "%s/pgbench.log", argv[i]);
         } else {
             fprintf(stderr,
                     "usage: bench_producer [--seconds S] [--clients C] [--reps R] [--standalone] "
-                    "[--dir DIR] [--json]\n");
+                    "[--notify-off] [--dir DIR] [--json]\n");
             return 2;
         }
     }
@@ -220,6 +227,8 @@ int main(int argc, char **argv) {
     bn_pg_fresh("obx_bench_prod", "orders", url, sizeof url);
     PGconn *c = bn_pg_connect(url);
     bn_biz_tables(c);
+    /* every producer connection opened from here on inherits it (docs/postgres.md, "NOTIFY") */
+    if (notify_off) bn_sql(c, NOTIFY_OFF_SQL);
     enum { NV = 7 };
     const int nv = standalone ? 7 : 5;
     double tps[NV][BN_MAX_REPS], cpu[NV][BN_MAX_REPS];
@@ -290,19 +299,22 @@ int main(int argc, char **argv) {
                "\"obx_sql_cpu_ratio\": %s, \"obx_c_cpu_ratio\": %s, \"obx_alone_cpu_ratio\": "
                "%s, \"tps\": {\"business\": %.0f, \"plain\": %.0f, \"obx_sql\": %.0f, "
                "\"c_plain\": %.0f, \"obx_c\": %.0f, \"c_alone_plain\": %.0f, \"obx_alone\": "
-               "%.0f}, \"obx_sql_body\": \"%s\", \"clients\": %d, \"seconds\": %d, \"reps\": %d}\n",
+               "%.0f}, \"obx_sql_body\": \"%s\", \"producer_notify\": %s, \"clients\": %d, "
+               "\"seconds\": %d, \"reps\": %d}\n",
                r_sql, r_c, r_alone, jratio(j1, sizeof j1, rc_sql), jratio(j2, sizeof j2, rc_c),
                jratio(j3, sizeof j3, bn_median(ratio_cpu[2], reps)), bn_median(tps[0], reps),
                bn_median(tps[1], reps), bn_median(tps[2], reps), bn_median(tps[3], reps),
                bn_median(tps[4], reps), bn_median(tps[5], reps), bn_median(tps[6], reps), body,
-               clients, seconds, reps);
+               notify_off ? "false" : "true", clients, seconds, reps);
     else if (json)
         printf("{\"obx_sql_ratio\": %.3f, \"obx_c_ratio\": %.3f, \"obx_sql_cpu_ratio\": %s, "
                "\"obx_c_cpu_ratio\": %s, \"tps\": {\"business\": %.0f, \"plain\": %.0f, "
                "\"obx_sql\": %.0f, \"c_plain\": %.0f, \"obx_c\": %.0f}, \"obx_sql_body\": \"%s\", "
+               "\"producer_notify\": %s, "
                "\"clients\": %d, \"seconds\": %d, \"reps\": %d}\n",
                r_sql, r_c, jratio(j1, sizeof j1, rc_sql), jratio(j2, sizeof j2, rc_c),
                bn_median(tps[0], reps), bn_median(tps[1], reps), bn_median(tps[2], reps),
-               bn_median(tps[3], reps), bn_median(tps[4], reps), body, clients, seconds, reps);
+               bn_median(tps[3], reps), bn_median(tps[4], reps), body,
+               notify_off ? "false" : "true", clients, seconds, reps);
     return 0;
 }

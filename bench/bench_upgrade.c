@@ -1,9 +1,9 @@
 /*
  * bench_upgrade.c — `bench/run.sh upgrade`: how long `obx init` takes to bring a populated
- * PostgreSQL outbox at the schema version before this obx's (12) to this obx's (issue 19: "test it
+ * PostgreSQL outbox at the schema version before this obx's (13) to this obx's (issue 19: "test it
  * on one with a million events, and give its duration"; docs/performance.md, section 1).
  *
- * It builds the old database the way version 12's `obx init` left it (the embedded scripts 1-12,
+ * It builds the old database the way version 13's `obx init` left it (the embedded scripts 1-13,
  * as pg_store.c's migrate applies them), fills it with bench_common's bulk fill (by default
  * 800,000 PUBLISHED events with their attempt, primary receipt and audit row, and 200,000
  * PENDING ones, each with its envelope and 512-byte payload), checkpoints, and times
@@ -25,7 +25,7 @@
 extern const char obx__pg_schema_v1[], obx__pg_schema_v2[], obx__pg_schema_v3[],
     obx__pg_schema_v4[], obx__pg_schema_v5[], obx__pg_schema_v6[], obx__pg_schema_v7[],
     obx__pg_schema_v8[], obx__pg_schema_v9[], obx__pg_schema_v10[], obx__pg_schema_v11[],
-    obx__pg_schema_v12[];
+    obx__pg_schema_v12[], obx__pg_schema_v13[];
 
 static void usage(void) {
     fprintf(stderr, "usage: bench_upgrade [--events N] [--pending M] [--json]\n");
@@ -51,7 +51,8 @@ int main(int argc, char **argv) {
     const char *scripts[] = {obx__pg_schema_v1,  obx__pg_schema_v2,  obx__pg_schema_v3,
                              obx__pg_schema_v4,  obx__pg_schema_v5,  obx__pg_schema_v6,
                              obx__pg_schema_v7,  obx__pg_schema_v8,  obx__pg_schema_v9,
-                             obx__pg_schema_v10, obx__pg_schema_v11, obx__pg_schema_v12};
+                             obx__pg_schema_v10, obx__pg_schema_v11, obx__pg_schema_v12,
+                             obx__pg_schema_v13};
     const int from = (int)(sizeof scripts / sizeof scripts[0]);
 
     /* the old database */

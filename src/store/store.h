@@ -50,8 +50,10 @@
  * 12: PostgreSQL's obx.enqueue() as a door to a PL/pgSQL or the obx_pg extension's C body
  *    (schema_v12.sql; SQLite unchanged);
  * 13: PostgreSQL's write set checks itself (obx._ws_fail), so that a relay transaction's
- *    COMMIT goes in the write set's round trip (schema_v13.sql; SQLite unchanged) */
-#define OBX__SCHEMA_VERSION 13
+ *    COMMIT goes in the write set's round trip (schema_v13.sql; SQLite unchanged);
+ * 14: PostgreSQL's producers notify unless their session's obx.notify is 'off'
+ *    (schema_v14.sql; SQLite unchanged) */
+#define OBX__SCHEMA_VERSION 14
 
 #define OBX__ATTEMPT_ID_LEN 30 /* "att-" + ULID */
 #define OBX__OWNER_MAX OBX_TEXT_MAX

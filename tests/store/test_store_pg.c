@@ -1739,6 +1739,70 @@ static void test_notify_wakes(void **state) {
     obx_store_close(relay);
 }
 
+/* Waits up to timeout_ms on relay while `sql` runs on f->conn; returns whether it was woken. */
+static bool woken_by(fx *f, obx_store *relay, int timeout_ms, const char *sql) {
+    waiter w = {.s = relay, .timeout = timeout_ms};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, wait_thread, &w), 0);
+    msleep(50);
+    exec_ok(f->conn, sql);
+    pthread_join(t, NULL);
+    OK(w.err);
+    return w.notified;
+}
+
+/* A producer session with obx.notify = 'off' (schema_v14.sql) inserts its events without a
+ * NOTIFY on every path: the C producer's first write (the route read in the same trip) and
+ * its cached-route write, obx.enqueue() (whichever body this server has), the PL/pgSQL body
+ * itself; the events are written all the same. Any other value notifies. */
+static void test_notify_off(void **state) {
+    fx *f = *state;
+    obx_store *relay = open_own(f, "obx-relay-wait");
+    bool notified = true;
+    OK(relay->m->wait_for_work(relay, 10, &notified)); /* LISTEN */
+    exec_ok(f->conn, "SET obx.notify = off");
+    obx_event ev = order_event("o-quiet", "{}");
+    obx_enqueue_result res;
+    long long before = qint(f->conn, "SELECT count(*) FROM obx.obx_event");
+    for (int i = 0; i < 2; i++) { /* the first reads the route, the second has it cached */
+        waiter w = {.s = relay, .timeout = 300};
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, wait_thread, &w), 0);
+        msleep(50);
+        exec_ok(f->conn, "BEGIN");
+        OK(obx_enqueue(f->s, &ev, &res));
+        exec_ok(f->conn, "COMMIT");
+        pthread_join(t, NULL);
+        OK(w.err);
+        assert_false(w.notified);
+    }
+    assert_false(woken_by(f, relay, 300,
+                          "SELECT obx.enqueue('order.created.v2', 'order', 'o-q1', 1, "
+                          "'tenant-7', '\\x7b7d')"));
+    assert_false(woken_by(f, relay, 300,
+                          "SELECT obx._enqueue_sql('order.created.v2', 'order', 'o-q2', 1, "
+                          "'tenant-7', '\\x7b7d')"));
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), before + 4);
+    /* any other value, and none, notifies */
+    exec_ok(f->conn, "SET obx.notify = on");
+    exec_ok(f->conn, "BEGIN");
+    waiter w = {.s = relay, .timeout = 5000};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, wait_thread, &w), 0);
+    OK(obx_enqueue(f->s, &ev, &res));
+    exec_ok(f->conn, "COMMIT");
+    pthread_join(t, NULL);
+    assert_true(w.notified);
+    exec_ok(f->conn, "RESET obx.notify");
+    assert_true(woken_by(f, relay, 5000,
+                         "SELECT obx.enqueue('order.created.v2', 'order', 'o-q3', 1, "
+                         "'tenant-7', '\\x7b7d')"));
+    assert_true(woken_by(f, relay, 5000,
+                         "SELECT obx._enqueue_sql('order.created.v2', 'order', 'o-q4', 1, "
+                         "'tenant-7', '\\x7b7d')"));
+    obx_store_close(relay);
+}
+
 /* ---- connection loss
  * ----------------------------------------------------------------------------- */
 
@@ -3730,6 +3794,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_psql_producer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_roles, setup, teardown),
         cmocka_unit_test_setup_teardown(test_notify_wakes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_notify_off, setup, teardown),
         cmocka_unit_test_setup_teardown(test_connection_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_mapping, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_skip_locked, setup, teardown),

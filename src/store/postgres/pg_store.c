@@ -64,6 +64,7 @@ extern const char obx__pg_schema_v10[];
 extern const char obx__pg_schema_v11[];
 extern const char obx__pg_schema_v12[];
 extern const char obx__pg_schema_v13[];
+extern const char obx__pg_schema_v14[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -79,7 +80,8 @@ static const char *const migrations[] = {NULL,
                                          obx__pg_schema_v10,
                                          obx__pg_schema_v11,
                                          obx__pg_schema_v12,
-                                         obx__pg_schema_v13};
+                                         obx__pg_schema_v13,
+                                         obx__pg_schema_v14};
 
 /* Advisory lock class IDs ("OBX" and "OBY"): the two-key form keeps obx's locks apart from an
  * application's single-bigint advisory locks. */
@@ -399,9 +401,15 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
     "broker_ts, payload_digest, dest_digest, reason, created_at, source"
 #define CAUDIT_COLS "audit_id, at, consumer_id, event_id, outcome, duration_us, detail"
 
-/* The end of every event-inserting statement: the NOTIFY (delivered at commit, coalesced per
- * transaction), one row when the event was written. */
-#define NOTIFY_TAIL " SELECT pg_notify('" NOTIFY_CHANNEL "', '') FROM ev"
+/* The producer's NOTIFY (delivered at commit, coalesced per transaction), unless the session's
+ * obx.notify is 'off' (schema_v14.sql): PostgreSQL commits the transactions that notified one
+ * at a time, WAL flush included, which with fsync on halves the producers' commit rate; such a
+ * session's events are found at the relay's next poll instead (docs/postgres.md, "NOTIFY"). */
+#define NOTIFY_EXPR                                                                                \
+    "CASE WHEN current_setting('obx.notify', true) IS DISTINCT FROM 'off' THEN "                   \
+    "pg_notify('" NOTIFY_CHANNEL "', '') END"
+/* The end of every event-inserting statement: NOTIFY_EXPR, one row when the event was written. */
+#define NOTIFY_TAIL " SELECT " NOTIFY_EXPR " FROM ev"
 
 /* The head of the producer's one-statement write (Q_INS_EVENT_AUDIT, Q_ENQ_WRITE) from CTE
  * `src`: the envelope records who enqueued ($50), which is the event's first audit row
@@ -473,11 +481,10 @@ static const char *const sql_text[Q_COUNT] = {
      * on a lock timeout or a deadlock. One row when the cached route is still current: got is
      * true when the event was written, false when the bucket was busy (nothing written: the
      * savepoint pipeline follows and waits for it); no row when the route changed. */
-    [Q_ENQ_TRY] =
-        PRODUCER_CTES_WITH("WITH lk AS MATERIALIZED (SELECT " ORDER_TRY_LOCK
-                           " AS got WHERE " ROUTE_STILL "), " TXID_FROM "lk WHERE lk.got)",
-                           ENQ_VALS, "f") " SELECT lk.got, (SELECT pg_notify('" NOTIFY_CHANNEL
-                                          "', '') FROM ev) FROM lk",
+    [Q_ENQ_TRY] = PRODUCER_CTES_WITH(
+        "WITH lk AS MATERIALIZED (SELECT " ORDER_TRY_LOCK " AS got WHERE " ROUTE_STILL
+        "), " TXID_FROM "lk WHERE lk.got)",
+        ENQ_VALS, "f") " SELECT lk.got, (SELECT " NOTIFY_EXPR " FROM ev) FROM lk",
     /* docs/design.md, "Claims, attempts and fencing": oldest first; PENDING when available,
      * CLAIMED when its lease expired; never behind an unpublished earlier event of the same order
      * key unless unordered. Rows locked by another relay's claim are skipped, but the NOT EXISTS

@@ -420,8 +420,10 @@ Datum obx_pg_enqueue(PG_FUNCTION_ARGS) {
     if (SPI_connect() != SPI_OK_CONNECT) ereport(ERROR, (errmsg("obx_pg: SPI_connect failed")));
     text *out;
     if (fast && enqueue_fast(&c)) {
-        /* delivered at commit, coalesced per transaction, as pg_notify() */
-        Async_Notify(NOTIFY_CHANNEL, "");
+        /* delivered at commit, coalesced per transaction, as pg_notify(); not where the
+         * session's obx.notify is 'off' (schema_v14.sql, as the other bodies) */
+        const char *notify = GetConfigOption("obx.notify", true, false);
+        if (!notify || strcmp(notify, "off") != 0) Async_Notify(NOTIFY_CHANNEL, "");
         size_t n = strlen(c.e.event_id);
         out = (text *)SPI_palloc(VARHDRSZ + n);
         SET_VARSIZE(out, VARHDRSZ + n);
