@@ -1739,13 +1739,22 @@ static void test_notify_wakes(void **state) {
     obx_store_close(relay);
 }
 
-/* Waits up to timeout_ms on relay while `sql` runs on f->conn; returns whether it was woken. */
-static bool woken_by(fx *f, obx_store *relay, int timeout_ms, const char *sql) {
+/* Waits up to timeout_ms on relay while `sql` runs on f->conn, or, with sql NULL, while the C
+ * producer enqueues ev in a transaction of its own; returns whether it was woken. */
+static bool woken_by(fx *f, obx_store *relay, int timeout_ms, const char *sql,
+                     const obx_event *ev) {
     waiter w = {.s = relay, .timeout = timeout_ms};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, wait_thread, &w), 0);
     msleep(50);
-    exec_ok(f->conn, sql);
+    if (sql) {
+        exec_ok(f->conn, sql);
+    } else {
+        obx_enqueue_result res;
+        exec_ok(f->conn, "BEGIN");
+        OK(obx_enqueue(f->s, ev, &res));
+        exec_ok(f->conn, "COMMIT");
+    }
     pthread_join(t, NULL);
     OK(w.err);
     return w.notified;
@@ -1762,44 +1771,31 @@ static void test_notify_off(void **state) {
     OK(relay->m->wait_for_work(relay, 10, &notified)); /* LISTEN */
     exec_ok(f->conn, "SET obx.notify = off");
     obx_event ev = order_event("o-quiet", "{}");
-    obx_enqueue_result res;
     long long before = qint(f->conn, "SELECT count(*) FROM obx.obx_event");
-    for (int i = 0; i < 2; i++) { /* the first reads the route, the second has it cached */
-        waiter w = {.s = relay, .timeout = 300};
-        pthread_t t;
-        assert_int_equal(pthread_create(&t, NULL, wait_thread, &w), 0);
-        msleep(50);
-        exec_ok(f->conn, "BEGIN");
-        OK(obx_enqueue(f->s, &ev, &res));
-        exec_ok(f->conn, "COMMIT");
-        pthread_join(t, NULL);
-        OK(w.err);
-        assert_false(w.notified);
-    }
+    /* the first reads the route, the second has it cached */
+    assert_false(woken_by(f, relay, 300, NULL, &ev));
+    assert_false(woken_by(f, relay, 300, NULL, &ev));
     assert_false(woken_by(f, relay, 300,
                           "SELECT obx.enqueue('order.created.v2', 'order', 'o-q1', 1, "
-                          "'tenant-7', '\\x7b7d')"));
+                          "'tenant-7', '\\x7b7d')",
+                          NULL));
     assert_false(woken_by(f, relay, 300,
                           "SELECT obx._enqueue_sql('order.created.v2', 'order', 'o-q2', 1, "
-                          "'tenant-7', '\\x7b7d')"));
+                          "'tenant-7', '\\x7b7d')",
+                          NULL));
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), before + 4);
     /* any other value, and none, notifies */
     exec_ok(f->conn, "SET obx.notify = on");
-    exec_ok(f->conn, "BEGIN");
-    waiter w = {.s = relay, .timeout = 5000};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, wait_thread, &w), 0);
-    OK(obx_enqueue(f->s, &ev, &res));
-    exec_ok(f->conn, "COMMIT");
-    pthread_join(t, NULL);
-    assert_true(w.notified);
+    assert_true(woken_by(f, relay, 5000, NULL, &ev));
     exec_ok(f->conn, "RESET obx.notify");
     assert_true(woken_by(f, relay, 5000,
                          "SELECT obx.enqueue('order.created.v2', 'order', 'o-q3', 1, "
-                         "'tenant-7', '\\x7b7d')"));
+                         "'tenant-7', '\\x7b7d')",
+                         NULL));
     assert_true(woken_by(f, relay, 5000,
                          "SELECT obx._enqueue_sql('order.created.v2', 'order', 'o-q4', 1, "
-                         "'tenant-7', '\\x7b7d')"));
+                         "'tenant-7', '\\x7b7d')",
+                         NULL));
     obx_store_close(relay);
 }
 
