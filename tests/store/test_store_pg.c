@@ -1258,13 +1258,11 @@ static void test_sql_enqueue_route_changes(void **state) {
     "obx.enqueue(text, text, text, bigint, text, bytea, text, text, text, text, text, "            \
     "timestamptz)"
 
-/* Where `obx init` may not create the obx_pg extension (a trusted extension needs CREATE on the
- * database), obx.enqueue() runs its PL/pgSQL body, with the same rows; the next init by a user
- * who may create it points obx.enqueue() at the C body again. */
-static void test_enqueue_without_extension(void **state) {
-    fx *f = *state;
-    char role[96], sql[512];
-    snprintf(role, sizeof role, "%s_noext", f->db);
+/* A role named f->db + suffix (into role) that owns obx.enqueue() and may run init's choice of
+ * its body, but may neither create nor alter the obx_pg extension. */
+static void enqueue_owner_role(fx *f, const char *suffix, char *role, size_t n) {
+    char sql[512];
+    snprintf(role, n, "%s_%s", f->db, suffix);
     const char *const grants[] = {"CREATE ROLE %s", "GRANT USAGE, CREATE ON SCHEMA obx TO %s",
                                   "GRANT SELECT, INSERT, UPDATE ON obx.obx_meta TO %s",
                                   "GRANT EXECUTE ON FUNCTION obx._point_enqueue(boolean) TO %s",
@@ -1273,6 +1271,23 @@ static void test_enqueue_without_extension(void **state) {
         snprintf(sql, sizeof sql, grants[i], role);
         exec_ok(f->conn, sql);
     }
+}
+
+static void drop_role(fx *f, const char *role) {
+    char sql[256];
+    snprintf(sql, sizeof sql, "DROP OWNED BY %s", role);
+    exec_ok(f->conn, sql);
+    snprintf(sql, sizeof sql, "DROP ROLE %s", role);
+    exec_ok(f->conn, sql);
+}
+
+/* Where `obx init` may not create the obx_pg extension (a trusted extension needs CREATE on the
+ * database), obx.enqueue() runs its PL/pgSQL body, with the same rows; the next init by a user
+ * who may create it points obx.enqueue() at the C body again. */
+static void test_enqueue_without_extension(void **state) {
+    fx *f = *state;
+    char role[96], sql[512];
+    enqueue_owner_role(f, "noext", role, sizeof role);
     exec_ok(f->conn, "DROP EXTENSION obx_pg");
     snprintf(sql, sizeof sql, "SET ROLE %s", role);
     exec_ok(f->conn, sql);
@@ -1297,10 +1312,56 @@ static void test_enqueue_without_extension(void **state) {
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM pg_proc WHERE oid = '" ENQ_SIG
                                    "'::regprocedure AND prosrc LIKE '%obx._enqueue_c(%'"),
                      1);
-    snprintf(sql, sizeof sql, "DROP OWNED BY %s", role);
+    drop_role(f, role);
+}
+
+/* A database created with obx_pg version 1 (schema versions 12 and 13, whose library was
+ * $libdir/obx_pg, unversioned) is updated by `obx init` to the extension of this schema version
+ * and its library; before, init left the old version in place, so obx.enqueue() ran whatever
+ * library the server had under the old name (one that ignores obx.notify, or none: here a
+ * library that is not there, so every call failed). An init by a user who may not update the
+ * extension points obx.enqueue() at its PL/pgSQL body instead of the old library. */
+static void test_extension_versions(void **state) {
+    fx *f = *state;
+    char sql[512];
+    exec_ok(f->conn, "DROP EXTENSION obx_pg");
+    exec_ok(f->conn, "CREATE EXTENSION obx_pg VERSION '1'");
+    /* version 1's library, gone from this server: the function as version 1 left it (its
+     * CREATE would load the library, so the catalog row is edited, as a superuser) */
+    exec_ok(f->conn, "UPDATE pg_proc SET probin = '$libdir/obx_pg_v1_gone' WHERE oid = "
+                     "'obx._enqueue_c(text, text, text, bigint, text, bytea, text, text, text, "
+                     "text, text, timestamptz)'::regprocedure");
+    exec_ok(f->conn, "SELECT obx._point_enqueue(true)");
+    /* an init by a user who may not update the extension: the PL/pgSQL body, version 1 left */
+    char role[96];
+    enqueue_owner_role(f, "oldext", role, sizeof role);
+    snprintf(sql, sizeof sql, "SET ROLE %s", role);
     exec_ok(f->conn, sql);
-    snprintf(sql, sizeof sql, "DROP ROLE %s", role);
-    exec_ok(f->conn, sql);
+    OK(obx_store_init(f->s));
+    exec_ok(f->conn, "RESET ROLE");
+    assert_enqueue_impl(f->conn, "sql");
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM pg_extension WHERE extname = 'obx_pg' "
+                                   "AND extversion = '1'"),
+                     1);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM pg_proc WHERE oid = '" ENQ_SIG
+                                   "'::regprocedure AND prosrc LIKE '%obx._enqueue_sql(%'"),
+                     1);
+    exec_ok(f->conn, "ALTER FUNCTION " ENQ_SIG " OWNER TO CURRENT_USER");
+    drop_role(f, role);
+    /* a superuser's init: updated to this version and its library, the C body */
+    OK(obx_store_init(f->s));
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM pg_extension WHERE extname = 'obx_pg' AND extversion = '%d'",
+             OBX__SCHEMA_VERSION);
+    assert_int_equal(qint(f->conn, sql), 1);
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM pg_proc WHERE proname = '_enqueue_c' AND probin = "
+             "'$libdir/obx_pg-%d'",
+             OBX__SCHEMA_VERSION);
+    assert_int_equal(qint(f->conn, sql), 1);
+    assert_enqueue_impl(f->conn, "c");
+    /* the C body answers again, with the C producer's rows */
+    sql_enqueue_matches_c(f, "obx.enqueue", NULL, 0);
 }
 
 /* Each bad input is refused by the C path and by obx.enqueue() with the same message, and
@@ -3784,6 +3845,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sql_enqueue_key_matches_c, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sql_body_matches_c, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_without_extension, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_extension_versions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sql_enqueue_route_changes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_route_schema_remade, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sql_validation_parity, setup, teardown),

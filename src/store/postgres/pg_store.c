@@ -1561,28 +1561,44 @@ static bool try_ddl(pg_store *s, const char *sql) {
 }
 
 /* obx.enqueue()'s body (schema_v12.sql): obx._enqueue_c() of the obx_pg extension when the server
- * has the extension's files and the database has it or this user may create it (a trusted
- * extension: CREATE on the database), else obx._enqueue_sql() (also when the database has the
- * extension but the server lost its files: the C body would fail every call). Decided at every
- * init, by whoever owns obx.enqueue(): a server that gains the extension uses it from the next
- * `obx init`, and a relay started with a role of its own (cmd_relay.c runs init) changes
- * nothing. The choice is in obx_meta (enqueue_impl), for the benches and the tests. */
+ * has the extension's files of this schema version (OBX__SCHEMA_VERSION is the extension's
+ * version, and its library is named for it: CMakeLists.txt) and the database has the extension
+ * at that version, or this user may create it or update it to that version (a trusted
+ * extension: CREATE on the database; the update: its owner); else obx._enqueue_sql(). So a
+ * database whose server lost the files, or has only another obx version's (the library of
+ * version 1, say, which ignores obx.notify), runs the PL/pgSQL body rather than C code built for
+ * another schema. Decided at every init, by whoever owns obx.enqueue(): a server that gains the
+ * extension uses it from the next `obx init`, and a relay started with a role of its own
+ * (cmd_relay.c runs init) changes nothing. The choice is in obx_meta (enqueue_impl), for
+ * operators, the benches and the tests (docs/postgres.md, "The obx_pg extension"). */
 static obx_err enqueue_impl(pg_store *s) {
+    char ver[16];
+    snprintf(ver, sizeof ver, "%d", OBX__SCHEMA_VERSION);
+    const char *v[1] = {ver};
     PGresult *r = NULL;
     obx_err e = check(
         s,
-        PQexec(s->conn,
-               "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'obx_pg'), "
-               "EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'obx_pg'), "
-               "p.prosrc LIKE '%obx._enqueue_c(%', pg_has_role(p.proowner, 'MEMBER') "
-               "FROM pg_proc p WHERE p.oid = 'obx.enqueue(text, text, text, bigint, text, bytea, "
-               "text, text, text, text, text, timestamptz)'::regprocedure"),
+        PQexecParams(s->conn,
+                     "SELECT EXISTS (SELECT 1 FROM pg_available_extension_versions WHERE name = "
+                     "'obx_pg' AND version = $1::text), "
+                     "(SELECT extversion FROM pg_extension WHERE extname = 'obx_pg'), "
+                     "p.prosrc LIKE '%obx._enqueue_c(%', pg_has_role(p.proowner, 'MEMBER') "
+                     "FROM pg_proc p WHERE p.oid = 'obx.enqueue(text, text, text, bigint, text, "
+                     "bytea, text, text, text, text, text, timestamptz)'::regprocedure",
+                     1, NULL, v, NULL, NULL, 0),
         PGRES_TUPLES_OK, &r, "enqueue body");
     if (e) return e;
-    bool avail = gb(r, 0, 0), have = gb(r, 0, 1), uses_c = gb(r, 0, 2), owner = gb(r, 0, 3);
+    bool avail = gb(r, 0, 0), have = !PQgetisnull(r, 0, 1), uses_c = gb(r, 0, 2),
+         owner = gb(r, 0, 3);
+    bool same = have && !strcmp(PQgetvalue(r, 0, 1), ver);
     PQclear(r);
     if (!owner) return OBX_OK;
-    bool c = avail && (have || try_ddl(s, "CREATE EXTENSION obx_pg"));
+    char ddl[96];
+    snprintf(ddl, sizeof ddl,
+             have ? "ALTER EXTENSION obx_pg UPDATE TO '%s'"
+                  : "CREATE EXTENSION obx_pg VERSION '%s'",
+             ver);
+    bool c = avail && (same || try_ddl(s, ddl));
     char sql[160];
     snprintf(sql, sizeof sql, "SELECT obx._point_enqueue(%s)", c ? "true" : "false");
     if (c != uses_c && (e = check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, NULL, "enqueue body")))

@@ -1,6 +1,6 @@
--- obx_pg version 1: obx._enqueue_c(), the C body of obx.enqueue() for its common call
--- (obx_pg.c says which; every other call it hands to obx._enqueue_sql()). Created by `obx init`
--- (pg_store.c, enqueue_impl), which then points obx.enqueue() at it.
+-- obx_pg version 1 (schema versions 12 and 13, when the library was $libdir/obx_pg): kept so that
+-- the update from it is tested (test_extension_versions); `obx init` updates a database that
+-- has it to the current version (obx_pg.sql.in, pg_store.c enqueue_impl).
 \echo Use "CREATE EXTENSION obx_pg" to load this file. \quit
 
 CREATE FUNCTION @extschema@._enqueue_c(event_type text, aggregate_type text, aggregate_id text,
