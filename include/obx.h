@@ -154,6 +154,11 @@ OBX_API obx_err obx_store_schema_version(obx_store *s, int *found, int *known);
 OBX_API obx_err obx_store_set_payload_limit(obx_store *s, size_t limit);
 /* The store's URL with any password replaced by "***". Owned by the handle. */
 OBX_API const char *obx_store_url(const obx_store *s);
+/* One line for operators on how the SQL producer function obx.enqueue() runs in this database,
+ * into buf (cap bytes, NUL-terminated, cut to fit): PostgreSQL: in C (the obx_pg extension and
+ * its version) or its PL/pgSQL body and why (docs/postgres.md, "The obx_pg extension"); empty
+ * for a store without one (SQLite). `obx init` prints it. */
+OBX_API obx_err obx_store_producer_body(obx_store *s, char *buf, size_t cap);
 /* Creates (or, when they exist, grants again) four least-privilege database roles on an
  * initialized PostgreSQL store: <prefix>_producer (may only enqueue through the SQL function
  * obx.enqueue() and read its own events), <prefix>_relay (moves event states, never rewrites an

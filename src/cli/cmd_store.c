@@ -39,6 +39,10 @@ int cmd_init(int argc, char **argv) {
         printf("%s: schema version %d is current\n", obx_store_url(s), known);
     else
         printf("%s: schema migrated from version %d to %d\n", obx_store_url(s), before, known);
+    /* PostgreSQL: which body obx.enqueue() runs, and what to do when it is not the C one */
+    char body[320];
+    if (!obx_store_producer_body(s, body, sizeof body) && body[0])
+        printf("%s: %s\n", obx_store_url(s), body);
     if (roles) {
         /* PostgreSQL: least-privilege group roles (docs/postgres.md) */
         e = obx_store_create_roles(s, roles);

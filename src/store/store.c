@@ -476,6 +476,13 @@ obx_err obx_store_set_payload_limit(obx_store *s, size_t limit) {
 
 const char *obx_store_url(const obx_store *s) { return s ? s->url_redacted : ""; }
 
+obx_err obx_store_producer_body(obx_store *s, char *buf, size_t cap) {
+    if (!s || !buf || !cap) return obx__fail(OBX_EINVAL, "store, buf and cap are required");
+    buf[0] = '\0';
+    obx__clear_error();
+    return s->m->producer_body ? s->m->producer_body(s, buf, cap) : OBX_OK;
+}
+
 obx_err obx_store_create_roles(obx_store *s, const char *prefix) {
     if (!s) return obx__fail(OBX_EINVAL, "store: NULL");
     obx__clear_error();

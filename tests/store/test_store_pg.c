@@ -1296,6 +1296,10 @@ static void test_enqueue_without_extension(void **state) {
     assert_enqueue_impl(f->conn, "sql");
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM pg_extension WHERE extname = 'obx_pg'"),
                      0);
+    char body[320];
+    OK(obx_store_producer_body(f->s, body, sizeof body));
+    if (!strstr(body, "PL/pgSQL body: this init could not create the obx_pg extension"))
+        fail_msg("producer body: %s", body);
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM pg_proc WHERE oid = '" ENQ_SIG
                                    "'::regprocedure AND prosrc LIKE '%obx._enqueue_sql(%'"),
                      1);
@@ -1346,6 +1350,11 @@ static void test_extension_versions(void **state) {
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM pg_proc WHERE oid = '" ENQ_SIG
                                    "'::regprocedure AND prosrc LIKE '%obx._enqueue_sql(%'"),
                      1);
+    char body[320];
+    OK(obx_store_producer_body(f->s, body, sizeof body));
+    if (!strstr(body, "PL/pgSQL body: the database's obx_pg is version 1 and this init could not "
+                      "update it"))
+        fail_msg("producer body: %s", body);
     exec_ok(f->conn, "ALTER FUNCTION " ENQ_SIG " OWNER TO CURRENT_USER");
     drop_role(f, role);
     /* a superuser's init: updated to this version and its library, the C body */
@@ -1360,6 +1369,10 @@ static void test_extension_versions(void **state) {
              OBX__SCHEMA_VERSION);
     assert_int_equal(qint(f->conn, sql), 1);
     assert_enqueue_impl(f->conn, "c");
+    OK(obx_store_producer_body(f->s, body, sizeof body));
+    snprintf(sql, sizeof sql, "obx.enqueue() runs in C (the obx_pg extension, version %d)",
+             OBX__SCHEMA_VERSION);
+    assert_string_equal(body, sql);
     /* the C body answers again, with the C producer's rows */
     sql_enqueue_matches_c(f, "obx.enqueue", NULL, 0);
 }
@@ -1578,6 +1591,7 @@ static void test_roles(void **state) {
     out[got] = '\0';
     assert_int_equal(pclose(pp), 0);
     assert_non_null(strstr(out, "is current"));
+    assert_non_null(strstr(out, "obx.enqueue() runs in C (the obx_pg extension, version"));
     assert_non_null(strstr(out, "_producer"));
     OK(obx_store_create_roles(f->s, pre)); /* idempotent */
     const char *kinds[] = {"producer", "relay", "auditor"};

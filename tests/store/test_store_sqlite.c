@@ -367,6 +367,11 @@ static void test_schema_versions(void **state) {
     assert_int_equal(obx_store_init(m), OBX_OK);
     assert_int_equal(obx_store_schema_version(m, &found, NULL), OBX_OK);
     assert_int_equal(found, known);
+    /* no SQL producer function here: an empty line (obx init prints none) */
+    char body[64] = "x";
+    assert_int_equal(obx_store_producer_body(m, body, sizeof body), OBX_OK);
+    assert_string_equal(body, "");
+    assert_int_equal(obx_store_producer_body(m, NULL, 1), OBX_EINVAL);
     obx_store_close(m);
     obx_store_close(NULL); /* harmless */
 }

@@ -1613,6 +1613,51 @@ static obx_err enqueue_impl(pg_store *s) {
     return migrate_exec(&s->base, meta);
 }
 
+/* obx_store_producer_body: enqueue_impl's choice, and why the PL/pgSQL body runs when it does
+ * (the same conditions, read again: the server's files, the database's extension). */
+static obx_err pg_producer_body(obx__store *base, char *buf, size_t cap) {
+    pg_store *s = (pg_store *)base;
+    char ver[16];
+    snprintf(ver, sizeof ver, "%d", OBX__SCHEMA_VERSION);
+    const char *v[1] = {ver};
+    PGresult *r = NULL;
+    obx_err e =
+        check(s,
+              PQexecParams(s->conn,
+                           "SELECT (SELECT value FROM obx.obx_meta WHERE key = 'enqueue_impl'), "
+                           "(SELECT extversion FROM pg_extension WHERE extname = 'obx_pg'), "
+                           "EXISTS (SELECT 1 FROM pg_available_extension_versions WHERE name = "
+                           "'obx_pg' AND version = $1::text)",
+                           1, NULL, v, NULL, NULL, 0),
+              PGRES_TUPLES_OK, &r, "producer body");
+    if (e) return e;
+    const char *have = PQgetisnull(r, 0, 1) ? NULL : PQgetvalue(r, 0, 1);
+    bool c = !strcmp(PQgetvalue(r, 0, 0), "c"), avail = gb(r, 0, 2);
+    if (c)
+        snprintf(buf, cap, "obx.enqueue() runs in C (the obx_pg extension, version %s)",
+                 have ? have : "?");
+    else if (!avail)
+        snprintf(buf, cap,
+                 "obx.enqueue() runs its PL/pgSQL body: this server has no obx_pg files of "
+                 "version %s (scripts/pg_ext.sh on the server, then obx init again)",
+                 ver);
+    else if (have && strcmp(have, ver))
+        snprintf(buf, cap,
+                 "obx.enqueue() runs its PL/pgSQL body: the database's obx_pg is version %s and "
+                 "this init could not update it (obx init as the extension's owner)",
+                 have);
+    else if (!have)
+        snprintf(buf, cap,
+                 "obx.enqueue() runs its PL/pgSQL body: this init could not create the obx_pg "
+                 "extension (obx init as a user with CREATE on the database)");
+    else
+        snprintf(buf, cap,
+                 "obx.enqueue() runs its PL/pgSQL body: obx init as the owner of obx.enqueue() "
+                 "points it at the obx_pg extension");
+    PQclear(r);
+    return OBX_OK;
+}
+
 static obx_err migrate_in_tx(pg_store *s) {
     char sql[128];
     snprintf(sql, sizeof sql, "SELECT pg_advisory_xact_lock(%d, 0)", LOCK_CLASS_INIT);
@@ -3780,6 +3825,7 @@ const obx__store_methods obx__pg_store_methods = {
     .cluster_get = pg_cluster_get,
     .serve_dispatch = pg_serve_dispatch,
     .create_roles = pg_create_roles,
+    .producer_body = pg_producer_body,
     .route_get_txid = pg_route_get_txid,
     .insert_event_audit = pg_insert_event_audit,
     .enqueue_write = pg_enqueue_write,
