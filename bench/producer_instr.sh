@@ -10,7 +10,9 @@
 # (the backend's instructions for 80 transactions - those for 20) / 60, which leaves out the
 # connection's start and its first plans. Needs root (the server runs as postgres) and valgrind;
 # takes about two minutes. OBX_INSTR_VARIANTS (e.g. "plain c") runs only those variants, for a
-# quick A/B of one path; the table and JSON then need all five (default).
+# quick A/B of one path; the table and JSON then need all five (default). OBX_INSTR_KEEP=DIR
+# keeps each variant's two backend profiles (DIR/<variant>/20.cg and 80.cg) for
+# bench/instr_diff.py, which says where one variant's instructions go beside another's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 json=0
@@ -72,6 +74,11 @@ for v in $variants; do
   p80=$("$exe" "$url" "$v" 80)
   i20=$(instr "$p20")
   i80=$(instr "$p80")
+  if [[ -n ${OBX_INSTR_KEEP:-} ]]; then
+    mkdir -p "$OBX_INSTR_KEEP/$v"
+    cp "$dir/out/cg.$p20" "$OBX_INSTR_KEEP/$v/20.cg"
+    cp "$dir/out/cg.$p80" "$OBX_INSTR_KEEP/$v/80.cg"
+  fi
   per[$v]=$(((i80 - i20) / 60))
   stop
   wait || true
