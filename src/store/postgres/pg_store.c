@@ -1560,6 +1560,31 @@ static bool try_ddl(pg_store *s, const char *sql) {
     return false;
 }
 
+/* The obx_pg extension as this schema version needs it, the first two columns of a query that
+ * starts with EXT_COLS (its $1: the version): whether the server has the extension's files of
+ * version OBX__SCHEMA_VERSION, and the database's extension version (NULL: none). */
+#define EXT_COLS                                                                                   \
+    "EXISTS (SELECT 1 FROM pg_available_extension_versions WHERE name = 'obx_pg' AND version = "   \
+    "$1::text), (SELECT extversion FROM pg_extension WHERE extname = 'obx_pg')"
+typedef struct ext_state {
+    char ver[16];     /* OBX__SCHEMA_VERSION as text: the version this obx needs */
+    bool avail;       /* the server has its files */
+    const char *have; /* the database's version (in *r), NULL when it has none */
+} ext_state;
+
+/* Runs sql (SELECT EXT_COLS, ...) into *r (the caller clears it) and reads its first columns. */
+static obx_err ext_query(pg_store *s, const char *sql, const char *what, ext_state *x,
+                         PGresult **r) {
+    snprintf(x->ver, sizeof x->ver, "%d", OBX__SCHEMA_VERSION);
+    const char *v[1] = {x->ver};
+    obx_err e =
+        check(s, PQexecParams(s->conn, sql, 1, NULL, v, NULL, NULL, 0), PGRES_TUPLES_OK, r, what);
+    if (e) return e;
+    x->avail = gb(*r, 0, 0);
+    x->have = PQgetisnull(*r, 0, 1) ? NULL : PQgetvalue(*r, 0, 1);
+    return OBX_OK;
+}
+
 /* obx.enqueue()'s body (schema_v12.sql): obx._enqueue_c() of the obx_pg extension when the server
  * has the extension's files of this schema version (OBX__SCHEMA_VERSION is the extension's
  * version, and its library is named for it: CMakeLists.txt) and the database has the extension
@@ -1572,33 +1597,25 @@ static bool try_ddl(pg_store *s, const char *sql) {
  * (cmd_relay.c runs init) changes nothing. The choice is in obx_meta (enqueue_impl), for
  * operators, the benches and the tests (docs/postgres.md, "The obx_pg extension"). */
 static obx_err enqueue_impl(pg_store *s) {
-    char ver[16];
-    snprintf(ver, sizeof ver, "%d", OBX__SCHEMA_VERSION);
-    const char *v[1] = {ver};
+    ext_state x = {0};
     PGresult *r = NULL;
-    obx_err e = check(
-        s,
-        PQexecParams(s->conn,
-                     "SELECT EXISTS (SELECT 1 FROM pg_available_extension_versions WHERE name = "
-                     "'obx_pg' AND version = $1::text), "
-                     "(SELECT extversion FROM pg_extension WHERE extname = 'obx_pg'), "
-                     "p.prosrc LIKE '%obx._enqueue_c(%', pg_has_role(p.proowner, 'MEMBER') "
-                     "FROM pg_proc p WHERE p.oid = 'obx.enqueue(text, text, text, bigint, text, "
-                     "bytea, text, text, text, text, text, timestamptz)'::regprocedure",
-                     1, NULL, v, NULL, NULL, 0),
-        PGRES_TUPLES_OK, &r, "enqueue body");
+    obx_err e = ext_query(s,
+                          "SELECT " EXT_COLS ", p.prosrc LIKE '%obx._enqueue_c(%', "
+                          "pg_has_role(p.proowner, 'MEMBER') FROM pg_proc p WHERE p.oid = "
+                          "'obx.enqueue(text, text, text, bigint, text, bytea, text, text, text, "
+                          "text, text, timestamptz)'::regprocedure",
+                          "enqueue body", &x, &r);
     if (e) return e;
-    bool avail = gb(r, 0, 0), have = !PQgetisnull(r, 0, 1), uses_c = gb(r, 0, 2),
+    bool have = x.have != NULL, same = have && !strcmp(x.have, x.ver), uses_c = gb(r, 0, 2),
          owner = gb(r, 0, 3);
-    bool same = have && !strcmp(PQgetvalue(r, 0, 1), ver);
     PQclear(r);
     if (!owner) return OBX_OK;
     char ddl[96];
     snprintf(ddl, sizeof ddl,
              have ? "ALTER EXTENSION obx_pg UPDATE TO '%s'"
                   : "CREATE EXTENSION obx_pg VERSION '%s'",
-             ver);
-    bool c = avail && (same || try_ddl(s, ddl));
+             x.ver);
+    bool c = x.avail && (same || try_ddl(s, ddl));
     char sql[160];
     snprintf(sql, sizeof sql, "SELECT obx._point_enqueue(%s)", c ? "true" : "false");
     if (c != uses_c && (e = check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, NULL, "enqueue body")))
@@ -1617,36 +1634,27 @@ static obx_err enqueue_impl(pg_store *s) {
  * (the same conditions, read again: the server's files, the database's extension). */
 static obx_err pg_producer_body(obx__store *base, char *buf, size_t cap) {
     pg_store *s = (pg_store *)base;
-    char ver[16];
-    snprintf(ver, sizeof ver, "%d", OBX__SCHEMA_VERSION);
-    const char *v[1] = {ver};
+    ext_state x = {0};
     PGresult *r = NULL;
-    obx_err e =
-        check(s,
-              PQexecParams(s->conn,
-                           "SELECT (SELECT value FROM obx.obx_meta WHERE key = 'enqueue_impl'), "
-                           "(SELECT extversion FROM pg_extension WHERE extname = 'obx_pg'), "
-                           "EXISTS (SELECT 1 FROM pg_available_extension_versions WHERE name = "
-                           "'obx_pg' AND version = $1::text)",
-                           1, NULL, v, NULL, NULL, 0),
-              PGRES_TUPLES_OK, &r, "producer body");
+    obx_err e = ext_query(s,
+                          "SELECT " EXT_COLS ", (SELECT value FROM obx.obx_meta WHERE key = "
+                          "'enqueue_impl')",
+                          "producer body", &x, &r);
     if (e) return e;
-    const char *have = PQgetisnull(r, 0, 1) ? NULL : PQgetvalue(r, 0, 1);
-    bool c = !strcmp(PQgetvalue(r, 0, 0), "c"), avail = gb(r, 0, 2);
-    if (c)
+    if (!strcmp(PQgetvalue(r, 0, 2), "c"))
         snprintf(buf, cap, "obx.enqueue() runs in C (the obx_pg extension, version %s)",
-                 have ? have : "?");
-    else if (!avail)
+                 x.have ? x.have : "?");
+    else if (!x.avail)
         snprintf(buf, cap,
                  "obx.enqueue() runs its PL/pgSQL body: this server has no obx_pg files of "
                  "version %s (scripts/pg_ext.sh on the server, then obx init again)",
-                 ver);
-    else if (have && strcmp(have, ver))
+                 x.ver);
+    else if (x.have && strcmp(x.have, x.ver))
         snprintf(buf, cap,
                  "obx.enqueue() runs its PL/pgSQL body: the database's obx_pg is version %s and "
                  "this init could not update it (obx init as the extension's owner)",
-                 have);
-    else if (!have)
+                 x.have);
+    else if (!x.have)
         snprintf(buf, cap,
                  "obx.enqueue() runs its PL/pgSQL body: this init could not create the obx_pg "
                  "extension (obx init as a user with CREATE on the database)");
