@@ -13,6 +13,8 @@
 # quick A/B of one path; the table and JSON then need all five (default). OBX_INSTR_KEEP=DIR
 # keeps each variant's two backend profiles (DIR/<variant>/20.cg and 80.cg) for
 # bench/instr_diff.py, which says where one variant's instructions go beside another's.
+# OBX_INSTR_SQL=FILE runs that SQL file in the database after the set-up (an experiment on the
+# schema, e.g. an index or constraint dropped, measured without a new schema version).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 json=0
@@ -47,6 +49,7 @@ CONF
 as_pg "$bin/pg_ctl -D '$dir/data' -l '$dir/setup.log' -w start" >/dev/null
 psql "postgres://postgres@127.0.0.1:$port/postgres" -qc "CREATE DATABASE bench"
 "$exe" "$url" setup
+[[ -z ${OBX_INSTR_SQL:-} ]] || psql "$url" -qX -v ON_ERROR_STOP=1 -f "$OBX_INSTR_SQL"
 psql "$url" -qc CHECKPOINT
 stop
 cp -a "$dir/data" "$dir/pristine"
