@@ -66,7 +66,9 @@ const cli_command cli_commands[] = {
      .synopsis = "init [--db URL] [--roles PREFIX]",
      .text = "Create the outbox schema, or migrate it to the version this obx needs. Idempotent; "
              "refuses a schema newer than this obx. The relay and every other command refuse an "
-             "outbox whose schema is not current.",
+             "outbox whose schema is not current. On PostgreSQL a migration waits for no relay "
+             "and runs under none: while relays are connected it exits 1 (OBX_EBUSY) and names "
+             "their server processes; stop them first.",
      .opts = {{"db", "URL", D_DB, "The outbox: sqlite:PATH or postgres://... (libpq URL).", 'd'},
               {"roles", "PREFIX", D_NONE,
                "PostgreSQL: also create the NOLOGIN group roles PREFIX_producer, PREFIX_relay, "

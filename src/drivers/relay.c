@@ -184,6 +184,14 @@ static obx_err register_cluster(obx_relay *r, obx__store *s, obx__broker *b, con
     return obx__st_cluster_put(s, &c);
 }
 
+/* The schema version of a relay connection, which also holds that schema until it closes where
+ * the store can (PostgreSQL: `obx init` then refuses to migrate under it, and a relay starting
+ * during a migration waits for it; docs/operations.md, "Upgrading obx"). */
+static obx_err schema_in_use(obx__store *s, int *found) {
+    return obx__st_has_schema_hold(s) ? obx__st_schema_hold(s, found)
+                                      : obx__st_schema_version(s, found);
+}
+
 static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engine *e) {
     obx_relay *r = w->r;
     obx_config *c = r->cfg;
@@ -191,7 +199,7 @@ static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engi
     if (err) return err;
     obx__st_serve_dispatch(*s);
     int found = 0;
-    if ((err = obx__st_schema_version(*s, &found))) return err;
+    if ((err = schema_in_use(*s, &found))) return err;
     if (found != OBX__SCHEMA_VERSION)
         return obx__fail(OBX_ESCHEMA, "%s: schema version %d, this relay needs %d (run obx init)",
                          (*s)->url_redacted, found, OBX__SCHEMA_VERSION);
@@ -439,7 +447,7 @@ static void *shadow_main(void *arg) {
     obx__store *s = NULL;
     obx_err err = obx__st_open(r->cfg->db, &s);
     int found = 0;
-    if (!err) err = obx__st_schema_version(s, &found);
+    if (!err) err = schema_in_use(s, &found);
     if (!err && found != OBX__SCHEMA_VERSION)
         err = obx__fail(OBX_ESCHEMA, "%s: schema version %d, this relay needs %d (run obx init)",
                         s->url_redacted, found, OBX__SCHEMA_VERSION);

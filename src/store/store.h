@@ -560,7 +560,7 @@ typedef struct obx__write_set {
 
 /* A store has no capability bits: what differs between backends is an optional method (NULL
  * when absent: wait_for_work, serve_dispatch, create_roles, route_get_txid, insert_event_audit,
- * enqueue_write, write_set, producer_body), asked through
+ * enqueue_write, write_set, producer_body, schema_hold), asked through
  * obx__st_has_<name>. (Version 1 had bits that nothing read.) */
 /* The inbox: what a consumer's database does for obx_inbox_process() and the consumer loop
  * (receipts, watermarks, failures, poison, consume audit). Its own version: a consumer's
@@ -740,6 +740,11 @@ typedef struct obx__store_methods {
     /* Optional: one line into buf (cap bytes, cut to fit) on how the database's SQL producer
      * function runs (obx_store_producer_body). PostgreSQL: C or PL/pgSQL, and why. */
     obx_err (*producer_body)(obx__store *s, char *buf, size_t cap);
+    /* Optional: schema_version for a process that keeps running on this connection (a relay):
+     * the connection also holds the schema it read until it closes, so that a migration does
+     * not run under it and one that is running finishes before the version is read
+     * (docs/operations.md, "Upgrading obx"). PostgreSQL: a session advisory lock, shared. */
+    obx_err (*schema_hold)(obx__store *s, int *found);
 
     /* ---- retention and audit (docs/retention.md): required, checked by the registry ---- */
     /* The purge: drops the payload of every envelope generation of these events (payload ->
@@ -926,7 +931,8 @@ extern const obx__store_methods obx__pg_store_methods;
       (obx__store * s, const obx__event_row *row, const void *payload, size_t len,                 \
        const obx__audit_row *a, bool *written),                                                    \
       (s, row, payload, len, a, written))                                                          \
-    X(producer_body, (obx__store * s, char *buf, size_t cap), (s, buf, cap))
+    X(producer_body, (obx__store * s, char *buf, size_t cap), (s, buf, cap))                       \
+    X(schema_hold, (obx__store * s, int *found), (s, found))
 
 #define OBX__STORE_CUSTOM(X)                                                                       \
     X(open)                                                                                        \

@@ -3636,6 +3636,107 @@ static void test_upgrade_v10_route_stats(void **state) {
     PQfinish(c);
 }
 
+/* a relay's connection that reads the schema version while holding it (pg_schema_hold), in a
+ * thread: the version it read and when */
+typedef struct {
+    const char *url;
+    obx__store *s;
+    int found;
+    obx_err err;
+    int done; /* atomic */
+} hold_arg;
+
+static void *hold_thread(void *p) {
+    hold_arg *a = p;
+    a->err = obx__st_open(a->url, &a->s);
+    if (!a->err) a->err = obx__st_schema_hold(a->s, &a->found);
+    __atomic_store_n(&a->done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/* the number of sessions holding the schema-in-use lock of database db (pg_store.c,
+ * LOCK_SCHEMA_IN_USE), waited for down to at most `most` (a closed connection's backend lets go
+ * when it exits, a moment after the client closed it) */
+static long long schema_holders(const char *db, long long most) {
+    char sql[320];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database WHERE "
+             "l.locktype = 'advisory' AND l.classid = 5194329 AND l.objid = 1 AND l.granted AND "
+             "d.datname = '%s'",
+             db);
+    long long n = qint(admin, sql);
+    for (int i = 0; i < 500 && n > most; i++) {
+        msleep(10);
+        n = qint(admin, sql);
+    }
+    return n;
+}
+
+/* Issue 19, upgrades (docs/operations.md, "Upgrading obx"): a relay's connection holds the
+ * schema version it checked, so `obx init` does not migrate under a running relay. It refuses
+ * with OBX_EBUSY, naming the relay's server process, and changes nothing; with the relay gone it
+ * migrates. An init with nothing to migrate does not care. A relay that starts while a migration
+ * runs waits for its commit and reads the version it committed: not the old one, which its
+ * statement's snapshot would have shown had the lock and the read been one statement. */
+static void test_init_refuses_under_relay(void **state) {
+    (void)state;
+    char db[64], url[1200], rurl[1300], sql[160];
+    PGconn *c = old_db(10, "{aggregate_id}", false, db, url);
+    db_url(db, "application_name=obx-held-relay", rurl, sizeof rurl);
+    obx__store *relay = NULL;
+    OK(obx__st_open(rurl, &relay));
+    int found = 0;
+    OK(obx__st_schema_hold(relay, &found));
+    assert_int_equal(found, 10);
+    assert_int_equal(schema_holders(db, 1), 1);
+    long long pid =
+        qint(c, "SELECT pid FROM pg_stat_activity WHERE application_name = 'obx-held-relay'");
+    obx_store *s = NULL;
+    OK(obx_store_open(url, &s));
+    assert_int_equal(obx_store_init(s), OBX_EBUSY);
+    char want[48];
+    snprintf(want, sizeof want, "(server pids: %lld", pid);
+    if (!strstr(obx_errmsg(), want) || !strstr(obx_errmsg(), "stop the relays") ||
+        !strstr(obx_errmsg(), "schema version 10"))
+        fail_msg("refusal: %s", obx_errmsg());
+    assert_int_equal(qint(c, "SELECT value::int FROM obx.obx_meta WHERE key = 'schema_version'"),
+                     10);
+    assert_int_equal(qint(c, "SELECT count(*) FROM information_schema.columns WHERE "
+                             "table_schema = 'obx' AND table_name = 'obx_stat_delta'"),
+                     3); /* version 11 drops its id: not run */
+    obx__st_close(relay);
+    assert_int_equal(schema_holders(db, 0), 0);
+    OK(obx_store_init(s));
+    OK(obx_store_schema_version(s, &found, NULL));
+    assert_int_equal(found, OBX__SCHEMA_VERSION);
+    /* with nothing to migrate, a relay holding the schema is no obstacle */
+    OK(obx__st_open(rurl, &relay));
+    OK(obx__st_schema_hold(relay, &found));
+    assert_int_equal(found, OBX__SCHEMA_VERSION);
+    OK(obx_store_init(s));
+    obx__st_close(relay);
+    /* a relay starting during a migration (here: one that records version 99) */
+    exec_ok(c, "BEGIN");
+    exec_ok(c, "SELECT pg_advisory_xact_lock(5194329, 1)");
+    exec_ok(c, "UPDATE obx.obx_meta SET value = '99' WHERE key = 'schema_version'");
+    db_url(db, "application_name=obx-late-relay", rurl, sizeof rurl);
+    hold_arg h = {.url = rurl};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, hold_thread, &h), 0);
+    assert_int_equal(wait_lock_waiter("obx-late-relay"), 0);
+    assert_int_equal(__atomic_load_n(&h.done, __ATOMIC_SEQ_CST), 0);
+    exec_ok(c, "COMMIT");
+    pthread_join(t, NULL);
+    OK(h.err);
+    assert_int_equal(h.found, 99);
+    obx__st_close(h.s);
+    snprintf(sql, sizeof sql, "UPDATE obx.obx_meta SET value = '%d' WHERE key = 'schema_version'",
+             OBX__SCHEMA_VERSION);
+    exec_ok(c, sql);
+    obx_store_close(s);
+    PQfinish(c);
+}
+
 /* A populated database at schema version 3, with the least-privilege roles of version 3, is
  * upgraded in place to version 4: a route made without blind retry keeps what it froze (now
  * called the UNKNOWN policy "hold"), receipts say they came from the broker, old consume
@@ -3888,6 +3989,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_upgrade_v8_first_row, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v9_ids_digests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v10_route_stats, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_init_refuses_under_relay, setup, teardown),
     };
     failed += cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
     /* the engine's fault suite (docs/design.md, "Tests per fault") on this store */

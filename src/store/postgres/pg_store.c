@@ -87,6 +87,9 @@ static const char *const migrations[] = {NULL,
  * application's single-bigint advisory locks. */
 #define LOCK_CLASS_ORDER "5194328" /* per order-key bucket: seq order = commit order */
 #define LOCK_CLASS_INIT 5194329    /* serializes concurrent `obx init` */
+/* With LOCK_CLASS_INIT: the schema in use (pg_schema_hold). Each relay connection holds it
+ * shared for its life; `obx init` takes it exclusively, for its transaction, to migrate. */
+#define LOCK_SCHEMA_IN_USE 1
 #define NOTIFY_CHANNEL "obx_work"
 
 enum {
@@ -1540,6 +1543,63 @@ static obx_err pg_schema_version(obx__store *base, int *found) {
     return OBX_OK;
 }
 
+/* The schema version, for a relay: first the schema-in-use lock, shared and for the session,
+ * then the version, in a statement of its own (a statement's snapshot is taken before a lock it
+ * waits for, so a version read in the same statement could be the one a migration just
+ * replaced). A migration holds the lock exclusively until it commits: a relay starting during
+ * one waits for it, then reads the new version (and refuses it, when it is not its own);
+ * `obx init` does not migrate while a relay holds it (migrate_in_tx). Held until the
+ * connection closes. */
+static obx_err pg_schema_hold(obx__store *base, int *found) {
+    pg_store *s = (pg_store *)base;
+    *found = 0;
+    obx_err e = ready(s, "schema version");
+    if (e) return e;
+    char sql[96];
+    snprintf(sql, sizeof sql, "SELECT pg_advisory_lock_shared(%d, %d)", LOCK_CLASS_INIT,
+             LOCK_SCHEMA_IN_USE);
+    if ((e = check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, NULL, "schema in use"))) return e;
+    return pg_schema_version(base, found);
+}
+
+/* Before a migration from version `from`: the schema-in-use lock, exclusively for this
+ * transaction, or OBX_EBUSY naming the sessions that hold it (relays of this database; a
+ * session whose client is gone holds it until the server notices, or until
+ * pg_terminate_backend ends it). Nothing is changed on refusal. */
+static obx_err migrate_exclusive(pg_store *s, int from) {
+    char sql[640];
+    snprintf(sql, sizeof sql, "SELECT pg_try_advisory_xact_lock(%d, %d)", LOCK_CLASS_INIT,
+             LOCK_SCHEMA_IN_USE);
+    PGresult *r = NULL;
+    obx_err e = check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, &r, "schema in use");
+    if (e) return e;
+    bool got = gb(r, 0, 0);
+    PQclear(r);
+    if (got) return OBX_OK;
+    /* who holds it: pg_locks is readable by every role; pg_stat_activity shows another role's
+     * client address only to its members and pg_read_all_stats (NULL otherwise) */
+    snprintf(sql, sizeof sql,
+             "SELECT count(*), string_agg(l.pid::text || coalesce(' from ' || "
+             "host(a.client_addr), ''), ', ' ORDER BY l.pid) FROM pg_locks l LEFT JOIN "
+             "pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+             "AND l.classid = %d AND l.objid = %d AND l.objsubid = 2 AND l.database = (SELECT oid "
+             "FROM pg_database WHERE datname = current_database()) AND l.pid <> "
+             "pg_backend_pid()",
+             LOCK_CLASS_INIT, LOCK_SCHEMA_IN_USE);
+    if ((e = check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, &r, "schema in use"))) return e;
+    int64_t n = gi(r, 0, 0);
+    char who[256];
+    gt(r, 0, 1, who, sizeof who);
+    PQclear(r);
+    return obx__fail(OBX_EBUSY,
+                     "postgres: %lld relay session%s of this database hold%s schema version %d "
+                     "(server pids: %s): stop the relays, then run obx init again to migrate to "
+                     "version %d (docs/operations.md, \"Upgrading obx\"); a session whose relay "
+                     "is gone ends with SELECT pg_terminate_backend(pid)",
+                     (long long)n, n == 1 ? "" : "s", n == 1 ? "s" : "", from, who[0] ? who : "?",
+                     OBX__SCHEMA_VERSION);
+}
+
 static obx_err pg_begin(obx__store *base);
 static obx_err pg_commit(obx__store *base);
 static obx_err pg_rollback(obx__store *base);
@@ -1686,6 +1746,10 @@ static obx_err migrate_in_tx(pg_store *s) {
                          "postgres: database encoding is %s; obx needs a UTF8 database "
                          "(CREATE DATABASE ... ENCODING 'UTF8')",
                          enc);
+    /* a migration waits for no relay and runs under none (pg_schema_hold) */
+    int from = 0;
+    if ((e = pg_schema_version(&s->base, &from))) return e;
+    if (from > 0 && from < OBX__SCHEMA_VERSION && (e = migrate_exclusive(s, from))) return e;
     e = obx__migrate_run(&s->base, migrations, "obx.obx_meta", migrate_exec);
     return e ? e : enqueue_impl(s);
 }
@@ -3834,6 +3898,7 @@ const obx__store_methods obx__pg_store_methods = {
     .serve_dispatch = pg_serve_dispatch,
     .create_roles = pg_create_roles,
     .producer_body = pg_producer_body,
+    .schema_hold = pg_schema_hold,
     .route_get_txid = pg_route_get_txid,
     .insert_event_audit = pg_insert_event_audit,
     .enqueue_write = pg_enqueue_write,
