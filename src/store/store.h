@@ -52,8 +52,12 @@
  * 13: PostgreSQL's write set checks itself (obx._ws_fail), so that a relay transaction's
  *    COMMIT goes in the write set's round trip (schema_v13.sql; SQLite unchanged);
  * 14: PostgreSQL's producers notify unless their session's obx.notify is 'off'
- *    (schema_v14.sql; SQLite unchanged) */
-#define OBX__SCHEMA_VERSION 14
+ *    (schema_v14.sql; SQLite unchanged);
+ * 15: PostgreSQL's CHECK constraints on the relay's tables in forms that cost less to prepare
+ *    for each statement: an audit batch's alignment by a row trigger, states, kinds and sources
+ *    as enum casts, the envelope generation's bound in its trigger (schema_v15.sql; SQLite
+ *    unchanged) */
+#define OBX__SCHEMA_VERSION 15
 
 #define OBX__ATTEMPT_ID_LEN 30 /* "att-" + ULID */
 #define OBX__OWNER_MAX OBX_TEXT_MAX

@@ -2984,7 +2984,8 @@ static void test_sql_enqueue_delivery_set(void **state) {
 /* The embedded schema scripts by version (pg_store.c's migrations). */
 extern const char obx__pg_schema_v1[], obx__pg_schema_v2[], obx__pg_schema_v3[],
     obx__pg_schema_v4[], obx__pg_schema_v5[], obx__pg_schema_v6[], obx__pg_schema_v7[],
-    obx__pg_schema_v8[], obx__pg_schema_v9[], obx__pg_schema_v10[];
+    obx__pg_schema_v8[], obx__pg_schema_v9[], obx__pg_schema_v10[], obx__pg_schema_v11[],
+    obx__pg_schema_v12[], obx__pg_schema_v13[], obx__pg_schema_v14[];
 
 /* A new database (its name into db[64], its URL into url[1200]) as `obx init` of schema version
  * v left it, with one route of order.created.v2 to cluster local, topic orders, the routing
@@ -3000,7 +3001,11 @@ static PGconn *old_db(int v, const char *routing_key, bool blind, char *db, char
                                           obx__pg_schema_v7,
                                           obx__pg_schema_v8,
                                           obx__pg_schema_v9,
-                                          obx__pg_schema_v10};
+                                          obx__pg_schema_v10,
+                                          obx__pg_schema_v11,
+                                          obx__pg_schema_v12,
+                                          obx__pg_schema_v13,
+                                          obx__pg_schema_v14};
     assert_true(v >= 1 && v < (int)(sizeof scripts / sizeof scripts[0]));
     assert_int_equal(new_db(db, NULL), 0);
     db_url(db, "", url, 1200);
@@ -3636,6 +3641,119 @@ static void test_upgrade_v10_route_stats(void **state) {
     PQfinish(c);
 }
 
+/* Relays every event of the database at url through the engine on a connection of its own
+ * serving dispatch, as a relay's dispatcher does, with a log broker in a new directory; c sees
+ * them all PUBLISHED at the end. */
+static void relay_all(const char *url, PGconn *c) {
+    char dir[] = "/tmp/obx-relay-all-XXXXXX", burl[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(burl, sizeof burl, "log:%s/broker.db", dir);
+    obx__store *s;
+    OK(obx__st_open(url, &s));
+    obx__st_serve_dispatch(s);
+    obx__broker *b;
+    OK(obx__br_open(burl, NULL, 0, &b));
+    obx__engine_cfg ec;
+    obx__engine_cfg_defaults(&ec);
+    snprintf(ec.owner, sizeof ec.owner, "test/d0");
+    obx__engine e;
+    OK(obx__engine_init(&e, s, b, &ec));
+    for (int turn = 0;; turn++) {
+        if (turn > 2000) fail_msg("the relay did not publish everything");
+        size_t sent = 0, applied = 0;
+        OK(obx__engine_dispatch(&e, obx__wall_ms(), &sent));
+        OK(obx__engine_poll(&e, obx__wall_ms(), 10, &applied));
+        if (!sent && !applied && !b->m->in_flight(b) &&
+            qint(c, "SELECT count(*) FROM obx.obx_event WHERE state <> 'PUBLISHED'") == 0)
+            break;
+    }
+    obx__br_close(b);
+    obx__st_close(s);
+    char rm[96];
+    snprintf(rm, sizeof rm, "rm -rf %s", dir);
+    assert_int_equal(system(rm), 0);
+}
+
+/* SQL that must fail on c with SQLSTATE want and a message holding `has` */
+static void refused(PGconn *c, const char *sql, const char *want, const char *has) {
+    char st[6], msg[512];
+    exec_fail(c, sql, st, msg, sizeof msg);
+    if (strcmp(st, want) || !strstr(msg, has))
+        fail_msg("%s: SQLSTATE '%s' (%s), expected %s with '%s'", sql, st, msg, want, has);
+}
+
+#define AUDIT_BATCH_INS                                                                            \
+    "INSERT INTO obx.obx_audit_batch (seqs, at, actor, who, event_id, envelope_gen, from_state, "  \
+    "to_state, claim_gen, attempt_id, attempt_gen, reason) VALUES ('[1,3)', "
+
+/* Issue 19, schema version 15 (schema_v15.sql): the relay tables' checks in forms that cost less
+ * to prepare for each statement, the same rules for everyone, the owner included, on a database
+ * upgraded from version 14 with events in it: an audit batch's arrays hold one element per
+ * transition, at least one (a row trigger where a CHECK was: SQLSTATE 23514 as before); an
+ * attempt's state, a receipt's kind and source are of their lists (enum casts: 22P02); an
+ * envelope's generation is at least 1 (in the generation trigger); a producer's envelope of
+ * generation 1 still fires nothing. */
+static void test_upgrade_v14_checks(void **state) {
+    (void)state;
+    char db[64], url[1200], ids[2][64], sql[1024];
+    PGconn *c = old_db(14, "{aggregate_id}", false, db, url);
+    enqueue_sql(c, 1, ids);
+    obx_store *s = upgrade(url, 14);
+    enqueue_sql(c, 2, ids);
+    assert_int_equal(qint(c, "SELECT count(*) FROM pg_constraint WHERE conrelid = "
+                             "'obx.obx_audit_batch'::regclass AND contype = 'c'"),
+                     0);
+    assert_int_equal(qint(c, "SELECT count(*) FROM pg_constraint WHERE conrelid = "
+                             "'obx.obx_envelope'::regclass AND contype = 'c'"),
+                     0);
+    /* an aligned batch is written (and rolled back: the audit is append-only) */
+    exec_ok(c, "BEGIN");
+    exec_ok(c,
+            AUDIT_BATCH_INS "'{1,2}', '{a,b}', '{w,w}', '{e1,e2}', '{1,1}', '{PENDING,"
+                            "PENDING}', '{CLAIMED,CLAIMED}', '{1,1}', '{x,y}', '{0,0}', '{r,r}')");
+    exec_ok(c, "ROLLBACK");
+    refused(c,
+            AUDIT_BATCH_INS "'{1,2}', '{a,b}', '{w,w}', '{e1,e2}', '{1,1}', '{PENDING,"
+                            "PENDING}', '{CLAIMED,CLAIMED}', '{1,1}', '{x,y}', '{0,0}', '{r}')",
+            "23514", "reason: 1)");
+    refused(c,
+            AUDIT_BATCH_INS "'{1,2}', '{a}', '{w,w}', '{e1,e2}', '{1,1}', '{PENDING,PENDING}', "
+                            "'{CLAIMED,CLAIMED}', '{1,1}', '{x,y}', '{0,0}', '{r,r}')",
+            "23514", "actor: 1,");
+    refused(c, AUDIT_BATCH_INS "'{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')",
+            "23514", "at least one");
+    refused(c,
+            "INSERT INTO obx.obx_attempt (attempt_id, event_id, envelope_gen, attempt_gen, "
+            "claim_gen, owner, dest_digest, partition, state, started_at, unknown_at, ended_at, "
+            "offset_before, quiet_until, detail) VALUES ('a-x', 'e-x', 1, 1, 1, 'o', 'd', 0, "
+            "'LOST', 1, 0, 0, -1, 0, '')",
+            "22P02", "obx.attempt_state");
+    const char *rcpt = "INSERT INTO obx.obx_receipt (event_id, envelope_gen, attempt_id, kind, "
+                       "cluster, topic, partition, \"offset\", broker_ts, payload_digest, "
+                       "dest_digest, reason, created_at, source) VALUES ('e-x', 1, 'a-x', '%s', "
+                       "'local', 'orders', 0, 0, 0, 'p', 'd', '', 1, '%s')";
+    snprintf(sql, sizeof sql, rcpt, "SECONDARY", "broker");
+    refused(c, sql, "22P02", "obx.receipt_kind");
+    snprintf(sql, sizeof sql, rcpt, "PRIMARY", "rumour");
+    refused(c, sql, "22P02", "obx.receipt_source");
+    snprintf(sql, sizeof sql,
+             "INSERT INTO obx.obx_envelope SELECT event_id, 0, aggregate_type, aggregate_id, "
+             "aggregate_version, event_type, payload_schema, payload_digest, tenant, occurred_at, "
+             "created_txid, correlation_id, causation_id, traceparent, idempotency_key, "
+             "envelope_digest, dest_cluster, dest_topic, dest_routing_key, dest_algorithm, "
+             "dest_route_gen, dest_serializer, dest_durability, dest_acks, dest_digest, payload, "
+             "payload_len, created_at FROM obx.obx_envelope WHERE event_id = '%s'",
+             ids[0]);
+    refused(c, sql, "23514", "envelope_gen 0 is below 1");
+    /* the relay's own writes pass them all: the three events relayed through the engine */
+    relay_all(url, c);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event WHERE state = 'PUBLISHED'"), 3);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_receipt WHERE kind = 'PRIMARY'"), 3);
+    assert_true(qint(c, "SELECT count(*) FROM obx.obx_audit_batch") > 0);
+    obx_store_close(s);
+    PQfinish(c);
+}
+
 /* a relay's connection that reads the schema version while holding it (pg_schema_hold), in a
  * thread: the version it read and when */
 typedef struct {
@@ -3990,6 +4108,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_upgrade_v9_ids_digests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v10_route_stats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_init_refuses_under_relay, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upgrade_v14_checks, setup, teardown),
     };
     failed += cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
     /* the engine's fault suite (docs/design.md, "Tests per fault") on this store */

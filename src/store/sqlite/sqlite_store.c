@@ -35,6 +35,7 @@ extern const char obx__sqlite_schema_v11[];
 extern const char obx__sqlite_schema_v12[];
 extern const char obx__sqlite_schema_v13[];
 extern const char obx__sqlite_schema_v14[];
+extern const char obx__sqlite_schema_v15[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -51,7 +52,8 @@ static const char *const migrations[] = {NULL,
                                          obx__sqlite_schema_v11,
                                          obx__sqlite_schema_v12,
                                          obx__sqlite_schema_v13,
-                                         obx__sqlite_schema_v14};
+                                         obx__sqlite_schema_v14,
+                                         obx__sqlite_schema_v15};
 
 enum {
     Q_ROUTE_PUT,
