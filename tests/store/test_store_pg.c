@@ -3750,6 +3750,23 @@ static void test_upgrade_v14_checks(void **state) {
     assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event WHERE state = 'PUBLISHED'"), 3);
     assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_receipt WHERE kind = 'PRIMARY'"), 3);
     assert_true(qint(c, "SELECT count(*) FROM obx.obx_audit_batch") > 0);
+    /* the identity checks are column triggers, and still refuse the owner */
+    assert_int_equal(qint(c, "SELECT count(*) FROM pg_trigger WHERE tgname IN "
+                             "('obx_event_frozen', 'obx_event_destination_frozen', "
+                             "'obx_attempt_frozen') AND cardinality(tgattr::int2[]) > 0"),
+                     3);
+    const char *moves[] = {"UPDATE obx.obx_event SET tenant = 'other'",
+                           "UPDATE obx.obx_event SET committed_at = committed_at + 1",
+                           "UPDATE obx.obx_event SET envelope_gen = 0",
+                           "UPDATE obx.obx_event SET order_key = order_key || 'x'",
+                           "UPDATE obx.obx_event SET dest_cluster = 'elsewhere'",
+                           "UPDATE obx.obx_attempt SET owner = 'mallory'",
+                           "UPDATE obx.obx_attempt SET dest_digest = 'sha256:00'"};
+    for (size_t i = 0; i < sizeof moves / sizeof moves[0]; i++)
+        refused(c, moves[i], "OB001", "cannot change");
+    /* setting them to what they are is no change */
+    exec_ok(c, "UPDATE obx.obx_event SET tenant = tenant, order_key = order_key");
+    exec_ok(c, "UPDATE obx.obx_attempt SET owner = owner");
     obx_store_close(s);
     PQfinish(c);
 }

@@ -23,6 +23,15 @@
 --   * obx_envelope's `envelope_gen >= 1`: folded into the obx_envelope_generation trigger,
 --     whose condition becomes `envelope_gen <> 1` (a producer's envelope, generation 1, still
 --     fires nothing). One condition prepared per producer statement instead of two.
+--   * The identity checks of obx_event and obx_attempt (version 8's AFTER UPDATE triggers) are
+--     column triggers now: PostgreSQL considers a trigger declared `UPDATE OF` some columns only
+--     for a statement whose SET list names one of them, and otherwise neither prepares its
+--     condition (4,200 and 3,000 bytes stored) nor evaluates it. The relay's updates set none
+--     of the identity columns, so only the event's destination rule is prepared for them,
+--     split off as obx_event_destination_frozen (a third of the condition). A statement that
+--     sets an identity column, to any value, meets the same condition and the same refusal
+--     (OB001) as before. What a column trigger cannot see is a column changed by another BEFORE
+--     UPDATE trigger that is not in the SET list: obx has no such trigger on these tables.
 
 CREATE FUNCTION obx._audit_batch_aligned() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -92,3 +101,30 @@ ALTER TABLE obx.obx_envelope DROP CONSTRAINT obx_envelope_envelope_gen_check;
 DROP TRIGGER obx_envelope_generation ON obx.obx_envelope;
 CREATE TRIGGER obx_envelope_generation BEFORE INSERT ON obx.obx_envelope
     FOR EACH ROW WHEN (NEW.envelope_gen <> 1) EXECUTE FUNCTION obx._envelope_generation();
+
+DROP TRIGGER obx_event_frozen ON obx.obx_event;
+CREATE TRIGGER obx_event_frozen AFTER UPDATE OF event_id, seq, tenant, idempotency_key,
+    event_type, correlation_id, committed_at ON obx.obx_event FOR EACH ROW
+    WHEN (NEW.event_id IS DISTINCT FROM OLD.event_id OR NEW.seq IS DISTINCT FROM OLD.seq
+       OR NEW.tenant IS DISTINCT FROM OLD.tenant
+       OR NEW.idempotency_key IS DISTINCT FROM OLD.idempotency_key
+       OR NEW.event_type IS DISTINCT FROM OLD.event_type
+       OR NEW.correlation_id IS DISTINCT FROM OLD.correlation_id
+       OR NEW.committed_at IS DISTINCT FROM OLD.committed_at)
+    EXECUTE FUNCTION obx._refuse('obx: an event''s identity and frozen destination cannot change');
+CREATE TRIGGER obx_event_destination_frozen AFTER UPDATE OF envelope_gen, order_key, dest_cluster
+    ON obx.obx_event FOR EACH ROW
+    WHEN (NEW.envelope_gen < OLD.envelope_gen
+       OR (NEW.envelope_gen = OLD.envelope_gen AND (NEW.order_key IS DISTINCT FROM OLD.order_key
+           OR NEW.dest_cluster IS DISTINCT FROM OLD.dest_cluster)))
+    EXECUTE FUNCTION obx._refuse('obx: an event''s identity and frozen destination cannot change');
+DROP TRIGGER obx_attempt_frozen ON obx.obx_attempt;
+CREATE TRIGGER obx_attempt_frozen AFTER UPDATE OF attempt_id, event_id, envelope_gen, attempt_gen,
+    claim_gen, owner, dest_digest, started_at ON obx.obx_attempt FOR EACH ROW
+    WHEN (NEW.attempt_id IS DISTINCT FROM OLD.attempt_id OR NEW.event_id IS DISTINCT FROM OLD.event_id
+       OR NEW.envelope_gen IS DISTINCT FROM OLD.envelope_gen
+       OR NEW.attempt_gen IS DISTINCT FROM OLD.attempt_gen
+       OR NEW.claim_gen IS DISTINCT FROM OLD.claim_gen OR NEW.owner IS DISTINCT FROM OLD.owner
+       OR NEW.dest_digest IS DISTINCT FROM OLD.dest_digest
+       OR NEW.started_at IS DISTINCT FROM OLD.started_at)
+    EXECUTE FUNCTION obx._refuse('obx: an attempt''s identity and destination cannot change');
