@@ -56,6 +56,8 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
+-- a trigger's function runs without an EXECUTE check for whoever fires it (the relay roles)
+REVOKE ALL ON FUNCTION obx._audit_batch_aligned() FROM PUBLIC;
 ALTER TABLE obx.obx_audit_batch DROP CONSTRAINT obx_audit_batch_check;
 CREATE TRIGGER obx_audit_batch_aligned BEFORE INSERT ON obx.obx_audit_batch
     FOR EACH ROW EXECUTE FUNCTION obx._audit_batch_aligned();
