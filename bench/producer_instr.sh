@@ -20,70 +20,25 @@ cd "$(dirname "$0")/.."
 json=0
 [[ ${1:-} == --json ]] && json=1
 [[ $# -le $json ]] || { echo "usage: bench/producer_instr.sh [--json]" >&2; exit 2; }
-command -v valgrind >/dev/null || { echo "bench/producer_instr.sh: needs valgrind" >&2; exit 1; }
-build=${OBX_BENCH_BUILD:-build-bench}
-[[ -f $build/CMakeCache.txt ]] || cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j2 --target bench_producer_instr >/dev/null
-# the obx_pg extension where the private server finds it (scripts/pg_ext.sh; else the PL/pgSQL body)
-scripts/pg_ext.sh "$build" >&2 || true
-exe=$(find "$PWD/$build" -name bench_producer_instr -type f -perm -u+x | head -1)
-[[ -x $exe ]] || { echo "bench/producer_instr.sh: bench_producer_instr was not built" >&2; exit 1; }
-
-bin=/usr/lib/postgresql/15/bin
-port=${OBX_INSTR_PG_PORT:-25499}
-dir=$(mktemp -d /tmp/obx-instr.XXXXXX)
-url="postgres://postgres@127.0.0.1:$port/bench"
-as_pg() { su postgres -s /bin/sh -c "$*"; }
-stop() { as_pg "$bin/pg_ctl -D '$dir/data' -m fast -w stop" >/dev/null 2>&1 || true; }
-trap 'stop; rm -rf "$dir"' EXIT
-chown postgres "$dir"
-as_pg "$bin/initdb -D '$dir/data' -A trust -U postgres -E UTF8 --locale=C.UTF-8" >/dev/null
-cat >>"$dir/data/postgresql.conf" <<CONF
-port = $port
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$dir'
-autovacuum = off
-shared_buffers = 256MB
-max_wal_size = 4GB
-CONF
-as_pg "$bin/pg_ctl -D '$dir/data' -l '$dir/setup.log' -w start" >/dev/null
-psql "postgres://postgres@127.0.0.1:$port/postgres" -qc "CREATE DATABASE bench"
-"$exe" "$url" setup
-[[ -z ${OBX_INSTR_SQL:-} ]] || psql "$url" -qX -v ON_ERROR_STOP=1 -f "$OBX_INSTR_SQL"
-psql "$url" -qc CHECKPOINT
-stop
-cp -a "$dir/data" "$dir/pristine"
-
-# instructions of the backend of process $1 (its callgrind file, written when it exits)
-instr() {
-  local f=$dir/out/cg.$1
-  for _ in $(seq 120); do
-    [[ -s $f ]] && grep -q '^totals:\|^summary:' "$f" && break
-    sleep 1
-  done
-  grep -h '^totals:\|^summary:' "$f" | head -1 | awk '{print $2}'
-}
+source bench/instr_lib.sh
+instr_build bench_producer_instr bench/producer_instr.sh
+setup_db() { "$exe" "$1" setup; }
+instr_setup "${OBX_INSTR_PG_PORT:-25499}" setup_db
 
 variants=${OBX_INSTR_VARIANTS:-business plain sql plsql c}
 declare -A per
 for v in $variants; do
-  rm -rf "$dir/data" "$dir/out"
-  cp -a "$dir/pristine" "$dir/data"
-  mkdir "$dir/out"
-  chown postgres "$dir/out"
-  as_pg "valgrind --tool=callgrind --trace-children=yes --callgrind-out-file='$dir/out/cg.%p' $bin/postgres -D '$dir/data'" >"$dir/valgrind.log" 2>&1 &
-  for _ in $(seq 180); do psql "$url" -qAtc "SELECT 1" >/dev/null 2>&1 && break; sleep 1; done
+  instr_start
   p20=$("$exe" "$url" "$v" 20)
   p80=$("$exe" "$url" "$v" 80)
   i20=$(instr "$p20")
   i80=$(instr "$p80")
   if [[ -n ${OBX_INSTR_KEEP:-} ]]; then
-    mkdir -p "$OBX_INSTR_KEEP/$v"
-    cp "$dir/out/cg.$p20" "$OBX_INSTR_KEEP/$v/20.cg"
-    cp "$dir/out/cg.$p80" "$OBX_INSTR_KEEP/$v/80.cg"
+    instr_keep "$p20" "$OBX_INSTR_KEEP/$v/20.cg"
+    instr_keep "$p80" "$OBX_INSTR_KEEP/$v/80.cg"
   fi
   per[$v]=$(((i80 - i20) / 60))
-  stop
+  instr_stop
   wait || true
 done
 if [[ $variants != "business plain sql plsql c" ]]; then
