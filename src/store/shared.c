@@ -162,11 +162,9 @@ obx_err obx__read_events(obx__store *s, const obx__read_req *req, const obx__eve
     }
 }
 
-obx_err obx__migrate_run(obx__store *s, const char *const *scripts, const char *meta_table,
-                         obx__exec_fn exec) {
-    int found = 0;
-    obx_err e = s->m->schema_version(s, &found);
-    if (e) return e;
+obx_err obx__migrate_run(obx__store *s, int found, const char *const *scripts,
+                         const char *meta_table, obx__exec_fn exec) {
+    obx_err e;
     if (found > OBX__SCHEMA_VERSION)
         return obx__fail(
             OBX_ESCHEMA,

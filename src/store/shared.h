@@ -75,14 +75,15 @@ typedef struct obx__event_readers {
 obx_err obx__read_events(obx__store *s, const obx__read_req *req, const obx__event_readers *r,
                          obx__rows *out);
 
-/* The migration runner, inside the caller's transaction: reads the schema version (the
- * backend's schema_version), refuses a database newer than this obx (OBX_ESCHEMA, naming both
- * versions), then for every version v after it up to OBX__SCHEMA_VERSION runs scripts[v] and
- * records v in meta_table (the backend's obx_meta, schema-qualified as it needs), each through
- * exec(s, sql). A failing script's error is prefixed "migration to schema version v". */
+/* The migration runner, inside the caller's transaction: from is the schema version the caller
+ * read in that transaction (the backend's schema_version; 0: none yet). Refuses a database newer
+ * than this obx (OBX_ESCHEMA, naming both versions), then for every version v after from up to
+ * OBX__SCHEMA_VERSION runs scripts[v] and records v in meta_table (the backend's obx_meta,
+ * schema-qualified as it needs), each through exec(s, sql). A failing script's error is
+ * prefixed "migration to schema version v". */
 typedef obx_err (*obx__exec_fn)(obx__store *s, const char *sql);
-obx_err obx__migrate_run(obx__store *s, const char *const *scripts, const char *meta_table,
-                         obx__exec_fn exec);
+obx_err obx__migrate_run(obx__store *s, int from, const char *const *scripts,
+                         const char *meta_table, obx__exec_fn exec);
 
 /* Transaction nesting (store.h, "Transactions"), once for both stores. The outermost begin on
  * a connection that is not in a transaction opens one (the backend's begin: SQLite BEGIN

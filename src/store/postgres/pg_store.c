@@ -1752,7 +1752,7 @@ static obx_err migrate_in_tx(pg_store *s) {
     int from = 0;
     if ((e = pg_schema_version(&s->base, &from))) return e;
     if (from > 0 && from < OBX__SCHEMA_VERSION && (e = migrate_exclusive(s, from))) return e;
-    e = obx__migrate_run(&s->base, migrations, "obx.obx_meta", migrate_exec);
+    e = obx__migrate_run(&s->base, from, migrations, "obx.obx_meta", migrate_exec);
     return e ? e : enqueue_impl(s);
 }
 

@@ -655,7 +655,9 @@ static obx_err migrate_exec(obx__store *base, const char *sql) {
 static obx_err sq_migrate(obx__store *base) {
     obx_err e = sq_begin(base);
     if (e) return e;
-    e = obx__migrate_run(base, migrations, "obx_meta", migrate_exec);
+    int from = 0;
+    e = base->m->schema_version(base, &from);
+    if (!e) e = obx__migrate_run(base, from, migrations, "obx_meta", migrate_exec);
     if (e) {
         sq_rollback(base);
         return e;
