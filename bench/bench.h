@@ -113,6 +113,11 @@ void bn_relay_start(bn_proc *p, const char *logdir, const char *id, const char *
                     const char *broker, const char *const *sets);
 /* Peak RSS (VmHWM, KiB) and CPU seconds (user + system) of a live process. */
 void bn_proc_usage(const bn_proc *p, long *hwm_kib, long *rss_kib, double *cpu_s);
+/* Nanoseconds the process's threads have spent waiting on a run queue for a CPU, summed
+ * (/proc/PID/task/TID/schedstat, second field; threads that have exited are not counted), -1
+ * when it cannot be read. The difference over an interval shows whether a slow process was
+ * slow itself or waited for a busy machine. */
+double bn_proc_runq_ns(const bn_proc *p);
 /* The process's minor page faults so far (/proc/PID/stat), -1 when it cannot be read. */
 long bn_proc_minflt(const bn_proc *p);
 bool bn_proc_alive(const bn_proc *p);

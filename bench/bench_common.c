@@ -554,6 +554,30 @@ void bn_proc_usage(const bn_proc *p, long *hwm_kib, long *rss_kib, double *cpu_s
         *cpu_s = (double)ticks / (double)sysconf(_SC_CLK_TCK);
 }
 
+double bn_proc_runq_ns(const bn_proc *p) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)p->pid);
+    DIR *d = opendir(path);
+    if (!d) return -1;
+    double sum = 0;
+    bool any = false;
+    struct dirent *t;
+    while ((t = readdir(d)) != NULL) {
+        if (t->d_name[0] == '.') continue;
+        char f[128];
+        snprintf(f, sizeof f, "/proc/%d/task/%.16s/schedstat", (int)p->pid, t->d_name);
+        FILE *s = fopen(f, "r");
+        unsigned long long run, wait;
+        if (s && fscanf(s, "%llu %llu", &run, &wait) == 2) {
+            sum += (double)wait;
+            any = true;
+        }
+        if (s) fclose(s);
+    }
+    closedir(d);
+    return any ? sum : -1;
+}
+
 long bn_proc_minflt(const bn_proc *p) {
     unsigned long mf, ticks;
     return proc_stat((int)p->pid, &mf, &ticks) ? (long)mf : -1;

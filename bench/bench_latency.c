@@ -21,7 +21,10 @@
  * --json: after the table, one JSON object: p99_ms, p50_ms and achieved_ev_s per offered rate
  * (medians), and p99_ms_reps, every repetition's p99 (issue 19's target: < 20 ms in each);
  * max_pause_ms_reps, every repetition's longest pause between two of the relay's acceptance
- * commits (a stall of the relay shows here, not in the producers).
+ * commits (a stall of the relay shows here, not in the producers); relay_runq_ms_per_s_reps,
+ * how long the relay's threads waited for a CPU on a run queue per second of producing, summed
+ * over its threads (/proc/PID/task/TID/schedstat): the part of its latency that is the machine
+ * being busy rather than the relay's own work.
  * --kafka-props adds librdkafka properties to the relay's broker URL (e.g. linger.ms=1).
  * --notify-off runs the producers with obx.notify = off (no NOTIFY; docs/postgres.md, "NOTIFY"):
  * the relay finds their events by polling, so pair it with --set relay.poll_ms=N.
@@ -110,6 +113,10 @@ typedef struct result {
     double pg_cpu;             /* the database server's CPU while producing, % of 2 cores */
     double gap, gap_at;        /* the longest pause between two acceptance commits (ms), and when it
                                   began (s after the first producer's commit): a relay that stalls */
+    double runq;               /* the relay's threads' wait for a CPU on a run queue while
+                                  producing, ms per second (summed over threads): a busy machine */
+    char gap_clock[16];        /* when it began, UTC HH:MM:SS.mmm, to find it in the server's and
+                                  the relay's logs */
 } result;
 
 static void one_run(const char *boot, int rate, int rep, result *r) {
@@ -133,7 +140,7 @@ static void one_run(const char *boot, int rate, int rep, result *r) {
     r->idle_cpu = (cpu1 - cpu0) / 3.0 * 100.0;
     long total = (long)rate * seconds;
     producer pr[MAX_PRODUCERS];
-    double t0 = bn_now() + 0.2, pg0 = bn_pg_server_cpu();
+    double t0 = bn_now() + 0.2, pg0 = bn_pg_server_cpu(), rq0 = bn_proc_runq_ns(&p);
     for (int i = 0; i < producers; i++) {
         pr[i] = (producer){
             .url = url, .index = i, .count = producers, .total = total, .rate = rate, .t0 = t0};
@@ -151,6 +158,8 @@ static void one_run(const char *boot, int rate, int rep, result *r) {
     r->pg_cpu = (bn_pg_server_cpu() - pg0) / (t1 - t0) / 2.0 * 100.0;
     bn_proc_usage(&p, NULL, NULL, &cpu2);
     r->busy_cpu = (cpu2 - cpu1) / (t1 - t0) * 100.0;
+    double rq1 = bn_proc_runq_ns(&p);
+    r->runq = rq0 >= 0 && rq1 >= 0 ? (rq1 - rq0) / 1e6 / (t1 - t0) : -1;
     r->offered = rate;
     r->achieved = (double)done / (t1 - t0);
     if (bn_pg_wait_published(c, done, p.pid, 600) < 0) bn_die("%s: not all published", id);
@@ -172,17 +181,21 @@ static void one_run(const char *boot, int rate, int rep, result *r) {
     PQclear(q);
     /* a stall: no PUBLISHED commit for a while, though producers keep committing (counted while
      * they commit, after the warm-up second: after the last commit the acceptances trail off) */
-    q = PQexec(c, "WITH p AS (SELECT min(pg_xact_commit_timestamp(v.xmin)) AS lo, "
-                  "max(pg_xact_commit_timestamp(v.xmin)) AS hi FROM obx.obx_envelope v), a AS "
-                  "(SELECT DISTINCT pg_xact_commit_timestamp(e.xmin) AS t FROM obx.obx_event e "
-                  "WHERE e.state = 'PUBLISHED'), g AS (SELECT t, t - lag(t) OVER (ORDER BY t) AS "
-                  "d FROM a) SELECT coalesce(extract(epoch FROM max(d)) * 1000, 0), "
-                  "coalesce(extract(epoch FROM (array_agg(t - d - p.lo ORDER BY d DESC))[1]), 0) "
-                  "FROM g, p WHERE t - d >= p.lo + interval '1 second' AND t <= p.hi");
+    q = PQexec(
+        c,
+        "WITH p AS (SELECT min(pg_xact_commit_timestamp(v.xmin)) AS lo, "
+        "max(pg_xact_commit_timestamp(v.xmin)) AS hi FROM obx.obx_envelope v), a AS "
+        "(SELECT DISTINCT pg_xact_commit_timestamp(e.xmin) AS t FROM obx.obx_event e "
+        "WHERE e.state = 'PUBLISHED'), g AS (SELECT t, t - lag(t) OVER (ORDER BY t) AS "
+        "d FROM a) SELECT coalesce(extract(epoch FROM max(d)) * 1000, 0), "
+        "coalesce(extract(epoch FROM (array_agg(t - d - p.lo ORDER BY d DESC))[1]), 0), "
+        "coalesce(to_char((array_agg(t - d ORDER BY d DESC))[1] AT TIME ZONE 'UTC', "
+        "'HH24:MI:SS.MS'), '-') FROM g, p WHERE t - d >= p.lo + interval '1 second' AND t <= p.hi");
     if (PQresultStatus(q) != PGRES_TUPLES_OK || PQntuples(q) != 1)
         bn_die("pause query: %s", PQerrorMessage(c));
     r->gap = strtod(PQgetvalue(q, 0, 0), NULL);
     r->gap_at = strtod(PQgetvalue(q, 0, 1), NULL);
+    snprintf(r->gap_clock, sizeof r->gap_clock, "%s", PQgetvalue(q, 0, 2));
     PQclear(q);
     PQfinish(c);
     if (!keep) bn_pg_drop("obx_bench_lat");
@@ -221,6 +234,7 @@ static void print_json(const int *rates, int n_rates, result res[][BN_MAX_REPS])
     }
     print_reps("p99_ms_reps", offsetof(result, p99), rates, n_rates, res);
     print_reps("max_pause_ms_reps", offsetof(result, gap), rates, n_rates, res);
+    print_reps("relay_runq_ms_per_s_reps", offsetof(result, runq), rates, n_rates, res);
     printf(", \"reps\": %d, \"seconds\": %d, \"producers\": %d, \"producer_notify\": %s}\n", reps,
            seconds, producers, notify_off ? "false" : "true");
 }
@@ -273,11 +287,13 @@ int main(int argc, char **argv) {
         for (int k = 0; k < n_rates; k++) {
             one_run(boot, rates[k], rep, &res[k][rep]);
             result *r = &res[k][rep];
-            bn_log("rep %d, %d ev/s: achieved %.0f, p50 %.1f ms, p99 %.1f ms, max %.1f ms, relay "
-                   "cpu idle %.1f%% busy %.1f%%, PostgreSQL %.0f%% of 2 cores, producers' worst "
-                   "lag %.2f s, longest pause between acceptances %.1f ms at %.1f s",
-                   rep + 1, rates[k], r->achieved, r->p50, r->p99, r->max, r->idle_cpu, r->busy_cpu,
-                   r->pg_cpu, r->lag_max, r->gap, r->gap_at);
+            bn_log(
+                "rep %d, %d ev/s: achieved %.0f, p50 %.1f ms, p99 %.1f ms, max %.1f ms, relay "
+                "cpu idle %.1f%% busy %.1f%%, PostgreSQL %.0f%% of 2 cores, producers' worst "
+                "lag %.2f s, longest pause between acceptances %.1f ms at %.1f s (%s UTC), relay's "
+                "wait for a CPU %.0f ms/s",
+                rep + 1, rates[k], r->achieved, r->p50, r->p99, r->max, r->idle_cpu, r->busy_cpu,
+                r->pg_cpu, r->lag_max, r->gap, r->gap_at, r->gap_clock, r->runq);
         }
     obx_kafka_mock_stop(mock);
     printf("\ncommit -> PUBLISHED latency, PostgreSQL + Kafka (mock%s%s), one event per producer "
