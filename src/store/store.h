@@ -56,8 +56,10 @@
  * 15: PostgreSQL's CHECK constraints on the relay's tables in forms that cost less to prepare
  *    for each statement: an audit batch's alignment by a row trigger, states, kinds and sources
  *    as enum casts, the envelope generation's bound in its trigger (schema_v15.sql; SQLite
- *    unchanged) */
-#define OBX__SCHEMA_VERSION 15
+ *    unchanged);
+ * 16: PostgreSQL's relay batch statements take one array of a row type each instead of an
+ *    array per column (schema_v16.sql; SQLite unchanged) */
+#define OBX__SCHEMA_VERSION 16
 
 #define OBX__ATTEMPT_ID_LEN 30 /* "att-" + ULID */
 #define OBX__OWNER_MAX OBX_TEXT_MAX

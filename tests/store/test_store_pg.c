@@ -2252,6 +2252,39 @@ static void relay_close(relay_conn *x) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* The schema dropped and made again under a relay's live connection: the row types of its batch
+ * statements (schema_v16.sql) get new OIDs, which the connection had read and prepared them
+ * with. Its next write set is refused (nothing written), and the one after prepares them again
+ * and goes through, where a relay would otherwise fail every claim until restarted. */
+static void test_write_set_schema_remade(void **state) {
+    fx *f = *state;
+    relay_conn x;
+    relay_open(f, &x, "remade");
+    exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'm-1', 1, 't', '\\x7b7d')");
+    relay_until_published(f->conn, &x.e);
+    exec_ok(f->conn, "SET client_min_messages = warning"); /* the cascade's NOTICE */
+    exec_ok(f->conn, "DROP SCHEMA obx CASCADE");
+    exec_ok(f->conn, "RESET client_min_messages");
+    obx_store *own;
+    OK(obx_store_open(f->url, &own));
+    OK(obx_store_init(own));
+    obx_store_close(own);
+    assert_int_equal(route_topic(f->url, "orders", NULL, 0), 1);
+    exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'm-2', 1, 't', '\\x7b7d')");
+    size_t sent = 0;
+    assert_int_not_equal(obx__engine_dispatch(&x.e, obx__wall_ms(), &sent), OBX_OK);
+    if (!strstr(obx_errmsg(), "cache lookup failed for type") &&
+        !strstr(obx_errmsg(), "wrong element type"))
+        fail_msg("dispatch: %s", obx_errmsg());
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event WHERE state = 'PENDING'"),
+                     1);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_attempt"), 0);
+    relay_until_published(f->conn, &x.e);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_receipt WHERE kind = 'PRIMARY'"),
+                     1);
+    relay_close(&x);
+}
+
 /* A relay connection (serve_dispatch) makes its plans while the outbox is empty and keeps them:
  * they must not be sequential scans, which cost O(table) per statement once the tables have
  * grown and before autovacuum first analyzes them, and they must not be planned again on every
@@ -2985,7 +3018,7 @@ static void test_sql_enqueue_delivery_set(void **state) {
 extern const char obx__pg_schema_v1[], obx__pg_schema_v2[], obx__pg_schema_v3[],
     obx__pg_schema_v4[], obx__pg_schema_v5[], obx__pg_schema_v6[], obx__pg_schema_v7[],
     obx__pg_schema_v8[], obx__pg_schema_v9[], obx__pg_schema_v10[], obx__pg_schema_v11[],
-    obx__pg_schema_v12[], obx__pg_schema_v13[], obx__pg_schema_v14[];
+    obx__pg_schema_v12[], obx__pg_schema_v13[], obx__pg_schema_v14[], obx__pg_schema_v15[];
 
 /* A new database (its name into db[64], its URL into url[1200]) as `obx init` of schema version
  * v left it, with one route of order.created.v2 to cluster local, topic orders, the routing
@@ -3005,7 +3038,8 @@ static PGconn *old_db(int v, const char *routing_key, bool blind, char *db, char
                                           obx__pg_schema_v11,
                                           obx__pg_schema_v12,
                                           obx__pg_schema_v13,
-                                          obx__pg_schema_v14};
+                                          obx__pg_schema_v14,
+                                          obx__pg_schema_v15};
     assert_true(v >= 1 && v < (int)(sizeof scripts / sizeof scripts[0]));
     assert_int_equal(new_db(db, NULL), 0);
     db_url(db, "", url, 1200);
@@ -3763,6 +3797,45 @@ static void test_upgrade_v14_checks(void **state) {
     PQfinish(c);
 }
 
+/* Schema version 16 (schema_v16.sql): the relay's batch statements take one array of a row type
+ * each, sent in binary. A populated version 15 database upgraded in place, its events and one
+ * enqueued after relayed through the engine; what the attempts and receipts say agrees with
+ * the events and their envelopes, column for column where they share one. */
+static void test_upgrade_v15_batches(void **state) {
+    (void)state;
+    char db[64], url[1200], ids[2][64];
+    PGconn *c = old_db(15, "{aggregate_id}", false, db, url);
+    enqueue_sql(c, 2, ids);
+    obx_store *s = upgrade(url, 15);
+    enqueue_sql(c, 1, ids);
+    assert_int_equal(qint(c, "SELECT count(*) FROM pg_type WHERE typnamespace = "
+                             "'obx'::regnamespace AND typname IN ('_event_update', "
+                             "'_attempt_insert', '_attempt_update', '_receipt_insert')"),
+                     4);
+    relay_all(url, c);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event WHERE state = 'PUBLISHED'"), 3);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event e JOIN obx.obx_attempt a ON "
+                             "a.attempt_id = e.primary_attempt_id AND a.event_id = e.event_id AND "
+                             "a.envelope_gen = e.envelope_gen AND a.attempt_gen = e.attempt_gen "
+                             "AND a.claim_gen = e.claim_gen AND a.owner = 'test/d0' AND "
+                             "a.partition = e.pinned_partition AND a.started_at > 0 AND "
+                             "a.ended_at >= a.started_at JOIN obx.obx_envelope v ON v.event_id = "
+                             "e.event_id AND v.envelope_gen = e.envelope_gen AND a.dest_digest = "
+                             "v.dest_digest"),
+                     3);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event e JOIN obx.obx_receipt r ON "
+                             "r.event_id = e.event_id AND r.attempt_id = e.primary_attempt_id AND "
+                             "r.envelope_gen = e.envelope_gen AND r.kind = 'PRIMARY' AND r.topic "
+                             "= 'orders' AND r.partition = e.pinned_partition AND r.\"offset\" "
+                             ">= 0 AND r.created_at > 0 JOIN obx.obx_envelope v ON v.event_id = "
+                             "e.event_id AND v.envelope_gen = e.envelope_gen AND "
+                             "r.payload_digest = v.payload_digest AND r.dest_digest = "
+                             "v.dest_digest"),
+                     3);
+    obx_store_close(s);
+    PQfinish(c);
+}
+
 /* a relay's connection that reads the schema version while holding it (pg_schema_hold), in a
  * thread: the version it read and when */
 typedef struct {
@@ -4090,6 +4163,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_extension_versions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sql_enqueue_route_changes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_route_schema_remade, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_set_schema_remade, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sql_validation_parity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_psql_producer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_roles, setup, teardown),
@@ -4118,6 +4192,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_upgrade_v10_route_stats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_init_refuses_under_relay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v14_checks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upgrade_v15_batches, setup, teardown),
     };
     failed += cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
     /* the engine's fault suite (docs/design.md, "Tests per fault") on this store */

@@ -66,6 +66,7 @@ extern const char obx__pg_schema_v12[];
 extern const char obx__pg_schema_v13[];
 extern const char obx__pg_schema_v14[];
 extern const char obx__pg_schema_v15[];
+extern const char obx__pg_schema_v16[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -83,7 +84,8 @@ static const char *const migrations[] = {NULL,
                                          obx__pg_schema_v12,
                                          obx__pg_schema_v13,
                                          obx__pg_schema_v14,
-                                         obx__pg_schema_v15};
+                                         obx__pg_schema_v15,
+                                         obx__pg_schema_v16};
 
 /* Advisory lock class IDs ("OBX" and "OBY"): the two-key form keeps obx's locks apart from an
  * application's single-bigint advisory locks. */
@@ -180,6 +182,9 @@ enum {
 
 struct ws_stmt;
 
+/* The row types of the relay's batch statements' parameters (schema_v16.sql), by name. */
+enum { RT_EVENT_UPDATE, RT_ATTEMPT_INSERT, RT_ATTEMPT_UPDATE, RT_RECEIPT_INSERT, RT_COUNT };
+
 typedef struct pg_store {
     obx__store base;
     PGconn *conn;
@@ -195,6 +200,8 @@ typedef struct pg_store {
     size_t n_held;
     bool names_checked; /* borrowed connection: pg_prepared_statements read */
     bool prepared[Q_COUNT];
+    uint32_t rec_oid[RT_COUNT]; /* schema_v16.sql's row types (rec_oids); 0: not read yet */
+    bool rec_stale; /* a row type changed under the connection: prepare its statements again */
 } pg_store;
 
 #define EVENT_COLS OBX__EVENT_COLS   /* shared.h */
@@ -336,11 +343,11 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
 
 /* The rows of Q_UPD_EVENTS / Q_UPD_ATT that did not apply, for WS_CHECK's message. */
 #define UPD_EVENTS_MISSING                                                                         \
-    "(SELECT string_agg(i.event_id, ', ') FROM unnest($1::text[]) WITH ORDINALITY AS "             \
-    "i(event_id, ord) WHERE i.ord NOT IN (SELECT ord FROM up))"
+    "(SELECT string_agg(i.event_id, ', ') FROM unnest($1::obx._event_update[]) WITH ORDINALITY "   \
+    "AS i WHERE i.ordinality NOT IN (SELECT ord FROM up))"
 #define UPD_ATT_MISSING                                                                            \
-    "(SELECT string_agg(i, ', ') FROM unnest($1::text[]) AS i WHERE i NOT IN (SELECT attempt_id "  \
-    "FROM ua))"
+    "(SELECT string_agg(i.attempt_id, ', ') FROM unnest($1::obx._attempt_update[]) AS i WHERE "    \
+    "i.attempt_id NOT IN (SELECT attempt_id FROM ua))"
 
 /* The statistics delta of a statement that moves events between states or inserts receipts:
  * since schema version 7 no trigger counts them (schema_v7.sql). `moves` is a query of (k, d)
@@ -524,10 +531,7 @@ static const char *const sql_text[Q_COUNT] = {
         "unknown_since = u.unknown_since, primary_attempt_id = u.primary_attempt_id, "
         "published_at = u.published_at, updated_at = u.updated_at, order_key = u.order_key, "
         "dest_cluster = u.dest_cluster, held_at = u.held_at "
-        "FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::bigint[], "
-        "$7::int[], $8::text[], $9::int[], $10::int[], $11::bigint[], $12::bigint[], "
-        "$13::bigint[], $14::text[], $15::bigint[], $16::bigint[], $17::text[], $18::text[], "
-        "$19::text[], $20::bigint[], $21::bigint[]) WITH ORDINALITY AS u(event_id, envelope_gen, "
+        "FROM unnest($1::obx._event_update[]) WITH ORDINALITY AS u(event_id, envelope_gen, "
         "state, claim_gen, owner, lease_until, attempt_gen, attempt_id, pinned_partition, "
         "rejections, available_at, next_check_at, unknown_since, primary_attempt_id, "
         "published_at, updated_at, order_key, dest_cluster, expect_state, expect_claim_gen, "
@@ -537,23 +541,20 @@ static const char *const sql_text[Q_COUNT] = {
         "u.state), " STAT_DELTA(
             "SELECT 'state:' || expect_state AS k, -1 AS d FROM up UNION ALL "
             "SELECT 'state:' || state, 1 FROM up") " SELECT up.ord FROM up LEFT JOIN cp ON true"
-                                                   " UNION ALL " WS_CHECK("$22", "up", "event",
+                                                   " UNION ALL " WS_CHECK("$2", "up", "event",
                                                                           UPD_EVENTS_MISSING,
                                                                           "false", "bigint"),
     [Q_INS_ATT] = "INSERT INTO obx.obx_attempt (" ATT_COLS ") SELECT " ATT_COLS
-                  " FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::bigint[], "
-                  "$6::text[], $7::text[], $8::int[], $9::text[], $10::bigint[], $11::bigint[], "
-                  "$12::bigint[], $13::bigint[], $14::bigint[], $15::text[]) AS t(" ATT_COLS ")",
+                  " FROM unnest($1::obx._attempt_insert[]) AS t(" ATT_COLS ")",
     [Q_UPD_ATT] = "WITH ua AS (UPDATE obx.obx_attempt a SET partition = u.partition, "
                   "state = u.state, "
                   "unknown_at = u.unknown_at, ended_at = u.ended_at, "
                   "offset_before = u.offset_before, quiet_until = u.quiet_until, "
-                  "detail = u.detail FROM unnest($1::text[], $2::int[], $3::text[], "
-                  "$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[]) AS "
+                  "detail = u.detail FROM unnest($1::obx._attempt_update[]) AS "
                   "u(attempt_id, partition, state, unknown_at, ended_at, offset_before, "
                   "quiet_until, detail) WHERE a.attempt_id = u.attempt_id RETURNING "
                   "a.attempt_id) SELECT attempt_id FROM ua UNION ALL " WS_CHECK(
-                      "$9", "ua", "attempt", UPD_ATT_MISSING, "true", "text"),
+                      "$2", "ua", "attempt", UPD_ATT_MISSING, "true", "text"),
     [Q_LOAD_ATT] = "SELECT a.attempt_id, a.event_id, a.envelope_gen, a.attempt_gen, a.claim_gen, "
                    "a.owner, a.dest_digest, a.partition, a.state, a.started_at, a.unknown_at, "
                    "a.ended_at, a.offset_before, a.quiet_until, a.detail FROM "
@@ -562,10 +563,7 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_LOAD_ATT_EVENT] = "SELECT " ATT_COLS " FROM obx.obx_attempt WHERE event_id = $1::text "
                          "ORDER BY started_at, attempt_gen, attempt_id",
     [Q_INS_RCPT] =
-        "WITH t AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::int[], $3::text[], "
-        "$4::text[], "
-        "$5::text[], $6::text[], $7::int[], $8::bigint[], $9::bigint[], $10::text[], "
-        "$11::text[], $12::text[], $13::text[], $14::bigint[], $15::text[]) WITH "
+        "WITH t AS MATERIALIZED (SELECT * FROM unnest($1::obx._receipt_insert[]) WITH "
         "ORDINALITY AS t(event_id, envelope_gen, attempt_id, kind, cluster, topic, "
         "partition, off, broker_ts, payload_digest, dest_digest, reason, detail, "
         "created_at, source, ord)), " STAT_DELTA(
@@ -930,7 +928,7 @@ static void stmt_name(int id, char out[40]) {
  * order) and framed by frame_arrays() when the statement is known: every array parameter is
  * written in the SQL with its cast ($n::text[], $n::int[], $n::bigint[]), and that cast says
  * which element type and width the server expects. */
-enum { A_NONE, A_TEXT, A_INT, A_FRAMED };
+enum { A_NONE, A_TEXT, A_INT, A_RECORD, A_FRAMED };
 
 /* Parameters of one statement: text values (NULL = SQL NULL), binary bytea, and arrays built
  * in owned buffers. Out of memory is sticky and reported by run(). */
@@ -944,6 +942,7 @@ typedef struct params {
     unsigned char akind[PMAX]; /* A_* */
     int acount[PMAX];          /* elements */
     bool anull[PMAX];          /* some element is NULL */
+    unsigned char rtype[PMAX]; /* A_RECORD: its row type (RT_*) */
 } params;
 
 static void p_init(params *p) { memset(p, 0, sizeof *p); }
@@ -1001,6 +1000,63 @@ static void a_int(params *p, obx__buf *b, int64_t v) {
 
 static void a_end(params *p) { p->n++; }
 
+/* An array of rows of a row type (A_RECORD: $n::obx._event_update[] and the others of
+ * schema_v16.sql), one function for the server to set up where an array per column took one
+ * each: r_begin, then per row r_row, its columns in the type's order (r_text, r_int4,
+ * r_int8), r_row_end; then r_end. The elements are written as they go, each a length and
+ * record_recv's format (the column count, then per column its type OID, length and bytes);
+ * frame_arrays puts the array's header, with the row type's OID, in front. */
+static obx__buf *r_begin(params *p, unsigned char rtype) {
+    p->akind[p->n] = A_RECORD;
+    p->rtype[p->n] = rtype;
+    return &p->arr[p->n];
+}
+
+/* Starts a row of ncols columns; returns where its length goes (r_row_end). */
+static size_t r_row(params *p, obx__buf *b, uint32_t ncols) {
+    p->acount[p->n]++;
+    size_t at = b->len;
+    obx__buf_u32be(b, 0);
+    obx__buf_u32be(b, ncols);
+    return at;
+}
+
+static void r_text(obx__buf *b, const char *v) {
+    obx__buf_u32be(b, 25); /* text */
+    if (!v) {
+        obx__buf_u32be(b, UINT32_MAX); /* NULL */
+        return;
+    }
+    size_t len = strlen(v);
+    obx__buf_u32be(b, (uint32_t)len);
+    obx__buf_put(b, v, len);
+}
+
+static void r_int4(obx__buf *b, int32_t v) {
+    obx__buf_u32be(b, 23); /* int4 */
+    obx__buf_u32be(b, 4);
+    obx__buf_u32be(b, (uint32_t)v);
+}
+
+static void r_int8(obx__buf *b, int64_t v) {
+    obx__buf_u32be(b, 20); /* int8 */
+    obx__buf_u32be(b, 8);
+    obx__buf_u32be(b, (uint32_t)((uint64_t)v >> 32));
+    obx__buf_u32be(b, (uint32_t)(uint64_t)v);
+}
+
+static void r_row_end(obx__buf *b, size_t at) {
+    if (b->oom || !b->data) return;
+    uint32_t len = (uint32_t)(b->len - at - 4);
+    unsigned char *d = b->data + at;
+    d[0] = (unsigned char)(len >> 24);
+    d[1] = (unsigned char)(len >> 16);
+    d[2] = (unsigned char)(len >> 8);
+    d[3] = (unsigned char)len;
+}
+
+static void r_end(params *p) { p->n++; }
+
 /* Column arrays over n rows; the expression sees the row index as i. */
 #define ARR_TEXT(p, n, expr)                                                                       \
     do {                                                                                           \
@@ -1042,12 +1098,47 @@ static void param_types_init(void) {
         }
 }
 
+static obx_err rec_oids(pg_store *s);
+
+/* An A_RECORD parameter framed: the array's header (one dimension of acount rows, lower bound
+ * 1, no NULL rows, the row type's OID) in front of its rows. */
+static obx_err frame_records(pg_store *s, params *p, int i, const char *what) {
+    obx_err e = rec_oids(s);
+    if (e) return e;
+    obx__buf f = {0};
+    int count = p->acount[i];
+    obx__buf_u32be(&f, count ? 1 : 0); /* dimensions; none for an empty array */
+    obx__buf_u32be(&f, 0);
+    obx__buf_u32be(&f, s->rec_oid[p->rtype[i]]);
+    if (count) {
+        obx__buf_u32be(&f, (uint32_t)count);
+        obx__buf_u32be(&f, 1); /* lower bound */
+        obx__buf_put(&f, p->arr[i].data, p->arr[i].len);
+    }
+    if (f.oom) {
+        obx__buf_free(&f);
+        return obx__fail(OBX_ENOMEM, "%s: out of memory", what);
+    }
+    obx__buf_free(&p->arr[i]);
+    p->arr[i] = f;
+    p->val[i] = (const char *)f.data;
+    p->len[i] = (int)f.len;
+    p->fmt[i] = 1;
+    p->akind[i] = A_FRAMED;
+    return OBX_OK;
+}
+
 /* Frames the collected array parameters of statement id (see A_*): one dimension, lower bound
  * 1, each element as a length (-1: NULL) and its bytes in network order. Idempotent. */
-static obx_err frame_arrays(params *p, int id, const char *what) {
+static obx_err frame_arrays(pg_store *s, params *p, int id, const char *what) {
     pthread_once(&param_types_once, param_types_init);
     for (int i = 0; i < p->n; i++) {
         unsigned char k = p->akind[i];
+        if (k == A_RECORD) {
+            obx_err e = frame_records(s, p, i, what);
+            if (e) return e;
+            continue;
+        }
         if (k != A_TEXT && k != A_INT) continue;
         unsigned char t = param_types[id][i + 1];
         uint32_t oid = 25; /* text */
@@ -1113,9 +1204,9 @@ static bool p_oom(const params *p) {
 }
 
 /* p ready to send with statement id: built without running out of memory, arrays framed. */
-static obx_err p_ready(params *p, int id, const char *what) {
+static obx_err p_ready(pg_store *s, params *p, int id, const char *what) {
     if (p_oom(p)) return obx__fail(OBX_ENOMEM, "%s: out of memory", what);
-    return frame_arrays(p, id, what);
+    return frame_arrays(s, p, id, what);
 }
 
 /* ---- errors ------------------------------------------------------------------------------- */
@@ -1175,15 +1266,59 @@ static obx_err check(pg_store *s, PGresult *r, ExecStatusType want, PGresult **o
             PQclear(r);
         return OBX_OK;
     }
+    /* the schema made again under this connection: a row type's OID is no longer the type's
+     * ("wrong element type"), or the statement was prepared with the old type ("cache lookup
+     * failed for type"): rec_oids prepares them again before the next statement */
+    const char *code = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    const char *msg = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+    if (code && (!strcmp(code, "42804") ||
+                 (!strcmp(code, "XX000") && msg && strstr(msg, "cache lookup failed for type"))))
+        s->rec_stale = true;
     obx_err e = map_error(s, r, what);
     PQclear(r);
     return e;
+}
+
+/* The OIDs of schema_v16.sql's row types, read once per connection: a binary array names its
+ * element type, and the server checks it against the statement's (the names are qualified, so
+ * the session's search_path does not matter). Read outside any pipeline, before the statement
+ * that needs them; a plain catalogue read, so also harmless inside the caller's transaction.
+ * After check() saw a type change under the connection (rec_stale), the statements that take
+ * the types are deallocated first, to be prepared again with the new ones. */
+static obx_err rec_oids(pg_store *s) {
+    if (s->rec_stale) {
+        static const int uses[] = {Q_UPD_EVENTS, Q_INS_ATT, Q_UPD_ATT, Q_INS_RCPT};
+        for (size_t i = 0; i < sizeof uses / sizeof uses[0]; i++) {
+            if (!s->prepared[uses[i]]) continue;
+            char sql[64];
+            stmt_name(uses[i], sql + 11);
+            memcpy(sql, "DEALLOCATE ", 11);
+            PQclear(PQexec(s->conn, sql)); /* gone already is as good */
+            s->prepared[uses[i]] = false;
+        }
+        memset(s->rec_oid, 0, sizeof s->rec_oid);
+        s->rec_stale = false;
+    }
+    if (s->rec_oid[0]) return OBX_OK;
+    PGresult *r = NULL;
+    obx_err e = check(s,
+                      PQexec(s->conn, "SELECT 'obx._event_update'::regtype::oid, "
+                                      "'obx._attempt_insert'::regtype::oid, "
+                                      "'obx._attempt_update'::regtype::oid, "
+                                      "'obx._receipt_insert'::regtype::oid"),
+                      PGRES_TUPLES_OK, &r, "the batch statements' row types");
+    if (e) return e;
+    for (int i = 0; i < RT_COUNT; i++)
+        s->rec_oid[i] = (uint32_t)strtoul(PQgetvalue(r, 0, i), NULL, 10);
+    PQclear(r);
+    return OBX_OK;
 }
 
 /* ---- connection ------------------------------------------------------------------------------ */
 
 static void forget_session(pg_store *s) {
     memset(s->prepared, 0, sizeof s->prepared);
+    memset(s->rec_oid, 0, sizeof s->rec_oid);
     s->listening = false;
     s->names_checked = false;
 }
@@ -1337,7 +1472,7 @@ static bool retriable_race(const PGresult *r) {
 static obx_err run(pg_store *s, int id, params *p, ExecStatusType want, PGresult **out,
                    const char *what) {
     if (p) {
-        obx_err pe = p_ready(p, id, what);
+        obx_err pe = p_ready(s, p, id, what);
         if (pe) return pe;
     }
     if (s->pend) { /* the transaction's first statement: one pipeline with its BEGIN */
@@ -2276,8 +2411,8 @@ static obx_err pg_enqueue_write(obx__store *base, const obx__event_row *r, const
     p_int(&p, r->route_rel);          /* $53 */
     if (head.oom || tail.oom) e = obx__fail(OBX_ENOMEM, "enqueue: out of memory");
     bool busy = true; /* the savepoint pipeline: unless enqueue_try wrote or the route changed */
-    if (!e && !(e = p_ready(&p, Q_ENQ_WRITE, "enqueue")) && !(e = ready(s, "enqueue")) && in_tx &&
-        s->tx.depth == 0 && !*r->env.idempotency_key)
+    if (!e && !(e = p_ready(s, &p, Q_ENQ_WRITE, "enqueue")) && !(e = ready(s, "enqueue")) &&
+        in_tx && s->tx.depth == 0 && !*r->env.idempotency_key)
         e = enqueue_try(s, &p, written, &busy);
     if (!e && busy && !(e = prepare(s, Q_ENQ_WRITE))) e = enqueue_send(s, &p, !in_tx, written);
     obx__buf_free(&head);
@@ -2433,28 +2568,35 @@ static const char *update_key(const void *rows, size_t i) {
 static obx_err build_update_events(params *p, const obx__event_update *u, size_t n, bool check) {
     char(*ok)[ORDER_KEY_CAP] = malloc(n * sizeof *ok);
     if (!ok) return obx__fail(OBX_ENOMEM, "update events: out of memory");
-    for (size_t i = 0; i < n; i++) order_key(u[i].row, ok[i], sizeof ok[i]);
-    ARR_TEXT(p, n, u[i].row->env.event_id);
-    ARR_INT(p, n, u[i].row->envelope_gen);
-    ARR_TEXT(p, n, obx__state_name(u[i].row->state));
-    ARR_INT(p, n, u[i].row->claim_gen);
-    ARR_TEXT(p, n, u[i].row->owner);
-    ARR_INT(p, n, u[i].row->lease_until);
-    ARR_INT(p, n, u[i].row->attempt_gen);
-    ARR_TEXT(p, n, u[i].row->attempt_id);
-    ARR_INT(p, n, u[i].row->pinned_partition);
-    ARR_INT(p, n, u[i].row->rejections);
-    ARR_INT(p, n, u[i].row->available_at);
-    ARR_INT(p, n, u[i].row->next_check_at);
-    ARR_INT(p, n, u[i].row->unknown_since);
-    ARR_TEXT(p, n, u[i].row->primary_attempt_id);
-    ARR_INT(p, n, u[i].row->published_at);
-    ARR_INT(p, n, u[i].row->updated_at);
-    ARR_TEXT(p, n, ok[i]);
-    ARR_TEXT(p, n, u[i].row->dest.cluster);
-    ARR_TEXT(p, n, obx__state_name(u[i].expect_state));
-    ARR_INT(p, n, u[i].expect_claim_gen);
-    ARR_INT(p, n, u[i].row->held_at);
+    obx__buf *b = r_begin(p, RT_EVENT_UPDATE);
+    for (size_t i = 0; i < n; i++) {
+        const obx__event_row *w = u[i].row;
+        order_key(w, ok[i], sizeof ok[i]);
+        size_t at = r_row(p, b, 21); /* obx._event_update */
+        r_text(b, w->env.event_id);
+        r_int4(b, w->envelope_gen);
+        r_text(b, obx__state_name(w->state));
+        r_int8(b, w->claim_gen);
+        r_text(b, w->owner);
+        r_int8(b, w->lease_until);
+        r_int4(b, w->attempt_gen);
+        r_text(b, w->attempt_id);
+        r_int4(b, w->pinned_partition);
+        r_int4(b, w->rejections);
+        r_int8(b, w->available_at);
+        r_int8(b, w->next_check_at);
+        r_int8(b, w->unknown_since);
+        r_text(b, w->primary_attempt_id);
+        r_int8(b, w->published_at);
+        r_int8(b, w->updated_at);
+        r_text(b, ok[i]);
+        r_text(b, w->dest.cluster);
+        r_text(b, obx__state_name(u[i].expect_state));
+        r_int8(b, u[i].expect_claim_gen);
+        r_int8(b, w->held_at);
+        r_row_end(b, at);
+    }
+    r_end(p);
     p_int(p, check ? (int64_t)n : -1);
     free(ok);
     return OBX_OK;
@@ -2502,21 +2644,27 @@ static obx_err pg_update_events(obx__store *base, const obx__event_update *u, si
 
 /* The parameters of Q_INS_ATT. */
 static void build_insert_attempts(params *p, const obx__attempt_row *a, size_t n) {
-    ARR_TEXT(p, n, a[i].attempt_id);
-    ARR_TEXT(p, n, a[i].event_id);
-    ARR_INT(p, n, a[i].envelope_gen);
-    ARR_INT(p, n, a[i].attempt_gen);
-    ARR_INT(p, n, a[i].claim_gen);
-    ARR_TEXT(p, n, a[i].owner);
-    ARR_TEXT(p, n, a[i].dest_digest);
-    ARR_INT(p, n, a[i].partition);
-    ARR_TEXT(p, n, obx__attempt_state_name(a[i].state));
-    ARR_INT(p, n, a[i].started_at);
-    ARR_INT(p, n, a[i].unknown_at);
-    ARR_INT(p, n, a[i].ended_at);
-    ARR_INT(p, n, a[i].offset_before);
-    ARR_INT(p, n, a[i].quiet_until);
-    ARR_TEXT(p, n, a[i].detail);
+    obx__buf *b = r_begin(p, RT_ATTEMPT_INSERT);
+    for (size_t i = 0; i < n; i++) {
+        size_t at = r_row(p, b, 15); /* obx._attempt_insert */
+        r_text(b, a[i].attempt_id);
+        r_text(b, a[i].event_id);
+        r_int4(b, a[i].envelope_gen);
+        r_int4(b, a[i].attempt_gen);
+        r_int8(b, a[i].claim_gen);
+        r_text(b, a[i].owner);
+        r_text(b, a[i].dest_digest);
+        r_int4(b, a[i].partition);
+        r_text(b, obx__attempt_state_name(a[i].state));
+        r_int8(b, a[i].started_at);
+        r_int8(b, a[i].unknown_at);
+        r_int8(b, a[i].ended_at);
+        r_int8(b, a[i].offset_before);
+        r_int8(b, a[i].quiet_until);
+        r_text(b, a[i].detail);
+        r_row_end(b, at);
+    }
+    r_end(p);
 }
 
 static obx_err pg_insert_attempts(obx__store *base, const obx__attempt_row *a, size_t n) {
@@ -2536,14 +2684,20 @@ static const char *attempt_key(const void *rows, size_t i) {
 /* The parameters of Q_UPD_ATT for n attempts with distinct IDs. check: the statement raises
  * unless all n exist (WS_CHECK; the write set). */
 static void build_update_attempts(params *p, const obx__attempt_row *a, size_t n, bool check) {
-    ARR_TEXT(p, n, a[i].attempt_id);
-    ARR_INT(p, n, a[i].partition);
-    ARR_TEXT(p, n, obx__attempt_state_name(a[i].state));
-    ARR_INT(p, n, a[i].unknown_at);
-    ARR_INT(p, n, a[i].ended_at);
-    ARR_INT(p, n, a[i].offset_before);
-    ARR_INT(p, n, a[i].quiet_until);
-    ARR_TEXT(p, n, a[i].detail);
+    obx__buf *b = r_begin(p, RT_ATTEMPT_UPDATE);
+    for (size_t i = 0; i < n; i++) {
+        size_t at = r_row(p, b, 8); /* obx._attempt_update */
+        r_text(b, a[i].attempt_id);
+        r_int4(b, a[i].partition);
+        r_text(b, obx__attempt_state_name(a[i].state));
+        r_int8(b, a[i].unknown_at);
+        r_int8(b, a[i].ended_at);
+        r_int8(b, a[i].offset_before);
+        r_int8(b, a[i].quiet_until);
+        r_text(b, a[i].detail);
+        r_row_end(b, at);
+    }
+    r_end(p);
     p_int(p, check ? (int64_t)n : -1);
 }
 
@@ -2623,21 +2777,27 @@ static obx_err pg_load_attempts(obx__store *base, const char *const *ids, size_t
 
 /* The parameters of Q_INS_RCPT. */
 static void build_insert_receipts(params *p, const obx__receipt_row *rc, size_t n) {
-    ARR_TEXT(p, n, rc[i].event_id);
-    ARR_INT(p, n, rc[i].envelope_gen);
-    ARR_TEXT(p, n, rc[i].attempt_id);
-    ARR_TEXT(p, n, obx__receipt_kind_name(rc[i].kind));
-    ARR_TEXT(p, n, rc[i].cluster);
-    ARR_TEXT(p, n, rc[i].topic);
-    ARR_INT(p, n, rc[i].partition);
-    ARR_INT(p, n, rc[i].offset);
-    ARR_INT(p, n, rc[i].broker_ts);
-    ARR_TEXT(p, n, rc[i].payload_digest);
-    ARR_TEXT(p, n, rc[i].dest_digest);
-    ARR_TEXT(p, n, rc[i].reason);
-    ARR_TEXT(p, n, rc[i].detail);
-    ARR_INT(p, n, rc[i].created_at);
-    ARR_TEXT(p, n, obx__receipt_source_name(rc[i].source));
+    obx__buf *b = r_begin(p, RT_RECEIPT_INSERT);
+    for (size_t i = 0; i < n; i++) {
+        size_t at = r_row(p, b, 15); /* obx._receipt_insert */
+        r_text(b, rc[i].event_id);
+        r_int4(b, rc[i].envelope_gen);
+        r_text(b, rc[i].attempt_id);
+        r_text(b, obx__receipt_kind_name(rc[i].kind));
+        r_text(b, rc[i].cluster);
+        r_text(b, rc[i].topic);
+        r_int4(b, rc[i].partition);
+        r_int8(b, rc[i].offset);
+        r_int8(b, rc[i].broker_ts);
+        r_text(b, rc[i].payload_digest);
+        r_text(b, rc[i].dest_digest);
+        r_text(b, rc[i].reason);
+        r_text(b, rc[i].detail);
+        r_int8(b, rc[i].created_at);
+        r_text(b, obx__receipt_source_name(rc[i].source));
+        r_row_end(b, at);
+    }
+    r_end(p);
 }
 
 static obx_err pg_insert_receipts(obx__store *base, const obx__receipt_row *rc, size_t n) {
@@ -2783,7 +2943,7 @@ static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set 
     for (size_t i = 0; !e && i < npre; i++)
         if (pre[i] >= 0) e = prepare(s, pre[i]);
     for (size_t i = 0; !e && i < ns; i++)
-        if (!(e = p_ready(&st[i].p, st[i].id, st[i].what))) e = prepare(s, st[i].id);
+        if (!(e = p_ready(s, &st[i].p, st[i].id, st[i].what))) e = prepare(s, st[i].id);
     if (e) return e;
     if (!PQenterPipelineMode(s->conn)) return map_error(s, NULL, "pipeline mode");
     s->pend = 0; /* from here on the server's state says what was sent */

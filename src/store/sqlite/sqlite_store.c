@@ -36,6 +36,7 @@ extern const char obx__sqlite_schema_v12[];
 extern const char obx__sqlite_schema_v13[];
 extern const char obx__sqlite_schema_v14[];
 extern const char obx__sqlite_schema_v15[];
+extern const char obx__sqlite_schema_v16[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -53,7 +54,8 @@ static const char *const migrations[] = {NULL,
                                          obx__sqlite_schema_v12,
                                          obx__sqlite_schema_v13,
                                          obx__sqlite_schema_v14,
-                                         obx__sqlite_schema_v15};
+                                         obx__sqlite_schema_v15,
+                                         obx__sqlite_schema_v16};
 
 enum {
     Q_ROUTE_PUT,
