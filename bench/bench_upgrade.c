@@ -25,7 +25,7 @@
 extern const char obx__pg_schema_v1[], obx__pg_schema_v2[], obx__pg_schema_v3[],
     obx__pg_schema_v4[], obx__pg_schema_v5[], obx__pg_schema_v6[], obx__pg_schema_v7[],
     obx__pg_schema_v8[], obx__pg_schema_v9[], obx__pg_schema_v10[], obx__pg_schema_v11[],
-    obx__pg_schema_v12[], obx__pg_schema_v13[], obx__pg_schema_v14[];
+    obx__pg_schema_v12[], obx__pg_schema_v13[], obx__pg_schema_v14[], obx__pg_schema_v15[];
 
 static void usage(void) {
     fprintf(stderr, "usage: bench_upgrade [--events N] [--pending M] [--json]\n");
@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
                              obx__pg_schema_v4,  obx__pg_schema_v5,  obx__pg_schema_v6,
                              obx__pg_schema_v7,  obx__pg_schema_v8,  obx__pg_schema_v9,
                              obx__pg_schema_v10, obx__pg_schema_v11, obx__pg_schema_v12,
-                             obx__pg_schema_v13, obx__pg_schema_v14};
+                             obx__pg_schema_v13, obx__pg_schema_v14, obx__pg_schema_v15};
     const int from = (int)(sizeof scripts / sizeof scripts[0]);
 
     /* the old database */
