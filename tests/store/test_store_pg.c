@@ -1189,6 +1189,18 @@ static int64_t route_topic(const char *url, const char *topic, obx_route_target 
     return gen;
 }
 
+/* obx's schema dropped and made again (obx init on a connection of its own), under the
+ * fixture's live handles: no routes, generations numbered from 1 again, new type OIDs. */
+static void remake_schema(fx *f) {
+    exec_ok(f->conn, "SET client_min_messages = warning"); /* the cascade's NOTICE */
+    exec_ok(f->conn, "DROP SCHEMA obx CASCADE");
+    exec_ok(f->conn, "RESET client_min_messages");
+    obx_store *own;
+    OK(obx_store_open(f->url, &own));
+    OK(obx_store_init(own));
+    obx_store_close(own);
+}
+
 /* The schema dropped and made again under a live handle numbers its routes from 1 again: the
  * handle's cached generation 1 (topic orders) must not stand for the new table's generation 1
  * (topic orders-new). Before the write compared the route table's OID too, r-3 went to orders. */
@@ -1199,13 +1211,7 @@ static void test_enqueue_route_schema_remade(void **state) {
     OK(business_enqueue(f, "r-2", NULL, id[1], NULL));
     assert_int_equal(runs_of(f->conn, TRY_TRIP), 1);
     check_enqueued(f, id[1], "r-2", "orders");
-    exec_ok(f->conn, "SET client_min_messages = warning"); /* the cascade's NOTICE */
-    exec_ok(f->conn, "DROP SCHEMA obx CASCADE");
-    exec_ok(f->conn, "RESET client_min_messages");
-    obx_store *own;
-    OK(obx_store_open(f->url, &own));
-    OK(obx_store_init(own));
-    obx_store_close(own);
+    remake_schema(f);
     assert_int_equal(route_topic(f->url, "orders-new", NULL, 0), 1);
     OK(business_enqueue(f, "r-3", NULL, id[2], NULL));
     check_enqueued(f, id[2], "r-3", "orders-new");
@@ -1238,12 +1244,7 @@ static void test_sql_enqueue_route_changes(void **state) {
     assert_string_equal(e.dest.topic, "orders-3");
     assert_int_equal(e.dest.route_gen, 3);
     /* the schema made again, on the same session: generations 1-3 again */
-    exec_ok(f->conn, "SET client_min_messages = warning"); /* the cascade's NOTICE */
-    exec_ok(f->conn, "DROP SCHEMA obx CASCADE");
-    obx_store *own;
-    OK(obx_store_open(f->url, &own));
-    OK(obx_store_init(own));
-    obx_store_close(own);
+    remake_schema(f);
     route_topic(f->url, "a", NULL, 0);
     route_topic(f->url, "b", NULL, 0);
     assert_int_equal(route_topic(f->url, "orders-new", NULL, 0), 3);
@@ -2262,13 +2263,7 @@ static void test_write_set_schema_remade(void **state) {
     relay_open(f, &x, "remade");
     exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'm-1', 1, 't', '\\x7b7d')");
     relay_until_published(f->conn, &x.e);
-    exec_ok(f->conn, "SET client_min_messages = warning"); /* the cascade's NOTICE */
-    exec_ok(f->conn, "DROP SCHEMA obx CASCADE");
-    exec_ok(f->conn, "RESET client_min_messages");
-    obx_store *own;
-    OK(obx_store_open(f->url, &own));
-    OK(obx_store_init(own));
-    obx_store_close(own);
+    remake_schema(f);
     assert_int_equal(route_topic(f->url, "orders", NULL, 0), 1);
     exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'm-2', 1, 't', '\\x7b7d')");
     size_t sent = 0;

@@ -2642,6 +2642,16 @@ static obx_err pg_update_events(obx__store *base, const obx__event_update *u, si
 
 /* ---- attempts, receipts, audit, counters --------------------------------------------------- */
 
+/* The last five columns of obx._attempt_insert and obx._attempt_update: what came of the
+ * attempt. */
+static void r_attempt_outcome(obx__buf *b, const obx__attempt_row *a) {
+    r_int8(b, a->unknown_at);
+    r_int8(b, a->ended_at);
+    r_int8(b, a->offset_before);
+    r_int8(b, a->quiet_until);
+    r_text(b, a->detail);
+}
+
 /* The parameters of Q_INS_ATT. */
 static void build_insert_attempts(params *p, const obx__attempt_row *a, size_t n) {
     obx__buf *b = r_begin(p, RT_ATTEMPT_INSERT);
@@ -2657,11 +2667,7 @@ static void build_insert_attempts(params *p, const obx__attempt_row *a, size_t n
         r_int4(b, a[i].partition);
         r_text(b, obx__attempt_state_name(a[i].state));
         r_int8(b, a[i].started_at);
-        r_int8(b, a[i].unknown_at);
-        r_int8(b, a[i].ended_at);
-        r_int8(b, a[i].offset_before);
-        r_int8(b, a[i].quiet_until);
-        r_text(b, a[i].detail);
+        r_attempt_outcome(b, &a[i]);
         r_row_end(b, at);
     }
     r_end(p);
@@ -2690,11 +2696,7 @@ static void build_update_attempts(params *p, const obx__attempt_row *a, size_t n
         r_text(b, a[i].attempt_id);
         r_int4(b, a[i].partition);
         r_text(b, obx__attempt_state_name(a[i].state));
-        r_int8(b, a[i].unknown_at);
-        r_int8(b, a[i].ended_at);
-        r_int8(b, a[i].offset_before);
-        r_int8(b, a[i].quiet_until);
-        r_text(b, a[i].detail);
+        r_attempt_outcome(b, &a[i]);
         r_row_end(b, at);
     }
     r_end(p);
