@@ -981,16 +981,21 @@ static obx__buf *a_begin(params *p, unsigned char kind) {
     return &p->arr[p->n];
 }
 
-static void a_text(params *p, obx__buf *b, const char *v) {
-    p->acount[p->n]++;
+/* A text value as binary arrays and records carry it: its length (-1: NULL), then its bytes. */
+static void put_text(obx__buf *b, const char *v) {
     if (!v) {
-        p->anull[p->n] = true;
-        obx__buf_u32be(b, UINT32_MAX); /* length -1: NULL */
+        obx__buf_u32be(b, UINT32_MAX);
         return;
     }
     size_t len = strlen(v);
     obx__buf_u32be(b, (uint32_t)len);
     obx__buf_put(b, v, len);
+}
+
+static void a_text(params *p, obx__buf *b, const char *v) {
+    p->acount[p->n]++;
+    if (!v) p->anull[p->n] = true;
+    put_text(b, v);
 }
 
 static void a_int(params *p, obx__buf *b, int64_t v) {
@@ -1023,26 +1028,30 @@ static size_t r_row(params *p, obx__buf *b, uint32_t ncols) {
 
 static void r_text(obx__buf *b, const char *v) {
     obx__buf_u32be(b, 25); /* text */
-    if (!v) {
-        obx__buf_u32be(b, UINT32_MAX); /* NULL */
-        return;
-    }
-    size_t len = strlen(v);
-    obx__buf_u32be(b, (uint32_t)len);
-    obx__buf_put(b, v, len);
+    put_text(b, v);
 }
 
-static void r_int4(obx__buf *b, int32_t v) {
-    obx__buf_u32be(b, 23); /* int4 */
+/* An int4 or int8 value as binary arrays and records carry it: its length, then its bytes in
+ * network order. */
+static void put_int4(obx__buf *b, int32_t v) {
     obx__buf_u32be(b, 4);
     obx__buf_u32be(b, (uint32_t)v);
 }
 
-static void r_int8(obx__buf *b, int64_t v) {
-    obx__buf_u32be(b, 20); /* int8 */
+static void put_int8(obx__buf *b, int64_t v) {
     obx__buf_u32be(b, 8);
     obx__buf_u32be(b, (uint32_t)((uint64_t)v >> 32));
     obx__buf_u32be(b, (uint32_t)(uint64_t)v);
+}
+
+static void r_int4(obx__buf *b, int32_t v) {
+    obx__buf_u32be(b, 23); /* int4 */
+    put_int4(b, v);
+}
+
+static void r_int8(obx__buf *b, int64_t v) {
+    obx__buf_u32be(b, 20); /* int8 */
+    put_int8(b, v);
 }
 
 static void r_row_end(obx__buf *b, size_t at) {
@@ -1102,19 +1111,20 @@ static obx_err rec_oids(pg_store *s);
 
 /* An A_RECORD parameter framed: the array's header (one dimension of acount rows, lower bound
  * 1, no NULL rows, the row type's OID) in front of its rows. */
-static obx_err frame_records(pg_store *s, params *p, int i, const char *what) {
-    obx_err e = rec_oids(s);
-    if (e) return e;
-    obx__buf f = {0};
-    int count = p->acount[i];
-    obx__buf_u32be(&f, count ? 1 : 0); /* dimensions; none for an empty array */
-    obx__buf_u32be(&f, 0);
-    obx__buf_u32be(&f, s->rec_oid[p->rtype[i]]);
+/* A binary array's header: one dimension of count elements, lower bound 1 (none for an empty
+ * array), whether some element is NULL, the element type. */
+static void array_header(obx__buf *f, int count, bool nulls, uint32_t oid) {
+    obx__buf_u32be(f, count ? 1 : 0);
+    obx__buf_u32be(f, nulls ? 1 : 0);
+    obx__buf_u32be(f, oid);
     if (count) {
-        obx__buf_u32be(&f, (uint32_t)count);
-        obx__buf_u32be(&f, 1); /* lower bound */
-        obx__buf_put(&f, p->arr[i].data, p->arr[i].len);
+        obx__buf_u32be(f, (uint32_t)count);
+        obx__buf_u32be(f, 1);
     }
+}
+
+/* Parameter i becomes the framed array f (binary), in place of what was collected. */
+static obx_err frame_set(params *p, int i, obx__buf f, const char *what) {
     if (f.oom) {
         obx__buf_free(&f);
         return obx__fail(OBX_ENOMEM, "%s: out of memory", what);
@@ -1126,6 +1136,15 @@ static obx_err frame_records(pg_store *s, params *p, int i, const char *what) {
     p->fmt[i] = 1;
     p->akind[i] = A_FRAMED;
     return OBX_OK;
+}
+
+static obx_err frame_records(pg_store *s, params *p, int i, const char *what) {
+    obx_err e = rec_oids(s);
+    if (e) return e;
+    obx__buf f = {0};
+    array_header(&f, p->acount[i], false, s->rec_oid[p->rtype[i]]);
+    if (p->acount[i]) obx__buf_put(&f, p->arr[i].data, p->arr[i].len);
+    return frame_set(p, i, f, what);
 }
 
 /* Frames the collected array parameters of statement id (see A_*): one dimension, lower bound
@@ -1153,13 +1172,7 @@ static obx_err frame_arrays(pg_store *s, params *p, int id, const char *what) {
                              what, i + 1, k == A_TEXT ? "text" : "integers");
         obx__buf f = {0};
         int count = p->acount[i];
-        obx__buf_u32be(&f, count ? 1 : 0); /* dimensions; none for an empty array */
-        obx__buf_u32be(&f, p->anull[i] ? 1 : 0);
-        obx__buf_u32be(&f, oid);
-        if (count) {
-            obx__buf_u32be(&f, (uint32_t)count);
-            obx__buf_u32be(&f, 1); /* lower bound */
-        }
+        array_header(&f, count, p->anull[i], oid);
         if (k == A_TEXT) {
             obx__buf_put(&f, p->arr[i].data, p->arr[i].len);
         } else {
@@ -1174,25 +1187,14 @@ static obx_err frame_arrays(pg_store *s, params *p, int id, const char *what) {
                                          "range for an integer column (-2147483648..2147483647)",
                                          what, i + 1, j + 1, (long long)v);
                     }
-                    obx__buf_u32be(&f, 4);
-                    obx__buf_u32be(&f, (uint32_t)(int32_t)v);
+                    put_int4(&f, (int32_t)v);
                 } else {
-                    obx__buf_u32be(&f, 8);
-                    obx__buf_u32be(&f, (uint32_t)((uint64_t)v >> 32));
-                    obx__buf_u32be(&f, (uint32_t)(uint64_t)v);
+                    put_int8(&f, v);
                 }
             }
         }
-        if (f.oom) {
-            obx__buf_free(&f);
-            return obx__fail(OBX_ENOMEM, "%s: out of memory", what);
-        }
-        obx__buf_free(&p->arr[i]);
-        p->arr[i] = f;
-        p->val[i] = (const char *)f.data;
-        p->len[i] = (int)f.len;
-        p->fmt[i] = 1;
-        p->akind[i] = A_FRAMED;
+        obx_err e = frame_set(p, i, f, what);
+        if (e) return e;
     }
     return OBX_OK;
 }
@@ -1290,9 +1292,9 @@ static obx_err rec_oids(pg_store *s) {
         static const int uses[] = {Q_UPD_EVENTS, Q_INS_ATT, Q_UPD_ATT, Q_INS_RCPT};
         for (size_t i = 0; i < sizeof uses / sizeof uses[0]; i++) {
             if (!s->prepared[uses[i]]) continue;
-            char sql[64];
-            stmt_name(uses[i], sql + 11);
-            memcpy(sql, "DEALLOCATE ", 11);
+            char name[40], sql[64];
+            stmt_name(uses[i], name);
+            snprintf(sql, sizeof sql, "DEALLOCATE %s", name);
             PQclear(PQexec(s->conn, sql)); /* gone already is as good */
             s->prepared[uses[i]] = false;
         }
