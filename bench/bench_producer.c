@@ -34,12 +34,18 @@
  * --notify-off runs every producer session with obx.notify = off (schema_v14.sql: no NOTIFY, so
  * PostgreSQL does not commit the producers one at a time; docs/postgres.md, "NOTIFY").
  *
+ * --relay-waits keeps, for the whole run, a connection that does what a relay waiting for the
+ * bench cluster's work does: it LISTENs, holds the cluster's wake lock and reads every
+ * notification. The C producer notifies only while such a relay waits (docs/postgres.md,
+ * "NOTIFY"); without the flag no relay waits, as during a backlog or with the relay down.
+ *
  *   bench_producer [--seconds S] [--clients C] [--reps R] [--standalone] [--notify-off]
- *                  [--dir DIR] [--json]
+ *                  [--relay-waits] [--dir DIR] [--json]
  */
 #include "bench.h"
 
 #include <obx.h>
+#include <poll.h>
 #include <pthread.h>
 #include <math.h>
 #include <stdatomic.h>
@@ -51,7 +57,22 @@
 #include <unistd.h>
 
 static int seconds = 15, clients = 8, reps = 3;
-static bool notify_off; /* --notify-off: the producers' sessions with obx.notify = off */
+static bool notify_off;  /* --notify-off: the producers' sessions with obx.notify = off */
+static bool relay_waits; /* --relay-waits: a waiting relay's LISTEN and wake lock (see above) */
+static atomic_bool stop_listener;
+
+/* --relay-waits: reads the notifications the producers send until stop_listener */
+static void *listener_main(void *arg) {
+    PGconn *l = arg;
+    while (!atomic_load(&stop_listener)) {
+        struct pollfd pfd = {.fd = PQsocket(l), .events = POLLIN};
+        poll(&pfd, 1, 100);
+        if (!PQconsumeInput(l)) bn_die("--relay-waits: %s", PQerrorMessage(l));
+        PGnotify *n;
+        while ((n = PQnotifies(l)) != NULL) PQfreemem(n);
+    }
+    return NULL;
+}
 
 /* A ratio for --json: null where it could not be measured (bn_pg_server_cpu reads the server's
  * processes only for the servers bench/run.sh started; against OBX_TEST_PG_URL's it has none,
@@ -211,13 +232,15 @@ int main(int argc, char **argv) {
             standalone = true;
         else if (!strcmp(argv[i], "--notify-off"))
             notify_off = true;
+        else if (!strcmp(argv[i], "--relay-waits"))
+            relay_waits = true;
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
             mkdir(argv[++i], 0755);
             snprintf(log, sizeof log, "%s/pgbench.log", argv[i]);
         } else {
             fprintf(stderr,
                     "usage: bench_producer [--seconds S] [--clients C] [--reps R] [--standalone] "
-                    "[--notify-off] [--dir DIR] [--json]\n");
+                    "[--notify-off] [--relay-waits] [--dir DIR] [--json]\n");
             return 2;
         }
     }
@@ -229,6 +252,14 @@ int main(int argc, char **argv) {
     bn_biz_tables(c);
     /* every producer connection opened from here on inherits it (docs/postgres.md, "NOTIFY") */
     if (notify_off) bn_sql(c, NOTIFY_OFF_SQL);
+    PGconn *waiter = NULL;
+    pthread_t listener;
+    if (relay_waits) {
+        waiter = bn_pg_connect(url);
+        bn_sql(waiter, "LISTEN obx_work");
+        bn_sql(waiter, "SELECT pg_advisory_lock(5194330, hashtext('" BN_CLUSTER "'))");
+        if (pthread_create(&listener, NULL, listener_main, waiter)) bn_die("pthread_create");
+    }
     enum { NV = 7 };
     const int nv = standalone ? 7 : 5;
     double tps[NV][BN_MAX_REPS], cpu[NV][BN_MAX_REPS];
@@ -271,6 +302,11 @@ int main(int argc, char **argv) {
                            ? "c"
                            : "sql";
     PQfinish(c);
+    if (waiter) {
+        atomic_store(&stop_listener, true);
+        pthread_join(listener, NULL);
+        PQfinish(waiter);
+    }
     bn_pg_drop("obx_bench_prod");
     printf("\nproducer overhead on PostgreSQL: pgbench, %d clients, %d s per variant, variants "
            "alternated; median of %d reps; load average %.1f before, %.1f after (2 cores); %lld "
@@ -299,22 +335,24 @@ int main(int argc, char **argv) {
                "\"obx_sql_cpu_ratio\": %s, \"obx_c_cpu_ratio\": %s, \"obx_alone_cpu_ratio\": "
                "%s, \"tps\": {\"business\": %.0f, \"plain\": %.0f, \"obx_sql\": %.0f, "
                "\"c_plain\": %.0f, \"obx_c\": %.0f, \"c_alone_plain\": %.0f, \"obx_alone\": "
-               "%.0f}, \"obx_sql_body\": \"%s\", \"producer_notify\": %s, \"clients\": %d, "
-               "\"seconds\": %d, \"reps\": %d}\n",
+               "%.0f}, \"obx_sql_body\": \"%s\", \"producer_notify\": %s, \"relay_waits\": %s, "
+               "\"clients\": %d, \"seconds\": %d, \"reps\": %d}\n",
                r_sql, r_c, r_alone, jratio(j1, sizeof j1, rc_sql), jratio(j2, sizeof j2, rc_c),
                jratio(j3, sizeof j3, bn_median(ratio_cpu[2], reps)), bn_median(tps[0], reps),
                bn_median(tps[1], reps), bn_median(tps[2], reps), bn_median(tps[3], reps),
                bn_median(tps[4], reps), bn_median(tps[5], reps), bn_median(tps[6], reps), body,
-               notify_off ? "false" : "true", clients, seconds, reps);
+               notify_off ? "false" : "true", relay_waits ? "true" : "false", clients, seconds,
+               reps);
     else if (json)
         printf("{\"obx_sql_ratio\": %.3f, \"obx_c_ratio\": %.3f, \"obx_sql_cpu_ratio\": %s, "
                "\"obx_c_cpu_ratio\": %s, \"tps\": {\"business\": %.0f, \"plain\": %.0f, "
                "\"obx_sql\": %.0f, \"c_plain\": %.0f, \"obx_c\": %.0f}, \"obx_sql_body\": \"%s\", "
-               "\"producer_notify\": %s, "
+               "\"producer_notify\": %s, \"relay_waits\": %s, "
                "\"clients\": %d, \"seconds\": %d, \"reps\": %d}\n",
                r_sql, r_c, jratio(j1, sizeof j1, rc_sql), jratio(j2, sizeof j2, rc_c),
                bn_median(tps[0], reps), bn_median(tps[1], reps), bn_median(tps[2], reps),
                bn_median(tps[3], reps), bn_median(tps[4], reps), body,
-               notify_off ? "false" : "true", clients, seconds, reps);
+               notify_off ? "false" : "true", relay_waits ? "true" : "false", clients, seconds,
+               reps);
     return 0;
 }

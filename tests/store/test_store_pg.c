@@ -28,6 +28,7 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 #include <pthread.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1763,9 +1764,51 @@ static void *wait_thread(void *p) {
     return NULL;
 }
 
+/* A relay connection's claim for cluster "local" (limit events at most, rolled back): from
+ * now on it waits on that cluster's wake lock. Returns how many it would have claimed. */
+static size_t claim_local(obx_store *relay, size_t limit) {
+    obx__claim_req req = {.now = obx__wall_ms(), .limit = limit, .cluster = "local"};
+    obx__rows rows = {0};
+    OK(obx__st_begin(relay));
+    OK(obx__st_read_events(relay, &(obx__read_req){.by = OBX__READ_CLAIM, .claim = &req}, &rows));
+    OK(obx__st_rollback(relay));
+    size_t n = rows.n;
+    obx__rows_free(&rows);
+    return n;
+}
+
+/* Whether the session `app` names (application_name) holds cluster "local"'s wake lock, and
+ * how (pg_locks: 'ExclusiveLock' for a waiting relay, 'ShareLock' for a producer; "" none). */
+static const char *wake_lock_mode(fx *f, const char *app, char *buf, size_t cap) {
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT coalesce((SELECT l.mode FROM pg_locks l JOIN pg_stat_activity a ON a.pid = "
+             "l.pid WHERE l.locktype = 'advisory' AND l.classid = 5194330 AND l.objid = "
+             "hashtext('local')::oid AND l.objsubid = 2 AND l.granted AND a.application_name = "
+             "'%s' LIMIT 1), '')",
+             app);
+    PGresult *r = PQexec(f->conn, sql);
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    snprintf(buf, cap, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return buf;
+}
+
+/* Arms a relay connection: a claim for "local", then its first wait takes the wake lock and
+ * returns at once, notified, for the claim that must follow it. */
+static void arm_relay(fx *f, obx_store *relay) {
+    claim_local(relay, 100);
+    bool notified = false;
+    OK(relay->m->wait_for_work(relay, 2000, &notified));
+    assert_true(notified);
+    char mode[32];
+    assert_string_equal(wake_lock_mode(f, "obx-relay-wait", mode, sizeof mode), "ExclusiveLock");
+}
+
 static void test_notify_wakes(void **state) {
     fx *f = *state;
     obx_store *relay = open_own(f, "obx-relay-wait");
+    arm_relay(f, relay);
     bool notified = true;
     /* nothing committed: times out */
     int64_t t0 = obx__mono_ms();
@@ -1843,8 +1886,7 @@ static bool woken_by(fx *f, obx_store *relay, int timeout_ms, const char *sql,
 static void test_notify_off(void **state) {
     fx *f = *state;
     obx_store *relay = open_own(f, "obx-relay-wait");
-    bool notified = true;
-    OK(relay->m->wait_for_work(relay, 10, &notified)); /* LISTEN */
+    arm_relay(f, relay);
     exec_ok(f->conn, "SET obx.notify = off");
     obx_event ev = order_event("o-quiet", "{}");
     long long before = qint(f->conn, "SELECT count(*) FROM obx.obx_event");
@@ -1873,6 +1915,93 @@ static void test_notify_off(void **state) {
                          "'tenant-7', '\\x7b7d')",
                          NULL));
     obx_store_close(relay);
+}
+
+/* Whether a NOTIFY on obx_work reached the LISTENing connection l within ms. */
+static bool listener_told(PGconn *l, int ms) {
+    int64_t until = obx__mono_ms() + ms;
+    bool told = false;
+    while (!told) {
+        assert_true(PQconsumeInput(l));
+        PGnotify *n;
+        while ((n = PQnotifies(l)) != NULL) {
+            told = true;
+            PQfreemem(n);
+        }
+        int64_t left = until - obx__mono_ms();
+        if (told || left <= 0) break;
+        struct pollfd pfd = {.fd = PQsocket(l), .events = POLLIN};
+        poll(&pfd, 1, (int)left);
+    }
+    return told;
+}
+
+/* The producers' NOTIFY only while a relay of the event's cluster waits (NOTIFY_EXPR in
+ * pg_store.c, the wake lock): none without one, none while the relay is in a backlog (its claim
+ * took a whole batch), and no wake-up lost to the race between a producer that tested the lock
+ * before the relay took it and the relay going to sleep. */
+static void test_wake_lock(void **state) {
+    fx *f = *state;
+    PGconn *l = PQconnectdb(f->url);
+    assert_int_equal(PQstatus(l), CONNECTION_OK);
+    PQclear(PQexec(l, "LISTEN obx_work"));
+    obx_event ev = order_event("o-w", "{}");
+    obx_enqueue_result res;
+    char mode[32];
+    /* no relay waits: the producer holds the lock shared until it commits, and notifies nobody */
+    exec_ok(f->conn, "BEGIN");
+    OK(obx_enqueue(f->s, &ev, &res));
+    assert_string_equal(wake_lock_mode(f, "obx-relay-wait", mode, sizeof mode), "");
+    long long shared = qint(f->conn, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                                     "AND classid = 5194330 AND mode = 'ShareLock' AND pid = "
+                                     "pg_backend_pid()");
+    assert_int_equal(shared, 1);
+    exec_ok(f->conn, "COMMIT");
+    assert_false(listener_told(l, 300));
+
+    /* the race: a producer in flight that did not notify keeps the relay from sleeping on the
+     * lock; once it commits, the relay takes the lock and looks again, and finds its event */
+    obx_store *relay = open_own(f, "obx-relay-wait");
+    size_t before = claim_local(relay, 1000);
+    exec_ok(f->conn, "BEGIN");
+    ev.aggregate_id = "o-w2";
+    OK(obx_enqueue(f->s, &ev, &res));
+    bool notified = true;
+    int64_t t0 = obx__mono_ms();
+    OK(relay->m->wait_for_work(relay, 300, &notified));
+    assert_false(notified);
+    assert_true(obx__mono_ms() - t0 >= 250); /* waited for the lock, in vain */
+    assert_string_equal(wake_lock_mode(f, "obx-relay-wait", mode, sizeof mode), "");
+    exec_ok(f->conn, "COMMIT");
+    assert_false(listener_told(l, 200)); /* it tested the lock before the relay waited for it */
+    OK(relay->m->wait_for_work(relay, 2000, &notified));
+    assert_true(notified); /* took the lock: look again before sleeping */
+    assert_string_equal(wake_lock_mode(f, "obx-relay-wait", mode, sizeof mode), "ExclusiveLock");
+    assert_int_equal(claim_local(relay, 1000), before + 1);
+
+    /* the relay waits: every producer of its cluster notifies */
+    ev.aggregate_id = "o-w3";
+    OK(obx_enqueue(f->s, &ev, &res));
+    assert_true(listener_told(l, 2000));
+    OK(relay->m->wait_for_work(relay, 2000, &notified));
+    assert_true(notified);
+
+    /* a claim that takes a whole batch releases it: no notifications during a backlog */
+    assert_int_equal(claim_local(relay, 2), 2);
+    assert_string_equal(wake_lock_mode(f, "obx-relay-wait", mode, sizeof mode), "");
+    ev.aggregate_id = "o-w4";
+    OK(obx_enqueue(f->s, &ev, &res));
+    assert_false(listener_told(l, 300));
+    /* and its next wait takes it again, with a look first */
+    OK(relay->m->wait_for_work(relay, 2000, &notified));
+    assert_true(notified);
+    assert_string_equal(wake_lock_mode(f, "obx-relay-wait", mode, sizeof mode), "ExclusiveLock");
+    obx_store_close(relay);
+    /* a session's lock ends with it: producers stop notifying */
+    ev.aggregate_id = "o-w5";
+    OK(obx_enqueue(f->s, &ev, &res));
+    assert_false(listener_told(l, 300));
+    PQfinish(l);
 }
 
 /* ---- connection loss
@@ -4164,6 +4293,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_roles, setup, teardown),
         cmocka_unit_test_setup_teardown(test_notify_wakes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_notify_off, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wake_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_connection_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_mapping, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_skip_locked, setup, teardown),

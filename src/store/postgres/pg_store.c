@@ -35,7 +35,8 @@
  *      back to depth 0. A borrowed connection is never reset.
  *   7. Per order key (cluster, topic, routing key), seq order is commit order: see Q_INS_EVENT.
  *   8. wait_for_work LISTENs on channel obx_work (on first use) and polls the socket; the
- *      statement inserting an event NOTIFYs (delivered at commit; Q_INS_EVENT, obx.enqueue()).
+ *      statement inserting an event NOTIFYs (delivered at commit; Q_INS_EVENT, obx.enqueue())
+ *      while a relay of the event's cluster waits for work (NOTIFY_EXPR, the wake lock).
  *      A notification is a hint, never a row.
  *
  * Thread use: one thread at a time per handle (obx.h); the statement-name hash is computed
@@ -94,6 +95,10 @@ static const char *const migrations[] = {NULL,
 /* With LOCK_CLASS_INIT: the schema in use (pg_schema_hold). Each relay connection holds it
  * shared for its life; `obx init` takes it exclusively, for its transaction, to migrate. */
 #define LOCK_SCHEMA_IN_USE 1
+/* The wake lock, one per cluster (key hashtext(cluster)): held exclusively by the relay
+ * connection that waits for that cluster's work (pg_wait_for_work), tested shared by each
+ * event-inserting statement, which NOTIFYs only when it cannot take it (NOTIFY_EXPR). */
+#define LOCK_CLASS_WAKE "5194330"
 #define NOTIFY_CHANNEL "obx_work"
 
 enum {
@@ -192,8 +197,14 @@ typedef struct pg_store {
     obx__tx_nest tx; /* transaction nesting (shared.c) */
     bool lost;       /* the connection was lost inside the current obx transaction */
     bool listening;  /* LISTEN obx_work issued on this connection */
-    bool dispatch;   /* serve_dispatch: every BEGIN sets the relay's planner options */
-    unsigned pend;   /* P_*: what goes in front of the next statement (ws_run, pend_flush) */
+    /* The wake lock of the cluster this connection claims for (pg_wait_for_work): the cluster
+     * of its last claim (read_claim), the lock's key once read, and whether this session holds
+     * it (from its wait until a claim takes a whole batch). */
+    char wake_cluster[OBX_NAME_MAX + 1];
+    int32_t wake_key;
+    bool wake_key_known, wake_held;
+    bool dispatch; /* serve_dispatch: every BEGIN sets the relay's planner options */
+    unsigned pend; /* P_*: what goes in front of the next statement (ws_run, pend_flush) */
     /* a relay transaction's write set, held back for its COMMIT's pipeline (pg_write_set);
      * owned; sent before anything else the transaction sends (conn_ready) */
     struct ws_stmt *held;
@@ -413,13 +424,20 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
     "broker_ts, payload_digest, dest_digest, reason, created_at, source"
 #define CAUDIT_COLS "audit_id, at, consumer_id, event_id, outcome, duration_us, detail"
 
-/* The producer's NOTIFY (delivered at commit, coalesced per transaction), unless the session's
- * obx.notify is 'off' (schema_v14.sql): PostgreSQL commits the transactions that notified one
- * at a time, WAL flush included, which with fsync on halves the producers' commit rate; such a
- * session's events are found at the relay's next poll instead (docs/postgres.md, "NOTIFY"). */
+/* The producer's NOTIFY (delivered at commit, coalesced per transaction), only while a relay
+ * of the event's cluster ($17) waits for work, and never where the session's obx.notify is 'off'
+ * (schema_v14.sql). PostgreSQL commits the transactions that notified one at a time, WAL flush
+ * included, which with fsync on costs producers up to half their commit rate
+ * (docs/performance.md, section 3), so a statement notifies only when it cannot take the
+ * cluster's wake lock shared: a waiting relay holds it exclusively. When it can, it holds the
+ * lock until its transaction ends, after its commit is visible, and a relay that takes the lock
+ * after that (pg_wait_for_work) claims once more before it waits: either the relay is told, or
+ * its next claim sees the event (docs/postgres.md, "NOTIFY"). CASE keeps the order: no lock for
+ * a session that never notifies. */
 #define NOTIFY_EXPR                                                                                \
-    "CASE WHEN current_setting('obx.notify', true) IS DISTINCT FROM 'off' THEN "                   \
-    "pg_notify('" NOTIFY_CHANNEL "', '') END"
+    "CASE WHEN current_setting('obx.notify', true) IS NOT DISTINCT FROM 'off' THEN NULL "          \
+    "WHEN pg_try_advisory_xact_lock_shared(" LOCK_CLASS_WAKE ", hashtext($17::text)) THEN NULL "   \
+    "ELSE pg_notify('" NOTIFY_CHANNEL "', '') END"
 /* The end of every event-inserting statement: NOTIFY_EXPR, one row when the event was written. */
 #define NOTIFY_TAIL " SELECT " NOTIFY_EXPR " FROM ev"
 
@@ -1322,6 +1340,7 @@ static void forget_session(pg_store *s) {
     memset(s->prepared, 0, sizeof s->prepared);
     memset(s->rec_oid, 0, sizeof s->rec_oid);
     s->listening = false;
+    s->wake_held = false; /* a session lock ends with its session */
     s->names_checked = false;
 }
 
@@ -2449,6 +2468,9 @@ static obx_err collect(PGresult *r, bool with_payload, obx__rows *out, const cha
     return e;
 }
 
+static obx_err wake_follow(pg_store *s, const char *cluster);
+static obx_err wake_release(pg_store *s);
+
 static obx_err read_claim(obx__store *base, const obx__claim_req *req, obx__rows *out) {
     pg_store *s = (pg_store *)base;
     params p;
@@ -2479,9 +2501,17 @@ static obx_err read_claim(obx__store *base, const obx__claim_req *req, obx__rows
     if ((s->pend & P_BEGIN) || PQtransactionStatus(s->conn) == PQTRANS_INTRANS)
         s->pend |= s->dispatch ? P_CLAIM : P_CLAIM | P_RELAY; /* in the claim's pipeline */
     PGresult *r = NULL;
-    obx_err e = run(s, Q_CLAIM, &p, PGRES_TUPLES_OK, &r, "claim candidates");
+    obx_err e = wake_follow(s, req->cluster);
+    if (!e) e = run(s, Q_CLAIM, &p, PGRES_TUPLES_OK, &r, "claim candidates");
     p_free(&p);
-    return e ? e : collect(r, true, out, "claim candidates");
+    /* a whole batch: a backlog, in which the relay claims again without waiting, so its
+     * producers need not notify (nor commit one at a time) until it waits again */
+    if (!e && s->wake_held && (size_t)PQntuples(r) >= req->limit) e = wake_release(s);
+    if (e) {
+        PQclear(r);
+        return e;
+    }
+    return collect(r, true, out, "claim candidates");
 }
 
 static obx_err read_select(obx__store *base, const obx__select_req *req, obx__rows *out) {
@@ -3664,6 +3694,80 @@ static void pg_serve_dispatch(obx__store *base) { ((pg_store *)base)->dispatch =
 
 /* ---- idle wait (contract 8) ------------------------------------------------------------------ */
 
+/* Releases the wake lock (a claim took a whole batch; the cluster changed). */
+static obx_err wake_release(pg_store *s) {
+    char sql[96];
+    snprintf(sql, sizeof sql, "SELECT pg_advisory_unlock(%s, %ld)", LOCK_CLASS_WAKE,
+             (long)s->wake_key);
+    s->wake_held = false;
+    return check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, NULL, "release the wake lock");
+}
+
+/* A claim for `cluster` (NULL: every cluster) on this connection: the wake lock it waits on is
+ * that cluster's from now on. */
+static obx_err wake_follow(pg_store *s, const char *cluster) {
+    const char *c = cluster ? cluster : "";
+    if (!strcmp(c, s->wake_cluster)) return OBX_OK;
+    obx_err e = s->wake_held ? wake_release(s) : OBX_OK;
+    obx__strlcpy(s->wake_cluster, c, sizeof s->wake_cluster);
+    s->wake_key_known = false;
+    return e;
+}
+
+/* Takes the wake lock of this connection's cluster for up to timeout_ms (0: only if free now).
+ * *got: held now. Waiting (rather than trying once) matters: the lock is busy while a producer
+ * that did not notify is between its statement and its commit, which under load is most of the
+ * time, and a waiting exclusive request makes every later producer notify. A session lock taken
+ * in a transaction outlives it; lock_timeout is the transaction's own. */
+static obx_err wake_take(pg_store *s, int timeout_ms, bool *got) {
+    *got = false;
+    obx_err e;
+    if (!s->wake_key_known) {
+        const char *v[1] = {s->wake_cluster};
+        PGresult *r = NULL;
+        if ((e = check(
+                 s, PQexecParams(s->conn, "SELECT hashtext($1::text)", 1, NULL, v, NULL, NULL, 0),
+                 PGRES_TUPLES_OK, &r, "the wake lock's key")))
+            return e;
+        s->wake_key = (int32_t)strtol(PQgetvalue(r, 0, 0), NULL, 10);
+        s->wake_key_known = true;
+        PQclear(r);
+    }
+    char sql[200];
+    if (timeout_ms <= 0)
+        snprintf(sql, sizeof sql, "SELECT pg_try_advisory_lock(%s, %ld)", LOCK_CLASS_WAKE,
+                 (long)s->wake_key);
+    else
+        snprintf(sql, sizeof sql,
+                 "BEGIN; SET LOCAL lock_timeout = %d; SELECT pg_advisory_lock(%s, %ld), true; "
+                 "COMMIT",
+                 timeout_ms, LOCK_CLASS_WAKE, (long)s->wake_key);
+    PGresult *r = PQexec(s->conn, sql);
+    ExecStatusType st = PQresultStatus(r);
+    const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    if (timeout_ms > 0 && st == PGRES_FATAL_ERROR && code && !strcmp(code, "55P03")) {
+        /* lock_timeout: still busy; the transaction it ended is rolled back */
+        PQclear(r);
+        return check(s, PQexec(s->conn, "ROLLBACK"), PGRES_COMMAND_OK, NULL,
+                     "wait for the wake lock");
+    }
+    if (timeout_ms > 0) {
+        /* the last result is COMMIT's */
+        if ((e = check(s, r, PGRES_COMMAND_OK, NULL, "wait for the wake lock"))) {
+            if (PQstatus(s->conn) == CONNECTION_OK && PQtransactionStatus(s->conn) != PQTRANS_IDLE)
+                PQclear(PQexec(s->conn, "ROLLBACK"));
+            return e;
+        }
+        *got = true;
+    } else {
+        if ((e = check(s, r, PGRES_TUPLES_OK, &r, "take the wake lock"))) return e;
+        *got = !strcmp(PQgetvalue(r, 0, 0), "t");
+        PQclear(r);
+    }
+    s->wake_held = *got;
+    return OBX_OK;
+}
+
 static obx_err pg_wait_for_work(obx__store *base, int timeout_ms, bool *notified) {
     pg_store *s = (pg_store *)base;
     *notified = false;
@@ -3678,6 +3782,19 @@ static obx_err pg_wait_for_work(obx__store *base, int timeout_ms, bool *notified
         s->listening = true;
     }
     int64_t deadline = obx__mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    if (s->wake_cluster[0] && !s->wake_held) {
+        /* Producers notify only while this lock is held. One that tested it before we took it
+         * committed before we could, after our last claim began perhaps: look again (notified)
+         * before sleeping on the lock. Not taken in time: producers are still in flight, or
+         * another relay of the cluster waits (its wake-ups reach us too); the caller's next
+         * turn tries again. */
+        bool got = false;
+        if ((e = wake_take(s, timeout_ms, &got))) return e;
+        if (got) {
+            *notified = true;
+            return OBX_OK;
+        }
+    }
     for (;;) {
         if (!PQconsumeInput(s->conn)) return map_error(s, NULL, "wait for work");
         PGnotify *nt;
