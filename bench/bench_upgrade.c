@@ -25,7 +25,8 @@
 extern const char obx__pg_schema_v1[], obx__pg_schema_v2[], obx__pg_schema_v3[],
     obx__pg_schema_v4[], obx__pg_schema_v5[], obx__pg_schema_v6[], obx__pg_schema_v7[],
     obx__pg_schema_v8[], obx__pg_schema_v9[], obx__pg_schema_v10[], obx__pg_schema_v11[],
-    obx__pg_schema_v12[], obx__pg_schema_v13[], obx__pg_schema_v14[], obx__pg_schema_v15[];
+    obx__pg_schema_v12[], obx__pg_schema_v13[], obx__pg_schema_v14[], obx__pg_schema_v15[],
+    obx__pg_schema_v16[];
 
 static void usage(void) {
     fprintf(stderr, "usage: bench_upgrade [--events N] [--pending M] [--json]\n");
@@ -48,11 +49,11 @@ int main(int argc, char **argv) {
     if (events < 1) usage();
     if (pending < 0) pending = events / 5;
     if (pending > events) pending = events;
-    const char *scripts[] = {obx__pg_schema_v1,  obx__pg_schema_v2,  obx__pg_schema_v3,
-                             obx__pg_schema_v4,  obx__pg_schema_v5,  obx__pg_schema_v6,
-                             obx__pg_schema_v7,  obx__pg_schema_v8,  obx__pg_schema_v9,
-                             obx__pg_schema_v10, obx__pg_schema_v11, obx__pg_schema_v12,
-                             obx__pg_schema_v13, obx__pg_schema_v14, obx__pg_schema_v15};
+    const char *scripts[] = {
+        obx__pg_schema_v1,  obx__pg_schema_v2,  obx__pg_schema_v3,  obx__pg_schema_v4,
+        obx__pg_schema_v5,  obx__pg_schema_v6,  obx__pg_schema_v7,  obx__pg_schema_v8,
+        obx__pg_schema_v9,  obx__pg_schema_v10, obx__pg_schema_v11, obx__pg_schema_v12,
+        obx__pg_schema_v13, obx__pg_schema_v14, obx__pg_schema_v15, obx__pg_schema_v16};
     const int from = (int)(sizeof scripts / sizeof scripts[0]);
 
     /* the old database */

@@ -58,8 +58,11 @@
  *    as enum casts, the envelope generation's bound in its trigger (schema_v15.sql; SQLite
  *    unchanged);
  * 16: PostgreSQL's relay batch statements take one array of a row type each instead of an
- *    array per column (schema_v16.sql; SQLite unchanged) */
-#define OBX__SCHEMA_VERSION 16
+ *    array per column (schema_v16.sql; SQLite unchanged);
+ * 17: PostgreSQL's obx.enqueue() notifies only while a relay of the event's cluster waits for
+ *    work, as the C producer's statements do (schema_v17.sql, the wake lock; SQLite
+ *    unchanged) */
+#define OBX__SCHEMA_VERSION 17
 
 #define OBX__ATTEMPT_ID_LEN 30 /* "att-" + ULID */
 #define OBX__OWNER_MAX OBX_TEXT_MAX
@@ -705,7 +708,10 @@ typedef struct obx__store_methods {
     /* Optional (NULL = not supported; the driver sleeps instead). Waits up to timeout_ms for a
      * hint that new work was committed (PostgreSQL: LISTEN/NOTIFY on enqueue). A hint is only
      * a reason to look now: the relay always finds work by querying committed rows. Must not
-     * be called inside a transaction. */
+     * be called inside a transaction. Also returns at once with *notified when it has just
+     * armed its wake-up (PostgreSQL: took the cluster's wake lock of the connection's last
+     * claim): what committed before then may have sent no hint, so the caller looks once more
+     * before it waits again. */
     obx_err (*wait_for_work)(obx__store *s, int timeout_ms, bool *notified);
     /* Optional (NULL = nothing to tune). Declares that this connection serves a relay's
      * dispatcher or reconciler from now on: every transaction it begins finds rows by key or

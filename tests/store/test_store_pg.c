@@ -1958,6 +1958,12 @@ static void test_wake_lock(void **state) {
     assert_int_equal(shared, 1);
     exec_ok(f->conn, "COMMIT");
     assert_false(listener_told(l, 300));
+    /* obx.enqueue(), whichever body the server has, and the PL/pgSQL body (schema_v17.sql) */
+    exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'o-ws', 1, 'tenant-7', "
+                     "'\\x7b7d')");
+    exec_ok(f->conn, "SELECT obx._enqueue_sql('order.created.v2', 'order', 'o-wp', 1, "
+                     "'tenant-7', '\\x7b7d')");
+    assert_false(listener_told(l, 300));
 
     /* the race: a producer in flight that did not notify keeps the relay from sleeping on the
      * lock; once it commits, the relay takes the lock and looks again, and finds its event */
@@ -1978,13 +1984,23 @@ static void test_wake_lock(void **state) {
     assert_true(notified); /* took the lock: look again before sleeping */
     assert_string_equal(wake_lock_mode(f, "obx-relay-wait", mode, sizeof mode), "ExclusiveLock");
     assert_int_equal(claim_local(relay, 1000), before + 1);
+    before = claim_local(relay, 1000);
 
-    /* the relay waits: every producer of its cluster notifies */
+    /* the relay waits: every producer of its cluster notifies, on every path */
     ev.aggregate_id = "o-w3";
     OK(obx_enqueue(f->s, &ev, &res));
     assert_true(listener_told(l, 2000));
     OK(relay->m->wait_for_work(relay, 2000, &notified));
     assert_true(notified);
+    exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'o-ws2', 1, 'tenant-7', "
+                     "'\\x7b7d')");
+    assert_true(listener_told(l, 2000));
+    exec_ok(f->conn, "SELECT obx._enqueue_sql('order.created.v2', 'order', 'o-wp2', 1, "
+                     "'tenant-7', '\\x7b7d')");
+    assert_true(listener_told(l, 2000));
+    OK(relay->m->wait_for_work(relay, 2000, &notified));
+    assert_true(notified);
+    assert_int_equal(claim_local(relay, 1000), before + 3);
 
     /* a claim that takes a whole batch releases it: no notifications during a backlog */
     assert_int_equal(claim_local(relay, 2), 2);
@@ -3142,7 +3158,8 @@ static void test_sql_enqueue_delivery_set(void **state) {
 extern const char obx__pg_schema_v1[], obx__pg_schema_v2[], obx__pg_schema_v3[],
     obx__pg_schema_v4[], obx__pg_schema_v5[], obx__pg_schema_v6[], obx__pg_schema_v7[],
     obx__pg_schema_v8[], obx__pg_schema_v9[], obx__pg_schema_v10[], obx__pg_schema_v11[],
-    obx__pg_schema_v12[], obx__pg_schema_v13[], obx__pg_schema_v14[], obx__pg_schema_v15[];
+    obx__pg_schema_v12[], obx__pg_schema_v13[], obx__pg_schema_v14[], obx__pg_schema_v15[],
+    obx__pg_schema_v16[];
 
 /* A new database (its name into db[64], its URL into url[1200]) as `obx init` of schema version
  * v left it, with one route of order.created.v2 to cluster local, topic orders, the routing
@@ -3163,7 +3180,8 @@ static PGconn *old_db(int v, const char *routing_key, bool blind, char *db, char
                                           obx__pg_schema_v12,
                                           obx__pg_schema_v13,
                                           obx__pg_schema_v14,
-                                          obx__pg_schema_v15};
+                                          obx__pg_schema_v15,
+                                          obx__pg_schema_v16};
     assert_true(v >= 1 && v < (int)(sizeof scripts / sizeof scripts[0]));
     assert_int_equal(new_db(db, NULL), 0);
     db_url(db, "", url, 1200);
@@ -3960,6 +3978,43 @@ static void test_upgrade_v15_batches(void **state) {
     PQfinish(c);
 }
 
+/* Schema version 17 (schema_v17.sql): on a populated version 16 database, upgraded in place,
+ * obx.enqueue()'s PL/pgSQL body takes the cluster's wake lock shared and notifies only while a
+ * relay holds it; the events enqueued before and after are relayed. */
+static void test_upgrade_v16_wake(void **state) {
+    (void)state;
+    char db[64], url[1200], ids[2][64];
+    PGconn *c = old_db(16, "{aggregate_id}", false, db, url);
+    enqueue_sql(c, 2, ids);
+    obx_store *s = upgrade(url, 16);
+    PGconn *l = connect_url(url);
+    PQclear(PQexec(l, "LISTEN obx_work"));
+    exec_ok(c, "BEGIN");
+    char sql[200];
+    snprintf(sql, sizeof sql,
+             "SELECT obx._enqueue_sql('order.created.v2', 'order', 'o-9', 1, 't', '\\x7b7d')");
+    exec_ok(c, sql);
+    assert_int_equal(qint(c, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
+                             "classid = 5194330 AND objid = hashtext('local')::oid AND mode = "
+                             "'ShareLock' AND pid = pg_backend_pid()"),
+                     1);
+    exec_ok(c, "COMMIT");
+    assert_false(listener_told(l, 300));
+    /* a relay waits (holds the lock): the same body notifies */
+    PGconn *w = connect_url(url);
+    exec_ok(w, "SELECT pg_advisory_lock(5194330, hashtext('local'))");
+    snprintf(sql, sizeof sql,
+             "SELECT obx._enqueue_sql('order.created.v2', 'order', 'o-10', 1, 't', '\\x7b7d')");
+    exec_ok(c, sql);
+    assert_true(listener_told(l, 2000));
+    PQfinish(w);
+    relay_all(url, c);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event WHERE state = 'PUBLISHED'"), 4);
+    PQfinish(l);
+    obx_store_close(s);
+    PQfinish(c);
+}
+
 /* a relay's connection that reads the schema version while holding it (pg_schema_hold), in a
  * thread: the version it read and when */
 typedef struct {
@@ -4318,6 +4373,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_init_refuses_under_relay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v14_checks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrade_v15_batches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upgrade_v16_wake, setup, teardown),
     };
     failed += cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
     /* the engine's fault suite (docs/design.md, "Tests per fault") on this store */

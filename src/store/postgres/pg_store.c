@@ -68,6 +68,7 @@ extern const char obx__pg_schema_v13[];
 extern const char obx__pg_schema_v14[];
 extern const char obx__pg_schema_v15[];
 extern const char obx__pg_schema_v16[];
+extern const char obx__pg_schema_v17[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -86,7 +87,8 @@ static const char *const migrations[] = {NULL,
                                          obx__pg_schema_v13,
                                          obx__pg_schema_v14,
                                          obx__pg_schema_v15,
-                                         obx__pg_schema_v16};
+                                         obx__pg_schema_v16,
+                                         obx__pg_schema_v17};
 
 /* Advisory lock class IDs ("OBX" and "OBY"): the two-key form keeps obx's locks apart from an
  * application's single-bigint advisory locks. */

@@ -37,6 +37,7 @@ extern const char obx__sqlite_schema_v13[];
 extern const char obx__sqlite_schema_v14[];
 extern const char obx__sqlite_schema_v15[];
 extern const char obx__sqlite_schema_v16[];
+extern const char obx__sqlite_schema_v17[];
 
 /* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
 static const char *const migrations[] = {NULL,
@@ -55,7 +56,8 @@ static const char *const migrations[] = {NULL,
                                          obx__sqlite_schema_v13,
                                          obx__sqlite_schema_v14,
                                          obx__sqlite_schema_v15,
-                                         obx__sqlite_schema_v16};
+                                         obx__sqlite_schema_v16,
+                                         obx__sqlite_schema_v17};
 
 enum {
     Q_ROUTE_PUT,

@@ -25,11 +25,13 @@
 
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_collation_d.h"
 #include "catalog/pg_type_d.h"
 #include "commands/async.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/lock.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -413,6 +415,19 @@ static bool enqueue_fast(call *c) {
     }
 }
 
+/* pg_try_advisory_xact_lock_shared(WAKE_LOCK_CLASS, hashtext(cluster)), as the other bodies
+ * take it (schema_v17.sql): true when taken (held to the transaction's end, after its commit is
+ * visible), false when a relay of the cluster holds it or waits for it. hashtext with the C
+ * collation: every deterministic collation hashes a text's bytes alike. */
+#define WAKE_LOCK_CLASS 5194330
+static bool wake_lock_free(const char *cluster) {
+    int32 key = DatumGetInt32(
+        DirectFunctionCall1Coll(hashtext, C_COLLATION_OID, CStringGetTextDatum(cluster)));
+    LOCKTAG tag;
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)WAKE_LOCK_CLASS, (uint32)key, 2);
+    return LockAcquire(&tag, ShareLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
 Datum obx_pg_enqueue(PG_FUNCTION_ARGS) {
     call c;
     memset(&c, 0, sizeof c);
@@ -421,9 +436,11 @@ Datum obx_pg_enqueue(PG_FUNCTION_ARGS) {
     text *out;
     if (fast && enqueue_fast(&c)) {
         /* delivered at commit, coalesced per transaction, as pg_notify(); not where the
-         * session's obx.notify is 'off' (schema_v14.sql, as the other bodies) */
+         * session's obx.notify is 'off' (schema_v14.sql), and only while a relay of the
+         * event's cluster waits (schema_v17.sql, as the other bodies) */
         const char *notify = GetConfigOption("obx.notify", true, false);
-        if (!notify || strcmp(notify, "off") != 0) Async_Notify(NOTIFY_CHANNEL, "");
+        if ((!notify || strcmp(notify, "off") != 0) && !wake_lock_free(c.d.cluster))
+            Async_Notify(NOTIFY_CHANNEL, "");
         size_t n = strlen(c.e.event_id);
         out = (text *)SPI_palloc(VARHDRSZ + n);
         SET_VARSIZE(out, VARHDRSZ + n);
