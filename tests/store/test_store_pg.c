@@ -1794,6 +1794,19 @@ static const char *wake_lock_mode(fx *f, const char *app, char *buf, size_t cap)
     return buf;
 }
 
+/* Waits until no session holds the wake lock of "local". A closed store's backend ends after
+ * its client has gone (PQfinish does not wait for that), so the lock may outlive the close for a
+ * moment; a test that counts on its absence waits for it to go, as a producer would see it. */
+static void wait_wake_lock_free(fx *f) {
+    int64_t gone_by = obx__mono_ms() + 10000;
+    while (qint(f->conn, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid "
+                         "= 5194330 AND objid = hashtext('local')::oid AND objsubid = 2 AND "
+                         "mode = 'ExclusiveLock'") != 0) {
+        assert_true(obx__mono_ms() < gone_by);
+        usleep(10 * 1000);
+    }
+}
+
 /* Arms a relay connection: a claim for "local", then its first wait takes the wake lock and
  * returns at once, notified, for the claim that must follow it. */
 static void arm_relay(fx *f, obx_store *relay) {
@@ -1948,6 +1961,7 @@ static void test_wake_lock(void **state) {
     obx_event ev = order_event("o-w", "{}");
     obx_enqueue_result res;
     char mode[32];
+    wait_wake_lock_free(f); /* the relays of the tests before this one */
     /* no relay waits: the producer holds the lock shared until it commits, and notifies nobody */
     exec_ok(f->conn, "BEGIN");
     OK(obx_enqueue(f->s, &ev, &res));
@@ -2014,6 +2028,7 @@ static void test_wake_lock(void **state) {
     assert_string_equal(wake_lock_mode(f, "obx-relay-wait", mode, sizeof mode), "ExclusiveLock");
     obx_store_close(relay);
     /* a session's lock ends with it: producers stop notifying */
+    wait_wake_lock_free(f);
     ev.aggregate_id = "o-w5";
     OK(obx_enqueue(f->s, &ev, &res));
     assert_false(listener_told(l, 300));
