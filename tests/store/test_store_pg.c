@@ -129,6 +129,18 @@ static void msleep(int ms) {
     nanosleep(&ts, NULL);
 }
 
+/* qint(c, sql), read again every 10 ms for up to 5 s until it is at most `most`; the last value
+ * read. For what a closed connection holds: its backend lets go when it exits, a moment after
+ * the client closed it (PQfinish does not wait for that). */
+static long long qint_down_to(PGconn *c, const char *sql, long long most) {
+    long long n = qint(c, sql);
+    for (int i = 0; i < 500 && n > most; i++) {
+        msleep(10);
+        n = qint(c, sql);
+    }
+    return n;
+}
+
 #define OK(x)                                                                                      \
     do {                                                                                           \
         obx_err e_ = (x);                                                                          \
@@ -1794,17 +1806,16 @@ static const char *wake_lock_mode(fx *f, const char *app, char *buf, size_t cap)
     return buf;
 }
 
-/* Waits until no session holds the wake lock of "local". A closed store's backend ends after
- * its client has gone (PQfinish does not wait for that), so the lock may outlive the close for a
- * moment; a test that counts on its absence waits for it to go, as a producer would see it. */
+/* Waits until no session holds the wake lock of "local" (a closed relay store's backend may
+ * still hold it for a moment: qint_down_to); a test that counts on its absence waits for it to
+ * go, as a producer would see it. */
 static void wait_wake_lock_free(fx *f) {
-    int64_t gone_by = obx__mono_ms() + 10000;
-    while (qint(f->conn, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid "
-                         "= 5194330 AND objid = hashtext('local')::oid AND objsubid = 2 AND "
-                         "mode = 'ExclusiveLock'") != 0) {
-        assert_true(obx__mono_ms() < gone_by);
-        usleep(10 * 1000);
-    }
+    assert_int_equal(qint_down_to(f->conn,
+                                  "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
+                                  "classid = 5194330 AND objid = hashtext('local')::oid AND "
+                                  "objsubid = 2 AND mode = 'ExclusiveLock'",
+                                  0),
+                     0);
 }
 
 /* Arms a relay connection: a claim for "local", then its first wait takes the wake lock and
@@ -4049,8 +4060,7 @@ static void *hold_thread(void *p) {
 }
 
 /* the number of sessions holding the schema-in-use lock of database db (pg_store.c,
- * LOCK_SCHEMA_IN_USE), waited for down to at most `most` (a closed connection's backend lets go
- * when it exits, a moment after the client closed it) */
+ * LOCK_SCHEMA_IN_USE), waited for down to at most `most` (qint_down_to) */
 static long long schema_holders(const char *db, long long most) {
     char sql[320];
     snprintf(sql, sizeof sql,
@@ -4058,12 +4068,7 @@ static long long schema_holders(const char *db, long long most) {
              "l.locktype = 'advisory' AND l.classid = 5194329 AND l.objid = 1 AND l.granted AND "
              "d.datname = '%s'",
              db);
-    long long n = qint(admin, sql);
-    for (int i = 0; i < 500 && n > most; i++) {
-        msleep(10);
-        n = qint(admin, sql);
-    }
-    return n;
+    return qint_down_to(admin, sql, most);
 }
 
 /* Issue 19, upgrades (docs/operations.md, "Upgrading obx"): a relay's connection holds the
