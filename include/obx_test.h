@@ -21,7 +21,8 @@ extern "C" {
 /* ---------------------------------------------------------------------------------------------
  * A Kafka-protocol cluster in this process (librdkafka's mock cluster), for demos and tests.
  * Other processes reach it at the bootstrap list written to `bootstraps` until it is stopped.
- * OBX_EUNSUPPORTED in builds without Kafka.
+ * Its brokers answer with Nagle's algorithm off (TCP_NODELAY on the connections they accept),
+ * as Kafka's brokers do. OBX_EUNSUPPORTED in builds without Kafka.
  * ------------------------------------------------------------------------------------------- */
 typedef struct obx_kafka_mock obx_kafka_mock;
 OBX_API obx_err obx_kafka_mock_start(int brokers, const char *topic, int partitions,

@@ -22,12 +22,17 @@
 #include <cmocka.h>
 
 #include "broker/conformance.h"
+#include "obx_test.h"
 
+#include <dirent.h>
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -166,6 +171,102 @@ static int teardown(void **st) {
     (void)st;
     cluster_down();
     return 0;
+}
+
+/* ---- TCP_NODELAY on broker connections ------------------------------------------------------- */
+
+static int port_of(const struct sockaddr_storage *sa) {
+    if (sa->ss_family == AF_INET) return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+    if (sa->ss_family == AF_INET6) return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+    return -1;
+}
+
+static bool in_list(const char *bootstraps, int port) {
+    char want[16];
+    snprintf(want, sizeof want, ":%d", port);
+    for (const char *p = strstr(bootstraps, want); p; p = strstr(p + 1, want))
+        if (p[strlen(want)] == ',' || p[strlen(want)] == '\0') return true;
+    return false;
+}
+
+/* This process's connected TCP sockets whose peer (peer_side) or own (!peer_side) port is a
+ * broker of the list: how many have TCP_NODELAY on and off. The sockets are read from the
+ * kernel, not from obx or librdkafka. */
+static void count_nodelay(const char *bootstraps, bool peer_side, int *on, int *off) {
+    *on = *off = 0;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        int fd = atoi(de->d_name);
+        struct sockaddr_storage me, peer;
+        socklen_t ml = sizeof me, pl = sizeof peer;
+        if (fd <= 2 || fd == dirfd(d) || getsockname(fd, (struct sockaddr *)&me, &ml) ||
+            getpeername(fd, (struct sockaddr *)&peer, &pl))
+            continue; /* not a connected socket */
+        int port = port_of(peer_side ? &peer : &me);
+        if (port < 0 || !in_list(bootstraps, port)) continue;
+        int v = 0;
+        socklen_t vl = sizeof v;
+        assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, &vl), 0);
+        if (v)
+            (*on)++;
+        else
+            (*off)++;
+    }
+    closedir(d);
+}
+
+/* Nagle's algorithm is off on the producer's broker connections unless the user turns it back
+ * on: with requests pipelined to a broker it held each small request back until the previous
+ * one was acknowledged (docs/performance.md, section 2). Before the default, every connection
+ * counted here had Nagle on. */
+static void test_nagle_off_by_default(void **st) {
+    (void)st;
+    topic("nagle", 2);
+    for (int user_on = 0; user_on < 2; user_on++) {
+        const char *props[] = {"socket.nagle.disable=false"};
+        obx__broker *b = open_kafka(NULL, props, user_on ? 1 : 0);
+        test_msg tm;
+        test_msg_init(&tm, "nagle", "k", 1);
+        expect_kind((obx__outcome[]){send_wait(b, &tm, 10000)}, OBX__OUT_ACK);
+        int on, off;
+        count_nodelay(boot, true, &on, &off);
+        if (user_on) {
+            if (off == 0 || on != 0)
+                fail_msg("user's Nagle: %d connections without, %d with", off, on);
+        } else if (on == 0 || off != 0) {
+            fail_msg("default: %d connections with TCP_NODELAY, %d without", on, off);
+        }
+        obx__br_close(b);
+    }
+}
+
+/* obx_kafka_mock's brokers answer without Nagle, as real Kafka brokers do: the connections it
+ * accepts carry TCP_NODELAY (set on its listeners, which Linux copies to accepted sockets). */
+static void test_mock_accepts_nodelay(void **st) {
+    (void)st;
+    obx_kafka_mock *m = NULL;
+    char mboot[512];
+    OK(obx_kafka_mock_start(3, "orders", 2, mboot, sizeof mboot, &m));
+    int port = atoi(strrchr(strtok(mboot, ","), ':') + 1);
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(c >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(c, (struct sockaddr *)&sa, sizeof sa), 0);
+    char one_port[32];
+    snprintf(one_port, sizeof one_port, "127.0.0.1:%d", port);
+    int on = 0, off = 0;
+    for (int i = 0; i < 200 && on + off == 0; i++) { /* the mock's thread accepts it */
+        usleep(10000);
+        count_nodelay(one_port, false, &on, &off);
+    }
+    /* own port == the broker's: the accepted side; our client socket has its peer there */
+    if (on != 1 || off != 0)
+        fail_msg("accepted connections: %d with TCP_NODELAY, %d without", on, off);
+    close(c);
+    obx_kafka_mock_stop(m);
 }
 
 /* ---- partitioner ------------------------------------------------------------------------------
@@ -895,6 +996,8 @@ int main(int argc, char **argv) {
             cmocka_unit_test(test_murmur2_agrees),
             cmocka_unit_test_setup_teardown(test_partition_for_matches_producer, setup, teardown),
             cmocka_unit_test_setup_teardown(test_config_owned_and_secrets, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_nagle_off_by_default, setup, teardown),
+            cmocka_unit_test(test_mock_accepts_nodelay),
             cmocka_unit_test_setup_teardown(test_cluster_identity, setup, teardown),
             cmocka_unit_test_setup_teardown(test_lost_ack_unknown_then_found, setup, teardown),
             cmocka_unit_test_setup_teardown(test_transient_errors_retried, setup, teardown),

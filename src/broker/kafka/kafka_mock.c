@@ -7,15 +7,73 @@
 #include "core/core.h"
 #include "obx_test.h"
 
+#include <dirent.h>
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 struct obx_kafka_mock {
     rd_kafka_t *rk;
     rd_kafka_mock_cluster_t *mc;
 };
+
+/* The port of a "host:port" entry of a bootstrap list, or -1. */
+static int entry_port(const char *entry, size_t len) {
+    const char *colon = NULL;
+    for (size_t i = 0; i < len; i++)
+        if (entry[i] == ':') colon = entry + i;
+    if (!colon) return -1;
+    int port = 0;
+    for (const char *p = colon + 1; p < entry + len; p++) {
+        if (*p < '0' || *p > '9' || port > 65535) return -1;
+        port = port * 10 + (*p - '0');
+    }
+    return port > 0 && port <= 65535 ? port : -1;
+}
+
+static bool listed_port(const char *bootstraps, int port) {
+    for (const char *p = bootstraps; *p;) {
+        size_t len = strcspn(p, ",");
+        if (entry_port(p, len) == port) return true;
+        p += len + (p[len] == ',');
+    }
+    return false;
+}
+
+/* TCP_NODELAY on the mock brokers' listening sockets, which Linux copies to every connection
+ * they accept. Real Kafka brokers set it on their connections; librdkafka's mock does not (nor
+ * does it expose its sockets), so its responses waited behind Nagle's algorithm for the
+ * client's delayed ACK: produce-to-delivery-report p99 9.5 -> 3.7 ms at 250 events/s beside
+ * a relay without Nagle (docs/performance.md, section 2). The listeners are found among this
+ * process's descriptors by their port; returns how many were set. */
+static int nodelay_listeners(const char *bootstraps) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return 0;
+    int set = 0, dfd = dirfd(d);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char *end;
+        long fd = strtol(de->d_name, &end, 10);
+        if (*end || end == de->d_name || fd == dfd) continue;
+        struct sockaddr_storage sa;
+        socklen_t sl = sizeof sa;
+        int listening = 0, one = 1;
+        socklen_t ll = sizeof listening;
+        if (getsockname((int)fd, (struct sockaddr *)&sa, &sl)) continue; /* not a socket */
+        int port = sa.ss_family == AF_INET    ? ntohs(((struct sockaddr_in *)&sa)->sin_port)
+                   : sa.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&sa)->sin6_port)
+                                              : -1;
+        if (port < 0 || !listed_port(bootstraps, port)) continue;
+        if (getsockopt((int)fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ll) || !listening) continue;
+        if (!setsockopt((int)fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one)) set++;
+    }
+    closedir(d);
+    return set;
+}
 
 obx_err obx_kafka_mock_start(int brokers, const char *topic, int partitions, char *bootstraps,
                              size_t cap, obx_kafka_mock **out) {
@@ -58,6 +116,8 @@ obx_err obx_kafka_mock_start(int brokers, const char *topic, int partitions, cha
         obx_kafka_mock_stop(m);
         return obx__fail(OBX_ETOOBIG, "kafka mock: bootstrap list longer than %zu bytes", cap - 1);
     }
+    /* Best effort: without /proc the mock still works, with Nagle on its side. */
+    (void)nodelay_listeners(bootstraps);
     *out = m;
     return OBX_OK;
 }
