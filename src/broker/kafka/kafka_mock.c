@@ -47,8 +47,8 @@ static bool listed_port(const char *bootstraps, int port) {
 /* TCP_NODELAY on the mock brokers' listening sockets, which Linux copies to every connection
  * they accept. Real Kafka brokers set it on their connections; librdkafka's mock does not (nor
  * does it expose its sockets), so its responses waited behind Nagle's algorithm for the
- * client's delayed ACK: produce-to-delivery-report p99 9.5 -> 3.7 ms at 250 events/s beside
- * a relay without Nagle (docs/performance.md, section 2). The listeners are found among this
+ * client's delayed ACK: produce-to-delivery-report p99 16.2 -> 3.7 ms at 250 events/s
+ * beside a relay without Nagle (docs/performance.md, section 2). The listeners are found among this
  * process's descriptors by their port; returns how many were set. */
 static int nodelay_listeners(const char *bootstraps) {
     DIR *d = opendir("/proc/self/fd");
