@@ -197,6 +197,8 @@ size_t obx__br_in_flight(obx__broker *b) { return b->m->in_flight(b); }
 
 int64_t obx__br_quiet_time_ms(obx__broker *b) { return b->m->quiet_time_ms(b); }
 
+int obx__br_wake_fd(obx__broker *b) { return b && b->m->wake_fd ? b->m->wake_fd(b) : -1; }
+
 void obx__br_close(obx__broker *b) {
     if (b) b->m->close(b);
 }

@@ -218,6 +218,11 @@ typedef struct obx__broker_methods {
     /* What this handle honours of a frozen destination contract (obx__contract). Absent:
      * durability persistent, required_acks all, any serializer (carried as content-type). */
     void (*contract)(obx__broker *b, obx__contract *out);
+    /* A descriptor that becomes readable when poll may have an outcome it did not have when
+     * the last poll returned (poll clears it; the caller only waits on it), or -1. It lets a
+     * relay wait for outcomes and for the store's wake-up in one poll(2) rather than in turns
+     * (relay.c, idle_wait). Owned by the handle, valid until close. Absent: -1. */
+    int (*wake_fd)(obx__broker *b);
 } obx__broker_methods;
 
 struct obx_broker {
@@ -265,7 +270,8 @@ int32_t obx__partition(const char *algorithm, const char *key, int32_t n_partiti
  * OBX__BROKER_REQUIRED: X(name): wrappers written by hand in broker.c, declared below; every
  * backend must supply the method (obx__broker_methods_check refuses one that does not).
  * OBX__BROKER_OPTIONAL: X(name): hand-written wrappers of methods a backend may leave NULL
- * (scan is required only with OBX__BCAP_SCAN; caps_of and contract have documented defaults).
+ * (scan is required only with OBX__BCAP_SCAN; caps_of, contract and wake_fd have documented
+ * defaults).
  * OBX__BROKER_CUSTOM: both. */
 #define OBX__BROKER_CONSUME(X)                                                                     \
     X(consume_open, (obx__broker * b, const char *group, const char *const *topics, size_t n),     \
@@ -292,7 +298,7 @@ int32_t obx__partition(const char *algorithm, const char *key, int32_t n_partiti
     X(lookup)                                                                                      \
     X(quiet_time_ms)
 
-#define OBX__BROKER_OPTIONAL(X) X(scan) X(caps_of) X(contract)
+#define OBX__BROKER_OPTIONAL(X) X(scan) X(caps_of) X(contract) X(wake_fd)
 
 #define OBX__BROKER_CUSTOM(X) OBX__BROKER_REQUIRED(X) OBX__BROKER_OPTIONAL(X)
 
@@ -310,6 +316,8 @@ bool obx__br_has_consume_release(const obx__broker *b);
 const char *obx__br_name(const obx__broker *b);
 /* Messages sent whose outcome poll has not returned yet. */
 size_t obx__br_in_flight(obx__broker *b);
+/* The backend's wake_fd (-1 when it has none). */
+int obx__br_wake_fd(obx__broker *b);
 /* The backend's quiet time (ms) of an attempt: after it, no late append can appear. */
 int64_t obx__br_quiet_time_ms(obx__broker *b);
 obx_err obx__br_open(const char *url, const char *const *props, size_t n_props, obx__broker **out);

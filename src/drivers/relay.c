@@ -250,15 +250,20 @@ static void transient(worker *w, obx_err e, const char *what) {
 /* A dispatcher with nothing to do waits for whichever comes first: a hint that work was
  * committed (the store's wake-up, PostgreSQL NOTIFY), an outcome of what it sent, or
  * relay.poll_ms. With nothing in flight it blocks in the store's wait. With messages in flight
- * it takes turns of IDLE_SLICE_MS on the broker and a non-blocking look at the store's hint, so
- * that an event committed while an ACK is awaited is claimed within a slice rather than after
- * the ACK or the whole interval (commit-to-PUBLISHED latency, docs/performance.md). Outcomes
- * collected here are applied here. */
+ * and a broker that has a wake_fd (Kafka) it blocks in the store's wait on that descriptor too,
+ * so a commit and an outcome each end the wait at once. Otherwise it takes turns of
+ * IDLE_SLICE_MS on the broker and a non-blocking look at the store's hint, so that an event
+ * committed while an ACK is awaited is claimed within a slice rather than after the ACK or the
+ * whole interval (commit-to-PUBLISHED latency, docs/performance.md, section 2: the turns added
+ * up to a slice to a commit's wait and woke the relay 500 times a second). Outcomes collected
+ * here are applied here. */
 #define IDLE_SLICE_MS 2
 
 static void idle_wait(worker *w, obx__engine *e, obx__store *s, obx__broker *b) {
     obx_relay *r = w->r;
     int64_t until = obx__mono_ms() + r->cfg->poll_ms;
+    bool can_wait = obx__st_has_wait_for_work(s);
+    int wake_fd = can_wait ? obx__br_wake_fd(b) : -1;
     for (;;) {
         int64_t left = until - obx__mono_ms();
         if (left <= 0 || atomic_load(&r->stop)) return;
@@ -266,7 +271,7 @@ static void idle_wait(worker *w, obx__engine *e, obx__store *s, obx__broker *b) 
         obx_err err = OBX_OK;
         if (obx__br_in_flight(b)) {
             size_t n = 0;
-            int slice = left < IDLE_SLICE_MS ? (int)left : IDLE_SLICE_MS;
+            int slice = wake_fd >= 0 ? 0 : left < IDLE_SLICE_MS ? (int)left : IDLE_SLICE_MS;
             int64_t t0 = obx__mono_ms();
             err = obx__engine_poll(e, obx__wall_ms(), slice, &n);
             if (err) {
@@ -276,15 +281,15 @@ static void idle_wait(worker *w, obx__engine *e, obx__store *s, obx__broker *b) 
             if (n) return;
             /* a broker whose poll does not block (the log broker) leaves the rest of the slice
              * to the store's wait, or to a sleep: never a spin */
-            int64_t rest = slice - (obx__mono_ms() - t0);
+            int64_t rest = wake_fd >= 0 ? left : slice - (obx__mono_ms() - t0);
             if (rest < 0) rest = 0;
-            if (!obx__st_has_wait_for_work(s)) {
+            if (!can_wait) {
                 sleep_ms(rest);
                 continue;
             }
-            err = obx__st_wait_for_work(s, (int)rest, &notified);
-        } else if (obx__st_has_wait_for_work(s)) {
-            err = obx__st_wait_for_work(s, (int)left, &notified);
+            err = obx__st_wait_for_work(s, (int)rest, wake_fd, &notified);
+        } else if (can_wait) {
+            err = obx__st_wait_for_work(s, (int)left, -1, &notified);
         } else {
             sleep_ms(left);
             return;

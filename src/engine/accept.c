@@ -129,7 +129,9 @@ static const char *invalid(accept_ctx *c, const obx__outcome *o, const obx__even
 }
 
 /* Rule 1, for this run of accept_tx: loads the attempts the receipts name and their slots'
- * events (locked), with their indexes; drops what an earlier run of the transaction loaded. */
+ * events (locked; the slot that registered the attempt, else the event the receipt names: a
+ * delivery-set target's receipt carries the logical event ID), with their indexes; drops what
+ * an earlier run of the transaction loaded. */
 static obx_err accept_load(obx__engine *e, accept_ctx *c) {
     obx_err err;
     const char **ids = calloc(c->n, sizeof *ids), **aids = calloc(c->n, sizeof *aids);
@@ -138,17 +140,18 @@ static obx_err accept_load(obx__engine *e, accept_ctx *c) {
         free(aids);
         return obx__fail(OBX_ENOMEM, "accept: out of memory");
     }
-    for (size_t i = 0; i < c->n; i++) aids[i] = c->acks[i].attempt_id;
+    for (size_t i = 0; i < c->n; i++) {
+        aids[i] = c->acks[i].attempt_id;
+        ids[i] = c->acks[i].event_id;
+    }
     obx__rows_free(&c->ev);
     free(c->att);
     c->att = NULL;
     obx__id_index_free(&c->att_ix);
     obx__id_index_free(&c->ev_ix);
-    err = obx__st_load_attempts(e->s, aids, c->n, NULL, &c->att, &c->n_att);
+    err = obx__st_load_slots(e->s, aids, ids, c->n, OBX__LOAD_LOCK, &c->att, &c->n_att,
+                             &c->ev); /* rule 1 */
     if (!err) err = obx__id_index_attempts(&c->att_ix, c->att, c->n_att);
-    for (size_t i = 0; !err && i < c->n; i++)
-        ids[i] = slot_key(&c->acks[i], find_att(c, c->acks[i].attempt_id));
-    if (!err) err = obx__st_load_events(e->s, ids, c->n, OBX__LOAD_LOCK, &c->ev); /* rule 1 */
     if (!err) err = obx__id_index_events(&c->ev_ix, &c->ev);
     free(ids);
     free(aids);

@@ -561,22 +561,20 @@ static obx_err outcomes_load(obx__engine *e, outcome_ctx *c) {
         free(aids);
         return obx__fail(OBX_ENOMEM, "outcomes: out of memory");
     }
-    for (size_t i = 0; i < c->n; i++) aids[i] = c->o[i].attempt_id;
+    for (size_t i = 0; i < c->n; i++) {
+        aids[i] = c->o[i].attempt_id;
+        ids[i] = c->o[i].event_id;
+    }
     obx__rows_free(&c->ev);
     free(c->att);
     c->att = NULL;
     c->n_notes = 0;
     obx__id_index_free(&c->att_ix);
     obx__id_index_free(&c->ev_ix);
-    err = obx__st_load_attempts(e->s, aids, c->n, NULL, &c->att, &c->n_att);
-    if (!err) err = obx__id_index_attempts(&c->att_ix, c->att, c->n_att);
     /* the slot that registered the attempt (a delivery-set target's outcome carries the
-     * logical event ID) */
-    for (size_t i = 0; !err && i < c->n; i++) {
-        long k = obx__id_index_find(&c->att_ix, c->o[i].attempt_id);
-        ids[i] = k >= 0 ? c->att[k].event_id : c->o[i].event_id;
-    }
-    if (!err) err = obx__st_load_events(e->s, ids, c->n, OBX__LOAD_LOCK, &c->ev);
+     * logical event ID), else the event the outcome names */
+    err = obx__st_load_slots(e->s, aids, ids, c->n, OBX__LOAD_LOCK, &c->att, &c->n_att, &c->ev);
+    if (!err) err = obx__id_index_attempts(&c->att_ix, c->att, c->n_att);
     if (!err) err = obx__id_index_events(&c->ev_ix, &c->ev);
     free(ids);
     free(aids);

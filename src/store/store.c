@@ -142,7 +142,7 @@ static obx_err check_methods(const obx__store_methods *m) {
         return obx__fail(OBX_EINTERNAL, "store backend %s: no read-model table of version %d",
                          m->name, OBX__STORE_READ_VERSION);
         /* refuse a backend with a missing callback rather than crash later; the optional ones
-         * (OBX__STORE_OPTIONAL, serve_dispatch, write_set) may be NULL */
+         * (OBX__STORE_OPTIONAL, serve_dispatch, write_set, load_slots) may be NULL */
 #define REQUIRED_(name, ...)                                                                       \
     if (!m->name) return missing(m, #name);
     OBX__STORE_FORWARD(REQUIRED_)
@@ -380,6 +380,40 @@ obx_err obx__st_write_set(obx__store *s, const obx__write_set *w) {
     if (w->n_att && (e = s->m->update_attempts(s, w->att, w->n_att))) return e;
     if (w->n_rc && (e = s->m->insert_receipts(s, w->rc, w->n_rc))) return e;
     return w->n_au ? s->m->insert_audit(s, w->au, w->n_au) : OBX_OK;
+}
+
+obx_err obx__st_load_slots(obx__store *s, const char *const *attempt_ids,
+                           const char *const *event_ids, size_t n, unsigned flags,
+                           obx__attempt_row **att, size_t *n_att, obx__rows *ev) {
+    FAULT("load_attempts");
+    FAULT("read_events");
+    *att = NULL;
+    *n_att = 0;
+    if (!n) return OBX_OK;
+    if (s->m->load_slots)
+        return s->m->load_slots(s, attempt_ids, event_ids, n, flags, att, n_att, ev);
+    obx_err e = s->m->load_attempts(s, attempt_ids, n, NULL, att, n_att);
+    const char **ids = e ? NULL : calloc(n, sizeof *ids);
+    if (!e && !ids) e = obx__fail(OBX_ENOMEM, "load slots: out of memory");
+    /* the event of each attempt found, else the one named (attempts are few: a scan) */
+    for (size_t i = 0; !e && i < n; i++) {
+        ids[i] = event_ids[i];
+        for (size_t k = 0; k < *n_att; k++)
+            if (!strcmp((*att)[k].attempt_id, attempt_ids[i])) {
+                ids[i] = (*att)[k].event_id;
+                break;
+            }
+    }
+    if (!e)
+        e = s->m->read_events(
+            s, &(obx__read_req){.by = OBX__READ_IDS, .ids = ids, .n_ids = n, .flags = flags}, ev);
+    free(ids);
+    if (e) {
+        free(*att);
+        *att = NULL;
+        *n_att = 0;
+    }
+    return e;
 }
 
 obx_err obx__st_purge_payloads(obx__store *s, const char *const *ids, size_t n, int64_t *bytes) {

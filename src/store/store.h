@@ -711,8 +711,11 @@ typedef struct obx__store_methods {
      * be called inside a transaction. Also returns at once with *notified when it has just
      * armed its wake-up (PostgreSQL: took the cluster's wake lock of the connection's last
      * claim): what committed before then may have sent no hint, so the caller looks once more
-     * before it waits again. */
-    obx_err (*wait_for_work)(obx__store *s, int timeout_ms, bool *notified);
+     * before it waits again. also_fd >= 0: returns as well as soon as that descriptor is
+     * readable (not read here: a broker's wake_fd, so that one poll(2) waits for a hint and for
+     * outcomes), and then only waits for its wake-up to be armed up to a few milliseconds, not
+     * timeout_ms (the caller collects the outcomes that come meanwhile and calls again). */
+    obx_err (*wait_for_work)(obx__store *s, int timeout_ms, int also_fd, bool *notified);
     /* Optional (NULL = nothing to tune). Declares that this connection serves a relay's
      * dispatcher or reconciler from now on: every transaction it begins finds rows by key or
      * by a partial index and touches a batch of them (claims, registrations, acceptance,
@@ -793,6 +796,15 @@ typedef struct obx__store_methods {
      * applied with true: it then fails that statement, or the COMMIT (the transaction rolled
      * back), when an update did not apply. */
     obx_err (*write_set)(obx__store *s, const obx__write_set *w);
+    /* Optional (NULL: load_attempts of attempt_ids, then read_events by IDS of the slots'
+     * event IDs): the attempts attempt_ids[0..n) name, as load_attempts, and the events of the
+     * slots they fill, as read_events by IDS with flags (OBX__LOAD_*): for each i the event
+     * that registered attempt attempt_ids[i], or event_ids[i] when no attempt has that ID. What
+     * acceptance and the outcomes of sends load first; one round trip (PostgreSQL) where the
+     * two reads took two. */
+    obx_err (*load_slots)(obx__store *s, const char *const *attempt_ids,
+                          const char *const *event_ids, size_t n, unsigned flags,
+                          obx__attempt_row **att, size_t *n_att, obx__rows *ev);
     /* ---- schema version 4: the cluster registry (required) ----
      * Inserts or replaces the registration of c->cluster. */
     obx_err (*cluster_put)(obx__store *s, const obx__cluster_row *c);
@@ -840,7 +852,8 @@ extern const obx__store_methods obx__pg_store_methods;
  * OBX_EUNSUPPORTED when the backend has none, and obx__st_has_<name>(s) says whether it does.
  * OBX__STORE_CUSTOM: X(name): methods whose wrapper is written by hand in store.c (checks of
  * their own, a different signature, or no obx_err to return); declared below.
- * OBX__STORE_OPTIONAL_CUSTOM: the same for optional methods (serve_dispatch, write_set). */
+ * OBX__STORE_OPTIONAL_CUSTOM: the same for optional methods (serve_dispatch, write_set,
+ * load_slots). */
 #define OBX__STORE_FORWARD(X)                                                                      \
     X(schema_version, (obx__store * s, int *found), (s, found))                                    \
     X(migrate, (obx__store * s), (s))                                                              \
@@ -930,7 +943,8 @@ extern const obx__store_methods obx__pg_store_methods;
 #define OBX__STORE_READ_CUSTOM(X) X(aged)
 
 #define OBX__STORE_OPTIONAL(X)                                                                     \
-    X(wait_for_work, (obx__store * s, int timeout_ms, bool *notified), (s, timeout_ms, notified))  \
+    X(wait_for_work, (obx__store * s, int timeout_ms, int also_fd, bool *notified),                \
+      (s, timeout_ms, also_fd, notified))                                                          \
     X(create_roles, (obx__store * s, const char *prefix), (s, prefix))                             \
     X(route_get_txid,                                                                              \
       (obx__store * s, const char *event_type, obx__route_row *out, char *txid, size_t cap),       \
@@ -965,7 +979,7 @@ extern const obx__store_methods obx__pg_store_methods;
     X(set_alias)
 
 /* hand-written wrappers of optional methods (NULL when the backend has none) */
-#define OBX__STORE_OPTIONAL_CUSTOM(X) X(serve_dispatch) X(write_set)
+#define OBX__STORE_OPTIONAL_CUSTOM(X) X(serve_dispatch) X(write_set) X(load_slots)
 
 #define OBX__ST_DECLARE(name, params, args) obx_err obx__st_##name params;
 #define OBX__ST_DECLARE_HAS(name, params, args) bool obx__st_has_##name(const obx__store *s);
@@ -1002,6 +1016,13 @@ obx_err obx__st_insert_audit(obx__store *s, const obx__audit_row *a, size_t n);
 /* All of w (the backend's write_set, or its five methods in order, stopping after an update
  * that did not apply); the same checks and fault points as the five wrappers. */
 obx_err obx__st_write_set(obx__store *s, const obx__write_set *w);
+/* The attempts attempt_ids[0..n) name (*att, *n_att: the caller's, free()) and, read by IDS
+ * with flags, the events of their slots (*ev: the caller's, obx__rows_free): per i, the event
+ * of the attempt attempt_ids[i], else event_ids[i] (the backend's load_slots, or the two
+ * reads); the same fault points as the two wrappers. */
+obx_err obx__st_load_slots(obx__store *s, const char *const *attempt_ids,
+                           const char *const *event_ids, size_t n, unsigned flags,
+                           obx__attempt_row **att, size_t *n_att, obx__rows *ev);
 /* The backend's serve_dispatch when it has one; nothing otherwise. */
 void obx__st_serve_dispatch(obx__store *s);
 obx_err obx__st_purge_payloads(obx__store *s, const char *const *ids, size_t n, int64_t *bytes);

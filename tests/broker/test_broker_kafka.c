@@ -29,6 +29,7 @@
 #include <librdkafka/rdkafka_mock.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,6 +268,36 @@ static void test_mock_accepts_nodelay(void **st) {
         fail_msg("accepted connections: %d with TCP_NODELAY, %d without", on, off);
     close(c);
     obx_kafka_mock_stop(m);
+}
+
+/* The handle's wake_fd turns readable when a delivery report is waiting, and poll clears it:
+ * the relay waits for outcomes and for its store's wake-up in one poll(2) (relay.c, idle_wait).
+ * Five sends in turn: each report signals after the previous poll served the queue, so a
+ * signal is never spent before its report. Before: no such descriptor (-1). */
+static void test_wake_fd_signals_outcomes(void **st) {
+    (void)st;
+    topic("wake", 1);
+    obx__broker *b = open_kafka(NULL, NULL, 0);
+    int fd = obx__br_wake_fd(b);
+    if (fd < 0) fail_msg("the Kafka handle has no wake descriptor");
+    assert_int_equal(obx__br_wake_fd(b), fd); /* one per handle */
+    obx__outcome o[4];
+    size_t n = 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    for (int i = 0; i < 5; i++) {
+        OK(obx__br_poll(b, now_ms(), 0, o, 4, &n));
+        assert_int_equal(n, 0);
+        if (poll(&p, 1, 0) != 0) fail_msg("round %d: readable with nothing to collect", i);
+        test_msg tm;
+        test_msg_init(&tm, "wake", "k", 1);
+        OK(obx__br_send(b, &tm.msg, 1, now_ms()));
+        if (poll(&p, 1, 10000) != 1) fail_msg("round %d: no signal within 10 s of the send", i);
+        OK(obx__br_poll(b, now_ms(), 0, o, 4, &n));
+        assert_int_equal(n, 1);
+        expect_kind(&o[0], OBX__OUT_ACK);
+        assert_string_equal(o[0].attempt_id, tm.attempt_id);
+    }
+    obx__br_close(b);
 }
 
 /* ---- partitioner ------------------------------------------------------------------------------
@@ -998,6 +1029,7 @@ int main(int argc, char **argv) {
             cmocka_unit_test_setup_teardown(test_config_owned_and_secrets, setup, teardown),
             cmocka_unit_test_setup_teardown(test_nagle_off_by_default, setup, teardown),
             cmocka_unit_test(test_mock_accepts_nodelay),
+            cmocka_unit_test_setup_teardown(test_wake_fd_signals_outcomes, setup, teardown),
             cmocka_unit_test_setup_teardown(test_cluster_identity, setup, teardown),
             cmocka_unit_test_setup_teardown(test_lost_ack_unknown_then_found, setup, teardown),
             cmocka_unit_test_setup_teardown(test_transient_errors_retried, setup, teardown),

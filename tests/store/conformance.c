@@ -398,6 +398,33 @@ static void test_attempts_receipts_audit(void **state) {
     assert_int_equal(n, 2);
     assert_int_equal(got[0].attempt_gen, 1);
     free(got);
+    /* load_slots: each pair's slot is the event that registered the attempt (whatever event
+     * the pair names), else the event named; the backend's own method (PostgreSQL: one round
+     * trip) and the two reads it stands for (NULL method) give the same rows */
+    char b[31];
+    enq(c, "order.created.v1", "o-2", "", b);
+    const char *aids[] = {at[1].attempt_id, "att-missing", "att-none"};
+    const char *eids[] = {"evt-other", b, "evt-none"};
+    const obx__store_methods *own = c->s->m;
+    obx__store_methods two = *own;
+    two.load_slots = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        c->s->m = pass ? &two : own;
+        obx__rows ev = {0};
+        OK(obx__st_begin(c->s));
+        OK(obx__st_load_slots(c->s, aids, eids, 3, OBX__LOAD_LOCK, &got, &n, &ev));
+        OK(obx__st_commit(c->s));
+        assert_int_equal(n, 1);
+        assert_string_equal(got[0].attempt_id, at[1].attempt_id);
+        assert_string_equal(got[0].event_id, a);
+        assert_int_equal(ev.n, 2);
+        assert_string_equal(ev.v[0].env.event_id, a);
+        assert_string_equal(ev.v[1].env.event_id, b);
+        assert_null(ev.v[0].payload);
+        free(got);
+        obx__rows_free(&ev);
+    }
+    c->s->m = own;
     /* an attempt's identity is frozen: a second insert with the same ID conflicts */
     OK(obx__st_begin(c->s));
     assert_int_equal(obx__st_insert_attempts(c->s, at, 1), OBX_ECONFLICT);

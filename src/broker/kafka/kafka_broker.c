@@ -35,11 +35,14 @@
  */
 #include "broker/broker.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #define KB_PROPS_MAX 128
 #define KB_BATCH 256
@@ -83,7 +86,12 @@ typedef struct kafka_broker {
     /* outcomes not yet returned by kb_poll (FIFO) */
     obx__outcome *q;
     size_t nq, capq;
-    size_t dr_pending;              /* produced, delivery report not yet served */
+    size_t dr_pending; /* produced, delivery report not yet served */
+    /* kb_wake_fd (made on first use): librdkafka writes a byte to wake[1] when the main
+     * queue, which holds the delivery reports, goes from empty to not empty; kb_poll reads
+     * wake[0] empty before it serves the queue, so no report can come unsignalled */
+    rd_kafka_queue_t *wake_q;
+    int wake[2];
     char live_id[OBX_NAME_MAX + 1]; /* cluster ID librdkafka holds at this poll ("" = unknown) */
     bool fatal;
     char fatal_reason[OBX_TEXT_MAX + 1];
@@ -546,6 +554,12 @@ static void drop_consumer(kafka_broker *b) {
 static void kb_close(obx__broker *base) {
     kafka_broker *b = (kafka_broker *)base;
     if (!b) return;
+    if (b->wake_q) { /* librdkafka stops writing to the pipe before it is closed */
+        rd_kafka_queue_io_event_enable(b->wake_q, -1, NULL, 0);
+        rd_kafka_queue_destroy(b->wake_q);
+        close(b->wake[0]);
+        close(b->wake[1]);
+    }
     drop_consumer(b);
     drop_reader(b);
     if (b->prod) {
@@ -841,6 +855,10 @@ static obx_err kb_poll(obx__broker *base, int64_t now, int timeout_ms, obx__outc
     kafka_broker *b = (kafka_broker *)base;
     (void)now;
     if (b->dr_pending) refresh_live_id(b);
+    if (b->wake_q) { /* emptied before the queue is served: a report after this signals */
+        char buf[64];
+        while (read(b->wake[0], buf, sizeof buf) > 0) continue;
+    }
     /* wait only when nothing is ready and something is still coming */
     rd_kafka_poll(b->prod, b->nq == 0 && b->dr_pending ? timeout_ms : 0);
     size_t k = b->nq < cap ? b->nq : cap;
@@ -851,6 +869,17 @@ static obx_err kb_poll(obx__broker *base, int64_t now, int timeout_ms, obx__outc
     }
     *n = k;
     return OBX_OK;
+}
+
+static int kb_wake_fd(obx__broker *base) {
+    kafka_broker *b = (kafka_broker *)base;
+    if (b->wake_q) return b->wake[0];
+    if (pipe2(b->wake, O_NONBLOCK | O_CLOEXEC)) return -1; /* the caller waits in turns */
+    b->wake_q = rd_kafka_queue_get_main(b->prod);
+    rd_kafka_queue_io_event_enable(b->wake_q, b->wake[1], "1", 1);
+    /* what the queue got since the last poll sent no byte: the first wait polls at once */
+    if (write(b->wake[1], "1", 1) < 0 && errno != EAGAIN) return -1;
+    return b->wake[0];
 }
 
 static size_t kb_in_flight(obx__broker *base) {
@@ -1422,6 +1451,7 @@ const obx__broker_methods obx__kafka_broker_methods = {
     .send = kb_send,
     .poll = kb_poll,
     .in_flight = kb_in_flight,
+    .wake_fd = kb_wake_fd,
     .lookup = kb_lookup,
     .quiet_time_ms = kb_quiet,
     .scan = kb_scan,

@@ -129,6 +129,8 @@ enum {
     Q_SEL_PUBBEFORE_LOCK,
     Q_LOAD,
     Q_LOAD_LOCK,
+    Q_LOAD_SLOTS,
+    Q_LOAD_SLOTS_LOCK,
     Q_UPD_EVENTS,
     Q_INS_ATT,
     Q_UPD_ATT,
@@ -305,6 +307,15 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
     "SELECT " EVENT_COLS ", CASE WHEN $2::bool THEN v.payload END FROM unnest($1::text[]) WITH "   \
     "ORDINALITY AS k(id, ord) JOIN obx.obx_event e ON e.event_id = k.id JOIN obx.obx_envelope v "  \
     "ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen" SLOT_JOIN                     \
+    "ORDER BY k.ord" lock
+
+/* load_slots' events: per (attempt ID, event ID) pair, the event that registered the attempt,
+ * else the one named (the attempts are read in the same pipeline, Q_LOAD_ATT) */
+#define LOAD_SLOTS(lock)                                                                           \
+    "SELECT " EVENT_COLS ", CASE WHEN $3::bool THEN v.payload END FROM unnest($1::text[], "        \
+    "$2::text[]) WITH ORDINALITY AS k(aid, id, ord) LEFT JOIN obx.obx_attempt a ON "               \
+    "a.attempt_id = k.aid JOIN obx.obx_event e ON e.event_id = coalesce(a.event_id, k.id) JOIN "   \
+    "obx.obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen" SLOT_JOIN  \
     "ORDER BY k.ord" lock
 
 #define RET_CANDIDATES                                                                             \
@@ -542,6 +553,8 @@ static const char *const sql_text[Q_COUNT] = {
     /* acceptance locks the event row (docs/design.md, "The single acceptance point"): wait for
        it, never skip it */
     [Q_LOAD_LOCK] = LOAD(" FOR UPDATE OF e"),
+    [Q_LOAD_SLOTS] = LOAD_SLOTS(""),
+    [Q_LOAD_SLOTS_LOCK] = LOAD_SLOTS(" FOR UPDATE OF e"),
     [Q_UPD_EVENTS] =
         "WITH up AS (UPDATE obx.obx_event e SET envelope_gen = u.envelope_gen, state = u.state, "
         "claim_gen = u.claim_gen, owner = u.owner, lease_until = u.lease_until, "
@@ -874,6 +887,7 @@ static const bool q_readonly[Q_COUNT] = {
     [Q_SEL_STATE] = true,
     [Q_SEL_PUBBEFORE] = true,
     [Q_LOAD] = true,
+    [Q_LOAD_SLOTS] = true,
     [Q_LOAD_ATT] = true,
     [Q_LOAD_ATT_EVENT] = true,
     [Q_LOAD_RCPT] = true,
@@ -2811,6 +2825,57 @@ static obx_err pg_load_attempts(obx__store *base, const char *const *ids, size_t
     return e;
 }
 
+/* load_slots: the attempts (Q_LOAD_ATT) and the slots' events (Q_LOAD_SLOTS*) in one
+ * pipeline, with the transaction's unsent BEGIN and planner settings (ws_run). The events'
+ * statement finds each slot through the attempt itself, so it needs nothing from the first. */
+static obx_err pg_load_slots(obx__store *base, const char *const *aids, const char *const *eids,
+                             size_t n, unsigned flags, obx__attempt_row **att, size_t *n_att,
+                             obx__rows *ev) {
+    pg_store *s = (pg_store *)base;
+    bool pl = flags & OBX__LOAD_PAYLOAD, lock = flags & OBX__LOAD_LOCK;
+    ws_stmt st[2] = {
+        {.id = Q_LOAD_ATT, .kind = WS_KEEP, .what = "load attempts", .want = PGRES_TUPLES_OK},
+        {.id = lock ? Q_LOAD_SLOTS_LOCK : Q_LOAD_SLOTS,
+         .kind = WS_KEEP,
+         .what = "load events",
+         .want = PGRES_TUPLES_OK}};
+    p_init(&st[0].p);
+    p_init(&st[1].p);
+    ARR_TEXT(&st[0].p, n, aids[i]);
+    ARR_TEXT(&st[1].p, n, aids[i]);
+    ARR_TEXT(&st[1].p, n, eids[i]);
+    p_bool(&st[1].p, pl);
+    /* as read_ids: a locking load in a transaction the connection did not begin with the
+     * relay's planner options gets them in its pipeline */
+    if (!s->dispatch && lock && PQtransactionStatus(s->conn) == PQTRANS_INTRANS) s->pend |= P_RELAY;
+    PGresult *r[2] = {NULL, NULL};
+    obx_err e = ws_run(s, st, 2, NULL, r, false);
+    p_free(&st[0].p);
+    p_free(&st[1].p);
+    int rows = e ? 0 : PQntuples(r[0]);
+    if (rows > 0) {
+        *att = calloc((size_t)rows, sizeof **att);
+        if (!*att) e = obx__fail(OBX_ENOMEM, "load attempts: out of memory");
+        for (int i = 0; !e && i < rows; i++) read_attempt(r[0], i, &(*att)[i]);
+        if (!e) *n_att = (size_t)rows;
+    }
+    PQclear(r[0]);
+    if (e) {
+        PQclear(r[1]);
+        free(*att);
+        *att = NULL;
+        *n_att = 0;
+        return e;
+    }
+    e = collect(r[1], pl, ev, "load events");
+    if (e) {
+        free(*att);
+        *att = NULL;
+        *n_att = 0;
+    }
+    return e;
+}
+
 /* The parameters of Q_INS_RCPT. */
 static void build_insert_receipts(params *p, const obx__receipt_row *rc, size_t n) {
     obx__buf *b = r_begin(p, RT_RECEIPT_INSERT);
@@ -2949,7 +3014,7 @@ static obx_err ws_take(const ws_stmt *x, PGresult *r, const obx__write_set *w, P
         return OBX_OK;
     }
     if (x->kind == WS_UPD_ATT && w) return check_updated_attempts(r, w->att + x->off, x->n);
-    if (x->kind == WS_KEEP)
+    if (x->kind == WS_KEEP && keep)
         *keep = r;
     else
         PQclear(r);
@@ -2962,7 +3027,8 @@ static obx_err ws_take(const ws_stmt *x, PGresult *r, const obx__write_set *w, P
  * transaction is failed. Results are always read to the sync, so the connection leaves
  * pipeline mode whatever happened, unless it broke. What the transaction has not sent yet
  * (pend: its BEGIN, planner settings) goes first, in the same pipeline. w: the write set the
- * WS_UPD_* statements answer for (NULL if none); *keep: the result of the WS_KEEP statement.
+ * WS_UPD_* statements answer for (NULL if none); keep[j]: the result of the j-th WS_KEEP
+ * statement (keep has a slot for each; all NULL on failure).
  * commit: COMMIT goes last, in the same pipeline (held_send; the transaction is over after,
  * committed or rolled back, or OBX_EUNKNOWN: ws_commit_result). */
 static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set *w, PGresult **keep,
@@ -3000,6 +3066,7 @@ static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set 
     if (sent < npre + ns || commit != committing || !synced)
         e = map_error(s, NULL, "pipeline: send");
     bool refused = false, broke = false; /* the server failed a statement; the connection broke */
+    size_t nkeep = 0;                    /* WS_KEEP statements read */
     for (size_t k = 0; k < sent; k++) {
         PGresult *r = PQgetResult(s->conn), *more;
         /* the server answered a statement with an error (a SQLSTATE: libpq's own errors, such
@@ -3017,7 +3084,9 @@ static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set 
             /* an event update that did not apply fails in its own statement (WS_CHECK), before
              * any later part runs */
             const ws_stmt *x = &st[k - npre];
-            if (!(e = check(s, r, x->want, &r, x->what))) e = ws_take(x, r, w, keep);
+            if (!(e = check(s, r, x->want, &r, x->what)))
+                e = ws_take(x, r, w, keep ? &keep[nkeep] : NULL);
+            if (x->kind == WS_KEEP) nkeep++;
         }
         if (!r) { /* the connection broke: nothing more will come */
             broke = true;
@@ -3036,9 +3105,9 @@ static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set 
     if (commit && e && e != OBX_EUNKNOWN && PQstatus(s->conn) == CONNECTION_OK &&
         PQtransactionStatus(s->conn) != PQTRANS_IDLE)
         PQclear(PQexec(s->conn, "ROLLBACK"));
-    if (e && keep && *keep) {
-        PQclear(*keep);
-        *keep = NULL;
+    for (size_t j = 0; e && keep && j < nkeep; j++) {
+        PQclear(keep[j]);
+        keep[j] = NULL;
     }
     return e;
 }
@@ -3770,7 +3839,12 @@ static obx_err wake_take(pg_store *s, int timeout_ms, bool *got) {
     return OBX_OK;
 }
 
-static obx_err pg_wait_for_work(obx__store *base, int timeout_ms, bool *notified) {
+/* How long a wait that also watches a broker's descriptor waits for the wake lock: the
+ * server-side wait cannot watch the descriptor, so it stays as short as the relay's turns were
+ * (relay.c, idle_wait). */
+#define WAKE_TAKE_WITH_FD_MS 2
+
+static obx_err pg_wait_for_work(obx__store *base, int timeout_ms, int also_fd, bool *notified) {
     pg_store *s = (pg_store *)base;
     *notified = false;
     if (s->tx.depth > 0 ||
@@ -3791,11 +3865,15 @@ static obx_err pg_wait_for_work(obx__store *base, int timeout_ms, bool *notified
          * another relay of the cluster waits (its wake-ups reach us too); the caller's next
          * turn tries again. */
         bool got = false;
-        if ((e = wake_take(s, timeout_ms, &got))) return e;
+        int wait =
+            also_fd >= 0 && timeout_ms > WAKE_TAKE_WITH_FD_MS ? WAKE_TAKE_WITH_FD_MS : timeout_ms;
+        if ((e = wake_take(s, wait, &got))) return e;
         if (got) {
             *notified = true;
             return OBX_OK;
         }
+        /* without the lock producers may not notify: the caller's next turn tries again */
+        if (also_fd >= 0) return OBX_OK;
     }
     for (;;) {
         if (!PQconsumeInput(s->conn)) return map_error(s, NULL, "wait for work");
@@ -3807,11 +3885,21 @@ static obx_err pg_wait_for_work(obx__store *base, int timeout_ms, bool *notified
         if (*notified) return OBX_OK;
         int64_t left = deadline - obx__mono_ms();
         if (left <= 0) return OBX_OK;
-        struct pollfd pfd = {.fd = PQsocket(s->conn), .events = POLLIN};
-        if (pfd.fd < 0) return map_error(s, NULL, "wait for work");
-        int rc = poll(&pfd, 1, left > 60000 ? 60000 : (int)left);
+        struct pollfd pfd[2] = {{.fd = PQsocket(s->conn), .events = POLLIN},
+                                {.fd = also_fd, .events = POLLIN}};
+        if (pfd[0].fd < 0) return map_error(s, NULL, "wait for work");
+        int rc = poll(pfd, also_fd >= 0 ? 2 : 1, left > 60000 ? 60000 : (int)left);
         if (rc < 0 && errno != EINTR)
             return obx__fail(OBX_EIO, "wait for work: poll: %s", strerror(errno));
+        if (rc > 0 && also_fd >= 0 && pfd[1].revents) {
+            /* the broker's turn; a hint that came with it is not lost (read next time) */
+            if (!PQconsumeInput(s->conn)) return map_error(s, NULL, "wait for work");
+            while ((nt = PQnotifies(s->conn)) != NULL) {
+                if (!strcmp(nt->relname, NOTIFY_CHANNEL)) *notified = true;
+                PQfreemem(nt);
+            }
+            return OBX_OK;
+        }
     }
 }
 
@@ -4178,6 +4266,7 @@ const obx__store_methods obx__pg_store_methods = {
     .counter_add = pg_counter_add,
     .wait_for_work = pg_wait_for_work,
     .write_set = pg_write_set,
+    .load_slots = pg_load_slots,
     .cluster_put = pg_cluster_put,
     .cluster_get = pg_cluster_get,
     .serve_dispatch = pg_serve_dispatch,
