@@ -1831,6 +1831,21 @@ static void arm_relay(fx *f, obx_store *relay) {
     assert_string_equal(wake_lock_mode(f, "obx-relay-wait", mode, sizeof mode), "ExclusiveLock");
 }
 
+/* Starts w's wait in a thread, commits an obx.enqueue() of aggregate agg, and checks that the
+ * wait ended notified (w->err is the caller's to check). */
+static void sql_enqueue_wakes(fx *f, waiter *w, const char *agg) {
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, wait_thread, w), 0);
+    msleep(50);
+    char sql[200];
+    snprintf(sql, sizeof sql,
+             "SELECT obx.enqueue('order.created.v2', 'order', '%s', 1, 'tenant-7', '\\x7b7d')",
+             agg);
+    exec_ok(f->conn, sql);
+    pthread_join(t, NULL);
+    assert_true(w->notified);
+}
+
 static void test_notify_wakes(void **state) {
     fx *f = *state;
     obx_store *relay = open_own(f, "obx-relay-wait");
@@ -1871,12 +1886,7 @@ static void test_notify_wakes(void **state) {
     assert_false(w.notified);
     /* the SQL function wakes it too */
     w = (waiter){.s = relay, .timeout = 5000};
-    assert_int_equal(pthread_create(&t, NULL, wait_thread, &w), 0);
-    msleep(50);
-    exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'o-s', 1, 'tenant-7', "
-                     "'\\x7b7d')");
-    pthread_join(t, NULL);
-    assert_true(w.notified);
+    sql_enqueue_wakes(f, &w, "o-s");
     /* also_fd (a broker's wake_fd, relay.c's idle_wait): a readable descriptor ends the wait
      * at once, unread, not notified; a commit still wakes it while the descriptor is quiet */
     int pfd[2];
@@ -1891,13 +1901,8 @@ static void test_notify_wakes(void **state) {
     char byte;
     assert_int_equal(read(pfd[0], &byte, 1), 1);
     w = (waiter){.s = relay, .timeout = 5000, .with_fd = true, .fd = pfd[0]};
-    assert_int_equal(pthread_create(&t, NULL, wait_thread, &w), 0);
-    msleep(50);
-    exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'o-fd', 1, 'tenant-7', "
-                     "'\\x7b7d')");
-    pthread_join(t, NULL);
+    sql_enqueue_wakes(f, &w, "o-fd");
     OK(w.err);
-    assert_true(w.notified);
     close(pfd[0]);
     close(pfd[1]);
     /* never inside a transaction */

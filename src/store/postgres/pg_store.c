@@ -2798,6 +2798,20 @@ static void read_attempt(const PGresult *r, int row, obx__attempt_row *a) {
     obx__attempt_decode(READER(r, row), a);
 }
 
+/* The attempts of result r (consumed) into *out (the caller's, free()), *n_out. */
+static obx_err collect_attempts(PGresult *r, obx__attempt_row **out, size_t *n_out) {
+    obx_err e = OBX_OK;
+    int rows = PQntuples(r);
+    if (rows > 0) {
+        *out = calloc((size_t)rows, sizeof **out);
+        if (!*out) e = obx__fail(OBX_ENOMEM, "load attempts: out of memory");
+        for (int i = 0; !e && i < rows; i++) read_attempt(r, i, &(*out)[i]);
+        if (!e) *n_out = (size_t)rows;
+    }
+    PQclear(r);
+    return e;
+}
+
 static obx_err pg_load_attempts(obx__store *base, const char *const *ids, size_t n,
                                 const char *event_id, obx__attempt_row **out, size_t *n_out) {
     pg_store *s = (pg_store *)base;
@@ -2813,16 +2827,7 @@ static obx_err pg_load_attempts(obx__store *base, const char *const *ids, size_t
     obx_err e =
         run(s, event_id ? Q_LOAD_ATT_EVENT : Q_LOAD_ATT, &p, PGRES_TUPLES_OK, &r, "load attempts");
     p_free(&p);
-    if (e) return e;
-    int rows = PQntuples(r);
-    if (rows > 0) {
-        *out = calloc((size_t)rows, sizeof **out);
-        if (!*out) e = obx__fail(OBX_ENOMEM, "load attempts: out of memory");
-        for (int i = 0; !e && i < rows; i++) read_attempt(r, i, &(*out)[i]);
-        if (!e) *n_out = (size_t)rows;
-    }
-    PQclear(r);
-    return e;
+    return e ? e : collect_attempts(r, out, n_out);
 }
 
 /* load_slots: the attempts (Q_LOAD_ATT) and the slots' events (Q_LOAD_SLOTS*) in one
@@ -2852,23 +2857,12 @@ static obx_err pg_load_slots(obx__store *base, const char *const *aids, const ch
     obx_err e = ws_run(s, st, 2, NULL, r, false);
     p_free(&st[0].p);
     p_free(&st[1].p);
-    int rows = e ? 0 : PQntuples(r[0]);
-    if (rows > 0) {
-        *att = calloc((size_t)rows, sizeof **att);
-        if (!*att) e = obx__fail(OBX_ENOMEM, "load attempts: out of memory");
-        for (int i = 0; !e && i < rows; i++) read_attempt(r[0], i, &(*att)[i]);
-        if (!e) *n_att = (size_t)rows;
-    }
-    PQclear(r[0]);
-    if (e) {
+    if (e) return e; /* ws_run cleared both results */
+    if ((e = collect_attempts(r[0], att, n_att))) {
         PQclear(r[1]);
-        free(*att);
-        *att = NULL;
-        *n_att = 0;
         return e;
     }
-    e = collect(r[1], pl, ev, "load events");
-    if (e) {
+    if ((e = collect(r[1], pl, ev, "load events"))) {
         free(*att);
         *att = NULL;
         *n_att = 0;
@@ -3875,6 +3869,8 @@ static obx_err pg_wait_for_work(obx__store *base, int timeout_ms, int also_fd, b
         /* without the lock producers may not notify: the caller's next turn tries again */
         if (also_fd >= 0) return OBX_OK;
     }
+    /* also_fd turned readable: the broker's turn, once the hints that came are read */
+    bool fd_ready = false;
     for (;;) {
         if (!PQconsumeInput(s->conn)) return map_error(s, NULL, "wait for work");
         PGnotify *nt;
@@ -3882,7 +3878,7 @@ static obx_err pg_wait_for_work(obx__store *base, int timeout_ms, int also_fd, b
             if (!strcmp(nt->relname, NOTIFY_CHANNEL)) *notified = true;
             PQfreemem(nt);
         }
-        if (*notified) return OBX_OK;
+        if (*notified || fd_ready) return OBX_OK;
         int64_t left = deadline - obx__mono_ms();
         if (left <= 0) return OBX_OK;
         struct pollfd pfd[2] = {{.fd = PQsocket(s->conn), .events = POLLIN},
@@ -3891,15 +3887,7 @@ static obx_err pg_wait_for_work(obx__store *base, int timeout_ms, int also_fd, b
         int rc = poll(pfd, also_fd >= 0 ? 2 : 1, left > 60000 ? 60000 : (int)left);
         if (rc < 0 && errno != EINTR)
             return obx__fail(OBX_EIO, "wait for work: poll: %s", strerror(errno));
-        if (rc > 0 && also_fd >= 0 && pfd[1].revents) {
-            /* the broker's turn; a hint that came with it is not lost (read next time) */
-            if (!PQconsumeInput(s->conn)) return map_error(s, NULL, "wait for work");
-            while ((nt = PQnotifies(s->conn)) != NULL) {
-                if (!strcmp(nt->relname, NOTIFY_CHANNEL)) *notified = true;
-                PQfreemem(nt);
-            }
-            return OBX_OK;
-        }
+        fd_ready = rc > 0 && also_fd >= 0 && pfd[1].revents;
     }
 }
 
