@@ -17,7 +17,9 @@
 # thousand). A start still moves past a block some other program holds (svc_pick_ports).
 OBX_SVC_PG_PORT=${OBX_SVC_PG_PORT:-25432}
 OBX_SVC_AMQP_PORT=${OBX_SVC_AMQP_PORT:-26720}
-PG_BIN=/usr/lib/postgresql/15/bin
+# OBX_PG_BIN: another installation of the same server (a developer's private copy with its own
+# extension directory); the default is Debian's
+PG_BIN=${OBX_PG_BIN:-/usr/lib/postgresql/15/bin}
 
 # True when a TCP socket (any state, IPv4 or IPv6) has local port $1.
 svc_port_used() {
