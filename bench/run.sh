@@ -12,7 +12,6 @@
 #   scale       1/2/4 relays on one PostgreSQL, and obx sim traces/s         (bench_scale)
 #   resources   relay RSS with a 1M backlog, CPU per 10,000 events           (bench_resources)
 #   amqp        obx's RabbitMQ backend vs a plain rabbitmq-c confirm loop    (bench_amqp)
-#   upgrade     obx init from the previous schema version on 1,000,000 events (bench_upgrade)
 #
 # ARGS go to the program (each has --help-like usage on a bad flag; sizes are flags, the issue's
 # sizes are the defaults). Ports: OBX_SVC_PG_PORT, OBX_SVC_AMQP_PORT (scripts/services.sh).
@@ -20,10 +19,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scenario=${1:-}
-[[ -n $scenario ]] || { sed -n '2,20p' "$0"; exit 2; }
+[[ -n $scenario ]] || { sed -n '2,18p' "$0"; exit 2; }
 shift
 case $scenario in
-  throughput|latency|producer|backlog|scale|resources|upgrade) prog=bench_$scenario ;;
+  throughput|latency|producer|backlog|scale|resources) prog=bench_$scenario ;;
   amqp) prog=bench_amqp ;;
   *) echo "bench/run.sh: unknown scenario '$scenario'" >&2; exit 2 ;;
 esac

@@ -162,15 +162,15 @@ obx_err obx__read_events(obx__store *s, const obx__read_req *req, const obx__eve
     }
 }
 
-obx_err obx__migrate_run(obx__store *s, int found, const char *const *scripts,
+obx_err obx__migrate_run(obx__store *s, int found, const char *const *scripts, int last,
                          const char *meta_table, obx__exec_fn exec) {
     obx_err e;
-    if (found > OBX__SCHEMA_VERSION)
+    if (found > last)
         return obx__fail(
             OBX_ESCHEMA,
             "database schema version %d is newer than this obx knows (%d): upgrade obx", found,
-            OBX__SCHEMA_VERSION);
-    for (int v = found + 1; v <= OBX__SCHEMA_VERSION; v++) {
+            last);
+    for (int v = found + 1; v <= last; v++) {
         char sql[192];
         if ((e = exec(s, scripts[v])))
             return obx__fail_prefix(e, "migration to schema version %d", v);

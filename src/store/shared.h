@@ -76,13 +76,16 @@ obx_err obx__read_events(obx__store *s, const obx__read_req *req, const obx__eve
                          obx__rows *out);
 
 /* The migration runner, inside the caller's transaction: from is the schema version the caller
- * read in that transaction (the backend's schema_version; 0: none yet). Refuses a database newer
- * than this obx (OBX_ESCHEMA, naming both versions), then for every version v after from up to
- * OBX__SCHEMA_VERSION runs scripts[v] and records v in meta_table (the backend's obx_meta,
- * schema-qualified as it needs), each through exec(s, sql). A failing script's error is
- * prefixed "migration to schema version v". */
+ * read in that transaction (the backend's schema_version; 0: none yet). scripts[v] takes a
+ * database from version v-1 to v: scripts[1] is the store's baseline (schema.sql), scripts[2..]
+ * the upgrade scripts of later versions; last is the highest (the stores pass
+ * OBX__SCHEMA_VERSION). Refuses a database newer than last (OBX_ESCHEMA, naming both versions),
+ * then for every version v after from up to last runs scripts[v] and records v in meta_table
+ * (the backend's obx_meta, schema-qualified as it needs), each through exec(s, sql). A failing
+ * script's error is prefixed "migration to schema version v"; what ran before it stays for the
+ * caller's transaction to roll back. */
 typedef obx_err (*obx__exec_fn)(obx__store *s, const char *sql);
-obx_err obx__migrate_run(obx__store *s, int from, const char *const *scripts,
+obx_err obx__migrate_run(obx__store *s, int from, const char *const *scripts, int last,
                          const char *meta_table, obx__exec_fn exec);
 
 /* Transaction nesting (store.h, "Transactions"), once for both stores. The outermost begin on

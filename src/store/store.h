@@ -30,39 +30,11 @@
 /* read model: 2: find_by_correlation, events_known into read_events; 3: envelope_at (an older
  * generation's envelope, as it was frozen) */
 #define OBX__STORE_READ_VERSION 3
-/* 1: the outbox; 2: delivery sets (route sets and per-event target slots, docs/migration.md);
- * 3: PostgreSQL writes an attempt's outcome as a HOT update (schema_v3.sql; SQLite unchanged);
- * 4: every UNKNOWN ends: held events, receipt sources, consumer evidence, the cluster registry;
- * 5: PostgreSQL's inbox as SQL functions for consumers in any language (schema_v5.sql; SQLite
- *    unchanged);
- * 6: PostgreSQL's producer in fewer statements, no statistics trigger on event inserts
- *    (schema_v6.sql; SQLite unchanged);
- * 7: PostgreSQL's audit writes as batches, no statistics triggers on the relay's updates and
- *    receipts (schema_v7.sql; SQLite unchanged);
- * 8: PostgreSQL's event updates on their own page, identity checks after the update (fewer WAL
- *    bytes; schema_v8.sql; SQLite unchanged);
- * 9: PostgreSQL records the producer's first audit row in the envelope (created_by), one row
- *    fewer per enqueue (schema_v9.sql; SQLite unchanged);
- * 10: PostgreSQL's obx.enqueue() draws its event ID and writes its digests in fewer steps
- *    (schema_v10.sql; SQLite unchanged);
- * 11: a route generation's row cannot change (both), PostgreSQL's statistics deltas without
- *    an identity column (schema_v11.sql);
- * 12: PostgreSQL's obx.enqueue() as a door to a PL/pgSQL or the obx_pg extension's C body
- *    (schema_v12.sql; SQLite unchanged);
- * 13: PostgreSQL's write set checks itself (obx._ws_fail), so that a relay transaction's
- *    COMMIT goes in the write set's round trip (schema_v13.sql; SQLite unchanged);
- * 14: PostgreSQL's producers notify unless their session's obx.notify is 'off'
- *    (schema_v14.sql; SQLite unchanged);
- * 15: PostgreSQL's CHECK constraints on the relay's tables in forms that cost less to prepare
- *    for each statement: an audit batch's alignment by a row trigger, states, kinds and sources
- *    as enum casts, the envelope generation's bound in its trigger (schema_v15.sql; SQLite
- *    unchanged);
- * 16: PostgreSQL's relay batch statements take one array of a row type each instead of an
- *    array per column (schema_v16.sql; SQLite unchanged);
- * 17: PostgreSQL's obx.enqueue() notifies only while a relay of the event's cluster waits for
- *    work, as the C producer's statements do (schema_v17.sql, the wake lock; SQLite
- *    unchanged) */
-#define OBX__SCHEMA_VERSION 17
+/* The schema version of both stores' tables: 1, the baseline (sqlite/schema.sql,
+ * postgres/schema.sql). Until the first release a schema change edits the baselines; after it,
+ * a change adds an upgrade script to each store's migrations table and raises this number
+ * (shared.c, obx__migrate_run). The obx_pg extension's version is this number (CMakeLists.txt). */
+#define OBX__SCHEMA_VERSION 1
 
 #define OBX__ATTEMPT_ID_LEN 30 /* "att-" + ULID */
 #define OBX__OWNER_MAX OBX_TEXT_MAX
@@ -835,6 +807,11 @@ extern const obx__store_methods obx__sqlite_store_methods;
 #ifdef OBX_WITH_POSTGRES
 extern const obx__store_methods obx__pg_store_methods;
 #endif
+/* The PostgreSQL store's migrate (`obx init`) with another script table (built with PostgreSQL
+ * only): scripts[v] takes a database from v-1 to v, up to version last (the store's migrate
+ * passes its own, up to OBX__SCHEMA_VERSION). For the tests of an upgrade to a later version
+ * before one exists: the refusal under a running relay, the schema-in-use lock. */
+obx_err obx__pg_migrate_to(obx__store *s, const char *const *scripts, int last);
 
 /* ---- wrappers: the engine's only way in ----------------------------------------------------
  * Every method of obx__store_methods has exactly one entry in one of the lists below, and a

@@ -18,7 +18,7 @@ check() { # check NAME EXPECTED_RC NEEDLE -- command...
   fi
 }
 db=sqlite:$dir/o.db
-check "init" 0 "migrated from version 0 to 17" -- "$OBX" init --db "$db"
+check "init" 0 "migrated from version 0 to 1" -- "$OBX" init --db "$db"
 check "init again" 0 "is current" -- "$OBX" init --db "$db"
 check "init roles on sqlite" 1 "OBX_EUNSUPPORTED" -- "$OBX" init --db "$db" --roles app
 check "bad store url" 1 "unknown scheme 'mysql'" -- "$OBX" init --db mysql://x

@@ -11,8 +11,9 @@
  *    least-privilege roles, NOTIFY waking wait_for_work, connection loss and a lost COMMIT,
  *    serialization/deadlock/lock-timeout mapping, SKIP LOCKED claims by concurrent relays,
  *    exact statistics, batch semantics, schema versions, and a claim+mark throughput figure;
- *    delivery sets through obx.enqueue() against the C path, and the upgrade from schema version
- *    1 (roles included).
+ *    delivery sets through obx.enqueue() against the C path; the schema's own rules (checks,
+ *    storage, IDs and digests in SQL, what each role writes); an upgrade refused under a
+ *    running relay.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -209,7 +210,7 @@ static obx__event_row load1(obx__store *s, const char *id, unsigned flags) {
     return r;
 }
 
-/* An event's first audit row, recorded in its envelope (schema_v9.sql) and not as an obx_audit
+/* An event's first audit row, recorded in its envelope (created_by) and not as an obx_audit
  * row, read back as the producer wrote it: NONE -> PENDING at the envelope's created_at by
  * `who`, under the route generation the envelope froze. */
 static void check_first_row(obx__store *s, PGconn *c, const char *id, const char *who) {
@@ -479,7 +480,7 @@ static void test_enqueue_one_round_trip(void **state) {
     assert_int_equal(runs_of(f->conn, TRY_TRIP), 4); /* r-4's wrote nothing */
     assert_int_equal(runs_of(f->conn, ONE_TRIP), 0);
 
-    /* a generation's row cannot be edited in place, not even by the owner (schema version 11):
+    /* a generation's row cannot be edited in place, not even by the owner (obx_route_frozen):
      * its number is all the one-trip write compares */
     PGconn *owner = connect_url(f->url);
     char st[6];
@@ -1024,7 +1025,7 @@ static void test_digest_vectors_sql(void **state) {
     json_decref(doc);
 }
 
-/* SQL function fn (obx.enqueue() or one of its bodies, schema_v12.sql) and obx_enqueue() freeze
+/* SQL function fn (obx.enqueue() or one of its bodies) and obx_enqueue() freeze
  * the same destination and digests; the C code recomputes the SQL row's envelope digest from its
  * fields. key: the SQL call's idempotency key (NULL: none). plsql: the calls of the PL/pgSQL
  * body the call makes (the server's count, track_functions), 0 when obx_pg's C body wrote it. */
@@ -1333,24 +1334,22 @@ static void test_enqueue_without_extension(void **state) {
     drop_role(f, role);
 }
 
-/* A database created with obx_pg version 1 (schema versions 12 and 13, whose library was
- * $libdir/obx_pg, unversioned) is updated by `obx init` to the extension of this schema version
- * and its library; before, init left the old version in place, so obx.enqueue() ran whatever
- * library the server had under the old name (one that ignores obx.notify, or none: here a
- * library that is not there, so every call failed). An init by a user who may not update the
- * extension points obx.enqueue() at its PL/pgSQL body instead of the old library. */
+/* A database whose obx_pg extension is at another version than this obx's (after an upgrade of
+ * obx, the version of the schema it was made with; here a made-up version 0, whose library is
+ * not on this server: the catalog is edited as a superuser, since no other version exists
+ * before a release). An init by a user who may not update the extension points obx.enqueue()
+ * at its PL/pgSQL body and says why; an init that may, but finds no update path to this version
+ * on the server, does the same rather than fail or call the other version's library; once the
+ * extension of this version can be created, init uses it and its library. */
 static void test_extension_versions(void **state) {
     fx *f = *state;
     char sql[512];
-    exec_ok(f->conn, "DROP EXTENSION obx_pg");
-    exec_ok(f->conn, "CREATE EXTENSION obx_pg VERSION '1'");
-    /* version 1's library, gone from this server: the function as version 1 left it (its
-     * CREATE would load the library, so the catalog row is edited, as a superuser) */
-    exec_ok(f->conn, "UPDATE pg_proc SET probin = '$libdir/obx_pg_v1_gone' WHERE oid = "
+    exec_ok(f->conn, "UPDATE pg_extension SET extversion = '0' WHERE extname = 'obx_pg'");
+    exec_ok(f->conn, "UPDATE pg_proc SET probin = '$libdir/obx_pg_v0_gone' WHERE oid = "
                      "'obx._enqueue_c(text, text, text, bigint, text, bytea, text, text, text, "
                      "text, text, timestamptz)'::regprocedure");
     exec_ok(f->conn, "SELECT obx._point_enqueue(true)");
-    /* an init by a user who may not update the extension: the PL/pgSQL body, version 1 left */
+    /* an init by a user who may not update the extension: the PL/pgSQL body, version 0 left */
     char role[96];
     enqueue_owner_role(f, "oldext", role, sizeof role);
     snprintf(sql, sizeof sql, "SET ROLE %s", role);
@@ -1359,19 +1358,34 @@ static void test_extension_versions(void **state) {
     exec_ok(f->conn, "RESET ROLE");
     assert_enqueue_impl(f->conn, "sql");
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM pg_extension WHERE extname = 'obx_pg' "
-                                   "AND extversion = '1'"),
+                                   "AND extversion = '0'"),
                      1);
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM pg_proc WHERE oid = '" ENQ_SIG
                                    "'::regprocedure AND prosrc LIKE '%obx._enqueue_sql(%'"),
                      1);
     char body[320];
     OK(obx_store_producer_body(f->s, body, sizeof body));
-    if (!strstr(body, "PL/pgSQL body: the database's obx_pg is version 1 and this init could not "
+    if (!strstr(body, "PL/pgSQL body: the database's obx_pg is version 0 and this init could not "
                       "update it"))
         fail_msg("producer body: %s", body);
     exec_ok(f->conn, "ALTER FUNCTION " ENQ_SIG " OWNER TO CURRENT_USER");
     drop_role(f, role);
-    /* a superuser's init: updated to this version and its library, the C body */
+    /* a superuser's init: no update from version 0 on this server, so the PL/pgSQL body still,
+     * and the SQL producer works without the other version's library (rolled back) */
+    OK(obx_store_init(f->s));
+    assert_enqueue_impl(f->conn, "sql");
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM pg_extension WHERE extname = 'obx_pg' "
+                                   "AND extversion = '0'"),
+                     1);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM pg_proc WHERE oid = '" ENQ_SIG
+                                   "'::regprocedure AND prosrc LIKE '%obx._enqueue_sql(%'"),
+                     1);
+    exec_ok(f->conn, "BEGIN");
+    exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'o-v0', 1, 'tenant-7', "
+                     "'\\x7b7d')");
+    exec_ok(f->conn, "ROLLBACK");
+    /* the extension of this version: its library, the C body */
+    exec_ok(f->conn, "DROP EXTENSION obx_pg");
     OK(obx_store_init(f->s));
     snprintf(sql, sizeof sql,
              "SELECT count(*) FROM pg_extension WHERE extname = 'obx_pg' AND extversion = '%d'",
@@ -1421,7 +1435,7 @@ static void test_sql_validation_parity(void **state) {
         {"correlation_id", "c\x01", OBX_EINVAL, "OB002"},
         {"causation_id", "c\x7f", OBX_EINVAL, "OB002"},
         {"traceparent", "00-xyz", OBX_EINVAL, "OB002"},
-        /* schema version 6 checks these forms without anchored bounded patterns: 55 bytes with
+        /* obx.enqueue() checks these forms without anchored bounded patterns: 55 bytes with
          * a dash out of place, upper-case hex, a version without digits */
         {"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01", OBX_EINVAL,
          "OB002"},
@@ -1933,7 +1947,7 @@ static bool woken_by(fx *f, obx_store *relay, int timeout_ms, const char *sql,
     return w.notified;
 }
 
-/* A producer session with obx.notify = 'off' (schema_v14.sql) inserts its events without a
+/* A producer session with obx.notify = 'off' inserts its events without a
  * NOTIFY on every path: the C producer's first write (the route read in the same trip) and
  * its cached-route write, obx.enqueue() (whichever body this server has), the PL/pgSQL body
  * itself; the events are written all the same. Any other value notifies. */
@@ -2013,7 +2027,7 @@ static void test_wake_lock(void **state) {
     assert_int_equal(shared, 1);
     exec_ok(f->conn, "COMMIT");
     assert_false(listener_told(l, 300));
-    /* obx.enqueue(), whichever body the server has, and the PL/pgSQL body (schema_v17.sql) */
+    /* obx.enqueue(), whichever body the server has, and the PL/pgSQL body */
     exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'o-ws', 1, 'tenant-7', "
                      "'\\x7b7d')");
     exec_ok(f->conn, "SELECT obx._enqueue_sql('order.created.v2', 'order', 'o-wp', 1, "
@@ -2455,7 +2469,7 @@ static void relay_close(relay_conn *x) {
 }
 
 /* The schema dropped and made again under a relay's live connection: the row types of its batch
- * statements (schema_v16.sql) get new OIDs, which the connection had read and prepared them
+ * statements (obx._event_update ...) get new OIDs, which the connection had read and prepared them
  * with. Its next write set is refused (nothing written), and the one after prepares them again
  * and goes through, where a relay would otherwise fail every claim until restarted. */
 static void test_write_set_schema_remade(void **state) {
@@ -2573,7 +2587,7 @@ static int trace_round_trips(const char *trace, size_t len) {
 }
 
 /* A relay transaction sends its BEGIN and planner settings with its first statement, in one
- * pipeline (pg_store.c, pend), and its COMMIT with its write set (held, schema version 13): a
+ * pipeline (pg_store.c, pend), and its COMMIT with its write set (held; obx._ws_fail): a
  * claim is 2 round trips (BEGIN + settings + claim, the writes + COMMIT) where it was 5, then 3,
  * an acceptance 2 where it was 5, then 4, then 3 (its attempts and events in one pipeline:
  * load_slots), and a transaction that sends nothing costs none. Counted
@@ -2762,7 +2776,7 @@ static void test_stats_exact(void **state) {
     check_stats_exact(f);
     exec_ok(f->conn, "DELETE FROM obx.obx_receipt WHERE kind = 'DUPLICATE'");
     check_stats_exact(f);
-    /* since schema version 6 no trigger counts inserts: each inserting statement does. The SQL
+    /* no trigger counts inserts: each inserting statement does. The SQL
      * producer: a new event, a retry of it (nothing inserted), a rolled-back one */
     const char *sql_enq = "SELECT obx.enqueue('order.created.v2', 'order', 'o-sql', 1, "
                           "'tenant-7', '\\x7b7d', idempotency_key => 'k-sql')";
@@ -2986,7 +3000,7 @@ static void test_write_set(void **state) {
     assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_audit_all"), audit0 + 1);
     /* an update that no longer applies (x is SENDING now), and a primary receipt for y whose
      * slot is taken meanwhile would fail: the call reports the update, by name (the statement
-     * checks itself, schema version 13: OBX_ECONFLICT), and the rollback keeps nothing */
+     * checks itself, obx._ws_fail: OBX_ECONFLICT), and the rollback keeps nothing */
     obx__receipt_row pr = {.envelope_gen = 1, .kind = OBX__RK_PRIMARY, .offset = 7};
     strcpy(pr.event_id, y);
     strcpy(pr.attempt_id, "att-ws1");
@@ -3025,12 +3039,13 @@ static void *held_commit_thread(void *arg) {
     return NULL;
 }
 
-/* A relay transaction's write set is held and sent with its COMMIT, in one pipeline (schema
- * version 13): an update that did not apply fails the COMMIT (OBX_ECONFLICT, the event named)
- * and nothing of the write set is kept, the connection idle and usable after; a good one is
- * committed whole; a statement after a held write set sends it first, and its failure is that
- * statement's; a rollback sends nothing; a backend terminated in a statement is
- * OBX_ECONNLOST (the COMMIT behind it never ran), one terminated in the COMMIT OBX_EUNKNOWN. */
+/* A relay transaction's write set is held and sent with its COMMIT, in one pipeline (the
+ * statements check themselves, obx._ws_fail): an update that did not apply fails the COMMIT
+ * (OBX_ECONFLICT, the event named) and nothing of the write set is kept, the connection idle and
+ * usable after; a good one is committed whole; a statement after a held write set sends it first,
+ * and its failure is that statement's; a rollback sends nothing; a backend terminated in a
+ * statement is OBX_ECONNLOST (the COMMIT behind it never ran), one terminated in the COMMIT
+ * OBX_EUNKNOWN. */
 static void test_held_write_set(void **state) {
     fx *f = *state;
     relay_conn x;
@@ -3141,7 +3156,7 @@ static void test_held_write_set(void **state) {
     relay_close(&x);
 }
 
-/* ---- delivery sets through obx.enqueue(), and the upgrade from schema version 1 -------------
+/* ---- delivery sets through obx.enqueue() ----------------------------------------------------
  */
 
 /* obx.enqueue() (any language, inside the caller's transaction) makes the same delivery set as
@@ -3211,71 +3226,6 @@ static void test_sql_enqueue_delivery_set(void **state) {
     assert_string_equal(st, "OB001");
 }
 
-/* The embedded schema scripts by version (pg_store.c's migrations). */
-extern const char obx__pg_schema_v1[], obx__pg_schema_v2[], obx__pg_schema_v3[],
-    obx__pg_schema_v4[], obx__pg_schema_v5[], obx__pg_schema_v6[], obx__pg_schema_v7[],
-    obx__pg_schema_v8[], obx__pg_schema_v9[], obx__pg_schema_v10[], obx__pg_schema_v11[],
-    obx__pg_schema_v12[], obx__pg_schema_v13[], obx__pg_schema_v14[], obx__pg_schema_v15[],
-    obx__pg_schema_v16[];
-
-/* A new database (its name into db[64], its URL into url[1200]) as `obx init` of schema version
- * v left it, with one route of order.created.v2 to cluster local, topic orders, the routing
- * key template and blind retry given. Returns the owner's connection (the caller PQfinish-es). */
-static PGconn *old_db(int v, const char *routing_key, bool blind, char *db, char *url) {
-    static const char *const scripts[] = {NULL,
-                                          obx__pg_schema_v1,
-                                          obx__pg_schema_v2,
-                                          obx__pg_schema_v3,
-                                          obx__pg_schema_v4,
-                                          obx__pg_schema_v5,
-                                          obx__pg_schema_v6,
-                                          obx__pg_schema_v7,
-                                          obx__pg_schema_v8,
-                                          obx__pg_schema_v9,
-                                          obx__pg_schema_v10,
-                                          obx__pg_schema_v11,
-                                          obx__pg_schema_v12,
-                                          obx__pg_schema_v13,
-                                          obx__pg_schema_v14,
-                                          obx__pg_schema_v15,
-                                          obx__pg_schema_v16};
-    assert_true(v >= 1 && v < (int)(sizeof scripts / sizeof scripts[0]));
-    assert_int_equal(new_db(db, NULL), 0);
-    db_url(db, "", url, 1200);
-    PGconn *c = connect_url(url);
-    char sql[640];
-    exec_ok(c, "BEGIN");
-    for (int i = 1; i <= v; i++) exec_ok(c, scripts[i]);
-    snprintf(sql, sizeof sql,
-             "INSERT INTO obx.obx_meta (key, value) VALUES ('schema_version', '%d')", v);
-    exec_ok(c, sql);
-    snprintf(sql, sizeof sql,
-             "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, algorithm, "
-             "serializer, durability, required_acks, max_attempts, blind_retry, unordered, alias, "
-             "created_at) VALUES ('order.created.v2', 'local', 'orders', '%s', 'murmur2', 'raw', "
-             "'persistent', 'all', 8, %s, false, 'obx', 1)",
-             routing_key, blind ? "true" : "false");
-    exec_ok(c, sql);
-    exec_ok(c, "COMMIT");
-    return c;
-}
-
-/* `obx init` on the old database at url: its version before it (checked when from > 0) and
- * after it (this obx's). Returns the open store (the caller closes it). */
-static obx_store *upgrade(const char *url, int from) {
-    obx_store *s;
-    OK(obx_store_open(url, &s));
-    int found = 0;
-    if (from > 0) {
-        OK(obx_store_schema_version(s, &found, NULL));
-        assert_int_equal(found, from);
-    }
-    OK(obx_store_init(s));
-    OK(obx_store_schema_version(s, &found, NULL));
-    assert_int_equal(found, OBX__SCHEMA_VERSION);
-    return s;
-}
-
 /* n events of order.created.v2 through obx.enqueue() on c (aggregates o-0 ... o-<n-1>, tenant
  * t, payload {}), their IDs into ids[0..n-1]. */
 static void enqueue_sql(PGconn *c, int n, char (*ids)[64]) {
@@ -3290,160 +3240,6 @@ static void enqueue_sql(PGconn *c, int n, char (*ids)[64]) {
     }
 }
 
-/* A database made by schema version 1, with its least-privilege roles: `obx init` upgrades it in
- * place; the producer enqueues through the new wrapper (and only through it), the relay reads
- * the new tables, what was there stays. */
-static void test_upgrade_from_v1(void **state) {
-    (void)state;
-    char db[64], url[1200], pre[32], sql[512];
-    PGconn *c = old_db(1, "{tenant}.{aggregate_type}.{aggregate_id}", false, db, url);
-    snprintf(pre, sizeof pre, "obxu%d", (int)getpid());
-    snprintf(sql, sizeof sql, "SELECT obx.create_roles('%s')", pre); /* version 1's */
-    exec_ok(c, sql);
-    const char *kinds[] = {"producer", "relay"};
-    char urls[2][1300];
-    for (int i = 0; i < 2; i++) login_role(c, db, pre, kinds[i], urls[i]);
-    PGconn *p = connect_url(urls[0]);
-    PGresult *r = PQexec(p, "SELECT obx.enqueue('order.created.v2', 'order', 'o-old', 1, "
-                            "'tenant-7', '\\x7b7d')");
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("v1 enqueue: %s", PQerrorMessage(p));
-    char old[64];
-    snprintf(old, sizeof old, "%s", PQgetvalue(r, 0, 0));
-    PQclear(r);
-    /* the upgrade */
-    obx_store *s = upgrade(url, 1);
-    obx_route_target t[] = {{.cluster = "eu", .topic = "orders-eu"}};
-    obx_route rt = {.event_type = "order.created.v2",
-                    .cluster = "local",
-                    .topic = "orders",
-                    .targets = t,
-                    .n_targets = 1};
-    OK(obx_route_set(s, &rt, NULL));
-    /* the producer keeps its right, on the wrapper only */
-    r = PQexec(p, "SELECT obx.enqueue('order.created.v2', 'order', 'o-new', 1, 'tenant-7', "
-                  "'\\x7b7d')");
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("v2 enqueue: %s", PQerrorMessage(p));
-    char neu[64];
-    snprintf(neu, sizeof neu, "%s", PQgetvalue(r, 0, 0));
-    PQclear(r);
-    /* version 2 revoked the inner function from the producer; version 6 dropped it (its body
-     * moved into obx.enqueue()): either way there is no way around the wrapper */
-    char st[6], msg[256];
-    exec_fail(p,
-              "SELECT obx._enqueue_one('order.created.v2', 'order', 'o-x', 1, 'tenant-7', "
-              "'\\x7b7d')",
-              st, msg, sizeof msg);
-    assert_string_equal(st, "42883");
-    PQfinish(p);
-    /* the relay role (granted under version 1) reads the events with their slots */
-    obx_store *rs;
-    OK(obx_store_open(urls[1], &rs));
-    obx__rows rows = {0};
-    const char *ids[] = {old, neu};
-    OK(obx__st_load_events(rs, ids, 2, 0, &rows));
-    assert_int_equal(rows.n, 2);
-    assert_int_equal(rows.v[0].target_no, 0); /* enqueued before: no set */
-    assert_int_equal(rows.v[1].target_no, 1);
-    obx__rows_free(&rows);
-    obx__delivery_row d;
-    OK(rs->m->delivery_get(rs, neu, &d));
-    assert_int_equal(d.n, 2);
-    /* the relay role can move an event to a new envelope generation (obx migrate) */
-    obx_route moved = {.event_type = "order.created.v2", .cluster = "local", .topic = "orders-v2"};
-    int64_t g3;
-    OK(obx_route_set(s, &moved, &g3));
-    const char *mids[] = {old};
-    obx_migrate_request mr = {.event_ids = mids, .n_event_ids = 1, .route_gen = g3, .who = "ops"};
-    char *mout = NULL;
-    OK(obx_migrate(rs, NULL, NULL, 0, &mr, &mout));
-    assert_non_null(strstr(mout, "\"migrated\""));
-    assert_non_null(strstr(mout, "never_sent"));
-    obx_free(mout);
-    obx_store_close(rs);
-    obx_store_close(s);
-    PQfinish(c);
-}
-
-/* A populated database at schema version 5, with the producer role of version 5, is upgraded
- * in place to version 6 (issue 19's producer: obx.enqueue() in one function, no insert trigger):
- * what was there stays, an idempotency key of an event enqueued under version 5 still returns
- * that event and inserts nothing, both producers enqueue through the new version with the
- * statistics exact, and the producer role keeps its right to obx.enqueue(). */
-static void test_upgrade_v5_producer(void **state) {
-    (void)state;
-    char db[64], url[1200], pre[32], sql[512], prod_url[1300];
-    PGconn *c = old_db(5, "{tenant}.{aggregate_id}", true, db, url);
-    snprintf(pre, sizeof pre, "obxw%d", (int)getpid());
-    snprintf(sql, sizeof sql, "SELECT obx.create_roles('%s')", pre); /* version 5's */
-    exec_ok(c, sql);
-    login_role(c, db, pre, "producer", prod_url);
-    PGconn *p = connect_url(prod_url);
-    const char *keyed = "SELECT obx.enqueue('order.created.v2', 'order', 'o-1', 1, 't', "
-                        "'\\x7b7d', idempotency_key => 'k-1')";
-    PGresult *r = PQexec(p, keyed);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("v5 enqueue: %s", PQerrorMessage(p));
-    char old[64];
-    snprintf(old, sizeof old, "%s", PQgetvalue(r, 0, 0));
-    PQclear(r);
-    for (int i = 0; i < 50; i++) {
-        snprintf(sql, sizeof sql,
-                 "SELECT obx.enqueue('order.created.v2', 'order', 'o-%d', 1, 't', '\\x7b7d')", i);
-        exec_ok(p, sql);
-    }
-    long long pending =
-        qint(c, "SELECT sum(n) FROM obx.obx_stat_delta WHERE key = 'state:PENDING'");
-    assert_int_equal(pending, 51);
-    char old_digest[80];
-    snprintf(sql, sizeof sql, "SELECT envelope_digest FROM obx.obx_envelope WHERE event_id = '%s'",
-             old);
-    r = PQexec(c, sql);
-    snprintf(old_digest, sizeof old_digest, "%s", PQgetvalue(r, 0, 0));
-    PQclear(r);
-    /* the upgrade */
-    obx_store *s = upgrade(url, 5);
-    assert_int_equal(qint(c, "SELECT count(*) FROM pg_trigger WHERE tgname = 'obx_event_inserted'"),
-                     0);
-    /* what was there stays */
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event"), 51);
-    snprintf(sql, sizeof sql,
-             "SELECT count(*) FROM obx.obx_envelope WHERE event_id = '%s' AND envelope_digest = "
-             "'%s'",
-             old, old_digest);
-    assert_int_equal(qint(c, sql), 1);
-    /* the retry of a version 5 event: the same ID, nothing inserted */
-    r = PQexec(p, keyed);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("v6 retry: %s", PQerrorMessage(p));
-    assert_string_equal(PQgetvalue(r, 0, 0), old);
-    PQclear(r);
-    obx_event ev = order_event("o-1", "{}");
-    ev.tenant = "t";
-    ev.idempotency_key = "k-1";
-    obx_enqueue_result res;
-    OK(obx_enqueue(s, &ev, &res));
-    assert_string_equal(res.event_id, old);
-    assert_true(res.existing);
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event"), 51);
-    /* new events from both producers, counted without the trigger */
-    exec_ok(p, "SELECT obx.enqueue('order.created.v2', 'order', 'o-new', 1, 't', '\\x7b7d')");
-    ev.idempotency_key = NULL;
-    OK(obx_enqueue(s, &ev, &res));
-    assert_false(res.existing);
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event"), 53);
-    assert_int_equal(qint(c, "SELECT sum(n) FROM obx.obx_stat_delta WHERE key = 'state:PENDING'"),
-                     53);
-    assert_int_equal(qint(c, "SELECT v FROM obx._stats() WHERE k = 'state:PENDING'"), 53);
-    /* a bad field is still refused by name, and changes nothing */
-    char st[6], msg[256];
-    exec_fail(p, "SELECT obx.enqueue('order.created', 'order', 'o-bad', 1, 't', '\\x7b7d')", st,
-              msg, sizeof msg);
-    assert_string_equal(st, "OB002");
-    assert_non_null(strstr(msg, "event_type: 'order.created' is not versioned"));
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event"), 53);
-    PQfinish(p);
-    obx_store_close(s);
-    PQfinish(c);
-}
-
 /* The audit trail of event `id` as load_audit returns it: "from>to" per row, joined by ' '. */
 static void trail(obx__store *s, const char *id, char *out, size_t cap) {
     obx__audit_row *a;
@@ -3456,109 +3252,6 @@ static void trail(obx__store *s, const char *id, char *out, size_t cap) {
     free(a);
 }
 
-/* A populated database at schema version 6, with the roles of version 6 and a relay audit row
- * written the version 6 way (one obx_audit row per transition, statistics by trigger), is
- * upgraded in place to version 7 (issue 19: audit batches, no statistics triggers on the
- * relay's path): the triggers are gone; an event's trail reads its old rows and then the
- * batches written after the upgrade, in order; the old relay role writes batches, moves
- * events and inserts receipts with the statistics exact; the old auditor reads the batches;
- * a relay role made after the upgrade writes them too. */
-static void test_upgrade_v6_audit(void **state) {
-    (void)state;
-    char db[64], url[1200], pre[32], sql[768], relay_url[1300], aud_url[1300], new_url[1300];
-    PGconn *c = old_db(6, "{aggregate_id}", true, db, url);
-    snprintf(pre, sizeof pre, "obxa%d", (int)getpid());
-    snprintf(sql, sizeof sql, "SELECT obx.create_roles('%s')", pre); /* version 6's (4's) */
-    exec_ok(c, sql);
-    login_role(c, db, pre, "relay", relay_url);
-    login_role(c, db, pre, "auditor", aud_url);
-    char ids[3][64];
-    enqueue_sql(c, 3, ids);
-    /* version 6's relay: a claim of event 0 with its audit row, counted by the update trigger */
-    snprintf(sql, sizeof sql,
-             "BEGIN; UPDATE obx.obx_event SET state = 'CLAIMED', claim_gen = 1, owner = 'r6', "
-             "lease_until = 9000000000000000 WHERE event_id = '%s'; INSERT INTO obx.obx_audit "
-             "(at, actor, who, event_id, envelope_gen, from_state, to_state, claim_gen, "
-             "attempt_id, attempt_gen, reason) VALUES (2, 'dispatcher', 'r6', '%s', 1, "
-             "'PENDING', 'CLAIMED', 1, '', 0, 'claimed'); COMMIT",
-             ids[0], ids[0]);
-    exec_ok(c, sql);
-    /* the upgrade */
-    obx_store *s = upgrade(url, 0);
-    assert_int_equal(qint(c, "SELECT count(*) FROM pg_trigger WHERE tgname IN "
-                             "('obx_event_updated', 'obx_receipt_inserted')"),
-                     0);
-    stats_exact(s, c);
-    char got[256];
-    trail(s, ids[0], got, sizeof got);
-    assert_string_equal(got, "NONE>PENDING PENDING>CLAIMED");
-    /* the relay role of version 6 moves event 0 on and claims 1 and 2: one batch */
-    obx_store *rs;
-    OK(obx_store_open(relay_url, &rs));
-    obx__event_row rows[3];
-    obx__event_update u[3];
-    obx__audit_row au[3];
-    bool applied[3];
-    for (int i = 0; i < 3; i++) {
-        rows[i] = load1(rs, ids[i], 0);
-        u[i] = (obx__event_update){&rows[i], rows[i].state, rows[i].claim_gen};
-        obx__state from = rows[i].state;
-        rows[i].state = from == OBX__ST_CLAIMED ? OBX__ST_SENDING : OBX__ST_CLAIMED;
-        rows[i].claim_gen++;
-        au[i] = (obx__audit_row){.at = 3,
-                                 .actor = OBX__ACT_DISPATCHER,
-                                 .envelope_gen = 1,
-                                 .from = from,
-                                 .to = rows[i].state,
-                                 .claim_gen = rows[i].claim_gen};
-        strcpy(au[i].who, "r7");
-        strcpy(au[i].event_id, ids[i]);
-        strcpy(au[i].reason, "moved after the upgrade");
-        au[i].seq = rows[i].seq; /* filed under the seqs given */
-    }
-    OK(obx__st_begin(rs));
-    OK(obx__st_update_events(rs, u, 3, applied));
-    OK(obx__st_insert_audit(rs, au, 3));
-    obx__receipt_row rc = {.envelope_gen = 1, .kind = OBX__RK_PRIMARY, .offset = 1};
-    strcpy(rc.event_id, ids[0]);
-    OK(obx__st_insert_receipts(rs, &rc, 1));
-    OK(obx__st_commit(rs));
-    assert_true(applied[0] && applied[1] && applied[2]);
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_audit_batch"), 1);
-    snprintf(sql, sizeof sql,
-             "SELECT count(*) FROM obx.obx_audit_batch WHERE seqs = int8range(%lld, %lld, '[]')",
-             (long long)rows[0].seq, (long long)rows[2].seq);
-    assert_int_equal(qint(c, sql), 1);
-    stats_exact(s, c);
-    trail(s, ids[0], got, sizeof got);
-    assert_string_equal(got, "NONE>PENDING PENDING>CLAIMED CLAIMED>SENDING");
-    trail(s, ids[2], got, sizeof got);
-    assert_string_equal(got, "NONE>PENDING PENDING>CLAIMED");
-    obx_store_close(rs);
-    /* the auditor of version 6 reads every row */
-    PGconn *a = connect_url(aud_url);
-    assert_int_equal(qint(a, "SELECT count(*) FROM obx.obx_audit_all"), 3 + 1 + 3);
-    PQfinish(a);
-    /* roles made after the upgrade: the relay writes batches */
-    snprintf(sql, sizeof sql, "SELECT obx.create_roles('%sn')", pre);
-    exec_ok(c, sql);
-    char pre_new[40];
-    snprintf(pre_new, sizeof pre_new, "%sn", pre);
-    login_role(c, db, pre_new, "relay", new_url);
-    OK(obx_store_open(new_url, &rs));
-    au[1].from = OBX__ST_CLAIMED;
-    au[1].seq = 0; /* looked up */
-    strcpy(au[1].reason, "a stale report, refused");
-    OK(obx__st_begin(rs));
-    OK(obx__st_insert_audit(rs, &au[1], 1));
-    OK(obx__st_commit(rs));
-    obx_store_close(rs);
-    trail(s, ids[1], got, sizeof got);
-    assert_string_equal(got, "NONE>PENDING PENDING>CLAIMED CLAIMED>CLAIMED");
-    obx_store_close(s);
-    PQfinish(c);
-}
-
 /* The storage parameter, trigger timing or indexes named, as one string (pg_class.reloptions,
  * "after"/"before" from pg_trigger.tgtype's BEFORE bit, pg_indexes.indexdef). */
 static void catalog_text(PGconn *c, const char *sql, char *out, size_t cap) {
@@ -3567,311 +3260,6 @@ static void catalog_text(PGconn *c, const char *sql, char *out, size_t cap) {
         fail_msg("%s: %s", sql, PQerrorMessage(c));
     snprintf(out, cap, "%s", PQgetvalue(r, 0, 0));
     PQclear(r);
-}
-
-/* A populated database at schema version 7 with its roles, an attempt and a primary receipt, is
- * upgraded in place to version 8 (issue 19: fewer WAL bytes per relayed event): obx_event and
- * obx_attempt leave room on their pages, the two identity checks run after the update and
- * still refuse, the receipts have one index by event ID that still allows one primary receipt
- * per event and generation; the old relay role moves events and adds receipts. */
-static void test_upgrade_v7_wal(void **state) {
-    (void)state;
-    char db[64], url[1200], pre[32], sql[768], relay_url[1300], txt[512];
-    PGconn *c = old_db(7, "{aggregate_id}", true, db, url);
-    snprintf(pre, sizeof pre, "obxw%d", (int)getpid());
-    snprintf(sql, sizeof sql, "SELECT obx.create_roles('%s')", pre); /* version 7's */
-    exec_ok(c, sql);
-    login_role(c, db, pre, "relay", relay_url);
-    char ids[2][64];
-    enqueue_sql(c, 2, ids);
-    /* event 0 sent and acknowledged the version 7 way: an attempt, a primary receipt, counted */
-    snprintf(sql, sizeof sql,
-             "BEGIN; INSERT INTO obx.obx_attempt VALUES ('att-7', '%s', 1, 1, 1, 'r7', "
-             "'sha256:x', 0, 'ACCEPTED', 1, 0, 2, -1, 0, ''); INSERT INTO obx.obx_receipt "
-             "(event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "
-             "broker_ts, payload_digest, dest_digest, reason, created_at) VALUES ('%s', 1, "
-             "'att-7', 'PRIMARY', 'local', 'orders', 0, 1, 1, 'd', 'd', 'v7', 2); INSERT INTO "
-             "obx.obx_stat_delta (key, n) VALUES ('receipt:PRIMARY', 1); COMMIT",
-             ids[0], ids[0]);
-    exec_ok(c, sql);
-    obx_store *s = upgrade(url, 0);
-    catalog_text(c,
-                 "SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = "
-                 "'obx.obx_event'::regclass",
-                 txt, sizeof txt);
-    assert_non_null(strstr(txt, "fillfactor=50"));
-    catalog_text(c,
-                 "SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = "
-                 "'obx.obx_attempt'::regclass",
-                 txt, sizeof txt);
-    assert_non_null(strstr(txt, "fillfactor=50"));
-    catalog_text(c,
-                 "SELECT string_agg(tgname || ':' || CASE WHEN tgtype & 2 = 2 THEN 'before' "
-                 "ELSE 'after' END, ' ' ORDER BY tgname) FROM pg_trigger WHERE tgname IN "
-                 "('obx_event_frozen', 'obx_attempt_frozen')",
-                 txt, sizeof txt);
-    assert_string_equal(txt, "obx_attempt_frozen:after obx_event_frozen:after");
-    catalog_text(c,
-                 "SELECT string_agg(indexname, ' ' ORDER BY indexname) FROM pg_indexes WHERE "
-                 "tablename = 'obx_receipt'",
-                 txt, sizeof txt);
-    assert_string_equal(txt, "obx_receipt_kind obx_receipt_pkey obx_receipt_primary");
-    /* the checks still refuse, and the row stays as it was */
-    char st[6], msg[512];
-    snprintf(sql, sizeof sql, "UPDATE obx.obx_event SET tenant = 'x' WHERE event_id = '%s'",
-             ids[1]);
-    exec_fail(c, sql, st, msg, sizeof msg);
-    assert_string_equal(st, "OB001");
-    assert_non_null(strstr(msg, "identity and frozen destination"));
-    exec_fail(c, "UPDATE obx.obx_attempt SET owner = 'other'", st, msg, sizeof msg);
-    assert_string_equal(st, "OB001");
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event WHERE tenant = 't'"), 2);
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_attempt WHERE owner = 'r7'"), 1);
-    /* the old relay role: a second primary receipt for event 0 is a conflict, a duplicate
-     * receipt is not; event 1 is claimed */
-    obx_store *rs;
-    OK(obx_store_open(relay_url, &rs));
-    obx__receipt_row rc = {.envelope_gen = 1, .kind = OBX__RK_PRIMARY, .offset = 2};
-    strcpy(rc.event_id, ids[0]);
-    OK(obx__st_begin(rs));
-    assert_int_equal(obx__st_insert_receipts(rs, &rc, 1), OBX_ECONFLICT);
-    OK(obx__st_rollback(rs));
-    rc.kind = OBX__RK_DUPLICATE;
-    obx__event_row row = load1(rs, ids[1], 0);
-    obx__event_update u = {&row, row.state, row.claim_gen};
-    row.state = OBX__ST_CLAIMED;
-    row.claim_gen++;
-    bool applied = false;
-    OK(obx__st_begin(rs));
-    OK(obx__st_insert_receipts(rs, &rc, 1));
-    OK(obx__st_update_events(rs, &u, 1, &applied));
-    OK(obx__st_commit(rs));
-    assert_true(applied);
-    obx__receipt_row *got = NULL;
-    size_t n = 0;
-    OK(obx__st_load_receipts(rs, ids[0], &got, &n));
-    assert_int_equal(n, 2);
-    assert_int_equal(got[0].kind, OBX__RK_PRIMARY);
-    assert_int_equal(got[1].kind, OBX__RK_DUPLICATE);
-    free(got);
-    obx_store_close(rs);
-    stats_exact(s, c);
-    /* the one index answers a lookup of an event's receipts */
-    snprintf(sql, sizeof sql,
-             "BEGIN; SET LOCAL enable_seqscan = off; EXPLAIN SELECT * FROM obx.obx_receipt "
-             "WHERE event_id = '%s'",
-             ids[0]);
-    PGresult *r = PQexec(c, sql);
-    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
-    assert_non_null(strstr(PQgetvalue(r, 0, 0), "obx_receipt_primary"));
-    PQclear(r);
-    exec_ok(c, "ROLLBACK");
-    obx_store_close(s);
-    PQfinish(c);
-}
-
-/* A populated database at schema version 8 with its roles is upgraded in place to version 9
- * (issue 19: one row fewer per enqueue, the state checked against an enum; a state outside it
- * is still refused): events enqueued before keep their first audit row in
- * obx_audit; events enqueued after have it in their envelope (created_by) and none in obx_audit,
- * through obx.enqueue() as the producer role and as the owner, read back as the row that was
- * recorded; obx.producer_events finds the producer's events of both kinds, obx_audit_all shows
- * every first row, the record is frozen; and an audit row that is not the producer's own is
- * still written as a row. */
-static void test_upgrade_v8_first_row(void **state) {
-    (void)state;
-    char db[64], url[1200], pre[32], sql[512], prod_url[1300], me[128], st[6], msg[512];
-    PGconn *c = old_db(8, "{aggregate_id}", true, db, url);
-    snprintf(pre, sizeof pre, "obxf%d", (int)getpid());
-    snprintf(sql, sizeof sql, "SELECT obx.create_roles('%s')", pre); /* version 8's */
-    exec_ok(c, sql);
-    login_role(c, db, pre, "producer", prod_url);
-    PGconn *p = connect_url(prod_url);
-    char old[2][64], nw[2][64];
-    enqueue_sql(p, 1, &old[0]);
-    enqueue_sql(c, 1, &old[1]);
-    obx_store *s = upgrade(url, 8);
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_audit WHERE from_state = 'NONE'"), 2);
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_envelope WHERE created_by IS NOT NULL"),
-                     0);
-    enqueue_sql(p, 1, &nw[0]);
-    enqueue_sql(c, 1, &nw[1]);
-    char prod_login[80];
-    snprintf(prod_login, sizeof prod_login, "%s_producer_login", pre);
-    catalog_text(c, "SELECT session_user", me, sizeof me);
-    check_first_row(s, c, nw[0], prod_login);
-    check_first_row(s, c, nw[1], me);
-    char t[128];
-    trail(s, old[0], t, sizeof t);
-    assert_string_equal(t, "NONE>PENDING");
-    obx__audit_row *a = NULL;
-    size_t n = 0;
-    OK(obx__st_load_audit(s, old[0], &a, &n));
-    assert_int_equal(n, 1);
-    assert_string_equal(a[0].who, prod_login);
-    free(a);
-    /* the producer sees its own events, from before and after the upgrade, and no other */
-    assert_int_equal(qint(p, "SELECT count(*) FROM obx.producer_events"), 2);
-    snprintf(sql, sizeof sql,
-             "SELECT count(*) FROM obx.producer_events WHERE event_id IN ('%s', '%s')", old[0],
-             nw[0]);
-    assert_int_equal(qint(p, sql), 2);
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_audit_all WHERE from_state = 'NONE'"),
-                     4);
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_audit_all WHERE from_state = 'NONE' "
-                             "AND audit_id IS NULL AND actor = 'producer' AND reason = "
-                             "'enqueued under route generation 1'"),
-                     2);
-    /* the state is checked against the enum now, for everyone, and a state outside it is
-     * refused without a change */
-    char def[256];
-    catalog_text(c,
-                 "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = "
-                 "'obx_event_state_check'",
-                 def, sizeof def);
-    assert_non_null(strstr(def, "obx.event_state"));
-    snprintf(sql, sizeof sql, "UPDATE obx.obx_event SET state = 'LOST' WHERE event_id = '%s'",
-             old[1]);
-    exec_fail(c, sql, st, msg, sizeof msg);
-    assert_string_equal(st, "22P02");
-    assert_non_null(strstr(msg, "obx.event_state"));
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event WHERE state = 'PENDING'"), 4);
-    /* the record is evidence: nobody changes it, the owner included */
-    snprintf(sql, sizeof sql,
-             "UPDATE obx.obx_envelope SET created_by = 'mallory' WHERE event_id = '%s'", nw[0]);
-    exec_fail(c, sql, st, msg, sizeof msg);
-    assert_string_equal(st, "OB001");
-    check_first_row(s, c, nw[0], prod_login);
-    /* a writer's audit row that the envelope cannot record (not the producer's NONE -> PENDING
-     * of this row) is an obx_audit row, read back as given */
-    obx__event_row r = load1(s, nw[1], 0);
-    OK(obx_event_id_new(0, r.env.event_id));
-    obx__audit_row x = {.at = r.committed_at,
-                        .actor = OBX__ACT_OPERATOR,
-                        .envelope_gen = 1,
-                        .from = OBX__ST_NONE,
-                        .to = OBX__ST_PENDING};
-    snprintf(x.who, sizeof x.who, "carol");
-    snprintf(x.event_id, sizeof x.event_id, "%s", r.env.event_id);
-    snprintf(x.reason, sizeof x.reason, "re-created by hand");
-    OK(obx__st_begin(s));
-    OK(obx__st_insert_event_audit(s, &r, "{}", 2, &x));
-    OK(obx__st_commit(s));
-    snprintf(sql, sizeof sql,
-             "SELECT count(*) FROM obx.obx_envelope WHERE event_id = '%s' AND created_by IS NULL",
-             r.env.event_id);
-    assert_int_equal(qint(c, sql), 1);
-    OK(obx__st_load_audit(s, r.env.event_id, &a, &n));
-    assert_int_equal(n, 1);
-    assert_string_equal(a[0].who, "carol");
-    assert_string_equal(a[0].reason, "re-created by hand");
-    assert_int_equal(a[0].actor, OBX__ACT_OPERATOR);
-    free(a);
-    stats_exact(s, c);
-    obx_store_close(s);
-    PQfinish(p);
-    PQfinish(c);
-}
-
-/* A database at schema version 9 with events from its obx.enqueue() is upgraded to version 10.
- * The old events keep their IDs and digests. obx.enqueue() then draws its IDs by obx._ulid (a
- * ULID whose time is now, a hexadecimal random part) and writes its envelope and destination
- * digests written out (schema_v10.sql): they must be the bytes of schema_v1.sql's reference
- * functions and of the C code (src/core/canon.c), recomputed here from the stored fields.
- * obx._event_id keeps its contract (a delivery set's further targets draw their IDs there). */
-static void test_upgrade_v9_ids_digests(void **state) {
-    (void)state;
-    char db[64], url[1200], st[6], old[2][64], nw[2][64];
-    PGconn *c = old_db(9, "{tenant}.{aggregate_id}", false, db, url);
-    enqueue_sql(c, 2, old);
-    obx_store *s = upgrade(url, 9);
-    int64_t t0 = obx__wall_ms();
-    enqueue_sql(c, 2, nw);
-    PGresult *r = PQexec(c, "SELECT obx._event_id(floor(extract(epoch FROM clock_timestamp()) * "
-                            "1000)::bigint)");
-    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
-    char tid[64];
-    snprintf(tid, sizeof tid, "%s", PQgetvalue(r, 0, 0));
-    PQclear(r);
-    int64_t t1 = obx__wall_ms();
-    const char *fresh[3] = {nw[0], nw[1], tid};
-    for (int i = 0; i < 3; i++) {
-        OK(obx_event_id_check(fresh[i]));
-        int64_t t = obx__ulid_time(fresh[i] + 4);
-        assert_true(t >= t0 - 5 && t <= t1 + 5);
-    }
-    /* obx._event_id()'s random part (obx._ulid): 16 upper-case hexadecimal digits. obx.enqueue()
-     * draws its IDs in the obx_pg extension from version 12 on (src/core/ulid.c, 80 random bits) */
-    assert_int_equal(strspn(tid + 14, "0123456789ABCDEF"), 16);
-    assert_string_not_equal(nw[0], nw[1]);
-    assert_string_not_equal(nw[1], tid);
-    exec_fail(c, "SELECT obx._event_id(-1)", st, NULL, 0);
-    assert_string_equal(st, "OB002");
-    exec_fail(c, "SELECT obx._event_id(1::bigint << 48)", st, NULL, 0);
-    assert_string_equal(st, "OB002");
-    /* every envelope's digests, old and new, are the reference functions' */
-    assert_int_equal(
-        qint(c, "SELECT count(*) FROM obx.obx_envelope WHERE envelope_digest = "
-                "obx.envelope_digest(event_id, envelope_gen, aggregate_type, aggregate_id, "
-                "aggregate_version, event_type, payload_schema, payload_digest, tenant, "
-                "occurred_at, created_txid, correlation_id, causation_id, traceparent, "
-                "idempotency_key) AND dest_digest = obx.dest_digest(dest_cluster, dest_topic, "
-                "dest_routing_key, dest_algorithm, dest_route_gen, dest_serializer, "
-                "dest_durability, dest_acks)"),
-        4);
-    /* and the C code's */
-    obx__rows rows = {0};
-    const char *ids[4] = {old[0], old[1], nw[0], nw[1]};
-    OK(obx__st_load_events(s, ids, 4, OBX__LOAD_PAYLOAD, &rows));
-    assert_int_equal(rows.n, 4);
-    char d[OBX_DIGEST_LEN + 1];
-    for (size_t k = 0; k < rows.n; k++) {
-        OK(obx__dest_digest(&rows.v[k].dest, d));
-        assert_string_equal(d, rows.v[k].dest_digest);
-        OK(obx__envelope_digest(&rows.v[k].env, d));
-        assert_string_equal(d, rows.v[k].envelope_digest);
-        assert_string_equal(rows.v[k].dest.routing_key, k % 2 ? "t.o-1" : "t.o-0");
-    }
-    obx__rows_free(&rows);
-    stats_exact(s, c);
-    obx_store_close(s);
-    PQfinish(c);
-}
-
-/* A database at schema version 10 with events and statistics deltas is upgraded to version 11:
- * its route generation is frozen from then on (the C producer's one-trip write compares only
- * the generation number), and the statistics deltas lose their identity column without losing
- * a count; the fold (obx._compact_stats, now by ctid) keeps them exact and folds every row. */
-static void test_upgrade_v10_route_stats(void **state) {
-    (void)state;
-    char db[64], url[1200], st[6], ids[3][64];
-    PGconn *c = old_db(10, "{tenant}.{aggregate_id}", false, db, url);
-    enqueue_sql(c, 3, ids);
-    /* version 10 let the owner edit a generation in place */
-    exec_ok(c, "UPDATE obx.obx_route SET created_at = 2");
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_stat_delta"), 3);
-    obx_store *s = upgrade(url, 10);
-    assert_int_equal(qint(c, "SELECT count(*) FROM information_schema.columns WHERE "
-                             "table_schema = 'obx' AND table_name = 'obx_stat_delta'"),
-                     2); /* key, n */
-    stats_exact(s, c);
-    exec_fail(c, "UPDATE obx.obx_route SET created_at = 3", st, NULL, 0);
-    assert_string_equal(st, "OB001");
-    exec_fail(c, "DELETE FROM obx.obx_route", st, NULL, 0);
-    assert_string_equal(st, "OB001");
-    exec_fail(c, "TRUNCATE obx.obx_route", st, NULL, 0);
-    assert_string_equal(st, "OB001");
-    /* a new generation is still an insert */
-    obx_route r2 = {.event_type = "order.created.v2", .cluster = "local", .topic = "orders-2"};
-    OK(obx_route_set(s, &r2, NULL));
-    enqueue_sql(c, 2, ids);
-    exec_ok(c, "INSERT INTO obx.obx_stat_delta (key, n) VALUES ('state:PENDING', 0)");
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_stat_delta"), 6);
-    exec_ok(c, "SELECT obx._compact_stats()");
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_stat_delta"), 1); /* state:PENDING 5 */
-    stats_exact(s, c);
-    obx_store_close(s);
-    PQfinish(c);
 }
 
 /* Relays every event of the database at url through the engine on a connection of its own
@@ -3899,6 +3287,21 @@ static void relay_all(const char *url, PGconn *c) {
     assert_int_equal(system(rm), 0);
 }
 
+/* Whether the plan of query (EXPLAIN, sequential scans off) on c uses index. */
+static bool plan_uses(PGconn *c, const char *query, const char *index) {
+    exec_ok(c, "BEGIN");
+    exec_ok(c, "SET LOCAL enable_seqscan = off");
+    char sql[512];
+    snprintf(sql, sizeof sql, "EXPLAIN %s", query);
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("%s: %s", sql, PQerrorMessage(c));
+    bool uses = false;
+    for (int i = 0; i < PQntuples(r); i++) uses |= strstr(PQgetvalue(r, i, 0), index) != NULL;
+    PQclear(r);
+    exec_ok(c, "ROLLBACK");
+    return uses;
+}
+
 /* SQL that must fail on c with SQLSTATE want and a message holding `has` */
 static void refused(PGconn *c, const char *sql, const char *want, const char *has) {
     char st[6], msg[512];
@@ -3907,24 +3310,27 @@ static void refused(PGconn *c, const char *sql, const char *want, const char *ha
         fail_msg("%s: SQLSTATE '%s' (%s), expected %s with '%s'", sql, st, msg, want, has);
 }
 
+/* ---- the schema's own rules (src/store/postgres/schema.sql) -----------------------------------
+ */
+
 #define AUDIT_BATCH_INS                                                                            \
     "INSERT INTO obx.obx_audit_batch (seqs, at, actor, who, event_id, envelope_gen, from_state, "  \
     "to_state, claim_gen, attempt_id, attempt_gen, reason) VALUES ('[1,3)', "
 
-/* Issue 19, schema version 15 (schema_v15.sql): the relay tables' checks in forms that cost less
- * to prepare for each statement, the same rules for everyone, the owner included, on a database
- * upgraded from version 14 with events in it: an audit batch's arrays hold one element per
- * transition, at least one (a row trigger where a CHECK was: SQLSTATE 23514 as before); an
- * attempt's state, a receipt's kind and source are of their lists (enum casts: 22P02); an
- * envelope's generation is at least 1 (in the generation trigger); a producer's envelope of
- * generation 1 still fires nothing. */
-static void test_upgrade_v14_checks(void **state) {
-    (void)state;
-    char db[64], url[1200], ids[2][64], sql[1024];
-    PGconn *c = old_db(14, "{aggregate_id}", false, db, url);
-    enqueue_sql(c, 1, ids);
-    obx_store *s = upgrade(url, 14);
-    enqueue_sql(c, 2, ids);
+/* The relay tables' checks hold for everyone, the owner included, in the forms that cost a
+ * statement least to prepare: an audit batch's arrays hold one element per transition, at least
+ * one (a row trigger where a CHECK would be: SQLSTATE 23514); an event's and an attempt's state,
+ * a receipt's kind and source are of their lists (enum casts: 22P02); an envelope's generation
+ * is at least 1 (in the generation trigger; a producer's envelope of generation 1 fires
+ * nothing); the identity checks are column triggers that refuse any change (setting a column to
+ * what it is is no change), and who enqueued is frozen with the envelope. The relay's own writes
+ * pass them all, and what its attempts and receipts say (written through the batch statements'
+ * row types, in binary) agrees with the events and their envelopes. */
+static void test_schema_checks(void **state) {
+    fx *f = *state;
+    PGconn *c = f->conn;
+    char ids[3][64], sql[1024];
+    enqueue_sql(c, 3, ids);
     assert_int_equal(qint(c, "SELECT count(*) FROM pg_constraint WHERE conrelid = "
                              "'obx.obx_audit_batch'::regclass AND contype = 'c'"),
                      0);
@@ -3947,6 +3353,7 @@ static void test_upgrade_v14_checks(void **state) {
             "23514", "actor: 1,");
     refused(c, AUDIT_BATCH_INS "'{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')",
             "23514", "at least one");
+    refused(c, "UPDATE obx.obx_event SET state = 'LOST'", "22P02", "obx.event_state");
     refused(c,
             "INSERT INTO obx.obx_attempt (attempt_id, event_id, envelope_gen, attempt_gen, "
             "claim_gen, owner, dest_digest, partition, state, started_at, unknown_at, ended_at, "
@@ -3970,49 +3377,13 @@ static void test_upgrade_v14_checks(void **state) {
              "payload_len, created_at FROM obx.obx_envelope WHERE event_id = '%s'",
              ids[0]);
     refused(c, sql, "23514", "envelope_gen 0 is below 1");
+    snprintf(sql, sizeof sql,
+             "UPDATE obx.obx_envelope SET created_by = 'mallory' WHERE event_id = '%s'", ids[1]);
+    refused(c, sql, "OB001", "cannot change");
     /* the relay's own writes pass them all: the three events relayed through the engine */
-    relay_all(url, c);
+    relay_all(f->url, c);
     assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event WHERE state = 'PUBLISHED'"), 3);
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_receipt WHERE kind = 'PRIMARY'"), 3);
     assert_true(qint(c, "SELECT count(*) FROM obx.obx_audit_batch") > 0);
-    /* the identity checks are column triggers, and still refuse the owner */
-    assert_int_equal(qint(c, "SELECT count(*) FROM pg_trigger WHERE tgname IN "
-                             "('obx_event_frozen', 'obx_event_destination_frozen', "
-                             "'obx_attempt_frozen') AND cardinality(tgattr::int2[]) > 0"),
-                     3);
-    const char *moves[] = {"UPDATE obx.obx_event SET tenant = 'other'",
-                           "UPDATE obx.obx_event SET committed_at = committed_at + 1",
-                           "UPDATE obx.obx_event SET envelope_gen = 0",
-                           "UPDATE obx.obx_event SET order_key = order_key || 'x'",
-                           "UPDATE obx.obx_event SET dest_cluster = 'elsewhere'",
-                           "UPDATE obx.obx_attempt SET owner = 'mallory'",
-                           "UPDATE obx.obx_attempt SET dest_digest = 'sha256:00'"};
-    for (size_t i = 0; i < sizeof moves / sizeof moves[0]; i++)
-        refused(c, moves[i], "OB001", "cannot change");
-    /* setting them to what they are is no change */
-    exec_ok(c, "UPDATE obx.obx_event SET tenant = tenant, order_key = order_key");
-    exec_ok(c, "UPDATE obx.obx_attempt SET owner = owner");
-    obx_store_close(s);
-    PQfinish(c);
-}
-
-/* Schema version 16 (schema_v16.sql): the relay's batch statements take one array of a row type
- * each, sent in binary. A populated version 15 database upgraded in place, its events and one
- * enqueued after relayed through the engine; what the attempts and receipts say agrees with
- * the events and their envelopes, column for column where they share one. */
-static void test_upgrade_v15_batches(void **state) {
-    (void)state;
-    char db[64], url[1200], ids[2][64];
-    PGconn *c = old_db(15, "{aggregate_id}", false, db, url);
-    enqueue_sql(c, 2, ids);
-    obx_store *s = upgrade(url, 15);
-    enqueue_sql(c, 1, ids);
-    assert_int_equal(qint(c, "SELECT count(*) FROM pg_type WHERE typnamespace = "
-                             "'obx'::regnamespace AND typname IN ('_event_update', "
-                             "'_attempt_insert', '_attempt_update', '_receipt_insert')"),
-                     4);
-    relay_all(url, c);
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event WHERE state = 'PUBLISHED'"), 3);
     assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event e JOIN obx.obx_attempt a ON "
                              "a.attempt_id = e.primary_attempt_id AND a.event_id = e.event_id AND "
                              "a.envelope_gen = e.envelope_gen AND a.attempt_gen = e.attempt_gen "
@@ -4031,45 +3402,347 @@ static void test_upgrade_v15_batches(void **state) {
                              "r.payload_digest = v.payload_digest AND r.dest_digest = "
                              "v.dest_digest"),
                      3);
-    obx_store_close(s);
-    PQfinish(c);
+    /* the identity checks are column triggers, and refuse the owner */
+    assert_int_equal(qint(c, "SELECT count(*) FROM pg_trigger WHERE tgname IN "
+                             "('obx_event_frozen', 'obx_event_destination_frozen', "
+                             "'obx_attempt_frozen') AND cardinality(tgattr::int2[]) > 0"),
+                     3);
+    const char *moves[] = {"UPDATE obx.obx_event SET tenant = 'other'",
+                           "UPDATE obx.obx_event SET committed_at = committed_at + 1",
+                           "UPDATE obx.obx_event SET envelope_gen = 0",
+                           "UPDATE obx.obx_event SET order_key = order_key || 'x'",
+                           "UPDATE obx.obx_event SET dest_cluster = 'elsewhere'",
+                           "UPDATE obx.obx_attempt SET owner = 'mallory'",
+                           "UPDATE obx.obx_attempt SET dest_digest = 'sha256:00'"};
+    for (size_t i = 0; i < sizeof moves / sizeof moves[0]; i++)
+        refused(c, moves[i], "OB001", "cannot change");
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event WHERE tenant = 't'"), 3);
+    /* setting them to what they are is no change */
+    exec_ok(c, "UPDATE obx.obx_event SET tenant = tenant, order_key = order_key");
+    exec_ok(c, "UPDATE obx.obx_attempt SET owner = owner");
+    stats_exact(f->s, c);
 }
 
-/* Schema version 17 (schema_v17.sql): on a populated version 16 database, upgraded in place,
- * obx.enqueue()'s PL/pgSQL body takes the cluster's wake lock shared and notifies only while a
- * relay holds it; the events enqueued before and after are relayed. */
-static void test_upgrade_v16_wake(void **state) {
-    (void)state;
-    char db[64], url[1200], ids[2][64];
-    PGconn *c = old_db(16, "{aggregate_id}", false, db, url);
-    enqueue_sql(c, 2, ids);
-    obx_store *s = upgrade(url, 16);
-    PGconn *l = connect_url(url);
-    PQclear(PQexec(l, "LISTEN obx_work"));
+/* How the relay's hottest tables are stored. obx_event and obx_attempt leave room on their
+ * pages (fillfactor 50) and check their identity after the update (no row lock first). An
+ * attempt's outcome is a HOT update (no new index entries: the open UNKNOWN attempts are found
+ * through the stored column unknown_open, which nobody writes), except when it leaves UNKNOWN.
+ * The receipts have one index by event ID, which allows one primary receipt per event and
+ * generation and answers a lookup of an event's receipts. */
+static void test_relay_tables_storage(void **state) {
+    fx *f = *state;
+    PGconn *c = f->conn;
+    char ev[1][64], sql[1024], txt[512];
+    enqueue_sql(c, 1, ev);
+    catalog_text(c,
+                 "SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = "
+                 "'obx.obx_event'::regclass",
+                 txt, sizeof txt);
+    assert_non_null(strstr(txt, "fillfactor=50"));
+    catalog_text(c,
+                 "SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = "
+                 "'obx.obx_attempt'::regclass",
+                 txt, sizeof txt);
+    assert_string_equal(txt, "fillfactor=50");
+    catalog_text(c,
+                 "SELECT string_agg(tgname || ':' || CASE WHEN tgtype & 2 = 2 THEN 'before' "
+                 "ELSE 'after' END, ' ' ORDER BY tgname) FROM pg_trigger WHERE tgname IN "
+                 "('obx_event_frozen', 'obx_attempt_frozen')",
+                 txt, sizeof txt);
+    assert_string_equal(txt, "obx_attempt_frozen:after obx_event_frozen:after");
+    catalog_text(c,
+                 "SELECT string_agg(indexname, ' ' ORDER BY indexname) FROM pg_indexes WHERE "
+                 "tablename = 'obx_receipt'",
+                 txt, sizeof txt);
+    assert_string_equal(txt, "obx_receipt_kind obx_receipt_pkey obx_receipt_primary");
+    /* attempts in every situation */
+    const char *att[][2] = {{"att-a", "UNKNOWN"}, {"att-b", "SENDING"}, {"att-c", "ACCEPTED"}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO obx.obx_attempt (attempt_id, event_id, envelope_gen, attempt_gen, "
+                 "claim_gen, owner, dest_digest, partition, state, started_at, unknown_at, "
+                 "ended_at, offset_before, quiet_until, detail) VALUES ('%s', '%s', 1, %d, 1, "
+                 "'r1', 'sha256:x', 0, '%s', 1, 0, 0, -1, 0, '')",
+                 att[i][0], ev[0], i + 1, att[i][1]);
+        exec_ok(c, sql);
+    }
+    const char *unknown_stat = "SELECT v FROM obx._stats() WHERE k = 'attempts_unknown'";
+    assert_int_equal(qint(c, unknown_stat), 1);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_attempt WHERE unknown_open"), 1);
+    assert_int_equal(qint(c, "SELECT count(*) FROM pg_indexes WHERE schemaname = 'obx' AND "
+                             "tablename = 'obx_attempt' AND indexdef LIKE '%state%'"),
+                     0);
+    assert_true(plan_uses(c, "SELECT attempt_id FROM obx.obx_attempt WHERE unknown_open",
+                          "obx_attempt_unknown_open"));
+    /* SENDING -> ACCEPTED, as the acceptance writes it: heap-only; UNKNOWN -> ACCEPTED leaves
+     * the unknown index, so it is not; the transaction's own counters say which */
     exec_ok(c, "BEGIN");
-    char sql[200];
-    snprintf(sql, sizeof sql,
-             "SELECT obx._enqueue_sql('order.created.v2', 'order', 'o-9', 1, 't', '\\x7b7d')");
-    exec_ok(c, sql);
-    assert_int_equal(qint(c, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
-                             "classid = 5194330 AND objid = hashtext('local')::oid AND mode = "
-                             "'ShareLock' AND pid = pg_backend_pid()"),
+    exec_ok(c, "UPDATE obx.obx_attempt SET state = 'ACCEPTED', ended_at = 2, detail = 'acked' "
+               "WHERE attempt_id = 'att-b'");
+    assert_int_equal(qint(c, "SELECT n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relid = "
+                             "'obx.obx_attempt'::regclass"),
+                     1);
+    exec_ok(c, "UPDATE obx.obx_attempt SET state = 'ACCEPTED', ended_at = 2 WHERE attempt_id = "
+               "'att-a'");
+    assert_int_equal(qint(c, "SELECT n_tup_upd - n_tup_hot_upd FROM pg_stat_xact_user_tables "
+                             "WHERE relid = 'obx.obx_attempt'::regclass"),
                      1);
     exec_ok(c, "COMMIT");
-    assert_false(listener_told(l, 300));
-    /* a relay waits (holds the lock): the same body notifies */
-    PGconn *w = connect_url(url);
-    exec_ok(w, "SELECT pg_advisory_lock(5194330, hashtext('local'))");
+    assert_int_equal(qint(c, unknown_stat), 0);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_attempt WHERE unknown_open"), 0);
+    /* the column is derived: nobody writes it */
+    refused(c, "UPDATE obx.obx_attempt SET unknown_open = true WHERE attempt_id = 'att-c'", "428C9",
+            "unknown_open");
+    /* a second primary receipt for the event is a conflict, a duplicate receipt is not */
+    obx__receipt_row rc = {.envelope_gen = 1, .kind = OBX__RK_PRIMARY, .offset = 1};
+    strcpy(rc.event_id, ev[0]);
+    strcpy(rc.attempt_id, "att-b");
+    OK(obx__st_begin(f->s));
+    OK(obx__st_insert_receipts(f->s, &rc, 1));
+    OK(obx__st_commit(f->s));
+    rc.offset = 2;
+    OK(obx__st_begin(f->s));
+    assert_int_equal(obx__st_insert_receipts(f->s, &rc, 1), OBX_ECONFLICT);
+    OK(obx__st_rollback(f->s));
+    rc.kind = OBX__RK_DUPLICATE;
+    OK(obx__st_begin(f->s));
+    OK(obx__st_insert_receipts(f->s, &rc, 1));
+    OK(obx__st_commit(f->s));
+    obx__receipt_row *got = NULL;
+    size_t n = 0;
+    OK(obx__st_load_receipts(f->s, ev[0], &got, &n));
+    assert_int_equal(n, 2);
+    assert_int_equal(got[0].kind, OBX__RK_PRIMARY);
+    assert_int_equal(got[1].kind, OBX__RK_DUPLICATE);
+    free(got);
+    /* the one index answers a lookup of an event's receipts */
+    snprintf(sql, sizeof sql, "SELECT * FROM obx.obx_receipt WHERE event_id = '%s'", ev[0]);
+    assert_true(plan_uses(c, sql, "obx_receipt_primary"));
+    stats_exact(f->s, c);
+}
+
+/* IDs and digests in SQL. obx.enqueue() draws its IDs as ULIDs whose time is now (in C with the
+ * obx_pg extension, src/core/ulid.c; its PL/pgSQL body and obx._event_id() by obx._ulid, whose
+ * random part is 16 upper-case hexadecimal digits), and obx._event_id() refuses a time out of
+ * range. The digests every body writes are the bytes of the reference functions
+ * obx.envelope_digest and obx.dest_digest and of the C code (src/core/canon.c), recomputed here
+ * from the stored fields. The statistics deltas fold (obx._compact_stats, by ctid) into one row
+ * per key without losing a count. */
+static void test_sql_ids_digests(void **state) {
+    fx *f = *state;
+    PGconn *c = f->conn;
+    char st[6], ids[3][64], tid[2][64];
+    obx_route rt = {.event_type = "order.created.v2",
+                    .cluster = "local",
+                    .topic = "orders",
+                    .routing_key = "{tenant}.{aggregate_id}"};
+    OK(obx_route_set(f->s, &rt, NULL));
+    int64_t t0 = obx__wall_ms();
+    enqueue_sql(c, 2, ids);
+    const char *draws[] = {"SELECT obx._enqueue_sql('order.created.v2', 'order', 'o-2', 1, 't', "
+                           "'\\x7b7d')",
+                           "SELECT obx._event_id(floor(extract(epoch FROM clock_timestamp()) * "
+                           "1000)::bigint)"};
+    for (int i = 0; i < 2; i++) {
+        PGresult *r = PQexec(c, draws[i]);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("%s: %s", draws[i], PQerrorMessage(c));
+        snprintf(tid[i], sizeof tid[i], "%s", PQgetvalue(r, 0, 0));
+        PQclear(r);
+    }
+    snprintf(ids[2], sizeof ids[2], "%s", tid[0]);
+    int64_t t1 = obx__wall_ms();
+    const char *fresh[4] = {ids[0], ids[1], tid[0], tid[1]};
+    for (int i = 0; i < 4; i++) {
+        OK(obx_event_id_check(fresh[i]));
+        int64_t t = obx__ulid_time(fresh[i] + 4);
+        assert_true(t >= t0 - 5 && t <= t1 + 5);
+        for (int k = 0; k < i; k++) assert_string_not_equal(fresh[i], fresh[k]);
+    }
+    for (int i = 0; i < 2; i++) assert_int_equal(strspn(tid[i] + 14, "0123456789ABCDEF"), 16);
+    exec_fail(c, "SELECT obx._event_id(-1)", st, NULL, 0);
+    assert_string_equal(st, "OB002");
+    exec_fail(c, "SELECT obx._event_id(1::bigint << 48)", st, NULL, 0);
+    assert_string_equal(st, "OB002");
+    /* every envelope's digests are the reference functions' */
+    assert_int_equal(
+        qint(c, "SELECT count(*) FROM obx.obx_envelope WHERE envelope_digest = "
+                "obx.envelope_digest(event_id, envelope_gen, aggregate_type, aggregate_id, "
+                "aggregate_version, event_type, payload_schema, payload_digest, tenant, "
+                "occurred_at, created_txid, correlation_id, causation_id, traceparent, "
+                "idempotency_key) AND dest_digest = obx.dest_digest(dest_cluster, dest_topic, "
+                "dest_routing_key, dest_algorithm, dest_route_gen, dest_serializer, "
+                "dest_durability, dest_acks)"),
+        3);
+    /* and the C code's */
+    obx__rows rows = {0};
+    const char *rid[3] = {ids[0], ids[1], ids[2]};
+    OK(obx__st_load_events(f->s, rid, 3, OBX__LOAD_PAYLOAD, &rows));
+    assert_int_equal(rows.n, 3);
+    char d[OBX_DIGEST_LEN + 1], rk[16];
+    for (size_t k = 0; k < rows.n; k++) {
+        OK(obx__dest_digest(&rows.v[k].dest, d));
+        assert_string_equal(d, rows.v[k].dest_digest);
+        OK(obx__envelope_digest(&rows.v[k].env, d));
+        assert_string_equal(d, rows.v[k].envelope_digest);
+        snprintf(rk, sizeof rk, "t.%s", rows.v[k].env.aggregate_id);
+        assert_string_equal(rows.v[k].dest.routing_key, rk);
+    }
+    obx__rows_free(&rows);
+    /* the fold: every delta row, one per key left, the counts unchanged */
+    exec_ok(c, "INSERT INTO obx.obx_stat_delta (key, n) VALUES ('state:PENDING', 0)");
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_stat_delta"), 4);
+    exec_ok(c, "SELECT obx._compact_stats()");
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_stat_delta"), 1); /* state:PENDING 3 */
+    stats_exact(f->s, c);
+}
+
+/* What the least-privilege roles of obx.create_roles() do through obx's own paths (test_roles
+ * has what they may not do). The producer's first row of each event is recorded in the
+ * envelope under its login, obx.producer_events finds its events and no other, and it reaches
+ * obx.enqueue()'s bodies only through obx.enqueue(). The relay files its audit rows as one batch
+ * under the range of the events' seqs (or looks the seq up), holds an event for an operator,
+ * registers its cluster and moves an event to a new envelope generation (obx migrate). The
+ * auditor reads every audit row. An audit row that is not the producer's own is written as a
+ * row, and read back as given. */
+static void test_roles_write_paths(void **state) {
+    fx *f = *state;
+    PGconn *c = f->conn;
+    char pre[32], sql[512], urls[3][1300], me[128], got[256], prod_login[80];
+    snprintf(pre, sizeof pre, "obxw%d", (int)getpid());
+    OK(obx_store_create_roles(f->s, pre));
+    const char *kinds[] = {"producer", "relay", "auditor"};
+    for (int i = 0; i < 3; i++) login_role(c, f->db, pre, kinds[i], urls[i]);
+    snprintf(prod_login, sizeof prod_login, "%s_producer_login", pre);
+    catalog_text(c, "SELECT session_user", me, sizeof me);
+    /* the producer's event and the owner's: mine, theirs, one to hold, one to migrate, one to
+     * write again by hand */
+    PGconn *p = connect_url(urls[0]);
+    char ev[5][64];
+    enqueue_sql(p, 1, &ev[0]);
+    enqueue_sql(c, 4, &ev[1]);
+    check_first_row(f->s, c, ev[0], prod_login);
+    check_first_row(f->s, c, ev[1], me);
+    assert_int_equal(qint(p, "SELECT count(*) FROM obx.producer_events"), 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM obx.producer_events WHERE event_id = '%s'",
+             ev[0]);
+    assert_int_equal(qint(p, sql), 1);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_audit_all WHERE from_state = 'NONE' "
+                             "AND audit_id IS NULL AND actor = 'producer' AND reason = "
+                             "'enqueued under route generation 1'"),
+                     5);
+    refused(p, "SELECT obx._enqueue_sql('order.created.v2', 'order', 'o-x', 1, 't', '\\x7b7d')",
+            "42501", "permission denied");
+    PQfinish(p);
+    /* the relay claims two events: one batch, filed under their seqs */
+    obx_store *rs;
+    OK(obx_store_open(urls[1], &rs));
+    obx__event_row rows[2];
+    obx__event_update u[2];
+    obx__audit_row au[2];
+    bool applied[2];
+    for (int i = 0; i < 2; i++) {
+        rows[i] = load1(rs, ev[i], 0);
+        u[i] = (obx__event_update){&rows[i], rows[i].state, rows[i].claim_gen};
+        rows[i].state = OBX__ST_CLAIMED;
+        rows[i].claim_gen++;
+        au[i] = (obx__audit_row){.at = 3,
+                                 .actor = OBX__ACT_DISPATCHER,
+                                 .envelope_gen = 1,
+                                 .from = OBX__ST_PENDING,
+                                 .to = OBX__ST_CLAIMED,
+                                 .claim_gen = rows[i].claim_gen};
+        strcpy(au[i].who, "r1");
+        strcpy(au[i].event_id, ev[i]);
+        strcpy(au[i].reason, "claimed");
+        au[i].seq = rows[i].seq; /* filed under the seqs given */
+    }
+    OK(obx__st_begin(rs));
+    OK(obx__st_update_events(rs, u, 2, applied));
+    OK(obx__st_insert_audit(rs, au, 2));
+    OK(obx__st_commit(rs));
+    assert_true(applied[0] && applied[1]);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_audit_batch"), 1);
     snprintf(sql, sizeof sql,
-             "SELECT obx._enqueue_sql('order.created.v2', 'order', 'o-10', 1, 't', '\\x7b7d')");
-    exec_ok(c, sql);
-    assert_true(listener_told(l, 2000));
-    PQfinish(w);
-    relay_all(url, c);
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event WHERE state = 'PUBLISHED'"), 4);
-    PQfinish(l);
-    obx_store_close(s);
-    PQfinish(c);
+             "SELECT count(*) FROM obx.obx_audit_batch WHERE seqs = int8range(%lld, %lld, '[]')",
+             (long long)rows[0].seq, (long long)rows[1].seq);
+    assert_int_equal(qint(c, sql), 1);
+    trail(f->s, ev[0], got, sizeof got);
+    assert_string_equal(got, "NONE>PENDING PENDING>CLAIMED");
+    /* a row whose seq the writer does not know: looked up */
+    au[1].from = OBX__ST_CLAIMED;
+    au[1].seq = 0;
+    strcpy(au[1].reason, "a stale report, refused");
+    OK(obx__st_begin(rs));
+    OK(obx__st_insert_audit(rs, &au[1], 1));
+    OK(obx__st_commit(rs));
+    trail(f->s, ev[1], got, sizeof got);
+    assert_string_equal(got, "NONE>PENDING PENDING>CLAIMED CLAIMED>CLAIMED");
+    /* the relay holds an event for an operator and registers its cluster */
+    obx__event_row held = load1(rs, ev[2], 0);
+    obx__event_update hu = {&held, held.state, held.claim_gen};
+    held.state = OBX__ST_DISPATCH_UNKNOWN;
+    held.held_at = 77;
+    bool ok = false;
+    OK(obx__st_update_events(rs, &hu, 1, &ok));
+    assert_true(ok);
+    obx__cluster_row k = {.seen_at = 1};
+    strcpy(k.cluster, "local");
+    strcpy(k.backend, "log");
+    strcpy(k.lookup, "authoritative");
+    strcpy(k.durability, "persistent,transient");
+    strcpy(k.required_acks, "all,1");
+    strcpy(k.serializer, "*");
+    strcpy(k.relay, "r1");
+    OK(obx__st_cluster_put(rs, &k));
+    assert_int_equal(qint(c, "SELECT v FROM obx._stats() WHERE k = 'held'"), 1);
+    assert_int_equal(qint(c, "SELECT v FROM obx._stats() WHERE k = 'oldest_held'"), 77);
+    /* and moves an event to a new envelope generation (obx migrate) */
+    obx_route moved = {.event_type = "order.created.v2", .cluster = "local", .topic = "orders-v2"};
+    int64_t g2;
+    OK(obx_route_set(f->s, &moved, &g2));
+    const char *mids[] = {ev[3]};
+    obx_migrate_request mr = {.event_ids = mids, .n_event_ids = 1, .route_gen = g2, .who = "ops"};
+    char *mout = NULL;
+    OK(obx_migrate(rs, NULL, NULL, 0, &mr, &mout));
+    assert_non_null(strstr(mout, "\"migrated\""));
+    assert_non_null(strstr(mout, "never_sent"));
+    obx_free(mout);
+    assert_int_equal(load1(f->s, ev[3], 0).envelope_gen, 2);
+    obx_store_close(rs);
+    /* an audit row that the envelope cannot record (not the producer's NONE -> PENDING of this
+     * row) is an obx_audit row, read back as given */
+    obx__event_row r = load1(f->s, ev[4], 0);
+    OK(obx_event_id_new(0, r.env.event_id));
+    obx__audit_row x = {.at = r.committed_at,
+                        .actor = OBX__ACT_OPERATOR,
+                        .envelope_gen = 1,
+                        .from = OBX__ST_NONE,
+                        .to = OBX__ST_PENDING};
+    snprintf(x.who, sizeof x.who, "carol");
+    snprintf(x.event_id, sizeof x.event_id, "%s", r.env.event_id);
+    snprintf(x.reason, sizeof x.reason, "re-created by hand");
+    OK(obx__st_begin(f->s));
+    OK(obx__st_insert_event_audit(f->s, &r, "{}", 2, &x));
+    OK(obx__st_commit(f->s));
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM obx.obx_envelope WHERE event_id = '%s' AND created_by IS NULL",
+             r.env.event_id);
+    assert_int_equal(qint(c, sql), 1);
+    obx__audit_row *a = NULL;
+    size_t n = 0;
+    OK(obx__st_load_audit(f->s, r.env.event_id, &a, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(a[0].who, "carol");
+    assert_string_equal(a[0].reason, "re-created by hand");
+    assert_int_equal(a[0].actor, OBX__ACT_OPERATOR);
+    free(a);
+    /* the auditor reads every audit row */
+    PGconn *ad = connect_url(urls[2]);
+    long long all = qint(c, "SELECT count(*) FROM obx.obx_audit_all");
+    assert_true(all >= 5 + 2 + 1 + 1);
+    assert_int_equal(qint(ad, "SELECT count(*) FROM obx.obx_audit_all"), all);
+    PQfinish(ad);
+    stats_exact(f->s, c);
 }
 
 /* a relay's connection that reads the schema version while holding it (pg_schema_hold), in a
@@ -4102,54 +3775,62 @@ static long long schema_holders(const char *db, long long most) {
     return qint_down_to(admin, sql, most);
 }
 
-/* Issue 19, upgrades (docs/operations.md, "Upgrading obx"): a relay's connection holds the
- * schema version it checked, so `obx init` does not migrate under a running relay. It refuses
- * with OBX_EBUSY, naming the relay's server process, and changes nothing; with the relay gone it
- * migrates. An init with nothing to migrate does not care. A relay that starts while a migration
- * runs waits for its commit and reads the version it committed: not the old one, which its
- * statement's snapshot would have shown had the lock and the read been one statement. */
+/* ---- upgrades (docs/operations.md, "Upgrading obx") -------------------------------------------
+ */
+
+/* A relay's connection holds the schema version it checked, so `obx init` does not migrate
+ * under a running relay. Until a release brings schema version 2, the upgrade here is made up:
+ * the store's migrate with a script table of one more version (obx__pg_migrate_to), whose script
+ * adds a table. `obx init` refuses with OBX_EBUSY, naming the relay's server process, and
+ * changes nothing; with the relay gone it migrates, from the version the database has, by the
+ * scripts after it. An init with nothing to migrate does not care. A relay that starts while a
+ * migration runs waits for its commit and reads the version it committed: not the old one,
+ * which its statement's snapshot would have shown had the lock and the read been one
+ * statement. */
 static void test_init_refuses_under_relay(void **state) {
-    (void)state;
-    char db[64], url[1200], rurl[1300], sql[160];
-    PGconn *c = old_db(10, "{aggregate_id}", false, db, url);
-    db_url(db, "application_name=obx-held-relay", rurl, sizeof rurl);
+    fx *f = *state;
+    PGconn *c = f->conn;
+    char rurl[1300], sql[160];
+    extern const char obx__pg_schema[];
+    const char *const next[] = {NULL, obx__pg_schema, "CREATE TABLE obx.obx_next (n int)"};
+    const char *has_next = "SELECT (to_regclass('obx.obx_next') IS NOT NULL)::int";
+    const char *version = "SELECT value::int FROM obx.obx_meta WHERE key = 'schema_version'";
+    db_url(f->db, "application_name=obx-held-relay", rurl, sizeof rurl);
     obx__store *relay = NULL;
     OK(obx__st_open(rurl, &relay));
     int found = 0;
     OK(obx__st_schema_hold(relay, &found));
-    assert_int_equal(found, 10);
-    assert_int_equal(schema_holders(db, 1), 1);
+    assert_int_equal(found, OBX__SCHEMA_VERSION);
+    assert_int_equal(schema_holders(f->db, 1), 1);
     long long pid =
         qint(c, "SELECT pid FROM pg_stat_activity WHERE application_name = 'obx-held-relay'");
     obx_store *s = NULL;
-    OK(obx_store_open(url, &s));
-    assert_int_equal(obx_store_init(s), OBX_EBUSY);
-    char want[48];
+    OK(obx_store_open(f->url, &s));
+    assert_int_equal(obx__pg_migrate_to(s, next, OBX__SCHEMA_VERSION + 1), OBX_EBUSY);
+    char want[48], to[32];
     snprintf(want, sizeof want, "(server pids: %lld", pid);
+    snprintf(to, sizeof to, "to version %d", OBX__SCHEMA_VERSION + 1);
     if (!strstr(obx_errmsg(), want) || !strstr(obx_errmsg(), "stop the relays") ||
-        !strstr(obx_errmsg(), "schema version 10"))
+        !strstr(obx_errmsg(), "schema version 1 ") || !strstr(obx_errmsg(), to))
         fail_msg("refusal: %s", obx_errmsg());
-    assert_int_equal(qint(c, "SELECT value::int FROM obx.obx_meta WHERE key = 'schema_version'"),
-                     10);
-    assert_int_equal(qint(c, "SELECT count(*) FROM information_schema.columns WHERE "
-                             "table_schema = 'obx' AND table_name = 'obx_stat_delta'"),
-                     3); /* version 11 drops its id: not run */
+    assert_int_equal(qint(c, version), OBX__SCHEMA_VERSION);
+    assert_int_equal(qint(c, has_next), 0);
     obx__st_close(relay);
-    assert_int_equal(schema_holders(db, 0), 0);
-    OK(obx_store_init(s));
-    OK(obx_store_schema_version(s, &found, NULL));
-    assert_int_equal(found, OBX__SCHEMA_VERSION);
+    assert_int_equal(schema_holders(f->db, 0), 0);
+    OK(obx__pg_migrate_to(s, next, OBX__SCHEMA_VERSION + 1));
+    assert_int_equal(qint(c, version), OBX__SCHEMA_VERSION + 1);
+    assert_int_equal(qint(c, has_next), 1);
     /* with nothing to migrate, a relay holding the schema is no obstacle */
     OK(obx__st_open(rurl, &relay));
     OK(obx__st_schema_hold(relay, &found));
-    assert_int_equal(found, OBX__SCHEMA_VERSION);
-    OK(obx_store_init(s));
+    assert_int_equal(found, OBX__SCHEMA_VERSION + 1);
+    OK(obx__pg_migrate_to(s, next, OBX__SCHEMA_VERSION + 1));
     obx__st_close(relay);
     /* a relay starting during a migration (here: one that records version 99) */
     exec_ok(c, "BEGIN");
     exec_ok(c, "SELECT pg_advisory_xact_lock(5194329, 1)");
     exec_ok(c, "UPDATE obx.obx_meta SET value = '99' WHERE key = 'schema_version'");
-    db_url(db, "application_name=obx-late-relay", rurl, sizeof rurl);
+    db_url(f->db, "application_name=obx-late-relay", rurl, sizeof rurl);
     hold_arg h = {.url = rurl};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, hold_thread, &h), 0);
@@ -4164,143 +3845,6 @@ static void test_init_refuses_under_relay(void **state) {
              OBX__SCHEMA_VERSION);
     exec_ok(c, sql);
     obx_store_close(s);
-    PQfinish(c);
-}
-
-/* A populated database at schema version 3, with the least-privilege roles of version 3, is
- * upgraded in place to version 4: a route made without blind retry keeps what it froze (now
- * called the UNKNOWN policy "hold"), receipts say they came from the broker, old consume
- * receipts are not evidence, and the relay role of version 3 may hold events and register its
- * cluster. */
-static void test_upgrade_v3_unknown_policy(void **state) {
-    (void)state;
-    char db[64], url[1200], pre[32], sql[512], relay_url[1300];
-    PGconn *c = old_db(3, "{aggregate_id}", false, db, url);
-    snprintf(pre, sizeof pre, "obxv%d", (int)getpid());
-    snprintf(sql, sizeof sql, "SELECT obx.create_roles('%s')", pre); /* version 3's */
-    exec_ok(c, sql);
-    login_role(c, db, pre, "relay", relay_url);
-    PGresult *r = PQexec(c, "SELECT obx.enqueue('order.created.v2', 'order', 'o-1', 1, 't', "
-                            "'\\x7b7d')");
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("v3 enqueue: %s", PQerrorMessage(c));
-    char ev[64];
-    snprintf(ev, sizeof ev, "%s", PQgetvalue(r, 0, 0));
-    PQclear(r);
-    snprintf(sql, sizeof sql,
-             "INSERT INTO obx.obx_inbox (consumer_id, event_id, payload_digest, event_type, "
-             "tenant, outcome, result, topic, partition, \"offset\", consumed_at, duration_us) "
-             "VALUES ('projection', '%s', 'sha256:x', 'order.created.v2', 't', 'APPLIED', '', "
-             "'orders', 0, 3, 1, 1)",
-             ev);
-    exec_ok(c, sql);
-    obx_store *s = upgrade(url, 0); /* to 4 and what came after */
-    char *js = NULL;
-    OK(obx_route_list(s, 0, &js));
-    assert_non_null(strstr(js, "\"on_unknown\": \"hold\""));
-    obx_free(js);
-    snprintf(sql, sizeof sql,
-             "SELECT count(*) FROM obx.obx_event WHERE event_id = '%s' AND "
-             "NOT blind_retry AND held_at = 0",
-             ev);
-    assert_int_equal(qint(c, sql), 1);
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_inbox WHERE envelope_gen = 0 AND "
-                             "attempt_id = '' AND dest_digest = ''"),
-                     1);
-    assert_int_equal(qint(c, "SELECT v FROM obx._stats() WHERE k = 'held'"), 0);
-    obx_store_close(s);
-    /* the relay role of version 3 holds an event and registers its cluster */
-    obx_store *rs;
-    OK(obx_store_open(relay_url, &rs));
-    obx__rows rows = {0};
-    const char *ids[] = {ev};
-    OK(obx__st_load_events(rs, ids, 1, 0, &rows));
-    assert_int_equal(rows.n, 1);
-    obx__event_row next = rows.v[0];
-    next.payload = NULL;
-    next.state = OBX__ST_DISPATCH_UNKNOWN;
-    next.held_at = 77;
-    obx__event_update u = {&next, rows.v[0].state, rows.v[0].claim_gen};
-    bool ok = false;
-    OK(obx__st_update_events(rs, &u, 1, &ok));
-    assert_true(ok);
-    obx__rows_free(&rows);
-    obx__cluster_row k = {.seen_at = 1};
-    strcpy(k.cluster, "local");
-    strcpy(k.backend, "log");
-    strcpy(k.lookup, "authoritative");
-    strcpy(k.durability, "persistent,transient");
-    strcpy(k.required_acks, "all,1");
-    strcpy(k.serializer, "*");
-    strcpy(k.relay, "r1");
-    OK(obx__st_cluster_put(rs, &k));
-    obx_store_close(rs);
-    assert_int_equal(qint(c, "SELECT v FROM obx._stats() WHERE k = 'held'"), 1);
-    assert_int_equal(qint(c, "SELECT v FROM obx._stats() WHERE k = 'oldest_held'"), 77);
-    PQfinish(c);
-}
-
-/* A database at schema version 2 with attempts in every situation: `obx init` takes it to
- * version 3, where an attempt's outcome is a HOT update (no new index entries) and the open
- * UNKNOWN attempts are found through unknown_open. Before version 3 the index on
- * state = 'UNKNOWN' made every outcome update write all three indexes of obx_attempt. */
-static void test_upgrade_v2_attempts_hot(void **state) {
-    (void)state;
-    char db[64], url[1200];
-    PGconn *c = old_db(2, "{aggregate_id}", false, db, url);
-    PGresult *r = PQexec(c, "SELECT obx.enqueue('order.created.v2', 'order', 'o-1', 1, 't', "
-                            "'\\x7b7d')");
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("v2 enqueue: %s", PQerrorMessage(c));
-    char ev[64], sql[1024];
-    snprintf(ev, sizeof ev, "%s", PQgetvalue(r, 0, 0));
-    PQclear(r);
-    const char *att[][2] = {{"att-a", "UNKNOWN"}, {"att-b", "SENDING"}, {"att-c", "ACCEPTED"}};
-    for (int i = 0; i < 3; i++) {
-        snprintf(sql, sizeof sql,
-                 "INSERT INTO obx.obx_attempt (attempt_id, event_id, envelope_gen, attempt_gen, "
-                 "claim_gen, owner, dest_digest, partition, state, started_at, unknown_at, "
-                 "ended_at, offset_before, quiet_until, detail) VALUES ('%s', '%s', 1, %d, 1, "
-                 "'r1', 'sha256:x', 0, '%s', 1, 0, 0, -1, 0, '')",
-                 att[i][0], ev, i + 1, att[i][1]);
-        exec_ok(c, sql);
-    }
-    const char *unknown_stat = "SELECT v FROM obx._stats() WHERE k = 'attempts_unknown'";
-    assert_int_equal(qint(c, unknown_stat), 1);
-    obx_store *s = upgrade(url, 0); /* to 3 and what came after */
-    obx_store_close(s);
-    /* the same attempts, the same count, through the new index */
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_attempt"), 3);
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_attempt WHERE unknown_open"), 1);
-    assert_int_equal(qint(c, unknown_stat), 1);
-    assert_int_equal(qint(c, "SELECT count(*) FROM pg_indexes WHERE schemaname = 'obx' AND "
-                             "tablename = 'obx_attempt' AND indexdef LIKE '%state%'"),
-                     0);
-    exec_ok(c, "SET enable_seqscan = off");
-    r = PQexec(c, "EXPLAIN SELECT attempt_id FROM obx.obx_attempt WHERE unknown_open");
-    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
-    assert_non_null(strstr(PQgetvalue(r, 0, 0), "obx_attempt_unknown_open"));
-    PQclear(r);
-    /* SENDING -> ACCEPTED, as the acceptance writes it: heap-only; UNKNOWN -> ACCEPTED leaves
-     * the unknown index, so it is not; the transaction's own counters say which */
-    exec_ok(c, "BEGIN");
-    exec_ok(c, "UPDATE obx.obx_attempt SET state = 'ACCEPTED', ended_at = 2, detail = 'acked' "
-               "WHERE attempt_id = 'att-b'");
-    assert_int_equal(qint(c, "SELECT n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relid = "
-                             "'obx.obx_attempt'::regclass"),
-                     1);
-    exec_ok(c, "UPDATE obx.obx_attempt SET state = 'ACCEPTED', ended_at = 2 WHERE attempt_id = "
-               "'att-a'");
-    assert_int_equal(qint(c, "SELECT n_tup_upd - n_tup_hot_upd FROM pg_stat_xact_user_tables "
-                             "WHERE relid = 'obx.obx_attempt'::regclass"),
-                     1);
-    exec_ok(c, "COMMIT");
-    assert_int_equal(qint(c, unknown_stat), 0);
-    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_attempt WHERE unknown_open"), 0);
-    /* the column is derived: nobody writes it */
-    char st[6];
-    exec_fail(c, "UPDATE obx.obx_attempt SET unknown_open = true WHERE attempt_id = 'att-c'", st,
-              NULL, 0);
-    assert_string_equal(st, "428C9");
-    PQfinish(c);
 }
 
 /* ---- schema versions --------------------------------------------------------------------------
@@ -4412,19 +3956,11 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_held_write_set, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sql_enqueue_delivery_set, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_upgrade_from_v1, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_upgrade_v2_attempts_hot, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_upgrade_v3_unknown_policy, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_upgrade_v5_producer, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_upgrade_v6_audit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_upgrade_v7_wal, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_upgrade_v8_first_row, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_upgrade_v9_ids_digests, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_upgrade_v10_route_stats, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_schema_checks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_relay_tables_storage, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sql_ids_digests, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_roles_write_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(test_init_refuses_under_relay, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_upgrade_v14_checks, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_upgrade_v15_batches, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_upgrade_v16_wake, setup, teardown),
     };
     failed += cmocka_run_group_tests_name("postgres store", tests, NULL, NULL);
     /* the engine's fault suite (docs/design.md, "Tests per fault") on this store */

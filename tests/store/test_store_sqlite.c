@@ -12,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "store/conformance.h"
+#include "store/shared.h"
 
 #include <signal.h>
 #include <sqlite3.h>
@@ -198,7 +199,25 @@ static void test_frozen(void **state) {
     obx_event ev = order_event("o-5", "{}");
     obx_enqueue_result res;
     assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_OK);
+    /* and one with a delivery set, whose contract is frozen too */
+    obx_route_target t[] = {{.cluster = "eu", .topic = "orders-eu"}};
+    obx_route rs = {.event_type = "order.created.v2",
+                    .cluster = "local",
+                    .topic = "orders",
+                    .targets = t,
+                    .n_targets = 1};
+    assert_int_equal(obx_route_set(f->s, &rs, NULL), OBX_OK);
+    obx_event evs = order_event("o-5s", "{}");
+    obx_enqueue_result ress;
+    assert_int_equal(obx_enqueue(f->s, &evs, &ress), OBX_OK);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_delivery_target"), 2);
     const char *bad[] = {
+        "UPDATE obx_delivery_set SET completion = 'any'",
+        "DELETE FROM obx_delivery_set",
+        "UPDATE obx_delivery_target SET target_no = 3",
+        "DELETE FROM obx_delivery_target",
+        "UPDATE obx_route_set SET completion = 'any'",
+        "UPDATE obx_route_target SET topic = 'elsewhere'",
         "UPDATE obx_envelope SET dest_topic = 'elsewhere'",
         "UPDATE obx_envelope SET payload_digest = 'sha256:00'",
         "UPDATE obx_envelope SET payload = x'00'",
@@ -210,7 +229,7 @@ static void test_frozen(void **state) {
         "UPDATE obx_event SET order_key = 'x'",
         "UPDATE obx_event SET envelope_gen = 0",
         "DELETE FROM obx_event",
-        /* a route generation too (schema version 11): a new one is an insert */
+        /* a route generation too: a new one is an insert */
         "UPDATE obx_route SET topic = 'elsewhere'",
         "DELETE FROM obx_route",
     };
@@ -376,118 +395,66 @@ static void test_schema_versions(void **state) {
     obx_store_close(NULL); /* harmless */
 }
 
-/* A database made by schema version 1 (with an event in it) is upgraded in place by init; the
- * event stays, outside any delivery set, and a delivery-set route works afterwards. */
-static void test_upgrade_from_v1(void **state) {
-    (void)state;
-    extern const char obx__sqlite_schema_v1[];
-    sqlite3 *db;
-    assert_int_equal(sqlite3_open(":memory:", &db), SQLITE_OK);
-    exec_ok(db, obx__sqlite_schema_v1);
-    exec_ok(db, "INSERT INTO obx_meta (key, value) VALUES ('schema_version', '1')");
-    exec_ok(db,
-            "INSERT INTO obx_event (event_id, tenant, idempotency_key, event_type, "
-            "correlation_id, order_key, envelope_gen, state, claim_gen, owner, lease_until, "
-            "attempt_gen, attempt_id, pinned_partition, rejections, available_at, "
-            "next_check_at, unknown_since, primary_attempt_id, published_at, committed_at, "
-            "updated_at, max_attempts, blind_retry, unordered, alias, dest_cluster) VALUES "
-            "('evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G', 't1', NULL, 'order.created.v2', '', 'k', 1, "
-            "'PENDING', 0, '', 0, 0, '', -1, 0, 0, 0, 0, '', 0, 1, 1, 8, 0, 0, 'obx', 'local')");
-    obx_store *s;
-    assert_int_equal(obx_store_wrap_sqlite(db, &s), OBX_OK);
-    int found = 0;
-    assert_int_equal(obx_store_schema_version(s, &found, NULL), OBX_OK);
-    assert_int_equal(found, 1);
-    assert_int_equal(obx_store_init(s), OBX_OK);
-    assert_int_equal(obx_store_schema_version(s, &found, NULL), OBX_OK);
-    assert_int_equal(found, OBX__SCHEMA_VERSION);
-    assert_int_equal(count(db, "SELECT count(*) FROM obx_event"), 1);
-    assert_int_equal(count(db, "SELECT count(*) FROM obx_delivery_target"), 0);
-    obx_route_target t[] = {{.cluster = "eu", .topic = "orders-eu"}};
-    obx_route r = {.event_type = "order.created.v2",
-                   .cluster = "local",
-                   .topic = "orders",
-                   .targets = t,
-                   .n_targets = 1};
-    assert_int_equal(obx_route_set(s, &r, NULL), OBX_OK);
-    obx_event ev = {.event_type = "order.created.v2",
-                    .aggregate_type = "order",
-                    .aggregate_id = "o-1",
-                    .aggregate_version = 1,
-                    .tenant = "t1",
-                    .payload = "{}",
-                    .payload_len = 2};
-    obx_enqueue_result res;
-    assert_int_equal(obx_enqueue(s, &ev, &res), OBX_OK);
-    assert_int_equal(count(db, "SELECT count(*) FROM obx_event"), 3);
-    assert_int_equal(count(db, "SELECT count(*) FROM obx_delivery_target"), 2);
-    /* the contract is frozen in this backend too */
-    assert_int_equal(
-        sqlite3_exec(db, "UPDATE obx_delivery_set SET completion = 'any'", NULL, NULL, NULL),
-        SQLITE_CONSTRAINT);
-    obx_store_close(s);
-    sqlite3_close(db);
+/* The migration runner (shared.c) as an upgrade after a release will use it, here with the
+ * scripts of three made-up versions on SQLite: a new database runs every script and records
+ * each version; one at version 1 runs the scripts after it (running 1's again would fail); one
+ * at the last version runs nothing; one newer than the last is refused, naming both versions,
+ * with nothing run; a failing script's error names its version, and what ran before it is left
+ * to the caller's transaction (the stores roll it back). */
+static sqlite3 *runner_db;
+static int runner_calls;
+
+static obx_err runner_exec(obx__store *s, const char *sql) {
+    (void)s;
+    runner_calls++;
+    char *err = NULL;
+    if (sqlite3_exec(runner_db, sql, NULL, NULL, &err) == SQLITE_OK) return OBX_OK;
+    obx_err e = obx__fail(OBX_EIO, "%s", err ? err : "?");
+    sqlite3_free(err);
+    return e;
 }
 
-/* A populated database at schema version 3 is upgraded in place to version 4: a route made
- * without --blind-retry (and its events) keeps what it froze, which is now called the UNKNOWN
- * policy "hold"; receipts say they came from the broker; consume receipts written before are
- * not evidence; nothing is held until a reconciler decides it. */
-static void test_upgrade_v3_unknown_policy(void **state) {
+/* runner_db: a new in-memory database, at version `at` of scripts (0: empty) */
+static void runner_new(const char *const *scripts, int at) {
+    if (runner_db) sqlite3_close(runner_db);
+    assert_int_equal(sqlite3_open(":memory:", &runner_db), SQLITE_OK);
+    for (int v = 1; v <= at; v++) exec_ok(runner_db, scripts[v]);
+    char sql[96];
+    snprintf(sql, sizeof sql, "INSERT INTO obx_meta VALUES ('schema_version', '%d')", at);
+    if (at) exec_ok(runner_db, sql);
+    runner_calls = 0;
+}
+
+static void test_migrate_runner(void **state) {
     (void)state;
-    extern const char obx__sqlite_schema_v1[], obx__sqlite_schema_v2[], obx__sqlite_schema_v3[];
-    sqlite3 *db;
-    assert_int_equal(sqlite3_open(":memory:", &db), SQLITE_OK);
-    exec_ok(db, obx__sqlite_schema_v1);
-    exec_ok(db, obx__sqlite_schema_v2);
-    exec_ok(db, obx__sqlite_schema_v3);
-    exec_ok(db, "INSERT INTO obx_meta (key, value) VALUES ('schema_version', '3')");
-    obx_store *s;
-    assert_int_equal(obx_store_wrap_sqlite(db, &s), OBX_OK);
-    /* written the way version 3 wrote them: a route without blind retry, an event, a receipt,
-     * a consume receipt */
-    exec_ok(db, "INSERT INTO obx_route (event_type, cluster, topic, routing_key, algorithm, "
-                "serializer, durability, required_acks, max_attempts, blind_retry, unordered, "
-                "alias, created_at) VALUES ('order.created.v1', 'local', 'orders', "
-                "'{aggregate_id}', 'murmur2', 'raw', 'persistent', 'all', 8, 0, 0, 'obx', 1)");
-    exec_ok(db, "INSERT INTO obx_event (event_id, tenant, idempotency_key, event_type, "
-                "correlation_id, order_key, envelope_gen, state, claim_gen, owner, lease_until, "
-                "attempt_gen, attempt_id, pinned_partition, rejections, available_at, "
-                "next_check_at, unknown_since, primary_attempt_id, published_at, committed_at, "
-                "updated_at, max_attempts, blind_retry, unordered, alias, dest_cluster) VALUES "
-                "('evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G', 't1', NULL, 'order.created.v1', '', 'k', 1, "
-                "'DISPATCH_UNKNOWN', 1, '', 0, 1, 'att-a', 0, 0, 0, 0, 5, '', 0, 1, 1, 8, 0, 0, "
-                "'obx', 'local')");
-    exec_ok(db, "INSERT INTO obx_receipt (event_id, envelope_gen, attempt_id, kind, cluster, "
-                "topic, partition, \"offset\", broker_ts, payload_digest, dest_digest, reason, "
-                "detail, created_at) VALUES ('evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G', 1, 'att-a', "
-                "'DUPLICATE', 'local', 'orders', 0, 3, 1, 'sha256:x', 'sha256:y', '', NULL, 1)");
-    exec_ok(db, "INSERT INTO obx_inbox (consumer_id, event_id, payload_digest, event_type, "
-                "tenant, outcome, result, topic, partition, \"offset\", consumed_at, "
-                "duration_us) VALUES ('projection', 'evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G', 'sha256:x', "
-                "'order.created.v1', 't1', 'APPLIED', '', 'orders', 0, 3, 1, 1)");
-    assert_int_equal(obx_store_init(s), OBX_OK);
-    int found = 0;
-    assert_int_equal(obx_store_schema_version(s, &found, NULL), OBX_OK);
-    assert_int_equal(found, OBX__SCHEMA_VERSION); /* 4 and what came after */
-    char *js = NULL;
-    assert_int_equal(obx_route_list(s, 0, &js), OBX_OK);
-    assert_non_null(strstr(js, "\"on_unknown\": \"hold\""));
-    obx_free(js);
-    assert_int_equal(count(db, "SELECT count(*) FROM obx_receipt WHERE source = 'broker'"), 1);
-    assert_int_equal(count(db, "SELECT count(*) FROM obx_inbox WHERE envelope_gen = 0 AND "
-                               "attempt_id = ''"),
-                     1);
-    assert_int_equal(count(db, "SELECT count(*) FROM obx_event WHERE held_at = 0"), 1);
-    assert_int_equal(count(db, "SELECT count(*) FROM obx_cluster"), 0);
-    /* a new route says nothing: the default UNKNOWN policy (docs/design.md) */
-    obx_route r = {.event_type = "order.created.v1", .cluster = "local", .topic = "orders"};
-    assert_int_equal(obx_route_set(s, &r, NULL), OBX_OK);
-    assert_int_equal(obx_route_list(s, 0, &js), OBX_OK);
-    assert_non_null(strstr(js, "\"on_unknown\": \"retry\""));
-    obx_free(js);
-    obx_store_close(s);
-    sqlite3_close(db);
+    const char *const scripts[] = {NULL, "CREATE TABLE obx_meta (key TEXT PRIMARY KEY, value TEXT)",
+                                   "CREATE TABLE t2 (x)", "CREATE TABLE t3 (x)"};
+    const char *tables = "SELECT count(*) FROM sqlite_master WHERE name IN ('t2', 't3')";
+    const char *version = "SELECT value FROM obx_meta WHERE key = 'schema_version'";
+    runner_new(scripts, 0);
+    assert_int_equal(obx__migrate_run(NULL, 0, scripts, 3, "obx_meta", runner_exec), OBX_OK);
+    assert_int_equal(runner_calls, 6); /* each script and its version */
+    assert_int_equal(count(runner_db, version), 3);
+    assert_int_equal(count(runner_db, tables), 2);
+    runner_new(scripts, 1);
+    assert_int_equal(obx__migrate_run(NULL, 1, scripts, 3, "obx_meta", runner_exec), OBX_OK);
+    assert_int_equal(runner_calls, 4);
+    assert_int_equal(count(runner_db, version), 3);
+    assert_int_equal(count(runner_db, tables), 2);
+    runner_calls = 0;
+    assert_int_equal(obx__migrate_run(NULL, 3, scripts, 3, "obx_meta", runner_exec), OBX_OK);
+    assert_int_equal(runner_calls, 0);
+    assert_int_equal(obx__migrate_run(NULL, 4, scripts, 3, "obx_meta", runner_exec), OBX_ESCHEMA);
+    assert_string_equal(obx_errmsg(),
+                        "database schema version 4 is newer than this obx knows (3): upgrade obx");
+    assert_int_equal(runner_calls, 0);
+    const char *const bad[] = {NULL, scripts[1], scripts[2], "CREATE TABLE t3 ("};
+    runner_new(bad, 1);
+    assert_int_equal(obx__migrate_run(NULL, 1, bad, 3, "obx_meta", runner_exec), OBX_EIO);
+    if (!strstr(obx_errmsg(), "migration to schema version 3: ")) fail_msg("%s", obx_errmsg());
+    assert_int_equal(count(runner_db, version), 2);
+    sqlite3_close(runner_db);
+    runner_db = NULL;
 }
 
 /* The relay refuses to send bytes that are not the committed event: a payload changed in the
@@ -743,8 +710,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_digests_recomputable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_upgrade_from_v1, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_upgrade_v3_unknown_policy, setup, teardown),
+        cmocka_unit_test(test_migrate_runner),
         cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_payload_rehashed_before_send, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_contract_checked, setup, teardown),

@@ -52,43 +52,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-extern const char obx__pg_schema_v1[];
-extern const char obx__pg_schema_v2[];
-extern const char obx__pg_schema_v3[];
-extern const char obx__pg_schema_v4[];
-extern const char obx__pg_schema_v5[];
-extern const char obx__pg_schema_v6[];
-extern const char obx__pg_schema_v7[];
-extern const char obx__pg_schema_v8[];
-extern const char obx__pg_schema_v9[];
-extern const char obx__pg_schema_v10[];
-extern const char obx__pg_schema_v11[];
-extern const char obx__pg_schema_v12[];
-extern const char obx__pg_schema_v13[];
-extern const char obx__pg_schema_v14[];
-extern const char obx__pg_schema_v15[];
-extern const char obx__pg_schema_v16[];
-extern const char obx__pg_schema_v17[];
+extern const char obx__pg_schema[];
 
-/* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
-static const char *const migrations[] = {NULL,
-                                         obx__pg_schema_v1,
-                                         obx__pg_schema_v2,
-                                         obx__pg_schema_v3,
-                                         obx__pg_schema_v4,
-                                         obx__pg_schema_v5,
-                                         obx__pg_schema_v6,
-                                         obx__pg_schema_v7,
-                                         obx__pg_schema_v8,
-                                         obx__pg_schema_v9,
-                                         obx__pg_schema_v10,
-                                         obx__pg_schema_v11,
-                                         obx__pg_schema_v12,
-                                         obx__pg_schema_v13,
-                                         obx__pg_schema_v14,
-                                         obx__pg_schema_v15,
-                                         obx__pg_schema_v16,
-                                         obx__pg_schema_v17};
+/* Migrations by target version: index v holds the script that takes a database from v-1 to v
+ * (1: the baseline, schema.sql). */
+static const char *const migrations[] = {NULL, obx__pg_schema};
+_Static_assert(sizeof migrations / sizeof *migrations == OBX__SCHEMA_VERSION + 1,
+               "one script per schema version");
 
 /* Advisory lock class IDs ("OBX" and "OBY"): the two-key form keeps obx's locks apart from an
  * application's single-bigint advisory locks. */
@@ -1736,11 +1706,11 @@ static obx_err pg_schema_hold(obx__store *base, int *found) {
     return pg_schema_version(base, found);
 }
 
-/* Before a migration from version `from`: the schema-in-use lock, exclusively for this
+/* Before a migration from version `from` to `to`: the schema-in-use lock, exclusively for this
  * transaction, or OBX_EBUSY naming the sessions that hold it (relays of this database; a
  * session whose client is gone holds it until the server notices, or until
  * pg_terminate_backend ends it). Nothing is changed on refusal. */
-static obx_err migrate_exclusive(pg_store *s, int from) {
+static obx_err migrate_exclusive(pg_store *s, int from, int to) {
     char sql[640];
     snprintf(sql, sizeof sql, "SELECT pg_try_advisory_xact_lock(%d, %d)", LOCK_CLASS_INIT,
              LOCK_SCHEMA_IN_USE);
@@ -1771,7 +1741,7 @@ static obx_err migrate_exclusive(pg_store *s, int from) {
                      "version %d (docs/operations.md, \"Upgrading obx\"); a session whose relay "
                      "is gone ends with SELECT pg_terminate_backend(pid)",
                      (long long)n, n == 1 ? "" : "s", n == 1 ? "s" : "", from, who[0] ? who : "?",
-                     OBX__SCHEMA_VERSION);
+                     to);
 }
 
 static obx_err pg_begin(obx__store *base);
@@ -1900,7 +1870,8 @@ static obx_err pg_producer_body(obx__store *base, char *buf, size_t cap) {
     return OBX_OK;
 }
 
-static obx_err migrate_in_tx(pg_store *s) {
+/* The migration in the caller's transaction, to version `last` by scripts[1..last]. */
+static obx_err migrate_in_tx(pg_store *s, const char *const *scripts, int last) {
     char sql[128];
     snprintf(sql, sizeof sql, "SELECT pg_advisory_xact_lock(%d, 0)", LOCK_CLASS_INIT);
     PGresult *r = NULL;
@@ -1923,23 +1894,27 @@ static obx_err migrate_in_tx(pg_store *s) {
     /* a migration waits for no relay and runs under none (pg_schema_hold) */
     int from = 0;
     if ((e = pg_schema_version(&s->base, &from))) return e;
-    if (from > 0 && from < OBX__SCHEMA_VERSION && (e = migrate_exclusive(s, from))) return e;
-    e = obx__migrate_run(&s->base, from, migrations, "obx.obx_meta", migrate_exec);
+    if (from > 0 && from < last && (e = migrate_exclusive(s, from, last))) return e;
+    e = obx__migrate_run(&s->base, from, scripts, last, "obx.obx_meta", migrate_exec);
     return e ? e : enqueue_impl(s);
 }
 
-/* Versioned migrations in one transaction (DDL is transactional in PostgreSQL) under an advisory
- * lock, so that two concurrent `obx init` do not both create the schema. */
-static obx_err pg_migrate(obx__store *base) {
+obx_err obx__pg_migrate_to(obx__store *base, const char *const *scripts, int last) {
     pg_store *s = (pg_store *)base;
     obx_err e = pg_begin(base);
     if (e) return e;
-    e = migrate_in_tx(s);
+    e = migrate_in_tx(s, scripts, last);
     if (e) {
         pg_rollback(base);
         return e;
     }
     return pg_commit(base);
+}
+
+/* Versioned migrations in one transaction (DDL is transactional in PostgreSQL) under an advisory
+ * lock, so that two concurrent `obx init` do not both create the schema. */
+static obx_err pg_migrate(obx__store *base) {
+    return obx__pg_migrate_to(base, migrations, OBX__SCHEMA_VERSION);
 }
 
 /* ---- transactions (contract 3) --------------------------------------------------------------- */

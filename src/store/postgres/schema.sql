@@ -1812,13 +1812,15 @@ BEGIN
     EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON obx.obx_inbox, obx.obx_consumer_watermark,
         obx.obx_inbox_failure, obx.obx_poison, obx.obx_inbox_quarantine, obx.obx_consume_audit TO %I', r);
     EXECUTE format('GRANT EXECUTE ON FUNCTION obx._stats() TO %I, %I', r, a);
+
+    EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA obx TO %I', a);
+
+    -- the relay writes its audit rows as batches and the statistics deltas of its moves
     EXECUTE format('GRANT SELECT, INSERT ON obx.obx_audit_batch TO %I', r);
-    EXECUTE format('GRANT SELECT ON obx.obx_audit_all TO %I, %I', r, a);
+    EXECUTE format('GRANT SELECT ON obx.obx_audit_all TO %I', r);
     EXECUTE format('GRANT USAGE ON SEQUENCE obx.obx_audit_audit_id_seq TO %I', r);
     EXECUTE format('GRANT INSERT ON obx.obx_stat_delta TO %I', r);
     EXECUTE format('GRANT EXECUTE ON FUNCTION obx._compact_stats() TO %I', r);
-
-    EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA obx TO %I', a);
 
     -- consumer: schema version, its grants, the inbox tables; nothing of the outbox
     EXECUTE format('GRANT USAGE ON SCHEMA obx TO %I', c);

@@ -21,43 +21,13 @@
 #include <string.h>
 #include <time.h>
 
-extern const char obx__sqlite_schema_v1[];
-extern const char obx__sqlite_schema_v2[];
-extern const char obx__sqlite_schema_v3[];
-extern const char obx__sqlite_schema_v4[];
-extern const char obx__sqlite_schema_v5[];
-extern const char obx__sqlite_schema_v6[];
-extern const char obx__sqlite_schema_v7[];
-extern const char obx__sqlite_schema_v8[];
-extern const char obx__sqlite_schema_v9[];
-extern const char obx__sqlite_schema_v10[];
-extern const char obx__sqlite_schema_v11[];
-extern const char obx__sqlite_schema_v12[];
-extern const char obx__sqlite_schema_v13[];
-extern const char obx__sqlite_schema_v14[];
-extern const char obx__sqlite_schema_v15[];
-extern const char obx__sqlite_schema_v16[];
-extern const char obx__sqlite_schema_v17[];
+extern const char obx__sqlite_schema[];
 
-/* Migrations by target version: index v holds the script that takes a database from v-1 to v. */
-static const char *const migrations[] = {NULL,
-                                         obx__sqlite_schema_v1,
-                                         obx__sqlite_schema_v2,
-                                         obx__sqlite_schema_v3,
-                                         obx__sqlite_schema_v4,
-                                         obx__sqlite_schema_v5,
-                                         obx__sqlite_schema_v6,
-                                         obx__sqlite_schema_v7,
-                                         obx__sqlite_schema_v8,
-                                         obx__sqlite_schema_v9,
-                                         obx__sqlite_schema_v10,
-                                         obx__sqlite_schema_v11,
-                                         obx__sqlite_schema_v12,
-                                         obx__sqlite_schema_v13,
-                                         obx__sqlite_schema_v14,
-                                         obx__sqlite_schema_v15,
-                                         obx__sqlite_schema_v16,
-                                         obx__sqlite_schema_v17};
+/* Migrations by target version: index v holds the script that takes a database from v-1 to v
+ * (1: the baseline, schema.sql). */
+static const char *const migrations[] = {NULL, obx__sqlite_schema};
+_Static_assert(sizeof migrations / sizeof *migrations == OBX__SCHEMA_VERSION + 1,
+               "one script per schema version");
 
 enum {
     Q_ROUTE_PUT,
@@ -661,7 +631,8 @@ static obx_err sq_migrate(obx__store *base) {
     if (e) return e;
     int from = 0;
     e = base->m->schema_version(base, &from);
-    if (!e) e = obx__migrate_run(base, from, migrations, "obx_meta", migrate_exec);
+    if (!e)
+        e = obx__migrate_run(base, from, migrations, OBX__SCHEMA_VERSION, "obx_meta", migrate_exec);
     if (e) {
         sq_rollback(base);
         return e;
