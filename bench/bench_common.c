@@ -226,7 +226,8 @@ static void fill_chunk(PGconn *c, long first, long n, const char *state, bool do
         "CASE WHEN %d = 1 THEN t ELSE 0 END, t, t, 8, false, false, 'obx', r.cluster FROM " GEN_ROWS
         "ORDER BY i",
         state, old, old, old, old, old, old, BN_PAYLOAD - 2, old, now, first, last);
-    /* its statistics delta, as every statement inserting events writes one (schema_v6.sql) */
+    /* its statistics delta, as every statement inserting events writes one (schema.sql,
+     * obx_stat_delta) */
     bn_sql(c, "INSERT INTO obx.obx_stat_delta (key, n) VALUES ('state:%s', %ld)", state, n);
     if (!done) return;
     /* what a publication leaves behind: the accepted attempt, the primary receipt, an audit
@@ -263,7 +264,8 @@ static void fill_chunk(PGconn *c, long first, long n, const char *state, bool do
 void bn_pg_fill(PGconn *c, long first, long n, const char *state) {
     bool done = strcmp(state, "PENDING") != 0;
     /* OBX_BENCH_EVENT_FILLFACTOR: obx_event's fillfactor for the rows filled from here on (the
-     * WAL/disk trade-off of schema_v8.sql, measured; the schema's own value otherwise) */
+     * WAL/disk trade-off of schema.sql's fillfactor 50, measured; the schema's own value otherwise)
+     */
     const char *ff = getenv("OBX_BENCH_EVENT_FILLFACTOR");
     if (ff && *ff) bn_sql(c, "ALTER TABLE obx.obx_event SET (fillfactor = %d)", atoi(ff));
     const long chunk = 250000;
@@ -277,7 +279,7 @@ void bn_pg_fill(PGconn *c, long first, long n, const char *state) {
 }
 
 void bn_pg_counts(PGconn *c, long long *published, long long *primary) {
-    /* the sums of the statistics deltas (schema_v1.sql): cheap enough to poll, unlike
+    /* the sums of the statistics deltas (schema.sql, obx._stats): cheap enough to poll, unlike
      * obx._stats(), which also compacts and looks at the unpublished events */
     PGresult *r = PQexec(c, "SELECT key, sum(n) FROM obx.obx_stat_delta WHERE key IN "
                             "('state:PUBLISHED', 'receipt:PRIMARY') GROUP BY key");

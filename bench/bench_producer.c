@@ -31,8 +31,8 @@
  * and the same with the database server's CPU per transaction, which load on the machine
  * changes less. --json prints one JSON object with them (for scripts) after the tables.
  *
- * --notify-off runs every producer session with obx.notify = off (schema_v14.sql: no NOTIFY, so
- * PostgreSQL does not commit the producers one at a time; docs/postgres.md, "NOTIFY").
+ * --notify-off runs every producer session with obx.notify = off (schema.sql, obx._enqueue_sql: no
+ * NOTIFY, so PostgreSQL does not commit the producers one at a time; docs/postgres.md, "NOTIFY").
  *
  * --relay-waits keeps, for the whole run, a connection that does what a relay waiting for the
  * bench cluster's work does: it LISTENs, holds the cluster's wake lock and reads every

@@ -93,7 +93,8 @@ static int fill(const char *outbox_url, const char *consumer_url, long n) {
              "'local' FROM generate_series(1, %ld) i",
              n);
     if (!rc) rc = sql(o, q);
-    /* their statistics delta, as every statement inserting events writes one (schema_v6.sql) */
+    /* their statistics delta, as every statement inserting events writes one (schema.sql,
+     * obx_stat_delta) */
     snprintf(q, sizeof q, "INSERT INTO obx.obx_stat_delta (key, n) VALUES ('state:PUBLISHED', %ld)",
              n);
     if (!rc) rc = sql(o, q);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/fillfactor.sh URL FILLFACTOR [CYCLES] [EVENTS]: what obx_event's fillfactor costs on disk
-# in the long run, and what it saves in WAL (schema_v8.sql; docs/performance.md section 1,
+# in the long run, and what it saves in WAL (schema.sql's fillfactor 50; docs/performance.md section 1,
 # "Schema version 8"; docs/postgres.md, "Storage").
 #
 # On database URL (after `obx init`), a scratch copy of obx.obx_event (`ev`: same columns,

@@ -245,7 +245,7 @@ static obx_err evidence_outcome(obx__engine *e, int64_t now, const obx__resolve_
         if (!found) {
             snprintf(why, OBX_TEXT_MAX + 1,
                      "%s: consumer %s has no consume receipt of generation %d with its "
-                     "attempt and destination (none, or recorded before schema version 4)",
+                     "attempt and destination (none, or one whose delivery did not carry them)",
                      id, req->consumer->id, (int)ev->envelope_gen);
             return OBX_OK;
         }

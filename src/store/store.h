@@ -84,7 +84,7 @@ typedef struct obx__event_row {
     int64_t available_at;  /* backoff: not claimable before */
     int64_t next_check_at; /* reconciler: next lookup */
     int64_t unknown_since; /* first UNKNOWN of the current episode; 0 none */
-    /* held for an operator since (schema version 4): an UNKNOWN whose route's policy is hold, or
+    /* held for an operator since: an UNKNOWN whose route's policy is hold, or
      * whose broker copy obx cannot accept, once nothing could prove its outcome past the
      * attempts' quiet time. 0 = not held. Only DISPATCH_UNKNOWN / RECONCILING events are held:
      * every transition out of them clears it. */
@@ -165,7 +165,7 @@ typedef enum obx__receipt_kind {
 
 const char *obx__receipt_kind_name(obx__receipt_kind k);
 
-/* What proved a receipt (schema version 4; receipts written before say BROKER). The kind says
+/* What proved a receipt. The kind says
  * what the receipt did to the publish slot; the source says where the evidence came from. */
 typedef enum obx__receipt_source {
     OBX__RS_BROKER,   /* the broker's confirm of a send */
@@ -197,8 +197,8 @@ typedef struct obx__receipt_row {
 } obx__receipt_row;
 
 /* The reason of the producer's audit row (NONE -> PENDING), from the event's route generation.
- * From schema version 9 PostgreSQL records that row in the envelope and writes this text again
- * in SQL when it reads the row back (schema_v9.sql, pg_store.c's Q_LOAD_AUDIT). */
+ * PostgreSQL records that row in the envelope (created_by) and writes this text again in SQL
+ * when it reads the row back (pg_store.c's Q_LOAD_AUDIT). */
 #define OBX__PRODUCER_REASON "enqueued under route generation %lld"
 
 typedef struct obx__audit_row {
@@ -213,7 +213,7 @@ typedef struct obx__audit_row {
     int32_t attempt_gen;
     char reason[OBX_TEXT_MAX + 1];
     /* The named event's seq (obx__event_row.seq) when the writer has it, else 0. PostgreSQL
-     * files a batch of rows under the range of their seqs (schema_v7.sql), so a non-zero seq
+     * files a batch of rows under the range of their seqs (obx_audit_batch), so a non-zero seq
      * must be the named event's: a row filed under another event's seq is not found by
      * load_audit. With any seq 0 the store looks them up. Not read back (load_audit: 0). */
     int64_t seq;
@@ -235,7 +235,7 @@ typedef struct obx__inbox_row {
     int64_t offset;
     int64_t consumed_at;
     int64_t duration_us;
-    /* what makes the row evidence that the broker accepted the message (schema version 4):
+    /* what makes the row evidence that the broker accepted the message:
      * the envelope generation, attempt and destination digest the delivery carried. Rows
      * written before have envelope_gen 0 and are never evidence. */
     int32_t envelope_gen;
@@ -315,7 +315,7 @@ typedef struct obx__store_invariants {
     int64_t multi_primary;             /* events with more than one primary per generation */
 } obx__store_invariants;
 
-/* ---- delivery sets, selections (schema version 2) ------------------------------------------ */
+/* ---- delivery sets, selections ------------------------------------------------------------ */
 
 #define OBX__SET_MAX 8 /* destinations of one delivery set, the event's own included */
 
@@ -375,7 +375,7 @@ typedef struct obx__event_filter {
     int64_t unknown_before; /* only events whose UNKNOWN episode began before this (0 = any) */
 } obx__event_filter;
 
-/* A cluster as a relay registered it (schema version 4): the broker backend behind the cluster
+/* A cluster as a relay registered it: the broker backend behind the cluster
  * identity and what it can honour of a frozen destination contract (docs/design.md,
  * "Destination contract"). The value lists are comma-separated; serializer "*" = any. */
 typedef struct obx__cluster_row {
@@ -700,20 +700,20 @@ typedef struct obx__store_methods {
     obx_err (*create_roles)(obx__store *s, const char *prefix);
     /* Optional (NULL = route_get, then txid). The producer's read in one round trip, inside a
      * transaction: route_get's answer, and the current transaction's identity into txid (cap
-     * bytes) when there is a route. PostgreSQL (schema version 6, issue 19). */
+     * bytes) when there is a route. PostgreSQL (issue 19). */
     obx_err (*route_get_txid)(obx__store *s, const char *event_type, obx__route_row *out,
                               char *txid, size_t cap);
     /* Optional (NULL = insert_event, then insert_audit of a). The producer's write in one
      * round trip: the envelope and event row as insert_event, and the audit row a (one) in
      * the same statement, which inserts both or neither. load_audit gives a back as given
-     * (PostgreSQL from schema version 9 records the producer's row in the envelope). */
+     * (PostgreSQL records the producer's row in the envelope). */
     obx_err (*insert_event_audit)(obx__store *s, const obx__event_row *row, const void *payload,
                                   size_t len, const obx__audit_row *a);
     /* Optional (NULL = the engine's begin, route_get_txid, insert_event_audit and commit). The
      * producer's whole enqueue in one round trip when it knows the route from an earlier one:
      * opens a savepoint, writes as insert_event_audit does (row and a) only if the current
      * route of row->env.event_type is still the one row was built from (generation
-     * row->dest.route_gen, whose row cannot change from schema version 11, and no delivery
+     * row->dest.route_gen, whose row cannot change (obx_route_frozen), and no delivery
      * set), and releases it; on a connection with no transaction open, a transaction of its
      * own (BEGIN ... COMMIT) instead of the savepoint. The store supplies created_txid when
      * row->env.created_txid is "", and the envelope digest (row->envelope_digest is not read).
@@ -739,7 +739,7 @@ typedef struct obx__store_methods {
      * tombstone. *bytes (may be NULL) gets the payload bytes dropped; an event whose payload is
      * gone already adds nothing. Batch: one statement per batch on PostgreSQL. */
     obx_err (*purge_payloads)(obx__store *s, const char *const *ids, size_t n, int64_t *bytes);
-    /* ---- schema version 2: migration, delivery sets, shadow and takeover (appended) ---- */
+    /* ---- migration, delivery sets, shadow and takeover (appended) ---- */
     /* Declares the delivery set of route generation r->route_gen (same transaction as its
      * route_put). */
     obx_err (*route_set_put)(obx__store *s, const obx__route_set_row *r);
@@ -777,7 +777,7 @@ typedef struct obx__store_methods {
     obx_err (*load_slots)(obx__store *s, const char *const *attempt_ids,
                           const char *const *event_ids, size_t n, unsigned flags,
                           obx__attempt_row **att, size_t *n_att, obx__rows *ev);
-    /* ---- schema version 4: the cluster registry (required) ----
+    /* ---- the cluster registry (required) ----
      * Inserts or replaces the registration of c->cluster. */
     obx_err (*cluster_put)(obx__store *s, const obx__cluster_row *c);
     /* OBX_ENOTFOUND when no relay registered the cluster. */

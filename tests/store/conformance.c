@@ -4,9 +4,9 @@
  * rule (order per key, leases, backoff, cluster and alias filters), compare-and-set updates,
  * attempts, receipts (one primary per event and generation), audit, selections, nested
  * transactions, statistics, the inbox tables, and the retention and audit methods (publication
- * order, payload purge, aged queries, known event IDs); and (schema version 2) delivery sets,
+ * order, payload purge, aged queries, known event IDs); delivery sets,
  * event selection by attributes, receipt details and the alias hand-over of unclaimed events;
- * and (schema version 4) the cluster registry, receipt sources, consume receipts as evidence
+ * the cluster registry, receipt sources, consume receipts as evidence
  * and held events; and (read model version 2) any envelope generation as it was frozen.
  */
 #include <setjmp.h>
@@ -576,7 +576,7 @@ static void test_selects_and_stats(void **state) {
     assert_int_equal(rows.n, 0);
 }
 
-/* ---- schema version 2: delivery sets, selections, receipt details, alias hand-over ---- */
+/* ---- delivery sets, selections, receipt details, alias hand-over ---- */
 
 static void test_delivery_sets(void **state) {
     cx *c = *state;
@@ -820,7 +820,7 @@ static void test_inbox_tables(void **state) {
     assert_int_equal(got.offset, 9);
     assert_int_equal(got.envelope_gen, 0); /* no evidence columns given: not evidence */
     assert_string_equal(got.attempt_id, "");
-    /* schema version 4: the columns that make a consume receipt evidence round-trip */
+    /* the columns that make a consume receipt evidence round-trip */
     obx__inbox_row ev = r;
     strcpy(ev.event_id, "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3J");
     ev.envelope_gen = 2;

@@ -1,5 +1,5 @@
 /*
- * test_inbox_sql.c — the SQL inbox (schema version 5: obx.inbox_receive, inbox_applied,
+ * test_inbox_sql.c — the SQL inbox (schema.sql: obx.inbox_receive, inbox_applied,
  * inbox_failed, inbox_redrives, inbox_effect_key) against obx_inbox_process() on a real
  * PostgreSQL (OBX_TEST_PG_URL; fails, never skips, without it).
  *
@@ -111,7 +111,7 @@ typedef struct delivery {
 } delivery;
 
 /* The attempt and destination digest the relay's headers carry: with them a consume receipt is
- * evidence for the reconciler (schema version 4's obx_inbox columns). */
+ * evidence for the reconciler (obx_inbox's evidence columns). */
 #define ATT "att-01JB0000000000000000000A01"
 #define DEST "sha256:" DEST32 DEST32
 #define DEST32 "0123456789abcdef0123456789abcdef"

@@ -1,7 +1,7 @@
 /*
  * pg_store.c — the PostgreSQL outbox store (libpq): many relay processes on many machines
  * sharing one database, and producers in any language (the SQL function obx.enqueue() in
- * schema_v1.sql).
+ * schema.sql).
  *
  * Owns: one PGconn (opened here, or borrowed from a producer/consumer with obx_store_wrap_pg),
  * the names of the statements prepared on it, the nesting of obx transactions on it, and its
@@ -161,7 +161,7 @@ enum {
 
 struct ws_stmt;
 
-/* The row types of the relay's batch statements' parameters (schema_v16.sql), by name. */
+/* The row types of the relay's batch statements' parameters (schema.sql), by name. */
 enum { RT_EVENT_UPDATE, RT_ATTEMPT_INSERT, RT_ATTEMPT_UPDATE, RT_RECEIPT_INSERT, RT_COUNT };
 
 typedef struct pg_store {
@@ -185,13 +185,13 @@ typedef struct pg_store {
     size_t n_held;
     bool names_checked; /* borrowed connection: pg_prepared_statements read */
     bool prepared[Q_COUNT];
-    uint32_t rec_oid[RT_COUNT]; /* schema_v16.sql's row types (rec_oids); 0: not read yet */
+    uint32_t rec_oid[RT_COUNT]; /* the row types' OIDs (rec_oids); 0: not read yet */
     bool rec_stale; /* a row type changed under the connection: prepare its statements again */
 } pg_store;
 
 #define EVENT_COLS OBX__EVENT_COLS   /* shared.h */
 #define EVENT_NCOLS OBX__EVENT_NCOLS /* the payload, when selected, is column EVENT_NCOLS */
-/* A delivery-set slot carries its logical event ID and target number (schema version 2). */
+/* A delivery-set slot carries its logical event ID and target number (docs/migration.md). */
 #define SLOT_JOIN " LEFT JOIN obx.obx_delivery_target t ON t.slot_id = e.event_id "
 #define EVENT_FROM                                                                                 \
     " FROM obx.obx_event e JOIN obx.obx_envelope v ON v.event_id = e.event_id AND "                \
@@ -233,7 +233,7 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
     "dest_routing_key, dest_algorithm, dest_route_gen, dest_serializer, dest_durability, "         \
     "dest_acks, dest_digest, payload, payload_len, created_at"
 #define ENV_INS_COLS ENV_COLS_LIST ")"
-/* the producer's envelope: also who enqueued ($50), its first audit row (schema_v9.sql) */
+/* the producer's envelope: also who enqueued ($50), its first audit row (created_by) */
 #define ENV_INS_COLS_BY ENV_COLS_LIST ", created_by)"
 /* ENV_INS_VALS_WITH(txid, digest): the envelope's values, created_txid and envelope_digest as
  * given (ENV_INS_VALS: parameters $11 and $16; Q_ENQ_WRITE: the server's) */
@@ -326,7 +326,7 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
 #define QUAR_W "obx.obx_receipt WHERE kind IN ('QUARANTINED', 'MIGRATION') AND kind = 'QUARANTINED'"
 #define IQUAR_W "obx.obx_inbox_quarantine WHERE true"
 
-/* The write set's own check (schema_v13.sql): when the CTE `cte` did not return `expected` rows
+/* The write set's own check (obx._ws_fail): when the CTE `cte` did not return `expected` rows
  * (-1: no check), obx._ws_fail() raises and fails the transaction, so that a COMMIT in the same
  * pipeline cannot commit a write set that did not apply whole (pg_write_set). Its own UNION ALL
  * branch, evaluated even when `cte` is empty; `ids` (the rows that did not apply) and the
@@ -344,7 +344,7 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
     "i.attempt_id NOT IN (SELECT attempt_id FROM ua))"
 
 /* The statistics delta of a statement that moves events between states or inserts receipts:
- * since schema version 7 no trigger counts them (schema_v7.sql). `moves` is a query of (k, d)
+ * no trigger counts them (schema.sql, obx_stat_delta). `moves` is a query of (k, d)
  * rows, one per key a row leaves (-1) or enters (+1); CTE `st` appends their net per key, CTE
  * `cp` (to be LEFT JOINed, one row) compacts the deltas in one statement of 256, as the
  * triggers did. */
@@ -353,8 +353,8 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
     "GROUP BY k HAVING sum(d) <> 0), cp AS MATERIALIZED (SELECT CASE WHEN random() < 1.0 / 256 "   \
     "THEN obx._compact_stats()::text END AS c)"
 
-/* The statistics delta of the event a statement inserts (CTE `ev` returning its state): since
- * schema version 6 no trigger counts inserts, every inserting statement does (schema_v6.sql).
+/* The statistics delta of the event a statement inserts (CTE `ev` returning its state): no
+ * trigger counts inserts, every inserting statement does (schema.sql, obx_stat_delta).
  * Each of them inserts one event (scalar parameters, no arrays), so the delta is that row's,
  * without an aggregate (a hash table set up per statement). */
 #define STAT_INSERTED                                                                              \
@@ -409,9 +409,9 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
 
 /* The producer's NOTIFY (delivered at commit, coalesced per transaction), only while a relay
  * of the event's cluster ($17) waits for work, and never where the session's obx.notify is 'off'
- * (schema_v14.sql). PostgreSQL commits the transactions that notified one at a time, WAL flush
- * included, which with fsync on costs producers up to half their commit rate
- * (docs/performance.md, section 3), so a statement notifies only when it cannot take the
+ * (the wake lock; schema.sql, obx._enqueue_sql). PostgreSQL commits the transactions that notified
+ * one at a time, WAL flush included, which with fsync on costs producers up to half their commit
+ * rate (docs/performance.md, section 3), so a statement notifies only when it cannot take the
  * cluster's wake lock shared: a waiting relay holds it exclusively. When it can, it holds the
  * lock until its transaction ends, after its commit is visible, and a relay that takes the lock
  * after that (pg_wait_for_work) claims once more before it waits: either the relay is told, or
@@ -426,7 +426,7 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
 
 /* The head of the producer's one-statement write (Q_INS_EVENT_AUDIT, Q_ENQ_WRITE) from CTE
  * `src`: the envelope records who enqueued ($50), which is the event's first audit row
- * (NONE -> PENDING, schema_v9.sql; see producer_row) */
+ * (NONE -> PENDING; see producer_row) */
 #define PRODUCER_CTES_WITH(head, vals, src)                                                        \
     INS_EVENT_CTES_WITH(head, ENV_INS_COLS_BY, vals ", $50::text", src)
 
@@ -477,14 +477,14 @@ static const char *const sql_text[Q_COUNT] = {
      * written only while the current route of the event type $6 is still the one the row
      * was built from, generation $21 without a delivery set, else nothing (no row: the client
      * reads the route again). The generation (in its table, $53) is the whole comparison:
-     * from schema version 11 a generation's row cannot change (obx_route_frozen), so its
+     * a generation's row cannot change (obx_route_frozen), so its
      * number stands for every field the row copied; comparing each of them in a CTE over the route
      * row cost 34,000 instructions per enqueue (docs/performance.md, section 3). The server
      * supplies what the client could only learn by another round trip: created_txid (unless $11
      * names one) and so the envelope digest (unless $16 is the client's, over $11). The client
      * sends the canonical encoding (src/core/canon.c) up to created_txid's field ($51) and after it
      * ($52); the server adds the field and takes the SHA-256 (test_store_pg recomputes it in
-     * C). schema_v1.sql's obx.envelope_digest inlined here, encoding all sixteen fields, was a
+     * C). obx.envelope_digest inlined here, encoding all sixteen fields, was a
      * quarter of the server's instructions per enqueue (docs/performance.md, section 3). */
     [Q_ENQ_WRITE] = PRODUCER_CTES_WITH("WITH lk AS MATERIALIZED (SELECT " ORDER_LOCK
                                        " WHERE " ROUTE_STILL "), " TXID_FROM "lk)",
@@ -588,7 +588,7 @@ static const char *const sql_text[Q_COUNT] = {
                                                              "ORDER BY ord",
     [Q_LOAD_RCPT] = "SELECT " RCPT_COLS " FROM obx.obx_receipt WHERE event_id = $1::text "
                     "ORDER BY receipt_id",
-    /* One obx_audit_batch row (schema_v7.sql), the arrays as given, filed under the range of
+    /* One obx_audit_batch row, the arrays as given, filed under the range of
      * the rows' seqs ($12, $13; every row's seq known). */
     [Q_INS_AUDIT] = "INSERT INTO obx.obx_audit_batch (seqs, at, actor, who, event_id, "
                     "envelope_gen, from_state, to_state, claim_gen, attempt_id, attempt_gen, "
@@ -619,8 +619,9 @@ static const char *const sql_text[Q_COUNT] = {
         "claim_gen, attempt_id, attempt_gen, reason FROM t WHERE seq IS NULL "
         "ORDER BY ord",
     /* An event's rows in the order written: its first row when its envelope records it
-     * (schema_v9.sql, as producer_row writes it), then its rows of both tables (schema_v7.sql):
-     * its batches are those whose seq range holds its seq (GiST) and whose event IDs name it. */
+     * (created_by, as producer_row writes it), then its rows of both tables (obx_audit,
+     * obx_audit_batch): its batches are those whose seq range holds its seq (GiST) and whose event
+     * IDs name it. */
     [Q_LOAD_AUDIT] = "SELECT at, actor, who, event_id, envelope_gen, from_state, to_state, "
                      "claim_gen, attempt_id, attempt_gen, reason FROM (SELECT audit_id, "
                      "1::bigint AS ord, at, actor, who, event_id, envelope_gen, from_state, "
@@ -1010,7 +1011,7 @@ static void a_int(params *p, obx__buf *b, int64_t v) {
 static void a_end(params *p) { p->n++; }
 
 /* An array of rows of a row type (A_RECORD: $n::obx._event_update[] and the others of
- * schema_v16.sql), one function for the server to set up where an array per column took one
+ * schema.sql), one function for the server to set up where an array per column took one
  * each: r_begin, then per row r_row, its columns in the type's order (r_text, r_int4,
  * r_int8), r_row_end; then r_end. The elements are written as they go, each a length and
  * record_recv's format (the column count, then per column its type OID, length and bytes);
@@ -1285,12 +1286,12 @@ static obx_err check(pg_store *s, PGresult *r, ExecStatusType want, PGresult **o
     return e;
 }
 
-/* The OIDs of schema_v16.sql's row types, read once per connection: a binary array names its
- * element type, and the server checks it against the statement's (the names are qualified, so
- * the session's search_path does not matter). Read outside any pipeline, before the statement
- * that needs them; a plain catalogue read, so also harmless inside the caller's transaction.
- * After check() saw a type change under the connection (rec_stale), the statements that take
- * the types are deallocated first, to be prepared again with the new ones. */
+/* The OIDs of the batch statements' row types (schema.sql), read once per connection: a binary
+ * array names its element type, and the server checks it against the statement's (the names are
+ * qualified, so the session's search_path does not matter). Read outside any pipeline, before the
+ * statement that needs them; a plain catalogue read, so also harmless inside the caller's
+ * transaction. After check() saw a type change under the connection (rec_stale), the statements
+ * that take the types are deallocated first, to be prepared again with the new ones. */
 static obx_err rec_oids(pg_store *s) {
     if (s->rec_stale) {
         static const int uses[] = {Q_UPD_EVENTS, Q_INS_ATT, Q_UPD_ATT, Q_INS_RCPT};
@@ -1789,17 +1790,17 @@ static obx_err ext_query(pg_store *s, const char *sql, const char *what, ext_sta
     return OBX_OK;
 }
 
-/* obx.enqueue()'s body (schema_v12.sql): obx._enqueue_c() of the obx_pg extension when the server
- * has the extension's files of this schema version (OBX__SCHEMA_VERSION is the extension's
- * version, and its library is named for it: CMakeLists.txt) and the database has the extension
- * at that version, or this user may create it or update it to that version (a trusted
+/* obx.enqueue()'s body (schema.sql, obx._point_enqueue): obx._enqueue_c() of the obx_pg extension
+ * when the server has the extension's files of this schema version (OBX__SCHEMA_VERSION is the
+ * extension's version, and its library is named for it: CMakeLists.txt) and the database has the
+ * extension at that version, or this user may create it or update it to that version (a trusted
  * extension: CREATE on the database; the update: its owner); else obx._enqueue_sql(). So a
- * database whose server lost the files, or has only another obx version's (the library of
- * version 1, say, which ignores obx.notify), runs the PL/pgSQL body rather than C code built for
- * another schema. Decided at every init, by whoever owns obx.enqueue(): a server that gains the
- * extension uses it from the next `obx init`, and a relay started with a role of its own
- * (cmd_relay.c runs init) changes nothing. The choice is in obx_meta (enqueue_impl), for
- * operators, the benches and the tests (docs/postgres.md, "The obx_pg extension"). */
+ * database whose server lost the files, or has only another obx version's, runs the PL/pgSQL
+ * body rather than C code built for another schema. Decided at every init, by whoever owns
+ * obx.enqueue(): a server that gains the extension uses it from the next `obx init`, and a relay
+ * started with a role of its own (cmd_relay.c runs init) changes nothing. The choice is in obx_meta
+ * (enqueue_impl), for operators, the benches and the tests (docs/postgres.md, "The obx_pg
+ * extension"). */
 static obx_err enqueue_impl(pg_store *s) {
     ext_state x = {0};
     PGresult *r = NULL;
@@ -2241,7 +2242,7 @@ static obx_err pg_insert_event(obx__store *base, const obx__event_row *r, const 
 }
 
 /* Whether a is exactly the audit row that the producer's envelope of r records
- * (schema_v9.sql): the one Q_LOAD_AUDIT and obx.obx_audit_all show for an envelope with
+ * (created_by): the one Q_LOAD_AUDIT and obx.obx_audit_all show for an envelope with
  * created_by. Any other row is written as a row, so that what is read back is what was
  * given. */
 static bool producer_row(const obx__event_row *r, const obx__audit_row *a) {
@@ -3207,7 +3208,7 @@ static obx_err pg_counter_get(obx__store *base, const char *name, int64_t *value
     return OBX_OK;
 }
 
-/* ---- the cluster registry (schema version 4) ------------------------------------------------ */
+/* ---- the cluster registry ------------------------------------------------------------------ */
 
 static obx_err pg_cluster_put(obx__store *base, const obx__cluster_row *c) {
     pg_store *s = (pg_store *)base;
@@ -3883,7 +3884,7 @@ static obx_err pg_create_roles(obx__store *base, const char *prefix) {
     return pg_commit(base);
 }
 
-/* ---- schema version 2: selections, delivery sets, receipt details, takeover ---------------- */
+/* ---- selections, delivery sets, receipt details, takeover ---------------------------------- */
 
 static obx_err read_filter(obx__store *base, const obx__event_filter *f, obx__rows *out) {
     pg_store *s = (pg_store *)base;

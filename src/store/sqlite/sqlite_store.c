@@ -123,7 +123,7 @@ typedef struct sq_store {
 
 #define EVENT_COLS OBX__EVENT_COLS /* shared.h */
 #define EVENT_NCOLS OBX__EVENT_NCOLS
-/* A delivery-set slot carries its logical event ID and target number (schema version 2). */
+/* A delivery-set slot carries its logical event ID and target number (docs/migration.md). */
 #define EVENT_FROM                                                                                 \
     " FROM obx_event e JOIN obx_envelope v ON v.event_id = e.event_id AND "                        \
     "v.envelope_gen = e.envelope_gen LEFT JOIN obx_delivery_target t ON t.slot_id = e.event_id "
@@ -1331,7 +1331,7 @@ static obx_err sq_counter_get(obx__store *base, const char *name, int64_t *value
     return e;
 }
 
-/* ---- the cluster registry (schema version 4) ------------------------------------------------ */
+/* ---- the cluster registry ------------------------------------------------------------------ */
 
 static obx_err sq_cluster_put(obx__store *base, const obx__cluster_row *c) {
     sq_store *s = (sq_store *)base;
@@ -1879,7 +1879,7 @@ static obx_err sq_aged(obx__store *base, const obx__aged_req *req, obx__aged_row
     return e;
 }
 
-/* ---- schema version 2: selections, delivery sets, receipt details, takeover ---------------- */
+/* ---- selections, delivery sets, receipt details, takeover ---------------------------------- */
 
 static obx_err read_filter(obx__store *base, const obx__event_filter *f, obx__rows *out) {
     sq_store *s = (sq_store *)base;

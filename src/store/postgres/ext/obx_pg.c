@@ -1,5 +1,5 @@
 /* obx_pg: the PostgreSQL extension behind obx.enqueue() (docs/postgres.md, "The obx_pg
- * extension"; schema_v12.sql).
+ * extension"; schema.sql, obx._point_enqueue).
  *
  * It owns one SQL function, obx._enqueue_c(): the contract, arguments and rows of
  * obx._enqueue_sql() (the PL/pgSQL body every database has), for the common call: every field
@@ -82,7 +82,7 @@ static const char route_sql[] =
  * while route generation $25 is still the type's current one and has no delivery set (the
  * check pg_store.c's Q_ENQ_WRITE makes of the C producer's cached route; else no row): the
  * order-key bucket's lock (pg_store.c ORDER_LOCK), the envelope (created_by: the event's first
- * audit row, schema_v9.sql), the event (its seq drawn after the lock), the statistics delta. */
+ * audit row), the event (its seq drawn after the lock), the statistics delta. */
 static const char write_sql[] =
     "WITH lk AS MATERIALIZED (SELECT pg_advisory_xact_lock(5194328, hashtext($5) & 1023) "
     "WHERE $25 = (SELECT max(r.gen) FROM obx.obx_route r WHERE r.event_type = $3) AND "
@@ -245,7 +245,7 @@ static bool get_text(HeapTuple t, TupleDesc td, int col, char *dst, size_t cap) 
     return obx__strlcpy(dst, v ? v : "", cap) < cap;
 }
 
-/* A route generation as this backend keeps it. From schema version 11 on a generation's row
+/* A route generation as this backend keeps it. A generation's row
  * cannot change and its number (an identity) is never drawn twice, so the number stands for the
  * whole row; write_sql checks that it is still the type's current one. The relation's OID tells
  * a schema made again (its generations numbered from 1 again) from the one the row was read in. */
@@ -416,9 +416,9 @@ static bool enqueue_fast(call *c) {
 }
 
 /* pg_try_advisory_xact_lock_shared(WAKE_LOCK_CLASS, hashtext(cluster)), as the other bodies
- * take it (schema_v17.sql): true when taken (held to the transaction's end, after its commit is
- * visible), false when a relay of the cluster holds it or waits for it. hashtext with the C
- * collation: every deterministic collation hashes a text's bytes alike. */
+ * take it (schema.sql, obx._enqueue_sql): true when taken (held to the transaction's end, after its
+ * commit is visible), false when a relay of the cluster holds it or waits for it. hashtext with the
+ * C collation: every deterministic collation hashes a text's bytes alike. */
 #define WAKE_LOCK_CLASS 5194330
 static bool wake_lock_free(const char *cluster) {
     int32 key = DatumGetInt32(
@@ -436,8 +436,8 @@ Datum obx_pg_enqueue(PG_FUNCTION_ARGS) {
     text *out;
     if (fast && enqueue_fast(&c)) {
         /* delivered at commit, coalesced per transaction, as pg_notify(); not where the
-         * session's obx.notify is 'off' (schema_v14.sql), and only while a relay of the
-         * event's cluster waits (schema_v17.sql, as the other bodies) */
+         * session's obx.notify is 'off', and only while a relay of the event's cluster waits
+         * (as the other bodies) */
         const char *notify = GetConfigOption("obx.notify", true, false);
         if ((!notify || strcmp(notify, "off") != 0) && !wake_lock_free(c.d.cluster))
             Async_Notify(NOTIFY_CHANNEL, "");
