@@ -625,6 +625,12 @@ typedef struct obx_consumer_options {
     size_t n_topics;
     obx_inbox_options inbox; /* consumer_id, accepted contracts/tenants, max failures */
     size_t max_batch;        /* deliveries per poll; 0 = 64 */
+    /* May be NULL. Asked before each delivery of a poll's batch: nonzero ends the poll there,
+     * after the message in hand, and what the batch holds beyond it is neither processed nor
+     * acknowledged (it comes again, to this consumer or another). For a stop that must not
+     * wait for a whole batch (obx consume's SIGTERM). */
+    int (*stop)(void *stop_user);
+    void *stop_user;
 } obx_consumer_options;
 
 typedef struct obx_consumer_counts {
@@ -668,16 +674,31 @@ typedef struct obx_relay obx_relay;
  * configuration is copied. */
 OBX_API obx_err obx_relay_start(const obx_config *c, obx_relay **out);
 /* Asks the relay to stop: it stops claiming, drains in-flight ACKs (bounded by
- * relay.drain_ms) and its threads end. Safe to call from any thread, not from a signal
- * handler. */
+ * relay.drain_ms; obx_relay_stats's "in_flight" counts them) and its threads end. Safe to call from
+ * any thread, not from a signal handler. */
 OBX_API void obx_relay_stop(obx_relay *r);
 /* Waits for the threads; returns the first fatal error, or OBX_OK after a clean stop. */
 OBX_API obx_err obx_relay_wait(obx_relay *r);
 /* Counters as JSON (claimed, sent, accepted, duplicates, ...); the caller frees. */
 OBX_API obx_err obx_relay_stats(obx_relay *r, char **out_json);
 OBX_API void obx_relay_close(obx_relay *r);
-/* 1 when the relay's threads stopped on their own (a fatal error: see obx_relay_wait). */
+/* 1 when the relay's threads stopped on their own (a fatal error: see obx_relay_wait), or every
+ * one of them has ended after a stop (obx_relay_wait then returns at once). */
 OBX_API int obx_relay_stopped(obx_relay *r);
+/* 1 when the relay serves: every thread reached the database (with this version's schema) and
+ * the broker, and none fails on them now. 0 otherwise, with the reason (one line) in why (cap
+ * bytes; may be NULL): while the relay waits for a database or broker that is not there yet or
+ * went away (it keeps waiting: connect.retry_initial_ms, connect.retry_max_ms), or stops. Any
+ * thread; answers at once. */
+OBX_API int obx_relay_ready(obx_relay *r, char *why, size_t cap);
+/* Like obx_relay_stop, without the drain: the threads end after their current step, and what
+ * is outstanding is left as after a kill (the attempts stay SENDING; another relay's sweeper
+ * turns them UNKNOWN when their lease ends, and its reconciler settles them). */
+OBX_API void obx_relay_stop_now(obx_relay *r);
+/* The wait before try attempt + 1 (attempt 0, 1, 2, ...) of something that failed: initial_ms
+ * doubled per attempt up to max_ms, then drawn from the upper half of that (jitter, so that
+ * daemons a shared outage stopped do not all come back at the same instant). */
+OBX_API int64_t obx_retry_delay_ms(int64_t initial_ms, int64_t max_ms, int attempt);
 
 /* ---------------------------------------------------------------------------------------------
  * The three-set audit and retention (docs/retention.md, docs/retention.md). These read the outbox

@@ -21,6 +21,19 @@ int cli_read_file(const char *path, unsigned char **out, size_t *len, size_t lim
 /* Opens the store named by url and, with init, applies migrations. */
 int cli_open_store(const char *cmd, const char *url, obx_store **out);
 
+/* notify.c: the service manager's view of a daemon command (READY=1, STATUS=, WATCHDOG=1,
+ * STOPPING=1; nothing outside systemd). */
+typedef struct cli_notify {
+    bool ready_sent;
+    long long watchdog_ms, watchdog_at, status_at; /* monotonic ms; watchdog_ms 0: off */
+    char status[640];                              /* the last STATUS= sent */
+} cli_notify;
+void cli_notify_init(cli_notify *n);
+/* From the main loop, every few hundred ms: READY=1 the first time ready is true, STATUS= when
+ * status changed (at most once a second), WATCHDOG=1 when due. */
+void cli_notify_tick(cli_notify *n, bool ready, const char *status);
+void cli_notify_stopping(cli_notify *n, const char *status);
+
 typedef int (*cli_cmd_fn)(int argc, char **argv);
 
 /* The command table (commands.c): the one source of dispatch, help, man page and completion. */

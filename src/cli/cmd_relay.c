@@ -30,6 +30,108 @@ static int wait_signal(const sigset_t *set, int ms) {
     return sig > 0 ? sig : 0;
 }
 
+/* A daemon that could not start or run: a configuration error (a bad key or URL, a backend not
+ * built in, a Kafka cluster that is not the configured one) exits 2, at once, like a usage
+ * error, so that a service manager need not restart it (the unit's RestartPreventExitStatus);
+ * anything else 1. Waiting cannot mend these: what can (a database or broker not there yet) is
+ * waited for and never ends the daemon. */
+static int start_fail(const char *cmd, const char *what, obx_err e) {
+    int rc = cli_fail(cmd, what, e);
+    return e == OBX_ECONFIG || e == OBX_EURL || e == OBX_EUNSUPPORTED || e == OBX_EREFUSED ? 2 : rc;
+}
+
+static void now_iso(char *out, size_t cap) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+}
+
+/* One record in the relay's log format (text, or one JSON object per line). */
+static void relay_say(bool json_log, const char *level, const char *msg) {
+    char when[40];
+    now_iso(when, sizeof when);
+    if (json_log) {
+        json_t *o = json_pack("{s:s,s:s,s:s,s:s}", "ts", when, "level", level, "component", "relay",
+                              "msg", msg);
+        char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        if (line) fprintf(stderr, "%s\n", line);
+        free(line);
+        json_decref(o);
+    } else
+        fprintf(stderr, "%s %-5s relay: %s\n", when, level, msg);
+}
+
+/* The relay's numbers for its status line and the drain message. */
+static void relay_numbers(obx_relay *r, long long *published, long long *in_flight) {
+    char *stats = NULL;
+    *published = *in_flight = 0;
+    if (obx_relay_stats(r, &stats)) return;
+    json_t *j = json_loads(stats, 0, NULL);
+    *published = json_integer_value(json_object_get(j, "accepted"));
+    *in_flight = json_integer_value(json_object_get(j, "in_flight"));
+    json_decref(j);
+    obx_free(stats);
+}
+
+/* The main thread while the relay runs: tells systemd how it is (notify.c), and stops it on
+ * SIGINT/SIGTERM: the first drains what is outstanding for up to relay.drain_ms and says so,
+ * a second stops at once (what is outstanding is left as after a kill: the attempts stay
+ * SENDING until a sweeper turns them UNKNOWN and a reconciler settles them). Returns when the
+ * relay's threads have ended (a stop, or a fatal error); *sig: the first signal, or 0. */
+static void relay_supervise(obx_relay *r, const sigset_t *set, bool json_log, const char *drain_ms,
+                            int *sig) {
+    cli_notify n;
+    cli_notify_init(&n);
+    int signals = 0;
+    while (!obx_relay_stopped(r)) {
+        int got = wait_signal(set, 200);
+        char why[700], status[700];
+        long long published, in_flight;
+        if (!got) {
+            if (signals) continue;
+            int ready = obx_relay_ready(r, why, sizeof why);
+            relay_numbers(r, &published, &in_flight);
+            if (ready)
+                snprintf(status, sizeof status, "serving: %lld published, %lld in flight",
+                         published, in_flight);
+            else
+                snprintf(status, sizeof status, "not ready: %.600s", why);
+            cli_notify_tick(&n, ready, status);
+            continue;
+        }
+        if (++signals == 1) {
+            *sig = got;
+            relay_numbers(r, &published, &in_flight);
+            snprintf(status, sizeof status,
+                     "draining %lld outstanding outcomes (up to %s ms); signal again to stop now",
+                     in_flight, drain_ms);
+            relay_say(json_log, "info", status);
+            cli_notify_stopping(&n, status);
+            obx_relay_stop(r);
+        } else {
+            relay_numbers(r, &published, &in_flight);
+            snprintf(status, sizeof status,
+                     "stopping now: %lld outcomes left outstanding (the reconciler settles them)",
+                     in_flight);
+            relay_say(json_log, "warn", status);
+            obx_relay_stop_now(r);
+        }
+    }
+}
+
+/* The consumer's stop hook (obx_consumer_options.stop): a SIGINT or SIGTERM is pending. They
+ * stay blocked and pending until the main loop collects them. */
+static int stop_requested(void *user) {
+    const sigset_t *want = user;
+    sigset_t p;
+    if (sigpending(&p)) return 0;
+    return (sigismember(want, SIGINT) && sigismember(&p, SIGINT)) ||
+           (sigismember(want, SIGTERM) && sigismember(&p, SIGTERM));
+}
+
 int cmd_relay(int argc, char **argv) {
     /* Two malloc arenas for the whole daemon, set before any thread starts. With one arena per
      * thread (dispatchers, reconciler, auditor, librdkafka's), each keeps the freed batch
@@ -64,7 +166,7 @@ int cmd_relay(int argc, char **argv) {
     if (optind < argc) return cli_usage("relay", "unexpected argument '%s'", argv[optind]);
     obx_config *cfg;
     obx_err e = config ? obx_config_load(config, &cfg) : obx_config_new(&cfg);
-    if (e) return cli_fail("relay", config ? config : "configuration", e);
+    if (e) return start_fail("relay", config ? config : "configuration", e);
     optind = 1;
     while (!e && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         char key[128];
@@ -90,10 +192,11 @@ int cmd_relay(int argc, char **argv) {
     }
     if (e) {
         obx_config_free(cfg);
-        return cli_fail("relay", "configuration", e);
+        return start_fail("relay", "configuration", e);
     }
-    char *log_format = NULL;
+    char *log_format = NULL, *drain_ms = NULL;
     obx_config_get(cfg, "log.format", &log_format);
+    obx_config_get(cfg, "relay.drain_ms", &drain_ms);
     bool json_log = log_format && !strcmp(log_format, "json");
     obx_free(log_format);
     sigset_t set;
@@ -101,26 +204,26 @@ int cmd_relay(int argc, char **argv) {
     obx_relay *r;
     e = obx_relay_start(cfg, &r);
     obx_config_free(cfg);
-    if (e) return cli_fail("relay", "start", e);
-    int sig = 0;
-    while (!(sig = wait_signal(&set, 200)) && !obx_relay_stopped(r)) {
+    if (e) {
+        obx_free(drain_ms);
+        return start_fail("relay", "start", e);
     }
-    obx_relay_stop(r);
+    int sig = 0;
+    relay_supervise(r, &set, json_log, drain_ms ? drain_ms : "?", &sig);
+    obx_free(drain_ms);
     e = obx_relay_wait(r);
     char *stats = NULL;
     if (obx_relay_stats(r, &stats) == OBX_OK) {
         json_t *j = json_loads(stats, 0, NULL);
         char *line = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
         if (json_log) { /* one JSON object per line, like every other record */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            struct tm tm;
-            gmtime_r(&ts.tv_sec, &tm);
-            fprintf(stderr,
-                    "{\"ts\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\",\"level\":\"info\","
-                    "\"component\":\"relay\",\"msg\":\"stopped%s\",\"counters\":%s}\n",
-                    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                    ts.tv_nsec / 1000000, sig ? " on signal" : "", line ? line : "{}");
+            char when[40];
+            now_iso(when, sizeof when);
+            fprintf(
+                stderr,
+                "{\"ts\":\"%s\",\"level\":\"info\",\"component\":\"relay\",\"msg\":\"stopped%s\","
+                "\"counters\":%s}\n",
+                when, sig ? " on signal" : "", line ? line : "{}");
         } else
             fprintf(stderr, "obx relay: stopped%s; counters: %s\n", sig ? " on signal" : "",
                     line ? line : stats);
@@ -129,7 +232,7 @@ int cmd_relay(int argc, char **argv) {
         obx_free(stats);
     }
     obx_relay_close(r);
-    if (e) return cli_fail("relay", "run", e);
+    if (e) return start_fail("relay", "run", e);
     return 0;
 }
 
@@ -175,6 +278,9 @@ typedef struct consume_run {
     projection p;      /* the sample projection's handler state */
     exec_handler x;    /* --exec: the handler command's state */
     obx_consumer *con; /* the consumer (owned) */
+    obx_config *cfg;   /* connect.* (--set), from the relay's configuration table (owned) */
+    int64_t retry_initial_ms, retry_max_ms;
+    sigset_t signals; /* SIGINT, SIGTERM: blocked, collected by the main loop */
 } consume_run;
 
 /* Options: parses argv into r (0, or the exit code of a usage error). */
@@ -194,6 +300,7 @@ static int consume_options(consume_run *r, int argc, char **argv) {
                                          {"poison-exit", required_argument, 0, 'P'},
                                          {"exec-timeout", required_argument, 0, 'o'},
                                          {"json", no_argument, 0, 'j'},
+                                         {"set", required_argument, 0, 's'},
                                          {0, 0, 0, 0}};
     int c;
     bool ok = true;
@@ -224,12 +331,29 @@ static int consume_options(consume_run *r, int argc, char **argv) {
                 return cli_usage("consume", "--exec-timeout: '%s' is not 1..86400000 (ms)", optarg);
             break;
         case 'j': r->js = 1; break;
+        case 's': {
+            /* the consumer's settings from the relay's table: only the wait for what it needs */
+            const char *eq = strchr(optarg, '=');
+            char key[64];
+            if (!eq || (size_t)(eq - optarg) >= sizeof key)
+                return cli_usage("consume", "--set: '%s' is not KEY=VALUE", optarg);
+            memcpy(key, optarg, (size_t)(eq - optarg));
+            key[eq - optarg] = '\0';
+            if (strcmp(key, "connect.retry_initial_ms") && strcmp(key, "connect.retry_max_ms"))
+                return cli_usage("consume",
+                                 "--set: '%s' is not a consumer setting (connect.retry_initial_ms, "
+                                 "connect.retry_max_ms)",
+                                 key);
+            obx_err e = obx_config_set(r->cfg, key, eq + 1);
+            if (e) return cli_usage("consume", "--set: %s", obx_errmsg());
+            break;
+        }
         default:
             return cli_usage("consume",
                              "usage: obx consume --consumer-db URL --topic T [--broker URL] "
                              "[--consumer ID] [--group G] [--types T1,T2|*] [--tenants A,B|*] "
                              "[--max-failures N] [--until-idle MS] [--exec CMD [--poison-exit N] "
-                             "[--exec-timeout MS]] [--json]");
+                             "[--exec-timeout MS]] [--set KEY=VALUE]... [--json]");
         }
     }
     if (optind < argc) return cli_usage("consume", "unexpected argument '%s'", argv[optind]);
@@ -240,6 +364,20 @@ static int consume_options(consume_run *r, int argc, char **argv) {
  * code). */
 static int consume_validate(consume_run *r) {
     if (!r->cdb) return cli_usage("consume", "--consumer-db: required");
+    char *lo = NULL, *hi = NULL;
+    obx_config_get(r->cfg, "connect.retry_initial_ms", &lo);
+    obx_config_get(r->cfg, "connect.retry_max_ms", &hi);
+    r->retry_initial_ms = lo ? strtoll(lo, NULL, 10) : 500;
+    r->retry_max_ms = hi ? strtoll(hi, NULL, 10) : 15000;
+    obx_free(lo);
+    obx_free(hi);
+    if (r->retry_max_ms < r->retry_initial_ms)
+        return cli_usage("consume",
+                         "--set: connect.retry_max_ms is below connect.retry_initial_ms");
+    /* malformed URLs are configuration errors, found before any wait */
+    obx_err ue = obx_url_check(r->cdb, "store");
+    if (ue) return start_fail("consume", r->cdb, ue);
+    if ((ue = obx_url_check(r->broker, "broker"))) return start_fail("consume", r->broker, ue);
     if (!r->exec_cmd && strncmp(r->cdb, "sqlite:", 7))
         return cli_usage("consume", "--consumer-db: a sqlite:PATH URL is required (the sample "
                                     "projection lives in SQLite; with --exec any store URL)");
@@ -259,12 +397,59 @@ static int consume_validate(consume_run *r) {
     return 0;
 }
 
-/* Open: the inbox's store, the sample projection's SQLite connection (or SIGPIPE ignored for
- * --exec) and the consumer; on failure everything opened here is closed (0, or an exit code). */
-static int consume_open(consume_run *r) {
+/* What `obx consume` waits for, and the one line per change it logs about each (as the relay
+ * does, src/drivers/deps.c): "broker unreachable: ...; retrying in 2.0 s", then "broker
+ * reachable again after 12.4 s". */
+typedef struct consume_dep {
+    const char *name;
+    bool down, ever_up;
+    long long since; /* monotonic ms, when it went down */
+    obx_err code;    /* of the failure that took it down */
+} consume_dep;
+
+static long long mono_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Whether an error is one to wait out (not there yet, unreachable now) rather than one that
+ * ends the consumer: the same kinds as the relay's (obx__dep_waitable in deps.c). */
+static bool waitable(obx_err e) {
+    return e == OBX_ECONNLOST || e == OBX_EBROKER || e == OBX_EIO || e == OBX_EBUSY ||
+           e == OBX_ESTORE;
+}
+
+static void dep_down(consume_dep *d, obx_err e, long long retry_ms) {
+    if (d->down && d->code == e) return;
+    if (!d->down) d->since = mono_now_ms();
+    d->down = true;
+    d->code = e;
+    fprintf(stderr, "obx consume: %s %s: %s: %s; retrying in %.1f s\n", d->name,
+            waitable(e) ? "unreachable" : "failing", obx_errname(e), obx_errmsg(),
+            (double)retry_ms / 1000.0);
+}
+
+static void dep_up(consume_dep *d) {
+    if (d->down)
+        fprintf(stderr, "obx consume: %s reachable %safter %.1f s\n", d->name,
+                d->ever_up ? "again " : "", (double)(mono_now_ms() - d->since) / 1000.0);
+    d->down = false;
+    d->ever_up = true;
+}
+
+/* One try at the inbox's store, the sample projection's SQLite connection (or SIGPIPE ignored
+ * for --exec) and the consumer; on failure everything opened here is closed and *which names
+ * what failed (0 the consumer's database, 1 the broker). */
+static obx_err consume_try_open(consume_run *r, int *which) {
+    *which = 0;
     obx_err e = obx_store_open(r->cdb, &r->s);
     if (!e) e = obx_store_init(r->s);
-    if (e) return cli_fail("consume", r->cdb, e);
+    if (e) {
+        obx_store_close(r->s);
+        r->s = NULL;
+        return e;
+    }
     r->p = (projection){(unsigned)r->fail_permille, 0x2545f4914f6cdd1dull ^ (uint64_t)getpid()};
     r->x = (exec_handler){.cmd = r->exec_cmd,
                           .consumer = r->consumer,
@@ -279,9 +464,11 @@ static int consume_open(consume_run *r) {
         r->s = NULL;
         const char *path = r->cdb + 7 + (strncmp(r->cdb + 7, "//", 2) ? 0 : 2);
         if (sqlite3_open(path, &r->db) != SQLITE_OK) {
-            fprintf(stderr, "obx consume: cannot open %s\n", path);
+            char msg[700];
+            snprintf(msg, sizeof msg, "cannot open %s: %s", path, sqlite3_errmsg(r->db));
             sqlite3_close(r->db);
-            return 1;
+            r->db = NULL;
+            return obx_error_set(OBX_ESTORE, msg);
         }
         sqlite3_busy_timeout(r->db, 10000);
         sqlite3_exec(r->db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
@@ -299,39 +486,82 @@ static int consume_open(consume_run *r) {
                                         .n_event_types = (size_t)r->ny,
                                         .tenants = r->nn ? r->tenants : NULL,
                                         .n_tenants = (size_t)r->nn,
-                                        .max_failures = (int)r->max_failures}};
-    if (!e)
+                                        .max_failures = (int)r->max_failures},
+                              .stop = stop_requested,
+                              .stop_user = &r->signals};
+    if (!e) {
+        *which = 1;
         e = r->exec_cmd ? obx_consumer_open(r->s, NULL, &o, exec_handler_run, &r->x, &r->con)
                         : obx_consumer_open(r->s, r->db, &o, projection_handler, &r->p, &r->con);
+        if (e == OBX_ESTORE) *which = 0;
+    }
     if (e) {
-        int rc = cli_fail("consume", "start", e);
         obx_store_close(r->s);
         sqlite3_close(r->db);
-        return rc;
+        r->s = NULL;
+        r->db = NULL;
     }
-    return 0;
+    return e;
+}
+
+/* Open: tries until the consumer's database and the broker are both there, waiting out what
+ * is not (capped exponential back-off with jitter: connect.retry_initial_ms ..
+ * connect.retry_max_ms; a signal ends the wait). 0 once open; -1 when a signal came first; or
+ * the exit code of an error that waiting cannot mend (a configuration error: 2). */
+static int consume_open(consume_run *r, consume_dep deps[2]) {
+    for (int fails = 0;; fails++) {
+        int which = 0;
+        obx_err e = consume_try_open(r, &which);
+        if (!e) {
+            dep_up(&deps[0]);
+            dep_up(&deps[1]);
+            return 0;
+        }
+        if (!waitable(e)) return start_fail("consume", which ? r->broker : r->cdb, e);
+        if (which) dep_up(&deps[0]); /* the database was there: the broker was not */
+        long long ms = obx_retry_delay_ms(r->retry_initial_ms, r->retry_max_ms, fails);
+        dep_down(&deps[which], e, ms);
+        if (wait_signal(&r->signals, (int)ms)) return -1;
+    }
 }
 
 /* Run: polls until a signal, or until --until-idle ms pass with nothing delivered; k gets
- * the consumer's counts. */
-static void consume_loop(consume_run *r, obx_consumer_counts *k) {
-    sigset_t set;
-    block_signals(&set);
+ * the consumer's counts. A signal is looked at after every poll, and a poll returns after the
+ * message in hand once one is pending (the consumer's stop hook, stop_requested): the rest of
+ * its batch is not acknowledged and comes again. An error (the database or broker gone) is
+ * waited out with the back-off, one line when it starts and one when it ends. */
+static void consume_loop(consume_run *r, consume_dep deps[2], obx_consumer_counts *k) {
+    cli_notify n;
+    cli_notify_init(&n);
     struct timespec last;
     clock_gettime(CLOCK_MONOTONIC, &last);
+    int fails = 0;
     for (;;) {
         long before = k->delivered + k->redriven;
         obx_err e = obx_consumer_poll(r->con, 100, k);
+        char status[200];
         if (e) {
-            fprintf(stderr, "obx consume: %s: %s (retrying)\n", obx_errname(e), obx_errmsg());
-            usleep(200000);
+            long long ms = obx_retry_delay_ms(r->retry_initial_ms, r->retry_max_ms, fails++);
+            dep_down(&deps[e == OBX_EBROKER ? 1 : 0], e, ms);
+            snprintf(status, sizeof status, "not ready: %s %s", deps[e == OBX_EBROKER].name,
+                     waitable(e) ? "unreachable" : "failing");
+            cli_notify_tick(&n, false, status);
+            if (wait_signal(&r->signals, (int)ms)) break;
+            continue;
         }
+        fails = 0;
+        dep_up(&deps[0]);
+        dep_up(&deps[1]);
+        snprintf(status, sizeof status, "consuming: %ld applied, %ld duplicates, %ld failed",
+                 k->applied, k->duplicates, k->failed);
+        cli_notify_tick(&n, true, status);
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        if (k->delivered + k->redriven != before)
-            last = now;
-        else if (wait_signal(&set, 20))
+        if (k->delivered + k->redriven != before) last = now;
+        if (wait_signal(&r->signals, k->delivered + k->redriven != before ? 0 : 20)) {
+            cli_notify_stopping(&n, "stopping: the message in hand is done; the rest comes again");
             break;
+        }
         long idle = (now.tv_sec - last.tv_sec) * 1000 + (now.tv_nsec - last.tv_nsec) / 1000000;
         if (r->until_idle > 0 && idle >= r->until_idle) break;
     }
@@ -357,15 +587,22 @@ int cmd_consume(int argc, char **argv) {
                      .consumer = "order-projection",
                      .poison_exit = 65,
                      .exec_timeout = 60000};
+    if (obx_config_new(&r.cfg)) return cli_fail("consume", "configuration", OBX_ENOMEM);
     int rc = consume_options(&r, argc, argv);
     if (!rc) rc = consume_validate(&r);
-    if (!rc) rc = consume_open(&r);
-    if (rc) return rc;
+    /* blocked before anything starts: a signal during the wait for the broker ends it */
+    if (!rc) block_signals(&r.signals);
+    consume_dep deps[2] = {{.name = "consumer database"}, {.name = "broker"}};
+    if (!rc) rc = consume_open(&r, deps);
+    obx_config_free(r.cfg);
     obx_consumer_counts k = {0};
-    consume_loop(&r, &k);
-    obx_consumer_close(r.con);
-    obx_store_close(r.s);
-    sqlite3_close(r.db);
+    if (rc > 0) return rc;
+    if (rc == 0) {
+        consume_loop(&r, deps, &k);
+        obx_consumer_close(r.con);
+        obx_store_close(r.s);
+        sqlite3_close(r.db);
+    }
     consume_report(r.js, &k);
     return 0;
 }

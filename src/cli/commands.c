@@ -232,8 +232,14 @@ const cli_command cli_commands[] = {
                  "[--set KEY=VALUE]... [--broker-prop K=V]...",
      .text = "Run the relay daemon: claim committed events, publish them to their frozen "
              "destination, accept receipts, reconcile UNKNOWN outcomes with the broker, audit and "
-             "purge as configured. Runs until SIGINT or SIGTERM; then it stops claiming, drains "
-             "in-flight acknowledgements (relay.drain_ms) and exits 0. Flags override the "
+             "purge as configured. A database or broker that is not there yet, or goes away, is "
+             "waited for (connect.retry_initial_ms, connect.retry_max_ms; one log line when it "
+             "goes, one when it is back) and /readyz says why it is not ready; a configuration "
+             "error exits 2 at once. Runs until SIGINT or SIGTERM; then it stops claiming, says "
+             "how many outcomes it drains, drains in-flight acknowledgements (relay.drain_ms) "
+             "and exits 0; a second signal stops it at once (what is outstanding is left to "
+             "the reconciler, as after a kill). Under systemd (Type=notify) it sends READY=1 "
+             "once it serves, STATUS= lines, WATCHDOG=1 and STOPPING=1. Flags override the "
              "configuration file (README.md, \"Configuration\"). The packaged service "
              "obx-relay.service runs obx relay --config /etc/obx/relay.yaml.",
      .opts = {O_RELAY_OPTS},
@@ -264,7 +270,13 @@ const cli_command cli_commands[] = {
              "environment (OBX_EVENT_ID, OBX_EFFECT_KEY, ...; docs/inbox-sql.md), the inbox in "
              "any store URL: exit 0 applies (the first line of its stdout is the result), exit "
              "--poison-exit parks the message at once, any other exit, a signal or the timeout "
-             "is a failure retried up to --max-failures.",
+             "is a failure retried up to --max-failures.\n\n"
+             "A consumer database or broker that is not there yet, or goes away, is waited for "
+             "(one line when it goes, one when it is back), never a reason to exit; a "
+             "configuration error exits 2 at once. On SIGINT or SIGTERM the message in hand is "
+             "finished (its command runs to its end) and the consumer exits 0 within a second "
+             "after it; the rest of its batch is not acknowledged and comes again. Under "
+             "systemd it sends READY=1 once consuming, STATUS= lines and WATCHDOG=1.",
      .opts = {{"consumer-db", "URL", "required",
                "The consumer's database (inbox): sqlite:PATH for the sample projection, any store "
                "URL with --exec."},
@@ -287,6 +299,10 @@ const cli_command cli_commands[] = {
               {"exec-timeout", "MS", "60000",
                "With --exec: kill the command's process group after MS (1..86400000); a retried "
                "failure."},
+              {"set", "KEY=VALUE", D_NONE,
+               "connect.retry_initial_ms or connect.retry_max_ms (defaults 500 and 15000): the "
+               "wait between tries for a consumer database or broker that is not there. "
+               "Repeatable."},
               O_BROKER_PROP,
               O_JSON},
      .examples = "obx consume --consumer-db sqlite:projection.db --topic orders --until-idle 2000\n"

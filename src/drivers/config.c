@@ -65,6 +65,8 @@ static const key keys[] = {
     I("relay.shadow_grace_ms", shadow_grace_ms, 0, INT64_C(31536000000)),
     I("relay.shadow_window_ms", shadow_window_ms, 1000, INT64_C(31536000000)),
     L("relay.shadow_topics", shadow_topics),
+    I("connect.retry_initial_ms", retry_initial_ms, 10, 3600000),
+    I("connect.retry_max_ms", retry_max_ms, 10, 86400000),
     S("http.listen", http_listen),
     S("http.token_file", http_token_file),
     I("http.series_interval_ms", series_interval_ms, 100, 3600000),
@@ -132,6 +134,8 @@ obx_err obx_config_new(obx_config **out) {
     c->reconcile_ms = 1000;
     c->drain_ms = 10000;
     c->reconciler = 1;
+    c->retry_initial_ms = 500; /* then 1, 2, 4, 8 s, ... (each drawn from its upper half) */
+    c->retry_max_ms = 15000;
     strcpy(c->log_format, "text");
     strcpy(c->log_level, "info");
     c->pending_max_age_ms = 300000;
@@ -487,6 +491,10 @@ obx_err obx__config_check(const obx_config *c) {
                          "relay.backoff_max_ms (%lld) is below relay.backoff_base_ms "
                          "(%lld)",
                          (long long)c->backoff_max_ms, (long long)c->backoff_base_ms);
+    if (c->retry_max_ms < c->retry_initial_ms)
+        return obx__fail(OBX_ECONFIG,
+                         "connect.retry_max_ms (%lld) is below connect.retry_initial_ms (%lld)",
+                         (long long)c->retry_max_ms, (long long)c->retry_initial_ms);
     if (strcmp(c->log_format, "text") && strcmp(c->log_format, "json"))
         return obx__fail(OBX_ECONFIG, "log.format: '%s' is not text or json", c->log_format);
     if (strcmp(c->log_level, "debug") && strcmp(c->log_level, "info") &&

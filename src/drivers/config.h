@@ -20,6 +20,8 @@ struct obx_config {
     int64_t dispatchers, batch, window, lease_ms, reconcile_lease_ms, recheck_ms, recheck_max_ms,
         backoff_base_ms, backoff_max_ms, poll_ms, sweep_ms, reconcile_ms, drain_ms, reconciler;
     obx__strv aliases;
+    /* connect.*: the wait for a database or broker that is not there (deps.c) */
+    int64_t retry_initial_ms, retry_max_ms;
     char http_listen[128];
     char http_token_file[512];
     int64_t series_interval_ms, series_points; /* the dashboard's sample ring (series.c) */

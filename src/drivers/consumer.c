@@ -18,6 +18,8 @@ struct obx_consumer {
     obx__broker *b;
     obx_inbox_handler h;
     void *user;
+    int (*stop)(void *stop_user); /* obx_consumer_options.stop, or NULL */
+    void *stop_user;
     size_t max_batch;
     char consumer[OBX_NAME_MAX + 1];
     char group[OBX_NAME_MAX + 1]; /* the subscription, to make again (resubscribe) */
@@ -39,6 +41,8 @@ obx_err obx_consumer_open(obx_store *db, void *conn, const obx_consumer_options 
     c->h = h;
     c->user = user;
     c->max_batch = o->max_batch ? o->max_batch : 64;
+    c->stop = o->stop;
+    c->stop_user = o->stop_user;
     obx_err e = obx_inbox_open(db, &o->inbox, &c->in);
     if (!e) e = obx__br_open(o->broker_url, o->broker_props, o->n_broker_props, &c->b);
     if (!e && !(obx__br_caps(c->b) & OBX__BCAP_CONSUME))
@@ -49,8 +53,7 @@ obx_err obx_consumer_open(obx_store *db, void *conn, const obx_consumer_options 
     for (size_t i = 0; !e && i < o->n_topics; i++, c->n_topics++)
         if (!(c->topics[i] = obx__strdup(o->topics[i])))
             e = obx__fail(OBX_ENOMEM, "consumer: out of memory");
-    if (!e)
-        e = obx__br_consume_open(c->b, c->group, (const char *const *)c->topics, c->n_topics);
+    if (!e) e = obx__br_consume_open(c->b, c->group, (const char *const *)c->topics, c->n_topics);
     if (e) {
         obx_consumer_close(c);
         return e;
@@ -148,6 +151,8 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
     size_t i = 0;
     bool failed = false;
     for (; !e && i < n; i++) {
+        /* a stop asked for: the rest of the batch is redelivered below, nothing acknowledged */
+        if (c->stop && c->stop(c->stop_user)) break;
         obx_message m = obx__message_of(&d[i]);
         if (k) k->delivered++;
         obx_inbox_result r;

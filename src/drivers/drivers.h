@@ -10,6 +10,7 @@
 #define OBX_DRIVERS_H
 
 #include "drivers/config.h"
+#include "drivers/deps.h"
 #include "drivers/hist.h"
 #include "drivers/http.h"
 #include "drivers/log.h"

@@ -4,8 +4,11 @@
  * connections it reads with:
  *
  *   GET  /healthz            the process is alive (no database access)
- *   GET  /readyz             database reachable with the current schema, broker reachable,
- *                            relay not stopping
+ *   GET  /readyz             every relay thread reached the database (with the current
+ *                            schema) and the broker, none fails on them now, relay not
+ *                            stopping, and the probe thread's last look (schema version, a
+ *                            fresh broker connection) was good: answered from that state,
+ *                            no store or broker call in the request
  *   GET  /metrics            Prometheus text (metrics.c)
  *   GET  /  /app.js  /style.css   the dashboard: static files embedded in the binary
  *   GET  /api/status         obx_status's document plus this relay's counters
@@ -67,6 +70,13 @@ typedef struct http {
     pthread_t series_th;
     bool series_started;
     atomic_int series_stop;
+    /* /readyz's own look, on a thread of its own while someone asks (probe_main) */
+    pthread_t probe_th;
+    bool probe_started;
+    _Atomic int64_t probe_asked; /* monotonic ms of the last /readyz */
+    pthread_mutex_t probe_mu;
+    bool probe_bad;       /* under probe_mu: the last look failed ... */
+    char probe_why[1024]; /* ... and why */
 } http;
 
 typedef struct req {
@@ -204,29 +214,72 @@ static bool host_ok(http *h, struct MHD_Connection *c) {
 /* ---- routes ------------------------------------------------------------------------------------
  */
 
+/* /readyz answers at once, from two things the server already knows: the relay's threads'
+ * state (relay_view.h: every thread reached the database with its schema and the broker, none
+ * fails on them now) and the last look of the probe thread below. No store or broker call
+ * happens in the request. */
 static enum MHD_Result readyz(http *h, struct MHD_Connection *c) {
-    obx__store *s = NULL;
-    int found = 0;
-    obx_err e = h->v->stopping(h->v->relay) ? obx__fail(OBX_ESTOPPED, "the relay is stopping")
-                                            : store_of(h, &s);
-    if (!e) e = obx__st_schema_version(s, &found);
-    if (!e && found != OBX__SCHEMA_VERSION)
-        e = obx__fail(OBX_ESCHEMA, "schema version %d, need %d", found, OBX__SCHEMA_VERSION);
-    else if (e && h->s)
-        store_drop(h);
-    if (!e) {
-        /* a fresh connection: what a dispatcher reconnecting now would get */
-        const obx_config *cfg = h->v->cfg;
-        obx__broker *b = NULL;
-        e = obx__br_open(cfg->broker, (const char *const *)cfg->broker_props.v, cfg->broker_props.n,
-                         &b);
-        char cl[OBX_NAME_MAX + 1];
-        if (!e) e = obx__br_cluster_id(b, cl, sizeof cl);
-        obx__br_close(b);
+    char why[1024], body[1100];
+    atomic_store(&h->probe_asked, obx__mono_ms());
+    bool ok = h->v->ready(h->v->relay, why, sizeof why);
+    if (ok) {
+        pthread_mutex_lock(&h->probe_mu);
+        if (h->probe_bad) {
+            ok = false;
+            obx__strlcpy(why, h->probe_why, sizeof why);
+        }
+        pthread_mutex_unlock(&h->probe_mu);
     }
-    char body[1200];
-    snprintf(body, sizeof body, e ? "not ready: %s\n" : "ready\n", obx_errmsg());
-    return text(c, e ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, body);
+    snprintf(body, sizeof body, ok ? "ready\n" : "not ready: %s\n", why);
+    return text(c, ok ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, body);
+}
+
+/* One look at what a thread reconnecting now would get: the outbox database with the schema
+ * this relay needs, and a fresh broker connection (OBX_OK or why not, in obx_errmsg()). */
+static obx_err probe_once(http *h, obx__store **s) {
+    const obx_config *cfg = h->v->cfg;
+    obx_err e = *s ? OBX_OK : obx__st_open(cfg->db, s);
+    int found = 0;
+    if (!e) e = obx__st_schema_version(*s, &found);
+    if (!e && found != OBX__SCHEMA_VERSION)
+        return obx__fail(OBX_ESCHEMA, "schema version %d, need %d", found, OBX__SCHEMA_VERSION);
+    if (e) {
+        obx__st_close(*s);
+        *s = NULL;
+        return e;
+    }
+    obx__broker *b = NULL;
+    e = obx__br_open(cfg->broker, (const char *const *)cfg->broker_props.v, cfg->broker_props.n,
+                     &b);
+    char cl[OBX_NAME_MAX + 1];
+    if (!e) e = obx__br_cluster_id(b, cl, sizeof cl);
+    obx__br_close(b);
+    return e;
+}
+
+/* The probe: while /readyz was asked in the last minute, one look every PROBE_MS on its own
+ * connections, its result kept for /readyz (a database whose schema changed under the relay, a
+ * broker that stopped taking new connections). Nothing when nobody asks. */
+#define PROBE_MS 1000
+static void *probe_main(void *arg) {
+    http *h = arg;
+    obx__store *s = NULL;
+    while (!atomic_load(&h->series_stop)) {
+        int64_t asked = atomic_load(&h->probe_asked);
+        if (asked && obx__mono_ms() - asked < 60000) {
+            obx_err e = probe_once(h, &s);
+            pthread_mutex_lock(&h->probe_mu);
+            h->probe_bad = e != OBX_OK;
+            if (e) obx__strlcpy(h->probe_why, obx_errmsg(), sizeof h->probe_why);
+            pthread_mutex_unlock(&h->probe_mu);
+        }
+        for (int i = 0; i < PROBE_MS / 50 && !atomic_load(&h->series_stop); i++) {
+            struct timespec ts = {0, 50 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    obx__st_close(s);
+    return NULL;
 }
 
 static enum MHD_Result metrics(http *h, struct MHD_Connection *c) {
@@ -452,7 +505,6 @@ static enum MHD_Result route(http *h, struct MHD_Connection *c, const char *url,
                              req *rq) {
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     bool post = !strcmp(method, "POST");
-    if (get && !strcmp(url, "/readyz")) return readyz(h, c);
     if (get && !strcmp(url, "/metrics")) return metrics(h, c);
     if (get && (!strcmp(url, "/") || !strcmp(url, "/index.html")))
         return reply(c, MHD_HTTP_OK, "text/html; charset=utf-8", obx__dash_index_html,
@@ -515,6 +567,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     }
     if (!strcmp(url, "/healthz")) return text(c, MHD_HTTP_OK, "ok\n");
     if (!host_ok(h, c)) return text(c, MHD_HTTP_FORBIDDEN, "host not allowed\n");
+    /* the probes never wait behind a request that is busy with the store */
+    if (!strcmp(url, "/readyz")) return readyz(h, c);
     pthread_mutex_lock(&h->mu);
     enum MHD_Result ret = route(h, c, url, method, rq);
     pthread_mutex_unlock(&h->mu);
@@ -538,6 +592,11 @@ static void http_free(http *h) {
         atomic_store(&h->series_stop, 1);
         pthread_join(h->series_th, NULL);
     }
+    if (h->probe_started) {
+        atomic_store(&h->series_stop, 1);
+        pthread_join(h->probe_th, NULL);
+    }
+    pthread_mutex_destroy(&h->probe_mu);
     obx__series_free(h->series);
     obx__metrics_free(h->m);
     obx__consumer_set_free(&h->cs);
@@ -567,6 +626,7 @@ obx_err obx__http_start(const obx__relay_view *v, const char *listen, void **out
     h->v = v;
     h->loopback = (ntohl(sa.sin_addr.s_addr) >> 24) == 127;
     pthread_mutex_init(&h->mu, NULL);
+    pthread_mutex_init(&h->probe_mu, NULL);
     const obx_config *cfg = v->cfg;
     obx_err e = obx__consumer_set_init(&h->cs, (const char *const *)cfg->critical_consumers.v,
                                        cfg->critical_consumers.n);
@@ -594,6 +654,7 @@ obx_err obx__http_start(const obx__relay_view *v, const char *listen, void **out
         return obx__fail(OBX_EINTERNAL, "http: cannot start the series sampler: %s", strerror(rc));
     }
     h->series_started = true;
+    if (!(rc = pthread_create(&h->probe_th, NULL, probe_main, h))) h->probe_started = true;
     /* port 0 asks the kernel for a free port: log the one we got (tests read it here) */
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     char addr[160];
@@ -611,10 +672,14 @@ void obx__http_stop(void *p) {
     http *h = p;
     if (!h) return;
     /* the sampler first: it takes the lock the request handler takes */
+    atomic_store(&h->series_stop, 1);
     if (h->series_started) {
-        atomic_store(&h->series_stop, 1);
         pthread_join(h->series_th, NULL);
         h->series_started = false;
+    }
+    if (h->probe_started) {
+        pthread_join(h->probe_th, NULL);
+        h->probe_started = false;
     }
     MHD_stop_daemon(h->d);
     http_free(h);

@@ -23,6 +23,7 @@
  * reconciler take over.
  */
 #include "drivers/config.h"
+#include "drivers/deps.h"
 #include "drivers/http.h"
 #include "drivers/log.h"
 #include "drivers/observe.h"
@@ -49,12 +50,17 @@ typedef struct worker {
      * with the counters (no lock per event) */
     obx__hist latency, resolution;
     obx__hist latency_pub, resolution_pub;
+    unsigned down;    /* the dependencies this thread fails on now (deps.h) */
+    int fails;        /* consecutive failed tries: the back-off's exponent */
+    size_t in_flight; /* messages handed to the broker without an outcome, under r->mu */
 } worker;
 
 struct obx_relay {
     obx_config *cfg;
     char id[201];
     atomic_int stop;
+    atomic_int stop_now; /* stop without draining (obx_relay_stop_now) */
+    atomic_int ended;    /* worker threads that have returned */
     pthread_mutex_t mu;
     obx_err first_err;
     char first_msg[1024];
@@ -72,10 +78,12 @@ struct obx_relay {
     int64_t started_at;
     obx__shadow_counts shadow; /* the last comparison (shadow mode), under mu */
     obx__relay_view view;      /* what the HTTP server and the auditor see (relay_view.h) */
+    obx__deps deps;            /* database, schema, broker: up or down (deps.h) */
 };
 
 static void view_totals(obx_relay *r, obx__engine_stats *t);
 static bool view_stopping(obx_relay *r);
+static bool view_ready(obx_relay *r, char *why, size_t cap);
 static void view_audit_metrics(obx_relay *r, obx__buf *b);
 static void view_hists(obx_relay *r, obx__hist *latency, obx__hist *resolution);
 static int view_dispatchers(obx_relay *r, obx__dispatcher_counts *out, int cap);
@@ -85,6 +93,14 @@ static void sleep_ms(int64_t ms) {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
     while (nanosleep(&ts, &ts) && errno == EINTR) {
     }
+}
+
+/* Sleeps up to ms, in slices that look at the stop flag: a back-off of many seconds must not
+ * hold up a stop. */
+static void stop_sleep(obx_relay *r, int64_t ms) {
+    int64_t until = obx__mono_ms() + ms;
+    for (int64_t left; !atomic_load(&r->stop) && (left = until - obx__mono_ms()) > 0;)
+        sleep_ms(left < 50 ? left : 50);
 }
 
 static void fatal(obx_relay *r, obx_err e, const char *what) {
@@ -192,20 +208,37 @@ static obx_err schema_in_use(obx__store *s, int *found) {
                                       : obx__st_schema_version(s, found);
 }
 
-static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engine *e) {
-    obx_relay *r = w->r;
-    obx_config *c = r->cfg;
-    obx_err err = obx__st_open(c->db, s);
+/* Opens the store and checks its schema; *which names the dependency a failure is about. A
+ * database without an obx schema yet (version 0) is one to wait for (`obx init` may come
+ * later); another version than ours is a deployment error. */
+static obx_err open_store(obx_relay *r, obx__store **s, obx__dep_kind *which) {
+    *which = OBX__DEP_DATABASE;
+    obx_err err = obx__st_open(r->cfg->db, s);
     if (err) return err;
     obx__st_serve_dispatch(*s);
     int found = 0;
     if ((err = schema_in_use(*s, &found))) return err;
+    *which = OBX__DEP_SCHEMA;
+    if (found == 0)
+        return obx__fail(OBX_ESTORE, "%s: no obx schema yet (run obx init)", (*s)->url_redacted);
     if (found != OBX__SCHEMA_VERSION)
         return obx__fail(OBX_ESCHEMA, "%s: schema version %d, this relay needs %d (run obx init)",
                          (*s)->url_redacted, found, OBX__SCHEMA_VERSION);
+    *which = OBX__DEP_DATABASE;
+    return OBX_OK;
+}
+
+static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engine *e,
+                           obx__dep_kind *which) {
+    obx_relay *r = w->r;
+    obx_config *c = r->cfg;
+    obx_err err = open_store(r, s, which);
+    if (err) return err;
+    *which = OBX__DEP_BROKER;
     if ((err =
              obx__br_open(c->broker, (const char *const *)c->broker_props.v, c->broker_props.n, b)))
         return err;
+    *which = OBX__DEP_DATABASE;
     obx__engine_cfg ec;
     obx__engine_cfg_defaults(&ec);
     if (w->index >= 0)
@@ -234,17 +267,69 @@ static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engi
 static void publish(worker *w, const obx__engine *e) {
     pthread_mutex_lock(&w->r->mu);
     w->st = e->st;
+    w->in_flight = e->b ? obx__br_in_flight(e->b) : 0;
     w->latency_pub = w->latency;
     w->resolution_pub = w->resolution;
     pthread_mutex_unlock(&w->r->mu);
 }
 
-/* Transient store/broker trouble is logged and retried after a pause; the relay keeps going. */
+/* This thread failed on dependency k (why) and waits its back-off, which grows with each
+ * failure in a row (connect.retry_initial_ms doubling up to connect.retry_max_ms, jittered).
+ * The relay logs one line when the dependency goes down, one when it is back (deps.c). */
+static void dep_wait(worker *w, obx__dep_kind k, const char *why) {
+    obx_relay *r = w->r;
+    int64_t ms = obx_retry_delay_ms(r->cfg->retry_initial_ms, r->cfg->retry_max_ms, w->fails++);
+    obx__deps_down(&r->deps, &w->down, k, why, ms);
+    stop_sleep(r, ms);
+}
+
+/* This thread's last round went through: what it failed on is back. */
+static void dep_ok(worker *w) {
+    w->fails = 0;
+    if (w->down) obx__deps_up(&w->r->deps, &w->down);
+}
+
+/* Store/broker trouble once running. An outage (the database or the broker unreachable) is
+ * waited out with the back-off, logged once when it starts and once when it ends; anything
+ * else (a lost compare-and-set, a busy database) is logged and retried after a short pause.
+ * The relay keeps going either way. */
 static void transient(worker *w, obx_err e, const char *what) {
+    if (obx__dep_waitable(e) && e != OBX_EBUSY) {
+        char why[700];
+        snprintf(why, sizeof why, "%s: %s: %s", what, obx_errname(e), obx_errmsg());
+        dep_wait(w, e == OBX_EBROKER ? OBX__DEP_BROKER : OBX__DEP_DATABASE, why);
+        return;
+    }
     obx__log(OBX__LOG_WARN,
              w->index >= 0 ? "dispatcher" : (w->index == -1 ? "reconciler" : "shadow"), NULL, NULL,
              NULL, "%s: %s: %s (retrying)", what, obx_errname(e), obx_errmsg());
-    sleep_ms(w->r->cfg->poll_ms * 4 + 100);
+    stop_sleep(w->r, w->r->cfg->poll_ms * 4 + 100);
+}
+
+/* Opens this thread's store, broker and engine, waiting for whichever is not there yet (see
+ * deps.c): returns OBX_OK once connected, OBX_ESTOPPED when the relay was asked to stop first,
+ * or the first error that waiting cannot mend (a configuration error: the caller ends the
+ * relay with it). */
+static obx_err connect_engine(worker *w, obx__store **s, obx__broker **b, obx__engine *e) {
+    obx_relay *r = w->r;
+    while (!atomic_load(&r->stop)) {
+        obx__dep_kind which = OBX__DEP_DATABASE;
+        obx_err err = open_engine(w, s, b, e, &which);
+        if (!err) {
+            dep_ok(w);
+            obx__deps_connected(&r->deps);
+            return OBX_OK;
+        }
+        if (!obx__dep_waitable(err)) return err;
+        char why[700];
+        obx__strlcpy(why, obx_errmsg(), sizeof why);
+        obx__br_close(*b);
+        obx__st_close(*s);
+        *b = NULL;
+        *s = NULL;
+        dep_wait(w, which, why);
+    }
+    return OBX_ESTOPPED;
 }
 
 /* A dispatcher with nothing to do waits for whichever comes first: a hint that work was
@@ -450,14 +535,24 @@ static void *shadow_main(void *arg) {
     worker *w = arg;
     obx_relay *r = w->r;
     obx__store *s = NULL;
-    obx_err err = obx__st_open(r->cfg->db, &s);
-    int found = 0;
-    if (!err) err = schema_in_use(s, &found);
-    if (!err && found != OBX__SCHEMA_VERSION)
-        err = obx__fail(OBX_ESCHEMA, "%s: schema version %d, this relay needs %d (run obx init)",
-                        s->url_redacted, found, OBX__SCHEMA_VERSION);
+    obx_err err = OBX_ESTOPPED;
+    while (!atomic_load(&r->stop)) { /* the store, waited for as the dispatchers do */
+        obx__dep_kind which;
+        if (!(err = open_store(r, &s, &which))) {
+            dep_ok(w);
+            obx__deps_connected(&r->deps);
+            break;
+        }
+        obx__st_close(s);
+        s = NULL;
+        if (!obx__dep_waitable(err)) break;
+        char why[700];
+        obx__strlcpy(why, obx_errmsg(), sizeof why);
+        dep_wait(w, which, why);
+        err = OBX_ESTOPPED;
+    }
     if (err) {
-        fatal(r, err, "shadow start");
+        if (err != OBX_ESTOPPED) fatal(r, err, "shadow start");
         obx__st_close(s);
         return NULL;
     }
@@ -469,6 +564,7 @@ static void *shadow_main(void *arg) {
         if (err)
             transient(w, err, "shadow comparison");
         else {
+            dep_ok(w);
             pthread_mutex_lock(&r->mu);
             r->shadow = cur;
             pthread_mutex_unlock(&r->mu);
@@ -516,9 +612,9 @@ static void *dispatcher_main(void *arg) {
     obx__store *s = NULL;
     obx__broker *b = NULL;
     obx__engine e;
-    obx_err err = open_engine(w, &s, &b, &e);
+    obx_err err = connect_engine(w, &s, &b, &e);
     if (err) {
-        fatal(r, err, "dispatcher start");
+        if (err != OBX_ESTOPPED) fatal(r, err, "dispatcher start");
         obx__br_close(b);
         obx__st_close(s);
         return NULL;
@@ -527,8 +623,10 @@ static void *dispatcher_main(void *arg) {
     while (!atomic_load(&r->stop)) {
         int64_t now = obx__wall_ms();
         size_t applied = 0, sent = 0, swept = 0;
+        bool failed = false;
         err = obx__engine_poll(&e, now, 0, &applied);
         if (err) transient(w, err, "collect outcomes");
+        failed |= err != OBX_OK;
         if (applied || err) since = obx__mono_us();
         uint64_t seen = w->index > 0 ? backlog_gen(r) : 0;
         bool full = false;
@@ -537,6 +635,7 @@ static void *dispatcher_main(void *arg) {
             int64_t claimed = e.st.claimed;
             err = obx__engine_dispatch(&e, now, &sent);
             if (err) transient(w, err, "dispatch");
+            failed |= err != OBX_OK;
             full = !err && e.st.claimed - claimed >= (int64_t)r->cfg->batch;
             note_claim(r, full);
         }
@@ -544,10 +643,12 @@ static void *dispatcher_main(void *arg) {
             last_sweep = now;
             err = obx__engine_sweep(&e, now, &swept);
             if (err) transient(w, err, "sweep");
+            failed |= err != OBX_OK;
             if (swept)
                 obx__log(OBX__LOG_WARN, "sweeper", NULL, NULL, NULL,
                          "%zu SENDING leases expired: now DISPATCH_UNKNOWN", swept);
         }
+        if (!failed) dep_ok(w);
         publish(w, &e);
         if (sent || applied) {
             /* a claim that took less than a whole batch held everything committed before it
@@ -562,9 +663,11 @@ static void *dispatcher_main(void *arg) {
             idle_wait(w, &e, s, b);
         since = obx__mono_us();
     }
-    /* drain: late ACKs of what we sent still go to the acceptance point */
+    /* drain: late ACKs of what we sent still go to the acceptance point (not after
+     * obx_relay_stop_now: what is outstanding is left as after a kill) */
     int64_t until = obx__wall_ms() + r->cfg->drain_ms;
-    while (obx__br_in_flight(b) && obx__wall_ms() < until) {
+    while (obx__br_in_flight(b) && obx__wall_ms() < until && !atomic_load(&r->stop_now)) {
+        publish(w, &e);
         size_t n = 0;
         err = obx__engine_poll(&e, obx__wall_ms(), 50, &n);
         if (err) break;
@@ -609,14 +712,14 @@ static void *reconciler_main(void *arg) {
     obx__engine e;
     obx__consumer_set cs = {0};
     obx__critical *crit = NULL;
-    obx_err err = open_engine(w, &s, &b, &e);
+    obx_err err = connect_engine(w, &s, &b, &e);
     if (!err)
         err = obx__consumer_set_init(&cs, (const char *const *)r->cfg->critical_consumers.v,
                                      r->cfg->critical_consumers.n);
     if (!err && cs.n && !(crit = calloc(cs.n, sizeof *crit)))
         err = obx__fail(OBX_ENOMEM, "reconciler: out of memory");
     if (err) {
-        fatal(r, err, "reconciler start");
+        if (err != OBX_ESTOPPED) fatal(r, err, "reconciler start");
         free(crit);
         obx__consumer_set_free(&cs);
         obx__br_close(b);
@@ -629,8 +732,9 @@ static void *reconciler_main(void *arg) {
         evidence_refresh(&cs, crit, &e);
         err = obx__reconcile_step(&e, now, &handled);
         if (err) transient(w, err, "reconcile");
-        err = obx__engine_poll(&e, obx__wall_ms(), 0, &applied);
-        if (err) transient(w, err, "collect retry outcomes");
+        obx_err perr = obx__engine_poll(&e, obx__wall_ms(), 0, &applied);
+        if (perr) transient(w, perr, "collect retry outcomes");
+        if (!err && !perr) dep_ok(w);
         if (handled)
             obx__log(OBX__LOG_INFO, "reconciler", NULL, NULL, NULL,
                      "%zu UNKNOWN events reconciled (found %lld, not found %lld, cannot tell "
@@ -648,8 +752,9 @@ static void *reconciler_main(void *arg) {
         }
     }
     int64_t until = obx__wall_ms() + r->cfg->drain_ms;
-    while (obx__br_in_flight(b) && obx__wall_ms() < until) {
+    while (obx__br_in_flight(b) && obx__wall_ms() < until && !atomic_load(&r->stop_now)) {
         size_t n = 0;
+        publish(w, &e);
         if (obx__engine_poll(&e, obx__wall_ms(), 50, &n)) break;
         if (!n) sleep_ms(10);
     }
@@ -658,6 +763,19 @@ static void *reconciler_main(void *arg) {
     free(crit);
     obx__br_close(b);
     obx__st_close(s);
+    return NULL;
+}
+
+/* Every worker thread: its role's loop, then counted as ended (obx_relay_stopped). */
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    if (w->index >= 0)
+        dispatcher_main(w);
+    else if (w->index == -1)
+        reconciler_main(w);
+    else
+        shadow_main(w);
+    atomic_fetch_add(&w->r->ended, 1);
     return NULL;
 }
 
@@ -701,6 +819,7 @@ obx_err obx_relay_start(const obx_config *c, obx_relay **out) {
     for (int i = 0; i < nd; i++) r->w[r->n++] = (worker){.r = r, .index = i};
     if (r->cfg->reconciler && !r->cfg->shadow) r->w[r->n++] = (worker){.r = r, .index = -1};
     if (r->cfg->shadow) r->w[r->n++] = (worker){.r = r, .index = -2};
+    obx__deps_init(&r->deps, r->n);
     for (int i = 0; i < r->n; i++) {
         obx__hist_init(&r->w[i].latency, obx__publish_latency_le);
         obx__hist_init(&r->w[i].resolution, obx__unknown_resolution_le);
@@ -708,11 +827,7 @@ obx_err obx_relay_start(const obx_config *c, obx_relay **out) {
         r->w[i].resolution_pub = r->w[i].resolution;
     }
     for (int i = 0; i < r->n; i++) {
-        int rc = pthread_create(&r->w[i].th, NULL,
-                                r->w[i].index >= 0    ? dispatcher_main
-                                : r->w[i].index == -1 ? reconciler_main
-                                                      : shadow_main,
-                                &r->w[i]);
+        int rc = pthread_create(&r->w[i].th, NULL, worker_main, &r->w[i]);
         if (rc) {
             e = obx__fail(OBX_EINTERNAL, "relay: cannot start thread: %s", strerror(rc));
             atomic_store(&r->stop, 1);
@@ -726,6 +841,7 @@ obx_err obx_relay_start(const obx_config *c, obx_relay **out) {
                                 .started_at = r->started_at,
                                 .relay = r,
                                 .stopping = view_stopping,
+                                .ready = view_ready,
                                 .totals = view_totals,
                                 .dispatchers = view_dispatchers,
                                 .hists = view_hists,
@@ -758,6 +874,28 @@ obx_err obx_relay_start(const obx_config *c, obx_relay **out) {
 
 void obx_relay_stop(obx_relay *r) {
     if (r) atomic_store(&r->stop, 1);
+}
+
+void obx_relay_stop_now(obx_relay *r) {
+    if (!r) return;
+    atomic_store(&r->stop_now, 1);
+    atomic_store(&r->stop, 1);
+}
+
+static bool view_ready(obx_relay *r, char *why, size_t cap) {
+    if (atomic_load(&r->stop)) {
+        snprintf(why, cap, "the relay is stopping");
+        return false;
+    }
+    return obx__deps_ready(&r->deps, why, cap);
+}
+
+int obx_relay_ready(obx_relay *r, char *why, size_t cap) {
+    char buf[1024];
+    if (!r) return 0;
+    bool ok = view_ready(r, buf, sizeof buf);
+    if (why && cap) obx__strlcpy(why, ok ? "" : buf, cap);
+    return ok;
 }
 
 obx_err obx_relay_wait(obx_relay *r) {
@@ -841,6 +979,11 @@ obx_err obx_relay_stats(obx_relay *r, char **out) {
         "reconciled_not_found", (json_int_t)t.reconciled_not_found, "unknown_resolved",
         (json_int_t)t.unknown_resolved, "store_errors", (json_int_t)t.store_errors, "claims",
         (json_int_t)t.claims, "empty_claims", (json_int_t)t.empty_claims);
+    size_t in_flight = 0;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) in_flight += r->w[i].in_flight;
+    pthread_mutex_unlock(&r->mu);
+    if (o) json_object_set_new(o, "in_flight", json_integer((json_int_t)in_flight));
     obx__shadow_counts sc;
     if (o && view_shadow(r, &sc))
         json_object_set_new(
@@ -858,7 +1001,9 @@ int obx_relay_stopped(obx_relay *r) {
     pthread_mutex_lock(&r->mu);
     int dead = r->first_err != OBX_OK;
     pthread_mutex_unlock(&r->mu);
-    return dead;
+    int started = 0;
+    for (int i = 0; i < r->n; i++) started += r->w[i].started;
+    return dead || atomic_load(&r->ended) >= started;
 }
 
 obx_err obx_broker_cluster_id(const char *url, const char *const *props, size_t n, char *out,
@@ -878,6 +1023,7 @@ void obx_relay_close(obx_relay *r) {
     obx_relay_stop(r);
     obx_relay_wait(r);
     obx_config_free(r->cfg);
+    obx__deps_destroy(&r->deps);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->wake_cv);
     pthread_mutex_destroy(&r->wake_mu);

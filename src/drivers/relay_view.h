@@ -31,6 +31,10 @@ typedef struct obx__relay_view {
     obx_relay *relay;      /* passed back to the functions below */
     /* true once the relay was asked to stop (its threads finish their current step) */
     bool (*stopping)(obx_relay *relay);
+    /* true when every thread reached the database (with the schema) and the broker and none
+     * fails on them now; else false and why (one line). Answers at once: the relay's own
+     * state, no store or broker call. */
+    bool (*ready)(obx_relay *relay, char *why, size_t cap);
     /* every worker's counters, summed */
     void (*totals)(obx_relay *relay, obx__engine_stats *t);
     /* each dispatcher's claims (out[i] for dispatcher i, up to cap); returns how many
