@@ -74,6 +74,8 @@ out=$(systemd-analyze verify "$unit" 2>&1) || fail "systemd-analyze verify: $out
 ! grep -q obx-relay <<<"$out" || fail "systemd-analyze verify warns: $out"
 for want in User=obx Group=obx "ExecStart=/usr/bin/obx relay --config /etc/obx/relay.yaml" \
   EnvironmentFile=-/etc/obx/relay.env Restart=on-failure StateDirectory=obx NoNewPrivileges=yes \
+  Type=notify NotifyAccess=main WatchdogSec=30s TimeoutStartSec=infinity KillMode=mixed \
+  TimeoutStopSec=30 RestartPreventExitStatus=2 \
   ProtectSystem=strict ProtectHome=yes PrivateTmp=yes PrivateDevices=yes CapabilityBoundingSet=; do
   grep -qx -- "$want" "$unit" || fail "the unit lacks $want"
 done
