@@ -73,6 +73,8 @@ static const key keys[] = {
     I("http.series_points", series_points, 2, 100000),
     S("log.format", log_format),
     S("log.level", log_level),
+    I("log.fold_after", log_fold_after, 0, 1000000),
+    I("log.fold_interval_ms", log_fold_interval_ms, 100, 3600000),
     L("audit.critical_consumers", critical_consumers),
     I("audit.pending_max_age_ms", pending_max_age_ms, 0, INT64_C(31536000000)),
     I("audit.unconsumed_max_age_ms", unconsumed_max_age_ms, 0, INT64_C(31536000000)),
@@ -138,6 +140,8 @@ obx_err obx_config_new(obx_config **out) {
     c->retry_max_ms = 15000;
     strcpy(c->log_format, "text");
     strcpy(c->log_level, "info");
+    c->log_fold_after = 20; /* per kind of per-event record and window; 0: never fold */
+    c->log_fold_interval_ms = 10000;
     c->pending_max_age_ms = 300000;
     c->unconsumed_max_age_ms = 900000;
     c->unknown_max_age_ms = 900000;

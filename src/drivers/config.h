@@ -27,7 +27,8 @@ struct obx_config {
     int64_t series_interval_ms, series_points; /* the dashboard's sample ring (series.c) */
     char log_format[16];
     char log_level[16];
-    obx__strv critical_consumers; /* "id=sqlite:..." */
+    int64_t log_fold_after, log_fold_interval_ms; /* per-event records folded (log.c) */
+    obx__strv critical_consumers;                 /* "id=sqlite:..." */
     int64_t pending_max_age_ms, unconsumed_max_age_ms, unknown_max_age_ms, audit_interval_ms;
     int64_t replay_window_ms, purge_batch;
     int64_t audit_max_ids, audit_max_scan, audit_scan_window_ms, purge_interval_ms;

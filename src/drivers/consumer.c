@@ -141,6 +141,7 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
     obx__clear_error();
     /* never a poll past a delivery that was to come again and did not: later positions would be
      * acknowledged over it, and it would never be applied */
+    obx__log_fold_flush(false); /* a burst of handler failures: its count, once its window ends */
     obx_err e = c->resubscribe ? resubscribe(c) : OBX_OK;
     if (!e) e = redrive(c, k);
     if (e) return e;
@@ -165,8 +166,9 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
         else {
             /* a failed handler: stop this batch here so that order is kept; the message and
              * everything after it come again (positions were not acknowledged) */
-            obx__log(OBX__LOG_WARN, "consumer", m.event_id, NULL, m.correlation_id,
-                     "handler failed (%d so far): %s", r.failures, r.detail);
+            obx__log_event("consumer handler failures", OBX__LOG_WARN, "consumer", m.event_id, NULL,
+                           m.correlation_id, "handler failed (%d so far): %s", r.failures,
+                           r.detail);
             failed = true;
             break;
         }
@@ -206,6 +208,7 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
 
 void obx_consumer_close(obx_consumer *c) {
     if (!c) return;
+    obx__log_fold_flush(true);
     obx_inbox_close(c->in);
     obx__br_close(c->b);
     for (size_t i = 0; i < c->n_topics; i++) free(c->topics[i]);

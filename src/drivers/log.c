@@ -4,6 +4,12 @@
  * ID, attempt ID and correlation ID when a record is about one event. Messages are built by
  * the library from redacted URLs only, and name configuration keys rather than their values:
  * no password or token reaches a log line (tests/ops/test_logs.sh plants some and greps).
+ *
+ * Per-event records of one kind (obx__log_event: "outcome UNKNOWN", "UNKNOWN resolved", a
+ * consumer's handler failure, ...) are folded during an incident: past log.fold_after records
+ * of a kind in a window of log.fold_interval_ms, the rest of the window is counted, not
+ * written, and one line says how many there were ("1,204 events: UNKNOWN resolved by lookup in
+ * the last 10 s (the first 20 logged one by one)"). The metrics keep the exact counts.
  */
 #include "drivers/log.h"
 
@@ -16,6 +22,21 @@
 static int json_mode;
 static obx__log_level min_level = OBX__LOG_INFO;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* One kind of per-event record and its current window (under fold_mu). */
+enum { FOLD_KINDS = 32 };
+typedef struct fold {
+    const char *what; /* a literal naming the kind ("UNKNOWN resolved by lookup") */
+    obx__log_level lvl;
+    const char *component;
+    int64_t since; /* monotonic ms: the window's start */
+    long logged, folded;
+} fold;
+static fold folds[FOLD_KINDS];
+static int n_folds;
+static long fold_after = 20;
+static int64_t fold_ms = 10000;
+static pthread_mutex_t fold_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void clean(char *s) {
     for (unsigned char *p = (unsigned char *)s; *p; p++)
@@ -35,15 +56,96 @@ void obx__log_setup(const char *format, const char *level) {
         min_level = OBX__LOG_INFO;
 }
 
+static void emit(obx__log_level lvl, const char *component, const char *event_id,
+                 const char *attempt_id, const char *correlation_id, char *msg);
+
 void obx__log(obx__log_level lvl, const char *component, const char *event_id,
               const char *attempt_id, const char *correlation_id, const char *fmt, ...) {
-    static const char *const names[] = {"debug", "info", "warn", "error"};
     if (lvl < min_level) return;
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    emit(lvl, component, event_id, attempt_id, correlation_id, msg);
+}
+
+void obx__log_fold_setup(int64_t after, int64_t interval_ms) {
+    pthread_mutex_lock(&fold_mu);
+    fold_after = (long)after;
+    fold_ms = interval_ms > 0 ? interval_ms : 10000;
+    pthread_mutex_unlock(&fold_mu);
+}
+
+/* "1,204" */
+static void grouped(long n, char *out, size_t cap) {
+    char digits[32];
+    int len = snprintf(digits, sizeof digits, "%ld", n < 0 ? 0 : n);
+    size_t o = 0;
+    for (int i = 0; i < len && o + 2 < cap; i++) {
+        if (i && (len - i) % 3 == 0) out[o++] = ',';
+        out[o++] = digits[i];
+    }
+    out[o] = '\0';
+}
+
+/* The window of f ended: its line, when something was folded (under fold_mu). */
+static void fold_close(fold *f, int64_t now) {
+    if (f->folded) {
+        char total[40], msg[300];
+        grouped(f->logged + f->folded, total, sizeof total);
+        double secs = (double)fold_ms / 1000.0;
+        snprintf(msg, sizeof msg,
+                 "%s events: %s in the last %g s (the first %ld logged one by one)", total, f->what,
+                 secs, f->logged);
+        emit(f->lvl, f->component, NULL, NULL, NULL, msg);
+    }
+    f->since = now;
+    f->logged = f->folded = 0;
+}
+
+void obx__log_event(const char *what, obx__log_level lvl, const char *component,
+                    const char *event_id, const char *attempt_id, const char *correlation_id,
+                    const char *fmt, ...) {
+    if (lvl < min_level) return;
+    int64_t now = obx__mono_ms();
+    pthread_mutex_lock(&fold_mu);
+    fold *f = NULL;
+    for (int i = 0; i < n_folds && !f; i++)
+        if (folds[i].what == what || !strcmp(folds[i].what, what)) f = &folds[i];
+    if (!f && n_folds < FOLD_KINDS) {
+        f = &folds[n_folds++];
+        *f = (fold){.what = what, .lvl = lvl, .component = component, .since = now};
+    }
+    if (f && now - f->since >= fold_ms) fold_close(f, now);
+    bool write = !f || fold_after <= 0 || f->logged < fold_after;
+    if (f) {
+        if (write)
+            f->logged++;
+        else
+            f->folded++;
+    }
+    pthread_mutex_unlock(&fold_mu);
+    if (!write) return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    emit(lvl, component, event_id, attempt_id, correlation_id, msg);
+}
+
+void obx__log_fold_flush(bool all) {
+    int64_t now = obx__mono_ms();
+    pthread_mutex_lock(&fold_mu);
+    for (int i = 0; i < n_folds; i++)
+        if (all || now - folds[i].since >= fold_ms) fold_close(&folds[i], now);
+    pthread_mutex_unlock(&fold_mu);
+}
+
+static void emit(obx__log_level lvl, const char *component, const char *event_id,
+                 const char *attempt_id, const char *correlation_id, char *msg) {
+    static const char *const names[] = {"debug", "info", "warn", "error"};
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;

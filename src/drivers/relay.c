@@ -117,55 +117,59 @@ static void fatal(obx_relay *r, obx_err e, const char *what) {
 
 /* One log record per event that needs attention (level by how much), and the histograms.
  * Routine acceptances log at debug only: at thousands of events a second an info line each
- * would drown everything else. */
+ * would drown everything else. Each kind is folded during an incident (obx__log_event: past
+ * log.fold_after a window, one line counts the rest); the metrics count every one. */
 static void on_note(void *user, const obx__note *n) {
     worker *w = user;
     const char *comp = w->index >= 0 ? "dispatcher" : "reconciler";
+    const char *e = n->event_id, *a = n->attempt_id, *c = n->correlation_id;
     switch (n->kind) {
     case OBX__NOTE_PUBLISHED:
         obx__hist_observe(&w->latency, (double)n->latency_ms / 1000.0);
         if (n->unknown_ms >= 0)
-            obx__log(OBX__LOG_INFO, "acceptor", n->event_id, n->attempt_id, n->correlation_id,
-                     "UNKNOWN resolved: published (%s) %lld ms after the outcome became unknown",
-                     n->detail, (long long)n->unknown_ms);
+            obx__log_event(w->index >= 0 ? "UNKNOWN resolved by a late ACK"
+                                         : "UNKNOWN resolved by lookup",
+                           OBX__LOG_INFO, "acceptor", e, a, c,
+                           "UNKNOWN resolved: published (%s) %lld ms after the outcome became "
+                           "unknown",
+                           n->detail, (long long)n->unknown_ms);
         else
-            obx__log(OBX__LOG_DEBUG, "acceptor", n->event_id, n->attempt_id, n->correlation_id,
-                     "published (%s) %lld ms after commit", n->detail, (long long)n->latency_ms);
+            obx__log(OBX__LOG_DEBUG, "acceptor", e, a, c, "published (%s) %lld ms after commit",
+                     n->detail, (long long)n->latency_ms);
         break;
     case OBX__NOTE_DUPLICATE:
-        obx__log(OBX__LOG_INFO, "acceptor", n->event_id, n->attempt_id, n->correlation_id,
-                 "duplicate transport receipt recorded (%s)", n->detail);
+        obx__log_event("duplicate transport receipts recorded", OBX__LOG_INFO, "acceptor", e, a, c,
+                       "duplicate transport receipt recorded (%s)", n->detail);
         break;
     case OBX__NOTE_QUARANTINED:
-        obx__log(OBX__LOG_ERROR, "acceptor", n->event_id, n->attempt_id, n->correlation_id,
-                 "ALARM receipt quarantined: %s", n->detail);
+        obx__log_event("ALARM receipts quarantined", OBX__LOG_ERROR, "acceptor", e, a, c,
+                       "ALARM receipt quarantined: %s", n->detail);
         break;
     case OBX__NOTE_UNKNOWN:
-        obx__log(OBX__LOG_WARN, comp, n->event_id, n->attempt_id, n->correlation_id,
-                 "outcome UNKNOWN: %s (the reconciler will ask the broker)", n->detail);
+        obx__log_event("outcome UNKNOWN", OBX__LOG_WARN, comp, e, a, c,
+                       "outcome UNKNOWN: %s (the reconciler will ask the broker)", n->detail);
         break;
     case OBX__NOTE_REJECTED:
-        obx__log(OBX__LOG_INFO, comp, n->event_id, n->attempt_id, n->correlation_id,
-                 "definite rejection: %s (retry after backoff)", n->detail);
+        obx__log_event("definite rejections", OBX__LOG_INFO, comp, e, a, c,
+                       "definite rejection: %s (retry after backoff)", n->detail);
         break;
     case OBX__NOTE_NOT_SENT:
-        obx__log(OBX__LOG_DEBUG, comp, n->event_id, n->attempt_id, n->correlation_id,
-                 "not sent: %s (retry after backoff)", n->detail);
+        obx__log(OBX__LOG_DEBUG, comp, e, a, c, "not sent: %s (retry after backoff)", n->detail);
         break;
     case OBX__NOTE_PARKED:
-        obx__log(OBX__LOG_WARN, comp, n->event_id, n->attempt_id, n->correlation_id,
-                 "PARKED after the route's maximum rejections: %s (requeue: obx requeue %s)",
-                 n->detail, n->event_id);
+        obx__log_event("PARKED after the route's maximum rejections", OBX__LOG_WARN, comp, e, a, c,
+                       "PARKED after the route's maximum rejections: %s (requeue: obx requeue %s)",
+                       n->detail, e);
         break;
     case OBX__NOTE_RETRY:
     case OBX__NOTE_RESOLVED:
-        obx__log(OBX__LOG_INFO, "reconciler", n->event_id, n->attempt_id, n->correlation_id, "%s",
-                 n->detail);
+        obx__log_event(n->kind == OBX__NOTE_RETRY ? "reconciler retries" : "reconciler decisions",
+                       OBX__LOG_INFO, "reconciler", e, a, c, "%s", n->detail);
         break;
     case OBX__NOTE_HELD:
-        obx__log(OBX__LOG_WARN, "reconciler", n->event_id, n->attempt_id, n->correlation_id,
-                 "UNKNOWN HELD: %s (resolve: obx resolve %s --retry|--accept ...)", n->detail,
-                 n->event_id);
+        obx__log_event("UNKNOWN HELD for an operator", OBX__LOG_WARN, "reconciler", e, a, c,
+                       "UNKNOWN HELD: %s (resolve: obx resolve %s --retry|--accept ...)", n->detail,
+                       e);
         break;
     }
 }
@@ -649,6 +653,7 @@ static void *dispatcher_main(void *arg) {
                          "%zu SENDING leases expired: now DISPATCH_UNKNOWN", swept);
         }
         if (!failed) dep_ok(w);
+        if (w->index == 0) obx__log_fold_flush(false); /* a burst's count, once its window ends */
         publish(w, &e);
         if (sent || applied) {
             /* a claim that took less than a whole batch held everything committed before it
@@ -735,6 +740,7 @@ static void *reconciler_main(void *arg) {
         obx_err perr = obx__engine_poll(&e, obx__wall_ms(), 0, &applied);
         if (perr) transient(w, perr, "collect retry outcomes");
         if (!err && !perr) dep_ok(w);
+        obx__log_fold_flush(false);
         if (handled)
             obx__log(OBX__LOG_INFO, "reconciler", NULL, NULL, NULL,
                      "%zu UNKNOWN events reconciled (found %lld, not found %lld, cannot tell "
@@ -802,6 +808,7 @@ obx_err obx_relay_start(const obx_config *c, obx_relay **out) {
         return e;
     }
     obx__log_setup(r->cfg->log_format, r->cfg->log_level);
+    obx__log_fold_setup(r->cfg->log_fold_after, r->cfg->log_fold_interval_ms);
     if (r->cfg->relay_id[0])
         obx__strlcpy(r->id, r->cfg->relay_id, sizeof r->id);
     else {
@@ -911,6 +918,7 @@ obx_err obx_relay_wait(obx_relay *r) {
     }
     obx__auditor_stop(r->auditor); /* the stop flag is set: it ends after its current run */
     r->auditor = NULL;
+    obx__log_fold_flush(true); /* what was folded in the last window */
     if (r->first_err) obx__fail(r->first_err, "%s", r->first_msg);
     return r->first_err;
 }
