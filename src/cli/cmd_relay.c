@@ -12,6 +12,7 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -201,6 +202,13 @@ int cmd_relay(int argc, char **argv) {
     obx_free(log_format);
     sigset_t set;
     block_signals(&set);
+    /* every connection of the HTTP listener (http.max_connections) is a descriptor: the soft
+     * limit up to the hard one, as a daemon may (the packaged unit sets LimitNOFILE) */
+    struct rlimit nofile;
+    if (!getrlimit(RLIMIT_NOFILE, &nofile) && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
     obx_relay *r;
     e = obx_relay_start(cfg, &r);
     obx_config_free(cfg);

@@ -69,6 +69,8 @@ static const key keys[] = {
     I("connect.retry_max_ms", retry_max_ms, 10, 86400000),
     S("http.listen", http_listen),
     S("http.token_file", http_token_file),
+    I("http.max_connections", http_max_connections, 1, 1000000),
+    I("http.max_connections_per_ip", http_max_connections_per_ip, 0, 1000000),
     I("http.series_interval_ms", series_interval_ms, 100, 3600000),
     I("http.series_points", series_points, 2, 100000),
     S("log.format", log_format),
@@ -157,6 +159,8 @@ obx_err obx_config_new(obx_config **out) {
     c->shadow_window_ms = 3600000;
     c->series_interval_ms = 5000; /* the dashboard's charts: every 5 s for an hour */
     c->series_points = 720;
+    c->http_max_connections = 4096;       /* epoll: no FD_SETSIZE bound (RLIMIT_NOFILE is) */
+    c->http_max_connections_per_ip = 256; /* one address cannot take them all; 0: no limit */
     *out = c;
     return OBX_OK;
 }

@@ -29,9 +29,17 @@
  * API returns it as JSON strings only, and the page renders it as text (never as HTML) under a
  * Content-Security-Policy that allows no inline script.
  *
- * Requests are served one at a time on libmicrohttpd's internal thread with connections of
- * their own (outbox and critical consumers), guarded by a mutex; nothing here touches the
- * dispatchers' connections.
+ * The listener: libmicrohttpd's internal thread on epoll (poll where epoll is missing), so no
+ * FD_SETSIZE bound; at most http.max_connections connections, http.max_connections_per_ip
+ * from one address; an idle connection is closed after 10 s. That thread never waits for a
+ * store or a broker: /healthz, /readyz and the dashboard's static files are answered on it,
+ * from memory; a request that needs the store (/metrics, /api/...) is suspended and handed to
+ * the server's worker thread (work_main), which answers requests one at a time with
+ * connections of its own (outbox and critical consumers), under a mutex, and resumes it.
+ * Nothing here touches the dispatchers' connections.
+ *
+ * A token file that group or others may read is refused: the write actions stay off, and the
+ * dashboard and /api/status say why.
  */
 #include "drivers/http.h"
 #include "drivers/log.h"
@@ -55,7 +63,9 @@ extern const char obx__dash_style_css[];
 extern const char obx__dash_uplot_js[];
 extern const char obx__dash_uplot_css[];
 
-enum { BODY_MAX = 8192, TOKEN_MIN = 16 };
+enum { BODY_MAX = 8192, TOKEN_MIN = 16, QUEUE_MAX = 256 };
+
+typedef struct req req;
 
 typedef struct http {
     struct MHD_Daemon *d;
@@ -77,12 +87,32 @@ typedef struct http {
     pthread_mutex_t probe_mu;
     bool probe_bad;       /* under probe_mu: the last look failed ... */
     char probe_why[1024]; /* ... and why */
+    char writes_off[700]; /* why the write actions are off despite a token file, or "" */
+    /* requests that need the store, suspended until the worker answered them (work_main) */
+    pthread_t work_th;
+    bool work_started;
+    pthread_mutex_t q_mu;
+    pthread_cond_t q_cv;
+    req *q_head, *q_tail; /* under q_mu */
+    int q_len;
+    bool q_stop;
 } http;
 
-typedef struct req {
+struct req {
     obx__buf body;
     bool too_big;
-} req;
+    /* handed to the worker: 0 not, 1 queued (the connection suspended), 2 answered */
+    int phase;
+    struct MHD_Connection *c;
+    char url[512], method[16];
+    struct MHD_Response *rs; /* the worker's answer (NULL: close the connection) */
+    unsigned code;
+    req *next;
+};
+
+/* On the worker thread while it answers a request: reply() keeps the response here instead of
+ * queueing it on a suspended connection (handle() queues it once resumed). */
+static _Thread_local req *capture;
 
 /* ---- responses --------------------------------------------------------------------------------
  */
@@ -105,6 +135,11 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char
                             "form-action 'none'; frame-ancestors 'none'");
     if (code == MHD_HTTP_UNAUTHORIZED)
         MHD_add_response_header(rs, "WWW-Authenticate", "Bearer realm=\"obx\"");
+    if (capture) {
+        capture->rs = rs;
+        capture->code = code;
+        return MHD_YES;
+    }
     enum MHD_Result ret = MHD_queue_response(c, code, rs);
     MHD_destroy_response(rs);
     return ret;
@@ -178,9 +213,15 @@ static obx_err read_token(http *h, const char *path) {
                       path, n, TOKEN_MIN);
     if (!e) e = obx_sha256_digest(buf, n, h->token_digest);
     memset(buf, 0, sizeof buf);
-    if (!e && loose)
-        obx__log(OBX__LOG_WARN, "http", NULL, NULL, NULL,
-                 "http.token_file %s is readable by group or others (chmod 600 it)", path);
+    if (!e && loose) {
+        /* a token others may read is no secret: the write actions stay off */
+        h->token_digest[0] = '\0';
+        snprintf(h->writes_off, sizeof h->writes_off,
+                 "http.token_file %s is readable by group or others: write actions are off "
+                 "(chmod 600 it and restart the relay)",
+                 path);
+        obx__log(OBX__LOG_WARN, "http", NULL, NULL, NULL, "%s", h->writes_off);
+    }
     return e;
 }
 
@@ -309,6 +350,10 @@ static enum MHD_Result api_status(http *h, struct MHD_Connection *c) {
     obx__engine_stats t;
     h->v->totals(h->v->relay, &t);
     json_object_set_new(doc, "stats_age_ms", json_integer(age));
+    json_object_set_new(doc, "write_actions",
+                        json_string(h->token_digest[0] ? "on"
+                                    : h->writes_off[0] ? h->writes_off
+                                                       : "off: no http.token_file"));
     json_object_set_new(
         doc, "relay",
         json_pack("{s:s,s:I,s:b,s:b,s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}}", "id", h->v->id,
@@ -530,8 +575,10 @@ static enum MHD_Result route(http *h, struct MHD_Connection *c, const char *url,
         return json_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, OBX_EINVAL, "use POST");
     if (mutating) {
         if (!h->token_digest[0])
-            return json_error(c, MHD_HTTP_FORBIDDEN, OBX_EREFUSED,
-                              "no http.token_file configured: mutating requests are disabled");
+            return json_error(
+                c, MHD_HTTP_FORBIDDEN, OBX_EREFUSED,
+                h->writes_off[0] ? h->writes_off
+                                 : "no http.token_file configured: mutating requests are disabled");
         if (!authorized(h, c)) {
             obx__log(OBX__LOG_WARN, "http", NULL, NULL, NULL,
                      "POST %s refused: missing or wrong bearer token", url);
@@ -543,6 +590,67 @@ static enum MHD_Result route(http *h, struct MHD_Connection *c, const char *url,
     }
     if (!get && !post) return text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
     return text(c, MHD_HTTP_NOT_FOUND, "not found\n");
+}
+
+/* What the worker answers (it needs the store); everything else is answered at once. */
+static bool needs_store(const char *url) {
+    return !strncmp(url, "/api/", 5) || !strcmp(url, "/metrics");
+}
+
+/* Hands rq to the worker: the connection is suspended until work_main answered it. */
+static enum MHD_Result enqueue(http *h, struct MHD_Connection *c, req *rq, const char *url,
+                               const char *method) {
+    if (strlen(url) >= sizeof rq->url) return text(c, MHD_HTTP_URI_TOO_LONG, "URL too long\n");
+    pthread_mutex_lock(&h->q_mu);
+    bool full = h->q_len >= QUEUE_MAX || h->q_stop;
+    if (!full) {
+        obx__strlcpy(rq->url, url, sizeof rq->url);
+        obx__strlcpy(rq->method, method, sizeof rq->method);
+        rq->c = c;
+        rq->phase = 1;
+        rq->next = NULL;
+        MHD_suspend_connection(c);
+        if (h->q_tail)
+            h->q_tail->next = rq;
+        else
+            h->q_head = rq;
+        h->q_tail = rq;
+        h->q_len++;
+        pthread_cond_signal(&h->q_cv);
+    }
+    pthread_mutex_unlock(&h->q_mu);
+    return full ? text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "busy: too many requests waiting\n")
+                : MHD_YES;
+}
+
+/* The worker: answers the queued requests one at a time (the store connections under h->mu),
+ * then resumes their connections; at a stop, what is still queued is resumed unanswered (the
+ * connection closes). */
+static void *work_main(void *arg) {
+    http *h = arg;
+    pthread_mutex_lock(&h->q_mu);
+    for (;;) {
+        while (!h->q_head && !h->q_stop) pthread_cond_wait(&h->q_cv, &h->q_mu);
+        req *rq = h->q_head;
+        if (!rq) break;
+        h->q_head = rq->next;
+        if (!h->q_head) h->q_tail = NULL;
+        h->q_len--;
+        bool stop = h->q_stop;
+        pthread_mutex_unlock(&h->q_mu);
+        if (!stop) {
+            capture = rq;
+            pthread_mutex_lock(&h->mu);
+            route(h, rq->c, rq->url, rq->method, rq);
+            pthread_mutex_unlock(&h->mu);
+            capture = NULL;
+        }
+        rq->phase = 2;
+        MHD_resume_connection(rq->c);
+        pthread_mutex_lock(&h->q_mu);
+    }
+    pthread_mutex_unlock(&h->q_mu);
+    return NULL;
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
@@ -557,6 +665,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return MHD_YES;
     }
     req *rq = *con_cls;
+    if (rq->phase == 2) { /* resumed: the worker's answer */
+        if (!rq->rs) return MHD_NO;
+        enum MHD_Result ret = MHD_queue_response(c, rq->code, rq->rs);
+        MHD_destroy_response(rq->rs);
+        rq->rs = NULL;
+        return ret;
+    }
     if (*upload_size) { /* a chunk of the body */
         if (rq->body.len + *upload_size > BODY_MAX)
             rq->too_big = true;
@@ -569,10 +684,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (!host_ok(h, c)) return text(c, MHD_HTTP_FORBIDDEN, "host not allowed\n");
     /* the probes never wait behind a request that is busy with the store */
     if (!strcmp(url, "/readyz")) return readyz(h, c);
-    pthread_mutex_lock(&h->mu);
-    enum MHD_Result ret = route(h, c, url, method, rq);
-    pthread_mutex_unlock(&h->mu);
-    return ret;
+    if (needs_store(url)) return enqueue(h, c, rq, url, method);
+    return route(h, c, url, method, rq); /* the static files, 404, 405: from memory */
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -582,12 +695,26 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)toe;
     req *rq = *con_cls;
     if (!rq) return;
+    if (rq->rs) MHD_destroy_response(rq->rs);
     obx__buf_free(&rq->body);
     free(rq);
     *con_cls = NULL;
 }
 
+/* Stops the worker: it resumes whatever is still queued, unanswered. Before MHD_stop_daemon,
+ * which needs no connection suspended. */
+static void work_stop(http *h) {
+    if (!h->work_started) return;
+    pthread_mutex_lock(&h->q_mu);
+    h->q_stop = true;
+    pthread_cond_broadcast(&h->q_cv);
+    pthread_mutex_unlock(&h->q_mu);
+    pthread_join(h->work_th, NULL);
+    h->work_started = false;
+}
+
 static void http_free(http *h) {
+    work_stop(h);
     if (h->series_started) {
         atomic_store(&h->series_stop, 1);
         pthread_join(h->series_th, NULL);
@@ -597,6 +724,8 @@ static void http_free(http *h) {
         pthread_join(h->probe_th, NULL);
     }
     pthread_mutex_destroy(&h->probe_mu);
+    pthread_mutex_destroy(&h->q_mu);
+    pthread_cond_destroy(&h->q_cv);
     obx__series_free(h->series);
     obx__metrics_free(h->m);
     obx__consumer_set_free(&h->cs);
@@ -627,6 +756,8 @@ obx_err obx__http_start(const obx__relay_view *v, const char *listen, void **out
     h->loopback = (ntohl(sa.sin_addr.s_addr) >> 24) == 127;
     pthread_mutex_init(&h->mu, NULL);
     pthread_mutex_init(&h->probe_mu, NULL);
+    pthread_mutex_init(&h->q_mu, NULL);
+    pthread_cond_init(&h->q_cv, NULL);
     const obx_config *cfg = v->cfg;
     obx_err e = obx__consumer_set_init(&h->cs, (const char *const *)cfg->critical_consumers.v,
                                        cfg->critical_consumers.n);
@@ -639,16 +770,30 @@ obx_err obx__http_start(const obx__relay_view *v, const char *listen, void **out
         http_free(h);
         return e;
     }
-    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port,
-                            NULL, NULL, handle, h, MHD_OPTION_SOCK_ADDR, &sa,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-                            MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);
+    int rc = pthread_create(&h->work_th, NULL, work_main, h);
+    if (rc) {
+        http_free(h);
+        return obx__fail(OBX_EINTERNAL, "http: cannot start the worker: %s", strerror(rc));
+    }
+    h->work_started = true;
+    /* epoll (no FD_SETSIZE bound), or poll where libmicrohttpd was built without it */
+    unsigned flags =
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+        (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES ? MHD_USE_EPOLL : MHD_USE_POLL);
+    h->d =
+        MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, handle, h, MHD_OPTION_SOCK_ADDR, &sa,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_CONNECTION_LIMIT,
+                         (unsigned)cfg->http_max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                         (unsigned)cfg->http_max_connections_per_ip, MHD_OPTION_NOTIFY_COMPLETED,
+                         completed, NULL, MHD_OPTION_END);
     if (!h->d) {
+        work_stop(h);
         http_free(h);
         return obx__fail(OBX_EIO, "http: cannot listen on %s (in use?)", listen);
     }
-    int rc = pthread_create(&h->series_th, NULL, series_main, h);
+    rc = pthread_create(&h->series_th, NULL, series_main, h);
     if (rc) {
+        work_stop(h);
         MHD_stop_daemon(h->d);
         http_free(h);
         return obx__fail(OBX_EINTERNAL, "http: cannot start the series sampler: %s", strerror(rc));
@@ -681,6 +826,7 @@ void obx__http_stop(void *p) {
         pthread_join(h->probe_th, NULL);
         h->probe_started = false;
     }
+    work_stop(h);
     MHD_stop_daemon(h->d);
     http_free(h);
 }

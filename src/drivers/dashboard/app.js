@@ -153,7 +153,11 @@ function renderStatus(s) {
   const r = s.relay || {};
   document.getElementById("relay").textContent = "relay " + (r.id || "?") + (r.stopping ? " (stopping)" : "") + " · " + s.store;
   document.getElementById("updated").textContent = "updated " + when(s.generated_at) + (s.stats_age_ms ? " (counts " + age(s.stats_age_ms) + " old)" : "");
-  if (!r.token_configured) document.getElementById("token-state").textContent = "actions disabled: no http.token_file";
+  // read-only, and why: no token file, or one that group or others may read (the relay refuses it)
+  if (!r.token_configured) {
+    const why = s.write_actions && s.write_actions !== "on" ? s.write_actions.replace(/^off: /, "") : "no http.token_file";
+    document.getElementById("token-state").textContent = "read-only, actions disabled: " + why;
+  }
   const cards = clear(document.getElementById("cards"));
   cards.appendChild(card("events", s.total));
   cards.appendChild(card("published", (s.states.PUBLISHED || 0) + (s.states.RETAINED || 0) + (s.states.PURGED || 0)));
