@@ -517,6 +517,7 @@ static obx_err consume_try_open(consume_run *r, int *which) {
  * connect.retry_max_ms; a signal ends the wait). 0 once open; -1 when a signal came first; or
  * the exit code of an error that waiting cannot mend (a configuration error: 2). */
 static int consume_open(consume_run *r, consume_dep deps[2]) {
+    long long t0 = mono_now_ms();
     for (int fails = 0;; fails++) {
         int which = 0;
         obx_err e = consume_try_open(r, &which);
@@ -525,7 +526,9 @@ static int consume_open(consume_run *r, consume_dep deps[2]) {
             dep_up(&deps[1]);
             return 0;
         }
-        if (!waitable(e)) return start_fail("consume", which ? r->broker : r->cdb, e);
+        /* --until-idle: a run that never got anything stops too, and says why (exit 1) */
+        if (!waitable(e) || (r->until_idle > 0 && mono_now_ms() - t0 >= r->until_idle))
+            return start_fail("consume", which ? r->broker : r->cdb, e);
         if (which) dep_up(&deps[0]); /* the database was there: the broker was not */
         long long ms = obx_retry_delay_ms(r->retry_initial_ms, r->retry_max_ms, fails);
         dep_down(&deps[which], e, ms);

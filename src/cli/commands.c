@@ -289,7 +289,9 @@ const cli_command cli_commands[] = {
               {"tenants", "A,B|*", "the sample's own; any with --exec",
                "Accepted tenants ('*': any)."},
               {"max-failures", "N", "5", "Handler failures before a message is parked as poison."},
-              {"until-idle", "MS", "0 (run until SIGINT)", "Stop after MS without a message."},
+              {"until-idle", "MS", "0 (run until SIGINT)",
+               "Stop after MS without a message (exit 0); also after MS of waiting for a consumer "
+               "database or broker that is not there (exit 1)."},
               {"fail-permille", "N", "0",
                "Test: fail this many sample handler calls in 1000 (0..1000; not with --exec)."},
               {"exec", "CMD", D_NONE,

@@ -298,26 +298,27 @@ static obx_err probe_once(http *h, obx__store **s) {
     return e;
 }
 
-/* The probe: while /readyz was asked in the last minute, one look every PROBE_MS on its own
- * connections, its result kept for /readyz (a database whose schema changed under the relay, a
- * broker that stopped taking new connections). Nothing when nobody asks. */
+/* The probe: after a /readyz, one look on its own connections (at most one per PROBE_MS, so
+ * never more broker connections than before, when each /readyz opened one), its result kept for
+ * the next /readyz (a database whose schema changed under the relay, a broker that stopped
+ * taking new connections). Nothing when nobody asks. */
 #define PROBE_MS 1000
 static void *probe_main(void *arg) {
     http *h = arg;
     obx__store *s = NULL;
+    int64_t done_at = 0; /* monotonic ms of the last look */
     while (!atomic_load(&h->series_stop)) {
-        int64_t asked = atomic_load(&h->probe_asked);
-        if (asked && obx__mono_ms() - asked < 60000) {
+        int64_t asked = atomic_load(&h->probe_asked), now = obx__mono_ms();
+        if (asked > done_at && now - done_at >= PROBE_MS) {
+            done_at = now;
             obx_err e = probe_once(h, &s);
             pthread_mutex_lock(&h->probe_mu);
             h->probe_bad = e != OBX_OK;
             if (e) obx__strlcpy(h->probe_why, obx_errmsg(), sizeof h->probe_why);
             pthread_mutex_unlock(&h->probe_mu);
         }
-        for (int i = 0; i < PROBE_MS / 50 && !atomic_load(&h->series_stop); i++) {
-            struct timespec ts = {0, 50 * 1000000L};
-            nanosleep(&ts, NULL);
-        }
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
     }
     obx__st_close(s);
     return NULL;

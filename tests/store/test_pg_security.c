@@ -261,7 +261,7 @@ static void test_planted_password_never_shown(void **st) {
         {"%s init --db '%s'", 1},       /* the wrong password */
         {"%s report --db '%s'", 1},     /* the wrong password */
         {"%s route list --db '%s'", 1}, /* the wrong password */
-        {"%s relay --config %s --set relay.drain_ms=0", 1},
+        {"%s relay --config %s --set relay.drain_ms=0", 2}, /* a configuration error */
         {"%s consume --consumer-db sqlite:%s/c.db --topic t --broker 'amqp://u:%s@127.0.0.1:1/' "
          "--until-idle 100",
          1},
