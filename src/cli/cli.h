@@ -32,6 +32,8 @@ void cli_notify_init(cli_notify *n);
 /* From the main loop, every few hundred ms: READY=1 the first time ready is true, STATUS= when
  * status changed (at most once a second), WATCHDOG=1 when due. */
 void cli_notify_tick(cli_notify *n, bool ready, const char *status);
+/* WATCHDOG=1 when due, nothing else (while a stop drains). */
+void cli_notify_watchdog(cli_notify *n);
 void cli_notify_stopping(cli_notify *n, const char *status);
 
 typedef int (*cli_cmd_fn)(int argc, char **argv);

@@ -92,7 +92,10 @@ static void relay_supervise(obx_relay *r, const sigset_t *set, bool json_log, co
         char why[700], status[700];
         long long published, in_flight;
         if (!got) {
-            if (signals) continue;
+            if (signals) { /* draining: still alive for the watchdog */
+                cli_notify_watchdog(&n);
+                continue;
+            }
             int ready = obx_relay_ready(r, why, sizeof why);
             relay_numbers(r, &published, &in_flight);
             if (ready)

@@ -38,6 +38,14 @@ void cli_notify_init(cli_notify *n) {
 #endif
 }
 
+void cli_notify_watchdog(cli_notify *n) {
+    long long now = mono_ms();
+    if (n->watchdog_ms && now - n->watchdog_at >= n->watchdog_ms) {
+        send_state("WATCHDOG=1");
+        n->watchdog_at = now;
+    }
+}
+
 void cli_notify_tick(cli_notify *n, bool ready, const char *status) {
     long long now = mono_ms();
     char msg[700];
@@ -52,10 +60,7 @@ void cli_notify_tick(cli_notify *n, bool ready, const char *status) {
         snprintf(n->status, sizeof n->status, "%s", status);
         n->status_at = now;
     }
-    if (n->watchdog_ms && now - n->watchdog_at >= n->watchdog_ms) {
-        send_state("WATCHDOG=1");
-        n->watchdog_at = now;
-    }
+    cli_notify_watchdog(n);
 }
 
 void cli_notify_stopping(cli_notify *n, const char *status) {

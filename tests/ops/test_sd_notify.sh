@@ -5,7 +5,8 @@
 #     exist yet), and STATUS= says why;
 #   - READY=1 once it serves, with STATUS=serving...;
 #   - WATCHDOG=1 from the main loop at least every WATCHDOG_USEC/2 (set as systemd would);
-#   - STOPPING=1 on SIGTERM, with the drain message;
+#   - STOPPING=1 on SIGTERM, with the drain message, and WATCHDOG=1 still while it drains (three
+#     ACKs held back by the log broker, relay.drain_ms 1.5 s);
 #   - obx consume: READY=1 once consuming, STOPPING=1 on SIGTERM.
 # Usage: test_sd_notify.sh OBX
 set -euo pipefail
@@ -46,7 +47,8 @@ db=sqlite:$T/o.db
 "$OBX" route set order.created.v1 --db "$db" --cluster local --topic orders >/dev/null
 listen "$T/relay.sock" "$T/relay.notify"
 NOTIFY_SOCKET=$T/relay.sock WATCHDOG_USEC=400000 "$OBX" relay --db "$db" \
-  --broker "log:$T/later/b.db" --set connect.retry_initial_ms=100 --set connect.retry_max_ms=400 \
+  --broker "log:$T/later/b.db?delay_ack=1&delay_ack_ms=60000" --set relay.drain_ms=1500 \
+  --set connect.retry_initial_ms=100 --set connect.retry_max_ms=400 --set relay.poll_ms=20 \
   >"$T/relay.log" 2>&1 &
 relay=$!
 pids+=($relay)
@@ -69,13 +71,21 @@ for ((i = 1; i < ${#wd[@]}; i++)); do
 done
 ((max_gap < 400)) || fail "a gap of $max_gap ms between WATCHDOG=1 (WatchdogSec 400 ms)"
 echo "ok: ${#wd[@]} WATCHDOG=1, at most $max_gap ms apart (WATCHDOG_USEC 400 ms)"
+for i in 1 2 3; do
+  echo '{}' | "$OBX" enqueue --db "$db" --type order.created.v1 --aggregate "order/o-$i@1" --tenant t1 >/dev/null
+done
+for _ in $(seq 100); do grep -q "serving: 0 published, 3 in flight" "$T/relay.notify" && break; sleep 0.1; done
+grep -q "serving: 0 published, 3 in flight" "$T/relay.notify" || fail "STATUS= never said 3 in flight"
 kill -TERM $relay
 wait $relay || fail "the relay exited $? after SIGTERM"
-grep -q "STOPPING=1|STATUS=draining [0-9]* outstanding outcomes" "$T/relay.notify" ||
+grep -q "STOPPING=1|STATUS=draining 3 outstanding outcomes" "$T/relay.notify" ||
   fail "no STOPPING=1 with the drain message"
-grep -q "draining [0-9]* outstanding outcomes (up to 10000 ms); signal again to stop now" "$T/relay.log" ||
+grep -q "draining 3 outstanding outcomes (up to 1500 ms); signal again to stop now" "$T/relay.log" ||
   fail "the relay did not say what it drains"
-echo "ok: STOPPING=1 on SIGTERM"
+stop_at=$(awk '/STOPPING=1/ {print $1; exit}' "$T/relay.notify")
+during=$(awk -v t="$stop_at" '/WATCHDOG=1/ && $1 > t' "$T/relay.notify" | wc -l)
+((during >= 4)) || fail "$during WATCHDOG=1 during a 1.5 s drain (want one per 200 ms)"
+echo "ok: STOPPING=1 on SIGTERM with the drain message; $during WATCHDOG=1 while it drained"
 
 # ---- obx consume ----
 listen "$T/consume.sock" "$T/consume.notify"
