@@ -63,6 +63,8 @@ start_relay relay "$broker?drop_ack=0.25&ack_timeout_ms=100&seed=3" \
   --set http.series_interval_ms=250 --set http.series_points=6
 base=http://127.0.0.1:$port
 [[ $(code "$base/healthz") == 200 && $(cat "$dir/body") == ok ]] || fail "/healthz"
+# ready once every relay thread reached the database and the broker (a moment after start)
+for _ in $(seq 100); do [[ $(code "$base/readyz") == 200 ]] && break; sleep 0.1; done
 [[ $(code "$base/readyz") == 200 && $(cat "$dir/body") == ready ]] || fail "/readyz: $(cat "$dir/body")"
 # the first scrape positions the consumer audit cursor (counting starts now)
 [[ $(metric 'obx_consumer_up{consumer="proj"}') == 1 ]] || fail "consumer not up"
