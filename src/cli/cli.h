@@ -12,13 +12,33 @@
 #define CLI_DEFAULT_DB "sqlite:obx.db"
 #define CLI_DEFAULT_BROKER "log:obx-broker.db"
 
-/* Prints "obx <cmd>: <what>: <errname>: <detail>" to stderr; returns the exit status for e. */
+/* The exit status of every command (README.md "Commands", `man obx` EXIT STATUS, each
+ * command's --help): a script tells a finding from a failure to look. */
+enum {
+    CLI_EXIT_OK = 0,        /* done; for a check: all good */
+    CLI_EXIT_FINDING = 1,   /* a finding: an invariant violated, an open alarm, audit findings,
+                               some selected events refused */
+    CLI_EXIT_USAGE = 2,     /* a usage error: unknown flag, malformed URL or value, missing
+                               required option */
+    CLI_EXIT_UNCHECKED = 3, /* could not check: unreachable, no such outbox, wrong schema,
+                               permission, out of memory */
+};
+/* The exit status an error from the library means (the table in main.c). */
+int cli_exit_of(obx_err e);
+/* Prints "obx <cmd>: <what>: <errname>: <detail>" to stderr; returns cli_exit_of(e). */
 int cli_fail(const char *cmd, const char *what, obx_err e);
-/* Exit status convention: 0 ok, 1 failure/findings, 2 usage error. */
-int cli_usage(const char *cmd, const char *fmt, ...);
-/* Reads a whole file ("-" = stdin) into a malloc'ed buffer. */
-int cli_read_file(const char *path, unsigned char **out, size_t *len, size_t limit);
-/* Opens the store named by url and, with init, applies migrations. */
+/* A usage error: prints the message and where to read on; returns CLI_EXIT_USAGE. */
+int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Any other error: prints "obx <cmd>: <message>" (code: an OBX_E... name, or "usage");
+ * returns rc. */
+int cli_error(const char *cmd, int rc, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Reads a whole file ("-" = stdin) into a malloc'ed buffer; on failure prints why and returns
+ * the exit status (CLI_EXIT_USAGE: the file named cannot be read). */
+int cli_read_file(const char *cmd, const char *path, unsigned char **out, size_t *len,
+                  size_t limit);
+/* Opens the store named by url and checks that its schema is the one this obx needs
+ * (CLI_EXIT_UNCHECKED when it is not). */
 int cli_open_store(const char *cmd, const char *url, obx_store **out);
 
 /* notify.c: the service manager's view of a daemon command (READY=1, STATUS=, WATCHDOG=1,
@@ -52,6 +72,7 @@ typedef struct cli_command {
     const char *name;
     cli_cmd_fn fn;
     const char *summary;        /* one line for `obx help` */
+    const char *finding;        /* what exit status 1 means for it; NULL: it never exits 1 */
     const char *synopsis;       /* usage lines without "obx ", '\n' between them */
     const char *subcommands;    /* words that may follow the name (space separated), or NULL */
     const char *text;           /* description: plain sentences, "\n\n" between paragraphs */

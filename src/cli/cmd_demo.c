@@ -462,17 +462,18 @@ static int demo_options(demo_run *r, int argc, char **argv) {
 static int demo_paths(demo_run *r) {
     demo *d = &r->d;
     ssize_t sl = readlink("/proc/self/exe", d->self, sizeof d->self - 1);
-    if (sl <= 0) return cli_usage("demo", "cannot find my own executable");
+    if (sl <= 0)
+        return cli_error("demo", CLI_EXIT_UNCHECKED, "OBX_EIO", "cannot find my own executable");
     d->self[sl] = '\0';
     if (r->dir) {
-        if (mkdir(r->dir, 0755) && errno != EEXIST) {
-            fprintf(stderr, "obx demo: cannot create %s: %s\n", r->dir, strerror(errno));
-            return 1;
-        }
-        if (!realpath(r->dir, d->dir)) return 1;
+        if ((mkdir(r->dir, 0755) && errno != EEXIST) || !realpath(r->dir, d->dir))
+            return cli_error("demo", CLI_EXIT_UNCHECKED, "OBX_EIO", "cannot create %s: %s", r->dir,
+                             strerror(errno));
     } else {
         strcpy(d->dir, "/tmp/obx-demo-XXXXXX");
-        if (!mkdtemp(d->dir)) return 1;
+        if (!mkdtemp(d->dir))
+            return cli_error("demo", CLI_EXIT_UNCHECKED, "OBX_EIO", "cannot create %s: %s", d->dir,
+                             strerror(errno));
     }
     if (r->db)
         snprintf(d->outbox_url, sizeof d->outbox_url, "%s", r->db);
@@ -558,8 +559,8 @@ static int demo_open(demo_run *r) {
     service *sv = &r->sv;
     if (sqlx_open(&sv->db, r->d.outbox_url) || sqlx_open(&r->out, r->d.outbox_url) ||
         sqlx_open(&r->con, r->d.consumer_url)) {
-        fprintf(stderr, "obx demo: cannot open the demo databases\n");
-        return 1;
+        return cli_error("demo", CLI_EXIT_UNCHECKED, "OBX_ESTORE",
+                         "cannot open the demo databases");
     }
     if (sv->db.lite)
         sqlx_exec(&sv->db, "PRAGMA journal_mode=WAL; CREATE TABLE IF NOT EXISTS orders (order_id "
@@ -791,7 +792,7 @@ static void demo_close(demo_run *r) {
 int cmd_demo(int argc, char **argv) {
     /* on the heap: the run's state is large (fixed URL and path buffers) */
     demo_run *r = calloc(1, sizeof *r);
-    if (!r) return 1;
+    if (!r) return CLI_EXIT_UNCHECKED;
     int rc = demo_options(r, argc, argv);
     if (!rc) rc = demo_paths(r);
     if (!rc) rc = demo_broker(r);

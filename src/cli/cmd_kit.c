@@ -46,18 +46,16 @@ static int kit_load_handler(const char *lib, obx_consumer_test *spec, void **dl,
     if (!strchr(path, '/'))
         return cli_usage("consumer-test", "--handler: '%s' is not a path (use ./%s)", path, path);
     *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!*dl) {
-        fprintf(stderr, "obx consumer-test: %s\n", dlerror());
-        return 1;
-    }
+    if (!*dl) /* the argument names no library that loads */
+        return cli_error("consumer-test", CLI_EXIT_USAGE, "usage", "--handler: %s", dlerror());
     spec_fn f;
     *(void **)&f = dlsym(*dl, sym);
     const obx_consumer_test *t = f ? f() : NULL;
     if (!t) {
-        fprintf(stderr, "obx consumer-test: %s: no consumer test spec '%s'\n", path, sym);
         dlclose(*dl);
         *dl = NULL;
-        return 1;
+        return cli_error("consumer-test", CLI_EXIT_USAGE, "usage",
+                         "--handler: %s: no consumer test spec '%s'", path, sym);
     }
     *spec = *t;
     snprintf(what, whatcap, "%s:%s", path, sym);

@@ -61,17 +61,15 @@ static int route_first(obx_store *s, const char *type, obx_route *over, int64_t 
     }
     if (!cur) {
         json_decref(arr);
-        fprintf(stderr, "obx migrate: --type %s: no route yet (obx route set)\n", type);
-        return 1;
+        return cli_error("migrate", CLI_EXIT_FINDING, "OBX_ENOROUTE",
+                         "--type %s: no route yet (obx route set)", type);
     }
     if (json_integer_value(json_object_get(cur, "targets"))) {
         json_decref(arr);
-        fprintf(stderr,
-                "obx migrate: --cluster/--topic: %s has a delivery set; set its new "
-                "route with `obx route set` (with --also), then migrate with "
-                "--route-gen\n",
-                type);
-        return 2;
+        return cli_error("migrate", CLI_EXIT_USAGE, "usage",
+                         "--cluster/--topic: %s has a delivery set; set its new route with `obx "
+                         "route set` (with --also), then migrate with --route-gen",
+                         type);
     }
     obx_route rt = {.event_type = type,
                     .cluster = over->cluster,
@@ -273,10 +271,7 @@ int cmd_migrate(int argc, char **argv) {
         json_decref(res);
     }
     obx_free(out);
-    if (e) {
-        cli_fail("migrate", "refused", e);
-        return 1;
-    }
+    if (e) return cli_fail("migrate", "refused", e);
     return 0;
 }
 
@@ -391,7 +386,7 @@ int cmd_shadow(int argc, char **argv) {
         json_decref(r);
     }
     obx_free(out);
-    if (e == OBX_EFINDINGS) return 1;
+    if (e == OBX_EFINDINGS) return CLI_EXIT_FINDING;
     return e ? cli_fail("shadow", "comparison", e) : 0;
 }
 

@@ -196,6 +196,14 @@ static void print_status(json_t *s) {
     }
 }
 
+/* An open alarm: a quarantined receipt, or an UNKNOWN held for an operator past its alert time
+ * (the exit status 1 of `obx status`). */
+static bool status_alarm(json_t *s) {
+    json_t *un = json_object_get(s, "unknown");
+    return ji(json_object_get(s, "receipts"), "quarantined") > 0 ||
+           (ji(un, "held") > 0 && ji(un, "oldest_held_age_ms") > ji(un, "held_alert_ms"));
+}
+
 static volatile sig_atomic_t interrupted;
 static void on_sigint(int sig) {
     (void)sig;
@@ -220,7 +228,8 @@ int cmd_status(int argc, char **argv) {
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
         if (c == 'c') config = optarg;
-    if (config && ops_config("status", config, &a)) return 1;
+    int rc = config ? ops_config("status", config, &a) : 0;
+    if (rc) return rc;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         char *end;
@@ -253,7 +262,7 @@ int cmd_status(int argc, char **argv) {
         return cli_usage("status", "unexpected argument '%s'", argv[optind]);
     }
     obx_store *s;
-    int rc = cli_open_store("status", a.db, &s);
+    rc = cli_open_store("status", a.db, &s);
     if (rc) {
         ops_free(&a);
         return rc;
@@ -261,6 +270,7 @@ int cmd_status(int argc, char **argv) {
     obx_ops_options o = {
         .consumers = a.consumers, .n_consumers = a.n_consumers, .limit = (size_t)limit};
     if (watch) signal(SIGINT, on_sigint);
+    bool alarm = false; /* in the last frame shown */
     for (;;) {
         char *out = NULL;
         obx_err e = obx_status(s, &o, &out);
@@ -269,6 +279,7 @@ int cmd_status(int argc, char **argv) {
             break;
         }
         json_t *j = json_loads(out, 0, NULL);
+        alarm = status_alarm(j);
         if (watch) printf("\033[H\033[2J"); /* top-style: redraw in place */
         if (js_out)
             printf("%s\n", out);
@@ -283,7 +294,7 @@ int cmd_status(int argc, char **argv) {
     }
     obx_store_close(s);
     ops_free(&a);
-    return rc;
+    return !rc && alarm ? CLI_EXIT_FINDING : rc;
 }
 
 /* ---- obx trace ------------------------------------------------------------------------------ */
@@ -411,7 +422,8 @@ int cmd_trace(int argc, char **argv) {
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
         if (c == 'c') config = optarg;
-    if (config && ops_config("trace", config, &a)) return 1;
+    int rc = config ? ops_config("trace", config, &a) : 0;
+    if (rc) return rc;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -431,7 +443,7 @@ int cmd_trace(int argc, char **argv) {
         return cli_usage("trace", "%s", usage);
     }
     obx_store *s;
-    int rc = cli_open_store("trace", a.db, &s);
+    rc = cli_open_store("trace", a.db, &s);
     if (rc) {
         ops_free(&a);
         return rc;

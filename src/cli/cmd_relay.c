@@ -676,6 +676,9 @@ int cmd_report(int argc, char **argv) {
     if (e) return cli_fail("report", db, e);
     json_t *j = json_loads(out, 0, NULL);
     bool hold = json_is_true(json_object_get(json_object_get(j, "invariants"), "hold"));
+    /* a quarantined receipt is an open alarm: a broker or a consumer contradicted the outbox */
+    long long quarantined = (long long)json_integer_value(
+        json_object_get(json_object_get(j, "receipts"), "quarantined"));
     if (js)
         printf("%s\n", out);
     else {
@@ -708,10 +711,14 @@ int cmd_report(int argc, char **argv) {
                    (long long)json_integer_value(json_object_get(ds, "complete")));
         printf("invariants (one primary receipt per published event): %s\n",
                hold ? "hold" : "VIOLATED");
+        if (quarantined)
+            printf("ALARM: %lld quarantined receipt%s (a broker or consumer contradicted the "
+                   "outbox; `obx status` lists them)\n",
+                   quarantined, quarantined == 1 ? "" : "s");
     }
     json_decref(j);
     obx_free(out);
-    return hold ? 0 : 1;
+    return hold && !quarantined ? CLI_EXIT_OK : CLI_EXIT_FINDING;
 }
 
 int cmd_poison(int argc, char **argv) {

@@ -60,11 +60,11 @@ static int sim_options(obx_sim_options *o, int *js, char *cmdline, size_t cmdcap
         case 'f': {
             int i;
             if (obx_sim_fault_index(optarg, &i)) {
-                fprintf(stderr, "obx sim: --fault: unknown class '%s'; known:", optarg);
-                for (size_t k = 0; k < obx_sim_fault_count(); k++)
-                    fprintf(stderr, " %s", obx_sim_fault_name(k));
-                fprintf(stderr, "\n");
-                return 2;
+                char known[2048] = "";
+                for (size_t k = 0, l = 0; k < obx_sim_fault_count() && l < sizeof known; k++)
+                    l +=
+                        (size_t)snprintf(known + l, sizeof known - l, " %s", obx_sim_fault_name(k));
+                return cli_usage("sim", "--fault: unknown class '%s'; known:%s", optarg, known);
             }
             o->faults_mask |= 1ull << i;
             size_t l = strlen(cmdline);

@@ -294,6 +294,8 @@ int cmd_enqueue(int argc, char **argv) {
         }
     }
     if (optind < argc) return cli_usage("enqueue", "unexpected argument '%s'", argv[optind]);
+    if (!ev.event_type) return cli_usage("enqueue", "--type: required (e.g. order.created.v1)");
+    if (!ev.tenant) return cli_usage("enqueue", "--tenant: required");
     if (!aggregate)
         return cli_usage("enqueue", "--aggregate: missing (TYPE/ID@VERSION, e.g. order/o-42@17)");
     char *atype = NULL, *aid = NULL;
@@ -309,15 +311,16 @@ int cmd_enqueue(int argc, char **argv) {
     ev.aggregate_version = ver;
     unsigned char *payload = NULL;
     size_t plen = 0;
-    if (cli_read_file(payload_file, &payload, &plen, (size_t)limit)) {
+    int rc = cli_read_file("enqueue", payload_file, &payload, &plen, (size_t)limit);
+    if (rc) {
         free(atype);
         free(aid);
-        return 1;
+        return rc;
     }
     ev.payload = payload;
     ev.payload_len = plen;
     obx_store *s;
-    int rc = cli_open_store("enqueue", db, &s);
+    rc = cli_open_store("enqueue", db, &s);
     if (!rc) {
         obx_err e = obx_store_set_payload_limit(s, (size_t)limit);
         obx_enqueue_result res;

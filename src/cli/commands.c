@@ -64,11 +64,12 @@ const cli_command cli_commands[] = {
      .fn = cmd_init,
      .summary = "create or upgrade the outbox schema",
      .synopsis = "init [--db URL] [--roles PREFIX]",
-     .text = "Create the outbox schema, or migrate it to the version this obx needs. Idempotent; "
-             "refuses a schema newer than this obx. The relay and every other command refuse an "
-             "outbox whose schema is not current. On PostgreSQL a migration waits for no relay "
-             "and runs under none: while relays are connected it exits 1 (OBX_EBUSY) and names "
-             "their server processes; stop them first.",
+     .text =
+         "Create the outbox schema, or migrate it to the version this obx needs. Idempotent; "
+         "refuses a schema newer than this obx. The relay and every other command refuse an "
+         "outbox whose schema is not current. On PostgreSQL a migration waits for no relay "
+         "and runs under none: while relays are connected it refuses (OBX_EBUSY, exit status 3) "
+         "and names their server processes; stop them first.",
      .opts = {{"db", "URL", D_DB, "The outbox: sqlite:PATH or postgres://... (libpq URL).", 'd'},
               {"roles", "PREFIX", D_NONE,
                "PostgreSQL: also create the NOLOGIN group roles PREFIX_producer, PREFIX_relay, "
@@ -117,6 +118,7 @@ const cli_command cli_commands[] = {
     {.name = "enqueue",
      .fn = cmd_enqueue,
      .summary = "commit one event",
+     .finding = "the outbox refused the event: no route for its type (OBX_ENOROUTE).",
      .synopsis = "enqueue --type T --aggregate TYPE/ID@VERSION --tenant X [options]",
      .text = "Commit one event with its frozen envelope and destination (the type's current "
              "route). Bad input is an error naming the field and the limit; nothing is stored.",
@@ -140,6 +142,7 @@ const cli_command cli_commands[] = {
     {.name = "inspect",
      .fn = cmd_inspect,
      .summary = "one event's envelope, state, attempts, receipts and audit rows",
+     .finding = "no such event in this outbox.",
      .synopsis = "inspect EVENT_ID [--json] [--db URL]",
      .text = "Envelope, destination, digests, state, attempts, receipts and audit rows of one "
              "event, its delivery set and the evidence of its migrations.",
@@ -148,14 +151,17 @@ const cli_command cli_commands[] = {
     {.name = "report",
      .fn = cmd_report,
      .summary = "the whole outbox: counts, receipts, UNKNOWN times, invariants",
+     .finding = "an invariant is violated, or a receipt is quarantined (an open alarm).",
      .synopsis = "report [--json] [--db URL]",
      .text = "Counts by state, receipts by kind, UNKNOWN resolution times and the invariants of "
-             "the whole outbox. Exit status 1 when an invariant is violated.",
+             "the whole outbox, and the open alarms (quarantined receipts).",
      .opts = {O_DB, O_JSON},
      .examples = "obx report --db sqlite:/var/lib/obx/outbox.db"},
     {.name = "status",
      .fn = cmd_status,
      .summary = "the outbox at a glance (cheap): states, ages, UNKNOWN and PARKED lists",
+     .finding = "an open alarm: a quarantined receipt, or an UNKNOWN held for an operator past its "
+                "alert time.",
      .synopsis = "status [--db URL] [--config FILE] [--consumer ID=URL]... [--limit N] [--json] "
                  "[--watch SECONDS]",
      .text = "The outbox at a glance, cheap on a big outbox: events by state, the oldest PENDING "
@@ -173,12 +179,13 @@ const cli_command cli_commands[] = {
     {.name = "trace",
      .fn = cmd_trace,
      .summary = "one event's flow, producer to consumers",
+     .finding = "nothing matches.",
      .synopsis = "trace EVENT_ID | --correlation ID [--db URL] [--config FILE] "
                  "[--consumer ID=URL]... [--json]",
      .text = "The whole flow of one event, or of every event with a correlation ID, as a "
              "timeline: the producer's commit, every state change with who did it, the attempts "
              "and receipts, and each critical consumer's consume audit and receipt (or poison "
-             "state). Exit status 1 when nothing matches.",
+             "state).",
      .opts = {O_DB,
               O_CONFIG("db and audit.critical_consumers"),
               O_CONSUMER,
@@ -189,11 +196,12 @@ const cli_command cli_commands[] = {
     {.name = "consumer-test",
      .fn = cmd_consumer_test,
      .summary = "replay a consumer against duplicates, reordering, old contracts, poison",
+     .finding = "the consumer mishandles a scenario.",
      .synopsis = "consumer-test --builtin order-projection | --handler LIB.so[:SYMBOL] [options]",
      .text = "Replay a consumer's handler through the inbox against duplicates, a crash between "
              "its effect and its commit, reordering, an older contract version, a foreign tenant "
              "and a poison message, each in a fresh in-memory database, and report which it "
-             "mishandles (exit status 1). A handler library exports "
+             "mishandles. A handler library exports "
              "const obx_consumer_test *SYMBOL(void) (default obx_consumer_test_spec).",
      .opts = {{"builtin", "NAME", D_NONE, "A built-in handler: order-projection."},
               {"handler", "LIB.so[:SYMBOL]", D_NONE, "A handler library and its spec function."},
@@ -206,6 +214,7 @@ const cli_command cli_commands[] = {
     {.name = "catalog",
      .fn = cmd_catalog,
      .summary = "check the topic catalog against routes and subscriptions",
+     .finding = "a finding.",
      .synopsis = "catalog check --catalog FILE [--db URL] [--consumers FILE] "
                  "[--subscription CONSUMER=TOPIC[,TOPIC...]]... [--consumer-db ID=URL]... [--json]",
      .subcommands = "check",
@@ -214,8 +223,7 @@ const cli_command cli_commands[] = {
              "the command line, or observed in a consumer database's watermarks). Reports topics "
              "nobody consumes, subscriptions to undeclared topics, routes of undeclared types or "
              "to another topic, subscriber lists that differ from the runtime, unversioned or "
-             "ownerless topics, and spelling or version drift with the likely intended name. "
-             "Exit status 1 on any finding.",
+             "ownerless topics, and spelling or version drift with the likely intended name.",
      .opts = {{"catalog", "FILE", "required", "The catalog (YAML)."},
               {"db", "URL", "none (routes not checked)", "The outbox whose routes to compare."},
               {"consumers", "FILE", D_NONE, "The consumers' declared subscriptions (YAML)."},
@@ -313,6 +321,7 @@ const cli_command cli_commands[] = {
     {.name = "requeue",
      .fn = cmd_requeue,
      .summary = "put a PARKED event back to PENDING",
+     .finding = "refused: the event is not PARKED, or not in this outbox.",
      .synopsis = "requeue EVENT_ID [--who NAME] [--db URL]",
      .text = "Put a PARKED event back to PENDING (its rejection count reset), with an audit row "
              "naming who did it.",
@@ -321,6 +330,7 @@ const cli_command cli_commands[] = {
     {.name = "resolve",
      .fn = cmd_resolve,
      .summary = "end UNKNOWN outcomes: same-target retry, or accept with evidence",
+     .finding = "some selected events were refused (each with its reason).",
      .synopsis = "resolve [EVENT_ID...] [--type T] [--held] [--older-than DURATION] --retry "
                  "--who NAME --reason TEXT [--dry-run] [--json] [--db URL]\n"
                  "resolve EVENT_ID --accept --offset N --payload-digest D [--topic T] "
@@ -332,8 +342,7 @@ const cli_command cli_commands[] = {
              "records evidence that the broker has the message (its offset and payload digest, "
              "or a critical consumer's inbox row) through the acceptance point, and the event "
              "becomes PUBLISHED without a resend. Nothing changes a destination. Every "
-             "resolution is one transaction with an audit row naming --who and --reason. Exit 0 "
-             "when every selected event was resolved, 1 when some were refused.",
+             "resolution is one transaction with an audit row naming --who and --reason.",
      .opts = {O_DB,
               {"type", "T", "any", "Only events of this type."},
               {"held", NULL, NULL, "Only events held by their route's UNKNOWN policy."},
@@ -361,6 +370,7 @@ const cli_command cli_commands[] = {
     {.name = "poison",
      .fn = cmd_poison,
      .summary = "a consumer's poison messages: list or re-drive",
+     .finding = "redrive: the message is not parked.",
      .synopsis = "poison list --consumer-db URL [--consumer ID]\n"
                  "poison redrive EVENT_ID --consumer-db URL --consumer ID",
      .subcommands = "list redrive",
@@ -374,11 +384,12 @@ const cli_command cli_commands[] = {
     {.name = "sim",
      .fn = cmd_sim,
      .summary = "the deterministic simulator and release gate",
+     .finding = "the gate fails.",
      .synopsis = "sim [--traces N] [--seed S] [--jobs J] [--json] [--fault NAME]... "
                  "[--replay TRACE_ID] [--db postgres://...] [--fail-fast]",
      .text = "The production engine against a simulated broker under a virtual clock, every "
-             "fault class injected, the invariants checked after each trace. Exit 0 iff the "
-             "gate passes. The same seed and N give the same trace hash with any --jobs, on "
+             "fault class injected, the invariants checked after each trace. The same seed and N "
+             "give the same trace hash with any --jobs, on "
              "SQLite (in memory) and on PostgreSQL (--db: every trace runs in one transaction "
              "that is rolled back). --replay narrates one trace step by step.",
      .opts = {{"traces", "N", "100000", "Traces to run."},
@@ -397,6 +408,7 @@ const cli_command cli_commands[] = {
     {.name = "audit",
      .fn = cmd_audit,
      .summary = "three-set audit: outbox vs receipts vs critical consumers",
+     .finding = "findings.",
      .synopsis = "audit [--db URL] [--broker URL | --no-broker] [--consumer ID=URL]... "
                  "[--config FILE] [--set KEY=VALUE]... [--json]",
      .text = "The three-set audit: committed outbox events, accepted publish receipts and each "
@@ -404,8 +416,7 @@ const cli_command cli_commands[] = {
              "audit.max_ids), count and oldest age: pending_overdue, unconsumed, bypass "
              "(messages on the broker this outbox never committed), unknown_overdue, "
              "quarantined_receipt, consumer_quarantine and parked. Without --broker or --config "
-             "the broker is not compared. Exit status 0 without findings, 1 with findings (or "
-             "when the audit could not run), 2 on a usage error.",
+             "the broker is not compared.",
      .opts = {O_CONFIG("db, broker and audit.*"),
               O_DB,
               {"broker", "URL", "the configuration's; none without --config",
@@ -419,6 +430,7 @@ const cli_command cli_commands[] = {
     {.name = "purge",
      .fn = cmd_purge,
      .summary = "retention: retain and purge what the evidence allows",
+     .finding = "with EVENT_ID: the event cannot go now (every unmet condition named).",
      .synopsis = "purge [EVENT_ID] [--dry-run] [--db URL] [--consumer ID=URL]... [--config FILE] "
                  "[--set KEY=VALUE]... [--who NAME] [--max-listed N] [--json]",
      .text = "Retention: PUBLISHED events consumed by every critical consumer become RETAINED; "
@@ -442,6 +454,7 @@ const cli_command cli_commands[] = {
     {.name = "watermark",
      .fn = cmd_watermark,
      .summary = "critical consumers' watermarks: list, or force one forward",
+     .finding = "force: refused (it would not move forward).",
      .synopsis = "watermark [list] [--json] [--db URL] [--consumer ID=URL]... [--config FILE]\n"
                  "watermark force CONSUMER --until TIME --reason TEXT [--who NAME] "
                  "[--consumer ID=URL]... [--config FILE]",
@@ -466,11 +479,12 @@ const cli_command cli_commands[] = {
     {.name = "demo",
      .fn = cmd_demo,
      .summary = "the whole pipeline with injected faults",
+     .finding = "an invariant does not hold at the end.",
      .synopsis = "demo [--events N] [--dir DIR] [--db URL] [--broker URL|kafka] [--lease-ms MS] "
                  "[--json]",
      .text = "Run the whole pipeline with injected faults (lost, late and timed-out ACKs, "
              "duplicate appends, a paused and a killed relay, flaky consumer handlers) and print "
-             "what happened. Exit 0 only when every invariant holds. --broker kafka starts a "
+             "what happened. --broker kafka starts a "
              "Kafka-protocol mock cluster inside the demo; an amqp:// URL uses that RabbitMQ.",
      .opts = {{"events", "N", "10000", "Orders to commit (1..10000000)."},
               {"dir", "DIR", "a new /tmp/obx-demo-XXXXXX", "The demo's folder (kept)."},
@@ -483,6 +497,8 @@ const cli_command cli_commands[] = {
     {.name = "migrate",
      .fn = cmd_migrate,
      .summary = "move undelivered events to a new destination (with proof), or add a target",
+     .finding =
+         "some selected events were refused (no proof, or in flight), or --type has no route.",
      .synopsis = "migrate [EVENT_ID...] [selectors] (--route-gen G | --cluster C --topic T "
                  "[route options]) [--add-target [--target N] [--completion all|any]] [options]",
      .text = "Move undelivered events (by ID, or selected by type, current cluster and topic, "
@@ -491,8 +507,8 @@ const cli_command cli_commands[] = {
              "proof that the old target did not accept it (never sent, a definite rejection, or "
              "an authoritative NOT_FOUND looked up through --broker): a new envelope generation "
              "and a MIGRATION receipt. An event that cannot be proven absent, in a dispatcher's "
-             "or the reconciler's hands, or delivered, is refused with the reason; exit status "
-             "1. --add-target adds the destination as a further delivery-set target instead. "
+             "or the reconciler's hands, or delivered, is refused with the reason. --add-target "
+             "adds the destination as a further delivery-set target instead. "
              "See docs/migration.md.",
      .opts = {O_DB,
               {"broker", "URL", D_NONE, "The old target's broker, for attempts still UNKNOWN."},
@@ -523,6 +539,7 @@ const cli_command cli_commands[] = {
     {.name = "shadow",
      .fn = cmd_shadow,
      .summary = "compare what obx would send with what another dispatcher published",
+     .finding = "a difference.",
      .synopsis = "shadow [--alias A]... [--type T]... [--topic T]... [--feed FILE] "
                  "[--since-ms MS] [--grace-ms MS] [--limit N] [--json] [--db URL] "
                  "[--broker URL] [--broker-prop K=V]...",
@@ -531,7 +548,7 @@ const cli_command cli_commands[] = {
              "compare it with what was published, read from the broker through a consumer group "
              "that never commits, or from a receipts feed (JSON lines). Reports events missing "
              "on the broker, published elsewhere or with another payload, and event IDs the "
-             "outbox never committed. Exit status 1 when there is a difference.",
+             "outbox never committed.",
      .opts = {O_DB,
               {"broker", "URL", D_BROKER " (without --feed)", "The broker to read."},
               O_BROKER_PROP,
@@ -547,6 +564,7 @@ const cli_command cli_commands[] = {
     {.name = "takeover",
      .fn = cmd_takeover,
      .summary = "hand event types to a dispatcher alias (or back)",
+     .finding = "refused (a type without a route).",
      .synopsis = "takeover --to ALIAS (--type T[,T...]... | --from ALIAS [--percent P]) "
                  "[--backlog] [--who W] [--dry-run] [--json] [--db URL]",
      .text = "Hand event types to a dispatcher alias: a new route generation per type, same "
@@ -625,7 +643,17 @@ const char cli_man_http[] =
     "/api/. Mutating requests need Authorization: Bearer with the token in http.token_file. See "
     "docs/operations.md.";
 
-const char cli_man_exit[] = "0 success; 1 failure or findings; 2 usage error.";
+const char cli_man_exit[] =
+    "Every command exits with one of four statuses, so that a script or a monitoring check can "
+    "tell a finding from a failure to look:\n\n"
+    "0: done; for a check, all good.\n\n"
+    "1: a finding: an invariant violated, an open alarm (a quarantined receipt), audit findings, "
+    "some selected events refused. Each command's section says what a finding is for it; a "
+    "command without one never exits 1.\n\n"
+    "2: a usage error: an unknown option, a malformed URL (--db foo.db, sqlit:) or value, a "
+    "missing required option (--tenant), a malformed configuration file.\n\n"
+    "3: could not check: the database or broker unreachable, no such outbox, a schema that is "
+    "not this obx's, permission denied, a busy database, out of memory.";
 
 const char cli_man_see_also[] =
     "README.md, docs/design.md, docs/retention.md, docs/migration.md, docs/operations.md, "

@@ -71,7 +71,9 @@ void cli_help_general(FILE *f) {
     /* the second paragraph of the man page's DESCRIPTION: URLs and their defaults */
     const char *urls = strstr(cli_man_description, "\n\n");
     wrap(f, urls ? urls + 2 : cli_man_description, 0, 0, false);
-    fprintf(f, "\n\nMore in `man obx` and README.md.\n");
+    fprintf(f,
+            "\n\nexit status: 0 done, 1 a finding, 2 usage error, 3 could not check\n"
+            "(each command's --help says what a finding is). More in `man obx` and README.md.\n");
 }
 
 void cli_help_command(FILE *f, const cli_command *c) {
@@ -111,6 +113,15 @@ void cli_help_command(FILE *f, const cli_command *c) {
         fputc('\n', f);
     }
     fprintf(f, "  -h, --help                Show this help.\n");
+    fprintf(f, "\nexit status:\n  0  done\n");
+    if (c->finding) {
+        fprintf(f, "  1 ");
+        wrap(f, c->finding, 4, 5, true);
+        fputc('\n', f);
+    }
+    fprintf(f, "  2  usage error (unknown option, malformed URL or value, missing required "
+               "option)\n"
+               "  3  could not check (unreachable, no such outbox, schema, permission)\n");
     if (c->examples) {
         fprintf(f, "\nexamples:\n");
         for (const char *e = c->examples; *e;) {
@@ -198,6 +209,11 @@ static void man_command(FILE *f, const cli_command *c) {
         }
         fputc('\n', f);
     }
+    fprintf(f, ".PP\n");
+    char ex[512];
+    snprintf(ex, sizeof ex, "Exit status 1: %s",
+             c->finding ? c->finding : "never (see EXIT STATUS).");
+    roff_line(f, ex);
     if (c->examples) {
         fprintf(f, ".PP\nExamples:\n.PP\n.RS\n.nf\n");
         for (const char *e = c->examples; *e;) {

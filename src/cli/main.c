@@ -18,37 +18,83 @@ static void put_printable(FILE *f, const char *s) {
             fputc(*p, f);
 }
 
+int cli_exit_of(obx_err e) {
+    switch (e) {
+    case OBX_OK: return CLI_EXIT_OK;
+    /* the command line (or the configuration it names) asks for something malformed */
+    case OBX_EINVAL:
+    case OBX_ETOOBIG:
+    case OBX_EURL:
+    case OBX_ECONFIG:
+    case OBX_EUNSUPPORTED: return CLI_EXIT_USAGE;
+    /* the outbox was read and says no: a finding, a refusal, nothing that matches */
+    case OBX_ENOROUTE:
+    case OBX_ESTALE:
+    case OBX_ECONFLICT:
+    case OBX_ENOTFOUND:
+    case OBX_EIMMUTABLE:
+    case OBX_EREFUSED:
+    case OBX_EQUARANTINE:
+    case OBX_EHANDLER:
+    case OBX_ECONTRACT:
+    case OBX_ETENANT:
+    case OBX_EFINDINGS:
+    case OBX_EINVARIANT:
+    case OBX_EPOISON: return CLI_EXIT_FINDING;
+    /* could not look: unreachable, busy, wrong schema, I/O, memory, a lost connection */
+    default: return CLI_EXIT_UNCHECKED;
+    }
+}
+
+/* Writes "obx <cmd>: <msg>\n" to stderr, the message with control bytes escaped, and the hint
+ * (where to read on) on a line of its own. */
+static int report(const char *cmd, int rc, const char *code, const char *msg, const char *hint) {
+    (void)code;
+    fprintf(stderr, "obx %s: ", cmd);
+    put_printable(stderr, msg);
+    fputc('\n', stderr);
+    if (hint) fprintf(stderr, "%s\n", hint);
+    return rc;
+}
+
+int cli_error(const char *cmd, int rc, const char *code, const char *fmt, ...) {
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return report(cmd, rc, code, msg, NULL);
+}
+
 int cli_fail(const char *cmd, const char *what, obx_err e) {
     /* `what` is often the --db or --broker URL: never print its password */
     char detail[1024], *red = NULL;
     snprintf(detail, sizeof detail, "%s", obx_errmsg());
     const char *shown = what && obx_url_redact(what, &red) == OBX_OK ? red : "(argument)";
-    fprintf(stderr, "obx %s: ", cmd);
-    put_printable(stderr, shown);
-    fprintf(stderr, ": %s: %s\n", obx_errname(e), *detail ? detail : obx_strerror(e));
+    int rc = cli_error(cmd, cli_exit_of(e), obx_errname(e), "%s: %s: %s", shown, obx_errname(e),
+                       *detail ? detail : obx_strerror(e));
     obx_free(red);
-    return 1;
+    return rc;
 }
 
 int cli_usage(const char *cmd, const char *fmt, ...) {
-    char msg[1024];
+    char msg[1024], hint[128];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap); /* it may quote an argument */
     va_end(ap);
-    fprintf(stderr, "obx %s: ", cmd);
-    put_printable(stderr, msg);
     /* cmd may be "route set": the first word names the command's help */
-    fprintf(stderr, "\n(see `obx %.*s --help` or `man obx`)\n", (int)strcspn(cmd, " "), cmd);
-    return 2;
+    snprintf(hint, sizeof hint, "(see `obx %.*s --help` or `man obx`)", (int)strcspn(cmd, " "),
+             cmd);
+    return report(cmd, CLI_EXIT_USAGE, "usage", msg, hint);
 }
 
-int cli_read_file(const char *path, unsigned char **out, size_t *len, size_t limit) {
+int cli_read_file(const char *cmd, const char *path, unsigned char **out, size_t *len,
+                  size_t limit) {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        fprintf(stderr, "obx: cannot open '%s': %s\n", path, strerror(errno));
-        return -1;
-    }
+    if (!f)
+        return cli_error(cmd, CLI_EXIT_USAGE, "usage", "cannot open '%s': %s", path,
+                         strerror(errno));
     size_t cap = 4096, n = 0;
     unsigned char *buf = malloc(cap);
     for (;;) {
@@ -69,10 +115,8 @@ int cli_read_file(const char *path, unsigned char **out, size_t *len, size_t lim
         if (r == 0) break;
     }
     if (f != stdin) fclose(f);
-    if (!buf) {
-        fprintf(stderr, "obx: out of memory reading '%s'\n", path);
-        return -1;
-    }
+    if (!buf)
+        return cli_error(cmd, CLI_EXIT_UNCHECKED, "OBX_ENOMEM", "out of memory reading '%s'", path);
     *out = buf;
     *len = n;
     return 0;
@@ -84,12 +128,12 @@ int cli_open_store(const char *cmd, const char *url, obx_store **out) {
     int found = 0, known = 0;
     e = obx_store_schema_version(*out, &found, &known);
     if (!e && found != known) {
-        fprintf(stderr,
-                "obx %s: %s: schema version %d, this obx needs %d: run `obx init --db %s`\n", cmd,
-                obx_store_url(*out), found, known, obx_store_url(*out));
+        int rc = cli_error(cmd, CLI_EXIT_UNCHECKED, "OBX_ESCHEMA",
+                           "%s: schema version %d, this obx needs %d: run `obx init --db %s`",
+                           obx_store_url(*out), found, known, obx_store_url(*out));
         obx_store_close(*out);
         *out = NULL;
-        return 1;
+        return rc;
     }
     if (e) {
         obx_store_close(*out);

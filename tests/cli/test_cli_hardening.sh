@@ -28,16 +28,16 @@ db=sqlite:$dir/o.db
 enq() { "$OBX" enqueue --db "$db" --type order.created.v1 --tenant t1 "$@"; }
 echo '{}' >p.json
 # refused, nothing stored
-check "invalid UTF-8 in aggregate id" 1 "aggregate_id: invalid UTF-8 at byte 2" -- enq --aggregate $'order/o-\xff@1' --payload-file p.json
-check "control byte in correlation id" 1 "correlation_id: byte 0x1b" -- enq --aggregate order/o-1@1 --correlation-id $'c\e[2J' --payload-file p.json
-check "SQL in tenant" 1 "tenant: byte 0x27" -- "$OBX" enqueue --db "$db" --type order.created.v1 --tenant "t'; DROP TABLE obx_event;--" --aggregate order/o-1@1 --payload-file p.json
-check "SQL in topic" 1 "topic: byte 0x27" -- "$OBX" route set x.y.v1 --db "$db" --cluster local --topic "orders'; --"
-check "SQL in event type" 1 "event_type: byte 0x27" -- enq --aggregate order/o-1@1 --type "o'.v1" --payload-file p.json
+check "invalid UTF-8 in aggregate id" 2 "aggregate_id: invalid UTF-8 at byte 2" -- enq --aggregate $'order/o-\xff@1' --payload-file p.json
+check "control byte in correlation id" 2 "correlation_id: byte 0x1b" -- enq --aggregate order/o-1@1 --correlation-id $'c\e[2J' --payload-file p.json
+check "SQL in tenant" 2 "tenant: byte 0x27" -- "$OBX" enqueue --db "$db" --type order.created.v1 --tenant "t'; DROP TABLE obx_event;--" --aggregate order/o-1@1 --payload-file p.json
+check "SQL in topic" 2 "topic: byte 0x27" -- "$OBX" route set x.y.v1 --db "$db" --cluster local --topic "orders'; --"
+check "SQL in event type" 2 "event_type: byte 0x27" -- enq --aggregate order/o-1@1 --type "o'.v1" --payload-file p.json
 head -c 1048577 /dev/zero >big.bin
-check "payload over 1 MiB" 1 "payload: 1048577 bytes, over the limit of 1048576 bytes" -- enq --aggregate order/o-1@1 --payload-file big.bin
+check "payload over 1 MiB" 2 "payload: 1048577 bytes, over the limit of 1048576 bytes" -- enq --aggregate order/o-1@1 --payload-file big.bin
 : >empty.bin
-check "empty payload" 1 "payload: empty" -- enq --aggregate order/o-1@1 --payload-file empty.bin
-check "escape in inspected ID" 1 "does not start with 'evt-'" -- "$OBX" inspect $'\e[31mevt' --db "$db"
+check "empty payload" 2 "payload: empty" -- enq --aggregate order/o-1@1 --payload-file empty.bin
+check "escape in inspected ID" 2 "does not start with 'evt-'" -- "$OBX" inspect $'\e[31mevt' --db "$db"
 n=$(events)
 if [[ $n == 0 ]]; then echo "ok   nothing stored by the refusals"; else echo "FAIL $n events stored"; fails=$((fails + 1)); fi
 # accepted, read back byte for byte: NUL bytes in the payload, SQL metacharacters in free text
@@ -50,18 +50,18 @@ stored=$(sqlite3 "$dir/o.db" "select hex(payload) from obx_envelope where event_
 if [[ $stored == 61006200FF0A ]]; then echo "ok   payload bytes intact"; else echo "FAIL payload stored as $stored"; fails=$((fails + 1)); fi
 # configuration
 printf 'db: "sqlite:a.db\\0junk"\n' >nul.yaml
-check "NUL escape in configuration" 1 "db (line 1): contains a NUL byte" -- "$OBX" config --config nul.yaml
+check "NUL escape in configuration" 2 "db (line 1): contains a NUL byte" -- "$OBX" config --config nul.yaml
 printf 'relay:\n  dispatchrs: 2\n' >typo.yaml
-check "unknown key" 1 "relay.dispatchrs (line 2): unknown configuration key" -- "$OBX" config --config typo.yaml
+check "unknown key" 2 "relay.dispatchrs (line 2): unknown configuration key" -- "$OBX" config --config typo.yaml
 printf 'relay:\n  dispatchers: [1]\n' >type.yaml
-check "wrong type" 1 "relay.dispatchers (line 2): expected a single value" -- "$OBX" config --config type.yaml
+check "wrong type" 2 "relay.dispatchers (line 2): expected a single value" -- "$OBX" config --config type.yaml
 "$OBX" config --set relay.batch=7 --broker-prop sasl.password=hunter2 >saved.json
 check "config output loads back" 0 '"relay.batch": 7' -- "$OBX" config --config saved.json
 check "config output hides the secret" 0 '"sasl.password=***"' -- cat saved.json
 # secret references
 export OBX_T_PW=hunter2
 check "reference in a dumped URL" 0 'u:***@h/db' -- "$OBX" config --db 'postgres://u:${OBX_T_PW}@h/db'
-check "unset variable" 1 '${OBX_T_UNSET}: the environment variable is not set' -- "$OBX" init --db 'sqlite:${OBX_T_UNSET}/x.db'
+check "unset variable" 2 '${OBX_T_UNSET}: the environment variable is not set' -- "$OBX" init --db 'sqlite:${OBX_T_UNSET}/x.db'
 if grep -q hunter2 saved.json; then echo "FAIL secret in the dump"; fails=$((fails + 1)); fi
 if ((fails)); then echo "$fails failed"; exit 1; fi
 echo "all passed"

@@ -52,7 +52,7 @@ jq_() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 "$OBX" init --db "$db" >/dev/null
 check "route with the hold policy" 0 'generation 1' -- \
   "$OBX" route set order.created.v1 --db "$db" --cluster local --topic orders --on-unknown hold
-check "an unknown policy is refused" 1 'on_unknown: .maybe. unknown' -- \
+check "an unknown policy is refused" 2 'on_unknown: .maybe. unknown' -- \
   "$OBX" route set order.created.v1 --db "$db" --cluster local --topic orders --on-unknown maybe
 e1=$(enqueue 1)
 e2=$(enqueue 2)
@@ -112,7 +112,7 @@ check "an event whose outcome is known is refused" 1 'nothing to resolve' -- \
 e4=$(enqueue 4)
 relay 2 "blackhole=1&lookup_down=1"
 [[ $("$OBX" status --db "$db" --json | jq_ 'd["unknown"]["held"]') == 1 ]] || fail "e4 not held"
-check "a selector needs a criterion" 1 'selector' -- \
+check "a selector needs a criterion" 2 'selector' -- \
   "$OBX" resolve --retry --db "$db" --who ops --reason r
 check "dry run" 0 'dry run: nothing changed' -- \
   "$OBX" resolve --held --older-than 0s --retry --dry-run --db "$db" --who ops --reason r

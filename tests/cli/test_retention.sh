@@ -89,13 +89,13 @@ check "audit bypass publishing: exit 1" 1 "" -- "$OBX" audit --db "$db" --broker
 json_check "audit json: bypass with the unknown ID and the message without one" \
   "[(f['count'],f['event_ids'],f['without_event_id']) for f in j['findings'] if f['kind']=='bypass']==[(2,['evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G'],1)]"
 check "audit --no-broker skips the broker" 0 "bypass" -- "$OBX" audit --db "$db" --broker "$broker" --no-broker
-check "audit bad consumer entry" 1 "is not ID=URL" -- "$OBX" audit --db "$db" --consumer nonsense
-check "audit consumer db without schema" 1 "run obx init" -- "$OBX" audit --db "$db" --consumer "x=sqlite:$dir/none.db"
+check "audit bad consumer entry" 2 "is not ID=URL" -- "$OBX" audit --db "$db" --consumer nonsense
+check "audit consumer db without schema" 3 "run obx init" -- "$OBX" audit --db "$db" --consumer "x=sqlite:$dir/none.db"
 check "audit usage" 2 "usage: obx audit" -- "$OBX" audit --db "$db" --frobnicate
-check "audit bad threshold" 1 "audit.pending_max_age_ms: -5 is outside" -- "$OBX" audit --db "$db" --set audit.pending_max_age_ms=-5
+check "audit bad threshold" 2 "audit.pending_max_age_ms: -5 is outside" -- "$OBX" audit --db "$db" --set audit.pending_max_age_ms=-5
 
 # ---- obx purge ----
-check "purge without critical consumers" 1 "an ACK alone never purges" -- "$OBX" purge --db "$db"
+check "purge without critical consumers" 2 "an ACK alone never purges" -- "$OBX" purge --db "$db"
 check "purge dry run inside the replay window" 0 "would retain 5, would purge 0" -- "$OBX" purge --db "$db" --consumer "$proj" --dry-run
 check "dry run changed nothing" 0 "PUBLISHED         5" -- "$OBX" report --db "$db"
 check "premature purge of one event: refused, says why" 1 "the replay window ends at" -- "$OBX" purge "${ids[0]}" --db "$db" --consumer "$proj" --consumer "$ghost"
@@ -119,8 +119,8 @@ check "purge again: already purged" 0 "already PURGED" -- "$OBX" purge "${ids[2]
 # ---- obx watermark ----
 check "watermark list" 0 "ghost" -- "$OBX" watermark --db "$db" --consumer "$proj" --consumer "$ghost"
 check "watermark force needs a reason" 2 "--reason" -- "$OBX" watermark force ghost --until now --db "$db" --consumer "$ghost"
-check "watermark force into the future" 1 "in the future" -- "$OBX" watermark force ghost --until 4102444800000 --reason x --db "$db" --consumer "$ghost"
-check "watermark force unknown consumer" 1 "not a critical consumer" -- "$OBX" watermark force nobody --until now --reason x --db "$db" --consumer "$ghost"
+check "watermark force into the future" 2 "in the future" -- "$OBX" watermark force ghost --until 4102444800000 --reason x --db "$db" --consumer "$ghost"
+check "watermark force unknown consumer" 2 "not a critical consumer" -- "$OBX" watermark force nobody --until now --reason x --db "$db" --consumer "$ghost"
 check "watermark force" 0 "watermark forced to" -- "$OBX" watermark force ghost --until now --reason "ghost retired" --db "$db" --consumer "$ghost"
 check "watermark force backwards" 1 "only moves forward" -- "$OBX" watermark force ghost --until 2020-01-01T00:00:00Z --reason x --db "$db" --consumer "$ghost"
 check "watermark list json" 0 "" -- "$OBX" watermark --db "$db" --consumer "$ghost" --json

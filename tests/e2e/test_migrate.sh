@@ -71,7 +71,7 @@ set +e
 out=$("$OBX" migrate --db "$db" 2>&1); rc=$?
 [[ $rc == 2 && $out == *"no EVENT_ID and no selector"* ]] && ok "no selector: usage error" || bad "no selector: rc=$rc $out"
 out=$("$OBX" migrate --db "$db" --state BOGUS 2>&1); rc=$?
-[[ $rc == 1 && $out == *"state: 'BOGUS' is not a state"* ]] && ok "bad state named" || bad "bad state: rc=$rc $out"
+[[ $rc == 2 && $out == *"state: 'BOGUS' is not a state"* ]] && ok "bad state named" || bad "bad state: rc=$rc $out"
 out=$("$OBX" migrate --db "$db" --type order.created.v1 --cluster local 2>&1); rc=$?
 [[ $rc == 2 && $out == *"--cluster and --topic"* ]] && ok "cluster without topic: usage error" || bad "cluster alone: rc=$rc $out"
 [[ $(report 'd["receipts"]["migration"]') == 0 ]] && ok "nothing stored on bad input" || bad "receipts written on bad input"

@@ -173,7 +173,7 @@ echo '{"event_id":"evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G","topic":"payments"}' >"$dir/b
 set +e
 out=$("$OBX" shadow --db "$db" --alias legacy2 --feed "$dir/bad.jsonl" 2>&1); rc=$?
 set -e
-[[ $rc == 1 && $out == *"feed line 1: partition: missing"* ]] && ok "a bad feed line is named" || bad "bad feed: rc=$rc $out"
+[[ $rc == 2 && $out == *"feed line 1: partition: missing"* ]] && ok "a bad feed line is named" || bad "bad feed: rc=$rc $out"
 if ((fails)); then
   for f in legacy.log obx.log; do echo "---- $f (last 15 lines)"; tail -15 "$dir/$f"; done
   echo "$fails failed"

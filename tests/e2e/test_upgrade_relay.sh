@@ -6,7 +6,7 @@
 # version behind the binary; test_store_pg's test_init_refuses_under_relay makes one up); an
 # init with nothing to migrate runs under it; a stopped relay holds nothing. A database whose
 # recorded version is newer than this obx's, as after a newer obx migrated it, is refused by
-# `obx relay` and `obx init` alike (exit 1, OBX_ESCHEMA, naming both versions) and changed by
+# `obx relay` and `obx init` alike (exit 3: could not, OBX_ESCHEMA, naming both versions) and changed by
 # neither. Usage: test_upgrade_relay.sh OBX (a fresh database on OBX_TEST_PG_URL;
 # tests/e2e/pgdb.sh).
 set -euo pipefail
@@ -68,7 +68,7 @@ for cmd in relay init; do
   fi
   rc=0
   timeout 60 "$OBX" "$cmd" "${args[@]}" >"$dir/$cmd.out" 2>"$dir/$cmd.err" || rc=$?
-  ((rc == 1)) || fail "obx $cmd on schema version $newer exited $rc: $(cat "$dir/$cmd.err")"
+  ((rc == 3)) || fail "obx $cmd on schema version $newer exited $rc: $(cat "$dir/$cmd.err")"
   grep -q "OBX_ESCHEMA" "$dir/$cmd.err" || fail "obx $cmd: no OBX_ESCHEMA: $(cat "$dir/$cmd.err")"
   grep -qF "$said" "$dir/$cmd.err" || fail "obx $cmd: $(cat "$dir/$cmd.err")"
   [[ $(q "$version") == "$newer" ]] || fail "obx $cmd changed the schema version"

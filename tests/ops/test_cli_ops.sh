@@ -60,7 +60,7 @@ print("ok: --json names the five mishandled scenarios")
 PY
 check "in-process dedupe set" 1 'lost-commit +MISHANDLED' -- \
   "$OBX" consumer-test --handler "$KIT:obx_kit_inproc_dedupe"
-check "unknown symbol" 1 "no consumer test spec 'nope'" -- \
+check "unknown symbol" 2 "no consumer test spec 'nope'" -- \
   "$OBX" consumer-test --handler "$KIT:nope"
 check "bare library name" 2 'is not a path' -- "$OBX" consumer-test --handler libkit.so
 check "max failures 1" 2 'is not 2..1000' -- \
@@ -181,16 +181,16 @@ check "text report" 1 "did you mean 'orders.v2'" -- \
 
 # malformed files name the line
 printf 'topics:\n  - name: orders.v2\n    owner: x\n    subscriber: [a]\n' >"$dir/typo.yaml"
-check "unknown key" 1 "typo.yaml \(line 4\): unknown key 'subscriber'" -- \
+check "unknown key" 2 "typo.yaml \(line 4\): unknown key 'subscriber'" -- \
   "$OBX" catalog check --catalog "$dir/typo.yaml"
 printf 'topics:\n  - name: "bad topic"\n' >"$dir/badname.yaml"
-check "bad topic name" 1 'badname.yaml \(line 2\).*topic' -- \
+check "bad topic name" 2 'badname.yaml \(line 2\).*topic' -- \
   "$OBX" catalog check --catalog "$dir/badname.yaml"
 printf 'topics: [\n' >"$dir/broken.yaml"
-check "YAML syntax" 1 'broken.yaml \(line [0-9]+\): YAML' -- \
+check "YAML syntax" 2 'broken.yaml \(line [0-9]+\): YAML' -- \
   "$OBX" catalog check --catalog "$dir/broken.yaml"
 check "missing catalog" 2 '--catalog: required' -- "$OBX" catalog check
-check "bad subscription" 1 'is not CONSUMER=TOPIC' -- \
+check "bad subscription" 2 'is not CONSUMER=TOPIC' -- \
   "$OBX" catalog check --catalog "$dir/catalog.yaml" --subscription nobody
 
 # runtime subscriptions from a consumer database: what it really consumed

@@ -250,21 +250,22 @@ static void test_planted_password_never_shown(void **st) {
             "  sasl.password: %s\n  ssl.key.password: %s\n",
             lit, PLANTED, PLANTED, PLANTED);
     fclose(f);
+    /* exit statuses: 0 done, 1 a finding, 2 usage, 3 could not check (README, "Commands") */
     struct {
         const char *fmt;
         int rc;
     } cases[] = {
         {"%s config --db '%s'", 0},
         {"%s config --config %s", 0},
-        {"%s config --db 'postgres://obx_secret_user:%s@127.0.0.1:1/x' --set relay.batch=0", 1},
+        {"%s config --db 'postgres://obx_secret_user:%s@127.0.0.1:1/x' --set relay.batch=0", 2},
         {"%s init --db '%s'", 0},       /* the schema is current: says so, redacted */
-        {"%s init --db '%s'", 1},       /* the wrong password */
-        {"%s report --db '%s'", 1},     /* the wrong password */
-        {"%s route list --db '%s'", 1}, /* the wrong password */
+        {"%s init --db '%s'", 3},       /* the wrong password */
+        {"%s report --db '%s'", 3},     /* the wrong password */
+        {"%s route list --db '%s'", 3}, /* the wrong password */
         {"%s relay --config %s --set relay.drain_ms=0", 2}, /* a configuration error */
         {"%s consume --consumer-db sqlite:%s/c.db --topic t --broker 'amqp://u:%s@127.0.0.1:1/' "
          "--until-idle 100",
-         1},
+         3},
         {"%s inspect evt-01HZX3K9QW8E7R6T5Y4V3J201P --db '%s'", 1},
     };
     const char *args[] = {lit, yaml, PLANTED, lit, wrong, wrong, wrong, yaml, NULL, lit};
