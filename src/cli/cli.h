@@ -6,6 +6,7 @@
 
 #include "obx.h"
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -33,6 +34,19 @@ int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(print
  * returns rc. */
 int cli_error(const char *cmd, int rc, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Errors as JSON on stderr from now on: an object {"code", "message", "command",
+ * "exit_status"} per error (a command run with --json), or, with log_record, a log record like
+ * the relay's others (log.format=json). */
+void cli_errors_json(bool log_record);
+bool cli_errors_are_json(void);
+struct option;
+/* getopt_long without getopt's own message (cli_usage says what was wrong, as text or JSON). */
+int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts);
+/* Prints doc as one compact JSON line on stdout and releases it (NULL: out of memory, "{}"). */
+void cli_print_json(json_t *doc);
+/* A warning (the command goes on), as text or JSON like an error. */
+void cli_warn(const char *cmd, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Reads a whole file ("-" = stdin) into a malloc'ed buffer; on failure prints why and returns
  * the exit status (CLI_EXIT_USAGE: the file named cannot be read). */
 int cli_read_file(const char *cmd, const char *path, unsigned char **out, size_t *len,

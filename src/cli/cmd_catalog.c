@@ -31,7 +31,7 @@ int cmd_catalog(int argc, char **argv) {
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         switch (c) {
         case 'c': o.catalog_path = optarg; break;
         case 'd': db = optarg; break;

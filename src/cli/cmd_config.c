@@ -19,7 +19,7 @@ int cmd_config(int argc, char **argv) {
     const char *file = NULL;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         if (c == 'c') file = optarg;
         if (c == '?')
             return cli_usage("config", "usage: obx config [--config FILE] [--db URL] [--broker "
@@ -32,7 +32,7 @@ int cmd_config(int argc, char **argv) {
     if (e) return cli_fail("config", file ? file : "configuration", e);
     /* flags override the file, in order, exactly as `obx relay` applies them */
     optind = 1;
-    while (!e && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while (!e && (c = cli_getopt(argc, argv, "", opts)) != -1) {
         char key[128];
         const char *eq;
         switch (c) {

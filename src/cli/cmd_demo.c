@@ -54,7 +54,7 @@ static int sqlx_open(sqlx *x, const char *url) {
     }
     x->pg = PQconnectdb(url);
     if (PQstatus(x->pg) != CONNECTION_OK) {
-        fprintf(stderr, "obx demo: %s", PQerrorMessage(x->pg));
+        cli_warn("demo", "OBX_ECONNLOST", "%s", PQerrorMessage(x->pg));
         return -1;
     }
     PQclear(PQexec(x->pg, "SET search_path = obx, public"));
@@ -327,7 +327,7 @@ static int commit_order(service *sv, bool roll_back) {
                     .txid = sv->db.lite ? txid : NULL};
     obx_enqueue_result res;
     if (ok && obx_enqueue(sv->s, &ev, &res) != OBX_OK) {
-        fprintf(stderr, "obx demo: enqueue: %s\n", obx_errmsg());
+        cli_warn("demo", "OBX_ESTORE", "enqueue: %s", obx_errmsg());
         ok = 0;
     }
     if (!ok || roll_back) {
@@ -430,7 +430,7 @@ static int demo_options(demo_run *r, int argc, char **argv) {
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         char *end = NULL;
         switch (c) {
         case 'n':
@@ -605,7 +605,7 @@ static void demo_orders(demo_run *r) {
         }
         bool roll_back = (i % 50) == 49; /* 2%: the business transaction rolls back */
         if (commit_order(sv, roll_back)) {
-            fprintf(stderr, "obx demo: order service: %s\n", sqlx_err(&sv->db));
+            cli_warn("demo", "OBX_ESTORE", "order service: %s", sqlx_err(&sv->db));
             i--;
             msleep(10);
             continue;
@@ -663,7 +663,7 @@ static void demo_settle(demo_run *r) {
                            : child_gone(&d->relay_c) ? "relay-c"
                                                      : NULL;
         if (gone) {
-            fprintf(stderr, "obx demo: %s exited early; see %s/%s.log\n", gone, d->dir, gone);
+            cli_warn("demo", "OBX_ESTOPPED", "%s exited early; see %s/%s.log", gone, d->dir, gone);
             break;
         }
         msleep(200);
@@ -815,7 +815,7 @@ int cmd_demo(int argc, char **argv) {
     else
         demo_print_table(r, &t);
     demo_close(r);
-    if (!r->settled) fprintf(stderr, "obx demo: did not settle before the deadline\n");
+    if (!r->settled) cli_warn("demo", "OBX_EINVARIANT", "did not settle before the deadline");
     free(r);
     return t.ok ? 0 : 1;
 out:

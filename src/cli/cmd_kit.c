@@ -102,7 +102,7 @@ int cmd_consumer_test(int argc, char **argv) {
                         "[--json]";
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         char *end;
         switch (c) {
         case 'b': builtin = optarg; break;

@@ -87,8 +87,9 @@ static int route_first(obx_store *s, const char *type, obx_route *over, int64_t 
     e = obx_route_set(s, &rt, gen);
     json_decref(arr);
     if (e) return cli_fail("migrate", "new route", e);
-    printf("route %s -> %s/%s: generation %lld (events enqueued from now on go there too)\n", type,
-           over->cluster, over->topic, (long long)*gen);
+    if (!cli_errors_are_json()) /* --json: one document, the migration's (its "to" names it) */
+        printf("route %s -> %s/%s: generation %lld (events enqueued from now on go there too)\n",
+               type, over->cluster, over->topic, (long long)*gen);
     return 0;
 }
 
@@ -169,7 +170,7 @@ static int migrate_options(migrate_args *a, int argc, char **argv) {
     long long v = 0;
     int c, rc;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         switch (c) {
         case 'd': a->db = optarg; break;
         case 'b': a->broker = optarg; break;
@@ -303,7 +304,7 @@ int cmd_shadow(int argc, char **argv) {
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         switch (c) {
         case 'd': db = optarg; break;
         case 'b': broker = optarg; break;
@@ -411,7 +412,7 @@ int cmd_takeover(int argc, char **argv) {
         {"json", no_argument, 0, 'j'},          {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         switch (c) {
         case 'd': db = optarg; break;
         case 't': req.to_alias = optarg; break;

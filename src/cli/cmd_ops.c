@@ -226,12 +226,12 @@ int cmd_status(int argc, char **argv) {
                         "[--limit N] [--json] [--watch SECONDS]";
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1)
         if (c == 'c') config = optarg;
     int rc = config ? ops_config("status", config, &a) : 0;
     if (rc) return rc;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         char *end;
         switch (c) {
         case 'd': a.db = optarg; break;
@@ -280,11 +280,16 @@ int cmd_status(int argc, char **argv) {
         }
         json_t *j = json_loads(out, 0, NULL);
         alarm = status_alarm(j);
-        if (watch) printf("\033[H\033[2J"); /* top-style: redraw in place */
+        /* top-style, redrawn in place, only on a terminal: a program reading --json or a pipe
+         * gets no terminal codes; with --watch --json one object per line */
+        if (watch && !js_out && isatty(STDOUT_FILENO)) printf("\033[H\033[2J");
+        char *line = watch && js_out ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
         if (js_out)
-            printf("%s\n", out);
+            printf("%s\n", line ? line : out);
         else
             print_status(j);
+        free(line);
+        if (watch && !js_out && !isatty(STDOUT_FILENO)) printf("\n"); /* frames apart */
         json_decref(j);
         obx_free(out);
         fflush(stdout);
@@ -420,12 +425,12 @@ int cmd_trace(int argc, char **argv) {
                         "[--consumer ID=URL]... [--json]";
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1)
         if (c == 'c') config = optarg;
     int rc = config ? ops_config("trace", config, &a) : 0;
     if (rc) return rc;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         switch (c) {
         case 'd': a.db = optarg; break;
         case 'c': break;

@@ -34,8 +34,9 @@ static int wait_signal(const sigset_t *set, int ms) {
 /* A daemon that could not start or run: a configuration error (a bad key or URL, a backend not
  * built in, a Kafka cluster that is not the configured one) exits 2, at once, like a usage
  * error, so that a service manager need not restart it (the unit's RestartPreventExitStatus);
- * anything else 1. Waiting cannot mend these: what can (a database or broker not there yet) is
- * waited for and never ends the daemon. */
+ * anything else with its status of the CLI's contract (cli_exit_of: 3, could not). Waiting
+ * cannot mend these: what can (a database or broker not there yet) is waited for and never
+ * ends the daemon. */
 static int start_fail(const char *cmd, const char *what, obx_err e) {
     int rc = cli_fail(cmd, what, e);
     return e == OBX_ECONFIG || e == OBX_EURL || e == OBX_EUNSUPPORTED || e == OBX_EREFUSED ? 2 : rc;
@@ -160,8 +161,11 @@ int cmd_relay(int argc, char **argv) {
     /* first pass: the file; second pass: flags override it */
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         if (c == 'c') config = optarg;
+        /* log.format=json: every line this process writes is a JSON record, its errors too
+         * (the file's own log.format is known once it loads, below) */
+        if (c == 's' && !strcmp(optarg, "log.format=json")) cli_errors_json(true);
         if (c == '?')
             return cli_usage("relay", "usage: obx relay [--config FILE] [--db URL] [--broker URL] "
                                       "[--http ADDR:PORT] [--id ID] [--set KEY=VALUE]... "
@@ -172,7 +176,7 @@ int cmd_relay(int argc, char **argv) {
     obx_err e = config ? obx_config_load(config, &cfg) : obx_config_new(&cfg);
     if (e) return start_fail("relay", config ? config : "configuration", e);
     optind = 1;
-    while (!e && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while (!e && (c = cli_getopt(argc, argv, "", opts)) != -1) {
         char key[128];
         switch (c) {
         case 'd': e = obx_config_set(cfg, "db", optarg); break;
@@ -203,6 +207,7 @@ int cmd_relay(int argc, char **argv) {
     obx_config_get(cfg, "relay.drain_ms", &drain_ms);
     bool json_log = log_format && !strcmp(log_format, "json");
     obx_free(log_format);
+    if (json_log) cli_errors_json(true);
     sigset_t set;
     block_signals(&set);
     /* every connection of the HTTP listener (http.max_connections) is a descriptor: the soft
@@ -316,7 +321,7 @@ static int consume_options(consume_run *r, int argc, char **argv) {
     int c;
     bool ok = true;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         switch (c) {
         case 'D': r->cdb = optarg; break;
         case 'b': r->broker = optarg; break;
@@ -436,15 +441,16 @@ static void dep_down(consume_dep *d, obx_err e, long long retry_ms) {
     if (!d->down) d->since = mono_now_ms();
     d->down = true;
     d->code = e;
-    fprintf(stderr, "obx consume: %s %s: %s: %s; retrying in %.1f s\n", d->name,
-            waitable(e) ? "unreachable" : "failing", obx_errname(e), obx_errmsg(),
-            (double)retry_ms / 1000.0);
+    /* a warning: text, or a JSON object under --json */
+    cli_warn("consume", obx_errname(e), "%s %s: %s: %s; retrying in %.1f s", d->name,
+             waitable(e) ? "unreachable" : "failing", obx_errname(e), obx_errmsg(),
+             (double)retry_ms / 1000.0);
 }
 
 static void dep_up(consume_dep *d) {
     if (d->down)
-        fprintf(stderr, "obx consume: %s reachable %safter %.1f s\n", d->name,
-                d->ever_up ? "again " : "", (double)(mono_now_ms() - d->since) / 1000.0);
+        cli_warn("consume", "reachable", "%s reachable %safter %.1f s", d->name,
+                 d->ever_up ? "again " : "", (double)(mono_now_ms() - d->since) / 1000.0);
     d->down = false;
     d->ever_up = true;
 }
@@ -623,17 +629,23 @@ int cmd_consume(int argc, char **argv) {
 
 int cmd_requeue(int argc, char **argv) {
     const char *db = CLI_DEFAULT_DB, *who = NULL;
-    static const struct option opts[] = {
-        {"db", required_argument, 0, 'd'}, {"who", required_argument, 0, 'w'}, {0, 0, 0, 0}};
+    int js = 0;
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
+                                         {"who", required_argument, 0, 'w'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         if (c == 'd')
             db = optarg;
         else if (c == 'w')
             who = optarg;
+        else if (c == 'j')
+            js = 1;
         else
-            return cli_usage("requeue", "usage: obx requeue EVENT_ID [--who NAME] [--db URL]");
+            return cli_usage("requeue",
+                             "usage: obx requeue EVENT_ID [--who NAME] [--db URL] [--json]");
     }
     if (optind != argc - 1) return cli_usage("requeue", "expected one EVENT_ID");
     obx_store *s;
@@ -648,7 +660,11 @@ int cmd_requeue(int argc, char **argv) {
     obx_err e = obx_requeue(s, argv[optind], who);
     obx_store_close(s);
     if (e) return cli_fail("requeue", argv[optind], e);
-    printf("%s: PARKED -> PENDING (requeued by %s)\n", argv[optind], who);
+    if (js)
+        cli_print_json(json_pack("{s:s,s:s,s:s,s:s}", "event_id", argv[optind], "from", "PARKED",
+                                 "to", "PENDING", "who", who));
+    else
+        printf("%s: PARKED -> PENDING (requeued by %s)\n", argv[optind], who);
     return 0;
 }
 
@@ -659,7 +675,7 @@ int cmd_report(int argc, char **argv) {
         {"db", required_argument, 0, 'd'}, {"json", no_argument, 0, 'j'}, {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         if (c == 'd')
             db = optarg;
         else if (c == 'j')
@@ -723,8 +739,10 @@ int cmd_report(int argc, char **argv) {
 
 int cmd_poison(int argc, char **argv) {
     const char *cdb = NULL, *consumer = NULL;
+    int js = 0;
     static const struct option opts[] = {{"consumer-db", required_argument, 0, 'D'},
                                          {"consumer", required_argument, 0, 'c'},
+                                         {"json", no_argument, 0, 'j'},
                                          {0, 0, 0, 0}};
     if (argc < 2 || (strcmp(argv[1], "list") && strcmp(argv[1], "redrive")))
         return cli_usage("poison", "usage: obx poison list|redrive [EVENT_ID] --consumer-db URL "
@@ -734,13 +752,16 @@ int cmd_poison(int argc, char **argv) {
     optind = 1;
     argc--;
     argv++;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         if (c == 'D')
             cdb = optarg;
         else if (c == 'c')
             consumer = optarg;
+        else if (c == 'j')
+            js = 1; /* list: its output is JSON anyway */
         else
-            return cli_usage("poison", "unknown option");
+            return cli_usage("poison", "usage: obx poison list|redrive [EVENT_ID] --consumer-db "
+                                       "URL [--consumer ID] [--json]");
     }
     if (!cdb) return cli_usage("poison", "--consumer-db: required");
     obx_store *s;
@@ -753,7 +774,11 @@ int cmd_poison(int argc, char **argv) {
             return cli_usage("poison", "redrive needs EVENT_ID and --consumer");
         }
         e = obx_inbox_redrive(s, consumer, argv[optind]);
-        if (!e) printf("%s: marked for re-drive by consumer %s\n", argv[optind], consumer);
+        if (!e && js)
+            cli_print_json(json_pack("{s:s,s:s,s:b}", "event_id", argv[optind], "consumer",
+                                     consumer, "redrive", 1));
+        else if (!e)
+            printf("%s: marked for re-drive by consumer %s\n", argv[optind], consumer);
     } else {
         char *out = NULL;
         e = obx_inbox_poison_list(s, consumer, &out);

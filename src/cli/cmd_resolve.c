@@ -54,7 +54,7 @@ int cmd_resolve(int argc, char **argv) {
     int c;
     char *end;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         switch (c) {
         case 'd': db = optarg; break;
         case 't': r.event_type = optarg; break;

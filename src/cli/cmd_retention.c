@@ -77,7 +77,7 @@ static int parse(const char *cmd, int argc, char **argv, const int *allowed, con
     int c;
     optind = 1;
     /* first pass: the file and the option set; flags apply over the file in the second */
-    while ((c = getopt_long(argc, argv, "", mine, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", mine)) != -1) {
         if (c == '?') return cli_usage(cmd, "%s", usage);
         if (c == O_CONFIG) config = optarg;
     }
@@ -90,7 +90,7 @@ static int parse(const char *cmd, int argc, char **argv, const int *allowed, con
     a->config_given = config != NULL;
     bool consumers_reset = false;
     optind = 1;
-    while (!e && (c = getopt_long(argc, argv, "", mine, NULL)) != -1) {
+    while (!e && (c = cli_getopt(argc, argv, "", mine)) != -1) {
         switch (c) {
         case O_DB: e = obx_config_set(a->cfg, "db", optarg); break;
         case O_BROKER:
@@ -440,6 +440,9 @@ int cmd_watermark(int argc, char **argv) {
                                             who_default(&a, whobuf, sizeof whobuf), a.reason);
             if (e)
                 rc = cli_fail("watermark force", a.pos[1], e);
+            else if (a.json)
+                cli_print_json(json_pack("{s:s,s:I}", "consumer", a.pos[1], "forced_watermark_ms",
+                                         (json_int_t)until));
             else {
                 char t[40];
                 iso((json_int_t)until, t);

@@ -39,7 +39,7 @@ static int sim_options(obx_sim_options *o, int *js, char *cmdline, size_t cmdcap
         {"db", required_argument, 0, 'D'},       {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         char *end = NULL;
         switch (c) {
         case 'n':

@@ -11,17 +11,22 @@
 
 int cmd_init(int argc, char **argv) {
     const char *db = CLI_DEFAULT_DB, *roles = NULL;
-    static const struct option opts[] = {
-        {"db", required_argument, 0, 'd'}, {"roles", required_argument, 0, 'r'}, {0, 0, 0, 0}};
+    int js = 0;
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
+                                         {"roles", required_argument, 0, 'r'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "d:", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "d:", opts)) != -1) {
         if (c == 'd')
             db = optarg;
         else if (c == 'r')
             roles = optarg;
+        else if (c == 'j')
+            js = 1;
         else
-            return cli_usage("init", "usage: obx init [--db URL] [--roles PREFIX]");
+            return cli_usage("init", "usage: obx init [--db URL] [--roles PREFIX] [--json]");
     }
     if (optind < argc) return cli_usage("init", "unexpected argument '%s'", argv[optind]);
     obx_store *s;
@@ -35,14 +40,29 @@ int cmd_init(int argc, char **argv) {
         obx_store_close(s);
         return rc;
     }
+    /* PostgreSQL: which body obx.enqueue() runs, and what to do when it is not the C one */
+    char body[320] = "";
+    if (obx_store_producer_body(s, body, sizeof body)) body[0] = '\0';
+    if (js) {
+        json_t *doc =
+            json_pack("{s:s,s:i,s:i,s:b,s:s?,s:s?}", "db", obx_store_url(s),
+                      "schema_version_before", before, "schema_version", known, "migrated",
+                      before != known, "producer_body", body[0] ? body : NULL, "roles", roles);
+        if (roles && (e = obx_store_create_roles(s, roles))) {
+            json_decref(doc);
+            int rc = cli_fail("init --roles", roles, e);
+            obx_store_close(s);
+            return rc;
+        }
+        cli_print_json(doc);
+        obx_store_close(s);
+        return 0;
+    }
     if (before == known)
         printf("%s: schema version %d is current\n", obx_store_url(s), known);
     else
         printf("%s: schema migrated from version %d to %d\n", obx_store_url(s), before, known);
-    /* PostgreSQL: which body obx.enqueue() runs, and what to do when it is not the C one */
-    char body[320];
-    if (!obx_store_producer_body(s, body, sizeof body) && body[0])
-        printf("%s: %s\n", obx_store_url(s), body);
+    if (body[0]) printf("%s: %s\n", obx_store_url(s), body);
     if (roles) {
         /* PostgreSQL: least-privilege group roles (docs/postgres.md) */
         e = obx_store_create_roles(s, roles);
@@ -84,18 +104,27 @@ static int route_set(int argc, char **argv) {
     memset(&r, 0, sizeof r);
     obx_route_target also[OBX_SET_MAX];
     size_t n_also = 0;
-    static const struct option opts[] = {
-        {"db", required_argument, 0, 'd'},           {"cluster", required_argument, 0, 'c'},
-        {"topic", required_argument, 0, 't'},        {"routing-key", required_argument, 0, 'k'},
-        {"algorithm", required_argument, 0, 'a'},    {"serializer", required_argument, 0, 's'},
-        {"durability", required_argument, 0, 'D'},   {"acks", required_argument, 0, 'A'},
-        {"max-attempts", required_argument, 0, 'm'}, {"blind-retry", no_argument, 0, 'b'},
-        {"on-unknown", required_argument, 0, 'U'},   {"unordered", no_argument, 0, 'u'},
-        {"alias", required_argument, 0, 'l'},        {"also", required_argument, 0, 'o'},
-        {"completion", required_argument, 0, 'C'},   {0, 0, 0, 0}};
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
+                                         {"cluster", required_argument, 0, 'c'},
+                                         {"topic", required_argument, 0, 't'},
+                                         {"routing-key", required_argument, 0, 'k'},
+                                         {"algorithm", required_argument, 0, 'a'},
+                                         {"serializer", required_argument, 0, 's'},
+                                         {"durability", required_argument, 0, 'D'},
+                                         {"acks", required_argument, 0, 'A'},
+                                         {"max-attempts", required_argument, 0, 'm'},
+                                         {"blind-retry", no_argument, 0, 'b'},
+                                         {"on-unknown", required_argument, 0, 'U'},
+                                         {"unordered", no_argument, 0, 'u'},
+                                         {"alias", required_argument, 0, 'l'},
+                                         {"also", required_argument, 0, 'o'},
+                                         {"completion", required_argument, 0, 'C'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {0, 0, 0, 0}};
+    int js = 0;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         switch (c) {
         case 'd': db = optarg; break;
         case 'o':
@@ -129,13 +158,14 @@ static int route_set(int argc, char **argv) {
         case 'U': r.on_unknown = optarg; break;
         case 'u': r.unordered = 1; break;
         case 'l': r.alias = optarg; break;
+        case 'j': js = 1; break;
         default:
             return cli_usage("route set", "usage: obx route set EVENT_TYPE --cluster C --topic T "
                                           "[--routing-key TPL] [--algorithm A] [--serializer S] "
                                           "[--durability D] [--acks A] [--max-attempts N] "
                                           "[--on-unknown retry|hold] [--unordered] [--alias A] "
                                           "[--also CLUSTER/TOPIC[/ROUTING_KEY]]... "
-                                          "[--completion all|any] [--db URL]");
+                                          "[--completion all|any] [--db URL] [--json]");
         }
     }
     if (optind != argc - 1) return cli_usage("route set", "expected one EVENT_TYPE argument");
@@ -149,7 +179,17 @@ static int route_set(int argc, char **argv) {
     obx_err e = obx_route_set(s, &r, &gen);
     if (e)
         rc = cli_fail("route set", r.event_type, e);
-    else {
+    else if (js) {
+        json_t *t = json_array();
+        for (size_t i = 0; i < n_also; i++)
+            json_array_append_new(
+                t, json_pack("{s:s,s:s}", "cluster", also[i].cluster, "topic", also[i].topic));
+        json_t *doc =
+            json_pack("{s:s,s:I,s:s,s:s,s:o,s:s?}", "event_type", r.event_type, "route_gen",
+                      (json_int_t)gen, "cluster", r.cluster, "topic", r.topic, "also", t,
+                      "completion", n_also ? (r.completion ? r.completion : "all") : NULL);
+        cli_print_json(doc);
+    } else {
         printf("route %s -> %s/%s", r.event_type, r.cluster, r.topic);
         for (size_t i = 0; i < n_also; i++) printf(" + %s/%s", also[i].cluster, also[i].topic);
         if (n_also) printf(" (delivery set, complete on %s)", r.completion ? r.completion : "all");
@@ -168,7 +208,7 @@ static int route_list(int argc, char **argv) {
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         if (c == 'd')
             db = optarg;
         else if (c == 'a')
@@ -267,7 +307,7 @@ int cmd_enqueue(int argc, char **argv) {
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         switch (c) {
         case 'd': db = optarg; break;
         case 't': ev.event_type = optarg; break;
@@ -467,7 +507,7 @@ int cmd_inspect(int argc, char **argv) {
         {"db", required_argument, 0, 'd'}, {"json", no_argument, 0, 'j'}, {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         if (c == 'd')
             db = optarg;
         else if (c == 'j')

@@ -29,7 +29,11 @@
 #define O_DB                                                                                       \
     { "db", "URL", D_DB, "The outbox: sqlite:PATH or postgres://... (libpq URL)." }
 #define O_JSON                                                                                     \
-    { "json", NULL, NULL, "Print the result as JSON instead of a table." }
+    {                                                                                              \
+        "json", NULL, NULL,                                                                        \
+            "Print the result as one JSON document instead of a table; an error is then a JSON "   \
+            "object on stderr (code, message, exit_status)."                                       \
+    }
 #define O_CONFIG(what)                                                                             \
     { "config", "FILE", D_NONE, "A relay configuration file (YAML) to read " what " from." }
 #define O_CONSUMER                                                                                 \
@@ -63,7 +67,7 @@ const cli_command cli_commands[] = {
     {.name = "init",
      .fn = cmd_init,
      .summary = "create or upgrade the outbox schema",
-     .synopsis = "init [--db URL] [--roles PREFIX]",
+     .synopsis = "init [--db URL] [--roles PREFIX] [--json]",
      .text =
          "Create the outbox schema, or migrate it to the version this obx needs. Idempotent; "
          "refuses a schema newer than this obx. The relay and every other command refuse an "
@@ -73,7 +77,8 @@ const cli_command cli_commands[] = {
      .opts = {{"db", "URL", D_DB, "The outbox: sqlite:PATH or postgres://... (libpq URL).", 'd'},
               {"roles", "PREFIX", D_NONE,
                "PostgreSQL: also create the NOLOGIN group roles PREFIX_producer, PREFIX_relay, "
-               "PREFIX_auditor and PREFIX_consumer (docs/security.md)."}},
+               "PREFIX_auditor and PREFIX_consumer (docs/security.md)."},
+              O_JSON},
      .examples = "obx init --db sqlite:/var/lib/obx/outbox.db\n"
                  "obx init --db postgres://owner@db.example/app --roles app"},
     {.name = "route",
@@ -322,10 +327,10 @@ const cli_command cli_commands[] = {
      .fn = cmd_requeue,
      .summary = "put a PARKED event back to PENDING",
      .finding = "refused: the event is not PARKED, or not in this outbox.",
-     .synopsis = "requeue EVENT_ID [--who NAME] [--db URL]",
+     .synopsis = "requeue EVENT_ID [--who NAME] [--db URL] [--json]",
      .text = "Put a PARKED event back to PENDING (its rejection count reset), with an audit row "
              "naming who did it.",
-     .opts = {O_DB, {"who", "NAME", D_WHO, "The operator recorded in the audit row."}},
+     .opts = {O_DB, {"who", "NAME", D_WHO, "The operator recorded in the audit row."}, O_JSON},
      .examples = "obx requeue evt-01J8Z3Q4R5S6T7V8W9X0Y1Z2A3 --who alice"},
     {.name = "resolve",
      .fn = cmd_resolve,
@@ -371,13 +376,14 @@ const cli_command cli_commands[] = {
      .fn = cmd_poison,
      .summary = "a consumer's poison messages: list or re-drive",
      .finding = "redrive: the message is not parked.",
-     .synopsis = "poison list --consumer-db URL [--consumer ID]\n"
-                 "poison redrive EVENT_ID --consumer-db URL --consumer ID",
+     .synopsis = "poison list --consumer-db URL [--consumer ID] [--json]\n"
+                 "poison redrive EVENT_ID --consumer-db URL --consumer ID [--json]",
      .subcommands = "list redrive",
      .text = "List a consumer's parked poison messages (as JSON), or mark one for re-drive: the "
              "next delivery of that event runs the handler again.",
      .opts = {{"consumer-db", "URL", "required", "The consumer's database (inbox)."},
-              {"consumer", "ID", "every consumer (list); required (redrive)", "The consumer ID."}},
+              {"consumer", "ID", "every consumer (list); required (redrive)", "The consumer ID."},
+              O_JSON},
      .examples = "obx poison list --consumer-db sqlite:projection.db\n"
                  "obx poison redrive evt-01J8Z3Q4R5S6T7V8W9X0Y1Z2A3 --consumer-db "
                  "sqlite:projection.db --consumer order-projection"},
@@ -395,7 +401,7 @@ const cli_command cli_commands[] = {
      .opts = {{"traces", "N", "100000", "Traces to run."},
               {"seed", "S", "1", "The seed; trace i is a pure function of (seed, i)."},
               {"jobs", "J", "1", "Worker threads (1..64)."},
-              {"json", NULL, NULL, "Print the result as JSON."},
+              O_JSON,
               {"fault", "NAME", "every class", "Inject only this fault class. Repeatable."},
               {"replay", "TRACE_ID", D_NONE, "Narrate one trace step by step."},
               {"mutation", "NAME", D_NONE,

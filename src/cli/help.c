@@ -323,7 +323,7 @@ int cmd_help(int argc, char **argv) {
     bool man = false;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         if (c != 'm') return cli_usage("help", "usage: obx help [COMMAND] | obx help --man");
         man = true;
     }

@@ -5,17 +5,87 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-/* Writes s to f with control bytes as \xNN: an argument must not drive the terminal. */
+/* How errors reach stderr: text lines; JSON objects (a command run with --json: a program
+ * reads them); or JSON log records (the relay with log.format=json: every line it writes is
+ * one). */
+static enum { ERR_TEXT, ERR_JSON, ERR_LOG } err_format;
+
+void cli_errors_json(bool log_record) { err_format = log_record ? ERR_LOG : ERR_JSON; }
+bool cli_errors_are_json(void) { return err_format != ERR_TEXT; }
+
+/* The length of the valid UTF-8 sequence at p (1..4), or 0 when it is not one. */
+static int utf8_len(const unsigned char *p) {
+    int n = p[0] < 0x80             ? 1
+            : (p[0] & 0xe0) == 0xc0 ? 2
+            : (p[0] & 0xf0) == 0xe0 ? 3
+            : (p[0] & 0xf8) == 0xf0 ? 4
+                                    : 0;
+    if (n == 2 && p[0] < 0xc2) return 0; /* overlong */
+    for (int i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80) return 0;
+    return n;
+}
+
+/* s into out (cap bytes) with invalid UTF-8 and (unless json: JSON escapes them) control bytes
+ * as \xNN: an argument must not drive the terminal, and a JSON document must stay UTF-8. */
+static void printable(char *out, size_t cap, const char *s, bool json) {
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && o + 5 < cap;) {
+        int n = utf8_len(p);
+        if (n == 1 && ((*p >= 0x20 && *p != 0x7f) || json))
+            out[o++] = (char)*p++;
+        else if (n > 1 && o + (size_t)n < cap) {
+            memcpy(out + o, p, (size_t)n);
+            o += (size_t)n;
+            p += n;
+        } else
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", *p++);
+    }
+    out[o] = '\0';
+}
+
 static void put_printable(FILE *f, const char *s) {
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        if (*p < 0x20 || *p == 0x7f)
-            fprintf(f, "\\x%02x", *p);
-        else
-            fputc(*p, f);
+    char buf[4096];
+    printable(buf, sizeof buf, s, false);
+    fputs(buf, f);
+}
+
+/* What getopt found wrong in the last call of cli_getopt (empty: nothing); cli_usage says it. */
+static char bad_option[160];
+
+int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts) {
+    opterr = 0; /* getopt's own message would be a text line before a JSON error */
+    optopt = 0;
+    int c = getopt_long(argc, argv, shortopts, longopts, NULL);
+    if (c != '?') return c;
+    const char *arg = optind > 0 && optind <= argc ? argv[optind - 1] : "";
+    if (!strncmp(arg, "--", 2)) {
+        int len = (int)strcspn(arg, "=");
+        snprintf(bad_option, sizeof bad_option,
+                 !optopt           ? "unknown option '%.*s'"
+                 : arg[len] == '=' ? "option '%.*s' takes no value"
+                                   : "option '%.*s' needs a value",
+                 len > 100 ? 100 : len, arg);
+    } else if (optopt > 0 && optopt < 128 && strchr(shortopts, optopt))
+        snprintf(bad_option, sizeof bad_option, "option '-%c' needs a value", optopt);
+    else
+        snprintf(bad_option, sizeof bad_option, "unknown option '-%c'",
+                 optopt > 0 && optopt < 128 ? optopt : '?');
+    return c;
+}
+
+void cli_print_json(json_t *doc) {
+    char *txt = doc ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    printf("%s\n", txt ? txt : "{}");
+    free(txt);
+    json_decref(doc);
 }
 
 int cli_exit_of(obx_err e) {
@@ -48,12 +118,50 @@ int cli_exit_of(obx_err e) {
 
 /* Writes "obx <cmd>: <msg>\n" to stderr, the message with control bytes escaped, and the hint
  * (where to read on) on a line of its own. */
+static int report(const char *cmd, int rc, const char *code, const char *msg, const char *hint);
+
+void cli_warn(const char *cmd, const char *code, const char *fmt, ...) {
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    report(cmd, -1, code, msg, NULL);
+}
+
+/* rc -1: a warning (the command goes on). */
 static int report(const char *cmd, int rc, const char *code, const char *msg, const char *hint) {
-    (void)code;
-    fprintf(stderr, "obx %s: ", cmd);
-    put_printable(stderr, msg);
-    fputc('\n', stderr);
-    if (hint) fprintf(stderr, "%s\n", hint);
+    if (err_format == ERR_TEXT) {
+        fprintf(stderr, "obx %s: ", cmd);
+        put_printable(stderr, msg);
+        fputc('\n', stderr);
+        if (hint) fprintf(stderr, "%s\n", hint);
+        return rc;
+    }
+    char clean[4096];
+    printable(clean, sizeof clean, msg, true);
+    json_t *o;
+    if (err_format == ERR_JSON) {
+        o = json_pack("{s:s,s:s,s:s}", "code", code, "message", clean, "command", cmd);
+        if (o && rc >= 0) json_object_set_new(o, "exit_status", json_integer(rc));
+        if (o && rc < 0) json_object_set_new(o, "level", json_string("warn"));
+    } else { /* a log record like every other line of the relay's (src/drivers/log.c) */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        struct tm tm;
+        gmtime_r(&ts.tv_sec, &tm);
+        char when[40];
+        snprintf(when, sizeof when, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+        o = json_pack("{s:s,s:s,s:s,s:s,s:s}", "ts", when, "level", rc < 0 ? "warn" : "error",
+                      "component", cmd, "msg", clean, "code", code);
+        if (o && rc >= 0) json_object_set_new(o, "exit_status", json_integer(rc));
+    }
+    char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    fprintf(stderr, "%s\n",
+            line ? line : "{\"code\":\"OBX_ENOMEM\",\"message\":\"out of memory\"}");
+    free(line);
+    json_decref(o);
     return rc;
 }
 
@@ -71,17 +179,25 @@ int cli_fail(const char *cmd, const char *what, obx_err e) {
     char detail[1024], *red = NULL;
     snprintf(detail, sizeof detail, "%s", obx_errmsg());
     const char *shown = what && obx_url_redact(what, &red) == OBX_OK ? red : "(argument)";
-    int rc = cli_error(cmd, cli_exit_of(e), obx_errname(e), "%s: %s: %s", shown, obx_errname(e),
-                       *detail ? detail : obx_strerror(e));
+    /* text: the code in the line; JSON: the code is a field of its own */
+    int rc = err_format == ERR_TEXT
+                 ? cli_error(cmd, cli_exit_of(e), obx_errname(e), "%s: %s: %s", shown,
+                             obx_errname(e), *detail ? detail : obx_strerror(e))
+                 : cli_error(cmd, cli_exit_of(e), obx_errname(e), "%s: %s", shown,
+                             *detail ? detail : obx_strerror(e));
     obx_free(red);
     return rc;
 }
 
 int cli_usage(const char *cmd, const char *fmt, ...) {
-    char msg[1024], hint[128];
+    char msg[1280], hint[128];
+    size_t n = 0;
+    if (bad_option[0]) /* what getopt refused, before the usage line */
+        n = (size_t)snprintf(msg, sizeof msg, "%s; ", bad_option);
+    bad_option[0] = '\0';
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap); /* it may quote an argument */
+    vsnprintf(msg + n, sizeof msg - n, fmt, ap); /* it may quote an argument */
     va_end(ap);
     /* cmd may be "route set": the first word names the command's help */
     snprintf(hint, sizeof hint, "(see `obx %.*s --help` or `man obx`)", (int)strcspn(cmd, " "),
@@ -169,5 +285,8 @@ int main(int argc, char **argv) {
         cli_help_command(stdout, c);
         return 0;
     }
+    /* --json is for programs: then an error is a JSON object on stderr too */
+    for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
+        if (!strcmp(argv[i], "--json")) cli_errors_json(false);
     return c->fn(argc - 1, argv + 1);
 }

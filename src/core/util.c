@@ -5,6 +5,8 @@
  */
 #include "core.h"
 
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,4 +163,28 @@ void obx__iso_ms(int64_t ms, char out[32]) {
     }
     snprintf(out, 32, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
              tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms - sec * 1000));
+}
+
+static _Atomic(obx__log_sink_fn) log_sink;
+
+void obx__log_sink_set(obx__log_sink_fn sink) { atomic_store(&log_sink, sink); }
+
+void obx__backend_log(obx__blog_level level, const char *component, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' ')) msg[--n] = '\0';
+    obx__log_sink_fn sink = atomic_load(&log_sink);
+    if (sink) {
+        sink(level, component, msg);
+        return;
+    }
+    static const char *const names[] = {"DEBUG", "INFO", "WARNING", "ERROR"};
+    /* one line: a control character in a server's words must not start a forged one */
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
+    fprintf(stderr, "%s %s: %s\n", component, names[level], msg);
 }

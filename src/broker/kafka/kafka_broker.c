@@ -359,9 +359,20 @@ static bool user_set(const kafka_broker *b, prop_scope scope, const char *key) {
     return false;
 }
 
+/* librdkafka's own lines (syslog levels: 0..3 errors, 4 warnings, 5..6 information, 7
+ * debugging) through obx's log, in log.format like every other record (core.h). */
+static void kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
+    obx__blog_level l = level <= 3   ? OBX__BLOG_ERROR
+                        : level == 4 ? OBX__BLOG_WARN
+                        : level <= 6 ? OBX__BLOG_INFO
+                                     : OBX__BLOG_DEBUG;
+    obx__backend_log(l, "kafka", "%s: %s: %s", rk ? rd_kafka_name(rk) : "rdkafka", fac, buf);
+}
+
 /* A configuration for one handle: the user's properties for its scope, then what obx owns. */
 static obx_err make_conf(kafka_broker *b, prop_scope scope, rd_kafka_conf_t **out) {
     rd_kafka_conf_t *c = rd_kafka_conf_new();
+    rd_kafka_conf_set_log_cb(c, kafka_log);
     obx_err e = OBX_OK;
     for (size_t i = 0; i < b->n_props && !e; i++)
         if (b->props[i].scope == SCOPE_ALL || b->props[i].scope == scope)

@@ -60,6 +60,12 @@ static void nodelay_listeners(const char *bootstraps) {
     closedir(d);
 }
 
+/* The mock cluster's own lines (errors only: log_level 2) through obx's log (core.h). */
+static void mock_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
+    (void)level;
+    obx__backend_log(OBX__BLOG_ERROR, "kafka-mock", "%s: %s: %s", rd_kafka_name(rk), fac, buf);
+}
+
 obx_err obx_kafka_mock_start(int brokers, const char *topic, int partitions, char *bootstraps,
                              size_t cap, obx_kafka_mock **out) {
     if (!out || !bootstraps || !cap) return obx__fail(OBX_EINVAL, "kafka mock: NULL argument");
@@ -70,6 +76,7 @@ obx_err obx_kafka_mock_start(int brokers, const char *topic, int partitions, cha
     char err[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     rd_kafka_conf_set(conf, "log_level", "2", NULL, 0);
+    rd_kafka_conf_set_log_cb(conf, mock_log);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
     if (!rk) {
         rd_kafka_conf_destroy(conf);

@@ -1628,6 +1628,21 @@ static obx_err pg_new(PGconn *conn, bool owned, obx__store **out) {
     return OBX_OK;
 }
 
+/* The server's notices and warnings on obx's own connections (libpq's default prints them to
+ * stderr as text): through obx's log, in log.format like every other record (core.h). A
+ * wrapped connection keeps its owner's receiver. */
+static void pg_notice(void *arg, const PGresult *r) {
+    (void)arg;
+    const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+    const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+    obx__blog_level l = !sev                        ? OBX__BLOG_INFO
+                        : !strcmp(sev, "WARNING")   ? OBX__BLOG_WARN
+                        : !strncmp(sev, "DEBUG", 5) ? OBX__BLOG_DEBUG
+                                                    : OBX__BLOG_INFO;
+    obx__backend_log(l, "postgres", "%s: %s", sev ? sev : "NOTICE",
+                     msg ? msg : PQresultErrorMessage(r));
+}
+
 static obx_err pg_open(const obx__url *u, obx__store **out) {
     /* Defaults first, the URL next (its settings win), then what obx needs: UTF-8 strings.
      * Keepalives detect a dead peer during a long wait_for_work. */
@@ -1647,6 +1662,7 @@ static obx_err pg_open(const obx__url *u, obx__store **out) {
          * that says so) */
         return obx__fail(OBX_ECONNLOST, "postgres: cannot connect: %s", msg);
     }
+    PQsetNoticeReceiver(conn, pg_notice, NULL);
     obx_err e = pg_new(conn, true, out);
     if (e) PQfinish(conn);
     return e;
