@@ -68,7 +68,8 @@ extern "C" {
     X(OBX_EFINDINGS, 25, 0, "audit has findings")                                                  \
     X(OBX_EINVARIANT, 26, 0, "an invariant does not hold")                                         \
     X(OBX_ESTOPPED, 27, 0, "stopped by request")                                                   \
-    X(OBX_EPOISON, 28, 0, "message refused for good by the consumer's handler (poison)")
+    X(OBX_EPOISON, 28, 0, "message refused for good by the consumer's handler (poison)")           \
+    X(OBX_ENODB, 29, 0, "no such database")
 
 typedef enum obx_err {
 #define OBX__ENUM(name, num, retr, msg) name = num,
@@ -132,8 +133,19 @@ OBX_API obx_err obx_sha256_digest(const void *data, size_t len, char out[OBX_DIG
 typedef struct obx_store obx_store;
 
 /* Opens a store connection owned by the handle. *out is set only on success and is closed with
- * obx_store_close(). The schema is not created: see obx_store_init(). */
+ * obx_store_close(). The schema is not created: see obx_store_init(). A SQLite file that does
+ * not exist is created. */
 OBX_API obx_err obx_store_open(const char *url, obx_store **out);
+/* Flags of obx_store_open_with(). */
+#define OBX_STORE_READ_ONLY                                                                        \
+    1u /* for a tool that only reads (obx report, status, inspect, ...):                           \
+          nothing is ever created or written. SQLite: a missing file is                            \
+          OBX_ENODB; a file the user may not write is read, a WAL                                  \
+          database too (immutable when its folder cannot be written and                            \
+          it has no -wal file); transactions are read transactions.                                \
+          PostgreSQL: a read-only session. */
+/* obx_store_open() with flags (0: the same as obx_store_open). */
+OBX_API obx_err obx_store_open_with(const char *url, unsigned flags, obx_store **out);
 /* Wraps a caller's open SQLite connection (struct sqlite3 *). The caller keeps ownership of db
  * and must keep it open until obx_store_close() on the wrapper; closing the wrapper does not
  * close db. Used by producers to enqueue inside their own transactions. */

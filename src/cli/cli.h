@@ -54,6 +54,12 @@ int cli_read_file(const char *cmd, const char *path, unsigned char **out, size_t
 /* Opens the store named by url and checks that its schema is the one this obx needs
  * (CLI_EXIT_UNCHECKED when it is not). */
 int cli_open_store(const char *cmd, const char *url, obx_store **out);
+/* The same for a command that only reads (OBX_STORE_READ_ONLY): it never creates a file, reads
+ * one the user cannot write, and a missing database is "no such outbox: PATH" (exit 3). */
+int cli_open_store_ro(const char *cmd, const char *url, obx_store **out);
+/* what: the database's name in the message ("outbox", "consumer database"). */
+int cli_open_store_with(const char *cmd, const char *url, unsigned flags, const char *what,
+                        obx_store **out);
 
 /* notify.c: the service manager's view of a daemon command (READY=1, STATUS=, WATCHDOG=1,
  * STOPPING=1; nothing outside systemd). */

@@ -56,7 +56,7 @@ int cmd_catalog(int argc, char **argv) {
     o.n_consumer_dbs = nc;
     obx_store *s = NULL;
     if (db) {
-        int rc = cli_open_store("catalog check", db, &s);
+        int rc = cli_open_store_ro("catalog check", db, &s);
         if (rc) return rc;
         o.routes = s;
     }

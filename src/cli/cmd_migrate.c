@@ -349,7 +349,7 @@ int cmd_shadow(int argc, char **argv) {
     req.topics = topics.v;
     req.n_topics = topics.n;
     obx_store *s;
-    if ((rc = cli_open_store("shadow", db, &s))) return rc;
+    if ((rc = cli_open_store_ro("shadow", db, &s))) return rc;
     char *out = NULL;
     obx_err e = obx_shadow(s, broker, props.v, props.n, &req, &out);
     obx_store_close(s);

@@ -262,7 +262,7 @@ int cmd_status(int argc, char **argv) {
         return cli_usage("status", "unexpected argument '%s'", argv[optind]);
     }
     obx_store *s;
-    rc = cli_open_store("status", a.db, &s);
+    rc = cli_open_store_ro("status", a.db, &s);
     if (rc) {
         ops_free(&a);
         return rc;
@@ -448,7 +448,7 @@ int cmd_trace(int argc, char **argv) {
         return cli_usage("trace", "%s", usage);
     }
     obx_store *s;
-    rc = cli_open_store("trace", a.db, &s);
+    rc = cli_open_store_ro("trace", a.db, &s);
     if (rc) {
         ops_free(&a);
         return rc;

@@ -684,7 +684,7 @@ int cmd_report(int argc, char **argv) {
             return cli_usage("report", "usage: obx report [--json] [--db URL]");
     }
     obx_store *s;
-    int rc = cli_open_store("report", db, &s);
+    int rc = cli_open_store_ro("report", db, &s);
     if (rc) return rc;
     char *out = NULL;
     obx_err e = obx_report(s, &out);
@@ -765,7 +765,8 @@ int cmd_poison(int argc, char **argv) {
     }
     if (!cdb) return cli_usage("poison", "--consumer-db: required");
     obx_store *s;
-    int rc = cli_open_store("poison", cdb, &s);
+    int rc = cli_open_store_with("poison", cdb, redrive ? 0 : OBX_STORE_READ_ONLY,
+                                 "consumer database", &s);
     if (rc) return rc;
     obx_err e;
     if (redrive) {

@@ -219,7 +219,7 @@ static int route_list(int argc, char **argv) {
             return cli_usage("route list", "usage: obx route list [--all] [--json] [--db URL]");
     }
     obx_store *s;
-    int rc = cli_open_store("route list", db, &s);
+    int rc = cli_open_store_ro("route list", db, &s);
     if (rc) return rc;
     char *out = NULL;
     obx_err e = obx_route_list(s, all, &out);
@@ -517,7 +517,7 @@ int cmd_inspect(int argc, char **argv) {
     }
     if (optind != argc - 1) return cli_usage("inspect", "expected one EVENT_ID");
     obx_store *s;
-    int rc = cli_open_store("inspect", db, &s);
+    int rc = cli_open_store_ro("inspect", db, &s);
     if (rc) return rc;
     char *out = NULL;
     obx_err e = obx_inspect(s, argv[optind], &out);

@@ -629,7 +629,11 @@ const char cli_man_description[] =
     "Every command names its outbox with --db URL (sqlite:PATH or postgres://..., default " D_DB
     ") and its broker with --broker URL (log:PATH, kafka://HOST:PORT, "
     "amqp://USER:PASS@HOST:PORT/VHOST; default " D_BROKER "). A URL may hold ${NAME} "
-    "(environment) and ${file:PATH} (a secret file) references instead of secrets.";
+    "(environment) and ${file:PATH} (a secret file) references instead of secrets.\n\n"
+    "Commands that only read (report, status, inspect, route list, audit, trace, watermark list, "
+    "purge --dry-run, shadow, catalog check, poison list) open every database read-only: they "
+    "never create a file (a missing one is \"no such outbox: PATH\", exit status 3) and read "
+    "one the user cannot write.";
 
 const char cli_man_files[] =
     "/etc/obx/relay.yaml: the packaged relay's configuration (a conffile): SQLite outbox "

@@ -239,7 +239,27 @@ int cli_read_file(const char *cmd, const char *path, unsigned char **out, size_t
 }
 
 int cli_open_store(const char *cmd, const char *url, obx_store **out) {
-    obx_err e = obx_store_open(url, out);
+    return cli_open_store_with(cmd, url, 0, "outbox", out);
+}
+
+int cli_open_store_ro(const char *cmd, const char *url, obx_store **out) {
+    return cli_open_store_with(cmd, url, OBX_STORE_READ_ONLY, "outbox", out);
+}
+
+int cli_open_store_with(const char *cmd, const char *url, unsigned flags, const char *what,
+                        obx_store **out) {
+    obx_err e = obx_store_open_with(url, flags, out);
+    if (e == OBX_ENODB) { /* a read-only command creates nothing: "no such outbox: PATH" */
+        const char *shown = url;
+        char *red = NULL;
+        if (!strncmp(url, "sqlite:", 7))
+            shown = url + 7 + (strncmp(url + 7, "//", 2) ? 0 : 2);
+        else if (obx_url_redact(url, &red) == OBX_OK)
+            shown = red;
+        int rc = cli_error(cmd, CLI_EXIT_UNCHECKED, "OBX_ENODB", "no such %s: %s", what, shown);
+        obx_free(red);
+        return rc;
+    }
     if (e) return cli_fail(cmd, url, e);
     int found = 0, known = 0;
     e = obx_store_schema_version(*out, &found, &known);

@@ -210,6 +210,7 @@ typedef struct obx__url {
     char password[256];
     char vhost[256];
     char query[1024]; /* after '?', undecoded */
+    bool read_only;   /* not from the URL: set by the opener (obx_store_open_with) */
 } obx__url;
 
 /* Parses url of kind "store" or "broker". */

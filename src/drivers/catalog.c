@@ -436,6 +436,7 @@ static obx_err load_subscription(model *m, const char *decl) {
 static obx_err load_consumer_db(model *m, const char *decl) {
     obx__consumer_set cs;
     obx_err e = obx__consumer_set_init(&cs, &decl, 1);
+    cs.open_flags = OBX_STORE_READ_ONLY; /* its watermarks are only read */
     if (e) return e;
     obx__watermark_row *w = NULL;
     size_t n = 0;

@@ -86,7 +86,7 @@ void obx__consumer_set_free(obx__consumer_set *cs) {
 obx_err obx__consumer_open(obx__consumer_set *cs, size_t i) {
     obx__consumer_db *c = &cs->v[i];
     if (c->s) return OBX_OK;
-    obx_err e = obx__st_open(c->url, &c->s);
+    obx_err e = obx__st_open_with(c->url, cs->open_flags, &c->s);
     int found = 0;
     if (!e) e = obx__st_schema_version(c->s, &found);
     if (!e && found != OBX__SCHEMA_VERSION)
@@ -525,6 +525,7 @@ obx_err obx_status(obx_store *s, const obx_ops_options *o, char **out) {
     obx__consumer_set cs;
     obx_err e = obx__consumer_set_init(&cs, o ? o->consumers : NULL, o ? o->n_consumers : 0);
     if (e) return e;
+    cs.open_flags = OBX_STORE_READ_ONLY; /* a status never creates a consumer's database */
     json_t *doc = NULL;
     e = obx__status_json(s, &cs, NULL, o ? o->limit : 0, obx__wall_ms(), &doc);
     obx__consumer_set_free(&cs);
@@ -541,6 +542,7 @@ obx_err obx_trace(obx_store *s, const char *event_id, const char *correlation_id
     obx__consumer_set cs;
     if ((e = obx__consumer_set_init(&cs, o ? o->consumers : NULL, o ? o->n_consumers : 0)))
         return e;
+    cs.open_flags = OBX_STORE_READ_ONLY; /* nor does a trace */
     json_t *doc = NULL;
     e = obx__trace_json(s, &cs, event_id, correlation_id, o ? o->limit : 0, &doc);
     obx__consumer_set_free(&cs);

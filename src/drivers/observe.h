@@ -28,6 +28,9 @@ typedef struct obx__consumer_db {
 struct obx__consumer_set {
     obx__consumer_db *v;
     size_t n;
+    /* how obx__consumer_open opens them: OBX_STORE_READ_ONLY for what only reads (obx status,
+     * obx trace, obx catalog check); 0 where one is also written (the dashboard's re-drive) */
+    unsigned open_flags;
 };
 
 /* Splits "ID=URL" (ID in [A-Za-z0-9._-], URL a store URL). */

@@ -16,13 +16,14 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 void obx__criticals_close(obx__critical *v, size_t n) {
     for (size_t i = 0; v && i < n; i++) obx__st_close(v[i].s);
     free(v);
 }
 
-obx_err obx__criticals_open(const obx_config *c, obx__critical **out, size_t *n) {
+obx_err obx__criticals_open(const obx_config *c, unsigned flags, obx__critical **out, size_t *n) {
     *out = NULL;
     *n = 0;
     size_t k = c->critical_consumers.n;
@@ -40,7 +41,7 @@ obx_err obx__criticals_open(const obx_config *c, obx__critical **out, size_t *n)
         }
         memcpy(v[i].id, item, (size_t)(eq - item));
         v[i].id[eq - item] = '\0';
-        if ((e = obx__st_open(eq + 1, &v[i].s))) {
+        if ((e = obx__st_open_with(eq + 1, flags, &v[i].s))) {
             v[i].s = NULL;
             obx__fail_prefix(e, "critical consumer %s", v[i].id);
             break;
@@ -62,8 +63,9 @@ obx_err obx__criticals_open(const obx_config *c, obx__critical **out, size_t *n)
     return OBX_OK;
 }
 
-static obx_err open_outbox(const obx_config *c, obx__store **s) {
-    obx_err e = obx__st_open(c->db, s);
+/* flags: OBX_STORE_READ_ONLY for what only reads it (the audit, a dry run, the watermarks). */
+static obx_err open_outbox(const obx_config *c, unsigned flags, obx__store **s) {
+    obx_err e = obx__st_open_with(c->db, flags, s);
     if (e) return e;
     int found = 0;
     if (!(e = obx__st_schema_version(*s, &found)) && found != OBX__SCHEMA_VERSION)
@@ -131,6 +133,20 @@ static obx_err purge_paced(obx__store *s, const obx__retention_cfg *rc, int64_t 
 
 /* ---- public API ------------------------------------------------------------------------------ */
 
+/* The audit reads the broker too and creates nothing there either: a local log broker's file
+ * that does not exist is OBX_ENODB, where opening it would make an empty one. */
+static obx_err log_broker_exists(const char *url) {
+    char *x = NULL;
+    obx__url u;
+    obx_err e = obx__secret_expand(url, true, &x);
+    if (!e) e = obx__url_parse(x, "broker", &u);
+    obx__secret_free(x);
+    if (!e && u.scheme == OBX__URL_LOG && access(u.path, F_OK))
+        e = obx__fail(OBX_ENODB, "log broker: no such file: %s", u.path);
+    memset(&u, 0, sizeof u);            /* another broker's URL holds a password */
+    return e == OBX_ENODB ? e : OBX_OK; /* any other fault: obx__br_open names it */
+}
+
 obx_err obx_audit(const obx_config *c, unsigned flags, char **out) {
     if (!c || !out) return obx__fail(OBX_EINVAL, "audit: NULL argument");
     obx__clear_error();
@@ -143,10 +159,12 @@ obx_err obx_audit(const obx_config *c, unsigned flags, char **out) {
     obx__broker *b = NULL;
     obx__critical *cons = NULL;
     size_t n = 0;
-    if ((e = open_outbox(c, &s))) return e;
-    if (!(flags & OBX_AUDIT_NO_BROKER))
+    /* read-only: the audit vouches for what it reads and creates nothing */
+    if ((e = open_outbox(c, OBX_STORE_READ_ONLY, &s))) return e;
+    if (!(flags & OBX_AUDIT_NO_BROKER)) e = log_broker_exists(c->broker);
+    if (!e && !(flags & OBX_AUDIT_NO_BROKER))
         e = obx__br_open(c->broker, (const char *const *)c->broker_props.v, c->broker_props.n, &b);
-    if (!e) e = obx__criticals_open(c, &cons, &n);
+    if (!e) e = obx__criticals_open(c, OBX_STORE_READ_ONLY, &cons, &n);
     json_t *doc = NULL;
     int64_t counts[OBX__FK_COUNT];
     obx__audit_cfg ac;
@@ -182,8 +200,9 @@ obx_err obx_purge(const obx_config *c, const obx_purge_options *o, char **out) {
     obx__store *s = NULL;
     obx__critical *cons = NULL;
     size_t n = 0;
-    if ((e = open_outbox(c, &s))) return e;
-    if ((e = obx__criticals_open(c, &cons, &n))) {
+    /* a dry run changes and locks nothing; the consumers' databases are only read */
+    if ((e = open_outbox(c, o->dry_run ? OBX_STORE_READ_ONLY : 0, &s))) return e;
+    if ((e = obx__criticals_open(c, OBX_STORE_READ_ONLY, &cons, &n))) {
         obx__st_close(s);
         return e;
     }
@@ -219,8 +238,8 @@ obx_err obx_watermarks(const obx_config *c, char **out) {
     obx__store *s = NULL;
     obx__critical *cons = NULL;
     size_t n = 0;
-    if ((e = open_outbox(c, &s))) return e;
-    if ((e = obx__criticals_open(c, &cons, &n))) {
+    if ((e = open_outbox(c, OBX_STORE_READ_ONLY, &s))) return e;
+    if ((e = obx__criticals_open(c, OBX_STORE_READ_ONLY, &cons, &n))) {
         obx__st_close(s);
         return e;
     }
@@ -276,7 +295,7 @@ obx_err obx_watermark_force(const obx_config *c, const char *consumer, int64_t u
     if (!reason) return obx__fail(OBX_EINVAL, "reason: missing (say why, for the audit trail)");
     obx__critical *cons = NULL;
     size_t n = 0;
-    if ((e = obx__criticals_open(c, &cons, &n))) return e;
+    if ((e = obx__criticals_open(c, 0, &cons, &n))) return e;
     obx__critical *cc = NULL;
     for (size_t k = 0; k < n; k++)
         if (!strcmp(cons[k].id, consumer)) cc = &cons[k];
@@ -335,11 +354,11 @@ static obx_err conns_open(const obx_config *c, conns *k) {
         }
         return OBX_OK;
     }
-    obx_err e = open_outbox(c, &k->s);
+    obx_err e = open_outbox(c, 0, &k->s);
     if (!e && c->audit_interval_ms)
         e = obx__br_open(c->broker, (const char *const *)c->broker_props.v, c->broker_props.n,
                          &k->b);
-    if (!e) e = obx__criticals_open(c, &k->cons, &k->n);
+    if (!e) e = obx__criticals_open(c, 0, &k->cons, &k->n);
     if (e) {
         conns_close(k);
         return e;

@@ -9,7 +9,8 @@
 
 /* Opens every critical consumer of c (audit.critical_consumers, "ID=URL"), checks its schema and
  * reads its forced watermark. On failure nothing stays open. */
-obx_err obx__criticals_open(const obx_config *c, obx__critical **out, size_t *n);
+/* flags: OBX_STORE_READ_ONLY where the consumers' databases are only read. */
+obx_err obx__criticals_open(const obx_config *c, unsigned flags, obx__critical **out, size_t *n);
 void obx__criticals_close(obx__critical *v, size_t n);
 /* The relay's auditor thread (audit.interval_ms, retention.interval_ms; both 0: *out = NULL). It
  * stops when v->stopping says so; obx__auditor_stop joins it. v is borrowed and must outlive

@@ -206,7 +206,9 @@ void obx__st_serve_dispatch(obx__store *s) {
     if (s && s->m->serve_dispatch) s->m->serve_dispatch(s);
 }
 
-obx_err obx__st_open(const char *url, obx__store **out) {
+obx_err obx__st_open(const char *url, obx__store **out) { return obx__st_open_with(url, 0, out); }
+
+obx_err obx__st_open_with(const char *url, unsigned flags, obx__store **out) {
     /* ${NAME} / ${file:PATH} references are expanded here, at the connection, and nowhere
      * else: the handle keeps the URL as given (redacted), never the secret */
     char *x = NULL;
@@ -214,6 +216,9 @@ obx_err obx__st_open(const char *url, obx__store **out) {
     if (e) return obx__fail_prefix(e, "store URL");
     obx__url u;
     e = obx__url_parse(x, "store", &u);
+    if (!e && (flags & ~OBX_STORE_READ_ONLY))
+        e = obx__fail(OBX_EINVAL, "flags: unknown bits %#x", flags & ~OBX_STORE_READ_ONLY);
+    u.read_only = (flags & OBX_STORE_READ_ONLY) != 0;
     const obx__store_methods *m = e ? NULL : obx__store_backend(u.scheme);
     if (!e && !m) e = obx__fail(OBX_EUNSUPPORTED, "store URL: this build has no backend for it");
     if (!e) e = check_methods(m);
@@ -451,10 +456,14 @@ obx_err obx__st_set_alias(obx__store *s, const char *const *ids, size_t n, const
 /* ---- public handle API --------------------------------------------------------------------- */
 
 obx_err obx_store_open(const char *url, obx_store **out) {
+    return obx_store_open_with(url, 0, out);
+}
+
+obx_err obx_store_open_with(const char *url, unsigned flags, obx_store **out) {
     if (!out) return obx__fail(OBX_EINVAL, "out: NULL");
     *out = NULL;
     obx__clear_error();
-    return obx__st_open(url, out);
+    return obx__st_open_with(url, flags, out);
 }
 
 static obx_err wrap(const obx__store_methods *m, void *conn, const char *label, obx_store **out) {

@@ -973,6 +973,8 @@ const char *obx__st_name(const obx__store *s);
 /* Opens the backend for url (secret references expanded here, at the connection, and nowhere
  * else: the handle keeps the URL redacted). *out is the caller's, closed with obx__st_close. */
 obx_err obx__st_open(const char *url, obx__store **out);
+/* obx__st_open with OBX_STORE_READ_ONLY and the like (obx.h). */
+obx_err obx__st_open_with(const char *url, unsigned flags, obx__store **out);
 void obx__st_close(obx__store *s);
 obx_err obx__st_begin(obx__store *s);
 obx_err obx__st_commit(obx__store *s);

@@ -23,7 +23,9 @@ check "init again" 0 "is current" -- "$OBX" init --db "$db"
 check "init roles on sqlite" 2 "OBX_EUNSUPPORTED" -- "$OBX" init --db "$db" --roles app
 check "bad store url" 2 "unknown scheme 'mysql'" -- "$OBX" init --db mysql://x
 check "empty sqlite path" 2 "path after 'sqlite:' is empty" -- "$OBX" init --db sqlite:
+sqlite3 "$dir/other.db" 'PRAGMA user_version = 0' # an empty SQLite database, not an outbox
 check "uninitialized db" 3 "run \`obx init" -- "$OBX" route list --db "sqlite:$dir/other.db"
+check "missing db" 3 "no such outbox: $dir/none.db" -- "$OBX" route list --db "sqlite:$dir/none.db"
 check "route set" 0 "generation 1" -- "$OBX" route set order.created.v2 --db "$db" --cluster local --topic orders
 check "route bad topic" 2 "topic:" -- "$OBX" route set order.created.v2 --db "$db" --cluster local --topic "a b"
 check "route bad max" 2 "--max-attempts" -- "$OBX" route set order.created.v2 --db "$db" --cluster local --topic t --max-attempts 0

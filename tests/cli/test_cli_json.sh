@@ -70,7 +70,7 @@ one "inspect" -- "$OBX" inspect "$id" --db "$db" --json
 one "report" -- "$OBX" report --db "$db" --json
 one "status" -- "$OBX" status --db "$db" --consumer "proj=$cons" --json
 one "trace" -- "$OBX" trace --correlation c-1 --db "$db" --json
-one "audit (findings)" -- "$OBX" audit --db "$db" --consumer "proj=$cons" --set audit.pending_max_age_ms=0 --json
+one "audit (findings)" -- "$OBX" audit --db "$db" --consumer "proj=$cons" --set audit.pending_max_age_ms=1 --json
 one "purge dry run" -- "$OBX" purge --dry-run --db "$db" --consumer "proj=$cons" --json
 one "watermark list" -- "$OBX" watermark list --db "$db" --consumer "proj=$cons" --json
 one "watermark force" -- "$OBX" watermark force proj --until 1000 --reason test --db "$db" --consumer "proj=$cons" --json

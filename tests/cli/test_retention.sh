@@ -90,7 +90,9 @@ json_check "audit json: bypass with the unknown ID and the message without one" 
   "[(f['count'],f['event_ids'],f['without_event_id']) for f in j['findings'] if f['kind']=='bypass']==[(2,['evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G'],1)]"
 check "audit --no-broker skips the broker" 0 "bypass" -- "$OBX" audit --db "$db" --broker "$broker" --no-broker
 check "audit bad consumer entry" 2 "is not ID=URL" -- "$OBX" audit --db "$db" --consumer nonsense
+sqlite3 "$dir/none.db" 'PRAGMA user_version = 0' # an empty SQLite database, no inbox in it
 check "audit consumer db without schema" 3 "run obx init" -- "$OBX" audit --db "$db" --consumer "x=sqlite:$dir/none.db"
+check "audit consumer db missing" 3 "no such database file" -- "$OBX" audit --db "$db" --consumer "x=sqlite:$dir/gone.db"
 check "audit usage" 2 "usage: obx audit" -- "$OBX" audit --db "$db" --frobnicate
 check "audit bad threshold" 2 "audit.pending_max_age_ms: -5 is outside" -- "$OBX" audit --db "$db" --set audit.pending_max_age_ms=-5
 

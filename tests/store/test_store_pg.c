@@ -646,6 +646,26 @@ static void test_newer_schema_refused(void **state) {
     PQclear(r);
 }
 
+/* OBX_STORE_READ_ONLY (issue 50): a read-only session reads the outbox, and the server refuses
+ * every write (nothing changes). */
+static void test_read_only(void **state) {
+    fx *f = *state;
+    obx_store *ro = NULL;
+    OK(obx_store_open_with(f->url, OBX_STORE_READ_ONLY, &ro));
+    char *out = NULL;
+    OK(obx_report(ro, &out));
+    obx_free(out);
+    obx_route r = {.event_type = "order.created.v2", .cluster = "local", .topic = "other"};
+    assert_int_not_equal(obx_route_set(ro, &r, NULL), OBX_OK);
+    if (!strstr(obx_errmsg(), "read-only")) fail_msg("message: %s", obx_errmsg());
+    obx_event ev = order_event("o-ro", "{\"total\":1}");
+    obx_enqueue_result res;
+    assert_int_not_equal(obx_enqueue(ro, &ev, &res), OBX_OK);
+    obx_store_close(ro);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 0);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_route WHERE topic = 'other'"), 0);
+}
+
 static void test_frozen(void **state) {
     fx *f = *state;
     obx_event ev = order_event("o-5", "{}");
@@ -3918,6 +3938,7 @@ int main(void) {
     int64_t t1 = obx__mono_ms();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_commit_together, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rollback_together, setup, teardown),
         cmocka_unit_test_setup_teardown(test_caller_tx_survives, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_one_round_trip, setup, teardown),

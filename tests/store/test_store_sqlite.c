@@ -395,6 +395,41 @@ static void test_schema_versions(void **state) {
     obx_store_close(NULL); /* harmless */
 }
 
+/* OBX_STORE_READ_ONLY (issue 50): a missing file is OBX_ENODB and is not created; an existing
+ * outbox is read (also inside a transaction: a read transaction, while the producer's
+ * connection is open in WAL mode) and every write is refused with nothing changed. */
+static void test_read_only(void **state) {
+    fx *f = *state;
+    char missing[400];
+    snprintf(missing, sizeof missing, "sqlite:%s/missing.db", f->dir);
+    obx_store *ro = NULL;
+    assert_int_equal(obx_store_open_with(missing, OBX_STORE_READ_ONLY, &ro), OBX_ENODB);
+    assert_null(ro);
+    assert_non_null(strstr(obx_errmsg(), "no such database file"));
+    assert_int_not_equal(access(missing + 7, F_OK), 0);
+    assert_int_equal(obx_store_open_with(f->url, 8, &ro), OBX_EINVAL); /* unknown flag bits */
+    obx_event ev = order_event("o-ro", "{\"total\":1}");
+    obx_enqueue_result res;
+    assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_OK);
+    assert_int_equal(obx_store_open_with(f->url, OBX_STORE_READ_ONLY, &ro), OBX_OK);
+    int found = 0, known = 0;
+    assert_int_equal(obx_store_schema_version(ro, &found, &known), OBX_OK);
+    assert_int_equal(found, known);
+    char *out = NULL;
+    assert_int_equal(obx_report(ro, &out), OBX_OK);
+    assert_non_null(strstr(out, "\"committed\": 1"));
+    obx_free(out);
+    assert_int_equal(obx_inspect(ro, res.event_id, &out), OBX_OK); /* in a read transaction */
+    obx_free(out);
+    obx_route r = {.event_type = "order.created.v2", .cluster = "local", .topic = "other"};
+    assert_int_not_equal(obx_route_set(ro, &r, NULL), OBX_OK);
+    ev.aggregate_id = "o-ro-2";
+    assert_int_not_equal(obx_enqueue(ro, &ev, &res), OBX_OK);
+    obx_store_close(ro);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_event"), 1);
+    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_route WHERE topic = 'other'"), 0);
+}
+
 /* The migration runner (shared.c) as an upgrade after a release will use it, here with the
  * scripts of three made-up versions on SQLite: a new database runs every script and records
  * each version; one at version 1 runs the scripts after it (running 1's again would fail); one
@@ -710,6 +745,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_digests_recomputable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_only, setup, teardown),
         cmocka_unit_test(test_migrate_runner),
         cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_payload_rehashed_before_send, setup, teardown),

@@ -1663,6 +1663,17 @@ static obx_err pg_open(const obx__url *u, obx__store **out) {
         return obx__fail(OBX_ECONNLOST, "postgres: cannot connect: %s", msg);
     }
     PQsetNoticeReceiver(conn, pg_notice, NULL);
+    if (u->read_only) { /* OBX_STORE_READ_ONLY: the server refuses any write of this session */
+        PGresult *r = PQexec(conn, "SET default_transaction_read_only = on");
+        bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+        PQclear(r);
+        if (!ok) {
+            obx_err e = obx__fail(OBX_ESTORE, "postgres: cannot make the session read-only: %s",
+                                  PQerrorMessage(conn));
+            PQfinish(conn);
+            return e;
+        }
+    }
     obx_err e = pg_new(conn, true, out);
     if (e) PQfinish(conn);
     return e;

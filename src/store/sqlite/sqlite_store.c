@@ -15,11 +15,14 @@
  */
 #include "store/shared.h"
 
+#include <errno.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 extern const char obx__sqlite_schema[];
 
@@ -119,6 +122,7 @@ typedef struct sq_store {
     /* BEGIN IMMEDIATE, COMMIT, ROLLBACK of the outermost transaction, prepared once (parsing
      * them is a measurable part of a short transaction: the simulator opens one per trace) */
     sqlite3_stmt *tx_st[3];
+    bool read_only; /* OBX_STORE_READ_ONLY: opened read-only, transactions are read ones */
 } sq_store;
 
 #define EVENT_COLS OBX__EVENT_COLS /* shared.h */
@@ -560,11 +564,70 @@ static int busy_poll(void *arg, int count) {
     return 1;
 }
 
+/* "file:PATH?immutable=1" with PATH percent-encoded where a URI needs it (out: cap bytes). */
+static void immutable_uri(const char *path, char *out, size_t cap) {
+    size_t o = (size_t)snprintf(out, cap, "file:");
+    for (const unsigned char *p = (const unsigned char *)path; *p && o + 4 < cap; p++)
+        if (*p == '%' || *p == '?' || *p == '#' || *p < 0x21 || *p > 0x7e)
+            o += (size_t)snprintf(out + o, cap - o, "%%%02X", *p);
+        else
+            out[o++] = (char)*p;
+    snprintf(out + o, cap - o, "?immutable=1");
+}
+
+/* A read-only handle (OBX_STORE_READ_ONLY) on an existing file, never created, also when the
+ * user may not write it. A WAL database is read through its -shm and -wal files, which SQLite
+ * (3.22 and later) reads without write permission when they exist, or creates when the folder
+ * is writable; when neither is true (a clean WAL database, its files removed at its last close,
+ * in a folder only its owner writes), it is opened immutable: no -wal file means no writer is
+ * in the middle of a transaction, and a writer could not start one without creating it. */
+static obx_err sq_open_ro(const obx__url *u, sqlite3 **out) {
+    struct stat st;
+    if (stat(u->path, &st)) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return obx__fail(OBX_ENODB, "sqlite: no such database file: %s", u->path);
+        return obx__fail(OBX_ESTORE, "sqlite: cannot open '%s': %s", u->path, strerror(errno));
+    }
+    if (access(u->path, R_OK))
+        return obx__fail(OBX_ESTORE, "sqlite: cannot open '%s': %s", u->path, strerror(errno));
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2(u->path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+    /* a first read tells whether the WAL's files could be opened */
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL);
+    char wal[1100];
+    snprintf(wal, sizeof wal, "%s-wal", u->path);
+    /* SQLITE_CANTOPEN or SQLITE_READONLY_*: the -shm file could be neither opened nor made */
+    if (rc != SQLITE_OK && ((rc & 0xff) == SQLITE_CANTOPEN || (rc & 0xff) == SQLITE_READONLY) &&
+        access(wal, F_OK)) {
+        sqlite3_close_v2(db);
+        db = NULL;
+        char uri[3300];
+        immutable_uri(u->path, uri, sizeof uri);
+        rc = sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI,
+                             NULL);
+    }
+    if (rc != SQLITE_OK) {
+        obx_err e = obx__fail(OBX_ESTORE, "sqlite: cannot read '%s': %s", u->path,
+                              db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+        sqlite3_close_v2(db);
+        return e;
+    }
+    *out = db;
+    return OBX_OK;
+}
+
 static obx_err sq_open(const obx__url *u, obx__store **out) {
     sqlite3 *db = NULL;
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
     bool mem = !strcmp(u->path, ":memory:");
-    int rc = sqlite3_open_v2(u->path, &db, flags, NULL);
+    bool ro = u->read_only && !mem; /* an empty in-memory database is no one's outbox anyway */
+    int rc = SQLITE_OK;
+    if (ro) {
+        obx_err e = sq_open_ro(u, &db);
+        if (e) return e;
+    } else
+        rc = sqlite3_open_v2(u->path, &db, flags, NULL);
     if (rc != SQLITE_OK) {
         obx_err e = obx__fail(OBX_ESTORE, "sqlite: cannot open '%s': %s", u->path,
                               db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
@@ -578,12 +641,13 @@ static obx_err sq_open(const obx__url *u, obx__store **out) {
         return e;
     }
     sq_store *s = (sq_store *)*out;
+    s->read_only = ro;
     s->busy_rng = (uint64_t)(uintptr_t)s ^ (uint64_t)obx__mono_ms();
     sqlite3_busy_handler(db, busy_poll, s);
     const char *sync = strstr(u->query, "synchronous=full") ? "FULL" : "NORMAL";
     char pragmas[256];
     snprintf(pragmas, sizeof pragmas, "%sPRAGMA synchronous=%s; PRAGMA temp_store=MEMORY;",
-             mem ? "" : "PRAGMA journal_mode=WAL; ", sync);
+             mem || ro ? "" : "PRAGMA journal_mode=WAL; ", sync);
     e = exec(s, pragmas);
     if (e) {
         sq_close(*out);
@@ -672,7 +736,8 @@ enum { TX_BEGIN, TX_COMMIT, TX_ROLLBACK };
 /* The outermost transaction's statement `which` (prepared once: parsing them for every
  * transaction cost the simulator about 1.5% of a trace). */
 static obx_err tx(sq_store *s, int which) {
-    static const char *const sql[] = {"BEGIN IMMEDIATE", "COMMIT", "ROLLBACK"};
+    /* a read-only handle reads in a deferred transaction (a consistent snapshot, no lock) */
+    const char *const sql[] = {s->read_only ? "BEGIN" : "BEGIN IMMEDIATE", "COMMIT", "ROLLBACK"};
     if (!s->tx_st[which] && sqlite3_prepare_v3(s->db, sql[which], -1, SQLITE_PREPARE_PERSISTENT,
                                                &s->tx_st[which], NULL))
         return map_rc(s, sqlite3_errcode(s->db), sql[which]);
