@@ -274,6 +274,7 @@ typedef struct service {
     obx_store *s;
     long next;
     long committed, rolled_back;
+    char err[512]; /* why the last order failed, read when it failed (a ROLLBACK clears it) */
 } service;
 
 static int insert_order(service *sv, const char *id, long total) {
@@ -313,8 +314,12 @@ static int commit_order(service *sv, bool roll_back) {
              id, n % 97, total);
     snprintf(txid, sizeof txid, "demo-tx-%ld", n);
     snprintf(corr, sizeof corr, "checkout-%ld", n);
-    if (sqlx_exec(&sv->db, sv->db.lite ? "BEGIN IMMEDIATE" : "BEGIN")) return -1;
+    if (sqlx_exec(&sv->db, sv->db.lite ? "BEGIN IMMEDIATE" : "BEGIN")) {
+        snprintf(sv->err, sizeof sv->err, "%s", sqlx_err(&sv->db));
+        return -1;
+    }
     int ok = insert_order(sv, id, total) == 0;
+    if (!ok) snprintf(sv->err, sizeof sv->err, "%s", sqlx_err(&sv->db));
     obx_event ev = {.event_type = "order.created.v1",
                     .aggregate_type = "order",
                     .aggregate_id = id,
@@ -327,7 +332,7 @@ static int commit_order(service *sv, bool roll_back) {
                     .txid = sv->db.lite ? txid : NULL};
     obx_enqueue_result res;
     if (ok && obx_enqueue(sv->s, &ev, &res) != OBX_OK) {
-        cli_warn("demo", "OBX_ESTORE", "enqueue: %s", obx_errmsg());
+        snprintf(sv->err, sizeof sv->err, "enqueue: %s", obx_errmsg());
         ok = 0;
     }
     if (!ok || roll_back) {
@@ -336,6 +341,7 @@ static int commit_order(service *sv, bool roll_back) {
         return ok ? 0 : -1;
     }
     if (sqlx_exec(&sv->db, "COMMIT")) {
+        snprintf(sv->err, sizeof sv->err, "%s", sqlx_err(&sv->db));
         sqlx_exec(&sv->db, "ROLLBACK");
         return -1;
     }
@@ -413,7 +419,9 @@ typedef struct demo_run {
     char *red_db, *red_broker;       /* redacted URLs for output (owned) */
     long long t0, committed_at, end; /* monotonic ms: start, last commit, settled or gave up */
     bool settled;                    /* everything published and consumed before the deadline */
+    bool gave_up;                    /* the order service failed for good (the reason printed) */
     const char *dir, *broker, *db;   /* --dir, --broker, --db (argv or static), or NULL */
+    bool force;                      /* --force: an earlier demo's files in --dir are removed */
 } demo_run;
 
 /* Options: parses and validates argv into r (0, or the exit code of a usage error). */
@@ -421,18 +429,17 @@ static int demo_options(demo_run *r, int argc, char **argv) {
     demo *d = &r->d;
     d->events = 10000;
     d->lease_ms = 1500;
-    static const struct option opts[] = {{"events", required_argument, 0, 'n'},
-                                         {"dir", required_argument, 0, 'd'},
-                                         {"broker", required_argument, 0, 'b'},
-                                         {"db", required_argument, 0, 'D'},
-                                         {"lease-ms", required_argument, 0, 'l'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"events", required_argument, 0, 'n'},   {"dir", required_argument, 0, 'd'},
+        {"broker", required_argument, 0, 'b'},   {"db", required_argument, 0, 'D'},
+        {"lease-ms", required_argument, 0, 'l'}, {"json", no_argument, 0, 'j'},
+        {"force", no_argument, 0, 'f'},          {0, 0, 0, 0}};
     int c;
     optind = 1;
     while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         char *end = NULL;
         switch (c) {
+        case 'f': r->force = true; break;
         case 'n':
             d->events = strtol(optarg, &end, 10);
             if (*end || d->events < 1 || d->events > 10000000)
@@ -447,8 +454,9 @@ static int demo_options(demo_run *r, int argc, char **argv) {
             break;
         case 'j': d->json = 1; break;
         default:
-            return cli_usage("demo", "usage: obx demo [--events N] [--dir DIR] [--db URL] "
-                                     "[--broker URL|kafka] [--lease-ms MS] [--json]");
+            return cli_usage("demo",
+                             "usage: obx demo [--events N] [--dir DIR [--force]] [--db URL] "
+                             "[--broker URL|kafka] [--lease-ms MS] [--json]");
         }
     }
     if (optind < argc) return cli_usage("demo", "unexpected argument '%s'", argv[optind]);
@@ -456,6 +464,70 @@ static int demo_options(demo_run *r, int argc, char **argv) {
     if (r->broker && strcmp(r->broker, "kafka") && obx_url_check(r->broker, "broker"))
         return cli_fail("demo", "--broker", OBX_EURL);
     return 0;
+}
+
+/* What a demo leaves in its folder (and SQLite's -wal and -shm files beside the databases). */
+static const char *const demo_files[] = {"outbox.db",   "broker.db",   "consumer.db", "relay-a.log",
+                                         "relay-b.log", "relay-c.log", "consumer.log"};
+
+/* An earlier demo in --dir is refused at once, before anything runs: a second run would meet
+ * its orders (every commit refused) and its messages on the topic, and wait out its deadline.
+ * With --force its files are removed first. A usage error (exit status 2): the command line
+ * has to change (another --dir, or --force), nothing was looked at yet. */
+static int demo_fresh_dir(demo_run *r) {
+    const char *dir = r->d.dir;
+    char found[256] = "", path[700];
+    for (size_t i = 0; i < sizeof demo_files / sizeof demo_files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, demo_files[i]);
+        size_t l = strlen(found);
+        if (!access(path, F_OK))
+            snprintf(found + l, sizeof found - l, "%s%s", l ? ", " : "", demo_files[i]);
+    }
+    if (!found[0]) return 0;
+    if (!r->force)
+        return cli_error("demo", CLI_EXIT_USAGE, "usage",
+                         "%s holds an earlier demo (%s): give another --dir, or --force to start "
+                         "afresh (its databases and logs are removed)",
+                         dir, found);
+    static const char *const suffix[] = {"", "-wal", "-shm", "-journal"};
+    for (size_t i = 0; i < sizeof demo_files / sizeof demo_files[0]; i++)
+        for (size_t k = 0; k < sizeof suffix / sizeof suffix[0]; k++) {
+            snprintf(path, sizeof path, "%s/%s%s", dir, demo_files[i], suffix[k]);
+            if (unlink(path) && errno != ENOENT)
+                return cli_error("demo", CLI_EXIT_UNCHECKED, "OBX_EIO",
+                                 "--force: cannot remove %s: %s", path, strerror(errno));
+        }
+    return 0;
+}
+
+/* An outbox named by --db that already holds events is refused at once too (--force removes
+ * only the demo's own files): the demo counts every event in it as its own. */
+static int demo_fresh_outbox(demo_run *r) {
+    obx_store *s = NULL;
+    obx_err e = obx_store_open_with(r->d.outbox_url, OBX_STORE_READ_ONLY, &s);
+    int found = 0, known = 0;
+    if (e == OBX_ENODB || (!e && (e = obx_store_schema_version(s, &found, &known)))) {
+        obx_store_close(s);
+        return e == OBX_ENODB ? 0 : cli_fail("demo", r->d.outbox_url, e);
+    }
+    if (e) return cli_fail("demo", r->d.outbox_url, e);
+    char *rep = NULL;
+    if (found == known && !(e = obx_report(s, &rep))) {
+        json_t *j = json_loads(rep, 0, NULL);
+        found = (int)json_integer_value(json_object_get(j, "committed"));
+        json_decref(j);
+    } else
+        found = 0;
+    obx_free(rep);
+    obx_store_close(s);
+    if (e) return cli_fail("demo", r->d.outbox_url, e);
+    char *red = NULL;
+    int rc = found ? cli_error("demo", CLI_EXIT_USAGE, "usage",
+                               "%s already holds %d events: give the demo an empty database",
+                               obx_url_redact(r->d.outbox_url, &red) ? "--db" : red, found)
+                   : 0;
+    obx_free(red);
+    return rc;
 }
 
 /* Paths: this executable (for the children), the run's folder and the two databases' URLs. */
@@ -483,7 +555,8 @@ static int demo_paths(demo_run *r) {
     snprintf(d->consumer_url, sizeof d->consumer_url, "sqlite:%s", d->consumer_path);
     d->consume_from = "orders";
     snprintf(d->topic, sizeof d->topic, "orders");
-    return 0;
+    int rc = r->dir ? demo_fresh_dir(r) : 0;
+    return rc ? rc : demo_fresh_outbox(r);
 }
 
 /* Broker: starts the Kafka mock for `--broker kafka` and sets each process's broker URL and
@@ -553,8 +626,9 @@ static int demo_broker(demo_run *r) {
     return 0;
 }
 
-/* Databases: opens the order service's, the outbox's and the consumer's connections, creates
- * the business and projection tables and refuses an outbox that already holds events. */
+/* Databases: opens the order service's, the outbox's and the consumer's connections and creates
+ * the business and projection tables (an outbox that already holds events was refused at
+ * once: demo_fresh_outbox). */
 static int demo_open(demo_run *r) {
     service *sv = &r->sv;
     if (sqlx_open(&sv->db, r->d.outbox_url) || sqlx_open(&r->out, r->d.outbox_url) ||
@@ -576,11 +650,6 @@ static int demo_open(demo_run *r) {
     obx_err we = sv->db.lite ? obx_store_wrap_sqlite(sv->db.lite, &sv->s)
                              : obx_store_wrap_pg(sv->db.pg, &sv->s);
     if (we) return cli_fail("demo", "wrap", we);
-    if (!sv->db.lite && q1(&r->out, "SELECT count(*) FROM obx_event") > 0) {
-        fprintf(stderr, "obx demo: %s already holds events; give the demo an empty database\n",
-                r->red_db);
-        return 1;
-    }
     return 0;
 }
 
@@ -595,6 +664,7 @@ static void demo_orders(demo_run *r) {
     d->consumer = start_consumer(d);
     bool paused = false, killed = false;
     long long resume_at = 0;
+    int failures = 0; /* in a row: a busy database passes, a broken one does not */
     for (long i = 0; i < d->events; i++) {
         /* Checked before the order commit, never skipped: on SQLite a relay frozen inside
          * its write transaction holds the database's single write lock, so our commit fails
@@ -605,11 +675,17 @@ static void demo_orders(demo_run *r) {
         }
         bool roll_back = (i % 50) == 49; /* 2%: the business transaction rolls back */
         if (commit_order(sv, roll_back)) {
-            cli_warn("demo", "OBX_ESTORE", "order service: %s", sqlx_err(&sv->db));
+            if (++failures == 1 || failures % 50 == 0)
+                cli_warn("demo", "OBX_ESTORE", "order service: %s", sv->err);
+            if (failures == 200) { /* 200 in a row: no lock is held that long */
+                r->gave_up = true;
+                break;
+            }
             i--;
             msleep(10);
             continue;
         }
+        failures = 0;
         if (roll_back) d->events++; /* keep N committed orders */
         /* orders arrive at a realistic pace (a few thousand per second), not in one tight
          * loop on one connection: on SQLite the relays share the single write lock with us */
@@ -641,7 +717,7 @@ static void demo_orders(demo_run *r) {
  * deadline passed), then stops the children. */
 static void demo_settle(demo_run *r) {
     demo *d = &r->d;
-    long long deadline = mono_ms() + 180000 + d->events * 20;
+    long long deadline = r->gave_up ? 0 : mono_ms() + 180000 + d->events * 20;
     int tick = 0;
     while (mono_ms() < deadline) {
         if (isatty(2) || tick++ % 10 == 0)
@@ -808,6 +884,13 @@ int cmd_demo(int argc, char **argv) {
     if ((rc = setup(d)) || (rc = demo_open(r))) goto out;
     demo_orders(r);
     demo_settle(r);
+    if (r->gave_up) {
+        rc = cli_error("demo", CLI_EXIT_UNCHECKED, "OBX_ESTORE",
+                       "the order service cannot commit (%s); logs in %s", r->sv.err, d->dir);
+        demo_close(r);
+        free(r);
+        return rc;
+    }
     demo_tally t = {0};
     if ((rc = demo_tally_up(r, &t))) goto out;
     if (d->json)

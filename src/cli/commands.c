@@ -486,14 +486,18 @@ const cli_command cli_commands[] = {
      .fn = cmd_demo,
      .summary = "the whole pipeline with injected faults",
      .finding = "an invariant does not hold at the end.",
-     .synopsis = "demo [--events N] [--dir DIR] [--db URL] [--broker URL|kafka] [--lease-ms MS] "
-                 "[--json]",
+     .synopsis = "demo [--events N] [--dir DIR [--force]] [--db URL] [--broker URL|kafka] "
+                 "[--lease-ms MS] [--json]",
      .text = "Run the whole pipeline with injected faults (lost, late and timed-out ACKs, "
              "duplicate appends, a paused and a killed relay, flaky consumer handlers) and print "
              "what happened. --broker kafka starts a "
-             "Kafka-protocol mock cluster inside the demo; an amqp:// URL uses that RabbitMQ.",
+             "Kafka-protocol mock cluster inside the demo; an amqp:// URL uses that RabbitMQ. A "
+             "--dir that holds an earlier demo, or a --db that already holds events, is refused "
+             "at once (exit status 2); --force starts afresh in that --dir.",
      .opts = {{"events", "N", "10000", "Orders to commit (1..10000000)."},
               {"dir", "DIR", "a new /tmp/obx-demo-XXXXXX", "The demo's folder (kept)."},
+              {"force", NULL, NULL,
+               "In a --dir that holds an earlier demo: remove its databases and logs first."},
               {"broker", "URL|kafka", "log:DIR/broker.db", "The broker."},
               {"db", "URL", "sqlite:DIR/outbox.db", "The outbox."},
               {"lease-ms", "MS", "1500", "The relays' claim lease (at least 200)."},
