@@ -42,6 +42,9 @@ bool cli_errors_are_json(void);
 struct option;
 /* getopt_long without getopt's own message (cli_usage says what was wrong, as text or JSON). */
 int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts);
+/* ms since the epoch as ISO-8601 UTC, "2030-01-02T03:04:05.678Z", for people to read (JSON
+ * keeps epoch ms in keys ending in _ms); 0 (not set) is "-". */
+void cli_iso_ms(long long ms, char out[32]);
 /* Prints doc as one compact JSON line on stdout and releases it (NULL: out of memory, "{}"). */
 void cli_print_json(json_t *doc);
 /* A warning (the command goes on), as text or JSON like an error. */

@@ -63,16 +63,11 @@ static long long ji(json_t *o, const char *k) {
     return (long long)json_integer_value(json_object_get(o, k));
 }
 
+/* ISO-8601 UTC (cli_iso_ms) into a buffer of any size. */
 static void when(char *out, size_t cap, long long ms) {
-    if (!ms) {
-        snprintf(out, cap, "-");
-        return;
-    }
-    time_t t = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    snprintf(out, cap, "%04d-%02d-%02d %02d:%02d:%02d.%03lldZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms % 1000);
+    char t[32];
+    cli_iso_ms(ms, t);
+    snprintf(out, cap, "%s", t);
 }
 
 static void age(char *out, size_t cap, long long ms) {

@@ -154,17 +154,7 @@ static const char *who_default(args *a, char *buf, size_t cap) {
     return buf;
 }
 
-static void iso(json_int_t ms, char out[40]) {
-    if (!ms) {
-        snprintf(out, 40, "-");
-        return;
-    }
-    time_t t = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    size_t n = strftime(out, 40, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out + n, 40 - n, ".%03dZ", (int)(ms % 1000));
-}
+static void iso(json_int_t ms, char out[40]) { cli_iso_ms((long long)ms, out); }
 
 static void age(json_int_t ms, char out[32]) {
     long long s = (long long)ms / 1000;

@@ -383,17 +383,28 @@ int cmd_enqueue(int argc, char **argv) {
     return rc;
 }
 
+/* A time for people: ISO-8601 UTC (the JSON keeps the epoch ms). */
 static void print_time(const char *label, json_int_t ms) {
-    if (ms) printf("  %-18s %lld\n", label, (long long)ms);
+    char t[32];
+    cli_iso_ms((long long)ms, t);
+    if (ms) printf("  %-18s %s\n", label, t);
 }
 
-/* One frozen object's fields, one a line: strings as they are, anything else as an integer. */
+static bool is_time_key(const char *k) {
+    size_t n = strlen(k);
+    return n > 3 && !strcmp(k + n - 3, "_at");
+}
+
+/* One frozen object's fields, one a line: strings as they are, times (occurred_at) in ISO-8601
+ * UTC, anything else as an integer. */
 static void print_fields(json_t *obj) {
     const char *k;
     json_t *v;
     json_object_foreach(obj, k, v) {
         if (json_is_string(v))
             printf("  %-18s %s\n", k, json_string_value(v));
+        else if (is_time_key(k))
+            print_time(k, json_integer_value(v));
         else
             printf("  %-18s %lld\n", k, (long long)json_integer_value(v));
     }
@@ -471,8 +482,9 @@ static void inspect_print_history(json_t *d) {
     if (json_array_size(json_object_get(d, "migrations"))) printf("\nmigrations:\n");
     json_array_foreach(json_object_get(d, "migrations"), i, a) {
         json_t *o = json_object_get(a, "old"), *n = json_object_get(a, "new");
-        printf("  %lld %s by %s: %s/%s gen %lld (%s) -> %s/%s gen %lld (%s); proof: %s\n",
-               (long long)json_integer_value(json_object_get(a, "at")),
+        char at[32];
+        cli_iso_ms((long long)json_integer_value(json_object_get(a, "at")), at);
+        printf("  %s %s by %s: %s/%s gen %lld (%s) -> %s/%s gen %lld (%s); proof: %s\n", at,
                json_string_value(json_object_get(a, "kind")),
                json_string_value(json_object_get(a, "who")),
                json_string_value(json_object_get(o, "cluster")),
@@ -487,8 +499,9 @@ static void inspect_print_history(json_t *d) {
     }
     printf("\naudit:\n");
     json_array_foreach(json_object_get(d, "audit"), i, a) {
-        printf("  %lld %-10s %-16s %s -> %s claim_gen=%lld %s%s%s\n",
-               (long long)json_integer_value(json_object_get(a, "at")),
+        char at[32];
+        cli_iso_ms((long long)json_integer_value(json_object_get(a, "at")), at);
+        printf("  %s %-10s %-16s %s -> %s claim_gen=%lld %s%s%s\n", at,
                json_string_value(json_object_get(a, "actor")),
                json_string_value(json_object_get(a, "who")),
                json_string_value(json_object_get(a, "from")),

@@ -81,6 +81,21 @@ int cli_getopt(int argc, char **argv, const char *shortopts, const struct option
     return c;
 }
 
+void cli_iso_ms(long long ms, char out[32]) {
+    if (!ms) {
+        snprintf(out, 32, "-");
+        return;
+    }
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    if (ms < 0 || !gmtime_r(&t, &tm) || tm.tm_year + 1900 > 9999) {
+        snprintf(out, 32, "%lld ms", ms); /* no honest calendar date to print */
+        return;
+    }
+    size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + n, 32 - n, ".%03dZ", (int)(ms % 1000));
+}
+
 void cli_print_json(json_t *doc) {
     char *txt = doc ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     printf("%s\n", txt ? txt : "{}");

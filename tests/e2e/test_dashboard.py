@@ -37,6 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cdp  # noqa: E402
 
 OBX = sys.argv[1]
+# the browser in a zone other than UTC: what the page shows in UTC it computes so itself
+os.environ["TZ"] = "America/New_York"
 HOSTILE_CORR = "corr-<script>window.__obx_pwned=1</script>"
 HOSTILE_AGG = 'o-<img src=x onerror="window.__obx_pwned=2">'
 TOKEN = "dash-token-" + os.urandom(8).hex()
@@ -194,6 +196,14 @@ try:
     assert len(ys) >= 60 and max(ys) - min(ys) >= 20, \
         "chart screenshot %dx%d: %d series pixels over %d rows" % (
             w, h, len(ys), (max(ys) - min(ys)) if ys else 0)
+    # times for people are ISO-8601 UTC, and the charts' time axis and legend UTC on a
+    # 24-hour clock (issue 50): 15:04:05 UTC is "15:04:05", never "3:04pm", whatever the zone
+    ts = "Date.UTC(2030, 0, 2, 15, 4, 5) / 1000"
+    labels = browser.eval("(() => { const u = window.obxCharts.rates; return [u.axes[0].values(u, "
+                          "[%s], 0, 1, 1), u.series[0].value(u, %s)] })()" % (ts, ts))
+    assert labels == [["15:04:05"], "2030-01-02T15:04:05Z"], labels
+    updated = browser.eval("document.getElementById('updated').textContent")
+    assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", updated), updated
     with open("dashboard.png", "wb") as f:
         f.write(browser.screenshot())
     step("charts drawn: %d samples, screenshot %dx%d with %d series pixels over %d rows"

@@ -34,10 +34,21 @@ function clear(node) {
   return node;
 }
 
+// Every time a person reads here is ISO-8601 UTC (the JSON API carries epoch ms), and the
+// charts' time axis is UTC on a 24-hour clock, as the header says.
 function when(ms) {
   if (!ms) return "";
-  return new Date(ms).toISOString().replace("T", " ").replace("Z", "");
+  return new Date(ms).toISOString();
 }
+
+// A chart's time (uPlot: seconds since the epoch) as UTC "HH:MM:SS" (24-hour); with its date
+// ("YYYY-MM-DDTHH:MM:SSZ") for the legend. Used by the axes and legends of every chart.
+function chartTime(s, withDate) {
+  if (s === null || s === undefined) return "";
+  const iso = new Date(Math.round(s * 1000)).toISOString();
+  return withDate ? iso.slice(0, 19) + "Z" : iso.slice(11, 19);
+}
+window.obxChartTime = chartTime;
 
 function age(ms) {
   if (!ms || ms < 0) return "0 s";
@@ -262,7 +273,7 @@ function renderCharts(doc) {
   const box = document.getElementById("charts");
   window.obxSeriesInterval = doc.interval_ms;
   document.getElementById("charts-note").textContent = "One sample every " + (doc.interval_ms / 1000) +
-    " s, the last " + age(doc.interval_ms * doc.capacity) + " (" + doc.t.length + " so far), kept by this relay since it started.";
+    " s, the last " + age(doc.interval_ms * doc.capacity) + " (" + doc.t.length + " so far), kept by this relay since it started. Times in UTC, 24-hour.";
   for (const c of CHARTS) {
     const spec = chartSpec(c, doc);
     const keys = spec.map((s) => s[0]).join("\u0000");
@@ -283,7 +294,8 @@ function renderCharts(doc) {
     if (u && chartKeys[c.id] !== keys) { u.destroy(); u = null; }
     if (!u) {
       clear(plot);
-      const axes = [{}, {scale: "y", size: 56}];
+      // UTC, 24-hour: uPlot's own time axis would use the browser's zone and a 12-hour clock
+      const axes = [{values: (self, splits) => splits.map((s) => chartTime(s, false))}, {scale: "y", size: 56}];
       const scales = {x: {time: true}, y: {range: (self, min, max) => [0, max > 0 ? max * 1.1 : 1]}};
       if (spec.some((s) => s[3] === "age")) {
         axes.push({scale: "age", side: 1, grid: {show: false}, size: 56});
@@ -291,8 +303,8 @@ function renderCharts(doc) {
       }
       u = new uPlot({
         width: Math.max(300, plot.clientWidth || holder.clientWidth - 16), height: 170,
-        scales, axes, legend: {show: true},
-        series: [{}, ...spec.map(([key, label, color, scale]) => ({label, stroke: color, width: 2, scale: scale || "y", spanGaps: false, points: {show: false}}))],
+        scales, axes, legend: {show: true}, tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"),
+        series: [{label: "time (UTC)", value: (self, v) => chartTime(v, true)}, ...spec.map(([key, label, color, scale]) => ({label, stroke: color, width: 2, scale: scale || "y", spanGaps: false, points: {show: false}}))],
       }, data, plot);
       window.obxCharts[c.id] = u;
       chartKeys[c.id] = keys;
