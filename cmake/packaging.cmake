@@ -1,8 +1,8 @@
 # packaging.cmake — the relay as a service and the Debian package (included by CMakeLists.txt).
 #   install: obx-relay.service (systemd unit) and the example /etc/obx/relay.yaml;
 #   `cpack -G DEB` (scripts/package.sh): one package "obx" with the CLI, libobx (shared and
-#   static), obx.h, obx.pc, the CMake package, the man page, the bash completion, the unit and
-#   the example configuration (a conffile); maintainer scripts in packaging/debian/.
+#   static), obx.h, obx.pc, the CMake package, the man page, the bash, zsh and fish completions,
+#   the unit and the example configuration (a conffile); maintainer scripts in packaging/debian/.
 # Paths follow CMAKE_INSTALL_PREFIX; the package is built with -DCMAKE_INSTALL_PREFIX=/usr
 # (then /etc and /lib/systemd/system are Debian's own places).
 set(OBX_ETC ${CMAKE_INSTALL_FULL_SYSCONFDIR}/obx)

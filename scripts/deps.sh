@@ -15,7 +15,7 @@ build_pkgs=(build-essential cmake pkg-config libsqlite3-dev libssl-dev libjansso
 test_pkgs=(libcmocka-dev postgresql-15 postgresql-client-15 postgresql-server-dev-15 rabbitmq-server kcat amqp-tools spin
            clang libclang-rt-14-dev clang-format cppcheck socat iproute2 procps openssl
            python3 curl chromium python3-psycopg2 python3-pika iptables systemd groff-base
-           prometheus)
+           prometheus zsh fish)
 
 if [[ $set_name == list ]]; then
   case ${2:-} in

@@ -47,6 +47,9 @@ int cli_getopt(int argc, char **argv, const char *shortopts, const struct option
 void cli_iso_ms(long long ms, char out[32]);
 /* Prints doc as one compact JSON line on stdout and releases it (NULL: out of memory, "{}"). */
 void cli_print_json(json_t *doc);
+/* The name among names[0..n) that word most likely misspells (a transposition or up to two
+ * edits), or NULL. */
+const char *cli_suggest(const char *word, const char *const *names, size_t n);
 /* A warning (the command goes on), as text or JSON like an error. */
 void cli_warn(const char *cmd, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

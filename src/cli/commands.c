@@ -1,8 +1,8 @@
 /*
  * commands.c — the one source of the CLI's documentation. main.c dispatches through this table,
  * and help.c prints everything users read from it: `obx help`, `obx COMMAND --help` (and -h,
- * `obx help COMMAND`), the man page (docs/obx.1 is `obx help --man`) and the bash completion
- * (`obx completion bash`). Text here is plain: help.c wraps it and escapes it for roff.
+ * `obx help COMMAND`), the man page (docs/obx.1 is `obx help --man`) and the shell completions
+ * (`obx completion bash|zsh|fish`). Text here is plain: help.c wraps it and escapes it for roff.
  *
  * To add a command (for example `obx resolve`):
  *   1. write `int cmd_resolve(int argc, char **argv)` and declare it in cli.h;
@@ -595,11 +595,16 @@ const cli_command cli_commands[] = {
     {.name = "completion",
      .fn = cmd_completion,
      .summary = "print the shell completion script",
-     .synopsis = "completion bash",
-     .subcommands = "bash",
-     .text = "Print the bash completion of commands, subcommands and options (the package "
-             "installs it as /usr/share/bash-completion/completions/obx).",
-     .examples = "source <(obx completion bash)"},
+     .synopsis = "completion bash|zsh|fish",
+     .subcommands = "bash zsh fish",
+     .text = "Print the completion of commands, subcommands and options for bash, zsh or fish, "
+             "generated from the same command table (the package installs them as "
+             "/usr/share/bash-completion/completions/obx, "
+             "/usr/share/zsh/vendor-completions/_obx and "
+             "/usr/share/fish/vendor_completions.d/obx.fish).",
+     .examples = "source <(obx completion bash)\n"
+                 "source <(obx completion zsh)\n"
+                 "obx completion fish | source"},
     {.name = "help",
      .fn = cmd_help,
      .summary = "this list, or one command's help",

@@ -294,6 +294,63 @@ int cli_open_store_with(const char *cmd, const char *url, unsigned flags, const 
     return 0;
 }
 
+/* The optimal string alignment distance of a and b (edits, a transposition counting as one:
+ * "reprot" is 1 from "report"), or 99 when either is too long to matter. */
+static int osa_distance(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 31 || m > 31) return 99;
+    int d[32][32];
+    for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int cost = a[i - 1] != b[j - 1];
+            int v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+            if (d[i - 1][j - 1] + cost < v) v = d[i - 1][j - 1] + cost;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    return d[n][m];
+}
+
+const char *cli_suggest(const char *word, const char *const *names, size_t n) {
+    const char *best = NULL;
+    int best_d = 99;
+    for (size_t i = 0; i < n; i++) {
+        int dist = osa_distance(word, names[i]);
+        if (dist < best_d) {
+            best_d = dist;
+            best = names[i];
+        }
+    }
+    /* a near miss: at most 2 edits, and fewer than half the word's letters */
+    size_t len = strlen(word);
+    return best && best_d <= 2 && (size_t)best_d * 2 < (len > 2 ? len : 3) ? best : NULL;
+}
+
+/* An unknown command: at most three lines (what, the likely one, where to look), exit 2. */
+static int unknown_command(const char *word) {
+    const char *names[64];
+    size_t n = 0;
+    for (size_t i = 0; i < cli_n_commands && n < 64; i++) names[n++] = cli_commands[i].name;
+    const char *s = cli_suggest(word, names, n);
+    char shown[256];
+    printable(shown, sizeof shown, word, false);
+    if (err_format != ERR_TEXT)
+        return s ? cli_error("help", CLI_EXIT_USAGE, "usage",
+                             "unknown command '%s'; did you mean '%s'?", shown, s)
+                 : cli_error("help", CLI_EXIT_USAGE, "usage", "unknown command '%s'", shown);
+    if (s)
+        fprintf(stderr, "obx: unknown command '%s'; did you mean '%s'?\n", shown, s);
+    else
+        fprintf(stderr, "obx: unknown command '%s'\n", shown);
+    fprintf(stderr, "(`obx help` lists the commands)\n");
+    return CLI_EXIT_USAGE;
+}
+
 /* `obx COMMAND ... --help` (or -h) anywhere before a "--": that command's help, nothing run. */
 static bool wants_help(int argc, char **argv) {
     for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
@@ -308,20 +365,14 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return cmd_help(1, argv + 1);
     if (!strcmp(argv[1], "--version")) return cmd_version(1, argv + 1);
+    /* --json is for programs: then an error is a JSON object on stderr too */
+    for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
+        if (!strcmp(argv[i], "--json")) cli_errors_json(false);
     const cli_command *c = cli_find_command(argv[1]);
-    if (!c) {
-        fprintf(stderr, "obx: unknown command '");
-        put_printable(stderr, argv[1]);
-        fprintf(stderr, "'\n\n");
-        cli_help_general(stderr);
-        return 2;
-    }
+    if (!c) return unknown_command(argv[1]);
     if (wants_help(argc, argv)) {
         cli_help_command(stdout, c);
         return 0;
     }
-    /* --json is for programs: then an error is a JSON object on stderr too */
-    for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
-        if (!strcmp(argv[i], "--json")) cli_errors_json(false);
     return c->fn(argc - 1, argv + 1);
 }

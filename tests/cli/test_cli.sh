@@ -73,6 +73,14 @@ n=$(sqlite3 "$dir/o.db" "select count(*) from obx_receipt where kind='MIGRATION'
 g=$(sqlite3 "$dir/o.db" "select count(*) from obx_route where alias='new-owner'")
 if [[ $n == 0 && $g == 0 ]]; then echo "ok   nothing stored by refused or dry-run commands"; else echo "FAIL migration receipts $n, routes $g"; fails=$((fails + 1)); fi
 check "unknown command" 2 "unknown command" -- "$OBX" frobnicate
+# a typo: the likely command in at most three lines (issue 50), not the whole help
+check "typo" 2 "obx: unknown command 'reprot'; did you mean 'report'?" -- "$OBX" reprot
+n=$("$OBX" reprot 2>&1 | wc -l)
+if ((n <= 3)); then echo "ok   a typo answers in $n lines"; else echo "FAIL a typo answers in $n lines"; fails=$((fails + 1)); fi
+check "typo, a transposition in a long name" 2 "did you mean 'consumer-test'?" -- "$OBX" consumer-tset
+check "typo in obx help" 2 "did you mean 'watermark'?" -- "$OBX" help watremark
+check "no near command" 2 "unknown command 'frobnicate'"$'\n'"(\`obx help\` lists the commands)" -- "$OBX" frobnicate
+check "typo under --json" 2 '{"code":"usage","message":"unknown command '"'reprot'"'; did you mean '"'report'"'?"' -- "$OBX" reprot --json
 check "help" 0 "commands:" -- "$OBX" help
 if ((fails)); then echo "$fails failed"; exit 1; fi
 echo "all passed"

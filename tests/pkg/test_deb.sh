@@ -55,6 +55,8 @@ dpkg -i "$deb" >"$work/install.log" 2>&1 || { cat "$work/install.log"; fail "dpk
 grep -q -- "--http ADDR:PORT" <<<"$(/usr/bin/obx relay --help)" || fail "installed obx relay --help"
 [[ -f /usr/share/man/man1/obx.1 ]] || fail "no man page"
 [[ -f /usr/share/bash-completion/completions/obx ]] || fail "no bash completion"
+[[ -f /usr/share/zsh/vendor-completions/_obx ]] || fail "no zsh completion"
+[[ -f /usr/share/fish/vendor_completions.d/obx.fish ]] || fail "no fish completion"
 [[ $(pkg-config --modversion obx) == "$version" ]] || fail "pkg-config --modversion obx"
 [[ $(dpkg-query -W -f='${Conffiles}' obx) == *"/etc/obx/relay.yaml"* ]] || fail "relay.yaml is not a conffile"
 cmake -S "$src/tests/pkg/consumer" -B "$work/consumer" >"$work/consumer.log" 2>&1 &&
