@@ -679,6 +679,12 @@ OBX_API obx_err obx_config_dump(const obx_config *c, char **out_json);
  * *out_value (obx_free). */
 OBX_API obx_err obx_config_get(const obx_config *c, const char *key, char **out_value);
 OBX_API void obx_config_free(obx_config *c);
+/* The configuration reference, from the one table the parser, the defaults and the dump follow:
+ * a JSON array with an object per key in file order, {"key", "type" ("string", "integer",
+ * "boolean", "list" or "map"), "default" (as a file would write it; "" when empty), "min" and
+ * "max" (integers), "values" (a fixed set, such as "text|json"), "help"}. `man obx` and
+ * `obx help config` print it. *out_json is the caller's (obx_free). */
+OBX_API obx_err obx_config_reference(char **out_json);
 
 typedef struct obx_relay obx_relay;
 

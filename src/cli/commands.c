@@ -675,8 +675,13 @@ const char cli_man_exit[] =
     "not this obx's, permission denied, a busy database, out of memory.";
 
 const char cli_man_see_also[] =
-    "README.md, docs/design.md, docs/retention.md, docs/migration.md, docs/operations.md, "
-    "docs/security.md in the obx source.";
+    "The documentation installed with obx, in /usr/share/doc/obx (the Debian package; "
+    "share/doc/obx under another install prefix): README.md (the tour, the commands, the "
+    "configuration and the tests), design.md (the state machine and its rules), architecture.md "
+    "(the source), operations.md (upgrades, metrics, logs, the dashboard), postgres.md, kafka.md, "
+    "amqp.md (the backends), security.md (TLS, secrets, roles), retention.md (audit and purge), "
+    "migration.md (destinations, shadow mode, takeover), inbox-sql.md (consumers in any "
+    "language), reliability.md (the chaos soak), performance.md.";
 
 const cli_command *cli_find_command(const char *name) {
     for (size_t i = 0; i < cli_n_commands; i++)

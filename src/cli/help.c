@@ -76,6 +76,54 @@ void cli_help_general(FILE *f) {
             "(each command's --help says what a finding is). More in `man obx` and README.md.\n");
 }
 
+/* The configuration keys (obx_config_reference: the parser's own table), one object each. */
+static json_t *config_keys(void) {
+    char *js = NULL;
+    if (obx_config_reference(&js)) return NULL;
+    json_t *a = json_loads(js, 0, NULL);
+    obx_free(js);
+    return a;
+}
+
+/* "integer 100..86400000, default 30000" and the like (cap bytes). */
+static void key_summary(json_t *k, char *out, size_t cap) {
+    const char *type = json_string_value(json_object_get(k, "type"));
+    const char *def = json_string_value(json_object_get(k, "default"));
+    const char *values = json_string_value(json_object_get(k, "values"));
+    size_t n = (size_t)snprintf(out, cap, "%s", type);
+    if (json_object_get(k, "min"))
+        n += (size_t)snprintf(out + n, n < cap ? cap - n : 0, " %lld..%lld",
+                              (long long)json_integer_value(json_object_get(k, "min")),
+                              (long long)json_integer_value(json_object_get(k, "max")));
+    if (values) n += (size_t)snprintf(out + n, n < cap ? cap - n : 0, " %s", values);
+    if (n < cap)
+        snprintf(out + n, cap - n, "%s%s", def && *def ? ", default " : "", def && *def ? def : "");
+}
+
+/* `obx config --help` (and `obx help config`): every key of a configuration file. */
+static void config_reference_text(FILE *f) {
+    json_t *a = config_keys();
+    fprintf(f, "\nconfiguration keys (a.b in YAML is b: under a:; a flag sets one: --set "
+               "a.b=VALUE):\n");
+    size_t i;
+    json_t *k;
+    json_array_foreach(a, i, k) {
+        char sum[160];
+        key_summary(k, sum, sizeof sum);
+        int col = fprintf(f, "  %s", json_string_value(json_object_get(k, "key")));
+        if (col >= OPT_COL - 1) {
+            fprintf(f, "\n%*s", OPT_COL, "");
+            col = OPT_COL;
+        } else
+            col += fprintf(f, "%*s", OPT_COL - col, "");
+        col = wrap(f, sum, col, OPT_COL, false);
+        fprintf(f, "\n%*s", OPT_COL, "");
+        wrap(f, json_string_value(json_object_get(k, "help")), OPT_COL, OPT_COL, false);
+        fputc('\n', f);
+    }
+    json_decref(a);
+}
+
 void cli_help_command(FILE *f, const cli_command *c) {
     const char *line = c->synopsis;
     for (bool first = true; *line; first = false) {
@@ -122,6 +170,7 @@ void cli_help_command(FILE *f, const cli_command *c) {
     fprintf(f, "  2  usage error (unknown option, malformed URL or value, missing required "
                "option)\n"
                "  3  could not check (unreachable, no such outbox, schema, permission)\n");
+    if (!strcmp(c->name, "config")) config_reference_text(f);
     if (c->examples) {
         fprintf(f, "\nexamples:\n");
         for (const char *e = c->examples; *e;) {
@@ -227,6 +276,32 @@ static void man_command(FILE *f, const cli_command *c) {
     }
 }
 
+/* CONFIGURATION: every key of the relay's configuration file, from the parser's own table. */
+static void man_configuration(FILE *f) {
+    fprintf(f, ".SH CONFIGURATION\n");
+    roff_line(f, "obx relay --config FILE (and obx config, audit, purge, watermark, status, trace) "
+                 "read YAML: a dotted key is a key under its section (relay.lease_ms is lease_ms "
+                 "under relay). Flags override the file: --db, --broker, --http, --id, "
+                 "--broker-prop K=V and --set KEY=VALUE for any key. Unknown keys, wrong types "
+                 "and values out of range are errors that name the key and the line; obx config "
+                 "prints the configuration a relay would run with.");
+    json_t *a = config_keys();
+    size_t i;
+    json_t *k;
+    json_array_foreach(a, i, k) {
+        char sum[200];
+        key_summary(k, sum, sizeof sum);
+        bool bol = false;
+        fprintf(f, ".TP\n\\fB");
+        roff(f, json_string_value(json_object_get(k, "key")), &bol);
+        fprintf(f, "\\fR (");
+        roff(f, sum, &bol);
+        fprintf(f, ")\n");
+        roff_line(f, json_string_value(json_object_get(k, "help")));
+    }
+    json_decref(a);
+}
+
 /* No date in the header: the page changes only when the table or the version does. */
 static void man_page(FILE *f) {
     fprintf(f,
@@ -240,6 +315,7 @@ static void man_page(FILE *f) {
     man_section(f, "DESCRIPTION", cli_man_description);
     fprintf(f, ".SH COMMANDS\n");
     for (size_t i = 0; i < cli_n_commands; i++) man_command(f, &cli_commands[i]);
+    man_configuration(f);
     man_section(f, "HTTP", cli_man_http);
     man_section(f, "FILES", cli_man_files);
     man_section(f, "EXIT STATUS", cli_man_exit);

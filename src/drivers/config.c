@@ -1,7 +1,8 @@
 /*
  * config.c — the relay's configuration: defaults that work, a YAML file (libyaml) over them,
  * and flag overrides by dotted key. One table (`keys`) is the whole schema: names, types,
- * limits and help; the file parser, obx_config_set and the README reference all follow it.
+ * limits, defaults and help; the file parser, obx_config_new, obx_config_set, the dump and the
+ * reference (obx_config_reference: `man obx` CONFIGURATION and `obx help config`) follow it.
  * Errors name the key and, from a file, the line: `relay.dispatchers (line 4): 0 is outside
  * 1..64`. Unknown keys, wrong types, a key given twice, a NUL byte inside a value and a second
  * YAML document are errors, never ignored or cut short; values are echoed in messages only in
@@ -26,75 +27,130 @@ typedef struct key {
     size_t cap; /* K_STR: buffer size */
     int64_t min, max;
     bool secret;
+    const char *def;    /* the default as typed (obx_config_new applies it); NULL: empty */
+    const char *values; /* K_STR with a fixed set: "text|json"; NULL: any */
+    const char *help;   /* one or two sentences: the man page and `obx help config` */
 } key;
 
-#define S(name, field)                                                                             \
-    { name, K_STR, offsetof(obx_config, field), sizeof(((obx_config *)0)->field), 0, 0, false }
-#define I(name, field, lo, hi)                                                                     \
-    { name, K_INT, offsetof(obx_config, field), 0, lo, hi, false }
-#define B(name, field)                                                                             \
-    { name, K_BOOL, offsetof(obx_config, field), 0, 0, 1, false }
-#define L(name, field)                                                                             \
-    { name, K_LIST, offsetof(obx_config, field), 0, 0, 0, false }
-#define M(name, field)                                                                             \
-    { name, K_MAP, offsetof(obx_config, field), 0, 0, 0, false }
+#define S(name, field, def, values, help)                                                          \
+    {                                                                                              \
+        name, K_STR, offsetof(obx_config, field), sizeof(((obx_config *)0)->field), 0, 0, false,   \
+            def, values, help                                                                      \
+    }
+#define I(name, field, lo, hi, def, help)                                                          \
+    { name, K_INT, offsetof(obx_config, field), 0, lo, hi, false, def, NULL, help }
+#define B(name, field, def, help)                                                                  \
+    { name, K_BOOL, offsetof(obx_config, field), 0, 0, 1, false, def, NULL, help }
+#define L(name, field, help)                                                                       \
+    { name, K_LIST, offsetof(obx_config, field), 0, 0, 0, false, NULL, NULL, help }
+#define M(name, field, help)                                                                       \
+    { name, K_MAP, offsetof(obx_config, field), 0, 0, 0, false, NULL, NULL, help }
+#define YEAR_MS INT64_C(31536000000)
 
+/* The whole schema: the parser, obx_config_new's defaults, the dump and the reference that
+ * `man obx` and `obx help config` print (obx_config_reference) all read this one table. */
 static const key keys[] = {
-    S("db", db),
-    S("broker", broker),
-    M("broker_properties", broker_props),
-    S("relay.id", relay_id),
-    I("relay.dispatchers", dispatchers, 1, 64),
-    I("relay.batch", batch, 1, 10000),
-    I("relay.window", window, 1, 100000),
-    I("relay.lease_ms", lease_ms, 100, 86400000),
-    I("relay.reconcile_lease_ms", reconcile_lease_ms, 100, 86400000),
-    I("relay.recheck_ms", recheck_ms, 10, 86400000),
-    I("relay.recheck_max_ms", recheck_max_ms, 10, 86400000),
-    I("relay.backoff_base_ms", backoff_base_ms, 1, 86400000),
-    I("relay.backoff_max_ms", backoff_max_ms, 1, 86400000),
-    I("relay.poll_ms", poll_ms, 1, 60000),
-    I("relay.sweep_ms", sweep_ms, 10, 3600000),
-    I("relay.reconcile_ms", reconcile_ms, 10, 3600000),
-    I("relay.drain_ms", drain_ms, 0, 600000),
-    B("relay.reconciler", reconciler),
-    L("relay.aliases", aliases),
-    B("relay.shadow", shadow),
-    S("relay.shadow_feed", shadow_feed),
-    I("relay.shadow_interval_ms", shadow_interval_ms, 100, 86400000),
-    I("relay.shadow_grace_ms", shadow_grace_ms, 0, INT64_C(31536000000)),
-    I("relay.shadow_window_ms", shadow_window_ms, 1000, INT64_C(31536000000)),
-    L("relay.shadow_topics", shadow_topics),
-    I("connect.retry_initial_ms", retry_initial_ms, 10, 3600000),
-    I("connect.retry_max_ms", retry_max_ms, 10, 86400000),
-    S("http.listen", http_listen),
-    S("http.token_file", http_token_file),
-    I("http.max_connections", http_max_connections, 1, 1000000),
-    I("http.max_connections_per_ip", http_max_connections_per_ip, 0, 1000000),
-    I("http.series_interval_ms", series_interval_ms, 100, 3600000),
-    I("http.series_points", series_points, 2, 100000),
-    S("log.format", log_format),
-    S("log.level", log_level),
-    I("log.fold_after", log_fold_after, 0, 1000000),
-    I("log.fold_interval_ms", log_fold_interval_ms, 100, 3600000),
-    L("audit.critical_consumers", critical_consumers),
-    I("audit.pending_max_age_ms", pending_max_age_ms, 0, INT64_C(31536000000)),
-    I("audit.unconsumed_max_age_ms", unconsumed_max_age_ms, 0, INT64_C(31536000000)),
-    I("audit.unknown_max_age_ms", unknown_max_age_ms, 0, INT64_C(31536000000)),
-    I("audit.interval_ms", audit_interval_ms, 0, 86400000),
-    I("audit.max_ids", audit_max_ids, 1, 10000),
-    I("audit.max_scan", audit_max_scan, 1, 100000000),
-    I("audit.broker_scan_window_ms", audit_scan_window_ms, 0, INT64_C(31536000000)),
-    I("retention.replay_window_ms", replay_window_ms, 0, INT64_C(31536000000)),
-    I("retention.batch", purge_batch, 1, 100000),
-    I("retention.interval_ms", purge_interval_ms, 0, 86400000),
-    I("retention.max_rate", purge_max_rate, 0, 10000000),
+    S("db", db, "sqlite:obx.db", NULL, "The outbox store: sqlite:PATH or postgres://..."),
+    S("broker", broker, "log:obx-broker.db", NULL,
+      "The broker: log:PATH, kafka://HOST:PORT[,...] or amqp(s)://USER:PASS@HOST:PORT/VHOST."),
+    M("broker_properties", broker_props,
+      "name: value pairs passed to the broker backend (librdkafka, rabbitmq-c properties)."),
+    S("relay.id", relay_id, NULL, NULL,
+      "The relay's name in claims and audit rows; empty: HOST:PID."),
+    I("relay.dispatchers", dispatchers, 1, 64, "2",
+      "Dispatcher threads; beyond the first they claim only under a backlog, and only the first "
+      "waits for commits (LISTEN)."),
+    I("relay.batch", batch, 1, 10000, "256", "Events per claim, sweep and reconcile step."),
+    I("relay.window", window, 1, 100000, "2048", "In-flight messages per dispatcher at most."),
+    I("relay.lease_ms", lease_ms, 100, 86400000, "30000", "The claim and SENDING lease."),
+    I("relay.reconcile_lease_ms", reconcile_lease_ms, 100, 86400000, "30000",
+      "The reconciler's claim on an UNKNOWN event."),
+    I("relay.recheck_ms", recheck_ms, 10, 86400000, "5000",
+      "The next lookup after a broker could not tell (grows to relay.recheck_max_ms)."),
+    I("relay.recheck_max_ms", recheck_max_ms, 10, 86400000, "300000",
+      "The longest wait between lookups."),
+    I("relay.backoff_base_ms", backoff_base_ms, 1, 86400000, "500",
+      "After a definite rejection: retry after base * 2^(n-1), plus or minus 20%."),
+    I("relay.backoff_max_ms", backoff_max_ms, 1, 86400000, "60000",
+      "The longest backoff (at least relay.backoff_base_ms)."),
+    I("relay.poll_ms", poll_ms, 1, 60000, "50",
+      "The idle wait between claims (PostgreSQL: a commit's NOTIFY wakes the relay sooner)."),
+    I("relay.sweep_ms", sweep_ms, 10, 3600000, "1000",
+      "How often expired SENDING leases become DISPATCH_UNKNOWN."),
+    I("relay.reconcile_ms", reconcile_ms, 10, 3600000, "1000", "How often the reconciler runs."),
+    I("relay.drain_ms", drain_ms, 0, 600000, "10000",
+      "On stop: how long to wait for in-flight acknowledgements."),
+    B("relay.reconciler", reconciler, "true", "Run the reconciler in this relay."),
+    L("relay.aliases", aliases, "The dispatcher aliases this relay serves; empty: all."),
+    B("relay.shadow", shadow, "false",
+      "Claim and send nothing; compare with what another dispatcher published "
+      "(docs/migration.md)."),
+    S("relay.shadow_feed", shadow_feed, NULL, NULL,
+      "A receipts feed (JSON lines) to compare with instead of the broker (with relay.shadow)."),
+    I("relay.shadow_interval_ms", shadow_interval_ms, 100, 86400000, "10000",
+      "One shadow comparison per interval."),
+    I("relay.shadow_grace_ms", shadow_grace_ms, 0, YEAR_MS, "60000",
+      "Younger events are not missing yet."),
+    I("relay.shadow_window_ms", shadow_window_ms, 1000, YEAR_MS, "3600000",
+      "Events committed within this window are compared."),
+    L("relay.shadow_topics", shadow_topics,
+      "Also read these topics (to see misrouted publications)."),
+    I("connect.retry_initial_ms", retry_initial_ms, 10, 3600000, "500",
+      "A database or broker that is not there yet or went away is waited for: the first wait "
+      "between tries, doubling per failed try (each drawn from its upper half: jitter)."),
+    I("connect.retry_max_ms", retry_max_ms, 10, 86400000, "15000",
+      "The longest wait between tries (at least connect.retry_initial_ms)."),
+    S("http.listen", http_listen, NULL, NULL,
+      "ADDR:PORT for /healthz, /readyz, /metrics, the dashboard and its API; empty: no HTTP "
+      "server; port 0 picks a free one."),
+    S("http.token_file", http_token_file, NULL, NULL,
+      "The bearer token for mutating requests (requeue, re-drive, resolve)."),
+    I("http.max_connections", http_max_connections, 1, 1000000, "4096",
+      "Open HTTP connections at most (epoll: RLIMIT_NOFILE is the bound)."),
+    I("http.max_connections_per_ip", http_max_connections_per_ip, 0, 1000000, "256",
+      "Open HTTP connections from one address at most; 0: no limit."),
+    I("http.series_interval_ms", series_interval_ms, 100, 3600000, "5000",
+      "The dashboard's charts: one sample per interval."),
+    I("http.series_points", series_points, 2, 100000, "720",
+      "The dashboard's charts: samples kept (720 at 5 s: an hour)."),
+    S("log.format", log_format, "text", "text|json",
+      "text: one line per record; json: one JSON object per line, every line the relay writes."),
+    S("log.level", log_level, "info", "debug|info|warn|error", "The least level written."),
+    I("log.fold_after", log_fold_after, 0, 1000000, "20",
+      "Per-event records of one kind written one by one per window; past it one line counts the "
+      "rest (the metrics count every event); 0: never fold."),
+    I("log.fold_interval_ms", log_fold_interval_ms, 100, 3600000, "10000",
+      "The window of log.fold_after."),
+    L("audit.critical_consumers", critical_consumers,
+      "ID=URL of each consumer that must consume every event (its inbox database): the audit, "
+      "retention, lag and poison in /metrics and the dashboard, receipts in traces."),
+    I("audit.pending_max_age_ms", pending_max_age_ms, 0, YEAR_MS, "300000",
+      "PENDING or CLAIMED older than this is a finding; 0: off."),
+    I("audit.unconsumed_max_age_ms", unconsumed_max_age_ms, 0, YEAR_MS, "900000",
+      "PUBLISHED without a critical consumer's receipt for longer is a finding; 0: off."),
+    I("audit.unknown_max_age_ms", unknown_max_age_ms, 0, YEAR_MS, "900000",
+      "An UNKNOWN outcome older than this is a finding; 0: off."),
+    I("audit.interval_ms", audit_interval_ms, 0, 86400000, "60000",
+      "The relay's audit period (counts on /metrics); 0: off."),
+    I("audit.max_ids", audit_max_ids, 1, 10000, "20", "Event IDs listed per finding."),
+    I("audit.max_scan", audit_max_scan, 1, 100000000, "100000",
+      "PUBLISHED events checked against the inboxes per audit."),
+    I("audit.broker_scan_window_ms", audit_scan_window_ms, 0, YEAR_MS, "3600000",
+      "The bypass check reads broker messages this recent; 0: all."),
+    I("retention.replay_window_ms", replay_window_ms, 0, YEAR_MS, "604800000",
+      "Payloads stay at least this long after publication (7 days)."),
+    I("retention.batch", purge_batch, 1, 100000, "500", "Events per purge transaction."),
+    I("retention.interval_ms", purge_interval_ms, 0, 86400000, "0",
+      "The relay's purge period; 0: off (obx purge from cron works too)."),
+    I("retention.max_rate", purge_max_rate, 0, 10000000, "0",
+      "Purge pace in events per second; 0: as fast as the database goes."),
 };
 #undef S
 #undef I
 #undef B
 #undef L
 #undef M
+#undef YEAR_MS
 
 static const key *find_key(const char *name) {
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
@@ -118,49 +174,20 @@ static obx_err strv_push(obx__strv *v, const char *s) {
     return OBX_OK;
 }
 
+static obx_err set_scalar(obx_config *c, const key *k, const char *v, int line);
+
 obx_err obx_config_new(obx_config **out) {
     if (!out) return obx__fail(OBX_EINVAL, "out: NULL");
     obx_config *c = calloc(1, sizeof *c);
     if (!c) return obx__fail(OBX_ENOMEM, "config: out of memory");
-    strcpy(c->db, "sqlite:obx.db");
-    strcpy(c->broker, "log:obx-broker.db");
-    c->dispatchers = 2;
-    c->batch = 256;
-    c->window = 2048;
-    c->lease_ms = 30000;
-    c->reconcile_lease_ms = 30000;
-    c->recheck_ms = 5000;
-    c->recheck_max_ms = 300000;
-    c->backoff_base_ms = 500;
-    c->backoff_max_ms = 60000;
-    c->poll_ms = 50;
-    c->sweep_ms = 1000;
-    c->reconcile_ms = 1000;
-    c->drain_ms = 10000;
-    c->reconciler = 1;
-    c->retry_initial_ms = 500; /* then 1, 2, 4, 8 s, ... (each drawn from its upper half) */
-    c->retry_max_ms = 15000;
-    strcpy(c->log_format, "text");
-    strcpy(c->log_level, "info");
-    c->log_fold_after = 20; /* per kind of per-event record and window; 0: never fold */
-    c->log_fold_interval_ms = 10000;
-    c->pending_max_age_ms = 300000;
-    c->unconsumed_max_age_ms = 900000;
-    c->unknown_max_age_ms = 900000;
-    c->audit_interval_ms = 60000;
-    c->replay_window_ms = INT64_C(7) * 86400000;
-    c->purge_batch = 500;
-    c->audit_max_ids = 20;
-    c->audit_max_scan = 100000;
-    c->audit_scan_window_ms = 3600000;
-    c->purge_interval_ms = 0;
-    c->shadow_interval_ms = 10000;
-    c->shadow_grace_ms = 60000;
-    c->shadow_window_ms = 3600000;
-    c->series_interval_ms = 5000; /* the dashboard's charts: every 5 s for an hour */
-    c->series_points = 720;
-    c->http_max_connections = 4096;       /* epoll: no FD_SETSIZE bound (RLIMIT_NOFILE is) */
-    c->http_max_connections_per_ip = 256; /* one address cannot take them all; 0: no limit */
+    /* the table's defaults, parsed as a file's values would be */
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        obx_err e = keys[i].def ? set_scalar(c, &keys[i], keys[i].def, 0) : OBX_OK;
+        if (e) {
+            obx_config_free(c);
+            return obx__fail_prefix(OBX_EINTERNAL, "configuration default");
+        }
+    }
     *out = c;
     return OBX_OK;
 }
@@ -203,6 +230,17 @@ static obx_err where(obx_err e, const char *name, int line) {
     return obx__fail_prefix(e, "%s", name);
 }
 
+/* v is one of the '|'-separated values (a key with a fixed set: log.format, log.level). */
+static bool one_of(const char *values, const char *v) {
+    size_t n = strlen(v);
+    for (const char *p = values; *p;) {
+        size_t len = strcspn(p, "|");
+        if (len == n && !strncmp(p, v, n)) return true;
+        p += len + (p[len] == '|');
+    }
+    return false;
+}
+
 /* Sets a scalar-typed key from text. */
 static obx_err set_scalar(obx_config *c, const key *k, const char *v, int line) {
     char *base = (char *)c + k->off;
@@ -219,6 +257,12 @@ static obx_err set_scalar(obx_config *c, const key *k, const char *v, int line) 
             return where(
                 obx__fail(OBX_ECONFIG, "%zu bytes, over the limit of %zu", strlen(v), k->cap - 1),
                 k->name, line);
+        if (k->values && !one_of(k->values, v)) {
+            char shown[64];
+            return where(obx__fail(OBX_ECONFIG, "'%s' is not one of %s",
+                                   obx__printable(v, strlen(v), shown, sizeof shown), k->values),
+                         k->name, line);
+        }
         strcpy(base, v);
         return OBX_OK;
     case K_INT: {
@@ -503,12 +547,6 @@ obx_err obx__config_check(const obx_config *c) {
         return obx__fail(OBX_ECONFIG,
                          "connect.retry_max_ms (%lld) is below connect.retry_initial_ms (%lld)",
                          (long long)c->retry_max_ms, (long long)c->retry_initial_ms);
-    if (strcmp(c->log_format, "text") && strcmp(c->log_format, "json"))
-        return obx__fail(OBX_ECONFIG, "log.format: '%s' is not text or json", c->log_format);
-    if (strcmp(c->log_level, "debug") && strcmp(c->log_level, "info") &&
-        strcmp(c->log_level, "warn") && strcmp(c->log_level, "error"))
-        return obx__fail(OBX_ECONFIG, "log.level: '%s' is not debug, info, warn or error",
-                         c->log_level);
     for (size_t i = 0; i < c->aliases.n; i++)
         if (obx__check_field("relay.aliases", c->aliases.v[i], 1, OBX_NAME_MAX, OBX__CS_NAME))
             return as_config_error();
@@ -647,4 +685,27 @@ obx_err obx_config_get(const obx_config *c, const char *name, char **out) {
     }
     *out = (char *)b.data;
     return OBX_OK;
+}
+
+obx_err obx_config_reference(char **out) {
+    if (!out) return obx__fail(OBX_EINVAL, "config: NULL argument");
+    static const char *const types[] = {"string", "integer", "boolean", "list", "map"};
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < sizeof keys / sizeof keys[0]; i++) {
+        const key *k = &keys[i];
+        json_t *o = json_pack("{s:s,s:s,s:s}", "key", k->name, "type", types[k->k], "default",
+                              k->def ? k->def : "");
+        if (o && k->k == K_INT) {
+            json_object_set_new(o, "min", json_integer((json_int_t)k->min));
+            json_object_set_new(o, "max", json_integer((json_int_t)k->max));
+        }
+        if (o && k->values) json_object_set_new(o, "values", json_string(k->values));
+        if (o) json_object_set_new(o, "help", json_string(k->help));
+        if (!o || json_array_append_new(a, o)) {
+            json_decref(a);
+            a = NULL;
+        }
+    }
+    if (!a) return obx__fail(OBX_ENOMEM, "config: out of memory");
+    return obx__json_out(a, out);
 }

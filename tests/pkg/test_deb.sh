@@ -56,6 +56,11 @@ grep -q -- "--http ADDR:PORT" <<<"$(/usr/bin/obx relay --help)" || fail "install
 [[ -f /usr/share/man/man1/obx.1 ]] || fail "no man page"
 [[ -f /usr/share/bash-completion/completions/obx ]] || fail "no bash completion"
 [[ -f /usr/share/zsh/vendor-completions/_obx ]] || fail "no zsh completion"
+# the man page's SEE ALSO points to the installed documentation: every file it names is there
+for f in $(obx help --man | awk '/^\.SH "?SEE ALSO/ {on = 1; next} /^\.SH/ {on = 0} on' | sed 's/\\-/-/g' | grep -o '[A-Za-z-]*\.md'); do
+  [[ -f /usr/share/doc/obx/$f ]] || fail "the man page names $f; /usr/share/doc/obx has no such file"
+done
+[[ -f /usr/share/doc/obx/README.md && -f /usr/share/doc/obx/design.md ]] || fail "no documentation in /usr/share/doc/obx"
 [[ -f /usr/share/fish/vendor_completions.d/obx.fish ]] || fail "no fish completion"
 [[ $(pkg-config --modversion obx) == "$version" ]] || fail "pkg-config --modversion obx"
 [[ $(dpkg-query -W -f='${Conffiles}' obx) == *"/etc/obx/relay.yaml"* ]] || fail "relay.yaml is not a conffile"

@@ -93,7 +93,7 @@ static void test_errors(void **st) {
     expect_code(OBX_EURL, "db: mysql://x\n", "db: store URL");
     expect_code(OBX_EURL, "broker: nats://h:1\n", "broker: broker URL");
     expect_error("relay: {dispatchers: 2\n", "YAML");
-    expect_error("log:\n  format: xml\n", "log.format: 'xml'");
+    expect_error("log:\n  format: xml\n", "log.format (line 2): 'xml' is not one of text|json");
     expect_error("relay:\n  backoff_base_ms: 9000\n  backoff_max_ms: 10\n", "backoff_max_ms");
     /* shadow mode (docs/migration.md) */
     expect_error("relay:\n  shadow: perhaps\n",
