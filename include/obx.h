@@ -69,7 +69,7 @@ extern "C" {
     X(OBX_EINVARIANT, 26, 0, "an invariant does not hold")                                         \
     X(OBX_ESTOPPED, 27, 0, "stopped by request")                                                   \
     X(OBX_EPOISON, 28, 0, "message refused for good by the consumer's handler (poison)")           \
-    X(OBX_ENODB, 29, 0, "no such database")
+    X(OBX_ENODB, 29, 1, "no such database")
 
 typedef enum obx_err {
 #define OBX__ENUM(name, num, retr, msg) name = num,
@@ -99,6 +99,18 @@ OBX_API obx_err obx_error_set(obx_err e, const char *msg);
 
 /* Frees memory the library handed to the caller (char ** out-parameters). NULL is harmless. */
 OBX_API void obx_free(void *p);
+
+/* Lines the library writes that no call returns: librdkafka's own log lines, the PostgreSQL
+ * server's notices and warnings on obx's connections, warnings such as a consumed topic that
+ * does not exist. Without a handler each is one text line on stderr; with one, they go to it
+ * (from any thread, at the same time: it must be thread-safe). Set it before opening anything;
+ * NULL restores the default. The relay sets its own (log.format) when it starts. */
+#define OBX_LOG_DEBUG 0
+#define OBX_LOG_INFO 1
+#define OBX_LOG_WARN 2
+#define OBX_LOG_ERROR 3
+typedef void (*obx_log_fn)(int level, const char *component, const char *message, void *user);
+OBX_API void obx_log_set(obx_log_fn fn, void *user);
 
 /* ---------------------------------------------------------------------------------------------
  * Limits (the documented input set; see README "Input limits").

@@ -432,8 +432,8 @@ static long long mono_now_ms(void) {
 /* Whether an error is one to wait out (not there yet, unreachable now) rather than one that
  * ends the consumer: the same kinds as the relay's (obx__dep_waitable in deps.c). */
 static bool waitable(obx_err e) {
-    return e == OBX_ECONNLOST || e == OBX_EBROKER || e == OBX_EIO || e == OBX_EBUSY ||
-           e == OBX_ESTORE;
+    return e == OBX_ECONNLOST || e == OBX_ENODB || e == OBX_EBROKER || e == OBX_EIO ||
+           e == OBX_EBUSY || e == OBX_ESTORE;
 }
 
 static void dep_down(consume_dep *d, obx_err e, long long retry_ms) {

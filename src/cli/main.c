@@ -144,6 +144,23 @@ void cli_warn(const char *cmd, const char *code, const char *fmt, ...) {
     report(cmd, -1, code, msg, NULL);
 }
 
+/* The library's own lines (librdkafka, the server's notices, a topic that does not exist): as
+ * the command's warnings, text or JSON like its errors (the relay installs its log instead). */
+static void library_line(int level, const char *component, const char *msg, void *user) {
+    static const char *const codes[] = {"debug", "info", "warn", "error"};
+    const char *cmd = user;
+    if (err_format == ERR_TEXT) {
+        fprintf(stderr, "obx %s: %s: ", cmd, component);
+        put_printable(stderr, msg);
+        fputc('\n', stderr);
+        return;
+    }
+    char clean[2048], line[2400];
+    printable(clean, sizeof clean, msg, true);
+    snprintf(line, sizeof line, "%s: %s", component, clean);
+    report(cmd, -1, codes[level & 3], line, NULL);
+}
+
 /* rc -1: a warning (the command goes on). */
 static int report(const char *cmd, int rc, const char *code, const char *msg, const char *hint) {
     if (err_format == ERR_TEXT) {
@@ -370,6 +387,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--json")) cli_errors_json(false);
     const cli_command *c = cli_find_command(argv[1]);
     if (!c) return unknown_command(argv[1]);
+    obx_log_set(library_line, (void *)c->name);
     if (wants_help(argc, argv)) {
         cli_help_command(stdout, c);
         return 0;

@@ -66,13 +66,17 @@ int64_t obx__mono_us(void);
 /* ms since the epoch as RFC 3339 UTC, "2030-01-02T03:04:05.678Z" (out: 32 bytes). */
 void obx__iso_ms(int64_t ms, char out[32]);
 
-/* Lines a backend's library writes on its own (librdkafka's log callback, libpq's notices).
- * The drivers' log (src/drivers/log.c) installs the sink when a relay starts, so that they come
- * out as records of log.format like every other line; without a sink they go to stderr as one
- * text line each, as those libraries' own defaults would write them. Any thread. */
-typedef enum { OBX__BLOG_DEBUG, OBX__BLOG_INFO, OBX__BLOG_WARN, OBX__BLOG_ERROR } obx__blog_level;
-typedef void (*obx__log_sink_fn)(obx__blog_level level, const char *component, const char *msg);
-void obx__log_sink_set(obx__log_sink_fn sink);
+/* Lines a backend writes on its own (librdkafka's log callback, libpq's notices, warnings no
+ * call returns): to the handler of obx_log_set (obx.h), which the drivers' log
+ * (src/drivers/log.c) installs when a relay starts, so that they come out as records of
+ * log.format like every other line; without one they go to stderr as one text line each, as
+ * those libraries' own defaults would write them. Any thread. */
+typedef enum {
+    OBX__BLOG_DEBUG = OBX_LOG_DEBUG,
+    OBX__BLOG_INFO = OBX_LOG_INFO,
+    OBX__BLOG_WARN = OBX_LOG_WARN,
+    OBX__BLOG_ERROR = OBX_LOG_ERROR
+} obx__blog_level; /* the sink: obx_log_set (obx.h) */
 void obx__backend_log(obx__blog_level level, const char *component, const char *fmt, ...)
     OBX__PRINTF(3, 4);
 

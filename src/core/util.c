@@ -165,9 +165,13 @@ void obx__iso_ms(int64_t ms, char out[32]) {
              tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms - sec * 1000));
 }
 
-static _Atomic(obx__log_sink_fn) log_sink;
+static _Atomic(obx_log_fn) log_sink;
+static void *_Atomic log_user;
 
-void obx__log_sink_set(obx__log_sink_fn sink) { atomic_store(&log_sink, sink); }
+void obx_log_set(obx_log_fn fn, void *user) {
+    atomic_store(&log_user, user);
+    atomic_store(&log_sink, fn);
+}
 
 void obx__backend_log(obx__blog_level level, const char *component, const char *fmt, ...) {
     char msg[1024];
@@ -177,9 +181,9 @@ void obx__backend_log(obx__blog_level level, const char *component, const char *
     va_end(ap);
     size_t n = strlen(msg);
     while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' ')) msg[--n] = '\0';
-    obx__log_sink_fn sink = atomic_load(&log_sink);
+    obx_log_fn sink = atomic_load(&log_sink);
     if (sink) {
-        sink(level, component, msg);
+        sink((int)level, component, msg, atomic_load(&log_user));
         return;
     }
     static const char *const names[] = {"DEBUG", "INFO", "WARNING", "ERROR"};

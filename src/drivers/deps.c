@@ -118,7 +118,8 @@ bool obx__deps_ready(obx__deps *ds, char *why, size_t cap) {
 
 bool obx__dep_waitable(obx_err e) {
     switch (e) {
-    case OBX_ECONNLOST: /* no server, no such database, authentication refused (for now) */
+    case OBX_ECONNLOST: /* no server, authentication refused (for now) */
+    case OBX_ENODB:     /* a database not created yet */
     case OBX_EBROKER:   /* broker down, connection refused or timed out */
     case OBX_EIO:
     case OBX_EBUSY:

@@ -44,14 +44,15 @@ static void clean(char *s) {
 }
 
 /* The backends' own lines (librdkafka, libpq notices): records like every other. */
-static void backend_sink(obx__blog_level lvl, const char *component, const char *msg) {
+static void backend_sink(int lvl, const char *component, const char *msg, void *user) {
+    (void)user;
     static const obx__log_level map[] = {OBX__LOG_DEBUG, OBX__LOG_INFO, OBX__LOG_WARN,
                                          OBX__LOG_ERROR};
-    obx__log(map[lvl], component, NULL, NULL, NULL, "%s", msg);
+    obx__log(map[lvl & 3], component, NULL, NULL, NULL, "%s", msg);
 }
 
 void obx__log_setup(const char *format, const char *level) {
-    obx__log_sink_set(backend_sink);
+    obx_log_set(backend_sink, NULL);
     json_mode = format && !strcmp(format, "json");
     if (!level) return;
     if (!strcmp(level, "debug"))

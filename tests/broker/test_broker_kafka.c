@@ -969,6 +969,31 @@ static void test_consume_bad_headers(void **st) {
     obx__br_close(b);
 }
 
+/* A consumer subscribed to a topic the cluster does not have consumes nothing: obx says so,
+ * through its log (obx_log_set), once per missing topic and not for one that exists (issue 50). */
+static char log_seen[4096];
+static void log_capture(int level, const char *component, const char *msg, void *user) {
+    (void)user;
+    size_t l = strlen(log_seen);
+    snprintf(log_seen + l, sizeof log_seen - l, "%d %s %s\n", level, component, msg);
+}
+
+static void test_consume_missing_topic_warns(void **st) {
+    (void)st;
+    topic("present", 1);
+    log_seen[0] = '\0';
+    obx_log_set(log_capture, NULL);
+    obx__broker *b = open_kafka(NULL, group_props, 2);
+    const char *topics[] = {"present", "nosuchtopic"};
+    OK(b->m->consume_open(b, "g-missing", topics, 2));
+    obx__br_close(b);
+    obx_log_set(NULL, NULL);
+    if (!strstr(log_seen, "2 kafka ") || !strstr(log_seen, "topic 'nosuchtopic' does not exist"))
+        fail_msg("no warning about the missing topic: %s", log_seen);
+    if (strstr(log_seen, "topic 'present'"))
+        fail_msg("a warning about a topic that exists: %s", log_seen);
+}
+
 /* ---- interoperability --------------------------------------------------------------------------
  */
 
@@ -1040,6 +1065,7 @@ int main(int argc, char **argv) {
             cmocka_unit_test_setup_teardown(test_lookup_bounded, setup, teardown),
             cmocka_unit_test_setup_teardown(test_group_rebalance_and_lost_commit, setup, teardown),
             cmocka_unit_test_setup_teardown(test_consume_bad_headers, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_consume_missing_topic_warns, setup, teardown),
             cmocka_unit_test_setup_teardown(test_kcat_reads_headers, setup, teardown),
         };
         failed += cmocka_run_group_tests_name("kafka backend", tests, NULL, NULL);

@@ -2,7 +2,10 @@
 # test_cli_pg.sh OBX — the command line on PostgreSQL as scripts meet it (issue 50), on a fresh
 # database of OBX_TEST_PG_URL (tests/e2e/pgdb.sh; fails without a server):
 #   - with log.format=json, the server's notices and warnings on the relay's connections
-#     (libpq's notice receiver) are JSON records like every other line it writes.
+#     (libpq's notice receiver) are JSON records like every other line it writes;
+#   - a database that does not exist is OBX_ENODB (not a lost connection): "no such outbox"
+#     for the commands that only read, exit 3 everywhere; one without obx's schema is
+#     OBX_ESCHEMA.
 set -u
 OBX=$(realpath "${1:?usage: test_cli_pg.sh OBX}")
 source "$(dirname "$0")/../e2e/pgdb.sh"
@@ -38,5 +41,28 @@ elif ! jq -s -e 'any(.[]; .component == "postgres" and .level == "warn" and (.ms
 else
   echo "ok   the server's warnings are JSON records ($n records)"
 fi
+# ---- a database that does not exist; one without obx's schema ----
+missing=${db%/*}/obx_no_such_db_$$
+out=$("$OBX" report --db "$missing" 2>&1)
+rc=$?
+[[ $rc == 3 && $out == "obx report: no such outbox: ${missing}" ]] && echo "ok   report: $out" || bad "report on a missing database: exit $rc: $out"
+for c in "init" "audit" "status" "route list"; do
+  # shellcheck disable=SC2086 # a subcommand is a word of its own
+  out=$("$OBX" $c --db "$missing" --json 2>&1 >/dev/null)
+  rc=$?
+  if [[ $rc == 3 ]] && jq -e '.code == "OBX_ENODB" and (.message | contains("does not exist") or contains("no such outbox"))' <<<"$out" >/dev/null; then
+    echo "ok   $c on a missing database: OBX_ENODB"
+  else
+    bad "$c on a missing database: exit $rc: $out"
+  fi
+done
+bare=$(pg_fresh_db)
+out=$("$OBX" report --db "$bare" --json 2>&1 >/dev/null)
+rc=$?
+[[ $rc == 3 ]] && jq -e '.code == "OBX_ESCHEMA"' <<<"$out" >/dev/null && echo "ok   a database without obx's schema: OBX_ESCHEMA" ||
+  bad "no schema: exit $rc: $out"
+out=$("$OBX" audit --db "$bare" --json 2>&1 >/dev/null)
+jq -e '.code == "OBX_ESCHEMA"' <<<"$out" >/dev/null || bad "audit, no schema: $out"
+pg_drop_db "$bare"
 if ((fails)); then echo "$fails failed"; exit 1; fi
 echo "all passed"

@@ -422,7 +422,9 @@ static const char *default_ca_file(void) {
     return env && *env ? env : X509_get_default_cert_file();
 }
 
-/* Opens a connection with channel CH. `purpose` names it in messages and on the broker. */
+/* Opens a connection with channel CH. `purpose` names it in messages and on the broker; NULL:
+ * the connection every handle opens first, a publisher's or a consumer's (messages name no
+ * role; the broker sees "publisher"). */
 static obx_err aconn_open(amqp_broker *b, aconn *c, const char *purpose) {
     const amqp_cfg *cf = &b->cfg;
     aconn_drop(c, false, 0);
@@ -462,15 +464,16 @@ static obx_err aconn_open(amqp_broker *b, aconn *c, const char *purpose) {
     struct timeval tv = tv_ms(cf->connect_timeout_ms);
     int rc = amqp_socket_open_noblock(sock, cf->host, cf->port, &tv);
     if (rc != AMQP_STATUS_OK) {
-        e = obx__fail(OBX_EBROKER, "amqp %s: %s: cannot connect: %s", cf->where, purpose,
-                      amqp_error_string2(rc));
+        e = obx__fail(OBX_EBROKER, "amqp %s: %s%scannot connect: %s", cf->where,
+                      purpose ? purpose : "", purpose ? ": " : "", amqp_error_string2(rc));
         goto fail;
     }
     amqp_set_handshake_timeout(c->st, &tv);
     struct timeval rpc = tv_ms(cf->rpc_timeout_ms);
     amqp_set_rpc_timeout(c->st, &rpc);
     char cname[128];
-    snprintf(cname, sizeof cname, "obx %s (pid %d)", purpose, (int)getpid());
+    snprintf(cname, sizeof cname, "obx %s (pid %d)", purpose ? purpose : "publisher",
+             (int)getpid());
     amqp_table_entry_t caps[2] = {
         {.key = bytes_of("connection.blocked"),
          .value = {.kind = AMQP_FIELD_KIND_BOOLEAN, .value.boolean = 1}},
@@ -943,8 +946,9 @@ static obx_err ab_open(const obx__url *u, const char *const *props, size_t n_pro
         if (!b->ring) e = obx__fail(OBX_ENOMEM, "amqp: out of memory (confirm window)");
     }
     /* connect now: a wrong password, vhost or TLS setting is a configuration error the
-     * operator should see at start, not as NOT_SENT outcomes later */
-    if (!e) e = aconn_open(b, &b->pub, "publisher");
+     * operator should see at start, not as NOT_SENT outcomes later (a consumer's process too:
+     * its messages name no publisher) */
+    if (!e) e = aconn_open(b, &b->pub, NULL);
     if (!e) e = run_declarations(b, b->pub.st);
     if (!e && b->cfg.audit_stream[0] && !b->cfg.audit_bind[0]) {
         /* not declared by us: it must exist */

@@ -1262,6 +1262,26 @@ static obx_err kb_scan(obx__broker *base, const char *topic, int64_t since, obx_
 
 /* ---- the inbox consumer --------------------------------------------------------------------- */
 
+/* A subscribed topic the cluster does not have consumes nothing, silently: say so. The cluster's
+ * topic list (metadata for all topics: asking for one by name may create it where the brokers
+ * auto-create); when the cluster does not answer within 5 s, nothing can be said. */
+static void warn_missing_topics(kafka_broker *b, const char *const *topics, size_t n) {
+    const struct rd_kafka_metadata *md = NULL;
+    if (rd_kafka_metadata(b->cons, 1, NULL, &md, 5000) != RD_KAFKA_RESP_ERR_NO_ERROR) return;
+    for (size_t i = 0; i < n; i++) {
+        bool found = false;
+        for (int t = 0; t < md->topic_cnt && !found; t++)
+            found = !strcmp(md->topics[t].topic, topics[i]) &&
+                    md->topics[t].err != RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+        if (!found)
+            obx__backend_log(OBX__BLOG_WARN, "kafka",
+                             "%s: topic '%s' does not exist: nothing to consume until it is "
+                             "created",
+                             b->hosts, topics[i]);
+    }
+    rd_kafka_metadata_destroy(md);
+}
+
 static obx_err kb_consume_open(obx__broker *base, const char *group, const char *const *topics,
                                size_t n) {
     kafka_broker *b = (kafka_broker *)base;
@@ -1297,6 +1317,7 @@ static obx_err kb_consume_open(obx__broker *base, const char *group, const char 
         return obx__fail(OBX_EBROKER, "kafka: subscribe as group '%s': %s", group,
                          rd_kafka_err2str(rerr));
     }
+    warn_missing_topics(b, topics, n);
     return OBX_OK;
 }
 

@@ -312,6 +312,17 @@ static obx_err lb_cluster_id(obx__broker *base, char *out, size_t cap) {
 
 static obx_err create_topic(log_broker *b, const char *topic, int32_t parts, int32_t *n);
 
+/* Whether topic has been created (by a producer's first append), creating nothing. */
+static obx_err topic_exists(log_broker *b, const char *topic, bool *exists) {
+    obx_err e = prep(b, &b->st_parts, "SELECT partitions FROM obx_log_topic WHERE name = ?");
+    if (e) return e;
+    sqlite3_bind_text(b->st_parts, 1, topic, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(b->st_parts);
+    sqlite3_reset(b->st_parts);
+    *exists = rc == SQLITE_ROW;
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? OBX_OK : dberr(b, "topic");
+}
+
 /* Partition count of a topic; creates the topic with the default count on first use (unless
  * auto_create=0: OBX_ENOTFOUND). */
 static obx_err partitions(log_broker *b, const char *topic, int32_t *n) {
@@ -733,6 +744,13 @@ static obx_err lb_consume_open(obx__broker *base, const char *group, const char 
     for (size_t i = 0; i < n; i++) {
         if ((e = obx__check_field("topic", topics[i], 1, OBX_TOPIC_MAX, OBX__CS_NAME))) return e;
         obx__strlcpy(b->topics[i], topics[i], sizeof b->topics[i]);
+        /* a misspelt topic consumes nothing, silently: say so (it is not created here) */
+        bool exists = true;
+        if (!(e = topic_exists(b, topics[i], &exists)) && !exists)
+            obx__backend_log(OBX__BLOG_WARN, "log-broker",
+                             "%s: topic '%s' does not exist: nothing to consume until a producer "
+                             "writes to it",
+                             b->cluster, topics[i]);
     }
     b->n_topics = n;
     obx__strlcpy(b->group, group, sizeof b->group);

@@ -1658,6 +1658,12 @@ static obx_err pg_open(const obx__url *u, obx__store **out) {
         size_t n = strlen(msg);
         while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' ')) msg[--n] = '\0';
         PQfinish(conn);
+        /* The server answered that the database does not exist (SQLSTATE 3D000; libpq gives a
+         * failed connection's message only, in the server's words, lc_messages 'C' or 'en'
+         * by default): OBX_ENODB, no lost connection; a read-only command says "no such
+         * outbox". */
+        if (strstr(msg, "FATAL:  database \"") && strstr(msg, "\" does not exist"))
+            return obx__fail(OBX_ENODB, "postgres: %s", strstr(msg, "database \""));
         /* retriable: the server may come up later (a bad password stays bad, with a message
          * that says so) */
         return obx__fail(OBX_ECONNLOST, "postgres: cannot connect: %s", msg);
