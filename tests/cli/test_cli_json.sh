@@ -20,7 +20,8 @@ cleanup() {
 trap cleanup EXIT
 cd "$dir"
 fails=0
-bad() { echo "FAIL $*"; fails=$((fails + 1)); }
+t0=$SECONDS
+bad() { echo "FAIL [$((SECONDS - t0)) s] $*"; fails=$((fails + 1)); }
 declare -A seen
 # one NAME -- command...: stdout is exactly one JSON document; stderr is empty or JSON objects
 one() {
@@ -35,7 +36,7 @@ one() {
   elif [[ -s err.txt ]] && ! jq -e 'type == "object" and has("code") and has("message")' err.txt >/dev/null 2>&1; then
     bad "$name: stderr is not JSON objects with code and message: $(head -c 400 err.txt)"
   else
-    echo "ok   $name (exit $rc)"
+    echo "ok   [$((SECONDS - t0)) s] $name (exit $rc)"
   fi
 }
 # err NAME WANT_RC CODE -- command...: one JSON object on stderr with that code, stdout empty
@@ -97,7 +98,14 @@ for _ in $(seq 100); do
   [[ $(sqlite3 "$dir/o.db" "select state from obx_event where event_id = '$pid'") == PARKED ]] && break
   sleep 0.1
 done
+# a relay asked to stop (SIGTERM) drains for relay.drain_ms and exits: waited for 20 s at most,
+# so that a relay that does not stop is a failure that names itself, not the test's timeout
 kill "${pids[-1]}" 2>/dev/null
+for _ in $(seq 200); do kill -0 "${pids[-1]}" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "${pids[-1]}" 2>/dev/null; then
+  bad "relay still running 20 s after SIGTERM"
+  kill -9 "${pids[-1]}" 2>/dev/null
+fi
 wait "${pids[-1]}" 2>/dev/null
 one "requeue" -- "$OBX" requeue "$pid" --db "$db" --json
 one "demo" -- "$OBX" demo --events 20 --lease-ms 200 --dir "$dir/demo" --json
