@@ -139,7 +139,7 @@ obx_err obx__consumer_lag_of(obx__store *cdb, const char *consumer,
     if (e) return e;
     for (size_t i = 0; i < nw; i++)
         if (wm[i].committed_at > out->last_commit_at) out->last_commit_at = wm[i].committed_at;
-    const char **ids = calloc(n_recent + 1, sizeof *ids);
+    obx__inbox_key *ids = calloc(n_recent + 1, sizeof *ids); /* by ID: lag */
     bool *present = calloc(n_recent + 1, sizeof *present);
     const obx__published_ref **refs = calloc(n_recent + 1, sizeof *refs);
     size_t k = 0;
@@ -149,7 +149,7 @@ obx_err obx__consumer_lag_of(obx__store *cdb, const char *consumer,
         for (size_t j = 0; !mine && j < nw; j++) mine = !strcmp(wm[j].topic, recent[i].topic);
         if (!mine) continue;
         refs[k] = &recent[i];
-        ids[k++] = recent[i].event_id;
+        ids[k++] = (obx__inbox_key){.event_id = recent[i].event_id};
     }
     if (!e && k) e = obx__st_inbox_has(cdb, consumer, ids, k, present);
     for (size_t i = 0; !e && i < k; i++) {

@@ -254,8 +254,11 @@ obx_err obx_watermarks(const obx_config *c, char **out) {
     json_t *lacking = json_array(), *cons_j = json_array();
     for (size_t k = 0; !e && rows.n && k < n; k++) {
         bool present = false;
-        const char *id = rows.v[0].env.event_id;
-        e = obx__st_inbox_has(cons[k].s, cons[k].id, &id, 1, &present);
+        /* retention's evidence (obx__inbox_key): a receipt for the frozen bytes */
+        const obx__event_row *r = &rows.v[0];
+        obx__inbox_key key = {obx__wire_id(r), r->env.payload_digest, r->envelope_gen,
+                              r->target_no ? NULL : r->dest_digest};
+        e = obx__st_inbox_has(cons[k].s, cons[k].id, &key, 1, &present);
         if (!e && !present && rows.v[0].published_at > cons[k].forced)
             json_array_append_new(lacking, json_string(cons[k].id));
     }

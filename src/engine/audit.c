@@ -157,7 +157,7 @@ static obx_err unconsumed(audit_ctx *x) {
     obx_err e = obx__st_aged(x->s, &req, &rows, &n, &total);
     if (e) return obx__fail_prefix(e, "audit %s", name);
     per_consumer *pc = calloc(c->n_consumers, sizeof *pc);
-    const char **ids = calloc(512, sizeof *ids);
+    obx__inbox_key *ids = calloc(512, sizeof *ids); /* by ID: lag, not retention's evidence */
     bool *present = calloc(512, sizeof *present), *missing = calloc(512, sizeof *missing);
     if (!pc || !ids || !present || !missing) e = obx__fail(OBX_ENOMEM, "audit: out of memory");
     for (size_t k = 0; !e && k < c->n_consumers; k++) pc[k].ids = json_array();
@@ -172,7 +172,7 @@ static obx_err unconsumed(audit_ctx *x) {
         if ((e = obx__st_aged(x->s, &req, &rows, &n, NULL))) break;
         if (!n) break;
         for (size_t i = 0; i < n; i++) {
-            ids[i] = rows[i].event_id;
+            ids[i] = (obx__inbox_key){.event_id = rows[i].event_id};
             missing[i] = false;
         }
         for (size_t k = 0; !e && k < c->n_consumers; k++) {

@@ -116,19 +116,25 @@ obx_err obx__critical_force(obx__critical *c, int64_t until, int64_t now, const 
 enum { EV_MISSING = 0, EV_RECEIPT = 1, EV_FORCED = 2 };
 
 /* ev[i * n_consumers + k]: the evidence consumer k has for rows[i]. One inbox query per
- * consumer for the whole batch. */
+ * consumer for the whole batch. A receipt counts only when it is for the bytes obx froze: the
+ * event's payload digest, envelope generation and destination, and no quarantine of the ID in
+ * that inbox (obx__inbox_key): a consumer that applied a corrupt or foreign copy, or a row
+ * made by hand, never lets the only correct payload go. */
 static obx_err evidence(const obx__retention_cfg *c, const obx__event_row *rows, size_t n,
                         unsigned char *ev) {
     if (!n || !c->n_consumers) return OBX_OK;
-    const char **ids = calloc(n, sizeof *ids);
+    obx__inbox_key *keys = calloc(n, sizeof *keys);
     bool *present = calloc(n, sizeof *present);
-    obx_err e = (!ids || !present) ? obx__fail(OBX_ENOMEM, "purge: out of memory") : OBX_OK;
+    obx_err e = (!keys || !present) ? obx__fail(OBX_ENOMEM, "purge: out of memory") : OBX_OK;
     /* consumers dedupe and record under the event ID they were sent (a delivery-set slot's
      * logical ID), never the slot's own key */
-    for (size_t i = 0; !e && i < n; i++) ids[i] = obx__wire_id(&rows[i]);
+    for (size_t i = 0; !e && i < n; i++)
+        keys[i] =
+            (obx__inbox_key){obx__wire_id(&rows[i]), rows[i].env.payload_digest,
+                             rows[i].envelope_gen, rows[i].target_no ? NULL : rows[i].dest_digest};
     for (size_t k = 0; !e && k < c->n_consumers; k++) {
         const obx__critical *cc = &c->consumers[k];
-        e = obx__st_inbox_has(cc->s, cc->id, ids, n, present);
+        e = obx__st_inbox_has(cc->s, cc->id, keys, n, present);
         if (e) {
             obx__fail_prefix(e, "critical consumer %s", cc->id);
             break;
@@ -138,7 +144,7 @@ static obx_err evidence(const obx__retention_cfg *c, const obx__event_row *rows,
                                          : rows[i].published_at <= cc->forced ? EV_FORCED
                                                                               : EV_MISSING;
     }
-    free(ids);
+    free(keys);
     free(present);
     return e;
 }

@@ -243,6 +243,22 @@ typedef struct obx__inbox_row {
     char dest_digest[OBX_DIGEST_LEN + 1];
 } obx__inbox_row;
 
+/* What a consumer's inbox row must match to count (inbox_has). For retention, evidence that a
+ * critical consumer holds the event (docs/retention.md, "Evidence"): the row for event_id (the
+ * wire ID the consumer saw) with the event's frozen payload digest, envelope generation and
+ * destination digest, and no quarantine of event_id in that inbox (an open alarm: the consumer
+ * saw another body under this ID). A row for a corrupt copy, an older generation, another
+ * destination or a hand-made row is not evidence. payload_digest NULL: any row for event_id
+ * counts (consumer lag and monitoring, never retention). dest_digest NULL: any destination
+ * (a delivery set's slot: the consumer saw the set's event ID from one of its targets).
+ * Pointers borrowed. */
+typedef struct obx__inbox_key {
+    const char *event_id;
+    const char *payload_digest;
+    int32_t envelope_gen;
+    const char *dest_digest;
+} obx__inbox_key;
+
 typedef struct obx__watermark_row {
     char consumer_id[OBX_NAME_MAX + 1];
     char topic[OBX_TOPIC_MAX + 1];
@@ -553,8 +569,8 @@ typedef struct obx__store_inbox_methods {
     obx_err (*inbox_get)(obx__store *s, const char *consumer, const char *event_id,
                          obx__inbox_row *out);                    /* OBX_ENOTFOUND when absent */
     obx_err (*inbox_put)(obx__store *s, const obx__inbox_row *r); /* OBX_ECONFLICT if present */
-    /* present[i] = a consume receipt exists for (consumer, ids[i]) */
-    obx_err (*inbox_has)(obx__store *s, const char *consumer, const char *const *ids, size_t n,
+    /* present[i] = the consumer's inbox holds a receipt matching keys[i] (obx__inbox_key) */
+    obx_err (*inbox_has)(obx__store *s, const char *consumer, const obx__inbox_key *keys, size_t n,
                          bool *present);
     obx_err (*watermark_put)(obx__store *s, const obx__watermark_row *w);
     obx_err (*watermark_list)(obx__store *s, const char *consumer, obx__watermark_row **out,
@@ -867,8 +883,8 @@ obx_err obx__pg_migrate_to(obx__store *s, const char *const *scripts, int last);
       (s, consumer, event_id, out))                                                                \
     X(inbox_put, (obx__store * s, const obx__inbox_row *r), (s, r))                                \
     X(inbox_has,                                                                                   \
-      (obx__store * s, const char *consumer, const char *const *ids, size_t n, bool *present),     \
-      (s, consumer, ids, n, present))                                                              \
+      (obx__store * s, const char *consumer, const obx__inbox_key *keys, size_t n, bool *present), \
+      (s, consumer, keys, n, present))                                                             \
     X(watermark_put, (obx__store * s, const obx__watermark_row *w), (s, w))                        \
     X(watermark_list, (obx__store * s, const char *consumer, obx__watermark_row **out, size_t *n), \
       (s, consumer, out, n))                                                                       \

@@ -813,7 +813,10 @@ static void test_delivery_rule_decides_delivered(void **state) {
         obx__inbox_row r = {.partition = 0, .offset = i, .consumed_at = f->now};
         strcpy(r.consumer_id, "projection");
         strcpy(r.event_id, ids[i]);
-        strcpy(r.payload_digest, ev(f, ids[i]).env.payload_digest);
+        obx__event_row got = ev(f, ids[i]);
+        strcpy(r.payload_digest, got.env.payload_digest);
+        r.envelope_gen = got.envelope_gen; /* what the delivery carried: evidence */
+        strcpy(r.dest_digest, got.dest_digest);
         strcpy(r.event_type, "order.created.v1");
         strcpy(r.tenant, "t1");
         strcpy(r.outcome, "APPLIED");

@@ -133,26 +133,38 @@ static void publish(fx *f, int n, char ids[][31]) {
     assert_int_equal(sent, n);
 }
 
-/* Consumer k's inbox receives a consume receipt for ids (what obx_inbox_process writes). */
-static void consumed(fx *f, int k, char ids[][31], int n) {
+/* Consumer k's inbox receives a consume receipt for ids (what obx_inbox_process writes: the
+ * payload digest of the bytes it applied, the envelope generation and destination digest the
+ * delivery carried). digest NULL: the event's own, else that of another body (a corrupt or
+ * foreign copy the consumer applied). */
+static void consumed_as(fx *f, int k, char ids[][31], int n, const char *digest) {
     obx__store *s = f->cdb[k];
     OK(obx__st_begin(s));
     for (int i = 0; i < n; i++) {
+        obx__rows rows = {0};
+        const char *id = ids[i];
+        OK(obx__st_load_events(f->s, &id, 1, 0, &rows));
+        assert_int_equal(rows.n, 1);
         obx__inbox_row r;
         memset(&r, 0, sizeof r);
         strcpy(r.consumer_id, f->crit[k].id);
         strcpy(r.event_id, ids[i]);
-        strcpy(r.payload_digest,
-               "sha256:0000000000000000000000000000000000000000000000000000000000000000");
+        strcpy(r.payload_digest, digest ? digest : rows.v[0].env.payload_digest);
         strcpy(r.event_type, "order.created.v1");
         strcpy(r.tenant, "t1");
         strcpy(r.outcome, "APPLIED");
         strcpy(r.topic, "orders");
         r.consumed_at = f->now;
+        r.envelope_gen = rows.v[0].envelope_gen;
+        strcpy(r.attempt_id, rows.v[0].attempt_id);
+        strcpy(r.dest_digest, rows.v[0].dest_digest);
+        obx__rows_free(&rows);
         OK(s->m->inbox->inbox_put(s, &r));
     }
     OK(obx__st_commit(s));
 }
+
+static void consumed(fx *f, int k, char ids[][31], int n) { consumed_as(f, k, ids, n, NULL); }
 
 static obx__event_row ev(fx *f, const char *id, unsigned flags) {
     obx__rows rows = {0};
@@ -630,6 +642,45 @@ static void test_purge_after_evidence(void **state) {
     assert_int_equal(ev(f, ids[2], 0).state, OBX__ST_PURGED);
 }
 
+/* Issue 46, defect 8: retention's evidence is checked. A critical consumer's row counts only
+ * for the bytes obx froze (payload digest, envelope generation, destination), and an event the
+ * consumer's inbox quarantined (another body under its ID: an open alarm) is never purged. Before
+ * the check, any row for the ID counted and all three payloads went. */
+static void test_purge_checks_evidence(void **state) {
+    fx *f = *state;
+    char ids[3][31];
+    publish(f, 3, ids);
+    consumed(f, 0, ids, 3);
+    consumed(f, 1, ids, 1); /* ids[0]: the genuine copy */
+    consumed_as(f, 1, ids + 1, 1,
+                "sha256:9999999999999999999999999999999999999999999999999999999999999999");
+    consumed(f, 1, ids + 2, 1); /* ids[2]: applied, but the inbox quarantined another body */
+    obx__store *c1 = f->cdb[1];
+    OK(obx__st_begin(c1));
+    OK(c1->m->inbox->inbox_quarantine_put(
+        c1, f->crit[1].id, ids[2],
+        "sha256:8888888888888888888888888888888888888888888888888888888888888888",
+        ev(f, ids[2], 0).env.payload_digest, "digest differs", f->now));
+    OK(obx__st_commit(c1));
+    obx__retention_cfg c = rcfg(f, 2, 0);
+    obx__ret_result r = run(f, &c);
+    assert_int_equal(r.purged, 1);
+    assert_true(r.hole);
+    assert_string_equal(r.hole_event, ids[1]);
+    obx__ret_result_free(&r);
+    assert_int_equal(ev(f, ids[0], 0).state, OBX__ST_PURGED);
+    for (int i = 1; i < 3; i++) {
+        obx__event_row e = ev(f, ids[i], OBX__LOAD_PAYLOAD);
+        assert_true(e.state == OBX__ST_PUBLISHED || e.state == OBX__ST_RETAINED);
+        assert_false(e.payload_purged);
+    }
+    /* the single-event purge an operator asks for checks the same */
+    obx__ret_result one = {0};
+    assert_int_equal(obx__purge_event(f->s, &c, f->now, ids[2], &one), OBX_EREFUSED);
+    obx__ret_result_free(&one);
+    assert_false(ev(f, ids[2], OBX__LOAD_PAYLOAD).payload_purged);
+}
+
 static void test_purge_replay_window(void **state) {
     fx *f = *state;
     char ids[2][31];
@@ -1025,6 +1076,7 @@ int retention_suite_run(const char *label, store_factory f, int many) {
         cmocka_unit_test_setup_teardown(test_audit_quarantines, setup, teardown),
         cmocka_unit_test_setup_teardown(test_audit_parked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_purge_after_evidence, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_purge_checks_evidence, setup, teardown),
         cmocka_unit_test_setup_teardown(test_purge_replay_window, setup, teardown),
         cmocka_unit_test_setup_teardown(test_purge_dry_run, setup, teardown),
         cmocka_unit_test_setup_teardown(test_premature_purge_refused, setup, teardown),

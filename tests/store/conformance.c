@@ -833,12 +833,37 @@ static void test_inbox_tables(void **state) {
     assert_string_equal(got.attempt_id, ev.attempt_id);
     assert_string_equal(got.dest_digest, ev.dest_digest);
     const char *ids[] = {r.event_id, "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3H"};
-    bool present[2];
-    OK(c->s->m->inbox->inbox_has(c->s, "projection", ids, 2, present));
+    obx__inbox_key by_id[] = {{.event_id = ids[0]}, {.event_id = ids[1]}};
+    bool present[5];
+    OK(c->s->m->inbox->inbox_has(c->s, "projection", by_id, 2, present));
     assert_true(present[0]);
     assert_false(present[1]);
-    OK(c->s->m->inbox->inbox_has(c->s, "other", ids, 1, present));
+    OK(c->s->m->inbox->inbox_has(c->s, "other", by_id, 1, present));
     assert_false(present[0]);
+    /* retention's evidence: the row counts only for the frozen payload digest, envelope
+     * generation and destination it records, and not once the inbox quarantined the ID */
+    const char *other_digest =
+        "sha256:3333333333333333333333333333333333333333333333333333333333333333";
+    obx__inbox_key strict[] = {
+        {ev.event_id, ev.payload_digest, 2, ev.dest_digest},   /* the bytes obx froze */
+        {ev.event_id, other_digest, 2, ev.dest_digest},        /* a corrupt copy's row */
+        {ev.event_id, ev.payload_digest, 1, ev.dest_digest},   /* another generation */
+        {ev.event_id, ev.payload_digest, 2, r.payload_digest}, /* another destination */
+        {r.event_id, r.payload_digest, 0, ""}};                /* a row without evidence */
+    OK(c->s->m->inbox->inbox_has(c->s, "projection", strict, 5, present));
+    assert_true(present[0]);
+    assert_false(present[1]);
+    assert_false(present[2]);
+    assert_false(present[3]);
+    assert_false(present[4]);
+    OK(obx__st_begin(c->s));
+    OK(c->s->m->inbox->inbox_quarantine_put(c->s, "projection", ev.event_id, other_digest,
+                                            ev.payload_digest, "another body", c->now));
+    OK(obx__st_commit(c->s));
+    OK(c->s->m->inbox->inbox_has(c->s, "projection", strict, 1, present));
+    assert_false(present[0]); /* the quarantine alarm is open */
+    OK(c->s->m->inbox->inbox_has(c->s, "projection", by_id, 1, present));
+    assert_true(present[0]); /* by ID alone (lag) it still counts */
 
     obx__watermark_row w = {.partition = 2, .offset = 9, .occurred_at = 5, .committed_at = 6};
     strcpy(w.consumer_id, "projection");

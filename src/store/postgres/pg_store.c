@@ -694,9 +694,15 @@ static const char *const sql_text[Q_COUNT] = {
                     "($1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, "
                     "$8::text, $9::int, $10::bigint, $11::bigint, $12::bigint, $13::int, "
                     "$14::text, $15::text)",
-    [Q_INBOX_HAS] = "SELECT k.ord FROM unnest($2::text[]) WITH ORDINALITY AS k(id, ord) WHERE "
-                    "EXISTS (SELECT 1 FROM obx.obx_inbox i WHERE i.consumer_id = $1::text AND "
-                    "i.event_id = k.id)",
+    /* obx__inbox_key: a digest '' matches on the ID alone */
+    [Q_INBOX_HAS] =
+        "SELECT k.ord FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[]) "
+        "WITH ORDINALITY AS k(id, pd, gen, dd, ord) WHERE EXISTS (SELECT 1 FROM "
+        "obx.obx_inbox i WHERE i.consumer_id = $1::text AND i.event_id = k.id AND "
+        "(k.pd = '' OR (i.payload_digest = k.pd AND i.envelope_gen = k.gen AND k.gen > 0 AND "
+        "(k.dd = '' OR i.dest_digest = k.dd) AND NOT EXISTS (SELECT 1 FROM "
+        "obx.obx_inbox_quarantine q WHERE q.consumer_id = $1::text AND "
+        "q.event_id = k.id))))",
     [Q_WM_PUT] = "INSERT INTO obx.obx_consumer_watermark AS w (consumer_id, topic, partition, "
                  "\"offset\", event_id, occurred_at, committed_at) VALUES ($1::text, $2::text, "
                  "$3::int, $4::bigint, $5::text, $6::bigint, $7::bigint) "
@@ -3450,13 +3456,16 @@ static obx_err pg_inbox_put(obx__store *base, const obx__inbox_row *i) {
     return run(s, Q_INBOX_PUT, &p, PGRES_COMMAND_OK, NULL, "inbox put");
 }
 
-static obx_err pg_inbox_has(obx__store *base, const char *consumer, const char *const *ids,
+static obx_err pg_inbox_has(obx__store *base, const char *consumer, const obx__inbox_key *keys,
                             size_t n, bool *present) {
     pg_store *s = (pg_store *)base;
     params p;
     p_init(&p);
     p_text(&p, consumer);
-    ARR_TEXT(&p, n, ids[i]);
+    ARR_TEXT(&p, n, keys[i].event_id);
+    ARR_TEXT(&p, n, keys[i].payload_digest ? keys[i].payload_digest : "");
+    ARR_INT(&p, n, keys[i].envelope_gen);
+    ARR_TEXT(&p, n, keys[i].dest_digest ? keys[i].dest_digest : "");
     PGresult *r = NULL;
     obx_err e = run(s, Q_INBOX_HAS, &p, PGRES_TUPLES_OK, &r, "inbox has");
     p_free(&p);

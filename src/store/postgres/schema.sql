@@ -1272,6 +1272,8 @@ CREATE TABLE obx.obx_inbox_quarantine (
     reason         TEXT NOT NULL,
     at             BIGINT NOT NULL
 );
+-- retention's evidence check: an event this consumer quarantined is never purged (inbox_has)
+CREATE INDEX obx_inbox_quarantine_event ON obx.obx_inbox_quarantine (consumer_id, event_id);
 
 -- Which consumer identities and tenants a database role may act for in the inbox tables, once
 -- obx.create_roles() has enabled row-level security on them (docs/security.md). role_name may

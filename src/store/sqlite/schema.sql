@@ -414,6 +414,8 @@ CREATE TABLE obx_inbox_quarantine (
     reason         TEXT NOT NULL,
     at             INTEGER NOT NULL
 );
+-- retention's evidence check: an event this consumer quarantined is never purged (inbox_has)
+CREATE INDEX obx_inbox_quarantine_event ON obx_inbox_quarantine (consumer_id, event_id);
 
 CREATE TABLE obx_consume_audit (
     audit_id    INTEGER PRIMARY KEY AUTOINCREMENT,

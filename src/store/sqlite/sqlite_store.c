@@ -292,7 +292,12 @@ static const char *const sql_text[Q_COUNT] = {
                     "tenant, outcome, result, topic, partition, \"offset\", consumed_at, "
                     "duration_us, envelope_gen, attempt_id, dest_digest) "
                     "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-    [Q_INBOX_HAS] = "SELECT 1 FROM obx_inbox WHERE consumer_id = ? AND event_id = ?",
+    /* obx__inbox_key: ?3 '' matches on the ID alone */
+    [Q_INBOX_HAS] =
+        "SELECT 1 FROM obx_inbox i WHERE i.consumer_id = ?1 AND i.event_id = ?2 AND "
+        "(?3 = '' OR (i.payload_digest = ?3 AND i.envelope_gen = ?4 AND ?4 > 0 AND "
+        "(?5 = '' OR i.dest_digest = ?5) AND NOT EXISTS (SELECT 1 FROM obx_inbox_quarantine q "
+        "WHERE q.consumer_id = ?1 AND q.event_id = ?2)))",
     [Q_WM_PUT] = "INSERT INTO obx_consumer_watermark (consumer_id, topic, partition, \"offset\", "
                  "event_id, occurred_at, committed_at) VALUES (?1,?2,?3,?4,?5,?6,?7) "
                  "ON CONFLICT (consumer_id, topic, partition) DO UPDATE SET "
@@ -1623,7 +1628,7 @@ static obx_err sq_inbox_put(obx__store *base, const obx__inbox_row *r) {
     return step_done(s, st, "inbox put");
 }
 
-static obx_err sq_inbox_has(obx__store *base, const char *consumer, const char *const *ids,
+static obx_err sq_inbox_has(obx__store *base, const char *consumer, const obx__inbox_key *keys,
                             size_t n, bool *present) {
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
@@ -1631,7 +1636,10 @@ static obx_err sq_inbox_has(obx__store *base, const char *consumer, const char *
         obx_err e = stmt(s, Q_INBOX_HAS, &st);
         if (e) return e;
         bt(st, 1, consumer);
-        bt(st, 2, ids[i]);
+        bt(st, 2, keys[i].event_id);
+        bt(st, 3, keys[i].payload_digest ? keys[i].payload_digest : "");
+        bi(st, 4, keys[i].envelope_gen);
+        bt(st, 5, keys[i].dest_digest ? keys[i].dest_digest : "");
         int rc = sqlite3_step(st);
         present[i] = rc == SQLITE_ROW;
         sqlite3_reset(st);
