@@ -673,7 +673,8 @@ OBX_API obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_
 OBX_API void obx_consumer_close(obx_consumer *c);
 
 /* ---------------------------------------------------------------------------------------------
- * Configuration (YAML, see README "Configuration reference") and the relay daemon.
+ * Configuration (YAML; every key: obx help config, docs/operations.md "Configuration reference")
+ * and the relay daemon.
  * ------------------------------------------------------------------------------------------- */
 typedef struct obx_config obx_config;
 

@@ -676,9 +676,10 @@ const char cli_man_exit[] =
 
 const char cli_man_see_also[] =
     "The documentation installed with obx, in /usr/share/doc/obx (the Debian package; "
-    "share/doc/obx under another install prefix): README.md (the tour, the commands, the "
-    "configuration and the tests), design.md (the state machine and its rules), architecture.md "
-    "(the source), operations.md (upgrades, metrics, logs, the dashboard), postgres.md, kafka.md, "
+    "share/doc/obx under another install prefix): README.md (the tour, the commands), "
+    "CHANGELOG.md, design.md (the state machine and its rules), architecture.md (the source), "
+    "operations.md (upgrades, metrics, logs, the dashboard, the configuration reference), "
+    "testing.md (the test suites), postgres.md, kafka.md, "
     "amqp.md (the backends), security.md (TLS, secrets, roles), retention.md (audit and purge), "
     "migration.md (destinations, shadow mode, takeover), inbox-sql.md (consumers in any "
     "language), reliability.md (the chaos soak), performance.md.";
