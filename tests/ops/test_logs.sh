@@ -37,13 +37,23 @@ PY
 fi
 
 # ---- failures that quote URLs and properties ----
-run timeout 20 "$OBX" relay --db "postgres://obx:$SECRET@127.0.0.1:1/x" --broker "log:$dir/b.db"
-run timeout 20 "$OBX" relay --db "sqlite:$dir/x.db" --broker "amqp://u:$SECRET@127.0.0.1:1/%2f"
-run timeout 20 "$OBX" relay --db "sqlite:$dir/x.db" --broker "amqps://u:$SECRET@127.0.0.1:1/%2f"
-run timeout 20 "$OBX" relay --db "sqlite:$dir/x.db" --broker kafka://127.0.0.1:1 \
+# A relay waits for a dependency it cannot reach (with back-off, logging each failure): each
+# runs for 6 s, side by side, its output in a file of its own, then all into $out.
+bg() { local f=$1; shift; (timeout 6 "$@" >"$f" 2>&1 || true) & }
+# outboxes with a schema, so that the relays get as far as their brokers
+for i in 2 3 4 5; do "$OBX" init --db "sqlite:$dir/x$i.db" >/dev/null; done
+bg "$dir/r1.txt" "$OBX" relay --db "postgres://obx:$SECRET@127.0.0.1:1/x" --broker "log:$dir/b.db"
+bg "$dir/r2.txt" "$OBX" relay --db "sqlite:$dir/x2.db" --broker "amqp://u:$SECRET@127.0.0.1:1/%2f"
+bg "$dir/r3.txt" "$OBX" relay --db "sqlite:$dir/x3.db" --broker "amqps://u:$SECRET@127.0.0.1:1/%2f"
+bg "$dir/r4.txt" "$OBX" relay --db "sqlite:$dir/x4.db" --broker kafka://127.0.0.1:1 \
   --broker-prop "sasl.password=$SECRET" --broker-prop "no.such.property=$SECRET"
-run timeout 20 "$OBX" relay --db "sqlite:$dir/x.db" --broker "amqp://u:p@127.0.0.1:1/%2f" \
+bg "$dir/r5.txt" "$OBX" relay --db "sqlite:$dir/x5.db" --broker "amqp://u:p@127.0.0.1:1/%2f" \
   --broker-prop "password=$SECRET"
+wait
+for i in 2 3 4 5; do # each waited for its broker and said so, naming where (redacted)
+  grep -q '127.0.0.1:1' "$dir/r$i.txt" || fail "relay $i did not say which broker it waits for: $(head -c 600 "$dir/r$i.txt")"
+done
+cat "$dir"/r[1-5].txt >>"$out"
 run "$OBX" init --db "postgres://obx:$SECRET@127.0.0.1:1/x"
 run "$OBX" status --db "postgres://obx:$SECRET@127.0.0.1:1/x"
 grep -q 'obx:\*\*\*@127.0.0.1:1' "$out" || fail "the store URL is not shown redacted"
