@@ -22,18 +22,17 @@ fail() {
   exit 1
 }
 n=400
+# the outbox of $n events every run starts from (a copy: enqueued once, not once per run)
+"$OBX" init --db "sqlite:$T/template.db" >/dev/null
+"$OBX" route set order.created.v1 --db "sqlite:$T/template.db" --cluster local --topic orders >/dev/null
+for i in $(seq 1 $n); do
+  printf '{"order":"o-%d"}' "$i" | "$OBX" enqueue --db "sqlite:$T/template.db" \
+    --type order.created.v1 --aggregate "order/o-$i@1" --tenant t1 >/dev/null
+done
 # run NAME FOLD_AFTER FORMAT — a relay over a fresh outbox of $n events until all are published
 run() {
   local name=$1 after=$2 format=$3 db=sqlite:$T/$1.db
-  "$OBX" init --db "$db" >/dev/null
-  "$OBX" route set order.created.v1 --db "$db" --cluster local --topic orders >/dev/null
-  for i in $(seq 1 $n); do echo "{\"order\":\"o-$i\"}"; done >"$T/payloads"
-  local i=0
-  while read -r p; do
-    i=$((i + 1))
-    printf '%s' "$p" | "$OBX" enqueue --db "$db" --type order.created.v1 --aggregate "order/o-$i@1" \
-      --tenant t1 >/dev/null
-  done <"$T/payloads"
+  cp "$T/template.db" "$T/$name.db"
   "$OBX" relay --db "$db" --broker "log:$T/$name-b.db?drop_ack=1&ack_timeout_ms=50" --http 127.0.0.1:0 \
     --set log.fold_after="$after" --set log.fold_interval_ms=1000 --set log.format="$format" \
     --set relay.recheck_ms=50 --set relay.reconcile_ms=50 --set relay.poll_ms=20 --set relay.batch=50 \
