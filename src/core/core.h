@@ -60,6 +60,16 @@ int obx__unhex(const char *hex, unsigned char *out, size_t cap, size_t *outlen);
 
 /* Wall clock in ms since the epoch. Only drivers and CLI call this; the engine takes now. */
 int64_t obx__wall_ms(void);
+/* The reference clock (docs/design.md, "One clock"): what a relay decides lease expiry, attempt
+ * deadlines and quiet times on, and what its brokers check a deadline against. After
+ * obx__ref_sync it is the database server's clock, read through this process's monotonic clock
+ * (monotonic + the offset measured at the last sync), so a relay whose host clock is wrong or
+ * steps decides on the same time as every other relay of that database; before any sync (and
+ * for a store without a server: SQLite, on the same host) it is the wall clock. Process-wide. */
+int64_t obx__ref_ms(void);
+/* The server read server_ms between the local monotonic times sent_mono_ms and recv_mono_ms:
+ * the offset is taken at the middle of that round trip (its error at most half of it). */
+void obx__ref_sync(int64_t server_ms, int64_t sent_mono_ms, int64_t recv_mono_ms);
 /* Monotonic ms, for drivers' timeouts; us where ms would tie (the relay's claim ordering). */
 int64_t obx__mono_ms(void);
 int64_t obx__mono_us(void);

@@ -148,6 +148,18 @@ int64_t obx__mono_us(void) {
 
 int64_t obx__mono_ms(void) { return obx__mono_us() / 1000; }
 
+/* INT64_MIN: never synchronised (the wall clock is the reference) */
+static _Atomic int64_t ref_offset_ms = INT64_MIN;
+
+int64_t obx__ref_ms(void) {
+    int64_t off = atomic_load(&ref_offset_ms);
+    return off == INT64_MIN ? obx__wall_ms() : obx__mono_ms() + off;
+}
+
+void obx__ref_sync(int64_t server_ms, int64_t sent_mono_ms, int64_t recv_mono_ms) {
+    atomic_store(&ref_offset_ms, server_ms - (sent_mono_ms + (recv_mono_ms - sent_mono_ms) / 2));
+}
+
 void obx__iso_ms(int64_t ms, char out[32]) {
     /* outside 0000..9999 (or an unset time) there is no honest calendar date to print */
     if (ms < INT64_C(-62135596800000) || ms > INT64_C(253402300799999)) {

@@ -50,9 +50,10 @@ typedef struct worker {
      * with the counters (no lock per event) */
     obx__hist latency, resolution;
     obx__hist latency_pub, resolution_pub;
-    unsigned down;    /* the dependencies this thread fails on now (deps.h) */
-    int fails;        /* consecutive failed tries: the back-off's exponent */
-    size_t in_flight; /* messages handed to the broker without an outcome, under r->mu */
+    unsigned down;        /* the dependencies this thread fails on now (deps.h) */
+    int fails;            /* consecutive failed tries: the back-off's exponent */
+    size_t in_flight;     /* messages handed to the broker without an outcome, under r->mu */
+    int64_t clock_synced; /* obx__mono_ms of this thread's last clock_sync, 0 never */
 } worker;
 
 struct obx_relay {
@@ -200,7 +201,7 @@ static obx_err register_cluster(obx_relay *r, obx__store *s, obx__broker *b, con
     obx__strlcpy(c.required_acks, k.required_acks, sizeof c.required_acks);
     obx__strlcpy(c.serializer, k.serializer, sizeof c.serializer);
     obx__strlcpy(c.relay, r->id, sizeof c.relay);
-    c.seen_at = obx__wall_ms();
+    c.seen_at = obx__ref_ms();
     return obx__st_cluster_put(s, &c);
 }
 
@@ -314,12 +315,27 @@ static void transient(worker *w, obx_err e, const char *what) {
  * deps.c): returns OBX_OK once connected, OBX_ESTOPPED when the relay was asked to stop first,
  * or the first error that waiting cannot mend (a configuration error: the caller ends the
  * relay with it). */
+/* One clock (docs/design.md): every relay of a database decides leases, attempt deadlines and
+ * quiet times, and its brokers check deadlines, on the database server's clock (obx__ref_ms),
+ * read again every CLOCK_SYNC_MS and at each connection, so a relay whose host clock is
+ * behind cannot make a late write look timely to itself, nor one ahead take over live claims.
+ * A failed read keeps the last offset (the connection's failure shows on the next call). */
+#define CLOCK_SYNC_MS 10000
+
+static void clock_sync(worker *w, obx__store *s, bool force) {
+    int64_t t0 = obx__mono_ms(), server = 0;
+    if (!obx__st_has_server_ms(s) || (!force && t0 - w->clock_synced < CLOCK_SYNC_MS)) return;
+    w->clock_synced = t0;
+    if (!obx__st_server_ms(s, &server)) obx__ref_sync(server, t0, obx__mono_ms());
+}
+
 static obx_err connect_engine(worker *w, obx__store **s, obx__broker **b, obx__engine *e) {
     obx_relay *r = w->r;
     while (!atomic_load(&r->stop)) {
         obx__dep_kind which = OBX__DEP_DATABASE;
         obx_err err = open_engine(w, s, b, e, &which);
         if (!err) {
+            clock_sync(w, *s, true);
             dep_ok(w);
             obx__deps_connected(&r->deps);
             return OBX_OK;
@@ -362,7 +378,7 @@ static void idle_wait(worker *w, obx__engine *e, obx__store *s, obx__broker *b) 
             size_t n = 0;
             int slice = wake_fd >= 0 ? 0 : left < IDLE_SLICE_MS ? (int)left : IDLE_SLICE_MS;
             int64_t t0 = obx__mono_ms();
-            err = obx__engine_poll(e, obx__wall_ms(), slice, &n);
+            err = obx__engine_poll(e, obx__ref_ms(), slice, &n);
             if (err) {
                 transient(w, err, "collect outcomes");
                 return;
@@ -405,7 +421,7 @@ static void follower_wait(worker *w, obx__engine *e, obx__broker *b, uint64_t se
         int64_t t0 = obx__mono_ms();
         if (obx__br_in_flight(b)) {
             size_t n = 0;
-            obx_err err = obx__engine_poll(e, obx__wall_ms(), IDLE_SLICE_MS, &n);
+            obx_err err = obx__engine_poll(e, obx__ref_ms(), IDLE_SLICE_MS, &n);
             if (err) transient(w, err, "collect outcomes");
             if (err || n) return;
         }
@@ -467,7 +483,7 @@ static obx_err read_feed(const char *path, obx__observed **obs, size_t *n) {
 static obx_err shadow_round(worker *w, obx__store *s, obx__shadow_counts *out) {
     obx_relay *r = w->r;
     obx_config *c = r->cfg;
-    int64_t now = obx__wall_ms();
+    int64_t now = obx__ref_ms();
     obx__broker *b = NULL;
     obx_err err =
         obx__br_open(c->broker, (const char *const *)c->broker_props.v, c->broker_props.n, &b);
@@ -573,8 +589,8 @@ static void *shadow_main(void *arg) {
             r->shadow = cur;
             pthread_mutex_unlock(&r->mu);
         }
-        int64_t t0 = obx__wall_ms();
-        while (!atomic_load(&r->stop) && obx__wall_ms() - t0 < r->cfg->shadow_interval_ms)
+        int64_t t0 = obx__ref_ms();
+        while (!atomic_load(&r->stop) && obx__ref_ms() - t0 < r->cfg->shadow_interval_ms)
             sleep_ms(20);
     }
     obx__st_close(s);
@@ -625,7 +641,8 @@ static void *dispatcher_main(void *arg) {
     }
     int64_t last_sweep = 0, since = obx__mono_us();
     while (!atomic_load(&r->stop)) {
-        int64_t now = obx__wall_ms();
+        clock_sync(w, s, false);
+        int64_t now = obx__ref_ms();
         size_t applied = 0, sent = 0, swept = 0;
         bool failed = false;
         err = obx__engine_poll(&e, now, 0, &applied);
@@ -670,11 +687,11 @@ static void *dispatcher_main(void *arg) {
     }
     /* drain: late ACKs of what we sent still go to the acceptance point (not after
      * obx_relay_stop_now: what is outstanding is left as after a kill) */
-    int64_t until = obx__wall_ms() + r->cfg->drain_ms;
-    while (obx__br_in_flight(b) && obx__wall_ms() < until && !atomic_load(&r->stop_now)) {
+    int64_t until = obx__ref_ms() + r->cfg->drain_ms;
+    while (obx__br_in_flight(b) && obx__ref_ms() < until && !atomic_load(&r->stop_now)) {
         publish(w, &e);
         size_t n = 0;
-        err = obx__engine_poll(&e, obx__wall_ms(), 50, &n);
+        err = obx__engine_poll(&e, obx__ref_ms(), 50, &n);
         if (err) break;
         if (!n) sleep_ms(10);
     }
@@ -732,12 +749,13 @@ static void *reconciler_main(void *arg) {
         return NULL;
     }
     while (!atomic_load(&r->stop)) {
-        int64_t now = obx__wall_ms();
+        clock_sync(w, s, false);
+        int64_t now = obx__ref_ms();
         size_t handled = 0, applied = 0;
         evidence_refresh(&cs, crit, &e);
         err = obx__reconcile_step(&e, now, &handled);
         if (err) transient(w, err, "reconcile");
-        obx_err perr = obx__engine_poll(&e, obx__wall_ms(), 0, &applied);
+        obx_err perr = obx__engine_poll(&e, obx__ref_ms(), 0, &applied);
         if (perr) transient(w, perr, "collect retry outcomes");
         if (!err && !perr) dep_ok(w);
         obx__log_fold_flush(false);
@@ -749,19 +767,19 @@ static void *reconciler_main(void *arg) {
                      (long long)e.st.reconciled_not_found, (long long)e.st.reconciled_cannot_tell);
         publish(w, &e);
         if (!handled && !applied) {
-            int64_t t0 = obx__wall_ms();
-            while (!atomic_load(&r->stop) && obx__wall_ms() - t0 < r->cfg->reconcile_ms) {
+            int64_t t0 = obx__ref_ms();
+            while (!atomic_load(&r->stop) && obx__ref_ms() - t0 < r->cfg->reconcile_ms) {
                 size_t n = 0;
-                if (obx__br_in_flight(b)) obx__engine_poll(&e, obx__wall_ms(), 20, &n);
+                if (obx__br_in_flight(b)) obx__engine_poll(&e, obx__ref_ms(), 20, &n);
                 sleep_ms(20);
             }
         }
     }
-    int64_t until = obx__wall_ms() + r->cfg->drain_ms;
-    while (obx__br_in_flight(b) && obx__wall_ms() < until && !atomic_load(&r->stop_now)) {
+    int64_t until = obx__ref_ms() + r->cfg->drain_ms;
+    while (obx__br_in_flight(b) && obx__ref_ms() < until && !atomic_load(&r->stop_now)) {
         size_t n = 0;
         publish(w, &e);
-        if (obx__engine_poll(&e, obx__wall_ms(), 50, &n)) break;
+        if (obx__engine_poll(&e, obx__ref_ms(), 50, &n)) break;
         if (!n) sleep_ms(10);
     }
     publish(w, &e);
@@ -820,7 +838,7 @@ obx_err obx_relay_start(const obx_config *c, obx_relay **out) {
                 *p = '-';
         snprintf(r->id, sizeof r->id, "%s:%d", host, (int)getpid());
     }
-    r->started_at = obx__wall_ms();
+    r->started_at = obx__ref_ms();
     /* shadow mode: no dispatcher, no reconciler — nothing that could claim or send */
     int nd = r->cfg->shadow ? 0 : (int)r->cfg->dispatchers;
     for (int i = 0; i < nd; i++) r->w[r->n++] = (worker){.r = r, .index = i};

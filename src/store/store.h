@@ -748,6 +748,11 @@ typedef struct obx__store_methods {
      * not run under it and one that is running finishes before the version is read
      * (docs/operations.md, "Upgrading obx"). PostgreSQL: a session advisory lock, shared. */
     obx_err (*schema_hold)(obx__store *s, int *found);
+    /* Optional (NULL = the store has no server of its own: SQLite, on the relay's host). The
+     * database server's clock, ms since the epoch (PostgreSQL: clock_timestamp()), outside a
+     * transaction: what the relays of one database decide leases and deadlines on
+     * (obx__ref_sync, docs/design.md "One clock"). */
+    obx_err (*server_ms)(obx__store *s, int64_t *out);
 
     /* ---- retention and audit (docs/retention.md): required, checked by the registry ---- */
     /* The purge: drops the payload of every envelope generation of these events (payload ->
@@ -951,7 +956,8 @@ obx_err obx__pg_migrate_to(obx__store *s, const char *const *scripts, int last);
        const obx__audit_row *a, bool *written),                                                    \
       (s, row, payload, len, a, written))                                                          \
     X(producer_body, (obx__store * s, char *buf, size_t cap), (s, buf, cap))                       \
-    X(schema_hold, (obx__store * s, int *found), (s, found))
+    X(schema_hold, (obx__store * s, int *found), (s, found))                                       \
+    X(server_ms, (obx__store * s, int64_t * out), (s, out))
 
 #define OBX__STORE_CUSTOM(X)                                                                       \
     X(open)                                                                                        \

@@ -1077,7 +1077,7 @@ static obx_err ab_send(obx__broker *base, const obx__msg *m, size_t n, int64_t n
                         "not sent: the broker blocked the connection (%s)", b->blocked_reason);
             continue;
         }
-        int64_t wall = obx__wall_ms();
+        int64_t wall = obx__ref_ms(); /* the clock the deadline is on */
         if (msg->deadline && (now > wall ? now : wall) > msg->deadline) {
             /* broker.h: never publish an attempt after its deadline (it may have waited here
              * for room in the confirm window, or the process was frozen) */

@@ -804,7 +804,7 @@ static obx_err local_outcome(kafka_broker *b, const obx__msg *m, obx__outcome_ki
  * over (those still get their outcomes). */
 static obx_err kb_send(obx__broker *base, const obx__msg *msgs, size_t n, int64_t now) {
     kafka_broker *b = (kafka_broker *)base;
-    int64_t wall = obx__wall_ms(), t_now = now > wall ? now : wall;
+    int64_t wall = obx__ref_ms(), t_now = now > wall ? now : wall;
     if (b->fatal)
         return obx__fail(OBX_EBROKER, "kafka: the producer hit a fatal error (%s): reopen it",
                          b->fatal_reason);
@@ -1152,7 +1152,7 @@ static int visit_lookup(void *user, const rd_kafka_message_t *m) {
 
 static obx_err kb_lookup(obx__broker *base, const obx__lookup_req *req, obx__lookup_res *res) {
     kafka_broker *b = (kafka_broker *)base;
-    int64_t wall0 = obx__wall_ms();
+    int64_t wall0 = obx__ref_ms(); /* the clock quiet_until is on */
     int64_t deadline = obx__mono_ms() + b->lookup_timeout_ms;
     const char *topic = req->dest->topic;
     int32_t p = req->partition;

@@ -475,7 +475,7 @@ static obx_err append_one(log_broker *b, const obx__msg *m, int64_t now) {
         return queue(b, &o, now);
     }
     if (e) return e;
-    int64_t wall = obx__wall_ms();
+    int64_t wall = obx__ref_ms(); /* the relay's clock: its deadlines are on it */
     if (m->deadline && (now > wall ? now : wall) > m->deadline) {
         outcome_for(b, m, OBX__OUT_NOT_SENT, &o);
         snprintf(o.reason, sizeof o.reason,

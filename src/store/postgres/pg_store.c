@@ -1746,6 +1746,22 @@ static obx_err pg_schema_hold(obx__store *base, int *found) {
     return pg_schema_version(base, found);
 }
 
+/* The server's clock (obx__ref_sync): clock_timestamp(), not now(), which is the start of a
+ * transaction. */
+static obx_err pg_server_ms(obx__store *base, int64_t *out) {
+    pg_store *s = (pg_store *)base;
+    obx_err e = ready(s, "server clock");
+    if (e) return e;
+    PGresult *r = NULL;
+    e = check(s,
+              PQexec(s->conn, "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"),
+              PGRES_TUPLES_OK, &r, "server clock");
+    if (e) return e;
+    *out = gi(r, 0, 0);
+    PQclear(r);
+    return OBX_OK;
+}
+
 /* Before a migration from version `from` to `to`: the schema-in-use lock, exclusively for this
  * transaction, or OBX_EBUSY naming the sessions that hold it (relays of this database; a
  * session whose client is gone holds it until the server notices, or until
@@ -4279,6 +4295,7 @@ const obx__store_methods obx__pg_store_methods = {
     .create_roles = pg_create_roles,
     .producer_body = pg_producer_body,
     .schema_hold = pg_schema_hold,
+    .server_ms = pg_server_ms,
     .route_get_txid = pg_route_get_txid,
     .insert_event_audit = pg_insert_event_audit,
     .enqueue_write = pg_enqueue_write,
