@@ -258,9 +258,18 @@ typedef struct route {
     char alias[OBX_NAME_MAX + 1];
 } route;
 
+/* The counters' first value; the test build obx_pg_counters (CMakeLists.txt) starts them near
+ * 2^31, where a backend gets only after billions of calls (test_pg_hardening) */
+#ifndef OBX_PG_COUNTER_START
+#define OBX_PG_COUNTER_START 0u
+#endif
+
+/* routes_next: the slot the next miss fills, round robin. Unsigned, so that it wraps to 0 where
+ * it runs out (2^32, a multiple of ROUTES: the rotation goes on unbroken): a signed int turned
+ * negative after 2^31 misses in one backend, and so did its index, which killed the server. */
 #define ROUTES 16
 static route routes[ROUTES];
-static int routes_next;
+static uint32 routes_next = OBX_PG_COUNTER_START;
 
 /* obx.obx_route's OID now (InvalidOid without the schema) */
 static Oid route_rel(void) {

@@ -1,0 +1,162 @@
+/*
+ * test_pg_hardening.c — obx's code inside the customer's PostgreSQL, tried as an attacker
+ * holding one of obx's roles would (issue 53; docs/security.md). On a real PostgreSQL
+ * (OBX_TEST_PG_URL, a superuser; scripts/services.sh) with the obx_pg extension and its test
+ * build obx_pg_counters installed (`cmake --install build --component obx_pg`). Fails, never
+ * skips, without them. One test per finding:
+ *
+ *   route_slot_wrap     the extension's route-cache counter past 2^31 (the test build starts it
+ *                       there): every enqueue still written, the server still up.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "engine/engine.h"
+
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define OK(x)                                                                                      \
+    do {                                                                                           \
+        obx_err e_ = (x);                                                                          \
+        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
+    } while (0)
+
+static const char *base_url;
+static PGconn *admin;
+static char port[16];
+static int dbs;
+
+static void sql(PGconn *c, const char *q) {
+    PGresult *r = PQexec(c, q);
+    ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) fail_msg("%s: %s", q, PQerrorMessage(c));
+    PQclear(r);
+}
+
+static void sqlf(PGconn *c, const char *fmt, ...) {
+    char q[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(q, sizeof q, fmt, ap);
+    va_end(ap);
+    sql(c, q);
+}
+
+/* The first column of the one row of q, as text into out. */
+static const char *qtext(PGconn *c, const char *q, char *out, size_t cap) {
+    PGresult *r = PQexec(c, q);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+        fail_msg("%s: %s", q, PQerrorMessage(c));
+    snprintf(out, cap, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return out;
+}
+
+static long long qint(PGconn *c, const char *q) {
+    char v[64];
+    return strtoll(qtext(c, q, v, sizeof v), NULL, 10);
+}
+
+static PGconn *connect_or_fail(const char *url) {
+    PGconn *c = PQconnectdb(url);
+    if (PQstatus(c) != CONNECTION_OK) fail_msg("connect %s: %s", url, PQerrorMessage(c));
+    sql(c, "SET client_min_messages = warning");
+    return c;
+}
+
+/* A new, empty database (its name into db) and the URL of user in it (url). */
+static void new_db(char *db, const char *user, char *url, size_t cap) {
+    snprintf(db, 48, "obx_hard_%d_%d", (int)getpid(), ++dbs);
+    sqlf(admin, "CREATE DATABASE %s", db);
+    snprintf(url, cap, "postgres://%s@127.0.0.1:%s/%s", user, port, db);
+}
+
+static void drop_db(const char *db) { sqlf(admin, "DROP DATABASE IF EXISTS %s WITH (FORCE)", db); }
+
+/* A new database with obx's schema, initialized by the superuser; its store into *s. */
+static PGconn *new_outbox(char *db, obx_store **s) {
+    char url[512];
+    new_db(db, "postgres", url, sizeof url);
+    OK(obx_store_open(url, s));
+    OK(obx_store_init(*s));
+    return connect_or_fail(url);
+}
+
+/* ---- finding 1: the route cache's slot counter past 2^31 ---------------------------------- */
+
+/* 50 enqueues rotating 20 event types (each a cache miss once the 16 slots are full) through
+ * the test build, whose counter starts 8 below 2^31. A signed counter went negative there and
+ * the write through the negative slot killed the backend, and with it every backend of the
+ * server. */
+static void test_route_slot_wrap(void **st) {
+    (void)st;
+    char db[48];
+    obx_store *s;
+    PGconn *c = new_outbox(db, &s);
+    for (int i = 0; i < 20; i++) {
+        char type[32];
+        snprintf(type, sizeof type, "t%d.v1", i);
+        obx_route rt = {.event_type = type, .cluster = "local", .topic = "orders"};
+        OK(obx_route_set(s, &rt, NULL));
+    }
+    sql(c, "CREATE FUNCTION obx._enqueue_c_counters(text, text, text, bigint, text, bytea, "
+           "text, text, text, text, text, timestamptz) RETURNS text LANGUAGE c VOLATILE AS "
+           "'$libdir/obx_pg_counters', 'obx_pg_enqueue'");
+    for (int i = 0; i < 50; i++) {
+        char q[512];
+        snprintf(q, sizeof q,
+                 "SELECT obx._enqueue_c_counters('t%d.v1', 'order', 'o-%d', 1, 'tenant', "
+                 "'\\x7b7d', NULL, NULL, NULL, NULL, NULL, NULL)",
+                 i % 20, i);
+        PGresult *r = PQexec(c, q);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK)
+            fail_msg("enqueue %d of 50: %s", i + 1, PQerrorMessage(c));
+        PQclear(r);
+    }
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event"), 50);
+    assert_int_equal(qint(c, "SELECT count(DISTINCT event_type) FROM obx.obx_envelope"), 20);
+    assert_int_equal(qint(admin, "SELECT 1"), 1); /* the server did not restart */
+    PQfinish(c);
+    obx_store_close(s);
+    drop_db(db);
+}
+
+int main(void) {
+    base_url = getenv("OBX_TEST_PG_URL");
+    if (!base_url) {
+        fprintf(stderr, "test_pg_hardening: OBX_TEST_PG_URL must be set (scripts/services.sh) — "
+                        "failing, not skipping.\n");
+        return 1;
+    }
+    obx__url base;
+    if (obx__url_parse(base_url, "store", &base)) {
+        fprintf(stderr, "OBX_TEST_PG_URL: %s\n", obx_errmsg());
+        return 1;
+    }
+    const char *colon = strrchr(base.hosts, ':');
+    snprintf(port, sizeof port, "%s", colon ? colon + 1 : "5432");
+    admin = PQconnectdb(base_url);
+    if (PQstatus(admin) != CONNECTION_OK) {
+        fprintf(stderr, "admin: %s", PQerrorMessage(admin));
+        return 1;
+    }
+    sql(admin, "SET client_min_messages = warning");
+    PGresult *left =
+        PQexec(admin, "SELECT datname FROM pg_database WHERE datname LIKE 'obx\\_hard\\_%'");
+    for (int i = 0; PQresultStatus(left) == PGRES_TUPLES_OK && i < PQntuples(left); i++)
+        drop_db(PQgetvalue(left, i, 0));
+    PQclear(left);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_route_slot_wrap),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    PQfinish(admin);
+    return failed;
+}
