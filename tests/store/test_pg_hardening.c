@@ -6,7 +6,10 @@
  * skips, without them. One test per finding:
  *
  *   route_slot_wrap     the extension's route-cache counter past 2^31 (the test build starts it
- *                       there): every enqueue still written, the server still up.
+ *                       there): every enqueue still written, the server still up;
+ *   foreign_schema      `obx init` refuses an obx schema another role owns, naming the owner,
+ *                       and creates it owned by the role that runs it;
+ *   ...
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -62,6 +65,20 @@ static const char *qtext(PGconn *c, const char *q, char *out, size_t cap) {
 static long long qint(PGconn *c, const char *q) {
     char v[64];
     return strtoll(qtext(c, q, v, sizeof v), NULL, 10);
+}
+
+/* SQLSTATE of a statement that must fail ("" when it succeeded); its message into msg. */
+static __attribute__((unused)) void sqlstate(PGconn *c, const char *q, char st[6], char *msg,
+                                             size_t cap) {
+    PGresult *r = PQexec(c, q);
+    st[0] = '\0';
+    if (msg) msg[0] = '\0';
+    if (PQresultStatus(r) == PGRES_FATAL_ERROR) {
+        const char *s = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        snprintf(st, 6, "%s", s ? s : "?????");
+        if (msg) snprintf(msg, cap, "%s", PQerrorMessage(c));
+    }
+    PQclear(r);
 }
 
 static PGconn *connect_or_fail(const char *url) {
@@ -128,6 +145,48 @@ static void test_route_slot_wrap(void **st) {
     drop_db(db);
 }
 
+/* ---- finding 2: an obx schema someone else made first -------------------------------------- */
+
+/* A role with CREATE on the database makes the schema obx before `obx init`: init refuses it,
+ * naming its owner, and creates nothing in it (as its owner that role could replace any
+ * function the producers' obx.enqueue() then runs). Without it, init creates the schema owned
+ * by the role that runs init. */
+static void test_foreign_schema(void **st) {
+    (void)st;
+    char db[48], url[512], squat[512];
+    new_db(db, "postgres", url, sizeof url);
+    sql(admin, "DROP ROLE IF EXISTS obx_hard_squatter");
+    sql(admin, "CREATE ROLE obx_hard_squatter LOGIN");
+    sqlf(admin, "GRANT CREATE ON DATABASE %s TO obx_hard_squatter", db);
+    snprintf(squat, sizeof squat, "postgres://obx_hard_squatter@127.0.0.1:%s/%s", port, db);
+    PGconn *sq = connect_or_fail(squat);
+    sql(sq, "CREATE SCHEMA obx");
+    PQfinish(sq);
+    obx_store *s;
+    OK(obx_store_open(url, &s));
+    assert_int_equal(obx_store_init(s), OBX_EREFUSED);
+    if (!strstr(obx_errmsg(), "obx_hard_squatter")) fail_msg("no owner named: %s", obx_errmsg());
+    obx_store_close(s);
+    PGconn *c = connect_or_fail(url);
+    assert_int_equal(
+        qint(c, "SELECT count(*) FROM pg_class WHERE relnamespace = 'obx'::regnamespace"), 0);
+    assert_int_equal(
+        qint(c, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'obx'::regnamespace"), 0);
+    /* dropped by its owner, the schema is init's to make, and init's role owns it */
+    sql(c, "DROP SCHEMA obx");
+    OK(obx_store_open(url, &s));
+    OK(obx_store_init(s));
+    OK(obx_store_init(s)); /* again: its own schema */
+    obx_store_close(s);
+    char owner[64];
+    assert_string_equal(qtext(c, "SELECT nspowner::regrole FROM pg_namespace WHERE nspname = 'obx'",
+                              owner, sizeof owner),
+                        "postgres");
+    PQfinish(c);
+    drop_db(db);
+    sql(admin, "DROP ROLE obx_hard_squatter");
+}
+
 int main(void) {
     base_url = getenv("OBX_TEST_PG_URL");
     if (!base_url) {
@@ -155,6 +214,7 @@ int main(void) {
     PQclear(left);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_route_slot_wrap),
+        cmocka_unit_test(test_foreign_schema),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     PQfinish(admin);

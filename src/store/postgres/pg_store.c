@@ -1926,6 +1926,33 @@ static obx_err pg_producer_body(obx__store *base, char *buf, size_t cap) {
     return OBX_OK;
 }
 
+/* OBX_EREFUSED when a schema obx exists that the role running init does not own: its owner
+ * may replace any function in it, obx.enqueue()'s body included, which every producer then runs
+ * with obx.enqueue()'s owner's rights (docs/security.md, "Creating the schema"). schema.sql
+ * checks it again after its CREATE SCHEMA, for one made in between. */
+static obx_err schema_owned(pg_store *s) {
+    PGresult *r = NULL;
+    obx_err e = check(s,
+                      PQexec(s->conn, "SELECT pg_get_userbyid(nspowner), current_user FROM "
+                                      "pg_namespace WHERE nspname = 'obx' AND nspowner <> "
+                                      "(SELECT oid FROM pg_roles WHERE rolname = current_user)"),
+                      PGRES_TUPLES_OK, &r, "schema owner");
+    if (e) return e;
+    char owner[OBX_NAME_MAX + 1] = "", me[OBX_NAME_MAX + 1] = "";
+    bool foreign = PQntuples(r) == 1;
+    if (foreign) {
+        gt(r, 0, 0, owner, sizeof owner);
+        gt(r, 0, 1, me, sizeof me);
+    }
+    PQclear(r);
+    if (!foreign) return OBX_OK;
+    return obx__fail(OBX_EREFUSED,
+                     "postgres: the schema obx is owned by role %s, not by %s, who runs obx init: "
+                     "its owner could replace the functions every producer runs; obx uses only a "
+                     "schema it made (DROP SCHEMA obx as %s if it is empty, or run obx init as %s)",
+                     owner, me, owner, owner);
+}
+
 /* The migration in the caller's transaction, to version `last` by scripts[1..last]. */
 static obx_err migrate_in_tx(pg_store *s, const char *const *scripts, int last) {
     char sql[128];
@@ -1947,6 +1974,7 @@ static obx_err migrate_in_tx(pg_store *s, const char *const *scripts, int last) 
                          "postgres: database encoding is %s; obx needs a UTF8 database "
                          "(CREATE DATABASE ... ENCODING 'UTF8')",
                          enc);
+    if ((e = schema_owned(s))) return e;
     /* a migration waits for no relay and runs under none (pg_schema_hold) */
     int from = 0;
     if ((e = pg_schema_version(&s->base, &from))) return e;

@@ -33,7 +33,20 @@
 --   OB005 a compare-and-set lost (OBX_ECONFLICT)   OB006 a row to update is missing (OBX_ENOTFOUND)
 -- Every SECURITY DEFINER function pins search_path and names every object with its schema.
 
-CREATE SCHEMA IF NOT EXISTS obx;
+-- The schema is init's own: its owner may replace any function in it, obx.enqueue()'s body
+-- included. pg_store.c (schema_owned) refuses one another role made before init; this refuses
+-- one made in between, and anyone running this file by hand in a schema someone else owns.
+CREATE SCHEMA IF NOT EXISTS obx AUTHORIZATION CURRENT_USER;
+DO $$
+DECLARE
+    owner name := (SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'obx');
+BEGIN
+    IF owner IS DISTINCT FROM current_user THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege', MESSAGE =
+            format('the schema obx is owned by role %s, not by %s: obx uses only a schema it made',
+                   owner, current_user);
+    END IF;
+END $$;
 REVOKE ALL ON SCHEMA obx FROM PUBLIC;
 
 -- schema_version (obx reads it whenever it opens a store) and enqueue_impl (pg_store.c's
