@@ -9,6 +9,7 @@
  *                       there): every enqueue still written, the server still up;
  *   foreign_schema      `obx init` refuses an obx schema another role owns, naming the owner,
  *                       and creates it owned by the role that runs it;
+ *   producer_view_barrier  a producer's function over obx.producer_events sees its rows only;
  *   ...
  */
 #include <setjmp.h>
@@ -187,6 +188,69 @@ static void test_foreign_schema(void **st) {
     sql(admin, "DROP ROLE obx_hard_squatter");
 }
 
+/* ---- finding 3: a producer's function in the WHERE clause of obx.producer_events ----------- */
+
+static char notices[16384];
+
+static void keep_notice(void *arg, const char *m) {
+    (void)arg;
+    size_t n = strlen(notices);
+    snprintf(notices + n, sizeof notices - n, "%s", m);
+}
+
+/* The roles of prefix obxh (obx.create_roles) in the outbox of s, and login roles
+ * obx_hard_prod_a and obx_hard_prod_b in obxh_producer. */
+static void producers(obx_store *s) {
+    OK(obx_store_create_roles(s, "obxh"));
+    sql(admin, "DROP ROLE IF EXISTS obx_hard_prod_a, obx_hard_prod_b");
+    sql(admin, "CREATE ROLE obx_hard_prod_a LOGIN IN ROLE obxh_producer");
+    sql(admin, "CREATE ROLE obx_hard_prod_b LOGIN IN ROLE obxh_producer");
+}
+
+static void drop_producers(void) {
+    sql(admin, "DROP ROLE obx_hard_prod_a, obx_hard_prod_b");
+    sql(admin, "DROP ROLE obxh_producer, obxh_relay, obxh_auditor, obxh_consumer");
+}
+
+static PGconn *connect_as(const char *db, const char *user) {
+    char url[512];
+    snprintf(url, sizeof url, "postgres://%s@127.0.0.1:%s/%s", user, port, db);
+    return connect_or_fail(url);
+}
+
+/* Producer A's own cheap function in a WHERE clause over obx.producer_events sees only A's
+ * rows: the view is a security barrier, so its filter runs first. Before, the planner ran the
+ * cheaper function first, on every row, and it printed B's tenant, aggregate and keys. */
+static void test_producer_view_barrier(void **st) {
+    (void)st;
+    char db[48];
+    obx_store *s;
+    PGconn *c = new_outbox(db, &s);
+    obx_route rt = {.event_type = "order.created.v1", .cluster = "local", .topic = "orders"};
+    OK(obx_route_set(s, &rt, NULL));
+    producers(s);
+    PGconn *a = connect_as(db, "obx_hard_prod_a"), *b = connect_as(db, "obx_hard_prod_b");
+    sql(a, "SELECT obx.enqueue('order.created.v1', 'order', 'o-a', 1, 'tenant-a', '\\x7b7d')");
+    sql(b, "SELECT obx.enqueue('order.created.v1', 'order', 'o-secret', 1, 'tenant-secret', "
+           "'\\x7b7d', NULL, 'corr-secret', NULL, NULL, 'key-secret')");
+    sql(a, "CREATE FUNCTION pg_temp.peek(text) RETURNS boolean LANGUAGE plpgsql COST 0.0001 AS "
+           "$$ BEGIN RAISE WARNING 'peek %', $1; RETURN true; END $$");
+    notices[0] = '\0';
+    PQsetNoticeProcessor(a, keep_notice, NULL);
+    assert_int_equal(qint(a, "SELECT count(*) FROM obx.producer_events WHERE "
+                             "pg_temp.peek(tenant || ' ' || aggregate_id || ' ' || "
+                             "coalesce(idempotency_key, '') || ' ' || correlation_id)"),
+                     1);
+    if (strstr(notices, "secret")) fail_msg("producer A saw B's event:\n%s", notices);
+    assert_non_null(strstr(notices, "tenant-a")); /* the function did run, on A's row */
+    PQfinish(a);
+    PQfinish(b);
+    PQfinish(c);
+    obx_store_close(s);
+    drop_db(db);
+    drop_producers();
+}
+
 int main(void) {
     base_url = getenv("OBX_TEST_PG_URL");
     if (!base_url) {
@@ -215,6 +279,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_route_slot_wrap),
         cmocka_unit_test(test_foreign_schema),
+        cmocka_unit_test(test_producer_view_barrier),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     PQfinish(admin);

@@ -541,8 +541,9 @@ CREATE TRIGGER obx_audit_batch_aligned BEFORE INSERT ON obx.obx_audit_batch
 
 -- Every audit row, one per transition, in the order written: obx_audit's rows, the batches'
 -- elements, and the first row of each event recorded in its envelope (created_by; its audit_id
--- is NULL: it was written with the envelope, before any other row of the event).
-CREATE VIEW obx.obx_audit_all AS
+-- is NULL: it was written with the envelope, before any other row of the event). A security
+-- barrier, as every view here (obx.producer_events says why).
+CREATE VIEW obx.obx_audit_all WITH (security_barrier) AS
     SELECT audit_id, 1::bigint AS ord, at, actor, who, event_id, envelope_gen, from_state,
            to_state, claim_gen, attempt_id, attempt_gen, reason
       FROM obx.obx_audit
@@ -1198,7 +1199,10 @@ SELECT obx._point_enqueue(false);
 
 -- Producer access to its own events: those whose first audit row names the session user (the
 -- login role; obx.enqueue() records it), in the envelope (created_by) or in obx_audit.
-CREATE VIEW obx.producer_events AS
+-- A security barrier: the filter runs before any condition of the caller's query, so a
+-- producer's own function in its WHERE clause (cheaper than the filter, the planner would run it
+-- first) never sees another producer's rows. Every view in the schema is one (tests/pg checks).
+CREATE VIEW obx.producer_events WITH (security_barrier) AS
     SELECT e.event_id, e.tenant, e.event_type, v.aggregate_type, v.aggregate_id,
            v.aggregate_version, e.idempotency_key, e.correlation_id, e.state, e.envelope_gen,
            e.committed_at, e.published_at, v.occurred_at, v.created_txid, v.payload_digest,
