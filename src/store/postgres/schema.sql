@@ -57,7 +57,8 @@ CREATE TABLE obx.obx_meta (
 );
 
 -- Raises OB001 with the trigger's first argument as the message: the frozen-data triggers.
-CREATE FUNCTION obx._refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION obx._refuse() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'OB001', MESSAGE = TG_ARGV[0];
 END $$;
@@ -161,7 +162,8 @@ CREATE TABLE obx.obx_envelope (
 
 -- Every column but the payload is frozen; the payload may only become NULL (purge). Comparing
 -- the whole row with the payload blanked out keeps this true for columns added later.
-CREATE FUNCTION obx._envelope_frozen() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION obx._envelope_frozen() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     o obx.obx_envelope;
     n obx.obx_envelope;
@@ -185,7 +187,8 @@ CREATE TRIGGER obx_envelope_frozen BEFORE UPDATE ON obx.obx_envelope
 -- forged payload: a rewrite in all but name. It also checks the generation's lower bound, which
 -- a CHECK constraint would make every producer's insert prepare; a producer's envelope
 -- (generation 1) fires nothing.
-CREATE FUNCTION obx._envelope_generation() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION obx._envelope_generation() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     g1 obx.obx_envelope;
 BEGIN
@@ -513,7 +516,8 @@ CREATE TRIGGER obx_audit_batch_no_truncate BEFORE TRUNCATE ON obx.obx_audit_batc
 -- constraint: the constraint's eleven comparisons (7,200 bytes stored) were prepared again for
 -- every insert, half a million instructions; the function is compiled once per session. The
 -- same rule and the same SQLSTATE (23514, naming obx_audit_batch_check).
-CREATE FUNCTION obx._audit_batch_aligned() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION obx._audit_batch_aligned() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n int := cardinality(NEW.at);
 BEGIN
@@ -709,29 +713,27 @@ $f$;
 -- ---- canonical encodings and digests (src/core/canon.c; tests/data/digest_vectors.json) -------
 -- Each field: u32 big-endian byte length || UTF-8 bytes; integers as decimal ASCII; an absent
 -- optional field (NULL) is the empty string.
--- These SQL functions carry no SET clause on purpose: PostgreSQL inlines them into the caller's
--- query only then (with SET search_path one digest took ~0.5 ms instead of ~10 us). They are
--- not SECURITY DEFINER, so a caller runs them with its own rights (obx._enqueue_targets() under
--- its pinned search_path; obx._enqueue_sql() writes the encodings out instead, see there).
--- They are STABLE, as convert_to() is: an IMMUTABLE SQL function whose body is only STABLE is
--- never inlined, and each call would run its own executor. Inlined, they cost next to nothing.
-CREATE FUNCTION obx._field(s text) RETURNS bytea LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT int4send(octet_length(convert_to(coalesce(s, ''), 'UTF8'))) || convert_to(coalesce(s, ''), 'UTF8')
-$$;
-
+-- Each function pins search_path, as every function here, so PostgreSQL does not inline it into
+-- its caller (a call is a function call, ~25 us); hence no helper per field: each encoding is one
+-- expression over its fields, and each digest one call of its encoding. Not SECURITY DEFINER:
+-- a caller runs them with its own rights (obx._enqueue_targets() for a delivery set's targets;
+-- obx._enqueue_sql() writes the encodings out instead, see there).
 CREATE FUNCTION obx.dest_canonical(cluster text, topic text, routing_key text, algorithm text,
                                    route_policy_gen bigint, serializer text, durability text,
                                    required_acks text)
-RETURNS bytea LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT obx._field('obx.destination.v1') || obx._field($1) || obx._field($2) || obx._field($3)
-        || obx._field($4) || obx._field($5::text) || obx._field($6) || obx._field($7)
-        || obx._field($8)
+RETURNS bytea LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT string_agg(int4send(octet_length(convert_to(coalesce(f, ''), 'UTF8')))
+                      || convert_to(coalesce(f, ''), 'UTF8'), ''::bytea ORDER BY i)
+      FROM unnest(ARRAY['obx.destination.v1', $1, $2, $3, $4, $5::text, $6, $7, $8])
+           WITH ORDINALITY AS u(f, i)
 $$;
 
 CREATE FUNCTION obx.dest_digest(cluster text, topic text, routing_key text, algorithm text,
                                 route_policy_gen bigint, serializer text, durability text,
                                 required_acks text)
-RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
+RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
     SELECT 'sha256:' || encode(sha256(obx.dest_canonical($1, $2, $3, $4, $5, $6, $7, $8)), 'hex')
 $$;
 
@@ -742,12 +744,12 @@ CREATE FUNCTION obx.envelope_canonical(event_id text, envelope_gen integer, aggr
                                        created_txid text, correlation_id text,
                                        causation_id text, traceparent text,
                                        idempotency_key text)
-RETURNS bytea LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT obx._field('obx.outboxEnvelope.v1') || obx._field($1) || obx._field($2::text)
-        || obx._field($3) || obx._field($4) || obx._field($5::text) || obx._field($6)
-        || obx._field($7) || obx._field($8) || obx._field($9) || obx._field($10::text)
-        || obx._field($11) || obx._field($12) || obx._field($13) || obx._field($14)
-        || obx._field($15)
+RETURNS bytea LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT string_agg(int4send(octet_length(convert_to(coalesce(f, ''), 'UTF8')))
+                      || convert_to(coalesce(f, ''), 'UTF8'), ''::bytea ORDER BY i)
+      FROM unnest(ARRAY['obx.outboxEnvelope.v1', $1, $2::text, $3, $4, $5::text, $6, $7, $8,
+                        $9, $10::text, $11, $12, $13, $14, $15]) WITH ORDINALITY AS u(f, i)
 $$;
 
 CREATE FUNCTION obx.envelope_digest(event_id text, envelope_gen integer, aggregate_type text,
@@ -755,7 +757,8 @@ CREATE FUNCTION obx.envelope_digest(event_id text, envelope_gen integer, aggrega
                                     payload_schema text, payload_digest text, tenant text,
                                     occurred_at bigint, created_txid text, correlation_id text,
                                     causation_id text, traceparent text, idempotency_key text)
-RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
+RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
     SELECT 'sha256:' || encode(sha256(obx.envelope_canonical($1, $2, $3, $4, $5, $6, $7, $8, $9,
                                                              $10, $11, $12, $13, $14, $15)), 'hex')
 $$;
@@ -824,7 +827,8 @@ END $$;
 -- evaluated once and still inlined): a PL/pgSQL function of 26 substr() calls cost 207,000
 -- instructions per enqueue. ms is not checked here: callers pass the clock's time, and
 -- obx._event_id checks it for everyone else.
-CREATE FUNCTION obx._ulid(ms bigint, r bytea) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+CREATE FUNCTION obx._ulid(ms bigint, r bytea) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
     SELECT 'evt-'
         || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 45) & 31)::int + 1, 1)
         || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 40) & 31)::int + 1, 1)
@@ -973,7 +977,7 @@ CREATE FUNCTION obx._enqueue_sql(event_type text, aggregate_type text, aggregate
                             causation_id text DEFAULT NULL, traceparent text DEFAULT NULL,
                             idempotency_key text DEFAULT NULL,
                             occurred_at timestamptz DEFAULT NULL)
-RETURNS text LANGUAGE plpgsql VOLATILE AS $$
+RETURNS text LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
     p_type text := event_type;
@@ -1349,10 +1353,12 @@ CREATE INDEX obx_consume_audit_event ON obx.obx_consume_audit (event_id);
 
 -- Milliseconds and microseconds since the epoch, from the clock (not the transaction start:
 -- a consumer transaction may be long).
-CREATE FUNCTION obx._inbox_ms() RETURNS bigint LANGUAGE sql VOLATILE AS $$
+CREATE FUNCTION obx._inbox_ms() RETURNS bigint LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
     SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint
 $$;
-CREATE FUNCTION obx._inbox_us() RETURNS bigint LANGUAGE sql VOLATILE AS $$
+CREATE FUNCTION obx._inbox_us() RETURNS bigint LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
     SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
 $$;
 
