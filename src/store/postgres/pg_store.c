@@ -1926,17 +1926,21 @@ static obx_err pg_producer_body(obx__store *base, char *buf, size_t cap) {
     return OBX_OK;
 }
 
-/* OBX_EREFUSED when a schema obx exists that the role running init does not own: its owner
- * may replace any function in it, obx.enqueue()'s body included, which every producer then runs
- * with obx.enqueue()'s owner's rights (docs/security.md, "Creating the schema"). schema.sql
- * checks it again after its CREATE SCHEMA, for one made in between. */
+/* The schema obx as init trusts it: owned by the role running init, by a superuser, or by a role
+ * it is a member of (for a superuser, membership means nothing: it is a member of every role).
+ * The owner of a schema may replace any function in it, obx.enqueue()'s body included, which
+ * every producer then runs with obx.enqueue()'s owner's rights (docs/security.md, "Creating the
+ * schema"). schema.sql checks it again after its CREATE SCHEMA, for one made in between. */
+#define FOREIGN_SCHEMA_SQL                                                                         \
+    "SELECT o.rolname, current_user FROM pg_namespace n JOIN pg_roles o ON o.oid = n.nspowner "    \
+    "WHERE n.nspname = 'obx' AND NOT o.rolsuper AND o.rolname <> current_user AND (NOT "           \
+    "pg_has_role(current_user, o.oid, 'MEMBER') OR (SELECT rolsuper FROM pg_roles WHERE "          \
+    "rolname = current_user))"
+
+/* OBX_EREFUSED, naming the owner, when a schema obx exists that init does not trust. */
 static obx_err schema_owned(pg_store *s) {
     PGresult *r = NULL;
-    obx_err e = check(s,
-                      PQexec(s->conn, "SELECT pg_get_userbyid(nspowner), current_user FROM "
-                                      "pg_namespace WHERE nspname = 'obx' AND nspowner <> "
-                                      "(SELECT oid FROM pg_roles WHERE rolname = current_user)"),
-                      PGRES_TUPLES_OK, &r, "schema owner");
+    obx_err e = check(s, PQexec(s->conn, FOREIGN_SCHEMA_SQL), PGRES_TUPLES_OK, &r, "schema owner");
     if (e) return e;
     char owner[OBX_NAME_MAX + 1] = "", me[OBX_NAME_MAX + 1] = "";
     bool foreign = PQntuples(r) == 1;
@@ -1947,9 +1951,10 @@ static obx_err schema_owned(pg_store *s) {
     PQclear(r);
     if (!foreign) return OBX_OK;
     return obx__fail(OBX_EREFUSED,
-                     "postgres: the schema obx is owned by role %s, not by %s, who runs obx init: "
-                     "its owner could replace the functions every producer runs; obx uses only a "
-                     "schema it made (DROP SCHEMA obx as %s if it is empty, or run obx init as %s)",
+                     "postgres: the schema obx is owned by role %s, which %s, who runs obx init, "
+                     "neither is nor belongs to: its owner could replace the functions every "
+                     "producer runs; obx uses only a schema it made (DROP SCHEMA obx as %s if it "
+                     "is empty, or run obx init as %s)",
                      owner, me, owner, owner);
 }
 

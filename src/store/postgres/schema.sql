@@ -33,15 +33,19 @@
 --   OB005 a compare-and-set lost (OBX_ECONFLICT)   OB006 a row to update is missing (OBX_ENOTFOUND)
 -- Every SECURITY DEFINER function pins search_path and names every object with its schema.
 
--- The schema is init's own: its owner may replace any function in it, obx.enqueue()'s body
--- included. pg_store.c (schema_owned) refuses one another role made before init; this refuses
--- one made in between, and anyone running this file by hand in a schema someone else owns.
+-- The schema is init's own, a superuser's, or a role's that init's role belongs to: its owner
+-- may replace any function in it, obx.enqueue()'s body included. pg_store.c (schema_owned)
+-- refuses another before init; this refuses one made in between, and anyone running this file
+-- by hand in a schema another role owns.
 CREATE SCHEMA IF NOT EXISTS obx AUTHORIZATION CURRENT_USER;
 DO $$
 DECLARE
-    owner name := (SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'obx');
+    owner name := (SELECT o.rolname FROM pg_namespace n JOIN pg_roles o ON o.oid = n.nspowner
+                    WHERE n.nspname = 'obx' AND NOT o.rolsuper AND o.rolname <> current_user
+                      AND (NOT pg_has_role(current_user, o.oid, 'MEMBER')
+                           OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)));
 BEGIN
-    IF owner IS DISTINCT FROM current_user THEN
+    IF owner IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege', MESSAGE =
             format('the schema obx is owned by role %s, not by %s: obx uses only a schema it made',
                    owner, current_user);
