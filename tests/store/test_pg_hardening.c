@@ -10,6 +10,7 @@
  *   foreign_schema      `obx init` refuses an obx schema another role owns, naming the owner,
  *                       and creates it owned by the role that runs it;
  *   producer_view_barrier  a producer's function over obx.producer_events sees its rows only;
+ *   dropped_role_grant  a grant row of a dropped role denies nobody else and grants nothing;
  *   ...
  */
 #include <setjmp.h>
@@ -69,8 +70,7 @@ static long long qint(PGconn *c, const char *q) {
 }
 
 /* SQLSTATE of a statement that must fail ("" when it succeeded); its message into msg. */
-static __attribute__((unused)) void sqlstate(PGconn *c, const char *q, char st[6], char *msg,
-                                             size_t cap) {
+static void sqlstate(PGconn *c, const char *q, char st[6], char *msg, size_t cap) {
     PGresult *r = PQexec(c, q);
     st[0] = '\0';
     if (msg) msg[0] = '\0';
@@ -251,6 +251,60 @@ static void test_producer_view_barrier(void **st) {
     drop_producers();
 }
 
+/* ---- finding 4: a grant row whose role was dropped ---------------------------------------- */
+
+/* DROP ROLE leaves the role's rows in obx.obx_consumer_grant (role_name is text). The policies
+ * resolved them with pg_has_role(name), which raises 42704 for a missing role, on every row
+ * they looked at: every consumer of every tenant failed obx.inbox_receive() and stalled. Now a
+ * missing role is nobody's: it grants nothing and breaks nobody. */
+static void test_dropped_role_grant(void **st) {
+    (void)st;
+    char db[48];
+    obx_store *s;
+    PGconn *c = new_outbox(db, &s);
+    OK(obx_store_create_roles(s, "obxh"));
+    sql(admin, "DROP ROLE IF EXISTS obx_hard_cons_a, obx_hard_gone");
+    sql(admin, "CREATE ROLE obx_hard_cons_a LOGIN IN ROLE obxh_consumer");
+    sql(admin, "CREATE ROLE obx_hard_gone LOGIN IN ROLE obxh_consumer");
+    sql(c, "INSERT INTO obx.obx_consumer_grant VALUES ('obx_hard_gone', 'proj-a', '*'), "
+           "('obx_hard_cons_a', 'proj-a', 'tenant-a')");
+    sql(admin, "DROP ROLE obx_hard_gone");
+    PGconn *a = connect_as(db, "obx_hard_cons_a");
+    char dec[32];
+    sql(a, "BEGIN");
+    qtext(a,
+          "SELECT decision FROM obx.inbox_receive('proj-a', 'evt-01HZX3K9QW8E7R6T5Y4V3J2A01', 1, "
+          "'sha256:' || encode(sha256('\\x7b7d'::bytea), 'hex'), 'orders', 0, 1, "
+          "'\\x7b7d'::bytea, 'order.created.v1', 'tenant-a')",
+          dec, sizeof dec);
+    assert_string_equal(dec, "process");
+    sql(a, "SELECT obx.inbox_applied('proj-a', 'evt-01HZX3K9QW8E7R6T5Y4V3J2A01', 'done')");
+    sql(a, "COMMIT");
+    assert_int_equal(qint(a, "SELECT count(*) FROM obx.obx_consumer_grant"), 1);
+    assert_int_equal(qint(a, "SELECT count(*) FROM obx.obx_inbox"), 1);
+    /* the stale row grants nothing: proj-a's tenant-b is still not A's (the database refuses
+     * the receipt, and the SQL inbox parks the message) */
+    sql(a, "BEGIN");
+    qtext(a,
+          "SELECT decision FROM obx.inbox_receive('proj-a', 'evt-01HZX3K9QW8E7R6T5Y4V3J2A02', 1, "
+          "'sha256:' || encode(sha256('\\x7b7d'::bytea), 'hex'), 'orders', 0, 2, "
+          "'\\x7b7d'::bytea, 'order.created.v1', 'tenant-b')",
+          dec, sizeof dec);
+    sql(a, "COMMIT");
+    assert_string_equal(dec, "poisoned");
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_inbox WHERE tenant = 'tenant-b'"), 0);
+    char stt[6];
+    sqlstate(a, "INSERT INTO obx.obx_consumer_grant VALUES ('obx_hard_gone', 'proj-b', '*')", stt,
+             NULL, 0);
+    assert_string_equal(stt, "42501");
+    PQfinish(a);
+    PQfinish(c);
+    obx_store_close(s);
+    drop_db(db);
+    sql(admin, "DROP ROLE obx_hard_cons_a");
+    sql(admin, "DROP ROLE obxh_producer, obxh_relay, obxh_auditor, obxh_consumer");
+}
+
 int main(void) {
     base_url = getenv("OBX_TEST_PG_URL");
     if (!base_url) {
@@ -280,6 +334,7 @@ int main(void) {
         cmocka_unit_test(test_route_slot_wrap),
         cmocka_unit_test(test_foreign_schema),
         cmocka_unit_test(test_producer_view_barrier),
+        cmocka_unit_test(test_dropped_role_grant),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     PQfinish(admin);

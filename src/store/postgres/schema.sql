@@ -1858,8 +1858,12 @@ BEGIN
         obx.obx_inbox_failure, obx.obx_poison, obx.obx_inbox_quarantine, obx.obx_consume_audit TO %I', c);
     ALTER TABLE obx.obx_consumer_grant ENABLE ROW LEVEL SECURITY;
     EXECUTE format('DROP POLICY IF EXISTS %I ON obx.obx_consumer_grant', c || '_own');
+    -- A grant row names its role as text, and DROP ROLE leaves it: to_regrole() makes a missing
+    -- role NULL (pg_has_role() is strict: no row), where pg_has_role(name) raised 42704 for
+    -- every consumer whose query met that row. A role later created with the name has the row.
     EXECUTE format('CREATE POLICY %I ON obx.obx_consumer_grant FOR SELECT TO %I
-        USING (pg_has_role(current_user, role_name, ''MEMBER''))', c || '_own', c);
+        USING (pg_has_role(current_user, to_regrole(quote_ident(role_name)), ''MEMBER''))',
+        c || '_own', c);
     EXECUTE format('DROP POLICY IF EXISTS %I ON obx.obx_consumer_grant', a || '_all');
     EXECUTE format('CREATE POLICY %I ON obx.obx_consumer_grant FOR SELECT TO %I USING (true)',
         a || '_all', a);
@@ -1872,7 +1876,8 @@ BEGIN
         -- the consumer's rows: its granted consumer IDs and, where a row names one, tenants
         -- (columns qualified with the table: inside the subquery g's columns would win)
         rows := format('EXISTS (SELECT 1 FROM obx.obx_consumer_grant g WHERE '
-            'pg_has_role(current_user, g.role_name, ''MEMBER'') AND g.consumer_id = %I.consumer_id%s)',
+            'pg_has_role(current_user, to_regrole(quote_ident(g.role_name)), ''MEMBER'') '
+            'AND g.consumer_id = %I.consumer_id%s)',
             t, CASE WHEN t = 'obx_inbox' THEN format(' AND g.tenant IN (%I.tenant, ''*'')', t)
                     ELSE '' END);
         EXECUTE format('DROP POLICY IF EXISTS %I ON obx.%I', c || '_rows', t);
