@@ -11,6 +11,7 @@
  *                       and creates it owned by the role that runs it;
  *   producer_view_barrier  a producer's function over obx.producer_events sees its rows only;
  *   dropped_role_grant  a grant row of a dropped role denies nobody else and grants nothing;
+ *   failed_after_applied  obx.inbox_failed() on an event another instance applied: 'duplicate';
  *   ...
  */
 #include <setjmp.h>
@@ -305,6 +306,46 @@ static void test_dropped_role_grant(void **st) {
     sql(admin, "DROP ROLE obxh_producer, obxh_relay, obxh_auditor, obxh_consumer");
 }
 
+/* ---- finding 8: a stale consumer instance fails an event another instance applied ---------- */
+
+#define RECEIVE_E1                                                                                 \
+    "SELECT decision FROM obx.inbox_receive('proj', 'evt-01HZX3K9QW8E7R6T5Y4V3J2A01', 1, "         \
+    "'sha256:' || encode(sha256('\\x7b7d'::bytea), 'hex'), 'orders', 0, 1, '\\x7b7d'::bytea, "     \
+    "'order.created.v1', 'tenant-a')"
+
+/* Instance A gets 'process' and rolls back (its handler failed), B gets 'process', applies and
+ * commits, then A reports its failure as poison: the event is applied, so the answer is
+ * 'duplicate' and nothing is parked; the next redelivery is a duplicate too. Before, A's call
+ * parked the applied event ('poisoned') and every redelivery answered 'already parked'. */
+static void test_failed_after_applied(void **st) {
+    (void)st;
+    char db[48], dec[32];
+    obx_store *s;
+    PGconn *a = new_outbox(db, &s);
+    PGconn *b = connect_as(db, "postgres");
+    sql(a, "BEGIN");
+    assert_string_equal(qtext(a, RECEIVE_E1, dec, sizeof dec), "process");
+    sql(a, "ROLLBACK");
+    sql(b, "BEGIN");
+    assert_string_equal(qtext(b, RECEIVE_E1, dec, sizeof dec), "process");
+    sql(b, "SELECT obx.inbox_applied('proj', 'evt-01HZX3K9QW8E7R6T5Y4V3J2A01', 'done')");
+    sql(b, "COMMIT");
+    qtext(a,
+          "SELECT decision FROM obx.inbox_failed('proj', 'evt-01HZX3K9QW8E7R6T5Y4V3J2A01', "
+          "'cannot parse', 5, true)",
+          dec, sizeof dec);
+    assert_string_equal(dec, "duplicate");
+    assert_int_equal(qint(a, "SELECT count(*) FROM obx.obx_poison"), 0);
+    assert_int_equal(qint(a, "SELECT count(*) FROM obx.obx_inbox_failure"), 0);
+    sql(a, "BEGIN");
+    assert_string_equal(qtext(a, RECEIVE_E1, dec, sizeof dec), "duplicate");
+    sql(a, "COMMIT");
+    PQfinish(a);
+    PQfinish(b);
+    obx_store_close(s);
+    drop_db(db);
+}
+
 int main(void) {
     base_url = getenv("OBX_TEST_PG_URL");
     if (!base_url) {
@@ -331,10 +372,9 @@ int main(void) {
         drop_db(PQgetvalue(left, i, 0));
     PQclear(left);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_route_slot_wrap),
-        cmocka_unit_test(test_foreign_schema),
-        cmocka_unit_test(test_producer_view_barrier),
-        cmocka_unit_test(test_dropped_role_grant),
+        cmocka_unit_test(test_route_slot_wrap),       cmocka_unit_test(test_foreign_schema),
+        cmocka_unit_test(test_producer_view_barrier), cmocka_unit_test(test_dropped_role_grant),
+        cmocka_unit_test(test_failed_after_applied),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     PQfinish(admin);

@@ -1701,6 +1701,7 @@ DECLARE
     herr text;
     n integer;
     why text;
+    prev record;
 BEGIN
     PERFORM obx._check('consumer_id', consumer_id, 1, 128, 'name');
     IF event_id IS NULL OR event_id !~ '^evt-[0-7][0-9A-HJKMNP-TV-Z]{25}$' THEN
@@ -1710,6 +1711,16 @@ BEGIN
     IF max_failures IS NULL OR max_failures < 1 OR max_failures > 1000 THEN
         RAISE EXCEPTION USING ERRCODE = 'OB002',
             MESSAGE = format('max_failures: %s outside 1..1000', coalesce(max_failures::text, 'NULL'));
+    END IF;
+    -- an event this consumer has applied meanwhile (another instance received it after this one
+    -- rolled back) is done: nothing counted, nothing parked, as its redelivery would answer
+    SELECT i.consumed_at, i."offset" INTO prev FROM obx.obx_inbox i
+     WHERE i.consumer_id = consumer_id AND i.event_id = event_id AND i.outcome = 'APPLIED';
+    IF FOUND THEN
+        why := format('already applied at %s (offset %s)', prev.consumed_at, prev."offset");
+        PERFORM obx._inbox_audit(consumer_id, event_id, 'DUPLICATE', 0, why, now_ms);
+        RETURN QUERY SELECT 'duplicate'::text, 0, why;
+        RETURN;
     END IF;
     herr := obx._inbox_text(CASE WHEN poison THEN 'handler refused the message as poison: '
                                  ELSE 'handler failed: ' END || coalesce(error, ''), 255);
