@@ -12,6 +12,7 @@
  *   producer_view_barrier  a producer's function over obx.producer_events sees its rows only;
  *   dropped_role_grant  a grant row of a dropped role denies nobody else and grants nothing;
  *   failed_after_applied  obx.inbox_failed() on an event another instance applied: 'duplicate';
+ *   payload_limit_owner_only  a producer's session setting does not raise the payload limit;
  *   ...
  */
 #include <setjmp.h>
@@ -346,6 +347,50 @@ static void test_failed_after_applied(void **st) {
     drop_db(db);
 }
 
+/* ---- finding 6: the payload limit is not the producer's to raise ---------------------------- */
+
+/* A producer's `SET obx.payload_limit` let a payload of any size through obx.enqueue(); the
+ * limit is now obx.obx_meta's row payload_limit, which only the schema's owner writes. Through
+ * both bodies (the C one falls back to the PL/pgSQL one over the limit). */
+static void test_payload_limit_owner_only(void **st) {
+    (void)st;
+    char db[48], stt[6], msg[512];
+    obx_store *s;
+    PGconn *c = new_outbox(db, &s);
+    obx_route rt = {.event_type = "order.created.v1", .cluster = "local", .topic = "orders"};
+    OK(obx_route_set(s, &rt, NULL));
+    producers(s);
+    PGconn *a = connect_as(db, "obx_hard_prod_a");
+    static const char big[] = "SELECT obx.enqueue('order.created.v1', 'order', 'o', 1, 't', "
+                              "convert_to(repeat('x', 2000000), 'UTF8'))";
+    for (int body = 0; body < 2; body++) {
+        sql(c, body ? "SELECT obx._point_enqueue(true)" : "SELECT obx._point_enqueue(false)");
+        sql(a, "SET obx.payload_limit = '200000000'");
+        sqlstate(a, big, stt, msg, sizeof msg);
+        if (strcmp(stt, "OB003")) fail_msg("body %d: 2 MB payload: '%s' %s", body, stt, msg);
+        assert_non_null(strstr(msg, "over the limit of 1048576 bytes"));
+        sqlstate(a, "INSERT INTO obx.obx_meta VALUES ('payload_limit', '200000000')", stt, NULL, 0);
+        assert_string_equal(stt, "42501");
+        sqlstate(a, "UPDATE obx.obx_meta SET value = '200000000' WHERE key = 'payload_limit'", stt,
+                 NULL, 0);
+        assert_string_equal(stt, "42501");
+        /* the owner's row is the limit */
+        sql(c, "INSERT INTO obx.obx_meta VALUES ('payload_limit', '4')");
+        sqlstate(a, "SELECT obx.enqueue('order.created.v1', 'order', 'o', 1, 't', '\\x3132333435')",
+                 stt, msg, sizeof msg);
+        assert_string_equal(stt, "OB003");
+        assert_non_null(strstr(msg, "payload: 5 bytes, over the limit of 4 bytes"));
+        sql(a, "SELECT obx.enqueue('order.created.v1', 'order', 'o', 1, 't', '\\x31323334')");
+        sql(c, "DELETE FROM obx.obx_meta WHERE key = 'payload_limit'");
+    }
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event"), 2);
+    PQfinish(a);
+    PQfinish(c);
+    obx_store_close(s);
+    drop_db(db);
+    drop_producers();
+}
+
 int main(void) {
     base_url = getenv("OBX_TEST_PG_URL");
     if (!base_url) {
@@ -372,9 +417,12 @@ int main(void) {
         drop_db(PQgetvalue(left, i, 0));
     PQclear(left);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_route_slot_wrap),       cmocka_unit_test(test_foreign_schema),
-        cmocka_unit_test(test_producer_view_barrier), cmocka_unit_test(test_dropped_role_grant),
+        cmocka_unit_test(test_route_slot_wrap),
+        cmocka_unit_test(test_foreign_schema),
+        cmocka_unit_test(test_producer_view_barrier),
+        cmocka_unit_test(test_dropped_role_grant),
         cmocka_unit_test(test_failed_after_applied),
+        cmocka_unit_test(test_payload_limit_owner_only),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     PQfinish(admin);

@@ -1539,9 +1539,10 @@ static void test_sql_validation_parity(void **state) {
         assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_audit_all"), 0);
     }
     free(pbig);
-    /* the SQL limit follows the setting obx.payload_limit, as obx_store_set_payload_limit does */
+    /* the SQL limit follows obx.obx_meta's row payload_limit, as obx_store_set_payload_limit
+     * does */
     char st[6], msg[512];
-    exec_ok(f->conn, "SET obx.payload_limit = 4");
+    exec_ok(f->conn, "INSERT INTO obx.obx_meta VALUES ('payload_limit', '4')");
     exec_fail(f->conn,
               "SELECT obx.enqueue('order.created.v2', 'order', 'o', 1, 't', '\\x3132333435')", st,
               msg, sizeof msg);

@@ -53,8 +53,9 @@ BEGIN
 END $$;
 REVOKE ALL ON SCHEMA obx FROM PUBLIC;
 
--- schema_version (obx reads it whenever it opens a store) and enqueue_impl (pg_store.c's
--- enqueue_impl: which body obx.enqueue() runs)
+-- schema_version (obx reads it whenever it opens a store), enqueue_impl (pg_store.c's
+-- enqueue_impl: which body obx.enqueue() runs) and, when the owner sets one, payload_limit
+-- (bytes; obx.enqueue() refuses a larger payload; 1048576 without the row)
 CREATE TABLE obx.obx_meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -955,7 +956,8 @@ END $$;
 -- code, and inserts the envelope (who enqueued: created_by), the PENDING event and its
 -- statistics delta inside the caller's transaction; a route generation with a delivery set gives
 -- the event its further target slots. Returns the event ID. The payload limit is 1 MiB unless
--- the setting obx.payload_limit says otherwise.
+-- obx.obx_meta's row 'payload_limit' says otherwise: a row only the schema's owner may write (a
+-- setting, as before, was any producer's to raise in its own session).
 -- The digests are the canonical encodings above written out: in obx.enqueue() no field is NULL
 -- (the optional ones are '' by then) and obx's databases are UTF8 (pg_store.c refuses others), so
 -- each field is converted once and the tags and generation 1 are constants: the same bytes
@@ -996,7 +998,7 @@ DECLARE
     p_trace text := coalesce(traceparent, '');
     p_key text := coalesce(idempotency_key, '');
     p_occurred timestamptz := occurred_at;
-    limit_bytes bigint := coalesce(nullif(current_setting('obx.payload_limit', true), '')::bigint, 1048576);
+    limit_bytes bigint := coalesce((SELECT m.value FROM obx.obx_meta m WHERE m.key = 'payload_limit')::bigint, 1048576);
     now_ms bigint := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
     occ_ms bigint;
     rt record;

@@ -11,9 +11,10 @@
  * most of an enqueue building and running expressions (docs/performance.md, section 3).
  *
  * Every other call (a bad field, an idempotency key, no route, a delivery set, a template that
- * does not expand, a payload limit that is not a number) is handed to obx._enqueue_sql() with
- * the caller's arguments unchanged, so it answers or raises exactly as without the extension:
- * the fast path only ever accepts what obx._enqueue_sql() accepts, and writes the same rows.
+ * does not expand, a payload over the limit or a limit that is not a number) is handed to
+ * obx._enqueue_sql() with the caller's arguments unchanged, so it answers or raises exactly as
+ * without the extension: the fast path only ever accepts what obx._enqueue_sql() accepts, and
+ * writes the same rows.
  *
  * Backend code: memory is palloc'd in the function's context or SPI's, errors are ereport()s.
  * The core's functions malloc only inside obx__buf and free it before they return. */
@@ -66,7 +67,8 @@ enum {
 /* pg_store.c's NOTIFY_CHANNEL (and LOCK_CLASS_ORDER in write_sql): the same channel and lock
  * as every other producer path */
 #define NOTIFY_CHANNEL "obx_work"
-#define PAYLOAD_LIMIT_DEFAULT 1048576
+/* obx.obx_meta's row payload_limit, when the owner wrote none (schema.sql, obx._enqueue_sql) */
+#define PAYLOAD_LIMIT_DEFAULT_S "1048576"
 
 /* Prepared once per backend (SPI_keepplan; the plan cache re-plans them after DDL). */
 static SPIPlanPtr route_plan, write_plan, sql_plan;
@@ -80,13 +82,17 @@ static const char route_sql[] =
 
 /* The rows obx._enqueue_sql() writes for an event without an idempotency key, written only
  * while route generation $25 is still the type's current one and has no delivery set (the
- * check pg_store.c's Q_ENQ_WRITE makes of the C producer's cached route; else no row): the
+ * check pg_store.c's Q_ENQ_WRITE makes of the C producer's cached route) and the payload is
+ * within the limit (obx.obx_meta's row payload_limit, the owner's; a subquery here costs next
+ * to nothing, a statement of its own ~8 us; else no row, and obx._enqueue_sql() refuses): the
  * order-key bucket's lock (pg_store.c ORDER_LOCK), the envelope (created_by: the event's first
  * audit row), the event (its seq drawn after the lock), the statistics delta. */
 static const char write_sql[] =
     "WITH lk AS MATERIALIZED (SELECT pg_advisory_xact_lock(5194328, hashtext($5) & 1023) "
     "WHERE $25 = (SELECT max(r.gen) FROM obx.obx_route r WHERE r.event_type = $3) AND "
-    "NOT EXISTS (SELECT 1 FROM obx.obx_route_set x WHERE x.route_gen = $25)), "
+    "NOT EXISTS (SELECT 1 FROM obx.obx_route_set x WHERE x.route_gen = $25) AND "
+    "octet_length($30) <= coalesce((SELECT m.value FROM obx.obx_meta m WHERE m.key = "
+    "'payload_limit')::bigint, " PAYLOAD_LIMIT_DEFAULT_S ")), "
     "env AS (INSERT INTO obx.obx_envelope (event_id, envelope_gen, aggregate_type, "
     "aggregate_id, aggregate_version, event_type, payload_schema, payload_digest, tenant, "
     "occurred_at, created_txid, correlation_id, causation_id, traceparent, idempotency_key, "
@@ -154,22 +160,6 @@ static int64_t ts_ms(TimestampTz ts) {
     return us >= 0 ? us / 1000 : -((-us + 999) / 1000);
 }
 
-/* obx.payload_limit (obx._enqueue_sql(): coalesce(nullif(setting, ''), 1048576)::bigint); false
- * when it is not a plain number (obx._enqueue_sql() then raises the cast's error) */
-static bool payload_limit(int64_t *out) {
-    const char *v = GetConfigOption("obx.payload_limit", true, false);
-    if (!v || !*v) {
-        *out = PAYLOAD_LIMIT_DEFAULT;
-        return true;
-    }
-    char *end = NULL;
-    errno = 0;
-    long long l = strtoll(v, &end, 10);
-    if (errno || end == v || *end) return false;
-    *out = l;
-    return true;
-}
-
 typedef struct call {
     obx__envelope e;
     obx__dest d;
@@ -231,10 +221,9 @@ static bool read_args(FunctionCallInfo fcinfo, call *c) {
         e->occurred_at = ts_ms(occ);
     }
     if (e->occurred_at < 0 || e->occurred_at >= ((int64_t)1 << 48)) return false;
-    int64_t limit;
     c->payload = PG_GETARG_BYTEA_PP(A_PAYLOAD);
     size_t plen = VARSIZE_ANY_EXHDR(c->payload);
-    if (!payload_limit(&limit) || plen == 0 || (int64_t)plen > limit) return false;
+    if (plen == 0) return false; /* the limit: write_sql */
     return obx_sha256_digest(VARDATA_ANY(c->payload), plen, e->payload_digest) == OBX_OK;
 }
 
@@ -352,7 +341,8 @@ static text *enqueue_sql(FunctionCallInfo fcinfo) {
 static Datum txt(const char *s) { return CStringGetTextDatum(s); }
 
 /* The fast path's rows (write_sql): true when written, false when the route generation in c is
- * no longer the type's current one (nothing written, no lock taken) */
+ * no longer the type's current one or the payload is over the limit (nothing written, no lock
+ * taken) */
 static bool write_rows(call *c) {
     obx__envelope *e = &c->e;
     obx__dest *d = &c->d;
