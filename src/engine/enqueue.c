@@ -12,7 +12,10 @@
  *      Where the store has enqueue_write and the handle knows the event type's route, that is
  *      one round trip, and a route that changed since makes it write nothing (route cache,
  *      below).
- *   4. A repeated (tenant, idempotency_key) returns the first event's ID and inserts nothing.
+ *   4. A repeated (tenant, idempotency_key) returns the first event's ID and inserts nothing,
+ *      when it is the same event (type, aggregate, payload: a retried command); another event
+ *      under a taken key is OBX_ECONFLICT, never the first event's ID (idem_same; schema.sql,
+ *      obx._idem_same, the same rule for obx.enqueue()).
  *   5. A route generation with a delivery set gives the event one publish slot per target in
  *      the same transaction (docs/migration.md): target 1 is the event's own row; every further
  *      target is a row with its own slot ID, the event's envelope and its own frozen
@@ -334,6 +337,25 @@ static obx_err enqueue_cached(obx__store *s, const obx_event *ev, int64_t now, o
     return OBX_OK;
 }
 
+/* OBX_OK when ev is the event v its idempotency key already names (contract 4), else
+ * OBX_ECONFLICT naming what differs. */
+static obx_err idem_same(const obx_event *ev, const obx__envelope *v) {
+    char d[OBX_DIGEST_LEN + 1];
+    obx_err e = obx_sha256_digest(ev->payload, ev->payload_len, d);
+    if (e) return e;
+    const char *diff = strcmp(v->event_type, ev->event_type) ? "event_type"
+                       : strcmp(v->aggregate_type, ev->aggregate_type) ||
+                               strcmp(v->aggregate_id, ev->aggregate_id) ||
+                               v->aggregate_version != ev->aggregate_version
+                           ? "aggregate"
+                       : strcmp(v->payload_digest, d) ? "payload"
+                                                      : NULL;
+    if (!diff) return OBX_OK;
+    return obx__fail(OBX_ECONFLICT,
+                     "idempotency_key: '%s' of tenant '%s' is taken by event %s with another %s",
+                     ev->idempotency_key, ev->tenant, v->event_id, diff);
+}
+
 obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ulid_gen *gen,
                         obx_enqueue_result *out) {
     obx_err e;
@@ -361,6 +383,7 @@ obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ul
                 obx__rows rows = {0};
                 const char *id = out->event_id;
                 e = obx__st_load_events(s, &id, 1, 0, &rows);
+                if (!e && rows.n) e = idem_same(ev, &rows.v[0].env);
                 if (!e && rows.n) {
                     obx__strlcpy(out->dest_digest, rows.v[0].dest_digest, sizeof out->dest_digest);
                     obx__strlcpy(out->payload_digest, rows.v[0].env.payload_digest,

@@ -166,9 +166,23 @@ static void test_enqueue_roundtrip(void **state) {
     OK(obx__enqueue_at(c->s, &ev, c->now + 5, NULL, &again));
     assert_true(again.existing);
     assert_string_equal(again.event_id, res.event_id);
+    /* another event under the taken key is refused, never answered with the first's ID */
+    obx_event other = ev;
+    other.payload = "\x00\x01payload\xfe";
+    assert_int_equal(obx__enqueue_at(c->s, &other, c->now + 6, NULL, &again), OBX_ECONFLICT);
+    assert_non_null(strstr(obx_errmsg(), "with another payload"));
+    assert_string_equal(again.event_id, "");
+    other = ev;
+    other.aggregate_id = "o-2";
+    assert_int_equal(obx__enqueue_at(c->s, &other, c->now + 7, NULL, &again), OBX_ECONFLICT);
+    assert_non_null(strstr(obx_errmsg(), "with another aggregate"));
+    other = ev;
+    other.tenant = "tenant-8"; /* keys are per tenant: another tenant's is its own */
+    OK(obx__enqueue_at(c->s, &other, c->now + 8, NULL, &again));
+    assert_false(again.existing);
     obx__store_stats st;
     OK(c->s->m->read->stats(c->s, &st));
-    assert_int_equal(st.by_state[OBX__ST_PENDING], 1);
+    assert_int_equal(st.by_state[OBX__ST_PENDING], 2);
     /* bad input leaves nothing */
     ev.tenant = "bad tenant";
     assert_int_equal(obx__enqueue_at(c->s, &ev, c->now, NULL, &again), OBX_EINVAL);
@@ -176,7 +190,7 @@ static void test_enqueue_roundtrip(void **state) {
     ev.event_type = "no.route.v1";
     assert_int_equal(obx__enqueue_at(c->s, &ev, c->now, NULL, &again), OBX_ENOROUTE);
     OK(c->s->m->read->stats(c->s, &st));
-    assert_int_equal(st.by_state[OBX__ST_PENDING], 1);
+    assert_int_equal(st.by_state[OBX__ST_PENDING], 2);
     /* missing IDs are skipped by load */
     const char *missing = "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G";
     OK(obx__st_load_events(c->s, &missing, 1, 0, &rows));

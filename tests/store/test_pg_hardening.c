@@ -13,7 +13,7 @@
  *   dropped_role_grant  a grant row of a dropped role denies nobody else and grants nothing;
  *   failed_after_applied  obx.inbox_failed() on an event another instance applied: 'duplicate';
  *   payload_limit_owner_only  a producer's session setting does not raise the payload limit;
- *   ...
+ *   idempotency_conflict  another event under a taken idempotency key is refused (OB005).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -391,6 +391,52 @@ static void test_payload_limit_owner_only(void **st) {
     drop_producers();
 }
 
+/* ---- finding 9: another event under a taken idempotency key ---------------------------------- */
+
+/* Producer A's key for tenant-b made producer B's real event with the same key answer A's
+ * event ID and write nothing. Now another event under a taken key (another payload, aggregate
+ * or type) is OB005, through both bodies; the same event again (a retried command) still gets
+ * the first ID; keys are per tenant. */
+static void test_idempotency_conflict(void **st) {
+    (void)st;
+    char db[48], stt[6], msg[512], first[64], again[64];
+    obx_store *s;
+    PGconn *c = new_outbox(db, &s);
+    obx_route rt = {.event_type = "order.created.v1", .cluster = "local", .topic = "orders"};
+    OK(obx_route_set(s, &rt, NULL));
+    producers(s);
+    PGconn *a = connect_as(db, "obx_hard_prod_a"), *b = connect_as(db, "obx_hard_prod_b");
+    for (int body = 0; body < 2; body++) {
+        char q[512];
+        sql(c, body ? "SELECT obx._point_enqueue(true)" : "SELECT obx._point_enqueue(false)");
+#define ENQ(tenant, aid, payload)                                                                  \
+    (snprintf(q, sizeof q,                                                                         \
+              "SELECT obx.enqueue('order.created.v1', 'order', '%s', 1, '%s', '%s', NULL, NULL, "  \
+              "NULL, NULL, 'key-%d')",                                                             \
+              aid, tenant, payload, body),                                                         \
+     q)
+        qtext(a, ENQ("tenant-b", "o-1", "\\x7b7d"), first, sizeof first);
+        sqlstate(b, ENQ("tenant-b", "o-1", "\\x5b5d"), stt, msg, sizeof msg);
+        if (strcmp(stt, "OB005") || !strstr(msg, "with another payload"))
+            fail_msg("body %d: another payload under a taken key: '%s' %s", body, stt, msg);
+        sqlstate(b, ENQ("tenant-b", "o-2", "\\x7b7d"), stt, msg, sizeof msg);
+        if (strcmp(stt, "OB005") || !strstr(msg, "with another aggregate"))
+            fail_msg("body %d: another aggregate under a taken key: '%s' %s", body, stt, msg);
+        assert_string_equal(qtext(b, ENQ("tenant-b", "o-1", "\\x7b7d"), again, sizeof again),
+                            first);
+        assert_string_not_equal(qtext(b, ENQ("tenant-c", "o-1", "\\x7b7d"), again, sizeof again),
+                                first);
+#undef ENQ
+    }
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event"), 4);
+    PQfinish(a);
+    PQfinish(b);
+    PQfinish(c);
+    obx_store_close(s);
+    drop_db(db);
+    drop_producers();
+}
+
 int main(void) {
     base_url = getenv("OBX_TEST_PG_URL");
     if (!base_url) {
@@ -423,6 +469,7 @@ int main(void) {
         cmocka_unit_test(test_dropped_role_grant),
         cmocka_unit_test(test_failed_after_applied),
         cmocka_unit_test(test_payload_limit_owner_only),
+        cmocka_unit_test(test_idempotency_conflict),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     PQfinish(admin);

@@ -950,6 +950,34 @@ BEGIN
     END LOOP;
 END $$;
 
+-- An idempotency key names one business command's event within its tenant (the key is unique
+-- per tenant): a retry with the same event type, aggregate and payload gets the first event's ID
+-- (returned here); anything else under a taken key is another event, refused with OB005 (as
+-- src/engine/enqueue.c, idem_same), never answered with the first event's ID (docs/postgres.md,
+-- "Idempotency keys").
+CREATE FUNCTION obx._idem_same(existing text, key text, tenant text, event_type text,
+                               aggregate_type text, aggregate_id text, aggregate_version bigint,
+                               payload bytea)
+RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v obx.obx_envelope;
+    diff text;
+BEGIN
+    SELECT * INTO v FROM obx.obx_envelope e WHERE e.event_id = existing AND e.envelope_gen = 1;
+    diff := CASE WHEN v.event_type IS DISTINCT FROM event_type THEN 'event_type'
+                 WHEN (v.aggregate_type, v.aggregate_id, v.aggregate_version)
+                      IS DISTINCT FROM (aggregate_type, aggregate_id, aggregate_version)
+                      THEN 'aggregate'
+                 WHEN v.payload_digest IS DISTINCT FROM 'sha256:' || encode(sha256(payload), 'hex')
+                      THEN 'payload' END;
+    IF diff IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'OB005', MESSAGE = format(
+            'idempotency_key: %L of tenant %L is taken by event %s with another %s',
+            key, tenant, existing, diff);
+    END IF;
+    RETURN existing;
+END $$;
+
 -- obx.enqueue()'s PL/pgSQL body. Validates like obx_enqueue() (same limits, character sets and
 -- messages), honours the idempotency key (returns the first event's ID), resolves the current
 -- route, freezes the destination with its digest, computes the same canonical digests as the C
@@ -1062,12 +1090,12 @@ BEGIN
     END IF;
 
     -- a retried business command gets its first event back (before the route: a route removed
-    -- since does not turn a retry into an error)
+    -- since does not turn a retry into an error); another event under a taken key is refused
     IF p_key <> '' THEN
         SELECT e.event_id INTO existing FROM obx.obx_event e
          WHERE e.tenant = p_tenant AND e.idempotency_key = p_key;
         IF existing IS NOT NULL THEN
-            RETURN existing;
+            RETURN obx._idem_same(existing, p_key, p_tenant, p_type, p_atype, p_aid, p_aver, p_payload);
         END IF;
     END IF;
 
@@ -1167,7 +1195,7 @@ BEGIN
         SELECT e.event_id INTO existing FROM obx.obx_event e
          WHERE e.tenant = p_tenant AND e.idempotency_key = p_key;
         IF existing IS NOT NULL THEN
-            RETURN existing;
+            RETURN obx._idem_same(existing, p_key, p_tenant, p_type, p_atype, p_aid, p_aver, p_payload);
         END IF;
         RAISE EXCEPTION USING ERRCODE = '23505',
             MESSAGE = format('idempotency_key: %L of tenant %L is taken by an event this transaction cannot see', p_key, p_tenant);
