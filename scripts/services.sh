@@ -74,7 +74,7 @@ pg_start() {
 # pg_node_stop). pg_node_start/pg_node_stop are what scripts/pg.sh runs for the chaos soak.
 pg_node_start() {
   local dir=$OBX_TEST_SERVICES_DIR/pg
-  su postgres -s /bin/sh -c "$PG_BIN/pg_ctl -D '$dir/data' -l '$dir/server.log' -o '-p $OBX_SVC_PG_PORT -k $dir/sock -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off -c synchronous_commit=on -c ssl=on -c ssl_cert_file=$dir/tls/server.pem -c ssl_key_file=$dir/tls/server.key' -w start >/dev/null"
+  su postgres -s /bin/sh -c "$PG_BIN/pg_ctl -D '$dir/data' -l '$dir/server.log' -o '-p $OBX_SVC_PG_PORT -k $dir/sock -c listen_addresses=127.0.0.1 -c max_connections=200 -c max_prepared_transactions=20 -c fsync=off -c synchronous_commit=on -c ssl=on -c ssl_cert_file=$dir/tls/server.pem -c ssl_key_file=$dir/tls/server.key' -w start >/dev/null"
 }
 
 # Stops the cluster: MODE fast (default: clean) or immediate (a crash: backends killed, no

@@ -13,7 +13,8 @@
  *   dropped_role_grant  a grant row of a dropped role denies nobody else and grants nothing;
  *   failed_after_applied  obx.inbox_failed() on an event another instance applied: 'duplicate';
  *   payload_limit_owner_only  a producer's session setting does not raise the payload limit;
- *   idempotency_conflict  another event under a taken idempotency key is refused (OB005).
+ *   idempotency_conflict  another event under a taken idempotency key is refused (OB005);
+ *   two_phase_commit    obx.enqueue() in a transaction prepared while a relay waits.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -437,6 +438,59 @@ static void test_idempotency_conflict(void **st) {
     drop_producers();
 }
 
+/* ---- finding 7: two-phase commit while a relay waits ------------------------------------------
+ */
+
+/* A relay of the cluster waits (it holds the cluster's wake lock and listens): obx.enqueue()
+ * through the C body, then PREPARE TRANSACTION, which refused a transaction that had executed
+ * NOTIFY ('cannot PREPARE a transaction that has executed LISTEN, UNLISTEN, or NOTIFY'), so 2PC
+ * failed exactly when a relay waited. Now the NOTIFY is sent at commit only: the prepared
+ * transaction commits later with COMMIT PREPARED and its event is there; a plain commit still
+ * wakes the relay. */
+static void test_two_phase_commit(void **st) {
+    (void)st;
+    char db[48];
+    obx_store *s;
+    PGconn *c = new_outbox(db, &s);
+    obx_route rt = {.event_type = "order.created.v1", .cluster = "local", .topic = "orders"};
+    OK(obx_route_set(s, &rt, NULL));
+    sql(c, "SELECT obx._point_enqueue(true)");
+    PGconn *relay = connect_as(db, "postgres"), *p = connect_as(db, "postgres");
+    sql(relay, "SELECT pg_advisory_lock(5194330, hashtext('local'))");
+    sql(relay, "LISTEN obx_work");
+    sql(p, "BEGIN");
+    sql(p, "SELECT obx.enqueue('order.created.v1', 'order', 'o-1', 1, 't', '\\x7b7d')");
+    char gid[64];
+    snprintf(gid, sizeof gid, "PREPARE TRANSACTION 'obx_hard_%d'", (int)getpid());
+    sql(p, gid);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event"), 0);
+    snprintf(gid, sizeof gid, "COMMIT PREPARED 'obx_hard_%d'", (int)getpid());
+    sql(c, gid);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event"), 1);
+    /* a plain commit wakes the waiting relay */
+    sql(relay, "SELECT 1"); /* drains anything queued so far */
+    while (PQnotifies(relay)) {
+    }
+    sql(p, "SELECT obx.enqueue('order.created.v1', 'order', 'o-2', 1, 't', '\\x7b7d')");
+    int woken = 0;
+    for (int i = 0; i < 50 && !woken; i++) {
+        PQconsumeInput(relay);
+        PGnotify *n = PQnotifies(relay);
+        if (n) {
+            woken = !strcmp(n->relname, "obx_work");
+            PQfreemem(n);
+        } else {
+            usleep(20000);
+        }
+    }
+    assert_true(woken);
+    PQfinish(relay);
+    PQfinish(p);
+    PQfinish(c);
+    obx_store_close(s);
+    drop_db(db);
+}
+
 int main(void) {
     base_url = getenv("OBX_TEST_PG_URL");
     if (!base_url) {
@@ -470,6 +524,7 @@ int main(void) {
         cmocka_unit_test(test_failed_after_applied),
         cmocka_unit_test(test_payload_limit_owner_only),
         cmocka_unit_test(test_idempotency_conflict),
+        cmocka_unit_test(test_two_phase_commit),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     PQfinish(admin);

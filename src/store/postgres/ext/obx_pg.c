@@ -46,6 +46,7 @@ PG_MODULE_MAGIC;
 
 PGDLLEXPORT Datum obx_pg_enqueue(PG_FUNCTION_ARGS);
 PG_FUNCTION_INFO_V1(obx_pg_enqueue);
+PGDLLEXPORT void _PG_init(void);
 
 /* obx.enqueue()'s arguments, in order */
 enum {
@@ -427,6 +428,24 @@ static bool wake_lock_free(const char *cluster) {
     return LockAcquire(&tag, ShareLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
 }
 
+/* The wake-up NOTIFY, deferred to the commit: an enqueue that wants one (a relay of its cluster
+ * waits) sets notify_pending, and the commit's pre-commit callback sends it, before
+ * PostgreSQL queues the transaction's notifications (CommitTransaction: XACT_EVENT_PRE_COMMIT,
+ * then PreCommit_Notify). A transaction that is prepared instead (two-phase commit) sends none:
+ * PREPARE TRANSACTION refuses one that has executed NOTIFY, which made obx.enqueue() fail 2PC
+ * exactly while a relay waited (docs/postgres.md, "Two-phase commit"); its event is found at
+ * the relay's next poll after COMMIT PREPARED. Any end of the transaction clears the flag. */
+static bool notify_pending;
+
+static void notify_at_commit(XactEvent event, void *arg) {
+    (void)arg;
+    if (event == XACT_EVENT_PRE_COMMIT && notify_pending) Async_Notify(NOTIFY_CHANNEL, "");
+    if (event != XACT_EVENT_PARALLEL_PRE_COMMIT && event != XACT_EVENT_PARALLEL_COMMIT)
+        notify_pending = false;
+}
+
+void _PG_init(void) { RegisterXactCallback(notify_at_commit, NULL); }
+
 Datum obx_pg_enqueue(PG_FUNCTION_ARGS) {
     call c;
     memset(&c, 0, sizeof c);
@@ -434,12 +453,12 @@ Datum obx_pg_enqueue(PG_FUNCTION_ARGS) {
     if (SPI_connect() != SPI_OK_CONNECT) ereport(ERROR, (errmsg("obx_pg: SPI_connect failed")));
     text *out;
     if (fast && enqueue_fast(&c)) {
-        /* delivered at commit, coalesced per transaction, as pg_notify(); not where the
-         * session's obx.notify is 'off', and only while a relay of the event's cluster waits
-         * (as the other bodies) */
+        /* sent at commit (notify_at_commit), coalesced per transaction, as pg_notify(); not
+         * where the session's obx.notify is 'off', and only while a relay of the event's
+         * cluster waits (as the other bodies) */
         const char *notify = GetConfigOption("obx.notify", true, false);
         if ((!notify || strcmp(notify, "off") != 0) && !wake_lock_free(c.d.cluster))
-            Async_Notify(NOTIFY_CHANNEL, "");
+            notify_pending = true;
         size_t n = strlen(c.e.event_id);
         out = (text *)SPI_palloc(VARHDRSZ + n);
         SET_VARSIZE(out, VARHDRSZ + n);
