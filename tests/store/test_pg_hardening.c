@@ -14,7 +14,8 @@
  *   failed_after_applied  obx.inbox_failed() on an event another instance applied: 'duplicate';
  *   payload_limit_owner_only  a producer's session setting does not raise the payload limit;
  *   idempotency_conflict  another event under a taken idempotency key is refused (OB005);
- *   two_phase_commit    obx.enqueue() in a transaction prepared while a relay waits.
+ *   two_phase_commit    obx.enqueue() in a transaction prepared while a relay waits;
+ *   order_lock_per_key  an open transaction does not block producers of unrelated keys.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -491,6 +492,60 @@ static void test_two_phase_commit(void **st) {
     drop_db(db);
 }
 
+/* ---- finding 10: per-key order locks that do not block unrelated keys ----------------------- */
+
+/* Two order keys whose hashes share one of the 1024 buckets (routing keys t1.o-<i>, topic
+ * orders, cluster local): producer A enqueues the first and keeps its transaction open. A
+ * producer of the second, unrelated key used to wait for A's commit (the bucket's lock; here a
+ * lock timeout, 55P03); now it does not, through both bodies. A producer of A's own key still
+ * waits (commit order per key), and a transaction past 64 events locks buckets again, which
+ * bounds its locks: an unrelated key of a locked bucket waits for it. */
+static void test_order_lock_per_key(void **st) {
+    (void)st;
+    char db[48], k2[32], q[512];
+    obx_store *s;
+    PGconn *c = new_outbox(db, &s);
+    obx_route rt = {.event_type = "order.created.v1",
+                    .cluster = "local",
+                    .topic = "orders",
+                    .routing_key = "{tenant}.{aggregate_id}"};
+    OK(obx_route_set(s, &rt, NULL));
+    qtext(c,
+          "SELECT 'o-' || i FROM generate_series(1, 100000) i WHERE hashtext(E'local\\x1forders"
+          "\\x1ft1.o-' || i) & 1023 = hashtext(E'local\\x1forders\\x1ft1.o-0') & 1023 LIMIT 1",
+          k2, sizeof k2);
+    PGconn *a = connect_as(db, "postgres"), *b = connect_as(db, "postgres");
+    sql(b, "SET lock_timeout = '300ms'");
+    for (int body = 0; body < 2; body++) {
+        char stt[6], msg[256];
+        sql(c, body ? "SELECT obx._point_enqueue(true)" : "SELECT obx._point_enqueue(false)");
+        sql(a, "BEGIN");
+        sql(a, "SELECT obx.enqueue('order.created.v1', 'order', 'o-0', 1, 't1', '\\x7b7d')");
+        snprintf(q, sizeof q,
+                 "SELECT obx.enqueue('order.created.v1', 'order', '%s', 1, 't1', '\\x7b7d')", k2);
+        sqlstate(b, q, stt, msg, sizeof msg);
+        if (*stt) fail_msg("body %d: an unrelated key of the same bucket: '%s' %s", body, stt, msg);
+        sqlstate(b, "SELECT obx.enqueue('order.created.v1', 'order', 'o-0', 2, 't1', '\\x7b7d')",
+                 stt, NULL, 0);
+        assert_string_equal(stt, "55P03"); /* the same key waits for A's commit */
+        sql(a, "COMMIT");
+    }
+    /* a bulk transaction: past 64 events it locks the buckets of its keys */
+    sql(a, "BEGIN");
+    sql(a, "SELECT count(obx.enqueue('order.created.v1', 'order', 'bulk-' || i, 1, 't1', "
+           "'\\x7b7d')) FROM generate_series(1, 64) i");
+    sql(a, "SELECT obx.enqueue('order.created.v1', 'order', 'o-0', 3, 't1', '\\x7b7d')");
+    char stt[6];
+    sqlstate(b, q, stt, NULL, 0);
+    assert_string_equal(stt, "55P03");
+    sql(a, "COMMIT");
+    PQfinish(a);
+    PQfinish(b);
+    PQfinish(c);
+    obx_store_close(s);
+    drop_db(db);
+}
+
 int main(void) {
     base_url = getenv("OBX_TEST_PG_URL");
     if (!base_url) {
@@ -525,6 +580,7 @@ int main(void) {
         cmocka_unit_test(test_payload_limit_owner_only),
         cmocka_unit_test(test_idempotency_conflict),
         cmocka_unit_test(test_two_phase_commit),
+        cmocka_unit_test(test_order_lock_per_key),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     PQfinish(admin);

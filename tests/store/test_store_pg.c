@@ -431,8 +431,12 @@ static void lock_every_bucket(PGconn *holder) {
 }
 
 #define ROUTE_READ "SELECT gen, event_type"
-#define ONE_TRIP "WITH lk AS MATERIALIZED (SELECT pg_advisory_xact_lock(%) WHERE $21"
-#define TRY_TRIP "WITH lk AS MATERIALIZED (SELECT pg_try_advisory_xact_lock(%) AS got WHERE $21"
+#define ONE_TRIP                                                                                   \
+    "WITH lk AS MATERIALIZED (SELECT CASE WHEN % THEN pg_advisory_xact_lock_shared(% END WHERE "   \
+    "$21"
+#define TRY_TRIP                                                                                   \
+    "WITH lk AS MATERIALIZED (SELECT CASE WHEN % THEN pg_try_advisory_xact_lock_shared(% END AS "  \
+    "got WHERE $21"
 
 /* Whether event id was written by the caller's top-level transaction itself, which wrote the
  * business row order_id: the same xmin, where a savepoint's write has its subtransaction's. */

@@ -368,18 +368,32 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
  * envelope CTE, which consumes the lock CTE). The lock is held until the producer's
  * transaction ends, and PostgreSQL makes a commit visible before it releases the
  * transaction's locks, so the next producer of that key draws a higher seq only after the
- * earlier event is visible. The lock is on one of 1024 buckets of the key's hash, not on
- * the key: a lock per key would let one bulk transaction of 10k keys exhaust the server's
- * shared lock table (for every session); a bucket bounds a transaction to 1024 locks.
- * Cost: producers of one key serialize on their commits, producers of two keys that share
- * a bucket too (about n/1024 of n concurrent producers), and a bulk transaction holding all
- * buckets serializes with every producer until it commits. Taken for unordered routes too:
- * an ordered event may follow an unordered one of the same key, and the claim rule orders
- * it behind it. Transactions that lock several buckets in different orders can deadlock:
- * PostgreSQL detects it (40P01 -> OBX_EBUSY). obx.enqueue() takes the same lock. */
-#define ORDER_LOCK "pg_advisory_xact_lock(" LOCK_CLASS_ORDER ", hashtext($29::text) & 1023)"
-/* the same lock if it is free now (Q_ENQ_TRY): true when taken (or already held) */
-#define ORDER_TRY_LOCK "pg_try_advisory_xact_lock(" LOCK_CLASS_ORDER ", hashtext($29::text) & 1023)"
+ * earlier event is visible. The lock is the key's own (a 64-bit hash of it), with its
+ * bucket (one of 1024 of the key's 32-bit hash) taken shared: producers of unrelated keys never
+ * wait for each other. A transaction's first ORDER_KEYS (64) events lock so; its later ones
+ * lock their bucket exclusively instead, which holds back every key of the bucket (the shared
+ * locks of the others) and bounds a bulk transaction to 64 + 1024 locks: a lock per key would
+ * let one transaction of 10k keys exhaust the server's shared lock table, for every session.
+ * The count is the transaction-local setting obx.order_locks (a subtransaction rolled back
+ * takes its locks and its count with it). Cost: producers of one key serialize on their
+ * commits; a bulk transaction past 64 events serializes with the keys of its buckets until it
+ * commits. Taken for unordered routes too: an ordered event may follow an unordered one of the
+ * same key, and the claim rule orders it behind it. Transactions that lock several keys in
+ * different orders can deadlock: PostgreSQL detects it (40P01 -> OBX_EBUSY). obx.enqueue()
+ * takes the same locks (schema.sql, obx_pg.c). */
+#define ORDER_N "coalesce(nullif(current_setting('obx.order_locks', true), ''), '0')::int"
+#define ORDER_BUCKET LOCK_CLASS_ORDER ", hashtext($29::text) & 1023"
+#define ORDER_KEY "hashtextextended($29::text, " LOCK_CLASS_ORDER ")"
+#define ORDER_COUNT "set_config('obx.order_locks', (" ORDER_N " + 1)::text, true)"
+#define ORDER_LOCK                                                                                 \
+    "CASE WHEN " ORDER_N " < 64 THEN pg_advisory_xact_lock_shared(" ORDER_BUCKET ")::text || "     \
+    "pg_advisory_xact_lock(" ORDER_KEY ")::text || " ORDER_COUNT                                   \
+    " ELSE pg_advisory_xact_lock(" ORDER_BUCKET ")::text END"
+/* the same locks if they are free now (Q_ENQ_TRY): true when taken (or already held) */
+#define ORDER_TRY_LOCK                                                                             \
+    "CASE WHEN " ORDER_N " < 64 THEN pg_try_advisory_xact_lock_shared(" ORDER_BUCKET ") AND "      \
+    "pg_try_advisory_xact_lock(" ORDER_KEY ") AND " ORDER_COUNT                                    \
+    " IS NOT NULL ELSE pg_try_advisory_xact_lock(" ORDER_BUCKET ") END"
 /* INS_EVENT_CTES_WITH(head, cols, vals, src): the envelope's columns `cols` and values `vals`
  * selected from CTE `src`, which the CTEs in `head` end with (the order lock taken in it) */
 #define INS_EVENT_CTES_WITH(head, cols, vals, src)                                                 \

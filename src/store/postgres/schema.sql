@@ -918,7 +918,12 @@ BEGIN
         okey := t.cluster || chr(31) || t.topic || chr(31) || rk;
         mid := obx._event_id(now_ms);
         -- per order key, seq order is commit order (pg_store.c, Q_INS_EVENT)
-        PERFORM pg_advisory_xact_lock(5194328, hashtext(okey) & 1023);
+        PERFORM CASE WHEN coalesce(nullif(current_setting('obx.order_locks', true), ''), '0')::int < 64
+                     THEN pg_advisory_xact_lock_shared(5194328, hashtext(okey) & 1023)::text
+                          || pg_advisory_xact_lock(hashtextextended(okey, 5194328))::text
+                          || set_config('obx.order_locks', (coalesce(nullif(current_setting(
+                                 'obx.order_locks', true), ''), '0')::int + 1)::text, true)
+                     ELSE pg_advisory_xact_lock(5194328, hashtext(okey) & 1023)::text END;
         INSERT INTO obx.obx_event (event_id, tenant, idempotency_key, event_type, correlation_id,
             order_key, envelope_gen, state, claim_gen, owner, lease_until, attempt_gen,
             attempt_id, pinned_partition, rejections, available_at, next_check_at, unknown_since,
@@ -1129,7 +1134,14 @@ BEGIN
     -- inline (the canonical encodings of obx.envelope_canonical and obx.dest_canonical, written
     -- out for values that are never NULL) and who enqueued (created_by: the event's first audit
     -- row); the statistics delta; the NOTIFY (delivered at commit, coalesced per transaction).
-    WITH lk AS MATERIALIZED (SELECT pg_advisory_xact_lock(5194328, hashtext(okey) & 1023)),
+    -- the order key's locks (pg_store.c, ORDER_LOCK: the key's own and its bucket shared for a
+    -- transaction's first 64 events, the bucket alone after them)
+    WITH lk AS MATERIALIZED (SELECT CASE WHEN coalesce(nullif(current_setting('obx.order_locks', true), ''), '0')::int < 64
+                 THEN pg_advisory_xact_lock_shared(5194328, hashtext(okey) & 1023)::text
+                      || pg_advisory_xact_lock(hashtextextended(okey, 5194328))::text
+                      || set_config('obx.order_locks', (coalesce(nullif(current_setting(
+                             'obx.order_locks', true), ''), '0')::int + 1)::text, true)
+                 ELSE pg_advisory_xact_lock(5194328, hashtext(okey) & 1023)::text END),
     f AS MATERIALIZED (
         SELECT pg_current_xact_id()::text AS txid,
                coalesce(p_schema, 'sha256:' || encode(sha256(convert_to('schema:' || p_type, 'UTF8')), 'hex')) AS sch,
