@@ -347,7 +347,7 @@ static Datum txt(const char *s) { return CStringGetTextDatum(s); }
 /* This transaction's events written by the fast path, which locks an event's order key itself
  * (with its bucket shared) for the first ORDER_KEYS_MAX of them and the bucket alone after
  * (pg_store.c, ORDER_LOCK, which counts in the setting obx.order_locks; a count of its own
- * here saves that setting's reads and writes, ~40,000 instructions an enqueue: each path's
+ * here saves that setting's reads and writes, ~25,000 instructions an enqueue: each path's
  * count bounds its own locks, and the locks of either mode exclude each other's). Reset at the
  * transaction's end (notify_at_commit). */
 #define ORDER_KEYS_MAX 64
