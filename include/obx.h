@@ -327,10 +327,14 @@ OBX_API obx_err obx_report(obx_store *s, char **out_json);
  * new publish slot), with the proof that the new target does not hold the event (an
  * authoritative NOT_FOUND there: broker_url must be connected to its cluster) and a receipt.
  *
- * Each event is its own transaction. *out_json (set whenever the call got as far as deciding)
- * lists every event with its outcome, proof or reason. OBX_OK: all selected events migrated
- * (or, with dry_run, would be); OBX_EREFUSED: at least one was refused, obx_errmsg() names the
- * first blocking attempt. Bad input is an error naming the field, with nothing stored.
+ * Each event is its own transaction; with a new route (route), the route generation and every
+ * event's change are one transaction, written only when at least one event changes (a store
+ * failure writes nothing, the route included). dry_run writes nothing, routes included. *out_json
+ * (set whenever the call got as far as deciding) lists every event with its outcome, proof or
+ * reason, and the route ("route": its generation and whether it was written). OBX_OK: all selected
+ * events migrated (or, with dry_run, would be); OBX_EREFUSED: at least one was refused,
+ * obx_errmsg() names the first blocking attempt. Bad input is an error naming the field, with
+ * nothing stored.
  * ------------------------------------------------------------------------------------------- */
 typedef struct obx_migrate_request {
     const char *const *event_ids; /* these events (or delivery-set slots), or a selector: */
@@ -349,6 +353,9 @@ typedef struct obx_migrate_request {
     const char *who;        /* operator in receipts and audit rows (NULL = "operator") */
     const char *reason;     /* why, recorded with the receipt (may be NULL) */
     int dry_run;            /* decide and report, change nothing */
+    const obx_route *route; /* a new route generation for event_type (NULL = none; no delivery
+                               set), the destination: written in the same transaction as the
+                               events' changes, not at all when none changes or with dry_run */
 } obx_migrate_request;
 
 OBX_API obx_err obx_migrate(obx_store *s, const char *broker_url, const char *const *broker_props,

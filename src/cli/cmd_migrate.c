@@ -47,9 +47,11 @@ static const char *str(json_t *o, const char *k) {
 /* ---- obx migrate ------------------------------------------------------------------------------
  */
 
-/* "A new route set first": the type's current route with another cluster/topic (and any route
- * option given), as a new generation. */
-static int route_first(obx_store *s, const char *type, obx_route *over, int64_t *gen) {
+/* The new route generation asked for: the type's current route with another cluster/topic (and
+ * any route option given). obx_migrate writes it with the events' changes, or not at all. *keep
+ * holds the strings rt points into (the caller's, json_decref). */
+static int route_first(obx_store *s, const char *type, const obx_route *over, obx_route *rt,
+                       json_t **keep) {
     char *js = NULL;
     obx_err e = obx_route_list(s, 0, &js);
     if (e) return cli_fail("migrate", "route list", e);
@@ -71,29 +73,40 @@ static int route_first(obx_store *s, const char *type, obx_route *over, int64_t 
                          "route set` (with --also), then migrate with --route-gen",
                          type);
     }
-    obx_route rt = {.event_type = type,
-                    .cluster = over->cluster,
-                    .topic = over->topic,
-                    .routing_key = over->routing_key ? over->routing_key : str(cur, "routing_key"),
-                    .algorithm = over->algorithm ? over->algorithm : str(cur, "algorithm"),
-                    .serializer = over->serializer ? over->serializer : str(cur, "serializer"),
-                    .durability = over->durability ? over->durability : str(cur, "durability"),
-                    .required_acks =
-                        over->required_acks ? over->required_acks : str(cur, "required_acks"),
-                    .max_attempts = (int)json_integer_value(json_object_get(cur, "max_attempts")),
-                    .on_unknown = str(cur, "on_unknown"),
-                    .unordered = json_is_true(json_object_get(cur, "unordered")),
-                    .alias = str(cur, "alias")};
-    e = obx_route_set(s, &rt, gen);
-    json_decref(arr);
-    if (e) return cli_fail("migrate", "new route", e);
-    if (!cli_errors_are_json()) /* --json: one document, the migration's (its "to" names it) */
-        printf("route %s -> %s/%s: generation %lld (events enqueued from now on go there too)\n",
-               type, over->cluster, over->topic, (long long)*gen);
+    *rt = (obx_route){
+        .event_type = type,
+        .cluster = over->cluster,
+        .topic = over->topic,
+        .routing_key = over->routing_key ? over->routing_key : str(cur, "routing_key"),
+        .algorithm = over->algorithm ? over->algorithm : str(cur, "algorithm"),
+        .serializer = over->serializer ? over->serializer : str(cur, "serializer"),
+        .durability = over->durability ? over->durability : str(cur, "durability"),
+        .required_acks = over->required_acks ? over->required_acks : str(cur, "required_acks"),
+        .max_attempts = (int)json_integer_value(json_object_get(cur, "max_attempts")),
+        .on_unknown = str(cur, "on_unknown"),
+        .unordered = json_is_true(json_object_get(cur, "unordered")),
+        .alias = str(cur, "alias")};
+    *keep = arr;
     return 0;
 }
 
-static void print_migration(json_t *res) {
+/* What became of the new route: written (with its generation), or not. */
+static void print_route(json_t *rt, bool dry_run, bool add_target) {
+    if (!rt) return;
+    const char *type = str(rt, "event_type");
+    if (json_is_true(json_object_get(rt, "written")))
+        printf("route %s -> %s/%s: generation %lld written; events of %s enqueued from now on "
+               "go to %s/%s only%s\n",
+               type, str(rt, "cluster"), str(rt, "topic"),
+               (long long)json_integer_value(json_object_get(rt, "gen")), type, str(rt, "cluster"),
+               str(rt, "topic"),
+               add_target ? " (their own destination, not a further target)" : "");
+    else
+        printf("route %s -> %s/%s: not written (%s)\n", type, str(rt, "cluster"), str(rt, "topic"),
+               dry_run ? "dry run" : "no event changed");
+}
+
+static void print_migration(json_t *res, bool add_target) {
     size_t i;
     json_t *it;
     json_array_foreach(json_object_get(res, "events"), i, it) {
@@ -117,10 +130,15 @@ static void print_migration(json_t *res) {
                    str(json_object_get(it, "proof"), "kind"));
         }
     }
-    printf("%lld selected, %lld refused%s\n",
-           (long long)json_integer_value(json_object_get(res, "selected")),
-           (long long)json_integer_value(json_object_get(res, "refused")),
-           json_is_true(json_object_get(res, "dry_run")) ? " (dry run: nothing changed)" : "");
+    bool dry = json_is_true(json_object_get(res, "dry_run"));
+    json_t *rt = json_object_get(res, "route");
+    print_route(rt, dry, add_target);
+    long long sel = json_integer_value(json_object_get(res, "selected")),
+              ref = json_integer_value(json_object_get(res, "refused"));
+    printf("%lld selected, %lld refused%s\n", sel, ref,
+           dry          ? " (dry run: nothing changed)"
+           : sel == ref ? " (nothing changed)"
+                        : "");
 }
 
 static const char migrate_usage[] =
@@ -249,26 +267,27 @@ int cmd_migrate(int argc, char **argv) {
     if ((rc = migrate_validate(&a, new_route))) return rc;
     obx_store *s;
     if ((rc = cli_open_store("migrate", a.db, &s))) return rc;
-    const char *type_for_route = req->event_type;
+    obx_route rt;
+    json_t *keep = NULL;
     if (new_route) {
-        int64_t gen = 0;
-        if ((rc = route_first(s, type_for_route, over, &gen))) {
+        if ((rc = route_first(s, req->event_type, over, &rt, &keep))) {
             obx_store_close(s);
             return rc;
         }
-        req->route_gen = gen;
+        req->route = &rt;
     }
     /* with IDs, the type only named the route to set: the IDs select */
     if (new_route && req->n_event_ids) req->event_type = NULL;
     char *out = NULL;
     obx_err e = obx_migrate(s, a.broker, a.props.v, a.props.n, req, &out);
     obx_store_close(s);
+    json_decref(keep);
     if (!out) return cli_fail("migrate", "rejected, nothing changed", e);
     if (a.js) {
         printf("%s\n", out);
     } else {
         json_t *res = json_loads(out, 0, NULL);
-        print_migration(res);
+        print_migration(res, req->add_target);
         json_decref(res);
     }
     obx_free(out);

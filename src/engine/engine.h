@@ -23,6 +23,10 @@ obx_err obx__new_id(obx__ulid_gen *gen, const char *prefix, int64_t now, char *o
 /* ---- producer (enqueue.c) ---- */
 obx_err obx__route_validate(const obx_route *r, obx__route_row *row, int64_t now);
 obx_err obx__route_set_at(obx__store *s, const obx_route *r, int64_t now, int64_t *gen);
+/* Validates r and checks its contracts against the cluster registry (nothing written): the rows
+ * obx__route_put_rows writes. */
+obx_err obx__route_prepare(obx__store *s, const obx_route *r, int64_t now, obx__route_row *row,
+                           obx__route_set_row *set);
 obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ulid_gen *gen,
                         obx_enqueue_result *out);
 void obx__dest_from_route(const obx__route_row *route, const obx__envelope *env, obx__dest *d,
@@ -427,6 +431,7 @@ typedef struct obx__migrate_req {
     const char *who;          /* receipts and audit rows; also the engine's owner */
     const char *reason;       /* recorded; may be NULL */
     bool dry_run;             /* decide and report, write nothing */
+    const obx_route *route;   /* a new route generation written with the changes (or NULL) */
 } obx__migrate_req;
 
 obx_err obx__migrate(obx__engine *e, int64_t now, const obx__migrate_req *req, json_t **out,

@@ -26,11 +26,18 @@
  *   5. Adding a target leaves the event's slots untouched and needs an authoritative NOT_FOUND of
  *      the event at the new target (the new slot starts empty truthfully); the new slot is a
  *      further target of the event's delivery set (one is formed, with the requested rule, when
- *      the event had none). A destination the event already has is refused.
+ *      the event had none). A destination the event already has is refused. The new slot takes
+ *      the route target's number unless the set has it (the event's own row is target 1 of a set
+ *      formed now): then the next free one.
+ *   6. A new route generation asked with the migration (req->route) is written in one
+ *      transaction with every event's change, after all proofs, and only when at least one
+ *      event changes: a dry run, a run where every event is refused, and a store failure leave
+ *      the routes and every event as they were.
  */
 #include "engine/engine_int.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* An attempt of the current generation as the proof saw it. */
@@ -48,18 +55,32 @@ typedef struct plan {
     char lookup_reason[OBX_TEXT_MAX + 1];
     obx__dest dest; /* the new destination */
     char dest_digest[OBX_DIGEST_LEN + 1];
-    int32_t target_no;    /* add_target: the new slot's number */
+    int32_t target_no;    /* add_target: the route generation's target (its destination) */
+    int32_t slot_no;      /* add_target: the new slot's number in the event's delivery set */
     obx__delivery_row ds; /* add_target: the event's set as seen (n = 0: none) */
     char completion[8];   /* add_target: the set's rule */
     char why[OBX_TEXT_MAX + 1];
 } plan;
 
+/* An event whose change waits for the transaction that writes the new route (contract 6). */
+typedef struct pend {
+    plan p;
+    json_t *item; /* borrowed: the result's */
+    bool changed;
+    char slot_id[OBX_EVENT_ID_LEN + 1];
+} pend;
+
 typedef struct mig {
     obx__engine *e;
     int64_t now;
     const obx__migrate_req *req;
-    obx__route_row *routes; /* every generation (route_list all) */
+    obx__route_row *routes; /* every generation (route_list all), the new one's last */
     size_t n_routes;
+    int64_t route_gen;         /* the destination generation (0 = the type's current) */
+    obx__route_row *new_route; /* req->route's row in routes (its gen provisional until written) */
+    pend *pend;                /* with new_route and no dry run: the changes to write */
+    size_t n_pend;
+    bool route_written;
     char first[OBX_TEXT_MAX + 64]; /* the first refusal, for the caller's error message */
 } mig;
 
@@ -309,7 +330,7 @@ static obx_err prove_absent(mig *m, plan *p, bool *ok) {
 static obx_err new_destination(mig *m, plan *p, bool *ok) {
     obx__event_row *r = &p->row;
     *ok = false;
-    const obx__route_row *route = route_of(m, r->env.event_type, m->req->route_gen);
+    const obx__route_row *route = route_of(m, r->env.event_type, m->route_gen);
     if (!route) {
         snprintf(p->why, sizeof p->why, "no route for %.60s: set one first (obx route set)",
                  r->env.event_type);
@@ -624,7 +645,7 @@ static obx_err add_tx(obx__engine *e, void *arg) {
     slot->payload = NULL;
     slot->envelope_gen = 1;
     slot->env.envelope_gen = 1;
-    slot->target_no = p->target_no;
+    slot->target_no = p->slot_no;
     slot->dest = p->dest;
     obx__strlcpy(slot->dest_digest, p->dest_digest, sizeof slot->dest_digest);
     err = logical_digest(ev, 1, slot->envelope_digest);
@@ -657,7 +678,7 @@ static obx_err add_tx(obx__engine *e, void *arg) {
         obx__strlcpy(d.t[d.n].origin, "enqueue", sizeof d.t[d.n].origin);
         d.n++;
     }
-    d.t[d.n] = (obx__delivery_target_row){.target_no = p->target_no, .created_at = m->now};
+    d.t[d.n] = (obx__delivery_target_row){.target_no = p->slot_no, .created_at = m->now};
     obx__strlcpy(d.t[d.n].slot_id, slot->env.event_id, sizeof d.t[d.n].slot_id);
     obx__strlcpy(d.t[d.n].origin, "migration", sizeof d.t[d.n].origin);
     d.n++;
@@ -679,7 +700,7 @@ static obx_err add_tx(obx__engine *e, void *arg) {
     if (!err) err = obx__st_insert_receipts(e->s, &rc, 1);
     obx__audit_row au[2];
     obx__audit(&au[0], m->now, OBX__ACT_MIGRATOR, m->req->who, slot, OBX__ST_NONE, OBX__ST_PENDING,
-               "target %d of %s added: %s", (int)p->target_no, id, c->receipt_reason);
+               "target %d of %s added: %s", (int)p->slot_no, id, c->receipt_reason);
     obx__audit(&au[1], m->now, OBX__ACT_MIGRATOR, m->req->who, ev, ev->state, ev->state, "%s",
                c->receipt_reason);
     if (!err) err = obx__st_insert_audit(e->s, au, 2);
@@ -704,7 +725,7 @@ static char *receipt_detail(mig *m, plan *p, const char *kind, const char *slot_
                   dest_json(new_gen, &p->dest, p->dest_digest, new_dg), "proof", p->proof);
     if (!d) return NULL;
     if (m->req->add_target) {
-        json_object_set_new(d, "target", json_integer(p->target_no));
+        json_object_set_new(d, "target", json_integer(p->slot_no));
         json_object_set_new(d, "completion", json_string(p->completion));
     }
     char *txt = json_dumps(d, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -721,10 +742,19 @@ static void refuse(mig *m, json_t *item, plan *p, size_t *n_refused) {
     (*n_refused)++;
 }
 
+/* The new slot's number in the event's delivery set: the route target's own, unless the set
+ * (or the event's own row, target 1 of the set formed now) has it: then the next free one. */
+static void slot_number(plan *p, int32_t next) {
+    bool taken = !p->ds.n && p->target_no == 1;
+    for (int32_t k = 0; k < p->ds.n; k++)
+        if (p->ds.t[k].target_no == p->target_no) taken = true;
+    p->slot_no = taken ? next : p->target_no;
+}
+
 /* The first target number of the route generation the event does not have yet, or the one
  * asked for. */
 static obx_err pick_target(mig *m, plan *p) {
-    const obx__route_row *route = route_of(m, p->row.env.event_type, m->req->route_gen);
+    const obx__route_row *route = route_of(m, p->row.env.event_type, m->route_gen);
     p->target_no = m->req->target_no;
     int32_t next = p->ds.n ? p->ds.t[p->ds.n - 1].target_no + 1 : 2;
     if (next > OBX__SET_MAX) {
@@ -755,7 +785,59 @@ static obx_err pick_target(mig *m, plan *p) {
             }
         }
     }
+    slot_number(p, next);
     return OBX_OK;
+}
+
+/* Writes one event's change: its own transaction, or (in_tx) the caller's. *changed: the
+ * event (or its delivery set) is no longer as the proof saw it, nothing written for it. */
+static obx_err write_one(mig *m, plan *p, bool in_tx, bool *changed, char *slot_id) {
+    obx__engine *e = m->e;
+    const obx__migrate_req *req = m->req;
+    obx_err err = OBX_OK;
+    const char *kind = json_string_value(json_object_get(p->proof, "kind"));
+    if (!req->add_target) {
+        move_ctx c = {.m = m, .p = p};
+        snprintf(c.receipt_reason, sizeof c.receipt_reason,
+                 "migrated by %.60s from %.40s/%.60s (gen %d) to %.40s/%.60s (gen %d): %s",
+                 req->who, p->row.dest.cluster, p->row.dest.topic, (int)p->row.envelope_gen,
+                 p->dest.cluster, p->dest.topic, (int)p->row.envelope_gen + 1, kind);
+        c.detail = receipt_detail(m, p, "move", p->row.env.event_id);
+        if (!c.detail) return obx__fail(OBX_ENOMEM, "migrate: out of memory");
+        err = in_tx ? move_tx(e, &c) : obx__engine_tx(e, move_tx, &c);
+        free(c.detail);
+        *changed = c.changed;
+        return err;
+    }
+    add_ctx c = {.m = m, .p = p};
+    snprintf(c.receipt_reason, sizeof c.receipt_reason,
+             "target %d (%.40s/%.60s) added by %.60s, completion '%s': %s", (int)p->slot_no,
+             p->dest.cluster, p->dest.topic, req->who, p->completion, kind);
+    err = obx__new_id(&e->gen, "evt-", m->now, c.slot_id, sizeof c.slot_id);
+    c.detail = err ? NULL : receipt_detail(m, p, "add_target", c.slot_id);
+    if (!err && !c.detail) err = obx__fail(OBX_ENOMEM, "migrate: out of memory");
+    if (!err) err = in_tx ? add_tx(e, &c) : obx__engine_tx(e, add_tx, &c);
+    free(c.detail);
+    *changed = c.changed;
+    obx__strlcpy(slot_id, c.slot_id, OBX_EVENT_ID_LEN + 1);
+    return err;
+}
+
+/* The outcome of a written change in its result item. */
+static void written(mig *m, json_t *item, plan *p, bool changed, const char *slot_id,
+                    size_t *n_refused) {
+    if (changed) {
+        snprintf(p->why, sizeof p->why, "%s",
+                 m->req->add_target
+                     ? "the event's delivery set changed while the proof was made; run again"
+                     : "the event or its attempts changed while the proof was made; run again");
+        refuse(m, item, p, n_refused);
+    } else if (m->req->add_target) {
+        json_object_set_new(item, "outcome", json_string("target_added"));
+        json_object_set_new(item, "slot_id", json_string(slot_id));
+    } else {
+        json_object_set_new(item, "outcome", json_string("migrated"));
+    }
 }
 
 static obx_err one(mig *m, const obx__event_row *row, json_t *items, size_t *n_refused) {
@@ -810,49 +892,21 @@ static obx_err one(mig *m, const obx__event_row *row, json_t *items, size_t *n_r
             dest_json(p.row.envelope_gen, &p.row.dest, p.row.dest_digest, p.row.envelope_digest));
         json_object_set_new(item, "to", dest_json(new_gen, &p.dest, p.dest_digest, new_dg));
         json_object_set(item, "proof", p.proof);
-        if (req->add_target) json_object_set_new(item, "target", json_integer(p.target_no));
+        if (req->add_target) json_object_set_new(item, "target", json_integer(p.slot_no));
     }
     if (ok && req->dry_run) {
         json_object_set_new(item, "outcome",
                             json_string(req->add_target ? "would_add_target" : "would_migrate"));
-    } else if (ok && !req->add_target) {
-        move_ctx c = {.m = m, .p = &p};
-        snprintf(c.receipt_reason, sizeof c.receipt_reason,
-                 "migrated by %.60s from %.40s/%.60s (gen %d) to %.40s/%.60s (gen %d): %s",
-                 req->who, p.row.dest.cluster, p.row.dest.topic, (int)p.row.envelope_gen,
-                 p.dest.cluster, p.dest.topic, (int)p.row.envelope_gen + 1,
-                 json_string_value(json_object_get(p.proof, "kind")));
-        c.detail = receipt_detail(m, &p, "move", p.row.env.event_id);
-        err = c.detail ? obx__engine_tx(e, move_tx, &c)
-                       : obx__fail(OBX_ENOMEM, "migrate: out of memory");
-        free(c.detail);
-        if (!err && c.changed) {
-            snprintf(p.why, sizeof p.why,
-                     "the event or its attempts changed while the proof was made; run again");
-            refuse(m, item, &p, n_refused);
-        } else if (!err) {
-            json_object_set_new(item, "outcome", json_string("migrated"));
-        }
+    } else if (ok && m->new_route) { /* written with the route (contract 6) */
+        pend *q = &m->pend[m->n_pend++];
+        q->p = p;
+        q->item = item;
+        memset(&p, 0, sizeof p);
     } else if (ok) {
-        add_ctx c = {.m = m, .p = &p};
-        snprintf(c.receipt_reason, sizeof c.receipt_reason,
-                 "target %d (%.40s/%.60s) added by %.60s, completion '%s': %s", (int)p.target_no,
-                 p.dest.cluster, p.dest.topic, req->who, p.completion,
-                 json_string_value(json_object_get(p.proof, "kind")));
-        err = obx__new_id(&e->gen, "evt-", m->now, c.slot_id, sizeof c.slot_id);
-        c.detail = err ? NULL : receipt_detail(m, &p, "add_target", c.slot_id);
-        if (!err)
-            err = c.detail ? obx__engine_tx(e, add_tx, &c)
-                           : obx__fail(OBX_ENOMEM, "migrate: out of memory");
-        free(c.detail);
-        if (!err && c.changed) {
-            snprintf(p.why, sizeof p.why,
-                     "the event's delivery set changed while the proof was made; run again");
-            refuse(m, item, &p, n_refused);
-        } else if (!err) {
-            json_object_set_new(item, "outcome", json_string("target_added"));
-            json_object_set_new(item, "slot_id", json_string(c.slot_id));
-        }
+        bool changed = false;
+        char slot_id[OBX_EVENT_ID_LEN + 1] = "";
+        err = write_one(m, &p, false, &changed, slot_id);
+        if (!err) written(m, item, &p, changed, slot_id, n_refused);
     } else {
         refuse(m, item, &p, n_refused);
     }
@@ -868,11 +922,98 @@ static obx_err one(mig *m, const obx__event_row *row, json_t *items, size_t *n_r
     return err;
 }
 
+/* ---- a new route with the changes (contract 6) ----------------------------------------------
+ */
+
+/* req->route, validated, as the last of m->routes under a provisional generation number (the
+ * store draws the real one when it writes it). */
+static obx_err new_route(mig *m, size_t max_pend) {
+    const obx_route *r = m->req->route;
+    if (r->n_targets)
+        return obx__fail(OBX_EINVAL, "route: a delivery set is declared with obx_route_set, "
+                                     "then migrated to with route_gen");
+    obx__route_row row;
+    obx__route_set_row set;
+    obx_err err = obx__route_prepare(m->e->s, r, m->now, &row, &set);
+    if (err) return err;
+    obx__route_row *v = realloc(m->routes, (m->n_routes + 1) * sizeof *v);
+    if (!v) return obx__fail(OBX_ENOMEM, "migrate: out of memory");
+    m->routes = v;
+    for (size_t i = 0; i < m->n_routes; i++)
+        if (v[i].gen >= row.gen) row.gen = v[i].gen + 1;
+    m->new_route = &v[m->n_routes++];
+    *m->new_route = row;
+    m->route_gen = row.gen;
+    if (m->req->dry_run) return OBX_OK;
+    m->pend = calloc(max_pend ? max_pend : 1, sizeof *m->pend);
+    return m->pend ? OBX_OK : obx__fail(OBX_ENOMEM, "migrate: out of memory");
+}
+
+/* The route and every pending change: one transaction, rolled back when no event changes. */
+static obx_err route_tx(obx__engine *e, void *arg) {
+    mig *m = arg;
+    int64_t g = 0;
+    obx_err err = obx__st_route_put(e->s, m->new_route, &g);
+    if (err) return err;
+    m->new_route->gen = m->route_gen = g;
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_pend; i++) {
+        pend *q = &m->pend[i];
+        bool ok = false;
+        q->changed = false;
+        q->p.why[0] = '\0';
+        if ((err = new_destination(m, &q->p, &ok))) return err; /* under the real generation */
+        if (!ok) {
+            q->changed = true;
+            continue;
+        }
+        if ((err = write_one(m, &q->p, true, &q->changed, q->slot_id))) return err;
+        n += !q->changed;
+    }
+    if (!n) return obx__fail(OBX_EREFUSED, "no event changed: the route was not written");
+    m->route_written = true;
+    return OBX_OK;
+}
+
+/* The new route in the result: where, and whether it was written (its generation then). */
+static json_t *route_json(const mig *m) {
+    const obx__route_row *r = m->new_route;
+    json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:b}", "event_type", r->event_type, "cluster",
+                          r->cluster, "topic", r->topic, "routing_key", r->routing_key, "written",
+                          (int)m->route_written);
+    if (j) json_object_set_new(j, "gen", m->route_written ? json_integer(r->gen) : json_null());
+    return j;
+}
+
+/* Writes the pending changes with the route and records each outcome in its item. */
+static void write_pending(mig *m, size_t *n_refused) {
+    if (!m->n_pend) return;
+    obx_err err = obx__engine_tx(m->e, route_tx, m);
+    if (err) m->route_written = false;
+    char msg[OBX_TEXT_MAX + 1];
+    snprintf(msg, sizeof msg, "%s: %s; nothing written, the route included", obx_errname(err),
+             obx_errmsg());
+    for (size_t i = 0; i < m->n_pend; i++) {
+        pend *q = &m->pend[i];
+        char dg[OBX_DIGEST_LEN + 1] = "";
+        int32_t gen = m->req->add_target ? 1 : q->p.row.envelope_gen + 1;
+        if (!logical_digest(&q->p.row, gen, dg))
+            json_object_set_new(q->item, "to", dest_json(gen, &q->p.dest, q->p.dest_digest, dg));
+        if (err && !q->changed) {
+            obx__strlcpy(q->p.why, msg, sizeof q->p.why);
+            refuse(m, q->item, &q->p, n_refused);
+        } else {
+            written(m, q->item, &q->p, err ? true : q->changed, q->slot_id, n_refused);
+        }
+        plan_free(&q->p);
+    }
+}
+
 obx_err obx__migrate(obx__engine *e, int64_t now, const obx__migrate_req *req, json_t **out,
                      size_t *n_refused) {
     *out = NULL;
     *n_refused = 0;
-    mig m = {.e = e, .now = now, .req = req};
+    mig m = {.e = e, .now = now, .req = req, .route_gen = req->route_gen};
     obx__rows rows = {0};
     obx_err err = obx__st_route_list(e->s, true, &m.routes, &m.n_routes);
     if (!err && req->n_ids) {
@@ -892,6 +1033,7 @@ obx_err obx__migrate(obx__engine *e, int64_t now, const obx__migrate_req *req, j
         err = obx__st_read_events(
             e->s, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &req->filter}, &rows);
     }
+    if (!err && req->route) err = new_route(&m, rows.n);
     json_t *items = json_array();
     if (!err && !items) err = obx__fail(OBX_ENOMEM, "migrate: out of memory");
     for (size_t i = 0; !err && i < rows.n; i++) {
@@ -917,14 +1059,20 @@ obx_err obx__migrate(obx__engine *e, int64_t now, const obx__migrate_req *req, j
         }
         err = one(&m, r, items, n_refused);
     }
+    if (!err) write_pending(&m, n_refused);
+    for (size_t i = 0; err && i < m.n_pend; i++) plan_free(&m.pend[i].p);
+    free(m.pend);
     obx__rows_free(&rows);
+    json_t *route = m.new_route ? route_json(&m) : NULL;
     free(m.routes);
     if (err) {
         json_decref(items);
+        json_decref(route);
         return err;
     }
     *out = json_pack("{s:i,s:i,s:b,s:o}", "selected", (int)json_array_size(items), "refused",
                      (int)*n_refused, "dry_run", (int)req->dry_run, "events", items);
+    if (*out && route) json_object_set_new(*out, "route", route);
     if (!*out) return obx__fail(OBX_ENOMEM, "migrate: out of memory");
     if (*n_refused) obx__fail(OBX_EREFUSED, "%s", m.first);
     return OBX_OK;
@@ -963,6 +1111,8 @@ obx_err obx_migrate(obx_store *s, const char *broker_url, const char *const *pro
         return obx__fail(OBX_ETOOBIG, "limit: %zu, over the limit of 100000", r->limit);
     if (r->route_gen < 0)
         return obx__fail(OBX_EINVAL, "route_gen: %lld is negative", (long long)r->route_gen);
+    if (r->route && r->route_gen)
+        return obx__fail(OBX_EINVAL, "route_gen: not together with route (a new generation)");
     if (r->target < 0 || r->target > OBX__SET_MAX)
         return obx__fail(OBX_EINVAL, "target: %d outside 0..%d", r->target, OBX__SET_MAX);
     if (r->target && !r->add_target)
@@ -992,7 +1142,8 @@ obx_err obx_migrate(obx_store *s, const char *broker_url, const char *const *pro
                             .completion = r->completion,
                             .who = who,
                             .reason = r->reason,
-                            .dry_run = r->dry_run != 0};
+                            .dry_run = r->dry_run != 0,
+                            .route = r->route};
     req.filter =
         (obx__event_filter){.event_type = r->event_type,
                             .cluster = r->cluster,

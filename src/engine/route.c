@@ -184,20 +184,27 @@ static obx_err contract_check(obx__store *s, const char *target, const char *clu
                      target, field, value, cluster, c.relay, c.backend, offer);
 }
 
+obx_err obx__route_prepare(obx__store *s, const obx_route *r, int64_t now, obx__route_row *row,
+                           obx__route_set_row *set) {
+    memset(set, 0, sizeof *set);
+    obx_err e = obx__route_validate(r, row, now);
+    if (!e) e = obx__route_set_validate(r, row, set);
+    if (!e)
+        e = contract_check(s, "", row->cluster, row->durability, row->required_acks,
+                           row->serializer);
+    for (int32_t i = 0; !e && i < set->n; i++) {
+        char target[32];
+        snprintf(target, sizeof target, "targets[%d].", (int)i);
+        e = contract_check(s, target, set->t[i].cluster, set->t[i].durability,
+                           set->t[i].required_acks, set->t[i].serializer);
+    }
+    return e;
+}
+
 obx_err obx__route_set_at(obx__store *s, const obx_route *r, int64_t now, int64_t *gen) {
     obx__route_row row;
     obx__route_set_row set;
-    memset(&set, 0, sizeof set);
-    obx_err e = obx__route_validate(r, &row, now);
-    if (!e) e = obx__route_set_validate(r, &row, &set);
-    if (!e)
-        e = contract_check(s, "", row.cluster, row.durability, row.required_acks, row.serializer);
-    for (int32_t i = 0; !e && i < set.n; i++) {
-        char target[32];
-        snprintf(target, sizeof target, "targets[%d].", (int)i);
-        e = contract_check(s, target, set.t[i].cluster, set.t[i].durability, set.t[i].required_acks,
-                           set.t[i].serializer);
-    }
+    obx_err e = obx__route_prepare(s, r, now, &row, &set);
     if (e) return e;
     return obx__route_put_rows(s, &row, &set, gen);
 }
