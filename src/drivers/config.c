@@ -105,6 +105,9 @@ static const key keys[] = {
       "server; port 0 picks a free one."),
     S("http.token_file", http_token_file, NULL, NULL,
       "The bearer token for mutating requests (requeue, re-drive, resolve)."),
+    L("http.allowed_hosts", http_allowed_hosts,
+      "With a loopback http.listen: Host names served besides 127.0.0.0/8 addresses, [::1] and "
+      "localhost (each compared whole, any port); others get 403 (DNS rebinding)."),
     I("http.max_connections", http_max_connections, 1, 1000000, "4096",
       "Open HTTP connections at most (epoll: RLIMIT_NOFILE is the bound)."),
     I("http.max_connections_per_ip", http_max_connections_per_ip, 0, 1000000, "256",

@@ -24,6 +24,7 @@ struct obx_config {
     int64_t retry_initial_ms, retry_max_ms;
     char http_listen[128];
     char http_token_file[512];
+    obx__strv http_allowed_hosts; /* Host names served besides the loopback literals */
     int64_t http_max_connections, http_max_connections_per_ip; /* the listener's limits */
     int64_t series_interval_ms, series_points; /* the dashboard's sample ring (series.c) */
     char log_format[16];

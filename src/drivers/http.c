@@ -24,8 +24,9 @@
  *
  * Mutating requests need "Authorization: Bearer <token>", the token read from http.token_file
  * at start (compared in constant time, never logged); without a token file they are refused.
- * With a loopback listen address, requests must name a loopback Host (a page elsewhere that
- * rebinds its DNS name to 127.0.0.1 cannot read the API). Event data is hostile input: the
+ * With a loopback listen address, requests must name a loopback Host, compared whole: an
+ * address in 127.0.0.0/8, [::1], localhost, or a name in http.allowed_hosts (a page elsewhere
+ * that rebinds its DNS name to 127.0.0.1 cannot read the API). Event data is hostile input: the
  * API returns it as JSON strings only, and the page renders it as text (never as HTML) under a
  * Content-Security-Policy that allows no inline script.
  *
@@ -54,6 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -239,17 +241,29 @@ static bool authorized(http *h, struct MHD_Connection *c) {
     return diff == 0;
 }
 
-/* With a loopback listen address only loopback Host names are served (DNS rebinding). */
+/* With a loopback listen address only these Host names are served (DNS rebinding): an IPv4
+ * address in 127.0.0.0/8 written as one, [::1], localhost, or a name in http.allowed_hosts, each
+ * compared whole (case aside), with an optional :PORT; never by prefix. */
 static bool host_ok(http *h, struct MHD_Connection *c) {
     if (!h->loopback) return true;
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
     if (!host) return false;
     char name[256];
-    obx__strlcpy(name, host, sizeof name);
-    char *end = name[0] == '[' ? strchr(name, ']') : strrchr(name, ':');
-    if (end && name[0] == '[') end++;
-    if (end && *end == ':') *end = '\0';
-    return !strcmp(name, "localhost") || !strncmp(name, "127.", 4) || !strcmp(name, "[::1]");
+    if (obx__strlcpy(name, host, sizeof name) >= sizeof name) return false;
+    char *port = name[0] == '[' ? strchr(name, ']') : strchr(name, ':');
+    if (port && name[0] == '[') port++;
+    if (port && *port) {
+        if (*port != ':' || !port[1] || strspn(port + 1, "0123456789") != strlen(port + 1))
+            return false;
+        *port = '\0';
+    }
+    struct in_addr a;
+    if (inet_pton(AF_INET, name, &a) == 1) return (ntohl(a.s_addr) >> 24) == 127;
+    if (!strcasecmp(name, "localhost") || !strcmp(name, "[::1]")) return true;
+    const obx__strv *allowed = &h->v->cfg->http_allowed_hosts;
+    for (size_t i = 0; i < allowed->n; i++)
+        if (*name && !strcasecmp(name, allowed->v[i])) return true;
+    return false;
 }
 
 /* ---- routes ------------------------------------------------------------------------------------
