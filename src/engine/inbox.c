@@ -12,8 +12,10 @@
  *   2. in one transaction on the consumer's database: look up (consumer, event_id);
  *        present, same payload digest  -> DUPLICATE: the original receipt, no effect;
  *        present, other payload digest -> QUARANTINED, no effect;
- *        absent -> run the handler (the effect), insert the consume receipt (unique key is the
- *        last line of defence), move the watermark, commit;
+ *        absent -> claim the pair (insert the consume receipt: its unique key makes a second
+ *        instance wait for this transaction and then answer DUPLICATE, never run the handler),
+ *        run the handler (the effect), write its result into the receipt, move the watermark,
+ *        commit;
  *   3. a handler failure rolls back; the failure is counted in its own transaction; after
  *      max_failures the message is parked as poison, at once when the handler returned
  *      OBX_EPOISON;
@@ -477,6 +479,33 @@ static void receipt_rows(const obx_inbox *in, const obx_message *m, const char *
     w->committed_at = now;
 }
 
+/* The claim's insert or the commit failed with e (the transaction is rolled back). */
+static obx_err write_failed(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
+                            void *conn, int64_t now, int64_t mono_us_start,
+                            int64_t (*mono_us)(void), obx_inbox_result *out, bool retried,
+                            obx_err e) {
+    if (e == OBX_ECONFLICT) {
+        /* a concurrent consumer instance claimed this event first: the unique key held, and
+         * the next look finds its receipt. Once: a receipt that exists but cannot be seen
+         * (row-level security hiding it from this role) would otherwise loop for ever. */
+        if (!retried) return process(in, m, h, user, conn, now, mono_us_start, mono_us, out, true);
+        return obx__fail(OBX_ESTORE,
+                         "inbox: a consume receipt of %s for consumer %s exists but is not "
+                         "visible to this database role (row-level security?)",
+                         m->event_id, in->consumer);
+    }
+    if (e == OBX_EREFUSED) {
+        /* the database refused this consumer's receipt (PostgreSQL row-level security: the
+         * role is not granted this consumer or tenant): nothing ran or the effect was rolled
+         * back with it; park the message, visible, instead of stalling on it */
+        char refused[200], why[256];
+        obx__printable(obx_errmsg(), strlen(obx_errmsg()), refused, sizeof refused);
+        snprintf(why, sizeof why, "the consumer's database refused the receipt: %s", refused);
+        return park(in, m, 0, why, now, out);
+    }
+    return e;
+}
+
 static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
                        void *conn, int64_t now, int64_t mono_us_start, int64_t (*mono_us)(void),
                        obx_inbox_result *out, bool retried) {
@@ -495,18 +524,27 @@ static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h,
     char key[68];
     if ((e = obx_inbox_effect_key(in->consumer, m->event_id, "effect", key))) return e;
 
-    /* 2. one transaction: dedupe, effect, receipt, watermark */
+    /* 2. one transaction: dedupe and claim, effect, receipt, watermark */
     if ((e = obx__st_begin(in->s))) return e;
     bool seen = false, done = false;
     if ((e = prior_receipt(in, m, digest, now, out, &seen, &done)) || done) return e;
+    obx__inbox_row r;
+    obx__watermark_row w;
+    receipt_rows(in, m, digest, "", now, 0, &r, &w);
+    /* the claim: the receipt is inserted before the handler runs. Another instance's insert of
+     * the same (consumer, event) waits for this transaction (PostgreSQL's unique index; SQLite's
+     * single writer) and then finds the receipt: its handler never runs (issue 46, item 7) */
+    if (!seen && (e = obx__st_inbox_put(in->s, &r))) {
+        obx__st_rollback(in->s);
+        return write_failed(in, m, h, user, conn, now, mono_us_start, mono_us, out, retried, e);
+    }
     char result[256] = "";
     obx_err he = h(user, conn, m, key, result, sizeof result);
     int64_t dur = mono_us ? mono_us() - mono_us_start : 0;
-    if (he) return handler_failed(in, m, he, now, dur, out);
-    obx__inbox_row r;
-    obx__watermark_row w;
-    receipt_rows(in, m, digest, result, now, dur, &r, &w);
-    e = seen ? OBX_OK : obx__st_inbox_put(in->s, &r);
+    if (he) return handler_failed(in, m, he, now, dur, out); /* the claim is rolled back */
+    obx__text_copy(r.result, result, sizeof r.result);
+    r.duration_us = dur;
+    e = seen ? OBX_OK : obx__st_inbox_finish(in->s, in->consumer, m->event_id, r.result, dur);
     if (!e) e = obx__st_watermark_put(in->s, &w);
     if (!e) e = obx__st_failure_clear(in->s, in->consumer, m->event_id);
     if (!e) e = audit_consume(in, m, "APPLIED", now, dur, r.result);
@@ -514,26 +552,7 @@ static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h,
         e = obx__st_commit(in->s);
     else
         obx__st_rollback(in->s);
-    if (e == OBX_ECONFLICT) {
-        /* a concurrent consumer instance committed this event first: the unique key held, and
-         * the next look finds its receipt. Once: a receipt that exists but cannot be seen
-         * (row-level security hiding it from this role) would otherwise loop for ever. */
-        if (!retried) return process(in, m, h, user, conn, now, mono_us_start, mono_us, out, true);
-        return obx__fail(OBX_ESTORE,
-                         "inbox: a consume receipt of %s for consumer %s exists but is not "
-                         "visible to this database role (row-level security?)",
-                         m->event_id, in->consumer);
-    }
-    if (e == OBX_EREFUSED) {
-        /* the database refused this consumer's receipt (PostgreSQL row-level security: the
-         * role is not granted this consumer or tenant): the effect was rolled back with it;
-         * park the message, visible, instead of stalling on it */
-        char refused[200];
-        obx__printable(obx_errmsg(), strlen(obx_errmsg()), refused, sizeof refused);
-        snprintf(why, sizeof why, "the consumer's database refused the receipt: %s", refused);
-        return park(in, m, 0, why, now, out);
-    }
-    if (e) return e;
+    if (e) return write_failed(in, m, h, user, conn, now, mono_us_start, mono_us, out, retried, e);
     out->outcome = OBX_INBOX_APPLIED;
     out->ack = 1;
     obx__strlcpy(out->result, r.result, sizeof out->result);

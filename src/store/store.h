@@ -569,6 +569,10 @@ typedef struct obx__store_inbox_methods {
     obx_err (*inbox_get)(obx__store *s, const char *consumer, const char *event_id,
                          obx__inbox_row *out);                    /* OBX_ENOTFOUND when absent */
     obx_err (*inbox_put)(obx__store *s, const obx__inbox_row *r); /* OBX_ECONFLICT if present */
+    /* The handler's result text and run time into the receipt inbox_put inserted (the claim,
+     * written before the handler runs). */
+    obx_err (*inbox_finish)(obx__store *s, const char *consumer, const char *event_id,
+                            const char *result, int64_t duration_us);
     /* present[i] = the consumer's inbox holds a receipt matching keys[i] (obx__inbox_key) */
     obx_err (*inbox_has)(obx__store *s, const char *consumer, const obx__inbox_key *keys, size_t n,
                          bool *present);
@@ -887,6 +891,10 @@ obx_err obx__pg_migrate_to(obx__store *s, const char *const *scripts, int last);
       (obx__store * s, const char *consumer, const char *event_id, obx__inbox_row *out),           \
       (s, consumer, event_id, out))                                                                \
     X(inbox_put, (obx__store * s, const obx__inbox_row *r), (s, r))                                \
+    X(inbox_finish,                                                                                \
+      (obx__store * s, const char *consumer, const char *event_id, const char *result,             \
+       int64_t duration_us),                                                                       \
+      (s, consumer, event_id, result, duration_us))                                                \
     X(inbox_has,                                                                                   \
       (obx__store * s, const char *consumer, const obx__inbox_key *keys, size_t n, bool *present), \
       (s, consumer, keys, n, present))                                                             \

@@ -119,6 +119,7 @@ enum {
     Q_FIND_CORR,
     Q_INBOX_GET,
     Q_INBOX_PUT,
+    Q_INBOX_FINISH,
     Q_INBOX_HAS,
     Q_WM_PUT,
     Q_WM_LIST,
@@ -708,6 +709,8 @@ static const char *const sql_text[Q_COUNT] = {
                     "($1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, "
                     "$8::text, $9::int, $10::bigint, $11::bigint, $12::bigint, $13::int, "
                     "$14::text, $15::text)",
+    [Q_INBOX_FINISH] = "UPDATE obx.obx_inbox SET result = $1::text, duration_us = $2::bigint "
+                       "WHERE consumer_id = $3::text AND event_id = $4::text",
     /* obx__inbox_key: a digest '' matches on the ID alone */
     [Q_INBOX_HAS] =
         "SELECT k.ord FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[]) "
@@ -3605,6 +3608,18 @@ static obx_err pg_failure_bump(obx__store *base, const char *consumer, const cha
     return OBX_OK;
 }
 
+static obx_err pg_inbox_finish(obx__store *base, const char *consumer, const char *event_id,
+                               const char *result, int64_t duration_us) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, result);
+    p_int(&p, duration_us);
+    p_text(&p, consumer);
+    p_text(&p, event_id);
+    return run(s, Q_INBOX_FINISH, &p, PGRES_COMMAND_OK, NULL, "inbox finish");
+}
+
 static obx_err pg_failure_clear(obx__store *base, const char *consumer, const char *event_id) {
     pg_store *s = (pg_store *)base;
     params p;
@@ -4276,6 +4291,7 @@ static const obx__store_inbox_methods pg_inbox_methods = {
     .version = OBX__STORE_INBOX_VERSION,
     .inbox_get = pg_inbox_get,
     .inbox_put = pg_inbox_put,
+    .inbox_finish = pg_inbox_finish,
     .inbox_has = pg_inbox_has,
     .watermark_put = pg_watermark_put,
     .watermark_list = pg_watermark_list,

@@ -65,6 +65,7 @@ enum {
     Q_UNKNOWN_RES,
     Q_INBOX_GET,
     Q_INBOX_PUT,
+    Q_INBOX_FINISH,
     Q_INBOX_HAS,
     Q_WM_PUT,
     Q_WM_LIST,
@@ -292,6 +293,8 @@ static const char *const sql_text[Q_COUNT] = {
                     "tenant, outcome, result, topic, partition, \"offset\", consumed_at, "
                     "duration_us, envelope_gen, attempt_id, dest_digest) "
                     "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    [Q_INBOX_FINISH] = "UPDATE obx_inbox SET result = ?, duration_us = ? "
+                       "WHERE consumer_id = ? AND event_id = ?",
     /* obx__inbox_key: ?3 '' matches on the ID alone */
     [Q_INBOX_HAS] =
         "SELECT 1 FROM obx_inbox i WHERE i.consumer_id = ?1 AND i.event_id = ?2 AND "
@@ -1628,6 +1631,19 @@ static obx_err sq_inbox_put(obx__store *base, const obx__inbox_row *r) {
     return step_done(s, st, "inbox put");
 }
 
+static obx_err sq_inbox_finish(obx__store *base, const char *consumer, const char *event_id,
+                               const char *result, int64_t duration_us) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    obx_err e = stmt(s, Q_INBOX_FINISH, &st);
+    if (e) return e;
+    bt(st, 1, result);
+    bi(st, 2, duration_us);
+    bt(st, 3, consumer);
+    bt(st, 4, event_id);
+    return step_done(s, st, "inbox finish");
+}
+
 static obx_err sq_inbox_has(obx__store *base, const char *consumer, const obx__inbox_key *keys,
                             size_t n, bool *present) {
     sq_store *s = (sq_store *)base;
@@ -2254,6 +2270,7 @@ static const obx__store_inbox_methods sq_inbox_methods = {
     .version = OBX__STORE_INBOX_VERSION,
     .inbox_get = sq_inbox_get,
     .inbox_put = sq_inbox_put,
+    .inbox_finish = sq_inbox_finish,
     .inbox_has = sq_inbox_has,
     .watermark_put = sq_watermark_put,
     .watermark_list = sq_watermark_list,
