@@ -82,7 +82,9 @@ static obx_err redrive(obx_consumer *c, obx_consumer_counts *k) {
     obx_err e = obx__st_poison_list(c->db, c->consumer, "REDRIVE", &rows, &n);
     for (size_t i = 0; !e && i < n; i++) {
         obx__poison_row p;
-        if ((e = obx__st_poison_get(c->db, c->consumer, rows[i].event_id, &p))) break;
+        if ((e = obx__st_poison_get(c->db, c->consumer, rows[i].event_id, rows[i].payload_digest,
+                                    &p)))
+            break;
         json_t *hj = json_loads(p.headers_json ? p.headers_json : "{}", 0, NULL);
 #define HS(k) json_string_value(json_object_get(hj, k))
         obx_message m = {

@@ -411,7 +411,7 @@ static json_t *consumer_trace(obx__consumer_set *cs, size_t i, const char *event
     obx__poison_row p;
     bool poisoned = false;
     if (!e) {
-        e = obx__st_poison_get(c->s, c->id, event_id, &p);
+        e = obx__st_poison_get(c->s, c->id, event_id, NULL, &p);
         poisoned = e == OBX_OK;
         if (e == OBX_ENOTFOUND) e = OBX_OK;
     }

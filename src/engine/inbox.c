@@ -220,7 +220,12 @@ static obx_err park(obx_inbox *in, const obx_message *m, int failures, const cha
     p.payload = (unsigned char *)(uintptr_t)m->payload;
     p.payload_len = m->payload_len;
     p.parked_at = p.updated_at = now;
-    obx_err e = obx__st_begin(in->s);
+    obx_err e = obx__poison_digest(m->payload, m->payload_len, p.payload_digest);
+    if (e) {
+        free(p.headers_json);
+        return e;
+    }
+    e = obx__st_begin(in->s);
     if (!e) e = obx__st_poison_put(in->s, &p);
     if (!e) e = audit_consume(in, m, "POISONED", now, 0, why);
     if (!e)
@@ -381,8 +386,8 @@ static obx_err prior_receipt(obx_inbox *in, const obx_message *m, const char *di
      * the handler does not run again and nothing is written. Only `obx poison redrive` runs it
      * again (the state is then REDRIVE, not PARKED). */
     if (!*seen) {
-        obx__poison_row p;
-        e = obx__st_poison_get(in->s, in->consumer, m->event_id, &p);
+        obx__poison_row p; /* this copy's: a corrupt copy parked before never blocks it */
+        e = obx__st_poison_get(in->s, in->consumer, m->event_id, digest, &p);
         if (e == OBX_OK) {
             bool parked = !strcmp(p.state, "PARKED");
             if (parked) {
@@ -579,13 +584,14 @@ obx_err obx_inbox_poison_list(obx_store *db, const char *consumer, char **out) {
     for (size_t i = 0; arr && i < n; i++) {
         json_t *h = json_loads(rows[i].headers_json ? rows[i].headers_json : "{}", 0, NULL);
         json_array_append_new(
-            arr, json_pack("{s:s,s:s,s:s,s:i,s:s,s:s,s:i,s:I,s:I,s:I,s:o}", "consumer_id",
-                           rows[i].consumer_id, "event_id", rows[i].event_id, "state",
-                           rows[i].state, "failures", (int)rows[i].failures, "last_error",
-                           rows[i].last_error, "topic", rows[i].topic, "partition",
-                           (int)rows[i].partition, "offset", (json_int_t)rows[i].offset,
-                           "parked_at", (json_int_t)rows[i].parked_at, "updated_at",
-                           (json_int_t)rows[i].updated_at, "headers", h ? h : json_object()));
+            arr,
+            json_pack("{s:s,s:s,s:s,s:s,s:i,s:s,s:s,s:i,s:I,s:I,s:I,s:o}", "consumer_id",
+                      rows[i].consumer_id, "event_id", rows[i].event_id, "state", rows[i].state,
+                      "payload_digest", rows[i].payload_digest, "failures", (int)rows[i].failures,
+                      "last_error", rows[i].last_error, "topic", rows[i].topic, "partition",
+                      (int)rows[i].partition, "offset", (json_int_t)rows[i].offset, "parked_at",
+                      (json_int_t)rows[i].parked_at, "updated_at", (json_int_t)rows[i].updated_at,
+                      "headers", h ? h : json_object()));
     }
     obx__poison_rows_free(rows, n);
     return obx__json_out(arr, out);
@@ -598,8 +604,8 @@ obx_err obx_inbox_redrive(obx_store *db, const char *consumer, const char *event
     if (!e) e = obx_event_id_check(event_id);
     if (!e) e = obx__st_begin(db);
     if (e) return e;
-    obx__poison_row p;
-    e = obx__st_poison_get(db, consumer, event_id, &p);
+    obx__poison_row p; /* the event's parked copy, if any: every copy of it is re-driven */
+    e = obx__st_poison_get(db, consumer, event_id, NULL, &p);
     if (!e) {
         if (strcmp(p.state, "PARKED"))
             e = obx__fail(OBX_EREFUSED, "poison message %s is %s, not PARKED", event_id, p.state);

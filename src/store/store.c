@@ -72,6 +72,10 @@ void obx__poison_rows_free(obx__poison_row *rows, size_t n) {
     free(rows);
 }
 
+obx_err obx__poison_digest(const void *payload, size_t len, char out[OBX_DIGEST_LEN + 1]) {
+    return obx_sha256_digest(payload ? payload : "", payload ? len : 0, out);
+}
+
 const char *obx__wire_id(const obx__event_row *r) {
     return r->logical_id[0] ? r->logical_id : r->env.event_id;
 }

@@ -273,6 +273,9 @@ typedef struct obx__poison_row {
     char consumer_id[OBX_NAME_MAX + 1];
     char event_id[OBX_EVENT_ID_LEN + 1];
     char state[16]; /* PARKED | REDRIVE | DONE */
+    /* the SHA-256 of the parked copy's bytes (payload): with event_id, the row's key, so that a
+     * corrupt copy never blocks the genuine one (the caller fills it: obx__poison_digest) */
+    char payload_digest[OBX_DIGEST_LEN + 1];
     int32_t failures;
     char last_error[OBX_TEXT_MAX + 1];
     char topic[OBX_TOPIC_MAX + 1];
@@ -286,6 +289,9 @@ typedef struct obx__poison_row {
 } obx__poison_row;
 
 void obx__poison_rows_free(obx__poison_row *rows, size_t n);
+/* The poison key's digest of a copy's bytes: "sha256:<hex>" over payload (NULL: no bytes), as
+ * the SQL inbox's obx._inbox_park computes it. */
+obx_err obx__poison_digest(const void *payload, size_t len, char out[OBX_DIGEST_LEN + 1]);
 
 typedef struct obx__consume_audit_row {
     int64_t at;
@@ -587,8 +593,10 @@ typedef struct obx__store_inbox_methods {
     /* Without payload; consumer/state NULL = all. */
     obx_err (*poison_list)(obx__store *s, const char *consumer, const char *state,
                            obx__poison_row **out, size_t *n);
+    /* With payload; OBX_ENOTFOUND. digest: that copy; NULL: the event's parked copy (else its
+     * most recently updated one). */
     obx_err (*poison_get)(obx__store *s, const char *consumer, const char *event_id,
-                          obx__poison_row *out); /* with payload; OBX_ENOTFOUND */
+                          const char *digest, obx__poison_row *out);
     obx_err (*poison_set_state)(obx__store *s, const char *consumer, const char *event_id,
                                 const char *state, int64_t now);
     obx_err (*inbox_quarantine_put)(obx__store *s, const char *consumer, const char *event_id,
@@ -912,8 +920,9 @@ obx_err obx__pg_migrate_to(obx__store *s, const char *const *scripts, int last);
       (obx__store * s, const char *consumer, const char *state, obx__poison_row **out, size_t *n), \
       (s, consumer, state, out, n))                                                                \
     X(poison_get,                                                                                  \
-      (obx__store * s, const char *consumer, const char *event_id, obx__poison_row *out),          \
-      (s, consumer, event_id, out))                                                                \
+      (obx__store * s, const char *consumer, const char *event_id, const char *digest,             \
+       obx__poison_row *out),                                                                      \
+      (s, consumer, event_id, digest, out))                                                        \
     X(poison_set_state,                                                                            \
       (obx__store * s, const char *consumer, const char *event_id, const char *state,              \
        int64_t now),                                                                               \

@@ -884,7 +884,7 @@ static void test_inbox_poison_and_redrive(void **state) {
     OK(obx_inbox_redrive(c.db, "projection", ids[0]));
     assert_int_equal(obx_inbox_redrive(c.db, "projection", ids[0]), OBX_EREFUSED);
     obx__poison_row p;
-    OK(c.db->m->inbox->poison_get(c.db, "projection", ids[0], &p));
+    OK(c.db->m->inbox->poison_get(c.db, "projection", ids[0], NULL, &p));
     assert_string_equal(p.state, "REDRIVE");
     c.fail_next = 0;
     json_t *h = json_loads(p.headers_json, 0, NULL);
@@ -958,6 +958,79 @@ static void test_inbox_contract_tenant_digest(void **state) {
     OK(obx_inbox_effect_key("projection", ids[0], "email", k3));
     assert_string_equal(k1, k2);
     assert_string_not_equal(k1, k3);
+    cons_close(&c);
+}
+
+/* Issue 46, item 4: a copy whose body does not match its digest header arrives first and is
+ * parked; the genuine copy that follows is applied once (it was answered "already parked"), the
+ * corrupt copy stays parked under its own digest, and each copy is answered for itself after. */
+static void test_inbox_corrupt_copy_first(void **state) {
+    fx *f = *state;
+    char ids[1][31];
+    publish_n(f, 1, ids);
+    cons c;
+    cons_open(&c, f, NULL, 0);
+    const char *good = "{\"order\":\"o-0\"}", *bad = "{\"order\":\"o-0\"}\xff";
+    char dg[OBX_DIGEST_LEN + 1];
+    OK(obx_sha256_digest(good, strlen(good), dg));
+    obx_message m = {.event_id = ids[0],
+                     .envelope_gen = 1,
+                     .event_type = "order.created.v1",
+                     .tenant = "t1",
+                     .aggregate_id = "o-0",
+                     .payload = bad,
+                     .payload_len = strlen(bad),
+                     .payload_digest = dg,
+                     .topic = "orders"};
+    obx_inbox_result r;
+    OK(obx__inbox_process_at(c.in, &m, handler, &c, NULL, f->now, 0, NULL, &r));
+    assert_int_equal(r.outcome, OBX_INBOX_POISONED);
+    m.payload = good;
+    m.payload_len = strlen(good);
+    OK(obx__inbox_process_at(c.in, &m, handler, &c, NULL, f->now + 1, 0, NULL, &r));
+    assert_int_equal(r.outcome, OBX_INBOX_APPLIED); /* main: POISONED, "already parked" */
+    assert_int_equal(c.effects, 1);
+    OK(obx__inbox_process_at(c.in, &m, handler, &c, NULL, f->now + 2, 0, NULL, &r));
+    assert_int_equal(r.outcome, OBX_INBOX_DUPLICATE);
+    m.payload = bad;
+    m.payload_len = strlen(bad);
+    OK(obx__inbox_process_at(c.in, &m, handler, &c, NULL, f->now + 3, 0, NULL, &r));
+    assert_int_equal(r.outcome, OBX_INBOX_POISONED); /* parked again: the same row */
+    assert_int_equal(c.effects, 1);
+    char *js = NULL, bd[OBX_DIGEST_LEN + 1];
+    OK(obx_inbox_poison_list(c.db, "projection", &js));
+    OK(obx_sha256_digest(bad, strlen(bad), bd));
+    const char *at = strstr(js, bd);
+    assert_non_null(at); /* keyed on the digest of the corrupt copy's bytes */
+    assert_null(strstr(at + 1, bd));
+    const char *st = strstr(js, "\"PARKED\"");
+    assert_non_null(st);
+    assert_null(strstr(st + 1, "\"PARKED\"")); /* one parked row: the genuine copy never was */
+    obx_free(js);
+    /* a genuine copy parked too (its handler fails every time): a re-drive of the event finds
+     * it, not only the corrupt copy, and applies it */
+    char id2[31];
+    enq(f, "order.created.v1", "o-9", id2);
+    m.event_id = id2;
+    OK(obx__inbox_process_at(c.in, &m, handler, &c, NULL, f->now, 0, NULL, &r));
+    assert_int_equal(r.outcome, OBX_INBOX_POISONED);
+    m.payload = good;
+    m.payload_len = strlen(good);
+    c.fail_next = 3;
+    for (int i = 0; i < 3; i++)
+        OK(obx__inbox_process_at(c.in, &m, handler, &c, NULL, f->now, 0, NULL, &r));
+    assert_int_equal(r.outcome, OBX_INBOX_POISONED);
+    OK(obx_inbox_redrive(c.db, "projection", id2));
+    obx__poison_row p;
+    OK(c.db->m->inbox->poison_get(c.db, "projection", id2, dg, &p));
+    assert_string_equal(p.state, "REDRIVE");
+    assert_memory_equal(p.payload, good, strlen(good));
+    m.payload = p.payload;
+    OK(obx__inbox_process_at(c.in, &m, handler, &c, NULL, f->now, 0, NULL, &r));
+    assert_int_equal(r.outcome, OBX_INBOX_APPLIED);
+    assert_int_equal(c.effects, 2);
+    free(p.payload);
+    free(p.headers_json);
     cons_close(&c);
 }
 
@@ -1316,6 +1389,7 @@ int engine_fault_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_consumer_commit_lost_ack, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inbox_poison_and_redrive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inbox_contract_tenant_digest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_inbox_corrupt_copy_first, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_loop_redelivers_failed_last, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_redeliver_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_policy_retry_after_quiet, setup, teardown),

@@ -832,6 +832,11 @@ static void test_inbox_tables(void **state) {
     OK(c->s->m->inbox->inbox_get(c->s, "projection", r.event_id, &got));
     assert_string_equal(got.result, "order o-1 projected");
     assert_int_equal(got.offset, 9);
+    /* the handler's result and run time, written into the claimed receipt */
+    OK(c->s->m->inbox->inbox_finish(c->s, "projection", r.event_id, "finished", 77));
+    OK(c->s->m->inbox->inbox_get(c->s, "projection", r.event_id, &got));
+    assert_string_equal(got.result, "finished");
+    assert_int_equal(got.duration_us, 77);
     assert_int_equal(got.envelope_gen, 0); /* no evidence columns given: not evidence */
     assert_string_equal(got.attempt_id, "");
     /* the columns that make a consume receipt evidence round-trip */
@@ -929,18 +934,32 @@ static void test_inbox_tables(void **state) {
     assert_string_equal(pl[0].headers_json, "{\"obx-event-id\":\"x\"}");
     obx__poison_rows_free(pl, n);
     obx__poison_row pg;
-    OK(c->s->m->inbox->poison_get(c->s, "projection", ids[1], &pg));
+    OK(c->s->m->inbox->poison_get(c->s, "projection", ids[1], NULL, &pg));
     assert_int_equal(pg.payload_len, 3);
     assert_memory_equal(pg.payload, "abc", 3);
     free(pg.payload);
     free(pg.headers_json);
+    /* another copy of the event (other bytes): its own row, keyed on its digest */
+    strcpy(p.payload_digest, "sha256:other");
+    p.payload = (unsigned char *)"abd";
+    OK(c->s->m->inbox->poison_put(c->s, &p));
+    OK(c->s->m->inbox->poison_list(c->s, NULL, "PARKED", &pl, &n));
+    assert_int_equal(n, 2);
+    obx__poison_rows_free(pl, n);
+    OK(c->s->m->inbox->poison_get(c->s, "projection", ids[1], "sha256:other", &pg));
+    assert_memory_equal(pg.payload, "abd", 3);
+    assert_string_equal(pg.payload_digest, "sha256:other");
+    free(pg.payload);
+    free(pg.headers_json);
+    assert_int_equal(c->s->m->inbox->poison_get(c->s, "projection", ids[1], "sha256:none", &pg),
+                     OBX_ENOTFOUND);
     OK(c->s->m->inbox->poison_set_state(c->s, "projection", ids[1], "REDRIVE", c->now + 1));
     OK(c->s->m->inbox->poison_list(c->s, "projection", "PARKED", &pl, &n));
-    assert_int_equal(n, 0);
+    assert_int_equal(n, 0); /* every copy */
     obx__poison_rows_free(pl, n);
     assert_int_equal(c->s->m->inbox->poison_set_state(c->s, "projection", ids[0], "DONE", 1),
                      OBX_ENOTFOUND);
-    assert_int_equal(c->s->m->inbox->poison_get(c->s, "nobody", ids[1], &pg), OBX_ENOTFOUND);
+    assert_int_equal(c->s->m->inbox->poison_get(c->s, "nobody", ids[1], NULL, &pg), OBX_ENOTFOUND);
     OK(c->s->m->inbox->inbox_quarantine_put(c->s, "projection", ids[0], r.payload_digest,
                                             r.payload_digest, "digest differs", c->now));
     obx__consume_audit_row ca = {.at = c->now, .duration_us = 5};

@@ -141,6 +141,12 @@ static const delivery script[] = {
     {E("008"), "{\"order\":8}", NULL, "order.created.v1", "t2", H_FAIL, "FAILED", 14},
     {E("008"), "{\"order\":8}", NULL, "order.created.v1", "t2", H_OK, "APPLIED", 14},
     {E("011"), "not json", NULL, "order.created.v1", "t1", H_POISON, "POISONED", 15},
+    /* issue 46, item 4: a copy whose body does not match its digest header comes first and is
+     * parked under its own digest; the genuine copy is applied (it was "already parked"), once */
+    {E("012"), "{\"order\":12}?", "{\"order\":12}", "order.created.v1", "t1", H_OK, "POISONED", 16},
+    {E("012"), "{\"order\":12}", NULL, "order.created.v1", "t1", H_OK, "APPLIED", 17},
+    {E("012"), "{\"order\":12}", NULL, "order.created.v1", "t1", H_OK, "DUPLICATE", 18},
+    {E("012"), "{\"order\":12}?", "{\"order\":12}", "order.created.v1", "t1", H_OK, "POISONED", 19},
 };
 #define N_SCRIPT (sizeof script / sizeof script[0])
 static const char *const types[] = {"order.created.v1"};
@@ -294,8 +300,9 @@ static char *dump(PGconn *c) {
         "obx.obx_consumer_watermark ORDER BY topic, partition",
         "SELECT consumer_id, event_id, failures, last_error FROM obx.obx_inbox_failure ORDER BY "
         "event_id",
-        "SELECT consumer_id, event_id, state, failures, last_error, topic, partition, "
-        "\"offset\", headers::jsonb, encode(payload, 'hex') FROM obx.obx_poison ORDER BY event_id",
+        "SELECT consumer_id, event_id, payload_digest, state, failures, last_error, topic, "
+        "partition, \"offset\", headers::jsonb, encode(payload, 'hex') FROM obx.obx_poison "
+        "ORDER BY event_id, payload_digest",
         "SELECT consumer_id, event_id, payload_digest, first_digest, reason FROM "
         "obx.obx_inbox_quarantine ORDER BY quarantine_id",
         /* the duplicate's detail names the first receipt's time */
@@ -362,7 +369,7 @@ static void test_same_semantics_as_c(void **st) {
     obx_store_close(ss);
     /* C: what consumer.c's redrive does */
     obx__poison_row p;
-    OK(cs->m->inbox->poison_get(cs, "projection", E("007"), &p));
+    OK(cs->m->inbox->poison_get(cs, "projection", E("007"), NULL, &p));
     delivery d7 = script[12];
     d7.h = H_OK;
     char digest[OBX_DIGEST_LEN + 1];
@@ -404,9 +411,15 @@ static void test_same_semantics_as_c(void **st) {
         fprintf(stderr, "---- C inbox\n%s---- SQL inbox\n%s", a, b);
         fail_msg("the SQL inbox's rows differ from the C inbox's");
     }
-    /* each applied event's effect exactly once: 001 002 007 008 009 010 */
-    assert_int_equal(qint(sc, "SELECT count(*) FROM fx"), 6);
-    assert_int_equal(qint(sc, "SELECT count(DISTINCT event_id) FROM fx"), 6);
+    /* each applied event's effect exactly once: 001 002 007 008 009 010 012 */
+    assert_int_equal(qint(sc, "SELECT count(*) FROM fx"), 7);
+    assert_int_equal(qint(sc, "SELECT count(DISTINCT event_id) FROM fx"), 7);
+    /* 012's corrupt copy stays parked under the digest of its own bytes */
+    assert_int_equal(qint(sc,
+                          "SELECT count(*) FROM obx.obx_poison WHERE event_id = '" E(
+                              "012") "' AND state = 'PARKED' AND payload_digest = "
+                                     "obx._poison_digest(convert_to('{\"order\":12}?', 'UTF8'))"),
+                     1);
     /* the handler's run time is measured, not left as the placeholder */
     assert_int_equal(qint(sc, "SELECT count(*) FROM obx.obx_inbox WHERE duration_us < 0 OR "
                               "duration_us > 60000000"),

@@ -745,18 +745,22 @@ static const char *const sql_text[Q_COUNT] = {
                      "event_id = $2::text",
     [Q_POISON_PUT] = "INSERT INTO obx.obx_poison (consumer_id, event_id, state, failures, "
                      "last_error, topic, partition, \"offset\", headers, payload, parked_at, "
-                     "updated_at) VALUES ($1::text, $2::text, $3::text, $4::int, $5::text, "
-                     "$6::text, $7::int, $8::bigint, $9::text, $10::bytea, $11::bigint, "
-                     "$12::bigint) ON CONFLICT (consumer_id, event_id) DO UPDATE SET "
+                     "updated_at, payload_digest) VALUES ($1::text, $2::text, $3::text, $4::int, "
+                     "$5::text, $6::text, $7::int, $8::bigint, $9::text, $10::bytea, "
+                     "$11::bigint, $12::bigint, $13::text) "
+                     "ON CONFLICT (consumer_id, event_id, payload_digest) DO UPDATE SET "
                      "state = EXCLUDED.state, failures = EXCLUDED.failures, "
                      "last_error = EXCLUDED.last_error, updated_at = EXCLUDED.updated_at",
     [Q_POISON_LIST] = "SELECT consumer_id, event_id, state, failures, last_error, topic, "
-                      "partition, \"offset\", headers, parked_at, updated_at FROM obx.obx_poison "
-                      "WHERE ($1::text IS NULL OR consumer_id = $1::text) AND "
-                      "($2::text IS NULL OR state = $2::text) ORDER BY parked_at, event_id",
+                      "partition, \"offset\", headers, parked_at, updated_at, payload_digest "
+                      "FROM obx.obx_poison WHERE ($1::text IS NULL OR consumer_id = $1::text) "
+                      "AND ($2::text IS NULL OR state = $2::text) "
+                      "ORDER BY parked_at, event_id, payload_digest",
     [Q_POISON_GET] = "SELECT consumer_id, event_id, state, failures, last_error, topic, "
-                     "partition, \"offset\", headers, parked_at, updated_at, payload FROM "
-                     "obx.obx_poison WHERE consumer_id = $1::text AND event_id = $2::text",
+                     "partition, \"offset\", headers, parked_at, updated_at, payload_digest, "
+                     "payload FROM obx.obx_poison WHERE consumer_id = $1::text AND "
+                     "event_id = $2::text AND ($3::text IS NULL OR payload_digest = $3::text) "
+                     "ORDER BY state = 'PARKED' DESC, updated_at DESC LIMIT 1",
     [Q_POISON_STATE] = "UPDATE obx.obx_poison SET state = $1::text, updated_at = $2::bigint "
                        "WHERE consumer_id = $3::text AND event_id = $4::text",
     [Q_INBOX_QUAR] = "INSERT INTO obx.obx_inbox_quarantine (consumer_id, event_id, "
@@ -3648,6 +3652,7 @@ static obx_err pg_poison_put(obx__store *base, const obx__poison_row *pr) {
         p_text(&p, NULL);
     p_int(&p, pr->parked_at);
     p_int(&p, pr->updated_at);
+    p_text(&p, pr->payload_digest);
     return run(s, Q_POISON_PUT, &p, PGRES_COMMAND_OK, NULL, "poison put");
 }
 
@@ -3664,8 +3669,9 @@ static obx_err read_poison(const PGresult *r, int row, obx__poison_row *p, bool 
     p->headers_json = obx__strdup(PQgetisnull(r, row, 8) ? "{}" : PQgetvalue(r, row, 8));
     p->parked_at = gi(r, row, 9);
     p->updated_at = gi(r, row, 10);
+    GT(r, row, 11, p->payload_digest);
     if (!p->headers_json) return obx__fail(OBX_ENOMEM, "poison: out of memory");
-    if (payload) return get_bytea(r, row, 11, &p->payload, &p->payload_len);
+    if (payload) return get_bytea(r, row, 12, &p->payload, &p->payload_len);
     return OBX_OK;
 }
 
@@ -3699,12 +3705,13 @@ static obx_err pg_poison_list(obx__store *base, const char *consumer, const char
 }
 
 static obx_err pg_poison_get(obx__store *base, const char *consumer, const char *event_id,
-                             obx__poison_row *out) {
+                             const char *digest, obx__poison_row *out) {
     pg_store *s = (pg_store *)base;
     params p;
     p_init(&p);
     p_text(&p, consumer);
     p_text(&p, event_id);
+    p_text(&p, digest);
     PGresult *r = NULL;
     obx_err e = run(s, Q_POISON_GET, &p, PGRES_TUPLES_OK, &r, "poison get");
     if (e) return e;
@@ -3732,9 +3739,9 @@ static obx_err pg_poison_set_state(obx__store *base, const char *consumer, const
     PGresult *r = NULL;
     obx_err e = run(s, Q_POISON_STATE, &p, PGRES_COMMAND_OK, &r, "poison state");
     if (e) return e;
-    bool one = !strcmp(PQcmdTuples(r), "1");
+    bool any = atoll(PQcmdTuples(r)) >= 1; /* every copy of the event */
     PQclear(r);
-    if (!one)
+    if (!any)
         return obx__fail(OBX_ENOTFOUND, "no poison message %s for consumer %s", event_id, consumer);
     return OBX_OK;
 }

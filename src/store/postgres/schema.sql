@@ -1318,6 +1318,7 @@ CREATE TABLE obx.obx_poison (
     consumer_id TEXT NOT NULL,
     event_id    TEXT NOT NULL,
     state       TEXT NOT NULL CHECK (state IN ('PARKED', 'REDRIVE', 'DONE')),
+    payload_digest TEXT NOT NULL DEFAULT '', -- of this copy's bytes: a corrupt copy is its own row
     failures    INTEGER NOT NULL,
     last_error  TEXT NOT NULL,
     topic       TEXT NOT NULL,
@@ -1327,7 +1328,7 @@ CREATE TABLE obx.obx_poison (
     payload     BYTEA,
     parked_at   BIGINT NOT NULL,
     updated_at  BIGINT NOT NULL,
-    PRIMARY KEY (consumer_id, event_id)
+    PRIMARY KEY (consumer_id, event_id, payload_digest)
 );
 
 CREATE TABLE obx.obx_inbox_quarantine (
@@ -1490,6 +1491,13 @@ BEGIN
                 ELSE '{}'::jsonb END)::text;
 END $$;
 
+-- The key of a parked copy besides its event ID: the SHA-256 of its bytes (inbox.c's
+-- obx__poison_digest), so that a corrupt copy never blocks the genuine one.
+CREATE FUNCTION obx._poison_digest(payload bytea) RETURNS text LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT 'sha256:' || encode(sha256(coalesce(payload, ''::bytea)), 'hex')
+$$;
+
 -- Parks a message as poison (the upsert and audit row of inbox.c's park).
 CREATE FUNCTION obx._inbox_park(consumer text, key text, failures integer, why text, topic text,
                                 "partition" integer, "offset" bigint, headers text,
@@ -1497,11 +1505,11 @@ CREATE FUNCTION obx._inbox_park(consumer text, key text, failures integer, why t
 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     INSERT INTO obx.obx_poison AS p (consumer_id, event_id, state, failures, last_error, topic,
-        partition, "offset", headers, payload, parked_at, updated_at)
+        partition, "offset", headers, payload, parked_at, updated_at, payload_digest)
     VALUES (consumer, key, 'PARKED', failures, obx._inbox_text(why, 255),
         obx._inbox_text(topic, 249), coalesce("partition", 0), coalesce("offset", 0), headers,
-        payload, at_ms, at_ms)
-    ON CONFLICT (consumer_id, event_id) DO UPDATE SET state = EXCLUDED.state,
+        payload, at_ms, at_ms, obx._poison_digest(payload))
+    ON CONFLICT (consumer_id, event_id, payload_digest) DO UPDATE SET state = EXCLUDED.state,
         failures = EXCLUDED.failures, last_error = EXCLUDED.last_error,
         updated_at = EXCLUDED.updated_at;
     PERFORM obx._inbox_audit(consumer, key, 'POISONED', 0, why, at_ms);
@@ -1624,7 +1632,8 @@ BEGIN
     -- lost: it stays parked, the handler does not run, nothing is written (as inbox.c); only a
     -- re-drive (state REDRIVE) runs it again
     SELECT p.failures, p.last_error INTO prev FROM obx.obx_poison p
-     WHERE p.consumer_id = consumer_id AND p.event_id = event_id AND p.state = 'PARKED';
+     WHERE p.consumer_id = consumer_id AND p.event_id = event_id AND p.state = 'PARKED'
+       AND p.payload_digest = obx._poison_digest(payload); -- this copy, not a corrupt one
     IF FOUND THEN
         RETURN QUERY SELECT 'poisoned'::text, ''::text,
             'already parked: ' || left(prev.last_error, 200);
@@ -1952,6 +1961,7 @@ GRANT EXECUTE ON FUNCTION obx._check(text, text, integer, integer, text),
     obx._inbox_audit(text, text, text, bigint, text, bigint),
     obx._inbox_headers(text, integer, text, text, text, jsonb),
     obx._inbox_park(text, text, integer, text, text, integer, bigint, text, bytea, bigint),
+    obx._poison_digest(bytea),
     obx._inbox_refusal(text, text, integer, text, text, bytea, text, text, text[], text[], jsonb),
     obx.inbox_receive(text, text, integer, text, text, integer, bigint, bytea, text, text, text[],
                       text[], jsonb),

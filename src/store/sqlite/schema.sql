@@ -393,6 +393,7 @@ CREATE TABLE obx_poison (
     consumer_id TEXT NOT NULL,
     event_id    TEXT NOT NULL,
     state       TEXT NOT NULL CHECK (state = 'PARKED' OR state = 'REDRIVE' OR state = 'DONE'),
+    payload_digest TEXT NOT NULL DEFAULT '', -- of this copy's bytes: a corrupt copy is its own row
     failures    INTEGER NOT NULL,
     last_error  TEXT NOT NULL,
     topic       TEXT NOT NULL,
@@ -402,7 +403,7 @@ CREATE TABLE obx_poison (
     payload     BLOB,
     parked_at   INTEGER NOT NULL,
     updated_at  INTEGER NOT NULL,
-    PRIMARY KEY (consumer_id, event_id)
+    PRIMARY KEY (consumer_id, event_id, payload_digest)
 );
 
 CREATE TABLE obx_inbox_quarantine (

@@ -319,17 +319,19 @@ static const char *const sql_text[Q_COUNT] = {
                     "last_error = ?3, last_at = ?4 RETURNING failures",
     [Q_FAIL_CLEAR] = "DELETE FROM obx_inbox_failure WHERE consumer_id = ? AND event_id = ?",
     [Q_POISON_PUT] = "INSERT INTO obx_poison (consumer_id, event_id, state, failures, last_error, "
-                     "topic, partition, \"offset\", headers, payload, parked_at, updated_at) "
-                     "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12) "
-                     "ON CONFLICT (consumer_id, event_id) DO UPDATE SET state = ?3, "
-                     "failures = ?4, last_error = ?5, updated_at = ?12",
+                     "topic, partition, \"offset\", headers, payload, parked_at, updated_at, "
+                     "payload_digest) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13) "
+                     "ON CONFLICT (consumer_id, event_id, payload_digest) DO UPDATE SET "
+                     "state = ?3, failures = ?4, last_error = ?5, updated_at = ?12",
     [Q_POISON_LIST] = "SELECT consumer_id, event_id, state, failures, last_error, topic, "
-                      "partition, \"offset\", headers, parked_at, updated_at FROM obx_poison "
-                      "WHERE (?1 IS NULL OR consumer_id = ?1) AND (?2 IS NULL OR state = ?2) "
-                      "ORDER BY parked_at, event_id",
+                      "partition, \"offset\", headers, parked_at, updated_at, payload_digest "
+                      "FROM obx_poison WHERE (?1 IS NULL OR consumer_id = ?1) AND "
+                      "(?2 IS NULL OR state = ?2) ORDER BY parked_at, event_id, payload_digest",
     [Q_POISON_GET] = "SELECT consumer_id, event_id, state, failures, last_error, topic, "
-                     "partition, \"offset\", headers, parked_at, updated_at, payload FROM "
-                     "obx_poison WHERE consumer_id = ? AND event_id = ?",
+                     "partition, \"offset\", headers, parked_at, updated_at, payload_digest, "
+                     "payload FROM obx_poison WHERE consumer_id = ?1 AND event_id = ?2 AND "
+                     "(?3 IS NULL OR payload_digest = ?3) "
+                     "ORDER BY state = 'PARKED' DESC, updated_at DESC LIMIT 1",
     [Q_POISON_STATE] = "UPDATE obx_poison SET state = ?, updated_at = ? WHERE consumer_id = ? AND "
                        "event_id = ?",
     [Q_INBOX_QUAR] = "INSERT INTO obx_inbox_quarantine (consumer_id, event_id, payload_digest, "
@@ -1759,6 +1761,7 @@ static obx_err sq_poison_put(obx__store *base, const obx__poison_row *p) {
         sqlite3_bind_null(st, 10);
     bi(st, 11, p->parked_at);
     bi(st, 12, p->updated_at);
+    bt(st, 13, p->payload_digest);
     return step_done(s, st, "poison put");
 }
 
@@ -1776,10 +1779,11 @@ static obx_err read_poison(sqlite3_stmt *st, obx__poison_row *p, bool payload) {
     p->headers_json = obx__strdup(h ? (const char *)h : "{}");
     p->parked_at = ci(st, 9);
     p->updated_at = ci(st, 10);
+    CT(st, 11, p->payload_digest);
     if (!p->headers_json) return obx__fail(OBX_ENOMEM, "poison: out of memory");
     if (payload) {
-        int n = sqlite3_column_bytes(st, 11);
-        const void *b = sqlite3_column_blob(st, 11);
+        int n = sqlite3_column_bytes(st, 12);
+        const void *b = sqlite3_column_blob(st, 12);
         if (b && n > 0) {
             p->payload = malloc((size_t)n);
             if (!p->payload) return obx__fail(OBX_ENOMEM, "poison: out of memory");
@@ -1818,13 +1822,17 @@ static obx_err sq_poison_list(obx__store *base, const char *consumer, const char
 }
 
 static obx_err sq_poison_get(obx__store *base, const char *consumer, const char *event_id,
-                             obx__poison_row *out) {
+                             const char *digest, obx__poison_row *out) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_POISON_GET, &st);
     if (e) return e;
     bt(st, 1, consumer);
     bt(st, 2, event_id);
+    if (digest)
+        bt(st, 3, digest);
+    else
+        sqlite3_bind_null(st, 3);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
         e = read_poison(st, out, true);
@@ -1847,7 +1855,7 @@ static obx_err sq_poison_set_state(obx__store *base, const char *consumer, const
     bt(st, 3, consumer);
     bt(st, 4, event_id);
     if ((e = step_done(s, st, "poison state"))) return e;
-    if (sqlite3_changes(s->db) != 1)
+    if (sqlite3_changes(s->db) < 1) /* every copy of the event */
         return obx__fail(OBX_ENOTFOUND, "no poison message %s for consumer %s", event_id, consumer);
     return OBX_OK;
 }
