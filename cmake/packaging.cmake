@@ -30,6 +30,10 @@ string(CONCAT CPACK_DEBIAN_PACKAGE_DESCRIPTION
 # passwd for useradd in postinst
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "passwd")
+if(OBX_WITH_OTEL)
+  # libcurl4 (OpenSSL flavour) for the OpenTelemetry exporter, named as well as found by shlibdeps
+  string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", libcurl4")
+endif()
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
     ${CMAKE_CURRENT_SOURCE_DIR}/packaging/debian/conffiles
     ${CMAKE_CURRENT_SOURCE_DIR}/packaging/debian/postinst

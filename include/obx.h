@@ -662,6 +662,9 @@ typedef struct obx_consumer_options {
      * wait for a whole batch (obx consume's SIGTERM). */
     int (*stop)(void *stop_user);
     void *stop_user;
+    /* May be NULL. A span ("process") per delivery through the inbox (borrowed: close it after
+     * the consumer). */
+    struct obx_otel *otel;
 } obx_consumer_options;
 
 typedef struct obx_consumer_counts {
@@ -705,6 +708,27 @@ OBX_API void obx_config_free(obx_config *c);
  * "max" (integers), "values" (a fixed set, such as "text|json"), "help"}. `man obx` and
  * `obx help config` print it. *out_json is the caller's (obx_free). */
 OBX_API obx_err obx_config_reference(char **out_json);
+
+/* ---- OpenTelemetry spans (docs/operations.md, "OpenTelemetry") ----------------------------
+ * An exporter sends spans of the life of each event over OTLP/HTTP (JSON) to otel.endpoint, in
+ * batches, from a thread of its own: a producer span per obx_enqueue() on a store it is set on
+ * (obx_store_set_otel), a span per publish attempt and per reconciliation (the relay opens its
+ * own from its configuration), a consumer span per delivery (obx_consumer_options.otel). Every
+ * span of an event is in the trace of the event's traceparent (or, without one, in a trace of
+ * its own). The callers never wait for the collector: past otel.queue_max spans are dropped and
+ * counted. obx.enqueue() (SQL) emits no span. */
+typedef struct obx_otel obx_otel;
+/* Starts an exporter from c's otel.* keys. OBX_OK with *out NULL when otel.endpoint is empty
+ * (spans off); OBX_EUNSUPPORTED when libobx was built without OBX_WITH_OTEL. The caller closes
+ * it after everything it was given to (stores, consumers) is closed. */
+OBX_API obx_err obx_otel_open(const obx_config *c, obx_otel **out);
+/* Sends what is queued (within otel.timeout_ms), stops the thread, frees o. NULL is harmless. */
+OBX_API void obx_otel_close(obx_otel *o);
+/* Every later obx_enqueue() on s that writes an event emits its producer span ("create") to o
+ * (borrowed; NULL: none again). The span is emitted when the enqueue returns, inside the
+ * caller's transaction: a transaction rolled back afterwards leaves a span for an event that
+ * never committed. */
+OBX_API void obx_store_set_otel(obx_store *s, obx_otel *o);
 
 typedef struct obx_relay obx_relay;
 

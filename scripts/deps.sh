@@ -11,7 +11,8 @@ set -euo pipefail
 set_name=${1:-build}
 
 build_pkgs=(build-essential cmake pkg-config libsqlite3-dev libssl-dev libjansson-dev libyaml-dev
-            libmicrohttpd-dev libpq-dev librdkafka-dev librabbitmq-dev libsystemd-dev sqlite3)
+            libmicrohttpd-dev libpq-dev librdkafka-dev librabbitmq-dev libsystemd-dev sqlite3
+            libcurl4-openssl-dev)
 test_pkgs=(libcmocka-dev faketime postgresql-15 postgresql-client-15 postgresql-server-dev-15 rabbitmq-server kcat amqp-tools spin
            clang libclang-rt-14-dev clang-format cppcheck socat iproute2 procps openssl
            python3 curl chromium python3-psycopg2 python3-pika iptables systemd groff-base

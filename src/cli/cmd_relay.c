@@ -295,6 +295,7 @@ typedef struct consume_run {
     exec_handler x;    /* --exec: the handler command's state */
     obx_consumer *con; /* the consumer (owned) */
     obx_config *cfg;   /* connect.* (--set), from the relay's configuration table (owned) */
+    obx_otel *otel;    /* otel.* (--set): spans per delivery; NULL: off (owned) */
     int64_t retry_initial_ms, retry_max_ms;
     sigset_t signals; /* SIGINT, SIGTERM: blocked, collected by the main loop */
 } consume_run;
@@ -355,10 +356,11 @@ static int consume_options(consume_run *r, int argc, char **argv) {
                 return cli_usage("consume", "--set: '%s' is not KEY=VALUE", optarg);
             memcpy(key, optarg, (size_t)(eq - optarg));
             key[eq - optarg] = '\0';
-            if (strcmp(key, "connect.retry_initial_ms") && strcmp(key, "connect.retry_max_ms"))
+            if (strcmp(key, "connect.retry_initial_ms") && strcmp(key, "connect.retry_max_ms") &&
+                strncmp(key, "otel.", 5))
                 return cli_usage("consume",
                                  "--set: '%s' is not a consumer setting (connect.retry_initial_ms, "
-                                 "connect.retry_max_ms)",
+                                 "connect.retry_max_ms, otel.*)",
                                  key);
             obx_err e = obx_config_set(r->cfg, key, eq + 1);
             if (e) return cli_usage("consume", "--set: %s", obx_errmsg());
@@ -505,7 +507,8 @@ static obx_err consume_try_open(consume_run *r, int *which) {
                                         .n_tenants = (size_t)r->nn,
                                         .max_failures = (int)r->max_failures},
                               .stop = stop_requested,
-                              .stop_user = &r->signals};
+                              .stop_user = &r->signals,
+                              .otel = r->otel};
     if (!e) {
         *which = 1;
         e = r->exec_cmd ? obx_consumer_open(r->s, NULL, &o, exec_handler_run, &r->x, &r->con)
@@ -610,19 +613,26 @@ int cmd_consume(int argc, char **argv) {
     if (obx_config_new(&r.cfg)) return cli_fail("consume", "configuration", OBX_ENOMEM);
     int rc = consume_options(&r, argc, argv);
     if (!rc) rc = consume_validate(&r);
+    obx_err oe = OBX_OK;
+    if (!rc && !obx_config_set(r.cfg, "broker", r.broker) && (oe = obx_otel_open(r.cfg, &r.otel)))
+        rc = cli_fail("consume", "otel.endpoint", oe);
     /* blocked before anything starts: a signal during the wait for the broker ends it */
     if (!rc) block_signals(&r.signals);
     consume_dep deps[2] = {{.name = "consumer database"}, {.name = "broker"}};
     if (!rc) rc = consume_open(&r, deps);
     obx_config_free(r.cfg);
     obx_consumer_counts k = {0};
-    if (rc > 0) return rc;
+    if (rc > 0) {
+        obx_otel_close(r.otel);
+        return rc;
+    }
     if (rc == 0) {
         consume_loop(&r, deps, &k);
         obx_consumer_close(r.con);
         obx_store_close(r.s);
         sqlite3_close(r.db);
     }
+    obx_otel_close(r.otel);
     consume_report(r.js, &k);
     return 0;
 }

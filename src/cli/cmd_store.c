@@ -286,8 +286,18 @@ static int parse_aggregate(const char *s, char **type, char **id, long long *ver
     return (*type && *id) ? 0 : -1;
 }
 
+/* obx enqueue --otel-endpoint: an exporter for the one producer span. */
+static obx_err enqueue_otel(const char *endpoint, obx_otel **out) {
+    obx_config *c;
+    obx_err e = obx_config_new(&c);
+    if (!e) e = obx_config_set(c, "otel.endpoint", endpoint);
+    if (!e) e = obx_otel_open(c, out);
+    obx_config_free(c);
+    return e;
+}
+
 int cmd_enqueue(int argc, char **argv) {
-    const char *db = CLI_DEFAULT_DB, *payload_file = "-", *aggregate = NULL;
+    const char *db = CLI_DEFAULT_DB, *payload_file = "-", *aggregate = NULL, *otel_endpoint = NULL;
     obx_event ev;
     memset(&ev, 0, sizeof ev);
     long long limit = OBX_PAYLOAD_DEFAULT_LIMIT;
@@ -303,6 +313,7 @@ int cmd_enqueue(int argc, char **argv) {
                                          {"traceparent", required_argument, 0, 'P'},
                                          {"schema", required_argument, 0, 's'},
                                          {"payload-limit", required_argument, 0, 'L'},
+                                         {"otel-endpoint", required_argument, 0, 'O'},
                                          {"json", no_argument, 0, 'j'},
                                          {0, 0, 0, 0}};
     int c;
@@ -319,6 +330,7 @@ int cmd_enqueue(int argc, char **argv) {
         case 'C': ev.causation_id = optarg; break;
         case 'P': ev.traceparent = optarg; break;
         case 's': ev.payload_schema = optarg; break;
+        case 'O': otel_endpoint = optarg; break;
         case 'L': {
             char *end;
             limit = strtoll(optarg, &end, 10);
@@ -330,7 +342,8 @@ int cmd_enqueue(int argc, char **argv) {
             return cli_usage(
                 "enqueue", "usage: obx enqueue --type T --aggregate TYPE/ID@VERSION --tenant X "
                            "[--payload-file F|-] [--idempotency-key K] [--correlation-id C] "
-                           "[--causation-id C] [--traceparent TP] [--schema sha256:..] [--db URL]");
+                           "[--causation-id C] [--traceparent TP] [--schema sha256:..] [--db URL] "
+                           "[--otel-endpoint URL]");
         }
     }
     if (optind < argc) return cli_usage("enqueue", "unexpected argument '%s'", argv[optind]);
@@ -363,8 +376,12 @@ int cmd_enqueue(int argc, char **argv) {
     rc = cli_open_store("enqueue", db, &s);
     if (!rc) {
         obx_err e = obx_store_set_payload_limit(s, (size_t)limit);
+        obx_otel *ot = NULL;
+        if (!e && otel_endpoint) e = enqueue_otel(otel_endpoint, &ot);
+        obx_store_set_otel(s, ot);
         obx_enqueue_result res;
         if (!e) e = obx_enqueue(s, &ev, &res);
+        obx_otel_close(ot); /* sends the span before the command ends */
         if (e)
             rc = cli_fail("enqueue", "rejected, nothing stored", e);
         else if (js)

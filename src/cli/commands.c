@@ -141,6 +141,9 @@ const cli_command cli_commands[] = {
               {"schema", "sha256:HEX", "sha256 of \"schema:\" + the type",
                "The payload schema's digest."},
               {"payload-limit", "BYTES", "1048576", "The largest payload accepted."},
+              {"otel-endpoint", "URL", D_NONE,
+               "OpenTelemetry: send the event's producer span (create) to this OTLP/HTTP "
+               "collector (http://HOST:4318)."},
               O_JSON},
      .examples = "echo '{\"order\":\"o-42\"}' | obx enqueue --type order.created.v1 "
                  "--aggregate order/o-42@1 --tenant t1"},
@@ -316,8 +319,8 @@ const cli_command cli_commands[] = {
                "failure."},
               {"set", "KEY=VALUE", D_NONE,
                "connect.retry_initial_ms or connect.retry_max_ms (defaults 500 and 15000): the "
-               "wait between tries for a consumer database or broker that is not there. "
-               "Repeatable."},
+               "wait between tries for a consumer database or broker that is not there; otel.* "
+               "(otel.endpoint: a span per delivery, docs/operations.md). Repeatable."},
               O_BROKER_PROP,
               O_JSON},
      .examples = "obx consume --consumer-db sqlite:projection.db --topic orders --until-idle 2000\n"

@@ -124,6 +124,18 @@ static const key keys[] = {
       "rest (the metrics count every event); 0: never fold."),
     I("log.fold_interval_ms", log_fold_interval_ms, 100, 3600000, "10000",
       "The window of log.fold_after."),
+    S("otel.endpoint", otel_endpoint, NULL, NULL,
+      "OpenTelemetry: the OTLP/HTTP collector to send spans to (http://HOST:4318; /v1/traces is "
+      "added); empty: no spans."),
+    S("otel.service_name", otel_service, "obx", NULL,
+      "OpenTelemetry: the resource's service.name on every span."),
+    I("otel.queue_max", otel_queue_max, 1, 1000000, "4096",
+      "OpenTelemetry: spans waiting for export at most; past it new spans are dropped and "
+      "counted (obx_otel_spans_dropped_total)."),
+    I("otel.export_interval_ms", otel_interval_ms, 10, 3600000, "1000",
+      "OpenTelemetry: the longest a span waits before its batch is sent."),
+    I("otel.timeout_ms", otel_timeout_ms, 100, 600000, "5000",
+      "OpenTelemetry: one export request's time limit; a failed batch is dropped and counted."),
     L("audit.critical_consumers", critical_consumers,
       "ID=URL of each consumer that must consume every event (its inbox database): the audit, "
       "retention, lag and poison in /metrics and the dashboard, receipts in traces."),

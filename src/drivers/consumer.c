@@ -6,6 +6,7 @@
  */
 #include "drivers/config.h"
 #include "drivers/log.h"
+#include "drivers/otel.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@ struct obx_consumer {
     char **topics;                /* owned copies */
     size_t n_topics;
     bool resubscribe; /* a redelivery could not be arranged: subscribe again before polling */
+    obx_otel *otel;   /* obx_consumer_options.otel (borrowed), NULL: no spans */
 };
 
 obx_err obx_consumer_open(obx_store *db, void *conn, const obx_consumer_options *o,
@@ -43,6 +45,7 @@ obx_err obx_consumer_open(obx_store *db, void *conn, const obx_consumer_options 
     c->max_batch = o->max_batch ? o->max_batch : 64;
     c->stop = o->stop;
     c->stop_user = o->stop_user;
+    c->otel = o->otel;
     obx_err e = obx_inbox_open(db, &o->inbox, &c->in);
     if (!e) e = obx__br_open(o->broker_url, o->broker_props, o->n_broker_props, &c->b);
     if (!e && !(obx__br_caps(c->b) & OBX__BCAP_CONSUME))
@@ -109,8 +112,9 @@ static obx_err redrive(obx_consumer *c, obx_consumer_counts *k) {
             .offset = p.offset};
 #undef HS
         obx_inbox_result r;
-        e = obx__inbox_process_at(c->in, &m, c->h, c->user, c->conn, obx__wall_ms(), mono_us(),
-                                  mono_us, &r);
+        int64_t t0 = obx__wall_ms();
+        e = obx__inbox_process_at(c->in, &m, c->h, c->user, c->conn, t0, mono_us(), mono_us, &r);
+        if (!e) obx__otel_process(c->otel, c->consumer, &m, &r, t0);
         if (!e && (r.outcome == OBX_INBOX_APPLIED || r.outcome == OBX_INBOX_DUPLICATE)) {
             e = obx__st_poison_set_state(c->db, c->consumer, p.event_id, "DONE", obx__wall_ms());
             if (k) k->redriven++;
@@ -159,8 +163,9 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
         obx_message m = obx__message_of(&d[i]);
         if (k) k->delivered++;
         obx_inbox_result r;
-        e = obx__inbox_process_at(c->in, &m, c->h, c->user, c->conn, obx__wall_ms(), mono_us(),
-                                  mono_us, &r);
+        int64_t t0 = obx__wall_ms();
+        e = obx__inbox_process_at(c->in, &m, c->h, c->user, c->conn, t0, mono_us(), mono_us, &r);
+        if (!e) obx__otel_process(c->otel, c->consumer, &m, &r, t0);
         if (e) break;
         count(k, r.outcome);
         if (r.ack)

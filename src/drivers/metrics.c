@@ -17,6 +17,7 @@
  * buffer, so further sections (e.g. audit findings) slot in without touching the others.
  */
 #include "drivers/metrics.h"
+#include "drivers/otel.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -464,8 +465,23 @@ static void sec_audit(scrape *x, obx__buf *b) {
     sample(b, "obx_shadow_rounds", NULL, NULL, (double)sc.rounds);
 }
 
+/* The span exporter's counters (otel.h); zeros when otel.endpoint is empty. */
+static void sec_otel(scrape *x, obx__buf *b) {
+    obx__otel_stats st;
+    obx__otel_stats_get(x->v->otel, &st);
+    family(b, "obx_otel_spans_exported_total", "counter",
+           "OpenTelemetry spans the collector accepted");
+    sample(b, "obx_otel_spans_exported_total", NULL, NULL, (double)st.exported);
+    family(b, "obx_otel_spans_dropped_total", "counter",
+           "OpenTelemetry spans lost: the queue (otel.queue_max) was full or their export failed");
+    sample(b, "obx_otel_spans_dropped_total", NULL, NULL, (double)st.dropped);
+    family(b, "obx_otel_export_failures_total", "counter",
+           "OpenTelemetry export requests that failed");
+    sample(b, "obx_otel_export_failures_total", NULL, NULL, (double)st.failures);
+}
+
 static void (*const sections[])(scrape *, obx__buf *) = {sec_outbox, sec_relay, sec_consumers,
-                                                         sec_audit};
+                                                         sec_audit, sec_otel};
 
 obx_err obx__metrics_render(obx__metrics *m, const obx__relay_view *v, obx__store *s,
                             obx__buf *out) {

@@ -27,6 +27,7 @@
 #include "drivers/http.h"
 #include "drivers/log.h"
 #include "drivers/observe.h"
+#include "drivers/otel.h"
 #include "drivers/retention.h"
 
 #include <errno.h>
@@ -80,6 +81,7 @@ struct obx_relay {
     obx__shadow_counts shadow; /* the last comparison (shadow mode), under mu */
     obx__relay_view view;      /* what the HTTP server and the auditor see (relay_view.h) */
     obx__deps deps;            /* database, schema, broker: up or down (deps.h) */
+    obx_otel *otel;            /* spans (otel.h); NULL when otel.endpoint is empty */
 };
 
 static void view_totals(obx_relay *r, obx__engine_stats *t);
@@ -124,6 +126,7 @@ static void on_note(void *user, const obx__note *n) {
     worker *w = user;
     const char *comp = w->index >= 0 ? "dispatcher" : "reconciler";
     const char *e = n->event_id, *a = n->attempt_id, *c = n->correlation_id;
+    obx__otel_note(w->r->otel, n);
     switch (n->kind) {
     case OBX__NOTE_PUBLISHED:
         obx__hist_observe(&w->latency, (double)n->latency_ms / 1000.0);
@@ -851,7 +854,8 @@ obx_err obx_relay_start(const obx_config *c, obx_relay **out) {
         r->w[i].latency_pub = r->w[i].latency;
         r->w[i].resolution_pub = r->w[i].resolution;
     }
-    for (int i = 0; i < r->n; i++) {
+    if ((e = obx_otel_open(r->cfg, &r->otel))) atomic_store(&r->stop, 1);
+    for (int i = 0; !e && i < r->n; i++) {
         int rc = pthread_create(&r->w[i].th, NULL, worker_main, &r->w[i]);
         if (rc) {
             e = obx__fail(OBX_EINTERNAL, "relay: cannot start thread: %s", strerror(rc));
@@ -871,7 +875,8 @@ obx_err obx_relay_start(const obx_config *c, obx_relay **out) {
                                 .dispatchers = view_dispatchers,
                                 .hists = view_hists,
                                 .shadow = view_shadow,
-                                .audit_metrics = view_audit_metrics};
+                                .audit_metrics = view_audit_metrics,
+                                .otel = r->otel};
     if (!e && (e = obx__auditor_start(&r->view, &r->auditor))) atomic_store(&r->stop, 1);
     if (!e && r->cfg->http_listen[0]) {
         e = obx__http_start(&r->view, r->cfg->http_listen, &r->http);
@@ -1048,6 +1053,7 @@ void obx_relay_close(obx_relay *r) {
     if (!r) return;
     obx_relay_stop(r);
     obx_relay_wait(r);
+    obx_otel_close(r->otel);
     obx_config_free(r->cfg);
     obx__deps_destroy(&r->deps);
     pthread_mutex_destroy(&r->mu);

@@ -46,6 +46,7 @@ typedef struct obx__relay_view {
     int (*shadow)(obx_relay *relay, obx__shadow_counts *out);
     /* Prometheus lines of the auditor's last audit and purges (nothing without an auditor) */
     void (*audit_metrics)(obx_relay *relay, obx__buf *b);
+    obx_otel *otel; /* the span exporter (otel.h), NULL when off: its counters in /metrics */
 } obx__relay_view;
 
 /* A started relay's view (relay.c); valid until obx_relay_close. For tests that render a

@@ -304,13 +304,17 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
 static void note(obx__engine *e, accept_ctx *c, size_t i, int64_t now) {
     const obx__outcome *o = &c->acks[i];
     const obx__event_row *ev = find_ev(c, o->event_id);
+    const obx__attempt_row *a = find_att(c, o->attempt_id);
     char detail[OBX_TEXT_MAX + 1] = "";
     obx__note n = {.event_id = o->event_id,
                    .attempt_id = o->attempt_id,
                    .correlation_id = ev ? ev->env.correlation_id : "",
                    .latency_ms = -1,
                    .unknown_ms = -1,
-                   .detail = detail};
+                   .detail = detail,
+                   .ev = ev,
+                   .attempt_gen = a ? a->attempt_gen : 0,
+                   .source = c->source};
     switch (c->kinds[i]) {
     case OBX__RK_PRIMARY:
         n.kind = OBX__NOTE_PUBLISHED;

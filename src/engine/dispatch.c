@@ -538,16 +538,19 @@ typedef struct outcome_ctx {
     struct outcome_note {
         obx__note_kind kind;
         size_t outcome;
-        char correlation_id[OBX_TEXT_MAX + 1];
+        size_t ev; /* index in ev, as the last run left it */
+        int32_t attempt_gen;
     } * notes;
     size_t n_notes;
 } outcome_ctx;
 
-static void add_note(outcome_ctx *c, obx__note_kind k, size_t i, const obx__event_row *ev) {
+static void add_note(outcome_ctx *c, obx__note_kind k, size_t i, const obx__event_row *ev,
+                     const obx__attempt_row *a) {
     struct outcome_note *n = &c->notes[c->n_notes++];
     n->kind = k;
     n->outcome = i;
-    obx__strlcpy(n->correlation_id, ev->env.correlation_id, sizeof n->correlation_id);
+    n->ev = (size_t)(ev - c->ev.v);
+    n->attempt_gen = a->attempt_gen;
 }
 
 /* Loads, for this run of outcomes_tx, the attempts the outcomes name and their events (locked,
@@ -623,7 +626,7 @@ static void outcome_reject(obx__engine *e, outcome_ctx *c, outcome_run *w, size_
                  park                         ? OBX__NOTE_PARKED
                  : o->kind == OBX__OUT_REJECT ? OBX__NOTE_REJECTED
                                               : OBX__NOTE_NOT_SENT,
-                 i, ev);
+                 i, ev, a);
         obx__audit(&w->b.au[w->b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, ev, from,
                    ev->state, "%s %s (%s); %s", park ? "parked after" : "retry after",
                    o->kind == OBX__OUT_REJECT ? "definite rejection" : "not sent", o->reason,
@@ -631,7 +634,7 @@ static void outcome_reject(obx__engine *e, outcome_ctx *c, outcome_run *w, size_
                    : o->park ? "no retry can cure it: fix the route, then obx migrate"
                              : "max attempts reached");
     } else {
-        add_note(c, o->kind == OBX__OUT_REJECT ? OBX__NOTE_REJECTED : OBX__NOTE_NOT_SENT, i, ev);
+        add_note(c, o->kind == OBX__OUT_REJECT ? OBX__NOTE_REJECTED : OBX__NOTE_NOT_SENT, i, ev, a);
         obx__audit(&w->b.au[w->b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, ev, from, from,
                    "attempt %s definitely not accepted (%s): %s", a->attempt_id,
                    obx__outcome_kind_name(o->kind), o->reason);
@@ -648,7 +651,7 @@ static void outcome_unknown(obx__engine *e, outcome_ctx *c, outcome_run *w, size
     bool current = ev->state == OBX__ST_SENDING && !strcmp(ev->attempt_id, a->attempt_id);
     obx__state from = ev->state;
     e->st.unknown++;
-    if (a->state == OBX__AT_SENDING || current) add_note(c, OBX__NOTE_UNKNOWN, i, ev);
+    if (a->state == OBX__AT_SENDING || current) add_note(c, OBX__NOTE_UNKNOWN, i, ev, a);
     if (a->state == OBX__AT_SENDING) {
         a->state = OBX__AT_UNKNOWN;
         a->unknown_at = c->now;
@@ -762,13 +765,16 @@ obx_err obx__engine_apply_outcomes(obx__engine *e, int64_t now, const obx__outco
                       : obx__fail(OBX_ENOMEM, "outcomes: out of memory");
         for (size_t i = 0; !err && e->on_note && i < c.n_notes; i++) {
             const obx__outcome *oc = &rest[c.notes[i].outcome];
+            const obx__event_row *ev = &c.ev.v[c.notes[i].ev];
             obx__note nt = {.kind = c.notes[i].kind,
                             .event_id = oc->event_id,
                             .attempt_id = oc->attempt_id,
-                            .correlation_id = c.notes[i].correlation_id,
+                            .correlation_id = ev->env.correlation_id,
                             .latency_ms = -1,
                             .unknown_ms = -1,
-                            .detail = oc->reason};
+                            .detail = oc->reason,
+                            .ev = ev,
+                            .attempt_gen = c.notes[i].attempt_gen};
             e->on_note(e->on_note_user, &nt);
         }
         free(c.notes);
@@ -873,13 +879,7 @@ obx_err obx__engine_sweep(obx__engine *e, int64_t now, size_t *swept) {
         snprintf(detail, sizeof detail,
                  "SENDING lease of %s expired with no outcome (the send may have happened)",
                  r->owner);
-        obx__note n = {.kind = OBX__NOTE_UNKNOWN,
-                       .event_id = r->env.event_id,
-                       .attempt_id = r->attempt_id,
-                       .correlation_id = r->env.correlation_id,
-                       .latency_ms = -1,
-                       .unknown_ms = -1,
-                       .detail = detail};
+        obx__note n = obx__note_of(OBX__NOTE_UNKNOWN, r, detail);
         e->on_note(e->on_note_user, &n);
     }
     obx__rows_free(&c.rows);

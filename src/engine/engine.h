@@ -139,6 +139,12 @@ typedef struct obx__note {
     int64_t latency_ms;         /* PUBLISHED: from the event's commit to its acceptance; else -1 */
     int64_t unknown_ms;         /* PUBLISHED ending an UNKNOWN episode: its length; else -1 */
     const char *detail;         /* reason or the broker's words; never NULL */
+    /* For spans (drivers/otel.c): the event row as the committed transaction left it, and the
+     * number of the attempt the note is about (0 and NULL when not known); PUBLISHED,
+     * DUPLICATE, QUARANTINED: what proved the receipt. */
+    const obx__event_row *ev;
+    int32_t attempt_gen;
+    obx__receipt_source source;
 } obx__note;
 
 const char *obx__note_kind_name(obx__note_kind k);

@@ -69,4 +69,18 @@ obx_err obx__engine_tx(obx__engine *e, obx__tx_fn fn, void *arg);
 int64_t obx__percentile(int64_t *v, size_t n, double p);
 obx_err obx__report_json(obx__store *s, json_t **out);
 
+/* A note about row's current attempt (no latency, no UNKNOWN episode length). */
+static inline obx__note obx__note_of(obx__note_kind k, const obx__event_row *row,
+                                     const char *detail) {
+    return (obx__note){.kind = k,
+                       .event_id = row->env.event_id,
+                       .attempt_id = row->attempt_id,
+                       .correlation_id = row->env.correlation_id,
+                       .latency_ms = -1,
+                       .unknown_ms = -1,
+                       .detail = detail,
+                       .ev = row,
+                       .attempt_gen = row->attempt_gen};
+}
+
 #endif

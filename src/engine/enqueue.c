@@ -426,6 +426,7 @@ obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ul
         out->route_gen = route.gen;
         break;
     }
+    if (!e && !out->existing && s->on_enqueued) s->on_enqueued(s->on_enqueued_user, row, now);
     free(row);
     if (*drawn && !drawn_used && gen) *gen = before;
     if (e) memset(out, 0, sizeof *out);

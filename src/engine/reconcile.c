@@ -367,13 +367,7 @@ obx_err obx__reconcile_apply(obx__engine *e, int64_t now, obx__event_row *row,
             snprintf(detail, sizeof detail, "%s: %s",
                      c.hold_why ? c.hold_why : "held for an operator (UNKNOWN policy hold)",
                      res.reason);
-            obx__note n = {.kind = OBX__NOTE_HELD,
-                           .event_id = row->env.event_id,
-                           .attempt_id = row->attempt_id,
-                           .correlation_id = row->env.correlation_id,
-                           .latency_ms = -1,
-                           .unknown_ms = -1,
-                           .detail = detail};
+            obx__note n = obx__note_of(OBX__NOTE_HELD, row, detail);
             e->on_note(e->on_note_user, &n);
         }
     }
@@ -404,13 +398,7 @@ static obx_err reconcile_one(obx__engine *e, int64_t now, obx__event_row *row) {
             snprintf(detail, sizeof detail, "retry %d to the frozen destination %s/%s partition %d",
                      (int)row->attempt_gen, row->dest.cluster, row->dest.topic,
                      (int)row->pinned_partition);
-            obx__note n = {.kind = OBX__NOTE_RETRY,
-                           .event_id = row->env.event_id,
-                           .attempt_id = row->attempt_id,
-                           .correlation_id = row->env.correlation_id,
-                           .latency_ms = -1,
-                           .unknown_ms = -1,
-                           .detail = detail};
+            obx__note n = obx__note_of(OBX__NOTE_RETRY, row, detail);
             e->on_note(e->on_note_user, &n);
         }
     }

@@ -829,6 +829,10 @@ struct obx_store {
      * enqueue of their event types can go in one round trip (enqueue_write, which checks the
      * route on the server). NULL until the first; owned, freed by obx__st_close. */
     struct obx__route_cache *routes;
+    /* The producer span (drivers/otel.c, obx_store_set_otel): called after each enqueue that
+     * wrote an event, with its row and the enqueue's start (ms). NULL: none. */
+    void (*on_enqueued)(void *user, const obx__event_row *row, int64_t start_ms);
+    void *on_enqueued_user;
     /* Test hook (simulator): the next fail_commits outermost-or-inner commits through the
      * wrapper roll back and return OBX_EIO, on this handle only. */
     int fail_commits;

@@ -1,0 +1,535 @@
+/*
+ * otel.c — the OpenTelemetry exporter (otel.h; docs/operations.md, "OpenTelemetry").
+ *
+ * Owns: the span queue, the exporter thread, and the mapping of obx's events to spans.
+ *
+ *   callers (dispatchers, reconciler, consumer loop, obx_enqueue)   exporter thread
+ *     span built as JSON (OTLP/JSON "Span") ---- queue (mutex) ---->  batch -> one request
+ *     queue full: dropped += 1, never waits                          POST {endpoint}/v1/traces
+ *                                                                     failed: dropped += batch
+ *
+ * Invariants:
+ *  1. A caller never waits for the network: it holds the queue's lock only to append a pointer,
+ *     and only the exporter thread talks HTTP.
+ *  2. The queue holds at most otel.queue_max spans; a span that finds it full is dropped and
+ *     counted (obx_otel_spans_dropped_total), as is every span of a batch the collector did not
+ *     accept (no retry: traces are diagnostics, the outbox's own tables are the record).
+ *  3. Every span of an event is in one trace: the traceparent's trace, whose span is the parent
+ *     of every span obx emits for it; an event without a traceparent gets a trace of its own,
+ *     derived from its event ID (so the relay, the consumers and the producer agree on it).
+ *  4. The producer span's ID is derived from the event ID (span_id("create", event_id)), and the
+ *     publish attempt's from the attempt ID: every other span links to them without asking
+ *     anyone, and a link to a span that was never emitted (obx.enqueue() in SQL emits none)
+ *     costs nothing.
+ *
+ * Why libcurl: OTLP/HTTP collectors are reached over HTTP/1.1 and, in production, TLS with the
+ * system's CA store and proxies; libcurl gives all of it, keep-alive and time limits, in one
+ * dependency that every distribution carries, where a hand-written client would only do plain
+ * HTTP. JSON comes from jansson, which obx links already. Without libcurl (OBX_WITH_OTEL off)
+ * obx_otel_open refuses a configured endpoint with OBX_EUNSUPPORTED.
+ */
+#include "drivers/otel.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef OBX_WITH_OTEL
+#include <curl/curl.h>
+#endif
+
+/* OTLP's SpanKind and StatusCode (opentelemetry-proto trace.proto); JSON carries enums as
+ * integers. */
+enum { KIND_INTERNAL = 1, KIND_PRODUCER = 4, KIND_CONSUMER = 5 };
+enum { STATUS_UNSET = 0, STATUS_OK = 1, STATUS_ERROR = 2 };
+enum { BATCH_MAX = 512 };
+
+struct obx_otel {
+    char url[1100];
+    char service[128];
+    char system[32]; /* messaging.system: kafka, rabbitmq, obx_log */
+    int64_t interval_ms, timeout_ms;
+    size_t queue_max;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    json_t **q; /* ring of queue_max spans */
+    size_t head, n;
+    bool stop;
+    pthread_t th;
+    obx__otel_stats st; /* under mu */
+};
+
+/* ---- time and IDs ------------------------------------------------------------------------- */
+
+static int64_t wall_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* 16 hex digits (a span ID) or 32 (a trace ID) derived from what and key: sha256 of both. */
+static void derive_id(const char *what, const char *key, char *out, size_t digits) {
+    char in[600], d[OBX_DIGEST_LEN + 1];
+    int n = snprintf(in, sizeof in, "obx.%s:%s", what, key);
+    if (obx_sha256_digest(in, (size_t)n, d) != OBX_OK) snprintf(d, sizeof d, "sha256:%064d", 1);
+    memcpy(out, d + 7, digits); /* after "sha256:" */
+    out[digits] = '\0';
+}
+
+/* The event's trace and the parent of its spans: from its traceparent
+ * ("00-<32 hex trace>-<16 hex span>-<2 hex flags>"), or a trace of its own and no parent. */
+static void trace_of(const char *traceparent, const char *event_id, char trace[33],
+                     char parent[17]) {
+    if (traceparent && strlen(traceparent) == 55) {
+        memcpy(trace, traceparent + 3, 32);
+        trace[32] = '\0';
+        memcpy(parent, traceparent + 36, 16);
+        parent[16] = '\0';
+        return;
+    }
+    derive_id("trace", event_id, trace, 32);
+    parent[0] = '\0';
+}
+
+/* ---- spans as OTLP JSON ------------------------------------------------------------------- */
+
+static void attr_s(json_t *attrs, const char *k, const char *v) {
+    if (!v || !*v) return;
+    json_array_append_new(attrs, json_pack("{s:s, s:{s:s}}", "key", k, "value", "stringValue", v));
+}
+
+static void attr_i(json_t *attrs, const char *k, int64_t v) {
+    char s[32];
+    snprintf(s, sizeof s, "%lld", (long long)v); /* int64 in proto3 JSON: a string */
+    json_array_append_new(attrs, json_pack("{s:s, s:{s:s}}", "key", k, "value", "intValue", s));
+}
+
+typedef struct span {
+    char trace[33], id[17], parent[17], link[17];
+    const char *name_op; /* the span's name: "<op> <destination>" */
+    const char *dest;
+    int kind;
+    int64_t start_ns, end_ns;
+    int status;
+    const char *status_msg;
+    json_t *attrs; /* stolen */
+} span;
+
+static json_t *span_json(const span *s) {
+    char name[400], start[24], end[24];
+    snprintf(name, sizeof name, "%s %s", s->name_op, s->dest && *s->dest ? s->dest : "(none)");
+    snprintf(start, sizeof start, "%lld", (long long)s->start_ns);
+    snprintf(end, sizeof end, "%lld",
+             (long long)(s->end_ns > s->start_ns ? s->end_ns : s->start_ns));
+    json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:s, s:s, s:o}", "traceId", s->trace, "spanId",
+                          s->id, "name", name, "kind", s->kind, "startTimeUnixNano", start,
+                          "endTimeUnixNano", end, "attributes", s->attrs);
+    if (!j) return NULL;
+    if (s->parent[0]) json_object_set_new(j, "parentSpanId", json_string(s->parent));
+    if (s->link[0])
+        json_object_set_new(j, "links",
+                            json_pack("[{s:s, s:s}]", "traceId", s->trace, "spanId", s->link));
+    if (s->status != STATUS_UNSET) {
+        json_t *st = json_pack("{s:i}", "code", s->status);
+        if (st && s->status_msg && *s->status_msg)
+            json_object_set_new(st, "message", json_string(s->status_msg));
+        json_object_set_new(j, "status", st);
+    }
+    return j;
+}
+
+/* Appends the span to the queue, or drops it (invariant 2). Never waits for the network. */
+static void enqueue_span(obx_otel *o, const span *s) {
+    json_t *j = span_json(s);
+    pthread_mutex_lock(&o->mu);
+    if (!j || o->n >= o->queue_max || o->stop) {
+        o->st.dropped++;
+        pthread_mutex_unlock(&o->mu);
+        json_decref(j);
+        return;
+    }
+    o->q[(o->head + o->n) % o->queue_max] = j;
+    o->n++;
+    o->st.queued++;
+    if (o->n >= BATCH_MAX) pthread_cond_signal(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+}
+
+/* True when the queue has no room: the span is counted as dropped without being built. */
+static bool full(obx_otel *o) {
+    pthread_mutex_lock(&o->mu);
+    bool f = o->n >= o->queue_max;
+    if (f) o->st.dropped++;
+    pthread_mutex_unlock(&o->mu);
+    return f;
+}
+
+/* The obx and messaging attributes every span of an event carries. */
+static json_t *event_attrs(obx_otel *o, const char *op_type, const char *op_name,
+                           const char *event_id, const char *type, const char *tenant,
+                           const char *dest) {
+    json_t *a = json_array();
+    attr_s(a, "messaging.system", o->system);
+    attr_s(a, "messaging.operation.type", op_type);
+    attr_s(a, "messaging.operation.name", op_name);
+    attr_s(a, "messaging.destination.name", dest);
+    attr_s(a, "messaging.message.id", event_id);
+    attr_s(a, "obx.event_id", event_id);
+    attr_s(a, "obx.event_type", type);
+    attr_s(a, "obx.tenant", tenant);
+    attr_s(a, "obx.destination", dest);
+    return a;
+}
+
+/* ---- the producer span (obx_enqueue) -------------------------------------------------------- */
+
+static void on_enqueued(void *user, const obx__event_row *row, int64_t start_ms) {
+    obx_otel *o = user;
+    if (full(o)) return;
+    const obx__envelope *v = &row->env;
+    span s = {.name_op = "create", .dest = row->dest.topic, .kind = KIND_PRODUCER};
+    trace_of(v->traceparent, v->event_id, s.trace, s.parent);
+    derive_id("create", v->event_id, s.id, 16);
+    s.start_ns = start_ms * 1000000;
+    s.end_ns = wall_ns();
+    s.attrs =
+        event_attrs(o, "create", "create", v->event_id, v->event_type, v->tenant, row->dest.topic);
+    attr_s(s.attrs, "obx.cluster", row->dest.cluster);
+    attr_s(s.attrs, "obx.correlation_id", v->correlation_id);
+    enqueue_span(o, &s);
+}
+
+void obx_store_set_otel(obx_store *s, obx_otel *o) {
+    if (!s) return;
+    s->on_enqueued = o ? on_enqueued : NULL;
+    s->on_enqueued_user = o;
+}
+
+/* ---- the relay's spans: publish attempts and reconciliations -------------------------------- */
+
+/* What a note says about a publish attempt (its outcome), or NULL when the note is a
+ * reconciliation's (*reconcile set) or neither. */
+static const char *attempt_outcome(const obx__note *n, bool *reconcile) {
+    *reconcile = false;
+    switch (n->kind) {
+    case OBX__NOTE_PUBLISHED:
+    case OBX__NOTE_DUPLICATE:
+    case OBX__NOTE_QUARANTINED:
+        if (n->source != OBX__RS_BROKER) {
+            *reconcile = true;
+            return n->source == OBX__RS_LOOKUP ? "found" : "evidence";
+        }
+        return n->kind == OBX__NOTE_PUBLISHED   ? "published"
+               : n->kind == OBX__NOTE_DUPLICATE ? "duplicate"
+                                                : "quarantined";
+    case OBX__NOTE_UNKNOWN: return "unknown";
+    case OBX__NOTE_REJECTED: return "rejected";
+    case OBX__NOTE_NOT_SENT: return "not_sent";
+    case OBX__NOTE_PARKED: return "parked";
+    case OBX__NOTE_RETRY: *reconcile = true; return "retry";
+    case OBX__NOTE_HELD: *reconcile = true; return "held";
+    default: return NULL;
+    }
+}
+
+/* A publish attempt, from its registration (the attempt ID's time) to its outcome. */
+static void attempt_span(obx_otel *o, const obx__note *n, const char *outcome, span *s) {
+    const obx__event_row *ev = n->ev;
+    int64_t t0 = obx__ulid_time(n->attempt_id + 4); /* "att-" + ULID */
+    s->name_op = "send";
+    s->kind = KIND_PRODUCER;
+    derive_id("send", n->attempt_id, s->id, 16);
+    derive_id("create", ev->env.event_id, s->link, 16);
+    s->start_ns = t0 > 0 ? t0 * 1000000 : s->end_ns;
+    bool ok = !strcmp(outcome, "published") || !strcmp(outcome, "duplicate");
+    s->status = ok ? STATUS_OK : STATUS_ERROR;
+    s->status_msg = ok ? NULL : n->detail;
+    s->attrs = event_attrs(o, "send", "send", ev->env.event_id, ev->env.event_type, ev->env.tenant,
+                           ev->dest.topic);
+}
+
+/* A reconciliation's decision about an UNKNOWN attempt: from the start of the UNKNOWN episode
+ * to the decision. A retry's span links to the attempt it sends, the others to the attempt
+ * they resolved. */
+static void reconcile_span(obx_otel *o, const obx__note *n, span *s) {
+    const obx__event_row *ev = n->ev;
+    s->name_op = "reconcile";
+    s->kind = KIND_INTERNAL;
+    char key[200];
+    snprintf(key, sizeof key, "%s/%lld", n->attempt_id, (long long)n->kind);
+    derive_id("reconcile", key, s->id, 16);
+    derive_id("send", n->attempt_id, s->link, 16);
+    int64_t since = n->unknown_ms >= 0 ? s->end_ns / 1000000 - n->unknown_ms : ev->unknown_since;
+    s->start_ns = since > 0 ? since * 1000000 : s->end_ns;
+    s->status = n->kind == OBX__NOTE_HELD ? STATUS_ERROR : STATUS_OK;
+    s->status_msg = n->kind == OBX__NOTE_HELD ? n->detail : NULL;
+    s->attrs = event_attrs(o, NULL, "reconcile", ev->env.event_id, ev->env.event_type,
+                           ev->env.tenant, ev->dest.topic);
+}
+
+void obx__otel_note(obx_otel *o, const obx__note *n) {
+    bool reconcile;
+    const char *outcome = o && n->ev ? attempt_outcome(n, &reconcile) : NULL;
+    if (!outcome || full(o)) return;
+    const obx__event_row *ev = n->ev;
+    span s = {.dest = ev->dest.topic, .end_ns = wall_ns()};
+    trace_of(ev->env.traceparent, ev->env.event_id, s.trace, s.parent);
+    if (reconcile)
+        reconcile_span(o, n, &s);
+    else
+        attempt_span(o, n, outcome, &s);
+    /* a retry's note names the new attempt: the one reconciled was the one before it */
+    int32_t gen = n->kind == OBX__NOTE_RETRY ? n->attempt_gen - 1 : n->attempt_gen;
+    if (gen > 0) attr_i(s.attrs, "obx.attempt", gen);
+    if (n->kind == OBX__NOTE_RETRY) attr_i(s.attrs, "obx.retry_attempt", n->attempt_gen);
+    attr_s(s.attrs, "obx.attempt_id", n->attempt_id);
+    attr_s(s.attrs, "obx.outcome", outcome);
+    attr_s(s.attrs, "obx.cluster", ev->dest.cluster);
+    attr_s(s.attrs, "obx.correlation_id", ev->env.correlation_id);
+    if (ev->pinned_partition >= 0)
+        attr_i(s.attrs, "messaging.destination.partition.id", ev->pinned_partition);
+    enqueue_span(o, &s);
+}
+
+/* ---- the consumer's span ------------------------------------------------------------------ */
+
+static const char *inbox_outcome(obx_inbox_outcome k) {
+    switch (k) {
+    case OBX_INBOX_APPLIED: return "applied";
+    case OBX_INBOX_DUPLICATE: return "duplicate";
+    case OBX_INBOX_QUARANTINED: return "quarantined";
+    case OBX_INBOX_FAILED: return "failed";
+    case OBX_INBOX_POISONED: return "poisoned";
+    }
+    return "?";
+}
+
+void obx__otel_process(obx_otel *o, const char *consumer, const obx_message *m,
+                       const obx_inbox_result *r, int64_t start_ms) {
+    if (!o || !m->event_id || full(o)) return;
+    span s = {.name_op = "process", .dest = m->topic, .kind = KIND_CONSUMER, .end_ns = wall_ns()};
+    s.start_ns = start_ms * 1000000;
+    trace_of(m->traceparent, m->event_id, s.trace, s.parent);
+    char key[400];
+    snprintf(key, sizeof key, "%s/%s/%s/%lld", consumer, m->event_id,
+             m->attempt_id ? m->attempt_id : "", (long long)s.end_ns);
+    derive_id("process", key, s.id, 16);
+    derive_id("create", m->event_id, s.link, 16);
+    const char *outcome = inbox_outcome(r->outcome);
+    bool ok = r->outcome == OBX_INBOX_APPLIED || r->outcome == OBX_INBOX_DUPLICATE;
+    s.status = ok ? STATUS_OK : STATUS_ERROR;
+    s.status_msg = ok ? NULL : r->detail;
+    s.attrs = event_attrs(o, "process", "process", m->event_id, m->event_type, m->tenant, m->topic);
+    attr_s(s.attrs, "messaging.consumer.group.name", consumer);
+    attr_s(s.attrs, "obx.consumer", consumer);
+    attr_s(s.attrs, "obx.attempt_id", m->attempt_id);
+    attr_s(s.attrs, "obx.outcome", outcome);
+    attr_s(s.attrs, "obx.correlation_id", m->correlation_id);
+    attr_i(s.attrs, "messaging.destination.partition.id", m->partition);
+    attr_i(s.attrs, "messaging.kafka.offset", m->offset);
+    enqueue_span(o, &s);
+}
+
+/* ---- the exporter thread ------------------------------------------------------------------ */
+
+/* ExportTraceServiceRequest: one resource (service.name), one scope (obx), the spans (stolen). */
+static json_t *request_json(obx_otel *o, json_t *spans) {
+    json_t *res = json_array();
+    attr_s(res, "service.name", o->service);
+    attr_s(res, "telemetry.sdk.name", "obx");
+    attr_s(res, "telemetry.sdk.language", "c");
+    attr_s(res, "telemetry.sdk.version", OBX_VERSION_STRING);
+    return json_pack("{s:[{s:{s:o}, s:[{s:{s:s, s:s}, s:o}]}]}", "resourceSpans", "resource",
+                     "attributes", res, "scopeSpans", "scope", "name", "obx", "version",
+                     OBX_VERSION_STRING, "spans", spans);
+}
+
+#ifdef OBX_WITH_OTEL
+static size_t discard(char *p, size_t size, size_t n, void *u) {
+    (void)p;
+    (void)u;
+    return size * n;
+}
+
+static void curl_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+/* POSTs body; true when the collector answered 2xx. */
+static bool post(obx_otel *o, CURL *h, const char *body, char *why, size_t cap) {
+    struct curl_slist *hd = curl_slist_append(NULL, "Content-Type: application/json");
+    curl_easy_setopt(h, CURLOPT_URL, o->url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)o->timeout_ms);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
+    CURLcode rc = curl_easy_perform(h);
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(hd);
+    if (rc != CURLE_OK)
+        snprintf(why, cap, "%s", curl_easy_strerror(rc));
+    else if (status < 200 || status > 299)
+        snprintf(why, cap, "HTTP %ld", status);
+    return rc == CURLE_OK && status >= 200 && status <= 299;
+}
+#endif
+
+/* Takes up to BATCH_MAX spans off the queue (under mu) into a JSON array. */
+static json_t *take_batch(obx_otel *o, size_t *n) {
+    json_t *a = json_array();
+    *n = 0;
+    while (o->n && *n < BATCH_MAX) {
+        json_array_append_new(a, o->q[o->head]);
+        o->head = (o->head + 1) % o->queue_max;
+        o->n--;
+        (*n)++;
+    }
+    return a;
+}
+
+/* Sends one batch of n spans; counts them exported or dropped. */
+static void send_batch(obx_otel *o, void *h, json_t *spans, size_t n) {
+    json_t *req = request_json(o, spans);
+    char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    char why[300] = "out of memory";
+    bool ok = false;
+#ifdef OBX_WITH_OTEL
+    if (body) ok = post(o, h, body, why, sizeof why);
+#else
+    (void)h;
+#endif
+    free(body);
+    pthread_mutex_lock(&o->mu);
+    if (ok)
+        o->st.exported += (int64_t)n;
+    else {
+        o->st.dropped += (int64_t)n;
+        o->st.failures++;
+    }
+    int64_t failures = o->st.failures;
+    pthread_mutex_unlock(&o->mu);
+    /* one line for the first failure and then one per hundred: the collector may be away long */
+    if (!ok && failures % 100 == 1)
+        obx__backend_log(OBX__BLOG_WARN, "otel",
+                         "span export to %s failed (%s): %zu spans dropped; failures so far: %lld",
+                         o->url, why, n, (long long)failures);
+}
+
+static void *exporter_main(void *arg) {
+    obx_otel *o = arg;
+    void *h = NULL;
+#ifdef OBX_WITH_OTEL
+    h = curl_easy_init();
+#endif
+    pthread_mutex_lock(&o->mu);
+    for (;;) {
+        if (!o->stop && o->n < BATCH_MAX) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            int64_t ns = ts.tv_nsec + (o->interval_ms % 1000) * 1000000;
+            ts.tv_sec += o->interval_ms / 1000 + ns / 1000000000;
+            ts.tv_nsec = ns % 1000000000;
+            pthread_cond_timedwait(&o->cv, &o->mu, &ts);
+        }
+        if (!o->n && o->stop) break;
+        size_t n;
+        json_t *batch = take_batch(o, &n);
+        pthread_mutex_unlock(&o->mu);
+        if (n)
+            send_batch(o, h, batch, n);
+        else
+            json_decref(batch);
+        pthread_mutex_lock(&o->mu);
+    }
+    pthread_mutex_unlock(&o->mu);
+#ifdef OBX_WITH_OTEL
+    curl_easy_cleanup(h);
+#endif
+    return NULL;
+}
+
+/* ---- open, close, counters ------------------------------------------------------------------ */
+
+static const char *system_of(const char *broker) {
+    if (!strncmp(broker, "kafka", 5)) return "kafka";
+    if (!strncmp(broker, "amqp", 4)) return "rabbitmq";
+    if (!strncmp(broker, "log:", 4)) return "obx_log";
+    return "obx";
+}
+
+static obx_err otel_init(obx_otel *o, const obx_config *c) {
+    const char *ep = c->otel_endpoint;
+    size_t len = strlen(ep);
+    while (len && ep[len - 1] == '/') len--;
+    bool has_path = len >= 10 && !strncmp(ep + len - 10, "/v1/traces", 10);
+    snprintf(o->url, sizeof o->url, "%.*s%s", (int)len, ep, has_path ? "" : "/v1/traces");
+    obx__strlcpy(o->service, c->otel_service[0] ? c->otel_service : "obx", sizeof o->service);
+    obx__strlcpy(o->system, system_of(c->broker), sizeof o->system);
+    o->interval_ms = c->otel_interval_ms > 0 ? c->otel_interval_ms : 1000;
+    o->timeout_ms = c->otel_timeout_ms > 0 ? c->otel_timeout_ms : 5000;
+    o->queue_max = c->otel_queue_max > 0 ? (size_t)c->otel_queue_max : 4096;
+    if (!(o->q = calloc(o->queue_max, sizeof *o->q)))
+        return obx__fail(OBX_ENOMEM, "otel: out of memory");
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&o->mu, NULL);
+    pthread_cond_init(&o->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&o->th, NULL, exporter_main, o)) {
+        pthread_cond_destroy(&o->cv);
+        pthread_mutex_destroy(&o->mu);
+        return obx__fail(OBX_EIO, "otel: cannot start the exporter thread: %s", strerror(errno));
+    }
+    return OBX_OK;
+}
+
+obx_err obx_otel_open(const obx_config *c, obx_otel **out) {
+    if (!c || !out) return obx__fail(OBX_EINVAL, "otel: NULL argument");
+    obx__clear_error();
+    *out = NULL;
+    if (!c->otel_endpoint[0]) return OBX_OK;
+#ifndef OBX_WITH_OTEL
+    return obx__fail(OBX_EUNSUPPORTED,
+                     "otel.endpoint: this obx was built without OpenTelemetry (OBX_WITH_OTEL: "
+                     "libcurl)");
+#else
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, curl_once);
+    obx_otel *o = calloc(1, sizeof *o);
+    if (!o) return obx__fail(OBX_ENOMEM, "otel: out of memory");
+    obx_err e = otel_init(o, c);
+    if (e) {
+        free(o->q);
+        free(o);
+        return e;
+    }
+    *out = o;
+    return OBX_OK;
+#endif
+}
+
+void obx_otel_close(obx_otel *o) {
+    if (!o) return;
+    pthread_mutex_lock(&o->mu);
+    o->stop = true;
+    pthread_cond_signal(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+    pthread_join(o->th, NULL);
+    pthread_cond_destroy(&o->cv);
+    pthread_mutex_destroy(&o->mu);
+    free(o->q);
+    free(o);
+}
+
+void obx__otel_stats_get(obx_otel *o, obx__otel_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!o) return;
+    pthread_mutex_lock(&o->mu);
+    *out = o->st;
+    pthread_mutex_unlock(&o->mu);
+}

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# test_otel.sh — OpenTelemetry spans of one event's life (docs/operations.md, "OpenTelemetry"),
+# collected by a small OTLP/HTTP receiver (otlp_receiver.py): the producer span of
+# `obx enqueue --otel-endpoint`, the first publish attempt lost in transit (log broker
+# blackhole: UNKNOWN when its lease ends), the reconciler's decision (lookups cannot tell:
+# a same-target retry), the retry's publish (ACK), and the consumer's apply. Checks: every span
+# in the traceparent's trace with the traceparent's span as parent, the links (to the producer
+# span; the reconciliation to the retry it sent), the obx and messaging attributes, the
+# OTLP/JSON shape (hex IDs, unix-nano strings). Then, with no collector listening, the relay
+# publishes everything anyway and /metrics counts the spans it dropped.
+# Usage: test_otel.sh OBX
+set -euo pipefail
+OBX=${1:?usage: test_otel.sh OBX}
+here=$(cd "$(dirname "$0")" && pwd)
+dir=$(mktemp -d /tmp/obx-otel-XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]:-}"; do [[ -n $p ]] && kill -9 "$p" 2>/dev/null; done
+  [[ -n ${KEEP:-} ]] && echo "kept $dir" || rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+db=sqlite:$dir/outbox.db
+cdb=sqlite:$dir/consumer.db
+broker=log:$dir/broker.db
+
+python3 "$here/otlp_receiver.py" "$dir/spans.jsonl" "$dir/port" &
+pids+=($!)
+for _ in $(seq 100); do [[ -s $dir/port ]] && break; sleep 0.05; done
+[[ -s $dir/port ]] || fail "the OTLP receiver did not start"
+ep=http://127.0.0.1:$(cat "$dir/port")
+
+# relay SECONDS QUERY [flags]: a relay with short timings for a while, then SIGTERM
+relay() {
+  local secs=$1 q=$2
+  shift 2
+  "$OBX" relay --db "$db" --broker "$broker?$q" --id r1 --set relay.lease_ms=300 \
+    --set relay.sweep_ms=50 --set relay.reconcile_ms=50 --set relay.recheck_ms=100 \
+    --set relay.poll_ms=20 --set relay.drain_ms=200 --set otel.export_interval_ms=100 \
+    "$@" >>"$dir/relay.log" 2>&1 &
+  local pid=$!
+  sleep "$secs"
+  kill -TERM "$pid"
+  wait "$pid" || true
+}
+state() { "$OBX" inspect "$1" --db "$db" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"]["state"])'; }
+
+"$OBX" init --db "$db" >/dev/null
+"$OBX" route set order.created.v1 --db "$db" --cluster local --topic orders >/dev/null
+TRACE=4bf92f3577b34da6a3ce929d0e0e4736
+PARENT=00f067aa0ba902b7
+eid=$(printf '{"order":1}' | "$OBX" enqueue --db "$db" --type order.created.v1 \
+  --aggregate order/o-1@1 --tenant t1 --correlation-id corr-1 \
+  --traceparent "00-$TRACE-$PARENT-01" --otel-endpoint "$ep")
+# a second event without a traceparent: a trace of its own
+eid2=$(printf '{"order":2}' | "$OBX" enqueue --db "$db" --type order.created.v1 \
+  --aggregate order/o-2@1 --tenant t1 --otel-endpoint "$ep")
+
+# attempt 1 lost in transit: the lease ends, the sweeper makes it UNKNOWN (no reconciler here)
+relay 1.5 "blackhole=1" --set relay.reconciler=false --set otel.endpoint="$ep"
+[[ $(state "$eid") == DISPATCH_UNKNOWN ]] || fail "not UNKNOWN after the lost send: $(state "$eid")"
+# the reconciler cannot tell (lookups down) and retries to the frozen target: published
+relay 2 "lookup_down=1" --set otel.endpoint="$ep"
+[[ $(state "$eid") == PUBLISHED ]] || fail "not PUBLISHED after the retry: $(state "$eid")"
+"$OBX" consume --consumer-db "$cdb" --broker "$broker" --topic orders --tenants t1 --until-idle 800 \
+  --set otel.endpoint="$ep" --set otel.export_interval_ms=100 >"$dir/consume.log" 2>&1 ||
+  fail "consume: $(cat "$dir/consume.log")"
+sleep 0.5
+
+python3 - "$dir/spans.jsonl" "$eid" "$eid2" "$TRACE" "$PARENT" <<'PY' || fail "the spans"
+import json, re, sys
+path, eid, eid2, trace, parent = sys.argv[1:]
+spans = []
+for line in open(path):
+    req = json.loads(line)
+    for rs in req["resourceSpans"]:
+        res = {a["key"]: a["value"] for a in rs["resource"]["attributes"]}
+        assert res["service.name"] == {"stringValue": "obx"}, res
+        for ss in rs["scopeSpans"]:
+            assert ss["scope"]["name"] == "obx", ss["scope"]
+            spans += ss["spans"]
+def attrs(s):
+    out = {}
+    for a in s["attributes"]:
+        v = a["value"]
+        out[a["key"]] = v.get("stringValue", v.get("intValue"))
+    return out
+def fail(msg, s=None):
+    print("FAIL:", msg, json.dumps(s, indent=1) if s else "", file=sys.stderr)
+    sys.exit(1)
+mine = [s for s in spans if attrs(s).get("obx.event_id") == eid]
+def pick(op, **want):
+    got = [s for s in mine if attrs(s).get("messaging.operation.name") == op and
+           all(attrs(s).get(k) == v for k, v in want.items())]
+    if len(got) != 1:
+        fail("%d %s spans with %s, want 1; the event's spans: %s" % (len(got), op, want,
+             [(attrs(s).get("messaging.operation.name"), attrs(s).get("obx.outcome")) for s in mine]))
+    return got[0]
+create = pick("create")
+send1 = pick("send", **{"obx.attempt": "1", "obx.outcome": "unknown"})
+rec = pick("reconcile", **{"obx.outcome": "retry"})
+send2 = pick("send", **{"obx.attempt": "2", "obx.outcome": "published"})
+proc = pick("process", **{"obx.outcome": "applied"})
+if len(mine) != 5:
+    fail("%d spans for the event, want 5" % len(mine))
+for s in mine:
+    a = attrs(s)
+    if s["traceId"] != trace: fail("span outside the traceparent's trace", s)
+    if s.get("parentSpanId") != parent: fail("span whose parent is not the traceparent's", s)
+    if not re.fullmatch(r"[0-9a-f]{16}", s["spanId"]): fail("span ID not 16 hex", s)
+    if not re.fullmatch(r"[0-9]{19}", s["startTimeUnixNano"]): fail("start not unix nanos", s)
+    if not int(s["endTimeUnixNano"]) >= int(s["startTimeUnixNano"]): fail("ends before start", s)
+    for k, v in {"obx.event_id": eid, "messaging.message.id": eid, "obx.event_type":
+                 "order.created.v1", "obx.tenant": "t1", "obx.destination": "orders",
+                 "messaging.destination.name": "orders", "messaging.system": "obx_log"}.items():
+        if a.get(k) != v: fail("%s is %r, want %r" % (k, a.get(k), v), s)
+    if s["name"] != a["messaging.operation.name"] + " orders": fail("span name", s)
+if len({s["spanId"] for s in mine}) != 5: fail("span IDs not distinct")
+want = {"create": (create, "create", 4), "send1": (send1, "send", 4), "send2": (send2, "send", 4),
+        "process": (proc, "process", 5), "reconcile": (rec, None, 1)}
+for name, (s, typ, kind) in want.items():
+    if attrs(s).get("messaging.operation.type") != typ: fail(name + ": operation type", s)
+    if s["kind"] != kind: fail(name + ": span kind", s)
+# links: sends and the process span to the producer span; the reconciliation to the retry
+for s in (send1, send2, proc):
+    if s.get("links") != [{"traceId": trace, "spanId": create["spanId"]}]: fail("link", s)
+if rec.get("links") != [{"traceId": trace, "spanId": send2["spanId"]}]: fail("reconcile link", rec)
+if attrs(rec).get("obx.attempt") != "1" or attrs(rec).get("obx.retry_attempt") != "2":
+    fail("the reconciliation's attempts", rec)
+if attrs(send2)["obx.attempt_id"] == attrs(send1)["obx.attempt_id"]: fail("one attempt ID")
+if send1["status"]["code"] != 2 or send2["status"]["code"] != 1 or proc["status"]["code"] != 1:
+    fail("statuses: %s %s %s" % (send1["status"], send2["status"], proc["status"]))
+if attrs(proc).get("obx.consumer") != "order-projection": fail("consumer", proc)
+if attrs(create).get("obx.correlation_id") != "corr-1": fail("correlation", create)
+# the event without a traceparent: its own trace, no parent, the same on every span
+other = [s for s in spans if attrs(s).get("obx.event_id") == eid2]
+if len(other) < 3 or len({s["traceId"] for s in other}) != 1 or other[0]["traceId"] == trace:
+    fail("the event without traceparent: %d spans, traces %s" % (len(other), {s["traceId"] for s in other}))
+if any("parentSpanId" in s for s in other): fail("a root span with a parent")
+print("ok: %d spans, the event's 5 in trace %s" % (len(spans), trace))
+PY
+
+# ---- no collector: the relay publishes anyway and counts the spans it drops ----
+kill -9 "${pids[0]}"
+wait "${pids[0]}" 2>/dev/null || true
+pids=()
+N=20
+for ((i = 10; i < 10 + N; i++)); do
+  printf '{"order":%d}' "$i" | "$OBX" enqueue --db "$db" --type order.created.v1 \
+    --aggregate "order/o-$i@1" --tenant t1 >/dev/null
+done
+"$OBX" relay --db "$db" --broker "$broker" --id r2 --http 127.0.0.1:0 --set relay.poll_ms=20 \
+  --set otel.endpoint="$ep" --set otel.queue_max=4 --set otel.export_interval_ms=50 \
+  --set otel.timeout_ms=500 >"$dir/r2.log" 2>&1 &
+pids+=($!)
+port=
+for _ in $(seq 100); do
+  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$dir/r2.log" | grep -o '[0-9]*$' || true)
+  [[ -n $port ]] && break
+  sleep 0.05
+done
+[[ -n $port ]] || fail "no HTTP port: $(cat "$dir/r2.log")"
+metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v k="$1" '$1 == k { print $2 }'; }
+for _ in $(seq 100); do
+  [[ $(metric obx_outbox_published_total) == $((N + 2)) ]] && break
+  sleep 0.1
+done
+[[ $(metric obx_outbox_published_total) == $((N + 2)) ]] ||
+  fail "the relay stopped publishing without a collector: $(metric obx_outbox_published_total)"
+for _ in $(seq 50); do
+  [[ $(metric obx_otel_spans_dropped_total) == "$N" ]] && break
+  sleep 0.1
+done
+[[ $(metric obx_otel_spans_dropped_total) == "$N" ]] ||
+  fail "obx_otel_spans_dropped_total is $(metric obx_otel_spans_dropped_total), want $N"
+[[ $(metric obx_otel_spans_exported_total) == 0 ]] || fail "spans exported to nobody"
+(($(metric obx_otel_export_failures_total) >= 1)) || fail "no failed export counted"
+grep -q 'span export to .* failed' "$dir/r2.log" || fail "the failure is not logged"
+echo "ok: $N events published with the collector down, $N spans dropped and counted"
+kill -TERM "${pids[0]}"
+wait "${pids[0]}" || true
+pids=()
+echo "test_otel: all ok"
