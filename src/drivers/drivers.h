@@ -16,6 +16,7 @@
 #include "drivers/log.h"
 #include "drivers/metrics.h"
 #include "drivers/observe.h"
+#include "drivers/otel.h"
 #include "drivers/relay_view.h"
 #include "drivers/retention.h"
 #include "drivers/series.h"

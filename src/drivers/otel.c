@@ -285,7 +285,8 @@ void obx__otel_note(obx_otel *o, const obx__note *n) {
     int32_t gen = n->kind == OBX__NOTE_RETRY ? n->attempt_gen - 1 : n->attempt_gen;
     if (gen > 0) attr_i(s.attrs, "obx.attempt", gen);
     if (n->kind == OBX__NOTE_RETRY) attr_i(s.attrs, "obx.retry_attempt", n->attempt_gen);
-    attr_s(s.attrs, "obx.attempt_id", n->attempt_id);
+    attr_s(s.attrs, n->kind == OBX__NOTE_RETRY ? "obx.retry_attempt_id" : "obx.attempt_id",
+           n->attempt_id);
     attr_s(s.attrs, "obx.outcome", outcome);
     attr_s(s.attrs, "obx.cluster", ev->dest.cluster);
     attr_s(s.attrs, "obx.correlation_id", ev->env.correlation_id);
@@ -329,7 +330,8 @@ void obx__otel_process(obx_otel *o, const char *consumer, const obx_message *m,
     attr_s(s.attrs, "obx.outcome", outcome);
     attr_s(s.attrs, "obx.correlation_id", m->correlation_id);
     attr_i(s.attrs, "messaging.destination.partition.id", m->partition);
-    attr_i(s.attrs, "messaging.kafka.offset", m->offset);
+    attr_i(s.attrs, strcmp(o->system, "kafka") ? "obx.offset" : "messaging.kafka.offset",
+           m->offset);
     enqueue_span(o, &s);
 }
 
@@ -390,18 +392,18 @@ static json_t *take_batch(obx_otel *o, size_t *n) {
     return a;
 }
 
-/* Sends one batch of n spans; counts them exported or dropped. */
-static void send_batch(obx_otel *o, void *h, json_t *spans, size_t n) {
+/* Sends one batch of n spans (h NULL: drops it); counts them exported or dropped. True when the
+ * collector took them. */
+static bool send_batch(obx_otel *o, void *h, json_t *spans, size_t n) {
     json_t *req = request_json(o, spans);
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
     char why[300] = "out of memory";
     bool ok = false;
 #ifdef OBX_WITH_OTEL
-    if (body) ok = post(o, h, body, why, sizeof why);
-#else
-    (void)h;
+    if (body && h) ok = post(o, h, body, why, sizeof why);
 #endif
+    if (!h) snprintf(why, sizeof why, "not sent: stopping, and otel.timeout_ms is over");
     free(body);
     pthread_mutex_lock(&o->mu);
     if (ok)
@@ -417,6 +419,13 @@ static void send_batch(obx_otel *o, void *h, json_t *spans, size_t n) {
         obx__backend_log(OBX__BLOG_WARN, "otel",
                          "span export to %s failed (%s): %zu spans dropped; failures so far: %lld",
                          o->url, why, n, (long long)failures);
+    return ok;
+}
+
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void *exporter_main(void *arg) {
@@ -425,8 +434,13 @@ static void *exporter_main(void *arg) {
 #ifdef OBX_WITH_OTEL
     h = curl_easy_init();
 #endif
+    /* once stopping: what is queued gets otel.timeout_ms in all, and none after a failure, so
+     * that a relay's stop never waits on an absent collector for more than that */
+    int64_t stop_by = 0;
+    bool give_up = false;
     pthread_mutex_lock(&o->mu);
     for (;;) {
+        if (o->stop && !stop_by) stop_by = mono_ms() + o->timeout_ms;
         if (!o->stop && o->n < BATCH_MAX) {
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -439,10 +453,9 @@ static void *exporter_main(void *arg) {
         size_t n;
         json_t *batch = take_batch(o, &n);
         pthread_mutex_unlock(&o->mu);
-        if (n)
-            send_batch(o, h, batch, n);
-        else
-            json_decref(batch);
+        give_up |= stop_by && mono_ms() > stop_by;
+        if (n && !send_batch(o, give_up ? NULL : h, batch, n) && stop_by) give_up = true;
+        if (!n) json_decref(batch);
         pthread_mutex_lock(&o->mu);
     }
     pthread_mutex_unlock(&o->mu);

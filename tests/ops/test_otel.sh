@@ -128,6 +128,8 @@ if rec.get("links") != [{"traceId": trace, "spanId": send2["spanId"]}]: fail("re
 if attrs(rec).get("obx.attempt") != "1" or attrs(rec).get("obx.retry_attempt") != "2":
     fail("the reconciliation's attempts", rec)
 if attrs(send2)["obx.attempt_id"] == attrs(send1)["obx.attempt_id"]: fail("one attempt ID")
+if attrs(rec).get("obx.retry_attempt_id") != attrs(send2)["obx.attempt_id"]: fail("retry ID", rec)
+if attrs(proc).get("obx.attempt_id") != attrs(send2)["obx.attempt_id"]: fail("process attempt", proc)
 if send1["status"]["code"] != 2 or send2["status"]["code"] != 1 or proc["status"]["code"] != 1:
     fail("statuses: %s %s %s" % (send1["status"], send2["status"], proc["status"]))
 if attrs(proc).get("obx.consumer") != "order-projection": fail("consumer", proc)
