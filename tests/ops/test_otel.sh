@@ -15,7 +15,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 dir=$(mktemp -d /tmp/obx-otel-XXXXXX)
 pids=()
 cleanup() {
-  for p in "${pids[@]:-}"; do [[ -n $p ]] && kill -9 "$p" 2>/dev/null; done
+  for p in "${pids[@]:-}"; do [[ -n $p ]] && { kill -9 "$p" 2>/dev/null || true; }; done
   [[ -n ${KEEP:-} ]] && echo "kept $dir" || rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -182,4 +182,32 @@ echo "ok: $N events published with the collector down, $N spans dropped and coun
 kill -TERM "${pids[0]}"
 wait "${pids[0]}" || true
 pids=()
+
+# ---- a collector that takes the connection and never answers: a stop still ends promptly ----
+python3 -c 'import socket,sys,time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(64)
+open(sys.argv[1], "w").write(str(s.getsockname()[1])); time.sleep(600)' "$dir/hang_port" &
+pids+=($!)
+for _ in $(seq 100); do [[ -s $dir/hang_port ]] && break; sleep 0.05; done
+for ((i = 40; i < 40 + N; i++)); do
+  printf '{"order":%d}' "$i" | "$OBX" enqueue --db "$db" --type order.created.v1 \
+    --aggregate "order/o-$i@1" --tenant t1 >/dev/null
+done
+"$OBX" relay --db "$db" --broker "$broker" --id r3 --set relay.poll_ms=20 \
+  --set otel.endpoint="http://127.0.0.1:$(cat "$dir/hang_port")" --set otel.timeout_ms=1000 \
+  --set otel.export_interval_ms=50 >"$dir/r3.log" 2>&1 &
+r3=$!
+pids+=($r3)
+sleep 0.6 # the events are out, their spans' request hangs at the collector
+kill -TERM "$r3"
+t0=$(date +%s%N)
+wait "$r3" || true
+ms=$((($(date +%s%N) - t0) / 1000000))
+((ms < 6000)) || fail "the relay took $ms ms to stop with a collector that never answers"
+"$OBX" status --db "$db" --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+sys.exit(d["states"]["PUBLISHED"] != d["total"] or d["total"] != int(sys.argv[1]))' $((2 * N + 2)) ||
+  fail "not every event was published: $("$OBX" status --db "$db")"
+echo "ok: with a collector that never answers the relay stopped in $ms ms"
 echo "test_otel: all ok"
