@@ -4,13 +4,15 @@
  * Owns: the span queue, the exporter thread, and the mapping of obx's events to spans.
  *
  *   callers (dispatchers, reconciler, consumer loop, obx_enqueue)   exporter thread
- *     span built as JSON (OTLP/JSON "Span") ---- queue (mutex) ---->  batch -> one request
- *     queue full: dropped += 1, never waits                          POST {endpoint}/v1/traces
- *                                                                     failed: dropped += batch
+ *     span record (strings copied) ------- queue (mutex) ------>  up to 512: IDs, OTLP JSON,
+ *     queue full: dropped += 1, never waits                       POST {endpoint}/v1/traces
+ *                                                                 failed: dropped += batch
  *
  * Invariants:
- *  1. A caller never waits for the network: it holds the queue's lock only to append a pointer,
- *     and only the exporter thread talks HTTP.
+ *  1. A caller never waits for the network: it copies the span's strings into one record and
+ *     holds the queue's lock only to append a pointer; only the exporter thread derives IDs,
+ *     builds JSON and talks HTTP. With otel.endpoint empty there is no exporter: every hook is
+ *     a NULL check.
  *  2. The queue holds at most otel.queue_max spans; a span that finds it full is dropped and
  *     counted (obx_otel_spans_dropped_total), as is every span of a batch the collector did not
  *     accept (no retry: traces are diagnostics, the outbox's own tables are the record).
@@ -55,7 +57,8 @@ struct obx_otel {
     size_t queue_max;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    json_t **q; /* ring of queue_max spans */
+    bool kafka;
+    struct span **q; /* ring of queue_max span records (owned) */
     size_t head, n;
     bool stop;
     pthread_t th;
@@ -94,64 +97,84 @@ static void trace_of(const char *traceparent, const char *event_id, char trace[3
     parent[0] = '\0';
 }
 
-/* ---- spans as OTLP JSON ------------------------------------------------------------------- */
+/* ---- span records: what a caller queues ---------------------------------------------------
+ * A caller copies the span's strings into one record (a few strlcpy and one malloc); the
+ * exporter thread derives the IDs (sha256) and builds the JSON, off the relay's and the
+ * consumer's threads. */
 
-static void attr_s(json_t *attrs, const char *k, const char *v) {
-    if (!v || !*v) return;
-    json_array_append_new(attrs, json_pack("{s:s, s:{s:s}}", "key", k, "value", "stringValue", v));
-}
+enum { MAX_ATTRS = 24, TEXT_CAP = 3072 };
 
-static void attr_i(json_t *attrs, const char *k, int64_t v) {
-    char s[32];
-    snprintf(s, sizeof s, "%lld", (long long)v); /* int64 in proto3 JSON: a string */
-    json_array_append_new(attrs, json_pack("{s:s, s:{s:s}}", "key", k, "value", "intValue", s));
-}
+typedef struct attr {
+    const char *key; /* static */
+    int32_t off;     /* the value in text; -1: an integer, in ival */
+    int64_t ival;
+} attr;
 
 typedef struct span {
-    char trace[33], id[17], parent[17], link[17];
-    const char *name_op; /* the span's name: "<op> <destination>" */
-    const char *dest;
-    int kind;
+    const char *op;                  /* the name's first word (static): "<op> <destination>" */
+    const char *id_what, *link_what; /* derive_id's what for its ID and its link (NULL: none) */
+    int kind, status, n_attrs;
     int64_t start_ns, end_ns;
-    int status;
-    const char *status_msg;
-    json_t *attrs; /* stolen */
+    int32_t tp, event_id, id_key, link_key, dest, status_msg; /* offsets in text */
+    attr a[MAX_ATTRS];
+    size_t used;
+    char text[TEXT_CAP]; /* text[0] = '\0': offset 0 is "" */
 } span;
 
-static json_t *span_json(const span *s) {
-    char name[400], start[24], end[24];
-    snprintf(name, sizeof name, "%s %s", s->name_op, s->dest && *s->dest ? s->dest : "(none)");
-    snprintf(start, sizeof start, "%lld", (long long)s->start_ns);
-    snprintf(end, sizeof end, "%lld",
-             (long long)(s->end_ns > s->start_ns ? s->end_ns : s->start_ns));
-    json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:s, s:s, s:o}", "traceId", s->trace, "spanId",
-                          s->id, "name", name, "kind", s->kind, "startTimeUnixNano", start,
-                          "endTimeUnixNano", end, "attributes", s->attrs);
-    if (!j) return NULL;
-    if (s->parent[0]) json_object_set_new(j, "parentSpanId", json_string(s->parent));
-    if (s->link[0])
-        json_object_set_new(j, "links",
-                            json_pack("[{s:s, s:s}]", "traceId", s->trace, "spanId", s->link));
-    if (s->status != STATUS_UNSET) {
-        json_t *st = json_pack("{s:i}", "code", s->status);
-        if (st && s->status_msg && *s->status_msg)
-            json_object_set_new(st, "message", json_string(s->status_msg));
-        json_object_set_new(j, "status", st);
-    }
-    return j;
+/* Copies v into the span's text; returns its offset (0: "" or no room). */
+static int32_t put(span *s, const char *v) {
+    size_t n = v ? strlen(v) : 0;
+    if (!n || s->used + n + 1 > sizeof s->text) return 0;
+    int32_t off = (int32_t)s->used;
+    memcpy(s->text + off, v, n + 1);
+    s->used += n + 1;
+    return off;
 }
 
-/* Appends the span to the queue, or drops it (invariant 2). Never waits for the network. */
+static void attr_s(span *s, const char *k, const char *v) {
+    int32_t off = put(s, v);
+    if (off && s->n_attrs < MAX_ATTRS) s->a[s->n_attrs++] = (attr){.key = k, .off = off};
+}
+
+static void attr_i(span *s, const char *k, int64_t v) {
+    if (s->n_attrs < MAX_ATTRS) s->a[s->n_attrs++] = (attr){.key = k, .off = -1, .ival = v};
+}
+
+/* A span of the event's: its trace from the traceparent (or the event ID), the obx and
+ * messaging attributes every span of an event carries. */
+static void span_init(span *s, const char *op, const char *op_type, const char *traceparent,
+                      const char *event_id, const char *type, const char *tenant,
+                      const char *dest) {
+    s->op = op;
+    s->used = 1;
+    s->text[0] = '\0';
+    s->tp = put(s, traceparent);
+    s->event_id = put(s, event_id);
+    s->dest = put(s, dest);
+    attr_s(s, "messaging.operation.type", op_type);
+    attr_s(s, "messaging.operation.name", op);
+    attr_s(s, "messaging.destination.name", dest);
+    attr_s(s, "messaging.message.id", event_id);
+    attr_s(s, "obx.event_id", event_id);
+    attr_s(s, "obx.event_type", type);
+    attr_s(s, "obx.tenant", tenant);
+    attr_s(s, "obx.destination", dest);
+}
+
+/* Appends a copy of the span to the queue, or drops it (invariant 2). Never waits for the
+ * network. */
 static void enqueue_span(obx_otel *o, const span *s) {
-    json_t *j = span_json(s);
+    size_t size = offsetof(span, text) + s->used;
+    span *c = malloc(size);
+    if (c) memcpy(c, s, size);
     pthread_mutex_lock(&o->mu);
-    if (!j || o->n >= o->queue_max || o->stop) {
+    if (!c || o->n >= o->queue_max || o->stop) {
         o->st.dropped++;
         pthread_mutex_unlock(&o->mu);
-        json_decref(j);
+        free(c);
         return;
     }
-    o->q[(o->head + o->n) % o->queue_max] = j;
+    o->q[(o->head + o->n) % o->queue_max] = c;
     o->n++;
     o->st.queued++;
     if (o->n >= BATCH_MAX) pthread_cond_signal(&o->cv);
@@ -167,21 +190,58 @@ static bool full(obx_otel *o) {
     return f;
 }
 
-/* The obx and messaging attributes every span of an event carries. */
-static json_t *event_attrs(obx_otel *o, const char *op_type, const char *op_name,
-                           const char *event_id, const char *type, const char *tenant,
-                           const char *dest) {
-    json_t *a = json_array();
-    attr_s(a, "messaging.system", o->system);
-    attr_s(a, "messaging.operation.type", op_type);
-    attr_s(a, "messaging.operation.name", op_name);
-    attr_s(a, "messaging.destination.name", dest);
-    attr_s(a, "messaging.message.id", event_id);
-    attr_s(a, "obx.event_id", event_id);
-    attr_s(a, "obx.event_type", type);
-    attr_s(a, "obx.tenant", tenant);
-    attr_s(a, "obx.destination", dest);
+/* ---- span records as OTLP JSON (the exporter thread) ----------------------------------------- */
+
+/* {"key": k, "value": {type: v}}: built by hand, json_pack's format parsing per attribute was
+ * a third of the exporter's time (keys are ours and ASCII: no UTF-8 check) */
+static json_t *attr_json(const char *k, const char *type, const char *v) {
+    json_t *a = json_object(), *val = json_object();
+    json_object_set_new_nocheck(val, type, json_string(v));
+    json_object_set_new_nocheck(a, "key", json_string_nocheck(k));
+    json_object_set_new_nocheck(a, "value", val);
     return a;
+}
+
+static json_t *attrs_json(obx_otel *o, const span *s) {
+    json_t *a = json_array();
+    json_array_append_new(a, attr_json("messaging.system", "stringValue", o->system));
+    for (int i = 0; i < s->n_attrs; i++) {
+        char v[32];
+        if (s->a[i].off < 0)
+            snprintf(v, sizeof v, "%lld", (long long)s->a[i].ival); /* int64: a JSON string */
+        json_array_append_new(a,
+                              attr_json(s->a[i].key, s->a[i].off < 0 ? "intValue" : "stringValue",
+                                        s->a[i].off < 0 ? v : s->text + s->a[i].off));
+    }
+    return a;
+}
+
+static json_t *span_json(obx_otel *o, const span *s) {
+    char trace[33], parent[17], id[17], name[400], start[24], end[24];
+    trace_of(s->text + s->tp, s->text + s->event_id, trace, parent);
+    derive_id(s->id_what, s->text + s->id_key, id, 16);
+    snprintf(name, sizeof name, "%s %s", s->op, s->dest ? s->text + s->dest : "(none)");
+    snprintf(start, sizeof start, "%lld", (long long)s->start_ns);
+    snprintf(end, sizeof end, "%lld",
+             (long long)(s->end_ns > s->start_ns ? s->end_ns : s->start_ns));
+    json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:s, s:s, s:o}", "traceId", trace, "spanId", id,
+                          "name", name, "kind", s->kind, "startTimeUnixNano", start,
+                          "endTimeUnixNano", end, "attributes", attrs_json(o, s));
+    if (!j) return NULL;
+    if (parent[0]) json_object_set_new(j, "parentSpanId", json_string(parent));
+    if (s->link_what) {
+        char link[17];
+        derive_id(s->link_what, s->text + s->link_key, link, 16);
+        json_object_set_new(j, "links",
+                            json_pack("[{s:s, s:s}]", "traceId", trace, "spanId", link));
+    }
+    if (s->status != STATUS_UNSET) {
+        json_t *st = json_pack("{s:i}", "code", s->status);
+        if (st && s->status_msg)
+            json_object_set_new(st, "message", json_string(s->text + s->status_msg));
+        json_object_set_new(j, "status", st);
+    }
+    return j;
 }
 
 /* ---- the producer span (obx_enqueue) -------------------------------------------------------- */
@@ -190,15 +250,13 @@ static void on_enqueued(void *user, const obx__event_row *row, int64_t start_ms)
     obx_otel *o = user;
     if (full(o)) return;
     const obx__envelope *v = &row->env;
-    span s = {.name_op = "create", .dest = row->dest.topic, .kind = KIND_PRODUCER};
-    trace_of(v->traceparent, v->event_id, s.trace, s.parent);
-    derive_id("create", v->event_id, s.id, 16);
-    s.start_ns = start_ms * 1000000;
+    span s = {.kind = KIND_PRODUCER, .id_what = "create", .start_ns = start_ms * 1000000};
+    span_init(&s, "create", "create", v->traceparent, v->event_id, v->event_type, v->tenant,
+              row->dest.topic);
+    s.id_key = s.event_id;
     s.end_ns = wall_ns();
-    s.attrs =
-        event_attrs(o, "create", "create", v->event_id, v->event_type, v->tenant, row->dest.topic);
-    attr_s(s.attrs, "obx.cluster", row->dest.cluster);
-    attr_s(s.attrs, "obx.correlation_id", v->correlation_id);
+    attr_s(&s, "obx.cluster", row->dest.cluster);
+    attr_s(&s, "obx.correlation_id", v->correlation_id);
     enqueue_span(o, &s);
 }
 
@@ -236,38 +294,34 @@ static const char *attempt_outcome(const obx__note *n, bool *reconcile) {
 }
 
 /* A publish attempt, from its registration (the attempt ID's time) to its outcome. */
-static void attempt_span(obx_otel *o, const obx__note *n, const char *outcome, span *s) {
-    const obx__event_row *ev = n->ev;
+static void attempt_span(const obx__note *n, const char *outcome, span *s) {
     int64_t t0 = obx__ulid_time(n->attempt_id + 4); /* "att-" + ULID */
-    s->name_op = "send";
     s->kind = KIND_PRODUCER;
-    derive_id("send", n->attempt_id, s->id, 16);
-    derive_id("create", ev->env.event_id, s->link, 16);
+    s->id_what = "send";
+    s->id_key = put(s, n->attempt_id);
+    s->link_what = "create";
+    s->link_key = s->event_id;
     s->start_ns = t0 > 0 ? t0 * 1000000 : s->end_ns;
     bool ok = !strcmp(outcome, "published") || !strcmp(outcome, "duplicate");
     s->status = ok ? STATUS_OK : STATUS_ERROR;
-    s->status_msg = ok ? NULL : n->detail;
-    s->attrs = event_attrs(o, "send", "send", ev->env.event_id, ev->env.event_type, ev->env.tenant,
-                           ev->dest.topic);
+    s->status_msg = ok ? 0 : put(s, n->detail);
 }
 
 /* A reconciliation's decision about an UNKNOWN attempt: from the start of the UNKNOWN episode
  * to the decision. A retry's span links to the attempt it sends, the others to the attempt
  * they resolved. */
-static void reconcile_span(obx_otel *o, const obx__note *n, span *s) {
-    const obx__event_row *ev = n->ev;
-    s->name_op = "reconcile";
-    s->kind = KIND_INTERNAL;
+static void reconcile_span(const obx__note *n, span *s) {
     char key[200];
-    snprintf(key, sizeof key, "%s/%lld", n->attempt_id, (long long)n->kind);
-    derive_id("reconcile", key, s->id, 16);
-    derive_id("send", n->attempt_id, s->link, 16);
-    int64_t since = n->unknown_ms >= 0 ? s->end_ns / 1000000 - n->unknown_ms : ev->unknown_since;
+    snprintf(key, sizeof key, "%s/%d", n->attempt_id, (int)n->kind);
+    s->kind = KIND_INTERNAL;
+    s->id_what = "reconcile";
+    s->id_key = put(s, key);
+    s->link_what = "send";
+    s->link_key = put(s, n->attempt_id);
+    int64_t since = n->unknown_ms >= 0 ? s->end_ns / 1000000 - n->unknown_ms : n->ev->unknown_since;
     s->start_ns = since > 0 ? since * 1000000 : s->end_ns;
     s->status = n->kind == OBX__NOTE_HELD ? STATUS_ERROR : STATUS_OK;
-    s->status_msg = n->kind == OBX__NOTE_HELD ? n->detail : NULL;
-    s->attrs = event_attrs(o, NULL, "reconcile", ev->env.event_id, ev->env.event_type,
-                           ev->env.tenant, ev->dest.topic);
+    s->status_msg = n->kind == OBX__NOTE_HELD ? put(s, n->detail) : 0;
 }
 
 void obx__otel_note(obx_otel *o, const obx__note *n) {
@@ -275,23 +329,24 @@ void obx__otel_note(obx_otel *o, const obx__note *n) {
     const char *outcome = o && n->ev ? attempt_outcome(n, &reconcile) : NULL;
     if (!outcome || full(o)) return;
     const obx__event_row *ev = n->ev;
-    span s = {.dest = ev->dest.topic, .end_ns = wall_ns()};
-    trace_of(ev->env.traceparent, ev->env.event_id, s.trace, s.parent);
+    span s = {.end_ns = wall_ns()};
+    span_init(&s, reconcile ? "reconcile" : "send", reconcile ? NULL : "send", ev->env.traceparent,
+              ev->env.event_id, ev->env.event_type, ev->env.tenant, ev->dest.topic);
     if (reconcile)
-        reconcile_span(o, n, &s);
+        reconcile_span(n, &s);
     else
-        attempt_span(o, n, outcome, &s);
+        attempt_span(n, outcome, &s);
     /* a retry's note names the new attempt: the one reconciled was the one before it */
     int32_t gen = n->kind == OBX__NOTE_RETRY ? n->attempt_gen - 1 : n->attempt_gen;
-    if (gen > 0) attr_i(s.attrs, "obx.attempt", gen);
-    if (n->kind == OBX__NOTE_RETRY) attr_i(s.attrs, "obx.retry_attempt", n->attempt_gen);
-    attr_s(s.attrs, n->kind == OBX__NOTE_RETRY ? "obx.retry_attempt_id" : "obx.attempt_id",
+    if (gen > 0) attr_i(&s, "obx.attempt", gen);
+    if (n->kind == OBX__NOTE_RETRY) attr_i(&s, "obx.retry_attempt", n->attempt_gen);
+    attr_s(&s, n->kind == OBX__NOTE_RETRY ? "obx.retry_attempt_id" : "obx.attempt_id",
            n->attempt_id);
-    attr_s(s.attrs, "obx.outcome", outcome);
-    attr_s(s.attrs, "obx.cluster", ev->dest.cluster);
-    attr_s(s.attrs, "obx.correlation_id", ev->env.correlation_id);
+    attr_s(&s, "obx.outcome", outcome);
+    attr_s(&s, "obx.cluster", ev->dest.cluster);
+    attr_s(&s, "obx.correlation_id", ev->env.correlation_id);
     if (ev->pinned_partition >= 0)
-        attr_i(s.attrs, "messaging.destination.partition.id", ev->pinned_partition);
+        attr_i(&s, "messaging.destination.partition.id", ev->pinned_partition);
     enqueue_span(o, &s);
 }
 
@@ -311,27 +366,26 @@ static const char *inbox_outcome(obx_inbox_outcome k) {
 void obx__otel_process(obx_otel *o, const char *consumer, const obx_message *m,
                        const obx_inbox_result *r, int64_t start_ms) {
     if (!o || !m->event_id || full(o)) return;
-    span s = {.name_op = "process", .dest = m->topic, .kind = KIND_CONSUMER, .end_ns = wall_ns()};
-    s.start_ns = start_ms * 1000000;
-    trace_of(m->traceparent, m->event_id, s.trace, s.parent);
+    span s = {.kind = KIND_CONSUMER, .start_ns = start_ms * 1000000, .end_ns = wall_ns()};
+    span_init(&s, "process", "process", m->traceparent, m->event_id, m->event_type, m->tenant,
+              m->topic);
     char key[400];
     snprintf(key, sizeof key, "%s/%s/%s/%lld", consumer, m->event_id,
              m->attempt_id ? m->attempt_id : "", (long long)s.end_ns);
-    derive_id("process", key, s.id, 16);
-    derive_id("create", m->event_id, s.link, 16);
-    const char *outcome = inbox_outcome(r->outcome);
+    s.id_what = "process";
+    s.id_key = put(&s, key);
+    s.link_what = "create";
+    s.link_key = s.event_id;
     bool ok = r->outcome == OBX_INBOX_APPLIED || r->outcome == OBX_INBOX_DUPLICATE;
     s.status = ok ? STATUS_OK : STATUS_ERROR;
-    s.status_msg = ok ? NULL : r->detail;
-    s.attrs = event_attrs(o, "process", "process", m->event_id, m->event_type, m->tenant, m->topic);
-    attr_s(s.attrs, "messaging.consumer.group.name", consumer);
-    attr_s(s.attrs, "obx.consumer", consumer);
-    attr_s(s.attrs, "obx.attempt_id", m->attempt_id);
-    attr_s(s.attrs, "obx.outcome", outcome);
-    attr_s(s.attrs, "obx.correlation_id", m->correlation_id);
-    attr_i(s.attrs, "messaging.destination.partition.id", m->partition);
-    attr_i(s.attrs, strcmp(o->system, "kafka") ? "obx.offset" : "messaging.kafka.offset",
-           m->offset);
+    s.status_msg = ok ? 0 : put(&s, r->detail);
+    attr_s(&s, "messaging.consumer.group.name", consumer);
+    attr_s(&s, "obx.consumer", consumer);
+    attr_s(&s, "obx.attempt_id", m->attempt_id);
+    attr_s(&s, "obx.outcome", inbox_outcome(r->outcome));
+    attr_s(&s, "obx.correlation_id", m->correlation_id);
+    attr_i(&s, "messaging.destination.partition.id", m->partition);
+    attr_i(&s, o->kafka ? "messaging.kafka.offset" : "obx.offset", m->offset);
     enqueue_span(o, &s);
 }
 
@@ -340,10 +394,11 @@ void obx__otel_process(obx_otel *o, const char *consumer, const obx_message *m,
 /* ExportTraceServiceRequest: one resource (service.name), one scope (obx), the spans (stolen). */
 static json_t *request_json(obx_otel *o, json_t *spans) {
     json_t *res = json_array();
-    attr_s(res, "service.name", o->service);
-    attr_s(res, "telemetry.sdk.name", "obx");
-    attr_s(res, "telemetry.sdk.language", "c");
-    attr_s(res, "telemetry.sdk.version", OBX_VERSION_STRING);
+    json_array_append_new(res, attr_json("service.name", "stringValue", o->service));
+    json_array_append_new(res, attr_json("telemetry.sdk.name", "stringValue", "obx"));
+    json_array_append_new(res, attr_json("telemetry.sdk.language", "stringValue", "c"));
+    json_array_append_new(res,
+                          attr_json("telemetry.sdk.version", "stringValue", OBX_VERSION_STRING));
     return json_pack("{s:[{s:{s:o}, s:[{s:{s:s, s:s}, s:o}]}]}", "resourceSpans", "resource",
                      "attributes", res, "scopeSpans", "scope", "name", "obx", "version",
                      OBX_VERSION_STRING, "spans", spans);
@@ -379,15 +434,23 @@ static bool post(obx_otel *o, CURL *h, const char *body, char *why, size_t cap) 
 }
 #endif
 
-/* Takes up to BATCH_MAX spans off the queue (under mu) into a JSON array. */
-static json_t *take_batch(obx_otel *o, size_t *n) {
-    json_t *a = json_array();
-    *n = 0;
-    while (o->n && *n < BATCH_MAX) {
-        json_array_append_new(a, o->q[o->head]);
+/* Takes up to BATCH_MAX spans off the queue (under mu); returns how many. */
+static size_t take_batch(obx_otel *o, span **out) {
+    size_t n = 0;
+    for (; o->n && n < BATCH_MAX; n++) {
+        out[n] = o->q[o->head];
         o->head = (o->head + 1) % o->queue_max;
         o->n--;
-        (*n)++;
+    }
+    return n;
+}
+
+/* The batch as a JSON array of OTLP spans; frees the records. */
+static json_t *batch_json(obx_otel *o, span **b, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_array_append_new(a, span_json(o, b[i]));
+        free(b[i]);
     }
     return a;
 }
@@ -438,6 +501,7 @@ static void *exporter_main(void *arg) {
      * that a relay's stop never waits on an absent collector for more than that */
     int64_t stop_by = 0;
     bool give_up = false;
+    span *batch[BATCH_MAX];
     pthread_mutex_lock(&o->mu);
     for (;;) {
         if (o->stop && !stop_by) stop_by = mono_ms() + o->timeout_ms;
@@ -450,12 +514,11 @@ static void *exporter_main(void *arg) {
             pthread_cond_timedwait(&o->cv, &o->mu, &ts);
         }
         if (!o->n && o->stop) break;
-        size_t n;
-        json_t *batch = take_batch(o, &n);
+        size_t n = take_batch(o, batch);
         pthread_mutex_unlock(&o->mu);
         give_up |= stop_by && mono_ms() > stop_by;
-        if (n && !send_batch(o, give_up ? NULL : h, batch, n) && stop_by) give_up = true;
-        if (!n) json_decref(batch);
+        if (n && !send_batch(o, give_up ? NULL : h, batch_json(o, batch, n), n) && stop_by)
+            give_up = true;
         pthread_mutex_lock(&o->mu);
     }
     pthread_mutex_unlock(&o->mu);
@@ -482,6 +545,7 @@ static obx_err otel_init(obx_otel *o, const obx_config *c) {
     snprintf(o->url, sizeof o->url, "%.*s%s", (int)len, ep, has_path ? "" : "/v1/traces");
     obx__strlcpy(o->service, c->otel_service[0] ? c->otel_service : "obx", sizeof o->service);
     obx__strlcpy(o->system, system_of(c->broker), sizeof o->system);
+    o->kafka = !strcmp(o->system, "kafka");
     o->interval_ms = c->otel_interval_ms > 0 ? c->otel_interval_ms : 1000;
     o->timeout_ms = c->otel_timeout_ms > 0 ? c->otel_timeout_ms : 5000;
     o->queue_max = c->otel_queue_max > 0 ? (size_t)c->otel_queue_max : 4096;

@@ -15,7 +15,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 dir=$(mktemp -d /tmp/obx-otel-XXXXXX)
 pids=()
 cleanup() {
-  for p in "${pids[@]:-}"; do [[ -n $p ]] && { kill -9 "$p" 2>/dev/null || true; }; done
+  for p in "${pids[@]:-}"; do [[ -n $p ]] && { kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; }; done
   [[ -n ${KEEP:-} ]] && echo "kept $dir" || rm -rf "$dir"
 }
 trap cleanup EXIT
