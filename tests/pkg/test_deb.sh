@@ -47,6 +47,7 @@ deb=$("$src/scripts/package.sh" "$work/build" 2>"$work/package.log" | tail -1) |
   { tail -30 "$work/package.log"; fail "scripts/package.sh"; }
 [[ -f $deb ]] || fail "no .deb: '$deb'"
 grep -q libsqlite3 <<<"$(dpkg-deb -f "$deb" Depends)" || fail "the package does not depend on libsqlite3"
+grep -q libcurl4 <<<"$(dpkg-deb -f "$deb" Depends)" || fail "the package does not depend on libcurl4 (OpenTelemetry)"
 
 echo "== dpkg -i $(basename "$deb")"
 installed=1
