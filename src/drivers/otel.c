@@ -571,12 +571,14 @@ obx_err obx_otel_open(const obx_config *c, obx_otel **out) {
     *out = NULL;
     if (!c->otel_endpoint[0]) return OBX_OK;
 #ifndef OBX_WITH_OTEL
-    return obx__fail(OBX_EUNSUPPORTED,
-                     "otel.endpoint: this obx was built without OpenTelemetry (OBX_WITH_OTEL: "
-                     "libcurl)");
+    if (c->otel_endpoint[0])
+        return obx__fail(OBX_EUNSUPPORTED,
+                         "otel.endpoint: this obx was built without OpenTelemetry "
+                         "(OBX_WITH_OTEL: libcurl)");
 #else
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, curl_once);
+#endif
     obx_otel *o = calloc(1, sizeof *o);
     if (!o) return obx__fail(OBX_ENOMEM, "otel: out of memory");
     obx_err e = otel_init(o, c);
@@ -587,7 +589,6 @@ obx_err obx_otel_open(const obx_config *c, obx_otel **out) {
     }
     *out = o;
     return OBX_OK;
-#endif
 }
 
 void obx_otel_close(obx_otel *o) {
