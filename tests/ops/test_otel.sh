@@ -6,8 +6,10 @@
 # a same-target retry), the retry's publish (ACK), and the consumer's apply. Checks: every span
 # in the traceparent's trace with the traceparent's span as parent, the links (to the producer
 # span; the reconciliation to the retry it sent), the obx and messaging attributes, the
-# OTLP/JSON shape (hex IDs, unix-nano strings). Then, with no collector listening, the relay
-# publishes everything anyway and /metrics counts the spans it dropped.
+# OTLP/JSON shape (hex IDs, unix-nano strings). An UNKNOWN resolved by the broker's lookup: a
+# reconcile span "found" linked to the attempt it proved, and no second send. Then, with no
+# collector listening, the relay publishes everything anyway and /metrics counts the spans it
+# dropped; and with a collector that never answers, a stop still ends promptly.
 # Usage: test_otel.sh OBX
 set -euo pipefail
 OBX=${1:?usage: test_otel.sh OBX}
@@ -142,6 +144,33 @@ if any("parentSpanId" in s for s in other): fail("a root span with a parent")
 print("ok: %d spans, the event's 5 in trace %s" % (len(spans), trace))
 PY
 
+# ---- an UNKNOWN that the broker's lookup resolves: a reconcile span "found", no second send ----
+eid3=$(printf '{"order":3}' | "$OBX" enqueue --db "$db" --type order.created.v1 \
+  --aggregate order/o-3@1 --tenant t1 --traceparent "00-$TRACE-$PARENT-01")
+relay 1.5 "drop_ack=1&ack_timeout_ms=100" --set otel.endpoint="$ep"
+[[ $(state "$eid3") == PUBLISHED ]] || fail "not PUBLISHED after the lookup: $(state "$eid3")"
+sleep 0.3
+python3 - "$dir/spans.jsonl" "$eid3" "$TRACE" "$PARENT" <<'PY' || fail "the lookup's spans"
+import json, sys
+path, eid, trace, parent = sys.argv[1:]
+spans = [s for line in open(path) for rs in json.loads(line)["resourceSpans"]
+         for ss in rs["scopeSpans"] for s in ss["spans"]]
+def attrs(s):
+    return {a["key"]: a["value"].get("stringValue", a["value"].get("intValue")) for a in s["attributes"]}
+mine = [(attrs(s)["messaging.operation.name"], attrs(s).get("obx.outcome"), s) for s in spans
+        if attrs(s).get("obx.event_id") == eid]
+got = sorted((op, out) for op, out, _ in mine)
+if got != [("reconcile", "found"), ("send", "unknown")]:
+    sys.exit("FAIL: the lookup's spans: %s" % got)
+send = [s for op, _, s in mine if op == "send"][0]
+rec = [s for op, _, s in mine if op == "reconcile"][0]
+if rec.get("links") != [{"traceId": trace, "spanId": send["spanId"]}]: sys.exit("FAIL: link %s" % rec)
+if attrs(rec).get("obx.attempt") != "1" or attrs(rec).get("obx.attempt_id") != attrs(send)["obx.attempt_id"]:
+    sys.exit("FAIL: the reconciled attempt: %s" % attrs(rec))
+if rec["traceId"] != trace or rec.get("parentSpanId") != parent: sys.exit("FAIL: trace %s" % rec)
+print("ok: an UNKNOWN found by lookup: send (unknown) and reconcile (found) linked to it")
+PY
+
 # ---- no collector: the relay publishes anyway and counts the spans it drops ----
 kill -9 "${pids[0]}"
 wait "${pids[0]}" 2>/dev/null || true
@@ -164,10 +193,10 @@ done
 [[ -n $port ]] || fail "no HTTP port: $(cat "$dir/r2.log")"
 metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v k="$1" '$1 == k { print $2 }'; }
 for _ in $(seq 100); do
-  [[ $(metric obx_outbox_published_total) == $((N + 2)) ]] && break
+  [[ $(metric obx_outbox_published_total) == $((N + 3)) ]] && break
   sleep 0.1
 done
-[[ $(metric obx_outbox_published_total) == $((N + 2)) ]] ||
+[[ $(metric obx_outbox_published_total) == $((N + 3)) ]] ||
   fail "the relay stopped publishing without a collector: $(metric obx_outbox_published_total)"
 for _ in $(seq 50); do
   [[ $(metric obx_otel_spans_dropped_total) == "$N" ]] && break
@@ -207,7 +236,7 @@ ms=$((($(date +%s%N) - t0) / 1000000))
 "$OBX" status --db "$db" --json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
-sys.exit(d["states"]["PUBLISHED"] != d["total"] or d["total"] != int(sys.argv[1]))' $((2 * N + 2)) ||
+sys.exit(d["states"]["PUBLISHED"] != d["total"] or d["total"] != int(sys.argv[1]))' $((2 * N + 3)) ||
   fail "not every event was published: $("$OBX" status --db "$db")"
 echo "ok: with a collector that never answers the relay stopped in $ms ms"
 echo "test_otel: all ok"
