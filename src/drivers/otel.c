@@ -329,7 +329,9 @@ void obx__otel_note(obx_otel *o, const obx__note *n) {
     const char *outcome = o && n->ev ? attempt_outcome(n, &reconcile) : NULL;
     if (!outcome || full(o)) return;
     const obx__event_row *ev = n->ev;
-    span s = {.end_ns = wall_ns()};
+    /* the relay's clock (docs/design.md, "One clock"): the attempt IDs' and the UNKNOWN
+     * episodes' times, where the spans start, are on it */
+    span s = {.end_ns = obx__ref_ms() * 1000000};
     span_init(&s, reconcile ? "reconcile" : "send", reconcile ? NULL : "send", ev->env.traceparent,
               ev->env.event_id, ev->env.event_type, ev->env.tenant, ev->dest.topic);
     if (reconcile)

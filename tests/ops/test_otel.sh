@@ -17,7 +17,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 dir=$(mktemp -d /tmp/obx-otel-XXXXXX)
 pids=()
 cleanup() {
-  for p in "${pids[@]:-}"; do [[ -n $p ]] && { kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; }; done
+  for p in "${pids[@]:-}"; do [[ -n $p ]] && { { kill -9 "$p" && wait "$p"; } 2>/dev/null || true; }; done
   [[ -n ${KEEP:-} ]] && echo "kept $dir" || rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -172,8 +172,7 @@ print("ok: an UNKNOWN found by lookup: send (unknown) and reconcile (found) link
 PY
 
 # ---- no collector: the relay publishes anyway and counts the spans it drops ----
-kill -9 "${pids[0]}"
-wait "${pids[0]}" 2>/dev/null || true
+{ kill -9 "${pids[0]}" && wait "${pids[0]}"; } 2>/dev/null || true
 pids=()
 N=20
 for ((i = 10; i < 10 + N; i++)); do
