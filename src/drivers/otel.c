@@ -77,6 +77,7 @@ static int64_t wall_ns(void) {
 static void derive_id(const char *what, const char *key, char *out, size_t digits) {
     char in[600], d[OBX_DIGEST_LEN + 1];
     int n = snprintf(in, sizeof in, "obx.%s:%s", what, key);
+    if (n < 0 || (size_t)n >= sizeof in) n = (int)sizeof in - 1; /* cut: still one per key */
     if (obx_sha256_digest(in, (size_t)n, d) != OBX_OK) snprintf(d, sizeof d, "sha256:%064d", 1);
     memcpy(out, d + 7, digits); /* after "sha256:" */
     out[digits] = '\0';
@@ -84,9 +85,14 @@ static void derive_id(const char *what, const char *key, char *out, size_t digit
 
 /* The event's trace and the parent of its spans: from its traceparent
  * ("00-<32 hex trace>-<16 hex span>-<2 hex flags>"), or a trace of its own and no parent. */
+static bool zeros(const char *hex, size_t n) { return strspn(hex, "0") >= n; }
+
 static void trace_of(const char *traceparent, const char *event_id, char trace[33],
                      char parent[17]) {
-    if (traceparent && strlen(traceparent) == 55) {
+    /* W3C: an all-zero trace or parent ID is invalid, and a collector refuses the whole request
+     * for one such span; obx's input check (obx__is_traceparent) checks only the shape */
+    if (traceparent && strlen(traceparent) == 55 && !zeros(traceparent + 3, 32) &&
+        !zeros(traceparent + 36, 16)) {
         memcpy(trace, traceparent + 3, 32);
         trace[32] = '\0';
         memcpy(parent, traceparent + 36, 16);

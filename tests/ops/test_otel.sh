@@ -54,9 +54,11 @@ PARENT=00f067aa0ba902b7
 eid=$(printf '{"order":1}' | "$OBX" enqueue --db "$db" --type order.created.v1 \
   --aggregate order/o-1@1 --tenant t1 --correlation-id corr-1 \
   --traceparent "00-$TRACE-$PARENT-01" --otel-endpoint "$ep")
-# a second event without a traceparent: a trace of its own
+# a second event whose traceparent is all zeros (the right shape, but W3C's invalid IDs: a
+# collector would refuse the request): a trace of its own, as for an event without one
 eid2=$(printf '{"order":2}' | "$OBX" enqueue --db "$db" --type order.created.v1 \
-  --aggregate order/o-2@1 --tenant t1 --otel-endpoint "$ep")
+  --aggregate order/o-2@1 --tenant t1 --otel-endpoint "$ep" \
+  --traceparent 00-00000000000000000000000000000000-0000000000000000-01)
 
 # attempt 1 lost in transit: the lease ends, the sweeper makes it UNKNOWN (no reconciler here)
 relay 1.5 "blackhole=1" --set relay.reconciler=false --set otel.endpoint="$ep"
@@ -136,10 +138,10 @@ if send1["status"]["code"] != 2 or send2["status"]["code"] != 1 or proc["status"
     fail("statuses: %s %s %s" % (send1["status"], send2["status"], proc["status"]))
 if attrs(proc).get("obx.consumer") != "order-projection": fail("consumer", proc)
 if attrs(create).get("obx.correlation_id") != "corr-1": fail("correlation", create)
-# the event without a traceparent: its own trace, no parent, the same on every span
+# the event with the all-zero traceparent: its own trace, no parent, the same on every span
 other = [s for s in spans if attrs(s).get("obx.event_id") == eid2]
-if len(other) < 3 or len({s["traceId"] for s in other}) != 1 or other[0]["traceId"] == trace:
-    fail("the event without traceparent: %d spans, traces %s" % (len(other), {s["traceId"] for s in other}))
+if len(other) < 3 or len({s["traceId"] for s in other}) != 1 or other[0]["traceId"] in (trace, "0" * 32):
+    fail("the event with the all-zero traceparent: %d spans, traces %s" % (len(other), {s["traceId"] for s in other}))
 if any("parentSpanId" in s for s in other): fail("a root span with a parent")
 print("ok: %d spans, the event's 5 in trace %s" % (len(spans), trace))
 PY
