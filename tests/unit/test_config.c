@@ -146,14 +146,46 @@ static void test_critical_consumers(void **st) {
     obx_config_free(c);
 }
 
+/* otel.*: off by default (no exporter at all), its bounds, and an exporter that starts and
+ * stops with nothing to send (no collector needed) */
+static void test_otel_keys(void **st) {
+    (void)st;
+    obx_config *c;
+    obx_otel *o = (obx_otel *)&o; /* must be set to NULL */
+    assert_int_equal(obx_config_new(&c), OBX_OK);
+    assert_int_equal(obx_otel_open(c, &o), OBX_OK);
+    assert_null(o);
+    obx_otel_close(NULL);
+    obx_store_set_otel(NULL, NULL);
+    obx_config_free(c);
+    expect_error("otel:\n  queue_max: 0\n", "otel.queue_max (line 2): 0 is outside");
+    expect_error("otel:\n  timeout_ms: 5\n", "otel.timeout_ms (line 2): 5 is outside");
+    write_file("otel:\n  endpoint: http://127.0.0.1:9/\n  service_name: orders-relay\n");
+    assert_int_equal(obx_config_load(path, &c), OBX_OK);
+    char *js;
+    assert_int_equal(obx_config_dump(c, &js), OBX_OK);
+    assert_non_null(strstr(js, "\"otel.service_name\": \"orders-relay\""));
+    assert_non_null(strstr(js, "\"otel.queue_max\": 4096"));
+    obx_free(js);
+    obx_err e = obx_otel_open(c, &o);
+    if (e == OBX_OK) {
+        assert_non_null(o);
+        obx_otel_close(o); /* nothing queued: returns at once */
+    } else {
+        assert_int_equal(e, OBX_EUNSUPPORTED); /* built without OBX_WITH_OTEL */
+        assert_non_null(strstr(obx_errmsg(), "OBX_WITH_OTEL"));
+    }
+    obx_config_free(c);
+}
+
 int main(void) {
     strcpy(path, "/tmp/obx-config-XXXXXX");
     int fd = mkstemp(path);
     if (fd < 0) return 1;
     close(fd);
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_defaults_and_file),
-                                       cmocka_unit_test(test_errors),
-                                       cmocka_unit_test(test_critical_consumers)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults_and_file), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_critical_consumers), cmocka_unit_test(test_otel_keys)};
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     unlink(path);
     return failed;
