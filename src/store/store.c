@@ -76,6 +76,11 @@ obx_err obx__poison_digest(const void *payload, size_t len, char out[OBX_DIGEST_
     return obx_sha256_digest(payload ? payload : "", payload ? len : 0, out);
 }
 
+void obx__series_rows_free(obx__series_row *rows, size_t n) {
+    for (size_t i = 0; rows && i < n; i++) free(rows[i].sample);
+    free(rows);
+}
+
 const char *obx__wire_id(const obx__event_row *r) {
     return r->logical_id[0] ? r->logical_id : r->env.event_id;
 }

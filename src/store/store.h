@@ -24,8 +24,8 @@
 
 /* 3: the inbox and read-model tables split off; 4: one read_events for every read of event
  * rows (claim_candidates, select_events, load_events, find_events, retention_candidates,
- * find_by_correlation, events_known before) */
-#define OBX__STORE_METHODS_VERSION 4
+ * find_by_correlation, events_known before); 5: series_put, series_list (the dashboard's charts) */
+#define OBX__STORE_METHODS_VERSION 5
 #define OBX__STORE_INBOX_VERSION 1
 /* read model: 2: find_by_correlation, events_known into read_events; 3: envelope_at (an older
  * generation's envelope, as it was frozen) */
@@ -410,6 +410,17 @@ typedef struct obx__cluster_row {
     char relay[OBX__OWNER_MAX + 1];
     int64_t seen_at;
 } obx__cluster_row;
+
+/* One sample of the dashboard's charts (drivers/series.c), kept in the outbox so that the
+ * charts survive a relay restart: its slot (a multiple of the interval near when it was taken,
+ * ms since the epoch; one sample a slot), when it was taken (ms), and its values as series.c
+ * encodes them (JSON text the store does not read, malloc'ed: obx__series_rows_free). */
+typedef struct obx__series_row {
+    int64_t slot;
+    int64_t at;
+    char *sample;
+} obx__series_row;
+void obx__series_rows_free(obx__series_row *rows, size_t n);
 
 /* ---- requests ---------------------------------------------------------------------------- */
 
@@ -815,6 +826,13 @@ typedef struct obx__store_methods {
     obx_err (*cluster_put)(obx__store *s, const obx__cluster_row *c);
     /* OBX_ENOTFOUND when no relay registered the cluster. */
     obx_err (*cluster_get)(obx__store *s, const char *cluster, obx__cluster_row *out);
+    /* ---- the dashboard's chart history (required; obx_series, a row per slot) ----
+     * Keeps r (the first relay to write a slot keeps it: a second writer changes nothing) and
+     * deletes the rows of slots before keep_from (a range of the primary key). */
+    obx_err (*series_put)(obx__store *s, const obx__series_row *r, int64_t keep_from);
+    /* The rows of slots >= from, oldest first, at most limit (a range of the primary key). */
+    obx_err (*series_list)(obx__store *s, int64_t from, size_t limit, obx__series_row **out,
+                           size_t *n);
     /* the consumer side and the operations reads: tables of their own (above) */
     const obx__store_inbox_methods *inbox;
     const obx__store_read_methods *read;
@@ -896,7 +914,13 @@ obx_err obx__pg_migrate_to(obx__store *s, const char *const *scripts, int last);
       (s, route_gen, out))                                                                         \
     X(delivery_get, (obx__store * s, const char *id, obx__delivery_row *out), (s, id, out))        \
     X(cluster_put, (obx__store * s, const obx__cluster_row *c), (s, c))                            \
-    X(cluster_get, (obx__store * s, const char *cluster, obx__cluster_row *out), (s, cluster, out))
+    X(cluster_get, (obx__store * s, const char *cluster, obx__cluster_row *out),                   \
+      (s, cluster, out))                                                                           \
+    X(series_put, (obx__store * s, const obx__series_row *r, int64_t keep_from),                   \
+      (s, r, keep_from))                                                                           \
+    X(series_list,                                                                                 \
+      (obx__store * s, int64_t from, size_t limit, obx__series_row * *out, size_t * n),            \
+      (s, from, limit, out, n))
 
 #define OBX__STORE_INBOX_FORWARD(X)                                                                \
     X(inbox_get,                                                                                   \

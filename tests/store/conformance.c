@@ -1440,6 +1440,40 @@ static void test_ops_queries(void **state) {
     free(cl);
 }
 
+/* The dashboard's chart history: one row per slot (the first writer keeps it), the rows before
+ * keep_from deleted, a window read oldest first and bounded. */
+static void test_series(void **state) {
+    cx *c = *state;
+    for (int64_t k = 0; k < 5; k++) {
+        char txt[32];
+        snprintf(txt, sizeof txt, "{\"k\":%d}", (int)k);
+        obx__series_row r = {.slot = 1000 + k * 100, .at = 1000 + k * 100 + 7, .sample = txt};
+        OK(obx__st_series_put(c->s, &r, 0));
+    }
+    obx__series_row again = {.slot = 1200, .at = 1299, .sample = "{\"k\":\"second\"}"};
+    OK(obx__st_series_put(c->s, &again, 0)); /* a second relay's sample of slot 1200 */
+    obx__series_row *rows = NULL;
+    size_t n = 0;
+    OK(obx__st_series_list(c->s, 1100, 10, &rows, &n));
+    assert_int_equal(n, 4);
+    assert_int_equal(rows[0].slot, 1100);
+    assert_int_equal(rows[1].at, 1207);
+    assert_string_equal(rows[1].sample, "{\"k\":2}");
+    assert_int_equal(rows[3].slot, 1400);
+    obx__series_rows_free(rows, n);
+    OK(obx__st_series_list(c->s, 0, 2, &rows, &n));
+    assert_int_equal(n, 2);
+    assert_int_equal(rows[0].slot, 1000);
+    obx__series_rows_free(rows, n);
+    obx__series_row next = {.slot = 1500, .at = 1501, .sample = "{}"};
+    OK(obx__st_series_put(c->s, &next, 1300)); /* the window moved: 1000..1200 go */
+    OK(obx__st_series_list(c->s, 0, 10, &rows, &n));
+    assert_int_equal(n, 3);
+    assert_int_equal(rows[0].slot, 1300);
+    assert_int_equal(rows[2].slot, 1500);
+    obx__series_rows_free(rows, n);
+}
+
 int store_conformance_run(const char *label, store_factory f) {
     factory = f;
     const struct CMUnitTest tests[] = {
@@ -1456,6 +1490,7 @@ int store_conformance_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_ops_queries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_envelope_at, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_ends_columns, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_series, setup, teardown),
     };
     return _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
 }

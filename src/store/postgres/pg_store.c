@@ -153,6 +153,8 @@ enum {
     Q_SEL_UNPUB_STATE_LOCK,
     Q_CLUSTER_PUT,
     Q_CLUSTER_GET,
+    Q_SERIES_PUT,
+    Q_SERIES_LIST,
     Q_DOPEN,
     Q_ENV_AT,
     Q_AGED_LIST,                                  /* + obx__aged_kind */
@@ -668,6 +670,12 @@ static const char *const sql_text[Q_COUNT] = {
                       "EXCLUDED.relay, seen_at = EXCLUDED.seen_at",
     [Q_CLUSTER_GET] = "SELECT cluster, backend, lookup, durability, required_acks, serializer, "
                       "relay, seen_at FROM obx.obx_cluster WHERE cluster = $1::text",
+    /* the dashboard's charts: one row per slot, the first writer keeps it; older slots go */
+    [Q_SERIES_PUT] = "WITH d AS (DELETE FROM obx.obx_series WHERE slot < $4::bigint) INSERT INTO "
+                     "obx.obx_series (slot, at, sample) VALUES ($1::bigint, $2::bigint, $3::text) "
+                     "ON CONFLICT (slot) DO NOTHING",
+    [Q_SERIES_LIST] = "SELECT slot, at, sample FROM obx.obx_series WHERE slot >= $1::bigint "
+                      "ORDER BY slot LIMIT $2::bigint",
     [Q_ENV_AT] = "SELECT " OBX__ENVELOPE_AT_COLS " FROM obx.obx_envelope WHERE event_id = "
                  "$1::text AND envelope_gen = $2::integer",
     /* from the unpublished slots (index obx_event_unpublished), never the published bulk */
@@ -892,6 +900,7 @@ static const bool q_readonly[Q_COUNT] = {
     [Q_LOAD_AUDIT] = true,
     [Q_COUNTER_GET] = true,
     [Q_CLUSTER_GET] = true,
+    [Q_SERIES_LIST] = true,
     [Q_DOPEN] = true,
     [Q_ENV_AT] = true,
     [Q_STATS] = true,
@@ -3317,6 +3326,49 @@ static obx_err pg_counter_get(obx__store *base, const char *name, int64_t *value
     return OBX_OK;
 }
 
+/* ---- the dashboard's chart history --------------------------------------------------------- */
+
+static obx_err pg_series_put(obx__store *base, const obx__series_row *r, int64_t keep_from) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_int(&p, r->slot);
+    p_int(&p, r->at);
+    p_text(&p, r->sample);
+    p_int(&p, keep_from);
+    return run(s, Q_SERIES_PUT, &p, PGRES_COMMAND_OK, NULL, "series");
+}
+
+static obx_err pg_series_list(obx__store *base, int64_t from, size_t limit, obx__series_row **out,
+                              size_t *n) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n = 0;
+    params p;
+    p_init(&p);
+    p_int(&p, from);
+    p_int(&p, (int64_t)limit);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_SERIES_LIST, &p, PGRES_TUPLES_OK, &r, "series");
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (rows > 0 && !(*out = calloc((size_t)rows, sizeof **out)))
+        e = obx__fail(OBX_ENOMEM, "series: out of memory");
+    for (int i = 0; !e && i < rows; i++) {
+        (*out)[i].slot = gi(r, i, 0);
+        (*out)[i].at = gi(r, i, 1);
+        if (!((*out)[i].sample = strdup(PQgetvalue(r, i, 2))))
+            e = obx__fail(OBX_ENOMEM, "series: out of memory");
+    }
+    if (e) {
+        obx__series_rows_free(*out, (size_t)rows);
+        *out = NULL;
+    } else
+        *n = (size_t)rows;
+    PQclear(r);
+    return e;
+}
+
 /* ---- the cluster registry ------------------------------------------------------------------ */
 
 static obx_err pg_cluster_put(obx__store *base, const obx__cluster_row *c) {
@@ -4361,6 +4413,8 @@ const obx__store_methods obx__pg_store_methods = {
     .load_slots = pg_load_slots,
     .cluster_put = pg_cluster_put,
     .cluster_get = pg_cluster_get,
+    .series_put = pg_series_put,
+    .series_list = pg_series_list,
     .serve_dispatch = pg_serve_dispatch,
     .create_roles = pg_create_roles,
     .producer_body = pg_producer_body,

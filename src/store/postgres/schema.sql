@@ -592,6 +592,15 @@ CREATE TABLE obx.obx_cluster (
     seen_at       BIGINT NOT NULL
 );
 
+-- The dashboard's charts (src/drivers/series.c): one sample per slot (a multiple of the sampling
+-- interval, ms since the epoch), written by the relay that sampled first, the window's older rows deleted as it goes; read
+-- back by a relay that starts, so the charts survive a restart. A few hundred rows at most.
+CREATE TABLE obx.obx_series (
+    slot   BIGINT PRIMARY KEY,
+    at     BIGINT NOT NULL,
+    sample TEXT NOT NULL     -- JSON, as series.c encodes it
+);
+
 -- ---- statistics without counting the published bulk -------------------------------------------
 -- `SELECT state, count(*)` over millions of PUBLISHED rows takes seconds. Instead every statement
 -- that inserts events, changes an event's state or inserts receipts appends one (key, delta) row
@@ -1900,6 +1909,7 @@ BEGIN
         detail) ON obx.obx_attempt TO %I', r);
     EXECUTE format('GRANT INSERT ON obx.obx_receipt, obx.obx_audit TO %I', r);
     EXECUTE format('GRANT INSERT, UPDATE ON obx.obx_counter, obx.obx_cluster TO %I', r);
+    EXECUTE format('GRANT SELECT, INSERT, DELETE ON obx.obx_series TO %I', r);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON obx.obx_inbox, obx.obx_consumer_watermark,
         obx.obx_inbox_failure, obx.obx_poison, obx.obx_inbox_quarantine, obx.obx_consume_audit TO %I', r);
     EXECUTE format('GRANT EXECUTE ON FUNCTION obx._stats() TO %I, %I', r, a);

@@ -345,6 +345,15 @@ CREATE TABLE obx_cluster (
     seen_at       INTEGER NOT NULL
 );
 
+-- The dashboard's charts (src/drivers/series.c): one sample per slot (a multiple of the sampling
+-- interval, ms since the epoch), written by the relay that sampled first, the window's older rows deleted as it goes; read
+-- back by a relay that starts, so the charts survive a restart. A few hundred rows at most.
+CREATE TABLE obx_series (
+    slot   INTEGER PRIMARY KEY,
+    at     INTEGER NOT NULL,
+    sample TEXT NOT NULL     -- JSON, as series.c encodes it
+);
+
 -- Consumer side (the inbox, docs/design.md, "Consumers and the inbox"). These tables live in the
 -- consumer's database, which may or may not be the outbox database.
 CREATE TABLE obx_inbox (

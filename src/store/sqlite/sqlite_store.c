@@ -100,6 +100,9 @@ enum {
     Q_CAUDIT_NEWEST,
     Q_CLUSTER_PUT,
     Q_CLUSTER_GET,
+    Q_SERIES_PUT,
+    Q_SERIES_TRIM,
+    Q_SERIES_LIST,
     Q_DOPEN,
     Q_ENV_AT,
     Q_SEL_STATE,                                   /* + obx__state: the state is a literal */
@@ -248,6 +251,11 @@ static const char *const sql_text[Q_COUNT] = {
                       "required_acks, serializer, relay, seen_at) VALUES (?,?,?,?,?,?,?,?)",
     [Q_CLUSTER_GET] = "SELECT cluster, backend, lookup, durability, required_acks, serializer, "
                       "relay, seen_at FROM obx_cluster WHERE cluster = ?",
+    [Q_SERIES_PUT] = "INSERT INTO obx_series (slot, at, sample) VALUES (?,?,?) "
+                     "ON CONFLICT (slot) DO NOTHING",
+    [Q_SERIES_TRIM] = "DELETE FROM obx_series WHERE slot < ?",
+    [Q_SERIES_LIST] = "SELECT slot, at, sample FROM obx_series WHERE slot >= ? ORDER BY slot "
+                      "LIMIT ?",
     [Q_ENV_AT] = "SELECT " OBX__ENVELOPE_AT_COLS " FROM obx_envelope WHERE event_id = ? AND "
                  "envelope_gen = ?",
     [Q_DOPEN] = "WITH u AS (SELECT t.event_id FROM obx_event e INDEXED BY obx_event_unpublished "
@@ -1406,6 +1414,54 @@ static obx_err sq_counter_get(obx__store *base, const char *name, int64_t *value
     return e;
 }
 
+/* ---- the dashboard's chart history --------------------------------------------------------- */
+
+static obx_err sq_series_put(obx__store *base, const obx__series_row *r, int64_t keep_from) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    obx_err e = stmt(s, Q_SERIES_PUT, &st);
+    if (e) return e;
+    bi(st, 1, r->slot);
+    bi(st, 2, r->at);
+    bt(st, 3, r->sample);
+    if ((e = step_done(s, st, "series")) || (e = stmt(s, Q_SERIES_TRIM, &st))) return e;
+    bi(st, 1, keep_from);
+    return step_done(s, st, "series");
+}
+
+static obx_err sq_series_list(obx__store *base, int64_t from, size_t limit, obx__series_row **out,
+                              size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    size_t cap = 0;
+    *out = NULL;
+    *n = 0;
+    obx_err e = stmt(s, Q_SERIES_LIST, &st);
+    if (e) return e;
+    bi(st, 1, from);
+    bi(st, 2, (int64_t)limit);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
+        obx__series_row *r = &(*out)[(*n)++];
+        r->slot = ci(st, 0);
+        r->at = ci(st, 1);
+        const char *txt = (const char *)sqlite3_column_text(st, 2);
+        if (!(r->sample = strdup(txt ? txt : "{}"))) {
+            e = obx__fail(OBX_ENOMEM, "series: out of memory");
+            break;
+        }
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "series");
+    sqlite3_reset(st);
+    if (e) {
+        obx__series_rows_free(*out, *n);
+        *out = NULL;
+        *n = 0;
+    }
+    return e;
+}
+
 /* ---- the cluster registry ------------------------------------------------------------------ */
 
 static obx_err sq_cluster_put(obx__store *base, const obx__cluster_row *c) {
@@ -2344,6 +2400,8 @@ const obx__store_methods obx__sqlite_store_methods = {
     .set_alias = sq_set_alias,
     .cluster_put = sq_cluster_put,
     .cluster_get = sq_cluster_get,
+    .series_put = sq_series_put,
+    .series_list = sq_series_list,
     .inbox = &sq_inbox_methods,
     .read = &sq_read_methods,
 };
