@@ -12,10 +12,12 @@ driven over the DevTools protocol (tests/e2e/cdp.py, standard library only):
   3. searches the parked event by its ID: the hostile strings are shown as text, nothing ran;
   4. presses Requeue without a token: refused, still PARKED;
   5. enters the token, presses Requeue: the state changes and the event is then PUBLISHED;
-  6. the charts (uPlot, from /api/series, sampled every 200 ms here): after a burst of orders
+  6. the overview's card of the critical consumer's lag (the burst's orders not applied), above
+     the charts;
+  7. the charts (uPlot, from /api/series, sampled every 200 ms here): after a burst of orders
      each chart has data points, the rates chart shows enqueued and published events, and a
      screenshot of it holds the series' colours (the pixels are drawn, not only the DOM);
-  7. a payment held for an operator (its route holds UNKNOWNs; a relay lost its ACK and could
+  8. a payment held for an operator (its route holds UNKNOWNs; a relay lost its ACK and could
      not look it up) is shown in a banner and the overview's cards; its Resolve (retry) without
      who and reason changes nothing; with them the relay retries it to its frozen destination
      and it is PUBLISHED, the audit naming the operator and the reason;
@@ -162,6 +164,18 @@ try:
                  ".textContent === '1'", what="overview with one PARKED event")
     assert browser.eval("document.querySelectorAll('#parked button.requeue').length") == 1
     step("overview loaded: 1 PARKED")
+
+    # the critical consumer's lag in the overview's cards, above the charts (issue 50): it
+    # applied checkout-7 only, so the burst's 20 published orders wait for it
+    lag_card = "document.querySelector('#cards .card.lag[data-consumer=\"order-projection\"]')"
+    browser.wait("(() => { const c = %s; return c && c.querySelector('.value').textContent === "
+                 "'20 events' && c.textContent.startsWith('lag: order-projection') })()" % lag_card,
+                 timeout=30, what="the lag card of order-projection with 20 events")
+    assert browser.eval("%s.getBoundingClientRect().bottom < document.getElementById("
+                        "'charts-section').getBoundingClientRect().top" % lag_card)
+    lag = api("/api/status")["consumers"][0]["lag"]
+    assert lag["events"] == 20, lag
+    step("lag card: order-projection %s" % browser.eval("%s.textContent" % lag_card))
 
     # the charts: every chart drawn by uPlot with data points; the rates moved
     charts = ["rates", "backlog", "pending-age", "unknown", "retries", "lag", "poison"]

@@ -160,6 +160,19 @@ function card(label, value, alert) {
   return el("div", {class: "card" + (alert ? " alert" : "")}, el("div", {class: "muted"}, label), el("div", {class: "value"}, String(value)));
 }
 
+// A critical consumer's lag, near the top: events of the newest published without its receipt,
+// and the oldest's age; alarmed as ObxConsumerLag is (docs/ops/alerts.yml: behind over 10 min)
+// or when its database cannot be read.
+const LAG_ALERT_MS = 600000;
+function lagCard(c) {
+  const lag = c.lag || {};
+  const value = !c.up ? "unreachable" : lag.events ? lag.events + " events" : "0";
+  const note = !c.up ? c.error : lag.events ? "oldest " + age(lag.age_ms) : "all of the newest " + lag.window + " applied";
+  return el("div", {class: "card lag" + (!c.up || lag.age_ms > LAG_ALERT_MS ? " alert" : ""), "data-consumer": c.consumer_id,
+    title: "critical consumer " + c.consumer_id + ": events of the newest " + lag.window + " published without its receipt"},
+  el("div", {class: "muted"}, "lag: " + c.consumer_id), el("div", {class: "value"}, value), el("div", {class: "muted note"}, note));
+}
+
 function renderStatus(s) {
   const r = s.relay || {};
   document.getElementById("relay").textContent = "relay " + (r.id || "?") + (r.stopping ? " (stopping)" : "") + " · " + s.store;
@@ -174,6 +187,7 @@ function renderStatus(s) {
   cards.appendChild(card("published", (s.states.PUBLISHED || 0) + (s.states.RETAINED || 0) + (s.states.PURGED || 0)));
   cards.appendChild(card("pending", s.pending.events));
   cards.appendChild(card("oldest pending", age(s.pending.oldest_age_ms), s.pending.oldest_age_ms > 300000));
+  for (const c of s.consumers) cards.appendChild(lagCard(c));
   cards.appendChild(card("UNKNOWN", s.unknown.events, s.unknown.events > 0));
   cards.appendChild(card("oldest UNKNOWN", age(s.unknown.oldest_age_ms), s.unknown.oldest_age_ms > 900000));
   const held = s.unknown.held || 0, heldAge = s.unknown.oldest_held_age_ms || 0, heldAlert = s.unknown.held_alert_ms || 900000;
@@ -273,7 +287,7 @@ function renderCharts(doc) {
   const box = document.getElementById("charts");
   window.obxSeriesInterval = doc.interval_ms;
   document.getElementById("charts-note").textContent = "One sample every " + (doc.interval_ms / 1000) +
-    " s, the last " + age(doc.interval_ms * doc.capacity) + " (" + doc.t.length + " so far), kept by this relay since it started. Times in UTC, 24-hour.";
+    " s, the last " + age(doc.interval_ms * doc.capacity) + " (" + doc.t.length + " so far), kept in the outbox: a restarted relay shows them. Times in UTC, 24-hour.";
   for (const c of CHARTS) {
     const spec = chartSpec(c, doc);
     const keys = spec.map((s) => s[0]).join("\u0000");
