@@ -124,6 +124,8 @@ OBX_API void obx_log_set(obx_log_fn fn, void *user);
 #define OBX_TRACEPARENT_LEN 55
 #define OBX_PAYLOAD_DEFAULT_LIMIT (1024 * 1024)
 #define OBX_SET_MAX 8 /* destinations of one delivery set, the route's own included */
+/* A delayed event's not_before is at most this far after its enqueue (366 days, in ms). */
+#define OBX_DELAY_MAX_MS (366LL * 24 * 3600 * 1000)
 
 /* ---------------------------------------------------------------------------------------------
  * Event identities and digests (pure; no I/O).
@@ -278,6 +280,11 @@ typedef struct obx_event {
     const char *txid;            /* optional creating-transaction identity where the store cannot
                                     read one (SQLite); PostgreSQL uses its own xid */
     int64_t occurred_at_ms;      /* 0 = now */
+    /* A delayed event (docs/operations.md, "Delayed events"): not published before this time,
+     * ms since the epoch, UTC; 0 = as soon as possible. At most OBX_DELAY_MAX_MS after now (a
+     * time in the past means now). Frozen with the envelope (and in its digest, only when set).
+     * A later event of the same order key waits behind it unless its route is unordered. */
+    int64_t not_before_ms;
 } obx_event;
 
 typedef struct obx_enqueue_result {
@@ -304,6 +311,13 @@ OBX_API obx_err obx_inspect(obx_store *s, const char *event_id, char **out_json)
 /* PARKED -> PENDING (rejection count reset). who names the operator in the audit row (NULL =
  * "operator"). OBX_EREFUSED when the event is not PARKED. */
 OBX_API obx_err obx_requeue(obx_store *s, const char *event_id, const char *who);
+/* A delayed event (not_before set) that no relay has claimed yet: PENDING -> CANCELLED, a final
+ * state (never sent, counted, kept like a published event), with an audit row naming who and
+ * why, in one transaction. who and reason are required (reason at most OBX_TEXT_MAX bytes).
+ * OBX_EREFUSED when the event is not PENDING (claimed, sent or cancelled already), was never
+ * delayed, or is a publish slot of a delivery set; OBX_ENOTFOUND when no such event exists. A
+ * later event of the same order key no longer waits for it. */
+OBX_API obx_err obx_cancel(obx_store *s, const char *event_id, const char *who, const char *reason);
 
 /* Whole-outbox report as JSON: counts by state, receipts by kind, UNKNOWN resolution times
  * (count, p50, p99, max in ms), oldest PENDING, delivery sets (how many, how many complete),

@@ -152,6 +152,7 @@ int cmd_relay(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_consume(int argc, char **argv);
 int cmd_requeue(int argc, char **argv);
+int cmd_cancel(int argc, char **argv);
 int cmd_resolve(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_poison(int argc, char **argv);

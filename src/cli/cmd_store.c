@@ -1,6 +1,7 @@
 /*
  * cmd_store.c — `obx init [--roles PREFIX]`, `obx route set|list` (with delivery sets),
- * `obx enqueue`, `obx inspect`.
+ * `obx enqueue` (with --delay / --not-before), `obx cancel` (a delayed event before its claim),
+ * `obx inspect`.
  */
 #include "cli.h"
 
@@ -8,6 +9,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int cmd_init(int argc, char **argv) {
     const char *db = CLI_DEFAULT_DB, *roles = NULL;
@@ -296,6 +298,78 @@ static obx_err enqueue_otel(const char *endpoint, obx_otel **out) {
     return e;
 }
 
+/* ms since the epoch now (the wall clock). */
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* "90s", "30m", "2h", "1d", "500ms" -> ms; -1 when malformed. A number too big to multiply is
+ * OBX_DELAY_MAX_MS + 1 (over the limit either way). */
+static long long delay_ms(const char *s) {
+    static const struct {
+        const char *unit;
+        long long ms;
+    } units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000}};
+    char *end;
+    if (*s < '0' || *s > '9') return -1;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || v < 0) return -1;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(end, units[i].unit))
+            return v > OBX_DELAY_MAX_MS / units[i].ms ? OBX_DELAY_MAX_MS + 1 : v * units[i].ms;
+    return -1;
+}
+
+/* ISO-8601 UTC "2030-01-02T03:04:05[.678]Z" -> ms since the epoch; -1 when malformed. */
+static long long utc_ms(const char *s) {
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (!p) return -1;
+    int ms = 0, digits = 0;
+    if (*p == '.') {
+        for (p++; *p >= '0' && *p <= '9'; p++)
+            if (digits++ < 3) ms = ms * 10 + (*p - '0');
+        if (!digits) return -1;
+        while (digits++ < 3) ms *= 10;
+    }
+    if (strcmp(p, "Z")) return -1;
+    time_t t = timegm(&tm);
+    return t < 0 ? -1 : (long long)t * 1000 + ms;
+}
+
+/* --delay DURATION (d) or --not-before TIME (n) into ev->not_before_ms; 0 or the exit status of
+ * the usage error that names the option and the limit (nothing is written then). */
+static int enqueue_delay(int opt, const char *arg, obx_event *ev) {
+    if (ev->not_before_ms)
+        return cli_usage("enqueue", "--delay and --not-before: give one of them, once");
+    long long now = now_ms(), v = opt == 'D' ? delay_ms(arg) : utc_ms(arg);
+    if (v < 0)
+        return cli_usage("enqueue",
+                         opt == 'D' ? "--delay: '%s' is not a duration (e.g. 90s, 30m, 2h, 1d)"
+                                    : "--not-before: '%s' is not an ISO-8601 UTC time "
+                                      "(e.g. 2030-01-02T03:04:05Z)",
+                         arg);
+    if ((opt == 'D' ? v : v - now) > OBX_DELAY_MAX_MS)
+        return cli_usage("enqueue", "%s: '%s' is over the maximum delay of 366 days (%lld s)",
+                         opt == 'D' ? "--delay" : "--not-before", arg,
+                         (long long)OBX_DELAY_MAX_MS / 1000);
+    ev->not_before_ms = opt == 'D' ? now + v : v;
+    if (ev->not_before_ms == 0) ev->not_before_ms = 1; /* the epoch itself: a time in the past */
+    return 0;
+}
+
+/* --json's line: the result, and not_before_ms for a delayed event. */
+static void print_enqueued(const obx_enqueue_result *res, long long not_before) {
+    json_t *j = json_pack("{s:s,s:b,s:s,s:s,s:I}", "event_id", res->event_id, "existing",
+                          res->existing, "dest_digest", res->dest_digest, "payload_digest",
+                          res->payload_digest, "route_gen", (json_int_t)res->route_gen);
+    if (j && not_before) json_object_set_new(j, "not_before_ms", json_integer(not_before));
+    cli_print_json(j);
+}
+
 int cmd_enqueue(int argc, char **argv) {
     const char *db = CLI_DEFAULT_DB, *payload_file = "-", *aggregate = NULL, *otel_endpoint = NULL;
     obx_event ev;
@@ -314,13 +388,19 @@ int cmd_enqueue(int argc, char **argv) {
                                          {"schema", required_argument, 0, 's'},
                                          {"payload-limit", required_argument, 0, 'L'},
                                          {"otel-endpoint", required_argument, 0, 'O'},
+                                         {"delay", required_argument, 0, 'D'},
+                                         {"not-before", required_argument, 0, 'N'},
                                          {"json", no_argument, 0, 'j'},
                                          {0, 0, 0, 0}};
-    int c;
+    int c, rc;
     optind = 1;
     while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
         switch (c) {
         case 'd': db = optarg; break;
+        case 'D':
+        case 'N':
+            if ((rc = enqueue_delay(c, optarg, &ev))) return rc;
+            break;
         case 't': ev.event_type = optarg; break;
         case 'a': aggregate = optarg; break;
         case 'T': ev.tenant = optarg; break;
@@ -339,11 +419,12 @@ int cmd_enqueue(int argc, char **argv) {
         }
         case 'j': js = 1; break;
         default:
-            return cli_usage(
-                "enqueue", "usage: obx enqueue --type T --aggregate TYPE/ID@VERSION --tenant X "
-                           "[--payload-file F|-] [--idempotency-key K] [--correlation-id C] "
-                           "[--causation-id C] [--traceparent TP] [--schema sha256:..] [--db URL] "
-                           "[--otel-endpoint URL]");
+            return cli_usage("enqueue",
+                             "usage: obx enqueue --type T --aggregate TYPE/ID@VERSION --tenant X "
+                             "[--payload-file F|-] [--idempotency-key K] [--correlation-id C] "
+                             "[--causation-id C] [--traceparent TP] [--schema sha256:..] "
+                             "[--delay DURATION | --not-before TIME] [--db URL] "
+                             "[--otel-endpoint URL]");
         }
     }
     if (optind < argc) return cli_usage("enqueue", "unexpected argument '%s'", argv[optind]);
@@ -364,7 +445,7 @@ int cmd_enqueue(int argc, char **argv) {
     ev.aggregate_version = ver;
     unsigned char *payload = NULL;
     size_t plen = 0;
-    int rc = cli_read_file("enqueue", payload_file, &payload, &plen, (size_t)limit);
+    rc = cli_read_file("enqueue", payload_file, &payload, &plen, (size_t)limit);
     if (rc) {
         free(atype);
         free(aid);
@@ -385,10 +466,7 @@ int cmd_enqueue(int argc, char **argv) {
         if (e)
             rc = cli_fail("enqueue", "rejected, nothing stored", e);
         else if (js)
-            printf("{\"event_id\":\"%s\",\"existing\":%s,\"dest_digest\":\"%s\","
-                   "\"payload_digest\":\"%s\",\"route_gen\":%lld}\n",
-                   res.event_id, res.existing ? "true" : "false", res.dest_digest,
-                   res.payload_digest, (long long)res.route_gen);
+            print_enqueued(&res, ev.not_before_ms);
         else
             printf("%s%s\n", res.event_id,
                    res.existing ? " (idempotency key seen before: first event's ID)" : "");
@@ -398,6 +476,45 @@ int cmd_enqueue(int argc, char **argv) {
     free(atype);
     free(aid);
     return rc;
+}
+
+int cmd_cancel(int argc, char **argv) {
+    const char *db = CLI_DEFAULT_DB, *who = NULL, *reason = NULL;
+    int js = 0, c;
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
+                                         {"who", required_argument, 0, 'w'},
+                                         {"reason", required_argument, 0, 'r'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {0, 0, 0, 0}};
+    optind = 1;
+    while ((c = cli_getopt(argc, argv, "", opts)) != -1) {
+        if (c == 'd')
+            db = optarg;
+        else if (c == 'w')
+            who = optarg;
+        else if (c == 'r')
+            reason = optarg;
+        else if (c == 'j')
+            js = 1;
+        else
+            return cli_usage("cancel", "usage: obx cancel EVENT_ID --who NAME --reason TEXT "
+                                       "[--db URL] [--json]");
+    }
+    if (optind != argc - 1) return cli_usage("cancel", "expected one EVENT_ID");
+    if (!who) return cli_usage("cancel", "--who: required (who decided, for the audit trail)");
+    if (!reason) return cli_usage("cancel", "--reason: required (why, for the audit trail)");
+    obx_store *s;
+    int rc = cli_open_store("cancel", db, &s);
+    if (rc) return rc;
+    obx_err e = obx_cancel(s, argv[optind], who, reason);
+    obx_store_close(s);
+    if (e) return cli_fail("cancel", argv[optind], e);
+    if (js)
+        cli_print_json(json_pack("{s:s,s:s,s:s,s:s,s:s}", "event_id", argv[optind], "from",
+                                 "PENDING", "to", "CANCELLED", "who", who, "reason", reason));
+    else
+        printf("%s: PENDING -> CANCELLED (cancelled by %s: %s)\n", argv[optind], who, reason);
+    return 0;
 }
 
 /* A time for people: ISO-8601 UTC (the JSON keeps the epoch ms). */

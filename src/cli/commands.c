@@ -126,7 +126,10 @@ const cli_command cli_commands[] = {
      .finding = "the outbox refused the event: no route for its type (OBX_ENOROUTE).",
      .synopsis = "enqueue --type T --aggregate TYPE/ID@VERSION --tenant X [options]",
      .text = "Commit one event with its frozen envelope and destination (the type's current "
-             "route). Bad input is an error naming the field and the limit; nothing is stored.",
+             "route). Bad input is an error naming the field and the limit; nothing is stored. "
+             "With --delay or --not-before the relay does not claim the event before its time, "
+             "and a later event of the same aggregate (order key) waits behind it unless the "
+             "route is --unordered.",
      .opts = {O_DB,
               {"type", "T", "required", "The versioned event type, e.g. order.created.v1."},
               {"aggregate", "TYPE/ID@VERSION", "required",
@@ -144,9 +147,17 @@ const cli_command cli_commands[] = {
               {"otel-endpoint", "URL", D_NONE,
                "OpenTelemetry: send the event's producer span (create) to this OTLP/HTTP "
                "collector (http://HOST:4318)."},
+              {"delay", "DURATION", D_NONE,
+               "A delayed event: not published before now + DURATION (e.g. 90s, 30m, 2h, 1d; at "
+               "most 366d). Frozen with the envelope; `obx cancel` drops it before its time."},
+              {"not-before", "TIME", D_NONE,
+               "A delayed event: not published before TIME, ISO-8601 UTC "
+               "(2030-01-02T03:04:05Z; at most 366 days ahead). One of --delay and --not-before."},
               O_JSON},
      .examples = "echo '{\"order\":\"o-42\"}' | obx enqueue --type order.created.v1 "
-                 "--aggregate order/o-42@1 --tenant t1"},
+                 "--aggregate order/o-42@1 --tenant t1\n"
+                 "echo '{\"order\":\"o-42\"}' | obx enqueue --type order.unpaid.v1 "
+                 "--aggregate order/o-42@1 --tenant t1 --delay 15m"},
     {.name = "inspect",
      .fn = cmd_inspect,
      .summary = "one event's envelope, state, attempts, receipts and audit rows",
@@ -335,6 +346,22 @@ const cli_command cli_commands[] = {
              "naming who did it.",
      .opts = {O_DB, {"who", "NAME", D_WHO, "The operator recorded in the audit row."}, O_JSON},
      .examples = "obx requeue evt-01J8Z3Q4R5S6T7V8W9X0Y1Z2A3 --who alice"},
+    {.name = "cancel",
+     .fn = cmd_cancel,
+     .summary = "cancel a delayed event before a relay claims it",
+     .finding = "refused: the event is not PENDING (claimed, sent or cancelled already), has no "
+                "delay, or is not in this outbox.",
+     .synopsis = "cancel EVENT_ID --who NAME --reason TEXT [--db URL] [--json]",
+     .text = "Cancel a delayed event (enqueued with --delay or --not-before) that no relay has "
+             "claimed yet: PENDING -> CANCELLED, a final state, in one transaction with an audit "
+             "row naming --who and --reason. It is never sent; a later event of the same order "
+             "key stops waiting for it. Once claimed the event may be on its way to the broker, "
+             "and cancel refuses.",
+     .opts = {O_DB,
+              {"who", "NAME", "required", "The operator, recorded in the audit row."},
+              {"reason", "TEXT", "required", "Why (the business decision), recorded in the audit."},
+              O_JSON},
+     .examples = "obx cancel evt-01J8Z3Q4R5S6T7V8W9X0Y1Z2A3 --who alice --reason 'order paid'"},
     {.name = "resolve",
      .fn = cmd_resolve,
      .summary = "end UNKNOWN outcomes: same-target retry, or accept with evidence",

@@ -7,7 +7,9 @@
  * Encoding: for the tag and then each field in the fixed order below,
  *   u32 big-endian byte length || UTF-8 bytes
  * Integers are written as decimal ASCII (no sign for non-negative, no leading zeros).
- * An absent optional field is encoded as the empty string.
+ * An absent optional field is encoded as the empty string. not_before, the one field added
+ * since the tag, is a trailing field present only when set: an event without a delay encodes
+ * (and digests) exactly as before it existed.
  */
 #include "core.h"
 
@@ -59,6 +61,7 @@ void obx__envelope_canonical_tail(const obx__envelope *e, obx__buf *b) {
     field(b, e->causation_id);
     field(b, e->traceparent);
     field(b, e->idempotency_key);
+    if (e->not_before) field_i64(b, e->not_before);
 }
 
 /* Written as head, created_txid, tail, so that the split a store relies on (core.h) is the

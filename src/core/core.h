@@ -120,6 +120,7 @@ typedef struct obx__envelope {
     char causation_id[OBX_TEXT_MAX + 1];
     char traceparent[OBX_TRACEPARENT_LEN + 1];
     char idempotency_key[OBX_KEY_MAX + 1];
+    int64_t not_before; /* ms since epoch, UTC: not published before; 0 = no delay */
 } obx__envelope;
 
 #define OBX__DEST_TAG "obx.destination.v1"
@@ -244,7 +245,8 @@ obx_err obx__url_parse(const char *url, const char *kind, obx__url *out);
     X(DISPATCH_UNKNOWN, "DISPATCH_UNKNOWN")                                                        \
     X(RECONCILING, "RECONCILING")                                                                  \
     X(RETRY_CLAIMED, "RETRY_CLAIMED")                                                              \
-    X(PARKED, "PARKED")
+    X(PARKED, "PARKED")                                                                            \
+    X(CANCELLED, "CANCELLED")
 
 typedef enum obx__state {
 #define OBX__S(n, s) OBX__ST_##n,

@@ -12,13 +12,15 @@
  *                           +-----------------+   (cannot prove either way)
  *
  *   SENDING --definite rejection--> PENDING (backoff) | PARKED (max attempts) --operator--> PENDING
+ *   PENDING (delayed, never claimed) --operator: obx_cancel--> CANCELLED (final)
  *
  * Invariants the table encodes:
  *   1. Only the acceptor enters PUBLISHED (docs/design.md, "The single acceptance point").
  *   2. Only a registered attempt enters SENDING (CLAIMED/RETRY_CLAIMED -> SENDING).
  *   3. A possibly-sent event (SENDING) never goes back to PENDING except on a definite
  *      rejection; an expired lease makes it DISPATCH_UNKNOWN.
- *   4. Nothing leaves PURGED.
+ *   4. Nothing leaves PURGED or CANCELLED; only a PENDING event is cancelled (never one that
+ *      may have been sent).
  *   5. Events are created by the producer; the migrator only adds a publish slot (a delivery-set
  *      target) to an event that exists, and moves undelivered events to a new envelope
  *      generation — never one whose outcome is UNKNOWN (the reconciler resolves those first).
@@ -66,6 +68,8 @@ const obx__transition obx__transitions[] = {
     T(RETRY_CLAIMED, RETRY_CLAIMED, RECONCILER, "obx__reconcile_begin",
       "retry claim lease expired: taken over"),
     T(PARKED, PENDING, OPERATOR, "obx_requeue", "operator requeued a parked event"),
+    T(PENDING, CANCELLED, OPERATOR, "obx_cancel",
+      "operator cancelled a delayed event before its claim"),
     /* An operator resolving an UNKNOWN (held or not) by a same-target retry: the event is
      * handed to the reconciler with an expired lease, which sends to the frozen destination.
      * Accepting with evidence goes through the acceptance point instead (ACCEPTOR rows). */

@@ -219,6 +219,8 @@ obx_err obx__reconcile_apply(obx__engine *e, int64_t now, obx__event_row *row,
 
 /* Operator (ops.c). */
 obx_err obx__requeue(obx__store *s, const char *event_id, const char *who, int64_t now);
+obx_err obx__cancel(obx__store *s, const char *event_id, const char *who, const char *reason,
+                    int64_t now);
 
 /* ---- retention (purge.c) and the three-set audit (audit.c), docs/retention.md
  * -------------------- Definitions (docs/retention.md has them with examples): critical consumer C

@@ -50,9 +50,23 @@ obx_err obx__new_id(obx__ulid_gen *g, const char *prefix, int64_t now, char *out
 
 /* ---- route policy ------------------------------------------------------------------------- */
 
-static obx_err validate_event(const obx_event *ev, size_t payload_limit) {
+/* not_before_ms: 0 (no delay), or at most OBX_DELAY_MAX_MS after now; a past time is now. */
+static obx_err validate_delay(const obx_event *ev, int64_t now) {
+    if (ev->not_before_ms < 0 || ev->not_before_ms >= ((int64_t)1 << 48))
+        return obx__fail(OBX_EINVAL, "not_before_ms: %lld outside 0..2^48",
+                         (long long)ev->not_before_ms);
+    if (ev->not_before_ms > now && ev->not_before_ms - now > OBX_DELAY_MAX_MS)
+        return obx__fail(OBX_ETOOBIG,
+                         "not_before_ms: %lld ms after now, over the maximum delay of %lld ms "
+                         "(366 days)",
+                         (long long)(ev->not_before_ms - now), (long long)OBX_DELAY_MAX_MS);
+    return OBX_OK;
+}
+
+static obx_err validate_event(const obx_event *ev, size_t payload_limit, int64_t now) {
     obx_err e;
     if (!ev) return obx__fail(OBX_EINVAL, "event: NULL");
+    if ((e = validate_delay(ev, now))) return e;
     if ((e = obx__check_field("event_type", ev->event_type, 1, OBX_NAME_MAX, OBX__CS_EVENT_TYPE)) ||
         (e = obx__check_field("aggregate_type", ev->aggregate_type, 1, OBX_NAME_MAX,
                               OBX__CS_NAME)) ||
@@ -165,6 +179,7 @@ static obx_err build_row(obx__store *s, const obx_event *ev, const obx__route_ro
     obx__strlcpy(v->idempotency_key, ev->idempotency_key ? ev->idempotency_key : "",
                  sizeof v->idempotency_key);
     if (OBX__MUTANT(IGNORE_IDEMPOTENCY_KEY)) v->idempotency_key[0] = '\0'; /* test-only bug */
+    v->not_before = ev->not_before_ms;
 
     char rk[OBX_KEY_MAX + 1];
     if ((e = obx__routing_key_expand(route->routing_key, v, rk, sizeof rk))) return e;
@@ -176,7 +191,8 @@ static obx_err build_row(obx__store *s, const obx_event *ev, const obx__route_ro
     row->route_rel = route->rel;
     row->state = OBX__ST_PENDING;
     row->pinned_partition = -1;
-    row->available_at = now;
+    /* a delayed event: not claimable before its time (the claim's available_at <= now) */
+    row->available_at = ev->not_before_ms > now ? ev->not_before_ms : now;
     row->committed_at = now;
     row->updated_at = now;
     row->max_attempts = route->max_attempts;
@@ -361,7 +377,7 @@ obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ul
     obx_err e;
     if (!s || !out) return obx__fail(OBX_EINVAL, "store/out: NULL");
     memset(out, 0, sizeof *out);
-    if ((e = validate_event(ev, s->payload_limit))) return e;
+    if ((e = validate_event(ev, s->payload_limit, now))) return e;
 
     obx__event_row *row = malloc(sizeof *row);
     if (!row) return obx__fail(OBX_ENOMEM, "enqueue: out of memory");

@@ -20,6 +20,8 @@ json_t *obx__event_json(const obx__event_row *r) {
         r->env.created_txid, "correlation_id", r->env.correlation_id, "causation_id",
         r->env.causation_id, "traceparent", r->env.traceparent, "idempotency_key",
         r->env.idempotency_key, "envelope_digest", r->envelope_digest);
+    if (env && r->env.not_before) /* a delayed event's frozen time (only when set, as digested) */
+        json_object_set_new(env, "not_before_at", json_integer(r->env.not_before));
     json_t *dest = json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:s,s:s,s:s,s:s}", "schema",
                              "destination.v1", "cluster", r->dest.cluster, "topic", r->dest.topic,
                              "routing_key", r->dest.routing_key, "algorithm", r->dest.algorithm,

@@ -42,7 +42,8 @@ obx_err obx__report_json(obx__store *s, json_t **out) {
     int64_t p50 = obx__percentile(ms, n, 0.50), p99 = obx__percentile(ms, n, 0.99);
     int64_t max = n ? ms[n - 1] : 0;
     free(ms);
-    bool ok = !inv.published_without_primary && !inv.primary_not_published && !inv.multi_primary;
+    bool ok = !inv.published_without_primary && !inv.primary_not_published && !inv.multi_primary &&
+              !inv.cancelled_with_attempt;
     *out = json_pack(
         "{s:I,s:I,s:o,s:{s:I,s:I,s:I,s:I},s:{s:I,s:I,s:I,s:I,s:I},s:I,s:I,s:{s:I,s:I,s:I,s:b}}",
         "committed", (json_int_t)total, "published", (json_int_t)published, "states", states,
@@ -56,6 +57,9 @@ obx_err obx__report_json(obx__store *s, json_t **out) {
         (json_int_t)inv.published_without_primary, "primary_not_published",
         (json_int_t)inv.primary_not_published, "multiple_primary", (json_int_t)inv.multi_primary,
         "hold", (int)ok);
+    if (*out)
+        json_object_set_new(json_object_get(*out, "invariants"), "cancelled_with_attempt",
+                            json_integer(inv.cancelled_with_attempt));
     if (*out)
         json_object_set_new(
             *out, "delivery_sets",

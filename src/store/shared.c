@@ -67,7 +67,8 @@ void obx__event_decode(const obx__col_reader *rd, obx__event_row *r) {
     TEXT(i++, r->logical_id);
     r->target_no = (int32_t)I64(i++);
     r->held_at = I64(i++);
-    _Static_assert(OBX__EVENT_NCOLS == 50, "obx__event_decode reads OBX__EVENT_COLS in order");
+    r->env.not_before = I64(i++);
+    _Static_assert(OBX__EVENT_NCOLS == 51, "obx__event_decode reads OBX__EVENT_COLS in order");
 }
 
 void obx__attempt_decode(const obx__col_reader *rd, obx__attempt_row *a) {

@@ -28,8 +28,14 @@
     "v.causation_id, v.traceparent, v.idempotency_key, v.envelope_digest, v.dest_cluster, "        \
     "v.dest_topic, v.dest_routing_key, v.dest_algorithm, v.dest_route_gen, v.dest_serializer, "    \
     "v.dest_durability, v.dest_acks, v.dest_digest, v.payload_len, v.payload IS NULL, "            \
-    "coalesce(t.event_id, e.event_id), coalesce(t.target_no, 0), e.held_at"
-#define OBX__EVENT_NCOLS 50
+    "coalesce(t.event_id, e.event_id), coalesce(t.target_no, 0), e.held_at, v.not_before"
+#define OBX__EVENT_NCOLS 51
+
+/* A delayed event no relay has sent yet (PENDING since its enqueue, due at available_at): not
+ * counted in the oldest PENDING age of the stats (obx status, /metrics), as it waits by design;
+ * the audit's aged PENDING check ages it from its time (PENDING_AT). */
+#define OBX__DELAYED_WAITING                                                                       \
+    "(state = 'PENDING' AND attempt_gen = 0 AND available_at > committed_at)"
 
 /* A backend's view of one result row. NULL reads as 0, false or "" (the backends' own rule). */
 typedef struct obx__col_reader {

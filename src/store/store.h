@@ -335,6 +335,7 @@ typedef struct obx__store_invariants {
     int64_t published_without_primary; /* PUBLISHED/RETAINED/PURGED with no primary receipt */
     int64_t primary_not_published;     /* a primary receipt on an event that is not published */
     int64_t multi_primary;             /* events with more than one primary per generation */
+    int64_t cancelled_with_attempt;    /* CANCELLED events that have an attempt (were sent) */
 } obx__store_invariants;
 
 /* ---- delivery sets, selections ------------------------------------------------------------ */

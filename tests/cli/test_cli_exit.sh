@@ -88,6 +88,10 @@ t requeue 1 "OBX_EREFUSED" -- "$OBX" requeue "$id" --db "$db"
 t requeue 2 "" -- "$OBX" requeue --db "$db"
 t requeue 3 "OBX_ECONNLOST" -- "$OBX" requeue "$id" --db "$down"
 
+t cancel 1 "has no delay" -- "$OBX" cancel "$id" --who alice --reason paid --db "$db"
+t cancel 2 "--reason: required" -- "$OBX" cancel "$id" --who alice --db "$db"
+t cancel 3 "OBX_ECONNLOST" -- "$OBX" cancel "$id" --who alice --reason paid --db "$down"
+
 t resolve 1 "1 refused" -- "$OBX" resolve "$id" --retry --who alice --reason INC-1 --db "$db"
 t resolve 2 "--who: required" -- "$OBX" resolve "$id" --retry --reason INC-1 --db "$db"
 t resolve 3 "OBX_ECONNLOST" -- "$OBX" resolve "$id" --retry --who alice --reason INC-1 --db "$down"

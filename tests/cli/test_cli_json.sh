@@ -108,6 +108,8 @@ if kill -0 "${pids[-1]}" 2>/dev/null; then
 fi
 wait "${pids[-1]}" 2>/dev/null
 one "requeue" -- "$OBX" requeue "$pid" --db "$db" --json
+"$OBX" enqueue --db "$db" --type order.created.v1 --aggregate order/o-8@1 --tenant tenant-7 --payload-file p.json --delay 1h --json >delayed.json
+one "cancel" -- "$OBX" cancel "$(jq -r .event_id delayed.json)" --who alice --reason paid --db "$db" --json
 one "demo" -- "$OBX" demo --events 20 --lease-ms 200 --dir "$dir/demo" --json
 
 # every command whose help offers --json is covered above

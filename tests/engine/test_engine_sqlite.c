@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "engine/engine_int.h"
+#include "engine/delay_suite.h"
 #include "engine/fault_suite.h"
 #include "engine/migration_suite.h"
 
@@ -56,6 +57,7 @@ int main(void) {
     int failed = cmocka_run_group_tests_name("engine internals", internals, NULL, NULL);
     failed += engine_fault_run("engine faults: sqlite", factory);
     failed += engine_migration_run("migration, delivery sets, shadow, takeover: sqlite", factory);
+    failed += engine_delay_run("delayed events: sqlite", factory);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) failed++;

@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "engine/engine.h"
+#include "engine/delay_suite.h"
 #include "engine/fault_suite.h"
 #include "engine/migration_suite.h"
 #include "store/conformance.h"
@@ -3995,6 +3996,8 @@ int main(void) {
     /* destination migration, delivery sets, shadow mode and takeover on this store */
     failed +=
         engine_migration_run("migration, delivery sets, shadow, takeover: postgres", pg_factory);
+    /* delayed events and their cancellation on this store */
+    failed += engine_delay_run("delayed events: postgres", pg_factory);
     int64_t t2 = obx__mono_ms();
     printf("test_store_pg: conformance %lld ms, postgres-specific %lld ms\n", (long long)(t1 - t0),
            (long long)(t2 - t1));

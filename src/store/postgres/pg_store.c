@@ -234,18 +234,20 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
     "payload_schema, payload_digest, tenant, occurred_at, created_txid, correlation_id, "          \
     "causation_id, traceparent, idempotency_key, envelope_digest, dest_cluster, dest_topic, "      \
     "dest_routing_key, dest_algorithm, dest_route_gen, dest_serializer, dest_durability, "         \
-    "dest_acks, dest_digest, payload, payload_len, created_at"
+    "dest_acks, dest_digest, payload, payload_len, created_at, not_before"
 #define ENV_INS_COLS ENV_COLS_LIST ")"
 /* the producer's envelope: also who enqueued ($50), its first audit row (created_by) */
 #define ENV_INS_COLS_BY ENV_COLS_LIST ", created_by)"
-/* ENV_INS_VALS_WITH(txid, digest): the envelope's values, created_txid and envelope_digest as
- * given (ENV_INS_VALS: parameters $11 and $16; Q_ENQ_WRITE: the server's) */
-#define ENV_INS_VALS_WITH(txid, digest)                                                            \
+/* ENV_INS_VALS_WITH(txid, digest, nb): the envelope's values, created_txid and envelope_digest as
+ * given (ENV_INS_VALS: parameters $11 and $16; Q_ENQ_WRITE: the server's), not_before the
+ * statement's last parameter nb (after those the statement had before it: Q_INS_ENV $29,
+ * Q_INS_EVENT $50, Q_INS_EVENT_AUDIT $51, Q_ENQ_WRITE and Q_ENQ_TRY $54; bind_not_before) */
+#define ENV_INS_VALS_WITH(txid, digest, nb)                                                        \
     "$1::text, $2::int, $3::text, $4::text, $5::bigint, $6::text, $7::text, $8::text, $9::text, "  \
     "$10::bigint, " txid ", $12::text, $13::text, $14::text, $15::text, " digest ", $17::text, "   \
     "$18::text, $19::text, $20::text, $21::bigint, $22::text, $23::text, $24::text, $25::text, "   \
-    "$26::bytea, $27::bigint, $28::bigint"
-#define ENV_INS_VALS ENV_INS_VALS_WITH("$11::text", "$16::text")
+    "$26::bytea, $27::bigint, $28::bigint, " nb "::bigint"
+#define ENV_INS_VALS(nb) ENV_INS_VALS_WITH("$11::text", "$16::text", nb)
 #define ATT_COLS                                                                                   \
     "attempt_id, event_id, envelope_gen, attempt_gen, claim_gen, owner, dest_digest, partition, "  \
     "state, started_at, unknown_at, ended_at, offset_before, quiet_until, detail"
@@ -305,6 +307,8 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
 #define AGED_COUNT(from_where, at, extra)                                                          \
     "SELECT count(*), coalesce(min(" at "), 0) FROM " from_where extra " AND " at " <= $1::bigint"
 #define UNKNOWN_AT "(CASE WHEN unknown_since > 0 THEN unknown_since ELSE updated_at END)"
+/* a PENDING event ages from when it became due: a delayed one from its time, not its commit */
+#define PENDING_AT "greatest(committed_at, available_at)"
 #define EV_AGED(at) "event_id, " at ", seq, state"
 /* The event ID consumers see (a delivery-set slot's logical event ID): what an inbox holds. */
 #define EV_AGED_WIRE(at)                                                                           \
@@ -417,7 +421,7 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
         "RETURNING state), " STAT_INSERTED
 #define INS_EVENT_CTES                                                                             \
     INS_EVENT_CTES_WITH("WITH lk AS MATERIALIZED (SELECT " ORDER_LOCK ")", ENV_INS_COLS,           \
-                        ENV_INS_VALS, "lk")
+                        ENV_INS_VALS("$50"), "lk")
 
 #define RCPT_COLS                                                                                  \
     "event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "            \
@@ -459,9 +463,11 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
     "f AS MATERIALIZED (SELECT coalesce(nullif($11::text, ''), pg_current_xact_id()::text) AS "    \
     "txid FROM "
 #define ENQ_VALS                                                                                   \
-    ENV_INS_VALS_WITH("f.txid", "coalesce(nullif($16::text, ''), 'sha256:' || "                    \
-                                "encode(sha256($51::bytea || int4send(octet_length(f.txid)) "      \
-                                "|| convert_to(f.txid, 'UTF8') || $52::bytea), 'hex'))")
+    ENV_INS_VALS_WITH("f.txid",                                                                    \
+                      "coalesce(nullif($16::text, ''), 'sha256:' || "                              \
+                      "encode(sha256($51::bytea || int4send(octet_length(f.txid)) "                \
+                      "|| convert_to(f.txid, 'UTF8') || $52::bytea), 'hex'))",                     \
+                      "$54")
 
 static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_PUT] = "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, "
@@ -483,13 +489,13 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_GET_TXID] = "SELECT " ROUTE_COLS ", tableoid::bigint, pg_current_xact_id()::text "
                          "FROM obx.obx_route "
                          "WHERE event_type = $1::text ORDER BY gen DESC LIMIT 1",
-    [Q_INS_ENV] = "INSERT INTO obx.obx_envelope " ENV_INS_COLS " VALUES (" ENV_INS_VALS ")",
+    [Q_INS_ENV] = "INSERT INTO obx.obx_envelope " ENV_INS_COLS " VALUES (" ENV_INS_VALS("$29") ")",
     /* Q_INS_EVENT: see INS_EVENT_CTES (per order key, seq order is commit order) */
     [Q_INS_EVENT] = INS_EVENT_CTES NOTIFY_TAIL,
     /* the same, and the producer's audit row of the insert, recorded in the envelope
      * (insert_event_audit: the producer's write in one round trip; see producer_row) */
     [Q_INS_EVENT_AUDIT] = PRODUCER_CTES_WITH("WITH lk AS MATERIALIZED (SELECT " ORDER_LOCK ")",
-                                             ENV_INS_VALS, "lk") NOTIFY_TAIL,
+                                             ENV_INS_VALS("$51"), "lk") NOTIFY_TAIL,
     /* Q_INS_EVENT_AUDIT when the client has the route from an earlier enqueue (enqueue_write):
      * written only while the current route of the event type $6 is still the one the row
      * was built from, generation $21 without a delivery set, else nothing (no row: the client
@@ -699,7 +705,9 @@ static const char *const sql_text[Q_COUNT] = {
         "WHERE r.kind = 'PRIMARY' AND (e.state NOT IN ('PUBLISHED','RETAINED','PURGED') OR "
         "r.envelope_gen <> e.envelope_gen)), "
         "(SELECT count(*) FROM (SELECT 1 FROM obx.obx_receipt WHERE kind = 'PRIMARY' GROUP BY "
-        "event_id, envelope_gen HAVING count(*) > 1) x)",
+        "event_id, envelope_gen HAVING count(*) > 1) x), "
+        "(SELECT count(*) FROM obx.obx_event e WHERE e.state = 'CANCELLED' AND EXISTS (SELECT 1 "
+        "FROM obx.obx_attempt a WHERE a.event_id = e.event_id))",
     [Q_UNKNOWN_RES] = "SELECT e.published_at - min(a.unknown_at) FROM obx.obx_event e JOIN "
                       "obx.obx_attempt a ON a.event_id = e.event_id WHERE a.unknown_at > 0 AND "
                       "e.published_at > 0 GROUP BY e.event_id, e.published_at",
@@ -789,7 +797,7 @@ static const char *const sql_text[Q_COUNT] = {
                          "k(id) WHERE v.event_id = k.id AND v.payload IS NOT NULL RETURNING "
                          "v.payload_len",
     [Q_AGED_LIST + OBX__AGED_PENDING] =
-        AGED_LIST(EV_AGED("committed_at"), PENDING_W, "committed_at", "seq", NOT_TRAILING),
+        AGED_LIST(EV_AGED(PENDING_AT), PENDING_W, PENDING_AT, "seq", NOT_TRAILING),
     [Q_AGED_LIST + OBX__AGED_UNKNOWN] =
         AGED_LIST(EV_AGED(UNKNOWN_AT), UNKNOWN_W, UNKNOWN_AT, "seq", NOT_TRAILING),
     [Q_AGED_LIST + OBX__AGED_PUBLISHED] =
@@ -801,7 +809,7 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_AGED_LIST + OBX__AGED_INBOX_QUARANTINED] =
         AGED_LIST("event_id, at, quarantine_id, reason", IQUAR_W, "at", "quarantine_id",
                   " AND consumer_id = $5::text"),
-    [Q_AGED_COUNT + OBX__AGED_PENDING] = AGED_COUNT(PENDING_W, "committed_at", NOT_TRAILING),
+    [Q_AGED_COUNT + OBX__AGED_PENDING] = AGED_COUNT(PENDING_W, PENDING_AT, NOT_TRAILING),
     [Q_AGED_COUNT + OBX__AGED_UNKNOWN] = AGED_COUNT(UNKNOWN_W, UNKNOWN_AT, NOT_TRAILING),
     [Q_AGED_COUNT + OBX__AGED_PUBLISHED] = AGED_COUNT(PUBLISHED_W, "published_at", ""),
     [Q_AGED_COUNT + OBX__AGED_PARKED] = AGED_COUNT(PARKED_W, "updated_at", ""),
@@ -2317,6 +2325,7 @@ static obx_err pg_insert_envelope(obx__store *base, const obx__event_row *r, con
     params p;
     p_init(&p);
     bind_envelope(&p, r, payload, len);
+    p_int(&p, r->env.not_before); /* $29 */
     return run(s, Q_INS_ENV, &p, PGRES_COMMAND_OK, NULL, "insert envelope");
 }
 
@@ -2356,6 +2365,7 @@ static obx_err pg_insert_event(obx__store *base, const obx__event_row *r, const 
     params p;
     p_init(&p);
     bind_event(&p, ok, r, payload, len);
+    p_int(&p, r->env.not_before); /* $50 */
     return run(s, Q_INS_EVENT, &p, PGRES_TUPLES_OK, NULL, "insert event");
 }
 
@@ -2388,7 +2398,8 @@ static obx_err pg_insert_event_audit(obx__store *base, const obx__event_row *r, 
     params p;
     p_init(&p);
     bind_event(&p, ok, r, payload, len);
-    p_text(&p, a->who); /* $50 */
+    p_text(&p, a->who);           /* $50 */
+    p_int(&p, r->env.not_before); /* $51 */
     return run(s, Q_INS_EVENT_AUDIT, &p, PGRES_TUPLES_OK, NULL, "insert event");
 }
 
@@ -2540,6 +2551,7 @@ static obx_err pg_enqueue_write(obx__store *base, const obx__event_row *r, const
     p_bytes(&p, head.data, head.len); /* $51 */
     p_bytes(&p, tail.data, tail.len); /* $52 */
     p_int(&p, r->route_rel);          /* $53 */
+    p_int(&p, r->env.not_before);     /* $54 */
     if (head.oom || tail.oom) e = obx__fail(OBX_ENOMEM, "enqueue: out of memory");
     bool busy = true; /* the savepoint pipeline: unless enqueue_try wrote or the route changed */
     if (!e && !(e = p_ready(s, &p, Q_ENQ_WRITE, "enqueue")) && !(e = ready(s, "enqueue")) &&
@@ -3487,6 +3499,7 @@ static obx_err pg_invariants(obx__store *base, obx__store_invariants *out) {
         out->published_without_primary = gi(r, 0, 0);
         out->primary_not_published = gi(r, 0, 1);
         out->multi_primary = gi(r, 0, 2);
+        out->cancelled_with_attempt = gi(r, 0, 3);
     }
     PQclear(r);
     return OBX_OK;

@@ -162,6 +162,7 @@ CREATE TABLE obx.obx_envelope (
     payload_len       BIGINT NOT NULL,
     created_at        BIGINT NOT NULL,
     created_by        TEXT,
+    not_before        BIGINT NOT NULL DEFAULT 0, -- a delayed event's time (ms); 0 = none
     PRIMARY KEY (event_id, envelope_gen)
 );
 
@@ -207,11 +208,11 @@ BEGIN
     IF NOT FOUND OR (g1.aggregate_type, g1.aggregate_id, g1.aggregate_version, g1.event_type,
                      g1.payload_schema, g1.payload_digest, g1.tenant, g1.occurred_at,
                      g1.correlation_id, g1.causation_id, g1.traceparent, g1.idempotency_key,
-                     g1.payload_len)
+                     g1.payload_len, g1.not_before)
         IS DISTINCT FROM (NEW.aggregate_type, NEW.aggregate_id, NEW.aggregate_version,
                           NEW.event_type, NEW.payload_schema, NEW.payload_digest, NEW.tenant,
                           NEW.occurred_at, NEW.correlation_id, NEW.causation_id, NEW.traceparent,
-                          NEW.idempotency_key, NEW.payload_len)
+                          NEW.idempotency_key, NEW.payload_len, NEW.not_before)
        OR (g1.payload IS NOT NULL AND NEW.payload IS DISTINCT FROM g1.payload) THEN
         RAISE EXCEPTION USING ERRCODE = 'OB001', MESSAGE =
             'obx: a new envelope generation keeps the envelope of generation 1 (only the destination may change)';
@@ -233,7 +234,7 @@ CREATE TRIGGER obx_envelope_no_truncate BEFORE TRUNCATE ON obx.obx_envelope
 -- enqueue). A state outside the list is refused by everyone, the owner included (SQLSTATE 22P02,
 -- `invalid input value for enum obx.event_state`).
 CREATE TYPE obx.event_state AS ENUM ('PENDING', 'CLAIMED', 'SENDING', 'PUBLISHED', 'RETAINED',
-    'PURGED', 'DISPATCH_UNKNOWN', 'RECONCILING', 'RETRY_CLAIMED', 'PARKED');
+    'PURGED', 'DISPATCH_UNKNOWN', 'RECONCILING', 'RETRY_CLAIMED', 'PARKED', 'CANCELLED');
 
 -- Protocol state of each event (current envelope generation).
 -- seq is the per-key order: obx takes an advisory lock on the order key's bucket before drawing
@@ -666,7 +667,8 @@ BEGIN
         SELECT d.key, sum(d.n)::bigint FROM obx.obx_stat_delta d GROUP BY d.key
         UNION ALL
         SELECT 'oldest_pending', coalesce(min(e.committed_at), 0) FROM obx.obx_event e
-         WHERE e.state IN ('PENDING', 'CLAIMED')
+         WHERE e.state IN ('PENDING', 'CLAIMED') -- not a delayed event waiting (shared.h)
+           AND NOT (e.state = 'PENDING' AND e.attempt_gen = 0 AND e.available_at > e.committed_at)
         UNION ALL
         SELECT 'oldest_unknown', coalesce(min(e.unknown_since), 0) FROM obx.obx_event e
          WHERE e.state IN ('DISPATCH_UNKNOWN', 'RECONCILING', 'RETRY_CLAIMED') AND e.unknown_since > 0

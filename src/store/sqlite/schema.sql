@@ -113,6 +113,7 @@ CREATE TABLE obx_envelope (
     payload           BLOB,            -- NULL only after purge (tombstone keeps the digests)
     payload_len       INTEGER NOT NULL,
     created_at        INTEGER NOT NULL,
+    not_before        INTEGER NOT NULL DEFAULT 0, -- a delayed event's time (ms); 0 = none
     PRIMARY KEY (event_id, envelope_gen)
 );
 
@@ -130,7 +131,7 @@ WHEN NEW.event_id IS NOT OLD.event_id OR NEW.envelope_gen IS NOT OLD.envelope_ge
   OR NEW.dest_route_gen IS NOT OLD.dest_route_gen OR NEW.dest_serializer IS NOT OLD.dest_serializer
   OR NEW.dest_durability IS NOT OLD.dest_durability OR NEW.dest_acks IS NOT OLD.dest_acks
   OR NEW.dest_digest IS NOT OLD.dest_digest OR NEW.payload_len IS NOT OLD.payload_len
-  OR NEW.created_at IS NOT OLD.created_at
+  OR NEW.created_at IS NOT OLD.created_at OR NEW.not_before IS NOT OLD.not_before
   OR (NEW.payload IS NOT OLD.payload AND NEW.payload IS NOT NULL)
 BEGIN
     SELECT RAISE(ABORT, 'obx: the frozen envelope and destination cannot change (only a purge may drop the payload)');
@@ -154,7 +155,7 @@ CREATE TABLE obx_event (
     state              TEXT NOT NULL CHECK (state = 'PENDING' OR state = 'CLAIMED'
                         OR state = 'SENDING' OR state = 'PUBLISHED' OR state = 'RETAINED'
                         OR state = 'PURGED' OR state = 'DISPATCH_UNKNOWN' OR state = 'RECONCILING'
-                        OR state = 'RETRY_CLAIMED' OR state = 'PARKED'),
+                        OR state = 'RETRY_CLAIMED' OR state = 'PARKED' OR state = 'CANCELLED'),
     claim_gen          INTEGER NOT NULL,
     owner              TEXT NOT NULL,
     lease_until        INTEGER NOT NULL,
@@ -180,7 +181,7 @@ CREATE UNIQUE INDEX obx_event_idem ON obx_event (tenant, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX obx_event_claimable ON obx_event (seq) WHERE state IN ('PENDING', 'CLAIMED');
 CREATE INDEX obx_event_unpublished ON obx_event (order_key, seq)
-    WHERE state <> 'PUBLISHED' AND state <> 'RETAINED' AND state <> 'PURGED';
+    WHERE state <> 'PUBLISHED' AND state <> 'RETAINED' AND state <> 'PURGED' AND state <> 'CANCELLED';
 CREATE INDEX obx_event_inflight ON obx_event (state, lease_until)
     WHERE state = 'SENDING' OR state = 'DISPATCH_UNKNOWN' OR state = 'RECONCILING'
        OR state = 'RETRY_CLAIMED';

@@ -142,8 +142,13 @@ typedef struct sq_store {
 /* "p is not yet published", written as the predicate of obx_event_unpublished term for term (the
  * planner uses a partial index only when the query repeats its predicate; an IN list of seven
  * states would also build an ephemeral table on every execution) */
-#define P_UNPUBLISHED "p.state <> 'PUBLISHED' AND p.state <> 'RETAINED' AND p.state <> 'PURGED'"
-#define E_UNPUBLISHED "e.state <> 'PUBLISHED' AND e.state <> 'RETAINED' AND e.state <> 'PURGED'"
+/* not yet published and not final (CANCELLED never will be): obx_event_unpublished's predicate */
+#define P_UNPUBLISHED                                                                              \
+    "p.state <> 'PUBLISHED' AND p.state <> 'RETAINED' AND p.state <> 'PURGED' AND "                \
+    "p.state <> 'CANCELLED'"
+#define E_UNPUBLISHED                                                                              \
+    "e.state <> 'PUBLISHED' AND e.state <> 'RETAINED' AND e.state <> 'PURGED' AND "                \
+    "e.state <> 'CANCELLED'"
 
 #define RCPT_COLS                                                                                  \
     "event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "            \
@@ -167,7 +172,8 @@ static const char *const sql_text[Q_COUNT] = {
         "created_txid, correlation_id, causation_id, traceparent, idempotency_key, "
         "envelope_digest, dest_cluster, dest_topic, dest_routing_key, dest_algorithm, "
         "dest_route_gen, dest_serializer, dest_durability, dest_acks, dest_digest, payload, "
-        "payload_len, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        "payload_len, created_at, not_before) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [Q_INS_EVENT] =
         "INSERT INTO obx_event (event_id, tenant, idempotency_key, event_type, correlation_id, "
         "order_key, envelope_gen, state, claim_gen, owner, lease_until, attempt_gen, attempt_id, "
@@ -271,7 +277,8 @@ static const char *const sql_text[Q_COUNT] = {
                 "'any' AND s.delivered_one)",
     [Q_STATS_STATE] = "SELECT state, count(*) FROM obx_event GROUP BY state",
     [Q_STATS_OLDEST] =
-        "SELECT (SELECT min(committed_at) FROM obx_event WHERE state IN ('PENDING','CLAIMED')), "
+        "SELECT (SELECT min(committed_at) FROM obx_event WHERE state IN ('PENDING','CLAIMED') "
+        "AND NOT " OBX__DELAYED_WAITING "), "
         "(SELECT min(unknown_since) FROM obx_event WHERE state IN ('DISPATCH_UNKNOWN', "
         "'RECONCILING','RETRY_CLAIMED') AND unknown_since > 0), "
         "(SELECT count(*) FROM obx_event WHERE held_at > 0), "
@@ -287,7 +294,9 @@ static const char *const sql_text[Q_COUNT] = {
         "r.kind = 'PRIMARY' AND (e.state NOT IN ('PUBLISHED','RETAINED','PURGED') OR "
         "r.envelope_gen <> e.envelope_gen)), "
         "(SELECT count(*) FROM (SELECT 1 FROM obx_receipt WHERE kind = 'PRIMARY' GROUP BY "
-        "event_id, envelope_gen HAVING count(*) > 1))",
+        "event_id, envelope_gen HAVING count(*) > 1)), "
+        "(SELECT count(*) FROM obx_event e WHERE e.state = 'CANCELLED' AND EXISTS (SELECT 1 FROM "
+        "obx_attempt a WHERE a.event_id = e.event_id))",
     [Q_UNKNOWN_RES] = "SELECT e.published_at - min(a.unknown_at) FROM obx_event e JOIN "
                       "obx_attempt a ON a.event_id = e.event_id WHERE a.unknown_at > 0 AND "
                       "e.published_at > 0 GROUP BY e.event_id",
@@ -365,6 +374,8 @@ static const char *const sql_text[Q_COUNT] = {
 #define AGED_COUNT(from_where, at)                                                                 \
     "SELECT count(*), min(" at ") FROM " from_where " AND " at " <= ?1"
 #define UNKNOWN_AT "(CASE WHEN unknown_since > 0 THEN unknown_since ELSE updated_at END)"
+/* a PENDING event ages from when it became due: a delayed one from its time, not its commit */
+#define PENDING_AT "max(committed_at, available_at)"
 #define EV_AGED(at) "event_id, " at ", seq, state"
 /* as pg_store.c's: the event ID consumers see, and no trailing slot of a delivered any-set */
 #define EV_AGED_WIRE(at)                                                                           \
@@ -383,7 +394,7 @@ static const char *const sql_text[Q_COUNT] = {
 #define QUAR_W "obx_receipt WHERE kind = 'QUARANTINED'"
 #define IQUAR_W "obx_inbox_quarantine WHERE consumer_id = ?5"
     [Q_AGED_LIST + OBX__AGED_PENDING] =
-        AGED_LIST(EV_AGED("committed_at"), PENDING_W, "committed_at", "seq"),
+        AGED_LIST(EV_AGED(PENDING_AT), PENDING_W, PENDING_AT, "seq"),
     [Q_AGED_LIST + OBX__AGED_UNKNOWN] =
         AGED_LIST(EV_AGED(UNKNOWN_AT), UNKNOWN_W, UNKNOWN_AT, "seq"),
     [Q_AGED_LIST + OBX__AGED_PUBLISHED] =
@@ -394,7 +405,7 @@ static const char *const sql_text[Q_COUNT] = {
         AGED_LIST("event_id, created_at, receipt_id, reason", QUAR_W, "created_at", "receipt_id"),
     [Q_AGED_LIST + OBX__AGED_INBOX_QUARANTINED] =
         AGED_LIST("event_id, at, quarantine_id, reason", IQUAR_W, "at", "quarantine_id"),
-    [Q_AGED_COUNT + OBX__AGED_PENDING] = AGED_COUNT(PENDING_W, "committed_at"),
+    [Q_AGED_COUNT + OBX__AGED_PENDING] = AGED_COUNT(PENDING_W, PENDING_AT),
     [Q_AGED_COUNT + OBX__AGED_UNKNOWN] = AGED_COUNT(UNKNOWN_W, UNKNOWN_AT),
     [Q_AGED_COUNT + OBX__AGED_PUBLISHED] = AGED_COUNT(PUBLISHED_W, "published_at"),
     [Q_AGED_COUNT + OBX__AGED_PARKED] = AGED_COUNT(PARKED_W, "updated_at"),
@@ -403,6 +414,7 @@ static const char *const sql_text[Q_COUNT] = {
 #undef AGED_LIST
 #undef AGED_COUNT
 #undef UNKNOWN_AT
+#undef PENDING_AT
 #undef EV_AGED
 #undef PENDING_W
 #undef UNKNOWN_W
@@ -946,6 +958,7 @@ static obx_err sq_insert_envelope(obx__store *base, const obx__event_row *r, con
     sqlite3_bind_blob(st, 26, payload ? payload : "", (int)len, SQLITE_STATIC);
     bi(st, 27, (int64_t)len);
     bi(st, 28, r->committed_at);
+    bi(st, 29, v->not_before);
     return step_done(s, st, "insert envelope");
 }
 
@@ -1593,6 +1606,7 @@ static obx_err sq_invariants(obx__store *base, obx__store_invariants *out) {
         out->published_without_primary = ci(st, 0);
         out->primary_not_published = ci(st, 1);
         out->multi_primary = ci(st, 2);
+        out->cancelled_with_attempt = ci(st, 3);
     }
     sqlite3_reset(st);
     return rc == SQLITE_ROW ? OBX_OK : map_rc(s, rc, "invariants");
