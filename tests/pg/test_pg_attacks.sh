@@ -88,7 +88,7 @@ own=$(run ${P}_p1 "$db" "$ENQ, 'o-1', 1, 'tenant-a', '\\x7b7d')")
 [[ $own == evt-* ]] || bad "producer 1 cannot enqueue: $own"
 
 # ---- producer ----
-SIG="obx._enqueue_sql(text, text, text, bigint, text, bytea, text, text, text, text, text, timestamptz)"
+SIG="obx._enqueue_sql(text, text, text, bigint, text, bytea, text, text, text, text, text, timestamptz, timestamptz)"
 refused ${P}_p1 42501 "replace obx._enqueue_sql" \
   "CREATE OR REPLACE FUNCTION $SIG RETURNS text LANGUAGE sql AS \$\$ SELECT 'x' \$\$"
 out=$(psql "$(as ${P}_p1 "$db")" -XAtq 2>&1 <<'SQL'

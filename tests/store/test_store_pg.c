@@ -1107,7 +1107,8 @@ static void sql_enqueue_matches_c(fx *f, const char *fn, const char *key, int pl
     PQclear(r);
     assert_int_equal(qint(f->conn, "SELECT coalesce(pg_stat_get_xact_function_calls('"
                                    "obx._enqueue_sql(text, text, text, bigint, text, bytea, text, "
-                                   "text, text, text, text, timestamptz)'::regprocedure), 0)"),
+                                   "text, text, text, text, timestamptz, timestamptz)'"
+                                   "::regprocedure), 0)"),
                      plsql);
     exec_ok(f->conn, "COMMIT");
     int64_t t1 = obx__wall_ms();
@@ -1200,6 +1201,82 @@ static void test_sql_enqueue_key_matches_c(void **state) {
 static void test_sql_body_matches_c(void **state) {
     sql_enqueue_matches_c(*state, "obx._enqueue_sql", NULL, 1);
 }
+
+/* obx.enqueue(..., not_before => ...) agrees with obx_enqueue()'s not_before_ms, through
+ * fn (the door, whose body is C where the server has obx_pg, or the PL/pgSQL body itself):
+ * the frozen not_before and available_at, the envelope digest the C code computes (covering
+ * not_before), none without it; a time over the maximum delay refused naming not_before_ms,
+ * nothing written; delivery-set slots keep the delay. */
+static int64_t route_topic(const char *url, const char *topic, obx_route_target *t, size_t n);
+static void sql_enqueue_delay(fx *f, const char *fn, int plsql) {
+    route_topic(f->url, "orders", NULL, 0);
+    char sql[512], id[3][64];
+    int64_t at = obx__wall_ms() + 3000;
+    exec_ok(f->conn, "BEGIN");
+    exec_ok(f->conn, "SET LOCAL track_functions = 'pl'");
+    for (int i = 0; i < 3; i++) {
+        if (i == 2) { /* a delivery set: obx._enqueue_sql() writes its slots */
+            exec_ok(f->conn, "COMMIT");
+            obx_route_target t = {.cluster = "local", .topic = "orders-copy"};
+            route_topic(f->url, "orders", &t, 1);
+        }
+        snprintf(sql, sizeof sql,
+                 "SELECT %s('order.created.v2', 'order', 'o-%d', 1, 'tenant-7', '\\x7b7d', "
+                 "not_before => %s)",
+                 fn, i, i == 1 ? "NULL" : "'epoch'::timestamptz + $1::bigint * interval '1 ms'");
+        char atv[32];
+        snprintf(atv, sizeof atv, "%lld", (long long)at);
+        const char *p[1] = {atv};
+        PGresult *r = PQexecParams(f->conn, sql, i == 1 ? 0 : 1, NULL, p, NULL, NULL, 0);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) fail_msg("%s", PQerrorMessage(f->conn));
+        snprintf(id[i], 64, "%s", PQgetvalue(r, 0, 0));
+        PQclear(r);
+        if (i == 1) /* the C body wrote both without handing them to the PL/pgSQL one */
+            assert_int_equal(qint(f->conn, "SELECT coalesce(pg_stat_get_xact_function_calls('"
+                                           "obx._enqueue_sql(text, text, text, bigint, text, "
+                                           "bytea, text, text, text, text, text, timestamptz, "
+                                           "timestamptz)'::regprocedure), 0)"),
+                             plsql ? 2 : 0);
+    }
+    for (int i = 0; i < 3; i++) {
+        obx__rows rows = {0};
+        const char *ids[1] = {id[i]};
+        OK(obx__st_load_events(f->s, ids, 1, 0, &rows));
+        assert_int_equal(rows.n, 1);
+        obx__event_row *e = &rows.v[0];
+        char d[OBX_DIGEST_LEN + 1];
+        OK(obx__envelope_digest(&e->env, d));
+        assert_string_equal(e->envelope_digest, d);
+        assert_int_equal(e->env.not_before, i == 1 ? 0 : at);
+        assert_int_equal(e->available_at, i == 1 ? e->committed_at : at);
+        obx__rows_free(&rows);
+    }
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event e JOIN "
+                                   "obx.obx_delivery_target t ON t.slot_id = e.event_id "
+                                   "JOIN obx.obx_envelope v ON v.event_id = e.event_id "
+                                   "WHERE t.target_no = 2 AND e.available_at = v.not_before "
+                                   "AND v.not_before > 0"),
+                     1);
+    int64_t before = qint(f->conn, "SELECT count(*) FROM obx.obx_event");
+    snprintf(sql, sizeof sql,
+             "SELECT %s('order.created.v2', 'order', 'o-9', 1, 'tenant-7', '\\x7b7d', "
+             "not_before => now() + interval '367 days')",
+             fn);
+    PGresult *r = PQexec(f->conn, sql);
+    assert_int_equal(PQresultStatus(r), PGRES_FATAL_ERROR);
+    assert_non_null(strstr(PQerrorMessage(f->conn), "not_before_ms"));
+    assert_non_null(strstr(PQerrorMessage(f->conn), "maximum delay"));
+    PQclear(r);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), before);
+}
+
+static void test_sql_enqueue_delay(void **state) {
+    fx *f = *state;
+    assert_enqueue_impl(f->conn, "c");
+    sql_enqueue_delay(f, "obx.enqueue", 0);
+}
+
+static void test_sql_body_delay(void **state) { sql_enqueue_delay(*state, "obx._enqueue_sql", 1); }
 
 /* obx.enqueue() of one order.created.v2 event without a key on c; its ID into id */
 static void sql_enqueue_id(PGconn *c, const char *aggregate_id, char id[64]) {
@@ -1297,7 +1374,7 @@ static void test_sql_enqueue_route_changes(void **state) {
 
 #define ENQ_SIG                                                                                    \
     "obx.enqueue(text, text, text, bigint, text, bytea, text, text, text, text, text, "            \
-    "timestamptz)"
+    "timestamptz, timestamptz)"
 
 /* A role named f->db + suffix (into role) that owns obx.enqueue() and may run init's choice of
  * its body, but may neither create nor alter the obx_pg extension. */
@@ -1373,7 +1450,7 @@ static void test_extension_versions(void **state) {
     exec_ok(f->conn, "UPDATE pg_extension SET extversion = '0' WHERE extname = 'obx_pg'");
     exec_ok(f->conn, "UPDATE pg_proc SET probin = '$libdir/obx_pg_v0_gone' WHERE oid = "
                      "'obx._enqueue_c(text, text, text, bigint, text, bytea, text, text, text, "
-                     "text, text, timestamptz)'::regprocedure");
+                     "text, text, timestamptz, timestamptz)'::regprocedure");
     exec_ok(f->conn, "SELECT obx._point_enqueue(true)");
     /* an init by a user who may not update the extension: the PL/pgSQL body, version 0 left */
     char role[96];
@@ -3961,6 +4038,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sql_enqueue_matches_c, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sql_enqueue_key_matches_c, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sql_body_matches_c, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sql_enqueue_delay, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sql_body_delay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_without_extension, setup, teardown),
         cmocka_unit_test_setup_teardown(test_extension_versions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sql_enqueue_route_changes, setup, teardown),

@@ -241,7 +241,7 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
 /* ENV_INS_VALS_WITH(txid, digest, nb): the envelope's values, created_txid and envelope_digest as
  * given (ENV_INS_VALS: parameters $11 and $16; Q_ENQ_WRITE: the server's), not_before the
  * statement's last parameter nb (after those the statement had before it: Q_INS_ENV $29,
- * Q_INS_EVENT $50, Q_INS_EVENT_AUDIT $51, Q_ENQ_WRITE and Q_ENQ_TRY $54; bind_not_before) */
+ * Q_INS_EVENT $50, Q_INS_EVENT_AUDIT $51, Q_ENQ_WRITE and Q_ENQ_TRY $54: bound last) */
 #define ENV_INS_VALS_WITH(txid, digest, nb)                                                        \
     "$1::text, $2::int, $3::text, $4::text, $5::bigint, $6::text, $7::text, $8::text, $9::text, "  \
     "$10::bigint, " txid ", $12::text, $13::text, $14::text, $15::text, " digest ", $17::text, "   \
@@ -1901,7 +1901,7 @@ static obx_err enqueue_impl(pg_store *s) {
                           "SELECT " EXT_COLS ", p.prosrc LIKE '%obx._enqueue_c(%', "
                           "pg_has_role(p.proowner, 'MEMBER') FROM pg_proc p WHERE p.oid = "
                           "'obx.enqueue(text, text, text, bigint, text, bytea, text, text, text, "
-                          "text, text, timestamptz)'::regprocedure",
+                          "text, text, timestamptz, timestamptz)'::regprocedure",
                           "enqueue body", &x, &r);
     if (e) return e;
     bool have = x.have != NULL, same = have && !strcmp(x.have, x.ver), uses_c = gb(r, 0, 2),

@@ -941,7 +941,7 @@ BEGIN
             primary_attempt_id, published_at, committed_at, updated_at, max_attempts,
             blind_retry, unordered, alias, dest_cluster)
         VALUES (mid, ev.tenant, NULL, ev.event_type, ev.correlation_id, okey, 1, 'PENDING', 0,
-            '', 0, 0, '', -1, 0, now_ms, 0, 0, '', 0, now_ms, now_ms, ev.max_attempts,
+            '', 0, 0, '', -1, 0, ev.available_at, 0, 0, '', 0, now_ms, now_ms, ev.max_attempts,
             ev.blind_retry, ev.unordered, ev.alias, t.cluster);
         INSERT INTO obx.obx_stat_delta (key, n) VALUES ('state:PENDING', 1);
         INSERT INTO obx.obx_envelope (event_id, envelope_gen, aggregate_type, aggregate_id,
@@ -949,13 +949,13 @@ BEGIN
             created_txid, correlation_id, causation_id, traceparent, idempotency_key,
             envelope_digest, dest_cluster, dest_topic, dest_routing_key, dest_algorithm,
             dest_route_gen, dest_serializer, dest_durability, dest_acks, dest_digest, payload,
-            payload_len, created_at)
+            payload_len, created_at, not_before)
         VALUES (mid, 1, env.aggregate_type, env.aggregate_id, env.aggregate_version,
             env.event_type, env.payload_schema, env.payload_digest, env.tenant, env.occurred_at,
             env.created_txid, env.correlation_id, env.causation_id, env.traceparent,
             env.idempotency_key, env.envelope_digest, t.cluster, t.topic, rk, t.algorithm,
             rs.route_gen, t.serializer, t.durability, t.required_acks, ddigest, env.payload,
-            env.payload_len, now_ms);
+            env.payload_len, now_ms, env.not_before);
         INSERT INTO obx.obx_delivery_target (slot_id, event_id, target_no, origin, created_at)
         VALUES (mid, id, t.target_no, 'enqueue', now_ms);
         INSERT INTO obx.obx_audit (at, actor, who, event_id, envelope_gen, from_state, to_state,
@@ -1026,7 +1026,8 @@ CREATE FUNCTION obx._enqueue_sql(event_type text, aggregate_type text, aggregate
                             payload_schema text DEFAULT NULL, correlation_id text DEFAULT NULL,
                             causation_id text DEFAULT NULL, traceparent text DEFAULT NULL,
                             idempotency_key text DEFAULT NULL,
-                            occurred_at timestamptz DEFAULT NULL)
+                            occurred_at timestamptz DEFAULT NULL,
+                            not_before timestamptz DEFAULT NULL)
 RETURNS text LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -1042,6 +1043,8 @@ DECLARE
     p_trace text := coalesce(traceparent, '');
     p_key text := coalesce(idempotency_key, '');
     p_occurred timestamptz := occurred_at;
+    p_nb timestamptz := not_before;
+    nb_ms bigint := 0; -- a delayed event's time (obx_event.not_before_ms): 0 = no delay
     limit_bytes bigint := coalesce((SELECT m.value FROM obx.obx_meta m WHERE m.key = 'payload_limit')::bigint, 1048576);
     now_ms bigint := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
     occ_ms bigint;
@@ -1083,6 +1086,17 @@ BEGIN
     IF occ_ms < 0 OR occ_ms >= (1::bigint << 48) THEN
         RAISE EXCEPTION USING ERRCODE = 'OB002',
             MESSAGE = format('occurred_at: %s ms outside 0..2^48', occ_ms);
+    END IF;
+    IF p_nb IS NOT NULL THEN
+        nb_ms := floor(extract(epoch FROM p_nb) * 1000)::bigint;
+        IF nb_ms < 0 OR nb_ms >= (1::bigint << 48) THEN
+            RAISE EXCEPTION USING ERRCODE = 'OB002',
+                MESSAGE = format('not_before_ms: %s outside 0..2^48', nb_ms);
+        END IF;
+        IF nb_ms - now_ms > 31622400000 THEN -- OBX_DELAY_MAX_MS
+            RAISE EXCEPTION USING ERRCODE = 'OB003',
+                MESSAGE = format('not_before_ms: %s ms after now, over the maximum delay of 31622400000 ms (366 days)', nb_ms - now_ms);
+        END IF;
     END IF;
     IF p_schema IS NOT NULL AND NOT (octet_length(p_schema) = 71
                                      AND p_schema COLLATE "C" ~ '^sha256:[0-9a-f]+$') THEN
@@ -1165,8 +1179,8 @@ BEGIN
             primary_attempt_id, published_at, committed_at, updated_at, max_attempts,
             blind_retry, unordered, alias, dest_cluster)
         SELECT id, p_tenant, nullif(p_key, ''), p_type, p_corr, okey, 1, 'PENDING', 0, '', 0, 0,
-            '', -1, 0, now_ms, 0, 0, '', 0, now_ms, now_ms, rt.max_attempts, rt.blind_retry,
-            rt.unordered, rt.alias, rt.cluster FROM f
+            '', -1, 0, greatest(now_ms, nb_ms), 0, 0, '', 0, now_ms, now_ms, rt.max_attempts,
+            rt.blind_retry, rt.unordered, rt.alias, rt.cluster FROM f
         ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING event_id),
     env AS (
@@ -1175,7 +1189,7 @@ BEGIN
             created_txid, correlation_id, causation_id, traceparent, idempotency_key,
             envelope_digest, dest_cluster, dest_topic, dest_routing_key, dest_algorithm,
             dest_route_gen, dest_serializer, dest_durability, dest_acks, dest_digest, payload,
-            payload_len, created_at, created_by)
+            payload_len, created_at, created_by, not_before)
         SELECT ev.event_id, 1, p_atype, p_aid, p_aver, p_type, f.sch, f.pd, p_tenant, occ_ms,
             f.txid, p_corr, p_cause, p_trace, p_key,
             'sha256:' || encode(sha256(decode('000000156f62782e6f7574626f78456e76656c6f70652e7631', 'hex')
@@ -1193,7 +1207,10 @@ BEGIN
                 || int4send(octet_length(p_corr)) || convert_to(p_corr, 'UTF8')
                 || int4send(octet_length(p_cause)) || convert_to(p_cause, 'UTF8')
                 || int4send(octet_length(p_trace)) || convert_to(p_trace, 'UTF8')
-                || int4send(octet_length(p_key)) || convert_to(p_key, 'UTF8')), 'hex'),
+                || int4send(octet_length(p_key)) || convert_to(p_key, 'UTF8')
+                -- not_before: a trailing field only when set (canonical-encoding.md)
+                || CASE WHEN nb_ms <> 0 THEN int4send(octet_length(nb_ms::text))
+                        || convert_to(nb_ms::text, 'UTF8') ELSE ''::bytea END), 'hex'),
             rt.cluster, rt.topic, rk, rt.algorithm, rt.gen, rt.serializer, rt.durability,
             rt.required_acks,
             'sha256:' || encode(sha256(decode('000000126f62782e64657374696e6174696f6e2e7631', 'hex')
@@ -1205,7 +1222,7 @@ BEGIN
                 || int4send(octet_length(rt.serializer)) || convert_to(rt.serializer, 'UTF8')
                 || int4send(octet_length(rt.durability)) || convert_to(rt.durability, 'UTF8')
                 || int4send(octet_length(rt.required_acks)) || convert_to(rt.required_acks, 'UTF8')), 'hex'),
-            p_payload, octet_length(p_payload), now_ms, session_user::text
+            p_payload, octet_length(p_payload), now_ms, session_user::text, nb_ms
           FROM ev, f),
     st AS (INSERT INTO obx.obx_stat_delta (key, n) SELECT 'state:PENDING', 1 FROM ev)
     SELECT ev.event_id,
@@ -1246,13 +1263,14 @@ CREATE OR REPLACE FUNCTION obx.enqueue(event_type text, aggregate_type text, agg
                             payload_schema text DEFAULT NULL, correlation_id text DEFAULT NULL,
                             causation_id text DEFAULT NULL, traceparent text DEFAULT NULL,
                             idempotency_key text DEFAULT NULL,
-                            occurred_at timestamptz DEFAULT NULL)
+                            occurred_at timestamptz DEFAULT NULL,
+                            not_before timestamptz DEFAULT NULL)
 RETURNS text LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $b$
 BEGIN
     RETURN obx.%s(event_type, aggregate_type, aggregate_id, aggregate_version, tenant, payload,
                   payload_schema, correlation_id, causation_id, traceparent, idempotency_key,
-                  occurred_at);
+                  occurred_at, not_before);
 END $b$$w$, CASE WHEN c THEN '_enqueue_c' ELSE '_enqueue_sql' END);
 END $f$;
 
@@ -1894,7 +1912,7 @@ BEGIN
         obx.envelope_digest(text, integer, text, text, bigint, text, text, text, text, bigint, text, text, text, text, text)
         TO %I, %I, %I', p, r, a);
 
-    EXECUTE format('GRANT EXECUTE ON FUNCTION obx.enqueue(text, text, text, bigint, text, bytea, text, text, text, text, text, timestamptz) TO %I', p);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION obx.enqueue(text, text, text, bigint, text, bytea, text, text, text, text, text, timestamptz, timestamptz) TO %I', p);
     EXECUTE format('GRANT SELECT ON obx.producer_events TO %I', p);
 
     EXECUTE format('GRANT SELECT ON obx.obx_route, obx.obx_envelope, obx.obx_event, obx.obx_attempt,

@@ -62,6 +62,8 @@ enum {
     A_TRACE,
     A_KEY,
     A_OCCURRED,
+    A_NOT_BEFORE, /* a delayed event's time (obx_event.not_before_ms); absent in a caller
+                     declared with the twelve arguments before it (PG_NARGS) */
     A_COUNT
 };
 
@@ -102,28 +104,29 @@ static const char write_sql[] =
     "occurred_at, created_txid, correlation_id, causation_id, traceparent, idempotency_key, "
     "envelope_digest, dest_cluster, dest_topic, dest_routing_key, dest_algorithm, dest_route_gen, "
     "dest_serializer, dest_durability, dest_acks, dest_digest, payload, payload_len, created_at, "
-    "created_by) SELECT $1, 1, $12, $13, $14, $3, $15, $16, $2, $17, $18, $4, $19, $20, '', "
-    "$21, $11, $22, $23, $24, $25, $26, $27, $28, $29, $30, octet_length($30), $6, $31 FROM lk "
-    "RETURNING event_id), "
+    "created_by, not_before) SELECT $1, 1, $12, $13, $14, $3, $15, $16, $2, $17, $18, $4, $19, "
+    "$20, '', $21, $11, $22, $23, $24, $25, $26, $27, $28, $29, $30, octet_length($30), $6, $31, "
+    "$33 FROM lk RETURNING event_id), "
     "ev AS (INSERT INTO obx.obx_event (event_id, tenant, idempotency_key, event_type, "
     "correlation_id, order_key, envelope_gen, state, claim_gen, owner, lease_until, attempt_gen, "
     "attempt_id, pinned_partition, rejections, available_at, next_check_at, unknown_since, "
     "primary_attempt_id, published_at, committed_at, updated_at, max_attempts, blind_retry, "
     "unordered, alias, dest_cluster) SELECT env.event_id, $2, NULL, $3, $4, $5, 1, 'PENDING', 0, "
-    "'', 0, 0, '', -1, 0, $6, 0, 0, '', 0, $6, $6, $7, $8, $9, $10, $11 FROM env "
+    "'', 0, 0, '', -1, 0, greatest($6, $33), 0, 0, '', 0, $6, $6, $7, $8, $9, $10, $11 FROM env "
     "RETURNING state) "
     "INSERT INTO obx.obx_stat_delta (key, n) SELECT 'state:' || state, 1 FROM ev";
 static const Oid write_types[] = {TEXTOID, TEXTOID,  TEXTOID, TEXTOID, TEXTOID, INT8OID, INT4OID,
                                   BOOLOID, BOOLOID,  TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT8OID,
                                   TEXTOID, TEXTOID,  INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID,
                                   TEXTOID, TEXTOID,  TEXTOID, INT8OID, TEXTOID, TEXTOID, TEXTOID,
-                                  TEXTOID, BYTEAOID, TEXTOID, BOOLOID};
+                                  TEXTOID, BYTEAOID, TEXTOID, BOOLOID, INT8OID};
 #define WRITE_NARGS ((int)(sizeof write_types / sizeof write_types[0]))
 
 static const char sql_sql[] = "SELECT obx._enqueue_sql($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, "
-                              "$11, $12)";
-static const Oid sql_types[A_COUNT] = {TEXTOID, TEXTOID, TEXTOID, INT8OID, TEXTOID, BYTEAOID,
-                                       TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
+                              "$11, $12, $13)";
+static const Oid sql_types[A_COUNT] = {TEXTOID,  TEXTOID,        TEXTOID,       INT8OID, TEXTOID,
+                                       BYTEAOID, TEXTOID,        TEXTOID,       TEXTOID, TEXTOID,
+                                       TEXTOID,  TIMESTAMPTZOID, TIMESTAMPTZOID};
 
 static SPIPlanPtr prepare(SPIPlanPtr *slot, const char *sql, int n, const Oid *types) {
     if (!*slot) {
@@ -173,6 +176,20 @@ typedef struct call {
     char alias[OBX_NAME_MAX + 1];
     bytea *payload;
 } call;
+
+/* A delayed event's time into c->e.not_before (0: none), checked as obx._enqueue_sql() and
+ * obx_enqueue() check it (src/engine/enqueue.c); false when obx._enqueue_sql() must answer (a
+ * time outside 0..2^48 ms or over OBX_DELAY_MAX_MS ahead: it raises). */
+static bool read_not_before(FunctionCallInfo fcinfo, call *c) {
+    c->e.not_before = 0;
+    if (PG_NARGS() <= A_NOT_BEFORE || PG_ARGISNULL(A_NOT_BEFORE)) return true;
+    TimestampTz nb = PG_GETARG_TIMESTAMPTZ(A_NOT_BEFORE);
+    if (TIMESTAMP_NOT_FINITE(nb)) return false;
+    int64_t ms = ts_ms(nb);
+    if (ms < 0 || ms >= ((int64_t)1 << 48) || ms - c->now_ms > OBX_DELAY_MAX_MS) return false;
+    c->e.not_before = ms;
+    return true;
+}
 
 /* Reads and checks the arguments into c; false when obx._enqueue_sql() must answer (a field it
  * would refuse or may need to look up, an idempotency key). */
@@ -225,6 +242,7 @@ static bool read_args(FunctionCallInfo fcinfo, call *c) {
         e->occurred_at = ts_ms(occ);
     }
     if (e->occurred_at < 0 || e->occurred_at >= ((int64_t)1 << 48)) return false;
+    if (!read_not_before(fcinfo, c)) return false;
     c->payload = PG_GETARG_BYTEA_PP(A_PAYLOAD);
     size_t plen = VARSIZE_ANY_EXHDR(c->payload);
     if (plen == 0) return false; /* the limit: write_sql */
@@ -330,8 +348,9 @@ static text *enqueue_sql(FunctionCallInfo fcinfo) {
     Datum v[A_COUNT];
     char nulls[A_COUNT];
     for (int i = 0; i < A_COUNT; i++) {
-        v[i] = PG_ARGISNULL(i) ? (Datum)0 : PG_GETARG_DATUM(i);
-        nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+        bool null = i >= PG_NARGS() || PG_ARGISNULL(i);
+        v[i] = null ? (Datum)0 : PG_GETARG_DATUM(i);
+        nulls[i] = null ? 'n' : ' ';
     }
     SPIPlanPtr p = prepare(&sql_plan, sql_sql, A_COUNT, sql_types);
     if (SPI_execute_plan(p, v, nulls, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
@@ -395,7 +414,8 @@ static bool write_rows(call *c) {
                  txt(dest_digest),
                  PointerGetDatum(c->payload),
                  txt(GetUserNameFromId(GetSessionUserId(), false)),
-                 BoolGetDatum(order_keys < ORDER_KEYS_MAX)};
+                 BoolGetDatum(order_keys < ORDER_KEYS_MAX),
+                 Int64GetDatum(e->not_before)};
     StaticAssertStmt(sizeof v / sizeof v[0] == sizeof write_types / sizeof write_types[0],
                      "one value per parameter");
     SPIPlanPtr p = prepare(&write_plan, write_sql, WRITE_NARGS, write_types);
