@@ -478,7 +478,7 @@ static obx_err move_tx(obx__engine *e, void *arg) {
     next->attempt_id[0] = '\0';
     next->pinned_partition = -1;
     next->rejections = 0;
-    next->available_at = m->now;
+    next->available_at = m->now > ev->env.not_before ? m->now : ev->env.not_before; /* a delay */
     next->next_check_at = 0;
     next->unknown_since = 0;
     next->updated_at = m->now;
@@ -658,7 +658,7 @@ static obx_err add_tx(obx__engine *e, void *arg) {
     slot->attempt_id[0] = '\0';
     slot->pinned_partition = -1;
     slot->rejections = 0;
-    slot->available_at = m->now;
+    slot->available_at = m->now > ev->env.not_before ? m->now : ev->env.not_before; /* a delay */
     slot->next_check_at = 0;
     slot->unknown_since = 0;
     slot->primary_attempt_id[0] = '\0';

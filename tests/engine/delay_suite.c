@@ -287,6 +287,35 @@ static void test_delay_bad_input(void **state) {
     assert_int_equal(committed(f), 2);
 }
 
+/* A delayed event migrated to a new destination before its time keeps its time (the new
+ * envelope generation freezes the same not_before). Before the migrator kept it, the event was
+ * claimable at once: sent 1 ms before its time. */
+static void test_delay_kept_by_migration(void **state) {
+    fx *f = *state;
+    route(f, 0);
+    char d[31];
+    int64_t at = f->now + DELAY_MS, gen;
+    OK(enq(f, "o-1", at, d));
+    obx_route r2 = {.event_type = "order.created.v1", .cluster = "local", .topic = "orders-v2"};
+    OK(obx__route_set_at(f->s, &r2, f->now, &gen));
+    const char *ids[] = {d};
+    obx__migrate_req req = {
+        .ids = ids, .n_ids = 1, .route_gen = gen, .who = "ops", .reason = "topic renamed"};
+    json_t *out = NULL;
+    size_t refused = 0;
+    OK(obx__migrate(&f->e, f->now, &req, &out, &refused));
+    json_decref(out);
+    assert_int_equal(refused, 0);
+    obx__event_row r = ev(f, d);
+    assert_int_equal(r.envelope_gen, 2);
+    assert_string_equal(r.dest.topic, "orders-v2");
+    assert_int_equal(r.env.not_before, at);
+    assert_int_equal(r.available_at, at);
+    assert_int_equal(relay_at(f, at - 1), 0);
+    assert_int_equal(relay_at(f, at), 1);
+    assert_int_equal(ev(f, d).state, OBX__ST_PUBLISHED);
+}
+
 int engine_delay_run(const char *label, store_factory f) {
     factory = f;
     strcpy(tmpdir, "/tmp/obx-delay-XXXXXX");
@@ -299,6 +328,7 @@ int engine_delay_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_cancel_before_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_after_claim_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delay_bad_input, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delay_kept_by_migration, setup, teardown),
     };
     int failed = cmocka_run_group_tests_name(label, tests, NULL, NULL);
     char cmd[128];
