@@ -85,11 +85,11 @@ static void test_dest_vectors(void **st) {
     }
 }
 
-static void test_envelope_vectors(void **st) {
-    (void)st;
-    json_t *arr = json_object_get(vectors, "envelope"), *v;
+/* "envelope": no delay, "envelope_delayed": with not_before (a trailing field only when set) */
+static void envelope_vectors(const char *key, size_t at_least) {
+    json_t *arr = json_object_get(vectors, key), *v;
     size_t i;
-    assert_true(json_array_size(arr) >= 3);
+    assert_true(json_array_size(arr) >= at_least);
     json_array_foreach(arr, i, v) {
         json_t *f = json_object_get(v, "fields");
         obx__envelope e;
@@ -109,6 +109,7 @@ static void test_envelope_vectors(void **st) {
         copy(e.causation_id, sizeof e.causation_id, js(f, "causation_id"));
         copy(e.traceparent, sizeof e.traceparent, js(f, "traceparent"));
         copy(e.idempotency_key, sizeof e.idempotency_key, js(f, "idempotency_key"));
+        e.not_before = json_integer_value(json_object_get(f, "not_before")); /* 0 when absent */
         char dig[OBX_DIGEST_LEN + 1];
         assert_int_equal(obx__envelope_digest(&e, dig), OBX_OK);
         assert_string_equal(dig, js(v, "digest"));
@@ -120,6 +121,12 @@ static void test_envelope_vectors(void **st) {
         free(hex);
         obx__buf_free(&b);
     }
+}
+
+static void test_envelope_vectors(void **st) {
+    (void)st;
+    envelope_vectors("envelope", 3);
+    envelope_vectors("envelope_delayed", 2);
 }
 
 static void test_payload_vectors(void **st) {
