@@ -269,6 +269,34 @@ obx_err obx__br_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_r
     return OBX_OK;
 }
 
+bool obx__lookup_copy(const obx__lookup_req *req, obx__lookup_res *res, obx__outcome *copy,
+                      const void *body, size_t len) {
+    char header[OBX_DIGEST_LEN + 1], hashed[OBX_DIGEST_LEN + 1] = "";
+    obx__strlcpy(header, copy->payload_digest, sizeof header);
+    copy->kind = OBX__OUT_ACK;
+    if (obx_sha256_digest(body ? body : "", len, hashed)) hashed[0] = '\0';
+    obx__strlcpy(copy->payload_digest, hashed, sizeof copy->payload_digest);
+    const char *want = req->payload_digest ? req->payload_digest : header;
+    bool body_ok = hashed[0] && !strcmp(hashed, want);
+    bool dest_ok = !req->dest_digest || !strcmp(copy->dest_digest, req->dest_digest);
+    if (body_ok && dest_ok) {
+        if (res->kind == OBX__LOOKUP_FOUND) return true; /* a later copy: a duplicate */
+        res->found = *copy;
+        res->kind = OBX__LOOKUP_FOUND;
+        return true;
+    }
+    if (!res->n_bad++) {
+        res->bad = *copy;
+        snprintf(res->bad.reason, sizeof res->bad.reason,
+                 "%s copy at %.60s/%d@%lld: its body hashes to %.20s..., its header says "
+                 "%.20s..., the frozen payload digest is %.20s...%s",
+                 !strcmp(hashed, header) ? "foreign" : "corrupt", copy->topic, (int)copy->partition,
+                 (long long)copy->offset, hashed[0] ? hashed : "(nothing)", header, want,
+                 dest_ok ? "" : "; it names another destination digest");
+    }
+    return false;
+}
+
 void obx__br_contract(obx__broker *b, obx__contract *out) {
     memset(out, 0, sizeof *out);
     if (b->m->contract) {

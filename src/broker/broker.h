@@ -112,6 +112,9 @@ typedef struct obx__contract {
 typedef struct obx__lookup_req {
     const obx__dest *dest;
     const char *dest_digest;
+    /* the frozen payload digest: a copy counts only when its body hashes to it (NULL: to the
+     * digest its own header names) */
+    const char *payload_digest;
     int32_t partition;
     const char *event_id;
     int32_t envelope_gen;
@@ -128,7 +131,15 @@ typedef enum obx__lookup_kind {
 
 typedef struct obx__lookup_res {
     obx__lookup_kind kind;
-    obx__outcome found; /* FOUND: the receipt of the first matching message (kind ACK) */
+    /* FOUND: the receipt of the first copy whose bytes are the event's message (kind ACK; its
+     * payload_digest is the hash of the body read, not a header) */
+    obx__outcome found;
+    /* Copies under the event ID and generation whose body does not hash to the frozen payload
+     * digest or that carry another destination digest (corrupt or foreign), whatever the kind:
+     * how many, and the first (payload_digest = its body's hash, reason = what is wrong). The
+     * engine quarantines it with an alarm; it never fills the publish slot. */
+    int n_bad;
+    obx__outcome bad;
     /* CANNOT_TELL only because the quiet time has not passed: when asking again can give an
      * authoritative answer (0 = unknown). */
     int64_t authoritative_at;
@@ -328,6 +339,15 @@ obx_err obx__br_send(obx__broker *b, const obx__msg *m, size_t n, int64_t now);
 obx_err obx__br_poll(obx__broker *b, int64_t now, int timeout_ms, obx__outcome *out, size_t cap,
                      size_t *n);
 obx_err obx__br_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_res *res);
+
+/* For backends' lookups: one stored copy under the looked-up event ID and generation, its
+ * identity read from its headers into `copy` (cluster, topic, partition, offset, broker_ts
+ * set), and its body. The bytes are the evidence: the body is hashed into copy's payload_digest;
+ * a copy whose body hashes to req's payload digest and that carries req's destination digest is
+ * the event's message: the first one becomes res->found (kind FOUND). Any other is counted in
+ * res->n_bad (the first kept in res->bad). Returns whether the copy was the event's message. */
+bool obx__lookup_copy(const obx__lookup_req *req, obx__lookup_res *res, obx__outcome *copy,
+                      const void *body, size_t len);
 /* OBX__BCAP_SCAN: every message on topic since `since` (ms, broker time) through fn
  * (OBX_EUNSUPPORTED when this handle cannot scan). */
 obx_err obx__br_scan(obx__broker *b, const char *topic, int64_t since, obx__scan_fn fn, void *user);

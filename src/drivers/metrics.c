@@ -322,6 +322,7 @@ static void sec_relay(scrape *x, obx__buf *b) {
     C(broker_errors);
     C(claims);
     C(empty_claims);
+    C(corrupt_copies);
 #undef C
 }
 

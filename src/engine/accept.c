@@ -174,12 +174,15 @@ static void quarantine(obx__engine *e, accept_ctx *c, accept_run *w, size_t i,
     obx__receipt_row *r = &w->b.rc[w->b.n_rc++];
     receipt_from(r, o, OBX__RK_QUARANTINED, c->now, c->source);
     if (ev) obx__strlcpy(r->event_id, ev->env.event_id, sizeof r->event_id);
-    obx__strlcpy(r->reason, bad, sizeof r->reason);
+    if (c->note) /* what the source knows of it (a lookup: the copy's bytes) */
+        snprintf(r->reason, sizeof r->reason, "%s (%s)", bad, c->note);
+    else
+        obx__strlcpy(r->reason, bad, sizeof r->reason);
     c->kinds[i] = OBX__RK_QUARANTINED;
-    obx__strlcpy(c->alarm[i], bad, sizeof c->alarm[i]);
+    obx__strlcpy(c->alarm[i], r->reason, sizeof c->alarm[i]);
     if (ev)
         obx__audit(&w->b.au[w->b.n_au++], c->now, OBX__ACT_ACCEPTOR, e->cfg.owner, ev, ev->state,
-                   ev->state, "receipt of attempt %.40s quarantined: %s", o->attempt_id, bad);
+                   ev->state, "receipt of attempt %.40s quarantined: %s", o->attempt_id, r->reason);
 }
 
 /* Rule 5, empty slot: valid receipt i (o) of attempt a fills slot ev: event PUBLISHED, attempt

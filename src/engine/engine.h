@@ -113,6 +113,9 @@ typedef struct obx__engine_stats {
     /* claim transactions of obx__engine_dispatch that committed, and those that found nothing
      * (a look for work in vain: what polling and wake-ups cost the store) */
     int64_t claims, empty_claims;
+    /* copies a lookup found under an event's ID whose bytes are not its message (corrupt or
+     * foreign): each is quarantined with an alarm and never fills the publish slot */
+    int64_t corrupt_copies;
 } obx__engine_stats;
 
 /* Per-event notes for logs and metrics (the relay's), delivered after the transaction that

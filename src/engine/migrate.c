@@ -143,6 +143,10 @@ static bool lookup(mig *m, plan *p, const obx__event_row *r, const obx__dest *d,
         e->st.broker_errors++;
         res->kind = OBX__LOOKUP_CANNOT_TELL;
         snprintf(res->reason, sizeof res->reason, "lookup failed: %s", obx_errmsg());
+    } else if (res->kind != OBX__LOOKUP_FOUND && res->n_bad) {
+        /* a proof of absence: any copy under the ID is presence, its bytes right or not */
+        res->found = res->bad;
+        res->kind = OBX__LOOKUP_FOUND;
     }
     return true;
 }

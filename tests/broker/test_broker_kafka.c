@@ -550,6 +550,45 @@ static void test_lost_ack_unknown_then_found(void **st) {
     obx__br_close(b);
 }
 
+/* Evidence is the bytes (issue 46, item 2): a copy with the event's headers and another body is
+ * not the event's message (counted as corrupt, never FOUND), and the lookup considers every copy
+ * of the event ID in its window: the genuine copy after it is the receipt. */
+static void test_lookup_hashes_every_copy(void **st) {
+    (void)st;
+    topic("forged", 1);
+    obx__broker *b = open_kafka(NULL, NULL, 0);
+    test_msg tm;
+    test_msg_init(&tm, "forged", "key-forged", 1);
+    OK(obx__br_partition_for(b, &tm.dest, &tm.msg.partition));
+    char genuine[sizeof tm.payload];
+    strcpy(genuine, tm.payload);
+    strcpy(tm.payload, "{\"order\":\"forged\"}"); /* the headers still name the real one */
+    tm.msg.payload_len = strlen(tm.payload);
+    int64_t t0 = now_ms();
+    obx__outcome o = send_wait(b, &tm, 10000);
+    expect_kind(&o, OBX__OUT_ACK);
+    obx__lookup_req q = lookup_req(&tm, t0, t0);
+    q.payload_digest = tm.env.payload_digest;
+    obx__lookup_res r;
+    OK(obx__br_lookup(b, &q, &r));
+    if (r.kind == OBX__LOOKUP_FOUND) fail_msg("a forged body was FOUND: %s", r.reason);
+    assert_int_equal(r.n_bad, 1);
+    assert_int_equal(r.bad.offset, 0);
+    assert_string_not_equal(r.bad.payload_digest, tm.env.payload_digest);
+    assert_non_null(strstr(r.bad.reason, "corrupt copy"));
+    strcpy(tm.payload, genuine);
+    tm.msg.payload_len = strlen(tm.payload);
+    o = send_wait(b, &tm, 10000);
+    expect_kind(&o, OBX__OUT_ACK);
+    q.now = now_ms();
+    OK(obx__br_lookup(b, &q, &r));
+    if (r.kind != OBX__LOOKUP_FOUND) fail_msg("lookup: %d %s", r.kind, r.reason);
+    assert_int_equal(r.found.offset, 1);
+    assert_string_equal(r.found.payload_digest, tm.env.payload_digest);
+    assert_int_equal(r.n_bad, 1);
+    obx__br_close(b);
+}
+
 /* Transient request errors are retried inside the producer; the outcome is one ACK. */
 static void test_transient_errors_retried(void **st) {
     (void)st;
@@ -1057,6 +1096,7 @@ int main(int argc, char **argv) {
             cmocka_unit_test_setup_teardown(test_wake_fd_signals_outcomes, setup, teardown),
             cmocka_unit_test_setup_teardown(test_cluster_identity, setup, teardown),
             cmocka_unit_test_setup_teardown(test_lost_ack_unknown_then_found, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_lookup_hashes_every_copy, setup, teardown),
             cmocka_unit_test_setup_teardown(test_transient_errors_retried, setup, teardown),
             cmocka_unit_test_setup_teardown(test_broker_down_not_sent, setup, teardown),
             cmocka_unit_test_setup_teardown(test_definite_errors_reject, setup, teardown),

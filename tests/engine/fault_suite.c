@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/fault_suite.h"
 
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1365,6 +1366,76 @@ static void test_operator_resolution(void **state) {
     assert_int_equal(obx_resolve(f->s, &all, &out, &refused), OBX_EINVAL);
 }
 
+/* Runs sql on the log broker's file (its path from f->broker_url), as a broker whose storage
+ * was damaged or written by somebody else would hold it. */
+static void broker_sql(fx *f, const char *sql) {
+    char path[256];
+    obx__strlcpy(path, f->broker_url + 4, sizeof path); /* after "log:" */
+    *strchr(path, '?') = '\0';
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    char *err = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) fail_msg("%s: %s", sql, err);
+    assert_true(sqlite3_changes(db) > 0);
+    sqlite3_close(db);
+}
+
+/* Evidence is the bytes (issue 46, item 2). a: the only copy at the broker carries a's headers
+ * (event ID, attempt, payload and destination digests) and another body: the lookup hashes the
+ * body, the copy is quarantined with an alarm and never fills the slot, and the event is held
+ * (a retry would put a second message beside it). b: a copy with another body, then the genuine
+ * one: the genuine copy is the receipt, the first is quarantined. */
+static void test_lookup_hashes_the_body(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 0, 0);
+    char a[31], b[31], sql[512];
+    obx__engine da, rc;
+    engine(f, &da, "relay-a", f->b);
+    engine(f, &rc, "reconciler", f->b2);
+    knob(f->b, "lose_ack", "1"); /* appended, the ACK never comes */
+    size_t sent, n;
+    enq(f, "order.created.v1", "o-1", a);
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    knob(f->b, "dup", "1"); /* b is stored twice */
+    enq(f, "order.created.v1", "o-2", b);
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    snprintf(sql, sizeof sql,
+             "UPDATE obx_log_msg SET payload = CAST('{\"order\":\"forged\"}' AS BLOB) WHERE "
+             "event_id = '%s'; UPDATE obx_log_msg SET payload = CAST('{}' AS BLOB) WHERE "
+             "event_id = '%s' AND \"offset\" = (SELECT min(\"offset\") FROM obx_log_msg WHERE "
+             "event_id = '%s')",
+             a, b, b);
+    broker_sql(f, sql);
+    f->now += 1500;
+    OK(obx__engine_sweep(&da, f->now, &n));
+    assert_int_equal(n, 2);
+    OK(obx__reconcile_step(&rc, f->now, &n));
+    obx__event_row ra = ev(f, a);
+    assert_int_equal(ra.state, OBX__ST_DISPATCH_UNKNOWN);
+    assert_int_equal(receipts(f, a, OBX__RK_PRIMARY, NULL), 0);
+    assert_int_equal(receipts(f, a, OBX__RK_QUARANTINED, NULL), 1);
+    assert_true(ra.held_at > 0);
+    assert_int_equal(n_attempts(f, a), 1); /* no retry beside the copy */
+    assert_true(audit(f, a, -1, -1, "corrupt copy") >= 1);
+    assert_one_primary(f, b);
+    assert_int_equal(receipts(f, b, OBX__RK_QUARANTINED, NULL), 1);
+    obx__receipt_row *rr;
+    size_t nr;
+    OK(f->s->m->load_receipts(f->s, b, &rr, &nr));
+    int64_t bad_off = -1, good_off = -1;
+    for (size_t i = 0; i < nr; i++) {
+        if (rr[i].kind == OBX__RK_PRIMARY) good_off = rr[i].offset;
+        if (rr[i].kind == OBX__RK_QUARANTINED) bad_off = rr[i].offset;
+    }
+    free(rr);
+    assert_true(bad_off >= 0 && good_off == bad_off + 1); /* the genuine copy is the second */
+    assert_int_equal(rc.st.corrupt_copies, 2);
+    obx__store_stats st;
+    OK(f->s->m->read->stats(f->s, &st));
+    assert_int_equal(st.receipts_quarantined, 2); /* the alarm's counter (obx audit, /metrics) */
+}
+
 int engine_fault_run(const char *label, store_factory f) {
     factory = f;
     strcpy(tmpdir, "/tmp/obx-fault-XXXXXX");
@@ -1395,6 +1466,7 @@ int engine_fault_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_unknown_policy_retry_after_quiet, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_evidence, setup, teardown),
         cmocka_unit_test_setup_teardown(test_operator_resolution, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lookup_hashes_the_body, setup, teardown),
     };
     int failed = _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
     char cmd[128];

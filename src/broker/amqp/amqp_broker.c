@@ -1337,22 +1337,24 @@ static int lookup_fn(void *user, const amqp_envelope_t *env, int64_t stream_offs
     if (obx__headers_parse(tbl_get_fn, &g, &d) != OBX_OK) return 0;
     /* the message for this envelope generation (another generation is another target) */
     if (d.env.envelope_gen != q->envelope_gen) return 0;
-    obx__outcome *o = &c->res->found;
-    memset(o, 0, sizeof *o);
-    o->kind = OBX__OUT_ACK;
-    obx__strlcpy(o->event_id, d.env.event_id, sizeof o->event_id);
-    o->envelope_gen = d.env.envelope_gen;
-    obx__strlcpy(o->attempt_id, d.attempt_id, sizeof o->attempt_id);
-    obx__strlcpy(o->payload_digest, d.env.payload_digest, sizeof o->payload_digest);
-    obx__strlcpy(o->dest_digest, d.dest_digest, sizeof o->dest_digest);
-    obx__strlcpy(o->cluster, c->b->cluster, sizeof o->cluster);
-    obx__strlcpy(o->topic, q->dest->topic, sizeof o->topic);
-    o->partition = 0;
+    obx__outcome o;
+    memset(&o, 0, sizeof o);
+    obx__strlcpy(o.event_id, d.env.event_id, sizeof o.event_id);
+    o.envelope_gen = d.env.envelope_gen;
+    obx__strlcpy(o.attempt_id, d.attempt_id, sizeof o.attempt_id);
+    obx__strlcpy(o.payload_digest, d.env.payload_digest, sizeof o.payload_digest);
+    obx__strlcpy(o.dest_digest, d.dest_digest, sizeof o.dest_digest);
+    obx__strlcpy(o.cluster, c->b->cluster, sizeof o.cluster);
+    obx__strlcpy(o.topic, q->dest->topic, sizeof o.topic);
+    o.partition = 0;
     /* the receipt the lost confirm would have carried: offset = its publish sequence number */
-    o->offset = header_i64(&msg->properties.headers, H_PUBLISH_SEQ, -1);
-    o->broker_ts = (msg->properties._flags & AMQP_BASIC_TIMESTAMP_FLAG)
-                       ? (int64_t)msg->properties.timestamp * 1000
-                       : 0;
+    o.offset = header_i64(&msg->properties.headers, H_PUBLISH_SEQ, -1);
+    o.broker_ts = (msg->properties._flags & AMQP_BASIC_TIMESTAMP_FLAG)
+                      ? (int64_t)msg->properties.timestamp * 1000
+                      : 0;
+    /* the bytes are the evidence: a copy whose body is not the event's message is counted as
+     * corrupt or foreign and the scan goes on */
+    if (!obx__lookup_copy(q, c->res, &o, msg->body.bytes, msg->body.len)) return 0;
     c->stream_offset = stream_offset;
     c->found = true;
     return 1;

@@ -1126,6 +1126,9 @@ typedef struct lookup_visit {
     int64_t scanned;
 } lookup_visit;
 
+/* Every copy of the event ID and generation in the window is considered, not only the first:
+ * its body is hashed (obx__lookup_copy), the first copy whose bytes are the event's message is
+ * the receipt (later ones are duplicates), the others are counted as corrupt or foreign. */
 static int visit_lookup(void *user, const rd_kafka_message_t *m) {
     lookup_visit *v = user;
     v->scanned++;
@@ -1135,19 +1138,18 @@ static int visit_lookup(void *user, const rd_kafka_message_t *m) {
     if (!hdr_copy(h, OBX__H_EVENT_ID, id, sizeof id) || strcmp(id, v->req->event_id)) return 0;
     /* the message of this envelope generation (another generation is another target) */
     if (hdr_gen(h, OBX__H_ENVELOPE_GEN) != v->req->envelope_gen) return 0;
-    obx__outcome *o = &v->res->found;
-    memset(o, 0, sizeof *o);
-    o->kind = OBX__OUT_ACK;
-    outcome_identity(o, h);
-    obx__strlcpy(o->cluster, v->b->cluster, sizeof o->cluster);
-    obx__strlcpy(o->topic, rd_kafka_topic_name(m->rkt), sizeof o->topic);
-    o->partition = m->partition;
-    o->offset = m->offset;
+    obx__outcome o;
+    memset(&o, 0, sizeof o);
+    outcome_identity(&o, h);
+    obx__strlcpy(o.cluster, v->b->cluster, sizeof o.cluster);
+    obx__strlcpy(o.topic, rd_kafka_topic_name(m->rkt), sizeof o.topic);
+    o.partition = m->partition;
+    o.offset = m->offset;
     rd_kafka_timestamp_type_t tt;
     int64_t ts = rd_kafka_message_timestamp(m, &tt);
-    o->broker_ts = ts >= 0 ? ts : 0;
-    v->res->kind = OBX__LOOKUP_FOUND;
-    return 1; /* the first match (lowest offset) is the receipt; later copies are duplicates */
+    o.broker_ts = ts >= 0 ? ts : 0;
+    obx__lookup_copy(v->req, v->res, &o, m->payload, m->len);
+    return 0;
 }
 
 static obx_err kb_lookup(obx__broker *base, const obx__lookup_req *req, obx__lookup_res *res) {
@@ -1201,8 +1203,10 @@ static obx_err kb_lookup(obx__broker *base, const obx__lookup_req *req, obx__loo
     }
     res->kind = OBX__LOOKUP_NOT_FOUND;
     snprintf(res->reason, sizeof res->reason,
-             "scanned %s/%d [%lld, %lld) after the quiet time: no message with event ID %s gen %d",
-             topic, (int)p, (long long)start, (long long)hi, req->event_id, (int)req->envelope_gen);
+             "scanned %s/%d [%lld, %lld) after the quiet time: no message with event ID %s gen "
+             "%d%s%s",
+             topic, (int)p, (long long)start, (long long)hi, req->event_id, (int)req->envelope_gen,
+             res->n_bad ? " whose bytes are its message; " : "", res->n_bad ? res->bad.reason : "");
     return OBX_OK;
 }
 

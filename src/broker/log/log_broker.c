@@ -658,6 +658,9 @@ static const char *hj_get(void *user, const char *name, size_t *len) {
     return s;
 }
 
+/* Every copy under the event ID and generation on the pinned partition is read and its body
+ * hashed (obx__lookup_copy): the first whose bytes are the event's message is the receipt, the
+ * others that are not are counted as corrupt or foreign copies. */
 static obx_err lb_lookup(obx__broker *base, const obx__lookup_req *req, obx__lookup_res *res) {
     log_broker *b = (log_broker *)base;
     if (b->down || b->lookup_down) {
@@ -666,15 +669,13 @@ static obx_err lb_lookup(obx__broker *base, const obx__lookup_req *req, obx__loo
         return OBX_OK;
     }
     obx_err e = prep(b, &b->st_lookup,
-                     "SELECT \"offset\", ts, headers FROM obx_log_msg WHERE topic = ? AND "
-                     "event_id = ? AND partition = ? ORDER BY \"offset\"");
+                     "SELECT \"offset\", ts, headers, payload FROM obx_log_msg WHERE topic = ? "
+                     "AND event_id = ? AND partition = ? ORDER BY \"offset\"");
     if (e) return e;
     sqlite3_bind_text(b->st_lookup, 1, req->dest->topic, -1, SQLITE_STATIC);
     sqlite3_bind_text(b->st_lookup, 2, req->event_id, -1, SQLITE_STATIC);
     sqlite3_bind_int(b->st_lookup, 3, req->partition);
     res->kind = OBX__LOOKUP_NOT_FOUND;
-    snprintf(res->reason, sizeof res->reason, "scanned %s/%d: no message with event ID %s",
-             req->dest->topic, (int)req->partition, req->event_id);
     int rc;
     while ((rc = sqlite3_step(b->st_lookup)) == SQLITE_ROW) {
         json_t *h = json_loads((const char *)sqlite3_column_text(b->st_lookup, 2), 0, NULL);
@@ -685,25 +686,34 @@ static obx_err lb_lookup(obx__broker *base, const obx__lookup_req *req, obx__loo
         json_decref(h);
         /* the message for this envelope generation (another generation is another target) */
         if (pe || d.env.envelope_gen != req->envelope_gen) continue;
-        obx__outcome *o = &res->found;
-        o->kind = OBX__OUT_ACK;
-        obx__strlcpy(o->event_id, d.env.event_id, sizeof o->event_id);
-        o->envelope_gen = d.env.envelope_gen;
-        obx__strlcpy(o->attempt_id, d.attempt_id, sizeof o->attempt_id);
-        obx__strlcpy(o->payload_digest, d.env.payload_digest, sizeof o->payload_digest);
-        obx__strlcpy(o->dest_digest, d.dest_digest, sizeof o->dest_digest);
-        obx__strlcpy(o->cluster, b->cluster, sizeof o->cluster);
-        obx__strlcpy(o->topic, req->dest->topic, sizeof o->topic);
-        o->partition = req->partition;
-        o->offset = sqlite3_column_int64(b->st_lookup, 0);
-        o->broker_ts = sqlite3_column_int64(b->st_lookup, 1);
-        res->kind = OBX__LOOKUP_FOUND;
-        snprintf(res->reason, sizeof res->reason, "found at %s/%d@%lld", req->dest->topic,
-                 (int)req->partition, (long long)o->offset);
-        break;
+        obx__outcome o;
+        memset(&o, 0, sizeof o);
+        obx__strlcpy(o.event_id, d.env.event_id, sizeof o.event_id);
+        o.envelope_gen = d.env.envelope_gen;
+        obx__strlcpy(o.attempt_id, d.attempt_id, sizeof o.attempt_id);
+        obx__strlcpy(o.payload_digest, d.env.payload_digest, sizeof o.payload_digest);
+        obx__strlcpy(o.dest_digest, d.dest_digest, sizeof o.dest_digest);
+        obx__strlcpy(o.cluster, b->cluster, sizeof o.cluster);
+        obx__strlcpy(o.topic, req->dest->topic, sizeof o.topic);
+        o.partition = req->partition;
+        o.offset = sqlite3_column_int64(b->st_lookup, 0);
+        o.broker_ts = sqlite3_column_int64(b->st_lookup, 1);
+        obx__lookup_copy(req, res, &o, sqlite3_column_blob(b->st_lookup, 3),
+                         (size_t)sqlite3_column_bytes(b->st_lookup, 3));
     }
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) e = dberr(b, "lookup");
+    if (rc != SQLITE_DONE) e = dberr(b, "lookup");
     sqlite3_reset(b->st_lookup);
+    if (res->kind == OBX__LOOKUP_FOUND)
+        snprintf(res->reason, sizeof res->reason, "found at %s/%d@%lld", req->dest->topic,
+                 (int)req->partition, (long long)res->found.offset);
+    else if (res->n_bad)
+        snprintf(res->reason, sizeof res->reason,
+                 "%d copies under event ID %s, none of them its "
+                 "message: %s",
+                 res->n_bad, req->event_id, res->bad.reason);
+    else
+        snprintf(res->reason, sizeof res->reason, "scanned %s/%d: no message with event ID %s",
+                 req->dest->topic, (int)req->partition, req->event_id);
     return e;
 }
 
