@@ -412,6 +412,18 @@ typedef struct obx_resolve_request {
     const char *who;    /* required */
     const char *reason; /* required */
     int dry_run;        /* decide and report, change nothing */
+    /* accept, evidence found at the broker: the broker of the event's cluster, where the named
+     * offset is read and its body hashed (what does not match is refused). Required when that
+     * cluster can be asked (an authoritative lookup, or no relay registered it); where it
+     * cannot, the acceptance is an operator assertion (receipt source "asserted"), counted and
+     * reported by obx audit until a critical consumer's receipt confirms it. */
+    const char *broker_url;
+    const char *const *broker_props; /* "key=value"; may be NULL */
+    size_t n_broker_props;
+    /* the declared critical consumers ("ID=URL", audit.critical_consumers): `consumer` must be
+     * one of them, ID and URL alike */
+    const char *const *critical_consumers;
+    size_t n_critical_consumers;
 } obx_resolve_request;
 
 OBX_API obx_err obx_resolve(obx_store *s, const obx_resolve_request *req, char **out_json,

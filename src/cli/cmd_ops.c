@@ -127,6 +127,10 @@ static void print_status(json_t *s) {
     json_t *rc = json_object_get(s, "receipts");
     printf("\n  receipts: %lld primary, %lld duplicate, %lld quarantined, %lld migration\n",
            ji(rc, "primary"), ji(rc, "duplicate"), ji(rc, "quarantined"), ji(rc, "migration"));
+    if (ji(rc, "asserted"))
+        printf("  ASSERTED by an operator, not verified at the broker: %lld published events "
+               "(obx audit reports them until a critical consumer's receipt confirms them)\n",
+               ji(rc, "asserted"));
     json_t *lists = json_object_get(s, "lists");
     size_t i;
     json_t *e;

@@ -369,16 +369,26 @@ const cli_command cli_commands[] = {
      .synopsis = "resolve [EVENT_ID...] [--type T] [--held] [--older-than DURATION] --retry "
                  "--who NAME --reason TEXT [--dry-run] [--json] [--db URL]\n"
                  "resolve EVENT_ID --accept --offset N --payload-digest D [--topic T] "
-                 "[--partition P] [--attempt A] --who NAME --reason TEXT [--db URL]\n"
-                 "resolve [EVENT_ID...] --accept --from-consumer ID=URL --who NAME --reason TEXT "
-                 "[--db URL]",
+                 "[--partition P] [--attempt A] --who NAME --reason TEXT [--db URL] "
+                 "[--config FILE] [--broker URL] [--broker-prop K=V]...\n"
+                 "resolve [EVENT_ID...] --accept --from-consumer ID=URL --config FILE --who NAME "
+                 "--reason TEXT [--db URL]",
      .text = "End DISPATCH_UNKNOWN and held events, chosen by ID or by filter. --retry issues a "
              "new attempt to the event's frozen destination (its digest checked); --accept "
              "records evidence that the broker has the message (its offset and payload digest, "
              "or a critical consumer's inbox row) through the acceptance point, and the event "
-             "becomes PUBLISHED without a resend. Nothing changes a destination. Every "
+             "becomes PUBLISHED without a resend. Where the event's cluster can be asked (Kafka, "
+             "the local log), obx reads the named offset from --broker and hashes the message: "
+             "what is not the event's own message is refused; where it cannot (RabbitMQ), the "
+             "acceptance is an operator assertion, shown by obx status and reported by obx "
+             "audit until a critical consumer's receipt confirms it. --from-consumer takes only "
+             "a critical consumer declared in --config. Nothing changes a destination. Every "
              "resolution is one transaction with an audit row naming --who and --reason.",
      .opts = {O_DB,
+              O_CONFIG("db, broker, broker_properties and audit.critical_consumers"),
+              {"broker", "URL", "the configuration's; none",
+               "--accept: the broker of the event's cluster, where the offset is read."},
+              O_BROKER_PROP,
               {"type", "T", "any", "Only events of this type."},
               {"held", NULL, NULL, "Only events held by their route's UNKNOWN policy."},
               {"older-than", "DURATION", "any age",
@@ -394,14 +404,16 @@ const cli_command cli_commands[] = {
                "--accept: the stored payload's digest (must match the frozen one)."},
               {"attempt", "A", "the open attempt", "--accept: the attempt the evidence is for."},
               {"from-consumer", "ID=URL", D_NONE,
-               "--accept: a critical consumer's inbox database whose row proves delivery."},
+               "--accept: a declared critical consumer (--config) whose inbox row proves "
+               "delivery."},
               {"who", "NAME", "required", "The operator, recorded in the audit row."},
               {"reason", "TEXT", "required", "Why (an incident number), recorded in the audit."},
               {"dry-run", NULL, NULL, "List what would be resolved, change nothing."},
               O_JSON},
      .examples = "obx resolve --held --older-than 15m --retry --who alice --reason INC-42\n"
                  "obx resolve evt-01J8Z3Q4R5S6T7V8W9X0Y1Z2A3 --accept --from-consumer "
-                 "billing=postgres://billing --who alice --reason INC-43"},
+                 "billing=postgres://billing --config /etc/obx/relay.yaml --who alice --reason "
+                 "INC-43"},
     {.name = "poison",
      .fn = cmd_poison,
      .summary = "a consumer's poison messages: list or re-drive",

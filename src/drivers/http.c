@@ -20,7 +20,8 @@
  *   POST /api/redrive        {"consumer": ..., "event_id": ...}  a consumer's poison message
  *   POST /api/resolve        {"event_id" | "event_ids": [...] | "held": true, "type",
  * "older_than_ms", "action": "retry" | "accept", evidence ("offset", "payload_digest", "partition",
- * "topic", "attempt_id"), "who", "reason"}   UNKNOWN outcomes ended by an operator (obx resolve)
+ * "topic", "attempt_id" | "consumer"), "who", "reason"}   UNKNOWN outcomes ended by an operator
+ * (obx resolve)
  *
  * Mutating requests need "Authorization: Bearer <token>", the token read from http.token_file
  * at start (compared in constant time, never logged); without a token file they are refused.
@@ -474,12 +475,35 @@ static enum MHD_Result api_requeue(http *h, struct MHD_Connection *c, req *rq) {
     return ret;
 }
 
+/* What a resolve request lacks or gives in the wrong type (NULL: nothing). A field is never
+ * defaulted: accepting evidence found at the broker names its offset and payload digest. */
+static const char *resolve_missing(json_t *j) {
+    json_t *off = json_object_get(j, "offset"), *part = json_object_get(j, "partition");
+    json_t *age = json_object_get(j, "older_than_ms");
+    const char *action = json_string_value(json_object_get(j, "action"));
+    if (!action) return "action: missing (retry or accept)";
+    if ((off && !json_is_integer(off)) || (part && !json_is_integer(part)) ||
+        (age && !json_is_integer(age)))
+        return "offset, partition and older_than_ms are integers";
+    if (strcmp(action, "accept") || json_object_get(j, "consumer")) return NULL;
+    if (!off) return "offset: missing (accepting evidence found at the broker names the offset)";
+    if (!json_string_value(json_object_get(j, "payload_digest")))
+        return "payload_digest: missing (the digest the message at the broker carries)";
+    return NULL;
+}
+
 /* POST /api/resolve: obx_resolve's request as JSON; the reply is its document. "who" names the
- * operator (recorded as operator:<who>@<relay>); "reason" is required. */
+ * operator (recorded as operator:<who>@<relay>); "reason" is required. Evidence found at the
+ * broker is read from this relay's broker; "consumer" must be one of its declared critical
+ * consumers. */
 static enum MHD_Result api_resolve(http *h, struct MHD_Connection *c, req *rq) {
     const char *err = NULL;
     json_t *j = body_json(rq, &err);
     if (!j) return json_error(c, MHD_HTTP_BAD_REQUEST, OBX_EINVAL, err);
+    if ((err = resolve_missing(j))) {
+        json_decref(j);
+        return json_error(c, MHD_HTTP_BAD_REQUEST, OBX_EINVAL, err);
+    }
     const char *ids[64];
     size_t n = 0;
     const char *one = json_string_value(json_object_get(j, "event_id"));
@@ -505,9 +529,15 @@ static enum MHD_Result api_resolve(http *h, struct MHD_Connection *c, req *rq) {
         .offset = json_integer_value(json_object_get(j, "offset")),
         .payload_digest = json_string_value(json_object_get(j, "payload_digest")),
         .attempt_id = json_string_value(json_object_get(j, "attempt_id")),
+        .consumer = json_string_value(json_object_get(j, "consumer")),
         .who = who,
         .reason = json_string_value(json_object_get(j, "reason")),
-        .dry_run = json_is_true(json_object_get(j, "dry_run"))};
+        .dry_run = json_is_true(json_object_get(j, "dry_run")),
+        .broker_url = h->v->cfg->broker,
+        .broker_props = (const char *const *)h->v->cfg->broker_props.v,
+        .n_broker_props = h->v->cfg->broker_props.n,
+        .critical_consumers = (const char *const *)h->v->cfg->critical_consumers.v,
+        .n_critical_consumers = h->v->cfg->critical_consumers.n};
     obx__store *s = NULL;
     obx_err e = json_array_size(arr) > 64
                     ? obx__fail(OBX_ETOOBIG, "event_ids: over the limit of 64 per request")

@@ -229,6 +229,11 @@ static void sec_outbox(scrape *x, obx__buf *b) {
     sample(b, "obx_receipts", "kind", "duplicate", (double)st->receipts_duplicate);
     sample(b, "obx_receipts", "kind", "quarantined", (double)st->receipts_quarantined);
     sample(b, "obx_receipts", "kind", "migration", (double)st->receipts_migration);
+    family(b, "obx_receipts_asserted", "gauge",
+           "Primary receipts an operator asserted on a cluster that cannot be asked (obx resolve "
+           "--accept, not verified at the broker): obx audit reports each until a critical "
+           "consumer's receipt confirms it");
+    sample(b, "obx_receipts_asserted", NULL, NULL, (double)st->receipts_asserted);
 }
 
 static void sec_relay(scrape *x, obx__buf *b) {

@@ -330,11 +330,12 @@ obx_err obx__status_json(obx__store *s, obx__consumer_set *cs, const obx__store_
                         json_pack("{s:I,s:I,s:I}", "undelivered_all", (json_int_t)dopen[0],
                                   "undelivered_any", (json_int_t)dopen[1], "trailing_slots",
                                   (json_int_t)dopen[2]));
-    json_object_set_new(doc, "receipts",
-                        json_pack("{s:I,s:I,s:I,s:I}", "primary", (json_int_t)st.receipts_primary,
-                                  "duplicate", (json_int_t)st.receipts_duplicate, "quarantined",
-                                  (json_int_t)st.receipts_quarantined, "migration",
-                                  (json_int_t)st.receipts_migration));
+    json_object_set_new(
+        doc, "receipts",
+        json_pack("{s:I,s:I,s:I,s:I,s:I}", "primary", (json_int_t)st.receipts_primary, "duplicate",
+                  (json_int_t)st.receipts_duplicate, "quarantined",
+                  (json_int_t)st.receipts_quarantined, "migration",
+                  (json_int_t)st.receipts_migration, "asserted", (json_int_t)st.receipts_asserted));
 
     /* UNKNOWN events with their attempts, the longest-unresolved first */
     obx__rows rows = {0};

@@ -217,7 +217,8 @@ static obx_err fill_slot(obx__engine *e, accept_ctx *c, accept_run *w, size_t i,
                c->source == OBX__RS_BROKER     ? "receipt"
                : c->source == OBX__RS_LOOKUP   ? "lookup receipt"
                : c->source == OBX__RS_CONSUMER ? "consumer evidence"
-                                               : "operator evidence",
+               : c->source == OBX__RS_ASSERTED ? "operator assertion (not verified at the broker)"
+                                               : "operator evidence verified at the broker",
                a->attempt_id, o->topic, (int)o->partition, (long long)o->offset,
                c->source != OBX__RS_BROKER ||
                        (from == OBX__ST_SENDING && !strcmp(ev->attempt_id, a->attempt_id))

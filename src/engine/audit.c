@@ -23,7 +23,11 @@
  *   consumer_quarantine  events a critical consumer's inbox quarantined (same ID, other
  *                        payload digest);
  *   parked               events definitely rejected the route's max attempts times, waiting for
- *                        an operator (`obx requeue`).
+ *                        an operator (`obx requeue`);
+ *   asserted_unconfirmed events published on an operator's assertion (`obx resolve --accept` on
+ *                        a cluster that cannot be asked: receipt source "asserted") that no
+ *                        critical consumer's receipt (same generation, payload and destination
+ *                        digests) confirms yet.
  *
  * A check whose input is missing (no broker, no scan capability, no critical consumer, age 0)
  * is reported as skipped with the reason, never as clean.
@@ -236,6 +240,70 @@ static obx_err unconsumed(audit_ctx *x) {
     return e;
 }
 
+/* ---- asserted_unconfirmed: operator assertions no critical consumer confirms -------------- */
+
+/* Whether a critical consumer's receipt of event_id confirms what the operator asserted: the
+ * event's generation, payload digest and destination digest. */
+static obx_err confirmed(audit_ctx *x, const char *event_id, bool *yes) {
+    *yes = false;
+    obx__rows ev = {0};
+    obx_err e = obx__st_load_events(x->s, &event_id, 1, 0, &ev);
+    for (size_t k = 0; !e && ev.n && !*yes && k < x->c->n_consumers; k++) {
+        const obx__critical *cc = &x->c->consumers[k];
+        const obx__event_row *r = &ev.v[0];
+        obx__inbox_row in;
+        e = obx__st_inbox_get(cc->s, cc->id, obx__wire_id(r), &in);
+        if (e == OBX_ENOTFOUND) {
+            e = OBX_OK;
+            continue;
+        }
+        *yes = !e && in.envelope_gen == r->envelope_gen &&
+               !strcmp(in.payload_digest, r->env.payload_digest) &&
+               !strcmp(in.dest_digest, r->dest_digest);
+    }
+    obx__rows_free(&ev);
+    return e;
+}
+
+static obx_err asserted(audit_ctx *x) {
+    const char *name = "asserted_unconfirmed";
+    obx__aged_req req = {.kind = OBX__AGED_ASSERTED,
+                         .until = x->now,
+                         .after_at = INT64_MIN,
+                         .after_key = INT64_MIN,
+                         .limit = x->c->max_scan};
+    obx__aged_row *rows = NULL;
+    size_t n = 0;
+    obx_err e = obx__st_aged(x->s, &req, &rows, &n, NULL);
+    if (e) return obx__fail_prefix(e, "audit %s", name);
+    json_t *ids = json_array();
+    int64_t count = 0, oldest = 0;
+    for (size_t i = 0; !e && i < n; i++) {
+        bool yes = false;
+        if ((e = confirmed(x, rows[i].event_id, &yes)) || yes) continue;
+        if (!count++ || rows[i].at < oldest) oldest = rows[i].at;
+        list_id(ids, rows[i].event_id, x->c->max_ids);
+    }
+    free(rows);
+    if (e || !count) {
+        json_decref(ids);
+        if (!e)
+            check(x, name, "ok", "%zu operator assertions, each confirmed by a critical consumer",
+                  n);
+        return e ? obx__fail_prefix(e, "audit %s", name) : OBX_OK;
+    }
+    char detail[512];
+    snprintf(detail, sizeof detail,
+             "%lld events published on an operator's assertion alone (obx resolve --accept on a "
+             "cluster that cannot be asked) that no critical consumer's receipt confirms: check "
+             "that the broker holds them",
+             (long long)count);
+    finding(x, OBX__FK_ASSERTED, count, oldest, ids, detail);
+    x->counts[OBX__FK_ASSERTED] += count;
+    check(x, name, "findings", "%s", detail);
+    return OBX_OK;
+}
+
 /* ---- bypass: what the broker holds that the outbox never committed ------------------------- */
 
 enum { SCAN_BATCH = 256 };
@@ -423,6 +491,7 @@ obx_err obx__audit_run(obx__store *s, obx__broker *b, const obx__audit_cfg *c, i
         e = aged_check(&x, s, OBX__AGED_PARKED, OBX__FK_PARKED, now, NULL, "parked",
                        "PARKED events (definitely rejected the route's max attempts times)",
                        "fix the cause, then `obx requeue` them");
+    if (!e) e = asserted(&x);
     obx__store_stats st;
     if (!e) e = obx__st_stats(s, &st);
     if (e) {

@@ -19,11 +19,18 @@
  *           to name another destination: migration (obx migrate) is the only way there, and it
  *           refuses while the outcome is UNKNOWN.
  *   accept  evidence the operator found at the broker (topic, partition, offset and the
- *           payload digest the message carries) or a consumer's receipt, through the
- *           acceptance point (source "operator" / "consumer"). Evidence that names another
- *           topic, partition, payload digest or attempt than the event's frozen ones is
- *           refused before it reaches the acceptance point (which would quarantine it as an
- *           alarm): an operator's typo is not a broker contradicting the outbox.
+ *           payload digest the message carries) or a declared critical consumer's receipt,
+ *           through the acceptance point. Evidence that names another topic, partition,
+ *           payload digest or attempt than the event's frozen ones is refused before it
+ *           reaches the acceptance point (which would quarantine it as an alarm): an
+ *           operator's typo is not a broker contradicting the outbox. Evidence is the bytes:
+ *           where the event's cluster can be asked (an authoritative lookup, or a cluster no
+ *           relay registered), the broker is read (obx__reconcile_lookup: every copy under the
+ *           event ID, bodies hashed) and only the event's own message at the named offset is
+ *           accepted (source "operator"); anything else is refused. Where the cluster cannot be
+ *           asked (lookup none or best effort), the acceptance is an operator assertion
+ *           (source "asserted"): counted in the store's stats, reported by obx audit until a
+ *           critical consumer's receipt confirms it.
  * Events in any other state are refused with the reason; nothing changes for them.
  */
 #include "engine/engine_int.h"
@@ -230,6 +237,67 @@ static obx_err resolve_retry(obx__engine *e, int64_t now, const obx__resolve_req
     return OBX_OK;
 }
 
+/* Whether the cluster of ev can be asked (*can): the connected broker's own capability when it
+ * is that cluster, else the cluster as a relay registered it; a cluster nobody registered
+ * counts as one that can be asked (nothing says it cannot). Sets why (cap OBX_TEXT_MAX + 1)
+ * when the broker given is another cluster. */
+static obx_err can_be_asked(obx__engine *e, const obx__event_row *ev, bool *can, char *why) {
+    if (e->b) {
+        if (strcmp(e->cluster, ev->dest.cluster))
+            snprintf(why, OBX_TEXT_MAX + 1,
+                     "%s: refused: the broker given is cluster %.60s, the event's is %.60s",
+                     ev->env.event_id, e->cluster, ev->dest.cluster);
+        *can = (obx__br_caps(e->b) & OBX__BCAP_LOOKUP_AUTHORITATIVE) != 0;
+        return OBX_OK;
+    }
+    obx__cluster_row c;
+    obx_err err = obx__st_cluster_get(e->s, ev->dest.cluster, &c);
+    if (err == OBX_ENOTFOUND) return OBX_OK;
+    if (err) return err;
+    *can = !strcmp(c.lookup, "authoritative");
+    return OBX_OK;
+}
+
+/* Evidence at a cluster that can be asked: the broker is read (every copy under the event ID,
+ * bodies hashed) and *o is the event's own message found at the named offset; anything else
+ * sets why (cap OBX_TEXT_MAX + 1). */
+static obx_err verify_at_broker(obx__engine *e, int64_t now, const obx__resolve_req *req,
+                                const obx__event_row *ev, obx__outcome *o, char *why) {
+    const char *id = ev->env.event_id;
+    if (!e->b) {
+        snprintf(why, OBX_TEXT_MAX + 1,
+                 "%s: refused: cluster %.60s can be asked; give its broker (--broker URL) so that "
+                 "obx reads offset %lld and hashes the message there",
+                 id, ev->dest.cluster, (long long)req->offset);
+        return OBX_OK;
+    }
+    obx__lookup_res res;
+    obx_err err = obx__reconcile_lookup(e, now, ev, &res);
+    if (err) return err;
+    if (res.kind == OBX__LOOKUP_FOUND && res.found.offset == req->offset) {
+        if (req->attempt_id && *req->attempt_id && strcmp(req->attempt_id, res.found.attempt_id))
+            snprintf(why, OBX_TEXT_MAX + 1,
+                     "%s: refused: the message at offset %lld carries attempt %.40s, not %.40s", id,
+                     (long long)req->offset, res.found.attempt_id, req->attempt_id);
+        *o = res.found;
+    } else if (res.kind == OBX__LOOKUP_FOUND)
+        snprintf(why, OBX_TEXT_MAX + 1,
+                 "%s: refused: the broker holds this event's message at %.60s/%d@%lld, not at "
+                 "offset %lld",
+                 id, res.found.topic, (int)res.found.partition, (long long)res.found.offset,
+                 (long long)req->offset);
+    else if (res.n_bad && res.bad.offset == req->offset)
+        snprintf(why, OBX_TEXT_MAX + 1,
+                 "%s: refused: the message at offset %lld is not this event's message: %.160s", id,
+                 (long long)req->offset, res.bad.reason);
+    else
+        snprintf(why, OBX_TEXT_MAX + 1,
+                 "%s: refused: the broker does not hold this event's message at %.60s/%d@%lld "
+                 "(%.120s)",
+                 id, ev->dest.topic, (int)ev->pinned_partition, (long long)req->offset, res.reason);
+    return OBX_OK;
+}
+
 /* The receipt *o that the evidence for ev amounts to: a consumer's consume receipt
  * (*src = OBX__RS_CONSUMER) or what the operator found at the broker. Sets why (cap
  * OBX_TEXT_MAX + 1) when the evidence is refused: none, or not matching the frozen event. */
@@ -265,6 +333,11 @@ static obx_err evidence_outcome(obx__engine *e, int64_t now, const obx__resolve_
     char att[OBX__ATTEMPT_ID_LEN + 1] = "";
     if (!why[0] && (err = pick_attempt(e, ev, req->attempt_id, att, why, OBX_TEXT_MAX + 1)))
         return err;
+    bool can_ask = true;
+    if (!why[0] && (err = can_be_asked(e, ev, &can_ask, why))) return err;
+    if (why[0]) return OBX_OK;
+    if (can_ask) return verify_at_broker(e, now, req, ev, o, why);
+    *src = OBX__RS_ASSERTED;
     o->kind = OBX__OUT_ACK;
     obx__strlcpy(o->event_id, obx__wire_id(ev), sizeof o->event_id);
     o->envelope_gen = ev->envelope_gen;
@@ -436,6 +509,25 @@ obx_err obx__resolve(obx__engine *e, int64_t now, const obx__resolve_req *req, j
 
 /* ---- the public entry --------------------------------------------------------------------- */
 
+/* Evidence from a consumer's inbox counts only from a declared critical consumer: id=url must
+ * be one of r->critical_consumers, ID and database alike. */
+static obx_err declared(const obx_resolve_request *r, const char *id, const char *url) {
+    size_t n = strlen(id);
+    for (size_t i = 0; i < r->n_critical_consumers; i++) {
+        const char *c = r->critical_consumers ? r->critical_consumers[i] : NULL;
+        if (!c || strncmp(c, id, n) || c[n] != '=') continue;
+        if (!strcmp(c + n + 1, url)) return OBX_OK;
+        return obx__fail(OBX_EINVAL,
+                         "consumer: %s is declared with another database "
+                         "(audit.critical_consumers); its evidence comes from that one",
+                         id);
+    }
+    return obx__fail(OBX_EINVAL,
+                     "consumer: %s is not a declared critical consumer (audit.critical_consumers "
+                     "of the relay's configuration): only their receipts are evidence",
+                     id);
+}
+
 obx_err obx_resolve(obx_store *s, const obx_resolve_request *r, char **out, size_t *n_refused) {
     if (!s || !r || !out) return obx__fail(OBX_EINVAL, "resolve: NULL argument");
     *out = NULL;
@@ -477,10 +569,15 @@ obx_err obx_resolve(obx_store *s, const obx_resolve_request *r, char **out, size
         if (!eq || eq == r->consumer || (size_t)(eq - r->consumer) > OBX_NAME_MAX)
             return obx__fail(OBX_EINVAL, "consumer: '%.40s' is not ID=URL", r->consumer);
         memcpy(crit.id, r->consumer, (size_t)(eq - r->consumer));
-        if ((err = obx__check_field("consumer", crit.id, 1, OBX_NAME_MAX, OBX__CS_NAME)))
+        if ((err = obx__check_field("consumer", crit.id, 1, OBX_NAME_MAX, OBX__CS_NAME)) ||
+            (err = declared(r, crit.id, eq + 1)))
             return err;
         if ((err = obx__st_open(eq + 1, &crit.s))) return obx__fail_prefix(err, "consumer");
     }
+    obx__broker *b = NULL;
+    if (accept && !r->consumer && r->broker_url &&
+        (err = obx__br_open(r->broker_url, r->broker_props, r->n_broker_props, &b)))
+        return obx__fail_prefix(err, "broker");
     obx__engine e;
     obx__engine_cfg c;
     obx__engine_cfg_defaults(&c);
@@ -503,9 +600,10 @@ obx_err obx_resolve(obx_store *s, const obx_resolve_request *r, char **out, size
         .dry_run = r->dry_run != 0};
     size_t refused = 0;
     json_t *doc = NULL;
-    err = obx__engine_init(&e, s, NULL, &c);
+    err = obx__engine_init(&e, s, b, &c);
     if (!err) err = obx__resolve(&e, now, &q, &doc, &refused);
     obx__st_close(crit.s);
+    obx__br_close(b);
     if (err) return err;
     if (n_refused) *n_refused = refused;
     return obx__json_out(doc, out);

@@ -26,8 +26,8 @@ static obx_err actor_start(wk *k, actor *a) {
                                        : "c",
              a->index, a->incarnation);
     obx_err e = OBX_OK;
-    if (a->kind != A_PRODUCER && a->kind != A_PURGER && a->kind != A_OPERATOR)
-        e = obx__br_open(k->wurl, NULL, 0, &a->b);
+    /* the operator reads the broker too: its evidence is checked there (obx resolve --broker) */
+    if (a->kind != A_PRODUCER && a->kind != A_PURGER) e = obx__br_open(k->wurl, NULL, 0, &a->b);
     if (e) return e;
     if (a->kind == A_DISPATCHER || a->kind == A_RECONCILER || a->kind == A_MIGRATOR ||
         a->kind == A_OPERATOR) {
@@ -451,8 +451,10 @@ static void migrator_step(wk *k, actor *a) {
 
 /* The on-call operator: held UNKNOWNs (an alert) older than the reaction time are resolved with
  * `obx resolve`. An operator first reads the broker (kcat, a queue browser): a message of the
- * event's generation there is accepted as evidence (offset and the payload digest it carries);
- * otherwise the event is retried to its frozen destination. */
+ * event's generation there is accepted as evidence (offset and the payload digest it carries;
+ * obx checks it at the broker where the broker can be asked, and refuses it while the broker
+ * cannot answer); otherwise, or when the evidence was refused, the event is retried to its
+ * frozen destination. */
 static void operator_step(wk *k, actor *a) {
     if (k->now < k->op_next_at) return;
     k->op_next_at = k->now + OP_POLL_MS;
@@ -483,6 +485,17 @@ static void operator_step(wk *k, actor *a) {
         size_t refused = 0;
         e = obx__resolve(&a->e, k->now, &q, &out, &refused);
         json_decref(out);
+        if (!e && m && refused) { /* not checkable now: the operator retries instead */
+            m = NULL;
+            q = (obx__resolve_req){.ids = ids,
+                                   .n_ids = 1,
+                                   .partition = -1,
+                                   .who = a->owner,
+                                   .reason = "on-call: evidence refused, same-target retry"};
+            out = NULL;
+            e = obx__resolve(&a->e, k->now, &q, &out, &refused);
+            json_decref(out);
+        }
         check_err(k, a, e, "operator: resolve");
         if (!e && !refused) {
             if (m)

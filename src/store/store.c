@@ -52,7 +52,8 @@ const char *obx__receipt_kind_name(obx__receipt_kind k) {
     return (unsigned)k < 4 ? n[k] : "?";
 }
 
-static const char *const source_names[OBX__RS_COUNT] = {"broker", "lookup", "consumer", "operator"};
+static const char *const source_names[OBX__RS_COUNT] = {"broker", "lookup", "consumer", "operator",
+                                                        "asserted"};
 
 const char *obx__receipt_source_name(obx__receipt_source k) {
     return (unsigned)k < OBX__RS_COUNT ? source_names[k] : "?";

@@ -171,7 +171,10 @@ typedef enum obx__receipt_source {
     OBX__RS_BROKER,   /* the broker's confirm of a send */
     OBX__RS_LOOKUP,   /* a reconciler's lookup found the message */
     OBX__RS_CONSUMER, /* a critical consumer's inbox row (docs/design.md: consumer evidence) */
-    OBX__RS_OPERATOR, /* an operator's audited `obx resolve --accept` */
+    OBX__RS_OPERATOR, /* an operator's audited `obx resolve --accept`, verified at the broker */
+    /* an operator's `obx resolve --accept` on a cluster that cannot be asked: an assertion,
+     * counted and reported by obx audit until a critical consumer's receipt confirms it */
+    OBX__RS_ASSERTED,
     OBX__RS_COUNT
 } obx__receipt_source;
 
@@ -325,9 +328,10 @@ typedef struct obx__store_stats {
     int64_t oldest_pending_committed_at; /* 0: none */
     int64_t oldest_unknown_since;        /* 0: none */
     int64_t receipts_primary, receipts_duplicate, receipts_quarantined, receipts_migration;
-    int64_t attempts_unknown; /* UNKNOWN attempts of events whose slot is still empty */
-    int64_t held;             /* UNKNOWN events held for an operator (held_at > 0) */
-    int64_t oldest_held;      /* the earliest held_at; 0: none */
+    int64_t receipts_asserted; /* primary receipts whose source is an operator's assertion */
+    int64_t attempts_unknown;  /* UNKNOWN attempts of events whose slot is still empty */
+    int64_t held;              /* UNKNOWN events held for an operator (held_at > 0) */
+    int64_t oldest_held;       /* the earliest held_at; 0: none */
 } obx__store_stats;
 
 /* Whole-table invariant checks (all must be 0): scans, so only for reports and audits. */
@@ -530,6 +534,8 @@ typedef enum obx__aged_kind {
     OBX__AGED_QUARANTINED, /* receipts of kind QUARANTINED; at = created_at, key = receipt_id */
     OBX__AGED_INBOX_QUARANTINED, /* consumer side: inbox quarantines of req.consumer; at = at,
                                     key = quarantine_id */
+    OBX__AGED_ASSERTED,          /* PRIMARY receipts an operator asserted (source 'asserted'); at =
+                                    created_at, key = receipt_id */
     OBX__AGED_COUNT
 } obx__aged_kind;
 

@@ -78,11 +78,30 @@ check "evidence naming another payload is refused" 1 "not this event's message" 
 check "evidence naming another topic is refused" 1 'never changes the destination' -- \
   "$OBX" resolve "$e1" --accept --offset 0 --topic payments --db "$db" --who ops --reason r \
   --payload-digest "$("$OBX" inspect "$e1" --db "$db" --json | jq_ 'd["envelope"]["payload_digest"]')"
-[[ $("$OBX" status --db "$db" --json | jq_ 'd["unknown"]["held"]') == 3 ]] || fail "a refusal changed something"
-# the operator accepts the consumer's evidence for e1: published, no resend
-check "accept from a consumer's inbox" 0 'published on the evidence' -- \
+d1=$("$OBX" inspect "$e1" --db "$db" --json | jq_ 'd["envelope"]["payload_digest"]')
+# evidence is read at the broker where the cluster can be asked (issue 46, item 3): an offset
+# the broker never held is refused, and so is an acceptance without the broker to read it from
+check "an offset the broker never held is refused" 1 'not at offset 999999' -- \
+  "$OBX" resolve "$e1" --accept --offset 999999 --payload-digest "$d1" --broker "$broker" \
+  --db "$db" --who mallory --reason "trust me"
+check "acceptance without the broker is refused where it can be asked" 1 'give its broker' -- \
+  "$OBX" resolve "$e1" --accept --offset 999999 --payload-digest "$d1" --db "$db" \
+  --who mallory --reason "trust me"
+# only a declared critical consumer's inbox is evidence
+check "an undeclared consumer is refused" 2 'not a declared critical consumer' -- \
   "$OBX" resolve "$e1" --accept --from-consumer "order-projection=$cdb" --db "$db" --who ops \
-  --reason "INC-42: the projection has it"
+  --reason r
+[[ $("$OBX" status --db "$db" --json | jq_ 'd["unknown"]["held"]') == 3 ]] || fail "a refusal changed something"
+cat >"$dir/relay.yaml" <<YAML
+db: $db
+broker: $broker
+audit:
+  critical_consumers: ["order-projection=$cdb"]
+YAML
+# the operator accepts the declared consumer's evidence for e1: published, no resend
+check "accept from a consumer's inbox" 0 'published on the evidence' -- \
+  "$OBX" resolve "$e1" --accept --from-consumer "order-projection=$cdb" --config "$dir/relay.yaml" \
+  --who ops --reason "INC-42: the projection has it"
 "$OBX" inspect "$e1" --db "$db" --json >"$dir/e1.json"
 python3 - "$dir/e1.json" <<'PY'
 import json, sys
@@ -172,6 +191,11 @@ post() { curl -s -o "$dir/body" -w '%{http_code}' -X POST -H 'Content-Type: appl
 [[ $(post -H "Authorization: Bearer $token" "http://127.0.0.1:$port/api/resolve" -d "{\"event_id\":\"$e6\",\"action\":\"retry\"}") == 400 ]] ||
   fail "/api/resolve without a reason: $(cat "$dir/body")"
 grep -q 'reason' "$dir/body" || fail "the refusal does not name reason: $(cat "$dir/body")"
+# a missing field is a 400, never a default (no offset was offset 0, and published e6)
+d6=$("$OBX" inspect "$e6" --db "$db" --json | jq_ 'd["envelope"]["payload_digest"]')
+[[ $(post -H "Authorization: Bearer $token" "http://127.0.0.1:$port/api/resolve" -d "{\"event_id\":\"$e6\",\"action\":\"accept\",\"payload_digest\":\"$d6\",\"who\":\"bob\",\"reason\":\"x\"}") == 400 ]] ||
+  fail "/api/resolve accept without an offset: $(cat "$dir/body")"
+grep -q 'offset: missing' "$dir/body" || fail "the refusal does not name offset: $(cat "$dir/body")"
 [[ $(post -H "Authorization: Bearer $token" "http://127.0.0.1:$port/api/resolve" -d "{\"held\":true,\"action\":\"retry\",\"who\":\"bob\",\"reason\":\"INC-44\"}") == 200 ]] ||
   fail "/api/resolve: $(cat "$dir/body")"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["resolved"] == 1 and d["events"][0]["result"] == "retry", d' "$dir/body" ||

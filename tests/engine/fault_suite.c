@@ -1343,6 +1343,7 @@ static void test_operator_resolution(void **state) {
     assert_true(off >= 0);
     acc.payload_digest = digest_b;
     acc.offset = off;
+    acc.broker_url = f->broker_url; /* the cluster can be asked: obx reads the offset */
     OK(obx_resolve(f->s, &acc, &out, &refused));
     assert_int_equal(refused, 0);
     assert_non_null(strstr(out, "published on the evidence"));
@@ -1436,6 +1437,121 @@ static void test_lookup_hashes_the_body(void **state) {
     assert_int_equal(st.receipts_quarantined, 2); /* the alarm's counter (obx audit, /metrics) */
 }
 
+/* Operator acceptance is checked where the broker can be asked (issue 46, item 3): an offset
+ * the broker never held, or one holding another body, is refused and nothing changes; without
+ * the broker the acceptance of a cluster that can be asked is refused; a consumer that is not a
+ * declared critical consumer is no evidence. On a cluster registered as one that cannot be
+ * asked, the acceptance is an operator assertion: its own receipt source, counted in the
+ * store's stats and reported by the audit until a critical consumer's receipt confirms it. */
+static void test_operator_acceptance_checked(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 0, 0); /* hold */
+    char a[31], b[31], sql[256];
+    enq(f, "order.created.v1", "o-1", a);
+    enq(f, "order.created.v1", "o-2", b);
+    obx__engine da, rc;
+    engine(f, &da, "relay-a", f->b);
+    engine(f, &rc, "reconciler", f->b2);
+    knob(f->b, "lose_ack", "1");
+    size_t sent, n, refused = 0;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    f->now += 1500;
+    OK(obx__engine_sweep(&da, f->now, &n));
+    knob(f->b2, "lookup_down", "1");
+    OK(obx__reconcile_step(&rc, f->now, &n));
+    assert_true(ev(f, a).held_at > 0 && ev(f, b).held_at > 0);
+    const char *ids_a[] = {a}, *ids_b[] = {b};
+    char digest_a[OBX_DIGEST_LEN + 1], digest_b[OBX_DIGEST_LEN + 1], *out = NULL;
+    strcpy(digest_a, ev(f, a).env.payload_digest);
+    strcpy(digest_b, ev(f, b).env.payload_digest);
+    obx_resolve_request acc = {.event_ids = ids_a,
+                               .n_event_ids = 1,
+                               .action = "accept",
+                               .offset = 999999,
+                               .payload_digest = digest_a,
+                               .who = "mallory",
+                               .reason = "trust me",
+                               .broker_url = f->broker_url};
+    OK(obx_resolve(f->s, &acc, &out, &refused));
+    if (refused != 1) fail_msg("an offset the broker never held was accepted: %s", out);
+    assert_non_null(strstr(out, "not at offset 999999"));
+    obx_free(out);
+    /* the message's own offset, but its body is another one now */
+    snprintf(sql, sizeof sql,
+             "UPDATE obx_log_msg SET payload = CAST('{}' AS BLOB) WHERE event_id = '%s'", a);
+    broker_sql(f, sql);
+    const char *topics[] = {"orders"};
+    OK(f->b2->m->consume_open(f->b2, "ops", topics, 1));
+    obx__delivery d[8];
+    size_t nd = 0;
+    OK(f->b2->m->consume_poll(f->b2, 0, d, 8, &nd));
+    for (size_t i = 0; i < nd; i++) {
+        if (!strcmp(d[i].env.event_id, a)) acc.offset = d[i].offset;
+        obx__delivery_free(&d[i]);
+    }
+    OK(obx_resolve(f->s, &acc, &out, &refused));
+    if (refused != 1) fail_msg("a forged body was accepted: %s", out);
+    assert_non_null(strstr(out, "is not this event's message"));
+    obx_free(out);
+    /* no broker given: the cluster can be asked (no relay registered it as one that cannot) */
+    acc.broker_url = NULL;
+    OK(obx_resolve(f->s, &acc, &out, &refused));
+    assert_int_equal(refused, 1);
+    assert_non_null(strstr(out, "give its broker"));
+    obx_free(out);
+    assert_int_equal(ev(f, a).state, OBX__ST_DISPATCH_UNKNOWN);
+    assert_int_equal(receipts(f, a, OBX__RK_PRIMARY, NULL), 0);
+    /* a consumer nobody declared critical is no evidence */
+    char curl[300];
+    snprintf(curl, sizeof curl, "projection=sqlite:%s/nobody.db", tmpdir);
+    obx_resolve_request fc = {.event_ids = ids_b,
+                              .n_event_ids = 1,
+                              .action = "accept",
+                              .consumer = curl,
+                              .who = "mallory",
+                              .reason = "my own database"};
+    assert_int_equal(obx_resolve(f->s, &fc, &out, &refused), OBX_EINVAL);
+    assert_non_null(strstr(obx_errmsg(), "not a declared critical consumer"));
+    /* a cluster that cannot be asked: an operator assertion, counted and audited */
+    obx__cluster_row cr = {.lookup = "none", .backend = "amqp", .seen_at = f->now};
+    strcpy(cr.cluster, "local");
+    strcpy(cr.relay, "r1");
+    OK(f->s->m->cluster_put(f->s, &cr));
+    acc.event_ids = ids_b;
+    acc.payload_digest = digest_b;
+    acc.offset = 7;
+    OK(obx_resolve(f->s, &acc, &out, &refused));
+    if (refused) fail_msg("the assertion was refused: %s", out);
+    obx_free(out);
+    assert_one_primary(f, b);
+    obx__receipt_row *rr;
+    size_t nr;
+    OK(f->s->m->load_receipts(f->s, b, &rr, &nr));
+    assert_int_equal(nr, 1);
+    assert_int_equal(rr[0].source, OBX__RS_ASSERTED);
+    free(rr);
+    assert_int_equal(audit(f, b, -1, OBX__ST_PUBLISHED, "operator assertion"), 1);
+    obx__store_stats st;
+    OK(f->s->m->read->stats(f->s, &st));
+    assert_int_equal(st.receipts_asserted, 1);
+    cons c;
+    cons_open(&c, f, NULL, 0);
+    obx__critical crit = {.s = (obx__store *)c.db};
+    strcpy(crit.id, "projection");
+    obx__audit_cfg ac = {.consumers = &crit, .n_consumers = 1, .max_ids = 10, .max_scan = 100};
+    json_t *doc = NULL;
+    int64_t counts[OBX__FK_COUNT];
+    OK(obx__audit_run(f->s, NULL, &ac, f->now, &doc, counts));
+    json_decref(doc);
+    assert_int_equal(counts[OBX__FK_ASSERTED], 1); /* no consumer confirms it yet */
+    int outc[8] = {0};
+    consume_all(&c, f->now, outc, false);
+    OK(obx__audit_run(f->s, NULL, &ac, f->now, &doc, counts));
+    json_decref(doc);
+    assert_int_equal(counts[OBX__FK_ASSERTED], 0); /* the projection's receipt confirms it */
+    cons_close(&c);
+}
+
 int engine_fault_run(const char *label, store_factory f) {
     factory = f;
     strcpy(tmpdir, "/tmp/obx-fault-XXXXXX");
@@ -1467,6 +1583,7 @@ int engine_fault_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_consumer_evidence, setup, teardown),
         cmocka_unit_test_setup_teardown(test_operator_resolution, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lookup_hashes_the_body, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_operator_acceptance_checked, setup, teardown),
     };
     int failed = _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
     char cmd[128];

@@ -330,6 +330,7 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
 #define PUBLISHED_W                                                                                \
     "obx.obx_event WHERE state IN ('PUBLISHED', 'RETAINED', 'PURGED') AND state = 'PUBLISHED'"
 #define PARKED_W "obx.obx_event WHERE state IN " UNPUBLISHED " AND state = 'PARKED'"
+#define ASSERTED_W "obx.obx_receipt WHERE source = 'asserted' AND kind = 'PRIMARY'"
 #define QUAR_W "obx.obx_receipt WHERE kind IN ('QUARANTINED', 'MIGRATION') AND kind = 'QUARANTINED'"
 #define IQUAR_W "obx.obx_inbox_quarantine WHERE true"
 
@@ -816,6 +817,9 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_AGED_COUNT + OBX__AGED_QUARANTINED] = AGED_COUNT(QUAR_W, "created_at", ""),
     [Q_AGED_COUNT + OBX__AGED_INBOX_QUARANTINED] =
         AGED_COUNT(IQUAR_W, "at", " AND consumer_id = $2::text"),
+    [Q_AGED_LIST + OBX__AGED_ASSERTED] = AGED_LIST("event_id, created_at, receipt_id, reason",
+                                                   ASSERTED_W, "created_at", "receipt_id", ""),
+    [Q_AGED_COUNT + OBX__AGED_ASSERTED] = AGED_COUNT(ASSERTED_W, "created_at", ""),
     [Q_FIND] =
         "SELECT " EVENT_COLS EVENT_FROM "WHERE ($1::text IS NULL OR e.event_type = $1::text) "
         "AND ($2::text IS NULL OR v.dest_cluster = $2::text) "
@@ -934,6 +938,8 @@ static const bool q_readonly[Q_COUNT] = {
     [Q_AGED_COUNT + OBX__AGED_PARKED] = true,
     [Q_AGED_COUNT + OBX__AGED_QUARANTINED] = true,
     [Q_AGED_COUNT + OBX__AGED_INBOX_QUARANTINED] = true,
+    [Q_AGED_LIST + OBX__AGED_ASSERTED] = true,
+    [Q_AGED_COUNT + OBX__AGED_ASSERTED] = true,
     [Q_FIND] = true,
     [Q_RSET_GET] = true,
     [Q_DGET] = true,
@@ -3474,6 +3480,8 @@ static obx_err pg_stats(obx__store *base, obx__store_stats *out) {
             out->receipts_quarantined = v;
         else if (!strcmp(k, "receipt:MIGRATION"))
             out->receipts_migration = v;
+        else if (!strcmp(k, "receipt:ASSERTED"))
+            out->receipts_asserted = v;
         else if (!strcmp(k, "oldest_pending"))
             out->oldest_pending_committed_at = v;
         else if (!strcmp(k, "oldest_unknown"))

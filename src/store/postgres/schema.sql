@@ -417,13 +417,14 @@ CREATE TRIGGER obx_attempt_frozen AFTER UPDATE OF attempt_id, event_id, envelope
 -- A receipt's kind (what it did to the publish slot) and source (what proved it), checked as
 -- casts (as obx.event_state).
 CREATE TYPE obx.receipt_kind AS ENUM ('PRIMARY', 'DUPLICATE', 'QUARANTINED', 'MIGRATION');
-CREATE TYPE obx.receipt_source AS ENUM ('broker', 'lookup', 'consumer', 'operator');
+CREATE TYPE obx.receipt_source AS ENUM ('broker', 'lookup', 'consumer', 'operator', 'asserted');
 
 -- Receipts: the primary one fills the publish slot (at most one per event and generation);
 -- further valid ACKs are duplicate transport receipts; contradicting ones are quarantined;
 -- migrations leave a migration receipt. source: 'broker' = the broker's own confirm, 'lookup' =
 -- a reconciler's lookup found the message, 'consumer' = a critical consumer's inbox row
--- (evidence), 'operator' = an operator's audited `obx resolve --accept`.
+-- (evidence), 'operator' = an operator's audited `obx resolve --accept` verified at the broker,
+-- 'asserted' = an operator's acceptance on a cluster that cannot be asked (not verified).
 CREATE TABLE obx.obx_receipt (
     receipt_id     BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     event_id       TEXT NOT NULL,
@@ -449,7 +450,10 @@ CREATE TABLE obx.obx_receipt (
 -- obx_receipt_primary), and a lookup by event ID uses its first column.
 CREATE UNIQUE INDEX obx_receipt_primary ON obx.obx_receipt
     (event_id, envelope_gen, (CASE WHEN kind = 'PRIMARY' THEN true END));
-CREATE INDEX obx_receipt_kind ON obx.obx_receipt (kind) WHERE kind IN ('QUARANTINED', 'MIGRATION');
+-- The rare receipts obx audit and the stats look for: quarantined, migration, and the primary
+-- receipts an operator asserted
+CREATE INDEX obx_receipt_kind ON obx.obx_receipt (kind)
+    WHERE kind IN ('QUARANTINED', 'MIGRATION') OR source = 'asserted';
 
 CREATE TRIGGER obx_receipt_frozen BEFORE UPDATE ON obx.obx_receipt
     FOR EACH ROW EXECUTE FUNCTION obx._refuse('obx: receipts are evidence and cannot change');
@@ -653,7 +657,7 @@ CREATE TRIGGER obx_receipt_truncated AFTER TRUNCATE ON obx.obx_receipt
     FOR EACH STATEMENT EXECUTE FUNCTION obx._receipt_truncated();
 
 -- The outbox statistics (obx__store_stats) in one round trip: keys 'state:<STATE>',
--- 'receipt:<KIND>', 'oldest_pending', 'oldest_unknown', 'attempts_unknown', 'held' (events held
+-- 'receipt:<KIND>' (and 'receipt:ASSERTED': primary receipts an operator asserted), 'oldest_pending', 'oldest_unknown', 'attempts_unknown', 'held' (events held
 -- for an operator) and 'oldest_held'. Compacts first when the delta table has grown (not in a
 -- read-only transaction, e.g. on a standby).
 CREATE FUNCTION obx._stats() RETURNS TABLE (k text, v bigint) LANGUAGE plpgsql
@@ -679,7 +683,10 @@ BEGIN
         UNION ALL
         SELECT 'held', count(*) FROM obx.obx_event e WHERE e.held_at > 0
         UNION ALL
-        SELECT 'oldest_held', coalesce(min(e.held_at), 0) FROM obx.obx_event e WHERE e.held_at > 0;
+        SELECT 'oldest_held', coalesce(min(e.held_at), 0) FROM obx.obx_event e WHERE e.held_at > 0
+        UNION ALL
+        SELECT 'receipt:ASSERTED', count(*) FROM obx.obx_receipt r
+         WHERE r.source = 'asserted' AND r.kind = 'PRIMARY';
 END $$;
 
 -- ---- the relay's batch statements --------------------------------------------------------------

@@ -298,12 +298,14 @@ CREATE TABLE obx_receipt (
     detail         TEXT,
     created_at     INTEGER NOT NULL,
     -- what proved it: the broker's confirm, a reconciler's lookup, a critical consumer's inbox
-    -- row, an operator's `obx resolve --accept`
+    -- row, an operator's `obx resolve --accept` verified at the broker, or asserted where the
+    -- broker cannot be asked
     source         TEXT NOT NULL DEFAULT 'broker'
-        CHECK (source IN ('broker', 'lookup', 'consumer', 'operator'))
+        CHECK (source IN ('broker', 'lookup', 'consumer', 'operator', 'asserted'))
 );
 CREATE UNIQUE INDEX obx_receipt_primary ON obx_receipt (event_id, envelope_gen) WHERE kind = 'PRIMARY';
 CREATE INDEX obx_receipt_event ON obx_receipt (event_id);
+CREATE INDEX obx_receipt_asserted ON obx_receipt (created_at) WHERE source = 'asserted';
 CREATE INDEX obx_receipt_kind ON obx_receipt (kind) WHERE kind IN ('QUARANTINED', 'MIGRATION');
 
 CREATE TRIGGER obx_receipt_frozen BEFORE UPDATE ON obx_receipt

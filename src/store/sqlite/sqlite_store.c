@@ -283,7 +283,9 @@ static const char *const sql_text[Q_COUNT] = {
         "'RECONCILING','RETRY_CLAIMED') AND unknown_since > 0), "
         "(SELECT count(*) FROM obx_event WHERE held_at > 0), "
         "(SELECT min(held_at) FROM obx_event WHERE held_at > 0)",
-    [Q_STATS_RCPT] = "SELECT kind, count(*) FROM obx_receipt GROUP BY kind",
+    [Q_STATS_RCPT] = "SELECT kind, count(*) FROM obx_receipt GROUP BY kind UNION ALL SELECT "
+                     "'ASSERTED', count(*) FROM obx_receipt WHERE source = 'asserted' AND kind = "
+                     "'PRIMARY'",
     [Q_STATS_ATT] = "SELECT count(*) FROM obx_attempt a JOIN obx_event e ON e.event_id = "
                     "a.event_id WHERE a.state = 'UNKNOWN' AND e.primary_attempt_id = ''",
     [Q_STATS_INV] =
@@ -393,6 +395,7 @@ static const char *const sql_text[Q_COUNT] = {
 #define PARKED_W "obx_event WHERE state = 'PARKED'"
 #define QUAR_W "obx_receipt WHERE kind = 'QUARANTINED'"
 #define IQUAR_W "obx_inbox_quarantine WHERE consumer_id = ?5"
+#define ASSERTED_W "obx_receipt WHERE source = 'asserted' AND kind = 'PRIMARY'"
     [Q_AGED_LIST + OBX__AGED_PENDING] =
         AGED_LIST(EV_AGED(PENDING_AT), PENDING_W, PENDING_AT, "seq"),
     [Q_AGED_LIST + OBX__AGED_UNKNOWN] =
@@ -411,6 +414,9 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_AGED_COUNT + OBX__AGED_PARKED] = AGED_COUNT(PARKED_W, "updated_at"),
     [Q_AGED_COUNT + OBX__AGED_QUARANTINED] = AGED_COUNT(QUAR_W, "created_at"),
     [Q_AGED_COUNT + OBX__AGED_INBOX_QUARANTINED] = AGED_COUNT(IQUAR_W, "at"),
+    [Q_AGED_LIST + OBX__AGED_ASSERTED] = AGED_LIST("event_id, created_at, receipt_id, reason",
+                                                   ASSERTED_W, "created_at", "receipt_id"),
+    [Q_AGED_COUNT + OBX__AGED_ASSERTED] = AGED_COUNT(ASSERTED_W, "created_at"),
 #undef AGED_LIST
 #undef AGED_COUNT
 #undef UNKNOWN_AT
@@ -422,6 +428,7 @@ static const char *const sql_text[Q_COUNT] = {
 #undef PARKED_W
 #undef QUAR_W
 #undef IQUAR_W
+#undef ASSERTED_W
     [Q_FIND] = "SELECT " EVENT_COLS EVENT_FROM
                "WHERE (?1 IS NULL OR e.event_type = ?1) AND (?2 IS NULL OR v.dest_cluster = ?2) "
                "AND (?3 IS NULL OR v.dest_topic = ?3) "
@@ -1586,6 +1593,8 @@ static obx_err sq_stats(obx__store *base, obx__store_stats *out) {
             out->receipts_quarantined = v;
         else if (!strcmp(k, "MIGRATION"))
             out->receipts_migration = v;
+        else if (!strcmp(k, "ASSERTED"))
+            out->receipts_asserted = v;
     }
     sqlite3_reset(st);
     if (rc != SQLITE_DONE) return map_rc(s, rc, "stats");
