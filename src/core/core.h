@@ -299,7 +299,10 @@ bool obx__state_is_published(obx__state s);
     X(DUPLICATE, "DUPLICATE") /* acknowledged after the slot was full */                           \
     X(REJECTED, "REJECTED")   /* the broker definitely did not accept it */                        \
     X(NOT_FOUND, "NOT_FOUND") /* an authoritative lookup proved it absent */                       \
-    X(QUARANTINED, "QUARANTINED")
+    X(QUARANTINED, "QUARANTINED")                                                                  \
+    /* its outcome was still UNKNOWN when another attempt filled the publish slot: nothing is      \
+     * left to decide (a late ACK of it is still a duplicate receipt) */                           \
+    X(SUPERSEDED, "SUPERSEDED")
 
 typedef enum obx__attempt_state {
 #define OBX__AS(n, s) OBX__AT_##n,

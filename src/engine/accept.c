@@ -235,7 +235,8 @@ static void duplicate(accept_ctx *c, accept_run *w, size_t i, const obx__outcome
     size_t ai = (size_t)(a - c->att);
     c->kinds[i] = OBX__RK_DUPLICATE;
     if (OBX__MUTANT(DROP_DUPLICATE_RECEIPT)) return;
-    if (a->state == OBX__AT_SENDING || a->state == OBX__AT_UNKNOWN) {
+    if (a->state == OBX__AT_SENDING || a->state == OBX__AT_UNKNOWN ||
+        a->state == OBX__AT_SUPERSEDED) {
         a->state = OBX__AT_DUPLICATE;
         a->ended_at = c->now;
         w->dirty_att[ai] = true;
@@ -245,6 +246,42 @@ static void duplicate(accept_ctx *c, accept_run *w, size_t i, const obx__outcome
     obx__strlcpy(r->event_id, ev->env.event_id, sizeof r->event_id);
     snprintf(r->reason, sizeof r->reason, "slot already filled by attempt %s",
              ev->primary_attempt_id);
+}
+
+/* Rule 5's consequence: once slot ev is filled by attempt `primary`, its other attempts of the
+ * generation whose outcome is still UNKNOWN have nothing left to decide: they end SUPERSEDED
+ * (a late ACK of one is still a duplicate receipt). Only a slot that was retried has them. */
+static obx_err end_superseded(obx__engine *e, accept_ctx *c, const obx__event_row *ev) {
+    if (ev->attempt_gen <= 1) return OBX_OK;
+    obx__attempt_row *att = NULL;
+    size_t n = 0;
+    obx_err err = obx__st_load_attempts(e->s, NULL, 0, ev->env.event_id, &att, &n);
+    obx__batch b;
+    if (!err) err = obx__batch_reserve(&b, 0, n, 0, 1);
+    if (err) {
+        free(att);
+        return err;
+    }
+    for (size_t i = 0; i < n; i++) {
+        obx__attempt_row *a = &att[i];
+        if (a->state != OBX__AT_UNKNOWN || a->envelope_gen != ev->envelope_gen ||
+            !strcmp(a->attempt_id, ev->primary_attempt_id))
+            continue;
+        a->state = OBX__AT_SUPERSEDED;
+        a->ended_at = c->now;
+        snprintf(a->detail, sizeof a->detail,
+                 "SUPERSEDED: attempt %.40s filled the publish slot while this one's outcome was "
+                 "unknown",
+                 ev->primary_attempt_id);
+        b.att[b.n_att++] = *a;
+    }
+    if (b.n_att)
+        obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_ACCEPTOR, e->cfg.owner, ev, ev->state,
+                   ev->state, "%zu older attempts with an unknown outcome end SUPERSEDED", b.n_att);
+    err = b.n_att ? obx__batch_write(e->s, &b) : OBX_OK;
+    obx__batch_free(&b);
+    free(att);
+    return err;
 }
 
 static obx_err accept_tx(obx__engine *e, void *arg) {
@@ -296,6 +333,10 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
     for (size_t i = 0; i < c->n_att; i++)
         if (w.dirty_att[i]) w.b.att[w.b.n_att++] = c->att[i];
     if (!err) err = obx__batch_write(e->s, &w.b);
+    for (size_t i = 0; !err && i < c->ev.n; i++)
+        if (w.dirty_ev[i] && obx__state_is_published(c->ev.v[i].state) &&
+            !obx__state_is_published(w.orig.v[i].state))
+            err = end_superseded(e, c, &c->ev.v[i]);
     if (!err && quarantined) err = obx__st_counter_add(e->s, "receipts_quarantined", quarantined);
     obx__batch_free(&w.b);
     free(w.dirty_ev);

@@ -652,7 +652,17 @@ static void outcome_unknown(obx__engine *e, outcome_ctx *c, outcome_run *w, size
     obx__state from = ev->state;
     e->st.unknown++;
     if (a->state == OBX__AT_SENDING || current) add_note(c, OBX__NOTE_UNKNOWN, i, ev, a);
-    if (a->state == OBX__AT_SENDING) {
+    if (a->state == OBX__AT_SENDING && ev->primary_attempt_id[0] &&
+        strcmp(ev->primary_attempt_id, a->attempt_id)) {
+        /* another attempt filled the slot: nothing is left to decide about this one */
+        a->state = OBX__AT_SUPERSEDED;
+        a->ended_at = c->now;
+        snprintf(a->detail, sizeof a->detail,
+                 "SUPERSEDED: outcome unknown (%s) after attempt %s "
+                 "filled the publish slot",
+                 o->reason, ev->primary_attempt_id);
+        w->dirty_att[ai] = true;
+    } else if (a->state == OBX__AT_SENDING) {
         a->state = OBX__AT_UNKNOWN;
         a->unknown_at = c->now;
         if (a->quiet_until < c->now + quiet) a->quiet_until = c->now + quiet;

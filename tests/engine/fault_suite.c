@@ -213,7 +213,8 @@ static void test_happy_path(void **state) {
 }
 
 /* docs/design.md, "claim expiry then a late old ACK": the old attempt's late true ACK is
- * recorded (here as a duplicate, the retry having filled the slot first). */
+ * recorded (here as a duplicate, the retry having filled the slot first: the old attempt, ended
+ * SUPERSEDED then, becomes DUPLICATE). */
 static void test_claim_expiry_then_late_old_ack(void **state) {
     fx *f = *state;
     route(f, "order.created.v1", 1, 0); /* blind same-target retry allowed */
@@ -247,8 +248,9 @@ static void test_claim_expiry_then_late_old_ack(void **state) {
     char prim[31];
     assert_int_equal(receipts(f, a, OBX__RK_PRIMARY, prim), 1);
     assert_string_not_equal(prim, att1);
-    /* the old attempt is still UNKNOWN, and its late true ACK now arrives at relay A */
-    assert_int_equal(attempts(f, a, OBX__AT_UNKNOWN), 1);
+    /* the old attempt ended SUPERSEDED when the retry filled the slot; its late true ACK now
+     * arrives at relay A and is still recorded */
+    assert_int_equal(attempts(f, a, OBX__AT_SUPERSEDED), 1);
     f->now += 5000;
     assert_int_equal(poll_all(&da, f->now), 1);
     char dup[31];
@@ -1175,7 +1177,11 @@ static void test_unknown_policy_retry_after_quiet(void **state) {
     assert_int_equal(ev(f, a).attempt_gen, 2);
     assert_int_equal(poll_all(&rc, f->now), 1);
     assert_one_primary(f, a);
-    assert_int_equal(attempts(f, a, OBX__AT_UNKNOWN), 1);
+    /* the older attempt's outcome is never known (the broker cannot be asked): once the retry
+     * filled the slot it ends SUPERSEDED instead of staying UNKNOWN for ever (issue 46, item 6) */
+    assert_int_equal(attempts(f, a, OBX__AT_UNKNOWN), 0);
+    assert_int_equal(attempts(f, a, OBX__AT_SUPERSEDED), 1);
+    assert_int_equal(audit(f, a, -1, -1, "end SUPERSEDED"), 1);
     assert_int_equal(
         audit(f, a, OBX__ST_RECONCILING, OBX__ST_RETRY_CLAIMED, "UNKNOWN policy is retry"), 1);
     assert_int_equal(rc.st.unknown_resolved, 1);

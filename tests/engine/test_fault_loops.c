@@ -335,16 +335,14 @@ static void invariants(world *w) {
         obx__attempt_row *a;
         size_t na;
         OK(obx__st_load_attempts(w->s, NULL, 0, id, &a, &na));
-        int accepted = 0, primary_gen = 0;
-        for (size_t j = 0; j < na; j++)
-            if (!strcmp(a[j].attempt_id, primary)) primary_gen = a[j].attempt_gen;
+        int accepted = 0;
         for (size_t j = 0; j < na; j++) {
-            /* an attempt may stay UNKNOWN only behind the one that filled the slot: the route's
-             * UNKNOWN policy (retry) sent a newer attempt when nothing could prove this one's
-             * outcome; its late ACK would be a duplicate receipt */
+            /* no attempt is left open: one whose outcome nothing could prove when another
+             * filled the slot (the route's UNKNOWN policy, retry, sent a newer one) ended
+             * SUPERSEDED; its late ACK would be a duplicate receipt */
             CHECK(a[j].state == OBX__AT_ACCEPTED || a[j].state == OBX__AT_DUPLICATE ||
                       a[j].state == OBX__AT_REJECTED || a[j].state == OBX__AT_NOT_FOUND ||
-                      (a[j].state == OBX__AT_UNKNOWN && a[j].attempt_gen < primary_gen),
+                      a[j].state == OBX__AT_SUPERSEDED,
                   "%s: attempt %s left %s", id, a[j].attempt_id,
                   obx__attempt_state_name(a[j].state));
             accepted += a[j].state == OBX__AT_ACCEPTED;

@@ -369,7 +369,7 @@ CREATE TRIGGER obx_delivery_target_no_truncate BEFORE TRUNCATE ON obx.obx_delive
 
 -- An attempt's state, checked as a cast (as obx.event_state).
 CREATE TYPE obx.attempt_state AS ENUM ('SENDING', 'UNKNOWN', 'ACCEPTED', 'DUPLICATE', 'REJECTED',
-    'NOT_FOUND', 'QUARANTINED');
+    'NOT_FOUND', 'QUARANTINED', 'SUPERSEDED');
 
 -- Every send: registered before it goes out (CLAIMED/RETRY_CLAIMED -> SENDING), and updated in
 -- place when its outcome arrives. That update is HOT (heap-only, no new index entries) because

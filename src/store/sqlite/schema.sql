@@ -257,7 +257,7 @@ CREATE TABLE obx_attempt (
     partition     INTEGER NOT NULL,
     state         TEXT NOT NULL CHECK (state = 'SENDING' OR state = 'UNKNOWN'
                    OR state = 'ACCEPTED' OR state = 'DUPLICATE' OR state = 'REJECTED'
-                   OR state = 'NOT_FOUND' OR state = 'QUARANTINED'),
+                   OR state = 'NOT_FOUND' OR state = 'QUARANTINED' OR state = 'SUPERSEDED'),
     started_at    INTEGER NOT NULL,
     unknown_at    INTEGER NOT NULL,
     ended_at      INTEGER NOT NULL,
