@@ -155,10 +155,10 @@ static void on_note(void *user, const obx__note *n) {
         break;
     case OBX__NOTE_REJECTED:
         obx__log_event("definite rejections", OBX__LOG_INFO, comp, e, a, c,
-                       "definite rejection: %s (retry after backoff)", n->detail);
+                       "definite rejection: %s", n->detail);
         break;
     case OBX__NOTE_NOT_SENT:
-        obx__log(OBX__LOG_DEBUG, comp, e, a, c, "not sent: %s (retry after backoff)", n->detail);
+        obx__log(OBX__LOG_DEBUG, comp, e, a, c, "not sent: %s", n->detail);
         break;
     case OBX__NOTE_PARKED:
         obx__log_event("PARKED after the route's maximum rejections", OBX__LOG_WARN, comp, e, a, c,

@@ -540,6 +540,7 @@ typedef struct outcome_ctx {
         size_t outcome;
         size_t ev; /* index in ev, as the last run left it */
         int32_t attempt_gen;
+        char detail[OBX_TEXT_MAX + 1]; /* "" = the broker's words (the outcome's reason) */
     } * notes;
     size_t n_notes;
 } outcome_ctx;
@@ -551,6 +552,7 @@ static void add_note(outcome_ctx *c, obx__note_kind k, size_t i, const obx__even
     n->outcome = i;
     n->ev = (size_t)(ev - c->ev.v);
     n->attempt_gen = a->attempt_gen;
+    n->detail[0] = '\0';
 }
 
 /* Loads, for this run of outcomes_tx, the attempts the outcomes name and their events (locked,
@@ -594,12 +596,14 @@ typedef struct outcome_run {
 
 /* Applies outcome i, a REJECT or NOT_SENT, to its attempt a and event ev (in memory, with notes
  * and audit rows in w->b): the attempt is REJECTED; the event, if a is its current attempt, goes
- * back to PENDING with a backoff, or is PARKED. */
+ * back to PENDING with a backoff, or is PARKED. A rejection counts whenever it lands: also after
+ * the sweeper made the event DISPATCH_UNKNOWN (its lease had expired before the answer came). */
 static void outcome_reject(obx__engine *e, outcome_ctx *c, outcome_run *w, size_t i,
                            obx__attempt_row *a, obx__event_row *ev) {
     const obx__outcome *o = &c->o[i];
     size_t ei = (size_t)(ev - c->ev.v), ai = (size_t)(a - c->att);
-    bool current = ev->state == OBX__ST_SENDING && !strcmp(ev->attempt_id, a->attempt_id);
+    bool current = (ev->state == OBX__ST_SENDING || ev->state == OBX__ST_DISPATCH_UNKNOWN) &&
+                   !strcmp(ev->attempt_id, a->attempt_id);
     obx__state from = ev->state;
     if (a->state != OBX__AT_SENDING && a->state != OBX__AT_UNKNOWN) return;
     a->state = OBX__AT_REJECTED;
@@ -617,6 +621,7 @@ static void outcome_reject(obx__engine *e, outcome_ctx *c, outcome_run *w, size_
         ev->state = park ? OBX__ST_PARKED : OBX__ST_PENDING;
         ev->owner[0] = '\0';
         ev->lease_until = 0;
+        ev->held_at = 0;
         ev->available_at =
             c->now + obx__engine_backoff(e, counts ? ev->rejections : ev->attempt_gen);
         ev->updated_at = c->now;
@@ -627,6 +632,10 @@ static void outcome_reject(obx__engine *e, outcome_ctx *c, outcome_run *w, size_
                  : o->kind == OBX__OUT_REJECT ? OBX__NOTE_REJECTED
                                               : OBX__NOTE_NOT_SENT,
                  i, ev, a);
+        if (!park) /* what the log announces is what was scheduled */
+            snprintf(c->notes[c->n_notes - 1].detail, OBX_TEXT_MAX + 1,
+                     "%.180s (retry after a backoff of %lld ms)", o->reason,
+                     (long long)(ev->available_at - c->now));
         obx__audit(&w->b.au[w->b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, ev, from,
                    ev->state, "%s %s (%s); %s", park ? "parked after" : "retry after",
                    o->kind == OBX__OUT_REJECT ? "definite rejection" : "not sent", o->reason,
@@ -635,6 +644,10 @@ static void outcome_reject(obx__engine *e, outcome_ctx *c, outcome_run *w, size_
                              : "max attempts reached");
     } else {
         add_note(c, o->kind == OBX__OUT_REJECT ? OBX__NOTE_REJECTED : OBX__NOTE_NOT_SENT, i, ev, a);
+        snprintf(c->notes[c->n_notes - 1].detail, OBX_TEXT_MAX + 1,
+                 "%.160s (attempt %.40s is no longer the event's current one, the event is %s: "
+                 "nothing rescheduled)",
+                 o->reason, a->attempt_id, obx__state_name(from));
         obx__audit(&w->b.au[w->b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, ev, from, from,
                    "attempt %s definitely not accepted (%s): %s", a->attempt_id,
                    obx__outcome_kind_name(o->kind), o->reason);
@@ -782,7 +795,7 @@ obx_err obx__engine_apply_outcomes(obx__engine *e, int64_t now, const obx__outco
                             .correlation_id = ev->env.correlation_id,
                             .latency_ms = -1,
                             .unknown_ms = -1,
-                            .detail = oc->reason,
+                            .detail = c.notes[i].detail[0] ? c.notes[i].detail : oc->reason,
                             .ev = ev,
                             .attempt_gen = c.notes[i].attempt_gen};
             e->on_note(e->on_note_user, &nt);
@@ -808,8 +821,12 @@ typedef struct sweep_ctx {
 
 static obx_err sweep_tx(obx__engine *e, void *arg) {
     sweep_ctx *c = arg;
-    obx__select_req q = {
-        .kind = OBX__SEL_EXPIRED_SENDING, .now = c->now, .limit = e->cfg.batch, .lock = true};
+    /* only the clusters this relay serves: another cluster's relay sweeps its own */
+    obx__select_req q = {.kind = OBX__SEL_EXPIRED_SENDING,
+                         .now = c->now,
+                         .limit = e->cfg.batch,
+                         .lock = true,
+                         .cluster = e->cfg.own_cluster && e->b ? e->cluster : NULL};
     obx__rows_free(&c->rows);
     obx__rows rows = {0};
     obx_err err =

@@ -1558,6 +1558,65 @@ static void test_operator_acceptance_checked(void **state) {
     cons_close(&c);
 }
 
+/* The detail of the last REJECTED note (what the relay logs). */
+static void last_rejected(void *user, const obx__note *n) {
+    if (n->kind == OBX__NOTE_REJECTED) obx__strlcpy(user, n->detail, OBX_TEXT_MAX + 1);
+}
+
+/* Rejections count whenever they land, and a relay sweeps only its own clusters (issue 46,
+ * item 9). A relay of another cluster on the same outbox sweeps nothing of this one's. Relay A's
+ * lease expires before it reads the broker's definite rejection; the sweeper makes the event
+ * DISPATCH_UNKNOWN; the late rejection still counts: PENDING with the backoff it announces
+ * (the note the relay logs names the backoff scheduled), then, rejected again, PARKED at the
+ * route's max attempts (2). */
+static void test_late_rejection_counts(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 1, 2);
+    char a[31], url[300];
+    enq(f, "order.created.v1", "o-1", a);
+    obx__engine da, sw, other;
+    engine(f, &da, "relay-a", f->b);
+    engine(f, &sw, "sweeper", f->b2);
+    snprintf(url, sizeof url, "log:%s/other%d.db?cluster=other", tmpdir, ++nfiles);
+    obx__broker *bo;
+    OK(obx__br_open(url, NULL, 0, &bo));
+    engine(f, &other, "relay-other", bo);
+    knob(f->b, "reject", "1");
+    char said[OBX_TEXT_MAX + 1] = "", want[64];
+    da.on_note = last_rejected;
+    da.on_note_user = said;
+    size_t sent, n;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    assert_int_equal(sent, 1);
+    f->now += 1500; /* relay A's lease is over; it has not read the rejection yet */
+    OK(obx__engine_sweep(&other, f->now, &n));
+    assert_int_equal(n, 0); /* not its cluster */
+    assert_int_equal(ev(f, a).state, OBX__ST_SENDING);
+    OK(obx__engine_sweep(&sw, f->now, &n));
+    assert_int_equal(n, 1);
+    assert_int_equal(ev(f, a).state, OBX__ST_DISPATCH_UNKNOWN);
+    assert_int_equal(poll_all(&da, f->now), 1); /* the late rejection */
+    obx__event_row r = ev(f, a);
+    if (r.state != OBX__ST_PENDING)
+        fail_msg("a late rejection left the event %s, %d rejections counted",
+                 obx__state_name(r.state), (int)r.rejections);
+    assert_int_equal(r.rejections, 1);
+    assert_true(r.available_at > f->now); /* the backoff is scheduled, as announced */
+    snprintf(want, sizeof want, "retry after a backoff of %lld ms",
+             (long long)(r.available_at - f->now));
+    if (!strstr(said, want)) fail_msg("announced '%s', scheduled '%s'", said, want);
+    assert_int_equal(attempts(f, a, OBX__AT_REJECTED), 1);
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    assert_int_equal(sent, 0); /* not before the backoff */
+    f->now = r.available_at;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    assert_int_equal(sent, 1);
+    assert_int_equal(poll_all(&da, f->now), 1);
+    assert_int_equal(ev(f, a).state, OBX__ST_PARKED);
+    assert_int_equal(ev(f, a).rejections, 2);
+    obx__br_close(bo);
+}
+
 int engine_fault_run(const char *label, store_factory f) {
     factory = f;
     strcpy(tmpdir, "/tmp/obx-fault-XXXXXX");
@@ -1590,6 +1649,7 @@ int engine_fault_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_operator_resolution, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lookup_hashes_the_body, setup, teardown),
         cmocka_unit_test_setup_teardown(test_operator_acceptance_checked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_late_rejection_counts, setup, teardown),
     };
     int failed = _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
     char cmd[128];
