@@ -85,7 +85,8 @@ typedef enum {
     DECIDE_RETRY_PROVEN, /* authoritative NOT_FOUND */
     DECIDE_RETRY_BLIND,  /* cannot tell past the quiet time; the route's policy is retry */
     DECIDE_WAIT,         /* cannot tell yet: the quiet time has not passed */
-    DECIDE_HOLD          /* cannot tell past the quiet time; hold for an operator */
+    DECIDE_HOLD,         /* cannot tell past the quiet time; hold for an operator */
+    DECIDE_REJECTED      /* the current attempt was rejected while we held the event */
 } decision;
 
 typedef struct rapply_ctx {
@@ -100,6 +101,30 @@ typedef struct rapply_ctx {
     bool held; /* this decision held the event (it was not held before) */
     int64_t resolved_ms;
 } rapply_ctx;
+
+/* A definite rejection of ev's current attempt that landed while this reconciler held the event
+ * (RECONCILING) was not counted then (dispatch.c counts it for SENDING and DISPATCH_UNKNOWN
+ * only): when nothing of the generation is outstanding, it counts now, as it would have:
+ * PENDING after the backoff, or PARKED at the route's max attempts. Returns whether it applied
+ * (next and c->d set). */
+static bool late_rejection(obx__engine *e, rapply_ctx *c, const obx__event_row *ev,
+                           obx__event_row *next, const obx__attempt_row *att, size_t n) {
+    bool rejected = false;
+    for (size_t i = 0; i < n; i++) {
+        if (att[i].envelope_gen != ev->envelope_gen) continue;
+        if (att[i].state == OBX__AT_UNKNOWN || att[i].state == OBX__AT_SENDING) return false;
+        if (!strcmp(att[i].attempt_id, ev->attempt_id)) rejected = att[i].state == OBX__AT_REJECTED;
+    }
+    if (!rejected) return false;
+    next->rejections = ev->rejections + 1;
+    next->state = next->rejections >= ev->max_attempts ? OBX__ST_PARKED : OBX__ST_PENDING;
+    next->available_at = c->now + obx__engine_backoff(e, next->rejections);
+    next->held_at = 0;
+    next->owner[0] = '\0';
+    next->lease_until = 0;
+    c->d = DECIDE_REJECTED;
+    return true;
+}
 
 static obx_err rapply_tx(obx__engine *e, void *arg) {
     rapply_ctx *c = arg;
@@ -134,7 +159,9 @@ static obx_err rapply_tx(obx__engine *e, void *arg) {
         c->applied = true;
     } else {
         obx__event_row next = *ev;
-        if (c->d == DECIDE_WAIT || c->d == DECIDE_HOLD) {
+        if (c->d == DECIDE_RETRY_PROVEN && late_rejection(e, c, ev, &next, att, n_att)) {
+            /* counted: PENDING after its backoff, or PARKED */
+        } else if (c->d == DECIDE_WAIT || c->d == DECIDE_HOLD) {
             int64_t since = ev->unknown_since ? c->now - ev->unknown_since : 0;
             int64_t wait = since / 2;
             if (wait < e->cfg.recheck_ms) wait = e->cfg.recheck_ms;
@@ -179,7 +206,10 @@ static obx_err rapply_tx(obx__engine *e, void *arg) {
             obx__batch_update(&b, ev, &next);
             obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_RECONCILER, e->cfg.owner, &next, ev->state,
                        next.state, "%s: %s",
-                       c->d == DECIDE_RETRY_PROVEN ? "proven absent, retry to the frozen target"
+                       c->d == DECIDE_REJECTED
+                           ? "the current attempt was definitely rejected while reconciling: "
+                             "the rejection counts (backoff, or parked at the route's max)"
+                       : c->d == DECIDE_RETRY_PROVEN ? "proven absent, retry to the frozen target"
                        : c->d == DECIDE_RETRY_BLIND
                            ? "cannot tell past the quiet time; the route's UNKNOWN policy is "
                              "retry: same-target retry"

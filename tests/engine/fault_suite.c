@@ -1617,6 +1617,42 @@ static void test_late_rejection_counts(void **state) {
     obx__br_close(bo);
 }
 
+/* A rejection that lands while a reconciler holds the event (RECONCILING) counts too (issue 46,
+ * item 9): the reconciler, finding the current attempt rejected and nothing outstanding, moves
+ * the event to PENDING after its backoff (here PARKED: max attempts 1) instead of retrying at
+ * once without counting it. */
+static void test_rejection_while_reconciling(void **state) {
+    fx *f = *state;
+    route(f, "order.created.v1", 1, 1);
+    char a[31];
+    enq(f, "order.created.v1", "o-1", a);
+    obx__engine da, rc;
+    engine(f, &da, "relay-a", f->b);
+    engine(f, &rc, "reconciler", f->b2);
+    knob(f->b, "reject", "1");
+    size_t sent, n;
+    OK(obx__engine_dispatch(&da, f->now, &sent));
+    f->now += 1500;
+    OK(obx__engine_sweep(&rc, f->now, &n));
+    assert_int_equal(n, 1);
+    obx__rows held = {0};
+    OK(obx__reconcile_begin(&rc, f->now, &held));
+    assert_int_equal(held.n, 1);
+    assert_int_equal(ev(f, a).state, OBX__ST_RECONCILING);
+    assert_int_equal(poll_all(&da, f->now), 1); /* the rejection lands now */
+    obx__lookup_res res;
+    OK(obx__reconcile_lookup(&rc, f->now, &held.v[0], &res));
+    OK(obx__reconcile_apply(&rc, f->now, &held.v[0], &res));
+    obx__rows_free(&held);
+    obx__event_row r = ev(f, a);
+    if (r.state != OBX__ST_PARKED)
+        fail_msg("a rejection while reconciling left the event %s with %d rejections counted",
+                 obx__state_name(r.state), (int)r.rejections);
+    assert_int_equal(r.rejections, 1);
+    assert_int_equal(n_attempts(f, a), 1); /* no retry */
+    assert_int_equal(audit(f, a, OBX__ST_RECONCILING, OBX__ST_PARKED, "rejection counts"), 1);
+}
+
 int engine_fault_run(const char *label, store_factory f) {
     factory = f;
     strcpy(tmpdir, "/tmp/obx-fault-XXXXXX");
@@ -1650,6 +1686,7 @@ int engine_fault_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_lookup_hashes_the_body, setup, teardown),
         cmocka_unit_test_setup_teardown(test_operator_acceptance_checked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_late_rejection_counts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rejection_while_reconciling, setup, teardown),
     };
     int failed = _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
     char cmd[128];
