@@ -249,6 +249,10 @@ OBX_API obx_err obx_route_set(obx_store *s, const obx_route *route, int64_t *out
 /* All current routes (latest generation per event type) as a JSON array; *out_json is the
  * caller's (obx_free). With all_generations != 0, every generation is listed. */
 OBX_API obx_err obx_route_list(obx_store *s, int all_generations, char **out_json);
+/* When a relay last said it serves `cluster` (its registration or heartbeat, epoch ms) into
+ * *out_ms; 0 when no relay has ever served it: events routed there stay PENDING until one does
+ * (`obx route set` warns; docs/operations.md, "Clusters nobody serves"). */
+OBX_API obx_err obx_cluster_seen(obx_store *s, const char *cluster, int64_t *out_ms);
 
 /* ---------------------------------------------------------------------------------------------
  * Enqueue (producer side). Runs inside the caller's open transaction on a wrapped connection

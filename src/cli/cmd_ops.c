@@ -85,6 +85,23 @@ static void age(char *out, size_t cap, long long ms) {
 
 /* ---- obx status ---------------------------------------------------------------------------- */
 
+/* PENDING events of clusters no live relay serves: they wait until a relay of that cluster runs. */
+static void print_unserved(json_t *s) {
+    json_t *u = json_object_get(s, "unserved_clusters");
+    size_t i;
+    json_t *c;
+    char b[64];
+    json_array_foreach(u, i, c) {
+        age(b, sizeof b, ji(c, "oldest_age_ms"));
+        printf("\n  UNSERVED cluster ");
+        cli_clean(stdout, js(c, "cluster"));
+        printf(": %lld PENDING events, the oldest %s old, and no live relay serves it\n"
+               "  (start a relay whose broker is that cluster, or route the type elsewhere: "
+               "obx route set)\n",
+               ji(c, "pending"), b);
+    }
+}
+
 static void print_status(json_t *s) {
     char a[64], b[64];
     long long now = ji(s, "generated_at");
@@ -118,6 +135,7 @@ static void print_status(json_t *s) {
                ji(un, "held"), b,
                ji(un, "oldest_held_age_ms") > ji(un, "held_alert_ms") ? " (over 15 min)" : "");
     }
+    print_unserved(s);
     json_t *dsets = json_object_get(s, "delivery_sets");
     if (ji(dsets, "undelivered_all") || ji(dsets, "undelivered_any") || ji(dsets, "trailing_slots"))
         printf("\n  delivery sets not delivered yet: %lld (rule all), %lld (rule any); trailing "

@@ -100,6 +100,17 @@ static int parse_also(char *v, obx_route_target *t) {
     return 0;
 }
 
+/* A route to a cluster no relay has ever served: accepted (its relay may come later), but its
+ * events stay PENDING until one runs, so say so (docs/operations.md, "Clusters nobody serves"). */
+static void unserved_warning(obx_store *s, const char *cluster) {
+    int64_t seen = 0;
+    if (obx_cluster_seen(s, cluster, &seen) || seen) return;
+    cli_warn("route set", "warn",
+             "no relay has ever served cluster '%s': its events stay PENDING until a relay whose "
+             "broker is that cluster runs (obx status lists clusters no live relay serves)",
+             cluster);
+}
+
 static int route_set(int argc, char **argv) {
     const char *db = CLI_DEFAULT_DB;
     obx_route r;
@@ -197,6 +208,8 @@ static int route_set(int argc, char **argv) {
         if (n_also) printf(" (delivery set, complete on %s)", r.completion ? r.completion : "all");
         printf(": generation %lld\n", (long long)gen);
     }
+    for (size_t i = 0; !rc && i <= n_also; i++)
+        unserved_warning(s, i ? also[i - 1].cluster : r.cluster);
     obx_store_close(s);
     return rc;
 }

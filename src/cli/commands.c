@@ -463,8 +463,9 @@ const cli_command cli_commands[] = {
              "critical consumer's inbox. Findings, each with its event IDs (at most "
              "audit.max_ids), count and oldest age: pending_overdue, unconsumed, bypass "
              "(messages on the broker this outbox never committed), unknown_overdue, "
-             "quarantined_receipt, consumer_quarantine and parked. Without --broker or --config "
-             "the broker is not compared.",
+             "quarantined_receipt, consumer_quarantine, parked and pending_unserved (PENDING "
+             "past audit.pending_max_age_ms in a cluster no live relay serves). Without --broker "
+             "or --config the broker is not compared.",
      .opts = {O_CONFIG("db, broker and audit.*"),
               O_DB,
               {"broker", "URL", "the configuration's; none without --config",

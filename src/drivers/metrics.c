@@ -486,8 +486,28 @@ static void sec_otel(scrape *x, obx__buf *b) {
     sample(b, "obx_otel_export_failures_total", NULL, NULL, (double)st.failures);
 }
 
-static void (*const sections[])(scrape *, obx__buf *) = {sec_outbox, sec_relay, sec_consumers,
-                                                         sec_audit, sec_otel};
+/* PENDING events of clusters no live relay serves (obx_relay_cluster's heartbeats): they wait
+ * for a relay that is not there (docs/operations.md, "Clusters nobody serves"). A cluster
+ * appears only while it has such events. */
+static void sec_unserved(scrape *x, obx__buf *b) {
+    obx__unserved_row *u = NULL;
+    size_t n = 0;
+    if (!x->store_ok || obx__st_unserved(x->s, x->now, &u, &n)) return;
+    family(b, "obx_pending_unserved_events", "gauge",
+           "PENDING events of a cluster no live relay serves (they wait for a relay of that "
+           "cluster to start)");
+    for (size_t i = 0; i < n; i++)
+        sample(b, "obx_pending_unserved_events", "cluster", u[i].cluster, (double)u[i].pending);
+    family(b, "obx_pending_unserved_oldest_age_seconds", "gauge",
+           "Age of the oldest PENDING event of a cluster no live relay serves");
+    for (size_t i = 0; i < n; i++)
+        sample(b, "obx_pending_unserved_oldest_age_seconds", "cluster", u[i].cluster,
+               (double)(x->now - u[i].oldest_committed_at) / 1000.0);
+    free(u);
+}
+
+static void (*const sections[])(scrape *, obx__buf *) = {sec_outbox,    sec_unserved, sec_relay,
+                                                         sec_consumers, sec_audit,    sec_otel};
 
 obx_err obx__metrics_render(obx__metrics *m, const obx__relay_view *v, obx__store *s,
                             obx__buf *out) {

@@ -279,6 +279,24 @@ static json_t *consumer_json(obx__consumer_set *cs, size_t i, const obx__publish
     return o;
 }
 
+/* The clusters no live relay serves that have PENDING events (docs/operations.md, "Clusters
+ * nobody serves"): [{cluster, pending, oldest_committed_at_ms, oldest_age_ms}]. */
+static obx_err unserved_json(obx__store *s, int64_t now, json_t **out) {
+    obx__unserved_row *u = NULL;
+    size_t n = 0;
+    obx_err e = obx__st_unserved(s, now, &u, &n);
+    if (e) return e;
+    *out = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(*out,
+                              json_pack("{s:s,s:I,s:I,s:I}", "cluster", u[i].cluster, "pending",
+                                        (json_int_t)u[i].pending, "oldest_committed_at_ms",
+                                        (json_int_t)u[i].oldest_committed_at, "oldest_age_ms",
+                                        (json_int_t)(now - u[i].oldest_committed_at)));
+    free(u);
+    return OBX_OK;
+}
+
 obx_err obx__status_json(obx__store *s, obx__consumer_set *cs, const obx__store_stats *stp,
                          size_t limit, int64_t now, json_t **out) {
     *out = NULL;
@@ -322,10 +340,12 @@ obx_err obx__status_json(obx__store *s, obx__consumer_set *cs, const obx__store_
     /* delivery sets not delivered yet under their rule, and the trailing targets of `any`
      * sets that are (still sent; not overdue events) */
     int64_t dopen[3] = {0, 0, 0};
-    if ((e = obx__st_delivery_open(s, dopen))) {
+    json_t *unserved = NULL;
+    if ((e = obx__st_delivery_open(s, dopen)) || (e = unserved_json(s, now, &unserved))) {
         json_decref(doc);
         return e;
     }
+    json_object_set_new(doc, "unserved_clusters", unserved);
     json_object_set_new(doc, "delivery_sets",
                         json_pack("{s:I,s:I,s:I}", "undelivered_all", (json_int_t)dopen[0],
                                   "undelivered_any", (json_int_t)dopen[1], "trailing_slots",

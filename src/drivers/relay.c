@@ -184,10 +184,19 @@ static void on_resolved(void *user, const char *event_id, int64_t ms) {
     obx__hist_observe(&w->resolution, (double)ms / 1000.0);
 }
 
+/* The relay's heartbeat in obx_relay_cluster: dispatcher 0 writes it every
+ * OBX__HEARTBEAT_MS; a relay counts as serving its cluster until OBX__LIVE_MS after its last
+ * beat (three beats missed), and until the moment it stops cleanly. */
+#define OBX__HEARTBEAT_MS 10000
+#define OBX__LIVE_MS 30000
+
 /* Registers the cluster this relay serves in the outbox's cluster registry: its broker backend,
  * lookup capability and the destination contracts it honours, so that `obx route set` can
- * refuse a contract this cluster cannot honour (docs/design.md, "Destination contract"). */
-static obx_err register_cluster(obx_relay *r, obx__store *s, obx__broker *b, const char *cluster) {
+ * refuse a contract this cluster cannot honour (docs/design.md, "Destination contract"); and
+ * beats this relay's heartbeat for it, live until live_until (docs/operations.md, "Clusters
+ * nobody serves"). */
+static obx_err register_cluster(obx_relay *r, obx__store *s, obx__broker *b, const char *cluster,
+                                int64_t live_until) {
     obx__cluster_row c;
     memset(&c, 0, sizeof c);
     obx__strlcpy(c.cluster, cluster, sizeof c.cluster);
@@ -205,6 +214,7 @@ static obx_err register_cluster(obx_relay *r, obx__store *s, obx__broker *b, con
     obx__strlcpy(c.serializer, k.serializer, sizeof c.serializer);
     obx__strlcpy(c.relay, r->id, sizeof c.relay);
     c.seen_at = obx__ref_ms();
+    c.live_until = live_until;
     return obx__st_cluster_put(s, &c);
 }
 
@@ -263,7 +273,8 @@ static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engi
     ec.aliases = (const char *const *)c->aliases.v;
     ec.n_aliases = c->aliases.n;
     if ((err = obx__engine_init(e, *s, *b, &ec))) return err;
-    if (w->index == 0 && !r->cfg->shadow && (err = register_cluster(r, *s, *b, e->cluster)))
+    if (w->index == 0 && !r->cfg->shadow &&
+        (err = register_cluster(r, *s, *b, e->cluster, obx__ref_ms() + OBX__LIVE_MS)))
         return obx__fail_prefix(err, "register cluster %s", e->cluster);
     e->on_note = on_note;
     e->on_note_user = w;
@@ -642,7 +653,7 @@ static void *dispatcher_main(void *arg) {
         obx__st_close(s);
         return NULL;
     }
-    int64_t last_sweep = 0, since = obx__mono_us();
+    int64_t last_sweep = 0, last_beat = obx__ref_ms(), since = obx__mono_us();
     while (!atomic_load(&r->stop)) {
         clock_sync(w, s, false);
         int64_t now = obx__ref_ms();
@@ -662,6 +673,12 @@ static void *dispatcher_main(void *arg) {
             failed |= err != OBX_OK;
             full = !err && e.st.claimed - claimed >= (int64_t)r->cfg->batch;
             note_claim(r, full);
+        }
+        if (w->index == 0 && now - last_beat >= OBX__HEARTBEAT_MS) {
+            last_beat = now;
+            err = register_cluster(r, s, b, e.cluster, now + OBX__LIVE_MS);
+            if (err) transient(w, err, "heartbeat");
+            failed |= err != OBX_OK;
         }
         if (w->index == 0 && now - last_sweep >= r->cfg->sweep_ms) {
             last_sweep = now;
@@ -704,6 +721,8 @@ static void *dispatcher_main(void *arg) {
                  "be reconciled",
                  obx__br_in_flight(b));
     publish(w, &e);
+    /* a clean stop: the cluster is no longer served by this relay from now on */
+    if (w->index == 0) (void)register_cluster(r, s, b, e.cluster, obx__ref_ms());
     obx__br_close(b);
     obx__st_close(s);
     return NULL;

@@ -28,6 +28,9 @@
  *                        a cluster that cannot be asked: receipt source "asserted") that no
  *                        critical consumer's receipt (same generation, payload and destination
  *                        digests) confirms yet.
+ *   pending_unserved     PENDING past audit.pending_max_age_ms whose cluster no live relay
+ *                        serves (no heartbeat in obx_relay_cluster): they wait for a relay that
+ *                        is not there (docs/operations.md, "Clusters nobody serves").
  *
  * A check whose input is missing (no broker, no scan capability, no critical consumer, age 0)
  * is reported as skipped with the reason, never as clean.
@@ -102,6 +105,7 @@ static obx_err aged_check(audit_ctx *x, obx__store *s, obx__aged_kind kind, obx_
                          .after_key = INT64_MIN,
                          .limit = x->c->max_ids,
                          .consumer = consumer,
+                         .now = x->now,
                          .count = true};
     obx__aged_row *rows = NULL;
     size_t n = 0;
@@ -127,6 +131,20 @@ static obx_err aged_check(audit_ctx *x, obx__store *s, obx__aged_kind kind, obx_
     check(x, check_name, "findings", "%s", detail);
     free(rows);
     return OBX_OK;
+}
+
+/* PENDING past audit.pending_max_age_ms in a cluster no live relay serves. */
+static obx_err unserved(audit_ctx *x) {
+    if (!x->c->pending_max_age_ms) {
+        check(x, "pending_unserved", "skipped", "audit.pending_max_age_ms is 0 (check off)");
+        return OBX_OK;
+    }
+    char what[200];
+    snprintf(what, sizeof what, "PENDING events for over %lld ms in a cluster no live relay serves",
+             (long long)x->c->pending_max_age_ms);
+    return aged_check(x, x->s, OBX__AGED_UNSERVED, OBX__FK_UNSERVED,
+                      x->now - x->c->pending_max_age_ms, NULL, "pending_unserved", what,
+                      "start a relay for that cluster, or route the event type elsewhere");
 }
 
 /* ---- unconsumed: PUBLISHED past its age vs each critical consumer's inbox ------------------ */
@@ -466,6 +484,7 @@ obx_err obx__audit_run(obx__store *s, obx__broker *b, const obx__audit_cfg *c, i
                        "no dispatcher scans for them (no relay for their cluster or alias?)");
     } else if (!e)
         check(&x, "pending_overdue", "skipped", "audit.pending_max_age_ms is 0 (check off)");
+    if (!e) e = unserved(&x);
     if (!e) e = unconsumed(&x);
     if (!e) e = bypass(&x);
     if (!e && c->unknown_max_age_ms) {

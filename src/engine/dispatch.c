@@ -866,9 +866,10 @@ static obx_err sweep_tx(obx__engine *e, void *arg) {
             u.state = OBX__AT_UNKNOWN;
             u.unknown_at = c->now;
             u.quiet_until = quiet_until;
+            char t[32];
+            obx__iso_ms(cur->lease_until, t);
             snprintf(u.detail, sizeof u.detail,
-                     "UNKNOWN: SENDING lease of %s expired at %lld with no outcome", cur->owner,
-                     (long long)cur->lease_until);
+                     "UNKNOWN: SENDING lease of %s expired at %s with no outcome", cur->owner, t);
             /* test-only bug: the UNKNOWN is not traceable to its attempt */
             if (!OBX__MUTANT(SWEEP_FORGETS_ATTEMPT)) b.att[b.n_att++] = u;
         }

@@ -376,7 +376,9 @@ json_t *obx__ret_result_json(const obx__retention_cfg *cfg, const obx__ret_resul
     X(QUARANTINED, "quarantined_receipt")         /* publish receipts quarantined at acceptance */ \
     X(CONSUMER_QUARANTINE, "consumer_quarantine") /* a consumer's inbox quarantined an event */    \
     X(PARKED, "parked")                 /* definitely rejected max attempts times: operator */     \
-    X(ASSERTED, "asserted_unconfirmed") /* published on an operator's word alone */
+    X(ASSERTED, "asserted_unconfirmed") /* published on an operator's word alone */                \
+    X(UNSERVED, "pending_unserved") /* PENDING past its age, and no live relay serves its cluster  \
+                                     */
 
 typedef enum obx__finding_kind {
 #define OBX__F(n, s) OBX__FK_##n,

@@ -215,6 +215,20 @@ obx_err obx_route_set(obx_store *s, const obx_route *r, int64_t *gen) {
     return obx__route_set_at(s, r, obx__wall_ms(), gen);
 }
 
+obx_err obx_cluster_seen(obx_store *s, const char *cluster, int64_t *out_ms) {
+    if (!s || !cluster || !out_ms) return obx__fail(OBX_EINVAL, "cluster seen: NULL argument");
+    obx__clear_error();
+    *out_ms = 0;
+    obx__cluster_row c;
+    obx_err e = obx__st_cluster_get(s, cluster, &c);
+    if (e == OBX_ENOTFOUND) {
+        obx__clear_error();
+        return OBX_OK;
+    }
+    if (!e) *out_ms = c.seen_at;
+    return e;
+}
+
 json_t *obx__route_json(const obx__route_row *r) {
     return json_pack("{s:I,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:i,s:s,s:b,s:b,s:s,s:I,s:i}", "gen",
                      (json_int_t)r->gen, "event_type", r->event_type, "cluster", r->cluster,

@@ -28,8 +28,9 @@
 #define OBX__STORE_METHODS_VERSION 5
 #define OBX__STORE_INBOX_VERSION 1
 /* read model: 2: find_by_correlation, events_known into read_events; 3: envelope_at (an older
- * generation's envelope, as it was frozen) */
-#define OBX__STORE_READ_VERSION 3
+ * generation's envelope, as it was frozen); 4: unserved (PENDING events of clusters no live
+ * relay serves) */
+#define OBX__STORE_READ_VERSION 4
 /* The schema version of both stores' tables: 1, the baseline (sqlite/schema.sql,
  * postgres/schema.sql). Until the first release a schema change edits the baselines; after it,
  * a change adds an upgrade script to each store's migrations table and raises this number
@@ -414,6 +415,9 @@ typedef struct obx__cluster_row {
     char serializer[OBX_TEXT_MAX + 1];
     char relay[OBX__OWNER_MAX + 1];
     int64_t seen_at;
+    /* the relay's heartbeat: until when this relay counts as serving the cluster; cluster_put
+     * writes it to obx_relay_cluster beside the registry row (cluster_get leaves it 0) */
+    int64_t live_until;
 } obx__cluster_row;
 
 /* One sample of the dashboard's charts (drivers/series.c), kept in the outbox so that the
@@ -426,6 +430,14 @@ typedef struct obx__series_row {
     char *sample;
 } obx__series_row;
 void obx__series_rows_free(obx__series_row *rows, size_t n);
+
+/* PENDING events of one cluster that no live relay serves (no obx_relay_cluster row whose
+ * live_until is at or after now). */
+typedef struct obx__unserved_row {
+    char cluster[OBX_NAME_MAX + 1];
+    int64_t pending;
+    int64_t oldest_committed_at;
+} obx__unserved_row;
 
 /* ---- requests ---------------------------------------------------------------------------- */
 
@@ -536,6 +548,8 @@ typedef enum obx__aged_kind {
                                     key = quarantine_id */
     OBX__AGED_ASSERTED,          /* PRIMARY receipts an operator asserted (source 'asserted'); at =
                                     created_at, key = receipt_id */
+    OBX__AGED_UNSERVED,          /* PENDING events of a cluster no live relay serves at req.now;
+                                    at = committed_at, key = seq, detail = "cluster NAME" */
     OBX__AGED_COUNT
 } obx__aged_kind;
 
@@ -545,6 +559,7 @@ typedef struct obx__aged_req {
     int64_t after_at, after_key; /* paging: rows strictly after (after_at, after_key) */
     size_t limit;                /* rows returned, oldest first (0: none, only the count) */
     const char *consumer;        /* OBX__AGED_INBOX_QUARANTINED: the consumer ID */
+    int64_t now;                 /* OBX__AGED_UNSERVED: the time relays must be live at */
     bool count;                  /* also count every matching row and find the oldest at */
 } obx__aged_req;
 
@@ -669,6 +684,10 @@ typedef struct obx__store_read_methods {
      * generation is current (a message on the broker, a receipt may be of any): OBX_ENOTFOUND
      * when the event has no such generation. A purged payload leaves the digests. */
     obx_err (*envelope_at)(obx__store *s, const char *id, int32_t gen, obx__envelope_at_row *out);
+    /* Version 4. Per cluster that no live relay serves at now and that has PENDING events: their
+     * count and the oldest commit time, by cluster name; *out malloc'ed (NULL when *n is 0).
+     * Bounded by the backlog (the claimable index), cheap enough for a scrape. */
+    obx_err (*unserved)(obx__store *s, int64_t now, obx__unserved_row **out, size_t *n);
 } obx__store_read_methods;
 
 typedef struct obx__store_methods {
@@ -988,7 +1007,9 @@ obx_err obx__pg_migrate_to(obx__store *s, const char *const *scripts, int last);
       (s, kind, limit, out, n))                                                                    \
     X(recent_published, (obx__store * s, size_t limit, obx__published_ref * *out, size_t * n),     \
       (s, limit, out, n))                                                                          \
-    X(delivery_open, (obx__store * s, int64_t out[3]), (s, out))
+    X(delivery_open, (obx__store * s, int64_t out[3]), (s, out))                                   \
+    X(unserved, (obx__store * s, int64_t now, obx__unserved_row * *out, size_t * n),               \
+      (s, now, out, n))
 
 #define OBX__STORE_READ_CUSTOM(X) X(aged)
 

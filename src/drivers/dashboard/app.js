@@ -198,6 +198,12 @@ function renderStatus(s) {
   banner.hidden = !held;
   banner.textContent = held ? held + " UNKNOWN event" + (held === 1 ? " is" : "s are") + " held for an operator, the oldest for " + age(heldAge) +
     (heldAge > heldAlert ? " (past the alert age of " + age(heldAlert) + ")" : "") + ": resolve below or with obx resolve." : "";
+  // PENDING events of clusters no live relay serves wait for a relay that is not there
+  const unserved = s.unserved_clusters || [];
+  const ub = document.getElementById("unserved-banner");
+  ub.hidden = !unserved.length;
+  ub.textContent = unserved.map(u => u.pending + " PENDING event" + (u.pending === 1 ? "" : "s") + " of cluster " + u.cluster +
+    " (the oldest " + age(u.oldest_age_ms) + " old): no live relay serves it").join("; ") + (unserved.length ? ". Start a relay for it, or route the type elsewhere." : "");
   cards.appendChild(card("parked", s.states.PARKED || 0, (s.states.PARKED || 0) > 0));
   cards.appendChild(card("quarantined receipts", s.receipts.quarantined, s.receipts.quarantined > 0));
   cards.appendChild(card("duplicate receipts", s.receipts.duplicate));

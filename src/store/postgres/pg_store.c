@@ -155,6 +155,7 @@ enum {
     Q_CLUSTER_GET,
     Q_SERIES_PUT,
     Q_SERIES_LIST,
+    Q_UNSERVED,
     Q_DOPEN,
     Q_ENV_AT,
     Q_AGED_LIST,                                  /* + obx__aged_kind */
@@ -333,6 +334,12 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
 #define ASSERTED_W "obx.obx_receipt WHERE source = 'asserted' AND kind = 'PRIMARY'"
 #define QUAR_W "obx.obx_receipt WHERE kind IN ('QUARANTINED', 'MIGRATION') AND kind = 'QUARANTINED'"
 #define IQUAR_W "obx.obx_inbox_quarantine WHERE true"
+/* PENDING of a cluster without a live relay at `now` (a parameter: $2 in counts, $5 in lists) */
+#define UNSERVED_W "obx.obx_event WHERE state IN ('PENDING', 'CLAIMED') AND state = 'PENDING'"
+#define EV_UNSERVED "event_id, committed_at, seq, 'cluster ' || dest_cluster"
+#define NO_LIVE_RELAY(now)                                                                         \
+    " AND NOT EXISTS (SELECT 1 FROM obx.obx_relay_cluster h WHERE h.cluster = "                    \
+    "obx_event.dest_cluster AND h.live_until >= " now ")"
 
 /* The write set's own check (obx._ws_fail): when the CTE `cte` did not return `expected` rows
  * (-1: no check), obx._ws_fail() raises and fails the transaction, so that a COMMIT in the same
@@ -668,7 +675,12 @@ static const char *const sql_text[Q_COUNT] = {
                       "$2::bigint) ON CONFLICT (name) DO UPDATE SET value = c.value + "
                       "EXCLUDED.value",
     [Q_COUNTER_GET] = "SELECT value FROM obx.obx_counter WHERE name = $1::text",
-    [Q_CLUSTER_PUT] = "INSERT INTO obx.obx_cluster AS c (cluster, backend, lookup, durability, "
+    /* the registry row and this relay's heartbeat row in one statement */
+    [Q_CLUSTER_PUT] = "WITH h AS (INSERT INTO obx.obx_relay_cluster AS h (relay, cluster, seen_at, "
+                      "live_until) VALUES ($7::text, $1::text, $8::bigint, $9::bigint) ON CONFLICT "
+                      "(relay, cluster) DO UPDATE SET seen_at = EXCLUDED.seen_at, live_until = "
+                      "EXCLUDED.live_until) "
+                      "INSERT INTO obx.obx_cluster AS c (cluster, backend, lookup, durability, "
                       "required_acks, serializer, relay, seen_at) VALUES ($1::text, $2::text, "
                       "$3::text, $4::text, $5::text, $6::text, $7::text, $8::bigint) ON CONFLICT "
                       "(cluster) DO UPDATE SET backend = EXCLUDED.backend, lookup = "
@@ -820,6 +832,13 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_AGED_LIST + OBX__AGED_ASSERTED] = AGED_LIST("event_id, created_at, receipt_id, reason",
                                                    ASSERTED_W, "created_at", "receipt_id", ""),
     [Q_AGED_COUNT + OBX__AGED_ASSERTED] = AGED_COUNT(ASSERTED_W, "created_at", ""),
+    [Q_AGED_LIST + OBX__AGED_UNSERVED] = AGED_LIST(EV_UNSERVED, UNSERVED_W, "committed_at", "seq",
+                                                   NO_LIVE_RELAY("$5::bigint") NOT_TRAILING),
+    [Q_AGED_COUNT + OBX__AGED_UNSERVED] =
+        AGED_COUNT(UNSERVED_W, "committed_at", NO_LIVE_RELAY("$2::bigint") NOT_TRAILING),
+    [Q_UNSERVED] =
+        "SELECT dest_cluster, count(*), min(committed_at) FROM " UNSERVED_W NO_LIVE_RELAY(
+            "$1::bigint") " GROUP BY dest_cluster ORDER BY dest_cluster",
     [Q_FIND] =
         "SELECT " EVENT_COLS EVENT_FROM "WHERE ($1::text IS NULL OR e.event_type = $1::text) "
         "AND ($2::text IS NULL OR v.dest_cluster = $2::text) "
@@ -3401,6 +3420,7 @@ static obx_err pg_cluster_put(obx__store *base, const obx__cluster_row *c) {
     p_text(&p, c->serializer);
     p_text(&p, c->relay);
     p_int(&p, c->seen_at);
+    p_int(&p, c->live_until);
     return run(s, Q_CLUSTER_PUT, &p, PGRES_COMMAND_OK, NULL, "register cluster");
 }
 
@@ -3444,6 +3464,31 @@ static obx_err pg_envelope_at(obx__store *base, const char *id, int32_t gen,
         return obx__fail(OBX_ENOTFOUND, "event %s has no envelope generation %d", id, (int)gen);
     }
     obx__envelope_at_decode(READER(r, 0), out);
+    PQclear(r);
+    return OBX_OK;
+}
+
+static obx_err pg_unserved(obx__store *base, int64_t now, obx__unserved_row **out, size_t *n) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_int(&p, now);
+    PGresult *r = NULL;
+    *out = NULL;
+    *n = 0;
+    obx_err e = run(s, Q_UNSERVED, &p, PGRES_TUPLES_OK, &r, "unserved clusters");
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (rows > 0 && !(*out = calloc((size_t)rows, sizeof **out))) {
+        PQclear(r);
+        return obx__fail(OBX_ENOMEM, "unserved clusters: out of memory");
+    }
+    for (int i = 0; i < rows; i++) {
+        GT(r, i, 0, (*out)[i].cluster);
+        (*out)[i].pending = gi(r, i, 1);
+        (*out)[i].oldest_committed_at = gi(r, i, 2);
+    }
+    *n = (size_t)rows;
     PQclear(r);
     return OBX_OK;
 }
@@ -3890,6 +3935,7 @@ static obx_err pg_aged(obx__store *base, const obx__aged_req *req, obx__aged_row
                        obx__aged_count *count) {
     pg_store *s = (pg_store *)base;
     bool inbox = req->kind == OBX__AGED_INBOX_QUARANTINED;
+    bool unserved = req->kind == OBX__AGED_UNSERVED;
     PGresult *r = NULL;
     obx_err e;
     if (req->count) {
@@ -3897,6 +3943,7 @@ static obx_err pg_aged(obx__store *base, const obx__aged_req *req, obx__aged_row
         p_init(&p);
         p_int(&p, req->until);
         if (inbox) p_text(&p, req->consumer);
+        if (unserved) p_int(&p, req->now);
         if ((e = run(s, Q_AGED_COUNT + (int)req->kind, &p, PGRES_TUPLES_OK, &r, "audit count")))
             return e;
         if (count && PQntuples(r) == 1) {
@@ -3913,6 +3960,7 @@ static obx_err pg_aged(obx__store *base, const obx__aged_req *req, obx__aged_row
     p_int(&p, req->after_key);
     p_int(&p, (int64_t)req->limit);
     if (inbox) p_text(&p, req->consumer);
+    if (unserved) p_int(&p, req->now);
     if ((e = run(s, Q_AGED_LIST + (int)req->kind, &p, PGRES_TUPLES_OK, &r, "audit list"))) return e;
     int rows = PQntuples(r);
     if (rows > 0) {
@@ -4393,6 +4441,7 @@ static const obx__store_read_methods pg_read_methods = {
     .invariants = pg_invariants,
     .unknown_resolutions = pg_unknown_resolutions,
     .delivery_open = pg_delivery_open,
+    .unserved = pg_unserved,
     .aged = pg_aged,
     .delivery_stats = pg_delivery_stats,
     .receipt_details = pg_receipt_details,

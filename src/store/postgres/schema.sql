@@ -606,6 +606,18 @@ CREATE TABLE obx.obx_series (
     sample TEXT NOT NULL     -- JSON, as series.c encodes it
 );
 
+-- Which relay serves which cluster, kept fresh by the relay's heartbeat: a cluster with no row
+-- whose live_until is still ahead is served by no live relay, and its PENDING events wait for
+-- ever unless someone starts one (`obx status`, /metrics, `obx audit`; docs/operations.md,
+-- "Clusters nobody serves"). A relay that stops cleanly ends its rows' live_until at once.
+CREATE TABLE obx.obx_relay_cluster (
+    relay      TEXT NOT NULL,
+    cluster    TEXT NOT NULL,
+    seen_at    BIGINT NOT NULL,
+    live_until BIGINT NOT NULL,
+    PRIMARY KEY (relay, cluster)
+);
+
 -- ---- statistics without counting the published bulk -------------------------------------------
 -- `SELECT state, count(*)` over millions of PUBLISHED rows takes seconds. Instead every statement
 -- that inserts events, changes an event's state or inserts receipts appends one (key, delta) row
@@ -1924,7 +1936,7 @@ BEGIN
 
     EXECUTE format('GRANT SELECT ON obx.obx_route, obx.obx_envelope, obx.obx_event, obx.obx_attempt,
         obx.obx_receipt, obx.obx_audit, obx.obx_counter, obx.obx_route_set, obx.obx_route_target,
-        obx.obx_delivery_set, obx.obx_delivery_target, obx.obx_cluster TO %I', r);
+        obx.obx_delivery_set, obx.obx_delivery_target, obx.obx_cluster, obx.obx_relay_cluster TO %I', r);
     EXECUTE format('GRANT INSERT ON obx.obx_envelope TO %I', r);
     EXECUTE format('GRANT UPDATE (payload) ON obx.obx_envelope TO %I', r);
     EXECUTE format('GRANT UPDATE (envelope_gen, state, claim_gen, owner, lease_until, attempt_gen,
@@ -1935,7 +1947,7 @@ BEGIN
     EXECUTE format('GRANT UPDATE (partition, state, unknown_at, ended_at, offset_before, quiet_until,
         detail) ON obx.obx_attempt TO %I', r);
     EXECUTE format('GRANT INSERT ON obx.obx_receipt, obx.obx_audit TO %I', r);
-    EXECUTE format('GRANT INSERT, UPDATE ON obx.obx_counter, obx.obx_cluster TO %I', r);
+    EXECUTE format('GRANT INSERT, UPDATE ON obx.obx_counter, obx.obx_cluster, obx.obx_relay_cluster TO %I', r);
     EXECUTE format('GRANT SELECT, INSERT, DELETE ON obx.obx_series TO %I', r);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON obx.obx_inbox, obx.obx_consumer_watermark,
         obx.obx_inbox_failure, obx.obx_poison, obx.obx_inbox_quarantine, obx.obx_consume_audit TO %I', r);

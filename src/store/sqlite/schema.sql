@@ -357,6 +357,16 @@ CREATE TABLE obx_series (
     sample TEXT NOT NULL     -- JSON, as series.c encodes it
 );
 
+-- Which relay serves which cluster, kept fresh by the relay's heartbeat (as in PostgreSQL's
+-- schema.sql: a cluster without a row whose live_until is ahead has no live relay).
+CREATE TABLE obx_relay_cluster (
+    relay      TEXT NOT NULL,
+    cluster    TEXT NOT NULL,
+    seen_at    INTEGER NOT NULL,
+    live_until INTEGER NOT NULL,
+    PRIMARY KEY (relay, cluster)
+);
+
 -- Consumer side (the inbox, docs/design.md, "Consumers and the inbox"). These tables live in the
 -- consumer's database, which may or may not be the outbox database.
 CREATE TABLE obx_inbox (

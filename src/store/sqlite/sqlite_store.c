@@ -103,6 +103,8 @@ enum {
     Q_SERIES_PUT,
     Q_SERIES_TRIM,
     Q_SERIES_LIST,
+    Q_RELAY_CLUSTER_PUT,
+    Q_UNSERVED,
     Q_DOPEN,
     Q_ENV_AT,
     Q_SEL_STATE,                                   /* + obx__state: the state is a literal */
@@ -262,6 +264,9 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_SERIES_TRIM] = "DELETE FROM obx_series WHERE slot < ?",
     [Q_SERIES_LIST] = "SELECT slot, at, sample FROM obx_series WHERE slot >= ? ORDER BY slot "
                       "LIMIT ?",
+    [Q_RELAY_CLUSTER_PUT] = "INSERT INTO obx_relay_cluster (relay, cluster, seen_at, live_until) "
+                            "VALUES (?,?,?,?) ON CONFLICT (relay, cluster) DO UPDATE SET seen_at "
+                            "= excluded.seen_at, live_until = excluded.live_until",
     [Q_ENV_AT] = "SELECT " OBX__ENVELOPE_AT_COLS " FROM obx_envelope WHERE event_id = ? AND "
                  "envelope_gen = ?",
     [Q_DOPEN] = "WITH u AS (SELECT t.event_id FROM obx_event e INDEXED BY obx_event_unpublished "
@@ -396,6 +401,10 @@ static const char *const sql_text[Q_COUNT] = {
 #define QUAR_W "obx_receipt WHERE kind = 'QUARANTINED'"
 #define IQUAR_W "obx_inbox_quarantine WHERE consumer_id = ?5"
 #define ASSERTED_W "obx_receipt WHERE source = 'asserted' AND kind = 'PRIMARY'"
+/* PENDING of a cluster without a live relay at ?5 (docs/operations.md, "Clusters nobody serves") */
+#define UNSERVED_W                                                                                 \
+    "obx_event WHERE state = 'PENDING' AND NOT EXISTS (SELECT 1 FROM obx_relay_cluster h WHERE "   \
+    "h.cluster = obx_event.dest_cluster AND h.live_until >= ?5)"
     [Q_AGED_LIST + OBX__AGED_PENDING] =
         AGED_LIST(EV_AGED(PENDING_AT), PENDING_W, PENDING_AT, "seq"),
     [Q_AGED_LIST + OBX__AGED_UNKNOWN] =
@@ -408,6 +417,9 @@ static const char *const sql_text[Q_COUNT] = {
         AGED_LIST("event_id, created_at, receipt_id, reason", QUAR_W, "created_at", "receipt_id"),
     [Q_AGED_LIST + OBX__AGED_INBOX_QUARANTINED] =
         AGED_LIST("event_id, at, quarantine_id, reason", IQUAR_W, "at", "quarantine_id"),
+    [Q_AGED_LIST + OBX__AGED_UNSERVED] =
+        AGED_LIST("event_id, committed_at, seq, 'cluster ' || dest_cluster",
+                  UNSERVED_W NOT_TRAILING, "committed_at", "seq"),
     [Q_AGED_COUNT + OBX__AGED_PENDING] = AGED_COUNT(PENDING_W, PENDING_AT),
     [Q_AGED_COUNT + OBX__AGED_UNKNOWN] = AGED_COUNT(UNKNOWN_W, UNKNOWN_AT),
     [Q_AGED_COUNT + OBX__AGED_PUBLISHED] = AGED_COUNT(PUBLISHED_W, "published_at"),
@@ -417,6 +429,9 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_AGED_LIST + OBX__AGED_ASSERTED] = AGED_LIST("event_id, created_at, receipt_id, reason",
                                                    ASSERTED_W, "created_at", "receipt_id"),
     [Q_AGED_COUNT + OBX__AGED_ASSERTED] = AGED_COUNT(ASSERTED_W, "created_at"),
+    [Q_AGED_COUNT + OBX__AGED_UNSERVED] = AGED_COUNT(UNSERVED_W NOT_TRAILING, "committed_at"),
+    [Q_UNSERVED] = "SELECT dest_cluster, count(*), min(committed_at) FROM " UNSERVED_W
+                   " GROUP BY dest_cluster ORDER BY dest_cluster",
 #undef AGED_LIST
 #undef AGED_COUNT
 #undef UNKNOWN_AT
@@ -1497,7 +1512,41 @@ static obx_err sq_cluster_put(obx__store *base, const obx__cluster_row *c) {
     bt(st, 6, c->serializer);
     bt(st, 7, c->relay);
     bi(st, 8, c->seen_at);
-    return step_done(s, st, "register cluster");
+    if ((e = step_done(s, st, "register cluster"))) return e;
+    if ((e = stmt(s, Q_RELAY_CLUSTER_PUT, &st))) return e;
+    bt(st, 1, c->relay);
+    bt(st, 2, c->cluster);
+    bi(st, 3, c->seen_at);
+    bi(st, 4, c->live_until);
+    return step_done(s, st, "relay heartbeat");
+}
+
+static obx_err sq_unserved(obx__store *base, int64_t now, obx__unserved_row **out, size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    *out = NULL;
+    *n = 0;
+    obx_err e = stmt(s, Q_UNSERVED, &st);
+    if (e) return e;
+    bi(st, 5, now);
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
+        obx__unserved_row *u = &(*out)[(*n)++];
+        memset(u, 0, sizeof *u);
+        CT(st, 0, u->cluster);
+        u->pending = ci(st, 1);
+        u->oldest_committed_at = ci(st, 2);
+    }
+    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "unserved clusters");
+    sqlite3_reset(st);
+    if (e) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return e;
 }
 
 static obx_err sq_cluster_get(obx__store *base, const char *cluster, obx__cluster_row *c) {
@@ -2020,6 +2069,7 @@ static obx_err sq_aged(obx__store *base, const obx__aged_req *req, obx__aged_row
         if ((e = stmt(s, Q_AGED_COUNT + (int)req->kind, &st))) return e;
         bi(st, 1, req->until);
         if (req->kind == OBX__AGED_INBOX_QUARANTINED) bt(st, 5, req->consumer);
+        if (req->kind == OBX__AGED_UNSERVED) bi(st, 5, req->now);
         rc = sqlite3_step(st);
         if (rc == SQLITE_ROW && count) {
             count->total = ci(st, 0);
@@ -2035,6 +2085,7 @@ static obx_err sq_aged(obx__store *base, const obx__aged_req *req, obx__aged_row
     bi(st, 3, req->after_key);
     bi(st, 4, (int64_t)req->limit);
     if (req->kind == OBX__AGED_INBOX_QUARANTINED) bt(st, 5, req->consumer);
+    if (req->kind == OBX__AGED_UNSERVED) bi(st, 5, req->now);
     size_t cap = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
@@ -2384,6 +2435,7 @@ static const obx__store_read_methods sq_read_methods = {
     .receipts_by_kind = sq_receipts_by_kind,
     .recent_published = sq_recent_published,
     .delivery_open = sq_delivery_open,
+    .unserved = sq_unserved,
     .envelope_at = sq_envelope_at,
 };
 
