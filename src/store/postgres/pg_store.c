@@ -1714,11 +1714,16 @@ static void pg_notice(void *arg, const PGresult *r) {
 
 static obx_err pg_open(const obx__url *u, obx__store **out) {
     /* Defaults first, the URL next (its settings win), then what obx needs: UTF-8 strings.
-     * Keepalives detect a dead peer during a long wait_for_work. */
+     * Keepalives detect a dead peer during a long wait_for_work; tcp_user_timeout one that
+     * vanished (a machine lost, a network cut: nothing refuses, nothing answers) while a
+     * statement was on its way, which keepalives never probe: without it the kernel retransmits
+     * for about 15 minutes before the call fails and a multi-host URL can move to the promoted
+     * standby (docs/reliability.md, "PostgreSQL failover"). */
     const char *const keys[] = {
-        "connect_timeout", "keepalives_idle", "keepalives_interval",       "keepalives_count",
-        "dbname",          "client_encoding", "fallback_application_name", NULL};
-    const char *const vals[] = {"10", "30", "10", "3", u->raw, "UTF8", "obx", NULL};
+        "connect_timeout",  "keepalives_idle",           "keepalives_interval",
+        "keepalives_count", "tcp_user_timeout",          "dbname",
+        "client_encoding",  "fallback_application_name", NULL};
+    const char *const vals[] = {"10", "30", "10", "3", "15000", u->raw, "UTF8", "obx", NULL};
     PGconn *conn = PQconnectdbParams(keys, vals, 1);
     if (!conn) return obx__fail(OBX_ENOMEM, "postgres: out of memory");
     if (PQstatus(conn) != CONNECTION_OK) {
