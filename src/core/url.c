@@ -2,7 +2,7 @@
  * url.c — store and broker URLs. Every command names its database and broker by URL:
  *   store:  sqlite:PATH | postgres://... | postgresql://...
  *   broker: log:PATH | kafka://HOST:PORT[,HOST:PORT...][?k=v&...] |
- *           amqp[s]://USER:PASS@HOST:PORT/VHOST[?k=v&...] | sim:NAME
+ *           amqp[s]://USER:PASS@HOST:PORT[,HOST:PORT...]/VHOST[?k=v&...] | sim:NAME
  * Errors name the bad part of the URL; passwords never appear in messages: every URL a message
  * shows goes through the same redaction as obx_url_redact, then obx__printable.
  *
@@ -290,9 +290,7 @@ obx_err obx__url_parse(const char *url, const char *kind, obx__url *u) {
             return obx__fail(
                 OBX_EURL,
                 "broker URL: kafka:// takes no credentials in the URL (use sasl.* properties)");
-        if (u->scheme != OBX__URL_KAFKA && strchr(u->hosts, ','))
-            return obx__fail(OBX_EURL, "broker URL: amqp:// takes one HOST:PORT");
-        return OBX_OK;
+        return OBX_OK; /* several hosts: Kafka's bootstrap list, a RabbitMQ cluster's nodes */
     }
 #undef IS
     return obx__fail(OBX_EURL,

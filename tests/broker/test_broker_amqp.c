@@ -317,6 +317,38 @@ static void test_config_errors(void **st) {
     assert_null(b);
 }
 
+/* A URL listing several nodes (a cluster's): the backend takes the first that answers; a list
+ * of dead nodes is an error naming the last one tried; more than 8 is a malformed URL. */
+static void test_node_list(void **st) {
+    (void)st;
+    char x[128], url[1024], dead[1200], c[OBX_NAME_MAX + 1];
+    fresh_name(x, sizeof x, "nodes");
+    /* port 1: nothing listens there, the connection is refused at once */
+    snprintf(url, sizeof url,
+             "amqp://guest:guest@127.0.0.1:1,%s/%%2f?declare_exchange=%s&declare_queue=%s.q",
+             base.hosts, x, x);
+    obx__broker *b = open_url(url);
+    OK(obx__br_cluster_id(b, c, sizeof c));
+    test_msg tm;
+    test_msg_init(&tm, x, "k", 1);
+    OK(obx__br_send(b, &tm.msg, 1, now_ms()));
+    obx__outcome o;
+    assert_int_equal(collect(b, &o, 1), 1);
+    assert_int_equal(o.kind, OBX__OUT_ACK);
+    obx__br_close(b);
+    admin_delete(x, "%s");
+    b = NULL;
+    snprintf(dead, sizeof dead, "amqp://guest:guest@127.0.0.1:1,127.0.0.1:2/%%2f");
+    assert_int_equal(obx__br_open(dead, NULL, 0, &b), OBX_EBROKER);
+    assert_non_null(strstr(obx_errmsg(), "cannot connect to 127.0.0.1:2"));
+    assert_null(strstr(obx_errmsg(), "guest:guest"));
+    snprintf(dead, sizeof dead, "amqp://g:g@h:1,h:2,h:3,h:4,h:5,h:6,h:7,h:8,h:9/%%2f");
+    assert_int_equal(obx__br_open(dead, NULL, 0, &b), OBX_EURL);
+    snprintf(dead, sizeof dead, "amqp://g:g@h:1,h/%%2f");
+    assert_int_equal(obx__br_open(dead, NULL, 0, &b), OBX_EURL);
+    assert_null(b);
+}
+
 /* ---- publisher ---------------------------------------------------------------------------- */
 
 static void test_batch_beyond_window(void **st) {
@@ -1244,6 +1276,7 @@ int main(void) {
         cmocka_unit_test(test_caps_by_configuration),
         cmocka_unit_test(test_cluster_identity),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_node_list),
         cmocka_unit_test(test_batch_beyond_window),
         cmocka_unit_test(test_unroutable_is_reject),
         cmocka_unit_test(test_nack_is_reject),

@@ -47,13 +47,18 @@
 #define H_PUBLISH_SEQ "obx-publish-seq"   /* AMQP only: the publish sequence number (offset) */
 #define H_AUDIT_MARKER "obx-audit-marker" /* end-of-scan marker in the audit stream */
 #define WINDOW_MAX 10000
+#define HOSTS_MAX 8 /* the nodes a URL may list: amqp://u:p@h1:p1,h2:p2,.../vhost */
 
 /* ---- configuration ------------------------------------------------------------------------ */
 
 typedef struct amqp_cfg {
     bool tls;
-    char host[256];
-    int port;
+    /* the nodes of the URL, in its order; a connection tries them from the one it used last
+     * (the next one after that connection died), so that a cluster's node lost is a reconnect
+     * to another node (docs/amqp.md, "A RabbitMQ cluster") */
+    char host[HOSTS_MAX][256];
+    int port[HOSTS_MAX];
+    int n_hosts;
     char user[256], password[256], vhost[256];
     char where[600]; /* redacted "amqp://user:***@host:port/vhost" for messages */
     char cluster[OBX_NAME_MAX + 1];
@@ -79,6 +84,7 @@ typedef struct aconn {
     amqp_connection_state_t st;
     bool up;
     uint32_t gen; /* incremented on every successful connect */
+    int node;     /* index of the URL's node it is (or was last) connected to */
 } aconn;
 
 /* One publish waiting for its confirm. */
@@ -277,6 +283,27 @@ static int pct_decode(const char *in, char *out, size_t cap) {
     return 0;
 }
 
+/* "h1:p1,h2:p2,..." (obx__url's hosts) into c->host/port; a bracketed IPv6 address keeps its
+ * brackets off. */
+static obx_err parse_hosts(amqp_cfg *c, const char *hosts) {
+    char list[1024];
+    obx__strlcpy(list, hosts, sizeof list);
+    c->n_hosts = 0;
+    for (char *save = NULL, *h = strtok_r(list, ",", &save); h; h = strtok_r(NULL, ",", &save)) {
+        const char *colon = strrchr(h, ':');
+        if (c->n_hosts == HOSTS_MAX)
+            return obx__fail(OBX_EURL, "broker URL: amqp lists more than %d hosts", HOSTS_MAX);
+        if (!colon || colon == h || (size_t)(colon - h) >= sizeof c->host[0] || !colon[1])
+            return obx__fail(OBX_EURL, "broker URL: amqp needs HOST:PORT (each of a list)");
+        bool v6 = h[0] == '[' && colon[-1] == ']';
+        size_t len = (size_t)(colon - h) - (v6 ? 2 : 0);
+        memcpy(c->host[c->n_hosts], h + (v6 ? 1 : 0), len);
+        c->host[c->n_hosts][len] = '\0';
+        c->port[c->n_hosts++] = atoi(colon + 1);
+    }
+    return c->n_hosts ? OBX_OK : obx__fail(OBX_EURL, "broker URL: amqp needs HOST:PORT");
+}
+
 static obx_err parse_cfg(const obx__url *u, const char *const *props, size_t n_props, amqp_cfg *c) {
     memset(c, 0, sizeof *c);
     c->tls = u->scheme == OBX__URL_AMQPS;
@@ -297,12 +324,8 @@ static obx_err parse_cfg(const obx__url *u, const char *const *props, size_t n_p
     c->lookup_prefetch = 1000;
     c->lookup_skew_ms = 60000;
     c->queue_max_length = -1;
-    const char *colon = strrchr(u->hosts, ':');
-    if (!colon || (size_t)(colon - u->hosts) >= sizeof c->host)
-        return obx__fail(OBX_EURL, "broker URL: amqp needs HOST:PORT");
-    memcpy(c->host, u->hosts, (size_t)(colon - u->hosts));
-    c->host[colon - u->hosts] = '\0';
-    c->port = atoi(colon + 1);
+    obx_err he = parse_hosts(c, u->hosts);
+    if (he) return he;
     obx__strlcpy(c->user, u->user[0] ? u->user : "guest", sizeof c->user);
     obx__strlcpy(c->password, u->user[0] ? u->password : "guest", sizeof c->password);
     obx__strlcpy(c->vhost, u->vhost[0] ? u->vhost : "/", sizeof c->vhost);
@@ -315,8 +338,8 @@ static obx_err parse_cfg(const obx__url *u, const char *const *props, size_t n_p
             vh[o++] = *p;
     }
     vh[o] = '\0';
-    snprintf(c->where, sizeof c->where, "%s://%s:***@%s:%d/%s", c->tls ? "amqps" : "amqp", c->user,
-             c->host, c->port, vh);
+    snprintf(c->where, sizeof c->where, "%s://%s:***@%s/%s", c->tls ? "amqps" : "amqp", c->user,
+             u->hosts, vh);
     /* URL query first, then properties (a property overrides the URL) */
     char q[1024];
     obx__strlcpy(q, u->query, sizeof q);
@@ -413,7 +436,7 @@ static void learn_cluster(amqp_broker *b, amqp_connection_state_t st) {
             return;
         }
     }
-    if (!b->cluster[0]) snprintf(b->cluster, sizeof b->cluster, "rabbitmq-%s", b->cfg.host);
+    if (!b->cluster[0]) snprintf(b->cluster, sizeof b->cluster, "rabbitmq-%s", b->cfg.host[0]);
 }
 
 /* The CA file libcrypto would use by default (honours SSL_CERT_FILE). */
@@ -422,10 +445,10 @@ static const char *default_ca_file(void) {
     return env && *env ? env : X509_get_default_cert_file();
 }
 
-/* Opens a connection with channel CH. `purpose` names it in messages and on the broker; NULL:
- * the connection every handle opens first, a publisher's or a consumer's (messages name no
- * role; the broker sees "publisher"). */
-static obx_err aconn_open(amqp_broker *b, aconn *c, const char *purpose) {
+/* Opens a connection with channel CH to the URL's node `node`. `purpose` names it in messages
+ * and on the broker; NULL: the connection every handle opens first, a publisher's or a
+ * consumer's (messages name no role; the broker sees "publisher"). */
+static obx_err aconn_open_node(amqp_broker *b, aconn *c, const char *purpose, int node) {
     const amqp_cfg *cf = &b->cfg;
     aconn_drop(c, false, 0);
     c->st = amqp_new_connection();
@@ -462,10 +485,12 @@ static obx_err aconn_open(amqp_broker *b, aconn *c, const char *purpose) {
         }
     }
     struct timeval tv = tv_ms(cf->connect_timeout_ms);
-    int rc = amqp_socket_open_noblock(sock, cf->host, cf->port, &tv);
+    int rc = amqp_socket_open_noblock(sock, cf->host[node], cf->port[node], &tv);
     if (rc != AMQP_STATUS_OK) {
-        e = obx__fail(OBX_EBROKER, "amqp %s: %s%scannot connect: %s", cf->where,
-                      purpose ? purpose : "", purpose ? ": " : "", amqp_error_string2(rc));
+        e = obx__fail(OBX_EBROKER, "amqp %s: %s%scannot connect%s%s:%d: %s", cf->where,
+                      purpose ? purpose : "", purpose ? ": " : "", cf->n_hosts > 1 ? " to " : "",
+                      cf->n_hosts > 1 ? cf->host[node] : "", cf->port[node],
+                      amqp_error_string2(rc));
         goto fail;
     }
     amqp_set_handshake_timeout(c->st, &tv);
@@ -502,11 +527,25 @@ static obx_err aconn_open(amqp_broker *b, aconn *c, const char *purpose) {
     }
     c->up = true;
     c->gen++;
+    c->node = node;
     b->stats.connects++;
     learn_cluster(b, c->st);
     return OBX_OK;
 fail:
     aconn_drop(c, false, 0);
+    return e;
+}
+
+/* Opens c on the first node of the URL that takes it, from the node c used last, or from the
+ * next one when c had been connected (its connection died or was dropped: its node may be the
+ * one that is gone). The error is the last node's. */
+static obx_err aconn_open(amqp_broker *b, aconn *c, const char *purpose) {
+    int n = b->cfg.n_hosts, first = (c->node + (c->gen > 0 ? 1 : 0)) % n;
+    obx_err e = OBX_OK;
+    for (int k = 0; k < n; k++) {
+        e = aconn_open_node(b, c, purpose, (first + k) % n);
+        if (e != OBX_EBROKER) return e; /* connected, or an error no other node changes */
+    }
     return e;
 }
 
