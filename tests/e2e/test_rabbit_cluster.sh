@@ -97,6 +97,9 @@ echo "$n events committed; $pub PUBLISHED, $unknown UNKNOWN; projection: $(wc -l
 alive "$relay" "obx relay"
 alive "$consumer" "obx consume"
 grep -q "broker unreachable\|broker reachable" "$T/relay.log" || echo "note: the relay logged no broker outage" >&2
+# the consumer's database (SQLite) never went away: the node's loss is the broker's
+grep -q "consumer database" "$T/consume.log" && fail "obx consume blamed its database: $(grep "consumer database" "$T/consume.log" | head -1)"
+grep -Eq "broker reachable again after" "$T/consume.log" || fail "obx consume did not log that it reached the broker again"
 kill -TERM "$relay" "$consumer"
 wait "$relay" || fail "the relay exited $? after SIGTERM"
 wait "$consumer" || fail "obx consume exited $? after SIGTERM"

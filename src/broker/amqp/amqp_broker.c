@@ -1579,8 +1579,8 @@ static obx_err ab_consume_poll(obx__broker *base, int timeout_ms, obx__delivery 
     if (!b->con.up) {
         obx_err e = con_subscribe(b);
         if (e)
-            return obx__fail(OBX_ECONNLOST, "amqp: consumer reconnect failed (%s): %s",
-                             b->con_error, obx_errmsg());
+            return obx__fail(OBX_EBROKER, "amqp: consumer reconnect failed (%s): %s", b->con_error,
+                             obx_errmsg());
     }
     amqp_connection_state_t st = b->con.st;
     int64_t deadline = mono() + (timeout_ms > 0 ? timeout_ms : 0);
@@ -1629,7 +1629,9 @@ static obx_err ab_consume_poll(obx__broker *base, int timeout_ms, obx__delivery 
         /* deliveries already taken stay valid to process; their acks will fail and the broker
          * redelivers them, which the inbox dedupes */
         if (*n) return OBX_OK;
-        return obx__fail(OBX_ECONNLOST, "amqp %s: consumer: %s", b->cfg.where, why);
+        /* the broker's trouble (OBX_EBROKER, as Kafka's and the log's): OBX_ECONNLOST is a
+         * store's, and obx consume then named its database as the one gone */
+        return obx__fail(OBX_EBROKER, "amqp %s: consumer: %s", b->cfg.where, why);
     }
     return OBX_OK;
 }
