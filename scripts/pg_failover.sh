@@ -8,6 +8,12 @@
 #                         OBX_FO_PRIMARY_PORT, OBX_FO_STANDBY_PORT, OBX_FO_PRIMARY_URL (the
 #                         primary's postgres database) and OBX_FO_URL_BASE (both hosts, libpq's
 #                         multi-host form: append /DB?target_session_attrs=read-write)
+#                         OBX_FO_SYNC=0: the standby is asynchronous (a commit does not wait
+#                         for it)
+#   pgfo_stop_standby     the standby stopped (fast): the primary goes on alone (asynchronous
+#                         only: a synchronous primary would wait for it)
+#   pgfo_start_standby    the standby started again; it replays what it has and, while the
+#                         primary is gone, stays a standby until pgfo_promote
 #   pgfo_kill_primary     the primary stopped with `pg_ctl -m immediate` (as a crash: no
 #                         shutdown checkpoint, clients cut off)
 #   pgfo_cut_primary      the primary vanishes from the network: iptables drops every packet
@@ -54,23 +60,34 @@ pgfo_start() {
   local d=$OBX_FO_DIR p=$OBX_FO_PRIMARY_PORT s=$OBX_FO_STANDBY_PORT
   fo_as_pg "$FO_PG_BIN/initdb -D '$d/primary' -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >'$d/initdb.log' 2>&1" ||
     { cat "$d/initdb.log" >&2; return 1; }
-  fo_node_start primary "$p" "-c synchronous_standby_names=standby1 -c synchronous_commit=on" ||
+  local sync="-c synchronous_standby_names=standby1 -c synchronous_commit=on"
+  [[ ${OBX_FO_SYNC:-1} == 0 ]] && sync=""
+  fo_node_start primary "$p" "$sync" ||
     { cat "$d/primary.log" >&2; return 1; }
   fo_as_pg "$FO_PG_BIN/pg_basebackup -h 127.0.0.1 -p $p -U postgres -D '$d/standby' -R -X stream >'$d/basebackup.log' 2>&1" ||
     { cat "$d/basebackup.log" >&2; return 1; }
   fo_as_pg "echo \"primary_conninfo = 'host=127.0.0.1 port=$p user=postgres application_name=standby1'\" >>'$d/standby/postgresql.auto.conf'"
   fo_node_start standby "$s" "" || { cat "$d/standby.log" >&2; return 1; }
-  local state=
+  local state= want=sync
+  [[ ${OBX_FO_SYNC:-1} == 0 ]] && want=async
   for _ in $(seq 300); do
     state=$(psql -XAtq "postgres://postgres@127.0.0.1:$p/postgres" \
       -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby1'" 2>/dev/null) || true
-    [[ $state == sync ]] && break
+    [[ $state == "$want" ]] && break
     sleep 0.1
   done
-  [[ $state == sync ]] || { echo "pg_failover: the standby is not synchronous ('$state')" >&2; return 1; }
+  [[ $state == "$want" ]] || { echo "pg_failover: the standby is not $want ('$state')" >&2; return 1; }
   export OBX_FO_PRIMARY_URL="postgres://postgres@127.0.0.1:$p/postgres"
   export OBX_FO_URL_BASE="postgres://postgres@127.0.0.1:$p,127.0.0.1:$s"
-  echo "pg_failover: primary on 127.0.0.1:$p, synchronous standby on 127.0.0.1:$s"
+  echo "pg_failover: primary on 127.0.0.1:$p, ${want}hronous standby on 127.0.0.1:$s"
+}
+
+pgfo_stop_standby() {
+  fo_as_pg "$FO_PG_BIN/pg_ctl -D '$OBX_FO_DIR/standby' -m fast -w stop >/dev/null 2>&1"
+}
+
+pgfo_start_standby() {
+  fo_node_start standby "$OBX_FO_STANDBY_PORT" "" || { cat "$OBX_FO_DIR/standby.log" >&2; return 1; }
 }
 
 pgfo_kill_primary() {

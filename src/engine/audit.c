@@ -430,8 +430,9 @@ static obx_err bypass(audit_ctx *x) {
         if (!e && bad) {
             snprintf(detail, sizeof detail,
                      "%lld of %lld messages on %s/%s (scanned since %s) were never committed by "
-                     "this outbox: %lld with an unknown event ID, %lld without an obx event ID "
-                     "(published around the outbox)",
+                     "this outbox: %lld with an unknown event ID (published around the outbox, "
+                     "or committed and then lost by a failover to an asynchronous standby), %lld "
+                     "without an obx event ID (published around the outbox)",
                      (long long)bad, (long long)sc->messages, cluster, routes[i].topic,
                      since ? "the audit window" : "the start of the topic", (long long)sc->unknown,
                      (long long)sc->no_id);
