@@ -78,6 +78,9 @@ static const key keys[] = {
     I("relay.sweep_ms", sweep_ms, 10, 3600000, "1000",
       "How often expired SENDING leases become DISPATCH_UNKNOWN."),
     I("relay.reconcile_ms", reconcile_ms, 10, 3600000, "1000", "How often the reconciler runs."),
+    I("relay.heartbeat_ms", heartbeat_ms, 100, 600000, "10000",
+      "How often the relay says it serves its cluster; it counts as serving it until three "
+      "heartbeats are missed (obx status: clusters nobody serves)."),
     I("relay.drain_ms", drain_ms, 0, 600000, "10000",
       "On stop: how long to wait for in-flight acknowledgements."),
     B("relay.reconciler", reconciler, "true", "Run the reconciler in this relay."),

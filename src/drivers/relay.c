@@ -184,11 +184,10 @@ static void on_resolved(void *user, const char *event_id, int64_t ms) {
     obx__hist_observe(&w->resolution, (double)ms / 1000.0);
 }
 
-/* The relay's heartbeat in obx_relay_cluster: dispatcher 0 writes it every
- * OBX__HEARTBEAT_MS; a relay counts as serving its cluster until OBX__LIVE_MS after its last
- * beat (three beats missed), and until the moment it stops cleanly. */
-#define OBX__HEARTBEAT_MS 10000
-#define OBX__LIVE_MS 30000
+/* The relay's heartbeat in obx_relay_cluster: dispatcher 0 writes it every relay.heartbeat_ms;
+ * a relay counts as serving its cluster until three beats after its last one (three beats
+ * missed), and until the moment it stops cleanly. */
+#define LIVE_MS(r) (3 * (r)->cfg->heartbeat_ms)
 
 /* Registers the cluster this relay serves in the outbox's cluster registry: its broker backend,
  * lookup capability and the destination contracts it honours, so that `obx route set` can
@@ -274,7 +273,7 @@ static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engi
     ec.n_aliases = c->aliases.n;
     if ((err = obx__engine_init(e, *s, *b, &ec))) return err;
     if (w->index == 0 && !r->cfg->shadow &&
-        (err = register_cluster(r, *s, *b, e->cluster, obx__ref_ms() + OBX__LIVE_MS)))
+        (err = register_cluster(r, *s, *b, e->cluster, obx__ref_ms() + LIVE_MS(r))))
         return obx__fail_prefix(err, "register cluster %s", e->cluster);
     e->on_note = on_note;
     e->on_note_user = w;
@@ -674,9 +673,9 @@ static void *dispatcher_main(void *arg) {
             full = !err && e.st.claimed - claimed >= (int64_t)r->cfg->batch;
             note_claim(r, full);
         }
-        if (w->index == 0 && now - last_beat >= OBX__HEARTBEAT_MS) {
+        if (w->index == 0 && now - last_beat >= r->cfg->heartbeat_ms) {
             last_beat = now;
-            err = register_cluster(r, s, b, e.cluster, now + OBX__LIVE_MS);
+            err = register_cluster(r, s, b, e.cluster, now + LIVE_MS(r));
             if (err) transient(w, err, "heartbeat");
             failed |= err != OBX_OK;
         }

@@ -121,8 +121,9 @@ wait $relay || fail "relay exit $?"
 enqueue order.created.v1 1
 [[ $(unserved_of local) == 1 ]] || fail "after a clean stop: local unserved $(unserved_of local), want 1"
 [[ $(unserved_of prod) == 3 ]] || fail "after a clean stop: prod unserved $(unserved_of prod), want 3"
-# a relay killed still counts as serving until its heartbeat runs out (30 s)
-"$OBX" relay --db "$db" --broker "log:$T/broker.db" --set relay.poll_ms=20 >"$T/relay2.log" 2>&1 &
+# a relay killed still counts as serving until three heartbeats are missed (relay.heartbeat_ms)
+"$OBX" relay --db "$db" --broker "log:$T/broker.db" --set relay.poll_ms=20 --set relay.heartbeat_ms=1000 \
+  >"$T/relay2.log" 2>&1 &
 relay=$!
 pids+=($relay)
 for _ in $(seq 100); do
@@ -135,6 +136,8 @@ kill -9 $relay
 wait $relay 2>/dev/null || true
 enqueue order.created.v1 1
 [[ $(unserved_of local) == 0 ]] || fail "a relay killed a moment ago no longer serves local"
+sleep 3.2
+[[ $(unserved_of local) == 1 ]] || fail "3 heartbeats after a kill: local unserved $(unserved_of local), want 1"
 
 [[ $fails == 0 ]] || { echo "$fails checks failed" >&2; exit 1; }
 echo "ok"
