@@ -122,6 +122,11 @@ try:
     stop(rh)
     assert st["unknown"]["held"] == 1, st["unknown"]
     step("event %s held for an operator" % held)
+    # a type routed to a cluster no relay serves: its event stays PENDING (issue 48, item 6)
+    run("route", "set", "refund.issued.v1", "--db", db, "--cluster", "prod", "--topic",
+        "refunds")
+    run("enqueue", "--db", db, "--type", "refund.issued.v1", "--aggregate", "refund/r-1@1",
+        "--tenant", "t1", stdin='{"refund":"r-1"}')
     published = run("enqueue", "--db", db, "--type", "order.created.v1", "--aggregate",
                     "order/o-7@1", "--tenant", "t1", "--correlation-id", "checkout-7",
                     stdin='{"order":"o-7"}')
@@ -164,6 +169,11 @@ try:
                  ".textContent === '1'", what="overview with one PARKED event")
     assert browser.eval("document.querySelectorAll('#parked button.requeue').length") == 1
     step("overview loaded: 1 PARKED")
+    browser.wait("(() => { const b = document.getElementById('unserved-banner'); return !b.hidden && "
+                 "b.textContent.includes('1 PENDING event of cluster prod') && "
+                 "b.textContent.includes('no live relay serves it') })()",
+                 what="the unserved-cluster banner")
+    step("banner: 1 PENDING event of cluster prod, which no live relay serves")
 
     # the critical consumer's lag in the overview's cards, above the charts (issue 50): it
     # applied checkout-7 only, so the burst's 20 published orders wait for it
