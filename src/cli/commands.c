@@ -154,10 +154,12 @@ const cli_command cli_commands[] = {
                "A delayed event: not published before TIME, ISO-8601 UTC "
                "(2030-01-02T03:04:05Z; at most 366 days ahead). One of --delay and --not-before."},
               O_JSON},
+     /* values the sample consumer (obx consume without --exec) serves: its contract
+      * order.created.v1 and tenants tenant-7, tenant-9 (projection.c) */
      .examples = "echo '{\"order\":\"o-42\"}' | obx enqueue --type order.created.v1 "
-                 "--aggregate order/o-42@1 --tenant t1\n"
-                 "echo '{\"order\":\"o-42\"}' | obx enqueue --type order.unpaid.v1 "
-                 "--aggregate order/o-42@1 --tenant t1 --delay 15m"},
+                 "--aggregate order/o-42@1 --tenant tenant-7\n"
+                 "echo '{\"order\":\"o-43\"}' | obx enqueue --type order.created.v1 "
+                 "--aggregate order/o-43@1 --tenant tenant-7 --delay 15m"},
     {.name = "inspect",
      .fn = cmd_inspect,
      .summary = "one event's envelope, state, attempts, receipts and audit rows",
