@@ -61,12 +61,26 @@ static bool notify_off;  /* --notify-off: the producers' sessions with obx.notif
 static bool relay_waits; /* --relay-waits: a waiting relay's LISTEN and wake lock (see above) */
 static atomic_bool stop_listener;
 
-/* --relay-waits: reads the notifications the producers send until stop_listener */
+/* --relay-waits: waits as the relay does until stop_listener: in the server
+ * (obx._wait_for_work(), where the database has the obx_pg extension: producers wake it by its
+ * latch) or on the socket, and reads the notifications the producers send. wakes counts the
+ * waits that ended early. */
+static atomic_long wakes;
 static void *listener_main(void *arg) {
     PGconn *l = arg;
+    bool in_server = bn_sql_ll(l, "SELECT (to_regprocedure('obx._wait_for_work(integer)') IS "
+                                  "NOT NULL)::int") == 1;
     while (!atomic_load(&stop_listener)) {
-        struct pollfd pfd = {.fd = PQsocket(l), .events = POLLIN};
-        poll(&pfd, 1, 100);
+        if (in_server) {
+            PGresult *r = PQexec(l, "SELECT obx._wait_for_work(100)");
+            if (PQresultStatus(r) != PGRES_TUPLES_OK)
+                bn_die("--relay-waits: %s", PQerrorMessage(l));
+            if (!strcmp(PQgetvalue(r, 0, 0), "t")) atomic_fetch_add(&wakes, 1);
+            PQclear(r);
+        } else {
+            struct pollfd pfd = {.fd = PQsocket(l), .events = POLLIN};
+            poll(&pfd, 1, 100);
+        }
         if (!PQconsumeInput(l)) bn_die("--relay-waits: %s", PQerrorMessage(l));
         PGnotify *n;
         while ((n = PQnotifies(l)) != NULL) PQfreemem(n);
@@ -305,6 +319,7 @@ int main(int argc, char **argv) {
     if (waiter) {
         atomic_store(&stop_listener, true);
         pthread_join(listener, NULL);
+        bn_log("--relay-waits: the waiting connection was woken %ld times", atomic_load(&wakes));
         PQfinish(waiter);
     }
     bn_pg_drop("obx_bench_prod");

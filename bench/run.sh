@@ -13,6 +13,9 @@
 #   resources   relay RSS with a 1M backlog, CPU per 10,000 events           (bench_resources)
 #   amqp        obx's RabbitMQ backend vs a plain rabbitmq-c confirm loop    (bench_amqp)
 #
+# PostgreSQL runs with its durable defaults (fsync=on, synchronous_commit=on,
+# full_page_writes=on), as production does; `--fsync-off` (first argument after SCENARIO) starts
+# it with fsync=off, as the test suite's. Every program prints the settings it measured on.
 # ARGS go to the program (each has --help-like usage on a bad flag; sizes are flags, the issue's
 # sizes are the defaults). Ports: OBX_SVC_PG_PORT, OBX_SVC_AMQP_PORT (scripts/services.sh).
 # Build folder: OBX_BENCH_BUILD (default build-bench, RelWithDebInfo).
@@ -21,6 +24,8 @@ cd "$(dirname "$0")/.."
 scenario=${1:-}
 [[ -n $scenario ]] || { sed -n '2,18p' "$0"; exit 2; }
 shift
+export OBX_SVC_PG_FSYNC=on
+if [[ ${1:-} == --fsync-off ]]; then OBX_SVC_PG_FSYNC=off; shift; fi
 case $scenario in
   throughput|latency|producer|backlog|scale|resources) prog=bench_$scenario ;;
   amqp) prog=bench_amqp ;;
@@ -52,6 +57,10 @@ if [[ $scenario == latency ]]; then
     psql "$OBX_TEST_PG_URL" -qc 'ALTER SYSTEM SET track_commit_timestamp = on'
     su postgres -s /bin/sh -c "/usr/lib/postgresql/15/bin/pg_ctl -D '$OBX_TEST_SERVICES_DIR/pg/data' -l '$OBX_TEST_SERVICES_DIR/pg/server.log' -m fast -w restart >/dev/null"
   fi
+fi
+if [[ $scenario != amqp ]]; then
+  # the durability settings this run measured on, above its table
+  echo "PostgreSQL: $(psql "$OBX_TEST_PG_URL" -Atc "SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes')")"
 fi
 if [[ $scenario == amqp ]]; then
   "$exe" "$OBX_TEST_AMQP_URL" "$@"

@@ -20,6 +20,9 @@ OBX_SVC_AMQP_PORT=${OBX_SVC_AMQP_PORT:-26720}
 # OBX_PG_BIN: another installation of the same server (a developer's private copy with its own
 # extension directory); the default is Debian's
 PG_BIN=${OBX_PG_BIN:-/usr/lib/postgresql/15/bin}
+# OBX_SVC_PG_FSYNC: on for PostgreSQL's durable defaults (bench/run.sh's default: what a payment
+# system runs); the test suite keeps off, which changes no outcome and saves minutes of flushes
+OBX_SVC_PG_FSYNC=${OBX_SVC_PG_FSYNC:-off}
 
 # True when a TCP socket (any state, IPv4 or IPv6) has local port $1.
 svc_port_used() {
@@ -74,7 +77,7 @@ pg_start() {
 # pg_node_stop). pg_node_start/pg_node_stop are what scripts/pg.sh runs for the chaos soak.
 pg_node_start() {
   local dir=$OBX_TEST_SERVICES_DIR/pg
-  su postgres -s /bin/sh -c "$PG_BIN/pg_ctl -D '$dir/data' -l '$dir/server.log' -o '-p $OBX_SVC_PG_PORT -k $dir/sock -c listen_addresses=127.0.0.1 -c max_connections=200 -c max_prepared_transactions=20 -c fsync=off -c synchronous_commit=on -c ssl=on -c ssl_cert_file=$dir/tls/server.pem -c ssl_key_file=$dir/tls/server.key' -w start >/dev/null"
+  su postgres -s /bin/sh -c "$PG_BIN/pg_ctl -D '$dir/data' -l '$dir/server.log' -o '-p $OBX_SVC_PG_PORT -k $dir/sock -c listen_addresses=127.0.0.1 -c max_connections=200 -c max_prepared_transactions=20 -c fsync=$OBX_SVC_PG_FSYNC -c synchronous_commit=on -c ssl=on -c ssl_cert_file=$dir/tls/server.pem -c ssl_key_file=$dir/tls/server.key' -w start >/dev/null"
 }
 
 # Stops the cluster: MODE fast (default: clean) or immediate (a crash: backends killed, no

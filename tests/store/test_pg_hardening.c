@@ -468,6 +468,15 @@ static void test_two_phase_commit(void **st) {
     snprintf(gid, sizeof gid, "COMMIT PREPARED 'obx_hard_%d'", (int)getpid());
     sql(c, gid);
     assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event"), 1);
+    /* the PL/pgSQL body too (obx._wake defers to the commit where the database has obx_pg; it
+     * used to NOTIFY inside the statement, and PREPARE refused the transaction) */
+    sql(p, "BEGIN");
+    sql(p, "SELECT obx._enqueue_sql('order.created.v1', 'order', 'o-1p', 1, 't', '\\x7b7d')");
+    snprintf(gid, sizeof gid, "PREPARE TRANSACTION 'obx_hard_%d'", (int)getpid());
+    sql(p, gid);
+    snprintf(gid, sizeof gid, "COMMIT PREPARED 'obx_hard_%d'", (int)getpid());
+    sql(c, gid);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_event"), 2);
     /* a plain commit wakes the waiting relay */
     sql(relay, "SELECT 1"); /* drains anything queued so far */
     while (PQnotifies(relay)) {

@@ -2108,6 +2108,79 @@ static bool listener_told(PGconn *l, int ms) {
     return told;
 }
 
+/* The sessions named `app` that wait in obx._wait_for_work() (pg_stat_activity: an extension's
+ * wait). */
+static long long waiting_in_server(fx *f, const char *app) {
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM pg_stat_activity WHERE application_name = '%s' AND "
+             "wait_event_type = 'Extension' AND query LIKE '%%obx._wait_for_work(%%'",
+             app);
+    return qint(f->conn, sql);
+}
+
+/* A relay that waits in the server (obx._wait_for_work, the obx_pg extension) is woken by
+ * obx.enqueue()'s C body through its latch once the commit is visible, and no NOTIFY is sent:
+ * a NOTIFY makes the producers' commits wait for each other (docs/performance.md, "Producer
+ * overhead"). The PL/pgSQL body's NOTIFY wakes the same wait. */
+static void test_latch_wake(void **state) {
+    fx *f = *state;
+    assert_enqueue_impl(f->conn, "c");
+    PGconn *l = PQconnectdb(f->url);
+    assert_int_equal(PQstatus(l), CONNECTION_OK);
+    PQclear(PQexec(l, "LISTEN obx_work"));
+    obx_store *relay = open_own(f, "obx-relay-wait");
+    arm_relay(f, relay);
+    waiter w = {.s = relay, .timeout = 5000};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, wait_thread, &w), 0);
+    msleep(150);
+    assert_int_equal(waiting_in_server(f, "obx-relay-wait"), 1);
+    exec_ok(f->conn, "BEGIN");
+    exec_ok(f->conn, "SELECT obx.enqueue('order.created.v2', 'order', 'o-lw', 1, 'tenant-7', "
+                     "'\\x7b7d')");
+    msleep(100); /* enqueued, not committed: still waiting */
+    assert_int_equal(waiting_in_server(f, "obx-relay-wait"), 1);
+    int64_t committed = obx__mono_ms();
+    exec_ok(f->conn, "COMMIT");
+    pthread_join(t, NULL);
+    OK(w.err);
+    assert_true(w.notified);
+    int64_t latency = w.woke_at - committed;
+    printf("  latch wake-up latency after COMMIT: %lld ms\n", (long long)latency);
+    assert_true(latency >= 0 && latency < 100);
+    assert_false(listener_told(l, 300)); /* no NOTIFY */
+    assert_int_equal(claim_local(relay, 1000), 1);
+    /* the PL/pgSQL body and the C library's statements (obx._wake) alike; and a NOTIFY, what
+     * producers send where the database has no obx_pg, ends the server-side wait as well */
+    const char *const producers[] = {
+        "SELECT obx._enqueue_sql('order.created.v2', 'order', 'o-lw2', 1, 'tenant-7', "
+        "'\\x7b7d')",
+        NULL, "NOTIFY obx_work"};
+    for (int i = 0; i < 3; i++) {
+        w = (waiter){.s = relay, .timeout = 5000};
+        assert_int_equal(pthread_create(&t, NULL, wait_thread, &w), 0);
+        msleep(150);
+        assert_int_equal(waiting_in_server(f, "obx-relay-wait"), 1);
+        committed = obx__mono_ms();
+        if (producers[i]) {
+            exec_ok(f->conn, producers[i]);
+        } else {
+            obx_event ev = order_event("o-lw3", "{}");
+            obx_enqueue_result res;
+            OK(obx_enqueue(f->s, &ev, &res));
+        }
+        pthread_join(t, NULL);
+        OK(w.err);
+        assert_true(w.notified);
+        assert_true(w.woke_at - committed < 100);
+        assert_int_equal(listener_told(l, 300), i == 2);
+    }
+    assert_int_equal(claim_local(relay, 1000), 3);
+    obx_store_close(relay);
+    PQfinish(l);
+}
+
 /* The producers' NOTIFY only while a relay of the event's cluster waits (NOTIFY_EXPR in
  * pg_store.c, the wake lock): none without one, none while the relay is in a backlog (its claim
  * took a whole batch), and no wake-up lost to the race between a producer that tested the lock
@@ -4051,6 +4124,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_notify_wakes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_notify_off, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wake_lock, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_latch_wake, setup, teardown),
         cmocka_unit_test_setup_teardown(test_connection_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_mapping, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_skip_locked, setup, teardown),

@@ -37,7 +37,9 @@
  *   8. wait_for_work LISTENs on channel obx_work (on first use) and polls the socket; the
  *      statement inserting an event NOTIFYs (delivered at commit; Q_INS_EVENT, obx.enqueue())
  *      while a relay of the event's cluster waits for work (NOTIFY_EXPR, the wake lock).
- *      A notification is a hint, never a row.
+ *      A notification is a hint, never a row. Where the database has the obx_pg extension the
+ *      wait is spent in the server (server_wait), and obx.enqueue()'s C body wakes it by its
+ *      latch after the commit instead of a NOTIFY, which serializes commits.
  *
  * Thread use: one thread at a time per handle (obx.h); the statement-name hash is computed
  * once per process under pthread_once.
@@ -175,6 +177,9 @@ typedef struct pg_store {
     obx__tx_nest tx; /* transaction nesting (shared.c) */
     bool lost;       /* the connection was lost inside the current obx transaction */
     bool listening;  /* LISTEN obx_work issued on this connection */
+    /* obx._wait_for_work() (the obx_pg extension) in this database: 0 not looked up yet, 1 yes,
+     * -1 no (pg_wait_for_work) */
+    int wait_fn;
     /* The wake lock of the cluster this connection claims for (pg_wait_for_work): the cluster
      * of its last claim (read_claim), the lock's key once read, and whether this session holds
      * it (from its wait until a claim takes a whole batch). */
@@ -449,7 +454,7 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
 #define NOTIFY_EXPR                                                                                \
     "CASE WHEN current_setting('obx.notify', true) IS NOT DISTINCT FROM 'off' THEN NULL "          \
     "WHEN pg_try_advisory_xact_lock_shared(" LOCK_CLASS_WAKE ", hashtext($17::text)) THEN NULL "   \
-    "ELSE pg_notify('" NOTIFY_CHANNEL "', '') END"
+    "ELSE obx._wake($17::text) END"
 /* The end of every event-inserting statement: NOTIFY_EXPR, one row when the event was written. */
 #define NOTIFY_TAIL " SELECT " NOTIFY_EXPR " FROM ev"
 
@@ -1396,6 +1401,7 @@ static void forget_session(pg_store *s) {
     memset(s->prepared, 0, sizeof s->prepared);
     memset(s->rec_oid, 0, sizeof s->rec_oid);
     s->listening = false;
+    s->wait_fn = 0;
     s->wake_held = false; /* a session lock ends with its session */
     s->names_checked = false;
 }
@@ -4062,6 +4068,37 @@ static obx_err wake_take(pg_store *s, int timeout_ms, bool *got) {
     return OBX_OK;
 }
 
+/* The shortest wait spent in the server (server_wait): the relay's turns of a few
+ * milliseconds between a broker's outcomes poll the socket instead of sending a statement each. */
+#define SERVER_WAIT_MIN_MS 20
+
+/* The idle wait in the server: obx._wait_for_work() returns when a producer's commit sets this
+ * backend's latch (obx_pg.c: the producers that find the wake lock held name its holders and
+ * wake them after their commit, with no NOTIFY and so no commit queue; a NOTIFY to this LISTENing
+ * session sets the latch too), or at its timeout (at most 1 s). *woke: the latch was set.
+ * Without the extension (wait_fn -1) the caller polls the socket for the NOTIFY. */
+static obx_err server_wait(pg_store *s, int ms, bool *woke) {
+    *woke = false;
+    PGresult *r = NULL;
+    obx_err e;
+    if (!s->wait_fn) {
+        if ((e = check(s,
+                       PQexec(s->conn, "SELECT to_regprocedure('obx._wait_for_work(integer)') "
+                                       "IS NOT NULL"),
+                       PGRES_TUPLES_OK, &r, "look up obx._wait_for_work")))
+            return e;
+        s->wait_fn = !strcmp(PQgetvalue(r, 0, 0), "t") ? 1 : -1;
+        PQclear(r);
+    }
+    if (s->wait_fn < 0) return OBX_OK;
+    char sql[64];
+    snprintf(sql, sizeof sql, "SELECT obx._wait_for_work(%d)", ms > 1000 ? 1000 : ms);
+    if ((e = check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, &r, "wait for work"))) return e;
+    *woke = !strcmp(PQgetvalue(r, 0, 0), "t");
+    PQclear(r);
+    return OBX_OK;
+}
+
 /* How long a wait that also watches a broker's descriptor waits for the wake lock: the
  * server-side wait cannot watch the descriptor, so it stays as short as the relay's turns were
  * (relay.c, idle_wait). */
@@ -4110,6 +4147,12 @@ static obx_err pg_wait_for_work(obx__store *base, int timeout_ms, int also_fd, b
         if (*notified || fd_ready) return OBX_OK;
         int64_t left = deadline - obx__mono_ms();
         if (left <= 0) return OBX_OK;
+        if (also_fd < 0 && left >= SERVER_WAIT_MIN_MS && s->wait_fn >= 0) {
+            bool woke = false;
+            if ((e = server_wait(s, (int)left, &woke))) return e;
+            if (woke) *notified = true;
+            if (s->wait_fn > 0) continue; /* the notifications that came are read first */
+        }
         struct pollfd pfd[2] = {{.fd = PQsocket(s->conn), .events = POLLIN},
                                 {.fd = also_fd, .events = POLLIN}};
         if (pfd[0].fd < 0) return map_error(s, NULL, "wait for work");

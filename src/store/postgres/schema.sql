@@ -1247,7 +1247,7 @@ BEGIN
     SELECT ev.event_id,
            CASE WHEN current_setting('obx.notify', true) IS NOT DISTINCT FROM 'off' THEN NULL
                 WHEN pg_try_advisory_xact_lock_shared(5194330, hashtext(rt.cluster)) THEN NULL
-                ELSE pg_notify('obx_work', '') END INTO existing, notified FROM ev;
+                ELSE obx._wake(rt.cluster) END INTO existing, notified FROM ev;
     IF existing IS NULL THEN
         -- the concurrent producer committed first: its event is the answer (visible to this new
         -- statement under READ COMMITTED; REPEATABLE READ raised a serialization failure above)
@@ -1273,6 +1273,24 @@ END $$;
 -- (re)writes the door; `obx init` calls it when the choice changes. CREATE OR REPLACE keeps the
 -- door's owner and grants: a producer role granted EXECUTE on obx.enqueue() needs nothing else
 -- (both bodies run with the rights of obx.enqueue()'s owner, SECURITY DEFINER).
+-- obx._wake(cluster): the wake-up the producers' statements send when they cannot take the
+-- cluster's wake lock (a relay waits: obx._enqueue_sql above, pg_store.c's NOTIFY_EXPR). Where
+-- the database has the obx_pg extension, obx._wake_c(), which wakes the waiting relays by their
+-- latches after the commit; else a NOTIFY obx_work, which makes the producers' commits wait for
+-- each other (docs/postgres.md, "NOTIFY"). Looked up at each call rather than chosen by `obx
+-- init`: the extension comes and goes with its own DDL, and whoever owns obx.enqueue() (who
+-- decides its body) need not own this function; every version of the extension that has
+-- obx._wake_c() has its code.
+CREATE FUNCTION obx._wake(cluster text) RETURNS void LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF to_regprocedure('obx._wake_c(text)') IS NOT NULL THEN
+        PERFORM obx._wake_c(cluster);
+    ELSE
+        PERFORM pg_notify('obx_work', '');
+    END IF;
+END $$;
+
 CREATE FUNCTION obx._point_enqueue(c boolean) RETURNS void LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp AS $f$
 BEGIN
@@ -2017,4 +2035,4 @@ GRANT EXECUTE ON FUNCTION obx._check(text, text, integer, integer, text),
     obx.inbox_applied(text, text, text),
     obx.inbox_failed(text, text, text, integer, boolean, integer, text, text, integer, bigint,
                      bytea, text, text, jsonb),
-    obx.inbox_redrives(text), obx._inbox_complete() TO PUBLIC;
+    obx.inbox_redrives(text), obx._inbox_complete(), obx._wake(text) TO PUBLIC;

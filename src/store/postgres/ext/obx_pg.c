@@ -32,11 +32,16 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/latch.h"
 #include "storage/lock.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
+#include "storage/sinvaladt.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #include "core/core.h"
 
@@ -46,6 +51,10 @@ PG_MODULE_MAGIC;
 
 PGDLLEXPORT Datum obx_pg_enqueue(PG_FUNCTION_ARGS);
 PG_FUNCTION_INFO_V1(obx_pg_enqueue);
+PGDLLEXPORT Datum obx_pg_wait_for_work(PG_FUNCTION_ARGS);
+PG_FUNCTION_INFO_V1(obx_pg_wait_for_work);
+PGDLLEXPORT Datum obx_pg_wake(PG_FUNCTION_ARGS);
+PG_FUNCTION_INFO_V1(obx_pg_wake);
 PGDLLEXPORT void _PG_init(void);
 
 /* obx.enqueue()'s arguments, in order */
@@ -451,36 +460,102 @@ static bool enqueue_fast(call *c) {
 
 /* pg_try_advisory_xact_lock_shared(WAKE_LOCK_CLASS, hashtext(cluster)), as the other bodies
  * take it (schema.sql, obx._enqueue_sql): true when taken (held to the transaction's end, after its
- * commit is visible), false when a relay of the cluster holds it or waits for it. hashtext with the
- * C collation: every deterministic collation hashes a text's bytes alike. */
+ * commit is visible), false when a relay of the cluster holds it or waits for it (*tag: the lock).
+ * hashtext with the C collation: every deterministic collation hashes a text's bytes alike. */
 #define WAKE_LOCK_CLASS 5194330
-static bool wake_lock_free(const char *cluster) {
-    int32 key = DatumGetInt32(
-        DirectFunctionCall1Coll(hashtext, C_COLLATION_OID, CStringGetTextDatum(cluster)));
-    LOCKTAG tag;
-    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)WAKE_LOCK_CLASS, (uint32)key, 2);
-    return LockAcquire(&tag, ShareLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
+static void wake_tag(Datum cluster, LOCKTAG *tag) {
+    int32 key = DatumGetInt32(DirectFunctionCall1Coll(hashtext, C_COLLATION_OID, cluster));
+    SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32)WAKE_LOCK_CLASS, (uint32)key, 2);
 }
 
-/* The wake-up NOTIFY, deferred to the commit: an enqueue that wants one (a relay of its cluster
- * waits) sets notify_pending, and the commit's pre-commit callback sends it, before
- * PostgreSQL queues the transaction's notifications (CommitTransaction: XACT_EVENT_PRE_COMMIT,
- * then PreCommit_Notify). A transaction that is prepared instead (two-phase commit) sends none:
- * PREPARE TRANSACTION refuses one that has executed NOTIFY, which made obx.enqueue() fail 2PC
- * exactly while a relay waited (docs/postgres.md, "Two-phase commit"); its event is found at
- * the relay's next poll after COMMIT PREPARED. Any end of the transaction clears the flag. */
+static bool wake_lock_free(const char *cluster, LOCKTAG *tag) {
+    wake_tag(CStringGetTextDatum(cluster), tag);
+    return LockAcquire(tag, ShareLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+/* The wake-up, sent once the transaction's commit is visible. A NOTIFY would serialize the
+ * commits of every producer that sends one: PostgreSQL queues notifications in commit order
+ * under a database-wide lock held from PreCommit_Notify to the end of the commit, WAL flush
+ * included, so with fsync on producers commit one at a time (docs/performance.md, "Producer
+ * overhead"). Instead the enqueue notes the backends that hold the cluster's wake lock (the
+ * relays that wait in obx._wait_for_work(), below) and the commit callback sets their latches:
+ * no lock, no queue, nothing in the commit's critical section. Only when no holder can be named
+ * (a relay that holds the lock between two statements, or queues for it: no virtual transaction
+ * to name it by) does the enqueue fall back to the NOTIFY, sent at the pre-commit callback
+ * before PostgreSQL queues the transaction's notifications (CommitTransaction:
+ * XACT_EVENT_PRE_COMMIT, then PreCommit_Notify); a relay in obx._wait_for_work() that LISTENs
+ * is woken by it too (the notify interrupt sets its latch).
+ * A transaction that is prepared instead (two-phase commit) wakes no one: PREPARE TRANSACTION
+ * refuses one that has executed NOTIFY, which made obx.enqueue() fail 2PC exactly while a relay
+ * waited (docs/postgres.md, "Two-phase commit"); its event is found at the relay's next poll
+ * after COMMIT PREPARED. Any end of the transaction clears both. */
+#define WAKE_PIDS_MAX 8
 static bool notify_pending;
+static int wake_pids[WAKE_PIDS_MAX];
+static int n_wake_pids;
+
+/* Notes the holders of the wake lock *tag for the commit; none nameable: the NOTIFY. */
+static void wake_at_commit(const LOCKTAG *tag) {
+    int n = 0;
+    VirtualTransactionId *holders = GetLockConflicts(tag, ShareLock, &n);
+    bool named = false;
+    for (int i = 0; i < n; i++) {
+        PGPROC *p = BackendIdGetProc(holders[i].backendId);
+        int pid = p ? p->pid : 0;
+        if (!pid) continue;
+        named = true;
+        bool known = false;
+        for (int j = 0; j < n_wake_pids && !known; j++) known = wake_pids[j] == pid;
+        if (!known && n_wake_pids < WAKE_PIDS_MAX) wake_pids[n_wake_pids++] = pid;
+    }
+    if (!named) notify_pending = true;
+}
 
 static void notify_at_commit(XactEvent event, void *arg) {
     (void)arg;
     if (event == XACT_EVENT_PRE_COMMIT && notify_pending) Async_Notify(NOTIFY_CHANNEL, "");
+    if (event == XACT_EVENT_COMMIT)
+        for (int i = 0; i < n_wake_pids; i++) {
+            /* the pid again: a backend that has exited since is not woken, and one that reused
+             * its slot is not either */
+            PGPROC *p = BackendPidGetProc(wake_pids[i]);
+            if (p) SetLatch(&p->procLatch);
+        }
     if (event != XACT_EVENT_PARALLEL_PRE_COMMIT && event != XACT_EVENT_PARALLEL_COMMIT) {
         notify_pending = false;
         order_keys = 0;
     }
+    /* the pids live from the enqueue to the commit, past its pre-commit event */
+    if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
+        n_wake_pids = 0;
 }
 
 void _PG_init(void) { RegisterXactCallback(notify_at_commit, NULL); }
+
+/* obx._wake_c(cluster): the same wake-up for the other producers' statements, which found the
+ * wake lock taken in SQL (schema.sql, obx._wake; pg_store.c, NOTIFY_EXPR). */
+Datum obx_pg_wake(PG_FUNCTION_ARGS) {
+    LOCKTAG tag;
+    wake_tag(PG_GETARG_DATUM(0), &tag);
+    wake_at_commit(&tag);
+    PG_RETURN_VOID();
+}
+
+/* obx._wait_for_work(timeout_ms): a relay's idle wait (pg_store.c, pg_wait_for_work), in the
+ * server, so that a producer's commit can wake it by its latch (above). Returns true when the
+ * latch was set (a producer's wake-up, a NOTIFY to this LISTENing session, or another of the
+ * server's reasons: the relay claims once more, which is cheap), false at the timeout, which is
+ * at most 1 s: the wait holds a snapshot, and a vacuum must not wait behind an idle relay. */
+Datum obx_pg_wait_for_work(PG_FUNCTION_ARGS) {
+    int32 ms = PG_GETARG_INT32(0);
+    if (ms < 0) ms = 0;
+    if (ms > 1000) ms = 1000;
+    int rc =
+        WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms, PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+    CHECK_FOR_INTERRUPTS();
+    PG_RETURN_BOOL((rc & WL_LATCH_SET) != 0);
+}
 
 Datum obx_pg_enqueue(PG_FUNCTION_ARGS) {
     call c;
@@ -489,12 +564,13 @@ Datum obx_pg_enqueue(PG_FUNCTION_ARGS) {
     if (SPI_connect() != SPI_OK_CONNECT) ereport(ERROR, (errmsg("obx_pg: SPI_connect failed")));
     text *out;
     if (fast && enqueue_fast(&c)) {
-        /* sent at commit (notify_at_commit), coalesced per transaction, as pg_notify(); not
-         * where the session's obx.notify is 'off', and only while a relay of the event's
-         * cluster waits (as the other bodies) */
+        /* the wake-up, at commit (notify_at_commit), coalesced per transaction; not where the
+         * session's obx.notify is 'off', and only while a relay of the event's cluster waits
+         * (as the other bodies) */
         const char *notify = GetConfigOption("obx.notify", true, false);
-        if ((!notify || strcmp(notify, "off") != 0) && !wake_lock_free(c.d.cluster))
-            notify_pending = true;
+        LOCKTAG tag;
+        if ((!notify || strcmp(notify, "off") != 0) && !wake_lock_free(c.d.cluster, &tag))
+            wake_at_commit(&tag);
         size_t n = strlen(c.e.event_id);
         out = (text *)SPI_palloc(VARHDRSZ + n);
         SET_VARSIZE(out, VARHDRSZ + n);
