@@ -582,3 +582,16 @@ Datum obx_pg_enqueue(PG_FUNCTION_ARGS) {
     if (!out) PG_RETURN_NULL();
     PG_RETURN_TEXT_P(out);
 }
+
+#ifdef OBX_PG_SAN_SELFTEST
+/* The sanitized test build's proof that its sanitizer reports from inside the server
+ * (tests/pg/ext_sanitized.sh calls it first and expects the report): a signed overflow, which
+ * UBSan stops. Never in the module obx.enqueue() loads. */
+PGDLLEXPORT Datum obx_pg_san_selftest(PG_FUNCTION_ARGS);
+PG_FUNCTION_INFO_V1(obx_pg_san_selftest);
+Datum obx_pg_san_selftest(PG_FUNCTION_ARGS) {
+    (void)fcinfo;
+    volatile int32 big = PG_INT32_MAX, one = 1;
+    PG_RETURN_INT32(big + one);
+}
+#endif
