@@ -56,21 +56,41 @@ const adapter obx__sim_adapters[4] = {
     {"log", OBX__SIM_LOOKUP_AUTHORITATIVE, 1000, 0},
 };
 
+/* Whether the ordered event i waits for an earlier event of its key (cluster, topic, routing
+ * key) that is not yet published: the claim's per-key order (the store's claim query), under
+ * which it is not claimable, whatever its own backoff or lease says. The events are in seq
+ * order. */
+static bool behind_its_key(const obx__sim_snap *s, size_t i) {
+    const obx__event_row *ev = &s->ev.v[i];
+    if (ev->unordered) return false;
+    for (size_t j = 0; j < i; j++) {
+        const obx__event_row *p = &s->ev.v[j];
+        if (obx__sim_published(p->state) || p->state == OBX__ST_CANCELLED) continue;
+        if (!strcmp(p->dest.cluster, ev->dest.cluster) && !strcmp(p->dest.topic, ev->dest.topic) &&
+            !strcmp(p->dest.routing_key, ev->dest.routing_key))
+            return true;
+    }
+    return false;
+}
+
 /* When the next thing is due: a lease ends, a check or a backoff is due, a network event
- * arrives, the operator's next look at held events. INT64_MAX: nothing scheduled. */
+ * arrives, the operator's next look at held events. An event claimable only after an earlier
+ * one of its key is published is due when that one is. INT64_MAX: nothing scheduled. */
 static int64_t next_due(wk *k, const obx__sim_snap *s) {
     int64_t t = obx__sim_world_next_at(k->w);
     int64_t held = INT64_MAX; /* the earliest held_at */
     for (size_t i = 0; i < s->ev.n; i++) {
         const obx__event_row *ev = &s->ev.v[i];
         int64_t at = INT64_MAX; /* a lease end, a check or a backoff end */
-        if (ev->state == OBX__ST_CLAIMED || ev->state == OBX__ST_SENDING ||
-            ev->state == OBX__ST_RECONCILING || ev->state == OBX__ST_RETRY_CLAIMED)
+        if (ev->state == OBX__ST_SENDING || ev->state == OBX__ST_RECONCILING ||
+            ev->state == OBX__ST_RETRY_CLAIMED)
             at = ev->lease_until;
+        else if (ev->state == OBX__ST_CLAIMED)
+            at = behind_its_key(s, i) ? INT64_MAX : ev->lease_until;
         else if (ev->state == OBX__ST_DISPATCH_UNKNOWN)
             at = ev->next_check_at;
         else if (ev->state == OBX__ST_PENDING)
-            at = ev->available_at;
+            at = behind_its_key(s, i) ? INT64_MAX : ev->available_at;
         if (at < t) t = at;
         if (ev->held_at > 0 && ev->held_at < held) held = ev->held_at;
     }
