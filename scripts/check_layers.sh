@@ -10,6 +10,11 @@
 #      interface, the business tables through the application doubles (src/app); no
 #      sqlite3_exec/prepare/step or PQexec/prepare/sendQuery call in src/sim.
 #   4. The application doubles (src/app) are an obx user's code: the public header only.
+#   5. One engine path per operation (issue 47): the engine never asks whether a store has a
+#      method (`obx__st_has_`). Every operation is a required method; a backend without a fast
+#      path runs its own sequence inside its own file. The optional methods are capabilities
+#      (waiting for work, roles, the schema lock, planner settings, a server clock), which only
+#      the drivers ask about (src/store/store.h).
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 fail=0
@@ -34,6 +39,13 @@ fi
 if [[ -d $root/src/app ]] &&
   hits=$(grep -rnE '^#include "(core|store|broker|engine|drivers|sim|cli)/' "$root/src/app"); then
   echo "check_layers: the application doubles include an internal header (obx.h only):"
+  echo "$hits"
+  fail=1
+fi
+if [[ -d $root/src/engine ]] &&
+  hits=$(grep -rn --include='*.c' --include='*.h' -- 'obx__st_has_' "$root/src/engine"); then
+  echo "check_layers: the engine branches on a store's optional method (one path per operation:"
+  echo "make the operation a required method, the backend's own sequence in its own file):"
   echo "$hits"
   fail=1
 fi

@@ -9,9 +9,9 @@
  *      for this event.
  *   3. The envelope and the event row are inserted together inside a savepoint of the caller's
  *      transaction (or a transaction of our own on a connection that has none): all or nothing.
- *      Where the store has enqueue_write and the handle knows the event type's route, that is
- *      one round trip, and a route that changed since makes it write nothing (route cache,
- *      below).
+ *      When the handle knows the event type's route, that is the store's enqueue_write (on
+ *      PostgreSQL one round trip), and a route that changed since makes it write nothing (route
+ *      cache, below). The same calls on every store: the simulator runs this path on SQLite.
  *   4. A repeated (tenant, idempotency_key) returns the first event's ID and inserts nothing,
  *      when it is the same event (type, aggregate, payload: a retried command); another event
  *      under a taken key is OBX_ECONFLICT, never the first event's ID (idem_same; schema.sql,
@@ -131,14 +131,13 @@ void obx__dest_from_route(const obx__route_row *route, const obx__envelope *env,
     (void)env;
 }
 
-/* txid: the store's transaction identity when the route read brought it along (route_get_txid),
- * "" (asked here, after the route, as before), or NULL: the store supplies it and the envelope
- * digest as it writes (enqueue_write; row->envelope_digest stays ""). id: the event ID when one
+/* txid: the store's transaction identity, which the route read brought along (route_get_txid),
+ * or NULL: the store supplies it and the envelope digest as it writes (enqueue_write;
+ * row->envelope_digest stays ""). The producer's ev->txid comes first. id: the event ID when one
  * was drawn for this event already (a one-round-trip write that wrote nothing), else NULL or
  * "": drawn here. */
-static obx_err build_row(obx__store *s, const obx_event *ev, const obx__route_row *route,
-                         const char *txid, int64_t now, obx__ulid_gen *gen, const char *id,
-                         obx__event_row *row) {
+static obx_err build_row(const obx_event *ev, const obx__route_row *route, const char *txid,
+                         int64_t now, obx__ulid_gen *gen, const char *id, obx__event_row *row) {
     obx_err e;
     memset(row, 0, sizeof *row);
     obx__envelope *v = &row->env;
@@ -163,15 +162,8 @@ static obx_err build_row(obx__store *s, const obx_event *ev, const obx__route_ro
     v->occurred_at = ev->occurred_at_ms ? ev->occurred_at_ms : now;
     if (ev->txid && *ev->txid)
         obx__strlcpy(v->created_txid, ev->txid, sizeof v->created_txid);
-    else if (!txid)
-        ; /* the store's */
-    else if (*txid)
+    else if (txid)
         obx__strlcpy(v->created_txid, txid, sizeof v->created_txid);
-    else if (obx__st_txid(s, v->created_txid, sizeof v->created_txid) != OBX_OK) {
-        /* SQLite cannot name its transaction: mint one (documented in obx.h) */
-        obx__clear_error();
-        if ((e = obx__new_id(gen, "tx-", now, v->created_txid, sizeof v->created_txid))) return e;
-    }
     obx__strlcpy(v->correlation_id, ev->correlation_id ? ev->correlation_id : "",
                  sizeof v->correlation_id);
     obx__strlcpy(v->causation_id, ev->causation_id ? ev->causation_id : "", sizeof v->causation_id);
@@ -244,15 +236,6 @@ static obx_err enqueue_targets(obx__store *s, const obx_event *ev, const obx__ro
     return e ? e : obx__st_delivery_put(s, &d);
 }
 
-/* The route, and the transaction's identity with it where the store reads both in one round
- * trip (PostgreSQL: issue 19, fewer round trips per enqueue); txid stays "" otherwise. */
-static obx_err read_route(obx__store *s, const char *event_type, obx__route_row *route, char *txid,
-                          size_t cap) {
-    if (obx__st_has_route_get_txid(s))
-        return obx__st_route_get_txid(s, event_type, route, txid, cap);
-    return obx__st_route_get(s, event_type, route);
-}
-
 /* The audit row of an enqueue (NONE -> PENDING). */
 static void producer_audit(obx__audit_row *a, const obx__event_row *row,
                            const obx__route_row *route, int64_t now) {
@@ -267,24 +250,19 @@ static void producer_audit(obx__audit_row *a, const obx__event_row *row,
     snprintf(a->reason, sizeof a->reason, OBX__PRODUCER_REASON, (long long)route->gen);
 }
 
-/* The envelope, the event row and its audit row: one round trip where the store has
- * insert_event_audit, else two statements; either way inside the enqueue's savepoint. */
+/* The envelope, the event row and its audit row, inside the enqueue's savepoint. */
 static obx_err insert_audited(obx__store *s, const obx_event *ev, const obx__event_row *row,
                               const obx__route_row *route, int64_t now) {
     obx__audit_row a;
     producer_audit(&a, row, route, now);
-    if (obx__st_has_insert_event_audit(s))
-        return obx__st_insert_event_audit(s, row, ev->payload, ev->payload_len, &a);
-    obx_err e = obx__st_insert_event(s, row, ev->payload, ev->payload_len);
-    return e ? e : obx__st_insert_audit(s, &a, 1);
+    return obx__st_insert_event_audit(s, row, ev->payload, ev->payload_len, &a);
 }
 
 /* ---- the route cache (struct obx_store's routes) -------------------------------------------
  * The routes this handle read last, by event type, replaced oldest first. A hit is only a
  * guess that lets the next enqueue of the type go in one round trip: enqueue_write writes
  * only while the database's current route is still the cached one, and otherwise nothing,
- * after which the enqueue reads the route as always (and caches the new one). Only stores
- * with enqueue_write use it. */
+ * after which the enqueue reads the route as always (and caches the new one). */
 #define ROUTE_CACHE_N 8
 
 struct obx__route_cache {
@@ -301,7 +279,6 @@ static const obx__route_row *cached_route(const obx__store *s, const char *event
 
 /* Best effort: out of memory leaves the cache as it was. */
 static void cache_route(obx__store *s, const obx__route_row *r) {
-    if (!obx__st_has_enqueue_write(s)) return;
     if (!s->routes && !(s->routes = calloc(1, sizeof *s->routes))) return;
     struct obx__route_cache *c = s->routes;
     const obx__route_row *hit = cached_route(s, r->event_type);
@@ -332,7 +309,7 @@ static obx_err enqueue_cached(obx__store *s, const obx_event *ev, int64_t now, o
     obx__route_row route = *hit;
     obx__audit_row a;
     bool written = false;
-    obx_err e = build_row(s, ev, &route, NULL, now, gen, NULL, row);
+    obx_err e = build_row(ev, &route, NULL, now, gen, NULL, row);
     if (!e) {
         producer_audit(&a, row, &route, now);
         e = obx__st_enqueue_write(s, row, ev->payload, ev->payload_len, &a, &written);
@@ -417,13 +394,13 @@ obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ul
         }
         obx__route_row route;
         char txid[sizeof row->env.created_txid] = "";
-        if ((e = read_route(s, ev->event_type, &route, txid, sizeof txid))) {
+        if ((e = obx__st_route_get_txid(s, ev->event_type, &route, txid, sizeof txid))) {
             obx__st_rollback(s);
             break;
         }
         cache_route(s, &route);
         drawn_used |= !tries;
-        if ((e = build_row(s, ev, &route, txid, now, gen, tries ? NULL : drawn, row)) ||
+        if ((e = build_row(ev, &route, txid, now, gen, tries ? NULL : drawn, row)) ||
             (e = insert_audited(s, ev, row, &route, now))) {
             obx__st_rollback(s);
             /* a concurrent producer committed the same idempotency key first: look again */

@@ -151,8 +151,8 @@ static obx_err check_methods(const obx__store_methods *m) {
     if (!m->read || m->read->version != OBX__STORE_READ_VERSION)
         return obx__fail(OBX_EINTERNAL, "store backend %s: no read-model table of version %d",
                          m->name, OBX__STORE_READ_VERSION);
-        /* refuse a backend with a missing callback rather than crash later; the optional ones
-         * (OBX__STORE_OPTIONAL, serve_dispatch, write_set, load_slots) may be NULL */
+        /* refuse a backend with a missing callback rather than crash later; the capabilities
+         * (OBX__STORE_OPTIONAL, OBX__STORE_OPTIONAL_CUSTOM) may be NULL */
 #define REQUIRED_(name, ...)                                                                       \
     if (!m->name) return missing(m, #name);
     OBX__STORE_FORWARD(REQUIRED_)
@@ -387,14 +387,7 @@ obx_err obx__st_write_set(obx__store *s, const obx__write_set *w) {
     FAULT("insert_audit");
     if ((e = check_audit(w->au, w->n_au))) return e;
     if (!(w->n_upd || w->n_att_new || w->n_att || w->n_rc || w->n_au)) return OBX_OK;
-    if (s->m->write_set) return s->m->write_set(s, w);
-    if (w->n_upd && (e = s->m->update_events(s, w->upd, w->n_upd, w->applied))) return e;
-    for (size_t i = 0; i < w->n_upd; i++)
-        if (!w->applied[i]) return OBX_OK; /* the caller reports the conflict */
-    if (w->n_att_new && (e = s->m->insert_attempts(s, w->att_new, w->n_att_new))) return e;
-    if (w->n_att && (e = s->m->update_attempts(s, w->att, w->n_att))) return e;
-    if (w->n_rc && (e = s->m->insert_receipts(s, w->rc, w->n_rc))) return e;
-    return w->n_au ? s->m->insert_audit(s, w->au, w->n_au) : OBX_OK;
+    return s->m->write_set(s, w);
 }
 
 obx_err obx__st_load_slots(obx__store *s, const char *const *attempt_ids,
@@ -405,30 +398,7 @@ obx_err obx__st_load_slots(obx__store *s, const char *const *attempt_ids,
     *att = NULL;
     *n_att = 0;
     if (!n) return OBX_OK;
-    if (s->m->load_slots)
-        return s->m->load_slots(s, attempt_ids, event_ids, n, flags, att, n_att, ev);
-    obx_err e = s->m->load_attempts(s, attempt_ids, n, NULL, att, n_att);
-    const char **ids = e ? NULL : calloc(n, sizeof *ids);
-    if (!e && !ids) e = obx__fail(OBX_ENOMEM, "load slots: out of memory");
-    /* the event of each attempt found, else the one named (attempts are few: a scan) */
-    for (size_t i = 0; !e && i < n; i++) {
-        ids[i] = event_ids[i];
-        for (size_t k = 0; k < *n_att; k++)
-            if (!strcmp((*att)[k].attempt_id, attempt_ids[i])) {
-                ids[i] = (*att)[k].event_id;
-                break;
-            }
-    }
-    if (!e)
-        e = s->m->read_events(
-            s, &(obx__read_req){.by = OBX__READ_IDS, .ids = ids, .n_ids = n, .flags = flags}, ev);
-    free(ids);
-    if (e) {
-        free(*att);
-        *att = NULL;
-        *n_att = 0;
-    }
-    return e;
+    return s->m->load_slots(s, attempt_ids, event_ids, n, flags, att, n_att, ev);
 }
 
 obx_err obx__st_purge_payloads(obx__store *s, const char *const *ids, size_t n, int64_t *bytes) {
@@ -533,7 +503,7 @@ obx_err obx_store_producer_body(obx_store *s, char *buf, size_t cap) {
     if (!s || !buf || !cap) return obx__fail(OBX_EINVAL, "store, buf and cap are required");
     buf[0] = '\0';
     obx__clear_error();
-    return s->m->producer_body ? s->m->producer_body(s, buf, cap) : OBX_OK;
+    return s->m->producer_body(s, buf, cap);
 }
 
 obx_err obx_store_create_roles(obx_store *s, const char *prefix) {

@@ -1,10 +1,17 @@
 /*
  * store.h — the outbox store backend interface (one vtable, SQLite-vfs style).
  *
- * A backend is a `static const obx__store_methods` with a version and capability bits; an
- * instance struct starts with `const obx__store_methods *m`. The engine never calls methods
- * directly: it goes through the obx__st_* wrappers in store.c (the one place for argument
- * checks, tracing and fault injection).
+ * A backend is a `static const obx__store_methods` with a version; an instance struct starts
+ * with `const obx__store_methods *m`. The engine never calls methods directly: it goes through
+ * the obx__st_* wrappers in store.c (the one place for argument checks, tracing and fault
+ * injection).
+ *
+ * One path per operation: every operation the engine asks of a store is one required method,
+ * and the engine runs the same sequence of calls on every backend (so the simulator, on SQLite,
+ * runs what PostgreSQL users run). Where PostgreSQL does an operation in one round trip,
+ * SQLite carries out its own sequence of statements inside sqlite_store.c. What a backend may
+ * leave NULL is a capability its database lacks (the last group of obx__store_methods), asked
+ * through obx__st_has_<name> by the drivers only.
  *
  * Division of labour: stores are typed row stores with batch operations; the protocol's
  * decisions (who may move an event where, the six rules of acceptance) live in the engine,
@@ -22,14 +29,9 @@
 
 #include "core/core.h"
 
-/* 3: the inbox and read-model tables split off; 4: one read_events for every read of event
- * rows (claim_candidates, select_events, load_events, find_events, retention_candidates,
- * find_by_correlation, events_known before); 5: series_put, series_list (the dashboard's charts) */
-#define OBX__STORE_METHODS_VERSION 5
+/* The versions of the three method tables (a backend built for another is refused at open). */
+#define OBX__STORE_METHODS_VERSION 6
 #define OBX__STORE_INBOX_VERSION 1
-/* read model: 2: find_by_correlation, events_known into read_events; 3: envelope_at (an older
- * generation's envelope, as it was frozen); 4: unserved (PENDING events of clusters no live
- * relay serves) */
 #define OBX__STORE_READ_VERSION 4
 /* The schema version of both stores' tables: 1, the baseline (sqlite/schema.sql,
  * postgres/schema.sql). Until the first release a schema change edits the baselines; after it,
@@ -594,10 +596,6 @@ typedef struct obx__write_set {
 
 /* ---- methods ---------------------------------------------------------------------------- */
 
-/* A store has no capability bits: what differs between backends is an optional method (NULL
- * when absent: wait_for_work, serve_dispatch, create_roles, route_get_txid, insert_event_audit,
- * enqueue_write, write_set, producer_body, schema_hold), asked through
- * obx__st_has_<name>. (Version 1 had bits that nothing read.) */
 /* The inbox: what a consumer's database does for obx_inbox_process() and the consumer loop
  * (receipts, watermarks, failures, poison, consume audit). Its own version: a consumer's
  * database may be a store whose outbox side nobody uses. */
@@ -680,11 +678,11 @@ typedef struct obx__store_read_methods {
      * a target still unpublished, out[1] sets of rule `any` with none published yet, out[2]
      * unpublished slots of `any` sets already delivered (trailing targets, still sent). */
     obx_err (*delivery_open)(obx__store *s, int64_t out[3]);
-    /* Version 2. Generation gen of event (or slot) id's envelope as it was frozen, whichever
+    /* Generation gen of event (or slot) id's envelope as it was frozen, whichever
      * generation is current (a message on the broker, a receipt may be of any): OBX_ENOTFOUND
      * when the event has no such generation. A purged payload leaves the digests. */
     obx_err (*envelope_at)(obx__store *s, const char *id, int32_t gen, obx__envelope_at_row *out);
-    /* Version 4. Per cluster that no live relay serves at now and that has PENDING events: their
+    /* Per cluster that no live relay serves at now and that has PENDING events: their
      * count and the oldest commit time, by cluster name; *out malloc'ed (NULL when *n is 0).
      * Bounded by the backlog (the claimable index), cheap enough for a scrape. */
     obx_err (*unserved)(obx__store *s, int64_t now, obx__unserved_row **out, size_t *n);
@@ -694,127 +692,107 @@ typedef struct obx__store_methods {
     int version; /* OBX__STORE_METHODS_VERSION */
     const char *name;
 
+    /* ---- connection and schema ---- */
     obx_err (*open)(const obx__url *u, obx__store **out);
     obx_err (*wrap)(void *conn, obx__store **out);
     void (*close)(obx__store *s);
-
     obx_err (*schema_version)(obx__store *s, int *found);
     obx_err (*migrate)(obx__store *s);
 
+    /* ---- transactions (nesting: the top of this file) ---- */
     obx_err (*begin)(obx__store *s);
     obx_err (*commit)(obx__store *s);
     obx_err (*rollback)(obx__store *s);
-    /* The current transaction's identity (producer's created_txid), or OBX_EUNSUPPORTED. */
-    obx_err (*txid)(obx__store *s, char *out, size_t cap);
 
+    /* ---- routes ---- */
     obx_err (*route_put)(obx__store *s, const obx__route_row *r, int64_t *gen);
     obx_err (*route_get)(obx__store *s, const char *event_type, obx__route_row *out);
     obx_err (*route_list)(obx__store *s, bool all, obx__route_row **out, size_t *n);
-
-    /* Producer: returns OBX_OK with existing_id set when (tenant, key) exists, else
-     * OBX_ENOTFOUND. */
-    obx_err (*idem_lookup)(obx__store *s, const char *tenant, const char *key,
-                           char existing_id[OBX_EVENT_ID_LEN + 1]);
-    /* Inserts the envelope (generation row->envelope_gen) and the event row. */
-    obx_err (*insert_event)(obx__store *s, const obx__event_row *row, const void *payload,
-                            size_t len);
-    /* Inserts a further envelope generation (migration); the event row is updated separately. */
-    obx_err (*insert_envelope)(obx__store *s, const obx__event_row *row, const void *payload,
-                               size_t len);
-
-    /* Every read of event rows (obx__read_req): appends the rows to out. */
-    obx_err (*read_events)(obx__store *s, const obx__read_req *req, obx__rows *out);
-    /* Compare-and-set each update on (event_id, expect_state, expect_claim_gen). applied[i]
-     * tells which ones matched. */
-    obx_err (*update_events)(obx__store *s, const obx__event_update *u, size_t n, bool *applied);
-
-    obx_err (*insert_attempts)(obx__store *s, const obx__attempt_row *a, size_t n);
-    obx_err (*update_attempts)(obx__store *s, const obx__attempt_row *a, size_t n);
-    /* Attempts by attempt ID (ids != NULL) or all attempts of one event (event_id != NULL). */
-    obx_err (*load_attempts)(obx__store *s, const char *const *ids, size_t n, const char *event_id,
-                             obx__attempt_row **out, size_t *n_out);
-
-    obx_err (*insert_receipts)(obx__store *s, const obx__receipt_row *r, size_t n);
-    obx_err (*load_receipts)(obx__store *s, const char *event_id, obx__receipt_row **out,
-                             size_t *n_out);
-    obx_err (*insert_audit)(obx__store *s, const obx__audit_row *a, size_t n);
-    obx_err (*load_audit)(obx__store *s, const char *event_id, obx__audit_row **out, size_t *n_out);
-    /* Adds delta to a named counter (alarms, quarantines); n pairs. */
-    obx_err (*counter_add)(obx__store *s, const char *name, int64_t delta);
-
-    /* Optional (NULL = not supported; the driver sleeps instead). Waits up to timeout_ms for a
-     * hint that new work was committed (PostgreSQL: LISTEN/NOTIFY on enqueue). A hint is only
-     * a reason to look now: the relay always finds work by querying committed rows. Must not
-     * be called inside a transaction. Also returns at once with *notified when it has just
-     * armed its wake-up (PostgreSQL: took the cluster's wake lock of the connection's last
-     * claim): what committed before then may have sent no hint, so the caller looks once more
-     * before it waits again. also_fd >= 0: returns as well as soon as that descriptor is
-     * readable (not read here: a broker's wake_fd, so that one poll(2) waits for a hint and for
-     * outcomes), and then only waits for its wake-up to be armed up to a few milliseconds, not
-     * timeout_ms (the caller collects the outcomes that come meanwhile and calls again). */
-    obx_err (*wait_for_work)(obx__store *s, int timeout_ms, int also_fd, bool *notified);
-    /* Optional (NULL = nothing to tune). Declares that this connection serves a relay's
-     * dispatcher or reconciler from now on: every transaction it begins finds rows by key or
-     * by a partial index and touches a batch of them (claims, registrations, acceptance,
-     * sweeps, lookups by attempt). PostgreSQL: such transactions plan once, without sequential
-     * scans, hash or merge joins, sorts or bitmap scans (see relay_plans in pg_store.c). */
-    void (*serve_dispatch)(obx__store *s);
-    /* Optional (NULL = the database has no roles: OBX_EUNSUPPORTED). Creates, or re-grants,
-     * the least-privilege roles <prefix>_producer, <prefix>_relay and <prefix>_auditor
-     * (docs/postgres.md). Runs in its own transaction or a savepoint of the caller's. */
-    obx_err (*create_roles)(obx__store *s, const char *prefix);
-    /* Optional (NULL = route_get, then txid). The producer's read in one round trip, inside a
-     * transaction: route_get's answer, and the current transaction's identity into txid (cap
-     * bytes) when there is a route. PostgreSQL (issue 19). */
-    obx_err (*route_get_txid)(obx__store *s, const char *event_type, obx__route_row *out,
-                              char *txid, size_t cap);
-    /* Optional (NULL = insert_event, then insert_audit of a). The producer's write in one
-     * round trip: the envelope and event row as insert_event, and the audit row a (one) in
-     * the same statement, which inserts both or neither. load_audit gives a back as given
-     * (PostgreSQL records the producer's row in the envelope). */
-    obx_err (*insert_event_audit)(obx__store *s, const obx__event_row *row, const void *payload,
-                                  size_t len, const obx__audit_row *a);
-    /* Optional (NULL = the engine's begin, route_get_txid, insert_event_audit and commit). The
-     * producer's whole enqueue in one round trip when it knows the route from an earlier one:
-     * opens a savepoint, writes as insert_event_audit does (row and a) only if the current
-     * route of row->env.event_type is still the one row was built from (generation
-     * row->dest.route_gen, whose row cannot change (obx_route_frozen), and no delivery
-     * set), and releases it; on a connection with no transaction open, a transaction of its
-     * own (BEGIN ... COMMIT) instead of the savepoint. The store supplies created_txid when
-     * row->env.created_txid is "", and the envelope digest (row->envelope_digest is not read).
-     * *written: the event was written (and, in its own transaction, committed). false with
-     * OBX_OK: nothing was written (the route changed, or a is not the producer's row the
-     * envelope records: these are left to the long way). An error: nothing written, the
-     * caller's transaction as before the call; in its own transaction OBX_EUNKNOWN when the
-     * connection broke while COMMIT ran. PostgreSQL (issue 19). */
-    obx_err (*enqueue_write)(obx__store *s, const obx__event_row *row, const void *payload,
-                             size_t len, const obx__audit_row *a, bool *written);
-    /* Optional: one line into buf (cap bytes, cut to fit) on how the database's SQL producer
-     * function runs (obx_store_producer_body). PostgreSQL: C or PL/pgSQL, and why. */
-    obx_err (*producer_body)(obx__store *s, char *buf, size_t cap);
-    /* Optional: schema_version for a process that keeps running on this connection (a relay):
-     * the connection also holds the schema it read until it closes, so that a migration does
-     * not run under it and one that is running finishes before the version is read
-     * (docs/operations.md, "Upgrading obx"). PostgreSQL: a session advisory lock, shared. */
-    obx_err (*schema_hold)(obx__store *s, int *found);
-    /* Optional (NULL = the store has no server of its own: SQLite, on the relay's host). The
-     * database server's clock, ms since the epoch (PostgreSQL: clock_timestamp()), outside a
-     * transaction: what the relays of one database decide leases and deadlines on
-     * (obx__ref_sync, docs/design.md "One clock"). */
-    obx_err (*server_ms)(obx__store *s, int64_t *out);
-
-    /* ---- retention and audit (docs/retention.md): required, checked by the registry ---- */
-    /* The purge: drops the payload of every envelope generation of these events (payload ->
-     * NULL, the only change the frozen-envelope triggers allow); everything else stays as a
-     * tombstone. *bytes (may be NULL) gets the payload bytes dropped; an event whose payload is
-     * gone already adds nothing. Batch: one statement per batch on PostgreSQL. */
-    obx_err (*purge_payloads)(obx__store *s, const char *const *ids, size_t n, int64_t *bytes);
-    /* ---- migration, delivery sets, shadow and takeover (appended) ---- */
     /* Declares the delivery set of route generation r->route_gen (same transaction as its
      * route_put). */
     obx_err (*route_set_put)(obx__store *s, const obx__route_set_row *r);
     /* OBX_ENOTFOUND when the generation declares none. */
     obx_err (*route_set_get)(obx__store *s, int64_t route_gen, obx__route_set_row *out);
+
+    /* ---- the producer (enqueue.c: one sequence of these on every store) ---- */
+    /* OBX_OK with existing_id set when (tenant, key) exists, else OBX_ENOTFOUND. */
+    obx_err (*idem_lookup)(obx__store *s, const char *tenant, const char *key,
+                           char existing_id[OBX_EVENT_ID_LEN + 1]);
+    /* The producer's read inside its transaction: route_get's answer, and the identity of the
+     * current transaction into txid (cap bytes) when there is a route. PostgreSQL: one round
+     * trip, the top-level transaction's ID; SQLite, which cannot name its transactions: a new
+     * "tx-" + ULID (documented in obx.h). */
+    obx_err (*route_get_txid)(obx__store *s, const char *event_type, obx__route_row *out,
+                              char *txid, size_t cap);
+    /* Inserts the envelope (generation row->envelope_gen) and the event row. */
+    obx_err (*insert_event)(obx__store *s, const obx__event_row *row, const void *payload,
+                            size_t len);
+    /* The producer's write: the envelope and event row as insert_event, and the audit row a
+     * (one), both or neither. load_audit gives a back as given (PostgreSQL: one statement that
+     * records the producer's row in the envelope; SQLite: the two inserts). */
+    obx_err (*insert_event_audit)(obx__store *s, const obx__event_row *row, const void *payload,
+                                  size_t len, const obx__audit_row *a);
+    /* The producer's whole enqueue when it knows the route from an earlier one (the route
+     * cache, enqueue.c): opens a savepoint, writes as insert_event_audit does (row and a) only
+     * if the current route of row->env.event_type is still the one row was built from
+     * (generation row->dest.route_gen of the same table, without a delivery set), and releases
+     * it; on a connection with no transaction open, a transaction of its own instead of the
+     * savepoint. The store supplies created_txid when row->env.created_txid is "" (as
+     * route_get_txid does), and then the envelope digest (row->envelope_digest is read only
+     * when created_txid is given). *written: the event was written (and, in its own
+     * transaction, committed). false with OBX_OK: nothing was written (the route changed, or
+     * the store leaves this row to the long way). An error: nothing written, the caller's
+     * transaction as before the call; in its own transaction OBX_EUNKNOWN when the connection
+     * broke while COMMIT ran. PostgreSQL: one round trip (issue 19); SQLite: the route read
+     * and compared field by field (its generations are row IDs, which a rolled-back route
+     * gives out again), then the two inserts. */
+    obx_err (*enqueue_write)(obx__store *s, const obx__event_row *row, const void *payload,
+                             size_t len, const obx__audit_row *a, bool *written);
+    /* One line into buf (cap bytes, cut to fit) on how the database's SQL producer function
+     * runs (obx_store_producer_body). PostgreSQL: C or PL/pgSQL, and why; SQLite has none: "". */
+    obx_err (*producer_body)(obx__store *s, char *buf, size_t cap);
+
+    /* ---- events, attempts, receipts and audit rows ---- */
+    /* Every read of event rows (obx__read_req): appends the rows to out. */
+    obx_err (*read_events)(obx__store *s, const obx__read_req *req, obx__rows *out);
+    /* Compare-and-set each update on (event_id, expect_state, expect_claim_gen). applied[i]
+     * tells which ones matched. */
+    obx_err (*update_events)(obx__store *s, const obx__event_update *u, size_t n, bool *applied);
+    obx_err (*insert_attempts)(obx__store *s, const obx__attempt_row *a, size_t n);
+    obx_err (*update_attempts)(obx__store *s, const obx__attempt_row *a, size_t n);
+    /* Attempts by attempt ID (ids != NULL) or all attempts of one event (event_id != NULL). */
+    obx_err (*load_attempts)(obx__store *s, const char *const *ids, size_t n, const char *event_id,
+                             obx__attempt_row **out, size_t *n_out);
+    /* The attempts attempt_ids[0..n) name, as load_attempts, and the events of the slots they
+     * fill, as read_events by IDS with flags (OBX__LOAD_*): for each i the event that
+     * registered attempt attempt_ids[i], or event_ids[i] when no attempt has that ID. What
+     * acceptance and the outcomes of sends load first. PostgreSQL: one round trip; SQLite:
+     * the two reads. */
+    obx_err (*load_slots)(obx__store *s, const char *const *attempt_ids,
+                          const char *const *event_ids, size_t n, unsigned flags,
+                          obx__attempt_row **att, size_t *n_att, obx__rows *ev);
+    obx_err (*insert_receipts)(obx__store *s, const obx__receipt_row *r, size_t n);
+    obx_err (*load_receipts)(obx__store *s, const char *event_id, obx__receipt_row **out,
+                             size_t *n_out);
+    obx_err (*insert_audit)(obx__store *s, const obx__audit_row *a, size_t n);
+    obx_err (*load_audit)(obx__store *s, const char *event_id, obx__audit_row **out, size_t *n_out);
+    /* Every part of w (obx__write_set), in its order and with the effects of update_events,
+     * insert_attempts, update_attempts, insert_receipts and insert_audit one after the other.
+     * When an update did not apply, the later parts may or may not have been written and the
+     * call returns OBX_ECONFLICT, or OBX_OK with applied false: the caller rolls the
+     * transaction back either way. Any other failure of a part is returned. A backend may hold
+     * the writes back until the transaction's next statement or its COMMIT (PostgreSQL, a
+     * relay transaction: one round trip fewer), and then fills applied with true: it then
+     * fails that statement, or the COMMIT (the transaction rolled back), when an update did
+     * not apply. SQLite: the five writes, stopping after an update that did not apply. */
+    obx_err (*write_set)(obx__store *s, const obx__write_set *w);
+    /* Adds delta to a named counter (alarms, quarantines). */
+    obx_err (*counter_add)(obx__store *s, const char *name, int64_t delta);
+
+    /* ---- migration, delivery sets, takeover ---- */
+    /* Inserts a further envelope generation (migration); the event row is updated separately. */
+    obx_err (*insert_envelope)(obx__store *s, const obx__event_row *row, const void *payload,
+                               size_t len);
     /* Inserts the set row d unless the event has one already (a set row is written once: its
      * completion rule stays; whether d may join that set is the engine's decision, migrate.c),
      * and the target rows d->t[0..n) (each new: a taken target number or slot is
@@ -827,38 +805,66 @@ typedef struct obx__store_methods {
      * applied[i] tells which ones changed. */
     obx_err (*set_alias)(obx__store *s, const char *const *ids, size_t n, const char *from,
                          const char *to, bool *applied);
-    /* ---- appended within version 1 for performance ----
-     * Optional (NULL: update_events, insert_attempts, update_attempts, insert_receipts and
-     * insert_audit, one call after the other): every part of w in one round trip, in the same
-     * order and with the same effects. When an update did not apply, the later parts may or
-     * may not have been written and the call returns OBX_ECONFLICT, or OBX_OK with applied
-     * false: the caller rolls the transaction back either way. Any other failure of a part is
-     * returned. A backend may hold the writes back until the transaction's next statement or
-     * its COMMIT (PostgreSQL, a relay transaction: one round trip fewer), and then fills
-     * applied with true: it then fails that statement, or the COMMIT (the transaction rolled
-     * back), when an update did not apply. */
-    obx_err (*write_set)(obx__store *s, const obx__write_set *w);
-    /* Optional (NULL: load_attempts of attempt_ids, then read_events by IDS of the slots'
-     * event IDs): the attempts attempt_ids[0..n) name, as load_attempts, and the events of the
-     * slots they fill, as read_events by IDS with flags (OBX__LOAD_*): for each i the event
-     * that registered attempt attempt_ids[i], or event_ids[i] when no attempt has that ID. What
-     * acceptance and the outcomes of sends load first; one round trip (PostgreSQL) where the
-     * two reads took two. */
-    obx_err (*load_slots)(obx__store *s, const char *const *attempt_ids,
-                          const char *const *event_ids, size_t n, unsigned flags,
-                          obx__attempt_row **att, size_t *n_att, obx__rows *ev);
-    /* ---- the cluster registry (required) ----
-     * Inserts or replaces the registration of c->cluster. */
+
+    /* ---- retention (docs/retention.md) ---- */
+    /* The purge: drops the payload of every envelope generation of these events (payload ->
+     * NULL, the only change the frozen-envelope triggers allow); everything else stays as a
+     * tombstone. *bytes (may be NULL) gets the payload bytes dropped; an event whose payload is
+     * gone already adds nothing. Batch: one statement per batch on PostgreSQL. */
+    obx_err (*purge_payloads)(obx__store *s, const char *const *ids, size_t n, int64_t *bytes);
+
+    /* ---- the cluster registry and the dashboard's chart history ---- */
+    /* Inserts or replaces the registration of c->cluster. */
     obx_err (*cluster_put)(obx__store *s, const obx__cluster_row *c);
     /* OBX_ENOTFOUND when no relay registered the cluster. */
     obx_err (*cluster_get)(obx__store *s, const char *cluster, obx__cluster_row *out);
-    /* ---- the dashboard's chart history (required; obx_series, a row per slot) ----
-     * Keeps r (the first relay to write a slot keeps it: a second writer changes nothing) and
-     * deletes the rows of slots before keep_from (a range of the primary key). */
+    /* Keeps r (obx_series, a row per slot: the first relay to write a slot keeps it, a second
+     * writer changes nothing) and deletes the rows of slots before keep_from (a range of the
+     * primary key). */
     obx_err (*series_put)(obx__store *s, const obx__series_row *r, int64_t keep_from);
     /* The rows of slots >= from, oldest first, at most limit (a range of the primary key). */
     obx_err (*series_list)(obx__store *s, int64_t from, size_t limit, obx__series_row **out,
                            size_t *n);
+
+    /* ---- capabilities: optional, NULL where the database has no such thing ----
+     * Each is something a database has or lacks, never a faster way to do an operation: every
+     * operation above is one required method, and a backend without a fast path runs its own
+     * sequence of statements inside its own file (scripts/check_layers.sh refuses an
+     * obx__st_has_ branch in src/engine). */
+    /* Wake-ups (SQLite has no notification channel: the relay polls). Waits up to timeout_ms
+     * for a hint that new work was committed (PostgreSQL: LISTEN/NOTIFY on enqueue). A hint
+     * is only a reason to look now: the relay always finds work by querying committed rows.
+     * Must not be called inside a transaction. Also returns at once with *notified when it has
+     * just armed its wake-up (PostgreSQL: took the cluster's wake lock of the connection's last
+     * claim): what committed before then may have sent no hint, so the caller looks once more
+     * before it waits again. also_fd >= 0: returns as well as soon as that descriptor is
+     * readable (not read here: a broker's wake_fd, so that one poll(2) waits for a hint and for
+     * outcomes), and then only waits for its wake-up to be armed up to a few milliseconds, not
+     * timeout_ms (the caller collects the outcomes that come meanwhile and calls again). */
+    obx_err (*wait_for_work)(obx__store *s, int timeout_ms, int also_fd, bool *notified);
+    /* Planner settings (SQLite has no planner to tune). Declares that this connection serves
+     * a relay's dispatcher or reconciler from now on: every transaction it begins finds rows
+     * by key or by a partial index and touches a batch of them (claims, registrations,
+     * acceptance, sweeps, lookups by attempt). PostgreSQL: such transactions plan once,
+     * without sequential scans, hash or merge joins, sorts or bitmap scans (see relay_plans in
+     * pg_store.c). */
+    void (*serve_dispatch)(obx__store *s);
+    /* Database roles (SQLite has none: OBX_EUNSUPPORTED). Creates, or re-grants, the
+     * least-privilege roles <prefix>_producer, <prefix>_relay and <prefix>_auditor
+     * (docs/postgres.md). Runs in its own transaction or a savepoint of the caller's. */
+    obx_err (*create_roles)(obx__store *s, const char *prefix);
+    /* A schema lock a session holds (SQLite has none: the relay reads schema_version). The
+     * schema_version for a process that keeps running on this connection (a relay): the
+     * connection also holds the schema it read until it closes, so that a migration does not
+     * run under it and one that is running finishes before the version is read
+     * (docs/operations.md, "Upgrading obx"). PostgreSQL: a session advisory lock, shared. */
+    obx_err (*schema_hold)(obx__store *s, int *found);
+    /* A server clock (SQLite has no server: its relays share a host and its clock). The
+     * database server's clock, ms since the epoch (PostgreSQL: clock_timestamp()), outside a
+     * transaction: what the relays of one database decide leases and deadlines on
+     * (obx__ref_sync, docs/design.md "One clock"). */
+    obx_err (*server_ms)(obx__store *s, int64_t *out);
+
     /* the consumer side and the operations reads: tables of their own (above) */
     const obx__store_inbox_methods *inbox;
     const obx__store_read_methods *read;
@@ -906,16 +912,15 @@ obx_err obx__pg_migrate_to(obx__store *s, const char *const *scripts, int last);
  * OBX__STORE_INBOX_FORWARD, OBX__STORE_READ_FORWARD: the same for the inbox and read-model
  * tables (s->m->inbox->name, s->m->read->name); OBX__STORE_READ_CUSTOM: the read model's
  * hand-written wrappers.
- * OBX__STORE_OPTIONAL: as FORWARD, for the optional methods; the wrapper returns
- * OBX_EUNSUPPORTED when the backend has none, and obx__st_has_<name>(s) says whether it does.
+ * OBX__STORE_OPTIONAL: as FORWARD, for the capabilities; the wrapper returns
+ * OBX_EUNSUPPORTED when the backend has none, and obx__st_has_<name>(s) says whether it does
+ * (for the drivers: check_layers.sh refuses it in src/engine).
  * OBX__STORE_CUSTOM: X(name): methods whose wrapper is written by hand in store.c (checks of
  * their own, a different signature, or no obx_err to return); declared below.
- * OBX__STORE_OPTIONAL_CUSTOM: the same for optional methods (serve_dispatch, write_set,
- * load_slots). */
+ * OBX__STORE_OPTIONAL_CUSTOM: the same for a capability (serve_dispatch). */
 #define OBX__STORE_FORWARD(X)                                                                      \
     X(schema_version, (obx__store * s, int *found), (s, found))                                    \
     X(migrate, (obx__store * s), (s))                                                              \
-    X(txid, (obx__store * s, char *out, size_t cap), (s, out, cap))                                \
     X(route_put, (obx__store * s, const obx__route_row *r, int64_t *gen), (s, r, gen))             \
     X(route_get, (obx__store * s, const char *event_type, obx__route_row *out),                    \
       (s, event_type, out))                                                                        \
@@ -924,8 +929,20 @@ obx_err obx__pg_migrate_to(obx__store *s, const char *const *scripts, int last);
       (obx__store * s, const char *tenant, const char *key,                                        \
        char existing_id[OBX_EVENT_ID_LEN + 1]),                                                    \
       (s, tenant, key, existing_id))                                                               \
+    X(route_get_txid,                                                                              \
+      (obx__store * s, const char *event_type, obx__route_row *out, char *txid, size_t cap),       \
+      (s, event_type, out, txid, cap))                                                             \
     X(insert_event, (obx__store * s, const obx__event_row *row, const void *payload, size_t len),  \
       (s, row, payload, len))                                                                      \
+    X(insert_event_audit,                                                                          \
+      (obx__store * s, const obx__event_row *row, const void *payload, size_t len,                 \
+       const obx__audit_row *a),                                                                   \
+      (s, row, payload, len, a))                                                                   \
+    X(enqueue_write,                                                                               \
+      (obx__store * s, const obx__event_row *row, const void *payload, size_t len,                 \
+       const obx__audit_row *a, bool *written),                                                    \
+      (s, row, payload, len, a, written))                                                          \
+    X(producer_body, (obx__store * s, char *buf, size_t cap), (s, buf, cap))                       \
     X(insert_envelope,                                                                             \
       (obx__store * s, const obx__event_row *row, const void *payload, size_t len),                \
       (s, row, payload, len))                                                                      \
@@ -1017,18 +1034,6 @@ obx_err obx__pg_migrate_to(obx__store *s, const char *const *scripts, int last);
     X(wait_for_work, (obx__store * s, int timeout_ms, int also_fd, bool *notified),                \
       (s, timeout_ms, also_fd, notified))                                                          \
     X(create_roles, (obx__store * s, const char *prefix), (s, prefix))                             \
-    X(route_get_txid,                                                                              \
-      (obx__store * s, const char *event_type, obx__route_row *out, char *txid, size_t cap),       \
-      (s, event_type, out, txid, cap))                                                             \
-    X(insert_event_audit,                                                                          \
-      (obx__store * s, const obx__event_row *row, const void *payload, size_t len,                 \
-       const obx__audit_row *a),                                                                   \
-      (s, row, payload, len, a))                                                                   \
-    X(enqueue_write,                                                                               \
-      (obx__store * s, const obx__event_row *row, const void *payload, size_t len,                 \
-       const obx__audit_row *a, bool *written),                                                    \
-      (s, row, payload, len, a, written))                                                          \
-    X(producer_body, (obx__store * s, char *buf, size_t cap), (s, buf, cap))                       \
     X(schema_hold, (obx__store * s, int *found), (s, found))                                       \
     X(server_ms, (obx__store * s, int64_t * out), (s, out))
 
@@ -1046,12 +1051,14 @@ obx_err obx__pg_migrate_to(obx__store *s, const char *const *scripts, int last);
     X(load_attempts)                                                                               \
     X(insert_receipts)                                                                             \
     X(insert_audit)                                                                                \
+    X(write_set)                                                                                   \
+    X(load_slots)                                                                                  \
     X(purge_payloads)                                                                              \
     X(delivery_put)                                                                                \
     X(set_alias)
 
-/* hand-written wrappers of optional methods (NULL when the backend has none) */
-#define OBX__STORE_OPTIONAL_CUSTOM(X) X(serve_dispatch) X(write_set) X(load_slots)
+/* hand-written wrapper of a capability (NULL when the backend has none) */
+#define OBX__STORE_OPTIONAL_CUSTOM(X) X(serve_dispatch)
 
 #define OBX__ST_DECLARE(name, params, args) obx_err obx__st_##name params;
 #define OBX__ST_DECLARE_HAS(name, params, args) bool obx__st_has_##name(const obx__store *s);
@@ -1087,13 +1094,13 @@ obx_err obx__st_load_attempts(obx__store *s, const char *const *ids, size_t n, c
                               obx__attempt_row **out, size_t *n_out);
 obx_err obx__st_insert_receipts(obx__store *s, const obx__receipt_row *r, size_t n);
 obx_err obx__st_insert_audit(obx__store *s, const obx__audit_row *a, size_t n);
-/* All of w (the backend's write_set, or its five methods in order, stopping after an update
- * that did not apply); the same checks and fault points as the five wrappers. */
+/* All of w (the backend's write_set); the same checks and fault points as the five wrappers
+ * of its parts. */
 obx_err obx__st_write_set(obx__store *s, const obx__write_set *w);
 /* The attempts attempt_ids[0..n) name (*att, *n_att: the caller's, free()) and, read by IDS
  * with flags, the events of their slots (*ev: the caller's, obx__rows_free): per i, the event
- * of the attempt attempt_ids[i], else event_ids[i] (the backend's load_slots, or the two
- * reads); the same fault points as the two wrappers. */
+ * of the attempt attempt_ids[i], else event_ids[i] (the backend's load_slots); the same fault
+ * points as the two wrappers of its reads. */
 obx_err obx__st_load_slots(obx__store *s, const char *const *attempt_ids,
                            const char *const *event_ids, size_t n, unsigned flags,
                            obx__attempt_row **att, size_t *n_att, obx__rows *ev);

@@ -434,11 +434,12 @@ static bool was_hit(const char *name) {
 }
 
 /* Methods each loop must have failed at least once: the producer's enqueue (route, idempotency
- * key, event row), the inbox (receipt lookup and insert, failure count, consume audit) and the
- * consumer's broker side (poll, ack). */
+ * key, event row, the one-call write with a known route), the inbox (receipt lookup and insert,
+ * failure count, consume audit) and the consumer's broker side (poll, ack). */
 static void check_reach(loop_kind kind) {
-    static const char *const store_needs[] = {"route_get", "idem_lookup", "insert_event",
-                                              "inbox_get", "inbox_put",   "consume_audit_put"};
+    static const char *const store_needs[] = {
+        "route_get_txid", "idem_lookup", "insert_event_audit", "enqueue_write",
+        "inbox_get",      "inbox_put",   "consume_audit_put"};
     static const char *const broker_needs[] = {"consume_poll", "consume_ack", "send", "poll",
                                                "lookup"};
     const char *const *need = kind == LOOP_BROKER ? broker_needs : store_needs;

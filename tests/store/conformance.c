@@ -7,7 +7,9 @@
  * order, payload purge, aged queries, known event IDs); delivery sets,
  * event selection by attributes, receipt details and the alias hand-over of unclaimed events;
  * the cluster registry, receipt sources, consume receipts as evidence
- * and held events; and (read model version 2) any envelope generation as it was frozen.
+ * and held events; any envelope generation as it was frozen; and the producer's methods
+ * (route_get_txid, insert_event_audit, enqueue_write) and the write set, which every backend
+ * implements (one engine path per operation).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -413,32 +415,24 @@ static void test_attempts_receipts_audit(void **state) {
     assert_int_equal(got[0].attempt_gen, 1);
     free(got);
     /* load_slots: each pair's slot is the event that registered the attempt (whatever event
-     * the pair names), else the event named; the backend's own method (PostgreSQL: one round
-     * trip) and the two reads it stands for (NULL method) give the same rows */
+     * the pair names), else the event named; an ID found nowhere gives no row */
     char b[31];
     enq(c, "order.created.v1", "o-2", "", b);
     const char *aids[] = {at[1].attempt_id, "att-missing", "att-none"};
     const char *eids[] = {"evt-other", b, "evt-none"};
-    const obx__store_methods *own = c->s->m;
-    obx__store_methods two = *own;
-    two.load_slots = NULL;
-    for (int pass = 0; pass < 2; pass++) {
-        c->s->m = pass ? &two : own;
-        obx__rows ev = {0};
-        OK(obx__st_begin(c->s));
-        OK(obx__st_load_slots(c->s, aids, eids, 3, OBX__LOAD_LOCK, &got, &n, &ev));
-        OK(obx__st_commit(c->s));
-        assert_int_equal(n, 1);
-        assert_string_equal(got[0].attempt_id, at[1].attempt_id);
-        assert_string_equal(got[0].event_id, a);
-        assert_int_equal(ev.n, 2);
-        assert_string_equal(ev.v[0].env.event_id, a);
-        assert_string_equal(ev.v[1].env.event_id, b);
-        assert_null(ev.v[0].payload);
-        free(got);
-        obx__rows_free(&ev);
-    }
-    c->s->m = own;
+    obx__rows ev = {0};
+    OK(obx__st_begin(c->s));
+    OK(obx__st_load_slots(c->s, aids, eids, 3, OBX__LOAD_LOCK, &got, &n, &ev));
+    OK(obx__st_commit(c->s));
+    assert_int_equal(n, 1);
+    assert_string_equal(got[0].attempt_id, at[1].attempt_id);
+    assert_string_equal(got[0].event_id, a);
+    assert_int_equal(ev.n, 2);
+    assert_string_equal(ev.v[0].env.event_id, a);
+    assert_string_equal(ev.v[1].env.event_id, b);
+    assert_null(ev.v[0].payload);
+    free(got);
+    obx__rows_free(&ev);
     /* an attempt's identity is frozen: a second insert with the same ID conflicts */
     OK(obx__st_begin(c->s));
     assert_int_equal(obx__st_insert_attempts(c->s, at, 1), OBX_ECONFLICT);
@@ -1442,6 +1436,202 @@ static void test_ops_queries(void **state) {
 
 /* The dashboard's chart history: one row per slot (the first writer keeps it), the rows before
  * keep_from deleted, a window read oldest first and bounded. */
+/* ---- the producer's methods and the write set (one path per operation, issue 47) ----------
+ * The engine runs the same calls on every store; each backend carries out the contract of
+ * store.h in its own way (PostgreSQL: one round trip; SQLite: its own statements). */
+
+/* An event row as the engine builds it from the current route of type, under a new ID: a copy
+ * of an enqueued event's, with created_txid and the envelope digest left to the store. */
+static obx__event_row producer_row_of(cx *c, const char *type, const char *new_id) {
+    char a[31];
+    enq(c, type, "o-src", "", a);
+    obx__event_row r = load1(c, a, 0);
+    obx__route_row rr;
+    OK(obx__st_route_get(c->s, type, &rr));
+    obx__strlcpy(r.env.event_id, new_id, sizeof r.env.event_id);
+    r.env.created_txid[0] = r.envelope_digest[0] = '\0';
+    r.route_rel = rr.rel;
+    return r;
+}
+
+static obx__audit_row producer_audit_of(const obx__event_row *r) {
+    obx__audit_row a;
+    memset(&a, 0, sizeof a);
+    a.at = r->committed_at;
+    a.actor = OBX__ACT_PRODUCER;
+    strcpy(a.who, "producer");
+    strcpy(a.event_id, r->env.event_id);
+    a.envelope_gen = 1;
+    a.from = OBX__ST_NONE;
+    a.to = OBX__ST_PENDING;
+    snprintf(a.reason, sizeof a.reason, OBX__PRODUCER_REASON, (long long)r->dest.route_gen);
+    return a;
+}
+
+static size_t events_of(cx *c, const char *id) {
+    obx__rows rows = {0};
+    OK(obx__st_load_events(c->s, &id, 1, 0, &rows));
+    size_t n = rows.n;
+    obx__rows_free(&rows);
+    return n;
+}
+
+static void test_producer_methods(void **state) {
+    cx *c = *state;
+    route(c, "order.created.v1", "orders", 0, NULL);
+    obx__route_row rr;
+    char txid[OBX_TEXT_MAX + 1] = "";
+    /* route_get_txid: the route and a transaction identity */
+    OK(obx__st_begin(c->s));
+    OK(obx__st_route_get_txid(c->s, "order.created.v1", &rr, txid, sizeof txid));
+    assert_string_equal(rr.topic, "orders");
+    assert_true(txid[0] != '\0');
+    assert_int_equal(obx__st_route_get_txid(c->s, "no.route.v1", &rr, txid, sizeof txid),
+                     OBX_ENOROUTE);
+    OK(obx__st_rollback(c->s));
+    /* insert_event_audit: both rows; load_audit gives the audit row back as given */
+    obx__event_row r = producer_row_of(c, "order.created.v1", "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F30");
+    obx__strlcpy(r.env.created_txid, txid, sizeof r.env.created_txid);
+    OK(obx__envelope_digest(&r.env, r.envelope_digest));
+    obx__audit_row a = producer_audit_of(&r);
+    OK(obx__st_begin(c->s));
+    OK(obx__st_insert_event_audit(c->s, &r, "{\"x\":2}", 7, &a));
+    OK(obx__st_commit(c->s));
+    obx__audit_row *au = NULL;
+    size_t n = 0;
+    OK(obx__st_load_audit(c->s, r.env.event_id, &au, &n));
+    assert_int_equal(n, 1);
+    assert_int_equal(au[0].actor, OBX__ACT_PRODUCER);
+    assert_int_equal(au[0].to, OBX__ST_PENDING);
+    assert_string_equal(au[0].reason, a.reason);
+    free(au);
+    assert_string_equal(load1(c, r.env.event_id, 0).env.created_txid, txid);
+    /* producer_body: a line, or nothing where the database has no SQL producer function */
+    char body[256];
+    OK(obx__st_producer_body(c->s, body, sizeof body));
+}
+
+static void test_enqueue_write(void **state) {
+    cx *c = *state;
+    route(c, "order.created.v1", "orders", 0, NULL);
+    bool written = false;
+    /* no transaction open: a transaction of its own; the store supplies created_txid and the
+     * envelope digest over it */
+    obx__event_row r = producer_row_of(c, "order.created.v1", "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F31");
+    obx__audit_row a = producer_audit_of(&r);
+    OK(obx__st_enqueue_write(c->s, &r, "{\"x\":2}", 7, &a, &written));
+    assert_true(written);
+    obx__event_row back = load1(c, r.env.event_id, 0);
+    assert_true(back.env.created_txid[0] != '\0');
+    char d[OBX_DIGEST_LEN + 1];
+    OK(obx__envelope_digest(&back.env, d));
+    assert_string_equal(back.envelope_digest, d);
+    assert_string_equal(back.dest_digest, r.dest_digest);
+    obx__audit_row *au = NULL;
+    size_t n = 0;
+    OK(obx__st_load_audit(c->s, r.env.event_id, &au, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(au[0].reason, a.reason);
+    free(au);
+    /* inside the caller's transaction: a savepoint, undone with the caller's rollback; a taken
+     * idempotency key fails the write alone, and the caller's transaction goes on */
+    obx__event_row k = producer_row_of(c, "order.created.v1", "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F32");
+    obx__strlcpy(k.env.idempotency_key, "key-1", sizeof k.env.idempotency_key);
+    obx__audit_row ka = producer_audit_of(&k);
+    OK(obx__st_begin(c->s));
+    OK(obx__st_enqueue_write(c->s, &k, "{\"x\":3}", 7, &ka, &written));
+    assert_true(written);
+    OK(obx__st_rollback(c->s));
+    assert_int_equal(events_of(c, k.env.event_id), 0);
+    OK(obx__st_enqueue_write(c->s, &k, "{\"x\":3}", 7, &ka, &written));
+    assert_true(written);
+    obx__event_row k2 = k;
+    obx__strlcpy(k2.env.event_id, "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F33", sizeof k2.env.event_id);
+    obx__audit_row ka2 = producer_audit_of(&k2);
+    OK(obx__st_begin(c->s));
+    assert_int_equal(obx__st_enqueue_write(c->s, &k2, "{\"x\":3}", 7, &ka2, &written),
+                     OBX_ECONFLICT);
+    assert_false(written);
+    obx__event_row k3 = producer_row_of(c, "order.created.v1", "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F34");
+    obx__audit_row ka3 = producer_audit_of(&k3);
+    OK(obx__st_enqueue_write(c->s, &k3, "{\"x\":4}", 7, &ka3, &written));
+    assert_true(written);
+    OK(obx__st_commit(c->s));
+    assert_int_equal(events_of(c, k2.env.event_id), 0);
+    assert_int_equal(events_of(c, k3.env.event_id), 1);
+    /* a route set since (another generation, whatever its fields): nothing written */
+    obx__event_row old = producer_row_of(c, "order.created.v1", "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F35");
+    obx__audit_row oa = producer_audit_of(&old);
+    route(c, "order.created.v1", "orders", 0, NULL);
+    OK(obx__st_enqueue_write(c->s, &old, "{\"x\":5}", 7, &oa, &written));
+    assert_false(written);
+    assert_int_equal(events_of(c, old.env.event_id), 0);
+}
+
+/* write_set: every part in order; an update that does not apply leaves the transaction to be
+ * rolled back, with nothing of the set kept */
+static void test_write_set(void **state) {
+    cx *c = *state;
+    route(c, "order.created.v1", "orders", 0, NULL);
+    char a[31];
+    enq(c, "order.created.v1", "o-1", "", a);
+    obx__event_row r = load1(c, a, 0);
+    r.state = OBX__ST_CLAIMED;
+    r.claim_gen = 1;
+    obx__strlcpy(r.owner, "relay-1", sizeof r.owner);
+    obx__event_update u = {&r, OBX__ST_PENDING, 0};
+    obx__attempt_row at = attempt(a, "att-01J9ZQ4X5Y6Z7A8B9C0D1E2F3J", 1);
+    obx__audit_row au;
+    memset(&au, 0, sizeof au);
+    au.at = c->now;
+    au.actor = OBX__ACT_DISPATCHER;
+    strcpy(au.who, "relay-1");
+    strcpy(au.event_id, a);
+    au.envelope_gen = 1;
+    au.from = OBX__ST_PENDING;
+    au.to = OBX__ST_CLAIMED;
+    au.claim_gen = 1;
+    strcpy(au.reason, "claimed");
+    bool applied = false;
+    obx__write_set w = {.upd = &u,
+                        .n_upd = 1,
+                        .applied = &applied,
+                        .att_new = &at,
+                        .n_att_new = 1,
+                        .au = &au,
+                        .n_au = 1};
+    OK(obx__st_begin(c->s));
+    OK(obx__st_write_set(c->s, &w));
+    OK(obx__st_commit(c->s));
+    assert_true(applied);
+    assert_int_equal(load1(c, a, 0).state, OBX__ST_CLAIMED);
+    obx__attempt_row *got = NULL;
+    size_t n = 0;
+    OK(obx__st_load_attempts(c->s, NULL, 0, a, &got, &n));
+    assert_int_equal(n, 1);
+    free(got);
+    obx__audit_row *rows = NULL;
+    OK(obx__st_load_audit(c->s, a, &rows, &n));
+    assert_int_equal(n, 2); /* the producer's and this one */
+    assert_string_equal(rows[1].reason, "claimed");
+    free(rows);
+    /* the same expectation again: the state moved on */
+    obx__attempt_row at2 = attempt(a, "att-01J9ZQ4X5Y6Z7A8B9C0D1E2F3K", 2);
+    w.att_new = &at2;
+    applied = true;
+    OK(obx__st_begin(c->s));
+    obx_err e = obx__st_write_set(c->s, &w);
+    if (!e && applied) { /* held back until the COMMIT, which fails and rolls back */
+        assert_int_not_equal(obx__st_commit(c->s), OBX_OK);
+    } else {
+        assert_true(e == OBX_ECONFLICT || (e == OBX_OK && !applied));
+        OK(obx__st_rollback(c->s));
+    }
+    OK(obx__st_load_attempts(c->s, NULL, 0, a, &got, &n));
+    assert_int_equal(n, 1);
+    free(got);
+}
+
 static void test_series(void **state) {
     cx *c = *state;
     for (int64_t k = 0; k < 5; k++) {
@@ -1479,6 +1669,9 @@ int store_conformance_run(const char *label, store_factory f) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_init_and_routes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_roundtrip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_producer_methods, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_set, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_rule, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cas, setup, teardown),
         cmocka_unit_test_setup_teardown(test_attempts_receipts_audit, setup, teardown),

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_check_layers.sh — scripts/check_layers.sh passes on the tree and fails on each rule it
 # states: a copy of the sources with one vtable call above the backends, one with the CLI
-# including an internal header, one with SQL in the simulator (SQLite's and libpq's), and one
-# with the application doubles including an internal header.
+# including an internal header, one with SQL in the simulator (SQLite's and libpq's), one
+# with the application doubles including an internal header, and one with the engine branching
+# on a store's optional method.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
@@ -34,4 +35,9 @@ expect 1 "libpq SQL in the simulator is refused" "$work/t"
 copy
 sed -i '1i #include "store/store.h"' "$work/t/src/app/app.c"
 expect 1 "an internal header in the application doubles is refused" "$work/t"
+copy
+printf 'static bool f(obx__store *s) { return obx__st_has_server_ms(s); }\n' \
+  >>"$work/t/src/engine/enqueue.c"
+expect 1 "an obx__st_has_ branch in the engine is refused" "$work/t"
+grep -q 'src/engine/enqueue.c' "$work/out" || { echo "FAIL the report names no file"; fails=$((fails + 1)); }
 exit $fails

@@ -81,7 +81,6 @@ enum {
     Q_ROUTE_LIST_CUR,
     Q_ROUTE_LIST_ALL,
     Q_IDEM,
-    Q_TXID,
     Q_ROUTE_GET_TXID,
     Q_INS_ENV,
     Q_INS_EVENT,
@@ -496,9 +495,8 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_LIST_ALL] = "SELECT " ROUTE_COLS " FROM obx.obx_route ORDER BY event_type, gen",
     [Q_IDEM] = "SELECT event_id FROM obx.obx_event WHERE tenant = $1::text AND "
                "idempotency_key = $2::text",
-    /* the producer's created_txid: the top-level transaction, also from inside a savepoint */
-    [Q_TXID] = "SELECT pg_current_xact_id()::text",
-    /* Q_ROUTE_GET and Q_TXID in one round trip (route_get_txid) */
+    /* route_get and the producer's created_txid, the top-level transaction's ID (also from
+     * inside a savepoint), in one round trip (route_get_txid) */
     [Q_ROUTE_GET_TXID] = "SELECT " ROUTE_COLS ", tableoid::bigint, pg_current_xact_id()::text "
                          "FROM obx.obx_route "
                          "WHERE event_type = $1::text ORDER BY gen DESC LIMIT 1",
@@ -2202,16 +2200,6 @@ static const obx__tx_ops pg_tx = {tx_in_tx,     tx_begin, tx_commit, tx_rollback
                                   tx_savepoint, tx_gone,  tx_idle};
 
 OBX__TX_METHODS(pg, pg_store, pg_tx)
-
-static obx_err pg_txid(obx__store *base, char *out, size_t cap) {
-    pg_store *s = (pg_store *)base;
-    PGresult *r = NULL;
-    obx_err e = run(s, Q_TXID, NULL, PGRES_TUPLES_OK, &r, "transaction id");
-    if (e) return e;
-    gt(r, 0, 0, out, cap);
-    PQclear(r);
-    return OBX_OK;
-}
 
 /* ---- routes ------------------------------------------------------------------------------- */
 
@@ -4509,7 +4497,6 @@ const obx__store_methods obx__pg_store_methods = {
     .begin = pg_begin,
     .commit = pg_commit,
     .rollback = pg_rollback,
-    .txid = pg_txid,
     .route_put = pg_route_put,
     .route_get = pg_route_get,
     .route_list = pg_route_list,

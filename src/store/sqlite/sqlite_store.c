@@ -128,7 +128,8 @@ typedef struct sq_store {
     /* BEGIN IMMEDIATE, COMMIT, ROLLBACK of the outermost transaction, prepared once (parsing
      * them is a measurable part of a short transaction: the simulator opens one per trace) */
     sqlite3_stmt *tx_st[3];
-    bool read_only; /* OBX_STORE_READ_ONLY: opened read-only, transactions are read ones */
+    bool read_only;         /* OBX_STORE_READ_ONLY: opened read-only, transactions are read ones */
+    obx__ulid_gen txid_gen; /* the producer's created_txid (mint_txid) */
 } sq_store;
 
 #define EVENT_COLS OBX__EVENT_COLS /* shared.h */
@@ -834,13 +835,6 @@ static const obx__tx_ops sq_tx = {tx_in_tx,     tx_begin, tx_commit, tx_rollback
 
 OBX__TX_METHODS(sq, sq_store, sq_tx)
 
-static obx_err sq_txid(obx__store *base, char *out, size_t cap) {
-    (void)base;
-    (void)out;
-    (void)cap;
-    return obx__fail(OBX_EUNSUPPORTED, "sqlite has no transaction identity");
-}
-
 /* ---- routes ------------------------------------------------------------------------------- */
 
 static void read_route(sqlite3_stmt *st, obx__route_row *r) { obx__route_decode(READER(st), r); }
@@ -1026,6 +1020,93 @@ static obx_err sq_insert_event(obx__store *base, const obx__event_row *r, const 
     bt(st, 26, r->alias);
     bt(st, 27, r->dest.cluster);
     return step_done(s, st, "insert event");
+}
+
+static obx_err sq_insert_audit(obx__store *base, const obx__audit_row *a, size_t n);
+
+/* SQLite cannot name its transactions: the producer's created_txid is a new "tx-" + ULID for
+ * each enqueue (obx.h, obx_event.txid). */
+static obx_err mint_txid(sq_store *s, char *out, size_t cap) {
+    char ulid[27];
+    if (cap < 3 + sizeof ulid) return obx__fail(OBX_EINTERNAL, "txid: buffer too small");
+    obx_err e = obx__ulid_next(&s->txid_gen, obx__wall_ms(), ulid);
+    if (!e) snprintf(out, cap, "tx-%s", ulid);
+    return e;
+}
+
+static obx_err sq_route_get_txid(obx__store *base, const char *event_type, obx__route_row *out,
+                                 char *txid, size_t cap) {
+    obx_err e = sq_route_get(base, event_type, out);
+    return e ? e : mint_txid((sq_store *)base, txid, cap);
+}
+
+/* The two inserts; a failure of the second leaves the first to the caller's rollback (the
+ * engine writes them in its enqueue's savepoint). */
+static obx_err sq_insert_event_audit(obx__store *base, const obx__event_row *r, const void *payload,
+                                     size_t len, const obx__audit_row *a) {
+    obx_err e = sq_insert_event(base, r, payload, len);
+    return e ? e : sq_insert_audit(base, a, 1);
+}
+
+/* *same: the event type's current route is the one r was built from, with every field the
+ * engine copied into r (enqueue.c, build_row) unchanged, and no delivery set. The generation
+ * alone does not tell: SQLite's generations are row IDs, which a route_put rolled back (the
+ * simulator's traces) gives out again to another route. */
+static obx_err route_still(obx__store *base, const obx__event_row *r, bool *same) {
+    obx__route_row cur;
+    char rk[OBX_KEY_MAX + 1];
+    const obx__dest *d = &r->dest;
+    *same = false;
+    obx_err e = sq_route_get(base, r->env.event_type, &cur);
+    if (e == OBX_ENOROUTE ||
+        (!e && (cur.targets || cur.gen != d->route_gen ||
+                obx__routing_key_expand(cur.routing_key, &r->env, rk, sizeof rk) != OBX_OK))) {
+        obx__clear_error(); /* not written here: the long way reports it */
+        return OBX_OK;
+    }
+    if (e) return e;
+    *same = !strcmp(cur.cluster, d->cluster) && !strcmp(cur.topic, d->topic) &&
+            !strcmp(rk, d->routing_key) && !strcmp(cur.algorithm, d->algorithm) &&
+            !strcmp(cur.serializer, d->serializer) && !strcmp(cur.durability, d->durability) &&
+            !strcmp(cur.required_acks, d->required_acks) && cur.max_attempts == r->max_attempts &&
+            cur.blind_retry == r->blind_retry && cur.unordered == r->unordered &&
+            !strcmp(cur.alias, r->alias);
+    return OBX_OK;
+}
+
+/* enqueue_write (store.h): a savepoint (or a transaction of its own), the route compared
+ * (route_still), the two inserts. */
+static obx_err sq_enqueue_write(obx__store *base, const obx__event_row *r, const void *payload,
+                                size_t len, const obx__audit_row *a, bool *written) {
+    obx__event_row *own = NULL;
+    obx_err e = OBX_OK;
+    bool same = false;
+    *written = false;
+    if (!r->env.created_txid[0]) { /* the store's: then the envelope digest over it */
+        if (!(own = malloc(sizeof *own))) return obx__fail(OBX_ENOMEM, "enqueue: out of memory");
+        *own = *r;
+        if (!(e = mint_txid((sq_store *)base, own->env.created_txid, sizeof own->env.created_txid)))
+            e = obx__envelope_digest(&own->env, own->envelope_digest);
+        r = own;
+    }
+    if (!e && !(e = sq_begin(base))) {
+        if (!(e = route_still(base, r, &same)) && same)
+            e = sq_insert_event_audit(base, r, payload, len, a);
+        if (!e && same)
+            e = sq_commit(base);
+        else
+            sq_rollback(base);
+    }
+    *written = !e && same;
+    free(own);
+    return e;
+}
+
+/* SQLite has no SQL producer function: obx_enqueue() runs in the library. */
+static obx_err sq_producer_body(obx__store *base, char *buf, size_t cap) {
+    (void)base;
+    if (cap) buf[0] = '\0';
+    return OBX_OK;
 }
 
 /* ---- reading events ----------------------------------------------------------------------- */
@@ -1422,6 +1503,45 @@ static obx_err sq_load_audit(obx__store *base, const char *event_id, obx__audit_
         free(*out);
         *out = NULL;
         *n_out = 0;
+    }
+    return e;
+}
+
+/* write_set (store.h): the five writes in order, stopping after an update that did not apply
+ * (the caller reports the conflict and rolls back). */
+static obx_err sq_write_set(obx__store *base, const obx__write_set *w) {
+    obx_err e;
+    if (w->n_upd && (e = sq_update_events(base, w->upd, w->n_upd, w->applied))) return e;
+    for (size_t i = 0; i < w->n_upd; i++)
+        if (!w->applied[i]) return OBX_OK;
+    if (w->n_att_new && (e = sq_insert_attempts(base, w->att_new, w->n_att_new))) return e;
+    if (w->n_att && (e = sq_update_attempts(base, w->att, w->n_att))) return e;
+    if (w->n_rc && (e = sq_insert_receipts(base, w->rc, w->n_rc))) return e;
+    return w->n_au ? sq_insert_audit(base, w->au, w->n_au) : OBX_OK;
+}
+
+/* load_slots (store.h): the attempts, then the events of their slots, each the event of the
+ * attempt found (attempts are few: a scan), else the one named. */
+static obx_err sq_load_slots(obx__store *base, const char *const *attempt_ids,
+                             const char *const *event_ids, size_t n, unsigned flags,
+                             obx__attempt_row **att, size_t *n_att, obx__rows *ev) {
+    obx_err e = sq_load_attempts(base, attempt_ids, n, NULL, att, n_att);
+    const char **ids = e ? NULL : calloc(n, sizeof *ids);
+    if (!e && !ids) e = obx__fail(OBX_ENOMEM, "load slots: out of memory");
+    for (size_t i = 0; !e && i < n; i++) {
+        ids[i] = event_ids[i];
+        for (size_t k = 0; k < *n_att; k++)
+            if (!strcmp((*att)[k].attempt_id, attempt_ids[i])) {
+                ids[i] = (*att)[k].event_id;
+                break;
+            }
+    }
+    if (!e) e = read_ids(base, ids, n, flags, ev);
+    free(ids);
+    if (e) {
+        free(*att);
+        *att = NULL;
+        *n_att = 0;
     }
     return e;
 }
@@ -2450,22 +2570,27 @@ const obx__store_methods obx__sqlite_store_methods = {
     .begin = sq_begin,
     .commit = sq_commit,
     .rollback = sq_rollback,
-    .txid = sq_txid,
     .route_put = sq_route_put,
     .route_get = sq_route_get,
     .route_list = sq_route_list,
     .idem_lookup = sq_idem_lookup,
+    .route_get_txid = sq_route_get_txid,
     .insert_event = sq_insert_event,
+    .insert_event_audit = sq_insert_event_audit,
+    .enqueue_write = sq_enqueue_write,
+    .producer_body = sq_producer_body,
     .insert_envelope = sq_insert_envelope,
     .read_events = sq_read_events,
     .update_events = sq_update_events,
     .insert_attempts = sq_insert_attempts,
     .update_attempts = sq_update_attempts,
     .load_attempts = sq_load_attempts,
+    .load_slots = sq_load_slots,
     .insert_receipts = sq_insert_receipts,
     .load_receipts = sq_load_receipts,
     .insert_audit = sq_insert_audit,
     .load_audit = sq_load_audit,
+    .write_set = sq_write_set,
     .counter_add = sq_counter_add,
     .purge_payloads = sq_purge_payloads,
     .route_set_put = sq_route_set_put,
