@@ -876,8 +876,8 @@ struct obx_store {
     size_t payload_limit;
     int tx_depth; /* maintained by the wrappers */
     /* The producer's routes (enqueue.c): the last ones read on this handle, so that the next
-     * enqueue of their event types can go in one round trip (enqueue_write, which checks the
-     * route on the server). NULL until the first; owned, freed by obx__st_close. */
+     * enqueue of their event types can be the store's enqueue_write, which checks that the route
+     * is still current). NULL until the first; owned, freed by obx__st_close. */
     struct obx__route_cache *routes;
     /* The producer span (drivers/otel.c, obx_store_set_otel): called after each enqueue that
      * wrote an event, with its row and the enqueue's start (ms). NULL: none. */
@@ -1030,6 +1030,14 @@ obx_err obx__pg_migrate_to(obx__store *s, const char *const *scripts, int last);
 
 #define OBX__STORE_READ_CUSTOM(X) X(aged)
 
+/* The capabilities, the only methods a backend may leave NULL, each something the database
+ * itself has or lacks (never a faster way to do an operation):
+ *   wait_for_work   wake-ups on commit; SQLite has no notification channel: the relay polls
+ *   create_roles    database roles; SQLite has none
+ *   schema_hold     a schema lock a session holds; SQLite has none: the relay reads the version
+ *   server_ms       a server clock; SQLite has no server: its relays share the host's clock
+ *   serve_dispatch  planner settings for relay connections; SQLite has no planner to tune
+ *                   (OBX__STORE_OPTIONAL_CUSTOM) */
 #define OBX__STORE_OPTIONAL(X)                                                                     \
     X(wait_for_work, (obx__store * s, int timeout_ms, int also_fd, bool *notified),                \
       (s, timeout_ms, also_fd, notified))                                                          \
