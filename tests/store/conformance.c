@@ -1568,6 +1568,43 @@ static void test_enqueue_write(void **state) {
     assert_int_equal(events_of(c, old.env.event_id), 0);
 }
 
+/* The store calls the engine makes for an enqueue, whichever the backend: the k-th call of a
+ * run is the one an armed fault (obx__st_fault_after(k)) fails first, and a run is the same up
+ * to its k-th call. Two events of one type on a handle: the first reads the route (no route
+ * known yet), the second is the one-call write with the route the first read. */
+static void test_engine_calls(void **state) {
+    cx *c = *state;
+    route(c, "order.created.v1", "orders", 0, NULL);
+    static const char *const want[] = {"begin", "route_get_txid", "insert_event_audit", "commit",
+                                       "enqueue_write"};
+    const size_t n_want = sizeof want / sizeof *want;
+    const char *got[16] = {0};
+    size_t n = 0;
+    for (long k = 1; k <= 16; k++) {
+        free(c->s->routes); /* the handle knows no route: the first enqueue reads it */
+        c->s->routes = NULL;
+        obx__st_fault_after(k);
+        obx_event ev = {.event_type = "order.created.v1",
+                        .aggregate_type = "order",
+                        .aggregate_id = "o-1",
+                        .aggregate_version = 1,
+                        .tenant = "t1",
+                        .payload = "{}",
+                        .payload_len = 2};
+        obx_enqueue_result r;
+        (void)obx__enqueue_at(c->s, &ev, c->now, NULL, &r);
+        (void)obx__enqueue_at(c->s, &ev, c->now, NULL, &r);
+        const char *hit = obx__st_fault_hit();
+        obx__st_fault_after(0);
+        if (!hit) break;
+        got[n++] = hit;
+    }
+    for (size_t i = 0; i < n || i < n_want; i++)
+        if (i >= n || i >= n_want || strcmp(got[i], want[i]))
+            fail_msg("call %zu of the enqueues: %s, expected %s", i + 1, i < n ? got[i] : "none",
+                     i < n_want ? want[i] : "none");
+}
+
 /* write_set: every part in order; an update that does not apply leaves the transaction to be
  * rolled back, with nothing of the set kept */
 static void test_write_set(void **state) {
@@ -1672,6 +1709,7 @@ int store_conformance_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_producer_methods, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_set, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_engine_calls, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_rule, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cas, setup, teardown),
         cmocka_unit_test_setup_teardown(test_attempts_receipts_audit, setup, teardown),
