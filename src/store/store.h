@@ -678,13 +678,13 @@ typedef struct obx__store_read_methods {
      * a target still unpublished, out[1] sets of rule `any` with none published yet, out[2]
      * unpublished slots of `any` sets already delivered (trailing targets, still sent). */
     obx_err (*delivery_open)(obx__store *s, int64_t out[3]);
-    /* Generation gen of event (or slot) id's envelope as it was frozen, whichever
-     * generation is current (a message on the broker, a receipt may be of any): OBX_ENOTFOUND
-     * when the event has no such generation. A purged payload leaves the digests. */
+    /* Generation gen of event (or slot) id's envelope as it was frozen, whichever generation is
+     * current (a message on the broker, a receipt may be of any): OBX_ENOTFOUND when the event
+     * has no such generation. A purged payload leaves the digests. */
     obx_err (*envelope_at)(obx__store *s, const char *id, int32_t gen, obx__envelope_at_row *out);
-    /* Per cluster that no live relay serves at now and that has PENDING events: their
-     * count and the oldest commit time, by cluster name; *out malloc'ed (NULL when *n is 0).
-     * Bounded by the backlog (the claimable index), cheap enough for a scrape. */
+    /* Per cluster that no live relay serves at now and that has PENDING events: their count and
+     * the oldest commit time, by cluster name; *out malloc'ed (NULL when *n is 0). Bounded by
+     * the backlog (the claimable index), cheap enough for a scrape. */
     obx_err (*unserved)(obx__store *s, int64_t now, obx__unserved_row **out, size_t *n);
 } obx__store_read_methods;
 
