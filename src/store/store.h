@@ -728,8 +728,9 @@ typedef struct obx__store_methods {
     obx_err (*insert_event)(obx__store *s, const obx__event_row *row, const void *payload,
                             size_t len);
     /* The producer's write: the envelope and event row as insert_event, and the audit row a
-     * (one), both or neither. load_audit gives a back as given (PostgreSQL: one statement that
-     * records the producer's row in the envelope; SQLite: the two inserts). */
+     * (one); after a failure the caller rolls back (the engine writes inside its savepoint).
+     * load_audit gives a back as given. PostgreSQL: one statement, both or neither, that
+     * records the producer's row in the envelope; SQLite: the two inserts. */
     obx_err (*insert_event_audit)(obx__store *s, const obx__event_row *row, const void *payload,
                                   size_t len, const obx__audit_row *a);
     /* The producer's whole enqueue when it knows the route from an earlier one (the route
