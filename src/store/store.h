@@ -833,15 +833,16 @@ typedef struct obx__store_methods {
      * sequence of statements inside its own file (scripts/check_layers.sh refuses an
      * obx__st_has_ branch in src/engine). */
     /* Wake-ups (SQLite has no notification channel: the relay polls). Waits up to timeout_ms
-     * for a hint that new work was committed (PostgreSQL: LISTEN/NOTIFY on enqueue). A hint
-     * is only a reason to look now: the relay always finds work by querying committed rows.
-     * Must not be called inside a transaction. Also returns at once with *notified when it has
-     * just armed its wake-up (PostgreSQL: took the cluster's wake lock of the connection's last
-     * claim): what committed before then may have sent no hint, so the caller looks once more
-     * before it waits again. also_fd >= 0: returns as well as soon as that descriptor is
-     * readable (not read here: a broker's wake_fd, so that one poll(2) waits for a hint and for
-     * outcomes), and then only waits for its wake-up to be armed up to a few milliseconds, not
-     * timeout_ms (the caller collects the outcomes that come meanwhile and calls again). */
+     * for a hint that new work was committed (PostgreSQL: NOTIFY, or with obx_pg the relay's
+     * latch, set by the producers; docs/postgres.md). A hint is only a reason to look now: the
+     * relay always finds work by querying committed rows. Must not be called inside a
+     * transaction. Also returns at once with *notified when it has just armed its wake-up
+     * (PostgreSQL: took the cluster's wake lock of the connection's last claim): what committed
+     * before then may have sent no hint, so the caller looks once more before it waits again.
+     * also_fd >= 0: returns as well as soon as that descriptor is readable (not read here: a
+     * broker's wake_fd, so that one poll(2) waits for a hint and for outcomes), and then only
+     * waits for its wake-up to be armed up to a few milliseconds, not timeout_ms (the caller
+     * collects the outcomes that come meanwhile and calls again). */
     obx_err (*wait_for_work)(obx__store *s, int timeout_ms, int also_fd, bool *notified);
     /* Planner settings (SQLite has no planner to tune). Declares that this connection serves
      * a relay's dispatcher or reconciler from now on: every transaction it begins finds rows
