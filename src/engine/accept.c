@@ -252,7 +252,7 @@ static void duplicate(accept_ctx *c, accept_run *w, size_t i, const obx__outcome
  * generation whose outcome is still UNKNOWN have nothing left to decide: they end SUPERSEDED
  * (a late ACK of one is still a duplicate receipt). Only a slot that was retried has them. */
 static obx_err end_superseded(obx__engine *e, accept_ctx *c, const obx__event_row *ev) {
-    if (ev->attempt_gen <= 1) return OBX_OK;
+    if (ev->attempt_gen <= 1 || OBX__MUTANT(SUPERSEDED_STAY_OPEN)) return OBX_OK;
     obx__attempt_row *att = NULL;
     size_t n = 0;
     obx_err err = obx__st_load_attempts(e->s, NULL, 0, ev->env.event_id, &att, &n);

@@ -57,7 +57,13 @@ obx_err obx__inspect_json(obx__store *s, const char *event_id, json_t **out);
     X(MIGRATE_WHILE_UNKNOWN, "migrate-while-unknown")                                              \
     X(RECONCILE_GUESS, "reconcile-guess-published")                                                \
     X(SWEEP_FORGETS_ATTEMPT, "sweep-forgets-attempt")                                              \
-    X(STAY_UNKNOWN, "stay-unknown")
+    X(STAY_UNKNOWN, "stay-unknown")                                                                \
+    X(LOOKUP_TRUSTS_HEADER, "lookup-trusts-header")                                                \
+    X(ROUTE_BEFORE_DECISION, "route-before-decision")                                              \
+    X(PARK_BY_EVENT_ID, "park-by-event-id")                                                        \
+    X(SUPERSEDED_STAY_OPEN, "superseded-stay-open")                                                \
+    X(HANDLER_BEFORE_CLAIM, "handler-before-claim")                                                \
+    X(PURGE_ANY_INBOX_ROW, "purge-any-inbox-row")
 
 typedef enum obx__mutation {
     OBX__MUT_NONE,

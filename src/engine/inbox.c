@@ -387,7 +387,8 @@ static obx_err prior_receipt(obx_inbox *in, const obx_message *m, const char *di
      * again (the state is then REDRIVE, not PARKED). */
     if (!*seen) {
         obx__poison_row p; /* this copy's: a corrupt copy parked before never blocks it */
-        e = obx__st_poison_get(in->s, in->consumer, m->event_id, digest, &p);
+        e = obx__st_poison_get(in->s, in->consumer, m->event_id,
+                               OBX__MUTANT(PARK_BY_EVENT_ID) ? NULL : digest, &p);
         if (e == OBX_OK) {
             bool parked = !strcmp(p.state, "PARKED");
             if (parked) {
@@ -539,12 +540,17 @@ static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h,
     /* the claim: the receipt is inserted before the handler runs. Another instance's insert of
      * the same (consumer, event) waits for this transaction (PostgreSQL's unique index; SQLite's
      * single writer) and then finds the receipt: its handler never runs (issue 46, item 7) */
-    if (!seen && (e = obx__st_inbox_put(in->s, &r))) {
+    bool late_claim = OBX__MUTANT(HANDLER_BEFORE_CLAIM); /* test-only bug: claim after */
+    if (!seen && !late_claim && (e = obx__st_inbox_put(in->s, &r))) {
         obx__st_rollback(in->s);
         return write_failed(in, m, h, user, conn, now, mono_us_start, mono_us, out, retried, e);
     }
     char result[256] = "";
     obx_err he = h(user, conn, m, key, result, sizeof result);
+    if (!he && !seen && late_claim && (e = obx__st_inbox_put(in->s, &r))) {
+        obx__st_rollback(in->s);
+        return write_failed(in, m, h, user, conn, now, mono_us_start, mono_us, out, retried, e);
+    }
     int64_t dur = mono_us ? mono_us() - mono_us_start : 0;
     if (he) return handler_failed(in, m, he, now, dur, out); /* the claim is rolled back */
     obx__text_copy(r.result, result, sizeof r.result);

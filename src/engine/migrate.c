@@ -1038,6 +1038,10 @@ obx_err obx__migrate(obx__engine *e, int64_t now, const obx__migrate_req *req, j
             e->s, &(obx__read_req){.by = OBX__READ_FILTER, .filter = &req->filter}, &rows);
     }
     if (!err && req->route) err = new_route(&m, rows.n);
+    if (!err && req->route && OBX__MUTANT(ROUTE_BEFORE_DECISION)) {
+        int64_t g = 0; /* test-only bug: the route is written before the decision (issue 46) */
+        err = obx__st_route_put(e->s, m.new_route, &g);
+    }
     json_t *items = json_array();
     if (!err && !items) err = obx__fail(OBX_ENOMEM, "migrate: out of memory");
     for (size_t i = 0; !err && i < rows.n; i++) {

@@ -130,7 +130,8 @@ static obx_err evidence(const obx__retention_cfg *c, const obx__event_row *rows,
      * logical ID), never the slot's own key */
     for (size_t i = 0; !e && i < n; i++)
         keys[i] =
-            (obx__inbox_key){obx__wire_id(&rows[i]), rows[i].env.payload_digest,
+            (obx__inbox_key){obx__wire_id(&rows[i]),
+                             OBX__MUTANT(PURGE_ANY_INBOX_ROW) ? NULL : rows[i].env.payload_digest,
                              rows[i].envelope_gen, rows[i].target_no ? NULL : rows[i].dest_digest};
     for (size_t k = 0; !e && k < c->n_consumers; k++) {
         const obx__critical *cc = &c->consumers[k];

@@ -1,8 +1,11 @@
 /*
  * actors.c — the simulator's actors, each one step at a time: a producer (business
  * transactions with their envelopes, retrying a command with the same idempotency key after
- * it crashes), two dispatchers, a reconciler, one or two consumers with the inbox, a purger, an
- * operator migrating the backlog and an on-call operator resolving held UNKNOWNs. They run the
+ * it crashes), two dispatchers, a reconciler, one or two consumer IDs with the inbox (two
+ * instances each, in one group, that may take one message at once), a purger, an operator
+ * migrating the backlog and an on-call operator resolving held UNKNOWNs, who also tries what
+ * must change nothing (dry runs, a refused route change), false evidence and poison re-drives
+ * (issue 46, item 11). They run the
  * production engine code; the faults they are exposed to are drawn in faults.c, the order they
  * run in in scheduler.c. An actor's crash loses its memory; what it committed stays.
  */
@@ -10,6 +13,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- actor lifecycle ------------------------------------------------------------------------- */
@@ -23,6 +27,7 @@ static obx_err actor_start(wk *k, actor *a) {
              : a->kind == A_PURGER     ? "g"
              : a->kind == A_MIGRATOR   ? "m"
              : a->kind == A_OPERATOR   ? "o"
+             : a->instance             ? "k" /* a consumer ID's second instance */
                                        : "c",
              a->index, a->incarnation);
     obx_err e = OBX_OK;
@@ -300,16 +305,50 @@ static void reconciler_step(wk *k, actor *a) {
 typedef struct effect_ctx {
     wk *k;
     int consumer;
+    bool nested;  /* the other instance's run, inside this one's handler */
+    bool overlap; /* this delivery's handler lets the other instance take the message */
 } effect_ctx;
+
+/* A handler run of consumer ci on event_id, counted outside every transaction (an effect
+ * outside the database: a charge, a mail). */
+static void count_run(wk *k, int ci, const char *event_id) {
+    for (int c = 0; c < k->n_events; c++)
+        if (k->n_ids[c] && !strcmp(k->event_ids[c][0], event_id) && k->runs[ci][c] < 255)
+            k->runs[ci][c]++;
+}
+
+static obx_err effect_handler(void *user, void *conn, const obx_message *m, const char *key,
+                              char *res, size_t cap);
+
+/* Two instances of one consumer ID take one message at once: while this handler runs, the other
+ * instance processes the same message. Each instance's inbox transaction is on the consumer's
+ * one connection, so the other's is nested in this one's: it sees this one's claim as
+ * PostgreSQL's second session sees it once the first commits (it waits on the unique key), and
+ * it must answer DUPLICATE without running its handler. */
+static void overlap_run(wk *k, int ci, const obx_message *m, void *conn) {
+    effect_ctx ec = {k, ci, true, false};
+    obx_inbox_result r;
+    obx_err e = obx__inbox_process_at(k->in[ci], m, effect_handler, &ec, conn, k->now, 0, NULL, &r);
+    k->r.fired[F_CONCURRENT_INSTANCES]++;
+    logv(k, "consumer %d's other instance took %s meanwhile: %s", ci, m->event_id,
+         e                                  ? obx_errname(e)
+         : r.outcome == OBX_INBOX_DUPLICATE ? "DUPLICATE"
+                                            : "handled");
+    h_add(k, e ? 99 : (uint64_t)r.outcome);
+}
 
 static obx_err effect_handler(void *user, void *conn, const obx_message *m, const char *key,
                               char *res, size_t cap) {
     effect_ctx *c = user;
-    (void)conn;
     (void)key;
-    if (c->k->handler_fail_next) {
+    if (c->k->handler_fail_next && !c->nested) {
         c->k->handler_fail_next = false;
         return obx__fail(OBX_EHANDLER, "sim: a flaky downstream");
+    }
+    count_run(c->k, c->consumer, m->event_id);
+    if (c->overlap) {
+        c->overlap = false;
+        overlap_run(c->k, c->consumer, m, conn);
     }
     obx_err e = obx__app_effect_put(c->k->app[c->consumer], m->event_id);
     snprintf(res, cap, "applied");
@@ -342,7 +381,11 @@ static void consumer_process_one(wk *k, actor *a) {
         k->handler_fail_next = true;
         k->r.fired[F_HANDLER_FAILURE]++;
     }
-    effect_ctx ec = {k, ci};
+    /* the other instance of this consumer ID takes the same message meanwhile (a handler that
+     * will fail rolls back the claim: the overlap is injected only where this run succeeds) */
+    effect_ctx ec = {k, ci, false,
+                     k->faults_on && !k->handler_fail_next &&
+                         chance(k, k->p[F_CONCURRENT_INSTANCES])};
     obx_inbox_result r;
     obx_err e = obx__inbox_process_at(k->in[ci], &m, effect_handler, &ec,
                                       obx__app_consumer_conn(k->app[ci]), k->now, 0, NULL, &r);
@@ -356,7 +399,10 @@ static void consumer_process_one(wk *k, actor *a) {
          : r.outcome == OBX_INBOX_FAILED      ? "FAILED"
                                               : "POISONED");
     h_add(k, (uint64_t)r.outcome);
-    if (r.outcome == OBX_INBOX_QUARANTINED || r.outcome == OBX_INBOX_POISONED) {
+    /* a copy the relay never sent (or the genuine one after another producer's copy was
+     * applied) is parked or quarantined; the checkers judge the genuine copy's fate */
+    if ((r.outcome == OBX_INBOX_QUARANTINED || r.outcome == OBX_INBOX_POISONED) &&
+        !obx__sim_world_forged(k->w, m.event_id)) {
         k->r.internal_errors++;
         fail(k, "%s: %s was %s: %s", a->owner, m.event_id,
              r.outcome == OBX_INBOX_QUARANTINED ? "quarantined" : "parked as poison", r.detail);
@@ -430,15 +476,20 @@ static void migrator_step(wk *k, actor *a) {
     bool was_down = wf->lookup_down;
     bool down = k->faults_on && chance(k, k->p[F_MIGRATION_UNQUERYABLE]);
     if (down) wf->lookup_down = true;
-    const char *ids[] = {k->event_ids[c][0]};
-    obx__migrate_req req = {.ids = ids, .n_ids = 1, .who = a->owner, .reason = "sim"};
+    /* the event drawn, or (one step in two) the whole backlog the producer was told of */
+    const char *ids[MAX_EVENTS] = {k->event_ids[c][0]};
+    size_t n = 1;
+    bool all = rnd(k) % 2;
+    for (int i = 0; all && i < k->n_events; i++)
+        if (k->n_ids[i] && i != c) ids[n++] = k->event_ids[i][0];
+    obx__migrate_req req = {.ids = ids, .n_ids = n, .who = a->owner, .reason = "sim"};
     json_t *out = NULL;
     size_t refused = 0;
     obx_err e = obx__migrate(&a->e, k->now, &req, &out, &refused);
     wf->lookup_down = was_down;
     if (e == OBX_EREFUSED) e = OBX_OK;
     if (!e) {
-        k->r.migrated += refused ? 0 : 1;
+        k->r.migrated += (long)(n - refused);
         k->r.migration_refused += (long)refused;
         if (down) k->r.fired[F_MIGRATION_UNQUERYABLE]++;
         logv(k, "%s: migrate %s -> %s%s%s", a->owner, ids[0], refused ? "refused: " : "moved",
@@ -449,6 +500,145 @@ static void migrator_step(wk *k, actor *a) {
     check_err(k, a, e, "migrate");
 }
 
+/* ---- the operator's other paths (issue 46, item 11) ---- */
+
+/* What the outbox's routes are (every generation), as one number: a dry run or a refused
+ * change must leave it as it was. */
+static uint64_t routes_sig(wk *k, bool *ok) {
+    obx__route_row *v = NULL;
+    size_t n = 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    *ok = !obx__st_route_list(k->os, true, &v, &n);
+    for (size_t i = 0; *ok && i < n; i++) {
+        h = mix(h ^ (uint64_t)v[i].gen);
+        for (const char *s = v[i].topic; *s; s++) h = mix(h ^ (unsigned char)*s);
+    }
+    free(v);
+    return h ^ n;
+}
+
+/* `obx migrate` that must change nothing: a dry run with a new route, a dry run of
+ * --add-target, or a route change whose only event is not in this outbox (refused). */
+static void operator_no_change(wk *k, actor *a, int kind) {
+    int c = (int)(rnd(k) % (uint64_t)k->n_events);
+    if (!k->n_ids[c]) return;
+    obx_route r = {.event_type = "order.created.v1",
+                   .cluster = "sim",
+                   .topic = "orders-v2",
+                   .routing_key = "{tenant}.{aggregate_id}",
+                   .on_unknown = k->hold ? "hold" : "retry",
+                   .max_attempts = 50};
+    const char *ids[] = {kind == 2 ? "01ARZ3NDEKTSV4RRFFQ69G5FAV" : k->event_ids[c][0]};
+    obx__migrate_req req = {.ids = ids,
+                            .n_ids = 1,
+                            .who = a->owner,
+                            .reason = "sim: must change nothing",
+                            .dry_run = kind != 2,
+                            .add_target = kind == 1,
+                            .route = kind == 1 ? NULL : &r};
+    bool ok1, ok2;
+    uint64_t before = routes_sig(k, &ok1);
+    json_t *out = NULL;
+    size_t refused = 0;
+    obx_err e = obx__migrate(&a->e, k->now, &req, &out, &refused);
+    json_decref(out);
+    uint64_t after = routes_sig(k, &ok2);
+    if (e == OBX_EREFUSED || e == OBX_EINVAL) e = OBX_OK; /* refused: what it must be */
+    check_err(k, a, e, "operator: migrate");
+    if (!ok1 || !ok2) check_err(k, a, OBX_ESTORE, "operator: route list");
+    if (kind == 2)
+        k->r.op_refusals++;
+    else
+        k->r.op_dry_runs++;
+    logv(k, "%s: migrate %s%s%s -> %zu refused, routes %s", a->owner, ids[0],
+         kind == 2 ? " with a new route (refused)" : " --dry-run",
+         kind == 1   ? " --add-target"
+         : kind == 0 ? " with a new route"
+                     : "",
+         refused, before == after ? "unchanged" : "CHANGED");
+    h_add(k, refused * 2 + (before == after));
+    if (before != after) {
+        k->r.route_changed_by_dry_run_or_refusal++;
+        fail(k, "%s: a %s changed the routes", a->owner,
+             kind == 2 ? "refused route change" : "dry run");
+    }
+}
+
+/* `obx resolve --accept` with false evidence (an offset the broker does not hold under the
+ * event, or another payload digest): where the broker can be asked it must be refused; a false
+ * acceptance would publish the event on no evidence (checkers.c counts it). */
+static void operator_false_accept(wk *k, actor *a) {
+    obx__sim_faults *wf = obx__sim_world_faults(k->w);
+    int c = (int)(rnd(k) % (uint64_t)k->n_events);
+    bool digest = rnd(k) % 2;
+    if (!k->n_ids[c] || k->ad->lookup != OBX__SIM_LOOKUP_AUTHORITATIVE || wf->lookup_down) return;
+    obx__rows rows = {0};
+    const char *id = k->event_ids[c][0];
+    obx_err e = obx__st_load_events(k->os, &id, 1, 0, &rows);
+    const obx__sim_msg *m =
+        !e && rows.n ? obx__sim_world_find(k->w, id, rows.v[0].envelope_gen) : NULL;
+    if (m) {
+        char bad[OBX_DIGEST_LEN + 1];
+        obx__strlcpy(bad, m->env.payload_digest, sizeof bad);
+        bad[10] = bad[10] == 'a' ? 'b' : 'a';
+        const char *ids[] = {id};
+        obx__resolve_req q = {.ids = ids,
+                              .n_ids = 1,
+                              .accept = true,
+                              .topic = m->topic,
+                              .partition = m->partition,
+                              .offset = digest ? m->offset : m->offset + 1000,
+                              .payload_digest = digest ? bad : m->env.payload_digest,
+                              .who = a->owner,
+                              .reason = "sim: false evidence"};
+        json_t *out = NULL;
+        size_t refused = 0;
+        e = obx__resolve(&a->e, k->now, &q, &out, &refused);
+        json_decref(out);
+        if (e == OBX_EREFUSED || e == OBX_EINVAL) {
+            e = OBX_OK;
+            refused = 1;
+        }
+        k->r.op_false_accepts++;
+        k->r.op_false_refused += refused > 0;
+        logv(k, "%s: resolve %s --accept with a false %s -> %s", a->owner, id,
+             digest ? "digest" : "offset", refused ? "refused" : "ACCEPTED");
+        h_add(k, 41 + refused);
+    }
+    obx__rows_free(&rows);
+    check_err(k, a, e, "operator: false accept");
+}
+
+/* `obx poison redrive` of every parked copy of each consumer. */
+static void operator_redrive(wk *k, actor *a) {
+    for (int i = 0; i < k->nconsumers; i++) {
+        char cid[16];
+        snprintf(cid, sizeof cid, "consumer-%d", i);
+        obx__poison_row *p = NULL;
+        size_t n = 0;
+        obx_err e = obx__st_poison_list(k->cs[i], cid, "PARKED", &p, &n);
+        for (size_t j = 0; !e && j < n; j++) {
+            e = obx_inbox_redrive(k->cs[i], cid, p[j].event_id);
+            if (e == OBX_EREFUSED) e = OBX_OK;
+            k->r.op_redrives++;
+            logv(k, "%s: redrive %s of %s", a->owner, p[j].event_id, cid);
+        }
+        obx__poison_rows_free(p, n);
+        h_add(k, n);
+        check_err(k, a, e, "operator: redrive");
+    }
+}
+
+static void operator_paths(wk *k, actor *a) {
+    switch (rnd(k) % 5) {
+    case 0: operator_no_change(k, a, 0); break;
+    case 1: operator_no_change(k, a, 1); break;
+    case 2: operator_no_change(k, a, 2); break;
+    case 3: operator_false_accept(k, a); break;
+    default: operator_redrive(k, a);
+    }
+}
+
 /* The on-call operator: held UNKNOWNs (an alert) older than the reaction time are resolved with
  * `obx resolve`. An operator first reads the broker (kcat, a queue browser): a message of the
  * event's generation there is accepted as evidence (offset and the payload digest it carries;
@@ -456,6 +646,7 @@ static void migrator_step(wk *k, actor *a) {
  * cannot answer); otherwise, or when the evidence was refused, the event is retried to its
  * frozen destination. */
 static void operator_step(wk *k, actor *a) {
+    if (k->faults_on && rnd(k) % 4 == 0) operator_paths(k, a);
     if (k->now < k->op_next_at) return;
     k->op_next_at = k->now + OP_POLL_MS;
     obx__event_filter f = {.held = true, .limit = 32};
@@ -547,11 +738,13 @@ void obx__sim_actors_setup(wk *k) {
     bool migration = rnd(k) % 2 == 0; /* an operator migrating the backlog in half of them */
     k->replay_window_ms = (int64_t)(rnd(k) % 1500);
     k->purge_batch = 1 + (size_t)(rnd(k) % 3);
-    int kinds[] = {A_PRODUCER, A_DISPATCHER, A_DISPATCHER, A_RECONCILER, A_PURGER,
-                   A_MIGRATOR, A_OPERATOR,   A_CONSUMER,   A_CONSUMER};
-    int index[] = {0, 1, 2, 0, 0, 0, 0, 0, 1};
-    for (int i = 0; i < 7 + k->nconsumers; i++) {
-        if ((kinds[i] == A_PURGER && !retention) || (kinds[i] == A_MIGRATOR && !migration))
+    int kinds[] = {A_PRODUCER, A_DISPATCHER, A_DISPATCHER, A_RECONCILER, A_PURGER,  A_MIGRATOR,
+                   A_OPERATOR, A_CONSUMER,   A_CONSUMER,   A_CONSUMER,   A_CONSUMER};
+    int index[] = {0, 1, 2, 0, 0, 0, 0, 0, 1, 0, 1};
+    memset(k->runs, 0, sizeof k->runs);
+    for (int i = 0; i < MAX_ACTORS; i++) { /* consumers: two instances per consumer ID */
+        if ((kinds[i] == A_PURGER && !retention) || (kinds[i] == A_MIGRATOR && !migration) ||
+            (kinds[i] == A_CONSUMER && index[i] >= k->nconsumers))
             continue;
         actor *a = &k->a[k->na++];
         /* everything but the delivery slots (~40 KB an actor, valid below ndl only): zeroing
@@ -561,6 +754,7 @@ void obx__sim_actors_setup(wk *k) {
         memset(a->to_ack, 0, sizeof a->to_ack);
         a->kind = kinds[i];
         a->index = index[i];
+        a->instance = i >= 9;
         a->retry_cmd = -1;
         if (actor_start(k, a)) {
             k->r.internal_errors++;

@@ -58,6 +58,23 @@ static void check_purges(wk *k, const obx__sim_snap *s) {
                  ev->env.event_id, (long long)(tp - pub), (long long)k->replay_window_ms);
             continue;
         }
+        /* each consumer's receipt is for the bytes obx froze: the payload digest, generation and
+         * destination of the event (issue 46, item 8; a quarantine that came after the purge
+         * does not undo evidence that held when it ran, so the receipt itself is compared) */
+        for (int i = 0; i < k->nconsumers; i++) {
+            char cid[16];
+            obx__inbox_row in;
+            snprintf(cid, sizeof cid, "consumer-%d", i);
+            bool match = !obx__st_inbox_get(k->cs[i], cid, obx__wire_id(ev), &in) &&
+                         !strcmp(in.payload_digest, ev->env.payload_digest) &&
+                         in.envelope_gen == ev->envelope_gen &&
+                         !strcmp(in.dest_digest, ev->dest_digest) && in.consumed_at <= tp;
+            if (!match) {
+                r->purged_without_matching_evidence++;
+                fail(k, "%s was purged while consumer %d held no receipt of its bytes",
+                     ev->env.event_id, i);
+            }
+        }
         for (size_t b = 0; b < s->ev.n; b++) { /* every event published at or before it */
             const obx__event_row *eb = &s->ev.v[b];
             if (eb->published_at <= 0 || eb->published_at > pub ||
@@ -247,6 +264,122 @@ static void check_destinations(wk *k, const obx__sim_snap *s) {
     }
 }
 
+/* The log message at (topic, partition, offset) under event_id, or NULL. */
+static const obx__sim_msg *log_at(wk *k, const char *event_id, const char *topic, int32_t partition,
+                                  int64_t offset) {
+    size_t nlog;
+    const obx__sim_msg *log = obx__sim_world_log(k->w, &nlog);
+    size_t stride = obx__sim_world_log_stride();
+    for (size_t i = 0; i < nlog; i++) {
+        const obx__sim_msg *m =
+            (const obx__sim_msg *)(const void *)((const char *)log + i * stride);
+        if (m->offset == offset && m->partition == partition && !strcmp(m->topic, topic) &&
+            !strcmp(m->env.event_id, event_id))
+            return m;
+    }
+    return NULL;
+}
+
+/* Whether a primary receipt's broker evidence holds: the broker's log has a message at its
+ * place whose bytes hash to the generation's frozen payload digest, for its destination. */
+static bool receipt_backed(wk *k, const obx__receipt_row *rc) {
+    obx__envelope_at_row env;
+    if (envelope_of(k, rc->event_id, rc->envelope_gen, &env)) return false;
+    const obx__sim_msg *m = log_at(k, rc->event_id, rc->topic, rc->partition, rc->offset);
+    char hashed[OBX_DIGEST_LEN + 1] = "";
+    if (!m || obx_sha256_digest(m->payload, m->payload_len, hashed)) return false;
+    return !strcmp(hashed, env.payload_digest) && !strcmp(m->dest_digest, env.dest_digest);
+}
+
+/* Evidence (issue 46, items 2 and 3): every event in a published state has a primary receipt of
+ * its generation, and each primary receipt from the broker, a lookup or a verified operator
+ * acceptance names a message the broker holds with the event's own bytes (hashed here, not read
+ * from a header). A consumer's receipt is evidence of its own kind; an operator's assertion is
+ * reported by `obx audit` until one confirms it. */
+static void check_evidence(wk *k, const obx__sim_snap *s) {
+    long v = 0;
+    for (size_t e = 0; e < s->ev.n; e++) {
+        const obx__event_row *ev = &s->ev.v[e];
+        bool primary = false;
+        for (size_t j = 0; j < s->x[e].nrc; j++) {
+            const obx__receipt_row *rc = &s->x[e].rc[j];
+            if (rc->kind != OBX__RK_PRIMARY) continue;
+            primary = primary || rc->envelope_gen == ev->envelope_gen;
+            if (rc->source == OBX__RS_CONSUMER || rc->source == OBX__RS_ASSERTED) continue;
+            if (!receipt_backed(k, rc)) {
+                v++;
+                fail(k, "%s: its primary receipt (%s, %s/%d@%lld) names no copy of its bytes",
+                     ev->env.event_id, obx__receipt_source_name(rc->source), rc->topic,
+                     (int)rc->partition, (long long)rc->offset);
+            }
+        }
+        if (obx__sim_published(ev->state) && !primary) {
+            v++;
+            fail(k, "%s is %s without a primary receipt", ev->env.event_id,
+                 obx__state_name(ev->state));
+        }
+    }
+    k->r.published_without_evidence += v;
+}
+
+/* Every UNKNOWN ends (issue 46, item 6): once an event is published, none of its attempts is
+ * still UNKNOWN (a superseded one ends SUPERSEDED). An attempt still SENDING when another
+ * filled the slot, whose request was lost, is not counted: nothing ends it today either. */
+static void check_open_attempts(wk *k, const obx__sim_snap *s) {
+    long v = 0;
+    for (size_t e = 0; e < s->ev.n; e++) {
+        if (!obx__sim_published(s->ev.v[e].state)) continue;
+        for (size_t j = 0; j < s->x[e].natt; j++) {
+            const obx__attempt_row *t = &s->x[e].att[j];
+            if (t->state != OBX__AT_UNKNOWN) continue;
+            v++;
+            fail(k, "%s is published, its attempt %s is still %s", s->ev.v[e].env.event_id,
+                 t->attempt_id, obx__attempt_state_name(t->state));
+        }
+    }
+    k->r.attempts_left_open += v;
+}
+
+/* At the consumers (issue 46, items 4 and 7): the genuine copy of an event is never parked —
+ * neither parked itself nor kept out by a parked copy of other bytes — and a handler ran at most
+ * once per consumer ID and event, whichever instance ran it. */
+static void check_consumers(wk *k, const obx__sim_snap *s) {
+    for (int i = 0; i < k->nconsumers; i++) {
+        char cid[16];
+        snprintf(cid, sizeof cid, "consumer-%d", i);
+        for (size_t e = 0; e < s->ev.n; e++) {
+            const obx__event_row *ev = &s->ev.v[e];
+            obx__poison_row p;
+            obx__inbox_row row;
+            bool parked =
+                !obx__st_poison_get(k->cs[i], cid, ev->env.event_id, ev->env.payload_digest, &p);
+            if (parked) {
+                parked = !strcmp(p.state, "PARKED");
+                free(p.payload);
+                free(p.headers_json);
+            } else if (obx__st_inbox_get(k->cs[i], cid, ev->env.event_id, &row) &&
+                       !obx__st_poison_get(k->cs[i], cid, ev->env.event_id, NULL, &p)) {
+                parked = true; /* never applied, and a copy of it is parked */
+                free(p.payload);
+                free(p.headers_json);
+            }
+            if (parked) {
+                k->r.genuine_copy_parked++;
+                fail(k,
+                     "consumer %d: the genuine copy of %s is parked or kept out by a parked "
+                     "copy",
+                     i, ev->env.event_id);
+            }
+        }
+        for (int c = 0; c < k->n_events; c++)
+            if (k->runs[i][c] > 1) {
+                k->r.handler_runs_twice++;
+                fail(k, "consumer %d's handler ran %d times for %s", i, k->runs[i][c],
+                     k->event_ids[c][0]);
+            }
+    }
+}
+
 /* Every valid late ACK that reached a committed acceptance is the primary receipt or a
  * duplicate transport receipt. */
 static void check_late_acks(wk *k, const obx__sim_snap *s) {
@@ -391,6 +524,9 @@ void obx__sim_check_trace(wk *k) {
     check_stale(k, &s);
     check_destinations(k, &s);
     check_late_acks(k, &s);
+    check_evidence(k, &s);
+    check_open_attempts(k, &s);
+    check_consumers(k, &s);
     long unresolved = check_unknowns(k, &s);
     obx__sim_faults_collect(k);
     collect_resolutions(k, unresolved);

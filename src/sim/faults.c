@@ -5,8 +5,11 @@
  * mangled ACKs, lost requests, rejections, an unqueryable target, duplicated and reordered
  * deliveries, lost consumer commits: set here, fired by src/broker/sim), between two steps
  * (crashes, pauses past a lease, a route policy revision) and inside the actors' steps (kills
- * around a commit, acceptance rollback, handler failures, premature purges, the two races;
- * actors.c draws those with k->p[]) — and the count of each that fired.
+ * around a commit, acceptance rollback, handler failures, premature purges, the two races, two
+ * instances of a consumer ID taking one message at once; actors.c draws those with k->p[]) —
+ * and the count of each that fired. The copies the relay never sent (issue 46: good headers
+ * with another body, a corrupt copy before the genuine one, a foreign copy) and late
+ * rejections are set here and made by src/broker/sim.
  */
 #include "sim/sim.h"
 
@@ -47,6 +50,10 @@ void obx__sim_faults_draw(wk *k) {
                           .corrupt = k->p[F_MANGLED_RECEIPT] * 0.05,
                           .dup_deliver = k->p[F_DUPLICATED_DELIVERY] * 0.20,
                           .lose_commit = k->p[F_CONSUMER_COMMIT_LOST_ACK] * 0.15,
+                          .forge_body = k->p[F_FORGED_BODY] * 0.04,
+                          .corrupt_before = k->p[F_CORRUPT_BEFORE_GENUINE] * 0.04,
+                          .foreign_before = k->p[F_FOREIGN_COPY] * 0.03,
+                          .late_reject = k->p[F_LATE_REJECTION] * 0.5,
                           /* a delayed ACK arrives after the sender's lease: a late ACK */
                           .delay_ack_ms = lease + 5000,
                           .ack_timeout_ms = k->ad->ack_timeout_ms,
@@ -62,6 +69,9 @@ void obx__sim_faults_draw(wk *k) {
      * often, since the window is rare */
     k->p[F_UNKNOWN_RACING_RETRY] = k->p[F_UNKNOWN_RACING_RETRY] > 0 ? 0.5 : 0;
     k->p[F_BOTH_ATTEMPTS_ACKED] = k->p[F_BOTH_ATTEMPTS_ACKED] > 0 ? 0.5 : 0;
+    /* a delivery's handler runs while the other instance of its consumer ID takes the same
+     * message (actors.c, effect_handler) */
+    k->p[F_CONCURRENT_INSTANCES] = k->p[F_CONCURRENT_INSTANCES] > 0 ? 0.3 : 0;
 }
 
 void obx__sim_faults_between(wk *k, bool unordered) {
@@ -115,4 +125,8 @@ void obx__sim_faults_collect(wk *k) {
     k->r.fired[F_DUPLICATED_DELIVERY] += wf->dup_deliver;
     k->r.fired[F_REORDERED_DELIVERY] += wf->reorder;
     k->r.fired[F_CONSUMER_COMMIT_LOST_ACK] += wf->lose_commit;
+    k->r.fired[F_FORGED_BODY] += wf->forge_body;
+    k->r.fired[F_CORRUPT_BEFORE_GENUINE] += wf->corrupt_before;
+    k->r.fired[F_FOREIGN_COPY] += wf->foreign_before;
+    k->r.fired[F_LATE_REJECTION] += wf->late_reject;
 }

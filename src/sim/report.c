@@ -36,6 +36,17 @@ void obx__sim_results_add(results *a, const results *b) {
     ADD(racing_observed);
     ADD(both_acked_observed);
     ADD(hold_traces);
+    ADD(published_without_evidence);
+    ADD(route_changed_by_dry_run_or_refusal);
+    ADD(genuine_copy_parked);
+    ADD(attempts_left_open);
+    ADD(handler_runs_twice);
+    ADD(purged_without_matching_evidence);
+    ADD(op_dry_runs);
+    ADD(op_refusals);
+    ADD(op_false_accepts);
+    ADD(op_false_refused);
+    ADD(op_redrives);
     for (int i = 0; i < 4; i++) ADD(adapter_traces[i]);
 #undef ADD
     for (int i = 0; i < F_COUNT; i++) a->fired[i] += b->fired[i];
@@ -78,6 +89,32 @@ static json_t *timing_json(const results *x) {
     return t;
 }
 
+/* The six criteria of issue 46 (item 11): each 0 in a passing run. */
+static bool issue46_clean(const results *x) {
+    return x->published_without_evidence == 0 && x->route_changed_by_dry_run_or_refusal == 0 &&
+           x->genuine_copy_parked == 0 && x->attempts_left_open == 0 &&
+           x->handler_runs_twice == 0 && x->purged_without_matching_evidence == 0;
+}
+
+/* The criteria of issue 46 and what the operator actor tried, into j. */
+static void issue46_json(json_t *j, const results *x) {
+    json_object_set_new(j, "published_without_evidence",
+                        json_integer(x->published_without_evidence));
+    json_object_set_new(j, "route_changed_by_dry_run_or_refusal",
+                        json_integer(x->route_changed_by_dry_run_or_refusal));
+    json_object_set_new(j, "genuine_copy_parked", json_integer(x->genuine_copy_parked));
+    json_object_set_new(j, "attempts_left_open", json_integer(x->attempts_left_open));
+    json_object_set_new(j, "handler_runs_twice", json_integer(x->handler_runs_twice));
+    json_object_set_new(j, "purged_without_matching_evidence",
+                        json_integer(x->purged_without_matching_evidence));
+    json_object_set_new(j, "operator_paths",
+                        json_pack("{s:I,s:I,s:I,s:I,s:I}", "dry_runs", (json_int_t)x->op_dry_runs,
+                                  "refused_route_changes", (json_int_t)x->op_refusals,
+                                  "false_accepts", (json_int_t)x->op_false_accepts,
+                                  "false_accepts_refused", (json_int_t)x->op_false_refused,
+                                  "redrives", (json_int_t)x->op_redrives));
+}
+
 /* Everything obx_sim_run reports (the caller owns the result). */
 json_t *obx__sim_report(const obx__sim_summary *s) {
     const results *x = s->x;
@@ -94,7 +131,7 @@ json_t *obx__sim_report(const obx__sim_summary *s) {
                   x->late_ack_converged == x->late_ack_total && x->unknown_untraceable == 0 &&
                   x->internal_errors == 0 && x->liveness_failures == 0 &&
                   x->premature_purges == 0 && x->migrated_with_old_copy == 0 && s->p99 < 900.0 &&
-                  all_fired;
+                  all_fired && issue46_clean(x);
     json_t *failing = json_array();
     for (long i = 0; i < x->nfailing; i++)
         json_array_append_new(failing, json_integer(x->failing[i]));
@@ -134,6 +171,7 @@ json_t *obx__sim_report(const obx__sim_summary *s) {
                         json_pack("{s:I,s:I}", "unknown_racing_retry_claim",
                                   (json_int_t)x->racing_observed, "both_attempts_acked",
                                   (json_int_t)x->both_acked_observed));
+    issue46_json(j, x);
     json_object_set_new(j, "timing", timing_json(x));
     return j;
 }

@@ -54,7 +54,12 @@
     X(MANGLED_RECEIPT, "mangled-receipt")                                                          \
     X(HANDLER_FAILURE, "handler-failure")                                                          \
     X(PREMATURE_PURGE, "premature-purge-attempt")                                                  \
-    X(MIGRATION_UNQUERYABLE, "old-target-unqueryable-during-migration")
+    X(MIGRATION_UNQUERYABLE, "old-target-unqueryable-during-migration")                            \
+    X(FORGED_BODY, "copy-good-headers-other-body")                                                 \
+    X(CORRUPT_BEFORE_GENUINE, "corrupt-copy-before-genuine")                                       \
+    X(FOREIGN_COPY, "foreign-copy")                                                                \
+    X(LATE_REJECTION, "late-rejection")                                                            \
+    X(CONCURRENT_INSTANCES, "concurrent-consumer-instances")
 
 enum {
 #define F(n, s) F_##n,
@@ -73,6 +78,10 @@ typedef struct results {
         unknown_total, unknown_untraceable, internal_errors, liveness_failures, quarantined,
         premature_purges, purged, migrated, migration_refused, migrated_with_old_copy,
         unknown_unresolved, held, op_retries, op_accepts, racing_observed, both_acked_observed;
+    /* issue 46: the operator's paths, the evidence, the consumers' instances */
+    long published_without_evidence, route_changed_by_dry_run_or_refusal, genuine_copy_parked,
+        attempts_left_open, handler_runs_twice, purged_without_matching_evidence;
+    long op_dry_runs, op_refusals, op_false_accepts, op_false_refused, op_redrives;
     long adapter_traces[4], hold_traces;
     long fired[F_COUNT];
     long failing[16];
@@ -108,6 +117,7 @@ extern const adapter obx__sim_adapters[4];
 
 typedef struct actor {
     int kind, index, incarnation;
+    int instance; /* consumers: two instances share a consumer ID (index), its inbox and group */
     char owner[48];
     obx__engine e;
     obx__broker *b;
@@ -129,7 +139,7 @@ typedef struct actor {
     bool to_ack[MAX_DL];
 } actor;
 
-#define MAX_ACTORS 9
+#define MAX_ACTORS 11
 #define MAX_EVENTS 8
 
 typedef struct wk {
@@ -169,6 +179,9 @@ typedef struct wk {
     bool revised; /* the route policy was revised in this trace (a migration target) */
     bool faults_on;
     bool handler_fail_next;
+    /* handler runs per consumer ID and command (event_ids[c][0]), counted from outside the
+     * transaction: an effect outside the database runs once (issue 46, item 7) */
+    unsigned char runs[2][MAX_EVENTS];
     results r;
     char failure[512];
     int64_t *res_ms;

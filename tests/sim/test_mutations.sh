@@ -4,7 +4,9 @@
 # 10,000 traces, on the checker that guards against that bug (every criterion of the release
 # gate has one: lost or orphan event, second event ID, cross-destination retry, divergence,
 # duplicate effect, late-ACK convergence, untraceable UNKNOWN, UNKNOWN p99 and unresolved
-# UNKNOWNs; plus stale claims, premature purges and migration without proof). A control run
+# UNKNOWNs; plus stale claims, premature purges and migration without proof; and issue 46's:
+# a publish on a copy's header, a dry run or refusal that changes the routes, a genuine copy
+# parked, attempts left open, a handler run twice, a purge on evidence of other bytes). A control run
 # without mutation must pass. Usage: test_mutations.sh OBX (an obx built with -DOBX_MUTATIONS=ON)
 set -euo pipefail
 OBX=${1:?usage: test_mutations.sh OBX}
@@ -28,9 +30,17 @@ check ignore-idempotency-key  'second_event_ids > 0'
 check drop-duplicate-receipt  'late_ack_converged < late_ack_total'
 check purge-before-watermark  'premature_purges > 0'
 check migrate-while-unknown   'migrated_with_old_copy > 0'
-check reconcile-guess-published 'lost_events > 0'
+# a guessed receipt names no copy at the broker: the evidence check sees it first (offset -1)
+check reconcile-guess-published 'lost_events > 0 or published_without_evidence > 0'
 check sweep-forgets-attempt   'unknown_untraceable > 0'
 check stay-unknown            'unknown_unresolved > 0 and unknown_p99_s >= 900'
+# issue 46 (item 11): the operator's paths, the evidence, two instances of a consumer ID
+check lookup-trusts-header      'published_without_evidence > 0'
+check route-before-decision     'route_changed_by_dry_run_or_refusal > 0'
+check park-by-event-id          'genuine_copy_parked > 0'
+check superseded-stay-open      'attempts_left_open > 0'
+check handler-before-claim      'handler_runs_twice > 0'
+check purge-any-inbox-row       'purged_without_matching_evidence > 0'
 # accept-superseded-generation is an equivalent mutant here: a migration always changes the
 # destination digest (destination.v1 carries the route generation), so the digest rule refuses
 # the old generation's receipt before the generation rule is reached; the migration suite

@@ -21,8 +21,14 @@ keys = ["traces", "seed", "lost_events", "second_event_ids", "cross_destination_
         "digest_divergence", "consumer_duplicate_effects", "late_ack_total", "late_ack_converged",
         "unknown_total", "unknown_untraceable", "unknown_p99_s", "faults_fired", "trace_hash", "passed",
         "unknown_unresolved", "unknown_held", "operator_resolutions", "timing"]
-missing = [k for k in keys if k not in r]
+# issue 46 (item 11): the operator paths, the evidence, two instances of a consumer ID
+crit = ["published_without_evidence", "route_changed_by_dry_run_or_refusal", "genuine_copy_parked",
+        "attempts_left_open", "handler_runs_twice", "purged_without_matching_evidence"]
+missing = [k for k in keys + crit + ["operator_paths"] if k not in r]
 assert not missing, missing
+assert all(r[k] == 0 for k in crit), {k: r[k] for k in crit}
+op = r["operator_paths"]
+assert op["dry_runs"] > 0 and op["refused_route_changes"] > 0 and op["false_accepts"] > 0, op
 assert r["passed"] and r["traces"] == int(sys.argv[1]), r
 assert all(v > 0 for v in r["faults_fired"].values()), r["faults_fired"]
 # the gate runs on the shipped timings, every adapter and both UNKNOWN policies, and nothing

@@ -45,6 +45,11 @@ typedef struct obx__sim_faults {
     double corrupt;     /* an ACK's payload digest is altered on its way (a broken peer) */
     double dup_deliver; /* a consumer gets a delivery twice */
     double lose_commit; /* a consumer's ack is lost (redelivered later) */
+    /* copies the relay never sent, under an event's ID and generation (issue 46): */
+    double forge_body;     /* the append keeps the headers and carries another body; no ACK */
+    double corrupt_before; /* a copy whose body does not hash to its header, before the genuine */
+    double foreign_before; /* a consistent copy of other bytes (another producer), before it */
+    double late_reject;    /* a rejection arrives delay_ack_ms late (after the lease) */
     int64_t delay_ack_ms, ack_timeout_ms, max_net_delay_ms;
     /* The broker's quiet time (quiet_time_ms): after an attempt's deadline plus this, no late
      * write of it can appear. 0 = max_net_delay_ms. Requests still reach the log within
@@ -77,11 +82,14 @@ int64_t obx__sim_world_next_at(obx__sim_world *w);
  * open. Returns true when an ACK will arrive. (The seed's races: UNKNOWN racing a retry claim,
  * both old and new attempts ACKed.) */
 bool obx__sim_world_release_ack(obx__sim_world *w, const char *attempt_id, int64_t at);
-/* The newest message of (event_id, envelope_gen) in the log, or NULL: what an operator reading
- * the broker would find. */
+/* The newest message of (event_id, envelope_gen) the relay sent in the log, or NULL: what an
+ * operator reading the broker would find (and tell from a forged copy). */
 const obx__sim_msg *obx__sim_world_find(obx__sim_world *w, const char *event_id,
                                         int32_t envelope_gen);
 obx__sim_faults *obx__sim_world_faults(obx__sim_world *w);
+/* Whether the log holds a copy of event_id the relay never sent (forge_body, corrupt_before,
+ * foreign_before): a consumer may then quarantine or park a copy of it. */
+bool obx__sim_world_forged(obx__sim_world *w, const char *event_id);
 /* Delivers every network event due by now (appends, outcomes). */
 void obx__sim_world_tick(obx__sim_world *w, int64_t now);
 /* The world's log (all topics), valid until the next append or reset. */
@@ -105,7 +113,8 @@ void obx__sim_handle_unrecord_acks(obx__broker *b);
 /* Counters per fault, for "each fault shown to fire". */
 typedef struct obx__sim_fired {
     long drop_ack, lose_ack, delay_ack, dup_append, blackhole, reject, corrupt, dup_deliver,
-        lose_commit, late_ack, deadline_refused, lookup_down, reorder;
+        lose_commit, late_ack, deadline_refused, lookup_down, reorder, forge_body, corrupt_before,
+        foreign_before, late_reject;
 } obx__sim_fired;
 const obx__sim_fired *obx__sim_world_fired(obx__sim_world *w);
 

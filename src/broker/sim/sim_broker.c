@@ -28,6 +28,8 @@ typedef struct net_ev {
     obx__outcome out; /* EV_OUTCOME */
     int64_t deadline; /* of the attempt (late-ACK accounting) */
     bool dup, drop, lose, delay, valid, corrupt;
+    uint8_t forge; /* a copy appended before this one: 1 corrupt, 2 foreign; 3: this one's body
+                      is another (forge_body) */
 } net_ev;
 
 typedef struct logent {
@@ -38,6 +40,7 @@ typedef struct logent {
     uint32_t handle_gen;
     int64_t deadline;
     uint8_t ack_fate; /* 0 on its way or delivered, 1 dropped (UNKNOWN reported), 2 lost */
+    bool forged;      /* a copy the relay never sent (its bytes are not the event's) */
 } logent;
 
 typedef struct sim_handle sim_handle;
@@ -233,6 +236,7 @@ static obx_err log_append(obx__sim_world *w, const obx__sim_msg *m, int64_t now,
     e->handle_gen = from->handle_gen;
     e->deadline = from->deadline;
     e->ack_fate = from->lose ? 2 : from->drop ? 1 : 0;
+    e->forged = false;
     *off = e->m.offset;
     return OBX_OK;
 }
@@ -282,17 +286,48 @@ static obx_err record_ack(obx__sim_world *w, const obx__outcome *o, uint8_t ack,
     return OBX_OK;
 }
 
+/* Another body in m (same length, one byte changed). */
+static void alter_body(obx__sim_msg *m) {
+    if (!m->payload_len) m->payload[m->payload_len++] = '?';
+    m->payload[m->payload_len / 2] ^= 0x20;
+}
+
+/* Appends a copy of m the relay never sent, before the genuine one: kind 1 keeps m's headers
+ * with another body (corrupt), kind 2 is another producer's consistent message under the same
+ * event ID (foreign: its header digest is its body's hash). No ACK of its own. */
+static obx_err append_forged(obx__sim_world *w, const net_ev *e, int kind) {
+    obx__sim_msg f = e->msg;
+    alter_body(&f);
+    if (kind == 2 && obx_sha256_digest(f.payload, f.payload_len, f.env.payload_digest))
+        return obx__fail(OBX_ENOMEM, "sim: digest");
+    int64_t off;
+    obx_err err = log_append(w, &f, e->at, &off, e);
+    if (err) return err;
+    w->log[w->nlog - 1].ack_fate = 2;
+    w->log[w->nlog - 1].forged = true;
+    return OBX_OK;
+}
+
+bool obx__sim_world_forged(obx__sim_world *w, const char *event_id) {
+    for (size_t i = 0; i < w->nlog; i++)
+        if (w->log[i].forged && !strcmp(w->log[i].m.env.event_id, event_id)) return true;
+    return false;
+}
+
 /* Applies one network event at time `at`. */
 static obx_err apply(obx__sim_world *w, net_ev *e) {
     obx_err err = OBX_OK;
     if (e->kind == EV_APPEND) {
         int64_t off;
+        if ((e->forge == 1 || e->forge == 2) && (err = append_forged(w, e, e->forge))) return err;
         if ((err = log_append(w, &e->msg, e->at, &off, e))) return err;
+        if (e->forge == 3) w->log[w->nlog - 1].forged = true; /* forge_body: this copy */
         size_t first = w->nlog - 1;
         if (e->dup) {
             int64_t off2;
             if ((err = log_append(w, &e->msg, e->at, &off2, e))) return err;
             w->log[w->nlog - 1].ack_fate = 2; /* a producer-level retry's copy: no ACK of its own */
+            w->log[w->nlog - 1].forged = e->forge == 3;
         }
         if (e->lose) return OBX_OK; /* the ACK never comes back */
         if (e->drop) return OBX_OK; /* the sender gets UNKNOWN from its timeout instead */
@@ -327,7 +362,8 @@ bool obx__sim_world_release_ack(obx__sim_world *w, const char *attempt_id, int64
     if (any) return true;
     for (size_t i = 0; i < w->nlog; i++) { /* a dropped or lost ACK: it was late, not lost */
         logent *l = &w->log[i];
-        if (!l->ack_fate || strcmp(l->m.attempt_id, attempt_id)) continue;
+        /* (a forged copy has no true ACK: the broker never stored what was sent) */
+        if (!l->ack_fate || l->forged || strcmp(l->m.attempt_id, attempt_id)) continue;
         sim_handle *h = l->handle >= 0 && l->handle < MAX_HANDLES ? w->h[l->handle] : NULL;
         if (!h || h->gen != l->handle_gen) continue; /* its connection is gone: lost with it */
         net_ev o = ack_of(w, l, at, false);
@@ -341,7 +377,7 @@ bool obx__sim_world_release_ack(obx__sim_world *w, const char *attempt_id, int64
 const obx__sim_msg *obx__sim_world_find(obx__sim_world *w, const char *event_id,
                                         int32_t envelope_gen) {
     for (size_t i = w->nlog; i-- > 0;)
-        if (w->log[i].m.env.envelope_gen == envelope_gen &&
+        if (!w->log[i].forged && w->log[i].m.env.envelope_gen == envelope_gen &&
             !strcmp(w->log[i].m.env.event_id, event_id))
             return &w->log[i].m;
     return NULL;
@@ -453,8 +489,10 @@ static obx_err sb_send(obx__broker *b, const obx__msg *m, size_t n, int64_t now)
         }
         if (chance(w, w->f.reject)) {
             w->fired.reject++;
+            bool late = chance(w, w->f.late_reject); /* lands after the attempt's lease */
+            w->fired.late_reject += late;
             outcome_of(&m[i], &o, OBX__OUT_REJECT, "rejected (fault)");
-            net_ev e = {.at = now + between(w, 0, 20),
+            net_ev e = {.at = now + between(w, 0, 20) + (late ? w->f.delay_ack_ms : 0),
                         .kind = EV_OUTCOME,
                         .handle = h->id,
                         .handle_gen = h->gen,
@@ -488,8 +526,20 @@ static obx_err sb_send(obx__broker *b, const obx__msg *m, size_t n, int64_t now)
             e.valid = false;
         }
         if ((e.dup = chance(w, w->f.dup_append))) w->fired.dup_append++;
-        if ((e.lose = chance(w, w->f.lose_ack))) w->fired.lose_ack++;
-        if (!e.lose && (e.drop = chance(w, w->f.drop_ack))) {
+        if (chance(w, w->f.forge_body)) { /* good headers, another body: no valid ACK for it */
+            w->fired.forge_body++;
+            alter_body(s);
+            e.forge = 3;
+            e.drop = true;
+        } else if (chance(w, w->f.corrupt_before)) {
+            w->fired.corrupt_before++;
+            e.forge = 1;
+        } else if (chance(w, w->f.foreign_before)) {
+            w->fired.foreign_before++;
+            e.forge = 2;
+        }
+        if (!e.drop && (e.lose = chance(w, w->f.lose_ack))) w->fired.lose_ack++;
+        if (!e.lose && (e.drop = e.drop || chance(w, w->f.drop_ack))) {
             w->fired.drop_ack++;
             net_ev u = {.at = now + w->f.ack_timeout_ms,
                         .kind = EV_OUTCOME,
@@ -563,32 +613,38 @@ static obx_err sb_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup
         snprintf(res->reason, sizeof res->reason, "sim: target not queryable");
         return OBX_OK;
     }
+    /* every copy under the event ID and generation: its body is hashed (obx__lookup_copy), the
+     * first whose bytes are the event's message is the receipt, the others are counted */
+    res->kind = OBX__LOOKUP_NOT_FOUND;
     for (size_t i = 0; i < w->nlog; i++) {
         const obx__sim_msg *m = &w->log[i].m;
         if (m->partition != req->partition || strcmp(m->topic, req->dest->topic) ||
             strcmp(m->env.event_id, req->event_id) || m->env.envelope_gen != req->envelope_gen)
             continue;
-        obx__outcome *o = &res->found;
-        o->kind = OBX__OUT_ACK;
-        obx__strlcpy(o->event_id, m->env.event_id, sizeof o->event_id);
-        o->envelope_gen = m->env.envelope_gen;
-        obx__strlcpy(o->attempt_id, m->attempt_id, sizeof o->attempt_id);
-        obx__strlcpy(o->payload_digest, m->env.payload_digest, sizeof o->payload_digest);
-        obx__strlcpy(o->dest_digest, m->dest_digest, sizeof o->dest_digest);
-        obx__strlcpy(o->cluster, w->cluster, sizeof o->cluster);
-        obx__strlcpy(o->topic, m->topic, sizeof o->topic);
-        o->partition = m->partition;
-        o->offset = m->offset;
-        o->broker_ts = m->ts;
-        res->kind = OBX__LOOKUP_FOUND;
+        obx__outcome o;
+        memset(&o, 0, sizeof o);
+        obx__strlcpy(o.event_id, m->env.event_id, sizeof o.event_id);
+        o.envelope_gen = m->env.envelope_gen;
+        obx__strlcpy(o.attempt_id, m->attempt_id, sizeof o.attempt_id);
+        obx__strlcpy(o.payload_digest, m->env.payload_digest, sizeof o.payload_digest);
+        obx__strlcpy(o.dest_digest, m->dest_digest, sizeof o.dest_digest);
+        obx__strlcpy(o.cluster, w->cluster, sizeof o.cluster);
+        obx__strlcpy(o.topic, m->topic, sizeof o.topic);
+        o.partition = m->partition;
+        o.offset = m->offset;
+        o.broker_ts = m->ts;
+        obx__lookup_copy(req, res, &o, m->payload, m->payload_len);
+    }
+    if (res->kind == OBX__LOOKUP_FOUND) {
+        const obx__outcome *o = &res->found;
         /* a best-effort lookup (an audit stream) proves routing, not every queue's copy */
         res->routed_only = w->lookup == OBX__SIM_LOOKUP_BEST_EFFORT;
         snprintf(res->reason, sizeof res->reason, "sim: found at offset %lld%s",
-                 (long long)m->offset, res->routed_only ? " (best effort: routed only)" : "");
+                 (long long)o->offset, res->routed_only ? " (best effort: routed only)" : "");
         return OBX_OK;
     }
-    res->kind = OBX__LOOKUP_NOT_FOUND;
-    snprintf(res->reason, sizeof res->reason, "sim: scanned the partition, not present");
+    snprintf(res->reason, sizeof res->reason, "sim: scanned the partition, %s",
+             res->n_bad ? "only copies of other bytes" : "not present");
     return OBX_OK;
 }
 
