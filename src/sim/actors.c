@@ -791,8 +791,8 @@ void obx__sim_actor_live(wk *k, int i) {
     case A_PURGER: purger_step(k, a); break;
     case A_MIGRATOR: break; /* the migrating operator is done */
     case A_OPERATOR: operator_step(k, a); break;
-    default:
-        for (int rep = 0; rep < 4; rep++) {
+    default: /* a consumer ID's second instance: one round (the first one drains the rest) */
+        for (int rep = 0; rep < (a->instance ? 1 : 4); rep++) {
             consumer_fetch(k, a);
             while (a->posdl < a->ndl) consumer_process_one(k, a);
             consumer_ack_all(k, a);
