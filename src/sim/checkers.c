@@ -5,7 +5,11 @@
  * divergence, no duplicate consumer effects, no sends under a stale claim, late valid ACKs
  * converged to the publish slot or the duplicate log, UNKNOWNs traceable by attempt and
  * resolved, purges only behind every consumer and after the replay window, migrations only
- * away from a target that did not have the event. The checkers read what the databases hold —
+ * away from a target that did not have the event; and (issue 46) every primary receipt backed by
+ * a broker copy of the event's own bytes, no route changed by a dry run or a refusal (checked
+ * by the operator actor where it happens), no genuine copy parked, no UNKNOWN attempt left open
+ * on a published event, a handler run at most once per consumer ID and event, and no purge on
+ * a consumer receipt of other bytes. The checkers read what the databases hold —
  * the outbox through the store interface (snapshot.c, and envelope_at for the envelope an older
  * generation froze), the consumers' inboxes through theirs, the business tables through the
  * application doubles — rather than trusting the engine's or the actors' view of it.
