@@ -63,7 +63,8 @@ obx_err obx__inspect_json(obx__store *s, const char *event_id, json_t **out);
     X(PARK_BY_EVENT_ID, "park-by-event-id")                                                        \
     X(SUPERSEDED_STAY_OPEN, "superseded-stay-open")                                                \
     X(HANDLER_BEFORE_CLAIM, "handler-before-claim")                                                \
-    X(PURGE_ANY_INBOX_ROW, "purge-any-inbox-row")
+    X(PURGE_ANY_INBOX_ROW, "purge-any-inbox-row")                                                  \
+    X(ACCEPT_UNREAD_OFFSET, "accept-unread-offset")
 
 typedef enum obx__mutation {
     OBX__MUT_NONE,

@@ -336,8 +336,10 @@ static obx_err evidence_outcome(obx__engine *e, int64_t now, const obx__resolve_
     bool can_ask = true;
     if (!why[0] && (err = can_be_asked(e, ev, &can_ask, why))) return err;
     if (why[0]) return OBX_OK;
-    if (can_ask) return verify_at_broker(e, now, req, ev, o, why);
-    *src = OBX__RS_ASSERTED;
+    if (can_ask && !OBX__MUTANT(ACCEPT_UNREAD_OFFSET))
+        return verify_at_broker(e, now, req, ev, o, why);
+    /* (test-only bug ACCEPT_UNREAD_OFFSET: the offset taken as verified, unread) */
+    *src = can_ask ? OBX__RS_OPERATOR : OBX__RS_ASSERTED;
     o->kind = OBX__OUT_ACK;
     obx__strlcpy(o->event_id, obx__wire_id(ev), sizeof o->event_id);
     o->envelope_gen = ev->envelope_gen;

@@ -565,8 +565,9 @@ static void operator_no_change(wk *k, actor *a, int kind) {
 }
 
 /* `obx resolve --accept` with false evidence (an offset the broker does not hold under the
- * event, or another payload digest): where the broker can be asked it must be refused; a false
- * acceptance would publish the event on no evidence (checkers.c counts it). */
+ * event, or another payload digest) for an event in DISPATCH_UNKNOWN (the only state resolve
+ * takes): where the broker can be asked it must be refused; a false acceptance would publish
+ * the event on no evidence (checkers.c counts it). */
 static void operator_false_accept(wk *k, actor *a) {
     obx__sim_faults *wf = obx__sim_world_faults(k->w);
     int c = (int)(rnd(k) % (uint64_t)k->n_events);
@@ -575,8 +576,9 @@ static void operator_false_accept(wk *k, actor *a) {
     obx__rows rows = {0};
     const char *id = k->event_ids[c][0];
     obx_err e = obx__st_load_events(k->os, &id, 1, 0, &rows);
-    const obx__sim_msg *m =
-        !e && rows.n ? obx__sim_world_find(k->w, id, rows.v[0].envelope_gen) : NULL;
+    const obx__sim_msg *m = !e && rows.n && rows.v[0].state == OBX__ST_DISPATCH_UNKNOWN
+                                ? obx__sim_world_find(k->w, id, rows.v[0].envelope_gen)
+                                : NULL;
     if (m) {
         char bad[OBX_DIGEST_LEN + 1];
         obx__strlcpy(bad, m->env.payload_digest, sizeof bad);

@@ -41,6 +41,8 @@ check park-by-event-id          'genuine_copy_parked > 0'
 check superseded-stay-open      'attempts_left_open > 0'
 check handler-before-claim      'handler_runs_twice > 0'
 check purge-any-inbox-row       'purged_without_matching_evidence > 0'
+# the operator actor's false evidence (resolve --accept with an offset the broker does not hold)
+check accept-unread-offset      'published_without_evidence > 0'
 # accept-superseded-generation is an equivalent mutant here: a migration always changes the
 # destination digest (destination.v1 carries the route generation), so the digest rule refuses
 # the old generation's receipt before the generation rule is reached; the migration suite
