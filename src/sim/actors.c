@@ -543,7 +543,7 @@ static void operator_no_change(wk *k, actor *a, int kind) {
     obx_err e = obx__migrate(&a->e, k->now, &req, &out, &refused);
     json_decref(out);
     uint64_t after = routes_sig(k, &ok2);
-    if (e == OBX_EREFUSED || e == OBX_EINVAL) e = OBX_OK; /* refused: what it must be */
+    if (e == OBX_EREFUSED) e = OBX_OK; /* refused: what it must be */
     check_err(k, a, e, "operator: migrate");
     if (!ok1 || !ok2) check_err(k, a, OBX_ESTORE, "operator: route list");
     if (kind == 2)
@@ -597,7 +597,7 @@ static void operator_false_accept(wk *k, actor *a) {
         size_t refused = 0;
         e = obx__resolve(&a->e, k->now, &q, &out, &refused);
         json_decref(out);
-        if (e == OBX_EREFUSED || e == OBX_EINVAL) {
+        if (e == OBX_EREFUSED) {
             e = OBX_OK;
             refused = 1;
         }
