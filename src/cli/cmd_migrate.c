@@ -266,7 +266,10 @@ int cmd_migrate(int argc, char **argv) {
                      over->serializer || over->durability || over->required_acks;
     if ((rc = migrate_validate(&a, new_route))) return rc;
     obx_store *s;
-    if ((rc = cli_open_store("migrate", a.db, &s))) return rc;
+    /* a dry run opens the outbox read-only: it cannot write, even by a bug */
+    if ((rc = cli_open_store_with("migrate", a.db, req->dry_run ? OBX_STORE_READ_ONLY : 0, "outbox",
+                                  &s)))
+        return rc;
     obx_route rt;
     json_t *keep = NULL;
     if (new_route) {
@@ -457,7 +460,10 @@ int cmd_takeover(int argc, char **argv) {
     req.event_types = types.v;
     req.n_event_types = types.n;
     obx_store *s;
-    if ((rc = cli_open_store("takeover", db, &s))) return rc;
+    /* a dry run opens the outbox read-only: it cannot write, even by a bug */
+    if ((rc = cli_open_store_with("takeover", db, req.dry_run ? OBX_STORE_READ_ONLY : 0, "outbox",
+                                  &s)))
+        return rc;
     char *out = NULL;
     obx_err e = obx_takeover(s, &req, &out);
     obx_store_close(s);

@@ -186,7 +186,8 @@ int cmd_resolve(int argc, char **argv) {
     r.event_ids = (const char *const *)(argv + optind);
     r.n_event_ids = (size_t)(argc - optind);
     obx_store *s;
-    rc = cli_open_store("resolve", db, &s);
+    /* a dry run opens the outbox read-only: it cannot write, even by a bug */
+    rc = cli_open_store_with("resolve", db, r.dry_run ? OBX_STORE_READ_ONLY : 0, "outbox", &s);
     if (rc) {
         args_free(&a);
         return rc;
