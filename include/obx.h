@@ -69,7 +69,8 @@ extern "C" {
     X(OBX_EINVARIANT, 26, 0, "an invariant does not hold")                                         \
     X(OBX_ESTOPPED, 27, 0, "stopped by request")                                                   \
     X(OBX_EPOISON, 28, 0, "message refused for good by the consumer's handler (poison)")           \
-    X(OBX_ENODB, 29, 1, "no such database")
+    X(OBX_ENODB, 29, 1, "no such database")                                                        \
+    X(OBX_EDENIED, 30, 0, "permission denied to this database role")
 
 typedef enum obx_err {
 #define OBX__ENUM(name, num, retr, msg) name = num,

@@ -32,14 +32,18 @@ static int wait_signal(const sigset_t *set, int ms) {
 }
 
 /* A daemon that could not start or run: a configuration error (a bad key or URL, a backend not
- * built in, a Kafka cluster that is not the configured one) exits 2, at once, like a usage
+ * built in, a Kafka cluster that is not the configured one, a database role without the
+ * grants the relay needs: OBX_EDENIED) exits 2, at once, like a usage
  * error, so that a service manager need not restart it (the unit's RestartPreventExitStatus);
  * anything else with its status of the CLI's contract (cli_exit_of: 3, could not). Waiting
  * cannot mend these: what can (a database or broker not there yet) is waited for and never
  * ends the daemon. */
 static int start_fail(const char *cmd, const char *what, obx_err e) {
     int rc = cli_fail(cmd, what, e);
-    return e == OBX_ECONFIG || e == OBX_EURL || e == OBX_EUNSUPPORTED || e == OBX_EREFUSED ? 2 : rc;
+    return e == OBX_ECONFIG || e == OBX_EURL || e == OBX_EUNSUPPORTED || e == OBX_EREFUSED ||
+                   e == OBX_EDENIED
+               ? 2
+               : rc;
 }
 
 static void now_iso(char *out, size_t cap) {

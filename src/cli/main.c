@@ -126,7 +126,9 @@ int cli_exit_of(obx_err e) {
     case OBX_EFINDINGS:
     case OBX_EINVARIANT:
     case OBX_EPOISON: return CLI_EXIT_FINDING;
-    /* could not look: unreachable, busy, wrong schema, I/O, memory, a lost connection */
+    /* could not look: unreachable, busy, wrong schema, I/O, memory, a lost connection, and a
+     * permission the database denies this role (OBX_EDENIED: not a finding about the outbox) */
+    case OBX_EDENIED:
     default: return CLI_EXIT_UNCHECKED;
     }
 }

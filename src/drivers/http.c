@@ -171,6 +171,7 @@ static unsigned status_of(obx_err e) {
     switch (e) {
     case OBX_EINVAL: return MHD_HTTP_BAD_REQUEST;
     case OBX_ENOTFOUND: return MHD_HTTP_NOT_FOUND;
+    case OBX_EDENIED: return MHD_HTTP_FORBIDDEN;
     case OBX_EREFUSED:
     case OBX_ECONFLICT: return MHD_HTTP_CONFLICT;
     default: return MHD_HTTP_SERVICE_UNAVAILABLE;

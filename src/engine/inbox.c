@@ -500,7 +500,7 @@ static obx_err write_failed(obx_inbox *in, const obx_message *m, obx_inbox_handl
                          "visible to this database role (row-level security?)",
                          m->event_id, in->consumer);
     }
-    if (e == OBX_EREFUSED) {
+    if (e == OBX_EDENIED) {
         /* the database refused this consumer's receipt (PostgreSQL row-level security: the
          * role is not granted this consumer or tenant): nothing ran or the effect was rolled
          * back with it; park the message, visible, instead of stalling on it */

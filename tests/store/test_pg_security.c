@@ -405,7 +405,7 @@ static void test_consumer_sees_only_its_tenants(void **st) {
                      .payload = "{}",
                      .payload_len = 2,
                      .topic = "orders"};
-    assert_int_equal(obx_inbox_process(in, &m, effect, NULL, NULL, &r), OBX_EREFUSED);
+    assert_int_equal(obx_inbox_process(in, &m, effect, NULL, NULL, &r), OBX_EDENIED);
     obx_inbox_close(in);
     obx_store_close(sa);
     obx_store_close(sb);

@@ -23,7 +23,7 @@
  *      that it behaves as the same calls one by one.
  *   5. Errors (map_error): OB001 from the frozen-data triggers -> OBX_EIMMUTABLE; 23505 unique
  *      violation -> OBX_ECONFLICT; 42501 insufficient privilege (row-level security included)
- *      -> OBX_EREFUSED; 40001 serialization failure, 40P01 deadlock, 55P03 lock
+ *      -> OBX_EDENIED; 40001 serialization failure, 40P01 deadlock, 55P03 lock
  *      timeout, 57014 statement timeout -> OBX_EBUSY (retriable: the server rolled the
  *      statement back; inside a transaction the caller rolls back and retries the whole
  *      transaction); a lost connection -> OBX_ECONNLOST; a connection lost while COMMIT was in
@@ -1328,9 +1328,10 @@ static obx_err map_error(pg_store *s, const PGresult *r, const char *what) {
                          st, what);
     if (!strncmp(st, "53", 2))
         return obx__fail(OBX_EIO, "postgres: %s [SQLSTATE %s] (%s)", msg, st, what);
-    /* insufficient privilege, row-level security included: refused for this role, for good */
+    /* insufficient privilege, row-level security included: denied to this role, for good (not
+     * a protocol guard's refusal: the caller could not look, or write, as this role) */
     if (!strcmp(st, "42501"))
-        return obx__fail(OBX_EREFUSED, "postgres: %s [SQLSTATE %s] (%s)", msg, st, what);
+        return obx__fail(OBX_EDENIED, "postgres: %s [SQLSTATE %s] (%s)", msg, st, what);
     return obx__fail(OBX_ESTORE, "postgres: %s [SQLSTATE %s] (%s)", msg, st, what);
 }
 
