@@ -17,7 +17,9 @@
 /* The event row's columns, in the order obx__event_decode reads them: e = obx_event,
  * v = obx_envelope (the event's current generation), t = obx_delivery_target (LEFT JOIN: a
  * delivery-set slot's logical event ID and target number). A query may append the payload as
- * column OBX__EVENT_NCOLS. */
+ * column OBX__EVENT_NCOLS. The payload itself is never read here: length(v.payload) IS NULL
+ * (purged) reads its size only (SQLite: the record header; PostgreSQL: the TOAST pointer), where
+ * v.payload IS NULL would read it whole. */
 #define OBX__EVENT_COLS                                                                            \
     "e.seq, e.event_id, e.envelope_gen, e.state, e.claim_gen, e.owner, e.lease_until, "            \
     "e.attempt_gen, e.attempt_id, e.pinned_partition, e.rejections, e.available_at, "              \
@@ -27,7 +29,7 @@
     "v.payload_digest, v.tenant, v.occurred_at, v.created_txid, v.correlation_id, "                \
     "v.causation_id, v.traceparent, v.idempotency_key, v.envelope_digest, v.dest_cluster, "        \
     "v.dest_topic, v.dest_routing_key, v.dest_algorithm, v.dest_route_gen, v.dest_serializer, "    \
-    "v.dest_durability, v.dest_acks, v.dest_digest, v.payload_len, v.payload IS NULL, "            \
+    "v.dest_durability, v.dest_acks, v.dest_digest, v.payload_len, length(v.payload) IS NULL, "    \
     "coalesce(t.event_id, e.event_id), coalesce(t.target_no, 0), e.held_at, v.not_before"
 #define OBX__EVENT_NCOLS 51
 

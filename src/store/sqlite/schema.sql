@@ -110,10 +110,12 @@ CREATE TABLE obx_envelope (
     dest_durability   TEXT NOT NULL,
     dest_acks         TEXT NOT NULL,
     dest_digest       TEXT NOT NULL,
-    payload           BLOB,            -- NULL only after purge (tombstone keeps the digests)
     payload_len       INTEGER NOT NULL,
     created_at        INTEGER NOT NULL,
     not_before        INTEGER NOT NULL DEFAULT 0, -- a delayed event's time (ms); 0 = none
+    -- last: a column after it would be reached only through the payload's overflow pages, so
+    -- every read of an event row would read its whole payload (a claim, obx status...)
+    payload           BLOB,            -- NULL only after purge (tombstone keeps the digests)
     PRIMARY KEY (event_id, envelope_gen)
 );
 
