@@ -61,6 +61,10 @@ static const key keys[] = {
       "Dispatcher threads; beyond the first they claim only under a backlog, and only the first "
       "waits for commits (LISTEN)."),
     I("relay.batch", batch, 1, 10000, "256", "Events per claim, sweep and reconcile step."),
+    I("relay.max_payload", max_payload, 0, 268435456, "0",
+      "The largest payload the relay reads and sends, in bytes; 0: the outbox's payload limit "
+      "(PostgreSQL: obx_meta's payload_limit, default 1 MiB; SQLite: 1 MiB). A larger event is "
+      "parked with an audit row and an ALARM log record, never read whole nor sent."),
     I("relay.window", window, 1, 100000, "2048", "In-flight messages per dispatcher at most."),
     I("relay.lease_ms", lease_ms, 100, 86400000, "30000", "The claim and SENDING lease."),
     I("relay.reconcile_lease_ms", reconcile_lease_ms, 100, 86400000, "30000",

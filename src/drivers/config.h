@@ -17,9 +17,9 @@ struct obx_config {
     char broker[1024];
     obx__strv broker_props; /* "key=value" */
     char relay_id[201];
-    int64_t dispatchers, batch, window, lease_ms, reconcile_lease_ms, recheck_ms, recheck_max_ms,
-        backoff_base_ms, backoff_max_ms, poll_ms, sweep_ms, reconcile_ms, drain_ms, reconciler,
-        heartbeat_ms;
+    int64_t dispatchers, batch, max_payload, window, lease_ms, reconcile_lease_ms, recheck_ms,
+        recheck_max_ms, backoff_base_ms, backoff_max_ms, poll_ms, sweep_ms, reconcile_ms, drain_ms,
+        reconciler, heartbeat_ms;
     obx__strv aliases;
     /* connect.*: the wait for a database or broker that is not there (deps.c) */
     int64_t retry_initial_ms, retry_max_ms;

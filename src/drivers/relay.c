@@ -178,6 +178,15 @@ static void on_note(void *user, const obx__note *n) {
     }
 }
 
+/* The engine's alarms outside the acceptance point (a payload over relay.max_payload): one
+ * error record each, folded during an incident like the notes. */
+static void on_alarm(void *user, const char *event_id, const char *what) {
+    worker *w = user;
+    obx__log_event("ALARM events refused before sending", OBX__LOG_ERROR,
+                   w->index >= 0 ? "dispatcher" : "reconciler", event_id, NULL, NULL, "ALARM %s",
+                   what);
+}
+
 static void on_resolved(void *user, const char *event_id, int64_t ms) {
     worker *w = user;
     (void)event_id;
@@ -269,6 +278,7 @@ static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engi
     ec.backoff_base_ms = c->backoff_base_ms;
     ec.backoff_max_ms = c->backoff_max_ms;
     ec.batch = (size_t)c->batch;
+    ec.max_payload = (size_t)c->max_payload;
     ec.aliases = (const char *const *)c->aliases.v;
     ec.n_aliases = c->aliases.n;
     if ((err = obx__engine_init(e, *s, *b, &ec))) return err;
@@ -279,6 +289,8 @@ static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engi
     e->on_note_user = w;
     e->on_unknown_resolved = on_resolved;
     e->on_unknown_resolved_user = w;
+    e->on_alarm = on_alarm;
+    e->on_alarm_user = w;
     return OBX_OK;
 }
 

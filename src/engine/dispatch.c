@@ -38,7 +38,14 @@
 static bool sendable(obx__engine *e, const obx__event_row *r, obx__outcome *pre) {
     char why[OBX_TEXT_MAX + 1];
     char digest[OBX_DIGEST_LEN + 1] = "";
-    if (!obx__br_honours(e->b, &r->dest, why, sizeof why)) {
+    if (r->payload_unread) {
+        /* over the relay's ceiling (relay.max_payload): the claim did not read it */
+        snprintf(why, sizeof why,
+                 "payload of %zu bytes over the relay's ceiling (relay.max_payload, default the "
+                 "outbox's payload limit): not read, not sent",
+                 r->payload_len);
+        if (e->on_alarm) e->on_alarm(e->on_alarm_user, r->env.event_id, why);
+    } else if (!obx__br_honours(e->b, &r->dest, why, sizeof why)) {
     } else if (obx_sha256_digest(r->payload, r->payload_len, digest) ||
                strcmp(digest, r->env.payload_digest)) {
         snprintf(why, sizeof why,
@@ -68,7 +75,8 @@ static obx_err claim_tx(obx__engine *e, void *arg) {
                           .limit = e->cfg.batch,
                           .cluster = e->cfg.own_cluster && e->b ? e->cluster : NULL,
                           .aliases = e->cfg.aliases,
-                          .n_aliases = e->cfg.n_aliases};
+                          .n_aliases = e->cfg.n_aliases,
+                          .max_payload = e->cfg.max_payload};
     obx__rows_free(c->out);
     obx_err err =
         obx__st_read_events(e->s, &(obx__read_req){.by = OBX__READ_CLAIM, .claim = &req}, c->out);
@@ -376,7 +384,8 @@ static obx_err dispatch_tx(obx__engine *e, void *arg) {
                           .limit = e->cfg.batch,
                           .cluster = e->cfg.own_cluster && e->b ? e->cluster : NULL,
                           .aliases = e->cfg.aliases,
-                          .n_aliases = e->cfg.n_aliases};
+                          .n_aliases = e->cfg.n_aliases,
+                          .max_payload = e->cfg.max_payload};
     obx__rows_free(c->rows);
     obx_err err =
         obx__st_read_events(e->s, &(obx__read_req){.by = OBX__READ_CLAIM, .claim = &req}, c->rows);

@@ -94,7 +94,10 @@ typedef struct obx__engine_cfg {
     int64_t recheck_max_ms;
     int64_t backoff_base_ms; /* definite rejection: retry after base * 2^(n-1), +-20% jitter */
     int64_t backoff_max_ms;
-    size_t batch;     /* events per claim / sweep / reconcile step */
+    size_t batch; /* events per claim / sweep / reconcile step */
+    /* the largest payload a claim reads, in bytes (0: the outbox's payload limit); a larger
+     * event is parked with an alarm, never read whole nor sent (relay.max_payload) */
+    size_t max_payload;
     bool own_cluster; /* only claim events whose frozen cluster is the broker's (default) */
     const char *const *aliases; /* dispatcher aliases served (NULL = all) */
     size_t n_aliases;

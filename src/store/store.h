@@ -112,6 +112,9 @@ typedef struct obx__event_row {
     unsigned char *payload;
     size_t payload_len;
     bool payload_purged;
+    /* claims: the payload is over the claim's max_payload and was not read (payload NULL,
+     * payload_len the stored length) */
+    bool payload_unread;
     /* Delivery sets (docs/migration.md). A row is one publish slot. env.event_id is the slot's
      * key in the store; logical_id is the event ID brokers and consumers see: the same for an
      * ordinary event, the set's event ID for the slot of a further target. target_no is the
@@ -454,6 +457,9 @@ typedef struct obx__claim_req {
     const char *cluster; /* NULL: any */
     const char *const *aliases;
     size_t n_aliases; /* 0: any */
+    /* the largest payload read, in bytes; a larger one is not read (payload_unread). 0: the
+     * outbox's payload limit (PostgreSQL: obx_meta's payload_limit; SQLite: the default) */
+    size_t max_payload;
 } obx__claim_req;
 
 typedef enum obx__select_kind {

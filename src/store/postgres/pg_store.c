@@ -535,9 +535,13 @@ static const char *const sql_text[Q_COUNT] = {
     /* docs/design.md, "Claims, attempts and fencing": oldest first; PENDING when available,
      * CLAIMED when its lease expired; never behind an unpublished earlier event of the same order
      * key unless unordered. Rows locked by another relay's claim are skipped, but the NOT EXISTS
-     * still sees them as unpublished, so a locked head of a key holds back the rest of the key. */
+     * still sees them as unpublished, so a locked head of a key holds back the rest of the key.
+     * $5: a payload over the relay's ceiling (NULL: obx_meta's payload_limit) is not read:
+     * octet_length() of a TOASTed value reads its header, not its bytes. */
     [Q_CLAIM] =
-        "SELECT " EVENT_COLS ", v.payload" EVENT_FROM "WHERE e.state IN ('PENDING','CLAIMED') "
+        "SELECT " EVENT_COLS ", CASE WHEN octet_length(v.payload) <= coalesce($5::bigint, "
+        "(SELECT m.value::bigint FROM obx.obx_meta m WHERE m.key = 'payload_limit'), 1048576) "
+        "THEN v.payload END" EVENT_FROM "WHERE e.state IN ('PENDING','CLAIMED') "
         "AND ((e.state = 'PENDING' AND e.available_at <= $1::bigint) OR "
         "     (e.state = 'CLAIMED' AND e.lease_until <= $1::bigint)) "
         "AND ($2::text IS NULL OR e.dest_cluster = $2::text) "
@@ -2596,7 +2600,10 @@ static obx_err read_event(const PGresult *res, int row, obx__event_row *r, bool 
         size_t n = 0;
         obx_err e = get_bytea(res, row, EVENT_NCOLS, &r->payload, &n);
         if (e) return e;
-        r->payload_len = n;
+        if (!r->payload && !r->payload_purged)
+            r->payload_unread = true; /* over the claim's ceiling: payload_len is the stored one */
+        else
+            r->payload_len = n;
     }
     return OBX_OK;
 }
@@ -2627,6 +2634,10 @@ static obx_err read_claim(obx__store *base, const obx__claim_req *req, obx__rows
     p_int(&p, (int64_t)req->limit);
     if (req->n_aliases)
         ARR_TEXT(&p, req->n_aliases, req->aliases[i]);
+    else
+        p_text(&p, NULL);
+    if (req->max_payload)
+        p_int(&p, (int64_t)req->max_payload);
     else
         p_text(&p, NULL);
     /* relay_plans. The relay prepares its statements once, often while the outbox is still

@@ -187,7 +187,10 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_CLAIM] =
         /* INDEXED BY: the claimable rows in seq order, LIMIT stops the scan; without it the
          * planner picked obx_event_state_pub and sorted the whole backlog on every claim */
-    "SELECT " EVENT_COLS ", v.payload FROM obx_event e INDEXED BY obx_event_claimable "
+    /* ?5: a payload over the relay's ceiling is not read (length() of a blob reads its size,
+     * not its bytes) */
+    "SELECT " EVENT_COLS ", CASE WHEN length(v.payload) <= ?5 THEN v.payload END "
+    "FROM obx_event e INDEXED BY obx_event_claimable "
     "JOIN obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen "
     "LEFT JOIN obx_delivery_target t ON t.slot_id = e.event_id "
     "WHERE e.state IN ('PENDING','CLAIMED') "
@@ -1121,7 +1124,10 @@ static obx_err read_event(sqlite3_stmt *st, obx__event_row *r, bool with_payload
             if (!r->payload) return obx__fail(OBX_ENOMEM, "payload: out of memory");
             memcpy(r->payload, p, (size_t)n);
         }
-        r->payload_len = p ? (size_t)n : 0;
+        if (!p && !r->payload_purged)
+            r->payload_unread = true; /* over the claim's ceiling: payload_len is the stored one */
+        else
+            r->payload_len = p ? (size_t)n : 0;
     }
     return OBX_OK;
 }
@@ -1174,6 +1180,7 @@ static obx_err read_claim(obx__store *base, const obx__claim_req *req, obx__rows
         sqlite3_bind_null(st, 2);
     bi(st, 3, (int64_t)req->limit);
     bind_aliases(st, 4, req->aliases, req->n_aliases, aliases, sizeof aliases);
+    bi(st, 5, (int64_t)(req->max_payload ? req->max_payload : OBX_PAYLOAD_DEFAULT_LIMIT));
     return collect(s, st, true, out, "claim candidates");
 }
 
