@@ -203,7 +203,7 @@ static void print_status(json_t *s) {
         }
         json_t *lag = json_object_get(e, "lag"), *po = json_object_get(e, "poison");
         age(a, sizeof a, ji(lag, "age_ms"));
-        long long lc = ji(lag, "last_commit_at");
+        long long lc = ji(lag, "last_commit_at_ms");
         age(b, sizeof b, lc ? now - lc : 0);
         printf(
             "\n      lag %lld of the newest %lld published events (oldest %s); last commit %s%s; "

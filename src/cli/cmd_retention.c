@@ -188,10 +188,10 @@ static void print_audit(json_t *d) {
     if (!json_array_size(json_object_get(d, "critical_consumers"))) printf(" none declared");
     json_array_foreach(json_object_get(d, "critical_consumers"), i, v) {
         char t[40];
-        iso(ji(v, "forced_watermark"), t);
+        iso(ji(v, "forced_watermark_ms"), t);
         printf("%s %s (%s%s)", i ? "," : "", js(v, "id"),
-               ji(v, "forced_watermark") ? "forced watermark " : "no forced watermark",
-               ji(v, "forced_watermark") ? t : "");
+               ji(v, "forced_watermark_ms") ? "forced watermark " : "no forced watermark",
+               ji(v, "forced_watermark_ms") ? t : "");
     }
     printf("\n  sets: %lld committed events, %lld published (%lld retained, %lld purged), %lld "
            "primary receipts, %lld quarantined receipts\n\n",
@@ -378,8 +378,8 @@ static int watermark_list(args *a) {
     json_t *v;
     json_array_foreach(json_object_get(d, "critical_consumers"), i, v) {
         char t1[40], t2[40];
-        iso(ji(v, "forced_watermark"), t1);
-        iso(ji(v, "forced_at"), t2);
+        iso(ji(v, "forced_watermark_ms"), t1);
+        iso(ji(v, "forced_at_ms"), t2);
         printf("%-24s %-26s %-26s %s\n", js(v, "id"), t1, t2, js(v, "db"));
     }
     json_t *wm = json_object_get(d, "forced_consumer_watermark");

@@ -176,12 +176,13 @@ static json_t *summary(const obx__event_row *r) {
         "{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:i,s:i,s:s,s:i,s:I,s:I,s:s,s:I,s:I,s:s}", "event_id",
         r->env.event_id, "event_type", r->env.event_type, "aggregate", agg, "tenant", r->env.tenant,
         "correlation_id", r->env.correlation_id, "state", obx__state_name(r->state), "topic",
-        r->dest.topic, "committed_at", (json_int_t)r->committed_at, "updated_at",
+        r->dest.topic, "committed_at", (json_int_t)r->committed_at, "updated_at_ms",
         (json_int_t)r->updated_at, "rejections", (int)r->rejections, "max_attempts",
         (int)r->max_attempts, "attempt_id", r->attempt_id, "attempt_gen", (int)r->attempt_gen,
         "unknown_since", (json_int_t)r->unknown_since, "next_check_at",
-        (json_int_t)r->next_check_at, "owner", r->owner, "lease_until", (json_int_t)r->lease_until,
-        "held_at", (json_int_t)r->held_at, "on_unknown", r->blind_retry ? "retry" : "hold");
+        (json_int_t)r->next_check_at, "owner", r->owner, "lease_until_ms",
+        (json_int_t)r->lease_until, "held_at", (json_int_t)r->held_at, "on_unknown",
+        r->blind_retry ? "retry" : "hold");
 }
 
 static obx_err attempts_of(obx__store *s, const char *event_id, json_t *into, char *last_reason,
@@ -246,10 +247,10 @@ static json_t *consumer_json(obx__consumer_set *cs, size_t i, const obx__publish
     json_object_set_new(o, "up", json_true());
     json_object_set_new(
         o, "lag",
-        json_pack("{s:I,s:I,s:I,s:I,s:I}", "events", (json_int_t)lag.missing, "oldest_missing_at",
-                  (json_int_t)lag.oldest_missing_at, "age_ms",
+        json_pack("{s:I,s:I,s:I,s:I,s:I}", "events", (json_int_t)lag.missing,
+                  "oldest_missing_at_ms", (json_int_t)lag.oldest_missing_at, "age_ms",
                   (json_int_t)(lag.oldest_missing_at ? now - lag.oldest_missing_at : 0), "window",
-                  (json_int_t)lag.window, "last_commit_at", (json_int_t)lag.last_commit_at));
+                  (json_int_t)lag.window, "last_commit_at_ms", (json_int_t)lag.last_commit_at));
     json_t *wa = json_array();
     for (size_t k = 0; k < nw; k++)
         json_array_append_new(wa, json_pack("{s:s,s:i,s:I,s:s,s:I,s:I}", "topic", wm[k].topic,
@@ -264,12 +265,13 @@ static json_t *consumer_json(obx__consumer_set *cs, size_t i, const obx__publish
         if (!strcmp(pr[k].state, "PARKED")) parked++;
         if (!strcmp(pr[k].state, "REDRIVE")) redrive++;
         if (!strcmp(pr[k].state, "DONE") || json_array_size(pa) >= limit) continue;
-        json_array_append_new(
-            pa, json_pack("{s:s,s:s,s:i,s:s,s:s,s:i,s:I,s:I,s:I}", "event_id", pr[k].event_id,
-                          "state", pr[k].state, "failures", (int)pr[k].failures, "last_error",
-                          pr[k].last_error, "topic", pr[k].topic, "partition", (int)pr[k].partition,
-                          "offset", (json_int_t)pr[k].offset, "parked_at",
-                          (json_int_t)pr[k].parked_at, "updated_at", (json_int_t)pr[k].updated_at));
+        json_array_append_new(pa, json_pack("{s:s,s:s,s:i,s:s,s:s,s:i,s:I,s:I,s:I}", "event_id",
+                                            pr[k].event_id, "state", pr[k].state, "failures",
+                                            (int)pr[k].failures, "last_error", pr[k].last_error,
+                                            "topic", pr[k].topic, "partition", (int)pr[k].partition,
+                                            "offset", (json_int_t)pr[k].offset, "parked_at_ms",
+                                            (json_int_t)pr[k].parked_at, "updated_at_ms",
+                                            (json_int_t)pr[k].updated_at));
     }
     json_object_set_new(o, "poison",
                         json_pack("{s:I,s:I,s:o}", "parked", (json_int_t)parked, "redrive",
@@ -323,18 +325,18 @@ obx_err obx__status_json(obx__store *s, obx__consumer_set *cs, const obx__store_
         doc, "pending",
         json_pack("{s:I,s:I,s:I}", "events",
                   (json_int_t)(st.by_state[OBX__ST_PENDING] + st.by_state[OBX__ST_CLAIMED]),
-                  "oldest_committed_at", (json_int_t)st.oldest_pending_committed_at,
+                  "oldest_committed_at_ms", (json_int_t)st.oldest_pending_committed_at,
                   "oldest_age_ms",
                   (json_int_t)(st.oldest_pending_committed_at ? now - st.oldest_pending_committed_at
                                                               : 0)));
     json_object_set_new(
         doc, "unknown",
         json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "events", (json_int_t)unknown,
-                  "open_attempts", (json_int_t)st.attempts_unknown, "oldest_since",
+                  "open_attempts", (json_int_t)st.attempts_unknown, "oldest_since_ms",
                   (json_int_t)st.oldest_unknown_since, "oldest_age_ms",
                   (json_int_t)(st.oldest_unknown_since ? now - st.oldest_unknown_since : 0),
                   /* held for an operator (obx resolve), and when to alert (docs/operations.md) */
-                  "held", (json_int_t)st.held, "oldest_held_at", (json_int_t)st.oldest_held,
+                  "held", (json_int_t)st.held, "oldest_held_at_ms", (json_int_t)st.oldest_held,
                   "oldest_held_age_ms", (json_int_t)(st.oldest_held ? now - st.oldest_held : 0),
                   "held_alert_ms", (json_int_t)OBX__HELD_ALERT_MS));
     /* delivery sets not delivered yet under their rule, and the trailing targets of `any`
@@ -460,8 +462,8 @@ static json_t *consumer_trace(obx__consumer_set *cs, size_t i, const char *event
     if (poisoned) {
         json_object_set_new(o, "poison",
                             json_pack("{s:s,s:i,s:s,s:I,s:I}", "state", p.state, "failures",
-                                      (int)p.failures, "last_error", p.last_error, "parked_at",
-                                      (json_int_t)p.parked_at, "updated_at",
+                                      (int)p.failures, "last_error", p.last_error, "parked_at_ms",
+                                      (json_int_t)p.parked_at, "updated_at_ms",
                                       (json_int_t)p.updated_at));
         free(p.payload);
         free(p.headers_json);

@@ -264,8 +264,8 @@ obx_err obx_watermarks(const obx_config *c, char **out) {
     }
     for (size_t k = 0; !e && k < n; k++)
         json_array_append_new(cons_j, json_pack("{s:s,s:s,s:I,s:I}", "id", cons[k].id, "db",
-                                                cons[k].s->url_redacted, "forced_watermark",
-                                                (json_int_t)cons[k].forced, "forced_at",
+                                                cons[k].s->url_redacted, "forced_watermark_ms",
+                                                (json_int_t)cons[k].forced, "forced_at_ms",
                                                 (json_int_t)cons[k].forced_at));
     json_t *doc = NULL;
     if (!e) {

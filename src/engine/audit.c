@@ -527,10 +527,11 @@ obx_err obx__audit_run(obx__store *s, obx__broker *b, const obx__audit_cfg *c, i
         total += counts[k];
     }
     for (size_t k = 0; k < c->n_consumers; k++)
-        json_array_append_new(cons, json_pack("{s:s,s:s,s:I,s:I}", "id", c->consumers[k].id, "db",
-                                              obx_store_url(c->consumers[k].s), "forced_watermark",
-                                              (json_int_t)c->consumers[k].forced, "forced_at",
-                                              (json_int_t)c->consumers[k].forced_at));
+        json_array_append_new(cons,
+                              json_pack("{s:s,s:s,s:I,s:I}", "id", c->consumers[k].id, "db",
+                                        obx_store_url(c->consumers[k].s), "forced_watermark_ms",
+                                        (json_int_t)c->consumers[k].forced, "forced_at_ms",
+                                        (json_int_t)c->consumers[k].forced_at));
     char t[32];
     obx__iso_ms(now, t);
     *doc = json_pack(

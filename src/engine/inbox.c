@@ -595,9 +595,9 @@ obx_err obx_inbox_poison_list(obx_store *db, const char *consumer, char **out) {
                       rows[i].consumer_id, "event_id", rows[i].event_id, "state", rows[i].state,
                       "payload_digest", rows[i].payload_digest, "failures", (int)rows[i].failures,
                       "last_error", rows[i].last_error, "topic", rows[i].topic, "partition",
-                      (int)rows[i].partition, "offset", (json_int_t)rows[i].offset, "parked_at",
-                      (json_int_t)rows[i].parked_at, "updated_at", (json_int_t)rows[i].updated_at,
-                      "headers", h ? h : json_object()));
+                      (int)rows[i].partition, "offset", (json_int_t)rows[i].offset, "parked_at_ms",
+                      (json_int_t)rows[i].parked_at, "updated_at_ms",
+                      (json_int_t)rows[i].updated_at, "headers", h ? h : json_object()));
     }
     obx__poison_rows_free(rows, n);
     return obx__json_out(arr, out);

@@ -31,12 +31,12 @@ json_t *obx__event_json(const obx__event_row *r) {
     json_t *st = json_pack(
         "{s:s,s:I,s:s,s:I,s:i,s:s,s:i,s:i,s:I,s:I,s:I,s:s,s:I,s:I,s:I,s:i,s:b,s:b,s:s,s:I,s:b}",
         "state", obx__state_name(r->state), "claim_gen", (json_int_t)r->claim_gen, "owner",
-        r->owner, "lease_until", (json_int_t)r->lease_until, "attempt_gen", (int)r->attempt_gen,
+        r->owner, "lease_until_ms", (json_int_t)r->lease_until, "attempt_gen", (int)r->attempt_gen,
         "attempt_id", r->attempt_id, "pinned_partition", (int)r->pinned_partition, "rejections",
         (int)r->rejections, "available_at", (json_int_t)r->available_at, "next_check_at",
         (json_int_t)r->next_check_at, "unknown_since", (json_int_t)r->unknown_since,
         "primary_attempt_id", r->primary_attempt_id, "published_at", (json_int_t)r->published_at,
-        "committed_at", (json_int_t)r->committed_at, "updated_at", (json_int_t)r->updated_at,
+        "committed_at", (json_int_t)r->committed_at, "updated_at_ms", (json_int_t)r->updated_at,
         "max_attempts", (int)r->max_attempts, "blind_retry", (int)r->blind_retry, "unordered",
         (int)r->unordered, "alias", r->alias, "payload_len", (json_int_t)r->payload_len,
         "payload_purged", (int)r->payload_purged);
@@ -60,9 +60,9 @@ json_t *obx__attempt_json(const obx__attempt_row *a) {
                      (int)a->attempt_gen, "claim_gen", (json_int_t)a->claim_gen, "owner", a->owner,
                      "dest_digest", a->dest_digest, "partition", (int)a->partition, "state",
                      obx__attempt_state_name(a->state), "started_at", (json_int_t)a->started_at,
-                     "unknown_at", (json_int_t)a->unknown_at, "ended_at", (json_int_t)a->ended_at,
-                     "offset_before", (json_int_t)a->offset_before, "quiet_until",
-                     (json_int_t)a->quiet_until, "detail", a->detail);
+                     "unknown_at_ms", (json_int_t)a->unknown_at, "ended_at_ms",
+                     (json_int_t)a->ended_at, "offset_before", (json_int_t)a->offset_before,
+                     "quiet_until", (json_int_t)a->quiet_until, "detail", a->detail);
 }
 
 json_t *obx__receipt_json(const obx__receipt_row *r) {
@@ -130,7 +130,7 @@ static json_t *delivery_json(const obx__delivery_status *d) {
     }
     return json_pack("{s:s,s:s,s:I,s:i,s:b,s:I,s:o}", "event_id", d->set.event_id, "completion",
                      d->set.completion, "route_gen", (json_int_t)d->set.route_gen, "published",
-                     (int)d->published, "complete", (int)d->complete, "completed_at",
+                     (int)d->published, "complete", (int)d->complete, "completed_at_ms",
                      (json_int_t)d->completed_at, "targets", t);
 }
 

@@ -857,8 +857,8 @@ json_t *obx__ret_result_json(const obx__retention_cfg *c, const obx__ret_result 
     for (size_t k = 0; cons && k < c->n_consumers; k++)
         json_array_append_new(cons,
                               json_pack("{s:s,s:I,s:I}", "id", c->consumers[k].id,
-                                        "forced_watermark", (json_int_t)c->consumers[k].forced,
-                                        "forced_at", (json_int_t)c->consumers[k].forced_at));
+                                        "forced_watermark_ms", (json_int_t)c->consumers[k].forced,
+                                        "forced_at_ms", (json_int_t)c->consumers[k].forced_at));
     for (size_t i = 0; items && i < r->n_items; i++) {
         const obx__ret_item *it = &r->items[i];
         const char *action = it->to == it->from         ? "refuse"

@@ -126,7 +126,7 @@ check "watermark force unknown consumer" 2 "not a critical consumer" -- "$OBX" w
 check "watermark force" 0 "watermark forced to" -- "$OBX" watermark force ghost --until now --reason "ghost retired" --db "$db" --consumer "$ghost"
 check "watermark force backwards" 1 "only moves forward" -- "$OBX" watermark force ghost --until 2020-01-01T00:00:00Z --reason x --db "$db" --consumer "$ghost"
 check "watermark list json" 0 "" -- "$OBX" watermark --db "$db" --consumer "$ghost" --json
-json_check "watermark json: forced" '[c["forced_watermark"]>0 for c in j["critical_consumers"]]==[True]'
+json_check "watermark json: forced" '[c["forced_watermark_ms"]>0 for c in j["critical_consumers"]]==[True]'
 n=$(sqlite3 "$dir/ghost.db" "select count(*) from obx_consume_audit where outcome='WATERMARK_FORCED' and detail like '%ghost retired%'")
 if [[ $n == 1 ]]; then echo "ok   force recorded in the consumer's database"; else echo "FAIL force audit rows: $n"; fails=$((fails + 1)); fi
 

@@ -242,11 +242,11 @@ function renderStatus(s) {
     box.appendChild(el("h3", {}, c.consumer_id + " ", el("span", {class: "muted mono"}, c.url)));
     if (!c.up) { box.appendChild(el("p", {class: "error"}, "unreachable: " + c.error)); cs.appendChild(box); continue; }
     box.appendChild(el("p", {}, "lag: " + c.lag.events + " of the newest " + c.lag.window + " published events not applied" +
-      (c.lag.events ? ", oldest " + age(c.lag.age_ms) : "") + " · last commit " + (c.lag.last_commit_at ? age(s.generated_at - c.lag.last_commit_at) + " ago" : "never") +
+      (c.lag.events ? ", oldest " + age(c.lag.age_ms) : "") + " · last commit " + (c.lag.last_commit_at_ms ? age(s.generated_at - c.lag.last_commit_at_ms) + " ago" : "never") +
       " · poison: " + c.poison.parked + " parked, " + c.poison.redrive + " to re-drive"));
     if (c.poison.messages.length)
       box.appendChild(table(["event", "state", "failures", "last error", "parked at", ""],
-        c.poison.messages.map((p) => [traceLink(p.event_id), p.state, String(p.failures), p.last_error, when(p.parked_at),
+        c.poison.messages.map((p) => [traceLink(p.event_id), p.state, String(p.failures), p.last_error, when(p.parked_at_ms),
           el("td", {}, p.state === "PARKED" ? el("button", {class: "redrive", type: "button", "data-event-id": p.event_id, onclick: () => redrive(c.consumer_id, p.event_id)}, "Re-drive") : "")])));
     cs.appendChild(box);
   }
