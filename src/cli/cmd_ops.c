@@ -104,7 +104,7 @@ static void print_unserved(json_t *s) {
 
 static void print_status(json_t *s) {
     char a[64], b[64];
-    long long now = ji(s, "generated_at");
+    long long now = ji(s, "generated_at_ms");
     when(a, sizeof a, now);
     printf("obx status — ");
     cli_clean(stdout, js(s, "store"));
@@ -155,12 +155,12 @@ static void print_status(json_t *s) {
     json_t *lu = json_object_get(lists, "unknown");
     printf("\nUNKNOWN events (%zu listed)\n", json_array_size(lu));
     json_array_foreach(lu, i, e) {
-        age(b, sizeof b, now - ji(e, "unknown_since"));
+        age(b, sizeof b, now - ji(e, "unknown_since_ms"));
         printf("  %s %-16s ", js(e, "event_id"), js(e, "state"));
         cli_clean(stdout, js(e, "event_type"));
         printf(" unknown for %s, %zu attempt(s)%s\n", b,
                json_array_size(json_object_get(e, "attempts")),
-               ji(e, "held_at") ? ", HELD for an operator" : "");
+               ji(e, "held_at_ms") ? ", HELD for an operator" : "");
         size_t j;
         json_t *at;
         json_array_foreach(json_object_get(e, "attempts"), j, at) {
@@ -185,7 +185,7 @@ static void print_status(json_t *s) {
     json_t *lq = json_object_get(lists, "quarantined");
     printf("\nquarantined receipts (%zu listed)\n", json_array_size(lq));
     json_array_foreach(lq, i, e) {
-        when(a, sizeof a, ji(e, "created_at"));
+        when(a, sizeof a, ji(e, "created_at_ms"));
         printf("  %s %s attempt %s: ", a, js(e, "event_id"), js(e, "attempt_id"));
         cli_clean(stdout, js(e, "reason"));
         printf("\n");
@@ -378,7 +378,7 @@ static void print_event(json_t *d) {
     printf("  state %s\n", js(st, "state"));
     line *v = NULL;
     size_t n = 0, cap = 0;
-    add(&v, &n, &cap, ji(st, "committed_at"), 0,
+    add(&v, &n, &cap, ji(st, "committed_at_ms"), 0,
         "producer    committed in txid %s (idempotency key '%s', payload %s)",
         js(env, "created_txid"), js(env, "idempotency_key"), js(env, "payload_digest"));
     size_t i;
@@ -390,7 +390,7 @@ static void print_event(json_t *d) {
             js(x, "attempt_id"), js(x, "reason"));
     }
     json_array_foreach(json_object_get(d, "receipts"), i, x) {
-        add(&v, &n, &cap, ji(x, "created_at"), 2,
+        add(&v, &n, &cap, ji(x, "created_at_ms"), 2,
             "receipt     %s from %s/%s partition %lld offset %lld (attempt %s): %s", js(x, "kind"),
             js(x, "cluster"), js(x, "topic"), ji(x, "partition"), ji(x, "offset"),
             js(x, "attempt_id"), js(x, "reason"));

@@ -278,7 +278,7 @@ static void print_purge(json_t *d) {
     json_t *wm = json_object_get(d, "forced_consumer_watermark");
     if (json_is_object(wm)) {
         char t[40];
-        iso(ji(wm, "published_at"), t);
+        iso(ji(wm, "published_at_ms"), t);
         printf("forced consumer watermark: at %s (published %s): %s\n", js(wm, "event_id"), t,
                js(wm, "why"));
     } else
@@ -385,7 +385,7 @@ static int watermark_list(args *a) {
     json_t *wm = json_object_get(d, "forced_consumer_watermark");
     if (json_is_object(wm)) {
         char t[40], who[512] = "";
-        iso(ji(wm, "published_at"), t);
+        iso(ji(wm, "published_at_ms"), t);
         json_t *id;
         size_t k;
         json_array_foreach(json_object_get(wm, "not_consumed_by"), k, id) {

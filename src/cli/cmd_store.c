@@ -573,8 +573,8 @@ static void inspect_print_event(json_t *d) {
     if (json_object_get(st, "logical_event_id")) /* a further target's publish slot */
         printf("  %-18s %s\n", "logical_event_id",
                json_string_value(json_object_get(st, "logical_event_id")));
-    print_time("committed_at", json_integer_value(json_object_get(st, "committed_at")));
-    print_time("published_at", json_integer_value(json_object_get(st, "published_at")));
+    print_time("committed_at", json_integer_value(json_object_get(st, "committed_at_ms")));
+    print_time("published_at", json_integer_value(json_object_get(st, "published_at_ms")));
 }
 
 /* Report, part 2: the attempts, the receipts and the delivery set. */

@@ -374,7 +374,7 @@ static enum MHD_Result api_status(http *h, struct MHD_Connection *c) {
     json_object_set_new(
         doc, "relay",
         json_pack("{s:s,s:I,s:b,s:b,s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}}", "id", h->v->id,
-                  "started_at", (json_int_t)h->v->started_at, "stopping",
+                  "started_at_ms", (json_int_t)h->v->started_at, "stopping",
                   h->v->stopping(h->v->relay), "token_configured", h->token_digest[0] != '\0',
                   "counters", "published", (json_int_t)t.accepted, "duplicates",
                   (json_int_t)t.duplicates, "quarantined", (json_int_t)t.quarantined, "unknown",

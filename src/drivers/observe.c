@@ -176,12 +176,12 @@ static json_t *summary(const obx__event_row *r) {
         "{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:i,s:i,s:s,s:i,s:I,s:I,s:s,s:I,s:I,s:s}", "event_id",
         r->env.event_id, "event_type", r->env.event_type, "aggregate", agg, "tenant", r->env.tenant,
         "correlation_id", r->env.correlation_id, "state", obx__state_name(r->state), "topic",
-        r->dest.topic, "committed_at", (json_int_t)r->committed_at, "updated_at_ms",
+        r->dest.topic, "committed_at_ms", (json_int_t)r->committed_at, "updated_at_ms",
         (json_int_t)r->updated_at, "rejections", (int)r->rejections, "max_attempts",
         (int)r->max_attempts, "attempt_id", r->attempt_id, "attempt_gen", (int)r->attempt_gen,
-        "unknown_since", (json_int_t)r->unknown_since, "next_check_at",
+        "unknown_since_ms", (json_int_t)r->unknown_since, "next_check_at_ms",
         (json_int_t)r->next_check_at, "owner", r->owner, "lease_until_ms",
-        (json_int_t)r->lease_until, "held_at", (json_int_t)r->held_at, "on_unknown",
+        (json_int_t)r->lease_until, "held_at_ms", (json_int_t)r->held_at, "on_unknown",
         r->blind_retry ? "retry" : "hold");
 }
 
@@ -257,7 +257,7 @@ static json_t *consumer_json(obx__consumer_set *cs, size_t i, const obx__publish
                                             "partition", (int)wm[k].partition, "offset",
                                             (json_int_t)wm[k].offset, "event_id", wm[k].event_id,
                                             "occurred_at", (json_int_t)wm[k].occurred_at,
-                                            "committed_at", (json_int_t)wm[k].committed_at));
+                                            "committed_at_ms", (json_int_t)wm[k].committed_at));
     json_object_set_new(o, "watermarks", wa);
     json_t *pa = json_array();
     int64_t parked = 0, redrive = 0;
@@ -317,7 +317,7 @@ obx_err obx__status_json(obx__store *s, obx__consumer_set *cs, const obx__store_
     }
     int64_t unknown = st.by_state[OBX__ST_DISPATCH_UNKNOWN] + st.by_state[OBX__ST_RECONCILING] +
                       st.by_state[OBX__ST_RETRY_CLAIMED];
-    json_object_set_new(doc, "generated_at", json_integer(now));
+    json_object_set_new(doc, "generated_at_ms", json_integer(now));
     json_object_set_new(doc, "store", json_string(s->url_redacted));
     json_object_set_new(doc, "total", json_integer(total));
     json_object_set_new(doc, "states", states);
@@ -449,7 +449,7 @@ static json_t *consumer_trace(obx__consumer_set *cs, size_t i, const char *event
         have ? json_pack("{s:s,s:s,s:s,s:s,s:s,s:i,s:I,s:I,s:I,s:s}", "outcome", in.outcome,
                          "result", in.result, "payload_digest", in.payload_digest, "event_type",
                          in.event_type, "topic", in.topic, "partition", (int)in.partition, "offset",
-                         (json_int_t)in.offset, "consumed_at", (json_int_t)in.consumed_at,
+                         (json_int_t)in.offset, "consumed_at_ms", (json_int_t)in.consumed_at,
                          "duration_us", (json_int_t)in.duration_us, "tenant", in.tenant)
              : json_null());
     json_t *aa = json_array();

@@ -269,10 +269,10 @@ obx_err obx_watermarks(const obx_config *c, char **out) {
                                                 (json_int_t)cons[k].forced_at));
     json_t *doc = NULL;
     if (!e) {
-        json_t *wm =
-            rows.n ? json_pack("{s:s,s:I,s:o}", "event_id", rows.v[0].env.event_id, "published_at",
-                               (json_int_t)rows.v[0].published_at, "not_consumed_by", lacking)
-                   : json_null();
+        json_t *wm = rows.n ? json_pack("{s:s,s:I,s:o}", "event_id", rows.v[0].env.event_id,
+                                        "published_at_ms", (json_int_t)rows.v[0].published_at,
+                                        "not_consumed_by", lacking)
+                            : json_null();
         if (!rows.n) json_decref(lacking);
         lacking = NULL;
         doc = json_pack("{s:s,s:I,s:o,s:o}", "store", s->url_redacted, "at",

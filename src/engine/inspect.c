@@ -33,16 +33,16 @@ json_t *obx__event_json(const obx__event_row *r) {
         "state", obx__state_name(r->state), "claim_gen", (json_int_t)r->claim_gen, "owner",
         r->owner, "lease_until_ms", (json_int_t)r->lease_until, "attempt_gen", (int)r->attempt_gen,
         "attempt_id", r->attempt_id, "pinned_partition", (int)r->pinned_partition, "rejections",
-        (int)r->rejections, "available_at", (json_int_t)r->available_at, "next_check_at",
-        (json_int_t)r->next_check_at, "unknown_since", (json_int_t)r->unknown_since,
-        "primary_attempt_id", r->primary_attempt_id, "published_at", (json_int_t)r->published_at,
-        "committed_at", (json_int_t)r->committed_at, "updated_at_ms", (json_int_t)r->updated_at,
+        (int)r->rejections, "available_at_ms", (json_int_t)r->available_at, "next_check_at_ms",
+        (json_int_t)r->next_check_at, "unknown_since_ms", (json_int_t)r->unknown_since,
+        "primary_attempt_id", r->primary_attempt_id, "published_at_ms", (json_int_t)r->published_at,
+        "committed_at_ms", (json_int_t)r->committed_at, "updated_at_ms", (json_int_t)r->updated_at,
         "max_attempts", (int)r->max_attempts, "blind_retry", (int)r->blind_retry, "unordered",
         (int)r->unordered, "alias", r->alias, "payload_len", (json_int_t)r->payload_len,
         "payload_purged", (int)r->payload_purged);
     if (st) { /* the UNKNOWN policy frozen with the route generation, and whether it is held */
         json_object_set_new(st, "on_unknown", json_string(r->blind_retry ? "retry" : "hold"));
-        json_object_set_new(st, "held_at", json_integer(r->held_at));
+        json_object_set_new(st, "held_at_ms", json_integer(r->held_at));
     }
     if (!env || !dest || !st) {
         json_decref(env);
@@ -59,20 +59,20 @@ json_t *obx__attempt_json(const obx__attempt_row *a) {
                      a->attempt_id, "envelope_gen", (int)a->envelope_gen, "attempt_gen",
                      (int)a->attempt_gen, "claim_gen", (json_int_t)a->claim_gen, "owner", a->owner,
                      "dest_digest", a->dest_digest, "partition", (int)a->partition, "state",
-                     obx__attempt_state_name(a->state), "started_at", (json_int_t)a->started_at,
+                     obx__attempt_state_name(a->state), "started_at_ms", (json_int_t)a->started_at,
                      "unknown_at_ms", (json_int_t)a->unknown_at, "ended_at_ms",
                      (json_int_t)a->ended_at, "offset_before", (json_int_t)a->offset_before,
-                     "quiet_until", (json_int_t)a->quiet_until, "detail", a->detail);
+                     "quiet_until_ms", (json_int_t)a->quiet_until, "detail", a->detail);
 }
 
 json_t *obx__receipt_json(const obx__receipt_row *r) {
     return json_pack("{s:s,s:i,s:s,s:s,s:s,s:i,s:I,s:I,s:s,s:s,s:s,s:I,s:s}", "kind",
                      obx__receipt_kind_name(r->kind), "envelope_gen", (int)r->envelope_gen,
                      "attempt_id", r->attempt_id, "cluster", r->cluster, "topic", r->topic,
-                     "partition", (int)r->partition, "offset", (json_int_t)r->offset, "broker_ts",
-                     (json_int_t)r->broker_ts, "payload_digest", r->payload_digest, "dest_digest",
-                     r->dest_digest, "reason", r->reason, "created_at", (json_int_t)r->created_at,
-                     "source", obx__receipt_source_name(r->source));
+                     "partition", (int)r->partition, "offset", (json_int_t)r->offset,
+                     "broker_ts_ms", (json_int_t)r->broker_ts, "payload_digest", r->payload_digest,
+                     "dest_digest", r->dest_digest, "reason", r->reason, "created_at_ms",
+                     (json_int_t)r->created_at, "source", obx__receipt_source_name(r->source));
 }
 
 json_t *obx__audit_json(const obx__audit_row *a) {
@@ -125,7 +125,7 @@ static json_t *delivery_json(const obx__delivery_status *d) {
                                            "origin", d->set.t[i].origin, "state",
                                            obx__state_name(r->state), "cluster", r->dest.cluster,
                                            "topic", r->dest.topic, "dest_digest", r->dest_digest,
-                                           "envelope_gen", (int)r->envelope_gen, "published_at",
+                                           "envelope_gen", (int)r->envelope_gen, "published_at_ms",
                                            (json_int_t)r->published_at));
     }
     return json_pack("{s:s,s:s,s:I,s:i,s:b,s:I,s:o}", "event_id", d->set.event_id, "completion",

@@ -867,12 +867,12 @@ json_t *obx__ret_result_json(const obx__retention_cfg *c, const obx__ret_result 
         json_array_append_new(items,
                               json_pack("{s:s,s:s,s:s,s:s,s:I,s:s}", "event_id", it->event_id,
                                         "action", action, "from", obx__state_name(it->from), "to",
-                                        obx__state_name(it->to), "published_at",
+                                        obx__state_name(it->to), "published_at_ms",
                                         (json_int_t)it->published_at, "reason", it->reason));
     }
-    json_t *wm = r->hole ? json_pack("{s:s,s:I,s:I,s:s}", "event_id", r->hole_event, "published_at",
-                                     (json_int_t)r->hole_pos.at, "seq", (json_int_t)r->hole_pos.seq,
-                                     "why", r->hole_why)
+    json_t *wm = r->hole ? json_pack("{s:s,s:I,s:I,s:s}", "event_id", r->hole_event,
+                                     "published_at_ms", (json_int_t)r->hole_pos.at, "seq",
+                                     (json_int_t)r->hole_pos.seq, "why", r->hole_why)
                          : json_null();
     return json_pack("{s:s,s:I,s:b,s:I,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:o,s:o,s:I}", "schema",
                      "obx.purge.v1", "at", (json_int_t)now, "dry_run", (int)c->dry_run,

@@ -236,7 +236,7 @@ json_t *obx__route_json(const obx__route_row *r) {
                      "serializer", r->serializer, "durability", r->durability, "required_acks",
                      r->required_acks, "max_attempts", (int)r->max_attempts, "on_unknown",
                      r->blind_retry ? "retry" : "hold", "blind_retry", (int)r->blind_retry,
-                     "unordered", (int)r->unordered, "alias", r->alias, "created_at",
+                     "unordered", (int)r->unordered, "alias", r->alias, "created_at_ms",
                      (json_int_t)r->created_at, "targets", (int)r->targets);
 }
 

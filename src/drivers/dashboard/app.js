@@ -176,7 +176,7 @@ function lagCard(c) {
 function renderStatus(s) {
   const r = s.relay || {};
   document.getElementById("relay").textContent = "relay " + (r.id || "?") + (r.stopping ? " (stopping)" : "") + " · " + s.store;
-  document.getElementById("updated").textContent = "updated " + when(s.generated_at) + (s.stats_age_ms ? " (counts " + age(s.stats_age_ms) + " old)" : "");
+  document.getElementById("updated").textContent = "updated " + when(s.generated_at_ms) + (s.stats_age_ms ? " (counts " + age(s.stats_age_ms) + " old)" : "");
   // read-only, and why: no token file, or one that group or others may read (the relay refuses it)
   if (!r.token_configured) {
     const why = s.write_actions && s.write_actions !== "on" ? s.write_actions.replace(/^off: /, "") : "no http.token_file";
@@ -213,14 +213,14 @@ function renderStatus(s) {
   const un = clear(document.getElementById("unknown"));
   if (!s.lists.unknown.length) un.appendChild(el("p", {class: "muted"}, "none"));
   for (const e of s.lists.unknown) {
-    const box = el("div", {class: "event" + (e.held_at ? " held-event" : ""), "data-event-id": e.event_id});
+    const box = el("div", {class: "event" + (e.held_at_ms ? " held-event" : ""), "data-event-id": e.event_id});
     box.appendChild(el("div", {}, traceLink(e.event_id), " ", stateBadge(e.state), " ",
-      e.held_at ? el("span", {class: "held", title: "held since " + when(e.held_at)}, "HELD " + age(s.generated_at - e.held_at)) : null, e.held_at ? " " : null,
+      e.held_at_ms ? el("span", {class: "held", title: "held since " + when(e.held_at_ms)}, "HELD " + age(s.generated_at_ms - e.held_at_ms)) : null, e.held_at_ms ? " " : null,
       e.event_type, " ", el("span", {class: "mono"}, e.aggregate),
-      " · unknown for " + age(s.generated_at - e.unknown_since) + " · policy " + e.on_unknown + " · next check " + when(e.next_check_at),
-      e.held_at ? el("span", {}, " ", resolveButton(e.event_id)) : null));
+      " · unknown for " + age(s.generated_at_ms - e.unknown_since_ms) + " · policy " + e.on_unknown + " · next check " + when(e.next_check_at_ms),
+      e.held_at_ms ? el("span", {}, " ", resolveButton(e.event_id)) : null));
     box.appendChild(table(["attempt", "gen", "state", "partition", "owner", "started", "detail"],
-      e.attempts.map((a) => [el("td", {class: "mono"}, a.attempt_id), String(a.attempt_gen), stateBadge(a.state), String(a.partition), a.owner, when(a.started_at), a.detail])));
+      e.attempts.map((a) => [el("td", {class: "mono"}, a.attempt_id), String(a.attempt_gen), stateBadge(a.state), String(a.partition), a.owner, when(a.started_at_ms), a.detail])));
     un.appendChild(box);
   }
 
@@ -233,7 +233,7 @@ function renderStatus(s) {
   const q = clear(document.getElementById("quarantined"));
   if (!s.lists.quarantined.length) q.appendChild(el("p", {class: "muted"}, "none"));
   else q.appendChild(table(["event", "attempt", "where", "reason", "at"],
-    s.lists.quarantined.map((rc) => [traceLink(rc.event_id), el("td", {class: "mono"}, rc.attempt_id), rc.cluster + "/" + rc.topic + "/" + rc.partition + "@" + rc.offset, rc.reason, when(rc.created_at)])));
+    s.lists.quarantined.map((rc) => [traceLink(rc.event_id), el("td", {class: "mono"}, rc.attempt_id), rc.cluster + "/" + rc.topic + "/" + rc.partition + "@" + rc.offset, rc.reason, when(rc.created_at_ms)])));
 
   const cs = clear(document.getElementById("consumers"));
   if (!s.consumers.length) cs.appendChild(el("p", {class: "muted"}, "none configured (audit.critical_consumers)"));
@@ -242,7 +242,7 @@ function renderStatus(s) {
     box.appendChild(el("h3", {}, c.consumer_id + " ", el("span", {class: "muted mono"}, c.url)));
     if (!c.up) { box.appendChild(el("p", {class: "error"}, "unreachable: " + c.error)); cs.appendChild(box); continue; }
     box.appendChild(el("p", {}, "lag: " + c.lag.events + " of the newest " + c.lag.window + " published events not applied" +
-      (c.lag.events ? ", oldest " + age(c.lag.age_ms) : "") + " · last commit " + (c.lag.last_commit_at_ms ? age(s.generated_at - c.lag.last_commit_at_ms) + " ago" : "never") +
+      (c.lag.events ? ", oldest " + age(c.lag.age_ms) : "") + " · last commit " + (c.lag.last_commit_at_ms ? age(s.generated_at_ms - c.lag.last_commit_at_ms) + " ago" : "never") +
       " · poison: " + c.poison.parked + " parked, " + c.poison.redrive + " to re-drive"));
     if (c.poison.messages.length)
       box.appendChild(table(["event", "state", "failures", "last error", "parked at", ""],
@@ -355,13 +355,13 @@ function renderEvent(d) {
   box.appendChild(kv(d.destination));
   box.appendChild(el("h4", {}, "state"));
   box.appendChild(kv({state: st.state, claim_gen: st.claim_gen, owner: st.owner, rejections: st.rejections + "/" + st.max_attempts,
-    committed: when(st.committed_at), published: when(st.published_at), unknown_since: when(st.unknown_since), primary_attempt: st.primary_attempt_id}));
+    committed: when(st.committed_at_ms), published: when(st.published_at_ms), unknown_since: when(st.unknown_since_ms), primary_attempt: st.primary_attempt_id}));
   box.appendChild(el("h4", {}, "attempts"));
   box.appendChild(table(["attempt", "gen", "claim", "owner", "state", "partition", "started", "detail"],
-    d.attempts.map((a) => [el("td", {class: "mono"}, a.attempt_id), String(a.attempt_gen), String(a.claim_gen), a.owner, stateBadge(a.state), String(a.partition), when(a.started_at), a.detail])));
+    d.attempts.map((a) => [el("td", {class: "mono"}, a.attempt_id), String(a.attempt_gen), String(a.claim_gen), a.owner, stateBadge(a.state), String(a.partition), when(a.started_at_ms), a.detail])));
   box.appendChild(el("h4", {}, "receipts"));
   box.appendChild(table(["kind", "attempt", "where", "reason", "at"],
-    d.receipts.map((r) => [r.kind, el("td", {class: "mono"}, r.attempt_id), r.cluster + "/" + r.topic + "/" + r.partition + "@" + r.offset, r.reason, when(r.created_at)])));
+    d.receipts.map((r) => [r.kind, el("td", {class: "mono"}, r.attempt_id), r.cluster + "/" + r.topic + "/" + r.partition + "@" + r.offset, r.reason, when(r.created_at_ms)])));
   box.appendChild(el("h4", {}, "audit"));
   box.appendChild(table(["at", "actor", "who", "from", "to", "claim", "attempt", "reason"],
     d.audit.map((a) => [when(a.at), a.actor, a.who, a.from, a.to, String(a.claim_gen), el("td", {class: "mono"}, a.attempt_id), a.reason])));
@@ -369,7 +369,7 @@ function renderEvent(d) {
   if (!d.consumers.length) box.appendChild(el("p", {class: "muted"}, "no critical consumers configured"));
   else box.appendChild(table(["consumer", "receipt", "result", "consume audit", "poison"],
     d.consumers.map((c) => [c.consumer_id,
-      c.error ? "unreachable: " + c.error : c.receipt ? c.receipt.outcome + " at " + when(c.receipt.consumed_at) + " (" + c.receipt.duration_us + " µs, " + c.receipt.topic + "/" + c.receipt.partition + "@" + c.receipt.offset + ")" : "not consumed",
+      c.error ? "unreachable: " + c.error : c.receipt ? c.receipt.outcome + " at " + when(c.receipt.consumed_at_ms) + " (" + c.receipt.duration_us + " µs, " + c.receipt.topic + "/" + c.receipt.partition + "@" + c.receipt.offset + ")" : "not consumed",
       c.receipt ? c.receipt.result : "",
       (c.audit || []).map((a) => a.outcome + (a.detail ? " (" + a.detail + ")" : "")).join("; "),
       c.poison ? c.poison.state + " after " + c.poison.failures + " failures: " + c.poison.last_error : ""])));
