@@ -385,7 +385,7 @@ static void print_event(json_t *d) {
     json_t *x;
     json_array_foreach(json_object_get(d, "audit"), i, x) {
         if (!strcmp(js(x, "actor"), "producer")) continue; /* the commit line says it */
-        add(&v, &n, &cap, ji(x, "at"), 1, "%-11s %s -> %s by %s%s%s: %s", js(x, "actor"),
+        add(&v, &n, &cap, ji(x, "at_ms"), 1, "%-11s %s -> %s by %s%s%s: %s", js(x, "actor"),
             js(x, "from"), js(x, "to"), js(x, "who"), *js(x, "attempt_id") ? " attempt " : "",
             js(x, "attempt_id"), js(x, "reason"));
     }
@@ -404,7 +404,7 @@ static void print_event(json_t *d) {
         size_t j;
         json_t *au;
         json_array_foreach(json_object_get(x, "audit"), j, au) {
-            add(&v, &n, &cap, ji(au, "at"), 3, "consumer    %s %s (%lld us)%s%s",
+            add(&v, &n, &cap, ji(au, "at_ms"), 3, "consumer    %s %s (%lld us)%s%s",
                 js(x, "consumer_id"), js(au, "outcome"), ji(au, "duration_us"),
                 *js(au, "detail") ? ": " : "", js(au, "detail"));
         }

@@ -539,20 +539,22 @@ static void print_time(const char *label, json_int_t ms) {
 
 static bool is_time_key(const char *k) {
     size_t n = strlen(k);
-    return n > 3 && !strcmp(k + n - 3, "_at");
+    return n > 6 && !strcmp(k + n - 6, "_at_ms");
 }
 
-/* One frozen object's fields, one a line: strings as they are, times (occurred_at) in ISO-8601
- * UTC, anything else as an integer. */
+/* One frozen object's fields, one a line: strings as they are, times (occurred_at_ms) in
+ * ISO-8601 UTC under their name without _ms, anything else as an integer. */
 static void print_fields(json_t *obj) {
     const char *k;
     json_t *v;
     json_object_foreach(obj, k, v) {
         if (json_is_string(v))
             printf("  %-18s %s\n", k, json_string_value(v));
-        else if (is_time_key(k))
-            print_time(k, json_integer_value(v));
-        else
+        else if (is_time_key(k)) { /* the label without its _ms: the value is ISO here */
+            char label[64];
+            snprintf(label, sizeof label, "%.*s", (int)(strlen(k) - 3), k);
+            print_time(label, json_integer_value(v));
+        } else
             printf("  %-18s %lld\n", k, (long long)json_integer_value(v));
     }
 }
@@ -630,7 +632,7 @@ static void inspect_print_history(json_t *d) {
     json_array_foreach(json_object_get(d, "migrations"), i, a) {
         json_t *o = json_object_get(a, "old"), *n = json_object_get(a, "new");
         char at[32];
-        cli_iso_ms((long long)json_integer_value(json_object_get(a, "at")), at);
+        cli_iso_ms((long long)json_integer_value(json_object_get(a, "at_ms")), at);
         printf("  %s %s by %s: %s/%s gen %lld (%s) -> %s/%s gen %lld (%s); proof: %s\n", at,
                json_string_value(json_object_get(a, "kind")),
                json_string_value(json_object_get(a, "who")),
@@ -647,7 +649,7 @@ static void inspect_print_history(json_t *d) {
     printf("\naudit:\n");
     json_array_foreach(json_object_get(d, "audit"), i, a) {
         char at[32];
-        cli_iso_ms((long long)json_integer_value(json_object_get(a, "at")), at);
+        cli_iso_ms((long long)json_integer_value(json_object_get(a, "at_ms")), at);
         printf("  %s %-10s %-16s %s -> %s claim_gen=%lld %s%s%s\n", at,
                json_string_value(json_object_get(a, "actor")),
                json_string_value(json_object_get(a, "who")),

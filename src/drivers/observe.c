@@ -256,7 +256,7 @@ static json_t *consumer_json(obx__consumer_set *cs, size_t i, const obx__publish
         json_array_append_new(wa, json_pack("{s:s,s:i,s:I,s:s,s:I,s:I}", "topic", wm[k].topic,
                                             "partition", (int)wm[k].partition, "offset",
                                             (json_int_t)wm[k].offset, "event_id", wm[k].event_id,
-                                            "occurred_at", (json_int_t)wm[k].occurred_at,
+                                            "occurred_at_ms", (json_int_t)wm[k].occurred_at,
                                             "committed_at_ms", (json_int_t)wm[k].committed_at));
     json_object_set_new(o, "watermarks", wa);
     json_t *pa = json_array();
@@ -454,7 +454,7 @@ static json_t *consumer_trace(obx__consumer_set *cs, size_t i, const char *event
              : json_null());
     json_t *aa = json_array();
     for (size_t k = 0; k < na; k++)
-        json_array_append_new(aa, json_pack("{s:I,s:s,s:I,s:s}", "at", (json_int_t)au[k].at,
+        json_array_append_new(aa, json_pack("{s:I,s:s,s:I,s:s}", "at_ms", (json_int_t)au[k].at,
                                             "outcome", au[k].outcome, "duration_us",
                                             (json_int_t)au[k].duration_us, "detail", au[k].detail));
     free(au);

@@ -1050,7 +1050,7 @@ obx_err obx_relay_stats(obx_relay *r, char **out) {
         json_object_set_new(
             o, "shadow",
             json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "rounds", (json_int_t)sc.rounds,
-                      "at", (json_int_t)sc.at, "compared", (json_int_t)sc.compared, "matched",
+                      "at_ms", (json_int_t)sc.at, "compared", (json_int_t)sc.compared, "matched",
                       (json_int_t)sc.matched, "missing", (json_int_t)sc.missing, "destination",
                       (json_int_t)sc.destination, "partition", (json_int_t)sc.partition, "payload",
                       (json_int_t)sc.payload, "unknown_on_broker", (json_int_t)sc.unknown));

@@ -275,7 +275,7 @@ obx_err obx_watermarks(const obx_config *c, char **out) {
                             : json_null();
         if (!rows.n) json_decref(lacking);
         lacking = NULL;
-        doc = json_pack("{s:s,s:I,s:o,s:o}", "store", s->url_redacted, "at",
+        doc = json_pack("{s:s,s:I,s:o,s:o}", "store", s->url_redacted, "at_ms",
                         (json_int_t)obx__wall_ms(), "critical_consumers", cons_j,
                         "forced_consumer_watermark", wm);
         cons_j = NULL;

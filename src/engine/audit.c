@@ -537,7 +537,7 @@ obx_err obx__audit_run(obx__store *s, obx__broker *b, const obx__audit_cfg *c, i
     *doc = json_pack(
         "{s:s,s:I,s:s,s:s,s:s?,s:{s:I,s:I,s:I,s:I,s:I},s:o,s:{s:I,s:I,s:I,s:I,s:I,s:I},s:o,s:o,s:o,"
         "s:I}",
-        "schema", "obx.audit.v1", "at", (json_int_t)now, "at_utc", t, "store", obx_store_url(s),
+        "schema", "obx.audit.v1", "at_ms", (json_int_t)now, "at_utc", t, "store", obx_store_url(s),
         "broker", b ? b->url_redacted : NULL, "thresholds", "pending_max_age_ms",
         (json_int_t)c->pending_max_age_ms, "unconsumed_max_age_ms",
         (json_int_t)c->unconsumed_max_age_ms, "unknown_max_age_ms",

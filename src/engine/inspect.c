@@ -16,12 +16,12 @@ json_t *obx__event_json(const obx__event_row *r) {
         "aggregate_type", r->env.aggregate_type, "aggregate_id", r->env.aggregate_id,
         "aggregate_version", (json_int_t)r->env.aggregate_version, "event_type", r->env.event_type,
         "payload_schema", r->env.payload_schema, "payload_digest", r->env.payload_digest, "tenant",
-        r->env.tenant, "occurred_at", (json_int_t)r->env.occurred_at, "created_txid",
+        r->env.tenant, "occurred_at_ms", (json_int_t)r->env.occurred_at, "created_txid",
         r->env.created_txid, "correlation_id", r->env.correlation_id, "causation_id",
         r->env.causation_id, "traceparent", r->env.traceparent, "idempotency_key",
         r->env.idempotency_key, "envelope_digest", r->envelope_digest);
     if (env && r->env.not_before) /* a delayed event's frozen time (only when set, as digested) */
-        json_object_set_new(env, "not_before_at", json_integer(r->env.not_before));
+        json_object_set_new(env, "not_before_at_ms", json_integer(r->env.not_before));
     json_t *dest = json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:s,s:s,s:s,s:s}", "schema",
                              "destination.v1", "cluster", r->dest.cluster, "topic", r->dest.topic,
                              "routing_key", r->dest.routing_key, "algorithm", r->dest.algorithm,
@@ -76,11 +76,11 @@ json_t *obx__receipt_json(const obx__receipt_row *r) {
 }
 
 json_t *obx__audit_json(const obx__audit_row *a) {
-    return json_pack("{s:I,s:s,s:s,s:i,s:s,s:s,s:I,s:s,s:i,s:s}", "at", (json_int_t)a->at, "actor",
-                     obx__actor_name(a->actor), "who", a->who, "envelope_gen", (int)a->envelope_gen,
-                     "from", obx__state_name(a->from), "to", obx__state_name(a->to), "claim_gen",
-                     (json_int_t)a->claim_gen, "attempt_id", a->attempt_id, "attempt_gen",
-                     (int)a->attempt_gen, "reason", a->reason);
+    return json_pack("{s:I,s:s,s:s,s:i,s:s,s:s,s:I,s:s,s:i,s:s}", "at_ms", (json_int_t)a->at,
+                     "actor", obx__actor_name(a->actor), "who", a->who, "envelope_gen",
+                     (int)a->envelope_gen, "from", obx__state_name(a->from), "to",
+                     obx__state_name(a->to), "claim_gen", (json_int_t)a->claim_gen, "attempt_id",
+                     a->attempt_id, "attempt_gen", (int)a->attempt_gen, "reason", a->reason);
 }
 
 obx_err obx__delivery_status_of(obx__store *s, const char *event_id, obx__delivery_status *out) {

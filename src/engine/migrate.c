@@ -724,9 +724,9 @@ static char *receipt_detail(mig *m, plan *p, const char *kind, const char *slot_
     json_t *d =
         json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:s,s:o,s:o,s:O}", "schema", "obx.migrationReceipt.v1",
                   "kind", kind, "event_id", obx__wire_id(r), "slot_id", slot_id, "who", m->req->who,
-                  "at", (json_int_t)m->now, "reason", m->req->reason ? m->req->reason : "", "old",
-                  dest_json(r->envelope_gen, &r->dest, r->dest_digest, r->envelope_digest), "new",
-                  dest_json(new_gen, &p->dest, p->dest_digest, new_dg), "proof", p->proof);
+                  "at_ms", (json_int_t)m->now, "reason", m->req->reason ? m->req->reason : "",
+                  "old", dest_json(r->envelope_gen, &r->dest, r->dest_digest, r->envelope_digest),
+                  "new", dest_json(new_gen, &p->dest, p->dest_digest, new_dg), "proof", p->proof);
     if (!d) return NULL;
     if (m->req->add_target) {
         json_object_set_new(d, "target", json_integer(p->slot_no));

@@ -875,7 +875,7 @@ json_t *obx__ret_result_json(const obx__retention_cfg *c, const obx__ret_result 
                                      (json_int_t)r->hole_pos.seq, "why", r->hole_why)
                          : json_null();
     return json_pack("{s:s,s:I,s:b,s:I,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:o,s:o,s:I}", "schema",
-                     "obx.purge.v1", "at", (json_int_t)now, "dry_run", (int)c->dry_run,
+                     "obx.purge.v1", "at_ms", (json_int_t)now, "dry_run", (int)c->dry_run,
                      "replay_window_ms", (json_int_t)c->replay_window_ms, "batch",
                      (json_int_t)c->batch, "critical_consumers", cons, "retained",
                      (json_int_t)r->retained, "purged", (json_int_t)r->purged, "refused",

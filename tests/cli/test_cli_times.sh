@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # test_cli_times.sh OBX — times (issue 50, item 6): wherever a person reads one it is ISO-8601
 # UTC (the tables of inspect, status, trace, audit, purge and watermark list: no epoch
-# milliseconds left in them); in JSON epoch milliseconds are only in keys ending in _ms, except
-# the keys that carried them before this rule (LEGACY below, and the offset of a consumer's
-# "(forced)" watermark row: contracts, listed rather than renamed). A new key carrying epoch ms without _ms fails here. The JSON read: every command's
+# milliseconds left in them); in JSON epoch milliseconds are only in keys ending in _ms (LEGACY
+# below, the keys that carried them before, is empty now: they were renamed NAME_ms), except the
+# offset of a consumer's "(forced)" watermark row. A new key carrying epoch ms without _ms fails
+# here. The JSON read: every command's
 # --json and the relay's /api/status, /api/trace and /api/series. (The dashboard's own times
 # and charts: tests/e2e/test_dashboard.py.)
 set -u
@@ -18,7 +19,7 @@ trap cleanup EXIT
 cd "$dir"
 fails=0
 bad() { echo "FAIL $*"; fails=$((fails + 1)); }
-LEGACY="at occurred_at"
+LEGACY=""
 
 timeout 300 "$OBX" demo --events 30 --lease-ms 300 --dir "$dir/d" >/dev/null 2>&1 || bad "the demo failed"
 db=sqlite:$dir/d/outbox.db

@@ -116,7 +116,7 @@ import json, sys
 d, d1, d2, later, free, gone = sys.argv[1:]
 ev = {e: json.load(open(f"{d}/{e}.json")) for e in (d1, d2, later, free, gone)}
 for e in (d1, d2):
-    nb = ev[e]["envelope"]["not_before_at"]
+    nb = ev[e]["envelope"]["not_before_at_ms"]
     st = ev[e]["status"]
     assert st["state"] == "PUBLISHED", (e, st)
     first = min(a["started_at_ms"] for a in ev[e]["attempts"])
@@ -125,10 +125,10 @@ for e in (d1, d2):
     assert 0 <= late < 1000, f"{e} published {late} ms after its time (want < 1000)"
     print(f"ok: {e} sent {first - nb} ms and published {late} ms after its time")
 assert ev[free]["status"]["state"] == "PUBLISHED"
-assert ev[free]["status"]["published_at_ms"] < ev[d1]["envelope"]["not_before_at"], "the free event waited"
+assert ev[free]["status"]["published_at_ms"] < ev[d1]["envelope"]["not_before_at_ms"], "the free event waited"
 l, h = ev[later]["status"], ev[d1]["status"]
 assert l["state"] == "PUBLISHED" and l["published_at_ms"] >= h["published_at_ms"], (l, h)
-assert min(a["started_at_ms"] for a in ev[later]["attempts"]) >= ev[d1]["envelope"]["not_before_at"], \
+assert min(a["started_at_ms"] for a in ev[later]["attempts"]) >= ev[d1]["envelope"]["not_before_at_ms"], \
     "the later event of the key did not wait for the delayed one"
 print("ok: the later event of the key waited behind the delayed one; another key did not")
 assert ev[gone]["status"]["state"] == "CANCELLED" and not ev[gone]["attempts"], ev[gone]

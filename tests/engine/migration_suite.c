@@ -335,7 +335,7 @@ static void test_migrate_refused_while_unknown_then_done(void **state) {
     json_t *d = json_loads(det[0], 0, NULL);
     assert_non_null(d);
     assert_string_equal(json_string_value(json_object_get(d, "who")), "ops@example");
-    assert_int_equal(json_integer_value(json_object_get(d, "at")), f->now);
+    assert_int_equal(json_integer_value(json_object_get(d, "at_ms")), f->now);
     assert_string_equal(
         json_string_value(json_object_get(json_object_get(d, "old"), "dest_digest")), old_dg);
     assert_string_equal(

@@ -364,7 +364,7 @@ function renderEvent(d) {
     d.receipts.map((r) => [r.kind, el("td", {class: "mono"}, r.attempt_id), r.cluster + "/" + r.topic + "/" + r.partition + "@" + r.offset, r.reason, when(r.created_at_ms)])));
   box.appendChild(el("h4", {}, "audit"));
   box.appendChild(table(["at", "actor", "who", "from", "to", "claim", "attempt", "reason"],
-    d.audit.map((a) => [when(a.at), a.actor, a.who, a.from, a.to, String(a.claim_gen), el("td", {class: "mono"}, a.attempt_id), a.reason])));
+    d.audit.map((a) => [when(a.at_ms), a.actor, a.who, a.from, a.to, String(a.claim_gen), el("td", {class: "mono"}, a.attempt_id), a.reason])));
   box.appendChild(el("h4", {}, "consumers"));
   if (!d.consumers.length) box.appendChild(el("p", {class: "muted"}, "no critical consumers configured"));
   else box.appendChild(table(["consumer", "receipt", "result", "consume audit", "poison"],
