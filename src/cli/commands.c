@@ -410,7 +410,7 @@ const cli_command cli_commands[] = {
                "delivery."},
               {"who", "NAME", "required", "The operator, recorded in the audit row."},
               {"reason", "TEXT", "required", "Why (an incident number), recorded in the audit."},
-              {"dry-run", NULL, NULL, "List what would be resolved, change nothing."},
+              {"dry-run", NULL, NULL, "List what would be resolved; opens the outbox read-only."},
               O_JSON},
      .examples = "obx resolve --held --older-than 15m --retry --who alice --reason INC-42\n"
                  "obx resolve evt-01J8Z3Q4R5S6T7V8W9X0Y1Z2A3 --accept --from-consumer "
@@ -587,7 +587,7 @@ const cli_command cli_commands[] = {
               {"completion", "all|any", "all", "--add-target to an event without a set."},
               {"who", "W", "operator", "The operator in receipts and audit rows."},
               {"reason", "R", D_NONE, "Why, recorded with the receipt."},
-              {"dry-run", NULL, NULL, "Decide and report; change nothing."},
+              {"dry-run", NULL, NULL, "Decide and report; opens the outbox read-only."},
               O_JSON},
      .examples = "obx migrate --type order.created.v1 --cluster local --topic orders-v2 --dry-run\n"
                  "obx migrate evt-01J8Z3Q4R5S6T7V8W9X0Y1Z2A3 --route-gen 3 --reason 'topic moved'"},
@@ -634,7 +634,7 @@ const cli_command cli_commands[] = {
               {"percent", "P", "100", "A stable share of --from's types (1..100)."},
               {"backlog", NULL, NULL, "Move their unclaimed PENDING and PARKED events too."},
               {"who", "W", "operator", "The operator in the audit rows."},
-              {"dry-run", NULL, NULL, "Report; change nothing."},
+              {"dry-run", NULL, NULL, "Report; opens the outbox read-only."},
               O_JSON},
      .examples = "obx takeover --to obx --from legacy --percent 10 --dry-run"},
     {.name = "completion",
