@@ -214,6 +214,25 @@ typedef struct obx_route_target {
     const char *required_acks;
 } obx_route_target;
 
+/* ---------------------------------------------------------------------------------------------
+ * Payload encryption (docs/security.md, "Payload encryption"). A key ring holds named AES-256
+ * keys; a route with `encrypt` = KEY_ID has the relay seal every payload of the events it froze
+ * with AES-256-GCM under that key before the send, and consumers open it before the handler.
+ * Rotation adds a key to the ring and points new route generations at it; the old key stays in
+ * the ring while events sealed under it may still be read.
+ * ------------------------------------------------------------------------------------------- */
+#define OBX_KEY_ID_MAX 64
+typedef struct obx_keyring obx_keyring;
+/* Opens a key ring from `spec`: the ring's text itself, or (the usual form) a secret reference
+ * that holds it, `${file:/etc/obx/keys}` or `${OBX_KEYS}` (docs/security.md). The text is
+ * "KEY_ID=HEX64" entries, one a line (or separated by ',' or ';'), '#' starting a comment.
+ * Messages name key IDs and the reference, never key bytes. *out is the caller's
+ * (obx_keyring_close, which wipes it; NULL is harmless). */
+OBX_API obx_err obx_keyring_open(const char *spec, obx_keyring **out);
+OBX_API void obx_keyring_close(obx_keyring *ring);
+/* The number of keys in the ring (0 for NULL). */
+OBX_API size_t obx_keyring_count(const obx_keyring *ring);
+
 typedef struct obx_route {
     const char *event_type;    /* required: the event type this route applies to */
     const char *cluster;       /* required: broker cluster identity, e.g. "local", "kafka-prod" */
@@ -243,6 +262,10 @@ typedef struct obx_route {
     const obx_route_target *targets;
     size_t n_targets;
     const char *completion; /* when the event counts as delivered: "all" (NULL) or "any" */
+    /* NULL or "": payloads travel as committed. A key ID: the relay seals each payload of the
+     * events this generation routes with that key (AES-256-GCM) before the send; frozen with
+     * the generation (docs/security.md, "Payload encryption"). */
+    const char *encrypt;
 } obx_route;
 
 /* Creates a new generation for route->event_type. *out_gen (may be NULL) gets it. */
@@ -566,6 +589,10 @@ typedef struct obx_message {
      * evidence). */
     const char *attempt_id;
     const char *dest_digest;
+    /* The key ID of a sealed body (obx-encryption header; NULL or "" = clear). The inbox opens
+     * the body with obx_inbox_options.keys before anything else: the handler sees the clear
+     * payload; a body that does not open is quarantined (docs/security.md). */
+    const char *encryption;
 } obx_message;
 
 /* Applies the effect using db (the consumer's connection given to obx_inbox_open: a sqlite3 *
@@ -585,6 +612,9 @@ typedef struct obx_inbox_options {
     const char *const *tenants; /* accepted tenants; NULL = any */
     size_t n_tenants;
     int max_failures; /* handler failures before parking as poison; 0 = 5 */
+    /* The key ring sealed messages are opened with (borrowed: close it after the inbox). NULL:
+     * none, a sealed message is parked until a ring with its key re-drives it. */
+    const obx_keyring *keys;
 } obx_inbox_options;
 
 typedef enum obx_inbox_outcome {

@@ -269,12 +269,37 @@ obx_err obx__br_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_r
     return OBX_OK;
 }
 
+/* An encrypted route's copy: its body opened (crypt.c), the plaintext's digest into hashed;
+ * false when the ring lacks the key (the copy can be judged neither way). A body that does not
+ * open leaves hashed "" and says why in refused. */
+static bool open_copy(const obx__lookup_req *req, const void *body, size_t len,
+                      char hashed[OBX_DIGEST_LEN + 1], char *refused, size_t cap) {
+    unsigned char *plain = NULL;
+    size_t plen = 0;
+    hashed[0] = '\0';
+    obx_err e = obx__open(req->keys, req->enc_key, req->event_id, req->envelope_gen,
+                          body ? body : "", len, &plain, &plen);
+    if (e == OBX_ENOTFOUND) return false;
+    if (e) snprintf(refused, cap, "; %s", obx_errmsg());
+    if (!e && obx_sha256_digest(plain, plen, hashed)) hashed[0] = '\0';
+    free(plain);
+    return true;
+}
+
 bool obx__lookup_copy(const obx__lookup_req *req, obx__lookup_res *res, obx__outcome *copy,
                       const void *body, size_t len) {
-    char header[OBX_DIGEST_LEN + 1], hashed[OBX_DIGEST_LEN + 1] = "";
+    char header[OBX_DIGEST_LEN + 1], hashed[OBX_DIGEST_LEN + 1] = "", refused[200] = "";
     obx__strlcpy(header, copy->payload_digest, sizeof header);
     copy->kind = OBX__OUT_ACK;
-    if (obx_sha256_digest(body ? body : "", len, hashed)) hashed[0] = '\0';
+    if (req->enc_key && req->enc_key[0]) {
+        if (!open_copy(req, body, len, hashed, refused, sizeof refused)) {
+            snprintf(res->reason, sizeof res->reason,
+                     "a copy at offset %lld is sealed with key '%.64s', not in this key ring",
+                     (long long)copy->offset, req->enc_key);
+            return false;
+        }
+    } else if (obx_sha256_digest(body ? body : "", len, hashed))
+        hashed[0] = '\0';
     obx__strlcpy(copy->payload_digest, hashed, sizeof copy->payload_digest);
     const char *want = req->payload_digest ? req->payload_digest : header;
     bool body_ok = hashed[0] && !strcmp(hashed, want);
@@ -289,10 +314,10 @@ bool obx__lookup_copy(const obx__lookup_req *req, obx__lookup_res *res, obx__out
         res->bad = *copy;
         snprintf(res->bad.reason, sizeof res->bad.reason,
                  "%s copy at %.60s/%d@%lld: its body hashes to %.20s..., its header says "
-                 "%.20s..., the frozen payload digest is %.20s...%s",
+                 "%.20s..., the frozen payload digest is %.20s...%s%s",
                  !strcmp(hashed, header) ? "foreign" : "corrupt", copy->topic, (int)copy->partition,
                  (long long)copy->offset, hashed[0] ? hashed : "(nothing)", header, want,
-                 dest_ok ? "" : "; it names another destination digest");
+                 dest_ok ? "" : "; it names another destination digest", refused);
     }
     return false;
 }
@@ -356,6 +381,7 @@ void obx__headers_build(const obx__msg *m, obx__headers *h) {
     if (e->causation_id[0]) put(h, OBX__H_CAUSATION_ID, "%s", e->causation_id);
     if (e->traceparent[0]) put(h, OBX__H_TRACEPARENT, "%s", e->traceparent);
     if (m->dest && m->dest->serializer[0]) put(h, OBX__H_CONTENT_TYPE, "%s", m->dest->serializer);
+    if (m->enc_key && m->enc_key[0]) put(h, OBX__H_ENCRYPTION, "%s", m->enc_key);
 }
 
 static obx_err hfail(obx__delivery *d, const char *fmt, ...) OBX__PRINTF(2, 3);
@@ -435,7 +461,8 @@ obx_err obx__headers_parse(obx__header_get_fn get, void *user, obx__delivery *d)
                   OBX__CS_NAME)) ||
         (r = take(get, user, d, OBX__H_PAYLOAD_SCHEMA, e->payload_schema, sizeof e->payload_schema,
                   0, OBX__CS_OWNER)) ||
-        (r = take_i64(get, user, d, OBX__H_OCCURRED_AT, &ts, false, 0, ((int64_t)1 << 48) - 1)))
+        (r = take_i64(get, user, d, OBX__H_OCCURRED_AT, &ts, false, 0, ((int64_t)1 << 48) - 1)) ||
+        (r = take(get, user, d, OBX__H_ENCRYPTION, d->enc_key, sizeof d->enc_key, 0, OBX__CS_NAME)))
         return r;
     e->occurred_at = ts;
     if (!obx__is_digest(e->payload_digest))

@@ -53,6 +53,7 @@ typedef struct obx_broker obx__broker;
 #define OBX__H_OCCURRED_AT "obx-occurred-at"
 #define OBX__H_PAYLOAD_SCHEMA "obx-payload-schema"
 #define OBX__H_CONTENT_TYPE "content-type" /* the frozen destination's serializer */
+#define OBX__H_ENCRYPTION "obx-encryption" /* the key ID of a sealed body (AES-256-GCM) */
 
 /* One attempt to send. All pointers are borrowed for the duration of send(); a backend that
  * keeps the message until its outcome copies what it needs. */
@@ -70,6 +71,8 @@ typedef struct obx__msg {
      * reports NOT_SENT instead. This is what lets a reconciler's lookup become authoritative
      * after the quiet time: a frozen sender cannot land its write later. 0 = none. */
     int64_t deadline;
+    /* NULL, or the key ID payload is sealed with (header obx-encryption; docs/security.md) */
+    const char *enc_key;
 } obx__msg;
 
 typedef enum obx__outcome_kind {
@@ -118,6 +121,11 @@ typedef struct obx__lookup_req {
     int32_t partition;
     const char *event_id;
     int32_t envelope_gen;
+    /* An encrypted route's key (docs/security.md): a copy counts only when its body opens under
+     * enc_key for event_id and envelope_gen to a plaintext that hashes to payload_digest. NULL:
+     * the body itself must hash to it. */
+    const obx_keyring *keys;
+    const char *enc_key;
     int64_t since;       /* the earliest attempt's start (ms) */
     int64_t quiet_until; /* NOT_FOUND may be authoritative only when now >= quiet_until */
     int64_t now;
@@ -168,6 +176,7 @@ typedef struct obx__delivery {
     char dest_digest[OBX_DIGEST_LEN + 1];
     char attempt_id[OBX_EVENT_ID_LEN + 1];
     char header_error[OBX_TEXT_MAX + 1]; /* non-empty: headers missing or malformed */
+    char enc_key[OBX_KEY_ID_MAX + 1];    /* obx-encryption: the key ID a sealed body needs */
     unsigned char *payload;
     size_t payload_len;
 } obx__delivery;

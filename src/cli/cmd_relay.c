@@ -300,6 +300,7 @@ typedef struct consume_run {
     obx_consumer *con; /* the consumer (owned) */
     obx_config *cfg;   /* connect.* (--set), from the relay's configuration table (owned) */
     obx_otel *otel;    /* otel.* (--set): spans per delivery; NULL: off (owned) */
+    obx_keyring *keys; /* encryption.keys (--set): opens sealed messages; NULL: none (owned) */
     int64_t retry_initial_ms, retry_max_ms;
     sigset_t signals; /* SIGINT, SIGTERM: blocked, collected by the main loop */
 } consume_run;
@@ -361,10 +362,10 @@ static int consume_options(consume_run *r, int argc, char **argv) {
             memcpy(key, optarg, (size_t)(eq - optarg));
             key[eq - optarg] = '\0';
             if (strcmp(key, "connect.retry_initial_ms") && strcmp(key, "connect.retry_max_ms") &&
-                strncmp(key, "otel.", 5))
+                strncmp(key, "otel.", 5) && strcmp(key, "encryption.keys"))
                 return cli_usage("consume",
                                  "--set: '%s' is not a consumer setting (connect.retry_initial_ms, "
-                                 "connect.retry_max_ms, otel.*)",
+                                 "connect.retry_max_ms, otel.*, encryption.keys)",
                                  key);
             obx_err e = obx_config_set(r->cfg, key, eq + 1);
             if (e) return cli_usage("consume", "--set: %s", obx_errmsg());
@@ -509,7 +510,8 @@ static obx_err consume_try_open(consume_run *r, int *which) {
                                         .n_event_types = (size_t)r->ny,
                                         .tenants = r->nn ? r->tenants : NULL,
                                         .n_tenants = (size_t)r->nn,
-                                        .max_failures = (int)r->max_failures},
+                                        .max_failures = (int)r->max_failures,
+                                        .keys = r->keys},
                               .stop = stop_requested,
                               .stop_user = &r->signals,
                               .otel = r->otel};
@@ -620,6 +622,11 @@ int cmd_consume(int argc, char **argv) {
     obx_err oe = OBX_OK;
     if (!rc && !obx_config_set(r.cfg, "broker", r.broker) && (oe = obx_otel_open(r.cfg, &r.otel)))
         rc = cli_fail("consume", "otel.endpoint", oe);
+    char *ring = NULL;
+    if (!rc && !obx_config_get(r.cfg, "encryption.keys", &ring) && ring && *ring &&
+        (oe = obx_keyring_open(ring, &r.keys)))
+        rc = cli_fail("consume", "encryption.keys", oe);
+    obx_free(ring);
     /* blocked before anything starts: a signal during the wait for the broker ends it */
     if (!rc) block_signals(&r.signals);
     consume_dep deps[2] = {{.name = "consumer database"}, {.name = "broker"}};
@@ -628,6 +635,7 @@ int cmd_consume(int argc, char **argv) {
     obx_consumer_counts k = {0};
     if (rc > 0) {
         obx_otel_close(r.otel);
+        obx_keyring_close(r.keys);
         return rc;
     }
     if (rc == 0) {
@@ -637,6 +645,7 @@ int cmd_consume(int argc, char **argv) {
         sqlite3_close(r.db);
     }
     obx_otel_close(r.otel);
+    obx_keyring_close(r.keys);
     consume_report(r.js, &k);
     return 0;
 }

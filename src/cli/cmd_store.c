@@ -132,6 +132,7 @@ static int route_set(int argc, char **argv) {
                                          {"alias", required_argument, 0, 'l'},
                                          {"also", required_argument, 0, 'o'},
                                          {"completion", required_argument, 0, 'C'},
+                                         {"encrypt", required_argument, 0, 'E'},
                                          {"json", no_argument, 0, 'j'},
                                          {0, 0, 0, 0}};
     int js = 0;
@@ -152,6 +153,7 @@ static int route_set(int argc, char **argv) {
             n_also++;
             break;
         case 'C': r.completion = optarg; break;
+        case 'E': r.encrypt = optarg; break;
         case 'c': r.cluster = optarg; break;
         case 't': r.topic = optarg; break;
         case 'k': r.routing_key = optarg; break;
@@ -178,7 +180,8 @@ static int route_set(int argc, char **argv) {
                                           "[--durability D] [--acks A] [--max-attempts N] "
                                           "[--on-unknown retry|hold] [--unordered] [--alias A] "
                                           "[--also CLUSTER/TOPIC[/ROUTING_KEY]]... "
-                                          "[--completion all|any] [--db URL] [--json]");
+                                          "[--completion all|any] [--encrypt KEY_ID] [--db URL] "
+                                          "[--json]");
         }
     }
     if (optind != argc - 1) return cli_usage("route set", "expected one EVENT_TYPE argument");
@@ -262,7 +265,8 @@ static int route_list(int argc, char **argv) {
             if (set && o + 32 < sizeof also)
                 snprintf(also + o, sizeof also - o, " complete=%s",
                          json_string_value(json_object_get(set, "completion")));
-            printf("%-6lld %-28s %-14s %-24s %-10s %-6s max=%lld%s%s alias=%s%s\n",
+            const char *enc = json_string_value(json_object_get(r, "encrypt"));
+            printf("%-6lld %-28s %-14s %-24s %-10s %-6s max=%lld%s%s alias=%s%s%s%s\n",
                    (long long)json_integer_value(json_object_get(r, "gen")),
                    json_string_value(json_object_get(r, "event_type")),
                    json_string_value(json_object_get(r, "cluster")),
@@ -273,7 +277,8 @@ static int route_list(int argc, char **argv) {
                    json_is_true(json_object_get(r, "blind_retry")) ? " on-unknown=retry"
                                                                    : " on-unknown=hold",
                    json_is_true(json_object_get(r, "unordered")) ? " unordered" : "",
-                   json_string_value(json_object_get(r, "alias")), also);
+                   json_string_value(json_object_get(r, "alias")), also, enc ? " encrypt=" : "",
+                   enc ? enc : "");
         }
         json_decref(arr);
     }

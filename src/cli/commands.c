@@ -112,6 +112,9 @@ const cli_command cli_commands[] = {
               {"unordered", NULL, NULL,
                "route set: do not hold events back behind an unpublished one with the same key."},
               {"alias", "A", "obx", "route set: the dispatcher alias that owns the type."},
+              {"encrypt", "KEY_ID", D_NONE,
+               "route set: the relay seals every payload of this generation with key KEY_ID "
+               "(AES-256-GCM) before the send (docs/security.md)."},
               {"also", "CLUSTER/TOPIC[/ROUTING_KEY]", D_NONE,
                "route set: a further delivery-set destination. Repeatable (at most 7)."},
               {"completion", "all|any", "all",

@@ -204,6 +204,32 @@ bool obx__secret_equal(const void *a, size_t alen, const void *b, size_t blen);
 /* True for property names that hold secrets (sasl.password, ssl.key.pem, ...). */
 bool obx__secret_key(const char *key);
 
+/* ---- payload encryption (crypt.c, docs/security.md "Payload encryption") ------------------ */
+
+#define OBX__KEYS_MAX 64
+#define OBX__NONCE_LEN 12
+#define OBX__TAG_LEN 16
+#define OBX__SEAL_OVERHEAD (OBX__NONCE_LEN + OBX__TAG_LEN)
+#define OBX__AAD_MAX (17 + OBX_KEY_ID_MAX + 1 + OBX_EVENT_ID_LEN + 1 + 4)
+
+/* A key ID's rules: 1..OBX_KEY_ID_MAX bytes of [A-Za-z0-9._-]. */
+obx_err obx__key_id_check(const char *id);
+/* Parses a key ring's text ("ID=HEX64" entries, one a line or separated by ',' or ';', '#'
+ * comments) into *out (obx_keyring_close). Messages name key IDs, never key bytes. */
+obx_err obx__keyring_parse(const char *text, obx_keyring **out);
+bool obx__keyring_has(const obx_keyring *ring, const char *id);
+/* Seals a payload for (event_id, gen) under key_id: *out (malloc'ed, len + OBX__SEAL_OVERHEAD
+ * bytes, the caller frees) is nonce || ciphertext || tag; the same inputs give the same bytes.
+ * payload_digest is the payload's frozen SHA-256 (hex). OBX_ECONFIG: key_id not in the ring. */
+obx_err obx__seal(const obx_keyring *ring, const char *key_id, const char *event_id, int32_t gen,
+                  const void *payload, size_t len, const char *payload_digest, unsigned char **out,
+                  size_t *out_len);
+/* Opens a sealed body into *out (malloc'ed, NUL-terminated beyond *out_len, the caller frees).
+ * OBX_ENOTFOUND: key_id not in the ring (nothing can be said); OBX_EREFUSED: the body is not
+ * what obx__seal gives for any plaintext under this key, event ID and generation. */
+obx_err obx__open(const obx_keyring *ring, const char *key_id, const char *event_id, int32_t gen,
+                  const void *body, size_t len, unsigned char **out, size_t *out_len);
+
 /* ---- URLs ---------------------------------------------------------------------------------- */
 
 typedef enum obx__url_scheme {

@@ -143,6 +143,10 @@ static const key keys[] = {
       "OpenTelemetry: the longest a span waits before its batch is sent."),
     I("otel.timeout_ms", otel_timeout_ms, 100, 600000, "5000",
       "OpenTelemetry: one export request's time limit; a failed batch is dropped and counted."),
+    S("encryption.keys", enc_keys, NULL, NULL,
+      "The key ring of encrypted routes (obx route set --encrypt KEY_ID): ${file:PATH} or ${NAME} "
+      "holding KEY_ID=HEX64 lines; payloads are sealed with AES-256-GCM before the send "
+      "(docs/security.md); empty: an encrypted route's events are parked, never sent."),
     L("audit.critical_consumers", critical_consumers,
       "ID=URL of each consumer that must consume every event (its inbox database): the audit, "
       "retention, lag and poison in /metrics and the dashboard, receipts in traces."),
@@ -648,7 +652,9 @@ obx_err obx_config_dump(const obx_config *c, char **out) {
                 obx_url_redact(base, &red) == OBX_OK) {
                 v = json_string(red);
                 free(red);
-            } else
+            } else if (!strcmp(k->name, "encryption.keys") && base[0] && strncmp(base, "${", 2))
+                v = json_string("***"); /* keys written inline: never shown */
+            else
                 v = json_string(base);
         } else if (k->k == K_INT)
             v = json_integer(*(const int64_t *)(const void *)base);

@@ -33,6 +33,7 @@ struct obx_config {
     int64_t log_fold_after, log_fold_interval_ms; /* per-event records folded (log.c) */
     obx__strv critical_consumers;                 /* "id=sqlite:..." */
     char otel_endpoint[1024], otel_service[128];  /* OpenTelemetry spans (otel.c) */
+    char enc_keys[1024]; /* encryption.keys: the key ring's reference (crypt.c) */
     int64_t otel_queue_max, otel_interval_ms, otel_timeout_ms;
     int64_t pending_max_age_ms, unconsumed_max_age_ms, unknown_max_age_ms, audit_interval_ms;
     int64_t replay_window_ms, purge_batch;

@@ -105,6 +105,7 @@ static obx_err redrive(obx_consumer *c, obx_consumer_counts *k) {
             .payload_digest = HS("payload_digest"),
             .attempt_id = HS("attempt_id"),
             .dest_digest = HS("dest_digest"),
+            .encryption = HS("encryption"),
             .payload = p.payload ? (const void *)p.payload : "",
             .payload_len = p.payload_len,
             .topic = p.topic,

@@ -82,6 +82,7 @@ struct obx_relay {
     obx__relay_view view;      /* what the HTTP server and the auditor see (relay_view.h) */
     obx__deps deps;            /* database, schema, broker: up or down (deps.h) */
     obx_otel *otel;            /* spans (otel.h); NULL when otel.endpoint is empty */
+    obx_keyring *keys;         /* encryption.keys; NULL when empty */
 };
 
 static void view_totals(obx_relay *r, obx__engine_stats *t);
@@ -281,6 +282,7 @@ static obx_err open_engine(worker *w, obx__store **s, obx__broker **b, obx__engi
     ec.max_payload = (size_t)c->max_payload;
     ec.aliases = (const char *const *)c->aliases.v;
     ec.n_aliases = c->aliases.n;
+    ec.keys = r->keys;
     if ((err = obx__engine_init(e, *s, *b, &ec))) return err;
     if (w->index == 0 && !r->cfg->shadow &&
         (err = register_cluster(r, *s, *b, e->cluster, obx__ref_ms() + LIVE_MS(r))))
@@ -885,6 +887,8 @@ obx_err obx_relay_start(const obx_config *c, obx_relay **out) {
         r->w[i].resolution_pub = r->w[i].resolution;
     }
     if ((e = obx_otel_open(r->cfg, &r->otel))) atomic_store(&r->stop, 1);
+    if (!e && r->cfg->enc_keys[0] && (e = obx_keyring_open(r->cfg->enc_keys, &r->keys)))
+        atomic_store(&r->stop, 1);
     for (int i = 0; !e && i < r->n; i++) {
         int rc = pthread_create(&r->w[i].th, NULL, worker_main, &r->w[i]);
         if (rc) {
@@ -1084,6 +1088,7 @@ void obx_relay_close(obx_relay *r) {
     obx_relay_stop(r);
     obx_relay_wait(r);
     obx_otel_close(r->otel);
+    obx_keyring_close(r->keys);
     obx_config_free(r->cfg);
     obx__deps_destroy(&r->deps);
     pthread_mutex_destroy(&r->mu);

@@ -38,6 +38,7 @@
 static bool sendable(obx__engine *e, const obx__event_row *r, obx__outcome *pre) {
     char why[OBX_TEXT_MAX + 1];
     char digest[OBX_DIGEST_LEN + 1] = "";
+    bool transient = false;
     if (r->payload_unread) {
         /* over the relay's ceiling (relay.max_payload): the claim did not read it */
         snprintf(why, sizeof why,
@@ -52,11 +53,11 @@ static bool sendable(obx__engine *e, const obx__event_row *r, obx__outcome *pre)
                  "the payload read for sending hashes to %.24s..., not the frozen payload digest "
                  "%.24s...: refused to send bytes that are not the committed event",
                  digest[0] ? digest : "(no digest)", r->env.payload_digest);
-    } else
+    } else if (obx__sealable(e, r, why, sizeof why, &transient))
         return true;
     memset(pre, 0, sizeof *pre);
-    pre->kind = OBX__OUT_REJECT;
-    pre->park = true;
+    pre->kind = transient ? OBX__OUT_NOT_SENT : OBX__OUT_REJECT;
+    pre->park = !transient;
     obx__strlcpy(pre->reason, why, sizeof pre->reason);
     e->st.broker_errors++;
     return false;
@@ -290,6 +291,27 @@ out:
     return err;
 }
 
+/* Seals row r's payload when its route encrypts (seal.c): *sealed (the caller frees) and *len
+ * are the body to send, *key its key ID. Returns true when it could not be sealed: f is then a
+ * NOT_SENT outcome for the attempt (back to PENDING with backoff; nothing in the clear). */
+static bool seal_or_fail(obx__engine *e, const obx__event_row *r, const char *wire_id,
+                         unsigned char **sealed, size_t *len, const char **key, obx__outcome *f) {
+    size_t sl = 0;
+    if (!obx__seal_row(e, r, wire_id, sealed, &sl, key)) {
+        if (*sealed) *len = sl;
+        return false;
+    }
+    memset(f, 0, sizeof *f);
+    f->kind = OBX__OUT_NOT_SENT;
+    obx__strlcpy(f->event_id, r->env.event_id, sizeof f->event_id);
+    f->envelope_gen = r->envelope_gen;
+    obx__strlcpy(f->attempt_id, r->attempt_id, sizeof f->attempt_id);
+    snprintf(f->reason, sizeof f->reason, "not sealed: %s", obx_errmsg());
+    obx__utf8_trim(f->reason);
+    e->st.broker_errors++;
+    return true;
+}
+
 /* Hands the rows with ok[i] (registered attempts, payloads loaded) to the broker, except those
  * decided[i] before sending (no partition), whose outcome pre[i] is applied at once. When
  * send() fails, nothing of the batch was handed over (broker.h): those attempts get NOT_SENT
@@ -302,8 +324,9 @@ static obx_err send_registered(obx__engine *e, int64_t now, obx__event_row *rows
     obx__msg *msgs = malloc(n * sizeof *msgs);
     obx__outcome *fail = calloc(n, sizeof *fail);
     obx__dest *alt = malloc(n * sizeof *alt);
-    obx__envelope *wire = malloc(n * sizeof *wire); /* envelopes as sent (logical event ID) */
-    if (!msgs || !fail || !alt || !wire) {
+    obx__envelope *wire = malloc(n * sizeof *wire);     /* envelopes as sent (logical event ID) */
+    unsigned char **sealed = calloc(n, sizeof *sealed); /* encrypted routes' bodies (seal.c) */
+    if (!msgs || !fail || !alt || !wire || !sealed) {
         err = obx__fail(OBX_ENOMEM, "send: out of memory");
         goto out;
     }
@@ -326,15 +349,24 @@ static obx_err send_registered(obx__engine *e, int64_t now, obx__event_row *rows
         }
         wire[i] = rows[i].env;
         obx__strlcpy(wire[i].event_id, obx__wire_id(&rows[i]), sizeof wire[i].event_id);
+        const void *body = rows[i].payload;
+        size_t body_len = rows[i].payload_len;
+        const char *key = NULL;
+        if (seal_or_fail(e, &rows[i], wire[i].event_id, &sealed[i], &body_len, &key, &fail[nf])) {
+            nf++;
+            continue;
+        }
+        if (sealed[i]) body = sealed[i];
         msgs[k++] = (obx__msg){.env = &wire[i],
                                .dest = dest,
                                .dest_digest = rows[i].dest_digest,
                                .attempt_id = rows[i].attempt_id,
                                .attempt_gen = rows[i].attempt_gen,
                                .partition = rows[i].pinned_partition,
-                               .payload = rows[i].payload,
-                               .payload_len = rows[i].payload_len,
-                               .deadline = rows[i].lease_until};
+                               .payload = body,
+                               .payload_len = body_len,
+                               .deadline = rows[i].lease_until,
+                               .enc_key = key};
     }
     if (k) {
         err = obx__br_send(e->b, msgs, k, now);
@@ -360,6 +392,8 @@ static obx_err send_registered(obx__engine *e, int64_t now, obx__event_row *rows
     }
     if (nf) err = obx__engine_apply_outcomes(e, now, fail, nf);
 out:
+    for (size_t i = 0; sealed && i < n; i++) free(sealed[i]);
+    free(sealed);
     free(msgs);
     free(fail);
     free(alt);

@@ -108,6 +108,10 @@ typedef struct obx__engine_cfg {
      * and gets failed = true. NULL/0: none. */
     struct obx__critical *evidence;
     size_t n_evidence;
+    /* The key ring payloads of encrypted routes are sealed with before the send and their
+     * broker copies opened with by lookups (seal.c). Borrowed; NULL: no key (an event of an
+     * encrypted route is then parked, never sent in the clear). */
+    const obx_keyring *keys;
 } obx__engine_cfg;
 
 void obx__engine_cfg_defaults(obx__engine_cfg *c);
@@ -180,6 +184,12 @@ typedef struct obx__engine {
     /* Optional observer of per-event notes (see obx__note). */
     void (*on_note)(void *user, const obx__note *n);
     void *on_note_user;
+    /* seal.c: the key ID ("" none) of the route generations seen, most recent 32 */
+    struct {
+        int64_t gen;
+        char key[OBX_KEY_ID_MAX + 1];
+    } key_cache[32];
+    size_t n_keys_cached, key_cache_next;
 } obx__engine;
 
 /* Binds an engine to a store and a broker (both borrowed; they must outlive the engine). */

@@ -9,6 +9,19 @@
 #include <stdlib.h>
 
 uint64_t obx__engine_rand(obx__engine *e);
+
+/* seal.c: the key ID ("" = none) route generation gen seals payloads with, into out. */
+obx_err obx__route_key(obx__engine *e, int64_t gen, char out[OBX_KEY_ID_MAX + 1]);
+/* Whether r may be sent as far as encryption goes: its route seals nothing, or this engine has
+ * the key. false: why (cap bytes); *transient when the store could not say (not a park). */
+bool obx__sealable(obx__engine *e, const obx__event_row *r, char *why, size_t cap, bool *transient);
+/* r's payload sealed for the send under wire_id (*sealed malloc'ed, the caller frees; NULL and
+ * *key_out NULL when its route seals nothing); *key_out is the key ID, valid while e lives. */
+obx_err obx__seal_row(obx__engine *e, const obx__event_row *r, const char *wire_id,
+                      unsigned char **sealed, size_t *len, const char **key_out);
+/* Sets q's key ring and key ID when route generation route_gen seals payloads (a lookup then
+ * opens the copies it reads). */
+obx_err obx__lookup_keys(obx__engine *e, int64_t route_gen, obx__lookup_req *q);
 /* Backoff before retry number n (1-based), with jitter. */
 int64_t obx__engine_backoff(obx__engine *e, int n);
 void obx__audit(obx__audit_row *a, int64_t now, obx__actor actor, const char *who,

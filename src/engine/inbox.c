@@ -39,6 +39,7 @@ struct obx_inbox {
     char **tenants;
     size_t n_tenants;
     int max_failures;
+    const obx_keyring *keys; /* sealed bodies are opened with it (borrowed; NULL: none) */
 };
 
 static void free_list(char **v, size_t n) {
@@ -85,6 +86,7 @@ obx_err obx_inbox_open(obx_store *db, const obx_inbox_options *o, obx_inbox **ou
     in->s = db;
     obx__strlcpy(in->consumer, o->consumer_id, sizeof in->consumer);
     in->max_failures = o->max_failures ? o->max_failures : 5;
+    in->keys = o->keys;
     /* each count is set as soon as its list is owned: a failure of the second list must
      * free the first one whole (fuzz_inbox found the leak when it was set after both) */
     e = copy_list("event_types", o->event_types, o->n_event_types, &in->types, OBX__CS_EVENT_TYPE);
@@ -167,6 +169,8 @@ static char *headers_of(const obx_message *m) {
                           (json_int_t)m->occurred_at, "payload_digest", jstr(m->payload_digest));
     if (o && m->attempt_id) json_object_set_new(o, "attempt_id", jstr(m->attempt_id));
     if (o && m->dest_digest) json_object_set_new(o, "dest_digest", jstr(m->dest_digest));
+    if (o && m->encryption && *m->encryption)
+        json_object_set_new(o, "encryption", jstr(m->encryption));
     char *s = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(o);
     return s;
@@ -286,7 +290,8 @@ obx_message obx__message_of(const obx__delivery *d) {
                          .partition = d->partition,
                          .offset = d->offset,
                          .redelivered = d->redelivered,
-                         .header_error = d->header_error};
+                         .header_error = d->header_error,
+                         .encryption = d->enc_key};
 }
 
 obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
@@ -297,10 +302,51 @@ static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h,
                        void *conn, int64_t now, int64_t mono_us_start, int64_t (*mono_us)(void),
                        obx_inbox_result *out, bool retried);
 
+/* A body that does not open (crypt.c: tampered, moved to another event, another key under
+ * the ID): refused; a quarantine of the event ID (the alarm: `obx audit`, and no retention rests
+ * on this consumer for it) and the bytes parked for an operator. A key the ring lacks: parked
+ * only, re-driven once the key is added. */
+static obx_err refuse_sealed(obx_inbox *in, const obx_message *m, obx_err oe, int64_t now,
+                             obx_inbox_result *out) {
+    char why[256], dg[OBX_DIGEST_LEN + 1] = "";
+    obx__printable(obx_errmsg(), strlen(obx_errmsg()), why, sizeof why);
+    obx_err e = OBX_OK;
+    if (oe == OBX_EREFUSED && !obx_event_id_check(m->event_id)) {
+        if (!(e = obx_sha256_digest(m->payload, m->payload_len, dg)) &&
+            !(e = obx__st_begin(in->s))) {
+            e = obx__st_inbox_quarantine_put(in->s, in->consumer, m->event_id, dg,
+                                             m->payload_digest ? m->payload_digest : "", why, now);
+            if (!e) e = audit_consume(in, m, "QUARANTINED", now, 0, why);
+            if (!e)
+                e = obx__st_commit(in->s);
+            else
+                obx__st_rollback(in->s);
+        }
+    }
+    if (!e) e = park(in, m, 0, why, now, out);
+    if (!e && oe == OBX_EREFUSED) out->outcome = OBX_INBOX_QUARANTINED;
+    return e;
+}
+
 obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
                               void *conn, int64_t now, int64_t mono_us_start,
                               int64_t (*mono_us)(void), obx_inbox_result *out) {
-    return process(in, m, h, user, conn, now, mono_us_start, mono_us, out, false);
+    if (!in || !m || !m->encryption || !*m->encryption || !out)
+        return process(in, m, h, user, conn, now, mono_us_start, mono_us, out, false);
+    /* an encrypted route's message: opened before anything else, the handler sees the clear */
+    memset(out, 0, sizeof *out);
+    obx_message clear = *m;
+    unsigned char *p = NULL;
+    size_t n = 0;
+    obx_err oe = obx__open(in->keys, m->encryption, m->event_id ? m->event_id : "", m->envelope_gen,
+                           m->payload, m->payload_len, &p, &n);
+    if (oe == OBX_ENOMEM || oe == OBX_EINTERNAL) return oe;
+    if (oe) return refuse_sealed(in, m, oe, now, out);
+    clear.payload = p;
+    clear.payload_len = n;
+    obx_err e = process(in, &clear, h, user, conn, now, mono_us_start, mono_us, out, false);
+    free(p);
+    return e;
 }
 
 /* Phase 1, validation before any effect: computes the payload's digest into `digest`. Returns an

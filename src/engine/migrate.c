@@ -139,7 +139,7 @@ static bool lookup(mig *m, plan *p, const obx__event_row *r, const obx__dest *d,
                          .since = since,
                          .quiet_until = quiet_until,
                          .now = m->now};
-    if (obx__br_lookup(e->b, &q, res)) {
+    if (obx__lookup_keys(e, d->route_gen, &q) || obx__br_lookup(e->b, &q, res)) {
         e->st.broker_errors++;
         res->kind = OBX__LOOKUP_CANNOT_TELL;
         snprintf(res->reason, sizeof res->reason, "lookup failed: %s", obx_errmsg());

@@ -286,7 +286,8 @@ obx_err obx__reconcile_lookup(obx__engine *e, int64_t now, const obx__event_row 
                              .since = since,
                              .quiet_until = quiet_until,
                              .now = now};
-        err = obx__br_lookup(e->b, &q, res);
+        err = obx__lookup_keys(e, row->dest.route_gen, &q);
+        if (!err) err = obx__br_lookup(e->b, &q, res);
         res->quiet_until = quiet_until; /* the backend's answer does not carry it */
         if (!err && OBX__MUTANT(LOOKUP_TRUSTS_HEADER) && res->kind != OBX__LOOKUP_FOUND &&
             res->n_bad) { /* test-only bug: the copy's header is taken for its bytes */

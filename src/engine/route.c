@@ -26,7 +26,8 @@ obx_err obx__route_validate(const obx_route *r, obx__route_row *row, int64_t now
         (e = obx__check_field("serializer", r->serializer, 0, OBX_NAME_MAX, OBX__CS_NAME)) ||
         (e = obx__check_field("durability", r->durability, 0, OBX_NAME_MAX, OBX__CS_NAME)) ||
         (e = obx__check_field("required_acks", r->required_acks, 0, OBX_NAME_MAX, OBX__CS_NAME)) ||
-        (e = obx__check_field("alias", r->alias, 0, OBX_NAME_MAX, OBX__CS_NAME)))
+        (e = obx__check_field("alias", r->alias, 0, OBX_NAME_MAX, OBX__CS_NAME)) ||
+        (e = obx__check_field("encrypt", r->encrypt, 0, OBX_KEY_ID_MAX, OBX__CS_NAME)))
         return e;
     const char *alg = dflt(r->algorithm, "murmur2");
     if (strcmp(alg, "murmur2") && strcmp(alg, "fnv1a") && strcmp(alg, "none"))
@@ -65,6 +66,7 @@ obx_err obx__route_validate(const obx_route *r, obx__route_row *row, int64_t now
     row->blind_retry = strcmp(pol, "hold") != 0; /* the column holds the UNKNOWN policy */
     row->unordered = r->unordered != 0;
     obx__strlcpy(row->alias, dflt(r->alias, "obx"), sizeof row->alias);
+    obx__strlcpy(row->encrypt_key, dflt(r->encrypt, ""), sizeof row->encrypt_key);
     row->created_at = now;
     return OBX_OK;
 }
@@ -230,14 +232,16 @@ obx_err obx_cluster_seen(obx_store *s, const char *cluster, int64_t *out_ms) {
 }
 
 json_t *obx__route_json(const obx__route_row *r) {
-    return json_pack("{s:I,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:i,s:s,s:b,s:b,s:s,s:I,s:i}", "gen",
-                     (json_int_t)r->gen, "event_type", r->event_type, "cluster", r->cluster,
-                     "topic", r->topic, "routing_key", r->routing_key, "algorithm", r->algorithm,
-                     "serializer", r->serializer, "durability", r->durability, "required_acks",
-                     r->required_acks, "max_attempts", (int)r->max_attempts, "on_unknown",
-                     r->blind_retry ? "retry" : "hold", "blind_retry", (int)r->blind_retry,
-                     "unordered", (int)r->unordered, "alias", r->alias, "created_at_ms",
-                     (json_int_t)r->created_at, "targets", (int)r->targets);
+    json_t *j = json_pack("{s:I,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:i,s:s,s:b,s:b,s:s,s:I,s:i}",
+                          "gen", (json_int_t)r->gen, "event_type", r->event_type, "cluster",
+                          r->cluster, "topic", r->topic, "routing_key", r->routing_key, "algorithm",
+                          r->algorithm, "serializer", r->serializer, "durability", r->durability,
+                          "required_acks", r->required_acks, "max_attempts", (int)r->max_attempts,
+                          "on_unknown", r->blind_retry ? "retry" : "hold", "blind_retry",
+                          (int)r->blind_retry, "unordered", (int)r->unordered, "alias", r->alias,
+                          "created_at_ms", (json_int_t)r->created_at, "targets", (int)r->targets);
+    if (j && r->encrypt_key[0]) json_object_set_new(j, "encrypt", json_string(r->encrypt_key));
+    return j;
 }
 
 static json_t *route_set_json(const obx__route_set_row *set) {

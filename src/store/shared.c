@@ -148,6 +148,7 @@ void obx__route_decode(const obx__col_reader *rd, obx__route_row *r) {
     TEXT(12, r->alias);
     r->created_at = I64(13);
     r->targets = (int32_t)I64(14);
+    TEXT(15, r->encrypt_key);
 }
 
 obx_err obx__read_events(obx__store *s, const obx__read_req *req, const obx__event_readers *r,

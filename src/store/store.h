@@ -63,6 +63,7 @@ typedef struct obx__route_row {
     char alias[OBX_NAME_MAX + 1];
     int64_t created_at;
     int32_t targets; /* destinations of its delivery set (route_set_get), 0 = a single one */
+    char encrypt_key[OBX_KEY_ID_MAX + 1]; /* "" or the key ID payloads are sealed with */
     /* Which table the row was read from, where the store can tell (PostgreSQL: obx_route's
      * OID; 0 = not known). A generation number identifies a route only within one table: a
      * schema dropped and made again numbers its routes from 1 again, so the producer's cached

@@ -233,7 +233,8 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
 #define ROUTE_COLS                                                                                 \
     "gen, event_type, cluster, topic, routing_key, algorithm, serializer, durability, "            \
     "required_acks, max_attempts, blind_retry, unordered, alias, created_at, "                     \
-    "coalesce((SELECT s.targets FROM obx.obx_route_set s WHERE s.route_gen = obx_route.gen), 0)"
+    "coalesce((SELECT s.targets FROM obx.obx_route_set s WHERE s.route_gen = obx_route.gen), 0), " \
+    "encrypt_key"
 #define ENV_COLS_LIST                                                                              \
     "(event_id, envelope_gen, aggregate_type, aggregate_id, aggregate_version, event_type, "       \
     "payload_schema, payload_digest, tenant, occurred_at, created_txid, correlation_id, "          \
@@ -484,9 +485,9 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
 static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_PUT] = "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, "
                     "algorithm, serializer, durability, required_acks, max_attempts, blind_retry, "
-                    "unordered, alias, created_at) VALUES ($1::text, $2::text, $3::text, "
-                    "$4::text, $5::text, $6::text, $7::text, $8::text, $9::int, $10::bool, "
-                    "$11::bool, $12::text, $13::bigint) RETURNING gen",
+                    "unordered, alias, created_at, encrypt_key) VALUES ($1::text, $2::text, "
+                    "$3::text, $4::text, $5::text, $6::text, $7::text, $8::text, $9::int, "
+                    "$10::bool, $11::bool, $12::text, $13::bigint, $14::text) RETURNING gen",
     [Q_ROUTE_GET] = "SELECT " ROUTE_COLS ", tableoid::bigint FROM obx.obx_route WHERE "
                     "event_type = $1::text "
                     "ORDER BY gen DESC LIMIT 1",
@@ -2229,6 +2230,7 @@ static obx_err pg_route_put(obx__store *base, const obx__route_row *rt, int64_t 
     p_bool(&p, rt->unordered);
     p_text(&p, rt->alias);
     p_int(&p, rt->created_at);
+    p_text(&p, rt->encrypt_key);
     PGresult *r = NULL;
     obx_err e = run(s, Q_ROUTE_PUT, &p, PGRES_TUPLES_OK, &r, "insert route");
     if (!e) {

@@ -88,7 +88,9 @@ CREATE TABLE obx.obx_route (
     blind_retry   BOOLEAN NOT NULL,
     unordered     BOOLEAN NOT NULL,
     alias         TEXT NOT NULL,
-    created_at    BIGINT NOT NULL
+    created_at    BIGINT NOT NULL,
+    -- '' or the key ID the relay seals this generation's payloads with (docs/security.md)
+    encrypt_key   TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX obx_route_type ON obx.obx_route (event_type, gen);
 CREATE TRIGGER obx_route_frozen BEFORE UPDATE OR DELETE ON obx.obx_route

@@ -42,7 +42,9 @@ CREATE TABLE obx_route (
     blind_retry   INTEGER NOT NULL CHECK (blind_retry IN (0, 1)),
     unordered     INTEGER NOT NULL CHECK (unordered IN (0, 1)),
     alias         TEXT NOT NULL,
-    created_at    INTEGER NOT NULL
+    created_at    INTEGER NOT NULL,
+    -- '' or the key ID the relay seals this generation's payloads with (docs/security.md)
+    encrypt_key   TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX obx_route_type ON obx_route (event_type, gen);
 CREATE TRIGGER obx_route_frozen BEFORE UPDATE ON obx_route

@@ -141,7 +141,8 @@ typedef struct sq_store {
 #define ROUTE_COLS                                                                                 \
     "gen, event_type, cluster, topic, routing_key, algorithm, serializer, durability, "            \
     "required_acks, max_attempts, blind_retry, unordered, alias, created_at, "                     \
-    "coalesce((SELECT s.targets FROM obx_route_set s WHERE s.route_gen = obx_route.gen), 0)"
+    "coalesce((SELECT s.targets FROM obx_route_set s WHERE s.route_gen = obx_route.gen), 0), "     \
+    "encrypt_key"
 /* "p is not yet published", written as the predicate of obx_event_unpublished term for term (the
  * planner uses a partial index only when the query repeats its predicate; an IN list of seven
  * states would also build an ephemeral table on every execution) */
@@ -161,7 +162,7 @@ typedef struct sq_store {
 static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_PUT] = "INSERT INTO obx_route (event_type, cluster, topic, routing_key, algorithm, "
                     "serializer, durability, required_acks, max_attempts, blind_retry, unordered, "
-                    "alias, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    "alias, created_at, encrypt_key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [Q_ROUTE_GET] = "SELECT " ROUTE_COLS " FROM obx_route WHERE event_type = ? ORDER BY gen DESC "
                     "LIMIT 1",
     [Q_ROUTE_LIST_CUR] = "SELECT " ROUTE_COLS " FROM obx_route WHERE gen = (SELECT max(r.gen) "
@@ -860,6 +861,7 @@ static obx_err sq_route_put(obx__store *base, const obx__route_row *r, int64_t *
     bi(st, 11, r->unordered);
     bt(st, 12, r->alias);
     bi(st, 13, r->created_at);
+    bt(st, 14, r->encrypt_key);
     e = step_done(s, st, "insert route");
     if (!e && gen) *gen = sqlite3_last_insert_rowid(s->db);
     return e;
