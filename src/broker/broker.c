@@ -312,12 +312,17 @@ bool obx__lookup_copy(const obx__lookup_req *req, obx__lookup_res *res, obx__out
     }
     if (!res->n_bad++) {
         res->bad = *copy;
-        snprintf(res->bad.reason, sizeof res->bad.reason,
-                 "%s copy at %.60s/%d@%lld: its body hashes to %.20s..., its header says "
-                 "%.20s..., the frozen payload digest is %.20s...%s%s",
-                 !strcmp(hashed, header) ? "foreign" : "corrupt", copy->topic, (int)copy->partition,
-                 (long long)copy->offset, hashed[0] ? hashed : "(nothing)", header, want,
-                 dest_ok ? "" : "; it names another destination digest", refused);
+        if (refused[0]) /* a sealed body that does not open: say so first */
+            snprintf(res->bad.reason, sizeof res->bad.reason, "corrupt copy at %.60s/%d@%lld%s",
+                     copy->topic, (int)copy->partition, (long long)copy->offset, refused);
+        else
+            snprintf(res->bad.reason, sizeof res->bad.reason,
+                     "%s copy at %.60s/%d@%lld: its body hashes to %.20s..., its header says "
+                     "%.20s..., the frozen payload digest is %.20s...%s",
+                     !strcmp(hashed, header) ? "foreign" : "corrupt", copy->topic,
+                     (int)copy->partition, (long long)copy->offset,
+                     hashed[0] ? hashed : "(nothing)", header, want,
+                     dest_ok ? "" : "; it names another destination digest");
     }
     return false;
 }

@@ -14,7 +14,10 @@
 #      inbox quarantine row and a parked copy), no effect; the k2 ones are applied;
 #   4. a body tampered at the broker (one byte): refused and quarantined, the others applied;
 #   5. a relay without the key parks the event of an encrypted route and sends nothing;
-#   6. the key bytes appear in no log, no configuration dump and no outbox or broker table.
+#   6. the key bytes appear in no log, no configuration dump and no outbox or broker table;
+#   7. (log) the reconciler's lookup: an UNKNOWN send (ACKs dropped) is proved by the sealed copy
+#      the broker holds (a receipt from source lookup); a copy tampered at the broker, with its
+#      headers intact, is quarantined as a corrupt copy and the event is not published.
 set -euo pipefail
 OBX=${1:?usage: test_encrypt.sh OBX [log|amqp]}
 mode=${2:-log}
@@ -173,11 +176,51 @@ if [[ $mode == log ]]; then
   echo "ok: a tampered body is refused and quarantined, the 5 others applied"
 fi
 
+# ---- 7. the reconciler's lookup opens the broker's copies ----
+if [[ $mode == log ]]; then
+  db=sqlite:$T/r.db
+  "$OBX" init --db "$db" >/dev/null
+  "$OBX" route set order.created.v1 --db "$db" --cluster local --topic orders --encrypt k2 >/dev/null 2>&1
+  : >"$T/ids"
+  for i in 7 8; do enqueue "$i"; done
+  # every ACK dropped, no reconciler: both sends end UNKNOWN with their copies at the broker
+  "$OBX" relay --db "$db" --broker "log:$T/r-b.db?drop_ack=1&ack_timeout_ms=50" --set relay.poll_ms=20 \
+    --set relay.drain_ms=300 --set relay.reconciler=false --set relay.lease_ms=500 \
+    --set "encryption.keys=\${file:$T/keys}" >>"$T/relay.log" 2>&1 &
+  pids+=($!)
+  unknown() { sqlite3 "$T/r.db" "SELECT count(*) FROM obx_event WHERE state = 'DISPATCH_UNKNOWN'"; }
+  for _ in $(seq 200); do [[ $(unknown) == 2 ]] && break; sleep 0.05; done
+  kill -TERM "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
+  [[ $(unknown) == 2 ]] || fail "the sends did not end UNKNOWN ($(unknown) of 2)"
+  # the copy of o-8 tampered at the broker: one byte of its ciphertext, its headers intact
+  id8=$(sed -n 2p "$T/ids")
+  sqlite3 "$T/r-b.db" "UPDATE obx_log_msg SET payload = CAST(substr(payload, 1, 20) AS BLOB) || X'00' || CAST(substr(payload, 22) AS BLOB) WHERE event_id = '$id8'"
+  "$OBX" relay --db "$db" --broker "log:$T/r-b.db" --set relay.poll_ms=20 --set relay.drain_ms=300 \
+    --set relay.reconcile_ms=50 --set "encryption.keys=\${file:$T/keys}" >>"$T/relay.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 200); do
+    [[ $(published) == 1 && $(sqlite3 "$T/r.db" "SELECT count(*) FROM obx_receipt WHERE kind = 'QUARANTINED'") -ge 1 ]] && break
+    sleep 0.05
+  done
+  kill -TERM "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
+  id7=$(sed -n 1p "$T/ids")
+  [[ $(sqlite3 "$T/r.db" "SELECT state FROM obx_event WHERE event_id = '$id7'") == PUBLISHED ]] ||
+    fail "the UNKNOWN send of o-7 was not proved by its sealed copy"
+  [[ $(sqlite3 "$T/r.db" "SELECT source FROM obx_receipt WHERE event_id = '$id7' AND kind = 'PRIMARY'") == lookup ]] ||
+    fail "o-7's receipt is not from the lookup"
+  [[ $(sqlite3 "$T/r.db" "SELECT state FROM obx_event WHERE event_id = '$id8'") != PUBLISHED ]] ||
+    fail "a tampered copy with intact headers was accepted as evidence"
+  sqlite3 "$T/r.db" "SELECT reason FROM obx_receipt WHERE event_id = '$id8' AND kind = 'QUARANTINED'" |
+    grep -q "does not authenticate" || fail "the tampered copy was not quarantined as corrupt"
+  echo "ok: the lookup proved an UNKNOWN send by its sealed copy; a tampered copy was quarantined, not accepted"
+fi
+
 # ---- 6. no key bytes anywhere ----
 for k in "$K1" "$K2"; do
   grep -rqi "$k" "$T"/*.log && fail "a key appears in a log"
-  sqlite3 "$T/o.db" .dump | grep -qi "$k" && fail "a key appears in the outbox database"
+  for f in "$T"/o.db "$T"/r.db; do [[ -f $f ]] && sqlite3 "$f" .dump | grep -qi "$k" && fail "a key appears in an outbox database"; done
   if [[ $mode == log ]]; then sqlite3 "$T/b.db" .dump | grep -qi "$k" && fail "a key appears at the broker"; fi
+  true
 done
 "$OBX" config --set "encryption.keys=k1=$K1" >"$T/dump.json" || fail "obx config failed"
 grep -q '"encryption.keys": *"\*\*\*"' "$T/dump.json" || fail "obx config does not hide an inline key ring"
