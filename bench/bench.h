@@ -21,6 +21,8 @@
 #include <sys/types.h>
 
 #define BN_PAYLOAD 512 /* bytes per event payload (JSON-ish text) */
+/* The key ID the bench's routes seal payloads with (bench_throughput --encrypt); NULL: none. */
+extern const char *bn_encrypt_key;
 #define BN_MAX_REPS 20
 #define BN_TYPE "order.created.v1"
 #define BN_TENANT "tenant-7"

@@ -168,6 +168,8 @@ void bn_pg_copy(const char *dst, const char *src) {
     PQfinish(a);
 }
 
+const char *bn_encrypt_key;
+
 void bn_pg_fresh(const char *name, const char *topic, char *url, size_t cap) {
     PGconn *a = bn_pg_connect(bn_pg_base());
     bn_sql(a, "DROP DATABASE IF EXISTS %s WITH (FORCE)", phys(name));
@@ -176,7 +178,8 @@ void bn_pg_fresh(const char *name, const char *topic, char *url, size_t cap) {
     bn_pg_url(name, url, cap);
     obx_store *s;
     if (obx_store_open(url, &s) || obx_store_init(s)) bn_die("init %s: %s", name, obx_errmsg());
-    obx_route r = {.event_type = BN_TYPE, .cluster = BN_CLUSTER, .topic = topic};
+    obx_route r = {
+        .event_type = BN_TYPE, .cluster = BN_CLUSTER, .topic = topic, .encrypt = bn_encrypt_key};
     if (obx_route_set(s, &r, NULL)) bn_die("route: %s", obx_errmsg());
     obx_store_close(s);
 }

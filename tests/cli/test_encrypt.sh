@@ -78,6 +78,18 @@ enqueue() { # enqueue I: one order, its ID appended to ids
 
 # ---- generation 1: key k1 ----
 "$OBX" init --db "$db" >/dev/null
+if [[ $mode == amqp ]]; then
+  # one queue per consumer, bound before the first publish (a queue's message goes to one
+  # consumer): a relay that only connects declares and binds it
+  for qn in good wrong; do
+    "$OBX" relay --db "$db" --broker "$url?cluster=$cluster&declare_exchange=$topic&declare_queue=$source_-$qn" \
+      --set relay.poll_ms=20 --set relay.drain_ms=100 >>"$T/relay.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 100); do grep -q "broker.*up\|serves cluster\|ready" "$T/relay.log" 2>/dev/null && break; sleep 0.05; done
+    sleep 0.5
+    kill -TERM "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
+  done
+fi
 "$OBX" route set order.created.v1 --db "$db" --cluster "$cluster" --topic "$topic" --encrypt k1 >/dev/null 2>&1
 "$OBX" route list --db "$db" --json | grep -q '"encrypt": *"k1"' || fail "route list does not show encrypt k1"
 for i in 1 2 3; do enqueue "$i"; done
@@ -136,7 +148,9 @@ SH
 chmod +x "$T/handler.sh"
 export T
 consume() { # consume CONSUMER KEYSPEC [BROKER]
-  "$OBX" consume --consumer-db "sqlite:$T/c-$1.db" --broker "${3:-$consume_broker}" --topic "$source_" \
+  local src=$source_
+  [[ $mode == amqp ]] && src=$source_-$1
+  "$OBX" consume --consumer-db "sqlite:$T/c-$1.db" --broker "${3:-$consume_broker}" --topic "$src" \
     --consumer "$1" --types order.created.v1 --tenants t1 --exec "$T/handler.sh" --until-idle 1500 \
     --set "encryption.keys=$2" --json >"$T/consume-$1.log" 2>&1 || fail "consume $1 failed"
 }
