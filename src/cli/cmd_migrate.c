@@ -85,7 +85,8 @@ static int route_first(obx_store *s, const char *type, const obx_route *over, ob
         .max_attempts = (int)json_integer_value(json_object_get(cur, "max_attempts")),
         .on_unknown = str(cur, "on_unknown"),
         .unordered = json_is_true(json_object_get(cur, "unordered")),
-        .alias = str(cur, "alias")};
+        .alias = str(cur, "alias"),
+        .encrypt = str(cur, "encrypt")}; /* a moved route keeps sealing its payloads */
     *keep = arr;
     return 0;
 }

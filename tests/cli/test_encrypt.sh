@@ -15,6 +15,8 @@
 #   4. a body tampered at the broker (one byte): refused and quarantined, the others applied;
 #   5. a relay without the key parks the event of an encrypted route and sends nothing;
 #   6. the key bytes appear in no log, no configuration dump and no outbox or broker table;
+#   8. `obx migrate --cluster/--topic` writes the new route generation with the same key (a moved
+#      route keeps sealing its payloads);
 #   7. (log) the reconciler's lookup: an UNKNOWN send (ACKs dropped) is proved by the sealed copy
 #      the broker holds (a receipt from source lookup); a copy tampered at the broker, with its
 #      headers intact, is quarantined as a corrupt copy and the event is not published.
@@ -228,6 +230,20 @@ if [[ $mode == log ]]; then
     grep -q "does not authenticate" || fail "the tampered copy was not quarantined as corrupt"
   echo "ok: the lookup proved an UNKNOWN send by its sealed copy; a tampered copy was quarantined, not accepted"
 fi
+
+# ---- 8. a migration's new route generation keeps the key ----
+db=sqlite:$T/m.db
+"$OBX" init --db "$db" >/dev/null
+"$OBX" route set order.created.v1 --db "$db" --cluster local --topic orders --encrypt k2 >/dev/null 2>&1
+enqueue 9
+"$OBX" migrate --db "$db" --broker "log:$T/m-b.db" --type order.created.v1 --cluster local \
+  --topic orders2 --who test --reason "move" >/dev/null 2>&1 || fail "obx migrate failed"
+"$OBX" route list --db "$db" --json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)[0]
+sys.exit(0 if r["topic"] == "orders2" and r.get("encrypt") == "k2" else 1)' ||
+  fail "the migration wrote a route generation that does not seal (or not with k2)"
+echo "ok: a migration's new route generation keeps sealing with k2"
 
 # ---- 6. no key bytes anywhere ----
 for k in "$K1" "$K2"; do
