@@ -184,7 +184,7 @@ echo "ok: with the right k1, the re-driven copies are applied"
 # ---- 4. a body tampered at the broker ----
 if [[ $mode == log ]]; then
   id2=$(sed -n 2p "$T/ids")
-  sqlite3 "$T/b.db" "UPDATE obx_log_msg SET payload = CAST(substr(payload, 1, 20) AS BLOB) || X'00' || CAST(substr(payload, 22) AS BLOB) WHERE event_id = '$id2'"
+  sqlite3 "$T/b.db" "UPDATE obx_log_msg SET payload = CAST(substr(payload, 1, 20) AS BLOB) || (CASE WHEN substr(payload, 21, 1) = X'00' THEN X'01' ELSE X'00' END) || CAST(substr(payload, 22) AS BLOB) WHERE event_id = '$id2'"
   consume tamper "\${file:$T/keys}"
   [[ $(cq tamper "SELECT count(*) FROM obx_inbox") == 5 ]] || fail "consumer tamper applied $(cq tamper "SELECT count(*) FROM obx_inbox") of 5"
   [[ $(cq tamper "SELECT event_id FROM obx_inbox_quarantine") == "$id2" ]] || fail "the tampered body was not quarantined"
@@ -210,7 +210,7 @@ if [[ $mode == log ]]; then
   [[ $(unknown) == 2 ]] || fail "the sends did not end UNKNOWN ($(unknown) of 2)"
   # the copy of o-8 tampered at the broker: one byte of its ciphertext, its headers intact
   id8=$(sed -n 2p "$T/ids")
-  sqlite3 "$T/r-b.db" "UPDATE obx_log_msg SET payload = CAST(substr(payload, 1, 20) AS BLOB) || X'00' || CAST(substr(payload, 22) AS BLOB) WHERE event_id = '$id8'"
+  sqlite3 "$T/r-b.db" "UPDATE obx_log_msg SET payload = CAST(substr(payload, 1, 20) AS BLOB) || (CASE WHEN substr(payload, 21, 1) = X'00' THEN X'01' ELSE X'00' END) || CAST(substr(payload, 22) AS BLOB) WHERE event_id = '$id8'"
   "$OBX" relay --db "$db" --broker "log:$T/r-b.db" --set relay.poll_ms=20 --set relay.drain_ms=300 \
     --set relay.reconcile_ms=50 --set "encryption.keys=\${file:$T/keys}" >>"$T/relay.log" 2>&1 &
   pids+=($!)
@@ -225,7 +225,7 @@ if [[ $mode == log ]]; then
   [[ $(sqlite3 "$T/r.db" "SELECT source FROM obx_receipt WHERE event_id = '$id7' AND kind = 'PRIMARY'") == lookup ]] ||
     fail "o-7's receipt is not from the lookup"
   [[ $(sqlite3 "$T/r.db" "SELECT state FROM obx_event WHERE event_id = '$id8'") != PUBLISHED ]] ||
-    fail "a tampered copy with intact headers was accepted as evidence"
+    fail "a tampered copy with intact headers was accepted as evidence: receipts $(sqlite3 "$T/r.db" "SELECT kind, source, \"offset\", reason FROM obx_receipt WHERE event_id = '$id8'"); copies $(sqlite3 "$T/r-b.db" "SELECT \"offset\", hex(payload) FROM obx_log_msg WHERE event_id = '$id8'")"
   sqlite3 "$T/r.db" "SELECT reason FROM obx_receipt WHERE event_id = '$id8' AND kind = 'QUARANTINED'" |
     grep -q "does not authenticate" || fail "the tampered copy was not quarantined as corrupt"
   echo "ok: the lookup proved an UNKNOWN send by its sealed copy; a tampered copy was quarantined, not accepted"
