@@ -615,6 +615,13 @@ typedef struct obx_inbox_options {
     /* The key ring sealed messages are opened with (borrowed: close it after the inbox). NULL:
      * none, a sealed message is parked until a ring with its key re-drives it. */
     const obx_keyring *keys;
+    /* Retry back-off after a handler failure, in milliseconds: the n-th retry is due
+     * retry_backoff_ms * 2^(n-1) after the failure, at most retry_backoff_max_ms, +-20 % jitter.
+     * The due time is kept in the failure row (durable); a delivery before it is not run
+     * (OBX_INBOX_DELAYED). 0 = 1000 and 300000; retry_backoff_ms -1 = no back-off (retried as
+     * soon as it comes again). Range: 1..86400000, max >= base. */
+    int64_t retry_backoff_ms;
+    int64_t retry_backoff_max_ms;
 } obx_inbox_options;
 
 typedef enum obx_inbox_outcome {
@@ -623,6 +630,8 @@ typedef enum obx_inbox_outcome {
     OBX_INBOX_QUARANTINED = 3, /* same event ID, different payload digest: not applied */
     OBX_INBOX_FAILED = 4,      /* handler failed; rolled back; retry later (do not ack) */
     OBX_INBOX_POISONED = 5,    /* parked as poison (failures, contract, tenant, bad headers) */
+    OBX_INBOX_DELAYED = 6,     /* a failed message whose retry is not due yet (retry_at): the
+                                * handler did not run, nothing written; give it back (do not ack) */
 } obx_inbox_outcome;
 
 typedef struct obx_inbox_result {
@@ -631,6 +640,7 @@ typedef struct obx_inbox_result {
     int failures;     /* handler failures so far for this event */
     char result[256]; /* the handler's result (the original one for a duplicate) */
     char detail[256]; /* why (quarantine, poison, failure) */
+    int64_t retry_at; /* FAILED, DELAYED: when the next try is due (ms since the epoch); else 0 */
 } obx_inbox_result;
 
 /* Opens an inbox on the consumer's database handle (not owned; keep it open until close).
@@ -730,6 +740,7 @@ typedef struct obx_consumer_options {
 
 typedef struct obx_consumer_counts {
     long delivered, applied, duplicates, quarantined, failed, poisoned, redriven;
+    long delayed; /* deliveries whose retry was not due yet: given back, the handler not run */
 } obx_consumer_counts;
 
 /* consumer_db wraps the consumer's database (not owned); db_conn is what the handler gets

@@ -55,7 +55,9 @@ async function onMessage(db, ch, msg) {
     await db.query("COMMIT");
   } catch (e) { // rolled back: record the failure in a transaction of its own
     await db.query("ROLLBACK");
-    const r = await db.query("SELECT decision FROM obx.inbox_failed($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+    // retry_backoff_ms 0: retried as soon as the nack brings it back (a back-off needs the
+    // message held until retry_at: docs/inbox-sql.md)
+    const r = await db.query("SELECT decision FROM obx.inbox_failed($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 0)",
       [CONSUMER, d[1], e.message, MAX_FAILURES, e instanceof Poison, ...d.slice(2), JSON.stringify(h)]);
     decision = r.rows[0].decision;
   }

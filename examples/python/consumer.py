@@ -87,8 +87,10 @@ def main():
                         os._exit(17)  # the effect is rolled back with the receipt
         except Exception as e:  # rolled back: record the failure in a transaction of its own
             with db, db.cursor() as cur:
+                # retry_backoff_ms 0: retried as soon as the nack brings it back (a back-off
+                # needs the message held until retry_at: docs/inbox-sql.md)
                 cur.execute("SELECT decision FROM obx.inbox_failed(%s, %s, %s, %s, %s, %s, %s, "
-                            "%s, %s, %s, %s, %s, %s, %s)",
+                            "%s, %s, %s, %s, %s, %s, %s, 0)",
                             (CONSUMER, delivery[1], str(e), MAX_FAILURES, isinstance(e, Poison))
                             + delivery[2:] + (json.dumps(h),))
                 decision = cur.fetchone()[0]

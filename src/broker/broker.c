@@ -190,6 +190,7 @@ OBX__BROKER_CONSUME(CONSUME_)
 #undef CONSUME_
 
 bool obx__br_has_consume_release(const obx__broker *b) { return b && b->m->consume_release; }
+bool obx__br_has_consume_pause(const obx__broker *b) { return b && b->m->consume_pause; }
 
 const char *obx__br_name(const obx__broker *b) { return b ? b->m->name : "?"; }
 

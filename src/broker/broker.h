@@ -235,6 +235,12 @@ typedef struct obx__broker_methods {
      * retried now); false: the broker drops it or dead-letters it per the queue's policy. Must
      * not be used for a delivery whose effect was committed: that one is acked. */
     obx_err (*consume_release)(obx__broker *b, const obx__delivery *d, bool requeue);
+    /* OBX__BCAP_CONSUME: while paused, poll hands out nothing of (topic, partition) (AMQP: the
+     * deliveries of that exchange are held unacknowledged, in order, and handed out once
+     * resumed); the position stays where consume_redeliver put it. The retry back-off: the
+     * consumer pauses the partition of a message whose retry is not due, and resumes it when it
+     * is (consumer.c), without fetching it again meanwhile (Kafka: the partition paused). */
+    obx_err (*consume_pause)(obx__broker *b, const char *topic, int32_t partition, bool paused);
     /* What this handle honours of a frozen destination contract (obx__contract). Absent:
      * durability persistent, required_acks all, any serializer (carried as content-type). */
     void (*contract)(obx__broker *b, obx__contract *out);
@@ -300,7 +306,9 @@ int32_t obx__partition(const char *algorithm, const char *key, int32_t n_partiti
       (b, timeout_ms, out, cap, n))                                                                \
     X(consume_ack, (obx__broker * b, const obx__delivery *d), (b, d))                              \
     X(consume_redeliver, (obx__broker * b, const obx__delivery *d), (b, d))                        \
-    X(consume_release, (obx__broker * b, const obx__delivery *d, bool requeue), (b, d, requeue))
+    X(consume_release, (obx__broker * b, const obx__delivery *d, bool requeue), (b, d, requeue))   \
+    X(consume_pause, (obx__broker * b, const char *topic, int32_t partition, bool paused),         \
+      (b, topic, partition, paused))
 
 /* The consumer methods a backend declaring OBX__BCAP_CONSUME must supply (consume_release may
  * be NULL: obx__br_has_consume_release tells). */
@@ -330,6 +338,8 @@ obx_err obx__broker_methods_check(const obx__broker_methods *m);
 #define OBX__BR_DECLARE(name, params, args) obx_err obx__br_##name params;
 OBX__BROKER_CONSUME(OBX__BR_DECLARE)
 #undef OBX__BR_DECLARE
+/* whether the backend has consume_pause (the retry back-off without fetching) */
+bool obx__br_has_consume_pause(const obx__broker *b);
 /* whether the backend has consume_release (per-message nack) */
 bool obx__br_has_consume_release(const obx__broker *b);
 /* the backend's name ("log", "kafka", "amqp", "sim") */

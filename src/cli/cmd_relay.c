@@ -302,28 +302,59 @@ typedef struct consume_run {
     obx_otel *otel;    /* otel.* (--set): spans per delivery; NULL: off (owned) */
     obx_keyring *keys; /* encryption.keys (--set): opens sealed messages; NULL: none (owned) */
     int64_t retry_initial_ms, retry_max_ms;
-    sigset_t signals; /* SIGINT, SIGTERM: blocked, collected by the main loop */
+    int64_t backoff_ms, backoff_max_ms; /* --retry-backoff (0: the inbox's defaults) */
+    sigset_t signals;                   /* SIGINT, SIGTERM: blocked, collected by the main loop */
 } consume_run;
+
+/* "250ms", "1s", "5m", "1h" -> ms (1..86400000); -1 when malformed or out of range. */
+static int64_t backoff_part(const char *s, size_t len) {
+    static const struct {
+        const char *unit;
+        int64_t ms;
+    } units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
+    char buf[32], *end;
+    if (!len || len >= sizeof buf || *s < '0' || *s > '9') return -1;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    long long v = strtoll(buf, &end, 10);
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(end, units[i].unit))
+            return v >= 1 && v <= 86400000 / units[i].ms ? v * units[i].ms : -1;
+    return -1;
+}
+
+/* --retry-backoff BASE[,MAX] (durations; "0": no back-off, retried as soon as redelivered) into
+ * r; 0 or the exit status of a usage error. */
+static int consume_backoff(consume_run *r, const char *arg) {
+    if (!strcmp(arg, "0")) {
+        r->backoff_ms = -1;
+        return 0;
+    }
+    const char *comma = strchr(arg, ',');
+    size_t blen = comma ? (size_t)(comma - arg) : strlen(arg);
+    r->backoff_ms = backoff_part(arg, blen);
+    r->backoff_max_ms = comma ? backoff_part(comma + 1, strlen(comma + 1)) : 300000;
+    if (!comma && r->backoff_max_ms < r->backoff_ms) r->backoff_max_ms = r->backoff_ms;
+    if (r->backoff_ms < 0 || r->backoff_max_ms < r->backoff_ms)
+        return cli_usage("consume",
+                         "--retry-backoff: '%s' is not BASE[,MAX] (durations of 1ms..24h such as "
+                         "250ms, 1s, 5m; MAX >= BASE) or 0",
+                         arg);
+    return 0;
+}
 
 /* Options: parses argv into r (0, or the exit code of a usage error). */
 static int consume_options(consume_run *r, int argc, char **argv) {
-    static const struct option opts[] = {{"consumer-db", required_argument, 0, 'D'},
-                                         {"broker", required_argument, 0, 'b'},
-                                         {"topic", required_argument, 0, 't'},
-                                         {"consumer", required_argument, 0, 'c'},
-                                         {"group", required_argument, 0, 'g'},
-                                         {"types", required_argument, 0, 'T'},
-                                         {"tenants", required_argument, 0, 'n'},
-                                         {"max-failures", required_argument, 0, 'm'},
-                                         {"until-idle", required_argument, 0, 'u'},
-                                         {"fail-permille", required_argument, 0, 'f'},
-                                         {"broker-prop", required_argument, 0, 'p'},
-                                         {"exec", required_argument, 0, 'x'},
-                                         {"poison-exit", required_argument, 0, 'P'},
-                                         {"exec-timeout", required_argument, 0, 'o'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"set", required_argument, 0, 's'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"consumer-db", required_argument, 0, 'D'},   {"broker", required_argument, 0, 'b'},
+        {"topic", required_argument, 0, 't'},         {"consumer", required_argument, 0, 'c'},
+        {"group", required_argument, 0, 'g'},         {"types", required_argument, 0, 'T'},
+        {"tenants", required_argument, 0, 'n'},       {"max-failures", required_argument, 0, 'm'},
+        {"retry-backoff", required_argument, 0, 'r'}, {"until-idle", required_argument, 0, 'u'},
+        {"fail-permille", required_argument, 0, 'f'}, {"broker-prop", required_argument, 0, 'p'},
+        {"exec", required_argument, 0, 'x'},          {"poison-exit", required_argument, 0, 'P'},
+        {"exec-timeout", required_argument, 0, 'o'},  {"json", no_argument, 0, 'j'},
+        {"set", required_argument, 0, 's'},           {0, 0, 0, 0}};
     int c;
     bool ok = true;
     optind = 1;
@@ -337,6 +368,9 @@ static int consume_options(consume_run *r, int argc, char **argv) {
         case 'T': r->types_s = optarg; break;
         case 'n': r->tenants_s = optarg; break;
         case 'm': r->max_failures = strtol(optarg, NULL, 10); break;
+        case 'r':
+            if ((c = consume_backoff(r, optarg))) return c;
+            break;
         case 'u': r->until_idle = strtol(optarg, NULL, 10); break;
         case 'f': r->fail_permille = strtol(optarg, NULL, 10); break;
         case 'p':
@@ -375,7 +409,8 @@ static int consume_options(consume_run *r, int argc, char **argv) {
             return cli_usage("consume",
                              "usage: obx consume --consumer-db URL --topic T [--broker URL] "
                              "[--consumer ID] [--group G] [--types T1,T2|*] [--tenants A,B|*] "
-                             "[--max-failures N] [--until-idle MS] [--exec CMD [--poison-exit N] "
+                             "[--max-failures N] [--retry-backoff BASE[,MAX]] [--until-idle MS] "
+                             "[--exec CMD [--poison-exit N] "
                              "[--exec-timeout MS]] [--set KEY=VALUE]... [--json]");
         }
     }
@@ -511,7 +546,9 @@ static obx_err consume_try_open(consume_run *r, int *which) {
                                         .tenants = r->nn ? r->tenants : NULL,
                                         .n_tenants = (size_t)r->nn,
                                         .max_failures = (int)r->max_failures,
-                                        .keys = r->keys},
+                                        .keys = r->keys,
+                                        .retry_backoff_ms = r->backoff_ms,
+                                        .retry_backoff_max_ms = r->backoff_max_ms},
                               .stop = stop_requested,
                               .stop_user = &r->signals,
                               .otel = r->otel};

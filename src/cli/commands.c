@@ -321,6 +321,10 @@ const cli_command cli_commands[] = {
               {"tenants", "A,B|*", "the sample's own; any with --exec",
                "Accepted tenants ('*': any)."},
               {"max-failures", "N", "5", "Handler failures before a message is parked as poison."},
+              {"retry-backoff", "BASE[,MAX]", "1s,5m",
+               "Wait before retrying a failed message: BASE, doubling per failure up to MAX, "
+               "+-20 % jitter (durations: 250ms, 1s, 5m); kept in the inbox, so a restart keeps "
+               "it; its partition waits behind it (per-key order). 0: retry at once."},
               {"until-idle", "MS", "0 (run until SIGINT)",
                "Stop after MS without a message (exit 0); also after MS of waiting for a consumer "
                "database or broker that is not there (exit 1)."},

@@ -3,6 +3,15 @@
  * inbox in the consumer's database, and the broker position acknowledged only after the
  * inbox committed (docs/design.md, "Consumers and the inbox"). Also re-drives poison messages an
  * operator marked.
+ *
+ * The retry back-off: a delivery the inbox answers FAILED or DELAYED with a retry due later
+ * (result.retry_at) is given back (consume_redeliver, as every failure) and its partition is
+ * paused (consume_pause) until then: the broker hands nothing of it out meanwhile, and the
+ * partition is resumed at the first poll past the due time. Per-key order is kept: everything
+ * after the message on its partition waits behind it. A delivery of a paused partition that
+ * still arrives (fetched before the pause) is given back unprocessed. The failure row in the
+ * consumer's database is the durable schedule: a restarted consumer (or another instance) gets
+ * DELAYED from the inbox and pauses again; the in-memory pause only spares the round trips.
  */
 #include "drivers/config.h"
 #include "drivers/log.h"
@@ -28,6 +37,12 @@ struct obx_consumer {
     size_t n_topics;
     bool resubscribe; /* a redelivery could not be arranged: subscribe again before polling */
     obx_otel *otel;   /* obx_consumer_options.otel (borrowed), NULL: no spans */
+    struct hold {     /* partitions paused until a retry is due (wall ms) */
+        char topic[OBX_TOPIC_MAX + 1];
+        int32_t partition;
+        int64_t due;
+    } * holds;
+    size_t n_holds;
 };
 
 obx_err obx_consumer_open(obx_store *db, void *conn, const obx_consumer_options *o,
@@ -76,7 +91,45 @@ static void count(obx_consumer_counts *k, obx_inbox_outcome o) {
     case OBX_INBOX_QUARANTINED: k->quarantined++; break;
     case OBX_INBOX_FAILED: k->failed++; break;
     case OBX_INBOX_POISONED: k->poisoned++; break;
+    case OBX_INBOX_DELAYED: k->delayed++; break;
     }
+}
+
+static size_t hold_at(const obx_consumer *c, const char *topic, int32_t partition) {
+    size_t i = 0;
+    while (i < c->n_holds &&
+           (c->holds[i].partition != partition || strcmp(c->holds[i].topic, topic)))
+        i++;
+    return i;
+}
+
+/* Pauses d's partition until due (its redelivery already arranged). */
+static obx_err hold(obx_consumer *c, const obx__delivery *d, int64_t due) {
+    size_t i = hold_at(c, d->topic, d->partition);
+    if (i == c->n_holds) {
+        struct hold *h = realloc(c->holds, (c->n_holds + 1) * sizeof *h);
+        if (!h) return obx__fail(OBX_ENOMEM, "consumer: out of memory");
+        c->holds = h;
+        obx__strlcpy(h[i].topic, d->topic, sizeof h[i].topic);
+        h[i].partition = d->partition;
+        c->n_holds++;
+    }
+    c->holds[i].due = due;
+    return obx__br_consume_pause(c->b, d->topic, d->partition, true);
+}
+
+/* Resumes the partitions whose retry is due. */
+static obx_err resume_due(obx_consumer *c, int64_t now) {
+    for (size_t i = 0; i < c->n_holds;) {
+        if (c->holds[i].due > now) {
+            i++;
+            continue;
+        }
+        obx_err e = obx__br_consume_pause(c->b, c->holds[i].topic, c->holds[i].partition, false);
+        if (e) return e;
+        c->holds[i] = c->holds[--c->n_holds];
+    }
+    return OBX_OK;
 }
 
 static obx_err redrive(obx_consumer *c, obx_consumer_counts *k) {
@@ -137,6 +190,7 @@ static obx_err resubscribe(obx_consumer *c) {
     obx_err e = obx__br_consume_open(c->b, c->group, (const char *const *)c->topics, c->n_topics);
     if (e) return e;
     c->resubscribe = false;
+    c->n_holds = 0; /* a new subscription pauses nothing; the inbox answers DELAYED again */
     obx__log(OBX__LOG_WARN, "consumer", NULL, NULL, NULL,
              "subscribed again from the committed positions: a redelivery could not be arranged "
              "earlier");
@@ -151,6 +205,7 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
     obx__log_fold_flush(false); /* a burst of handler failures: its count, once its window ends */
     obx_err e = c->resubscribe ? resubscribe(c) : OBX_OK;
     if (!e) e = redrive(c, k);
+    if (!e) e = resume_due(c, obx__wall_ms());
     if (e) return e;
     obx__delivery *d = calloc(c->max_batch, sizeof *d);
     if (!d) return obx__fail(OBX_ENOMEM, "consumer: out of memory");
@@ -158,9 +213,13 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
     e = obx__br_consume_poll(c->b, timeout_ms, d, c->max_batch, &n);
     size_t i = 0;
     bool failed = false;
+    int64_t due = 0; /* the failed delivery's retry, when later than now */
     for (; !e && i < n; i++) {
         /* a stop asked for: the rest of the batch is redelivered below, nothing acknowledged */
         if (c->stop && c->stop(c->stop_user)) break;
+        /* fetched before its partition was paused: its position is set back already (to the
+         * delivery that waits, at or before this one), so it comes again after the resume */
+        if (hold_at(c, d[i].topic, d[i].partition) < c->n_holds) continue;
         obx_message m = obx__message_of(&d[i]);
         if (k) k->delivered++;
         obx_inbox_result r;
@@ -172,11 +231,14 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
         if (r.ack)
             e = obx__br_consume_ack(c->b, &d[i]);
         else {
-            /* a failed handler: stop this batch here so that order is kept; the message and
-             * everything after it come again (positions were not acknowledged) */
-            obx__log_event("consumer handler failures", OBX__LOG_WARN, "consumer", m.event_id, NULL,
-                           m.correlation_id, "handler failed (%d so far): %s", r.failures,
-                           r.detail);
+            /* a failed handler, or a retry not due: stop this batch here so that order is kept;
+             * the message and everything after it come again (positions were not
+             * acknowledged), its partition paused until the retry is due */
+            if (r.outcome == OBX_INBOX_FAILED)
+                obx__log_event("consumer handler failures", OBX__LOG_WARN, "consumer", m.event_id,
+                               NULL, m.correlation_id, "handler failed (%d so far): %s%s",
+                               r.failures, r.detail, r.retry_at > t0 ? " (retry scheduled)" : "");
+            if (r.retry_at > t0 && obx__br_has_consume_pause(c->b)) due = r.retry_at;
             failed = true;
             break;
         }
@@ -197,12 +259,13 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
     if (failed || i < n) {
         obx_err re = OBX_OK;
         for (size_t j = i; j < n && !re; j++) {
-            bool first = true;
+            bool first = hold_at(c, d[j].topic, d[j].partition) == c->n_holds;
             for (size_t k2 = i; k2 < j; k2++)
                 if (d[k2].partition == d[j].partition && !strcmp(d[k2].topic, d[j].topic))
                     first = false;
             if (first) re = obx__br_consume_redeliver(c->b, &d[j]);
         }
+        if (!re && due) re = hold(c, &d[i], due);
         if (re) {
             c->resubscribe = true;
             re = resubscribe(c); /* mended when it works; else again at the next poll */
@@ -219,6 +282,7 @@ void obx_consumer_close(obx_consumer *c) {
     obx__log_fold_flush(true);
     obx_inbox_close(c->in);
     obx__br_close(c->b);
+    free(c->holds);
     for (size_t i = 0; i < c->n_topics; i++) free(c->topics[i]);
     free(c->topics);
     free(c);

@@ -169,7 +169,9 @@ static obx_err fresh_db(kit *k) {
                            .n_event_types = k->t->n_event_types,
                            .tenants = k->t->tenants,
                            .n_tenants = k->t->n_tenants,
-                           .max_failures = k->max_failures};
+                           .max_failures = k->max_failures,
+                           /* the kit replays at once: what it judges is the handler */
+                           .retry_backoff_ms = -1};
     if (!e) e = obx_inbox_open(k->store, &o, &k->in);
     k->offset = 0;
     return e;
@@ -212,6 +214,7 @@ static const char *outcome_name(obx_inbox_outcome o) {
     case OBX_INBOX_QUARANTINED: return "QUARANTINED";
     case OBX_INBOX_FAILED: return "FAILED";
     case OBX_INBOX_POISONED: return "POISONED";
+    case OBX_INBOX_DELAYED: return "DELAYED";
     }
     return "?";
 }

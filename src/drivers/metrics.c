@@ -120,6 +120,7 @@ typedef struct consumer_metrics {
     bool started;   /* the cursor is positioned */
     int64_t cursor; /* highest consume audit id seen */
     int64_t outcome[N_OUTCOMES + 1];
+    int64_t retries; /* RETRY_SCHEDULED consume audit rows */
     obx__hist handler;
 } consumer_metrics;
 
@@ -347,11 +348,15 @@ static obx_err consumer_cursor(obx__store *cdb, const char *id, consumer_metrics
     if ((e = obx__st_consume_audit_list(cdb, id, NULL, cm->cursor, CURSOR_PAGE, &rows, &n)))
         return e;
     for (size_t i = 0; i < n; i++) {
+        if (rows[i].id > cm->cursor) cm->cursor = rows[i].id;
+        if (!strcmp(rows[i].outcome, "RETRY_SCHEDULED")) { /* not a delivery: a retry's row */
+            cm->retries++;
+            continue;
+        }
         size_t k = 0;
         while (k < N_OUTCOMES && strcmp(outcomes[k], rows[i].outcome)) k++;
         cm->outcome[k]++;
         if (k == 0) obx__hist_observe(&cm->handler, (double)rows[i].duration_us / 1e6);
-        if (rows[i].id > cm->cursor) cm->cursor = rows[i].id;
     }
     free(rows);
     return OBX_OK;
@@ -368,6 +373,7 @@ static void sec_consumers(scrape *x, obx__buf *b) {
         bool up;
         obx__consumer_lag lag;
         int64_t parked, redrive;
+        int64_t retry_due; /* the earliest scheduled retry's due time, 0: none */
     } view;
     view *v = calloc(cs->n, sizeof *v);
     if (!v) {
@@ -386,6 +392,9 @@ static void sec_consumers(scrape *x, obx__buf *b) {
             if (!strcmp(pr[k].state, "REDRIVE")) v[i].redrive++;
         }
         obx__poison_rows_free(pr, np);
+        int32_t nf = 0;
+        obx_err fe = e ? e : obx__st_failure_get(c->s, c->id, NULL, &nf, &v[i].retry_due);
+        if (fe != OBX_ENOTFOUND) e = fe;
         if (!e) e = consumer_cursor(c->s, c->id, &x->mx->c[i]);
         if (e && c->s) obx__consumer_drop(cs, i, e);
         v[i].up = !e;
@@ -443,6 +452,22 @@ static void sec_consumers(scrape *x, obx__buf *b) {
             obx__buf_printf(b, "\",outcome=\"%s\"} %lld\n", k < N_OUTCOMES ? outcomes[k] : "OTHER",
                             (long long)x->mx->c[i].outcome[k]);
         }
+    family(b, "obx_consumer_retries_scheduled_total", "counter",
+           "Handler failures given a retry with back-off (--retry-backoff) since this relay "
+           "started watching");
+    for (size_t i = 0; i < cs->n; i++)
+        sample(b, "obx_consumer_retries_scheduled_total", "consumer", cs->v[i].id,
+               (double)x->mx->c[i].retries);
+    family(b, "obx_consumer_retry_oldest_due_seconds", "gauge",
+           "How long ago the consumer's earliest scheduled retry (of a message not parked) came "
+           "due (0: none due); a running consumer retries it within a poll, a growing value means "
+           "none does");
+    for (size_t i = 0; i < cs->n; i++)
+        if (v[i].up)
+            sample(b, "obx_consumer_retry_oldest_due_seconds", "consumer", cs->v[i].id,
+                   v[i].retry_due && v[i].retry_due < x->now
+                       ? (double)(x->now - v[i].retry_due) / 1000.0
+                       : 0.0);
     family(b, "obx_consumer_handler_duration_seconds", "histogram",
            "Handler run time of applied deliveries (from the consumer's consume audit)");
     for (size_t i = 0; i < cs->n; i++)

@@ -367,6 +367,7 @@ static const char *inbox_outcome(obx_inbox_outcome k) {
     case OBX_INBOX_QUARANTINED: return "quarantined";
     case OBX_INBOX_FAILED: return "failed";
     case OBX_INBOX_POISONED: return "poisoned";
+    case OBX_INBOX_DELAYED: return "delayed";
     }
     return "?";
 }

@@ -16,9 +16,12 @@
  *        instance wait for this transaction and then answer DUPLICATE, never run the handler),
  *        run the handler (the effect), write its result into the receipt, move the watermark,
  *        commit;
- *   3. a handler failure rolls back; the failure is counted in its own transaction; after
- *      max_failures the message is parked as poison, at once when the handler returned
- *      OBX_EPOISON;
+ *   3. a handler failure rolls back; the failure is counted in its own transaction with the
+ *      time its retry is due (the back-off: base * 2^(n-1), at most max, +-20 % jitter; a
+ *      RETRY_SCHEDULED audit row); after max_failures the message is parked as poison, at once
+ *      when the handler returned OBX_EPOISON. A delivery of a failed message before its retry
+ *      is due is DELAYED (between 1 and 2: the failure row is the durable schedule, so a
+ *      restarted consumer keeps it): nothing runs, nothing is written, no ack;
  *   4. only after the commit does the caller acknowledge the broker position (result.ack).
  * No in-process dedupe sets: the database is the only memory. Text written to the consumer's
  * database from outside input (field values in poison headers, the handler's result and error)
@@ -40,6 +43,8 @@ struct obx_inbox {
     size_t n_tenants;
     int max_failures;
     const obx_keyring *keys; /* sealed bodies are opened with it (borrowed; NULL: none) */
+    int64_t backoff_ms, backoff_max_ms; /* 0: no back-off */
+    uint64_t rng;                       /* the back-off's jitter (xorshift) */
 };
 
 static void free_list(char **v, size_t n) {
@@ -74,6 +79,13 @@ obx_err obx_inbox_open(obx_store *db, const obx_inbox_options *o, obx_inbox **ou
     if (e) return e;
     if (o->max_failures < 0 || o->max_failures > 1000)
         return obx__fail(OBX_EINVAL, "max_failures: %d outside 1..1000 (0 = 5)", o->max_failures);
+    int64_t base = o->retry_backoff_ms ? o->retry_backoff_ms : 1000;
+    int64_t max = o->retry_backoff_max_ms ? o->retry_backoff_max_ms : 300000;
+    if (base != -1 && (base < 1 || base > 86400000 || max < base || max > 86400000))
+        return obx__fail(OBX_EINVAL,
+                         "retry_backoff_ms: %lld, retry_backoff_max_ms: %lld: each 1..86400000 ms "
+                         "and max >= base (0 = 1000 and 300000; base -1 = no back-off)",
+                         (long long)o->retry_backoff_ms, (long long)o->retry_backoff_max_ms);
     int found = 0;
     if ((e = obx__st_schema_version(db, &found))) return e;
     if (found != OBX__SCHEMA_VERSION)
@@ -87,6 +99,9 @@ obx_err obx_inbox_open(obx_store *db, const obx_inbox_options *o, obx_inbox **ou
     obx__strlcpy(in->consumer, o->consumer_id, sizeof in->consumer);
     in->max_failures = o->max_failures ? o->max_failures : 5;
     in->keys = o->keys;
+    in->backoff_ms = base == -1 ? 0 : base;
+    in->backoff_max_ms = base == -1 ? 0 : max;
+    in->rng = (uint64_t)obx__wall_ms() ^ (uint64_t)(uintptr_t)in ^ 0x9e3779b97f4a7c15ull;
     /* each count is set as soon as its list is owned: a failure of the second list must
      * free the first one whole (fuzz_inbox found the leak when it was set after both) */
     e = copy_list("event_types", o->event_types, o->n_event_types, &in->types, OBX__CS_EVENT_TYPE);
@@ -458,9 +473,51 @@ static obx_err prior_receipt(obx_inbox *in, const obx_message *m, const char *di
     return OBX_OK;
 }
 
+/* When failure number n (1-based) of a message that failed at now is retried: now plus the
+ * back-off base * 2^(n-1), at most max, +-20 % jitter so that messages failing together do not
+ * retry in lockstep; now itself when the inbox has no back-off. */
+static int64_t backoff_step(const obx_inbox *in, int n) {
+    int64_t d = in->backoff_ms;
+    for (int i = 1; i < n && d < in->backoff_max_ms; i++) d *= 2;
+    return d > in->backoff_max_ms ? in->backoff_max_ms : d;
+}
+
+static int64_t retry_due(obx_inbox *in, int n, int64_t now) {
+    if (!in->backoff_ms) return now;
+    int64_t d = backoff_step(in, n);
+    uint64_t x = in->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    in->rng = x;
+    int64_t span = d / 5;
+    if (span > 0) d += (int64_t)(x % (uint64_t)(2 * span + 1)) - span;
+    return now + (d > 0 ? d : 1);
+}
+
+/* Phase 1b, inside the transaction process opened, before the claim: a message that failed
+ * before and whose retry is not due yet is DELAYED (the transaction rolled back, *done set). */
+static obx_err retry_not_due(obx_inbox *in, const obx_message *m, int64_t now,
+                             obx_inbox_result *out, bool *done) {
+    int32_t failures = 0;
+    int64_t next_at = 0;
+    obx_err e = obx__st_failure_get(in->s, in->consumer, m->event_id, &failures, &next_at);
+    *done = e != OBX_ENOTFOUND && (e || next_at > now);
+    if (e == OBX_ENOTFOUND) return OBX_OK;
+    if (*done) obx__st_rollback(in->s);
+    if (e || !*done) return e;
+    out->outcome = OBX_INBOX_DELAYED;
+    out->failures = failures;
+    out->retry_at = next_at;
+    snprintf(out->detail, sizeof out->detail, "retry %d not due for %.3f s", (int)failures,
+             (double)(next_at - now) / 1000.0);
+    return OBX_OK;
+}
+
 /* Phase 3: the handler returned he (its message in obx_errmsg()). Rolls back the open
  * transaction (the effect is undone), counts the failure in its own transaction with a FAILED
- * audit row, and parks the message when the handler said poison or max_failures is reached. */
+ * audit row and the time its retry is due (a RETRY_SCHEDULED audit row), and parks the message
+ * when the handler said poison or max_failures is reached. */
 static obx_err handler_failed(obx_inbox *in, const obx_message *m, obx_err he, int64_t now,
                               int64_t dur, obx_inbox_result *out) {
     obx_err e;
@@ -476,21 +533,33 @@ static obx_err handler_failed(obx_inbox *in, const obx_message *m, obx_err he, i
     obx__utf8_trim(herr);
     obx__st_rollback(in->s); /* 3. the effect is undone */
     int32_t failures = 0;
+    int64_t next_at = 0;
     if ((e = obx__st_begin(in->s))) return e;
-    e = obx__st_failure_bump(in->s, in->consumer, m->event_id, herr, now, &failures);
+    e = obx__st_failure_get(in->s, in->consumer, m->event_id, &failures, &next_at);
+    if (e == OBX_ENOTFOUND) failures = 0, e = OBX_OK;
+    next_at = retry_due(in, failures + 1, now);
+    if (!e)
+        e = obx__st_failure_bump(in->s, in->consumer, m->event_id, herr, now, next_at, &failures);
     if (!e) e = audit_consume(in, m, "FAILED", now, dur, herr);
+    bool parks = poison || failures >= in->max_failures;
+    if (!e && !parks && next_at > now) {
+        snprintf(why, sizeof why, "retry %d scheduled: back-off %lld ms +-20 %%", (int)failures,
+                 (long long)backoff_step(in, failures));
+        e = audit_consume(in, m, "RETRY_SCHEDULED", now, 0, why);
+    }
     if (!e)
         e = obx__st_commit(in->s);
     else
         obx__st_rollback(in->s);
     if (e) return e;
     if (poison) return park(in, m, failures, herr, now, out);
-    if (failures >= in->max_failures) {
+    if (parks) {
         snprintf(why, sizeof why, "%d handler failures, last: %.200s", (int)failures, herr);
         return park(in, m, failures, why, now, out);
     }
     out->outcome = OBX_INBOX_FAILED;
     out->failures = failures;
+    out->retry_at = next_at;
     obx__text_copy(out->detail, herr, sizeof out->detail);
     return OBX_OK;
 }
@@ -580,6 +649,7 @@ static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h,
     if ((e = obx__st_begin(in->s))) return e;
     bool seen = false, done = false;
     if ((e = prior_receipt(in, m, digest, now, out, &seen, &done)) || done) return e;
+    if ((e = retry_not_due(in, m, now, out, &done)) || done) return e;
     obx__inbox_row r;
     obx__watermark_row w;
     receipt_rows(in, m, digest, "", now, 0, &r, &w);

@@ -623,9 +623,15 @@ typedef struct obx__store_inbox_methods {
     obx_err (*watermark_put)(obx__store *s, const obx__watermark_row *w);
     obx_err (*watermark_list)(obx__store *s, const char *consumer, obx__watermark_row **out,
                               size_t *n);
-    /* Counts one more handler failure; *failures gets the new count. */
+    /* Counts one more handler failure, the next try due at next_at (ms); *failures gets the new
+     * count. */
     obx_err (*failure_bump)(obx__store *s, const char *consumer, const char *event_id,
-                            const char *error, int64_t now, int32_t *failures);
+                            const char *error, int64_t now, int64_t next_at, int32_t *failures);
+    /* The failure row of event_id (NULL: the consumer's with the earliest next_at among the
+     * messages not parked): its count and when its next try is due. OBX_ENOTFOUND when there is
+     * none. */
+    obx_err (*failure_get)(obx__store *s, const char *consumer, const char *event_id,
+                           int32_t *failures, int64_t *next_at);
     obx_err (*failure_clear)(obx__store *s, const char *consumer, const char *event_id);
     obx_err (*poison_put)(obx__store *s, const obx__poison_row *p);
     /* Without payload; consumer/state NULL = all. */
@@ -991,8 +997,12 @@ obx_err obx__pg_migrate_to(obx__store *s, const char *const *scripts, int last);
       (s, consumer, out, n))                                                                       \
     X(failure_bump,                                                                                \
       (obx__store * s, const char *consumer, const char *event_id, const char *error, int64_t now, \
-       int32_t *failures),                                                                         \
-      (s, consumer, event_id, error, now, failures))                                               \
+       int64_t next_at, int32_t *failures),                                                        \
+      (s, consumer, event_id, error, now, next_at, failures))                                      \
+    X(failure_get,                                                                                 \
+      (obx__store * s, const char *consumer, const char *event_id, int32_t *failures,              \
+       int64_t *next_at),                                                                          \
+      (s, consumer, event_id, failures, next_at))                                                  \
     X(failure_clear, (obx__store * s, const char *consumer, const char *event_id),                 \
       (s, consumer, event_id))                                                                     \
     X(poison_put, (obx__store * s, const obx__poison_row *p), (s, p))                              \

@@ -764,14 +764,22 @@ static obx_err handler(void *user, void *conn, const obx_message *m, const char 
     return OBX_OK;
 }
 
+/* The inbox's retry back-off in cons_open: -1, none (a failed message is retried as soon as it
+ * comes again: these tests redeliver at once); test_inbox_retry_backoff sets its own. */
+static int64_t cons_backoff_ms = -1;
+
 static void cons_open(cons *c, fx *f, const char *const *types, size_t nt) {
     memset(c, 0, sizeof *c);
     char url[256];
     snprintf(url, sizeof url, "sqlite:%s/consumer%d.db", tmpdir, ++nfiles);
     OK(obx_store_open(url, &c->db));
     OK(obx_store_init(c->db));
-    obx_inbox_options o = {
-        .consumer_id = "projection", .event_types = types, .n_event_types = nt, .max_failures = 3};
+    obx_inbox_options o = {.consumer_id = "projection",
+                           .event_types = types,
+                           .n_event_types = nt,
+                           .max_failures = 3,
+                           .retry_backoff_ms = cons_backoff_ms,
+                           .retry_backoff_max_ms = cons_backoff_ms > 0 ? 8 * cons_backoff_ms : 0};
     OK(obx_inbox_open(c->db, &o, &c->in));
     OK(obx__br_open(f->broker_url, NULL, 0, &c->b));
     const char *topics[] = {"orders"};
@@ -861,6 +869,75 @@ static void test_consumer_commit_lost_ack(void **state) {
     OK(c.db->m->inbox->watermark_list(c.db, "projection", &w, &nw));
     assert_true(nw >= 1);
     free(w);
+    cons_close(&c);
+}
+
+/* The one delivery of the consumer's topic, from its committed position, through the inbox at
+ * now; acknowledged when the inbox says so. */
+static void consume_one(cons *c, int64_t now, obx_inbox_result *r) {
+    obx__log_broker_rewind(c->b);
+    obx__delivery d[4];
+    size_t n = 0;
+    OK(c->b->m->consume_poll(c->b, 0, d, 4, &n));
+    assert_int_equal(n, 1);
+    obx_message m = obx__message_of(&d[0]);
+    OK(obx__inbox_process_at(c->in, &m, handler, c, NULL, now, 0, NULL, r));
+    if (r->ack) OK(c->b->m->consume_ack(c->b, &d[0]));
+    obx__delivery_free(&d[0]);
+}
+
+/* The retry back-off (issue 51, item 1): failure n's retry is due base * 2^(n-1) +-20 % after it
+ * (base 1 s here); a delivery before then is DELAYED, its handler not run, also after the inbox
+ * was opened again (a restarted consumer: the failure row is the schedule); at max_failures (3)
+ * the message is parked as before. */
+static void test_inbox_retry_backoff(void **state) {
+    fx *f = *state;
+    char ids[1][31];
+    publish_n(f, 1, ids);
+    cons c;
+    cons_backoff_ms = 1000;
+    cons_open(&c, f, NULL, 0);
+    cons_backoff_ms = -1;
+    c.fail_next = 100;
+    obx_inbox_result r;
+    int64_t t0 = f->now;
+    consume_one(&c, t0, &r);
+    assert_int_equal(r.outcome, OBX_INBOX_FAILED);
+    assert_int_equal(r.ack, 0);
+    int64_t due1 = r.retry_at;
+    assert_true(due1 >= t0 + 800 && due1 <= t0 + 1200);
+    consume_one(&c, due1 - 1, &r);
+    assert_int_equal(r.outcome, OBX_INBOX_DELAYED);
+    assert_int_equal(r.ack, 0);
+    assert_int_equal(r.retry_at, due1);
+    assert_int_equal(100 - c.fail_next, 1); /* the handler did not run */
+    /* a restart: the schedule is the failure row, not the inbox's memory */
+    obx_inbox_close(c.in);
+    obx_inbox_options o = {.consumer_id = "projection",
+                           .max_failures = 3,
+                           .retry_backoff_ms = 1000,
+                           .retry_backoff_max_ms = 8000};
+    OK(obx_inbox_open(c.db, &o, &c.in));
+    consume_one(&c, due1 - 1, &r);
+    assert_int_equal(r.outcome, OBX_INBOX_DELAYED);
+    assert_int_equal(100 - c.fail_next, 1);
+    consume_one(&c, due1, &r);
+    assert_int_equal(r.outcome, OBX_INBOX_FAILED);
+    assert_int_equal(r.failures, 2);
+    assert_true(r.retry_at >= due1 + 1600 && r.retry_at <= due1 + 2400);
+    int64_t due2 = r.retry_at;
+    consume_one(&c, due2 - 1, &r);
+    assert_int_equal(r.outcome, OBX_INBOX_DELAYED);
+    consume_one(&c, due2, &r);
+    assert_int_equal(r.outcome, OBX_INBOX_POISONED); /* max_failures still parks */
+    assert_int_equal(r.ack, 1);
+    assert_int_equal(100 - c.fail_next, 3);
+    obx__consume_audit_row *a = NULL;
+    size_t na = 0, scheduled = 0;
+    OK(obx__st_consume_audit_list(c.db, "projection", NULL, 0, 100, &a, &na));
+    for (size_t i = 0; i < na; i++) scheduled += !strcmp(a[i].outcome, "RETRY_SCHEDULED");
+    free(a);
+    assert_int_equal(scheduled, 2);
     cons_close(&c);
 }
 
@@ -1062,7 +1139,7 @@ static void test_consumer_loop_redelivers_failed_last(void **state) {
     obx_consumer_options o = {.broker_url = f->broker_url,
                               .topics = topics,
                               .n_topics = 1,
-                              .inbox = {.consumer_id = "projection"}};
+                              .inbox = {.consumer_id = "projection", .retry_backoff_ms = -1}};
     obx_consumer *con;
     fail_calls = 0;
     OK(obx_consumer_open(c.db, NULL, &o, fail_first_of_each, &c, &con));
@@ -1106,7 +1183,7 @@ static void test_consumer_redeliver_fails(void **state) {
     obx_consumer_options o = {.broker_url = f->broker_url,
                               .topics = topics,
                               .n_topics = 1,
-                              .inbox = {.consumer_id = "projection"}};
+                              .inbox = {.consumer_id = "projection", .retry_backoff_ms = -1}};
     obx_consumer *con;
     fail_calls = 0;
     OK(obx_consumer_open(c.db, NULL, &o, fail_first_of_each, &c, &con));
@@ -1678,6 +1755,7 @@ int engine_fault_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_inbox_poison_and_redrive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inbox_contract_tenant_digest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inbox_corrupt_copy_first, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_inbox_retry_backoff, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_loop_redelivers_failed_last, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_redeliver_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_policy_retry_after_quiet, setup, teardown),

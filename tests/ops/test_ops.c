@@ -463,9 +463,9 @@ static void test_metrics_render(void **state) {
     assert_int_equal(metric(t, "obx_consumer_up{consumer=\"proj\"}"), 1);
     assert_int_equal(metric(t, "obx_consumer_lag_events{consumer=\"proj\"}"), 1);
     /* the first scrape put the cursor at the consume audit's end: what follows is counted */
-    obx__consume_audit_row ca[3];
-    const char *outcome[] = {"FAILED", "APPLIED", "DUPLICATE"};
-    for (int i = 0; i < 3; i++) {
+    obx__consume_audit_row ca[4];
+    const char *outcome[] = {"FAILED", "APPLIED", "DUPLICATE", "RETRY_SCHEDULED"};
+    for (int i = 0; i < 4; i++) {
         memset(&ca[i], 0, sizeof ca[i]);
         ca[i].at = f->now;
         strcpy(ca[i].consumer_id, "proj");
@@ -474,7 +474,11 @@ static void test_metrics_render(void **state) {
         ca[i].duration_us = 3000; /* 3 ms: the (0.0025, 0.005] bucket */
     }
     OK(obx__st_begin(f->c));
-    OK(obx__st_consume_audit_put(f->c, ca, 3));
+    OK(obx__st_consume_audit_put(f->c, ca, 4));
+    /* a retry that came due 5 s ago and that no consumer has run */
+    int32_t nf = 0;
+    OK(obx__st_failure_bump(f->c, "proj", "evt-01JB00000000000000000000RT", "boom", f->now,
+                            obx__wall_ms() - 5000, &nf));
     OK(obx__st_commit(f->c));
     put_receipt(f, "proj", id, "orders");
     t = render(r, f, sc.m, &sc.b);
@@ -484,6 +488,11 @@ static void test_metrics_render(void **state) {
                      1);
     assert_int_equal(
         metric(t, "obx_consumer_messages_total{consumer=\"proj\",outcome=\"DUPLICATE\"}"), 1);
+    assert_int_equal(metric(t, "obx_consumer_messages_total{consumer=\"proj\",outcome=\"OTHER\"}"),
+                     0);
+    assert_int_equal(metric(t, "obx_consumer_retries_scheduled_total{consumer=\"proj\"}"), 1);
+    long due = metric(t, "obx_consumer_retry_oldest_due_seconds{consumer=\"proj\"}");
+    assert_true(due >= 4 && due < 60);
     assert_int_equal(
         metric(t, "obx_consumer_handler_duration_seconds_bucket{consumer=\"proj\",le=\"0.0025\"}"),
         0);

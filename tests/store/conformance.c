@@ -897,12 +897,12 @@ static void test_inbox_tables(void **state) {
     free(wl);
 
     int32_t f = 0;
-    OK(c->s->m->inbox->failure_bump(c->s, "projection", ids[1], "boom", c->now, &f));
+    OK(c->s->m->inbox->failure_bump(c->s, "projection", ids[1], "boom", c->now, c->now, &f));
     assert_int_equal(f, 1);
-    OK(c->s->m->inbox->failure_bump(c->s, "projection", ids[1], "boom again", c->now, &f));
+    OK(c->s->m->inbox->failure_bump(c->s, "projection", ids[1], "boom again", c->now, c->now, &f));
     assert_int_equal(f, 2);
     OK(c->s->m->inbox->failure_clear(c->s, "projection", ids[1]));
-    OK(c->s->m->inbox->failure_bump(c->s, "projection", ids[1], "boom", c->now, &f));
+    OK(c->s->m->inbox->failure_bump(c->s, "projection", ids[1], "boom", c->now, c->now, &f));
     assert_int_equal(f, 1);
 
     obx__poison_row p;

@@ -238,7 +238,7 @@ static const char *q1(PGconn *c, const char *q, int n, const char *const *v, con
     "SELECT decision FROM obx.inbox_failed($1, $2, $3, 3, $4::boolean, 1, $5, 'orders', 0, "       \
     "$6::bigint, $7::bytea, $8, $9, jsonb_build_object('obx-aggregate', '" AGG "', "               \
     "'obx-correlation-id', '" CORR "', 'obx-occurred-at', '1700000000123', 'obx-attempt-id', "     \
-    "$10::text, 'obx-dest-digest', '" DEST "'))"
+    "$10::text, 'obx-dest-digest', '" DEST "'), retry_backoff_ms => 0)"
 
 /* The SQL side, as a consumer in any language writes it. */
 static const char *sql_deliver(PGconn *c, const char *consumer, const delivery *d, char *out,
@@ -350,7 +350,10 @@ static void test_same_semantics_as_c(void **st) {
                            .n_event_types = 1,
                            .tenants = tenants,
                            .n_tenants = 2,
-                           .max_failures = 3};
+                           .max_failures = 3,
+                           /* the script redelivers at once: no back-off on either side
+                            * (test_retry_backoff has it) */
+                           .retry_backoff_ms = -1};
     obx_inbox *in;
     OK(obx_inbox_open(cs, &o, &in));
     for (size_t i = 0; i < N_SCRIPT; i++) {
@@ -661,6 +664,62 @@ static void test_sql_receipt_is_evidence(void **st) {
     drop_db(db);
 }
 
+/* The retry back-off in SQL (issue 51, item 1): obx.inbox_failed() returns when to try again
+ * (retry_backoff_ms * 2^(n-1) +-20 %) and keeps it in the failure row; obx.inbox_receive()
+ * answers 'delayed' until then (the handler must not run) and 'process' once it is due; a
+ * RETRY_SCHEDULED audit row per retry, its detail as the C inbox writes it. */
+static void test_retry_backoff(void **st) {
+    (void)st;
+    char db[48], url[256], dec[64];
+    new_db(db, url, sizeof url);
+    PGconn *c = PQconnectdb(url);
+#define FAIL_BO                                                                                    \
+    "FROM obx.inbox_failed('c', '" E("061") "', 'boom', 5, false, retry_backoff_ms => 1000, "      \
+                                            "retry_backoff_max_ms => 8000)"
+#define RECV_BO                                                                                    \
+    "SELECT decision FROM obx.inbox_receive('c', '" E(                                             \
+        "061") "', 1, 'sha256:' || "                                                               \
+               "encode(sha256('\\x01'::bytea), 'hex'), 't', 0, 1, '\\x01'::bytea, "                \
+               "'order.created.v1', "                                                              \
+               "'t1')"
+    /* the first failure: due in 1 s +-20 % (ms, from the server's clock) */
+    long long d1 = qint(c, "SELECT (extract(epoch FROM retry_at) * 1000)::bigint - "
+                           "obx._inbox_ms() " FAIL_BO);
+    assert_true(d1 >= 700 && d1 <= 1200);
+    /* the schedule is the failure row's */
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_inbox_failure WHERE next_at > "
+                             "obx._inbox_ms() + 500"),
+                     1);
+    assert_non_null(q1(c, RECV_BO, 0, NULL, NULL, NULL, dec, sizeof dec, NULL, 0));
+    assert_string_equal(dec, "delayed");
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_inbox"), 0); /* nothing written */
+    /* the second: 2 s +-20 % */
+    long long d2 = qint(c, "SELECT (extract(epoch FROM retry_at) * 1000)::bigint - "
+                           "obx._inbox_ms() " FAIL_BO);
+    assert_true(d2 >= 1500 && d2 <= 2400);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_consume_audit WHERE outcome = "
+                             "'RETRY_SCHEDULED' AND detail IN ('retry 1 scheduled: back-off 1000 "
+                             "ms +-20 %', 'retry 2 scheduled: back-off 2000 ms +-20 %')"),
+                     2);
+    /* once due: processed */
+    sql(c, "UPDATE obx.obx_inbox_failure SET next_at = next_at - 10000");
+    sql(c, "BEGIN");
+    assert_non_null(q1(c, RECV_BO, 0, NULL, NULL, NULL, dec, sizeof dec, NULL, 0));
+    assert_string_equal(dec, "process");
+    sql(c, "ROLLBACK");
+    /* without back-off: due at once, no RETRY_SCHEDULED row */
+    assert_int_equal(qint(c, "SELECT (retry_at <= clock_timestamp())::int FROM obx.inbox_failed("
+                             "'c', '" E("062") "', 'boom', 5, false, retry_backoff_ms => 0)"),
+                     1);
+    assert_int_equal(qint(c, "SELECT count(*) FROM obx.obx_consume_audit WHERE event_id = '" E(
+                                 "062") "' AND outcome = 'RETRY_SCHEDULED'"),
+                     0);
+#undef FAIL_BO
+#undef RECV_BO
+    PQfinish(c);
+    drop_db(db);
+}
+
 static void test_bad_input(void **st) {
     (void)st;
     char db[48], url[256];
@@ -682,6 +741,10 @@ static void test_bad_input(void **st) {
          "max_failures: 0 outside 1..1000"},
         {"SELECT decision FROM obx.inbox_failed('c', 'nope', 'e')",
          "event_id: 'nope' is not an obx event ID"},
+        {"SELECT decision FROM obx.inbox_failed('c', '" E(
+             "051") "', 'e', "
+                    "retry_backoff_ms => 2000, retry_backoff_max_ms => 1000)",
+         "retry_backoff_ms: 2000, retry_backoff_max_ms: 1000: each 0..86400000 ms"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         assert_null(q1(c, cases[i].q, 0, NULL, NULL, NULL, dec, sizeof dec, err, sizeof err));
@@ -728,6 +791,7 @@ int main(void) {
         cmocka_unit_test(test_receipt_must_be_completed),
         cmocka_unit_test(test_consumer_role),
         cmocka_unit_test(test_sql_receipt_is_evidence),
+        cmocka_unit_test(test_retry_backoff),
         cmocka_unit_test(test_bad_input),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -120,6 +120,12 @@ typedef struct amqp_broker {
     char (*queues)[256];
     size_t n_queues;
     char con_error[OBX_TEXT_MAX + 1];
+    /* the retry back-off (consume_pause): exchanges paused, and their deliveries held
+     * unacknowledged, in arrival order, until resumed */
+    char (*paused)[OBX_TOPIC_MAX + 1];
+    size_t n_paused;
+    obx__delivery *held;
+    size_t n_held;
     obx__amqp_stats stats;
 } amqp_broker;
 
@@ -960,6 +966,13 @@ static void ensure_pub(amqp_broker *b) {
 
 /* ---- vtable: open / close / identity ------------------------------------------------------ */
 
+/* Forgets the held deliveries: after basic.recover or a lost session the broker has them
+ * requeued already, and delivers them again. */
+static void held_clear(amqp_broker *b) {
+    for (size_t i = 0; i < b->n_held; i++) obx__delivery_free(&b->held[i]);
+    b->n_held = 0;
+}
+
 static void ab_close(obx__broker *base) {
     amqp_broker *b = (amqp_broker *)base;
     if (!b) return;
@@ -970,6 +983,9 @@ static void ab_close(obx__broker *base) {
     free(b->ring);
     free(b->ready);
     free(b->queues);
+    held_clear(b);
+    free(b->held);
+    free(b->paused);
     explicit_bzero(b->cfg.password, sizeof b->cfg.password); /* none left in freed memory */
     free(b);
 }
@@ -1541,6 +1557,8 @@ static obx_err ab_consume_open(obx__broker *base, const char *group, const char 
     free(b->queues);
     b->queues = q;
     b->n_queues = n;
+    held_clear(b); /* the old session's deliveries were requeued with it */
+    b->n_paused = 0;
     obx__strlcpy(b->group, group, sizeof b->group);
     return con_subscribe(b);
 }
@@ -1570,12 +1588,69 @@ static obx_err fill_delivery(amqp_broker *b, const amqp_envelope_t *env, obx__de
     return OBX_OK;
 }
 
+static size_t paused_at(const amqp_broker *b, const char *topic) {
+    size_t i = 0;
+    while (i < b->n_paused && strcmp(b->paused[i], topic)) i++;
+    return i;
+}
+
+/* The retry back-off without traffic: a paused exchange's deliveries (the one whose retry is
+ * not due, given back once by basic.recover, and whatever arrives after it) are held here,
+ * unacknowledged, and handed out in order once resumed. The prefetch window bounds them, and
+ * the broker sends nothing more meanwhile: the channel stays quiet, where a nack with requeue
+ * would bring the message back at once, again and again, and a wait queue with a TTL would need
+ * queues and dead-letter routes declared per consumer and put the message behind later ones. */
+static obx_err ab_consume_pause(obx__broker *base, const char *topic, int32_t part, bool paused) {
+    amqp_broker *b = (amqp_broker *)base;
+    (void)part; /* an AMQP delivery's partition is 0 */
+    size_t i = paused_at(b, topic);
+    if (!paused) {
+        if (i < b->n_paused) memmove(b->paused[i], b->paused[--b->n_paused], sizeof b->paused[i]);
+        return OBX_OK;
+    }
+    if (i < b->n_paused) return OBX_OK;
+    char(*p)[OBX_TOPIC_MAX + 1] = realloc(b->paused, (b->n_paused + 1) * sizeof *p);
+    if (!p) return obx__fail(OBX_ENOMEM, "amqp: out of memory (paused)");
+    b->paused = p;
+    obx__strlcpy(p[b->n_paused++], topic, sizeof *p);
+    return OBX_OK;
+}
+
+/* Moves d (just received) into the held list when its exchange is paused. */
+static obx_err hold_if_paused(amqp_broker *b, obx__delivery *d, bool *held) {
+    *held = paused_at(b, d->topic) < b->n_paused;
+    if (!*held) return OBX_OK;
+    obx__delivery *h = realloc(b->held, (b->n_held + 1) * sizeof *h);
+    if (!h) return obx__fail(OBX_ENOMEM, "amqp: out of memory (held deliveries)");
+    b->held = h;
+    h[b->n_held++] = *d; /* the payload moves with it */
+    memset(d, 0, sizeof *d);
+    return OBX_OK;
+}
+
+/* Hands out the held deliveries of exchanges no longer paused, in order (those of an older
+ * session are dropped: the broker requeued them). */
+static void held_out(amqp_broker *b, obx__delivery *out, size_t cap, size_t *n) {
+    size_t k = 0;
+    for (size_t i = 0; i < b->n_held; i++) {
+        obx__delivery *d = &b->held[i];
+        if ((d->token >> TAG_BITS) != (b->con.gen & 0xffffu))
+            obx__delivery_free(d);
+        else if (*n < cap && paused_at(b, d->topic) == b->n_paused)
+            out[(*n)++] = *d;
+        else
+            b->held[k++] = *d;
+    }
+    b->n_held = k;
+}
+
 static obx_err ab_consume_poll(obx__broker *base, int timeout_ms, obx__delivery *out, size_t cap,
                                size_t *n) {
     amqp_broker *b = (amqp_broker *)base;
     *n = 0;
     if (!b->n_queues) return obx__fail(OBX_EINVAL, "amqp: consume_poll before consume_open");
     pump(b, 0); /* keeps an idle publisher connection's heartbeats going */
+    if (b->con.up) held_out(b, out, cap, n);
     if (!b->con.up) {
         obx_err e = con_subscribe(b);
         if (e)
@@ -1589,11 +1664,13 @@ static obx_err ab_consume_poll(obx__broker *base, int timeout_ms, obx__delivery 
         amqp_envelope_t env;
         amqp_rpc_reply_t r = amqp_consume_message(st, &env, &tv, 0);
         if (r.reply_type == AMQP_RESPONSE_NORMAL) {
+            bool held = false;
             obx_err e = fill_delivery(b, &env, &out[*n]);
             amqp_destroy_envelope(&env);
             amqp_maybe_release_buffers(st);
+            if (!e) e = hold_if_paused(b, &out[*n], &held);
             if (e) return e;
-            (*n)++;
+            if (!held) (*n)++;
             continue;
         }
         if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
@@ -1668,6 +1745,7 @@ static obx_err ab_consume_redeliver(obx__broker *base, const obx__delivery *d) {
     amqp_broker *b = (amqp_broker *)base;
     if (!b->con.up || (d->token >> TAG_BITS) != (b->con.gen & 0xffffu))
         return OBX_OK; /* the session is gone: the broker requeued everything unacked already */
+    held_clear(b);     /* requeued by the recover below as well: they come again */
     amqp_basic_recover(b->con.st, CH, 1);
     amqp_rpc_reply_t r = amqp_get_rpc_reply(b->con.st);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
@@ -1711,4 +1789,5 @@ const obx__broker_methods obx__amqp_broker_methods = {
     .consume_release = ab_consume_release,
     .contract = ab_contract,
     .consume_redeliver = ab_consume_redeliver,
+    .consume_pause = ab_consume_pause,
 };

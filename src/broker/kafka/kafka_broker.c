@@ -1476,6 +1476,24 @@ static obx_err kb_consume_redeliver(obx__broker *base, const obx__delivery *d) {
     return e;
 }
 
+/* The retry back-off: the partition's fetcher stops (its position, where consume_redeliver
+ * sought it, is kept) until it is resumed. A partition this consumer no longer owns (a
+ * rebalance) is not an error: its new owner reads it from the committed offset, and the inbox's
+ * failure row keeps the retry from running early there. */
+static obx_err kb_consume_pause(obx__broker *base, const char *topic, int32_t part, bool paused) {
+    kafka_broker *b = (kafka_broker *)base;
+    if (!b->cons) return obx__fail(OBX_EINVAL, "kafka: consume_pause before consume_open");
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, topic, part);
+    rd_kafka_resp_err_t err =
+        paused ? rd_kafka_pause_partitions(b->cons, l) : rd_kafka_resume_partitions(b->cons, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    if (err)
+        return obx__fail(OBX_EBROKER, "kafka: %s %s/%d: %s", paused ? "pause" : "resume", topic,
+                         (int)part, rd_kafka_err2str(err));
+    return OBX_OK;
+}
+
 const obx__broker_methods obx__kafka_broker_methods = {
     .version = OBX__BROKER_METHODS_VERSION,
     .name = "kafka",
@@ -1495,4 +1513,5 @@ const obx__broker_methods obx__kafka_broker_methods = {
     .consume_poll = kb_consume_poll,
     .consume_ack = kb_consume_ack,
     .consume_redeliver = kb_consume_redeliver,
+    .consume_pause = kb_consume_pause,
 };

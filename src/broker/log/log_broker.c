@@ -88,6 +88,8 @@ typedef struct log_broker {
     size_t n_topics;
     fetch_pos *pos;
     size_t n_pos;
+    fetch_pos *paused; /* partitions not fetched (consume_pause; `next` unused) */
+    size_t n_paused;
     sqlite3_stmt *st_append, *st_next, *st_bump, *st_lookup, *st_parts, *st_fetch, *st_commit,
         *st_committed, *st_ins_part;
 } log_broker;
@@ -207,6 +209,7 @@ static void lb_close(obx__broker *base) {
     free(b->q);
     free(b->topics);
     free(b->pos);
+    free(b->paused);
     free(b);
 }
 
@@ -750,6 +753,7 @@ static obx_err lb_consume_open(obx__broker *base, const char *group, const char 
     free(b->pos);
     b->pos = NULL;
     b->n_pos = 0;
+    b->n_paused = 0; /* a new subscription fetches every partition */
     if (!b->topics) return obx__fail(OBX_ENOMEM, "log broker: out of memory");
     for (size_t i = 0; i < n; i++) {
         if ((e = obx__check_field("topic", topics[i], 1, OBX_TOPIC_MAX, OBX__CS_NAME))) return e;
@@ -796,6 +800,33 @@ static fetch_pos *position(log_broker *b, const char *topic, int32_t part) {
     return f;
 }
 
+/* The index of (topic, part) among the paused partitions, or n_paused. */
+static size_t paused_at(const log_broker *b, const char *topic, int32_t part) {
+    size_t i = 0;
+    while (i < b->n_paused && (b->paused[i].partition != part || strcmp(b->paused[i].topic, topic)))
+        i++;
+    return i;
+}
+
+/* A paused partition keeps its position (the consumer's own: rewound by consume_redeliver) and
+ * is skipped by poll until resumed: nothing is read for it meanwhile. */
+static obx_err lb_consume_pause(obx__broker *base, const char *topic, int32_t part, bool paused) {
+    log_broker *b = (log_broker *)base;
+    size_t i = paused_at(b, topic, part);
+    if (!paused) {
+        if (i < b->n_paused) b->paused[i] = b->paused[--b->n_paused];
+        return OBX_OK;
+    }
+    if (i < b->n_paused) return OBX_OK;
+    fetch_pos *p = realloc(b->paused, (b->n_paused + 1) * sizeof *p);
+    if (!p) return obx__fail(OBX_ENOMEM, "log broker: paused partitions");
+    b->paused = p;
+    memset(&p[b->n_paused], 0, sizeof *p);
+    obx__strlcpy(p[b->n_paused].topic, topic, sizeof p->topic);
+    p[b->n_paused++].partition = part;
+    return OBX_OK;
+}
+
 static obx_err lb_consume_poll(obx__broker *base, int timeout_ms, obx__delivery *out, size_t cap,
                                size_t *n) {
     log_broker *b = (log_broker *)base;
@@ -810,6 +841,7 @@ static obx_err lb_consume_poll(obx__broker *base, int timeout_ms, obx__delivery 
         int32_t np = 0;
         if ((e = partitions(b, b->topics[t], &np))) return e;
         for (int32_t p = 0; p < np && *n < cap; p++) {
+            if (paused_at(b, b->topics[t], p) < b->n_paused) continue;
             fetch_pos *f = position(b, b->topics[t], p);
             if (!f) return obx__fail(OBX_ENOMEM, "log broker: consumer position");
             sqlite3_reset(b->st_fetch);
@@ -909,4 +941,5 @@ const obx__broker_methods obx__log_broker_methods = {
     .consume_poll = lb_consume_poll,
     .consume_ack = lb_consume_ack,
     .consume_redeliver = lb_consume_redeliver,
+    .consume_pause = lb_consume_pause,
 };

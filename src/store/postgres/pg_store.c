@@ -126,6 +126,7 @@ enum {
     Q_WM_LIST,
     Q_WM_LIST_ALL,
     Q_FAIL_BUMP,
+    Q_FAIL_GET,
     Q_FAIL_CLEAR,
     Q_POISON_PUT,
     Q_POISON_LIST,
@@ -774,10 +775,16 @@ static const char *const sql_text[Q_COUNT] = {
                       "committed_at FROM obx.obx_consumer_watermark "
                       "ORDER BY consumer_id, topic, partition",
     [Q_FAIL_BUMP] = "INSERT INTO obx.obx_inbox_failure AS f (consumer_id, event_id, failures, "
-                    "last_error, first_at, last_at) VALUES ($1::text, $2::text, 1, $3::text, "
-                    "$4::bigint, $4::bigint) ON CONFLICT (consumer_id, event_id) DO UPDATE SET "
-                    "failures = f.failures + 1, last_error = EXCLUDED.last_error, "
-                    "last_at = EXCLUDED.last_at RETURNING failures",
+                    "last_error, first_at, last_at, next_at) VALUES ($1::text, $2::text, 1, "
+                    "$3::text, $4::bigint, $4::bigint, $5::bigint) ON CONFLICT (consumer_id, "
+                    "event_id) DO UPDATE SET failures = f.failures + 1, last_error = "
+                    "EXCLUDED.last_error, last_at = EXCLUDED.last_at, next_at = EXCLUDED.next_at "
+                    "RETURNING failures",
+    [Q_FAIL_GET] = "SELECT failures, next_at FROM obx.obx_inbox_failure f WHERE consumer_id = "
+                   "$1::text AND ($2::text IS NULL OR event_id = $2::text) AND ($2::text IS NOT "
+                   "NULL OR NOT EXISTS (SELECT 1 FROM obx.obx_poison p WHERE p.consumer_id = "
+                   "f.consumer_id AND p.event_id = f.event_id AND p.state = 'PARKED')) ORDER BY "
+                   "next_at LIMIT 1",
     [Q_FAIL_CLEAR] = "DELETE FROM obx.obx_inbox_failure WHERE consumer_id = $1::text AND "
                      "event_id = $2::text",
     [Q_POISON_PUT] = "INSERT INTO obx.obx_poison (consumer_id, event_id, state, failures, "
@@ -3727,7 +3734,7 @@ static obx_err pg_watermark_list(obx__store *base, const char *consumer, obx__wa
 }
 
 static obx_err pg_failure_bump(obx__store *base, const char *consumer, const char *event_id,
-                               const char *error, int64_t now, int32_t *failures) {
+                               const char *error, int64_t now, int64_t next_at, int32_t *failures) {
     pg_store *s = (pg_store *)base;
     params p;
     p_init(&p);
@@ -3735,12 +3742,32 @@ static obx_err pg_failure_bump(obx__store *base, const char *consumer, const cha
     p_text(&p, event_id);
     p_text(&p, error);
     p_int(&p, now);
+    p_int(&p, next_at);
     PGresult *r = NULL;
     obx_err e = run(s, Q_FAIL_BUMP, &p, PGRES_TUPLES_OK, &r, "failure count");
     if (e) return e;
     *failures = (int32_t)gi(r, 0, 0);
     PQclear(r);
     return OBX_OK;
+}
+
+static obx_err pg_failure_get(obx__store *base, const char *consumer, const char *event_id,
+                              int32_t *failures, int64_t *next_at) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, consumer);
+    p_text(&p, event_id);
+    PGresult *r = NULL;
+    obx_err e = run(s, Q_FAIL_GET, &p, PGRES_TUPLES_OK, &r, "failure get");
+    if (e) return e;
+    if (PQntuples(r)) {
+        *failures = (int32_t)gi(r, 0, 0);
+        *next_at = gi(r, 0, 1);
+    } else
+        e = OBX_ENOTFOUND;
+    PQclear(r);
+    return e;
 }
 
 static obx_err pg_inbox_finish(obx__store *base, const char *consumer, const char *event_id,
@@ -4474,6 +4501,7 @@ static const obx__store_inbox_methods pg_inbox_methods = {
     .watermark_put = pg_watermark_put,
     .watermark_list = pg_watermark_list,
     .failure_bump = pg_failure_bump,
+    .failure_get = pg_failure_get,
     .failure_clear = pg_failure_clear,
     .poison_put = pg_poison_put,
     .poison_list = pg_poison_list,

@@ -1379,6 +1379,7 @@ CREATE TABLE obx.obx_inbox_failure (
     last_error  TEXT NOT NULL,
     first_at    BIGINT NOT NULL,
     last_at     BIGINT NOT NULL,
+    next_at     BIGINT NOT NULL DEFAULT 0, -- the next try is due then (ms; the retry back-off)
     PRIMARY KEY (consumer_id, event_id)
 );
 
@@ -1445,10 +1446,12 @@ CREATE INDEX obx_consume_audit_event ON obx.obx_consume_audit (event_id);
 --     'quarantined' -> same event ID, other payload digest: nothing to do (recorded)
 --     'poisoned'    -> refused before any effect (bad event ID, malformed field, payload not
 --                      matching its digest, contract or tenant not accepted): parked, visible
+--     'delayed'     -> a failed message whose retry is not due yet: do not run the handler,
+--                      do not acknowledge (hold it or give it back until its retry_at)
 --   COMMIT;                          -- then acknowledge the broker, never before
 --   on a handler error: ROLLBACK; then in a transaction of its own
 --   SELECT * FROM obx.inbox_failed(consumer, event_id, error, max_failures, ...delivery...);
---     'retry' -> do not acknowledge (redelivered);  'poisoned' -> parked: acknowledge
+--     'retry' -> do not acknowledge; try again at retry_at;  'poisoned' -> parked: acknowledge
 --
 -- The semantics are obx_inbox_process()'s (src/engine/inbox.c), row for row: the same consume
 -- receipt (with the evidence columns when the delivery's headers carry a well-formed
@@ -1707,6 +1710,16 @@ BEGIN
             'already parked: ' || left(prev.last_error, 200);
         RETURN;
     END IF;
+    -- a failed message whose retry is not due yet (obx.inbox_failed's back-off): the handler
+    -- must not run, nothing is written; do not acknowledge it (give it back until then)
+    SELECT f.failures, f.next_at INTO prev FROM obx.obx_inbox_failure f
+     WHERE f.consumer_id = consumer_id AND f.event_id = event_id AND f.next_at > now_ms;
+    IF FOUND THEN
+        RETURN QUERY SELECT 'delayed'::text, ''::text,
+            format('retry %s not due for %s s', prev.failures,
+                   to_char((prev.next_at - now_ms) / 1000.0, 'FM999999990.000'));
+        RETURN;
+    END IF;
     -- the receipt, or the one already there (a committed one, or one whose transaction this
     -- insert waited for). The placeholder duration is minus the receive time in microseconds;
     -- inbox_applied() turns it into the handler's run time.
@@ -1804,15 +1817,23 @@ END $$;
 -- poison. poison => true parks it at once (the handler knows it can never succeed). The
 -- delivery's fields are given again because the rolled-back transaction took its receipt
 -- with it; the poison row keeps them for `obx poison list` and re-drive.
--- Returns 'retry' (do not acknowledge: the broker redelivers) or 'poisoned' (acknowledge).
+-- The retry back-off, as obx_inbox_options: failure n's retry is due retry_backoff_ms *
+-- 2^(n-1) after it, at most retry_backoff_max_ms, +-20 % jitter (1..86400000 ms each;
+-- retry_backoff_ms 0: no back-off, due at once). The due time is kept in the failure row:
+-- obx.inbox_receive() answers 'delayed' until then.
+-- Returns 'retry' with retry_at, when to try again (do not acknowledge before: give the message
+-- back, or hold it), or 'poisoned' (acknowledge), or 'duplicate' (applied meanwhile).
 CREATE FUNCTION obx.inbox_failed(consumer_id text, event_id text, error text,
                                  max_failures integer DEFAULT 5, poison boolean DEFAULT false,
                                  envelope_gen integer DEFAULT NULL,
                                  payload_digest text DEFAULT NULL, topic text DEFAULT NULL,
                                  "partition" integer DEFAULT NULL, "offset" bigint DEFAULT NULL,
                                  payload bytea DEFAULT NULL, event_type text DEFAULT NULL,
-                                 tenant text DEFAULT NULL, headers jsonb DEFAULT NULL)
-RETURNS TABLE (decision text, failures integer, detail text) LANGUAGE plpgsql VOLATILE
+                                 tenant text DEFAULT NULL, headers jsonb DEFAULT NULL,
+                                 retry_backoff_ms integer DEFAULT 1000,
+                                 retry_backoff_max_ms integer DEFAULT 300000)
+RETURNS TABLE (decision text, failures integer, detail text, retry_at timestamptz)
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
@@ -1821,6 +1842,8 @@ DECLARE
     n integer;
     why text;
     prev record;
+    step bigint;
+    next_ms bigint;
 BEGIN
     PERFORM obx._check('consumer_id', consumer_id, 1, 128, 'name');
     IF event_id IS NULL OR event_id !~ '^evt-[0-7][0-9A-HJKMNP-TV-Z]{25}$' THEN
@@ -1831,6 +1854,13 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'OB002',
             MESSAGE = format('max_failures: %s outside 1..1000', coalesce(max_failures::text, 'NULL'));
     END IF;
+    IF retry_backoff_ms IS NULL OR retry_backoff_max_ms IS NULL OR retry_backoff_ms < 0
+       OR retry_backoff_ms > 86400000 OR retry_backoff_max_ms > 86400000
+       OR (retry_backoff_ms > 0 AND retry_backoff_max_ms < retry_backoff_ms) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OB002', MESSAGE = format(
+            'retry_backoff_ms: %s, retry_backoff_max_ms: %s: each 0..86400000 ms and max >= base',
+            coalesce(retry_backoff_ms::text, 'NULL'), coalesce(retry_backoff_max_ms::text, 'NULL'));
+    END IF;
     -- an event this consumer has applied meanwhile (another instance received it after this one
     -- rolled back) is done: nothing counted, nothing parked, as its redelivery would answer
     SELECT i.consumed_at, i."offset" INTO prev FROM obx.obx_inbox i
@@ -1838,28 +1868,38 @@ BEGIN
     IF FOUND THEN
         why := format('already applied at %s (offset %s)', prev.consumed_at, prev."offset");
         PERFORM obx._inbox_audit(consumer_id, event_id, 'DUPLICATE', 0, why, now_ms);
-        RETURN QUERY SELECT 'duplicate'::text, 0, why;
+        RETURN QUERY SELECT 'duplicate'::text, 0, why, NULL::timestamptz;
         RETURN;
     END IF;
     herr := obx._inbox_text(CASE WHEN poison THEN 'handler refused the message as poison: '
                                  ELSE 'handler failed: ' END || coalesce(error, ''), 255);
     INSERT INTO obx.obx_inbox_failure AS f (consumer_id, event_id, failures, last_error, first_at,
-        last_at)
-    VALUES (consumer_id, event_id, 1, herr, now_ms, now_ms)
+        last_at, next_at)
+    VALUES (consumer_id, event_id, 1, herr, now_ms, now_ms, now_ms)
     ON CONFLICT ON CONSTRAINT obx_inbox_failure_pkey DO UPDATE SET failures = f.failures + 1,
-        last_error = EXCLUDED.last_error, last_at = EXCLUDED.last_at
+        last_error = EXCLUDED.last_error, last_at = EXCLUDED.last_at, next_at = EXCLUDED.next_at
     RETURNING f.failures INTO n;
+    -- the back-off of failure n, +-20 % jitter so that messages failing together spread out
+    step := least(retry_backoff_ms::bigint * 2 ^ least(n - 1, 40), retry_backoff_max_ms);
+    next_ms := now_ms + CASE WHEN retry_backoff_ms = 0 THEN 0
+        ELSE greatest(step + floor(random() * (2 * (step / 5) + 1))::bigint - step / 5, 1) END;
+    UPDATE obx.obx_inbox_failure f SET next_at = next_ms
+     WHERE f.consumer_id = consumer_id AND f.event_id = event_id;
     PERFORM obx._inbox_audit(consumer_id, event_id, 'FAILED', 0, herr, now_ms);
+    IF NOT (poison OR n >= max_failures) AND retry_backoff_ms > 0 THEN
+        PERFORM obx._inbox_audit(consumer_id, event_id, 'RETRY_SCHEDULED', 0,
+            format('retry %s scheduled: back-off %s ms +-20 %%', n, step), now_ms);
+    END IF;
     IF poison OR n >= max_failures THEN
         why := CASE WHEN poison THEN herr
                     ELSE format('%s handler failures, last: %s', n, left(herr, 200)) END;
         PERFORM obx._inbox_park(consumer_id, event_id, n, why, topic, "partition", "offset",
             obx._inbox_headers(event_id, envelope_gen, payload_digest, event_type, tenant, headers),
             payload, now_ms);
-        RETURN QUERY SELECT 'poisoned'::text, n, why;
+        RETURN QUERY SELECT 'poisoned'::text, n, why, NULL::timestamptz;
         RETURN;
     END IF;
-    RETURN QUERY SELECT 'retry'::text, n, herr;
+    RETURN QUERY SELECT 'retry'::text, n, herr, to_timestamp(next_ms / 1000.0);
 END $$;
 
 -- Poison messages an operator marked for re-drive (`obx poison redrive`, the dashboard):
@@ -2036,5 +2076,5 @@ GRANT EXECUTE ON FUNCTION obx._check(text, text, integer, integer, text),
                       text[], jsonb),
     obx.inbox_applied(text, text, text),
     obx.inbox_failed(text, text, text, integer, boolean, integer, text, text, integer, bigint,
-                     bytea, text, text, jsonb),
+                     bytea, text, text, jsonb, integer, integer),
     obx.inbox_redrives(text), obx._inbox_complete(), obx._wake(text) TO PUBLIC;

@@ -412,6 +412,7 @@ CREATE TABLE obx_inbox_failure (
     last_error  TEXT NOT NULL,
     first_at    INTEGER NOT NULL,
     last_at     INTEGER NOT NULL,
+    next_at     INTEGER NOT NULL DEFAULT 0, -- the next try is due then (ms; the retry back-off)
     PRIMARY KEY (consumer_id, event_id)
 );
 

@@ -71,6 +71,7 @@ enum {
     Q_WM_LIST,
     Q_WM_LIST_ALL,
     Q_FAIL_BUMP,
+    Q_FAIL_GET,
     Q_FAIL_CLEAR,
     Q_POISON_PUT,
     Q_POISON_LIST,
@@ -343,9 +344,13 @@ static const char *const sql_text[Q_COUNT] = {
                       "committed_at FROM obx_consumer_watermark "
                       "ORDER BY consumer_id, topic, partition",
     [Q_FAIL_BUMP] = "INSERT INTO obx_inbox_failure (consumer_id, event_id, failures, last_error, "
-                    "first_at, last_at) VALUES (?1, ?2, 1, ?3, ?4, ?4) "
+                    "first_at, last_at, next_at) VALUES (?1, ?2, 1, ?3, ?4, ?4, ?5) "
                     "ON CONFLICT (consumer_id, event_id) DO UPDATE SET failures = failures + 1, "
-                    "last_error = ?3, last_at = ?4 RETURNING failures",
+                    "last_error = ?3, last_at = ?4, next_at = ?5 RETURNING failures",
+    [Q_FAIL_GET] = "SELECT failures, next_at FROM obx_inbox_failure f WHERE consumer_id = ?1 "
+                   "AND (?2 IS NULL OR event_id = ?2) AND (?2 IS NOT NULL OR NOT EXISTS (SELECT "
+                   "1 FROM obx_poison p WHERE p.consumer_id = f.consumer_id AND p.event_id = "
+                   "f.event_id AND p.state = 'PARKED')) ORDER BY next_at LIMIT 1",
     [Q_FAIL_CLEAR] = "DELETE FROM obx_inbox_failure WHERE consumer_id = ? AND event_id = ?",
     [Q_POISON_PUT] = "INSERT INTO obx_poison (consumer_id, event_id, state, failures, last_error, "
                      "topic, partition, \"offset\", headers, payload, parked_at, updated_at, "
@@ -1972,7 +1977,7 @@ static obx_err sq_watermark_list(obx__store *base, const char *consumer, obx__wa
 }
 
 static obx_err sq_failure_bump(obx__store *base, const char *consumer, const char *event_id,
-                               const char *error, int64_t now, int32_t *failures) {
+                               const char *error, int64_t now, int64_t next_at, int32_t *failures) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
     obx_err e = stmt(s, Q_FAIL_BUMP, &st);
@@ -1981,9 +1986,33 @@ static obx_err sq_failure_bump(obx__store *base, const char *consumer, const cha
     bt(st, 2, event_id);
     bt(st, 3, error);
     bi(st, 4, now);
+    bi(st, 5, next_at);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) *failures = (int32_t)ci(st, 0);
     e = rc == SQLITE_ROW ? OBX_OK : map_rc(s, rc, "failure count");
+    sqlite3_reset(st);
+    return e;
+}
+
+static obx_err sq_failure_get(obx__store *base, const char *consumer, const char *event_id,
+                              int32_t *failures, int64_t *next_at) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    obx_err e = stmt(s, Q_FAIL_GET, &st);
+    if (e) return e;
+    bt(st, 1, consumer);
+    if (event_id)
+        bt(st, 2, event_id);
+    else
+        sqlite3_bind_null(st, 2);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *failures = (int32_t)ci(st, 0);
+        *next_at = ci(st, 1);
+    }
+    e = rc == SQLITE_ROW    ? OBX_OK
+        : rc == SQLITE_DONE ? OBX_ENOTFOUND
+                            : map_rc(s, rc, "failure get");
     sqlite3_reset(st);
     return e;
 }
@@ -2542,6 +2571,7 @@ static const obx__store_inbox_methods sq_inbox_methods = {
     .watermark_put = sq_watermark_put,
     .watermark_list = sq_watermark_list,
     .failure_bump = sq_failure_bump,
+    .failure_get = sq_failure_get,
     .failure_clear = sq_failure_clear,
     .poison_put = sq_poison_put,
     .poison_list = sq_poison_list,
