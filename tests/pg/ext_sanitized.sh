@@ -27,6 +27,7 @@ cleanup() {
   rm -rf "$root"
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM # ctest's timeout: the EXIT trap still stops the server
 
 # a private copy of the server: its binaries find their lib and share folders relative to
 # themselves, so the same layout under another root is a server of its own
