@@ -574,7 +574,10 @@ obx_err obx_resolve(obx_store *s, const obx_resolve_request *r, char **out, size
         if ((err = obx__check_field("consumer", crit.id, 1, OBX_NAME_MAX, OBX__CS_NAME)) ||
             (err = declared(r, crit.id, eq + 1)))
             return err;
-        if ((err = obx__st_open(eq + 1, &crit.s))) return obx__fail_prefix(err, "consumer");
+        /* the consumer's database is evidence, only read: a dry run or not, resolve writes
+         * nothing there */
+        if ((err = obx__st_open_with(eq + 1, OBX_STORE_READ_ONLY, &crit.s)))
+            return obx__fail_prefix(err, "consumer");
     }
     obx__broker *b = NULL;
     if (accept && !r->consumer && r->broker_url &&
