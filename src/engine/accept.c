@@ -249,8 +249,11 @@ static void duplicate(accept_ctx *c, accept_run *w, size_t i, const obx__outcome
 }
 
 /* Rule 5's consequence: once slot ev is filled by attempt `primary`, its other attempts of the
- * generation whose outcome is still UNKNOWN have nothing left to decide: they end SUPERSEDED
- * (a late ACK of one is still a duplicate receipt). Only a slot that was retried has them. */
+ * generation whose outcome is still UNKNOWN, or still SENDING, have nothing left to decide: they
+ * end SUPERSEDED (a late ACK of one is still a duplicate receipt, a later outcome changes
+ * nothing). A SENDING one must end here: its sender may never report (a reconciler that died
+ * with the retry in flight), and the sweep ends only the SENDING attempts of SENDING events.
+ * Only a slot that was retried has them. */
 static obx_err end_superseded(obx__engine *e, accept_ctx *c, const obx__event_row *ev) {
     if (ev->attempt_gen <= 1 || OBX__MUTANT(SUPERSEDED_STAY_OPEN)) return OBX_OK;
     obx__attempt_row *att = NULL;
@@ -264,20 +267,23 @@ static obx_err end_superseded(obx__engine *e, accept_ctx *c, const obx__event_ro
     }
     for (size_t i = 0; i < n; i++) {
         obx__attempt_row *a = &att[i];
-        if (a->state != OBX__AT_UNKNOWN || a->envelope_gen != ev->envelope_gen ||
-            !strcmp(a->attempt_id, ev->primary_attempt_id))
+        if ((a->state != OBX__AT_UNKNOWN && a->state != OBX__AT_SENDING) ||
+            a->envelope_gen != ev->envelope_gen || !strcmp(a->attempt_id, ev->primary_attempt_id))
             continue;
+        bool sending = a->state == OBX__AT_SENDING;
         a->state = OBX__AT_SUPERSEDED;
         a->ended_at = c->now;
         snprintf(a->detail, sizeof a->detail,
-                 "SUPERSEDED: attempt %.40s filled the publish slot while this one's outcome was "
-                 "unknown",
-                 ev->primary_attempt_id);
+                 "SUPERSEDED: attempt %.40s filled the publish slot while this one %s",
+                 ev->primary_attempt_id, sending ? "was in flight" : "had an unknown outcome");
         b.att[b.n_att++] = *a;
     }
     if (b.n_att)
         obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_ACCEPTOR, e->cfg.owner, ev, ev->state,
-                   ev->state, "%zu older attempts with an unknown outcome end SUPERSEDED", b.n_att);
+                   ev->state,
+                   "%zu other attempts, in flight or with an unknown outcome, end "
+                   "SUPERSEDED",
+                   b.n_att);
     err = b.n_att ? obx__batch_write(e->s, &b) : OBX_OK;
     obx__batch_free(&b);
     free(att);
