@@ -143,10 +143,12 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
             obx__clear_error();
             e = obx_inbox_process(ib, &m, handler, &h, db, &r);
             PROP(e == OBX_OK, "process: %s: %s", obx_errname(e), obx_errmsg());
-            PROP(r.outcome >= OBX_INBOX_APPLIED && r.outcome <= OBX_INBOX_POISONED, "outcome %d",
+            /* DELAYED: a redelivery before its retry is due (the default back-off, 1 s) */
+            PROP(r.outcome >= OBX_INBOX_APPLIED && r.outcome <= OBX_INBOX_DELAYED, "outcome %d",
                  (int)r.outcome);
-            PROP(r.ack == (r.outcome != OBX_INBOX_FAILED), "ack %d for outcome %d", r.ack,
-                 (int)r.outcome);
+            PROP(r.ack == (r.outcome != OBX_INBOX_FAILED && r.outcome != OBX_INBOX_DELAYED),
+                 "ack %d for outcome %d", r.ack, (int)r.outcome);
+            PROP(r.outcome != OBX_INBOX_DELAYED || r.retry_at > 0, "delayed without retry_at");
             fz_printable("result", r.result);
             fz_printable("detail", r.detail);
             if (r.outcome == OBX_INBOX_POISONED) {
