@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/support.h"
+
 #include "broker/conformance.h"
 
 #include <stdio.h>
@@ -29,12 +31,6 @@ typedef struct bx {
 } bx;
 
 static int seqno;
-
-#define OK(x)                                                                                      \
-    do {                                                                                           \
-        obx_err e_ = (x);                                                                          \
-        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
-    } while (0)
 
 void test_msg_init(test_msg *tm, const char *topic, const char *key, int seq) {
     memset(tm, 0, sizeof *tm);

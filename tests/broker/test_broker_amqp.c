@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/support.h"
+
 #include "broker/amqp/amqp_broker.h"
 #include "broker/conformance.h"
 #include "engine/engine.h"
@@ -30,12 +32,6 @@
 #include <unistd.h>
 
 extern char **environ;
-
-#define OK(x)                                                                                      \
-    do {                                                                                           \
-        obx_err e_ = (x);                                                                          \
-        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
-    } while (0)
 
 static const char *base_url;
 static obx__url base;

@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/support.h"
+
 #include "engine/engine_int.h"
 
 #include <librdkafka/rdkafka.h>
@@ -28,12 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define OK(x)                                                                                      \
-    do {                                                                                           \
-        obx_err e_ = (x);                                                                          \
-        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
-    } while (0)
 
 static rd_kafka_t *mock_rk;
 static rd_kafka_mock_cluster_t *mc;

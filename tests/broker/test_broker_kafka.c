@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/support.h"
+
 #include "broker/conformance.h"
 #include "obx_test.h"
 
@@ -39,12 +41,6 @@
 
 /* Kafka protocol API keys (librdkafka keeps its RD_KAFKAP_* names private). */
 enum { API_PRODUCE = 0, API_OFFSET_COMMIT = 8 };
-
-#define OK(x)                                                                                      \
-    do {                                                                                           \
-        obx_err e_ = (x);                                                                          \
-        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
-    } while (0)
 
 /* ---- the mock cluster ------------------------------------------------------------------------ */
 

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/support.h"
+
 #include "broker/conformance.h"
 
 #include <stdio.h>
@@ -27,12 +29,6 @@ static obx_err fresh(void *user, const char *topic, int partitions, char *url, s
     snprintf(url, cap, "log:%s/b%d.db?partitions=%d&cluster=conf", dir, ++n_files, partitions);
     return OBX_OK;
 }
-
-#define OK(x)                                                                                      \
-    do {                                                                                           \
-        obx_err e_ = (x);                                                                          \
-        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
-    } while (0)
 
 static obx__broker *open_log(const char *query) {
     char url[256];
@@ -221,8 +217,7 @@ static void test_methods_check(void **state) {
 }
 
 int main(void) {
-    strcpy(dir, "/tmp/obx-logb-XXXXXX");
-    if (!mkdtemp(dir)) return 1;
+    if (obx_t_tmpdir(dir, sizeof dir, "logb")) return 1;
     broker_env env = {.label = "broker conformance: log", .fresh = fresh};
     int failed = broker_conformance_run(&env);
     const struct CMUnitTest tests[] = {
@@ -231,8 +226,6 @@ int main(void) {
         cmocka_unit_test(test_partitioner), cmocka_unit_test(test_methods_check),
     };
     failed += cmocka_run_group_tests(tests, NULL, NULL);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) failed++;
+    if (obx_t_rmdir(dir)) failed++;
     return failed;
 }

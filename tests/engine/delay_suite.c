@@ -14,6 +14,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/engine_fx.h"
+#include "support/support.h"
+
 #include "engine/delay_suite.h"
 #include "engine/engine.h"
 
@@ -24,12 +27,6 @@
 static store_factory factory;
 static char tmpdir[64];
 static int nfiles;
-
-#define OK(x)                                                                                      \
-    do {                                                                                           \
-        obx_err e_ = (x);                                                                          \
-        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
-    } while (0)
 
 #define DELAY_MS 3000
 
@@ -53,7 +50,7 @@ static int setup(void **state) {
         fprintf(stderr, "broker: %s\n", obx_errmsg());
         return -1;
     }
-    f->now = 4102444800000; /* 2100-01-01: backends compare deadlines with max(now, wall) */
+    f->now = OBX_T_NOW;
     obx__engine_cfg c;
     obx__engine_cfg_defaults(&c);
     obx__strlcpy(c.owner, "relay-a", sizeof c.owner);
@@ -96,14 +93,7 @@ static obx_err enq(fx *f, const char *agg, int64_t not_before, char id[31]) {
     return e;
 }
 
-static obx__event_row ev(fx *f, const char *id) {
-    obx__rows rows = {0};
-    OK(obx__st_load_events(f->s, &id, 1, 0, &rows));
-    assert_int_equal(rows.n, 1);
-    obx__event_row r = rows.v[0];
-    obx__rows_free(&rows);
-    return r;
-}
+static obx__event_row ev(fx *f, const char *id) { return obx_t_ev(f->s, id, 0); }
 
 /* Dispatches at `at` and applies every outcome; the number of events sent. */
 static size_t relay_at(fx *f, int64_t at) {
@@ -318,8 +308,7 @@ static void test_delay_kept_by_migration(void **state) {
 
 int engine_delay_run(const char *label, store_factory f) {
     factory = f;
-    strcpy(tmpdir, "/tmp/obx-delay-XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
+    if (obx_t_tmpdir(tmpdir, sizeof tmpdir, "delay")) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_delay_not_claimed_before_time, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delay_frozen_in_digest, setup, teardown),
@@ -331,8 +320,6 @@ int engine_delay_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_delay_kept_by_migration, setup, teardown),
     };
     int failed = cmocka_run_group_tests_name(label, tests, NULL, NULL);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) failed++;
+    if (obx_t_rmdir(tmpdir)) failed++;
     return failed;
 }

@@ -10,6 +10,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/engine_fx.h"
+#include "support/support.h"
+
 #include "engine/engine.h"
 #include "engine/fault_suite.h"
 
@@ -25,12 +28,6 @@ void obx__log_broker_rewind(obx__broker *base);
 static store_factory factory;
 static char tmpdir[64];
 static int nfiles;
-
-#define OK(x)                                                                                      \
-    do {                                                                                           \
-        obx_err e_ = (x);                                                                          \
-        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
-    } while (0)
 
 typedef struct fx {
     obx__store *s;
@@ -54,7 +51,7 @@ static int setup(void **state) {
         fprintf(stderr, "broker: %s\n", obx_errmsg());
         return -1;
     }
-    f->now = 4102444800000; /* 2100-01-01: backends compare deadlines with max(now, wall) */
+    f->now = OBX_T_NOW;
     *state = f;
     return 0;
 }
@@ -71,105 +68,35 @@ static int teardown(void **state) {
 
 /* blind: the route's UNKNOWN policy is "retry" (1) or "hold" (0) */
 static void route(fx *f, const char *type, int blind, int max_attempts) {
-    obx_route r = {.event_type = type,
-                   .cluster = "local",
-                   .topic = "orders",
-                   .on_unknown = blind ? "retry" : "hold",
-                   .max_attempts = max_attempts};
-    OK(obx__route_set_at(f->s, &r, f->now, NULL));
+    obx_t_route(f->s, f->now, type, "orders", blind, max_attempts, NULL);
 }
 
 static void enq(fx *f, const char *type, const char *agg, char id[31]) {
-    char payload[64];
-    snprintf(payload, sizeof payload, "{\"order\":\"%s\"}", agg);
-    obx_event ev = {.event_type = type,
-                    .aggregate_type = "order",
-                    .aggregate_id = agg,
-                    .aggregate_version = 1,
-                    .tenant = "t1",
-                    .payload = payload,
-                    .payload_len = strlen(payload),
-                    .correlation_id = "corr"};
-    obx_enqueue_result r;
-    OK(obx__enqueue_at(f->s, &ev, f->now, NULL, &r));
-    strcpy(id, r.event_id);
+    obx_t_enq(f->s, f->now, type, agg, "corr", id);
 }
 
 static void engine(fx *f, obx__engine *e, const char *owner, obx__broker *b) {
-    obx__engine_cfg c;
-    obx__engine_cfg_defaults(&c);
-    obx__strlcpy(c.owner, owner, sizeof c.owner);
-    c.lease_ms = 1000;
-    c.reconcile_lease_ms = 1000;
-    c.recheck_ms = 500;
-    c.backoff_base_ms = 100;
-    c.seed = 99;
-    OK(obx__engine_init(e, f->s, b, &c));
+    obx_t_engine(e, f->s, b, owner, 99, NULL, 0);
 }
 
-static obx__event_row ev(fx *f, const char *id) {
-    obx__rows rows = {0};
-    OK(obx__st_load_events(f->s, &id, 1, 0, &rows));
-    assert_int_equal(rows.n, 1);
-    obx__event_row r = rows.v[0];
-    obx__rows_free(&rows);
-    return r;
-}
+static obx__event_row ev(fx *f, const char *id) { return obx_t_ev(f->s, id, 0); }
 
 static int receipts(fx *f, const char *id, obx__receipt_kind k, char *attempt_out) {
-    obx__receipt_row *r;
-    size_t n;
-    OK(f->s->m->load_receipts(f->s, id, &r, &n));
-    int c = 0;
-    for (size_t i = 0; i < n; i++)
-        if (r[i].kind == k) {
-            c++;
-            if (attempt_out) strcpy(attempt_out, r[i].attempt_id);
-        }
-    free(r);
-    return c;
+    return obx_t_receipts(f->s, id, k, attempt_out, NULL);
 }
 
 static int attempts(fx *f, const char *id, obx__attempt_state st) {
-    obx__attempt_row *a;
-    size_t n;
-    OK(obx__st_load_attempts(f->s, NULL, 0, id, &a, &n));
-    int c = 0;
-    for (size_t i = 0; i < n; i++) c += a[i].state == st;
-    free(a);
-    return c;
+    return obx_t_attempts(f->s, id, (int)st);
 }
 
-static int n_attempts(fx *f, const char *id) {
-    obx__attempt_row *a;
-    size_t n;
-    OK(obx__st_load_attempts(f->s, NULL, 0, id, &a, &n));
-    free(a);
-    return (int)n;
-}
+static int n_attempts(fx *f, const char *id) { return obx_t_attempts(f->s, id, -1); }
 
 /* Audit rows of event `id` whose reason contains `needle` (and, if given, from -> to). */
 static int audit(fx *f, const char *id, int from, int to, const char *needle) {
-    obx__audit_row *a;
-    size_t n;
-    OK(f->s->m->load_audit(f->s, id, &a, &n));
-    int c = 0;
-    for (size_t i = 0; i < n; i++)
-        if ((from < 0 || a[i].from == (obx__state)from) && (to < 0 || a[i].to == (obx__state)to) &&
-            (!needle || strstr(a[i].reason, needle)))
-            c++;
-    free(a);
-    return c;
+    return obx_t_audit(f->s, id, from, to, needle);
 }
 
-static size_t poll_all(obx__engine *e, int64_t now) {
-    size_t total = 0, n;
-    do {
-        OK(obx__engine_poll(e, now, 0, &n));
-        total += n;
-    } while (n);
-    return total;
-}
+static size_t poll_all(obx__engine *e, int64_t now) { return obx_t_poll_all(e, now); }
 
 static void knob(obx__broker *b, const char *k, const char *v) { OK(obx__log_broker_set(b, k, v)); }
 
@@ -1732,8 +1659,7 @@ static void test_rejection_while_reconciling(void **state) {
 
 int engine_fault_run(const char *label, store_factory f) {
     factory = f;
-    strcpy(tmpdir, "/tmp/obx-fault-XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
+    if (obx_t_tmpdir(tmpdir, sizeof tmpdir, "fault")) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_happy_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_expiry_then_late_old_ack, setup, teardown),
@@ -1767,8 +1693,6 @@ int engine_fault_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_rejection_while_reconciling, setup, teardown),
     };
     int failed = _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) failed++;
+    if (obx_t_rmdir(tmpdir)) failed++;
     return failed;
 }

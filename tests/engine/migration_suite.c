@@ -11,6 +11,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/engine_fx.h"
+#include "support/support.h"
+
 #include "engine/engine.h"
 #include "engine/migration_suite.h"
 
@@ -23,12 +26,6 @@ obx_err obx__log_broker_set(obx__broker *base, const char *knob, const char *val
 static store_factory factory;
 static char tmpdir[64];
 static int nfiles;
-
-#define OK(x)                                                                                      \
-    do {                                                                                           \
-        obx_err e_ = (x);                                                                          \
-        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
-    } while (0)
 
 typedef struct fx {
     obx__store *s;
@@ -55,7 +52,7 @@ static int setup(void **state) {
         fprintf(stderr, "broker: %s\n", obx_errmsg());
         return -1;
     }
-    f->now = 4102444800000; /* 2100-01-01: backends compare deadlines with max(now, wall) */
+    f->now = OBX_T_NOW;
     *state = f;
     return 0;
 }
@@ -74,101 +71,33 @@ static int teardown(void **state) {
 
 static int64_t route(fx *f, const char *type, const char *topic, int blind, int max_attempts,
                      const char *alias) {
-    obx_route r = {.event_type = type,
-                   .cluster = "local",
-                   .topic = topic,
-                   .on_unknown = blind ? "retry" : "hold",
-                   .max_attempts = max_attempts,
-                   .alias = alias};
-    int64_t gen = 0;
-    OK(obx__route_set_at(f->s, &r, f->now, &gen));
-    return gen;
+    return obx_t_route(f->s, f->now, type, topic, blind, max_attempts, alias);
 }
 
 static void enq(fx *f, const char *type, const char *agg, char id[31]) {
-    char payload[64];
-    snprintf(payload, sizeof payload, "{\"order\":\"%s\"}", agg);
-    obx_event ev = {.event_type = type,
-                    .aggregate_type = "order",
-                    .aggregate_id = agg,
-                    .aggregate_version = 1,
-                    .tenant = "t1",
-                    .payload = payload,
-                    .payload_len = strlen(payload)};
-    obx_enqueue_result r;
-    OK(obx__enqueue_at(f->s, &ev, f->now, NULL, &r));
-    strcpy(id, r.event_id);
+    obx_t_enq(f->s, f->now, type, agg, NULL, id);
 }
 
 static void engine(fx *f, obx__engine *e, const char *owner, obx__broker *b,
                    const char *const *aliases, size_t n_aliases) {
-    obx__engine_cfg c;
-    obx__engine_cfg_defaults(&c);
-    obx__strlcpy(c.owner, owner, sizeof c.owner);
-    c.lease_ms = 1000;
-    c.reconcile_lease_ms = 1000;
-    c.recheck_ms = 500;
-    c.backoff_base_ms = 100;
-    c.seed = 99;
-    c.aliases = aliases;
-    c.n_aliases = n_aliases;
-    OK(obx__engine_init(e, f->s, b, &c));
+    obx_t_engine(e, f->s, b, owner, 99, aliases, n_aliases);
 }
 
-static obx__event_row ev(fx *f, const char *id) {
-    obx__rows rows = {0};
-    OK(obx__st_load_events(f->s, &id, 1, 0, &rows));
-    assert_int_equal(rows.n, 1);
-    obx__event_row r = rows.v[0];
-    obx__rows_free(&rows);
-    return r;
-}
+static obx__event_row ev(fx *f, const char *id) { return obx_t_ev(f->s, id, 0); }
 
 static int receipts(fx *f, const char *id, obx__receipt_kind k, char *reason_out) {
-    obx__receipt_row *r;
-    size_t n;
-    OK(f->s->m->load_receipts(f->s, id, &r, &n));
-    int c = 0;
-    for (size_t i = 0; i < n; i++)
-        if (r[i].kind == k) {
-            c++;
-            if (reason_out) strcpy(reason_out, r[i].reason);
-        }
-    free(r);
-    return c;
+    return obx_t_receipts(f->s, id, k, NULL, reason_out);
 }
 
 static int attempts(fx *f, const char *id, obx__attempt_state st) {
-    obx__attempt_row *a;
-    size_t n;
-    OK(obx__st_load_attempts(f->s, NULL, 0, id, &a, &n));
-    int c = 0;
-    for (size_t i = 0; i < n; i++) c += a[i].state == st;
-    free(a);
-    return c;
+    return obx_t_attempts(f->s, id, (int)st);
 }
 
 static int audit(fx *f, const char *id, int from, int to, const char *needle) {
-    obx__audit_row *a;
-    size_t n;
-    OK(f->s->m->load_audit(f->s, id, &a, &n));
-    int c = 0;
-    for (size_t i = 0; i < n; i++)
-        if ((from < 0 || a[i].from == (obx__state)from) && (to < 0 || a[i].to == (obx__state)to) &&
-            (!needle || strstr(a[i].reason, needle)))
-            c++;
-    free(a);
-    return c;
+    return obx_t_audit(f->s, id, from, to, needle);
 }
 
-static size_t poll_all(obx__engine *e, int64_t now) {
-    size_t total = 0, n;
-    do {
-        OK(obx__engine_poll(e, now, 0, &n));
-        total += n;
-    } while (n);
-    return total;
-}
+static size_t poll_all(obx__engine *e, int64_t now) { return obx_t_poll_all(e, now); }
 
 static void knob(obx__broker *b, const char *k, const char *v) { OK(obx__log_broker_set(b, k, v)); }
 
@@ -1342,8 +1271,7 @@ static void test_shadow_reports_planted_differences(void **state) {
 
 int engine_migration_run(const char *label, store_factory f) {
     factory = f;
-    strcpy(tmpdir, "/tmp/obx-mig-XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
+    if (obx_t_tmpdir(tmpdir, sizeof tmpdir, "mig")) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_migrate_refused_while_unknown_then_done, setup,
                                         teardown),
@@ -1359,8 +1287,6 @@ int engine_migration_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_shadow_reports_planted_differences, setup, teardown),
     };
     int failed = _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) failed++;
+    if (obx_t_rmdir(tmpdir)) failed++;
     return failed;
 }

@@ -18,6 +18,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/engine_fx.h"
+#include "support/support.h"
+
 #include "engine/engine.h"
 #include "engine/retention_suite.h"
 
@@ -33,12 +36,6 @@ static store_factory factory;
 static int many_events = 1000;
 static char tmpdir[64];
 static int nfiles;
-
-#define OK(x)                                                                                      \
-    do {                                                                                           \
-        obx_err e_ = (x);                                                                          \
-        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
-    } while (0)
 
 #define MIN_MS 60000
 
@@ -68,7 +65,7 @@ static int setup(void **state) {
         strcpy(f->crit[i].id, names[i]);
         f->crit[i].s = f->cdb[i];
     }
-    f->now = 4102444800000; /* 2100-01-01 */
+    f->now = OBX_T_NOW;
     *state = f;
     return 0;
 }
@@ -167,13 +164,7 @@ static void consumed_as(fx *f, int k, char ids[][31], int n, const char *digest)
 static void consumed(fx *f, int k, char ids[][31], int n) { consumed_as(f, k, ids, n, NULL); }
 
 static obx__event_row ev(fx *f, const char *id, unsigned flags) {
-    obx__rows rows = {0};
-    OK(obx__st_load_events(f->s, &id, 1, flags, &rows));
-    assert_int_equal(rows.n, 1);
-    obx__event_row r = rows.v[0];
-    r.payload = NULL;
-    obx__rows_free(&rows);
-    return r;
+    return obx_t_ev(f->s, id, flags);
 }
 
 static int audit_rows(fx *f, const char *id, obx__state from, obx__state to) {
@@ -1065,8 +1056,7 @@ static void test_mutation_purge_before_watermark(void **state) {
 int retention_suite_run(const char *label, store_factory f, int many) {
     factory = f;
     if (many > 0) many_events = many;
-    strcpy(tmpdir, "/tmp/obx-ret-XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
+    if (obx_t_tmpdir(tmpdir, sizeof tmpdir, "ret")) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_audit_clean, setup, teardown),
         cmocka_unit_test_setup_teardown(test_audit_pending_overdue, setup, teardown),
@@ -1088,8 +1078,6 @@ int retention_suite_run(const char *label, store_factory f, int many) {
         cmocka_unit_test_setup_teardown(test_mutation_purge_before_watermark, setup, teardown),
     };
     int failed = _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) failed++;
+    if (obx_t_rmdir(tmpdir)) failed++;
     return failed;
 }

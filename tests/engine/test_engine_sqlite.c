@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/support.h"
 #include "engine/engine_int.h"
 #include "engine/delay_suite.h"
 #include "engine/fault_suite.h"
@@ -51,15 +52,12 @@ static obx_err factory(obx__store **out) {
 }
 
 int main(void) {
-    strcpy(dir, "/tmp/obx-eng-XXXXXX");
-    if (!mkdtemp(dir)) return 1;
+    if (obx_t_tmpdir(dir, sizeof dir, "eng")) return 1;
     const struct CMUnitTest internals[] = {cmocka_unit_test(test_id_index)};
     int failed = cmocka_run_group_tests_name("engine internals", internals, NULL, NULL);
     failed += engine_fault_run("engine faults: sqlite", factory);
     failed += engine_migration_run("migration, delivery sets, shadow, takeover: sqlite", factory);
     failed += engine_delay_run("delayed events: sqlite", factory);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) failed++;
+    if (obx_t_rmdir(dir)) failed++;
     return failed;
 }

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "support/support.h"
+
 static char dir[64];
 static int n;
 
@@ -20,11 +22,8 @@ static obx_err factory(obx__store **out) {
 }
 
 int main(void) {
-    strcpy(dir, "/tmp/obx-retdb-XXXXXX");
-    if (!mkdtemp(dir)) return 1;
+    if (obx_t_tmpdir(dir, sizeof dir, "retdb")) return 1;
     int failed = retention_suite_run("retention and audit: sqlite", factory, 1000);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) failed++;
+    if (obx_t_rmdir(dir)) failed++;
     return failed;
 }

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/support.h"
+
 #include "drivers/drivers.h"
 
 #include <stdio.h>
@@ -22,12 +24,6 @@
 const obx_consumer_test *obx_kit_good(void);
 const obx_consumer_test *obx_kit_broken(void);
 const obx_consumer_test *obx_kit_inproc_dedupe(void);
-
-#define OK(x)                                                                                      \
-    do {                                                                                           \
-        obx_err e_ = (x);                                                                          \
-        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
-    } while (0)
 
 typedef struct fx {
     char dir[64];

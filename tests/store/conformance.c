@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/support.h"
+
 #include "engine/engine.h"
 #include "store/conformance.h"
 
@@ -49,12 +51,6 @@ static int teardown(void **state) {
     free(c);
     return 0;
 }
-
-#define OK(x)                                                                                      \
-    do {                                                                                           \
-        obx_err e_ = (x);                                                                          \
-        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
-    } while (0)
 
 static void route(cx *c, const char *type, const char *topic, int unordered, const char *alias) {
     obx_route r = {.event_type = type,

@@ -33,6 +33,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/support.h"
+
 #include "engine/engine.h"
 
 #include <libpq-fe.h>
@@ -41,12 +43,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#define OK(x)                                                                                      \
-    do {                                                                                           \
-        obx_err e_ = (x);                                                                          \
-        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
-    } while (0)
 
 static PGconn *admin;
 static obx__url base;

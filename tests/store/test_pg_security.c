@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/support.h"
+
 #include "engine/engine.h"
 
 #include <libpq-fe.h>
@@ -34,12 +36,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-#define OK(x)                                                                                      \
-    do {                                                                                           \
-        obx_err e_ = (x);                                                                          \
-        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
-    } while (0)
 
 static const char *base_url, *ca, *wrong_ca;
 static obx__url base;
@@ -518,8 +514,7 @@ int main(void) {
     for (int i = 0; PQresultStatus(left) == PGRES_TUPLES_OK && i < PQntuples(left); i++)
         drop_db(PQgetvalue(left, i, 0));
     PQclear(left);
-    strcpy(dir, "/tmp/obx-pgsec-XXXXXX");
-    if (!mkdtemp(dir)) return 1;
+    if (obx_t_tmpdir(dir, sizeof dir, "pgsec")) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tls_verify_full),
         cmocka_unit_test(test_secrets_authenticate),
@@ -528,8 +523,6 @@ int main(void) {
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     PQfinish(admin);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) failed++;
+    if (obx_t_rmdir(dir)) failed++;
     return failed;
 }

@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/support.h"
+
 #include "engine/engine.h"
 #include "engine/delay_suite.h"
 #include "engine/fault_suite.h"
@@ -142,12 +144,6 @@ static long long qint_down_to(PGconn *c, const char *sql, long long most) {
     }
     return n;
 }
-
-#define OK(x)                                                                                      \
-    do {                                                                                           \
-        obx_err e_ = (x);                                                                          \
-        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
-    } while (0)
 
 /* ---- fixture: a fresh initialized database with a route, and a "business" connection ------- */
 

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/support.h"
 #include "engine/engine.h"
 #include "store/conformance.h"
 #include "store/shared.h"
@@ -729,12 +730,9 @@ static void test_no_reprepare(void **state) {
 }
 
 int main(void) {
-    strcpy(conf_dir, "/tmp/obx-conf-XXXXXX");
-    if (!mkdtemp(conf_dir)) return 1;
+    if (obx_t_tmpdir(conf_dir, sizeof conf_dir, "conf")) return 1;
     int failed = store_conformance_run("store conformance: sqlite", sqlite_factory);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", conf_dir);
-    if (system(cmd) != 0) failed++;
+    if (obx_t_rmdir(conf_dir)) failed++;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_commit_together, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rollback_together, setup, teardown),

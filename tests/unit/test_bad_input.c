@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/support.h"
+
 #include "engine/engine_int.h"
 
 #include <fcntl.h>
@@ -30,12 +32,6 @@
 #include <unistd.h>
 
 obx_err obx__log_broker_create_topic(obx__broker *base, const char *topic, int32_t partitions_n);
-
-#define OK(x)                                                                                      \
-    do {                                                                                           \
-        obx_err e_ = (x);                                                                          \
-        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
-    } while (0)
 
 /* x fails with code `code` and a message containing `needle`. */
 #define REFUSED(x, code, needle)                                                                   \

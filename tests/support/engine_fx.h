@@ -1,0 +1,52 @@
+/*
+ * engine_fx.h — the engine fixture, written once for the engine suites (fault_suite.c,
+ * migration_suite.c, retention_suite.c, delay_suite.c, test_fault_loops.c) (issue 47, item 5):
+ * a log broker in a test folder, an event enqueued at a virtual time, an engine with the suites'
+ * short timings, and the counts a test asserts (an event's row, its receipts, attempts, audit).
+ * Each function fails the running cmocka test (OK()) when a store call fails; what it allocates
+ * it frees, except the row obx_t_ev returns (its strings are inline: nothing to free).
+ */
+#ifndef OBX_TEST_ENGINE_FX_H
+#define OBX_TEST_ENGINE_FX_H
+
+#include "engine/engine.h"
+#include "store/store.h"
+
+/* Opens a log broker on DIR/FILE (the URL, with ?seed=SEED&cluster=CLUSTER, into url (OUT, size
+ * bytes)); OBX_OK or the open's error. */
+obx_err obx_t_log_broker(const char *dir, const char *file, int seed, const char *cluster,
+                         char *url, size_t size, obx__broker **out);
+
+/* Sets route TYPE to cluster "local", topic TOPIC; blind: UNKNOWN policy "retry", else "hold".
+ * alias may be NULL. The route's generation is returned. */
+int64_t obx_t_route(obx__store *s, int64_t now, const char *type, const char *topic, int blind,
+                    int max_attempts, const char *alias);
+
+/* Enqueues an event of TYPE for aggregate order/AGG (version 1, tenant t1, payload
+ * {"order":"AGG"}, correlation CORR or none) at NOW; its ID into id. */
+void obx_t_enq(obx__store *s, int64_t now, const char *type, const char *agg, const char *corr,
+               char id[31]);
+
+/* Sets up engine e as OWNER on store s and broker b: lease and reconcile lease 1000 ms, recheck
+ * 500 ms, back-off base 100 ms, the given seed. */
+void obx_t_engine(obx__engine *e, obx__store *s, obx__broker *b, const char *owner, uint64_t seed,
+                  const char *const *aliases, size_t n_aliases);
+
+/* The event's row (loaded with FLAGS; payload NULL): the test fails unless there is one. */
+obx__event_row obx_t_ev(obx__store *s, const char *id, unsigned flags);
+
+/* The number of receipts of kind k of the event; the last one's attempt ID into attempt_out and
+ * its reason into reason_out when not NULL. */
+int obx_t_receipts(obx__store *s, const char *id, obx__receipt_kind k, char *attempt_out,
+                   char *reason_out);
+
+/* The number of attempts of the event in state st (all of them when st < 0). */
+int obx_t_attempts(obx__store *s, const char *id, int st);
+
+/* Audit rows of the event whose reason contains needle (any if NULL), from -> to (-1: any). */
+int obx_t_audit(obx__store *s, const char *id, int from, int to, const char *needle);
+
+/* Polls e at now until nothing is left to apply; the number of outcomes applied. */
+size_t obx_t_poll_all(obx__engine *e, int64_t now);
+
+#endif

@@ -1,0 +1,33 @@
+/*
+ * support.h — what every C test suite needs, written once (issue 47, item 5): the OK() check,
+ * private temp folders, the virtual clock's start. Include it after <cmocka.h>.
+ *
+ * Contracts:
+ *   OK(x)      x is an obx_err expression; anything but OBX_OK fails the running test with the
+ *              expression, the error's name and obx_errmsg().
+ *   a folder made by obx_t_tmpdir is the caller's: obx_t_rmdir removes it and all it holds.
+ */
+#ifndef OBX_TEST_SUPPORT_H
+#define OBX_TEST_SUPPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define OK(x)                                                                                      \
+    do {                                                                                           \
+        obx_err e_ = (x);                                                                          \
+        if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
+    } while (0)
+
+/* 2100-01-01 in ms: a test's virtual clock starts here (backends compare deadlines with
+ * max(now, wall), so a virtual "now" ahead of the wall clock rules). */
+#define OBX_T_NOW INT64_C(4102444800000)
+
+/* Makes a new folder /tmp/obx-NAME-XXXXXX; its path into dir (OUT, size bytes). 0 on success,
+ * -1 (errno set) if it cannot. */
+int obx_t_tmpdir(char *dir, size_t size, const char *name);
+
+/* Removes dir and everything below it (rm -rf); 0 on success, -1 on failure. */
+int obx_t_rmdir(const char *dir);
+
+#endif
