@@ -4,6 +4,7 @@
  * consumer's database is a fresh database there. Fails, never skips, without a server.
  */
 #include "engine/retention_suite.h"
+#include "support/pg_fx.h"
 
 #include <libpq-fe.h>
 #include <stdio.h>
@@ -43,27 +44,12 @@ static obx_err factory(obx__store **out) {
 }
 
 int main(void) {
-    const char *url = getenv("OBX_TEST_PG_URL");
-    if (!url || !*url) {
-        fprintf(stderr, "test_retention_pg: OBX_TEST_PG_URL is not set. Start a PostgreSQL with "
-                        "`source scripts/services.sh; services_start` (or run scripts/test.sh); "
-                        "this suite fails rather than skips without one.\n");
-        return 1;
-    }
-    snprintf(base_url, sizeof base_url, "%s", url);
-    admin = PQconnectdb(base_url);
-    if (PQstatus(admin) != CONNECTION_OK) {
-        fprintf(stderr, "test_retention_pg: cannot connect to %s: %s", base_url,
-                PQerrorMessage(admin));
-        return 1;
-    }
-    PQclear(PQexec(admin, "SET client_min_messages = warning"));
+    obx_t_pg pg;
+    if (obx_t_pg_open(&pg, "test_retention_pg", NULL)) return 1;
+    snprintf(base_url, sizeof base_url, "%s", pg.url);
+    admin = pg.admin;
     int failed = retention_suite_run("retention and audit: postgres", factory, 1000);
-    for (int i = 0; i < count; i++) {
-        char sql[128];
-        snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", created[i]);
-        PQclear(PQexec(admin, sql));
-    }
+    for (int i = 0; i < count; i++) obx_t_pg_drop_db(admin, created[i]);
     PQfinish(admin);
     return failed;
 }

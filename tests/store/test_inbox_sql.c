@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/pg_fx.h"
 #include "support/support.h"
 
 #include "engine/engine.h"
@@ -45,25 +46,12 @@
 #include <unistd.h>
 
 static PGconn *admin;
-static obx__url base;
 static char port[16];
 static int dbs;
 
-static void sql(PGconn *c, const char *q) {
-    PGresult *r = PQexec(c, q);
-    ExecStatusType st = PQresultStatus(r);
-    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) fail_msg("%s: %s", q, PQerrorMessage(c));
-    PQclear(r);
-}
+static void sql(PGconn *c, const char *q) { obx_t_pg_sql(c, q); }
 
-static long long qint(PGconn *c, const char *q) {
-    PGresult *r = PQexec(c, q);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
-        fail_msg("%s: %s", q, PQerrorMessage(c));
-    long long v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-    PQclear(r);
-    return v;
-}
+static long long qint(PGconn *c, const char *q) { return obx_t_pg_qint(c, q); }
 
 /* A new database with the obx schema (and the test's effects table); its URL into url. */
 static void new_db(char *db, char *url, size_t cap) {
@@ -757,29 +745,11 @@ static void test_bad_input(void **st) {
 }
 
 int main(void) {
-    const char *url = getenv("OBX_TEST_PG_URL");
-    if (!url || !*url) {
-        fprintf(stderr, "OBX_TEST_PG_URL is not set (scripts/services.sh starts PostgreSQL)\n");
-        return 1;
-    }
-    if (obx__url_parse(url, "store", &base) || base.scheme != OBX__URL_POSTGRES) {
-        fprintf(stderr, "OBX_TEST_PG_URL: %s\n", obx_errmsg());
-        return 1;
-    }
-    const char *colon = strrchr(base.hosts, ':');
-    snprintf(port, sizeof port, "%s", colon ? colon + 1 : "5432");
-    admin = PQconnectdb(url);
-    if (PQstatus(admin) != CONNECTION_OK) {
-        fprintf(stderr, "cannot connect to %s: %s", url, PQerrorMessage(admin));
-        return 1;
-    }
-    sql(admin, "SET client_min_messages = warning");
     /* databases a failed earlier run left behind hold grants to the role this test drops */
-    PGresult *left =
-        PQexec(admin, "SELECT datname FROM pg_database WHERE datname LIKE 'obx\\_isql\\_%'");
-    for (int i = 0; PQresultStatus(left) == PGRES_TUPLES_OK && i < PQntuples(left); i++)
-        drop_db(PQgetvalue(left, i, 0));
-    PQclear(left);
+    obx_t_pg pg;
+    if (obx_t_pg_open(&pg, "test_inbox_sql", "obx_isql_")) return 1;
+    admin = pg.admin;
+    snprintf(port, sizeof port, "%s", pg.port);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_semantics_as_c),
         cmocka_unit_test(test_effect_key_matches_c),

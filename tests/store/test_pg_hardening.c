@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/pg_fx.h"
 #include "support/support.h"
 
 #include "engine/engine.h"
@@ -38,12 +39,7 @@ static PGconn *admin;
 static char port[16];
 static int dbs;
 
-static void sql(PGconn *c, const char *q) {
-    PGresult *r = PQexec(c, q);
-    ExecStatusType st = PQresultStatus(r);
-    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) fail_msg("%s: %s", q, PQerrorMessage(c));
-    PQclear(r);
-}
+static void sql(PGconn *c, const char *q) { obx_t_pg_sql(c, q); }
 
 static void sqlf(PGconn *c, const char *fmt, ...) {
     char q[4096];
@@ -64,10 +60,7 @@ static const char *qtext(PGconn *c, const char *q, char *out, size_t cap) {
     return out;
 }
 
-static long long qint(PGconn *c, const char *q) {
-    char v[64];
-    return strtoll(qtext(c, q, v, sizeof v), NULL, 10);
-}
+static long long qint(PGconn *c, const char *q) { return obx_t_pg_qint(c, q); }
 
 /* SQLSTATE of a statement that must fail ("" when it succeeded); its message into msg. */
 static void sqlstate(PGconn *c, const char *q, char st[6], char *msg, size_t cap) {
@@ -83,8 +76,7 @@ static void sqlstate(PGconn *c, const char *q, char st[6], char *msg, size_t cap
 }
 
 static PGconn *connect_or_fail(const char *url) {
-    PGconn *c = PQconnectdb(url);
-    if (PQstatus(c) != CONNECTION_OK) fail_msg("connect %s: %s", url, PQerrorMessage(c));
+    PGconn *c = obx_t_pg_connect(url);
     sql(c, "SET client_min_messages = warning");
     return c;
 }
@@ -552,30 +544,11 @@ static void test_order_lock_per_key(void **st) {
 }
 
 int main(void) {
-    base_url = getenv("OBX_TEST_PG_URL");
-    if (!base_url) {
-        fprintf(stderr, "test_pg_hardening: OBX_TEST_PG_URL must be set (scripts/services.sh) — "
-                        "failing, not skipping.\n");
-        return 1;
-    }
-    obx__url base;
-    if (obx__url_parse(base_url, "store", &base)) {
-        fprintf(stderr, "OBX_TEST_PG_URL: %s\n", obx_errmsg());
-        return 1;
-    }
-    const char *colon = strrchr(base.hosts, ':');
-    snprintf(port, sizeof port, "%s", colon ? colon + 1 : "5432");
-    admin = PQconnectdb(base_url);
-    if (PQstatus(admin) != CONNECTION_OK) {
-        fprintf(stderr, "admin: %s", PQerrorMessage(admin));
-        return 1;
-    }
-    sql(admin, "SET client_min_messages = warning");
-    PGresult *left =
-        PQexec(admin, "SELECT datname FROM pg_database WHERE datname LIKE 'obx\\_hard\\_%'");
-    for (int i = 0; PQresultStatus(left) == PGRES_TUPLES_OK && i < PQntuples(left); i++)
-        drop_db(PQgetvalue(left, i, 0));
-    PQclear(left);
+    obx_t_pg pg;
+    if (obx_t_pg_open(&pg, "test_pg_hardening", "obx_hard_")) return 1;
+    base_url = pg.url;
+    admin = pg.admin;
+    snprintf(port, sizeof port, "%s", pg.port);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_route_slot_wrap),
         cmocka_unit_test(test_foreign_schema),

@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/pg_fx.h"
 #include "support/support.h"
 
 #include "engine/engine.h"
@@ -48,21 +49,9 @@ static int dbs;
 #define PLANTED "Pl4nted-pw-9Xq"
 #define PLANTED_RESERVED "p@ss/w:rd?#%&x"
 
-static void sql(PGconn *c, const char *q) {
-    PGresult *r = PQexec(c, q);
-    ExecStatusType st = PQresultStatus(r);
-    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) fail_msg("%s: %s", q, PQerrorMessage(c));
-    PQclear(r);
-}
+static void sql(PGconn *c, const char *q) { obx_t_pg_sql(c, q); }
 
-static long long qint(PGconn *c, const char *q) {
-    PGresult *r = PQexec(c, q);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
-        fail_msg("%s: %s", q, PQerrorMessage(c));
-    long long v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-    PQclear(r);
-    return v;
-}
+static long long qint(PGconn *c, const char *q) { return obx_t_pg_qint(c, q); }
 
 /* SQLSTATE of a statement that must fail ("" when it succeeded). */
 static void sqlstate(PGconn *c, const char *q, char st[6]) {
@@ -88,11 +77,7 @@ static void drop_db(const char *db) {
     sql(admin, q);
 }
 
-static PGconn *connect_or_fail(const char *url) {
-    PGconn *c = PQconnectdb(url);
-    if (PQstatus(c) != CONNECTION_OK) fail_msg("connect %s: %s", url, PQerrorMessage(c));
-    return c;
-}
+static PGconn *connect_or_fail(const char *url) { return obx_t_pg_connect(url); }
 
 /* Runs a shell command; its stdout and stderr into out. Returns the exit status. */
 static int run(const char *cmd, char *out, size_t cap) {
@@ -486,34 +471,22 @@ static void test_consumer_sees_only_its_tenants(void **st) {
 }
 
 int main(void) {
-    base_url = getenv("OBX_TEST_PG_URL");
     ca = getenv("OBX_TEST_PG_CACERT");
     wrong_ca = getenv("OBX_TEST_WRONG_CACERT");
-    if (!base_url || !ca || !wrong_ca) {
+    if (!ca || !wrong_ca) {
         fprintf(stderr, "test_pg_security: OBX_TEST_PG_URL, OBX_TEST_PG_CACERT and "
                         "OBX_TEST_WRONG_CACERT must be set (scripts/services.sh) — failing, not "
                         "skipping.\n");
         return 1;
     }
-    if (obx__url_parse(base_url, "store", &base)) {
-        fprintf(stderr, "OBX_TEST_PG_URL: %s\n", obx_errmsg());
-        return 1;
-    }
-    const char *colon = strrchr(base.hosts, ':');
-    snprintf(port, sizeof port, "%s", colon ? colon + 1 : "5432");
-    admin = PQconnectdb(base_url);
-    if (PQstatus(admin) != CONNECTION_OK) {
-        fprintf(stderr, "admin: %s", PQerrorMessage(admin));
-        return 1;
-    }
-    sql(admin, "SET client_min_messages = warning");
     /* databases an earlier, failed run left behind hold grants to the cluster-wide roles this
      * test drops: remove them first */
-    PGresult *left =
-        PQexec(admin, "SELECT datname FROM pg_database WHERE datname LIKE 'obx\\_sec\\_%'");
-    for (int i = 0; PQresultStatus(left) == PGRES_TUPLES_OK && i < PQntuples(left); i++)
-        drop_db(PQgetvalue(left, i, 0));
-    PQclear(left);
+    obx_t_pg pg;
+    if (obx_t_pg_open(&pg, "test_pg_security", "obx_sec_")) return 1;
+    base_url = pg.url;
+    base = pg.base;
+    admin = pg.admin;
+    snprintf(port, sizeof port, "%s", pg.port);
     if (obx_t_tmpdir(dir, sizeof dir, "pgsec")) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tls_verify_full),

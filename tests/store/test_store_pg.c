@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/pg_fx.h"
 #include "support/support.h"
 
 #include "engine/engine.h"
@@ -91,27 +92,11 @@ static obx_err pg_factory(obx__store **out) {
     return e;
 }
 
-static PGconn *connect_url(const char *url) {
-    PGconn *c = PQconnectdb(url);
-    if (PQstatus(c) != CONNECTION_OK) fail_msg("connect %s: %s", url, PQerrorMessage(c));
-    return c;
-}
+static PGconn *connect_url(const char *url) { return obx_t_pg_connect(url); }
 
-static void exec_ok(PGconn *c, const char *sql) {
-    PGresult *r = PQexec(c, sql);
-    ExecStatusType st = PQresultStatus(r);
-    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) fail_msg("%s: %s", sql, PQerrorMessage(c));
-    PQclear(r);
-}
+static void exec_ok(PGconn *c, const char *sql) { obx_t_pg_sql(c, sql); }
 
-static long long qint(PGconn *c, const char *sql) {
-    PGresult *r = PQexec(c, sql);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
-        fail_msg("%s: %s", sql, PQerrorMessage(c));
-    long long v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-    PQclear(r);
-    return v;
-}
+static long long qint(PGconn *c, const char *sql) { return obx_t_pg_qint(c, sql); }
 
 /* SQLSTATE of a statement that must fail ("" if it succeeded); its message into msg. */
 static void exec_fail(PGconn *c, const char *sql, char state[6], char *msg, size_t cap) {
@@ -4072,20 +4057,10 @@ static void test_schema_versions(void **state) {
  * ---------------------------------------------------------------------------------------- */
 
 int main(void) {
-    const char *url = getenv("OBX_TEST_PG_URL");
-    if (!url || !*url) {
-        fprintf(stderr, "test_store_pg: OBX_TEST_PG_URL is not set. Start a PostgreSQL with "
-                        "`source scripts/services.sh; services_start` (or run scripts/test.sh); "
-                        "this suite fails rather than skips without one.\n");
-        return 1;
-    }
-    snprintf(base_url, sizeof base_url, "%s", url);
-    admin = PQconnectdb(base_url);
-    if (PQstatus(admin) != CONNECTION_OK) {
-        fprintf(stderr, "test_store_pg: cannot connect to %s: %s", base_url, PQerrorMessage(admin));
-        return 1;
-    }
-    PQclear(PQexec(admin, "SET client_min_messages = warning"));
+    obx_t_pg pg;
+    if (obx_t_pg_open(&pg, "test_store_pg", NULL)) return 1;
+    snprintf(base_url, sizeof base_url, "%s", pg.url);
+    admin = pg.admin;
     int64_t t0 = obx__mono_ms();
     int failed = store_conformance_run("store conformance: postgres", pg_factory);
     int64_t t1 = obx__mono_ms();
