@@ -3,10 +3,8 @@
 # bad field, nothing stored on bad input, JSON output.
 set -u
 OBX=${1:?usage: test_cli.sh path/to/obx}
-dir=$(mktemp -d /tmp/obx-cli-XXXXXX)
-trap 'rm -rf "$dir"' EXIT
+source "$(dirname "$0")/../support/prologue.sh" cli
 cd "$dir"
-fails=0
 check() { # check NAME EXPECTED_RC NEEDLE -- command...
   local name=$1 want=$2 needle=$3; shift 4
   local out rc

@@ -7,11 +7,8 @@
 # the installed documentation (what the build installs into share/doc/obx).
 set -u
 OBX=$(realpath "${1:?usage: test_cli_config_ref.sh OBX}")
-dir=$(mktemp -d /tmp/obx-cfgref-XXXXXX)
-trap 'rm -rf "$dir"' EXIT
+source "$(dirname "$0")/../support/prologue.sh" cfgref
 cd "$dir"
-fails=0
-bad() { echo "FAIL $*"; fails=$((fails + 1)); }
 "$OBX" config >dump.json
 "$OBX" help --man >obx.1
 "$OBX" help config >help.txt

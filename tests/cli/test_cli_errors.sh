@@ -10,11 +10,8 @@
 # (A PostgreSQL database that does not exist, OBX_ENODB: test_cli_pg.sh.)
 set -u
 OBX=$(realpath "${1:?usage: test_cli_errors.sh OBX}")
-dir=$(mktemp -d /tmp/obx-errors-XXXXXX)
-trap 'rm -rf "$dir"' EXIT
+source "$(dirname "$0")/../support/prologue.sh" errors
 cd "$dir"
-fails=0
-bad() { echo "FAIL $*"; fails=$((fails + 1)); }
 # code NAME WANT_RC CODE NEEDLE -- command...: the JSON error's code (stderr's last object)
 code() {
   local name=$1 want=$2 c=$3 needle=$4

@@ -7,10 +7,8 @@
 # (the test fails on a command it has no case for), and each one's --help states the contract.
 set -u
 OBX=$(realpath "${1:?usage: test_cli_exit.sh path/to/obx}")
-dir=$(mktemp -d /tmp/obx-exit-XXXXXX)
-trap 'rm -rf "$dir"' EXIT
+source "$(dirname "$0")/../support/prologue.sh" exit
 cd "$dir"
-fails=0
 declare -A seen
 # t CMD WANT NEEDLE -- command...: the exit status, and NEEDLE in stdout+stderr
 t() {

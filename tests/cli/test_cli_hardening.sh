@@ -5,10 +5,8 @@
 # nothing; what is accepted reads back byte for byte; no message carries a control byte.
 set -u
 OBX=${1:?usage: test_cli_hardening.sh path/to/obx}
-dir=$(mktemp -d /tmp/obx-clih-XXXXXX)
-trap 'rm -rf "$dir"' EXIT
+source "$(dirname "$0")/../support/prologue.sh" clih
 cd "$dir"
-fails=0
 check() { # check NAME EXPECTED_RC NEEDLE -- command...
   local name=$1 want=$2 needle=$3; shift 4
   local out rc

@@ -11,13 +11,7 @@
 set -u
 OBX=$(realpath "${1:?usage: test_cli_json.sh OBX [kafka]}")
 with_kafka=${2:-}
-dir=$(mktemp -d /tmp/obx-json-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]:-}"; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/../support/prologue.sh" json
 cd "$dir"
 fails=0
 t0=$SECONDS

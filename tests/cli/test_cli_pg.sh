@@ -8,14 +8,8 @@
 #     OBX_ESCHEMA.
 set -u
 OBX=$(realpath "${1:?usage: test_cli_pg.sh OBX}")
-source "$(dirname "$0")/../e2e/pgdb.sh"
-dir=$(mktemp -d /tmp/obx-clipg-XXXXXX)
-db=$(pg_fresh_db) || { echo "FAIL: no PostgreSQL (OBX_TEST_PG_URL)"; exit 1; }
-cleanup() {
-  pg_drop_db "$db"
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/../support/prologue.sh" clipg
+use_store postgres || { echo "FAIL: no PostgreSQL (OBX_TEST_PG_URL)"; exit 1; }
 cd "$dir"
 fails=0
 bad() { echo "FAIL $*"; fails=$((fails + 1)); }

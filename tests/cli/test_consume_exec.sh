@@ -27,14 +27,11 @@
 set -euo pipefail
 OBX=${1:?usage: test_consume_exec.sh OBX [log|amqp]}
 mode=${2:-log}
-T=$(mktemp -d /tmp/obx-exec-XXXXXX)
-pids=()
+source "$(dirname "$0")/../support/prologue.sh" exec
 cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   [[ -s $T/socat.pid ]] && kill -9 -"$(cat "$T/socat.pid")" 2>/dev/null || true
-  rm -rf "$T"
 }
-trap cleanup EXIT
+on_exit cleanup
 fail() {
   echo "FAIL: $*" >&2
   for f in "$T"/relay.log "$T"/consume*.log; do [[ -f $f ]] && { echo "---- $f" >&2; tail -30 "$f" >&2; }; done

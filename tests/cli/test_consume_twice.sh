@@ -8,19 +8,9 @@
 set -euo pipefail
 OBX=${1:?usage: test_consume_twice.sh OBX [sqlite|postgres]}
 N=${OBX_CONSUME_TWICE_EVENTS:-200}
-T=$(mktemp -d /tmp/obx-twice-XXXXXX)
-cdb=sqlite:$T/c.db
-if [[ ${2:-sqlite} == postgres ]]; then
-  source "$(dirname "$0")/../e2e/pgdb.sh"
-  cdb=$(pg_fresh_db)
-fi
-pids=()
-cleanup() {
-  for p in "${pids[@]:-}"; do kill -9 "$p" 2>/dev/null || true; done
-  [[ $cdb == postgres* ]] && pg_drop_db "$cdb"
-  rm -rf "$T"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/../support/prologue.sh" twice
+use_store "${2:-sqlite}"
+cdb=${db/outbox.db/c.db}
 fail() {
   echo "FAIL: $*" >&2
   for f in "$T"/relay.log "$T"/consume*.log; do [[ -f $f ]] && { echo "---- $f" >&2; tail -20 "$f" >&2; }; done

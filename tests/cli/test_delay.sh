@@ -10,32 +10,11 @@
 set -euo pipefail
 OBX=${1:?usage: test_delay.sh OBX [sqlite|postgres]}
 store=${2:-sqlite}
-dir=$(mktemp -d /tmp/obx-delay-XXXXXX)
+source "$(dirname "$0")/../support/prologue.sh" delay
 relay_pid=
-db=sqlite:$dir/outbox.db
-if [[ $store == postgres ]]; then
-  source "$(dirname "$0")/../e2e/pgdb.sh"
-  db=$(pg_fresh_db)
-fi
-cleanup() {
-  [[ -n $relay_pid ]] && kill -9 "$relay_pid" 2>/dev/null
-  [[ $store == postgres ]] && pg_drop_db "$db"
-  [[ -n ${KEEP:-} ]] || rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+on_exit '[[ -n $relay_pid ]] && kill -9 "$relay_pid" 2>/dev/null'
+use_store "$store"
 broker=log:$dir/broker.db
-check() { # check NAME WANT_STATUS PATTERN -- CMD...
-  local name=$1 want=$2 pat=$3
-  shift 4
-  set +e
-  "$@" >"$dir/out" 2>&1
-  local got=$?
-  set -e
-  [[ $got == "$want" ]] || fail "$name: exit $got, want $want: $(head -c 2000 "$dir/out")"
-  grep -Eq -- "$pat" "$dir/out" || fail "$name: no /$pat/ in: $(head -c 2000 "$dir/out")"
-  echo "ok: $name"
-}
 enqueue() { # enqueue AGGREGATE [flags...] -> the --json line
   local agg=$1
   shift

@@ -6,8 +6,7 @@
 # refused at once too.
 set -u
 OBX=$(realpath "${1:?usage: test_demo_dir.sh OBX}")
-dir=$(mktemp -d /tmp/obx-demodir-XXXXXX)
-trap 'rm -rf "$dir"' EXIT
+source "$(dirname "$0")/../support/prologue.sh" demodir
 fails=0
 bad() { echo "FAIL $*"; fails=$((fails + 1)); }
 n=200

@@ -8,28 +8,12 @@
 # Usage: test_resolve.sh OBX
 set -euo pipefail
 OBX=${1:?usage: test_resolve.sh OBX}
-dir=$(mktemp -d /tmp/obx-resolve-XXXXXX)
+source "$(dirname "$0")/../support/prologue.sh" resolve
 relay_pid=
-cleanup() {
-  [[ -n $relay_pid ]] && kill -9 "$relay_pid" 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+on_exit '[[ -n $relay_pid ]] && kill -9 "$relay_pid" 2>/dev/null'
 db=sqlite:$dir/outbox.db
 cdb=sqlite:$dir/consumer.db
 broker=log:$dir/broker.db
-check() { # check NAME WANT_STATUS PATTERN -- CMD...
-  local name=$1 want=$2 pat=$3
-  shift 4
-  set +e
-  "$@" >"$dir/out" 2>&1
-  local got=$?
-  set -e
-  [[ $got == "$want" ]] || fail "$name: exit $got, want $want: $(head -c 2000 "$dir/out")"
-  grep -Eq -- "$pat" "$dir/out" || fail "$name: no /$pat/ in: $(head -c 2000 "$dir/out")"
-  echo "ok: $name"
-}
 enqueue() { # enqueue N -> prints the event ID
   printf '{"order":%d}' "$1" | "$OBX" enqueue --db "$db" --type order.created.v1 \
     --aggregate "order/o-$1@1" --tenant t1

@@ -13,18 +13,7 @@
 # Usage: test_signals.sh OBX
 set -euo pipefail
 OBX=${1:?usage: test_signals.sh OBX}
-T=$(mktemp -d /tmp/obx-signals-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$T"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$T"/*.log; do [[ -f $f ]] && { echo "---- $f" >&2; tail -15 "$f" >&2; }; done
-  exit 1
-}
+source "$(dirname "$0")/../support/prologue.sh" signals
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 state_count() { # DB STATE
   "$OBX" status --db "$1" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['states'].get('$2', 0))"

@@ -11,18 +11,10 @@
 # Checked from outside: the broker's file (copies per event ID) and the outbox's attempts.
 set -euo pipefail
 OBX=$(realpath "${1:?usage: test_clock_skew.sh OBX}")
-source "$(dirname "$0")/pgdb.sh"
 FAKETIME_LIB=$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -1)
 [[ -n $FAKETIME_LIB ]] || { echo "FAIL: libfaketime is not installed (scripts/deps.sh test)"; exit 1; }
-T=$(mktemp -d /tmp/obx-skew-XXXXXX)
-db=$(pg_fresh_db)
-pids=()
-cleanup() {
-  for p in "${pids[@]:-}"; do kill -9 "$p" 2>/dev/null || true; done
-  pg_drop_db "$db"
-  rm -rf "$T"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/../support/prologue.sh" skew
+use_store postgres
 fail() {
   echo "FAIL: $*"
   for f in "$T"/*.log; do echo "---- $f"; tail -5 "$f" | cut -c1-300; done

@@ -6,20 +6,8 @@
 # test_migrate_dryrun.sh OBX [sqlite|postgres]
 set -euo pipefail
 OBX=${1:?usage: test_migrate_dryrun.sh OBX [sqlite|postgres]}
-dir=$(mktemp -d /tmp/obx-migdry-XXXXXX)
-db=sqlite:$dir/outbox.db
-if [[ ${2:-sqlite} == postgres ]]; then
-  source "$(dirname "$0")/pgdb.sh"
-  db=$(pg_fresh_db)
-fi
-cleanup() {
-  [[ $db == postgres* ]] && pg_drop_db "$db"
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fails=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+source "$(dirname "$0")/../support/prologue.sh" migdry
+use_store "${2:-sqlite}"
 broker="log:$dir/broker.db"
 dump() { # the whole database, schema and rows
   if [[ $db == postgres* ]]; then

@@ -7,19 +7,8 @@
 # sanitizer build passes fewer, since each `obx enqueue` is a process whose start-up ASan slows.
 set -euo pipefail
 OBX=${1:?usage: test_multirelay.sh OBX [sqlite|postgres]}
-dir=$(mktemp -d /tmp/obx-multirelay-XXXXXX)
-pids=()
-db=sqlite:$dir/outbox.db
-if [[ ${2:-sqlite} == postgres ]]; then
-  source "$(dirname "$0")/pgdb.sh"
-  db=$(pg_fresh_db)
-fi
-cleanup() {
-  for p in "${pids[@]:-}"; do kill -9 "$p" 2>/dev/null || true; done
-  [[ $db == postgres* ]] && pg_drop_db "$db"
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/../support/prologue.sh" multirelay
+use_store "${2:-sqlite}"
 broker="log:$dir/broker.db"
 "$OBX" init --db "$db" >/dev/null
 "$OBX" route set order.created.v1 --db "$db" --cluster local --topic orders --max-attempts 50 >/dev/null

@@ -8,24 +8,9 @@
 # Usage: test_takeover.sh OBX [sqlite|postgres]
 set -euo pipefail
 OBX=${1:?usage: test_takeover.sh OBX [sqlite|postgres]}
-dir=$(mktemp -d /tmp/obx-takeover-XXXXXX)
-pids=()
-db=sqlite:$dir/outbox.db
-if [[ ${2:-sqlite} == postgres ]]; then
-  source "$(dirname "$0")/pgdb.sh"
-  db=$(pg_fresh_db)
-fi
-cleanup() {
-  for p in "${pids[@]:-}"; do kill -9 "$p" 2>/dev/null || true; done
-  [[ $db == postgres* ]] && pg_drop_db "$db"
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fails=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+source "$(dirname "$0")/../support/prologue.sh" takeover
+use_store "${2:-sqlite}"
 broker="log:$dir/broker.db"
-js() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 report() { "$OBX" report --db "$db" --json | js "$1"; }
 relay() { # relay ID LOG EXTRA...; sets $last
   local id=$1 log=$2

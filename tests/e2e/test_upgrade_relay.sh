@@ -11,16 +11,10 @@
 # tests/e2e/pgdb.sh).
 set -euo pipefail
 OBX=${1:?usage: test_upgrade_relay.sh OBX}
-source "$(dirname "$0")/pgdb.sh"
-dir=$(mktemp -d /tmp/obx-upgrade-relay-XXXXXX)
-db=$(pg_fresh_db)
+source "$(dirname "$0")/../support/prologue.sh" upgrade-relay
+use_store postgres
 relay_pid=
-cleanup() {
-  [[ -z $relay_pid ]] || kill -9 "$relay_pid" 2>/dev/null || true
-  pg_drop_db "$db"
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+on_exit '[[ -z $relay_pid ]] || kill -9 "$relay_pid" 2>/dev/null || true'
 fail() {
   echo "test_upgrade_relay: $*" >&2
   sed 's/^/  relay: /' "$dir/relay.log" >&2 || true

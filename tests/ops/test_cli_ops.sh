@@ -8,21 +8,7 @@
 set -euo pipefail
 OBX=${1:?usage: test_cli_ops.sh OBX KIT_HANDLERS_SO DIR}
 KIT=${2:?}
-dir=$(mktemp -d /tmp/obx-cli-ops-XXXXXX)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-# check NAME WANT_STATUS PATTERN -- CMD...: status and a pattern in stdout+stderr
-check() {
-  local name=$1 want=$2 pat=$3
-  shift 4
-  set +e
-  "$@" >"$dir/out" 2>&1
-  local got=$?
-  set -e
-  [[ $got == "$want" ]] || fail "$name: exit $got, want $want: $(head -c 2000 "$dir/out")"
-  grep -Eq -- "$pat" "$dir/out" || fail "$name: no /$pat/ in: $(head -c 2000 "$dir/out")"
-  echo "ok: $name"
-}
+source "$(dirname "$0")/../support/prologue.sh" cli-ops
 
 # ---- consumer-test ----
 # the sample as shipped (and as the README shows it) declares its contracts and tenants

@@ -17,23 +17,16 @@ set -euo pipefail
 OBX=${1:?usage: test_daemon_wait.sh OBX pg|log|amqp|kafka [CHAOS_KMOCK]}
 mode=${2:?mode}
 KMOCK=${3:-}
-T=$(mktemp -d /tmp/obx-wait-XXXXXX)
-pids=()
+source "$(dirname "$0")/../support/prologue.sh" wait
 cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   [[ -s $T/socat.pid ]] && kill -9 "$(cat "$T/socat.pid")" 2>/dev/null || true
   if [[ $mode == pg ]]; then
     psql "$OBX_TEST_PG_URL" -qc "DROP DATABASE IF EXISTS $odb WITH (FORCE)" >/dev/null 2>&1 || true
     psql "$OBX_TEST_PG_URL" -qc "DROP DATABASE IF EXISTS $cdb WITH (FORCE)" >/dev/null 2>&1 || true
   fi
-  rm -rf "$T"
 }
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$T"/*.log; do [[ -f $f ]] && { echo "---- $f" >&2; tail -20 "$f" >&2; }; done
-  exit 1
-}
+on_exit cleanup
+fail_tail=20
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 alive() { kill -0 "$1" 2>/dev/null || fail "$2 exited while waiting (it must wait)"; }
 # proxy PORT HOST:PORT — a TCP proxy, started now: the dependency "appears"

@@ -6,13 +6,7 @@
 # Usage: test_http.sh OBX
 set -euo pipefail
 OBX=${1:?usage: test_http.sh OBX}
-dir=$(mktemp -d /tmp/obx-http-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]:-}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/../support/prologue.sh" http
 fail() { echo "FAIL: $*" >&2; echo "---- relay log" >&2; tail -40 "$dir"/relay*.log >&2 || true; exit 1; }
 db=sqlite:$dir/outbox.db
 cdb=sqlite:$dir/consumer.db

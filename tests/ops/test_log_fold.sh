@@ -9,18 +9,8 @@
 # Usage: test_log_fold.sh OBX
 set -euo pipefail
 OBX=${1:?usage: test_log_fold.sh OBX}
-T=$(mktemp -d /tmp/obx-fold-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$T"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$T"/*.log; do [[ -f $f ]] && { echo "---- $f" >&2; tail -20 "$f" >&2; }; done
-  exit 1
-}
+source "$(dirname "$0")/../support/prologue.sh" fold
+fail_tail=20
 n=400
 # the outbox of $n events every run starts from (a copy: enqueued once, not once per run)
 "$OBX" init --db "sqlite:$T/template.db" >/dev/null

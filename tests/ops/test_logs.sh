@@ -9,16 +9,10 @@
 set -euo pipefail
 OBX=${1:?usage: test_logs.sh OBX [sqlite|postgres]}
 mode=${2:-sqlite}
-dir=$(mktemp -d /tmp/obx-logs-XXXXXX)
+source "$(dirname "$0")/../support/prologue.sh" logs
 SECRET=PLANTED-$(od -An -tx1 -N6 /dev/urandom | tr -d ' \n')
-pids=()
 db=sqlite:$dir/outbox.db
-cleanup() {
-  for p in "${pids[@]:-}"; do kill -9 "$p" 2>/dev/null || true; done
-  [[ $db == postgres* ]] && pg_drop_db "$db"
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+on_exit '[[ $db == postgres* ]] && pg_drop_db "$db"'
 fail() { echo "FAIL: $*" >&2; exit 1; }
 out=$dir/all-output.txt
 : >"$out"

@@ -11,13 +11,7 @@
 # Usage: test_sd_notify.sh OBX
 set -euo pipefail
 OBX=${1:?usage: test_sd_notify.sh OBX}
-T=$(mktemp -d /tmp/obx-notify-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$T"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/../support/prologue.sh" notify
 fail() {
   echo "FAIL: $*" >&2
   for f in "$T"/*.log "$T"/*.notify; do [[ -f $f ]] && { echo "---- $f" >&2; tail -20 "$f" >&2; }; done

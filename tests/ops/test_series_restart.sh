@@ -13,19 +13,11 @@
 set -euo pipefail
 OBX=${1:?usage: test_series_restart.sh OBX [sqlite|pg]}
 mode=${2:-sqlite}
-T=$(mktemp -d /tmp/obx-series-XXXXXX)
-pids=()
+source "$(dirname "$0")/../support/prologue.sh" series
 cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   [[ $mode == pg && -n ${db:-} ]] && pg_drop_db "$db"
-  rm -rf "$T"
 }
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$T"/*.log; do [[ -f $f ]] && { echo "---- $f" >&2; tail -15 "$f" >&2; }; done
-  exit 1
-}
+on_exit cleanup
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 sql() {
   if [[ $mode == pg ]]; then psql "$db" -Atqc "$1"; else sqlite3 "$T/o.db" "$1"; fi

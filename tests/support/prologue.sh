@@ -1,0 +1,72 @@
+#!/ usr / bin / env bash
+#prologue.sh — the start every shell test shares, written once(issue 47, item 5).A test
+#sources it right after `set - euo pipefail` and reading its obx binary into OBX:
+#source "$(dirname " $0 ")/../support/prologue.sh" NAME
+#and gets:
+#T, dir one new folder / tmp / obx - NAME - XXXXXX(both names), removed at exit
+#pids background processes(pids += ("$!")), kill - 9'd at exit
+#use_store S sets db : sqlite($T / outbox.db) or postgres(a fresh database on
+#OBX_TEST_PG_URL, tests / e2e / pgdb.sh, dropped at exit)
+#on_exit CMD one more command for the exit trap, run first(the test sets no trap itself)
+#fail MSG prints "FAIL: MSG" and the last $fail_tail(15) lines of each $T/*.log; exit 1
+#   ok MSG, bad MSG   print "ok   MSG" / "FAIL MSG"; bad counts into $fails
+#   now_ms        the wall clock in ms
+#   js EXPR       prints python's EXPR over the JSON document on stdin (named d)
+#   wait_for SECONDS CMD...   runs CMD every 0.1 s until it succeeds; returns 1 after SECONDS
+#   check NAME STATUS REGEX -- CMD...   runs CMD (output into $T/out); fails unless it exits
+#                 with STATUS and its stdout+stderr match REGEX (grep -E); prints "ok: NAME"
+# KEEP=1 in the environment keeps $T.
+# The exit trap keeps the test's exit status.
+T=$(mktemp -d "/tmp/obx-${1:?usage: source prologue.sh NAME}-XXXXXX")
+dir=$T
+pids=()
+db=
+fails=0
+fail_tail=15
+_obx_pg_db=
+_obx_on_exit=()
+on_exit() { _obx_on_exit+=("$*"); }
+_obx_cleanup() {
+  local h p
+  for h in "${_obx_on_exit[@]:-}"; do [[ -n $h ]] && { eval "$h" || true; }; done
+  for p in "${pids[@]:-}"; do [[ -n $p ]] && { kill -9 "$p" 2>/dev/null || true; }; done
+  [[ -n $_obx_pg_db ]] && pg_drop_db "$_obx_pg_db"
+  [[ -n ${KEEP:-} ]] || rm -rf "$T"
+}
+trap _obx_cleanup EXIT
+use_store() {
+  db=sqlite:$T/outbox.db
+  if [[ $1 == postgres || $1 == pg ]]; then
+    source "$(dirname "${BASH_SOURCE[0]}")/../e2e/pgdb.sh"
+    db=$(pg_fresh_db) || return 1
+    _obx_pg_db=$db
+  fi
+}
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$T"/*.log; do [[ -f $f ]] && { echo "---- $f" >&2; tail -"$fail_tail" "$f" >&2; }; done
+  exit 1
+}
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fails=$((fails + 1)); }
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+js() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+wait_for() {
+  local until=$(($(date +%s) + $1))
+  shift
+  until "$@"; do
+    (($(date +%s) >= until)) && return 1
+    sleep 0.1
+  done
+}
+check() {
+  local name=$1 want=$2 pat=$3
+  shift 4
+  set +e
+  "$@" >"$T/out" 2>&1
+  local got=$?
+  set -e
+  [[ $got == "$want" ]] || fail "$name: exit $got, want $want: $(head -c 2000 "$T/out")"
+  grep -Eq -- "$pat" "$T/out" || fail "$name: no /$pat/ in: $(head -c 2000 "$T/out")"
+  echo "ok: $name"
+}
