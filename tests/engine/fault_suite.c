@@ -72,7 +72,7 @@ static void route(fx *f, const char *type, int blind, int max_attempts) {
 }
 
 static void enq(fx *f, const char *type, const char *agg, char id[31]) {
-    obx_t_enq(f->s, f->now, type, agg, "corr", id);
+    obx_t_enq(f->s, f->now, type, agg, "corr", NULL, id);
 }
 
 static void engine(fx *f, obx__engine *e, const char *owner, obx__broker *b) {

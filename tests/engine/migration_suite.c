@@ -75,7 +75,7 @@ static int64_t route(fx *f, const char *type, const char *topic, int blind, int 
 }
 
 static void enq(fx *f, const char *type, const char *agg, char id[31]) {
-    obx_t_enq(f->s, f->now, type, agg, NULL, id);
+    obx_t_enq(f->s, f->now, type, agg, NULL, NULL, id);
 }
 
 static void engine(fx *f, obx__engine *e, const char *owner, obx__broker *b,

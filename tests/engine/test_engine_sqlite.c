@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/engine_fx.h"
 #include "support/support.h"
 #include "engine/engine_int.h"
 #include "engine/delay_suite.h"
@@ -43,13 +44,7 @@ static void test_id_index(void **state) {
 static char dir[64];
 static int n;
 
-static obx_err factory(obx__store **out) {
-    char url[128];
-    snprintf(url, sizeof url, "sqlite:%s/f%d.db", dir, ++n);
-    obx_err e = obx__st_open(url, out);
-    if (!e) e = obx_store_init(*out);
-    return e;
-}
+static obx_err factory(obx__store **out) { return obx_t_sqlite_store(dir, "f", &n, out); }
 
 int main(void) {
     if (obx_t_tmpdir(dir, sizeof dir, "eng")) return 1;

@@ -8,18 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "support/engine_fx.h"
 #include "support/support.h"
 
 static char dir[64];
 static int n;
 
-static obx_err factory(obx__store **out) {
-    char url[128];
-    snprintf(url, sizeof url, "sqlite:%s/r%d.db", dir, ++n);
-    obx_err e = obx__st_open(url, out);
-    if (!e) e = obx_store_init(*out);
-    return e;
-}
+static obx_err factory(obx__store **out) { return obx_t_sqlite_store(dir, "r", &n, out); }
 
 int main(void) {
     if (obx_t_tmpdir(dir, sizeof dir, "retdb")) return 1;

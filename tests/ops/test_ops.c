@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/engine_fx.h"
 #include "support/support.h"
 
 #include "drivers/drivers.h"
@@ -61,28 +62,10 @@ static int teardown(void **state) {
 }
 
 static void enq(fx *f, const char *agg, const char *corr, char id[31]) {
-    obx_event ev = {.event_type = "order.created.v1",
-                    .aggregate_type = "order",
-                    .aggregate_id = agg,
-                    .aggregate_version = 1,
-                    .tenant = "t1",
-                    .payload = "{\"x\":1}",
-                    .payload_len = 7,
-                    .correlation_id = corr};
-    obx_enqueue_result r;
-    OK(obx__enqueue_at(f->s, &ev, f->now, NULL, &r));
-    strcpy(id, r.event_id);
+    obx_t_enq(f->s, f->now, "order.created.v1", agg, corr, "{\"x\":1}", id);
 }
 
-static obx__event_row load1(fx *f, const char *id) {
-    obx__rows rows = {0};
-    OK(obx__st_load_events(f->s, &id, 1, 0, &rows));
-    assert_int_equal(rows.n, 1);
-    obx__event_row r = rows.v[0];
-    r.payload = NULL;
-    obx__rows_free(&rows);
-    return r;
-}
+static obx__event_row load1(fx *f, const char *id) { return obx_t_ev(f->s, id, 0); }
 
 /* Moves an event along the table (as the engine would, without a broker). */
 static void move(fx *f, const char *id, obx__state to, const char *attempt_id) {

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/engine_fx.h"
 #include "support/support.h"
 
 #include "engine/engine.h"
@@ -62,27 +63,11 @@ static void route(cx *c, const char *type, const char *topic, int unordered, con
 }
 
 static void enq(cx *c, const char *type, const char *agg, const char *corr, char id[31]) {
-    obx_event ev = {.event_type = type,
-                    .aggregate_type = "order",
-                    .aggregate_id = agg,
-                    .aggregate_version = 1,
-                    .tenant = "t1",
-                    .payload = "{\"x\":1}",
-                    .payload_len = 7,
-                    .correlation_id = corr};
-    obx_enqueue_result r;
-    OK(obx__enqueue_at(c->s, &ev, c->now, NULL, &r));
-    strcpy(id, r.event_id);
+    obx_t_enq(c->s, c->now, type, agg, corr, "{\"x\":1}", id);
 }
 
 static obx__event_row load1(cx *c, const char *id, unsigned flags) {
-    obx__rows rows = {0};
-    OK(obx__st_load_events(c->s, &id, 1, flags, &rows));
-    assert_int_equal(rows.n, 1);
-    obx__event_row r = rows.v[0];
-    r.payload = NULL; /* freed below */
-    obx__rows_free(&rows);
-    return r;
+    return obx_t_ev(c->s, id, flags);
 }
 
 static void test_init_and_routes(void **state) {

@@ -138,13 +138,7 @@ obx_event order_event(const char *id, const char *payload) {
 }
 
 obx__event_row load1(obx__store *s, const char *id, unsigned flags) {
-    obx__rows rows = {0};
-    OK(obx__st_load_events(s, &id, 1, flags, &rows));
-    assert_int_equal(rows.n, 1);
-    obx__event_row r = rows.v[0];
-    r.payload = NULL;
-    obx__rows_free(&rows);
-    return r;
+    return obx_t_ev(s, id, flags);
 }
 
 /* An event's first audit row, recorded in its envelope (created_by) and not as an obx_audit

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/engine_fx.h"
 #include "support/support.h"
 #include "engine/engine.h"
 #include "store/conformance.h"
@@ -618,11 +619,7 @@ static char conf_dir[64];
 static int conf_n;
 
 static obx_err sqlite_factory(obx__store **out) {
-    char url[128];
-    snprintf(url, sizeof url, "sqlite:%s/c%d.db", conf_dir, ++conf_n);
-    obx_err e = obx__st_open(url, out);
-    if (!e) e = obx_store_init(*out);
-    return e;
+    return obx_t_sqlite_store(conf_dir, "c", &conf_n, out);
 }
 
 /* ---- the claim's cost does not grow with the backlog ----------------------------------------- */

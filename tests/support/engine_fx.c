@@ -14,10 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-obx_err obx_t_log_broker(const char *dir, const char *file, int seed, const char *cluster,
-                         char *url, size_t size, obx__broker **out) {
-    snprintf(url, size, "log:%s/%s?seed=%d&cluster=%s", dir, file, seed, cluster);
-    return obx__br_open(url, NULL, 0, out);
+obx_err obx_t_sqlite_store(const char *dir, const char *name, int *count, obx__store **out) {
+    char url[256];
+    snprintf(url, sizeof url, "sqlite:%s/%s%d.db", dir, name, ++*count);
+    obx_err e = obx__st_open(url, out);
+    if (!e) e = obx_store_init(*out);
+    return e;
 }
 
 int64_t obx_t_route(obx__store *s, int64_t now, const char *type, const char *topic, int blind,
@@ -34,9 +36,12 @@ int64_t obx_t_route(obx__store *s, int64_t now, const char *type, const char *to
 }
 
 void obx_t_enq(obx__store *s, int64_t now, const char *type, const char *agg, const char *corr,
-               char id[31]) {
-    char payload[64];
-    snprintf(payload, sizeof payload, "{\"order\":\"%s\"}", agg);
+               const char *payload, char id[31]) {
+    char own[64];
+    if (!payload) {
+        snprintf(own, sizeof own, "{\"order\":\"%s\"}", agg);
+        payload = own;
+    }
     obx_event ev = {.event_type = type,
                     .aggregate_type = "order",
                     .aggregate_id = agg,

@@ -1,8 +1,9 @@
 /*
- * engine_fx.h — the engine fixture, written once for the engine suites (fault_suite.c,
- * migration_suite.c, retention_suite.c, delay_suite.c, test_fault_loops.c) (issue 47, item 5):
- * a log broker in a test folder, an event enqueued at a virtual time, an engine with the suites'
- * short timings, and the counts a test asserts (an event's row, its receipts, attempts, audit).
+ * engine_fx.h — the engine fixture, written once for the suites that drive the engine or a store
+ * directly (fault_suite.c, migration_suite.c, retention_suite.c, delay_suite.c, the store
+ * conformance suite, test_ops.c, test_store_pg) (issue 47, item 5): a SQLite store in a test
+ * folder, a route, an event enqueued at a virtual time, an engine with the suites' short
+ * timings, and the counts a test asserts (an event's row, its receipts, attempts, audit rows).
  * Each function fails the running cmocka test (OK()) when a store call fails; what it allocates
  * it frees, except the row obx_t_ev returns (its strings are inline: nothing to free).
  */
@@ -12,20 +13,19 @@
 #include "engine/engine.h"
 #include "store/store.h"
 
-/* Opens a log broker on DIR/FILE (the URL, with ?seed=SEED&cluster=CLUSTER, into url (OUT, size
- * bytes)); OBX_OK or the open's error. */
-obx_err obx_t_log_broker(const char *dir, const char *file, int seed, const char *cluster,
-                         char *url, size_t size, obx__broker **out);
+/* Opens and initializes a new SQLite store DIR/NAME<n>.db, n = ++*count: a store factory's
+ * body. OBX_OK or the error. */
+obx_err obx_t_sqlite_store(const char *dir, const char *name, int *count, obx__store **out);
 
 /* Sets route TYPE to cluster "local", topic TOPIC; blind: UNKNOWN policy "retry", else "hold".
  * alias may be NULL. The route's generation is returned. */
 int64_t obx_t_route(obx__store *s, int64_t now, const char *type, const char *topic, int blind,
                     int max_attempts, const char *alias);
 
-/* Enqueues an event of TYPE for aggregate order/AGG (version 1, tenant t1, payload
- * {"order":"AGG"}, correlation CORR or none) at NOW; its ID into id. */
+/* Enqueues an event of TYPE for aggregate order/AGG (version 1, tenant t1, correlation CORR or
+ * none, payload PAYLOAD or {"order":"AGG"} when NULL) at NOW; its ID into id. */
 void obx_t_enq(obx__store *s, int64_t now, const char *type, const char *agg, const char *corr,
-               char id[31]);
+               const char *payload, char id[31]);
 
 /* Sets up engine e as OWNER on store s and broker b: lease and reconcile lease 1000 ms, recheck
  * 500 ms, back-off base 100 ms, the given seed. */
