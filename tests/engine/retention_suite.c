@@ -91,16 +91,7 @@ static void enq(fx *f, int i, char id[31]) {
     char payload[64], agg[32];
     snprintf(agg, sizeof agg, "o-%d", i);
     snprintf(payload, sizeof payload, "{\"order\":\"%s\",\"total\":%d}", agg, 100 + i);
-    obx_event ev = {.event_type = "order.created.v1",
-                    .aggregate_type = "order",
-                    .aggregate_id = agg,
-                    .aggregate_version = 1,
-                    .tenant = "t1",
-                    .payload = payload,
-                    .payload_len = strlen(payload)};
-    obx_enqueue_result r;
-    OK(obx__enqueue_at(f->s, &ev, f->now, NULL, &r));
-    strcpy(id, r.event_id);
+    obx_t_enq(f->s, f->now, "order.created.v1", agg, NULL, payload, id);
 }
 
 static void engine(fx *f, obx__engine *e, const char *owner) {

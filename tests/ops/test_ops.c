@@ -35,8 +35,7 @@ typedef struct fx {
 
 static int setup(void **state) {
     fx *f = calloc(1, sizeof *f);
-    strcpy(f->dir, "/tmp/obx-ops-XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
+    assert_int_equal(obx_t_tmpdir(f->dir, sizeof f->dir, "ops"), 0);
     snprintf(f->url, sizeof f->url, "sqlite:%s/outbox.db", f->dir);
     snprintf(f->curl, sizeof f->curl, "sqlite:%s/consumer.db", f->dir);
     OK(obx__st_open(f->url, &f->s));
@@ -54,9 +53,7 @@ static int teardown(void **state) {
     fx *f = *state;
     obx__st_close(f->s);
     obx__st_close(f->c);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(obx_t_rmdir(f->dir), 0);
     free(f);
     return 0;
 }

@@ -126,15 +126,7 @@ int teardown(void **state) {
 }
 
 obx_event order_event(const char *id, const char *payload) {
-    obx_event ev = {.event_type = "order.created.v2",
-                    .aggregate_type = "order",
-                    .aggregate_id = id,
-                    .aggregate_version = 1,
-                    .tenant = "tenant-7",
-                    .payload = payload,
-                    .payload_len = strlen(payload),
-                    .correlation_id = "corr-1"};
-    return ev;
+    return obx_t_order_event(id, payload);
 }
 
 obx__event_row load1(obx__store *s, const char *id, unsigned flags) {

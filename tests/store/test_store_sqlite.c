@@ -48,8 +48,7 @@ static void exec_ok(sqlite3 *db, const char *sql) {
 
 static int setup(void **state) {
     fx *f = calloc(1, sizeof *f);
-    strcpy(f->dir, "/tmp/obx-store-XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
+    assert_int_equal(obx_t_tmpdir(f->dir, sizeof f->dir, "store"), 0);
     snprintf(f->path, sizeof f->path, "%s/outbox.db", f->dir);
     snprintf(f->url, sizeof f->url, "sqlite:%s", f->path);
     obx_store *own;
@@ -70,23 +69,13 @@ static int teardown(void **state) {
     fx *f = *state;
     obx_store_close(f->s);
     sqlite3_close(f->db);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
-    if (system(cmd) != 0) return -1;
+    if (obx_t_rmdir(f->dir)) return -1;
     free(f);
     return 0;
 }
 
 static obx_event order_event(const char *id, const char *payload) {
-    obx_event ev = {.event_type = "order.created.v2",
-                    .aggregate_type = "order",
-                    .aggregate_id = id,
-                    .aggregate_version = 1,
-                    .tenant = "tenant-7",
-                    .payload = payload,
-                    .payload_len = strlen(payload),
-                    .correlation_id = "corr-1"};
-    return ev;
+    return obx_t_order_event(id, payload);
 }
 
 static void test_commit_together(void **state) {

@@ -35,6 +35,18 @@ int64_t obx_t_route(obx__store *s, int64_t now, const char *type, const char *to
     return gen;
 }
 
+obx_event obx_t_order_event(const char *id, const char *payload) {
+    obx_event ev = {.event_type = "order.created.v2",
+                    .aggregate_type = "order",
+                    .aggregate_id = id,
+                    .aggregate_version = 1,
+                    .tenant = "tenant-7",
+                    .payload = payload,
+                    .payload_len = strlen(payload),
+                    .correlation_id = "corr-1"};
+    return ev;
+}
+
 void obx_t_enq(obx__store *s, int64_t now, const char *type, const char *agg, const char *corr,
                const char *payload, char id[31]) {
     char own[64];

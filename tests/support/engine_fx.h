@@ -22,6 +22,10 @@ obx_err obx_t_sqlite_store(const char *dir, const char *name, int *count, obx__s
 int64_t obx_t_route(obx__store *s, int64_t now, const char *type, const char *topic, int blind,
                     int max_attempts, const char *alias);
 
+/* An order.created.v2 event of aggregate order/ID (version 1, tenant tenant-7, correlation
+ * corr-1) with PAYLOAD (a string, not copied). */
+obx_event obx_t_order_event(const char *id, const char *payload);
+
 /* Enqueues an event of TYPE for aggregate order/AGG (version 1, tenant t1, correlation CORR or
  * none, payload PAYLOAD or {"order":"AGG"} when NULL) at NOW; its ID into id. */
 void obx_t_enq(obx__store *s, int64_t now, const char *type, const char *agg, const char *corr,
