@@ -246,6 +246,19 @@ static void arm_relay(fx *f, obx_store *relay) {
     assert_string_equal(wake_lock_mode(f, "obx-relay-wait", mode, sizeof mode), "ExclusiveLock");
 }
 
+/* The read end of a pipe nothing is written to: a wait for work that also watches it polls the
+ * connection's socket instead of waiting in the server (pg_store.c, server_wait), and producers,
+ * which cannot name a relay outside a statement, wake it with a NOTIFY. A test that asserts that
+ * nothing woke the relay waits so: a wait in the server may also end when PostgreSQL sets the
+ * backend's latch for its own reasons (a catch-up signal of the notification queue, which other
+ * databases' NOTIFYs cause under load), which the wait reports as a hint, as the contract allows.
+ */
+static int quiet_fd(void) {
+    static int fds[2] = {-1, -1};
+    if (fds[0] < 0) assert_int_equal(pipe(fds), 0);
+    return fds[0];
+}
+
 /* Starts w's wait in a thread, commits an obx.enqueue() of aggregate agg, and checks that the
  * wait ended notified (w->err is the caller's to check). */
 static void sql_enqueue_wakes(fx *f, waiter *w, const char *agg) {
@@ -268,7 +281,7 @@ void test_notify_wakes(void **state) {
     bool notified = true;
     /* nothing committed: times out */
     int64_t t0 = obx__mono_ms();
-    OK(relay->m->wait_for_work(relay, 200, -1, &notified));
+    OK(relay->m->wait_for_work(relay, 200, quiet_fd(), &notified));
     assert_false(notified);
     assert_true(obx__mono_ms() - t0 >= 195);
     /* a commit wakes it within milliseconds */
@@ -290,7 +303,7 @@ void test_notify_wakes(void **state) {
     printf("  NOTIFY wake-up latency after COMMIT: %lld ms\n", (long long)latency);
     assert_true(latency >= 0 && latency < 100);
     /* a rolled-back enqueue wakes nobody */
-    w = (waiter){.s = relay, .timeout = 400};
+    w = (waiter){.s = relay, .timeout = 400, .with_fd = true, .fd = quiet_fd()};
     assert_int_equal(pthread_create(&t, NULL, wait_thread, &w), 0);
     msleep(50);
     exec_ok(f->conn, "BEGIN");
@@ -307,6 +320,11 @@ void test_notify_wakes(void **state) {
     int pfd[2];
     assert_int_equal(pipe(pfd), 0);
     assert_int_equal(write(pfd[1], "1", 1), 1);
+    /* a hint of the last commit may still be on its way (a producer that could not name the
+     * relay sends a NOTIFY besides): read it first */
+    notified = true;
+    for (int i = 0; i < 5 && notified; i++)
+        OK(relay->m->wait_for_work(relay, 50, quiet_fd(), &notified));
     t0 = obx__mono_ms();
     OK(relay->m->wait_for_work(relay, 5000, pfd[0], &notified));
     assert_false(notified);
@@ -327,11 +345,12 @@ void test_notify_wakes(void **state) {
     obx_store_close(relay);
 }
 
-/* Waits up to timeout_ms on relay while `sql` runs on f->conn, or, with sql NULL, while the C
- * producer enqueues ev in a transaction of its own; returns whether it was woken. */
+/* Waits up to timeout_ms on relay (on its socket: quiet_fd) while `sql` runs on f->conn, or,
+ * with sql NULL, while the C producer enqueues ev in a transaction of its own; returns whether it
+ * was woken. */
 static bool woken_by(fx *f, obx_store *relay, int timeout_ms, const char *sql,
                      const obx_event *ev) {
-    waiter w = {.s = relay, .timeout = timeout_ms};
+    waiter w = {.s = relay, .timeout = timeout_ms, .with_fd = true, .fd = quiet_fd()};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, wait_thread, &w), 0);
     msleep(50);
