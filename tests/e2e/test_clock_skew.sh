@@ -31,7 +31,10 @@ for i in $(seq $n); do
   printf '{"order":"o-%d"}' "$i" | behind "$OBX" enqueue --db "$db" --type order.created.v1 \
     --aggregate "order/o-$i@1" --tenant t1 >/dev/null
 done
-behind "$OBX" relay --db "$db" --broker "log:$T/b.db?hold=1&hold_ms=2000" --set relay.id=skewed \
+# (the relay itself in the background, not a subshell running behind(): $! must be its PID, or
+# the kill at the end leaves it running)
+LD_PRELOAD=$FAKETIME_LIB FAKETIME=-10m ASAN_OPTIONS=${ASAN_OPTIONS:-}:verify_asan_link_order=0 \
+  "$OBX" relay --db "$db" --broker "log:$T/b.db?hold=1&hold_ms=2000" --set relay.id=skewed \
   --set relay.reconciler=false >"$T/skewed.log" 2>&1 &
 pids+=($!)
 sleep 0.5
