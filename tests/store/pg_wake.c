@@ -284,8 +284,9 @@ void test_notify_wakes(void **state) {
     OK(relay->m->wait_for_work(relay, 200, quiet_fd(), &notified));
     assert_false(notified);
     assert_true(obx__mono_ms() - t0 >= 195);
-    /* a commit wakes it within milliseconds */
-    waiter w = {.s = relay, .timeout = 5000};
+    /* a commit wakes it within milliseconds (on its socket, by the NOTIFY: quiet_fd; the wait in
+     * the server is test_latch_wake's) */
+    waiter w = {.s = relay, .timeout = 5000, .with_fd = true, .fd = quiet_fd()};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, wait_thread, &w), 0);
     msleep(150);
