@@ -1,14 +1,14 @@
-#!/ usr / bin / env bash
-#prologue.sh — the start every shell test shares, written once(issue 47, item 5).A test
-#sources it right after `set - euo pipefail` and reading its obx binary into OBX:
-#source "$(dirname " $0 ")/../support/prologue.sh" NAME
-#and gets:
-#T, dir one new folder / tmp / obx - NAME - XXXXXX(both names), removed at exit
-#pids background processes(pids += ("$!")), kill - 9'd at exit
-#use_store S sets db : sqlite($T / outbox.db) or postgres(a fresh database on
-#OBX_TEST_PG_URL, tests / e2e / pgdb.sh, dropped at exit)
-#on_exit CMD one more command for the exit trap, run first(the test sets no trap itself)
-#fail MSG prints "FAIL: MSG" and the last $fail_tail(15) lines of each $T/*.log; exit 1
+#!/usr/bin/env bash
+# prologue.sh — the start every shell test shares, written once (issue 47, item 5). A test
+# sources it right after `set -euo pipefail` and reading its obx binary into OBX:
+#   source "$(dirname "$0")/../support/prologue.sh" NAME
+# and gets:
+#   T, dir        one new folder /tmp/obx-NAME-XXXXXX (both names), removed at exit
+#   pids          background processes (pids+=("$!")), kill -9'd at exit
+#   use_store S   sets db: sqlite ($T/outbox.db) or postgres (a fresh database on
+#                 OBX_TEST_PG_URL, tests/e2e/pgdb.sh, dropped at exit)
+#   on_exit CMD   one more command for the exit trap, run first (the test sets no trap itself)
+#   fail MSG      prints "FAIL: MSG" and the last $fail_tail (15) lines of each $T/*.log; exit 1
 #   ok MSG, bad MSG   print "ok   MSG" / "FAIL MSG"; bad counts into $fails
 #   now_ms        the wall clock in ms
 #   js EXPR       prints python's EXPR over the JSON document on stdin (named d)
