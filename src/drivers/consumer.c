@@ -36,8 +36,9 @@ struct obx_consumer {
     char **topics;                /* owned copies */
     size_t n_topics;
     bool resubscribe; /* a redelivery could not be arranged: subscribe again before polling */
-    obx_otel *otel;   /* obx_consumer_options.otel (borrowed), NULL: no spans */
-    struct hold {     /* partitions paused until a retry is due (wall ms) */
+    char resub_why[OBX_TEXT_MAX + 1]; /* why (for the log) */
+    obx_otel *otel;                   /* obx_consumer_options.otel (borrowed), NULL: no spans */
+    struct hold {                     /* partitions paused until a retry is due (wall ms) */
         char topic[OBX_TOPIC_MAX + 1];
         int32_t partition;
         int64_t due;
@@ -186,14 +187,15 @@ static obx_err redrive(obx_consumer *c, obx_consumer_counts *k) {
  * starts from the committed positions (Kafka: a new group member; RabbitMQ: the channel closed,
  * what was not acknowledged requeued; the local log: its stored offsets). Whatever was not
  * acknowledged comes again; the inbox answers what was applied meanwhile as DUPLICATE. */
-static obx_err resubscribe(obx_consumer *c) {
+static obx_err resubscribe(obx_consumer *c, const char *why) {
     obx_err e = obx__br_consume_open(c->b, c->group, (const char *const *)c->topics, c->n_topics);
     if (e) return e;
     c->resubscribe = false;
     c->n_holds = 0; /* a new subscription pauses nothing; the inbox answers DELAYED again */
     obx__log(OBX__LOG_WARN, "consumer", NULL, NULL, NULL,
              "subscribed again from the committed positions: a redelivery could not be arranged "
-             "earlier");
+             "earlier (%s)",
+             why);
     return OBX_OK;
 }
 
@@ -203,7 +205,7 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
     /* never a poll past a delivery that was to come again and did not: later positions would be
      * acknowledged over it, and it would never be applied */
     obx__log_fold_flush(false); /* a burst of handler failures: its count, once its window ends */
-    obx_err e = c->resubscribe ? resubscribe(c) : OBX_OK;
+    obx_err e = c->resubscribe ? resubscribe(c, c->resub_why) : OBX_OK;
     if (!e) e = redrive(c, k);
     if (!e) e = resume_due(c, obx__wall_ms());
     if (e) return e;
@@ -268,7 +270,9 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
         if (!re && due) re = hold(c, &d[i], due);
         if (re) {
             c->resubscribe = true;
-            re = resubscribe(c); /* mended when it works; else again at the next poll */
+            obx__strlcpy(c->resub_why, obx_errmsg(), sizeof c->resub_why);
+            re = resubscribe(c,
+                             c->resub_why); /* mended when it works; else again at the next poll */
         }
         if (!e) e = re;
     }

@@ -312,6 +312,53 @@ static void test_consume(void **state) {
     obx__br_close(c2);
 }
 
+/* A redelivery after the first delivery of a batch was taken alone (the others already on
+ * their way from the broker): each message comes once more, in order, from the failed one on,
+ * and every ack is taken. RabbitMQ's basic.recover once raced the deliveries on the wire: they
+ * were handed out after it as live ones, before their own redeliveries (7 deliveries for 4, out
+ * of order), and their acks closed the channel (unknown delivery tag). */
+static void test_consume_redeliver_order(void **state) {
+    bx *x = *state;
+    if (!(x->b->m->caps & OBX__BCAP_CONSUME) || !x->b->m->consume_redeliver) skip();
+    const char *topics[] = {x->consume};
+    enum { N = 4 };
+    test_msg tm[N];
+    for (int i = 0; i < N; i++) {
+        test_msg_init(&tm[i], x->topic, "key-r", i);
+        OK(obx__br_partition_for(x->b, &tm[i].dest, &tm[i].msg.partition));
+        OK(obx__br_send(x->b, &tm[i].msg, 1, now_ms()));
+    }
+    obx__outcome out[N];
+    assert_int_equal(wait_outcomes(x->b, out, N), N);
+    obx__broker *c;
+    OK(obx__br_open(x->url, E->props, E->n_props, &c));
+    OK(c->m->consume_open(c, "conf-redeliver", topics, 1));
+    obx__delivery d[2 * N];
+    assert_int_equal(consume(c, d, 1), 1);
+    assert_string_equal(d[0].env.event_id, tm[0].env.event_id);
+    usleep(200000); /* the rest of the batch reaches the consumer meanwhile */
+    OK(c->m->consume_redeliver(c, &d[0]));
+    obx__delivery_free(&d[0]);
+    size_t got = consume(c, d, 2 * N);
+    for (size_t i = 0; i < got; i++) {
+        if (i < N) assert_string_equal(d[i].env.event_id, tm[i].env.event_id);
+        OK(c->m->consume_ack(c, &d[i]));
+    }
+    assert_int_equal(got, N);
+    /* a poll after the acks: the channel still up, nothing more */
+    size_t k = 0;
+    OK(c->m->consume_poll(c, 300, d + N, N, &k));
+    assert_int_equal(k, 0);
+    for (size_t i = 0; i < got; i++) obx__delivery_free(&d[i]);
+    obx__br_close(c);
+    /* all acknowledged: a new consumer gets nothing */
+    OK(obx__br_open(x->url, E->props, E->n_props, &c));
+    OK(c->m->consume_open(c, "conf-redeliver", topics, 1));
+    OK(c->m->consume_poll(c, 1000, d, N, &k));
+    assert_int_equal(k, 0);
+    obx__br_close(c);
+}
+
 int broker_conformance_run(const broker_env *env) {
     E = env;
     const struct CMUnitTest tests[] = {
@@ -320,6 +367,7 @@ int broker_conformance_run(const broker_env *env) {
         cmocka_unit_test_setup_teardown(test_lookup, setup, teardown),
         cmocka_unit_test_setup_teardown(test_scan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consume, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_consume_redeliver_order, setup, teardown),
     };
     return _cmocka_run_group_tests(env->label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
 }

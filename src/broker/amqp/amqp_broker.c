@@ -126,6 +126,10 @@ typedef struct amqp_broker {
     size_t n_paused;
     obx__delivery *held;
     size_t n_held;
+    /* copies of the deliveries handed out and not yet settled in this session, in arrival
+     * (delivery tag) order: consume_redeliver hands them out again from here */
+    obx__delivery *unacked;
+    size_t n_unacked;
     obx__amqp_stats stats;
 } amqp_broker;
 
@@ -966,11 +970,13 @@ static void ensure_pub(amqp_broker *b) {
 
 /* ---- vtable: open / close / identity ------------------------------------------------------ */
 
-/* Forgets the held deliveries: after basic.recover or a lost session the broker has them
- * requeued already, and delivers them again. */
+/* Forgets the held and the unsettled deliveries: after a lost session (or a new subscription)
+ * the broker has them requeued already, and delivers them again. */
 static void held_clear(amqp_broker *b) {
     for (size_t i = 0; i < b->n_held; i++) obx__delivery_free(&b->held[i]);
     b->n_held = 0;
+    for (size_t i = 0; i < b->n_unacked; i++) obx__delivery_free(&b->unacked[i]);
+    b->n_unacked = 0;
 }
 
 static void ab_close(obx__broker *base) {
@@ -985,6 +991,7 @@ static void ab_close(obx__broker *base) {
     free(b->queues);
     held_clear(b);
     free(b->held);
+    free(b->unacked);
     free(b->paused);
     explicit_bzero(b->cfg.password, sizeof b->cfg.password); /* none left in freed memory */
     free(b);
@@ -1595,7 +1602,7 @@ static size_t paused_at(const amqp_broker *b, const char *topic) {
 }
 
 /* The retry back-off without traffic: a paused exchange's deliveries (the one whose retry is
- * not due, given back once by basic.recover, and whatever arrives after it) are held here,
+ * not due, given back by consume_redeliver, and whatever arrives after it) are held here,
  * unacknowledged, and handed out in order once resumed. The prefetch window bounds them, and
  * the broker sends nothing more meanwhile: the channel stays quiet, where a nack with requeue
  * would bring the message back at once, again and again, and a wait queue with a TTL would need
@@ -1644,9 +1651,71 @@ static void held_out(amqp_broker *b, obx__delivery *out, size_t cap, size_t *n) 
     b->n_held = k;
 }
 
+static bool of_session(const amqp_broker *b, const obx__delivery *d) {
+    return b->con.up && (d->token >> TAG_BITS) == (b->con.gen & 0xffffu);
+}
+
+/* Forgets the copy of a settled delivery (its tag is unique in the session). */
+static void unacked_drop(amqp_broker *b, uint64_t token) {
+    for (size_t i = 0; i < b->n_unacked; i++)
+        if (b->unacked[i].token == token) {
+            obx__delivery_free(&b->unacked[i]);
+            memmove(&b->unacked[i], &b->unacked[i + 1],
+                    (b->n_unacked - i - 1) * sizeof *b->unacked);
+            b->n_unacked--;
+            return;
+        }
+}
+
+/* Keeps a copy of each delivery of this session handed out (the prefetch window bounds them;
+ * an older session's were requeued by the broker and are dropped). */
+static obx_err unacked_keep(amqp_broker *b, const obx__delivery *out, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < b->n_unacked; i++) {
+        if (of_session(b, &b->unacked[i]))
+            b->unacked[k++] = b->unacked[i];
+        else
+            obx__delivery_free(&b->unacked[i]);
+    }
+    b->n_unacked = k;
+    if (!n) return OBX_OK;
+    obx__delivery *u = realloc(b->unacked, (b->n_unacked + n) * sizeof *u);
+    if (!u) return obx__fail(OBX_ENOMEM, "amqp: out of memory (unacknowledged deliveries)");
+    b->unacked = u;
+    for (size_t i = 0; i < n; i++) {
+        if (!of_session(b, &out[i])) continue;
+        obx__delivery *c = &u[b->n_unacked];
+        *c = out[i];
+        c->payload = malloc(out[i].payload_len ? out[i].payload_len : 1);
+        if (!c->payload)
+            return obx__fail(OBX_ENOMEM, "amqp: out of memory (unacknowledged deliveries)");
+        if (out[i].payload_len) memcpy(c->payload, out[i].payload, out[i].payload_len);
+        b->n_unacked++;
+    }
+    return OBX_OK;
+}
+
+static obx_err consume_poll(amqp_broker *b, int timeout_ms, obx__delivery *out, size_t cap,
+                            size_t *n);
+
+/* The deliveries handed out are kept (unacked_keep) until settled. Without the copy a redelivery
+ * could only go through the broker: basic.recover raced the deliveries already on the wire
+ * (they arrived after it and were taken as live: handed out again, out of order, their acks
+ * refused as unknown delivery tags, the channel closed), and a quorum queue's requeue need not
+ * keep the messages' order. When the copy cannot be kept the session is dropped: the broker
+ * requeues everything unsettled, and the acks of this poll's deliveries are refused. */
 static obx_err ab_consume_poll(obx__broker *base, int timeout_ms, obx__delivery *out, size_t cap,
                                size_t *n) {
     amqp_broker *b = (amqp_broker *)base;
+    obx_err e = consume_poll(b, timeout_ms, out, cap, n);
+    if (e) return e;
+    e = unacked_keep(b, out, *n);
+    if (e) con_down(b, obx_errmsg());
+    return e;
+}
+
+static obx_err consume_poll(amqp_broker *b, int timeout_ms, obx__delivery *out, size_t cap,
+                            size_t *n) {
     *n = 0;
     if (!b->n_queues) return obx__fail(OBX_EINVAL, "amqp: consume_poll before consume_open");
     pump(b, 0); /* keeps an idle publisher connection's heartbeats going */
@@ -1714,10 +1783,11 @@ static obx_err ab_consume_poll(obx__broker *base, int timeout_ms, obx__delivery 
 }
 
 static obx_err settle_delivery(amqp_broker *b, const obx__delivery *d, bool ack, bool requeue) {
-    if (!b->con.up || (d->token >> TAG_BITS) != (b->con.gen & 0xffffu))
+    if (!of_session(b, d))
         return obx__fail(OBX_ECONNLOST,
                          "amqp: delivery belongs to a closed consumer session; the broker "
                          "redelivers it");
+    unacked_drop(b, d->token);
     uint64_t tag = d->token & TAG_MASK;
     int rc = ack ? amqp_basic_ack(b->con.st, CH, tag, 0)
                  : amqp_basic_nack(b->con.st, CH, tag, 0, requeue);
@@ -1737,23 +1807,31 @@ static obx_err ab_consume_release(obx__broker *base, const obx__delivery *d, boo
     return settle_delivery((amqp_broker *)base, d, false, requeue);
 }
 
-/* After a handler failure: d and every later unacknowledged delivery of this session come
- * again. basic.recover(requeue) gives back every unacked delivery on the channel; those before d
- * were acked already (the consumer processes in order), so exactly d and the later ones are
- * requeued, with `redelivered` set. */
+static int by_tag(const void *x, const void *y) {
+    uint64_t a = ((const obx__delivery *)x)->token, c = ((const obx__delivery *)y)->token;
+    return a < c ? -1 : a > c;
+}
+
+/* After a handler failure: d and every later unsettled delivery of this session come again, in
+ * their order. The consumer settles in order, so the unsettled ones are exactly d and those
+ * after it (and any it skipped): their copies join the held deliveries, sorted by delivery tag
+ * (arrival order), and are handed out again from here. Nothing goes back to the broker, which
+ * keeps them unacknowledged on this channel: no requeue that could reorder them, no deliveries
+ * on the wire to tell apart from new ones. A lost session instead: the broker requeued them. */
 static obx_err ab_consume_redeliver(obx__broker *base, const obx__delivery *d) {
     amqp_broker *b = (amqp_broker *)base;
-    if (!b->con.up || (d->token >> TAG_BITS) != (b->con.gen & 0xffffu))
+    if (!of_session(b, d))
         return OBX_OK; /* the session is gone: the broker requeued everything unacked already */
-    held_clear(b);     /* requeued by the recover below as well: they come again */
-    amqp_basic_recover(b->con.st, CH, 1);
-    amqp_rpc_reply_t r = amqp_get_rpc_reply(b->con.st);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        char why[256];
-        reply_text(r, why, sizeof why);
-        con_down(b, why);
-        return obx__fail(OBX_ECONNLOST, "amqp %s: basic.recover: %s", b->cfg.where, why);
+    if (!b->n_unacked) return OBX_OK;
+    obx__delivery *h = realloc(b->held, (b->n_held + b->n_unacked) * sizeof *h);
+    if (!h) return obx__fail(OBX_ENOMEM, "amqp: out of memory (held deliveries)");
+    b->held = h;
+    for (size_t i = 0; i < b->n_unacked; i++) {
+        b->unacked[i].redelivered = true;
+        h[b->n_held++] = b->unacked[i]; /* the payload moves with it */
     }
+    b->n_unacked = 0;
+    qsort(h, b->n_held, sizeof *h, by_tag);
     return OBX_OK;
 }
 
