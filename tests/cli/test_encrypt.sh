@@ -3,7 +3,8 @@
 # a route with --encrypt KEY_ID, `obx relay` sealing payloads with AES-256-GCM before the send,
 # the broker's bytes read from outside, a key rotation, and consumers (`obx consume --exec`)
 # opening the bodies before the handler; a wrong key and a tampered body are refused.
-# Usage: test_encrypt.sh OBX [log|amqp]
+# Usage: test_encrypt.sh OBX [log|amqp|kafka [CHAOS_KMOCK]] (kafka: the Kafka-protocol mock
+# cluster bench/chaos_kmock, the third argument or beside the obx binary; the bytes read with kcat)
 #
 # Checked:
 #   1. every body the broker holds is not the clear payload (no clear text in it, and its length
@@ -21,7 +22,7 @@
 #      the broker holds (a receipt from source lookup); a copy tampered at the broker, with its
 #      headers intact, is quarantined as a corrupt copy and the event is not published.
 set -euo pipefail
-OBX=${1:?usage: test_encrypt.sh OBX [log|amqp]}
+OBX=${1:?usage: test_encrypt.sh OBX [log|amqp|kafka]}
 mode=${2:-log}
 T=$(mktemp -d /tmp/obx-enc-XXXXXX)
 pids=()
@@ -52,7 +53,21 @@ case $mode in
     relay_broker="$url?cluster=$cluster&declare_exchange=$topic&declare_queue=$source_"
     consume_broker="$url?cluster=$cluster"
     ;;
-  *) echo "mode: log or amqp" >&2; exit 2 ;;
+  kafka)
+    kmock=${3:-$(dirname "$OBX")/bench/chaos_kmock}
+    [[ -x $kmock ]] || { echo "FAIL: $kmock not built" >&2; exit 1; }
+    mkfifo "$T/kin"
+    exec 7<>"$T/kin"
+    "$kmock" --brokers 1 --topic orders:2 <&7 >"$T/kout" 2>"$T/kmock.log" &
+    pids+=($!)
+    disown $! # killed at the end without a word from the shell
+    for _ in $(seq 100); do grep -q '^bootstraps ' "$T/kout" 2>/dev/null && break; sleep 0.05; done
+    boot=$(sed -n 's/^bootstraps //p' "$T/kout")
+    [[ -n $boot ]] || fail "the Kafka mock did not start"
+    cluster=kafka-enc topic=orders source_=orders
+    relay_broker="kafka://$boot?cluster=$cluster" consume_broker=$relay_broker
+    ;;
+  *) echo "mode: log, amqp or kafka" >&2; exit 2 ;;
 esac
 
 published() {
@@ -73,6 +88,7 @@ relay_until() { # relay_until N KEYSPEC: runs the relay until N events are PUBLI
   wait "${pids[-1]}" 2>/dev/null || true
   [[ $n == "$want" ]] || fail "relay published $n of $want"
 }
+clear1='{"order":"o-1","secret":"card-4111-1"}' # enqueue 1's payload
 enqueue() { # enqueue I: one order, its ID appended to ids
   printf '{"order":"o-%d","secret":"card-4111-%d"}' "$1" "$1" |
     "$OBX" enqueue --db "$db" --type order.created.v1 --aggregate "order/o-$1@1" --tenant t1 >>"$T/ids"
@@ -109,6 +125,17 @@ if [[ $mode == log ]]; then
   hk=$(sqlite3 "$T/b.db" "SELECT count(*) FROM obx_log_msg WHERE headers LIKE '%obx-encryption%k1%'")
   [[ $hk == 3 ]] || fail "$hk of 3 messages name key k1 in their headers"
   echo "ok: the broker holds ciphertext only (no clear text, payload + 28 bytes, key ID header)"
+fi
+if [[ $mode == kafka ]]; then
+  # the topic's bytes as kcat reads them: raw bodies, then each body's size and headers
+  kc() { kcat -C -b "$boot" -t orders -o beginning -e -q "$@"; }
+  kc -f '%s' >"$T/bodies" || fail "kcat could not read the topic"
+  grep -aq 'card-4111\|order' "$T/bodies" && fail "a body at the broker holds clear text"
+  kc -f '%S %h\n' >"$T/sizes" || fail "kcat could not read the topic"
+  want=$((${#clear1} + 28))
+  [[ $(grep -c "^$want .*obx-encryption=[^,]*k1" "$T/sizes") == 3 ]] ||
+    fail "not 3 messages of $want bytes (payload + nonce, tag) naming key k1: $(cat "$T/sizes")"
+  echo "ok: the topic holds ciphertext only (kcat: no clear text, payload + 28 bytes, key ID header)"
 fi
 
 # ---- 5. a relay without the key parks, never sends in the clear ----
@@ -149,12 +176,16 @@ echo "$OBX_EVENT_ID $p" >>"$T/effects.$OBX_CONSUMER_ID"
 SH
 chmod +x "$T/handler.sh"
 export T
+runs=0
 consume() { # consume CONSUMER KEYSPEC [BROKER]
-  local src=$source_
+  local src=$source_ idle=1500 more=()
   [[ $mode == amqp ]] && src=$source_-$1
+  # Kafka: a group of its own per run, read from the start; a group join takes seconds
+  runs=$((runs + 1))
+  [[ $mode == kafka ]] && idle=8000 more=(--group "enc-$1-$runs")
   "$OBX" consume --consumer-db "sqlite:$T/c-$1.db" --broker "${3:-$consume_broker}" --topic "$src" \
-    --consumer "$1" --types order.created.v1 --tenants t1 --exec "$T/handler.sh" --until-idle 1500 \
-    --set "encryption.keys=$2" --json >"$T/consume-$1.log" 2>&1 || fail "consume $1 failed"
+    --consumer "$1" --types order.created.v1 --tenants t1 --exec "$T/handler.sh" --until-idle $idle \
+    --set "encryption.keys=$2" "${more[@]}" --json >"$T/consume-$1.log" 2>&1 || fail "consume $1 failed"
 }
 cq() { sqlite3 "$T/c-$1.db" "$2"; }
 
