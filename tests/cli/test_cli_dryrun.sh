@@ -14,24 +14,8 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
+source "$(dirname "$0")/../support/expect.sh" # fails, bad, t NAME WANT NEEDLE -- CMD, as_reader
 cd "$dir"
-fails=0
-bad() { echo "FAIL $*"; fails=$((fails + 1)); }
-as_reader=()
-if ((EUID == 0)); then as_reader=(setpriv --reuid=nobody --regid=nogroup --clear-groups); fi
-# t NAME WANT NEEDLE -- command...
-t() {
-  local name=$1 want=$2 needle=$3
-  shift 4
-  local out rc
-  out=$(timeout 60 "$@" 2>&1 </dev/null)
-  rc=$?
-  if [[ $rc != "$want" || $out != *"$needle"* ]]; then
-    bad "$name: exit $rc (want $want), output: ${out:0:500}"
-  else
-    echo "ok   $name"
-  fi
-}
 
 mkdir ro
 db=sqlite:$dir/ro/o.db

@@ -21,22 +21,8 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
+source "$(dirname "$0")/../support/expect.sh" # fails, bad, t NAME WANT NEEDLE -- CMD, as_reader
 cd "$dir"
-fails=0
-bad() { echo "FAIL $*"; fails=$((fails + 1)); }
-# t NAME WANT NEEDLE -- command...: the exit status, and NEEDLE in stdout+stderr
-t() {
-  local name=$1 want=$2 needle=$3
-  shift 4
-  local out rc
-  out=$(timeout 60 "$@" 2>&1 </dev/null)
-  rc=$?
-  if [[ $rc != "$want" || $out != *"$needle"* ]]; then
-    bad "$name: exit $rc (want $want), output: ${out:0:500}"
-  else
-    echo "ok   $name"
-  fi
-}
 # as ROLE: the database's URL with another user
 as() { python3 -c 'import sys, urllib.parse as u
 p = u.urlsplit(sys.argv[1]); h = p.netloc.split("@")[-1]

@@ -20,25 +20,8 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
+source "$(dirname "$0")/../support/expect.sh" # fails, bad, t NAME WANT NEEDLE -- CMD, as_reader
 cd "$dir"
-fails=0
-bad() { echo "FAIL $*"; fails=$((fails + 1)); }
-# as whom the read-only checks run: someone who cannot write the files (root could)
-as_reader=()
-if ((EUID == 0)); then as_reader=(setpriv --reuid=nobody --regid=nogroup --clear-groups); fi
-# t NAME WANT NEEDLE -- command...
-t() {
-  local name=$1 want=$2 needle=$3
-  shift 4
-  local out rc
-  out=$(timeout 60 "$@" 2>&1 </dev/null)
-  rc=$?
-  if [[ $rc != "$want" || $out != *"$needle"* ]]; then
-    bad "$name: exit $rc (want $want), output: ${out:0:500}"
-  else
-    echo "ok   $name"
-  fi
-}
 reading() { # reading LABEL DB CONSUMER_DB: every read-only command, as the reader, in its folder
   local label=$1 rdb=$2 rcons=$3 want_inspect=$4
   local m="sqlite:$rdb" c="proj=sqlite:$rcons"
