@@ -11,7 +11,10 @@ What runs (all separate processes):
   relays     r1..rN `obx relay` (shipped defaults), each reaching PostgreSQL (and RabbitMQ)
              through its own socat proxy, so that one relay's connections can be cut alone
   consumers  two `obx consume` processes (the inbox, the sample order projection in one SQLite
-             database), competing on the RabbitMQ queues or sharing a Kafka consumer group
+             database), competing on the RabbitMQ queues or sharing a Kafka consumer group;
+             and two of a second consumer ID, `notifier`, whose `--exec` handler (an effect
+             outside the inbox's transaction) writes a line per run, so that the verifier
+             counts handler runs itself (no fault targets them: every second run is a defect)
   Kafka      bench/chaos_kmock owns librdkafka's mock cluster and executes its fault commands
   verifier   reads the verifier queues (pika) or the topics (kcat) as they fill, for arrival
              times, then checks everything at the end (chaos_verify.py)
@@ -371,6 +374,7 @@ class Soak:
         self.dir = a.dir
         self.logdir = os.path.join(self.dir, "logs")
         os.makedirs(self.logdir, exist_ok=True)
+        self.runs_path = os.path.join(self.dir, "handler-runs.txt")  # the notifier's handler
         self.db = "postgres://postgres@127.0.0.1:%d/chaos" % self.pg_port
         self.fw = Firewall(self.env.get("CHAOS_IPT_TAG", "obx-chaos-%d" % self.pg_port))
         self.stop_faults = threading.Event()
@@ -463,7 +467,7 @@ class Soak:
             # the consumers and, bound the same way, one for the verifier per exchange
             for ex in TOPICS:
                 ch.exchange_declare(ex, "topic", durable=True)
-                for q in (ex + ".app", ex + ".verify"):
+                for q in (ex + ".app", ex + ".notify", ex + ".verify"):
                     ch.queue_declare(q, durable=True, arguments={"x-queue-type": "quorum"})
                     ch.queue_bind(q, ex, "#")
             c.close()
@@ -521,6 +525,25 @@ class Soak:
                 argv += ["--topic", ",".join(TOPICS), "--group", "projection",
                          "--broker-prop", "consumer.session.timeout.ms=10000"]
             add("consumer-k%d" % (i + 1), Proc("consumer-k%d" % (i + 1), argv, self.logdir))
+        # the second consumer ID: an `--exec` handler, whose effect is outside the inbox's
+        # transaction, in two instances on one inbox; the handler writes one line per run, so
+        # the verifier counts the runs itself (handler_runs_twice)
+        handler = os.path.join(self.dir, "notify.sh")
+        with open(handler, "w") as f:
+            f.write("#!/bin/sh\ncat >/dev/null\necho \"$OBX_EVENT_ID $PPID\" >>%s\n"
+                    % self.runs_path)
+        os.chmod(handler, 0o755)
+        for i in range(2):
+            argv = [self.obx, "consume", "--consumer-db",
+                    "sqlite:" + os.path.join(self.dir, "notifier.db"), "--broker",
+                    self.broker_url(), "--consumer", "notifier", "--types", "*", "--tenants", "*",
+                    "--exec", handler]
+            if a.broker == "amqp":
+                argv += ["--topic", ",".join(t + ".notify" for t in TOPICS)]
+            else:
+                argv += ["--topic", ",".join(TOPICS), "--group", "notifier",
+                         "--broker-prop", "consumer.session.timeout.ms=10000"]
+            add("notifier-n%d" % (i + 1), Proc("notifier-n%d" % (i + 1), argv, self.logdir))
         add("producer-c", Proc("producer-c", [
             os.path.join(self.build, "bench", "chaos_producer"), "--db", self.db, "--name", "c",
             "--ledger", os.path.join(self.dir, "ledger-c.txt"), "--rate", str(a.rate),
@@ -537,9 +560,9 @@ class Soak:
                 self.procs[name].start()
         time.sleep(0.5)
         for name in sorted(self.procs):
-            if name.startswith(("relay", "consumer")):
+            if name.startswith(("relay", "consumer", "notifier")):
                 self.procs[name].start()
-                if name == "consumer-k1":
+                if name in ("consumer-k1", "notifier-n1"):
                     time.sleep(1.5)
         if a.broker == "amqp":
             self.reader = AmqpReader(self.pika_url(), [t + ".verify" for t in TOPICS],
@@ -757,6 +780,13 @@ class Soak:
                 time.sleep(1)
         raise RuntimeError("cannot read the consumers' projection in %s" % path)
 
+    def handler_runs(self):
+        """The event ID of each run of the notifier's handler (its own lines)."""
+        if not os.path.exists(self.runs_path):
+            return []
+        with open(self.runs_path) as f:
+            return [line.split()[0] for line in f if line.split()]
+
     def open_unknown(self):
         return self.sql("SELECT count(*) FROM obx.obx_event WHERE state IN "
                         "('DISPATCH_UNKNOWN', 'RECONCILING')")[0][0]
@@ -768,14 +798,17 @@ class Soak:
             committed = {r[0] for r in self.sql("SELECT event_id FROM chaos_ledger")}
             at_broker = self.seen_at_broker()
             applied = {r[0] for r in self.projection()}
+            handled = set(self.handler_runs())
             unknown = self.open_unknown()
             missing_b, missing_c = len(committed - at_broker), len(committed - applied)
-            state = (missing_b, missing_c, unknown)
+            missing_h = len(committed - handled)
+            state = (missing_b, missing_c, missing_h, unknown)
             if state != last:
                 log("drain: %d committed, %d not yet at the broker, %d not yet applied, "
-                    "%d UNKNOWN in obx" % (len(committed), missing_b, missing_c, unknown))
+                    "%d not yet handled, %d UNKNOWN in obx" % (len(committed), missing_b,
+                                                              missing_c, missing_h, unknown))
                 last = state
-            if missing_b == 0 and missing_c == 0 and unknown == 0:
+            if missing_b == 0 and missing_c == 0 and missing_h == 0 and unknown == 0:
                 time.sleep(3)  # late duplicates
                 return True
             time.sleep(2)
@@ -991,6 +1024,11 @@ def tamper(soak, ledger, files, records):
     c.commit()
     c.close()
     planted["duplicate_effects"] = dup
+    # a second run of the notifier's handler for an event it ran once
+    twice = orders[1]["headers"]["obx-event-id"]
+    with open(soak.runs_path, "a") as f:
+        f.write("%s 0\n" % twice)
+    planted["handler_runs_twice"] = twice
     return planted
 
 
@@ -1009,6 +1047,9 @@ def summary_lines(res):
             ("copies at the broker", res["broker_copies"]),
             ("duplicate deliveries (expected)", res["duplicate_deliveries"]),
             ("duplicate effects", res["duplicate_effects"]),
+            ("handler runs (--exec, 2 instances)", res["handler_runs"]),
+            ("  events never handled", res["lost_at_handler"]),
+            ("  handler runs twice", res["handler_runs_twice"]),
             ("commit -> broker p50 / p99 / max (s)", "%s / %s / %s" % tuple(
                 res["latency_s"]["commit_to_broker"][k] for k in ("p50_s", "p99_s", "max_s"))),
             ("commit -> applied p50 / p99 / max (s)", "%s / %s / %s" % tuple(
@@ -1102,7 +1143,8 @@ def main():
         drained = soak.drain()
         ledger, files, records, partitions, commit_t = soak.collect()
         clean = cv.verify(ledger, files, soak.routes, records,
-                          [r[:2] for r in soak.projection()], partitions, soak.cluster)
+                          [r[:2] for r in soak.projection()], partitions, soak.cluster,
+                          soak.handler_runs())
         planted = None
         if a.self_test:
             planted = tamper(soak, ledger, files, records)
@@ -1110,7 +1152,7 @@ def main():
             ledger, files, records, partitions, commit_t = soak.collect()
         proj = soak.projection()
         res = cv.verify(ledger, files, soak.routes, records, [r[:2] for r in proj], partitions,
-                        soak.cluster)
+                        soak.cluster, soak.handler_runs())
         applied = {}
         for eid, _, at in proj:
             applied[eid] = min(at, applied.get(eid, at))
@@ -1164,7 +1206,7 @@ def self_test_verdict(clean, res, planted):
     """The clean verification must be clean; after tampering each planted fault must move its
     own counter by exactly one, and the soak must count as failed."""
     keys = ("lost", "wrong_destination", "digest_mismatch", "phantom", "duplicate_effects",
-            "envelope_mismatch", "ledger_mismatch")
+            "envelope_mismatch", "ledger_mismatch", "handler_runs_twice")
     errors = []
     if any(clean[k] for k in keys):
         errors.append("the untampered run is not clean: %s" % {k: clean[k] for k in keys

@@ -135,7 +135,7 @@ def header(rec, name):
     return None if v is None else str(v)
 
 
-def verify(ledger, files, routes, records, projection, partitions=None, cluster=""):
+def verify(ledger, files, routes, records, projection, partitions=None, cluster="", runs=None):
     """ledger: {event_id: {order_id, producer, event_type, tenant, aggregate_type, aggregate_id,
                            payload (bytes)}} — the committed events (chaos_ledger).
     files: [(status 'C'|'R', order_id, [event_ids])] — the producers' files.
@@ -144,12 +144,16 @@ def verify(ledger, files, routes, records, projection, partitions=None, cluster=
              broker holds, read by a plain client.
     projection: [(event_id, payload bytes)] — the consumers' business rows.
     partitions: {topic: count} for Kafka (partition check), None for RabbitMQ.
+    runs: [event_id], one per run of the `--exec` handler of the second consumer ID (two
+          instances; its effect is outside the inbox's transaction): written by the handler
+          itself, so an event's second run is counted however the consumers saw it. None: no
+          such consumer.
     Returns the counts (and up to 20 example event IDs per finding)."""
     rolled_back = {e for st, _, ids in files if st == "R" for e in ids}
     file_committed = {e for st, _, ids in files if st == "C" for e in ids}
     ex = {k: [] for k in ("lost_at_broker", "lost_at_consumer", "wrong_destination",
                           "digest_mismatch", "envelope_mismatch", "phantom", "duplicate_effects",
-                          "ledger_mismatch")}
+                          "ledger_mismatch", "lost_at_handler", "handler_runs_twice")}
     copies = {}  # event_id -> copies at the right destination
     wrong, digest_bad, env_bad, phantom = set(), set(), set(), set()
     for rec in records:
@@ -190,7 +194,14 @@ def verify(ledger, files, routes, records, projection, partitions=None, cluster=
     lost_c = sorted(e for e in ledger if e not in effects)
     dup_fx = sorted(e for e, n in effects.items() if n > 1)
     ledger_bad = sorted((file_committed - set(ledger)) | (rolled_back & set(ledger)))
-    lost = sorted(set(lost_b) | set(lost_c))
+    handled = {}
+    for eid in runs or []:
+        handled[eid] = handled.get(eid, 0) + 1
+        if eid not in ledger:
+            phantom.add(eid)
+    lost_h = sorted(e for e in ledger if e not in handled) if runs is not None else []
+    twice = sorted(e for e, n in handled.items() if n > 1)
+    lost = sorted(set(lost_b) | set(lost_c) | set(lost_h))
     res = {
         "committed": len(ledger),
         "rolled_back": len(rolled_back),
@@ -206,18 +217,22 @@ def verify(ledger, files, routes, records, projection, partitions=None, cluster=
         "effects": sum(effects.values()),
         "duplicate_effects": sum(effects[e] - 1 for e in dup_fx),
         "ledger_mismatch": len(ledger_bad),
+        "lost_at_handler": len(lost_h),
+        "handler_runs": sum(handled.values()),
+        "handler_runs_twice": sum(handled[e] - 1 for e in twice),
     }
     for k, v in (("lost", lost), ("lost_at_broker", lost_b), ("lost_at_consumer", lost_c),
                  ("wrong_destination", sorted(wrong)), ("digest_mismatch", sorted(digest_bad)),
                  ("envelope_mismatch", sorted(env_bad)), ("phantom", sorted(phantom)),
-                 ("duplicate_effects", dup_fx), ("ledger_mismatch", ledger_bad)):
+                 ("duplicate_effects", dup_fx), ("ledger_mismatch", ledger_bad),
+                 ("lost_at_handler", lost_h), ("handler_runs_twice", twice)):
         ex[k] = v[:20]
     res["examples"] = {k: v for k, v in ex.items() if v}
     return res
 
 
 FAILING = ("lost", "wrong_destination", "digest_mismatch", "envelope_mismatch", "phantom",
-           "duplicate_effects", "ledger_mismatch", "unknown_unresolved")
+           "duplicate_effects", "handler_runs_twice", "ledger_mismatch", "unknown_unresolved")
 
 
 def failures(result):
@@ -275,26 +290,32 @@ def self_check(vectors_path):
                             "obx-aggregate": "order/%s@1" % led["aggregate_id"]},
                 "body": body}
 
+    runs = []  # the handler's runs of the current case (case() fills it)
+
     def case(parts=None):
         ledger = dict(event(n) for n in range(1, 6))
         files = [("C", led["order_id"], [eid]) for eid, led in ledger.items()]
         files.append(("R", "c-99", ["evt-99"]))
         records = [record(eid, led, parts=parts) for eid, led in ledger.items()]
         projection = [(eid, led["payload"]) for eid, led in ledger.items()]
+        runs[:] = list(ledger)
         return ledger, files, records, projection
 
     zero = ("lost", "wrong_destination", "digest_mismatch", "envelope_mismatch", "phantom",
-            "duplicate_effects", "duplicate_deliveries", "ledger_mismatch")
+            "duplicate_effects", "duplicate_deliveries", "ledger_mismatch", "lost_at_handler",
+            "handler_runs_twice")
     for parts in (None, 8):
         pmap = {"orders": 8, "payments": 8} if parts else None
         ledger, files, records, projection = case(parts)
-        r = verify(ledger, files, routes, records, projection, pmap, "k")
+        r = verify(ledger, files, routes, records, projection, pmap, "k", runs)
         check(all(r[k] == 0 for k in zero), "clean case not clean: %s" % r)
+        r = verify(ledger, files, routes, records, projection, pmap, "k")
+        check(all(r[k] == 0 for k in zero), "clean case without a handler not clean: %s" % r)
 
         def expect(name, want, mutate):
             lg, fl, rc, pj = case(parts)
             mutate(lg, fl, rc, pj)
-            got = verify(lg, fl, routes, rc, pj, pmap, "k")
+            got = verify(lg, fl, routes, rc, pj, pmap, "k", runs)
             moved = {k: got[k] for k in zero if got[k]}
             check(moved == want, "%s (partitions %s): moved %s, want %s" % (name, parts, moved,
                                                                           want))
@@ -302,7 +323,7 @@ def self_check(vectors_path):
         def extra_ledger(lg, fl, rc, pj):
             eid, led = event(7)
             lg[eid] = led
-        expect("ledger row without event", {"lost": 1}, extra_ledger)
+        expect("ledger row without event", {"lost": 1, "lost_at_handler": 1}, extra_ledger)
         expect("message deleted from the broker", {"lost": 1},
                lambda lg, fl, rc, pj: rc.pop(0))
         expect("effect missing", {"lost": 1}, lambda lg, fl, rc, pj: pj.pop(0))
@@ -328,6 +349,12 @@ def self_check(vectors_path):
                lambda lg, fl, rc, pj: rc.append(dict(rc[0])))
         expect("second effect", {"duplicate_effects": 1},
                lambda lg, fl, rc, pj: pj.append(pj[0]))
+        expect("handler run twice", {"handler_runs_twice": 1},
+               lambda lg, fl, rc, pj: runs.append(runs[1]))
+        expect("handler never ran", {"lost": 1, "lost_at_handler": 1},
+               lambda lg, fl, rc, pj: runs.pop(2))
+        expect("handler ran for a rolled-back event", {"phantom": 1},
+               lambda lg, fl, rc, pj: runs.append("evt-99"))
 
         def phantom_rb(lg, fl, rc, pj):
             rc.append(dict(rc[0], headers=dict(rc[0]["headers"], **{"obx-event-id": "evt-99"})))
@@ -340,6 +367,7 @@ def self_check(vectors_path):
             del lg[eid]
             rc[:] = [x for x in rc if x["headers"]["obx-event-id"] != eid]
             pj[:] = [x for x in pj if x[0] != eid]
+            runs.remove(eid)
         expect("file says committed, table has no row", {"ledger_mismatch": 1},
                committed_not_in_table)
 
