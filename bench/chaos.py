@@ -1060,6 +1060,8 @@ def summary_lines(res):
             ("obx report (invariants hold)", res["obx_report_ok"]),
             ("obx audit (no findings)", res["obx_audit"].get("ok")),
             ("drained", res["drained"]),
+            ("restarts the supervisor made: relays / consumers", "%d / %d" % (
+                res["relay_restarts"], res["consumer_restarts"])),
             ("faults skipped / failed / kinds missing", "%d / %d / %s" % (
                 res["faults_skipped"], res["faults_failed"],
                 ",".join(res["faults_missing"]) or "none"))]
@@ -1177,8 +1179,15 @@ def main():
             "recovery_s": recov, "latency_s": latency, "dir": a.dir,
             "faults_missing": [k for k in enabled if not counts.get(k)],
             "process_exits": {p.name: len(p.exits) for p in soak.procs.values() if p.exits},
+            # restarts the supervisor had to make (an exit no fault caused): outages are waited
+            # out, so each one is a defect
+            "relay_restarts": sum(len(p.exits) for p in soak.procs.values()
+                                  if p.name.startswith("relay")),
+            "consumer_restarts": sum(len(p.exits) for p in soak.procs.values()
+                                     if p.name.startswith(("consumer", "notifier"))),
         })
         res["failed"] = cv.failures(res)
+        res["failed"] += [k for k in ("relay_restarts", "consumer_restarts") if res[k]]
         # the soak did not test what it says it tested, or left its servers broken
         if res["faults_missing"]:
             res["failed"].append("faults_missing")
