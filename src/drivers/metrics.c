@@ -509,6 +509,10 @@ static void sec_otel(scrape *x, obx__buf *b) {
     family(b, "obx_otel_export_failures_total", "counter",
            "OpenTelemetry export requests that failed");
     sample(b, "obx_otel_export_failures_total", NULL, NULL, (double)st.failures);
+    family(b, "obx_otel_export_retries_total", "counter",
+           "OpenTelemetry export requests sent again after a retryable failure (no answer, "
+           "HTTP 429, 502, 503, 504)");
+    sample(b, "obx_otel_export_retries_total", NULL, NULL, (double)st.retries);
 }
 
 /* PENDING events of clusters no live relay serves (obx_relay_cluster's heartbeats): they wait

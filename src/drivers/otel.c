@@ -15,7 +15,10 @@
  *     a NULL check.
  *  2. The queue holds at most otel.queue_max spans; a span that finds it full is dropped and
  *     counted (obx_otel_spans_dropped_total), as is every span of a batch the collector did not
- *     accept (no retry: traces are diagnostics, the outbox's own tables are the record).
+ *     accept: at once for an answer the OTLP specification does not call retryable, after
+ *     OTEL_RETRIES tries 1 s, 2 s and 4 s apart for one it does (no answer, 429, 502, 503,
+ *     504; obx_otel_export_retries_total), never past a stop's otel.timeout_ms. Traces are
+ *     diagnostics; the outbox's own tables are the record.
  *  3. Every span of an event is in one trace: the traceparent's trace, whose span is the parent
  *     of every span obx emits for it; an event without a traceparent gets a trace of its own,
  *     derived from its event ID (so the relay, the consumers and the producer agree on it).
@@ -47,7 +50,7 @@
  * integers. */
 enum { KIND_INTERNAL = 1, KIND_PRODUCER = 4, KIND_CONSUMER = 5 };
 enum { STATUS_UNSET = 0, STATUS_OK = 1, STATUS_ERROR = 2 };
-enum { BATCH_MAX = 512 };
+enum { BATCH_MAX = 512, OTEL_RETRIES = 3 };
 
 struct obx_otel {
     char url[1100];
@@ -422,8 +425,9 @@ static size_t discard(char *p, size_t size, size_t n, void *u) {
 
 static void curl_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
-/* POSTs body; true when the collector answered 2xx. */
-static bool post(obx_otel *o, CURL *h, const char *body, char *why, size_t cap) {
+/* POSTs body; true when the collector answered 2xx. *retry: whether the failure is one the
+ * OTLP specification calls retryable (no answer, or HTTP 429, 502, 503, 504). */
+static bool post(obx_otel *o, CURL *h, const char *body, char *why, size_t cap, bool *retry) {
     struct curl_slist *hd = curl_slist_append(NULL, "Content-Type: application/json");
     curl_easy_setopt(h, CURLOPT_URL, o->url);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
@@ -439,6 +443,7 @@ static bool post(obx_otel *o, CURL *h, const char *body, char *why, size_t cap) 
         snprintf(why, cap, "%s", curl_easy_strerror(rc));
     else if (status < 200 || status > 299)
         snprintf(why, cap, "HTTP %ld", status);
+    *retry = rc != CURLE_OK || status == 429 || status == 502 || status == 503 || status == 504;
     return rc == CURLE_OK && status >= 200 && status <= 299;
 }
 #endif
@@ -464,8 +469,37 @@ static json_t *batch_json(obx_otel *o, span **b, size_t n) {
     return a;
 }
 
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+#ifdef OBX_WITH_OTEL
+/* Waits ms (the exporter's back-off) unless the exporter is stopping; true when it is. */
+static bool pause_unless_stopping(obx_otel *o, int64_t ms) {
+    int64_t until = mono_ms() + ms;
+    pthread_mutex_lock(&o->mu);
+    while (!o->stop && mono_ms() < until) {
+        int64_t left = until - mono_ms();
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t ns = ts.tv_nsec + (left % 1000) * 1000000;
+        ts.tv_sec += (time_t)(left / 1000 + ns / 1000000000);
+        ts.tv_nsec = ns % 1000000000;
+        pthread_cond_timedwait(&o->cv, &o->mu, &ts);
+    }
+    bool stop = o->stop;
+    pthread_mutex_unlock(&o->mu);
+    return stop;
+}
+#endif
+
 /* Sends one batch of n spans (h NULL: drops it); counts them exported or dropped. True when the
- * collector took them. */
+ * collector took them. A retryable failure (post) is sent again after 1 s, 2 s and 4 s, the
+ * OTLP specification's exponential back-off, unless the exporter is stopping: a collector
+ * restarting or shedding load loses no spans, while the callers, who never wait, fill the
+ * queue meanwhile (and drop what does not fit, counted). */
 static bool send_batch(obx_otel *o, void *h, json_t *spans, size_t n) {
     json_t *req = request_json(o, spans);
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
@@ -473,7 +507,15 @@ static bool send_batch(obx_otel *o, void *h, json_t *spans, size_t n) {
     char why[300] = "out of memory";
     bool ok = false;
 #ifdef OBX_WITH_OTEL
-    if (body && h) ok = post(o, h, body, why, sizeof why);
+    bool retry = false;
+    for (int i = 0; body && h && !ok; i++) {
+        ok = post(o, h, body, why, sizeof why, &retry);
+        if (ok || !retry || i == OTEL_RETRIES) break;
+        pthread_mutex_lock(&o->mu);
+        o->st.retries++;
+        pthread_mutex_unlock(&o->mu);
+        if (pause_unless_stopping(o, (int64_t)1000 << i)) break;
+    }
 #endif
     if (!h) snprintf(why, sizeof why, "not sent: stopping, and otel.timeout_ms is over");
     free(body);
@@ -492,12 +534,6 @@ static bool send_batch(obx_otel *o, void *h, json_t *spans, size_t n) {
                          "span export to %s failed (%s): %zu spans dropped; failures so far: %lld",
                          o->url, why, n, (long long)failures);
     return ok;
-}
-
-static int64_t mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void *exporter_main(void *arg) {

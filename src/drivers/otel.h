@@ -15,6 +15,7 @@ typedef struct obx__otel_stats {
     int64_t exported; /* spans the collector accepted (HTTP 2xx) */
     int64_t dropped;  /* spans lost: the queue was full, or their batch failed */
     int64_t failures; /* export requests that failed */
+    int64_t retries;  /* export requests sent again after a retryable failure */
 } obx__otel_stats;
 
 /* The exporter's counters; all zero for NULL. Any thread. */

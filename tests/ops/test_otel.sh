@@ -9,7 +9,8 @@
 # OTLP/JSON shape (hex IDs, unix-nano strings). An UNKNOWN resolved by the broker's lookup: a
 # reconcile span "found" linked to the attempt it proved, and no second send. Then, with no
 # collector listening, the relay publishes everything anyway and /metrics counts the spans it
-# dropped; and with a collector that never answers, a stop still ends promptly.
+# dropped, each batch tried again 3 times first; a collector that answers 503 twice gets every
+# span on the retries; and with a collector that never answers, a stop still ends promptly.
 # Usage: test_otel.sh OBX
 set -euo pipefail
 OBX=${1:?usage: test_otel.sh OBX}
@@ -199,7 +200,9 @@ for _ in $(seq 100); do
 done
 [[ $(metric obx_outbox_published_total) == $((N + 3)) ]] ||
   fail "the relay stopped publishing without a collector: $(metric obx_outbox_published_total)"
-for _ in $(seq 50); do
+# each batch is tried 4 times, 1 s, 2 s and 4 s apart (no answer is retryable), before its
+# spans are dropped
+for _ in $(seq 300); do
   [[ $(metric obx_otel_spans_dropped_total) == "$N" ]] && break
   sleep 0.1
 done
@@ -207,11 +210,47 @@ done
   fail "obx_otel_spans_dropped_total is $(metric obx_otel_spans_dropped_total), want $N"
 [[ $(metric obx_otel_spans_exported_total) == 0 ]] || fail "spans exported to nobody"
 (($(metric obx_otel_export_failures_total) >= 1)) || fail "no failed export counted"
+(($(metric obx_otel_export_retries_total) >= 3)) || fail "a batch was not tried again 3 times"
 grep -q 'span export to .* failed' "$dir/r2.log" || fail "the failure is not logged"
 echo "ok: $N events published with the collector down, $N spans dropped and counted"
 kill -TERM "${pids[0]}"
 wait "${pids[0]}" || true
 pids=()
+
+# ---- a collector that answers 503 twice (restarting): the batch is sent again, nothing lost ----
+OTLP_FAIL_FIRST=2 python3 "$here/otlp_receiver.py" "$dir/spans503.jsonl" "$dir/port503" &
+pids+=($!)
+for _ in $(seq 100); do [[ -s $dir/port503 ]] && break; sleep 0.05; done
+[[ -s $dir/port503 ]] || fail "the second OTLP receiver did not start"
+for ((i = 70; i < 73; i++)); do
+  printf '{"order":%d}' "$i" | "$OBX" enqueue --db "$db" --type order.created.v1 \
+    --aggregate "order/o-$i@1" --tenant t1 >>"$dir/ids503"
+done
+"$OBX" relay --db "$db" --broker "$broker" --id r4 --http 127.0.0.1:0 --set relay.poll_ms=20 \
+  --set otel.endpoint="http://127.0.0.1:$(cat "$dir/port503")" --set otel.export_interval_ms=50 \
+  >"$dir/r4.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$dir/r4.log" | grep -o '[0-9]*$' || true)
+  [[ -n $port ]] && break
+  sleep 0.05
+done
+[[ -n $port ]] || fail "no HTTP port: $(cat "$dir/r4.log")"
+for _ in $(seq 150); do
+  (($(metric obx_otel_spans_exported_total) >= 3)) && break
+  sleep 0.1
+done
+[[ $(wc -l <"$dir/spans503.jsonl.fails") == 2 ]] || fail "the receiver refused $(wc -l <"$dir/spans503.jsonl.fails") requests, want 2"
+(($(metric obx_otel_spans_exported_total) >= 3)) ||
+  fail "spans exported after two 503s: $(metric obx_otel_spans_exported_total), want 3 or more"
+[[ $(metric obx_otel_spans_dropped_total) == 0 ]] || fail "spans dropped: $(metric obx_otel_spans_dropped_total)"
+(($(metric obx_otel_export_retries_total) >= 2)) || fail "retries: $(metric obx_otel_export_retries_total)"
+for id in $(cat "$dir/ids503"); do
+  grep -q "$id" "$dir/spans503.jsonl" || fail "the send span of $id never reached the collector"
+done
+echo "ok: a collector that answered 503 twice got every span on the retries, none dropped"
+kill -TERM "${pids[-1]}"
+wait "${pids[-1]}" || true
 
 # ---- a collector that takes the connection and never answers: a stop still ends promptly ----
 python3 -c 'import socket,sys,time
@@ -237,7 +276,7 @@ ms=$((($(date +%s%N) - t0) / 1000000))
 "$OBX" status --db "$db" --json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
-sys.exit(d["states"]["PUBLISHED"] != d["total"] or d["total"] != int(sys.argv[1]))' $((2 * N + 3)) ||
+sys.exit(d["states"]["PUBLISHED"] != d["total"] or d["total"] != int(sys.argv[1]))' $((2 * N + 6)) ||
   fail "not every event was published: $("$OBX" status --db "$db")"
 echo "ok: with a collector that never answers the relay stopped in $ms ms"
 echo "test_otel: all ok"
