@@ -172,4 +172,8 @@ int cmd_help(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_completion(int argc, char **argv);
 
+/* --otel-endpoint URL (obx enqueue, obx resolve): an exporter for the command's own spans;
+ * obx_otel_close sends them before the command ends. */
+obx_err cli_otel_open(const char *endpoint, obx_otel **out);
+
 #endif

@@ -14,7 +14,7 @@
     "usage: obx resolve [EVENT_ID...] [--type T] [--held] [--older-than DURATION] "                \
     "(--retry | --accept (--offset N --payload-digest D [--topic T] [--partition P] "              \
     "[--attempt A] | --from-consumer ID=URL)) --who NAME --reason TEXT [--dry-run] [--json] "      \
-    "[--db URL] [--config FILE] [--broker URL] [--broker-prop K=V]..."
+    "[--db URL] [--config FILE] [--broker URL] [--broker-prop K=V]... [--otel-endpoint URL]"
 
 /* "90s", "15m", "2h", "1d", "500ms" -> ms; -1 when malformed. */
 static int64_t duration_ms(const char *s) {
@@ -38,6 +38,8 @@ typedef struct resolve_args {
     char *cfg_db, *cfg_broker, *cfg_props, *cfg_consumers; /* from --config, split in place */
     const char *consumers[64];
     const char *cfg_prop_v[32];
+    const char *otel_endpoint; /* --otel-endpoint, else the --config file's otel.endpoint */
+    char *cfg_otel;
     int js, retry, accept, offset_given;
 } resolve_args;
 
@@ -46,6 +48,7 @@ static void args_free(resolve_args *a) {
     obx_free(a->cfg_broker);
     obx_free(a->cfg_props);
     obx_free(a->cfg_consumers);
+    obx_free(a->cfg_otel);
 }
 
 /* Splits a newline-separated list in place into v (at most cap). */
@@ -68,9 +71,11 @@ static int resolve_config(resolve_args *a) {
     if (!e) e = obx_config_get(cfg, "broker", &a->cfg_broker);
     if (!e) e = obx_config_get(cfg, "broker_properties", &a->cfg_props);
     if (!e) e = obx_config_get(cfg, "audit.critical_consumers", &a->cfg_consumers);
+    if (!e) e = obx_config_get(cfg, "otel.endpoint", &a->cfg_otel);
     obx_config_free(cfg);
     if (e) return cli_fail("resolve", a->config, e);
     if (!a->db) a->db = a->cfg_db;
+    if (!a->otel_endpoint && a->cfg_otel && a->cfg_otel[0]) a->otel_endpoint = a->cfg_otel;
     if (!a->r.broker_url) {
         a->r.broker_url = a->cfg_broker;
         if (!a->n_props) {
@@ -105,6 +110,7 @@ static int resolve_options(resolve_args *a, int argc, char **argv) {
                                          {"reason", required_argument, 0, 'R'},
                                          {"dry-run", no_argument, 0, 'n'},
                                          {"json", no_argument, 0, 'j'},
+                                         {"otel-endpoint", required_argument, 0, 'E'},
                                          {0, 0, 0, 0}};
     int c;
     char *end;
@@ -154,6 +160,7 @@ static int resolve_options(resolve_args *a, int argc, char **argv) {
         case 'R': r->reason = optarg; break;
         case 'n': r->dry_run = 1; break;
         case 'j': a->js = 1; break;
+        case 'E': a->otel_endpoint = optarg; break;
         default: return cli_usage("resolve", RESOLVE_USAGE);
         }
     }
@@ -194,8 +201,12 @@ int cmd_resolve(int argc, char **argv) {
     }
     char *out = NULL;
     size_t refused = 0;
-    obx_err e = obx_resolve(s, &r, &out, &refused);
+    obx_otel *ot = NULL; /* a span per resolution, sent when it closes */
+    obx_err e = a.otel_endpoint ? cli_otel_open(a.otel_endpoint, &ot) : OBX_OK;
+    obx_store_set_otel(s, ot);
+    if (!e) e = obx_resolve(s, &r, &out, &refused);
     obx_store_close(s);
+    obx_otel_close(ot);
     args_free(&a);
     if (e) return cli_fail("resolve", r.n_event_ids == 1 ? r.event_ids[0] : "events", e);
     if (js) {

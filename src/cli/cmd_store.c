@@ -306,8 +306,9 @@ static int parse_aggregate(const char *s, char **type, char **id, long long *ver
     return (*type && *id) ? 0 : -1;
 }
 
-/* obx enqueue --otel-endpoint: an exporter for the one producer span. */
-static obx_err enqueue_otel(const char *endpoint, obx_otel **out) {
+/* --otel-endpoint (obx enqueue, obx resolve): an exporter for the command's spans; closing it
+ * sends them (cli.h). */
+obx_err cli_otel_open(const char *endpoint, obx_otel **out) {
     obx_config *c;
     obx_err e = obx_config_new(&c);
     if (!e) e = obx_config_set(c, "otel.endpoint", endpoint);
@@ -476,7 +477,7 @@ int cmd_enqueue(int argc, char **argv) {
     if (!rc) {
         obx_err e = obx_store_set_payload_limit(s, (size_t)limit);
         obx_otel *ot = NULL;
-        if (!e && otel_endpoint) e = enqueue_otel(otel_endpoint, &ot);
+        if (!e && otel_endpoint) e = cli_otel_open(otel_endpoint, &ot);
         obx_store_set_otel(s, ot);
         obx_enqueue_result res;
         if (!e) e = obx_enqueue(s, &ev, &res);

@@ -394,7 +394,8 @@ const cli_command cli_commands[] = {
              "a critical consumer declared in --config. Nothing changes a destination. Every "
              "resolution is one transaction with an audit row naming --who and --reason.",
      .opts = {O_DB,
-              O_CONFIG("db, broker, broker_properties and audit.critical_consumers"),
+              O_CONFIG("db, broker, broker_properties, audit.critical_consumers and "
+                       "otel.endpoint"),
               {"broker", "URL", "the configuration's; none",
                "--accept: the broker of the event's cluster, where the offset is read."},
               O_BROKER_PROP,
@@ -418,6 +419,10 @@ const cli_command cli_commands[] = {
               {"who", "NAME", "required", "The operator, recorded in the audit row."},
               {"reason", "TEXT", "required", "Why (an incident number), recorded in the audit."},
               {"dry-run", NULL, NULL, "List what would be resolved; opens the outbox read-only."},
+              {"otel-endpoint", "URL", "the configuration's otel.endpoint; none",
+               "OpenTelemetry: a reconcile span per resolution (obx.outcome operator_accept or "
+               "operator_retry, linked to the attempt it resolved) to this OTLP/HTTP "
+               "collector."},
               O_JSON},
      .examples = "obx resolve --held --older-than 15m --retry --who alice --reason INC-42\n"
                  "obx resolve evt-01J8Z3Q4R5S6T7V8W9X0Y1Z2A3 --accept --from-consumer "

@@ -188,6 +188,7 @@ static obx_err store_of(http *h, obx__store **s) {
             h->s = NULL;
             return e;
         }
+        obx_store_set_otel(h->s, h->v->otel); /* POST /api/resolve's spans */
     }
     *s = h->s;
     return OBX_OK;

@@ -269,10 +269,39 @@ static void on_enqueued(void *user, const obx__event_row *row, int64_t start_ms)
     enqueue_span(o, &s);
 }
 
+/* An operator's resolution of an UNKNOWN attempt (obx_resolve: `obx resolve`, POST
+ * /api/resolve): a reconcile span from the start of the UNKNOWN episode to the decision,
+ * linked to the attempt it resolved, as the reconciler's own decisions are. */
+static void on_resolved(void *user, const obx__event_row *row, const char *action,
+                        const char *who) {
+    obx_otel *o = user;
+    if (full(o)) return;
+    const obx__envelope *v = &row->env;
+    span s = {.kind = KIND_INTERNAL, .id_what = "reconcile", .end_ns = wall_ns()};
+    span_init(&s, "reconcile", NULL, v->traceparent, v->event_id, v->event_type, v->tenant,
+              row->dest.topic);
+    char key[200];
+    snprintf(key, sizeof key, "%s/resolve", row->attempt_id);
+    s.id_key = put(&s, key);
+    s.link_what = "send";
+    s.link_key = put(&s, row->attempt_id);
+    s.start_ns = row->unknown_since > 0 ? row->unknown_since * 1000000 : s.end_ns;
+    s.status = STATUS_OK;
+    if (row->attempt_gen > 0) attr_i(&s, "obx.attempt", row->attempt_gen);
+    attr_s(&s, "obx.attempt_id", row->attempt_id);
+    attr_s(&s, "obx.outcome", !strcmp(action, "accept") ? "operator_accept" : "operator_retry");
+    attr_s(&s, "obx.resolved_by", who ? who : "");
+    attr_s(&s, "obx.cluster", row->dest.cluster);
+    attr_s(&s, "obx.correlation_id", v->correlation_id);
+    enqueue_span(o, &s);
+}
+
 void obx_store_set_otel(obx_store *s, obx_otel *o) {
     if (!s) return;
     s->on_enqueued = o ? on_enqueued : NULL;
     s->on_enqueued_user = o;
+    s->on_resolved = o ? on_resolved : NULL;
+    s->on_resolved_user = o;
 }
 
 /* ---- the relay's spans: publish attempts and reconciliations -------------------------------- */

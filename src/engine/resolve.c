@@ -420,6 +420,8 @@ static obx_err resolve_one(obx__engine *e, int64_t now, const obx__resolve_req *
     err = req->accept ? resolve_accept(e, now, req, id, &ev, arr, refused, why)
                       : resolve_retry(e, now, req, id, &ev, arr, refused, why);
     if (err) return err;
+    if (!*refused && !req->dry_run && e->s->on_resolved)
+        e->s->on_resolved(e->s->on_resolved_user, &ev, req->accept ? "accept" : "retry", req->who);
     if (!*refused && e->on_note) {
         obx__note n = {.kind = OBX__NOTE_RESOLVED,
                        .event_id = id,

@@ -898,6 +898,11 @@ struct obx_store {
      * wrote an event, with its row and the enqueue's start (ms). NULL: none. */
     void (*on_enqueued)(void *user, const obx__event_row *row, int64_t start_ms);
     void *on_enqueued_user;
+    /* The resolution span (the same): called after each UNKNOWN an operator resolved through
+     * this handle (obx_resolve, not a dry run), with the event's row as it was (the attempt it
+     * resolved, the episode's start), "accept" or "retry", and who resolved it. NULL: none. */
+    void (*on_resolved)(void *user, const obx__event_row *row, const char *action, const char *who);
+    void *on_resolved_user;
     /* Test hook (simulator): the next fail_commits outermost-or-inner commits through the
      * wrapper roll back and return OBX_EIO, on this handle only. */
     int fail_commits;

@@ -7,7 +7,8 @@
 # in the traceparent's trace with the traceparent's span as parent, the links (to the producer
 # span; the reconciliation to the retry it sent), the obx and messaging attributes, the
 # OTLP/JSON shape (hex IDs, unix-nano strings). An UNKNOWN resolved by the broker's lookup: a
-# reconcile span "found" linked to the attempt it proved, and no second send. Then, with no
+# reconcile span "found" linked to the attempt it proved, and no second send. An UNKNOWN an
+# operator resolves with `obx resolve --retry --otel-endpoint`: its reconcile span. Then, with no
 # collector listening, the relay publishes everything anyway and /metrics counts the spans it
 # dropped, each batch tried again 3 times first; a collector that answers 503 twice gets every
 # span on the retries; and with a collector that never answers, a stop still ends promptly.
@@ -174,6 +175,41 @@ if rec["traceId"] != trace or rec.get("parentSpanId") != parent: sys.exit("FAIL:
 print("ok: an UNKNOWN found by lookup: send (unknown) and reconcile (found) linked to it")
 PY
 
+# ---- an UNKNOWN an operator resolves (obx resolve --retry): a reconcile span of the operator's ----
+eid4=$(printf '{"order":4}' | "$OBX" enqueue --db "$db" --type order.created.v1 \
+  --aggregate order/o-4@1 --tenant t1 --traceparent "00-$TRACE-$PARENT-01")
+relay 1.5 "blackhole=1" --set relay.reconciler=false --set otel.endpoint="$ep"
+[[ $(state "$eid4") == DISPATCH_UNKNOWN ]] || fail "not UNKNOWN after the lost send: $(state "$eid4")"
+"$OBX" resolve "$eid4" --retry --who ops-anna --reason INC-7 --db "$db" --otel-endpoint "$ep" \
+  >"$dir/resolve.log" 2>&1 || fail "obx resolve: $(cat "$dir/resolve.log")"
+sleep 0.3
+python3 - "$dir/spans.jsonl" "$eid4" "$TRACE" "$PARENT" <<'PY' || fail "the resolution's span"
+import json, sys
+path, eid, trace, parent = sys.argv[1:]
+spans = [s for line in open(path) for rs in json.loads(line)["resourceSpans"]
+         for ss in rs["scopeSpans"] for s in ss["spans"]]
+def attrs(s):
+    return {a["key"]: a["value"].get("stringValue", a["value"].get("intValue")) for a in s["attributes"]}
+mine = [s for s in spans if attrs(s).get("obx.event_id") == eid]
+sends = [s for s in mine if attrs(s)["messaging.operation.name"] == "send"]
+recs = [s for s in mine if attrs(s)["messaging.operation.name"] == "reconcile"]
+if len(sends) != 1 or attrs(sends[0]).get("obx.outcome") != "unknown":
+    sys.exit("FAIL: the lost send's span: %s" % [attrs(s) for s in sends])
+if len(recs) != 1:
+    sys.exit("FAIL: %d reconcile spans for the resolved event, want 1" % len(recs))
+r, a = recs[0], attrs(recs[0])
+if a.get("obx.outcome") != "operator_retry" or a.get("obx.resolved_by") != "ops-anna":
+    sys.exit("FAIL: the resolution's attributes: %s" % a)
+if a.get("obx.attempt_id") != attrs(sends[0])["obx.attempt_id"] or a.get("obx.attempt") != "1":
+    sys.exit("FAIL: the attempt it resolved: %s" % a)
+if r.get("links") != [{"traceId": trace, "spanId": sends[0]["spanId"]}]: sys.exit("FAIL: link %s" % r)
+if r["traceId"] != trace or r.get("parentSpanId") != parent: sys.exit("FAIL: trace %s" % r)
+if int(r["startTimeUnixNano"]) >= int(r["endTimeUnixNano"]): sys.exit("FAIL: no UNKNOWN episode %s" % r)
+print("ok: obx resolve --retry: a reconcile span (operator_retry, by ops-anna) linked to the lost send")
+PY
+relay 1.5 "blackhole=0" --set otel.endpoint="$ep" # the operator's retry is sent
+[[ $(state "$eid4") == PUBLISHED ]] || fail "not PUBLISHED after the operator's retry: $(state "$eid4")"
+
 # ---- no collector: the relay publishes anyway and counts the spans it drops ----
 { kill -9 "${pids[0]}" && wait "${pids[0]}"; } 2>/dev/null || true
 pids=()
@@ -195,10 +231,10 @@ done
 [[ -n $port ]] || fail "no HTTP port: $(cat "$dir/r2.log")"
 metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v k="$1" '$1 == k { print $2 }'; }
 for _ in $(seq 100); do
-  [[ $(metric obx_outbox_published_total) == $((N + 3)) ]] && break
+  [[ $(metric obx_outbox_published_total) == $((N + 4)) ]] && break
   sleep 0.1
 done
-[[ $(metric obx_outbox_published_total) == $((N + 3)) ]] ||
+[[ $(metric obx_outbox_published_total) == $((N + 4)) ]] ||
   fail "the relay stopped publishing without a collector: $(metric obx_outbox_published_total)"
 # each batch is tried 4 times, 1 s, 2 s and 4 s apart (no answer is retryable), before its
 # spans are dropped
@@ -276,7 +312,7 @@ ms=$((($(date +%s%N) - t0) / 1000000))
 "$OBX" status --db "$db" --json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
-sys.exit(d["states"]["PUBLISHED"] != d["total"] or d["total"] != int(sys.argv[1]))' $((2 * N + 6)) ||
+sys.exit(d["states"]["PUBLISHED"] != d["total"] or d["total"] != int(sys.argv[1]))' $((2 * N + 7)) ||
   fail "not every event was published: $("$OBX" status --db "$db")"
 echo "ok: with a collector that never answers the relay stopped in $ms ms"
 echo "test_otel: all ok"
