@@ -44,7 +44,8 @@ obx_err obx__inspect_json(obx__store *s, const char *event_id, json_t **out);
 /* ---- mutations (test-only builds: OBX_MUTATIONS) ------------------------------------------
  * Deliberate protocol bugs, selected at run time by name, so that tests can prove the
  * simulator's gate and the invariant checkers catch each of them. In normal builds
- * OBX__MUTANT(x) is the constant false and the compiler removes the branch. */
+ * OBX__MUTANT(x) is the constant false and the compiler removes the branch. relay-host-clock is
+ * in the simulator's model of the relay's clock (src/sim/actors.c; the driver's clock_sync). */
 #define OBX__MUTATION_LIST(X)                                                                      \
     X(ACCEPT_STALE_DIGEST, "accept-stale-digest")                                                  \
     X(STALE_CLAIM_SENDS, "stale-claim-sends")                                                      \
@@ -64,7 +65,8 @@ obx_err obx__inspect_json(obx__store *s, const char *event_id, json_t **out);
     X(SUPERSEDED_STAY_OPEN, "superseded-stay-open")                                                \
     X(HANDLER_BEFORE_CLAIM, "handler-before-claim")                                                \
     X(PURGE_ANY_INBOX_ROW, "purge-any-inbox-row")                                                  \
-    X(ACCEPT_UNREAD_OFFSET, "accept-unread-offset")
+    X(ACCEPT_UNREAD_OFFSET, "accept-unread-offset")                                                \
+    X(RELAY_HOST_CLOCK, "relay-host-clock")
 
 typedef enum obx__mutation {
     OBX__MUT_NONE,

@@ -159,6 +159,7 @@ static void fault_phase(wk *k, bool unordered) {
     for (int s = 0; s < steps && !k->failure[0]; s++) {
         actor *a = &k->a[rnd(k) % (uint64_t)k->na];
         h_add(k, (uint64_t)(a - k->a));
+        obx__sim_world_clock(k->w, k->now); /* the broker's and network's time: the server's */
         obx__sim_step(k, a);
         obx__sim_world_tick(k->w, k->now);
         obx__sim_faults_between(k, unordered);
@@ -189,6 +190,7 @@ static void liveness_phase(wk *k) {
     obx__sim_faults_stop(k);
     bool done = false;
     for (int round = 0; round < 1000 && !done && !k->failure[0]; round++) {
+        obx__sim_world_clock(k->w, k->now);
         for (int i = 0; i < k->na; i++) obx__sim_actor_live(k, i);
         obx__sim_world_tick(k->w, k->now);
         /* a network event still on its way, due before the next sweep: not quiescent, and

@@ -14,6 +14,10 @@
  *     are lost with it;
  *   - consumers acknowledge each delivery separately (like AMQP); unacknowledged ones are
  *     delivered again after a restart or a redeliver, in any order.
+ * Two clocks: the world's (the simulator's virtual clock, set by obx__sim_world_clock and
+ * obx__sim_world_tick) times the network; the `now` a sender passes is its own clock (a relay's
+ * reference clock, docs/design.md "One clock") and decides only the deadline check, as a real
+ * backend checks the deadline against obx__ref_ms.
  */
 #ifndef OBX_SIM_H
 #define OBX_SIM_H
@@ -90,8 +94,12 @@ obx__sim_faults *obx__sim_world_faults(obx__sim_world *w);
 /* Whether the log holds a copy of event_id the relay never sent (forge_body, corrupt_before,
  * foreign_before): a consumer may then quarantine or park a copy of it. */
 bool obx__sim_world_forged(obx__sim_world *w, const char *event_id);
-/* Delivers every network event due by now (appends, outcomes). */
+/* Delivers every network event due by now (appends, outcomes); the world's clock moves to now
+ * (never back). */
 void obx__sim_world_tick(obx__sim_world *w, int64_t now);
+/* Sets the world's clock to now (the simulator's, before an actor's step) and delivers nothing:
+ * the broker calls of the step deliver and schedule on it. */
+void obx__sim_world_clock(obx__sim_world *w, int64_t now);
 /* The world's log (all topics), valid until the next append or reset. */
 const obx__sim_msg *obx__sim_world_log(obx__sim_world *w, size_t *n);
 /* The byte distance between consecutive log messages (entries carry consumer bookkeeping). */

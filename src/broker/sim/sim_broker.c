@@ -51,6 +51,7 @@ struct obx__sim_world {
     int32_t partitions;
     obx__sim_lookup lookup;
     uint64_t rng, order;
+    int64_t now; /* the world's clock (sim.h): the network's time, not a sender's */
     obx__sim_faults f;
     obx__sim_fired fired;
     logent *log;
@@ -142,6 +143,7 @@ void obx__sim_world_reset(obx__sim_world *w, uint64_t seed, const obx__sim_fault
                           int32_t partitions, obx__sim_lookup lookup, const char *cluster) {
     w->rng = seed ? seed : 0x9e3779b97f4a7c15ull;
     w->order = 0;
+    w->now = 0;
     w->f = *f;
     memset(&w->fired, 0, sizeof w->fired);
     w->partitions = partitions < 1 ? 1 : partitions > 64 ? 64 : partitions;
@@ -383,7 +385,11 @@ const obx__sim_msg *obx__sim_world_find(obx__sim_world *w, const char *event_id,
     return NULL;
 }
 
+void obx__sim_world_clock(obx__sim_world *w, int64_t now) { w->now = now; }
+
 void obx__sim_world_tick(obx__sim_world *w, int64_t now) {
+    if (now > w->now) w->now = now;
+    now = w->now;
     for (;;) {
         size_t best = SIZE_MAX;
         for (size_t i = 0; i < w->nq; i++)
@@ -469,10 +475,12 @@ static void outcome_of(const obx__msg *m, obx__outcome *o, obx__outcome_kind k, 
     obx__strlcpy(o->reason, why, sizeof o->reason);
 }
 
+/* now: the sender's clock, for the deadline check; the network runs on the world's (t). */
 static obx_err sb_send(obx__broker *b, const obx__msg *m, size_t n, int64_t now) {
     sim_handle *h = (sim_handle *)b;
     obx__sim_world *w = h->w;
-    obx__sim_world_tick(w, now);
+    int64_t t = w->now;
+    obx__sim_world_tick(w, t);
     obx_err err = OBX_OK;
     for (size_t i = 0; i < n && !err; i++) {
         obx__outcome o;
@@ -492,7 +500,7 @@ static obx_err sb_send(obx__broker *b, const obx__msg *m, size_t n, int64_t now)
             bool late = chance(w, w->f.late_reject); /* lands after the attempt's lease */
             w->fired.late_reject += late;
             outcome_of(&m[i], &o, OBX__OUT_REJECT, "rejected (fault)");
-            net_ev e = {.at = now + between(w, 0, 20) + (late ? w->f.delay_ack_ms : 0),
+            net_ev e = {.at = t + between(w, 0, 20) + (late ? w->f.delay_ack_ms : 0),
                         .kind = EV_OUTCOME,
                         .handle = h->id,
                         .handle_gen = h->gen,
@@ -507,7 +515,7 @@ static obx_err sb_send(obx__broker *b, const obx__msg *m, size_t n, int64_t now)
         net_ev e;
         memset(&e, 0, sizeof e);
         e.kind = EV_APPEND;
-        e.at = now + between(w, 0, w->f.max_net_delay_ms);
+        e.at = t + between(w, 0, w->f.max_net_delay_ms);
         e.handle = h->id;
         e.handle_gen = h->gen;
         e.deadline = m[i].deadline;
@@ -541,7 +549,7 @@ static obx_err sb_send(obx__broker *b, const obx__msg *m, size_t n, int64_t now)
         if (!e.drop && (e.lose = chance(w, w->f.lose_ack))) w->fired.lose_ack++;
         if (!e.lose && (e.drop = e.drop || chance(w, w->f.drop_ack))) {
             w->fired.drop_ack++;
-            net_ev u = {.at = now + w->f.ack_timeout_ms,
+            net_ev u = {.at = t + w->f.ack_timeout_ms,
                         .kind = EV_OUTCOME,
                         .handle = h->id,
                         .handle_gen = h->gen};
@@ -558,7 +566,8 @@ static obx_err sb_poll(obx__broker *b, int64_t now, int timeout_ms, obx__outcome
                        size_t *n) {
     sim_handle *h = (sim_handle *)b;
     (void)timeout_ms;
-    obx__sim_world_tick(h->w, now);
+    (void)now; /* the sender's clock: outcomes arrive on the world's */
+    obx__sim_world_tick(h->w, h->w->now);
     size_t k = h->nbox < cap ? h->nbox : cap;
     size_t *pa = realloc(h->polled_acks, (k ? k : 1) * sizeof *pa);
     if (!pa) return obx__fail(OBX_ENOMEM, "sim: out of memory");
@@ -606,7 +615,7 @@ static int64_t sb_quiet(obx__broker *b) {
 static obx_err sb_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_res *res) {
     sim_handle *h = (sim_handle *)b;
     obx__sim_world *w = h->w;
-    obx__sim_world_tick(w, req->now);
+    obx__sim_world_tick(w, w->now); /* req->now, the relay's clock, decided the quiet time */
     if (w->f.lookup_down) {
         w->fired.lookup_down++;
         res->kind = OBX__LOOKUP_CANNOT_TELL;
