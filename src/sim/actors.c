@@ -7,7 +7,9 @@
  * must change nothing (dry runs, a refused route change), false evidence and poison re-drives
  * (issue 46, item 11). They run the
  * production engine code; the faults they are exposed to are drawn in faults.c, the order they
- * run in in scheduler.c. An actor's crash loses its memory; what it committed stays.
+ * run in in scheduler.c. An actor's crash loses its memory; what it committed stays. The
+ * relay's actors (dispatchers, reconciler) pass the engine their own clock, as the driver computes
+ * it (relay_now); the others pass the simulator's.
  */
 #include "sim/sim.h"
 
@@ -31,6 +33,10 @@ static obx_err actor_start(wk *k, actor *a) {
                                        : "c",
              a->index, a->incarnation);
     obx_err e = OBX_OK;
+    if (a->incarnation == 1 && (a->kind == A_DISPATCHER || a->kind == A_RECONCILER))
+        /* a relay's host: its monotonic clock counts from its boot */
+        a->mono_base = (int64_t)(rnd(k) % 86400000) - k->now;
+    a->clock_synced = false; /* the driver reads the server's clock at each connection */
     /* the operator reads the broker too: its evidence is checked there (obx resolve --broker) */
     if (a->kind != A_PRODUCER && a->kind != A_PURGER) e = obx__br_open(k->wurl, NULL, 0, &a->b);
     if (e) return e;
@@ -100,7 +106,36 @@ void obx__sim_actor_stop(actor *a) {
     a->b = NULL;
 }
 
-/* An engine error is expected only where a fault was injected; anything else is a defect. */
+/* ---- the relay's clock (docs/design.md, "One clock") ------------------------------------------
+ */
+
+/* The driver's clock_sync (src/drivers/relay.c) and obx__ref_ms (src/core/util.c), on a relay
+ * actor's simulated clocks (sim.h, actor): the database server's clock_timestamp() (the
+ * simulator's clock is the server's) is read at each connection and every SIM_CLOCK_SYNC_MS; the
+ * query reaches the server after `up` ms and its answer comes back after `down` ms, each up to
+ * half of SIM_DB_RTT_MS, so the offset measured is off by (up - down) / 2: half a round trip at
+ * most. The host's wall clock takes no part: a step of it moves nothing. */
+#define SIM_CLOCK_SYNC_MS 10000 /* relay.c's CLOCK_SYNC_MS */
+#define SIM_DB_RTT_MS 10
+
+static void clock_sync(wk *k, actor *a, int64_t mono) {
+    int64_t up = (int64_t)(rnd(k) % (SIM_DB_RTT_MS / 2 + 1));
+    int64_t down = (int64_t)(rnd(k) % (SIM_DB_RTT_MS / 2 + 1));
+    int64_t server = k->now + up, recv = mono + up + down;
+    a->ref_off = server - (mono + (recv - mono) / 2); /* obx__ref_sync */
+    a->synced_at = mono;
+    a->clock_synced = true;
+}
+
+/* The time relay actor a decides on (obx__ref_ms): its monotonic clock plus the offset measured
+ * at the last read of the server's clock. */
+static int64_t relay_now(wk *k, actor *a) {
+    int64_t mono = k->now + a->mono_base;
+    if (!a->clock_synced || mono - a->synced_at >= SIM_CLOCK_SYNC_MS) clock_sync(k, a, mono);
+    if (OBX__MUTANT(RELAY_HOST_CLOCK)) return k->now + a->host_off; /* test-only: its host clock */
+    return mono + a->ref_off;
+}
+
 /* ---- steps --------------------------------------------------------------------------------- */
 
 static void producer_step(wk *k, actor *a) {
@@ -170,7 +205,7 @@ static void poll_outcomes(wk *k, actor *a) {
     size_t n = 0;
     bool rollback = k->faults_on && chance(k, k->p[F_ACCEPTANCE_ROLLBACK]);
     if (rollback) k->os->fail_commits = 8; /* every retry of this step's transactions fails */
-    obx_err e = obx__engine_poll(&a->e, k->now, 0, &n);
+    obx_err e = obx__engine_poll(&a->e, relay_now(k, a), 0, &n);
     k->os->fail_commits = 0;
     if (e && rollback) {
         /* the acceptance rolled back: those ACKs never reached a committed acceptance; their
@@ -191,15 +226,15 @@ static void dispatcher_step(wk *k, actor *a) {
     switch (rnd(k) % 4) {
     case 0: /* claim (held in memory until sent) */
         if (a->held.n) break;
-        e = obx__engine_claim(&a->e, k->now, &a->held);
+        e = obx__engine_claim(&a->e, relay_now(k, a), &a->held);
         check_err(k, a, e, "claim");
         if (a->held.n) logv(k, "%s: claimed %zu", a->owner, a->held.n);
         h_add(k, a->held.n);
         break;
     case 1: /* register attempts and send what was claimed */
         if (!a->held.n) break;
-        e = obx__engine_begin_attempts(&a->e, k->now, a->held.v, a->held.n, OBX__ACT_DISPATCHER,
-                                       &n);
+        e = obx__engine_begin_attempts(&a->e, relay_now(k, a), a->held.v, a->held.n,
+                                       OBX__ACT_DISPATCHER, &n);
         check_err(k, a, e, "begin attempts");
         logv(k, "%s: sent %zu of %zu claimed", a->owner, n, a->held.n);
         h_add(k, n);
@@ -207,7 +242,7 @@ static void dispatcher_step(wk *k, actor *a) {
         break;
     case 2: poll_outcomes(k, a); break;
     default:
-        e = obx__engine_sweep(&a->e, k->now, &n);
+        e = obx__engine_sweep(&a->e, relay_now(k, a), &n);
         check_err(k, a, e, "sweep");
         if (n) logv(k, "%s: swept %zu expired SENDING leases", a->owner, n);
         h_add(k, n);
@@ -232,7 +267,8 @@ static void retry_send(wk *k, actor *a, obx__event_row *row) {
                 poll_outcomes(k, &k->a[i]);
     }
     size_t sent = 0;
-    obx_err e = obx__engine_begin_attempts(&a->e, k->now, row, 1, OBX__ACT_RECONCILER, &sent);
+    obx_err e =
+        obx__engine_begin_attempts(&a->e, relay_now(k, a), row, 1, OBX__ACT_RECONCILER, &sent);
     check_err(k, a, e, "retry");
     logv(k, "%s: retry of %s %s", a->owner, row->env.event_id, sent ? "sent" : "refused (fenced)");
     h_add(k, sent);
@@ -250,14 +286,15 @@ static void retry_send(wk *k, actor *a, obx__event_row *row) {
 static void reconcile_all(wk *k, actor *a) {
     obx__rows_free(&a->held);
     a->held_pos = 0;
-    obx_err e = obx__reconcile_begin(&a->e, k->now, &a->held);
+    obx_err e = obx__reconcile_begin(&a->e, relay_now(k, a), &a->held);
     check_err(k, a, e, "reconcile begin");
     for (size_t i = 0; !e && i < a->held.n; i++) {
         obx__event_row *row = &a->held.v[i];
         if (row->state != OBX__ST_RETRY_CLAIMED) {
             obx__lookup_res res;
-            e = obx__reconcile_lookup(&a->e, k->now, row, &res);
-            if (!e) e = obx__reconcile_apply(&a->e, k->now, row, &res);
+            int64_t now = relay_now(k, a);
+            e = obx__reconcile_lookup(&a->e, now, row, &res);
+            if (!e) e = obx__reconcile_apply(&a->e, now, row, &res);
             check_err(k, a, e, "reconcile");
         }
         if (!e && row->state == OBX__ST_RETRY_CLAIMED) retry_send(k, a, row);
@@ -272,7 +309,7 @@ static void reconciler_step(wk *k, actor *a) {
         if (a->held_pos < a->held.n) break;
         obx__rows_free(&a->held);
         a->held_pos = 0;
-        e = obx__reconcile_begin(&a->e, k->now, &a->held);
+        e = obx__reconcile_begin(&a->e, relay_now(k, a), &a->held);
         check_err(k, a, e, "reconcile begin");
         if (a->held.n) logv(k, "%s: reconciling %zu", a->owner, a->held.n);
         h_add(k, a->held.n);
@@ -286,8 +323,9 @@ static void reconciler_step(wk *k, actor *a) {
             break;
         }
         obx__lookup_res res;
-        e = obx__reconcile_lookup(&a->e, k->now, row, &res);
-        if (!e) e = obx__reconcile_apply(&a->e, k->now, row, &res);
+        int64_t now = relay_now(k, a);
+        e = obx__reconcile_lookup(&a->e, now, row, &res);
+        if (!e) e = obx__reconcile_apply(&a->e, now, row, &res);
         check_err(k, a, e, "reconcile");
         logv(k, "%s: %s: lookup %s -> %s", a->owner, row->env.event_id,
              res.kind == OBX__LOOKUP_FOUND       ? "FOUND"
@@ -775,15 +813,16 @@ void obx__sim_actor_live(wk *k, int i) {
     case A_DISPATCHER: {
         size_t n = 0;
         poll_outcomes(k, a);
-        if (i == 1) check_err(k, a, obx__engine_sweep(&a->e, k->now, &n), "sweep");
+        int64_t now = relay_now(k, a);
+        if (i == 1) check_err(k, a, obx__engine_sweep(&a->e, now, &n), "sweep");
         if (a->held.n) {
             check_err(k, a,
-                      obx__engine_begin_attempts(&a->e, k->now, a->held.v, a->held.n,
+                      obx__engine_begin_attempts(&a->e, now, a->held.v, a->held.n,
                                                  OBX__ACT_DISPATCHER, &n),
                       "begin attempts");
             obx__rows_free(&a->held);
         }
-        check_err(k, a, obx__engine_dispatch(&a->e, k->now, &n), "dispatch");
+        check_err(k, a, obx__engine_dispatch(&a->e, now, &n), "dispatch");
         break;
     }
     case A_RECONCILER:

@@ -9,7 +9,9 @@
  * instances of a consumer ID taking one message at once; actors.c draws those with k->p[]) —
  * and the count of each that fired. The copies the relay never sent (issue 46: good headers
  * with another body, a corrupt copy before the genuine one, a foreign copy) and late
- * rejections are set here and made by src/broker/sim.
+ * rejections are set here and made by src/broker/sim. A relay's host clock steps between two
+ * steps (relay-clock-step, issue 46, item 10): the relay decides on the database server's clock
+ * (actors.c, relay_now), so the step must move nothing.
  */
 #include "sim/sim.h"
 
@@ -100,6 +102,16 @@ void obx__sim_faults_between(wk *k, bool unordered) {
     if (down != wf->lookup_down) {
         wf->lookup_down = down;
         if (down) k->r.fired[F_TARGET_UNQUERYABLE]++;
+    }
+    if (chance(k, k->p[F_RELAY_CLOCK_STEP])) {
+        /* a dispatcher's or the reconciler's host clock (actors 1-3) steps forwards or
+         * backwards by up to four leases (NTP after a suspend, an operator's date -s) */
+        actor *v = &k->a[1 + rnd(k) % 3];
+        int64_t span = 4 * lease, step = (int64_t)(rnd(k) % (uint64_t)(2 * span + 1)) - span;
+        v->host_off += step;
+        k->r.fired[F_RELAY_CLOCK_STEP]++;
+        logv(k, "%s: host clock steps %+lld ms (now %+lld ms off)", v->owner, (long long)step,
+             (long long)v->host_off);
     }
 }
 

@@ -10,9 +10,10 @@
  *      (business transactions with their envelopes, retrying commands with the same
  *      idempotency key after it crashes), two dispatchers, a reconciler, a purger, one or two
  *      consumers with the inbox — and injects the fault classes of §9 between any two steps
- * (crashes: an actor loses its memory; pauses past a lease), in the broker and the network (lost,
- *      late, timed-out, duplicated and mangled ACKs, lost requests, rejections, unqueryable
- *      target, duplicated and reordered deliveries, lost consumer commits) and in the store
+ *      (crashes: an actor loses its memory; pauses past a lease; a relay's host clock
+ *      steps), in the broker and the network (lost, late, timed-out, duplicated and mangled
+ *      ACKs, lost requests, rejections, unqueryable target, duplicated and reordered
+ *      deliveries, lost consumer commits) and in the store
  *      (acceptance rolled back), plus a route policy revision;
  *   2. a liveness phase: faults stop, every actor runs until the system is quiescent;
  *   3. the checkers: lost events, second logical event IDs, cross-destination retries, digest

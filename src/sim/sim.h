@@ -59,7 +59,8 @@
     X(CORRUPT_BEFORE_GENUINE, "corrupt-copy-before-genuine")                                       \
     X(FOREIGN_COPY, "foreign-copy")                                                                \
     X(LATE_REJECTION, "late-rejection")                                                            \
-    X(CONCURRENT_INSTANCES, "concurrent-consumer-instances")
+    X(CONCURRENT_INSTANCES, "concurrent-consumer-instances")                                       \
+    X(RELAY_CLOCK_STEP, "relay-clock-step")
 
 enum {
 #define F(n, s) F_##n,
@@ -127,6 +128,12 @@ typedef struct actor {
     /* producer */
     int next_cmd, retry_cmd;
     obx__ulid_gen gen;
+    /* dispatchers and the reconciler (the relay's actors): their host's clocks, read as
+     * k->now + mono_base (monotonic) and k->now + host_off (wall: relay-clock-step steps it),
+     * and the reference clock they decide on (actors.c, relay_now): the monotonic clock plus
+     * ref_off, measured at the last read of the database server's clock (at mono synced_at) */
+    int64_t mono_base, host_off, ref_off, synced_at;
+    bool clock_synced;
     /* consumer */
     /* purger: retention with the trace's consumers as critical consumers; reconciler: the
      * same consumers as evidence (traces with evidence on) */

@@ -6,7 +6,8 @@
 # duplicate effect, late-ACK convergence, untraceable UNKNOWN, UNKNOWN p99 and unresolved
 # UNKNOWNs; plus stale claims, premature purges and migration without proof; and issue 46's:
 # a publish on a copy's header, a dry run or refusal that changes the routes, a genuine copy
-# parked, attempts left open, a handler run twice, a purge on evidence of other bytes). A control run
+# parked, attempts left open, a handler run twice, a purge on evidence of other bytes; and a
+# relay deciding on its stepped host clock). A control run
 # without mutation must pass. Usage: test_mutations.sh OBX (an obx built with -DOBX_MUTATIONS=ON)
 set -euo pipefail
 OBX=${1:?usage: test_mutations.sh OBX}
@@ -30,6 +31,10 @@ check ignore-idempotency-key  'second_event_ids > 0'
 check drop-duplicate-receipt  'late_ack_converged < late_ack_total'
 check purge-before-watermark  'premature_purges > 0'
 check migrate-while-unknown   'migrated_with_old_copy > 0'
+# issue 46 (item 10): a relay that decides on its stepped host clock instead of the database
+# server's stamps its publications out of order (published_at minutes in the past or future),
+# and retention, which purges behind the consumers in published_at order, purges ahead of them
+check relay-host-clock        'premature_purges > 0'
 # a guessed receipt names no copy at the broker: the evidence check sees it first (offset -1)
 check reconcile-guess-published 'lost_events > 0 or published_without_evidence > 0'
 check sweep-forgets-attempt   'unknown_untraceable > 0'
