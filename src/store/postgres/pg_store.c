@@ -5,15 +5,15 @@
  *
  * Owns: one PGconn (opened here, or borrowed from a producer/consumer with obx_store_wrap_pg),
  * the names of the statements prepared on it, the nesting of obx transactions on it, and its
- * LISTEN state.
+ * LISTEN state. This file opens and closes it, migrates the schema (in one transaction, under an
+ * advisory lock, and not while a relay holds the schema in use: migrate_in_tx,
+ * migrate_exclusive, pg_schema_hold), creates the roles and holds the method tables; the rest
+ * is split by concern (pg_int.h lists the files).
  *
- * Contracts:
- *   1. Every object lives in schema obx and every statement names it: obx works whatever the
- *      connection's search_path.
- *   2. Statements are prepared once per connection, on first use, under names derived from a
- *      hash of all statement texts ("obx_<hash>_<n>"). On a borrowed connection the names an
- *      earlier wrapper already prepared are read once from pg_prepared_statements: preparing a
- *      name twice would fail and abort the caller's transaction.
+ * Contracts (one that another file keeps is stated in full at the top of that file):
+ *   1. Every object lives in schema obx and every statement names it (pg_sql.c).
+ *   2. Statements are prepared once per connection, under names derived from a hash of all
+ *      statement texts (pg_sql.c).
  *   3. Transactions nest: the outermost begin on a connection that is not in a transaction is
  *      BEGIN (READ COMMITTED, the server default); every other begin is a SAVEPOINT. obx never
  *      commits nor rolls back a transaction it did not begin.
@@ -33,7 +33,8 @@
  *   6. A lost owned connection is re-established (PQreset) at the next call outside a
  *      transaction; inside one every call fails with OBX_ECONNLOST until the caller has rolled
  *      back to depth 0. A borrowed connection is never reset.
- *   7. Per order key (cluster, topic, routing key), seq order is commit order: see Q_INS_EVENT.
+ *   7. Per order key (cluster, topic, routing key), seq order is commit order (pg_sql.c,
+ *      Q_INS_EVENT).
  *   8. wait_for_work LISTENs on channel obx_work (on first use) and polls the socket; the
  *      statement inserting an event NOTIFYs (delivered at commit; Q_INS_EVENT, obx.enqueue())
  *      while a relay of the event's cluster waits for work (NOTIFY_EXPR, the wake lock).
@@ -44,15 +45,10 @@
  * Thread use: one thread at a time per handle (obx.h); the statement-name hash is computed
  * once per process under pthread_once.
  */
-#include "store/shared.h"
+#include "store/postgres/pg_int.h"
 
 #include <errno.h>
-#include <libpq-fe.h>
 #include <poll.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 extern const char obx__pg_schema[];
 
@@ -61,1245 +57,6 @@ extern const char obx__pg_schema[];
 static const char *const migrations[] = {NULL, obx__pg_schema};
 _Static_assert(sizeof migrations / sizeof *migrations == OBX__SCHEMA_VERSION + 1,
                "one script per schema version");
-
-/* Advisory lock class IDs ("OBX" and "OBY"): the two-key form keeps obx's locks apart from an
- * application's single-bigint advisory locks. */
-#define LOCK_CLASS_ORDER "5194328" /* per order-key bucket: seq order = commit order */
-#define LOCK_CLASS_INIT 5194329    /* serializes concurrent `obx init` */
-/* With LOCK_CLASS_INIT: the schema in use (pg_schema_hold). Each relay connection holds it
- * shared for its life; `obx init` takes it exclusively, for its transaction, to migrate. */
-#define LOCK_SCHEMA_IN_USE 1
-/* The wake lock, one per cluster (key hashtext(cluster)): held exclusively by the relay
- * connection that waits for that cluster's work (pg_wait_for_work), tested shared by each
- * event-inserting statement, which NOTIFYs only when it cannot take it (NOTIFY_EXPR). */
-#define LOCK_CLASS_WAKE "5194330"
-#define NOTIFY_CHANNEL "obx_work"
-
-enum {
-    Q_ROUTE_PUT,
-    Q_ROUTE_GET,
-    Q_ROUTE_LIST_CUR,
-    Q_ROUTE_LIST_ALL,
-    Q_IDEM,
-    Q_ROUTE_GET_TXID,
-    Q_INS_ENV,
-    Q_INS_EVENT,
-    Q_INS_EVENT_AUDIT,
-    Q_ENQ_WRITE,
-    Q_ENQ_TRY,
-    Q_CLAIM,
-    Q_RELAY_PLANS,
-    Q_CLAIM_PLANS,
-    Q_SEL_EXPIRED,
-    Q_SEL_EXPIRED_LOCK,
-    Q_SEL_RECONCILE,
-    Q_SEL_RECONCILE_LOCK,
-    Q_SEL_STATE,
-    Q_SEL_STATE_LOCK,
-    Q_SEL_PUBBEFORE,
-    Q_SEL_PUBBEFORE_LOCK,
-    Q_LOAD,
-    Q_LOAD_LOCK,
-    Q_LOAD_SLOTS,
-    Q_LOAD_SLOTS_LOCK,
-    Q_UPD_EVENTS,
-    Q_INS_ATT,
-    Q_UPD_ATT,
-    Q_LOAD_ATT,
-    Q_LOAD_ATT_EVENT,
-    Q_INS_RCPT,
-    Q_LOAD_RCPT,
-    Q_INS_AUDIT,
-    Q_INS_AUDIT_FIND,
-    Q_LOAD_AUDIT,
-    Q_COUNTER_ADD,
-    Q_COUNTER_GET,
-    Q_STATS,
-    Q_STATS_INV,
-    Q_UNKNOWN_RES,
-    Q_FIND_CORR,
-    Q_INBOX_GET,
-    Q_INBOX_PUT,
-    Q_INBOX_FINISH,
-    Q_INBOX_HAS,
-    Q_WM_PUT,
-    Q_WM_LIST,
-    Q_WM_LIST_ALL,
-    Q_FAIL_BUMP,
-    Q_FAIL_GET,
-    Q_FAIL_CLEAR,
-    Q_POISON_PUT,
-    Q_POISON_LIST,
-    Q_POISON_GET,
-    Q_POISON_STATE,
-    Q_INBOX_QUAR,
-    Q_CONSUME_AUDIT,
-    Q_FIND,
-    Q_RSET_PUT,
-    Q_RSET_GET,
-    Q_DSET_PUT,
-    Q_DGET,
-    Q_DSTATS,
-    Q_RCPT_DETAIL,
-    Q_SET_ALIAS,
-    Q_RET_CANDIDATES,
-    Q_RET_CANDIDATES_LOCK,
-    Q_PURGE_PAYLOADS,
-    Q_RCPT_KIND_SPARSE,
-    Q_RCPT_KIND_ANY,
-    Q_RECENT_PUB,
-    Q_CAUDIT_EVENT,
-    Q_CAUDIT_AFTER,
-    Q_CAUDIT_NEWEST,
-    Q_SEL_UNPUB_STATE,
-    Q_SEL_UNPUB_STATE_LOCK,
-    Q_CLUSTER_PUT,
-    Q_CLUSTER_GET,
-    Q_SERIES_PUT,
-    Q_SERIES_LIST,
-    Q_UNSERVED,
-    Q_DOPEN,
-    Q_ENV_AT,
-    Q_AGED_LIST,                                  /* + obx__aged_kind */
-    Q_AGED_COUNT = Q_AGED_LIST + OBX__AGED_COUNT, /* + obx__aged_kind */
-    Q_COUNT = Q_AGED_COUNT + OBX__AGED_COUNT
-};
-
-struct ws_stmt;
-
-/* The row types of the relay's batch statements' parameters (schema.sql), by name. */
-enum { RT_EVENT_UPDATE, RT_ATTEMPT_INSERT, RT_ATTEMPT_UPDATE, RT_RECEIPT_INSERT, RT_COUNT };
-
-typedef struct pg_store {
-    obx__store base;
-    PGconn *conn;
-    bool owned;
-    obx__tx_nest tx; /* transaction nesting (shared.c) */
-    bool lost;       /* the connection was lost inside the current obx transaction */
-    bool listening;  /* LISTEN obx_work issued on this connection */
-    /* obx._wait_for_work() (the obx_pg extension) in this database: 0 not looked up yet, 1 yes,
-     * -1 no (pg_wait_for_work) */
-    int wait_fn;
-    /* The wake lock of the cluster this connection claims for (pg_wait_for_work): the cluster
-     * of its last claim (read_claim), the lock's key once read, and whether this session holds
-     * it (from its wait until a claim takes a whole batch). */
-    char wake_cluster[OBX_NAME_MAX + 1];
-    int32_t wake_key;
-    bool wake_key_known, wake_held;
-    bool dispatch; /* serve_dispatch: every BEGIN sets the relay's planner options */
-    unsigned pend; /* P_*: what goes in front of the next statement (ws_run, pend_flush) */
-    /* a relay transaction's write set, held back for its COMMIT's pipeline (pg_write_set);
-     * owned; sent before anything else the transaction sends (conn_ready) */
-    struct ws_stmt *held;
-    size_t n_held;
-    bool names_checked; /* borrowed connection: pg_prepared_statements read */
-    bool prepared[Q_COUNT];
-    uint32_t rec_oid[RT_COUNT]; /* the row types' OIDs (rec_oids); 0: not read yet */
-    bool rec_stale; /* a row type changed under the connection: prepare its statements again */
-} pg_store;
-
-#define EVENT_COLS OBX__EVENT_COLS   /* shared.h */
-#define EVENT_NCOLS OBX__EVENT_NCOLS /* the payload, when selected, is column EVENT_NCOLS */
-/* A delivery-set slot carries its logical event ID and target number (docs/migration.md). */
-#define SLOT_JOIN " LEFT JOIN obx.obx_delivery_target t ON t.slot_id = e.event_id "
-#define EVENT_FROM                                                                                 \
-    " FROM obx.obx_event e JOIN obx.obx_envelope v ON v.event_id = e.event_id AND "                \
-    "v.envelope_gen = e.envelope_gen" SLOT_JOIN
-/* The relay's planner options, for the rest of a transaction (relay_plans): plan once, without
- * sequential scans, hash or merge joins, or JIT compilation (a generic plan's cost estimate for
- * a LIMIT $n walk of a million-row index passes jit_above_cost: 165 ms of compilation for a
- * 2 ms claim, on every call). */
-#define RELAY_PLANS                                                                                \
-    "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; "                            \
-    "SET LOCAL enable_mergejoin = off; SET LOCAL jit = off; "                                      \
-    "SET LOCAL plan_cache_mode = force_generic_plan"
-/* The claim must walk obx_event_claimable in seq order and stop at the limit (relay_plans). */
-#define CLAIM_PLANS "SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off"
-/* The same settings as one prepared statement each (set_config(.., true) is SET LOCAL), to go in
- * a pipeline, where a statement list cannot. */
-#define RELAY_PLANS_SEL                                                                            \
-    "SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', "      \
-    "true), set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true), "         \
-    "set_config('plan_cache_mode', 'force_generic_plan', true)"
-#define CLAIM_PLANS_SEL                                                                            \
-    "SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true)"
-/* What a relay transaction has not sent yet (pg_store.pend): a relay connection's BEGIN waits
- * for the transaction's first statement and goes in its pipeline (tx_begin), with the planner
- * settings its statements need. P_RELAY and P_CLAIM alone: settings for a transaction already
- * open. */
-enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
-/* Written exactly as the predicate of index obx_event_unpublished. */
-#define UNPUBLISHED                                                                                \
-    "('PENDING','CLAIMED','SENDING','DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED','PARKED')"
-#define ROUTE_COLS                                                                                 \
-    "gen, event_type, cluster, topic, routing_key, algorithm, serializer, durability, "            \
-    "required_acks, max_attempts, blind_retry, unordered, alias, created_at, "                     \
-    "coalesce((SELECT s.targets FROM obx.obx_route_set s WHERE s.route_gen = obx_route.gen), 0), " \
-    "encrypt_key"
-#define ENV_COLS_LIST                                                                              \
-    "(event_id, envelope_gen, aggregate_type, aggregate_id, aggregate_version, event_type, "       \
-    "payload_schema, payload_digest, tenant, occurred_at, created_txid, correlation_id, "          \
-    "causation_id, traceparent, idempotency_key, envelope_digest, dest_cluster, dest_topic, "      \
-    "dest_routing_key, dest_algorithm, dest_route_gen, dest_serializer, dest_durability, "         \
-    "dest_acks, dest_digest, payload, payload_len, created_at, not_before"
-#define ENV_INS_COLS ENV_COLS_LIST ")"
-/* the producer's envelope: also who enqueued ($50), its first audit row (created_by) */
-#define ENV_INS_COLS_BY ENV_COLS_LIST ", created_by)"
-/* ENV_INS_VALS_WITH(txid, digest, nb): the envelope's values, created_txid and envelope_digest as
- * given (ENV_INS_VALS: parameters $11 and $16; Q_ENQ_WRITE: the server's), not_before the
- * statement's last parameter nb (after those the statement had before it: Q_INS_ENV $29,
- * Q_INS_EVENT $50, Q_INS_EVENT_AUDIT $51, Q_ENQ_WRITE and Q_ENQ_TRY $54: bound last) */
-#define ENV_INS_VALS_WITH(txid, digest, nb)                                                        \
-    "$1::text, $2::int, $3::text, $4::text, $5::bigint, $6::text, $7::text, $8::text, $9::text, "  \
-    "$10::bigint, " txid ", $12::text, $13::text, $14::text, $15::text, " digest ", $17::text, "   \
-    "$18::text, $19::text, $20::text, $21::bigint, $22::text, $23::text, $24::text, $25::text, "   \
-    "$26::bytea, $27::bigint, $28::bigint, " nb "::bigint"
-#define ENV_INS_VALS(nb) ENV_INS_VALS_WITH("$11::text", "$16::text", nb)
-#define ATT_COLS                                                                                   \
-    "attempt_id, event_id, envelope_gen, attempt_gen, claim_gen, owner, dest_digest, partition, "  \
-    "state, started_at, unknown_at, ended_at, offset_before, quiet_until, detail"
-#define SEL(where, order)                                                                          \
-    "SELECT " EVENT_COLS ", CASE WHEN $4::bool THEN v.payload END" EVENT_FROM where                \
-    " AND ($2::text IS NULL OR e.dest_cluster = $2::text) ORDER BY " order " LIMIT $3::bigint"
-#define SKIP_LOCKED " FOR UPDATE OF e SKIP LOCKED"
-#define SEL_EXPIRED                                                                                \
-    SEL("WHERE e.state = 'SENDING' AND e.lease_until <= $1::bigint", "e.lease_until, e.seq")
-/* seq + 0, as in SEL_UNPUB_STATE: a generic plan (the relay's) could otherwise walk the primary
- * key in seq order through every published row, looking for the few in reconciliation (347 ms
- * at a million rows instead of 0.2 ms through obx_event_inflight). */
-#define SEL_RECONCILE                                                                              \
-    SEL("WHERE ((e.state = 'DISPATCH_UNKNOWN' AND e.next_check_at <= $1::bigint) OR "              \
-        "(e.state IN ('RECONCILING','RETRY_CLAIMED') AND e.lease_until <= $1::bigint))",           \
-        "e.seq + 0")
-/* every statement of the select family binds the same first four parameters; this one has no
- * use for now ($1), but an unreferenced parameter would have no type when prepared */
-#define SEL_STATE SEL("WHERE e.state = $5::text AND $1::bigint IS NOT NULL", "e.seq")
-/* An unpublished state (operators' lists: UNKNOWN, PARKED): the literal list proves the
- * partial index obx_event_unpublished's predicate, and ordering by seq + 0 keeps the planner
- * from walking the primary key in seq order hoping to meet the rare state soon (the unpublished
- * rows are the newest: a generic plan of "state = $5 ORDER BY seq" read 200k rows for 50). The
- * read is bounded by the backlog, whatever the plan cache decides. */
-#define SEL_UNPUB_STATE                                                                            \
-    SEL("WHERE e.state = $5::text AND e.state IN ('PENDING','CLAIMED','SENDING',"                  \
-        "'DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED','PARKED') AND $1::bigint IS NOT NULL",   \
-        "e.seq + 0")
-#define SEL_PUBBEFORE                                                                              \
-    SEL("WHERE e.state = $5::text AND e.published_at <= $1::bigint", "e.published_at, e.seq")
-#define LOAD(lock)                                                                                 \
-    "SELECT " EVENT_COLS ", CASE WHEN $2::bool THEN v.payload END FROM unnest($1::text[]) WITH "   \
-    "ORDINALITY AS k(id, ord) JOIN obx.obx_event e ON e.event_id = k.id JOIN obx.obx_envelope v "  \
-    "ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen" SLOT_JOIN                     \
-    "ORDER BY k.ord" lock
-
-/* load_slots' events: per (attempt ID, event ID) pair, the event that registered the attempt,
- * else the one named (the attempts are read in the same pipeline, Q_LOAD_ATT) */
-#define LOAD_SLOTS(lock)                                                                           \
-    "SELECT " EVENT_COLS ", CASE WHEN $3::bool THEN v.payload END FROM unnest($1::text[], "        \
-    "$2::text[]) WITH ORDINALITY AS k(aid, id, ord) LEFT JOIN obx.obx_attempt a ON "               \
-    "a.attempt_id = k.aid JOIN obx.obx_event e ON e.event_id = coalesce(a.event_id, k.id) JOIN "   \
-    "obx.obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen" SLOT_JOIN  \
-    "ORDER BY k.ord" lock
-
-#define RET_CANDIDATES                                                                             \
-    "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = $1::text AND e.state IN ('PUBLISHED', "       \
-    "'RETAINED', 'PURGED') AND e.published_at >= $2::bigint AND (e.published_at, e.seq) > "        \
-    "($2::bigint, $3::bigint) AND e.published_at <= $4::bigint AND (e.published_at, e.seq) < "     \
-    "($4::bigint, $5::bigint) ORDER BY e.published_at, e.seq LIMIT $6::bigint"
-/* Audit queries (obx__aged_kind): the state predicates are written as the partial indexes'
- * (obx_event_claimable, obx_event_inflight, obx_event_state_pub, obx_event_unpublished,
- * obx_receipt_kind), so each scans only its small set, never the published bulk. */
-#define AGED_LIST(cols, from_where, at, key, extra)                                                \
-    "SELECT " cols " FROM " from_where extra " AND " at " <= $1::bigint AND (" at ", " key         \
-    ") > ($2::bigint, $3::bigint) ORDER BY " at ", " key " LIMIT $4::bigint"
-#define AGED_COUNT(from_where, at, extra)                                                          \
-    "SELECT count(*), coalesce(min(" at "), 0) FROM " from_where extra " AND " at " <= $1::bigint"
-#define UNKNOWN_AT "(CASE WHEN unknown_since > 0 THEN unknown_since ELSE updated_at END)"
-/* a PENDING event ages from when it became due: a delayed one from its time, not its commit */
-#define PENDING_AT "greatest(committed_at, available_at)"
-#define EV_AGED(at) "event_id, " at ", seq, state"
-/* The event ID consumers see (a delivery-set slot's logical event ID): what an inbox holds. */
-#define EV_AGED_WIRE(at)                                                                           \
-    "coalesce((SELECT t.event_id FROM obx.obx_delivery_target t WHERE t.slot_id = "                \
-    "obx_event.event_id), event_id), " at ", seq, state"
-/* Not a further target of a delivery set that its rule already counts as delivered (`any`, one
- * target published): that slot is still dispatched, but it is no overdue event (docs/migration.md,
- * "The contract"). */
-#define NOT_TRAILING                                                                               \
-    " AND NOT EXISTS (SELECT 1 FROM obx.obx_delivery_target t JOIN obx.obx_delivery_set d ON "     \
-    "d.event_id = t.event_id AND d.completion = 'any' JOIN obx.obx_delivery_target t2 ON "         \
-    "t2.event_id = t.event_id AND t2.slot_id <> t.slot_id JOIN obx.obx_event p ON p.event_id = "   \
-    "t2.slot_id AND p.state IN ('PUBLISHED', 'RETAINED', 'PURGED') WHERE t.slot_id = "             \
-    "obx_event.event_id)"
-#define PENDING_W "obx.obx_event WHERE state IN ('PENDING', 'CLAIMED')"
-#define UNKNOWN_W                                                                                  \
-    "obx.obx_event WHERE state IN ('SENDING', 'DISPATCH_UNKNOWN', 'RECONCILING', "                 \
-    "'RETRY_CLAIMED') AND state <> 'SENDING'"
-#define PUBLISHED_W                                                                                \
-    "obx.obx_event WHERE state IN ('PUBLISHED', 'RETAINED', 'PURGED') AND state = 'PUBLISHED'"
-#define PARKED_W "obx.obx_event WHERE state IN " UNPUBLISHED " AND state = 'PARKED'"
-#define ASSERTED_W "obx.obx_receipt WHERE source = 'asserted' AND kind = 'PRIMARY'"
-#define QUAR_W "obx.obx_receipt WHERE kind IN ('QUARANTINED', 'MIGRATION') AND kind = 'QUARANTINED'"
-#define IQUAR_W "obx.obx_inbox_quarantine WHERE true"
-/* PENDING of a cluster without a live relay at `now` (a parameter: $2 in counts, $5 in lists) */
-#define UNSERVED_W "obx.obx_event WHERE state IN ('PENDING', 'CLAIMED') AND state = 'PENDING'"
-#define EV_UNSERVED "event_id, committed_at, seq, 'cluster ' || dest_cluster"
-#define NO_LIVE_RELAY(now)                                                                         \
-    " AND NOT EXISTS (SELECT 1 FROM obx.obx_relay_cluster h WHERE h.cluster = "                    \
-    "obx_event.dest_cluster AND h.live_until >= " now ")"
-
-/* The write set's own check (obx._ws_fail): when the CTE `cte` did not return `expected` rows
- * (-1: no check), obx._ws_fail() raises and fails the transaction, so that a COMMIT in the same
- * pipeline cannot commit a write set that did not apply whole (pg_write_set). Its own UNION ALL
- * branch, evaluated even when `cte` is empty; `ids` (the rows that did not apply) and the
- * function run only then. type: the other branch's column type. */
-#define WS_CHECK(expected, cte, what, ids, missing, type)                                          \
-    "SELECT obx._ws_fail('" what "', " ids ", " missing ")::" type " FROM (SELECT count(*) AS "    \
-    "c FROM " cte ") ck WHERE " expected "::int >= 0 AND ck.c <> " expected "::int"
-
-/* The rows of Q_UPD_EVENTS / Q_UPD_ATT that did not apply, for WS_CHECK's message. */
-#define UPD_EVENTS_MISSING                                                                         \
-    "(SELECT string_agg(i.event_id, ', ') FROM unnest($1::obx._event_update[]) WITH ORDINALITY "   \
-    "AS i WHERE i.ordinality NOT IN (SELECT ord FROM up))"
-#define UPD_ATT_MISSING                                                                            \
-    "(SELECT string_agg(i.attempt_id, ', ') FROM unnest($1::obx._attempt_update[]) AS i WHERE "    \
-    "i.attempt_id NOT IN (SELECT attempt_id FROM ua))"
-
-/* The statistics delta of a statement that moves events between states or inserts receipts:
- * no trigger counts them (schema.sql, obx_stat_delta). `moves` is a query of (k, d)
- * rows, one per key a row leaves (-1) or enters (+1); CTE `st` appends their net per key, CTE
- * `cp` (to be LEFT JOINed, one row) compacts the deltas in one statement of 256, as the
- * triggers did. */
-#define STAT_DELTA(moves)                                                                          \
-    "st AS (INSERT INTO obx.obx_stat_delta (key, n) SELECT k, sum(d) FROM (" moves ") x "          \
-    "GROUP BY k HAVING sum(d) <> 0), cp AS MATERIALIZED (SELECT CASE WHEN random() < 1.0 / 256 "   \
-    "THEN obx._compact_stats()::text END AS c)"
-
-/* The statistics delta of the event a statement inserts (CTE `ev` returning its state): no
- * trigger counts inserts, every inserting statement does (schema.sql, obx_stat_delta).
- * Each of them inserts one event (scalar parameters, no arrays), so the delta is that row's,
- * without an aggregate (a hash table set up per statement). */
-#define STAT_INSERTED                                                                              \
-    "st AS (INSERT INTO obx.obx_stat_delta (key, n) SELECT 'state:' || state, 1 FROM ev)"
-
-/* Per order key, seq order must be commit order: otherwise a producer that drew seq 10 and
- * commits after a producer that drew seq 11 lets a relay claim 11 while 10 is still
- * invisible, and the claim rule (no event behind an unpublished earlier one of its key)
- * cannot see the violation. So the transaction first takes a transaction-scoped advisory
- * lock on the order key's hash, and only then draws seq (the event INSERT consumes the
- * envelope CTE, which consumes the lock CTE). The lock is held until the producer's
- * transaction ends, and PostgreSQL makes a commit visible before it releases the
- * transaction's locks, so the next producer of that key draws a higher seq only after the
- * earlier event is visible. The lock is the key's own (a 64-bit hash of it), with its
- * bucket (one of 1024 of the key's 32-bit hash) taken shared: producers of unrelated keys never
- * wait for each other. A transaction's first ORDER_KEYS (64) events lock so; its later ones
- * lock their bucket exclusively instead, which holds back every key of the bucket (the shared
- * locks of the others) and bounds a bulk transaction to 64 + 1024 locks: a lock per key would
- * let one transaction of 10k keys exhaust the server's shared lock table, for every session.
- * The count is the transaction-local setting obx.order_locks (a subtransaction rolled back
- * takes its locks and its count with it). Cost: producers of one key serialize on their
- * commits; a bulk transaction past 64 events serializes with the keys of its buckets until it
- * commits. Taken for unordered routes too: an ordered event may follow an unordered one of the
- * same key, and the claim rule orders it behind it. Transactions that lock several keys in
- * different orders can deadlock: PostgreSQL detects it (40P01 -> OBX_EBUSY). obx.enqueue()
- * takes the same locks (schema.sql, obx_pg.c). */
-#define ORDER_N "coalesce(nullif(current_setting('obx.order_locks', true), ''), '0')::int"
-#define ORDER_BUCKET LOCK_CLASS_ORDER ", hashtext($29::text) & 1023"
-#define ORDER_KEY "hashtextextended($29::text, " LOCK_CLASS_ORDER ")"
-#define ORDER_COUNT "set_config('obx.order_locks', (" ORDER_N " + 1)::text, true)"
-#define ORDER_LOCK                                                                                 \
-    "CASE WHEN " ORDER_N " < 64 THEN pg_advisory_xact_lock_shared(" ORDER_BUCKET ")::text || "     \
-    "pg_advisory_xact_lock(" ORDER_KEY ")::text || " ORDER_COUNT                                   \
-    " ELSE pg_advisory_xact_lock(" ORDER_BUCKET ")::text END"
-/* the same locks if they are free now (Q_ENQ_TRY): true when taken (or already held) */
-#define ORDER_TRY_LOCK                                                                             \
-    "CASE WHEN " ORDER_N " < 64 THEN pg_try_advisory_xact_lock_shared(" ORDER_BUCKET ") AND "      \
-    "pg_try_advisory_xact_lock(" ORDER_KEY ") AND " ORDER_COUNT                                    \
-    " IS NOT NULL ELSE pg_try_advisory_xact_lock(" ORDER_BUCKET ") END"
-/* INS_EVENT_CTES_WITH(head, cols, vals, src): the envelope's columns `cols` and values `vals`
- * selected from CTE `src`, which the CTEs in `head` end with (the order lock taken in it) */
-#define INS_EVENT_CTES_WITH(head, cols, vals, src)                                                 \
-    head                                                                                           \
-        ", env AS (INSERT INTO obx.obx_envelope " cols " SELECT " vals " FROM " src                \
-        " RETURNING event_id), "                                                                   \
-        "ev AS (INSERT INTO obx.obx_event (event_id, tenant, idempotency_key, event_type, "        \
-        "correlation_id, "                                                                         \
-        "order_key, envelope_gen, state, claim_gen, owner, lease_until, attempt_gen, attempt_id, " \
-        "pinned_partition, rejections, available_at, next_check_at, unknown_since, "               \
-        "primary_attempt_id, published_at, committed_at, updated_at, max_attempts, blind_retry, "  \
-        "unordered, alias, dest_cluster) "                                                         \
-        "SELECT env.event_id, $9::text, CASE WHEN $49::int >= 2 THEN NULL ELSE "                   \
-        "nullif($15::text, '') END, $6::text, $12::text, $29::text, "                              \
-        "$2::int, $30::text, $31::bigint, $32::text, $33::bigint, $34::int, $35::text, $36::int, " \
-        "$37::int, $38::bigint, $39::bigint, $40::bigint, $41::text, $42::bigint, $43::bigint, "   \
-        "$44::bigint, $45::int, $46::bool, $47::bool, $48::text, $17::text FROM env "              \
-        "RETURNING state), " STAT_INSERTED
-#define INS_EVENT_CTES                                                                             \
-    INS_EVENT_CTES_WITH("WITH lk AS MATERIALIZED (SELECT " ORDER_LOCK ")", ENV_INS_COLS,           \
-                        ENV_INS_VALS("$50"), "lk")
-
-#define RCPT_COLS                                                                                  \
-    "event_id, envelope_gen, attempt_id, kind, cluster, topic, partition, \"offset\", "            \
-    "broker_ts, payload_digest, dest_digest, reason, created_at, source"
-#define CAUDIT_COLS "audit_id, at, consumer_id, event_id, outcome, duration_us, detail"
-
-/* The producer's NOTIFY (delivered at commit, coalesced per transaction), only while a relay
- * of the event's cluster ($17) waits for work, and never where the session's obx.notify is 'off'
- * (the wake lock; schema.sql, obx._enqueue_sql). PostgreSQL commits the transactions that notified
- * one at a time, WAL flush included, which with fsync on costs producers up to half their commit
- * rate (docs/performance.md, section 3), so a statement notifies only when it cannot take the
- * cluster's wake lock shared: a waiting relay holds it exclusively. When it can, it holds the
- * lock until its transaction ends, after its commit is visible, and a relay that takes the lock
- * after that (pg_wait_for_work) claims once more before it waits: either the relay is told, or
- * its next claim sees the event (docs/postgres.md, "NOTIFY"). CASE keeps the order: no lock for
- * a session that never notifies. */
-#define NOTIFY_EXPR                                                                                \
-    "CASE WHEN current_setting('obx.notify', true) IS NOT DISTINCT FROM 'off' THEN NULL "          \
-    "WHEN pg_try_advisory_xact_lock_shared(" LOCK_CLASS_WAKE ", hashtext($17::text)) THEN NULL "   \
-    "ELSE obx._wake($17::text) END"
-/* The end of every event-inserting statement: NOTIFY_EXPR, one row when the event was written. */
-#define NOTIFY_TAIL " SELECT " NOTIFY_EXPR " FROM ev"
-
-/* The head of the producer's one-statement write (Q_INS_EVENT_AUDIT, Q_ENQ_WRITE) from CTE
- * `src`: the envelope records who enqueued ($50), which is the event's first audit row
- * (NONE -> PENDING; see producer_row) */
-#define PRODUCER_CTES_WITH(head, vals, src)                                                        \
-    INS_EVENT_CTES_WITH(head, ENV_INS_COLS_BY, vals ", $50::text", src)
-
-/* Q_ENQ_WRITE and Q_ENQ_TRY: the route generation $21 the client built the row from is still
- * the type's current one, in the same table ($53, the route row's tableoid: a schema made again
- * numbers its generations from 1 again, test_enqueue_route_schema_remade), and has no delivery
- * set (see Q_ENQ_WRITE); created_txid and the envelope digest by the server (CTE f) */
-#define ROUTE_STILL                                                                                \
-    "$21::bigint = (SELECT max(r.gen) FROM obx.obx_route r WHERE r.event_type = $6::text AND "     \
-    "r.tableoid = $53::oid) AND "                                                                  \
-    "NOT EXISTS (SELECT 1 FROM obx.obx_route_set x WHERE x.route_gen = $21::bigint)"
-#define TXID_FROM                                                                                  \
-    "f AS MATERIALIZED (SELECT coalesce(nullif($11::text, ''), pg_current_xact_id()::text) AS "    \
-    "txid FROM "
-#define ENQ_VALS                                                                                   \
-    ENV_INS_VALS_WITH("f.txid",                                                                    \
-                      "coalesce(nullif($16::text, ''), 'sha256:' || "                              \
-                      "encode(sha256($51::bytea || int4send(octet_length(f.txid)) "                \
-                      "|| convert_to(f.txid, 'UTF8') || $52::bytea), 'hex'))",                     \
-                      "$54")
-
-static const char *const sql_text[Q_COUNT] = {
-    [Q_ROUTE_PUT] = "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, "
-                    "algorithm, serializer, durability, required_acks, max_attempts, blind_retry, "
-                    "unordered, alias, created_at, encrypt_key) VALUES ($1::text, $2::text, "
-                    "$3::text, $4::text, $5::text, $6::text, $7::text, $8::text, $9::int, "
-                    "$10::bool, $11::bool, $12::text, $13::bigint, $14::text) RETURNING gen",
-    [Q_ROUTE_GET] = "SELECT " ROUTE_COLS ", tableoid::bigint FROM obx.obx_route WHERE "
-                    "event_type = $1::text "
-                    "ORDER BY gen DESC LIMIT 1",
-    [Q_ROUTE_LIST_CUR] = "SELECT DISTINCT ON (event_type) " ROUTE_COLS
-                         " FROM obx.obx_route ORDER BY event_type, gen DESC",
-    [Q_ROUTE_LIST_ALL] = "SELECT " ROUTE_COLS " FROM obx.obx_route ORDER BY event_type, gen",
-    [Q_IDEM] = "SELECT event_id FROM obx.obx_event WHERE tenant = $1::text AND "
-               "idempotency_key = $2::text",
-    /* route_get and the producer's created_txid, the top-level transaction's ID (also from
-     * inside a savepoint), in one round trip (route_get_txid) */
-    [Q_ROUTE_GET_TXID] = "SELECT " ROUTE_COLS ", tableoid::bigint, pg_current_xact_id()::text "
-                         "FROM obx.obx_route "
-                         "WHERE event_type = $1::text ORDER BY gen DESC LIMIT 1",
-    [Q_INS_ENV] = "INSERT INTO obx.obx_envelope " ENV_INS_COLS " VALUES (" ENV_INS_VALS("$29") ")",
-    /* Q_INS_EVENT: see INS_EVENT_CTES (per order key, seq order is commit order) */
-    [Q_INS_EVENT] = INS_EVENT_CTES NOTIFY_TAIL,
-    /* the same, and the producer's audit row of the insert, recorded in the envelope
-     * (insert_event_audit: the producer's write in one round trip; see producer_row) */
-    [Q_INS_EVENT_AUDIT] = PRODUCER_CTES_WITH("WITH lk AS MATERIALIZED (SELECT " ORDER_LOCK ")",
-                                             ENV_INS_VALS("$51"), "lk") NOTIFY_TAIL,
-    /* Q_INS_EVENT_AUDIT when the client has the route from an earlier enqueue (enqueue_write):
-     * written only while the current route of the event type $6 is still the one the row
-     * was built from, generation $21 without a delivery set, else nothing (no row: the client
-     * reads the route again). The generation (in its table, $53) is the whole comparison:
-     * a generation's row cannot change (obx_route_frozen), so its
-     * number stands for every field the row copied; comparing each of them in a CTE over the route
-     * row cost 34,000 instructions per enqueue (docs/performance.md, section 3). The server
-     * supplies what the client could only learn by another round trip: created_txid (unless $11
-     * names one) and so the envelope digest (unless $16 is the client's, over $11). The client
-     * sends the canonical encoding (src/core/canon.c) up to created_txid's field ($51) and after it
-     * ($52); the server adds the field and takes the SHA-256 (test_store_pg recomputes it in
-     * C). obx.envelope_digest inlined here, encoding all sixteen fields, was a
-     * quarter of the server's instructions per enqueue (docs/performance.md, section 3). */
-    [Q_ENQ_WRITE] = PRODUCER_CTES_WITH("WITH lk AS MATERIALIZED (SELECT " ORDER_LOCK
-                                       " WHERE " ROUTE_STILL "), " TXID_FROM "lk)",
-                                       ENQ_VALS, "f") NOTIFY_TAIL,
-    /* Q_ENQ_WRITE without a savepoint around it (enqueue_try): the order-key bucket's lock
-     * only if it is free now, so that the statement never waits for a lock and so cannot fail
-     * on a lock timeout or a deadlock. One row when the cached route is still current: got is
-     * true when the event was written, false when the bucket was busy (nothing written: the
-     * savepoint pipeline follows and waits for it); no row when the route changed. */
-    [Q_ENQ_TRY] = PRODUCER_CTES_WITH(
-        "WITH lk AS MATERIALIZED (SELECT " ORDER_TRY_LOCK " AS got WHERE " ROUTE_STILL
-        "), " TXID_FROM "lk WHERE lk.got)",
-        ENQ_VALS, "f") " SELECT lk.got, (SELECT " NOTIFY_EXPR " FROM ev) FROM lk",
-    /* docs/design.md, "Claims, attempts and fencing": oldest first; PENDING when available,
-     * CLAIMED when its lease expired; never behind an unpublished earlier event of the same order
-     * key unless unordered. Rows locked by another relay's claim are skipped, but the NOT EXISTS
-     * still sees them as unpublished, so a locked head of a key holds back the rest of the key.
-     * $5: a payload over the relay's ceiling (NULL: obx_meta's payload_limit) is not read:
-     * octet_length() of a TOASTed value reads its header, not its bytes. */
-    [Q_CLAIM] =
-        "SELECT " EVENT_COLS ", CASE WHEN octet_length(v.payload) <= coalesce($5::bigint, "
-        "(SELECT m.value::bigint FROM obx.obx_meta m WHERE m.key = 'payload_limit'), 1048576) "
-        "THEN v.payload END" EVENT_FROM "WHERE e.state IN ('PENDING','CLAIMED') "
-        "AND ((e.state = 'PENDING' AND e.available_at <= $1::bigint) OR "
-        "     (e.state = 'CLAIMED' AND e.lease_until <= $1::bigint)) "
-        "AND ($2::text IS NULL OR e.dest_cluster = $2::text) "
-        "AND ($4::text[] IS NULL OR e.alias = ANY ($4::text[])) "
-        "AND (e.unordered OR NOT EXISTS (SELECT 1 FROM obx.obx_event p "
-        "     WHERE p.order_key = e.order_key AND p.seq < e.seq AND p.state IN " UNPUBLISHED
-        ")) ORDER BY e.seq LIMIT $3::bigint" SKIP_LOCKED,
-    [Q_SEL_EXPIRED] = SEL_EXPIRED,
-    [Q_SEL_EXPIRED_LOCK] = SEL_EXPIRED SKIP_LOCKED,
-    [Q_SEL_RECONCILE] = SEL_RECONCILE,
-    [Q_SEL_RECONCILE_LOCK] = SEL_RECONCILE SKIP_LOCKED,
-    [Q_SEL_STATE] = SEL_STATE,
-    [Q_SEL_STATE_LOCK] = SEL_STATE SKIP_LOCKED,
-    [Q_SEL_PUBBEFORE] = SEL_PUBBEFORE,
-    [Q_SEL_PUBBEFORE_LOCK] = SEL_PUBBEFORE SKIP_LOCKED,
-    [Q_LOAD] = LOAD(""),
-    /* acceptance locks the event row (docs/design.md, "The single acceptance point"): wait for
-       it, never skip it */
-    [Q_LOAD_LOCK] = LOAD(" FOR UPDATE OF e"),
-    [Q_LOAD_SLOTS] = LOAD_SLOTS(""),
-    [Q_LOAD_SLOTS_LOCK] = LOAD_SLOTS(" FOR UPDATE OF e"),
-    [Q_UPD_EVENTS] =
-        "WITH up AS (UPDATE obx.obx_event e SET envelope_gen = u.envelope_gen, state = u.state, "
-        "claim_gen = u.claim_gen, owner = u.owner, lease_until = u.lease_until, "
-        "attempt_gen = u.attempt_gen, attempt_id = u.attempt_id, "
-        "pinned_partition = u.pinned_partition, rejections = u.rejections, "
-        "available_at = u.available_at, next_check_at = u.next_check_at, "
-        "unknown_since = u.unknown_since, primary_attempt_id = u.primary_attempt_id, "
-        "published_at = u.published_at, updated_at = u.updated_at, order_key = u.order_key, "
-        "dest_cluster = u.dest_cluster, held_at = u.held_at "
-        "FROM unnest($1::obx._event_update[]) WITH ORDINALITY AS u(event_id, envelope_gen, "
-        "state, claim_gen, owner, lease_until, attempt_gen, attempt_id, pinned_partition, "
-        "rejections, available_at, next_check_at, unknown_since, primary_attempt_id, "
-        "published_at, updated_at, order_key, dest_cluster, expect_state, expect_claim_gen, "
-        "held_at, ord) "
-        "WHERE e.event_id = u.event_id AND e.state = u.expect_state "
-        "AND e.claim_gen = u.expect_claim_gen RETURNING u.ord, u.expect_state, "
-        "u.state), " STAT_DELTA(
-            "SELECT 'state:' || expect_state AS k, -1 AS d FROM up UNION ALL "
-            "SELECT 'state:' || state, 1 FROM up") " SELECT up.ord FROM up LEFT JOIN cp ON true"
-                                                   " UNION ALL " WS_CHECK("$2", "up", "event",
-                                                                          UPD_EVENTS_MISSING,
-                                                                          "false", "bigint"),
-    [Q_INS_ATT] = "INSERT INTO obx.obx_attempt (" ATT_COLS ") SELECT " ATT_COLS
-                  " FROM unnest($1::obx._attempt_insert[]) AS t(" ATT_COLS ")",
-    [Q_UPD_ATT] = "WITH ua AS (UPDATE obx.obx_attempt a SET partition = u.partition, "
-                  "state = u.state, "
-                  "unknown_at = u.unknown_at, ended_at = u.ended_at, "
-                  "offset_before = u.offset_before, quiet_until = u.quiet_until, "
-                  "detail = u.detail FROM unnest($1::obx._attempt_update[]) AS "
-                  "u(attempt_id, partition, state, unknown_at, ended_at, offset_before, "
-                  "quiet_until, detail) WHERE a.attempt_id = u.attempt_id RETURNING "
-                  "a.attempt_id) SELECT attempt_id FROM ua UNION ALL " WS_CHECK(
-                      "$2", "ua", "attempt", UPD_ATT_MISSING, "true", "text"),
-    [Q_LOAD_ATT] = "SELECT a.attempt_id, a.event_id, a.envelope_gen, a.attempt_gen, a.claim_gen, "
-                   "a.owner, a.dest_digest, a.partition, a.state, a.started_at, a.unknown_at, "
-                   "a.ended_at, a.offset_before, a.quiet_until, a.detail FROM "
-                   "unnest($1::text[]) WITH ORDINALITY AS k(id, ord) JOIN obx.obx_attempt a ON "
-                   "a.attempt_id = k.id ORDER BY k.ord",
-    [Q_LOAD_ATT_EVENT] = "SELECT " ATT_COLS " FROM obx.obx_attempt WHERE event_id = $1::text "
-                         "ORDER BY started_at, attempt_gen, attempt_id",
-    [Q_INS_RCPT] =
-        "WITH t AS MATERIALIZED (SELECT * FROM unnest($1::obx._receipt_insert[]) WITH "
-        "ORDINALITY AS t(event_id, envelope_gen, attempt_id, kind, cluster, topic, "
-        "partition, off, broker_ts, payload_digest, dest_digest, reason, detail, "
-        "created_at, source, ord)), " STAT_DELTA(
-            "SELECT 'receipt:' || kind AS k, 1 AS d FROM t") " INSERT INTO obx.obx_receipt "
-                                                             "(event_id, envelope_gen, attempt_id, "
-                                                             "kind, "
-                                                             "cluster, topic, partition, "
-                                                             "\"offset\", broker_ts, "
-                                                             "payload_digest, "
-                                                             "dest_digest, reason, detail, "
-                                                             "created_at, source) "
-                                                             "SELECT event_id, envelope_gen, "
-                                                             "attempt_id, kind, cluster, topic, "
-                                                             "partition, "
-                                                             "off, broker_ts, payload_digest, "
-                                                             "dest_digest, reason, detail, "
-                                                             "created_at, "
-                                                             "source FROM t LEFT JOIN cp ON true "
-                                                             "ORDER BY ord",
-    [Q_LOAD_RCPT] = "SELECT " RCPT_COLS " FROM obx.obx_receipt WHERE event_id = $1::text "
-                    "ORDER BY receipt_id",
-    /* One obx_audit_batch row, the arrays as given, filed under the range of
-     * the rows' seqs ($12, $13; every row's seq known). */
-    [Q_INS_AUDIT] = "INSERT INTO obx.obx_audit_batch (seqs, at, actor, who, event_id, "
-                    "envelope_gen, from_state, to_state, claim_gen, attempt_id, attempt_gen, "
-                    "reason) VALUES (int8range($12::bigint, $13::bigint, '[]'), $1::bigint[], "
-                    "$2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::text[], "
-                    "$8::bigint[], $9::text[], $10::int[], $11::text[])",
-    /* The same when some seq is not known: looked up; a row whose event does not exist (none
-     * is expected) becomes an obx_audit row. */
-    [Q_INS_AUDIT_FIND] =
-        "WITH t AS MATERIALIZED (SELECT t.*, e.seq FROM unnest($1::bigint[], "
-        "$2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::text[], "
-        "$8::bigint[], $9::text[], $10::int[], $11::text[]) WITH ORDINALITY AS t(at, "
-        "actor, who, event_id, envelope_gen, from_state, to_state, claim_gen, "
-        "attempt_id, attempt_gen, reason, ord) LEFT JOIN obx.obx_event e ON "
-        "e.event_id = t.event_id), b AS (INSERT INTO obx.obx_audit_batch (seqs, "
-        "at, actor, who, event_id, envelope_gen, from_state, to_state, claim_gen, "
-        "attempt_id, attempt_gen, reason) SELECT int8range(min(seq), max(seq), '[]'), "
-        "array_agg(at ORDER BY ord), array_agg(actor ORDER BY ord), "
-        "array_agg(who ORDER BY ord), array_agg(event_id ORDER BY ord), "
-        "array_agg(envelope_gen ORDER BY ord), array_agg(from_state ORDER BY ord), "
-        "array_agg(to_state ORDER BY ord), array_agg(claim_gen ORDER BY ord), "
-        "array_agg(attempt_id ORDER BY ord), array_agg(attempt_gen ORDER BY ord), "
-        "array_agg(reason ORDER BY ord) FROM t WHERE seq IS NOT NULL "
-        "HAVING count(*) > 0) "
-        "INSERT INTO obx.obx_audit (at, actor, who, event_id, envelope_gen, "
-        "from_state, to_state, claim_gen, attempt_id, attempt_gen, reason) "
-        "SELECT at, actor, who, event_id, envelope_gen, from_state, to_state, "
-        "claim_gen, attempt_id, attempt_gen, reason FROM t WHERE seq IS NULL "
-        "ORDER BY ord",
-    /* An event's rows in the order written: its first row when its envelope records it
-     * (created_by, as producer_row writes it), then its rows of both tables (obx_audit,
-     * obx_audit_batch): its batches are those whose seq range holds its seq (GiST) and whose event
-     * IDs name it. */
-    [Q_LOAD_AUDIT] = "SELECT at, actor, who, event_id, envelope_gen, from_state, to_state, "
-                     "claim_gen, attempt_id, attempt_gen, reason FROM (SELECT audit_id, "
-                     "1::bigint AS ord, at, actor, who, event_id, envelope_gen, from_state, "
-                     "to_state, claim_gen, attempt_id, attempt_gen, reason FROM obx.obx_audit "
-                     "WHERE event_id = $1::text UNION ALL SELECT 0, 1, v.created_at, "
-                     "'producer', v.created_by, v.event_id, 1, 'NONE', 'PENDING', 0, '', 0, "
-                     "'enqueued under route generation ' || v.dest_route_gen FROM "
-                     "obx.obx_envelope v WHERE v.event_id = $1::text AND v.envelope_gen = 1 AND "
-                     "v.created_by IS NOT NULL UNION ALL SELECT b.audit_id, u.ord, u.at, "
-                     "u.actor, u.who, u.event_id, u.envelope_gen, u.from_state, u.to_state, "
-                     "u.claim_gen, u.attempt_id, u.attempt_gen, u.reason FROM obx.obx_event e "
-                     "JOIN obx.obx_audit_batch b ON b.seqs @> e.seq AND $1::text = ANY "
-                     "(b.event_id) CROSS JOIN LATERAL unnest(b.at, b.actor, b.who, b.event_id, "
-                     "b.envelope_gen, b.from_state, b.to_state, b.claim_gen, b.attempt_id, "
-                     "b.attempt_gen, b.reason) WITH ORDINALITY AS u(at, actor, who, event_id, "
-                     "envelope_gen, from_state, to_state, claim_gen, attempt_id, attempt_gen, "
-                     "reason, ord) WHERE e.event_id = $1::text AND u.event_id = $1::text) x "
-                     "ORDER BY audit_id, ord",
-    [Q_COUNTER_ADD] = "INSERT INTO obx.obx_counter AS c (name, value) VALUES ($1::text, "
-                      "$2::bigint) ON CONFLICT (name) DO UPDATE SET value = c.value + "
-                      "EXCLUDED.value",
-    [Q_COUNTER_GET] = "SELECT value FROM obx.obx_counter WHERE name = $1::text",
-    /* the registry row and this relay's heartbeat row in one statement */
-    [Q_CLUSTER_PUT] = "WITH h AS (INSERT INTO obx.obx_relay_cluster AS h (relay, cluster, seen_at, "
-                      "live_until) VALUES ($7::text, $1::text, $8::bigint, $9::bigint) ON CONFLICT "
-                      "(relay, cluster) DO UPDATE SET seen_at = EXCLUDED.seen_at, live_until = "
-                      "EXCLUDED.live_until) "
-                      "INSERT INTO obx.obx_cluster AS c (cluster, backend, lookup, durability, "
-                      "required_acks, serializer, relay, seen_at) VALUES ($1::text, $2::text, "
-                      "$3::text, $4::text, $5::text, $6::text, $7::text, $8::bigint) ON CONFLICT "
-                      "(cluster) DO UPDATE SET backend = EXCLUDED.backend, lookup = "
-                      "EXCLUDED.lookup, durability = EXCLUDED.durability, required_acks = "
-                      "EXCLUDED.required_acks, serializer = EXCLUDED.serializer, relay = "
-                      "EXCLUDED.relay, seen_at = EXCLUDED.seen_at",
-    [Q_CLUSTER_GET] = "SELECT cluster, backend, lookup, durability, required_acks, serializer, "
-                      "relay, seen_at FROM obx.obx_cluster WHERE cluster = $1::text",
-    /* the dashboard's charts: one row per slot, the first writer keeps it; older slots go */
-    [Q_SERIES_PUT] = "WITH d AS (DELETE FROM obx.obx_series WHERE slot < $4::bigint) INSERT INTO "
-                     "obx.obx_series (slot, at, sample) VALUES ($1::bigint, $2::bigint, $3::text) "
-                     "ON CONFLICT (slot) DO NOTHING",
-    [Q_SERIES_LIST] = "SELECT slot, at, sample FROM obx.obx_series WHERE slot >= $1::bigint "
-                      "ORDER BY slot LIMIT $2::bigint",
-    [Q_ENV_AT] = "SELECT " OBX__ENVELOPE_AT_COLS " FROM obx.obx_envelope WHERE event_id = "
-                 "$1::text AND envelope_gen = $2::integer",
-    /* from the unpublished slots (index obx_event_unpublished), never the published bulk */
-    [Q_DOPEN] = "WITH u AS (SELECT t.event_id FROM obx.obx_event e JOIN obx.obx_delivery_target t "
-                "ON t.slot_id = e.event_id WHERE e.state IN " UNPUBLISHED "), "
-                "s AS (SELECT x.event_id, d.completion, EXISTS (SELECT 1 FROM "
-                "obx.obx_delivery_target t2 JOIN obx.obx_event p ON p.event_id = t2.slot_id "
-                "WHERE t2.event_id = x.event_id AND p.state IN ('PUBLISHED','RETAINED','PURGED')) "
-                "AS delivered_one FROM (SELECT DISTINCT event_id FROM u) x JOIN "
-                "obx.obx_delivery_set d ON d.event_id = x.event_id) "
-                "SELECT (SELECT count(*) FROM s WHERE completion = 'all'), "
-                "(SELECT count(*) FROM s WHERE completion = 'any' AND NOT delivered_one), "
-                "(SELECT count(*) FROM u JOIN s ON s.event_id = u.event_id WHERE s.completion = "
-                "'any' AND s.delivered_one)",
-    [Q_STATS] = "SELECT k, v FROM obx._stats()",
-    [Q_STATS_INV] =
-        "SELECT (SELECT count(*) FROM obx.obx_event e WHERE e.state IN ('PUBLISHED','RETAINED',"
-        "'PURGED') AND NOT EXISTS (SELECT 1 FROM obx.obx_receipt r WHERE r.event_id = e.event_id "
-        "AND r.envelope_gen = e.envelope_gen AND r.kind = 'PRIMARY')), "
-        "(SELECT count(*) FROM obx.obx_receipt r JOIN obx.obx_event e ON e.event_id = r.event_id "
-        "WHERE r.kind = 'PRIMARY' AND (e.state NOT IN ('PUBLISHED','RETAINED','PURGED') OR "
-        "r.envelope_gen <> e.envelope_gen)), "
-        "(SELECT count(*) FROM (SELECT 1 FROM obx.obx_receipt WHERE kind = 'PRIMARY' GROUP BY "
-        "event_id, envelope_gen HAVING count(*) > 1) x), "
-        "(SELECT count(*) FROM obx.obx_event e WHERE e.state = 'CANCELLED' AND EXISTS (SELECT 1 "
-        "FROM obx.obx_attempt a WHERE a.event_id = e.event_id))",
-    [Q_UNKNOWN_RES] = "SELECT e.published_at - min(a.unknown_at) FROM obx.obx_event e JOIN "
-                      "obx.obx_attempt a ON a.event_id = e.event_id WHERE a.unknown_at > 0 AND "
-                      "e.published_at > 0 GROUP BY e.event_id, e.published_at",
-    /* correlation_id <> '' lets the planner use the partial index obx_event_corr for any
-     * parameter (an empty correlation ID means "none" and finds nothing) */
-    [Q_FIND_CORR] = "SELECT " EVENT_COLS EVENT_FROM "WHERE e.correlation_id = $1::text AND "
-                    "e.correlation_id <> '' ORDER BY e.seq LIMIT $2::bigint",
-    [Q_INBOX_GET] = "SELECT consumer_id, event_id, payload_digest, event_type, tenant, outcome, "
-                    "result, topic, partition, \"offset\", consumed_at, duration_us, "
-                    "envelope_gen, attempt_id, dest_digest FROM obx.obx_inbox WHERE "
-                    "consumer_id = $1::text AND event_id = $2::text",
-    [Q_INBOX_PUT] = "INSERT INTO obx.obx_inbox (consumer_id, event_id, payload_digest, "
-                    "event_type, tenant, outcome, result, topic, partition, \"offset\", "
-                    "consumed_at, duration_us, envelope_gen, attempt_id, dest_digest) VALUES "
-                    "($1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, "
-                    "$8::text, $9::int, $10::bigint, $11::bigint, $12::bigint, $13::int, "
-                    "$14::text, $15::text)",
-    [Q_INBOX_FINISH] = "UPDATE obx.obx_inbox SET result = $1::text, duration_us = $2::bigint "
-                       "WHERE consumer_id = $3::text AND event_id = $4::text",
-    /* obx__inbox_key: a digest '' matches on the ID alone */
-    [Q_INBOX_HAS] =
-        "SELECT k.ord FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[]) "
-        "WITH ORDINALITY AS k(id, pd, gen, dd, ord) WHERE EXISTS (SELECT 1 FROM "
-        "obx.obx_inbox i WHERE i.consumer_id = $1::text AND i.event_id = k.id AND "
-        "(k.pd = '' OR (i.payload_digest = k.pd AND i.envelope_gen = k.gen AND k.gen > 0 AND "
-        "(k.dd = '' OR i.dest_digest = k.dd) AND NOT EXISTS (SELECT 1 FROM "
-        "obx.obx_inbox_quarantine q WHERE q.consumer_id = $1::text AND "
-        "q.event_id = k.id))))",
-    [Q_WM_PUT] = "INSERT INTO obx.obx_consumer_watermark AS w (consumer_id, topic, partition, "
-                 "\"offset\", event_id, occurred_at, committed_at) VALUES ($1::text, $2::text, "
-                 "$3::int, $4::bigint, $5::text, $6::bigint, $7::bigint) "
-                 "ON CONFLICT (consumer_id, topic, partition) DO UPDATE SET "
-                 "event_id = CASE WHEN EXCLUDED.\"offset\" >= w.\"offset\" THEN EXCLUDED.event_id "
-                 "ELSE w.event_id END, "
-                 "occurred_at = CASE WHEN EXCLUDED.\"offset\" >= w.\"offset\" THEN "
-                 "EXCLUDED.occurred_at ELSE w.occurred_at END, "
-                 "\"offset\" = greatest(w.\"offset\", EXCLUDED.\"offset\"), "
-                 "committed_at = EXCLUDED.committed_at",
-    [Q_WM_LIST] = "SELECT consumer_id, topic, partition, \"offset\", event_id, occurred_at, "
-                  "committed_at FROM obx.obx_consumer_watermark WHERE consumer_id = $1::text "
-                  "ORDER BY topic, partition",
-    [Q_WM_LIST_ALL] = "SELECT consumer_id, topic, partition, \"offset\", event_id, occurred_at, "
-                      "committed_at FROM obx.obx_consumer_watermark "
-                      "ORDER BY consumer_id, topic, partition",
-    [Q_FAIL_BUMP] = "INSERT INTO obx.obx_inbox_failure AS f (consumer_id, event_id, failures, "
-                    "last_error, first_at, last_at, next_at) VALUES ($1::text, $2::text, 1, "
-                    "$3::text, $4::bigint, $4::bigint, $5::bigint) ON CONFLICT (consumer_id, "
-                    "event_id) DO UPDATE SET failures = f.failures + 1, last_error = "
-                    "EXCLUDED.last_error, last_at = EXCLUDED.last_at, next_at = EXCLUDED.next_at "
-                    "RETURNING failures",
-    [Q_FAIL_GET] = "SELECT failures, next_at FROM obx.obx_inbox_failure f WHERE consumer_id = "
-                   "$1::text AND ($2::text IS NULL OR event_id = $2::text) AND ($2::text IS NOT "
-                   "NULL OR NOT EXISTS (SELECT 1 FROM obx.obx_poison p WHERE p.consumer_id = "
-                   "f.consumer_id AND p.event_id = f.event_id AND p.state = 'PARKED')) ORDER BY "
-                   "next_at LIMIT 1",
-    [Q_FAIL_CLEAR] = "DELETE FROM obx.obx_inbox_failure WHERE consumer_id = $1::text AND "
-                     "event_id = $2::text",
-    [Q_POISON_PUT] = "INSERT INTO obx.obx_poison (consumer_id, event_id, state, failures, "
-                     "last_error, topic, partition, \"offset\", headers, payload, parked_at, "
-                     "updated_at, payload_digest) VALUES ($1::text, $2::text, $3::text, $4::int, "
-                     "$5::text, $6::text, $7::int, $8::bigint, $9::text, $10::bytea, "
-                     "$11::bigint, $12::bigint, $13::text) "
-                     "ON CONFLICT (consumer_id, event_id, payload_digest) DO UPDATE SET "
-                     "state = EXCLUDED.state, failures = EXCLUDED.failures, "
-                     "last_error = EXCLUDED.last_error, updated_at = EXCLUDED.updated_at",
-    [Q_POISON_LIST] = "SELECT consumer_id, event_id, state, failures, last_error, topic, "
-                      "partition, \"offset\", headers, parked_at, updated_at, payload_digest "
-                      "FROM obx.obx_poison WHERE ($1::text IS NULL OR consumer_id = $1::text) "
-                      "AND ($2::text IS NULL OR state = $2::text) "
-                      "ORDER BY parked_at, event_id, payload_digest",
-    [Q_POISON_GET] = "SELECT consumer_id, event_id, state, failures, last_error, topic, "
-                     "partition, \"offset\", headers, parked_at, updated_at, payload_digest, "
-                     "payload FROM obx.obx_poison WHERE consumer_id = $1::text AND "
-                     "event_id = $2::text AND ($3::text IS NULL OR payload_digest = $3::text) "
-                     "ORDER BY state = 'PARKED' DESC, updated_at DESC LIMIT 1",
-    [Q_POISON_STATE] = "UPDATE obx.obx_poison SET state = $1::text, updated_at = $2::bigint "
-                       "WHERE consumer_id = $3::text AND event_id = $4::text",
-    [Q_INBOX_QUAR] = "INSERT INTO obx.obx_inbox_quarantine (consumer_id, event_id, "
-                     "payload_digest, first_digest, reason, at) VALUES ($1::text, $2::text, "
-                     "$3::text, $4::text, $5::text, $6::bigint)",
-    [Q_CONSUME_AUDIT] = "INSERT INTO obx.obx_consume_audit (at, consumer_id, event_id, outcome, "
-                        "duration_us, detail) SELECT at, consumer_id, event_id, outcome, "
-                        "duration_us, detail FROM unnest($1::bigint[], $2::text[], $3::text[], "
-                        "$4::text[], $5::bigint[], $6::text[]) WITH ORDINALITY AS t(at, "
-                        "consumer_id, event_id, outcome, duration_us, detail, ord) ORDER BY ord",
-    /* Publication order between two exclusive places. The redundant state IN (...) is the
-     * predicate of the partial index obx_event_state_pub, so that a generic plan (state is a
-     * parameter) can still use it; the plain bounds on published_at give the range scan. */
-    [Q_RET_CANDIDATES] = RET_CANDIDATES,
-    [Q_RET_CANDIDATES_LOCK] = RET_CANDIDATES SKIP_LOCKED,
-    /* every envelope generation of each event; the trigger allows exactly payload -> NULL */
-    [Q_PURGE_PAYLOADS] = "UPDATE obx.obx_envelope v SET payload = NULL FROM unnest($1::text[]) AS "
-                         "k(id) WHERE v.event_id = k.id AND v.payload IS NOT NULL RETURNING "
-                         "v.payload_len",
-    [Q_AGED_LIST + OBX__AGED_PENDING] =
-        AGED_LIST(EV_AGED(PENDING_AT), PENDING_W, PENDING_AT, "seq", NOT_TRAILING),
-    [Q_AGED_LIST + OBX__AGED_UNKNOWN] =
-        AGED_LIST(EV_AGED(UNKNOWN_AT), UNKNOWN_W, UNKNOWN_AT, "seq", NOT_TRAILING),
-    [Q_AGED_LIST + OBX__AGED_PUBLISHED] =
-        AGED_LIST(EV_AGED_WIRE("published_at"), PUBLISHED_W, "published_at", "seq", ""),
-    [Q_AGED_LIST + OBX__AGED_PARKED] =
-        AGED_LIST(EV_AGED("updated_at"), PARKED_W, "updated_at", "seq", ""),
-    [Q_AGED_LIST + OBX__AGED_QUARANTINED] = AGED_LIST("event_id, created_at, receipt_id, reason",
-                                                      QUAR_W, "created_at", "receipt_id", ""),
-    [Q_AGED_LIST + OBX__AGED_INBOX_QUARANTINED] =
-        AGED_LIST("event_id, at, quarantine_id, reason", IQUAR_W, "at", "quarantine_id",
-                  " AND consumer_id = $5::text"),
-    [Q_AGED_COUNT + OBX__AGED_PENDING] = AGED_COUNT(PENDING_W, PENDING_AT, NOT_TRAILING),
-    [Q_AGED_COUNT + OBX__AGED_UNKNOWN] = AGED_COUNT(UNKNOWN_W, UNKNOWN_AT, NOT_TRAILING),
-    [Q_AGED_COUNT + OBX__AGED_PUBLISHED] = AGED_COUNT(PUBLISHED_W, "published_at", ""),
-    [Q_AGED_COUNT + OBX__AGED_PARKED] = AGED_COUNT(PARKED_W, "updated_at", ""),
-    [Q_AGED_COUNT + OBX__AGED_QUARANTINED] = AGED_COUNT(QUAR_W, "created_at", ""),
-    [Q_AGED_COUNT + OBX__AGED_INBOX_QUARANTINED] =
-        AGED_COUNT(IQUAR_W, "at", " AND consumer_id = $2::text"),
-    [Q_AGED_LIST + OBX__AGED_ASSERTED] = AGED_LIST("event_id, created_at, receipt_id, reason",
-                                                   ASSERTED_W, "created_at", "receipt_id", ""),
-    [Q_AGED_COUNT + OBX__AGED_ASSERTED] = AGED_COUNT(ASSERTED_W, "created_at", ""),
-    [Q_AGED_LIST + OBX__AGED_UNSERVED] = AGED_LIST(EV_UNSERVED, UNSERVED_W, "committed_at", "seq",
-                                                   NO_LIVE_RELAY("$5::bigint") NOT_TRAILING),
-    [Q_AGED_COUNT + OBX__AGED_UNSERVED] =
-        AGED_COUNT(UNSERVED_W, "committed_at", NO_LIVE_RELAY("$2::bigint") NOT_TRAILING),
-    [Q_UNSERVED] =
-        "SELECT dest_cluster, count(*), min(committed_at) FROM " UNSERVED_W NO_LIVE_RELAY(
-            "$1::bigint") " GROUP BY dest_cluster ORDER BY dest_cluster",
-    [Q_FIND] =
-        "SELECT " EVENT_COLS EVENT_FROM "WHERE ($1::text IS NULL OR e.event_type = $1::text) "
-        "AND ($2::text IS NULL OR v.dest_cluster = $2::text) "
-        "AND ($3::text IS NULL OR v.dest_topic = $3::text) "
-        "AND ($4::text[] IS NULL OR e.alias = ANY ($4::text[])) "
-        "AND ($5::text[] IS NULL OR e.state = ANY ($5::text[])) "
-        "AND e.committed_at >= $6::bigint AND ($7::bigint = 0 OR e.committed_at < "
-        "$7::bigint) AND e.seq > $8::bigint AND (NOT $10::bool OR e.held_at > 0) "
-        "AND ($11::bigint = 0 OR (e.unknown_since > 0 AND e.unknown_since < $11::bigint)) "
-        "ORDER BY e.seq LIMIT $9::bigint",
-    /* the set and its targets in one statement (contract 4) */
-    [Q_RSET_PUT] = "WITH s AS (INSERT INTO obx.obx_route_set (route_gen, completion, targets) "
-                   "VALUES ($1::bigint, $2::text, $3::int)) "
-                   "INSERT INTO obx.obx_route_target (route_gen, target_no, cluster, topic, "
-                   "routing_key, algorithm, serializer, durability, required_acks) SELECT "
-                   "$1::bigint, t.* FROM unnest($4::int[], $5::text[], $6::text[], $7::text[], "
-                   "$8::text[], $9::text[], $10::text[], $11::text[]) AS t",
-    [Q_RSET_GET] = "SELECT s.completion, t.target_no, t.cluster, t.topic, t.routing_key, "
-                   "t.algorithm, t.serializer, t.durability, t.required_acks FROM "
-                   "obx.obx_route_set s LEFT JOIN obx.obx_route_target t ON t.route_gen = "
-                   "s.route_gen WHERE s.route_gen = $1::bigint ORDER BY t.target_no",
-    /* The set row unless present; the targets only when the set's rule is the one given (a
-     * new set, or the same contract): fewer rows back than targets given = another rule. */
-    /* the set row once (a WITH clause's INSERT runs whether or not the query reads it), then
-     * the targets: a taken target number or slot violates their keys */
-    [Q_DSET_PUT] = "WITH s AS (INSERT INTO obx.obx_delivery_set (event_id, completion, route_gen, "
-                   "created_at) VALUES ($1::text, $2::text, $3::bigint, $4::bigint) ON CONFLICT "
-                   "(event_id) DO NOTHING) INSERT INTO obx.obx_delivery_target (slot_id, "
-                   "event_id, target_no, origin, created_at) SELECT t.slot, $1::text, t.no, "
-                   "t.origin, t.at FROM unnest($5::text[], $6::int[], $7::text[], $8::bigint[]) "
-                   "AS t(slot, no, origin, at)",
-    [Q_DGET] = "SELECT d.event_id, d.completion, d.route_gen, d.created_at, t.target_no, "
-               "t.slot_id, t.origin, t.created_at FROM obx.obx_delivery_set d JOIN "
-               "obx.obx_delivery_target t ON t.event_id = d.event_id WHERE d.event_id = "
-               "coalesce((SELECT x.event_id FROM obx.obx_delivery_target x WHERE x.slot_id = "
-               "$1::text), $1::text) ORDER BY t.target_no",
-    [Q_DSTATS] = "SELECT count(*), coalesce(sum(CASE WHEN (d.completion = 'all' AND x.pub = x.n) "
-                 "OR (d.completion = 'any' AND x.pub > 0) THEN 1 ELSE 0 END), 0) FROM "
-                 "obx.obx_delivery_set d JOIN (SELECT t.event_id, count(*) AS n, count(*) FILTER "
-                 "(WHERE e.state IN ('PUBLISHED','RETAINED','PURGED')) AS pub FROM "
-                 "obx.obx_delivery_target t JOIN obx.obx_event e ON e.event_id = t.slot_id "
-                 "GROUP BY t.event_id) x ON x.event_id = d.event_id",
-    [Q_RCPT_DETAIL] = "SELECT coalesce(detail, '') FROM obx.obx_receipt WHERE event_id = $1::text "
-                      "AND kind = $2::text ORDER BY receipt_id",
-    [Q_SET_ALIAS] = "UPDATE obx.obx_event e SET alias = $3::text FROM unnest($1::text[]) WITH "
-                    "ORDINALITY AS k(id, ord) WHERE e.event_id = k.id AND e.alias = $2::text AND "
-                    "e.state IN ('PENDING', 'PARKED') RETURNING k.ord",
-    /* The literal IN list lets a generic plan use the partial index obx_receipt_kind. */
-    [Q_RCPT_KIND_SPARSE] = "SELECT " RCPT_COLS " FROM obx.obx_receipt WHERE kind = $1::text AND "
-                           "kind IN ('QUARANTINED','MIGRATION') ORDER BY receipt_id DESC "
-                           "LIMIT $2::bigint",
-    [Q_RCPT_KIND_ANY] = "SELECT " RCPT_COLS " FROM obx.obx_receipt WHERE kind = $1::text "
-                        "ORDER BY receipt_id DESC LIMIT $2::bigint",
-    [Q_RECENT_PUB] = "SELECT e.event_id, v.dest_topic, e.published_at FROM obx.obx_event e JOIN "
-                     "obx.obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = "
-                     "e.envelope_gen WHERE e.state = 'PUBLISHED' ORDER BY e.published_at DESC "
-                     "LIMIT $1::bigint",
-    [Q_CAUDIT_EVENT] = "SELECT " CAUDIT_COLS " FROM obx.obx_consume_audit WHERE event_id = "
-                       "$2::text AND ($1::text IS NULL OR consumer_id = $1::text) AND audit_id > "
-                       "$3::bigint ORDER BY audit_id LIMIT $4::bigint",
-    [Q_CAUDIT_AFTER] = "SELECT " CAUDIT_COLS " FROM obx.obx_consume_audit WHERE audit_id > "
-                       "$3::bigint AND ($1::text IS NULL OR consumer_id = $1::text) AND "
-                       "($2::text IS NULL) ORDER BY audit_id LIMIT $4::bigint",
-    [Q_CAUDIT_NEWEST] = "SELECT " CAUDIT_COLS " FROM obx.obx_consume_audit WHERE ($2::text IS "
-                        "NULL OR event_id = $2::text) AND ($1::text IS NULL OR consumer_id = "
-                        "$1::text) AND $3::bigint < 0 ORDER BY audit_id DESC LIMIT $4::bigint",
-    [Q_SEL_UNPUB_STATE] = SEL_UNPUB_STATE,
-    [Q_SEL_UNPUB_STATE_LOCK] = SEL_UNPUB_STATE SKIP_LOCKED,
-    [Q_RELAY_PLANS] = RELAY_PLANS_SEL,
-    [Q_CLAIM_PLANS] = CLAIM_PLANS_SEL,
-};
-
-/* Statements that only read: run standalone on an owned connection found lost, they are
- * retried once on a new connection (contract 6). A write is never retried: whether a lost
- * statement took effect is unknown. */
-static const bool q_readonly[Q_COUNT] = {
-    [Q_ROUTE_GET] = true,
-    [Q_ROUTE_LIST_CUR] = true,
-    [Q_ROUTE_LIST_ALL] = true,
-    [Q_IDEM] = true,
-    [Q_SEL_EXPIRED] = true,
-    [Q_SEL_RECONCILE] = true,
-    [Q_SEL_STATE] = true,
-    [Q_SEL_PUBBEFORE] = true,
-    [Q_LOAD] = true,
-    [Q_LOAD_SLOTS] = true,
-    [Q_LOAD_ATT] = true,
-    [Q_LOAD_ATT_EVENT] = true,
-    [Q_LOAD_RCPT] = true,
-    [Q_LOAD_AUDIT] = true,
-    [Q_COUNTER_GET] = true,
-    [Q_CLUSTER_GET] = true,
-    [Q_SERIES_LIST] = true,
-    [Q_DOPEN] = true,
-    [Q_ENV_AT] = true,
-    [Q_STATS] = true,
-    [Q_STATS_INV] = true,
-    [Q_UNKNOWN_RES] = true,
-    [Q_FIND_CORR] = true,
-    [Q_INBOX_GET] = true,
-    [Q_INBOX_HAS] = true,
-    [Q_WM_LIST] = true,
-    [Q_WM_LIST_ALL] = true,
-    [Q_POISON_LIST] = true,
-    [Q_POISON_GET] = true,
-    [Q_RET_CANDIDATES] = true,
-    [Q_AGED_LIST + OBX__AGED_PENDING] = true,
-    [Q_AGED_LIST + OBX__AGED_UNKNOWN] = true,
-    [Q_AGED_LIST + OBX__AGED_PUBLISHED] = true,
-    [Q_AGED_LIST + OBX__AGED_PARKED] = true,
-    [Q_AGED_LIST + OBX__AGED_QUARANTINED] = true,
-    [Q_AGED_LIST + OBX__AGED_INBOX_QUARANTINED] = true,
-    [Q_AGED_COUNT + OBX__AGED_PENDING] = true,
-    [Q_AGED_COUNT + OBX__AGED_UNKNOWN] = true,
-    [Q_AGED_COUNT + OBX__AGED_PUBLISHED] = true,
-    [Q_AGED_COUNT + OBX__AGED_PARKED] = true,
-    [Q_AGED_COUNT + OBX__AGED_QUARANTINED] = true,
-    [Q_AGED_COUNT + OBX__AGED_INBOX_QUARANTINED] = true,
-    [Q_AGED_LIST + OBX__AGED_ASSERTED] = true,
-    [Q_AGED_COUNT + OBX__AGED_ASSERTED] = true,
-    [Q_FIND] = true,
-    [Q_RSET_GET] = true,
-    [Q_DGET] = true,
-    [Q_DSTATS] = true,
-    [Q_RCPT_DETAIL] = true,
-    [Q_RCPT_KIND_SPARSE] = true,
-    [Q_RCPT_KIND_ANY] = true,
-    [Q_RECENT_PUB] = true,
-    [Q_CAUDIT_EVENT] = true,
-    [Q_CAUDIT_AFTER] = true,
-    [Q_CAUDIT_NEWEST] = true,
-};
-
-/* ---- statement names ----------------------------------------------------------------------- */
-
-static char name_prefix[24]; /* "obx_<8 hex>_" */
-static pthread_once_t name_once = PTHREAD_ONCE_INIT;
-
-/* The prefix hashes every statement text, so a connection shared by two library versions never
- * runs one version's statement under the other's name. */
-static void name_init(void) {
-    uint32_t h = 2166136261u;
-    for (int i = 0; i < Q_COUNT; i++)
-        for (const char *p = sql_text[i]; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
-    snprintf(name_prefix, sizeof name_prefix, "obx_%08x_", h);
-}
-
-static void stmt_name(int id, char out[40]) {
-    pthread_once(&name_once, name_init);
-    snprintf(out, 40, "%s%d", name_prefix, id);
-}
-
-/* ---- parameters ------------------------------------------------------------------------------ */
-
-#define PMAX 64
-
-/* Array parameters travel in PostgreSQL's binary array format (array_recv): the relay prints
- * no decimals and quotes no strings, and the server parses no literals (text arrays cost about
- * 12 % of the relay's CPU and array_in 2 % of the server's under a backlog). The elements are
- * collected first (a text element as its length and bytes, an integer as an int64 in host
- * order) and framed by frame_arrays() when the statement is known: every array parameter is
- * written in the SQL with its cast ($n::text[], $n::int[], $n::bigint[]), and that cast says
- * which element type and width the server expects. */
-enum { A_NONE, A_TEXT, A_INT, A_RECORD, A_FRAMED };
-
-/* Parameters of one statement: text values (NULL = SQL NULL), binary bytea, and arrays built
- * in owned buffers. Out of memory is sticky and reported by run(). */
-typedef struct params {
-    int n;
-    const char *val[PMAX];
-    int len[PMAX];
-    int fmt[PMAX];
-    char num[PMAX][24];
-    obx__buf arr[PMAX];
-    unsigned char akind[PMAX]; /* A_* */
-    int acount[PMAX];          /* elements */
-    bool anull[PMAX];          /* some element is NULL */
-    unsigned char rtype[PMAX]; /* A_RECORD: its row type (RT_*) */
-} params;
-
-static void p_init(params *p) { memset(p, 0, sizeof *p); }
-
-static void p_free(params *p) {
-    for (int i = 0; i < p->n; i++) obx__buf_free(&p->arr[i]);
-}
-
-static void p_text(params *p, const char *v) {
-    p->val[p->n] = v;
-    p->n++;
-}
-
-static void p_int(params *p, int64_t v) {
-    snprintf(p->num[p->n], sizeof p->num[0], "%lld", (long long)v);
-    p->val[p->n] = p->num[p->n];
-    p->n++;
-}
-
-static void p_bool(params *p, bool v) {
-    p->val[p->n] = v ? "t" : "f";
-    p->n++;
-}
-
-/* Binary bytea; a NULL pointer with length 0 is an empty value, not SQL NULL. */
-static void p_bytes(params *p, const void *data, size_t len) {
-    p->val[p->n] = data ? (const char *)data : "";
-    p->len[p->n] = (int)len;
-    p->fmt[p->n] = 1;
-    p->n++;
-}
-
-/* Array parameters: a_begin, one a_text or a_int per element, a_end. */
-static obx__buf *a_begin(params *p, unsigned char kind) {
-    p->akind[p->n] = kind;
-    return &p->arr[p->n];
-}
-
-/* A text value as binary arrays and records carry it: its length (-1: NULL), then its bytes. */
-static void put_text(obx__buf *b, const char *v) {
-    if (!v) {
-        obx__buf_u32be(b, UINT32_MAX);
-        return;
-    }
-    size_t len = strlen(v);
-    obx__buf_u32be(b, (uint32_t)len);
-    obx__buf_put(b, v, len);
-}
-
-static void a_text(params *p, obx__buf *b, const char *v) {
-    p->acount[p->n]++;
-    if (!v) p->anull[p->n] = true;
-    put_text(b, v);
-}
-
-static void a_int(params *p, obx__buf *b, int64_t v) {
-    p->acount[p->n]++;
-    obx__buf_put(b, &v, sizeof v);
-}
-
-static void a_end(params *p) { p->n++; }
-
-/* An array of rows of a row type (A_RECORD: $n::obx._event_update[] and the others of
- * schema.sql), one function for the server to set up where an array per column took one
- * each: r_begin, then per row r_row, its columns in the type's order (r_text, r_int4,
- * r_int8), r_row_end; then r_end. The elements are written as they go, each a length and
- * record_recv's format (the column count, then per column its type OID, length and bytes);
- * frame_arrays puts the array's header, with the row type's OID, in front. */
-static obx__buf *r_begin(params *p, unsigned char rtype) {
-    p->akind[p->n] = A_RECORD;
-    p->rtype[p->n] = rtype;
-    return &p->arr[p->n];
-}
-
-/* Starts a row of ncols columns; returns where its length goes (r_row_end). */
-static size_t r_row(params *p, obx__buf *b, uint32_t ncols) {
-    p->acount[p->n]++;
-    size_t at = b->len;
-    obx__buf_u32be(b, 0);
-    obx__buf_u32be(b, ncols);
-    return at;
-}
-
-static void r_text(obx__buf *b, const char *v) {
-    obx__buf_u32be(b, 25); /* text */
-    put_text(b, v);
-}
-
-/* An int4 or int8 value as binary arrays and records carry it: its length, then its bytes in
- * network order. */
-static void put_int4(obx__buf *b, int32_t v) {
-    obx__buf_u32be(b, 4);
-    obx__buf_u32be(b, (uint32_t)v);
-}
-
-static void put_int8(obx__buf *b, int64_t v) {
-    obx__buf_u32be(b, 8);
-    obx__buf_u32be(b, (uint32_t)((uint64_t)v >> 32));
-    obx__buf_u32be(b, (uint32_t)(uint64_t)v);
-}
-
-static void r_int4(obx__buf *b, int32_t v) {
-    obx__buf_u32be(b, 23); /* int4 */
-    put_int4(b, v);
-}
-
-static void r_int8(obx__buf *b, int64_t v) {
-    obx__buf_u32be(b, 20); /* int8 */
-    put_int8(b, v);
-}
-
-static void r_row_end(obx__buf *b, size_t at) {
-    if (b->oom || !b->data) return;
-    uint32_t len = (uint32_t)(b->len - at - 4);
-    unsigned char *d = b->data + at;
-    d[0] = (unsigned char)(len >> 24);
-    d[1] = (unsigned char)(len >> 16);
-    d[2] = (unsigned char)(len >> 8);
-    d[3] = (unsigned char)len;
-}
-
-static void r_end(params *p) { p->n++; }
-
-/* Column arrays over n rows; the expression sees the row index as i. */
-#define ARR_TEXT(p, n, expr)                                                                       \
-    do {                                                                                           \
-        obx__buf *b_ = a_begin(p, A_TEXT);                                                         \
-        for (size_t i = 0; i < (n); i++) a_text(p, b_, (expr));                                    \
-        a_end(p);                                                                                  \
-    } while (0)
-#define ARR_INT(p, n, expr)                                                                        \
-    do {                                                                                           \
-        obx__buf *b_ = a_begin(p, A_INT);                                                          \
-        for (size_t i = 0; i < (n); i++) a_int(p, b_, (int64_t)(expr));                            \
-        a_end(p);                                                                                  \
-    } while (0)
-
-/* The declared array type of each statement's parameters, read once from the statement texts:
- * param_types[id][n] for $n. */
-enum { PT_NONE, PT_TEXT_ARR, PT_INT4_ARR, PT_INT8_ARR, PT_OTHER_ARR };
-static unsigned char param_types[Q_COUNT][PMAX + 1];
-static pthread_once_t param_types_once = PTHREAD_ONCE_INIT;
-
-static void param_types_init(void) {
-    for (int id = 0; id < Q_COUNT; id++)
-        for (const char *c = sql_text[id]; *c; c++) {
-            if (*c != '$' || c[1] < '1' || c[1] > '9') continue;
-            char *end;
-            long n = strtol(c + 1, &end, 10);
-            if (n < 1 || n > PMAX || strncmp(end, "::", 2)) continue;
-            const char *t = end + 2;
-            size_t tl = strspn(t, "abcdefghijklmnopqrstuvwxyz0123456789");
-            if (strncmp(t + tl, "[]", 2)) continue;
-            unsigned char k = PT_OTHER_ARR;
-            if (tl == 4 && !strncmp(t, "text", 4))
-                k = PT_TEXT_ARR;
-            else if (tl == 3 && !strncmp(t, "int", 3))
-                k = PT_INT4_ARR;
-            else if (tl == 6 && !strncmp(t, "bigint", 6))
-                k = PT_INT8_ARR;
-            param_types[id][n] = k;
-        }
-}
-
-static obx_err rec_oids(pg_store *s);
-
-/* An A_RECORD parameter framed: the array's header (one dimension of acount rows, lower bound
- * 1, no NULL rows, the row type's OID) in front of its rows. */
-/* A binary array's header: one dimension of count elements, lower bound 1 (none for an empty
- * array), whether some element is NULL, the element type. */
-static void array_header(obx__buf *f, int count, bool nulls, uint32_t oid) {
-    obx__buf_u32be(f, count ? 1 : 0);
-    obx__buf_u32be(f, nulls ? 1 : 0);
-    obx__buf_u32be(f, oid);
-    if (count) {
-        obx__buf_u32be(f, (uint32_t)count);
-        obx__buf_u32be(f, 1);
-    }
-}
-
-/* Parameter i becomes the framed array f (binary), in place of what was collected. */
-static obx_err frame_set(params *p, int i, obx__buf f, const char *what) {
-    if (f.oom) {
-        obx__buf_free(&f);
-        return obx__fail(OBX_ENOMEM, "%s: out of memory", what);
-    }
-    obx__buf_free(&p->arr[i]);
-    p->arr[i] = f;
-    p->val[i] = (const char *)f.data;
-    p->len[i] = (int)f.len;
-    p->fmt[i] = 1;
-    p->akind[i] = A_FRAMED;
-    return OBX_OK;
-}
-
-static obx_err frame_records(pg_store *s, params *p, int i, const char *what) {
-    obx_err e = rec_oids(s);
-    if (e) return e;
-    obx__buf f = {0};
-    array_header(&f, p->acount[i], false, s->rec_oid[p->rtype[i]]);
-    if (p->acount[i]) obx__buf_put(&f, p->arr[i].data, p->arr[i].len);
-    return frame_set(p, i, f, what);
-}
-
-/* Frames the collected array parameters of statement id (see A_*): one dimension, lower bound
- * 1, each element as a length (-1: NULL) and its bytes in network order. Idempotent. */
-static obx_err frame_arrays(pg_store *s, params *p, int id, const char *what) {
-    pthread_once(&param_types_once, param_types_init);
-    for (int i = 0; i < p->n; i++) {
-        unsigned char k = p->akind[i];
-        if (k == A_RECORD) {
-            obx_err e = frame_records(s, p, i, what);
-            if (e) return e;
-            continue;
-        }
-        if (k != A_TEXT && k != A_INT) continue;
-        unsigned char t = param_types[id][i + 1];
-        uint32_t oid = 25; /* text */
-        if (k == A_INT && t == PT_INT4_ARR)
-            oid = 23;
-        else if (k == A_INT && t == PT_INT8_ARR)
-            oid = 20;
-        else if (k != A_TEXT || t != PT_TEXT_ARR)
-            return obx__fail(OBX_EINTERNAL,
-                             "postgres: %s: parameter $%d is an array of %s, the statement does "
-                             "not declare it so",
-                             what, i + 1, k == A_TEXT ? "text" : "integers");
-        obx__buf f = {0};
-        int count = p->acount[i];
-        array_header(&f, count, p->anull[i], oid);
-        if (k == A_TEXT) {
-            obx__buf_put(&f, p->arr[i].data, p->arr[i].len);
-        } else {
-            for (int j = 0; j < count; j++) {
-                int64_t v;
-                memcpy(&v, p->arr[i].data + (size_t)j * sizeof v, sizeof v);
-                if (oid == 23) {
-                    if (v < INT32_MIN || v > INT32_MAX) {
-                        obx__buf_free(&f);
-                        return obx__fail(OBX_EINVAL,
-                                         "postgres: %s: parameter $%d, element %d: %lld is out of "
-                                         "range for an integer column (-2147483648..2147483647)",
-                                         what, i + 1, j + 1, (long long)v);
-                    }
-                    put_int4(&f, (int32_t)v);
-                } else {
-                    put_int8(&f, v);
-                }
-            }
-        }
-        obx_err e = frame_set(p, i, f, what);
-        if (e) return e;
-    }
-    return OBX_OK;
-}
-
-static bool p_oom(const params *p) {
-    for (int i = 0; i < p->n; i++)
-        if (p->arr[i].oom) return true;
-    return false;
-}
-
-/* p ready to send with statement id: built without running out of memory, arrays framed. */
-static obx_err p_ready(pg_store *s, params *p, int id, const char *what) {
-    if (p_oom(p)) return obx__fail(OBX_ENOMEM, "%s: out of memory", what);
-    return frame_arrays(s, p, id, what);
-}
-
 /* ---- errors ------------------------------------------------------------------------------- */
 
 static bool conn_lost_state(const char *st) {
@@ -1348,8 +105,8 @@ static obx_err map_error(pg_store *s, const PGresult *r, const char *what) {
 }
 
 /* Takes r. OBX_OK when it carries the expected status; *out (may be NULL) then owns it. */
-static obx_err check(pg_store *s, PGresult *r, ExecStatusType want, PGresult **out,
-                     const char *what) {
+obx_err obx__pg_check(pg_store *s, PGresult *r, ExecStatusType want, PGresult **out,
+                      const char *what) {
     ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
     if (st == want || (want == PGRES_COMMAND_OK && st == PGRES_TUPLES_OK)) {
         if (out)
@@ -1360,7 +117,7 @@ static obx_err check(pg_store *s, PGresult *r, ExecStatusType want, PGresult **o
     }
     /* the schema made again under this connection: a row type's OID is no longer the type's
      * ("wrong element type"), or the statement was prepared with the old type ("cache lookup
-     * failed for type"): rec_oids prepares them again before the next statement */
+     * failed for type"): obx__pg_rec_oids prepares them again before the next statement */
     const char *code = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
     const char *msg = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
     if (code && (!strcmp(code, "42804") ||
@@ -1375,15 +132,15 @@ static obx_err check(pg_store *s, PGresult *r, ExecStatusType want, PGresult **o
  * array names its element type, and the server checks it against the statement's (the names are
  * qualified, so the session's search_path does not matter). Read outside any pipeline, before the
  * statement that needs them; a plain catalogue read, so also harmless inside the caller's
- * transaction. After check() saw a type change under the connection (rec_stale), the statements
- * that take the types are deallocated first, to be prepared again with the new ones. */
-static obx_err rec_oids(pg_store *s) {
+ * transaction. After obx__pg_check() saw a type change under the connection (rec_stale), the
+ * statements that take the types are deallocated first, to be prepared again with the new ones. */
+obx_err obx__pg_rec_oids(pg_store *s) {
     if (s->rec_stale) {
         static const int uses[] = {Q_UPD_EVENTS, Q_INS_ATT, Q_UPD_ATT, Q_INS_RCPT};
         for (size_t i = 0; i < sizeof uses / sizeof uses[0]; i++) {
             if (!s->prepared[uses[i]]) continue;
             char name[40], sql[64];
-            stmt_name(uses[i], name);
+            obx__pg_stmt_name(uses[i], name);
             snprintf(sql, sizeof sql, "DEALLOCATE %s", name);
             PQclear(PQexec(s->conn, sql)); /* gone already is as good */
             s->prepared[uses[i]] = false;
@@ -1393,12 +150,12 @@ static obx_err rec_oids(pg_store *s) {
     }
     if (s->rec_oid[0]) return OBX_OK;
     PGresult *r = NULL;
-    obx_err e = check(s,
-                      PQexec(s->conn, "SELECT 'obx._event_update'::regtype::oid, "
-                                      "'obx._attempt_insert'::regtype::oid, "
-                                      "'obx._attempt_update'::regtype::oid, "
-                                      "'obx._receipt_insert'::regtype::oid"),
-                      PGRES_TUPLES_OK, &r, "the batch statements' row types");
+    obx_err e = obx__pg_check(s,
+                              PQexec(s->conn, "SELECT 'obx._event_update'::regtype::oid, "
+                                              "'obx._attempt_insert'::regtype::oid, "
+                                              "'obx._attempt_update'::regtype::oid, "
+                                              "'obx._receipt_insert'::regtype::oid"),
+                              PGRES_TUPLES_OK, &r, "the batch statements' row types");
     if (e) return e;
     for (int i = 0; i < RT_COUNT; i++)
         s->rec_oid[i] = (uint32_t)strtoul(PQgetvalue(r, 0, i), NULL, 10);
@@ -1453,7 +210,7 @@ static obx_err pend_flush(pg_store *s, const char *what) {
     snprintf(sql, sizeof sql, "%s%s%s%s%s", p & P_BEGIN ? "BEGIN" : "",
              p & P_BEGIN && p & (P_RELAY | P_CLAIM) ? "; " : "", p & P_RELAY ? RELAY_PLANS : "",
              p & P_RELAY && p & P_CLAIM ? "; " : "", p & P_CLAIM ? CLAIM_PLANS : "");
-    return check(s, PQexec(s->conn, sql), PGRES_COMMAND_OK, NULL, what);
+    return obx__pg_check(s, PQexec(s->conn, sql), PGRES_COMMAND_OK, NULL, what);
 }
 
 /* conn_ready, then the transaction's unsent part: the connection is where the caller's
@@ -1466,61 +223,8 @@ static obx_err ready(pg_store *s, const char *what) {
 static obx_err exec_simple(pg_store *s, const char *sql, const char *what) {
     obx_err e = ready(s, what);
     if (e) return e;
-    return check(s, PQexec(s->conn, sql), PGRES_COMMAND_OK, NULL, what);
+    return obx__pg_check(s, PQexec(s->conn, sql), PGRES_COMMAND_OK, NULL, what);
 }
-
-/* Borrowed connection: which of our names are prepared already (contract 2). */
-static obx_err check_names(pg_store *s) {
-    char pattern[40];
-    pthread_once(&name_once, name_init);
-    snprintf(pattern, sizeof pattern, "%s%%", name_prefix);
-    const char *v[1] = {pattern};
-    PGresult *r = NULL;
-    obx_err e = check(
-        s,
-        PQexecParams(s->conn, "SELECT name FROM pg_prepared_statements WHERE name LIKE $1::text", 1,
-                     NULL, v, NULL, NULL, 0),
-        PGRES_TUPLES_OK, &r, "read prepared statements");
-    if (e) return e;
-    size_t pl = strlen(name_prefix);
-    for (int i = 0; i < PQntuples(r); i++) {
-        const char *nm = PQgetvalue(r, i, 0);
-        /* LIKE's '_' matches any character: compare the prefix exactly */
-        if (strlen(nm) > pl && !strncmp(nm, name_prefix, pl)) {
-            int id = atoi(nm + pl);
-            if (id >= 0 && id < Q_COUNT) s->prepared[id] = true;
-        }
-    }
-    PQclear(r);
-    s->names_checked = true;
-    return OBX_OK;
-}
-
-static obx_err prepare(pg_store *s, int id) {
-    if (s->prepared[id]) return OBX_OK;
-    obx_err e;
-    if (!s->owned && !s->names_checked) {
-        if ((e = check_names(s))) return e;
-        if (s->prepared[id]) return OBX_OK;
-    }
-    char name[40];
-    stmt_name(id, name);
-    e = check(s, PQprepare(s->conn, name, sql_text[id], 0, NULL), PGRES_COMMAND_OK, NULL,
-              "prepare");
-    if (!e) s->prepared[id] = true;
-    return e;
-}
-
-/* One statement of a pipeline (ws_run), and which part's rows its result answers for. */
-enum { WS_PLAIN, WS_UPD_EVENTS, WS_UPD_ATT, WS_KEEP };
-typedef struct ws_stmt {
-    int id;
-    int kind;      /* WS_*; WS_KEEP: the result goes to the caller */
-    size_t off, n; /* its rows within the part */
-    const char *what;
-    ExecStatusType want;
-    params p;
-} ws_stmt;
 
 static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const struct obx__write_set *w,
                       PGresult **keep, bool commit);
@@ -1566,7 +270,7 @@ static bool retriable_race(const PGresult *r) {
 static obx_err run(pg_store *s, int id, params *p, ExecStatusType want, PGresult **out,
                    const char *what) {
     if (p) {
-        obx_err pe = p_ready(s, p, id, what);
+        obx_err pe = obx__pg_p_ready(s, p, id, what);
         if (pe) return pe;
     }
     if (s->pend) { /* the transaction's first statement: one pipeline with its BEGIN */
@@ -1581,11 +285,11 @@ static obx_err run(pg_store *s, int id, params *p, ExecStatusType want, PGresult
         return e;
     }
     char name[40];
-    stmt_name(id, name);
+    obx__pg_stmt_name(id, name);
     for (int attempt = 0;; attempt++) {
         obx_err e = ready(s, what);
         if (e) return e;
-        if ((e = prepare(s, id))) {
+        if ((e = obx__pg_prepare(s, id))) {
             /* PREPARE found the connection lost: nothing ran, so any statement may go again */
             if (e == OBX_ECONNLOST && s->owned && s->tx.depth == 0 && attempt == 0) continue;
             return e;
@@ -1596,8 +300,8 @@ static obx_err run(pg_store *s, int id, params *p, ExecStatusType want, PGresult
         bool standalone = s->tx.depth == 0 && (PQstatus(s->conn) != CONNECTION_OK ||
                                                PQtransactionStatus(s->conn) == PQTRANS_IDLE);
         /* contract 6: a read found the connection lost; reconnect (ready) and read again */
-        if (PQstatus(s->conn) != CONNECTION_OK && standalone && s->owned && q_readonly[id] &&
-            attempt == 0) {
+        if (PQstatus(s->conn) != CONNECTION_OK && standalone && s->owned &&
+            obx__pg_q_readonly[id] && attempt == 0) {
             PQclear(r);
             continue;
         }
@@ -1620,36 +324,9 @@ static obx_err run(pg_store *s, int id, params *p, ExecStatusType want, PGresult
                 continue;
             }
         }
-        return check(s, r, want, out, what);
+        return obx__pg_check(s, r, want, out, what);
     }
 }
-
-/* ---- reading results ------------------------------------------------------------------------ */
-
-static int64_t gi(const PGresult *r, int row, int col) {
-    return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
-}
-
-static bool gb(const PGresult *r, int row, int col) {
-    return !PQgetisnull(r, row, col) && PQgetvalue(r, row, col)[0] == 't';
-}
-
-static void gt(const PGresult *r, int row, int col, char *out, size_t cap) {
-    obx__strlcpy(out, PQgetisnull(r, row, col) ? "" : PQgetvalue(r, row, col), cap);
-}
-#define GT(r, row, col, field) gt(r, row, col, field, sizeof(field))
-
-/* the shared decoders' view of one result row (shared.h) */
-typedef struct pg_cell {
-    const PGresult *r;
-    int row;
-} pg_cell;
-static int64_t rd_i64(void *c, int col) { return gi(((pg_cell *)c)->r, ((pg_cell *)c)->row, col); }
-static bool rd_flag(void *c, int col) { return gb(((pg_cell *)c)->r, ((pg_cell *)c)->row, col); }
-static void rd_text(void *c, int col, char *out, size_t cap) {
-    gt(((pg_cell *)c)->r, ((pg_cell *)c)->row, col, out, cap);
-}
-#define READER(res, i) (&(obx__col_reader){rd_i64, rd_flag, rd_text, &(pg_cell){(res), (i)}})
 
 static int hexv(char c) {
     if (c >= '0' && c <= '9') return c - '0';
@@ -1798,14 +475,15 @@ static obx_err pg_schema_version(obx__store *base, int *found) {
     if (e) return e;
     PGresult *r = NULL;
     /* to_regclass: a missing table must not raise (it would abort a caller's transaction) */
-    e = check(s, PQexec(s->conn, "SELECT to_regclass('obx.obx_meta') IS NOT NULL"), PGRES_TUPLES_OK,
-              &r, "schema version");
+    e = obx__pg_check(s, PQexec(s->conn, "SELECT to_regclass('obx.obx_meta') IS NOT NULL"),
+                      PGRES_TUPLES_OK, &r, "schema version");
     if (e) return e;
     bool present = gb(r, 0, 0);
     PQclear(r);
     if (!present) return OBX_OK;
-    e = check(s, PQexec(s->conn, "SELECT value FROM obx.obx_meta WHERE key = 'schema_version'"),
-              PGRES_TUPLES_OK, &r, "schema version");
+    e = obx__pg_check(
+        s, PQexec(s->conn, "SELECT value FROM obx.obx_meta WHERE key = 'schema_version'"),
+        PGRES_TUPLES_OK, &r, "schema version");
     if (e) return e;
     if (PQntuples(r) == 1) *found = (int)gi(r, 0, 0);
     PQclear(r);
@@ -1827,7 +505,8 @@ static obx_err pg_schema_hold(obx__store *base, int *found) {
     char sql[96];
     snprintf(sql, sizeof sql, "SELECT pg_advisory_lock_shared(%d, %d)", LOCK_CLASS_INIT,
              LOCK_SCHEMA_IN_USE);
-    if ((e = check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, NULL, "schema in use"))) return e;
+    if ((e = obx__pg_check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, NULL, "schema in use")))
+        return e;
     return pg_schema_version(base, found);
 }
 
@@ -1838,9 +517,9 @@ static obx_err pg_server_ms(obx__store *base, int64_t *out) {
     obx_err e = ready(s, "server clock");
     if (e) return e;
     PGresult *r = NULL;
-    e = check(s,
-              PQexec(s->conn, "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"),
-              PGRES_TUPLES_OK, &r, "server clock");
+    e = obx__pg_check(
+        s, PQexec(s->conn, "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"),
+        PGRES_TUPLES_OK, &r, "server clock");
     if (e) return e;
     *out = gi(r, 0, 0);
     PQclear(r);
@@ -1856,7 +535,7 @@ static obx_err migrate_exclusive(pg_store *s, int from, int to) {
     snprintf(sql, sizeof sql, "SELECT pg_try_advisory_xact_lock(%d, %d)", LOCK_CLASS_INIT,
              LOCK_SCHEMA_IN_USE);
     PGresult *r = NULL;
-    obx_err e = check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, &r, "schema in use");
+    obx_err e = obx__pg_check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, &r, "schema in use");
     if (e) return e;
     bool got = gb(r, 0, 0);
     PQclear(r);
@@ -1871,7 +550,8 @@ static obx_err migrate_exclusive(pg_store *s, int from, int to) {
              "FROM pg_database WHERE datname = current_database()) AND l.pid <> "
              "pg_backend_pid()",
              LOCK_CLASS_INIT, LOCK_SCHEMA_IN_USE);
-    if ((e = check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, &r, "schema in use"))) return e;
+    if ((e = obx__pg_check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, &r, "schema in use")))
+        return e;
     int64_t n = gi(r, 0, 0);
     char who[256];
     gt(r, 0, 1, who, sizeof who);
@@ -1892,7 +572,7 @@ static obx_err pg_rollback(obx__store *base);
 /* the migration runner's statements (shared.c) */
 static obx_err migrate_exec(obx__store *base, const char *sql) {
     pg_store *s = (pg_store *)base;
-    return check(s, PQexec(s->conn, sql), PGRES_COMMAND_OK, NULL, "schema migration");
+    return obx__pg_check(s, PQexec(s->conn, sql), PGRES_COMMAND_OK, NULL, "schema migration");
 }
 
 /* One DDL statement in a savepoint: true when it ran, false when the server refused it (the
@@ -1922,8 +602,8 @@ static obx_err ext_query(pg_store *s, const char *sql, const char *what, ext_sta
                          PGresult **r) {
     snprintf(x->ver, sizeof x->ver, "%d", OBX__SCHEMA_VERSION);
     const char *v[1] = {x->ver};
-    obx_err e =
-        check(s, PQexecParams(s->conn, sql, 1, NULL, v, NULL, NULL, 0), PGRES_TUPLES_OK, r, what);
+    obx_err e = obx__pg_check(s, PQexecParams(s->conn, sql, 1, NULL, v, NULL, NULL, 0),
+                              PGRES_TUPLES_OK, r, what);
     if (e) return e;
     x->avail = gb(*r, 0, 0);
     x->have = PQgetisnull(*r, 0, 1) ? NULL : PQgetvalue(*r, 0, 1);
@@ -1963,7 +643,8 @@ static obx_err enqueue_impl(pg_store *s) {
     bool c = x.avail && (same || try_ddl(s, ddl));
     char sql[160];
     snprintf(sql, sizeof sql, "SELECT obx._point_enqueue(%s)", c ? "true" : "false");
-    if (c != uses_c && (e = check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, NULL, "enqueue body")))
+    if (c != uses_c &&
+        (e = obx__pg_check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, NULL, "enqueue body")))
         return e;
     /* written only when it changes: an init (every relay start by the owner) writes nothing */
     char meta[320];
@@ -2025,7 +706,8 @@ static obx_err pg_producer_body(obx__store *base, char *buf, size_t cap) {
 /* OBX_EREFUSED, naming the owner, when a schema obx exists that init does not trust. */
 static obx_err schema_owned(pg_store *s) {
     PGresult *r = NULL;
-    obx_err e = check(s, PQexec(s->conn, FOREIGN_SCHEMA_SQL), PGRES_TUPLES_OK, &r, "schema owner");
+    obx_err e =
+        obx__pg_check(s, PQexec(s->conn, FOREIGN_SCHEMA_SQL), PGRES_TUPLES_OK, &r, "schema owner");
     if (e) return e;
     char owner[OBX_NAME_MAX + 1] = "", me[OBX_NAME_MAX + 1] = "";
     bool foreign = PQntuples(r) == 1;
@@ -2048,13 +730,13 @@ static obx_err migrate_in_tx(pg_store *s, const char *const *scripts, int last) 
     char sql[128];
     snprintf(sql, sizeof sql, "SELECT pg_advisory_xact_lock(%d, 0)", LOCK_CLASS_INIT);
     PGresult *r = NULL;
-    obx_err e = check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, NULL, "init lock");
+    obx_err e = obx__pg_check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, NULL, "init lock");
     if (e) return e;
     /* canonical encodings hash UTF-8 bytes: the database must store UTF-8 */
-    e = check(s,
-              PQexec(s->conn, "SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE "
-                              "datname = current_database()"),
-              PGRES_TUPLES_OK, &r, "database encoding");
+    e = obx__pg_check(s,
+                      PQexec(s->conn, "SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE "
+                                      "datname = current_database()"),
+                      PGRES_TUPLES_OK, &r, "database encoding");
     if (e) return e;
     char enc[32];
     gt(r, 0, 0, enc, sizeof enc);
@@ -2322,7 +1004,6 @@ static obx_err pg_idem_lookup(obx__store *base, const char *tenant, const char *
 static void order_key(const obx__event_row *r, char *out, size_t cap) {
     snprintf(out, cap, "%s\x1f%s\x1f%s", r->dest.cluster, r->dest.topic, r->dest.routing_key);
 }
-#define ORDER_KEY_CAP (OBX_NAME_MAX + OBX_TOPIC_MAX + OBX_KEY_MAX + 4)
 
 /* Parameters $1..$28 of Q_INS_ENV and Q_INS_EVENT. */
 static void bind_envelope(params *p, const obx__event_row *r, const void *payload, size_t len) {
@@ -2449,7 +1130,7 @@ static bool send_plain(pg_store *s, const char *sql) {
 /* Prepared statement id with p into a pipeline. */
 static bool send_prepared(pg_store *s, int id, const params *p) {
     char name[40];
-    stmt_name(id, name);
+    obx__pg_stmt_name(id, name);
     return PQsendQueryPrepared(s->conn, name, p->n, p->val, p->len, p->fmt, 0);
 }
 
@@ -2495,7 +1176,8 @@ static obx_err enqueue_send(pg_store *s, const params *p, bool own, bool *writte
             refused |= PQresultStatus(res) == PGRES_FATAL_ERROR && code &&
                        (i < 2 || (!conn_lost_state(code) && PQstatus(s->conn) == CONNECTION_OK));
             PGresult *keep = NULL;
-            if (!(e = check(s, res, i == 1 ? PGRES_TUPLES_OK : PGRES_COMMAND_OK, &keep, what[i]))) {
+            if (!(e = obx__pg_check(s, res, i == 1 ? PGRES_TUPLES_OK : PGRES_COMMAND_OK, &keep,
+                                    what[i]))) {
                 if (i == 0) opened = true;
                 if (i == 1) *written = PQntuples(keep) == 1;
                 /* COMMIT of a failed transaction reports success with the tag ROLLBACK */
@@ -2592,10 +1274,11 @@ static obx_err pg_enqueue_write(obx__store *base, const obx__event_row *r, const
     p_int(&p, r->env.not_before);     /* $54 */
     if (head.oom || tail.oom) e = obx__fail(OBX_ENOMEM, "enqueue: out of memory");
     bool busy = true; /* the savepoint pipeline: unless enqueue_try wrote or the route changed */
-    if (!e && !(e = p_ready(s, &p, Q_ENQ_WRITE, "enqueue")) && !(e = ready(s, "enqueue")) &&
+    if (!e && !(e = obx__pg_p_ready(s, &p, Q_ENQ_WRITE, "enqueue")) && !(e = ready(s, "enqueue")) &&
         in_tx && s->tx.depth == 0 && !*r->env.idempotency_key)
         e = enqueue_try(s, &p, written, &busy);
-    if (!e && busy && !(e = prepare(s, Q_ENQ_WRITE))) e = enqueue_send(s, &p, !in_tx, written);
+    if (!e && busy && !(e = obx__pg_prepare(s, Q_ENQ_WRITE)))
+        e = enqueue_send(s, &p, !in_tx, written);
     obx__buf_free(&head);
     obx__buf_free(&tail);
     return e;
@@ -3188,9 +1871,10 @@ static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set 
     if (pend & P_RELAY) pre[npre++] = Q_RELAY_PLANS;
     if (pend & P_CLAIM) pre[npre++] = Q_CLAIM_PLANS;
     for (size_t i = 0; !e && i < npre; i++)
-        if (pre[i] >= 0) e = prepare(s, pre[i]);
+        if (pre[i] >= 0) e = obx__pg_prepare(s, pre[i]);
     for (size_t i = 0; !e && i < ns; i++)
-        if (!(e = p_ready(s, &st[i].p, st[i].id, st[i].what))) e = prepare(s, st[i].id);
+        if (!(e = obx__pg_p_ready(s, &st[i].p, st[i].id, st[i].what)))
+            e = obx__pg_prepare(s, st[i].id);
     if (e) return e;
     if (!PQenterPipelineMode(s->conn)) return map_error(s, NULL, "pipeline mode");
     s->pend = 0; /* from here on the server's state says what was sent */
@@ -3223,13 +1907,13 @@ static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set 
         if (e || (r && PQresultStatus(r) == PGRES_PIPELINE_ABORTED)) {
             PQclear(r);
         } else if (k < npre) {
-            e = check(s, r, pre[k] < 0 ? PGRES_COMMAND_OK : PGRES_TUPLES_OK, NULL,
-                      pre[k] < 0 ? "begin" : "relay plans");
+            e = obx__pg_check(s, r, pre[k] < 0 ? PGRES_COMMAND_OK : PGRES_TUPLES_OK, NULL,
+                              pre[k] < 0 ? "begin" : "relay plans");
         } else {
             /* an event update that did not apply fails in its own statement (WS_CHECK), before
              * any later part runs */
             const ws_stmt *x = &st[k - npre];
-            if (!(e = check(s, r, x->want, &r, x->what)))
+            if (!(e = obx__pg_check(s, r, x->want, &r, x->what)))
                 e = ws_take(x, r, w, keep ? &keep[nkeep] : NULL);
             if (x->kind == WS_KEEP) nkeep++;
         }
@@ -4029,7 +2713,7 @@ static obx_err wake_release(pg_store *s) {
     snprintf(sql, sizeof sql, "SELECT pg_advisory_unlock(%s, %ld)", LOCK_CLASS_WAKE,
              (long)s->wake_key);
     s->wake_held = false;
-    return check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, NULL, "release the wake lock");
+    return obx__pg_check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, NULL, "release the wake lock");
 }
 
 /* A claim for `cluster` (NULL: every cluster) on this connection: the wake lock it waits on is
@@ -4054,7 +2738,7 @@ static obx_err wake_take(pg_store *s, int timeout_ms, bool *got) {
     if (!s->wake_key_known) {
         const char *v[1] = {s->wake_cluster};
         PGresult *r = NULL;
-        if ((e = check(
+        if ((e = obx__pg_check(
                  s, PQexecParams(s->conn, "SELECT hashtext($1::text)", 1, NULL, v, NULL, NULL, 0),
                  PGRES_TUPLES_OK, &r, "the wake lock's key")))
             return e;
@@ -4077,19 +2761,19 @@ static obx_err wake_take(pg_store *s, int timeout_ms, bool *got) {
     if (timeout_ms > 0 && st == PGRES_FATAL_ERROR && code && !strcmp(code, "55P03")) {
         /* lock_timeout: still busy; the transaction it ended is rolled back */
         PQclear(r);
-        return check(s, PQexec(s->conn, "ROLLBACK"), PGRES_COMMAND_OK, NULL,
-                     "wait for the wake lock");
+        return obx__pg_check(s, PQexec(s->conn, "ROLLBACK"), PGRES_COMMAND_OK, NULL,
+                             "wait for the wake lock");
     }
     if (timeout_ms > 0) {
         /* the last result is COMMIT's */
-        if ((e = check(s, r, PGRES_COMMAND_OK, NULL, "wait for the wake lock"))) {
+        if ((e = obx__pg_check(s, r, PGRES_COMMAND_OK, NULL, "wait for the wake lock"))) {
             if (PQstatus(s->conn) == CONNECTION_OK && PQtransactionStatus(s->conn) != PQTRANS_IDLE)
                 PQclear(PQexec(s->conn, "ROLLBACK"));
             return e;
         }
         *got = true;
     } else {
-        if ((e = check(s, r, PGRES_TUPLES_OK, &r, "take the wake lock"))) return e;
+        if ((e = obx__pg_check(s, r, PGRES_TUPLES_OK, &r, "take the wake lock"))) return e;
         *got = !strcmp(PQgetvalue(r, 0, 0), "t");
         PQclear(r);
     }
@@ -4111,10 +2795,11 @@ static obx_err server_wait(pg_store *s, int ms, bool *woke) {
     PGresult *r = NULL;
     obx_err e;
     if (!s->wait_fn) {
-        if ((e = check(s,
-                       PQexec(s->conn, "SELECT to_regprocedure('obx._wait_for_work(integer)') "
-                                       "IS NOT NULL"),
-                       PGRES_TUPLES_OK, &r, "look up obx._wait_for_work")))
+        if ((e = obx__pg_check(s,
+                               PQexec(s->conn,
+                                      "SELECT to_regprocedure('obx._wait_for_work(integer)') "
+                                      "IS NOT NULL"),
+                               PGRES_TUPLES_OK, &r, "look up obx._wait_for_work")))
             return e;
         s->wait_fn = !strcmp(PQgetvalue(r, 0, 0), "t") ? 1 : -1;
         PQclear(r);
@@ -4122,7 +2807,8 @@ static obx_err server_wait(pg_store *s, int ms, bool *woke) {
     if (s->wait_fn < 0) return OBX_OK;
     char sql[64];
     snprintf(sql, sizeof sql, "SELECT obx._wait_for_work(%d)", ms > 1000 ? 1000 : ms);
-    if ((e = check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, &r, "wait for work"))) return e;
+    if ((e = obx__pg_check(s, PQexec(s->conn, sql), PGRES_TUPLES_OK, &r, "wait for work")))
+        return e;
     *woke = !strcmp(PQgetvalue(r, 0, 0), "t");
     PQclear(r);
     return OBX_OK;
@@ -4199,9 +2885,9 @@ static obx_err pg_create_roles(obx__store *base, const char *prefix) {
     obx_err e = pg_begin(base);
     if (e) return e;
     const char *v[1] = {prefix};
-    e = check(s,
-              PQexecParams(s->conn, "SELECT obx.create_roles($1::text)", 1, NULL, v, NULL, NULL, 0),
-              PGRES_TUPLES_OK, NULL, "create roles");
+    e = obx__pg_check(
+        s, PQexecParams(s->conn, "SELECT obx.create_roles($1::text)", 1, NULL, v, NULL, NULL, 0),
+        PGRES_TUPLES_OK, NULL, "create roles");
     if (e) {
         pg_rollback(base);
         return e;
