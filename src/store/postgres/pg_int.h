@@ -10,6 +10,7 @@
  *
  * The store's files (pg_store.c lists its contracts and which file keeps each):
  *   pg_sql.c      statement text and table, statement names and preparing, parameter framing
+ *   pg_conn.c     errors, the connection and its reconnection, running a statement, transactions
  *   pg_store.c    open, close, schema and migration, roles, the method tables
  *                 (and what is not split out yet)
  */
@@ -149,9 +150,9 @@ typedef struct pg_store {
     int32_t wake_key;
     bool wake_key_known, wake_held;
     bool dispatch; /* serve_dispatch: every BEGIN sets the relay's planner options */
-    unsigned pend; /* P_*: what goes in front of the next statement (ws_run, pend_flush) */
+    unsigned pend; /* P_*: what goes in front of the next statement (obx__pg_ws_run, pend_flush) */
     /* a relay transaction's write set, held back for its COMMIT's pipeline (pg_write_set);
-     * owned; sent before anything else the transaction sends (conn_ready) */
+     * owned; sent before anything else the transaction sends (obx__pg_conn_ready) */
     struct ws_stmt *held;
     size_t n_held;
     bool names_checked; /* borrowed connection: pg_prepared_statements read */
@@ -194,7 +195,7 @@ enum { P_BEGIN = 1, P_RELAY = 2, P_CLAIM = 4 };
 enum { A_NONE, A_TEXT, A_INT, A_RECORD, A_FRAMED };
 
 /* Parameters of one statement: text values (NULL = SQL NULL), binary bytea, and arrays built
- * in owned buffers. Out of memory is sticky and reported by run(). */
+ * in owned buffers. Out of memory is sticky and reported by obx__pg_run(). */
 typedef struct params {
     int n;
     const char *val[PMAX];
@@ -343,7 +344,7 @@ static inline void r_end(params *p) { p->n++; }
         a_end(p);                                                                                  \
     } while (0)
 
-/* One statement of a pipeline (ws_run), and which part's rows its result answers for. */
+/* One statement of a pipeline (obx__pg_ws_run), and which part's rows its result answers for. */
 enum { WS_PLAIN, WS_UPD_EVENTS, WS_UPD_ATT, WS_KEEP };
 typedef struct ws_stmt {
     int id;
@@ -393,9 +394,27 @@ void obx__pg_stmt_name(int id, char out[40]);
 obx_err obx__pg_p_ready(pg_store *s, params *p, int id, const char *what);
 obx_err obx__pg_prepare(pg_store *s, int id);
 
-/* pg_store.c */
+/* pg_conn.c */
+bool obx__pg_conn_lost_state(const char *st);
+obx_err obx__pg_map_error(pg_store *s, const PGresult *r, const char *what);
 obx_err obx__pg_check(pg_store *s, PGresult *r, ExecStatusType want, PGresult **out,
                       const char *what);
 obx_err obx__pg_rec_oids(pg_store *s);
+obx_err obx__pg_conn_ready(pg_store *s, const char *what);
+obx_err obx__pg_ready(pg_store *s, const char *what);
+obx_err obx__pg_exec_simple(pg_store *s, const char *sql, const char *what);
+void obx__pg_ws_free(ws_stmt *st, size_t ns);
+void obx__pg_held_drop(pg_store *s);
+obx_err obx__pg_run(pg_store *s, int id, params *p, ExecStatusType want, PGresult **out,
+                    const char *what);
+obx_err obx__pg_get_bytea(const PGresult *r, int row, int col, unsigned char **out, size_t *len);
+obx_err obx__pg_tx_in_tx(obx__store *base, bool *in_tx);
+obx_err obx__pg_commit_result(pg_store *s, PGresult *r);
+extern const obx__tx_ops obx__pg_tx;
+void obx__pg_serve_dispatch(obx__store *base);
+
+/* pg_store.c */
+obx_err obx__pg_ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set *w,
+                       PGresult **keep, bool commit);
 
 #endif /* OBX_STORE_PG_INT_H */

@@ -14,25 +14,16 @@
  *   1. Every object lives in schema obx and every statement names it (pg_sql.c).
  *   2. Statements are prepared once per connection, under names derived from a hash of all
  *      statement texts (pg_sql.c).
- *   3. Transactions nest: the outermost begin on a connection that is not in a transaction is
- *      BEGIN (READ COMMITTED, the server default); every other begin is a SAVEPOINT. obx never
- *      commits nor rolls back a transaction it did not begin.
+ *   3. Transactions nest: BEGIN outermost, SAVEPOINT inside; obx never commits nor rolls back a
+ *      transaction it did not begin (pg_conn.c).
  *   4. A batch is one round trip: rows travel as parameter arrays that the statement
  *      unnest()s; per-row results (update_events' applied[]) come back by ordinality. A batch
  *      that names the same row twice is cut into runs without repeats, executed in order, so
  *      that it behaves as the same calls one by one.
- *   5. Errors (map_error): OB001 from the frozen-data triggers -> OBX_EIMMUTABLE; 23505 unique
- *      violation -> OBX_ECONFLICT; 42501 insufficient privilege (row-level security included)
- *      -> OBX_EDENIED; 40001 serialization failure, 40P01 deadlock, 55P03 lock
- *      timeout, 57014 statement timeout -> OBX_EBUSY (retriable: the server rolled the
- *      statement back; inside a transaction the caller rolls back and retries the whole
- *      transaction); a lost connection -> OBX_ECONNLOST; a connection lost while COMMIT was in
- *      flight -> OBX_EUNKNOWN (the server may or may not have committed), never success.
- *      A standalone statement (no transaction open) that lost a serialization or deadlock race
- *      is retried here, since nothing of it was applied.
- *   6. A lost owned connection is re-established (PQreset) at the next call outside a
- *      transaction; inside one every call fails with OBX_ECONNLOST until the caller has rolled
- *      back to depth 0. A borrowed connection is never reset.
+ *   5. Errors become obx codes in one place, obx__pg_map_error; a connection lost while COMMIT was
+ *      in flight is OBX_EUNKNOWN, never success (pg_conn.c).
+ *   6. A lost owned connection is re-established outside a transaction; a borrowed one never
+ *      (pg_conn.c).
  *   7. Per order key (cluster, topic, routing key), seq order is commit order (pg_sql.c,
  *      Q_INS_EVENT).
  *   8. wait_for_work LISTENs on channel obx_work (on first use) and polls the socket; the
@@ -57,326 +48,12 @@ extern const char obx__pg_schema[];
 static const char *const migrations[] = {NULL, obx__pg_schema};
 _Static_assert(sizeof migrations / sizeof *migrations == OBX__SCHEMA_VERSION + 1,
                "one script per schema version");
-/* ---- errors ------------------------------------------------------------------------------- */
-
-static bool conn_lost_state(const char *st) {
-    return st && (!strncmp(st, "08", 2) || !strcmp(st, "57P01") || !strcmp(st, "57P02") ||
-                  !strcmp(st, "57P03"));
-}
-
-static void primary_message(pg_store *s, const PGresult *r, char *out, size_t cap) {
-    const char *m = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-    obx__strlcpy(out, m ? m : PQerrorMessage(s->conn), cap);
-    for (char *c = out; *c; c++)
-        if (*c == '\n' || *c == '\t') *c = ' ';
-    size_t n = strlen(out);
-    while (n && out[n - 1] == ' ') out[--n] = '\0';
-    if (!*out) obx__strlcpy(out, "no message from the server", cap);
-}
-
-/* The one place where PostgreSQL's errors become obx codes (contract 5). */
-static obx_err map_error(pg_store *s, const PGresult *r, const char *what) {
-    const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-    char msg[768];
-    primary_message(s, r, msg, sizeof msg);
-    if (PQstatus(s->conn) != CONNECTION_OK || conn_lost_state(st)) {
-        if (s->tx.depth > 0) s->lost = true;
-        return obx__fail(OBX_ECONNLOST, "postgres: connection lost (%s): %s", what, msg);
-    }
-    if (!st) return obx__fail(OBX_ESTORE, "postgres: %s (%s)", msg, what);
-    if (!strcmp(st, "OB001")) return obx__fail(OBX_EIMMUTABLE, "%s (%s)", msg, what);
-    if (!strcmp(st, "OB002")) return obx__fail(OBX_EINVAL, "%s", msg);
-    if (!strcmp(st, "OB003")) return obx__fail(OBX_ETOOBIG, "%s", msg);
-    if (!strcmp(st, "OB004")) return obx__fail(OBX_ENOROUTE, "%s", msg);
-    if (!strcmp(st, "OB005")) return obx__fail(OBX_ECONFLICT, "%s (%s)", msg, what);
-    if (!strcmp(st, "OB006")) return obx__fail(OBX_ENOTFOUND, "%s (%s)", msg, what);
-    if (!strcmp(st, "23505")) return obx__fail(OBX_ECONFLICT, "postgres: %s (%s)", msg, what);
-    if (!strcmp(st, "40001") || !strcmp(st, "40P01") || !strcmp(st, "55P03") ||
-        !strcmp(st, "57014"))
-        return obx__fail(OBX_EBUSY, "postgres: %s [SQLSTATE %s] (%s): retry the transaction", msg,
-                         st, what);
-    if (!strncmp(st, "53", 2))
-        return obx__fail(OBX_EIO, "postgres: %s [SQLSTATE %s] (%s)", msg, st, what);
-    /* insufficient privilege, row-level security included: denied to this role, for good (not
-     * a protocol guard's refusal: the caller could not look, or write, as this role) */
-    if (!strcmp(st, "42501"))
-        return obx__fail(OBX_EDENIED, "postgres: %s [SQLSTATE %s] (%s)", msg, st, what);
-    return obx__fail(OBX_ESTORE, "postgres: %s [SQLSTATE %s] (%s)", msg, st, what);
-}
-
-/* Takes r. OBX_OK when it carries the expected status; *out (may be NULL) then owns it. */
-obx_err obx__pg_check(pg_store *s, PGresult *r, ExecStatusType want, PGresult **out,
-                      const char *what) {
-    ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
-    if (st == want || (want == PGRES_COMMAND_OK && st == PGRES_TUPLES_OK)) {
-        if (out)
-            *out = r;
-        else
-            PQclear(r);
-        return OBX_OK;
-    }
-    /* the schema made again under this connection: a row type's OID is no longer the type's
-     * ("wrong element type"), or the statement was prepared with the old type ("cache lookup
-     * failed for type"): obx__pg_rec_oids prepares them again before the next statement */
-    const char *code = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-    const char *msg = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-    if (code && (!strcmp(code, "42804") ||
-                 (!strcmp(code, "XX000") && msg && strstr(msg, "cache lookup failed for type"))))
-        s->rec_stale = true;
-    obx_err e = map_error(s, r, what);
-    PQclear(r);
-    return e;
-}
-
-/* The OIDs of the batch statements' row types (schema.sql), read once per connection: a binary
- * array names its element type, and the server checks it against the statement's (the names are
- * qualified, so the session's search_path does not matter). Read outside any pipeline, before the
- * statement that needs them; a plain catalogue read, so also harmless inside the caller's
- * transaction. After obx__pg_check() saw a type change under the connection (rec_stale), the
- * statements that take the types are deallocated first, to be prepared again with the new ones. */
-obx_err obx__pg_rec_oids(pg_store *s) {
-    if (s->rec_stale) {
-        static const int uses[] = {Q_UPD_EVENTS, Q_INS_ATT, Q_UPD_ATT, Q_INS_RCPT};
-        for (size_t i = 0; i < sizeof uses / sizeof uses[0]; i++) {
-            if (!s->prepared[uses[i]]) continue;
-            char name[40], sql[64];
-            obx__pg_stmt_name(uses[i], name);
-            snprintf(sql, sizeof sql, "DEALLOCATE %s", name);
-            PQclear(PQexec(s->conn, sql)); /* gone already is as good */
-            s->prepared[uses[i]] = false;
-        }
-        memset(s->rec_oid, 0, sizeof s->rec_oid);
-        s->rec_stale = false;
-    }
-    if (s->rec_oid[0]) return OBX_OK;
-    PGresult *r = NULL;
-    obx_err e = obx__pg_check(s,
-                              PQexec(s->conn, "SELECT 'obx._event_update'::regtype::oid, "
-                                              "'obx._attempt_insert'::regtype::oid, "
-                                              "'obx._attempt_update'::regtype::oid, "
-                                              "'obx._receipt_insert'::regtype::oid"),
-                              PGRES_TUPLES_OK, &r, "the batch statements' row types");
-    if (e) return e;
-    for (int i = 0; i < RT_COUNT; i++)
-        s->rec_oid[i] = (uint32_t)strtoul(PQgetvalue(r, 0, i), NULL, 10);
-    PQclear(r);
-    return OBX_OK;
-}
-
-/* ---- connection ------------------------------------------------------------------------------ */
-
-static void forget_session(pg_store *s) {
-    memset(s->prepared, 0, sizeof s->prepared);
-    memset(s->rec_oid, 0, sizeof s->rec_oid);
-    s->listening = false;
-    s->wait_fn = 0;
-    s->wake_held = false; /* a session lock ends with its session */
-    s->names_checked = false;
-}
-
-static obx_err held_send(pg_store *s, bool commit);
-
-/* Contract 6: usable connection or OBX_ECONNLOST. What the transaction has not sent yet
- * (pend) stays unsent: for the callers that put it in their pipeline (ws_run); a held write set
- * is sent first (its errors are this call's). */
-static obx_err conn_ready(pg_store *s, const char *what) {
-    if (s->held) {
-        obx_err e = held_send(s, false);
-        if (e) return e;
-    }
-    if (s->tx.depth > 0 && s->lost)
-        return obx__fail(OBX_ECONNLOST,
-                         "postgres: connection lost earlier in this transaction (%s): roll back",
-                         what);
-    if (PQstatus(s->conn) == CONNECTION_OK) return OBX_OK;
-    if (s->tx.depth > 0 || !s->owned)
-        return obx__fail(OBX_ECONNLOST, "postgres: connection lost (%s): %s", what,
-                         PQerrorMessage(s->conn));
-    PQreset(s->conn);
-    forget_session(s);
-    if (PQstatus(s->conn) != CONNECTION_OK)
-        return obx__fail(OBX_ECONNLOST, "postgres: cannot reconnect (%s): %s", what,
-                         PQerrorMessage(s->conn));
-    return OBX_OK;
-}
-
-/* The unsent part of the transaction (pend), sent on its own: for every statement that is not
- * in a pipeline. */
-static obx_err pend_flush(pg_store *s, const char *what) {
-    unsigned p = s->pend;
-    if (!p) return OBX_OK;
-    s->pend = 0;
-    char sql[512];
-    snprintf(sql, sizeof sql, "%s%s%s%s%s", p & P_BEGIN ? "BEGIN" : "",
-             p & P_BEGIN && p & (P_RELAY | P_CLAIM) ? "; " : "", p & P_RELAY ? RELAY_PLANS : "",
-             p & P_RELAY && p & P_CLAIM ? "; " : "", p & P_CLAIM ? CLAIM_PLANS : "");
-    return obx__pg_check(s, PQexec(s->conn, sql), PGRES_COMMAND_OK, NULL, what);
-}
-
-/* conn_ready, then the transaction's unsent part: the connection is where the caller's
- * transaction says it is. */
-static obx_err ready(pg_store *s, const char *what) {
-    obx_err e = conn_ready(s, what);
-    return e ? e : pend_flush(s, what);
-}
-
-static obx_err exec_simple(pg_store *s, const char *sql, const char *what) {
-    obx_err e = ready(s, what);
-    if (e) return e;
-    return obx__pg_check(s, PQexec(s->conn, sql), PGRES_COMMAND_OK, NULL, what);
-}
-
-static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const struct obx__write_set *w,
-                      PGresult **keep, bool commit);
-
-/* Frees ns statements and their parameters (st may be NULL). */
-static void ws_free(ws_stmt *st, size_t ns) {
-    for (size_t i = 0; st && i < ns; i++) p_free(&st[i].p);
-    free(st);
-}
-
-static void held_drop(pg_store *s) {
-    ws_free(s->held, s->n_held);
-    s->held = NULL;
-    s->n_held = 0;
-}
-
-/* Sends the held write set (pg_write_set), then COMMIT in the same pipeline when commit (from
- * commit_outer: the transaction's depth is already 0). Its failures are the caller's. */
-static obx_err held_send(pg_store *s, bool commit) {
-    ws_stmt *st = s->held;
-    size_t ns = s->n_held;
-    s->held = NULL; /* sent once, whatever happens (conn_ready: no recursion) */
-    s->n_held = 0;
-    obx_err e;
-    if (commit && (s->lost || PQstatus(s->conn) != CONNECTION_OK)) {
-        s->pend = 0; /* never reconnect here: the transaction died with the connection */
-        e = obx__fail(OBX_ECONNLOST, "postgres: connection lost before COMMIT: the transaction "
-                                     "was not committed");
-    } else {
-        e = ws_run(s, st, ns, NULL, NULL, commit);
-    }
-    ws_free(st, ns);
-    return e;
-}
-
-static bool retriable_race(const PGresult *r) {
-    const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-    return st && (!strcmp(st, "40001") || !strcmp(st, "40P01"));
-}
-
-/* Runs prepared statement id with p (may be NULL). want: PGRES_TUPLES_OK or PGRES_COMMAND_OK;
- * *out (may be NULL) gets the result on success (PQclear it). */
-static obx_err run(pg_store *s, int id, params *p, ExecStatusType want, PGresult **out,
-                   const char *what) {
-    if (p) {
-        obx_err pe = obx__pg_p_ready(s, p, id, what);
-        if (pe) return pe;
-    }
-    if (s->pend) { /* the transaction's first statement: one pipeline with its BEGIN */
-        ws_stmt one = {.id = id, .kind = WS_KEEP, .what = what, .want = want};
-        if (p) one.p = *p; /* shares p's buffers: not freed here */
-        PGresult *r = NULL;
-        obx_err e = ws_run(s, &one, 1, NULL, &r, false);
-        if (!e && out)
-            *out = r;
-        else
-            PQclear(r);
-        return e;
-    }
-    char name[40];
-    obx__pg_stmt_name(id, name);
-    for (int attempt = 0;; attempt++) {
-        obx_err e = ready(s, what);
-        if (e) return e;
-        if ((e = obx__pg_prepare(s, id))) {
-            /* PREPARE found the connection lost: nothing ran, so any statement may go again */
-            if (e == OBX_ECONNLOST && s->owned && s->tx.depth == 0 && attempt == 0) continue;
-            return e;
-        }
-        PGresult *r = PQexecPrepared(s->conn, name, p ? p->n : 0, p ? p->val : NULL,
-                                     p ? p->len : NULL, p ? p->fmt : NULL, 0);
-        ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
-        bool standalone = s->tx.depth == 0 && (PQstatus(s->conn) != CONNECTION_OK ||
-                                               PQtransactionStatus(s->conn) == PQTRANS_IDLE);
-        /* contract 6: a read found the connection lost; reconnect (ready) and read again */
-        if (PQstatus(s->conn) != CONNECTION_OK && standalone && s->owned &&
-            obx__pg_q_readonly[id] && attempt == 0) {
-            PQclear(r);
-            continue;
-        }
-        if (st != want && st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK && r) {
-            const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-            /* a caller reset its session (DISCARD ALL): every statement is gone, and each is
-             * prepared again when next used; this one again now where that is harmless (inside
-             * a transaction the error has failed it) */
-            if (code && !strcmp(code, "26000")) {
-                memset(s->prepared, 0, sizeof s->prepared);
-                if (standalone && attempt == 0) {
-                    PQclear(r);
-                    s->names_checked = true;
-                    continue;
-                }
-            }
-            /* contract 5: a standalone statement that lost a race was not applied at all */
-            if (retriable_race(r) && standalone && attempt < 3) {
-                PQclear(r);
-                continue;
-            }
-        }
-        return obx__pg_check(s, r, want, out, what);
-    }
-}
-
-static int hexv(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* A bytea column in text format into a malloc'ed buffer (*out NULL for SQL NULL). Handles the
- * hex format (the default) and, through libpq, a session's bytea_output = escape. */
-static obx_err get_bytea(const PGresult *r, int row, int col, unsigned char **out, size_t *len) {
-    *out = NULL;
-    *len = 0;
-    if (PQgetisnull(r, row, col)) return OBX_OK;
-    const char *t = PQgetvalue(r, row, col);
-    size_t tl = (size_t)PQgetlength(r, row, col);
-    if (tl >= 2 && t[0] == '\\' && t[1] == 'x') {
-        size_t n = (tl - 2) / 2;
-        unsigned char *b = malloc(n ? n : 1);
-        if (!b) return obx__fail(OBX_ENOMEM, "payload: out of memory");
-        for (size_t i = 0; i < n; i++) {
-            int hi = hexv(t[2 + 2 * i]), lo = hexv(t[3 + 2 * i]);
-            if (hi < 0 || lo < 0) {
-                free(b);
-                return obx__fail(OBX_ESTORE, "postgres: malformed bytea from the server");
-            }
-            b[i] = (unsigned char)(hi << 4 | lo);
-        }
-        *out = b;
-        *len = n;
-        return OBX_OK;
-    }
-    size_t n = 0;
-    unsigned char *u = PQunescapeBytea((const unsigned char *)t, &n);
-    if (!u) return obx__fail(OBX_ENOMEM, "payload: out of memory");
-    unsigned char *b = malloc(n ? n : 1);
-    if (b) memcpy(b, u, n);
-    PQfreemem(u);
-    if (!b) return obx__fail(OBX_ENOMEM, "payload: out of memory");
-    *out = b;
-    *len = n;
-    return OBX_OK;
-}
-
 /* ---- open / close / schema --------------------------------------------------------------- */
 
 static void pg_close(obx__store *base) {
     pg_store *s = (pg_store *)base;
     if (!s) return;
-    held_drop(s);
+    obx__pg_held_drop(s);
     if (s->owned) PQfinish(s->conn);
     free(s);
 }
@@ -471,7 +148,7 @@ static obx_err pg_wrap(void *conn, obx__store **out) {
 static obx_err pg_schema_version(obx__store *base, int *found) {
     pg_store *s = (pg_store *)base;
     *found = 0;
-    obx_err e = ready(s, "schema version");
+    obx_err e = obx__pg_ready(s, "schema version");
     if (e) return e;
     PGresult *r = NULL;
     /* to_regclass: a missing table must not raise (it would abort a caller's transaction) */
@@ -500,7 +177,7 @@ static obx_err pg_schema_version(obx__store *base, int *found) {
 static obx_err pg_schema_hold(obx__store *base, int *found) {
     pg_store *s = (pg_store *)base;
     *found = 0;
-    obx_err e = ready(s, "schema version");
+    obx_err e = obx__pg_ready(s, "schema version");
     if (e) return e;
     char sql[96];
     snprintf(sql, sizeof sql, "SELECT pg_advisory_lock_shared(%d, %d)", LOCK_CLASS_INIT,
@@ -514,7 +191,7 @@ static obx_err pg_schema_hold(obx__store *base, int *found) {
  * transaction. */
 static obx_err pg_server_ms(obx__store *base, int64_t *out) {
     pg_store *s = (pg_store *)base;
-    obx_err e = ready(s, "server clock");
+    obx_err e = obx__pg_ready(s, "server clock");
     if (e) return e;
     PGresult *r = NULL;
     e = obx__pg_check(
@@ -773,128 +450,7 @@ static obx_err pg_migrate(obx__store *base) {
     return obx__pg_migrate_to(base, migrations, OBX__SCHEMA_VERSION);
 }
 
-/* ---- transactions (contract 3) --------------------------------------------------------------- */
-
-/* The nesting is shared (obx__tx_begin, shared.c); these are PostgreSQL's statements for it. */
-
-/* Depth 0: our own connection left in a transaction (e.g. a failed COMMIT) is rolled back, being
- * nobody else's; a caller's transaction is joined unless it has failed already. */
-static obx_err tx_in_tx(obx__store *base, bool *in_tx) {
-    pg_store *s = (pg_store *)base;
-    obx_err e;
-    if ((e = ready(s, "begin"))) return e;
-    PGTransactionStatusType ts = PQtransactionStatus(s->conn);
-    if (s->owned && ts != PQTRANS_IDLE) {
-        if ((e = exec_simple(s, "ROLLBACK", "begin"))) return e;
-        ts = PQtransactionStatus(s->conn);
-    }
-    *in_tx = ts != PQTRANS_IDLE;
-    if (ts == PQTRANS_INERROR)
-        return obx__fail(OBX_ESTORE,
-                         "postgres: the caller's transaction has already failed: roll it back");
-    if (*in_tx && ts != PQTRANS_INTRANS)
-        return obx__fail(OBX_ESTORE, "postgres: the connection is busy with another command");
-    if (*in_tx) s->lost = false;
-    return OBX_OK;
-}
-
-/* A relay connection's BEGIN is not sent here: it goes with the transaction's first statement,
- * in one pipeline (pend), and a transaction that sends nothing costs nothing. */
-static obx_err tx_begin(obx__store *base) {
-    pg_store *s = (pg_store *)base;
-    if (s->dispatch) {
-        s->pend = P_BEGIN | P_RELAY;
-        s->lost = false;
-        return OBX_OK;
-    }
-    obx_err e = exec_simple(s, "BEGIN", "begin");
-    if (!e) s->lost = false;
-    return e;
-}
-
-/* COMMIT's result r (consumed; NULL when none came): definite success, definite failure, or
- * OBX_EUNKNOWN when the connection broke while COMMIT was in flight (contract 5). */
-static obx_err commit_result(pg_store *s, PGresult *r) {
-    ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
-    if (st == PGRES_COMMAND_OK) {
-        /* COMMIT of a failed transaction reports success with the tag ROLLBACK */
-        bool rolled_back = strcmp(PQcmdStatus(r), "COMMIT") != 0;
-        PQclear(r);
-        if (rolled_back)
-            return obx__fail(OBX_ESTORE, "postgres: COMMIT rolled back: a statement of the "
-                                         "transaction had failed");
-        return OBX_OK;
-    }
-    const char *code = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-    if (!r || PQstatus(s->conn) != CONNECTION_OK || conn_lost_state(code)) {
-        char msg[512];
-        primary_message(s, r, msg, sizeof msg);
-        PQclear(r);
-        return obx__fail(OBX_EUNKNOWN,
-                         "postgres: connection lost during COMMIT: the transaction may or may "
-                         "not have been committed (%s)",
-                         msg);
-    }
-    /* the server answered: COMMIT failed (deferred constraint, serialization), rolled back */
-    obx_err e = map_error(s, r, "commit");
-    PQclear(r);
-    return e;
-}
-
-/* The outermost COMMIT: definite success, definite failure, or OBX_EUNKNOWN when the connection
- * broke while COMMIT was in flight (contract 5). A held write set goes in COMMIT's pipeline. */
-static obx_err commit_outer(pg_store *s) {
-    if (s->held) return held_send(s, true);
-    bool begun = !(s->pend & P_BEGIN);
-    s->pend = 0;
-    if (!begun) return OBX_OK; /* nothing was sent: nothing to commit */
-    if (s->lost || PQstatus(s->conn) != CONNECTION_OK)
-        return obx__fail(OBX_ECONNLOST, "postgres: connection lost before COMMIT: the "
-                                        "transaction was not committed");
-    return commit_result(s, PQexec(s->conn, "COMMIT"));
-}
-
-static obx_err tx_commit(obx__store *base) { return commit_outer((pg_store *)base); }
-
-static obx_err tx_rollback(obx__store *base) {
-    pg_store *s = (pg_store *)base;
-    held_drop(s); /* never sent: nothing of it to roll back */
-    bool begun = !(s->pend & P_BEGIN);
-    s->pend = 0;
-    return begun ? exec_simple(s, "ROLLBACK", "rollback") : OBX_OK;
-}
-
-static obx_err tx_savepoint(obx__store *base, int d, obx__sp_op op) {
-    char sql[96];
-    if (op == OBX__SP_OPEN)
-        snprintf(sql, sizeof sql, "SAVEPOINT obx_sp%d", d);
-    else if (op == OBX__SP_RELEASE)
-        snprintf(sql, sizeof sql, "RELEASE SAVEPOINT obx_sp%d", d);
-    else
-        snprintf(sql, sizeof sql, "ROLLBACK TO SAVEPOINT obx_sp%d; RELEASE SAVEPOINT obx_sp%d", d,
-                 d);
-    return exec_simple((pg_store *)base, sql,
-                       op == OBX__SP_OPEN      ? "savepoint"
-                       : op == OBX__SP_RELEASE ? "release savepoint"
-                                               : "rollback to savepoint");
-}
-
-/* nothing of a transaction survives its connection: rolled back already, by the server */
-static bool tx_gone(obx__store *base) {
-    pg_store *s = (pg_store *)base;
-    return s->lost || PQstatus(s->conn) != CONNECTION_OK;
-}
-
-static void tx_idle(obx__store *base) {
-    pg_store *s = (pg_store *)base;
-    s->lost = false;
-    held_drop(s); /* the transaction is over: a write set still held belonged to it */
-}
-
-static const obx__tx_ops pg_tx = {tx_in_tx,     tx_begin, tx_commit, tx_rollback,
-                                  tx_savepoint, tx_gone,  tx_idle};
-
-OBX__TX_METHODS(pg, pg_store, pg_tx)
+OBX__TX_METHODS(pg, pg_store, obx__pg_tx)
 
 /* ---- routes ------------------------------------------------------------------------------- */
 
@@ -921,7 +477,7 @@ static obx_err pg_route_put(obx__store *base, const obx__route_row *rt, int64_t 
     p_int(&p, rt->created_at);
     p_text(&p, rt->encrypt_key);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_ROUTE_PUT, &p, PGRES_TUPLES_OK, &r, "insert route");
+    obx_err e = obx__pg_run(s, Q_ROUTE_PUT, &p, PGRES_TUPLES_OK, &r, "insert route");
     if (!e) {
         if (gen) *gen = gi(r, 0, 0);
         PQclear(r);
@@ -937,7 +493,7 @@ static obx_err route_read(pg_store *s, int q, const char *event_type, obx__route
     p_init(&p);
     p_text(&p, event_type);
     PGresult *r = NULL;
-    obx_err e = run(s, q, &p, PGRES_TUPLES_OK, &r, "read route");
+    obx_err e = obx__pg_run(s, q, &p, PGRES_TUPLES_OK, &r, "read route");
     if (e) return e;
     if (PQntuples(r) == 1) {
         read_route(r, 0, out);
@@ -967,8 +523,8 @@ static obx_err pg_route_list(obx__store *base, bool all, obx__route_row **out, s
     *out = NULL;
     *n = 0;
     PGresult *r = NULL;
-    obx_err e =
-        run(s, all ? Q_ROUTE_LIST_ALL : Q_ROUTE_LIST_CUR, NULL, PGRES_TUPLES_OK, &r, "list routes");
+    obx_err e = obx__pg_run(s, all ? Q_ROUTE_LIST_ALL : Q_ROUTE_LIST_CUR, NULL, PGRES_TUPLES_OK, &r,
+                            "list routes");
     if (e) return e;
     int rows = PQntuples(r);
     if (rows > 0) {
@@ -991,7 +547,7 @@ static obx_err pg_idem_lookup(obx__store *base, const char *tenant, const char *
     p_text(&p, tenant);
     p_text(&p, key);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_IDEM, &p, PGRES_TUPLES_OK, &r, "idempotency lookup");
+    obx_err e = obx__pg_run(s, Q_IDEM, &p, PGRES_TUPLES_OK, &r, "idempotency lookup");
     if (e) return e;
     if (PQntuples(r) == 1)
         gt(r, 0, 0, existing, OBX_EVENT_ID_LEN + 1);
@@ -1045,7 +601,7 @@ static obx_err pg_insert_envelope(obx__store *base, const obx__event_row *r, con
     p_init(&p);
     bind_envelope(&p, r, payload, len);
     p_int(&p, r->env.not_before); /* $29 */
-    return run(s, Q_INS_ENV, &p, PGRES_COMMAND_OK, NULL, "insert envelope");
+    return obx__pg_run(s, Q_INS_ENV, &p, PGRES_COMMAND_OK, NULL, "insert envelope");
 }
 
 /* Parameters $1..$49 of Q_INS_EVENT and Q_INS_EVENT_AUDIT. p points into ok (the caller's,
@@ -1085,7 +641,7 @@ static obx_err pg_insert_event(obx__store *base, const obx__event_row *r, const 
     p_init(&p);
     bind_event(&p, ok, r, payload, len);
     p_int(&p, r->env.not_before); /* $50 */
-    return run(s, Q_INS_EVENT, &p, PGRES_TUPLES_OK, NULL, "insert event");
+    return obx__pg_run(s, Q_INS_EVENT, &p, PGRES_TUPLES_OK, NULL, "insert event");
 }
 
 /* Whether a is exactly the audit row that the producer's envelope of r records
@@ -1119,7 +675,7 @@ static obx_err pg_insert_event_audit(obx__store *base, const obx__event_row *r, 
     bind_event(&p, ok, r, payload, len);
     p_text(&p, a->who);           /* $50 */
     p_int(&p, r->env.not_before); /* $51 */
-    return run(s, Q_INS_EVENT_AUDIT, &p, PGRES_TUPLES_OK, NULL, "insert event");
+    return obx__pg_run(s, Q_INS_EVENT_AUDIT, &p, PGRES_TUPLES_OK, NULL, "insert event");
 }
 
 /* A statement without parameters (SAVEPOINT, RELEASE) into a pipeline. */
@@ -1148,7 +704,7 @@ static obx_err enqueue_send(pg_store *s, const params *p, bool own, bool *writte
         snprintf(open, sizeof open, "SAVEPOINT obx_sp%d", s->tx.depth);
         snprintf(close, sizeof close, "RELEASE SAVEPOINT obx_sp%d", s->tx.depth);
     }
-    if (!PQenterPipelineMode(s->conn)) return map_error(s, NULL, "enqueue: pipeline mode");
+    if (!PQenterPipelineMode(s->conn)) return obx__pg_map_error(s, NULL, "enqueue: pipeline mode");
     const char *what[3] = {own ? "begin" : "savepoint", "enqueue",
                            own ? "commit" : "release savepoint"};
     int sent = 0;
@@ -1156,7 +712,7 @@ static obx_err enqueue_send(pg_store *s, const params *p, bool own, bool *writte
     if (sent == 1 && send_prepared(s, Q_ENQ_WRITE, p)) sent++;
     if (sent == 2 && send_plain(s, close)) sent++;
     bool synced = PQpipelineSync(s->conn); /* also after a failed send: answer what was sent */
-    if (sent < 3 || !synced) e = map_error(s, NULL, "enqueue: send");
+    if (sent < 3 || !synced) e = obx__pg_map_error(s, NULL, "enqueue: send");
     bool opened = false, closed = false, gone = false, discarded = false, refused = false;
     for (int i = 0; i < sent && !gone; i++) {
         PGresult *res = PQgetResult(s->conn), *more;
@@ -1173,8 +729,9 @@ static obx_err enqueue_send(pg_store *s, const params *p, bool own, bool *writte
             /* The server's own error (it carries a SQLSTATE; libpq's do not) to BEGIN or the
              * write ended the transaction, and so does one to COMMIT unless the connection was
              * ending under it (commit_outer): with own, nothing was committed */
-            refused |= PQresultStatus(res) == PGRES_FATAL_ERROR && code &&
-                       (i < 2 || (!conn_lost_state(code) && PQstatus(s->conn) == CONNECTION_OK));
+            refused |=
+                PQresultStatus(res) == PGRES_FATAL_ERROR && code &&
+                (i < 2 || (!obx__pg_conn_lost_state(code) && PQstatus(s->conn) == CONNECTION_OK));
             PGresult *keep = NULL;
             if (!(e = obx__pg_check(s, res, i == 1 ? PGRES_TUPLES_OK : PGRES_COMMAND_OK, &keep,
                                     what[i]))) {
@@ -1190,7 +747,7 @@ static obx_err enqueue_send(pg_store *s, const params *p, bool own, bool *writte
         }
         while (!gone && (more = PQgetResult(s->conn)) != NULL) PQclear(more);
     }
-    if (gone && !e) e = map_error(s, NULL, "enqueue"); /* no answer: the connection broke */
+    if (gone && !e) e = obx__pg_map_error(s, NULL, "enqueue"); /* no answer: the connection broke */
     if (own && sent == 3 && !closed && !refused && e == OBX_ECONNLOST) {
         char why[512];
         obx__strlcpy(why, obx_errmsg(), sizeof why);
@@ -1200,7 +757,8 @@ static obx_err enqueue_send(pg_store *s, const params *p, bool own, bool *writte
                       why);
     }
     if (synced && !gone && PQstatus(s->conn) == CONNECTION_OK) PQclear(PQgetResult(s->conn));
-    if (!PQexitPipelineMode(s->conn) && !e) e = map_error(s, NULL, "enqueue: pipeline mode");
+    if (!PQexitPipelineMode(s->conn) && !e)
+        e = obx__pg_map_error(s, NULL, "enqueue: pipeline mode");
     if ((opened || own) && !closed && PQstatus(s->conn) == CONNECTION_OK) {
         /* the write (or the release) failed: undo it, keep the first error. With own, a failed
          * statement left the session in an aborted transaction block (or a failed send left it
@@ -1214,7 +772,7 @@ static obx_err enqueue_send(pg_store *s, const params *p, bool own, bool *writte
                      s->tx.depth);
         obx_err u = PQtransactionStatus(s->conn) == PQTRANS_IDLE
                         ? OBX_OK
-                        : exec_simple(s, undo, own ? "rollback" : "rollback to savepoint");
+                        : obx__pg_exec_simple(s, undo, own ? "rollback" : "rollback to savepoint");
         if (!e || (discarded && !u)) e = u; /* undone: the long way prepares it again */
     }
     if (e) *written = false;
@@ -1230,7 +788,7 @@ static obx_err enqueue_send(pg_store *s, const params *p, bool own, bool *writte
 static obx_err enqueue_try(pg_store *s, params *p, bool *written, bool *busy) {
     *written = *busy = false;
     PGresult *keep = NULL;
-    obx_err e = run(s, Q_ENQ_TRY, p, PGRES_TUPLES_OK, &keep, "enqueue");
+    obx_err e = obx__pg_run(s, Q_ENQ_TRY, p, PGRES_TUPLES_OK, &keep, "enqueue");
     if (e) return e;
     if (PQntuples(keep) == 1) {
         *written = gb(keep, 0, 0);
@@ -1258,7 +816,7 @@ static obx_err pg_enqueue_write(obx__store *base, const obx__event_row *r, const
     *written = false;
     if (!producer_row(r, a)) return OBX_OK; /* the long way writes it as a row */
     bool in_tx = s->tx.depth > 0;
-    obx_err e = in_tx ? OBX_OK : tx_in_tx(base, &in_tx);
+    obx_err e = in_tx ? OBX_OK : obx__pg_tx_in_tx(base, &in_tx);
     if (e) return e;
     char ok[ORDER_KEY_CAP];
     obx__buf head = {0}, tail = {0}; /* the canonical encoding around created_txid */
@@ -1274,8 +832,8 @@ static obx_err pg_enqueue_write(obx__store *base, const obx__event_row *r, const
     p_int(&p, r->env.not_before);     /* $54 */
     if (head.oom || tail.oom) e = obx__fail(OBX_ENOMEM, "enqueue: out of memory");
     bool busy = true; /* the savepoint pipeline: unless enqueue_try wrote or the route changed */
-    if (!e && !(e = obx__pg_p_ready(s, &p, Q_ENQ_WRITE, "enqueue")) && !(e = ready(s, "enqueue")) &&
-        in_tx && s->tx.depth == 0 && !*r->env.idempotency_key)
+    if (!e && !(e = obx__pg_p_ready(s, &p, Q_ENQ_WRITE, "enqueue")) &&
+        !(e = obx__pg_ready(s, "enqueue")) && in_tx && s->tx.depth == 0 && !*r->env.idempotency_key)
         e = enqueue_try(s, &p, written, &busy);
     if (!e && busy && !(e = obx__pg_prepare(s, Q_ENQ_WRITE)))
         e = enqueue_send(s, &p, !in_tx, written);
@@ -1290,7 +848,7 @@ static obx_err read_event(const PGresult *res, int row, obx__event_row *r, bool 
     obx__event_decode(READER(res, row), r);
     if (with_payload) {
         size_t n = 0;
-        obx_err e = get_bytea(res, row, EVENT_NCOLS, &r->payload, &n);
+        obx_err e = obx__pg_get_bytea(res, row, EVENT_NCOLS, &r->payload, &n);
         if (e) return e;
         if (!r->payload && !r->payload_purged)
             r->payload_unread = true; /* over the claim's ceiling: payload_len is the stored one */
@@ -1352,7 +910,7 @@ static obx_err read_claim(obx__store *base, const obx__claim_req *req, obx__rows
         s->pend |= s->dispatch ? P_CLAIM : P_CLAIM | P_RELAY; /* in the claim's pipeline */
     PGresult *r = NULL;
     obx_err e = wake_follow(s, req->cluster);
-    if (!e) e = run(s, Q_CLAIM, &p, PGRES_TUPLES_OK, &r, "claim candidates");
+    if (!e) e = obx__pg_run(s, Q_CLAIM, &p, PGRES_TUPLES_OK, &r, "claim candidates");
     p_free(&p);
     /* a whole batch: a backlog, in which the relay claims again without waiting, so its
      * producers need not notify (nor commit one at a time) until it waits again */
@@ -1392,7 +950,7 @@ static obx_err read_select(obx__store *base, const obx__select_req *req, obx__ro
     p_bool(&p, req->payload);
     if (with_state) p_text(&p, obx__state_name(req->state));
     PGresult *r = NULL;
-    obx_err e = run(s, id, &p, PGRES_TUPLES_OK, &r, "select events");
+    obx_err e = obx__pg_run(s, id, &p, PGRES_TUPLES_OK, &r, "select events");
     return e ? e : collect(r, req->payload, out, "select events");
 }
 
@@ -1410,8 +968,8 @@ static obx_err read_ids(obx__store *base, const char *const *ids, size_t n, unsi
     if (!s->dispatch && (flags & OBX__LOAD_LOCK) && PQtransactionStatus(s->conn) == PQTRANS_INTRANS)
         s->pend |= P_RELAY; /* in the load's pipeline */
     PGresult *r = NULL;
-    obx_err e = run(s, (flags & OBX__LOAD_LOCK) ? Q_LOAD_LOCK : Q_LOAD, &p, PGRES_TUPLES_OK, &r,
-                    "load events");
+    obx_err e = obx__pg_run(s, (flags & OBX__LOAD_LOCK) ? Q_LOAD_LOCK : Q_LOAD, &p, PGRES_TUPLES_OK,
+                            &r, "load events");
     p_free(&p);
     return e ? e : collect(r, pl, out, "load events");
 }
@@ -1499,7 +1057,7 @@ static obx_err update_events_run(pg_store *s, const obx__event_update *u, size_t
     p_init(&p);
     obx_err e = build_update_events(&p, u, n, false);
     PGresult *r = NULL;
-    if (!e) e = run(s, Q_UPD_EVENTS, &p, PGRES_TUPLES_OK, &r, "update events");
+    if (!e) e = obx__pg_run(s, Q_UPD_EVENTS, &p, PGRES_TUPLES_OK, &r, "update events");
     p_free(&p);
     if (e) return e;
     read_applied(r, n, applied);
@@ -1560,7 +1118,7 @@ static obx_err pg_insert_attempts(obx__store *base, const obx__attempt_row *a, s
     params p;
     p_init(&p);
     build_insert_attempts(&p, a, n);
-    obx_err e = run(s, Q_INS_ATT, &p, PGRES_COMMAND_OK, NULL, "insert attempts");
+    obx_err e = obx__pg_run(s, Q_INS_ATT, &p, PGRES_COMMAND_OK, NULL, "insert attempts");
     p_free(&p);
     return e;
 }
@@ -1607,7 +1165,7 @@ static obx_err update_attempts_run(pg_store *s, const obx__attempt_row *a, size_
     p_init(&p);
     build_update_attempts(&p, a, n, false);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_UPD_ATT, &p, PGRES_TUPLES_OK, &r, "update attempts");
+    obx_err e = obx__pg_run(s, Q_UPD_ATT, &p, PGRES_TUPLES_OK, &r, "update attempts");
     p_free(&p);
     if (e) return e;
     return check_updated_attempts(r, a, n);
@@ -1658,14 +1216,14 @@ static obx_err pg_load_attempts(obx__store *base, const char *const *ids, size_t
     else
         ARR_TEXT(&p, n, ids[i]);
     PGresult *r = NULL;
-    obx_err e =
-        run(s, event_id ? Q_LOAD_ATT_EVENT : Q_LOAD_ATT, &p, PGRES_TUPLES_OK, &r, "load attempts");
+    obx_err e = obx__pg_run(s, event_id ? Q_LOAD_ATT_EVENT : Q_LOAD_ATT, &p, PGRES_TUPLES_OK, &r,
+                            "load attempts");
     p_free(&p);
     return e ? e : collect_attempts(r, out, n_out);
 }
 
 /* load_slots: the attempts (Q_LOAD_ATT) and the slots' events (Q_LOAD_SLOTS*) in one
- * pipeline, with the transaction's unsent BEGIN and planner settings (ws_run). The events'
+ * pipeline, with the transaction's unsent BEGIN and planner settings (obx__pg_ws_run). The events'
  * statement finds each slot through the attempt itself, so it needs nothing from the first. */
 static obx_err pg_load_slots(obx__store *base, const char *const *aids, const char *const *eids,
                              size_t n, unsigned flags, obx__attempt_row **att, size_t *n_att,
@@ -1688,10 +1246,10 @@ static obx_err pg_load_slots(obx__store *base, const char *const *aids, const ch
      * relay's planner options gets them in its pipeline */
     if (!s->dispatch && lock && PQtransactionStatus(s->conn) == PQTRANS_INTRANS) s->pend |= P_RELAY;
     PGresult *r[2] = {NULL, NULL};
-    obx_err e = ws_run(s, st, 2, NULL, r, false);
+    obx_err e = obx__pg_ws_run(s, st, 2, NULL, r, false);
     p_free(&st[0].p);
     p_free(&st[1].p);
-    if (e) return e; /* ws_run cleared both results */
+    if (e) return e; /* obx__pg_ws_run cleared both results */
     if ((e = collect_attempts(r[0], att, n_att))) {
         PQclear(r[1]);
         return e;
@@ -1734,7 +1292,7 @@ static obx_err pg_insert_receipts(obx__store *base, const obx__receipt_row *rc, 
     params p;
     p_init(&p);
     build_insert_receipts(&p, rc, n);
-    obx_err e = run(s, Q_INS_RCPT, &p, PGRES_COMMAND_OK, NULL, "insert receipts");
+    obx_err e = obx__pg_run(s, Q_INS_RCPT, &p, PGRES_COMMAND_OK, NULL, "insert receipts");
     p_free(&p);
     return e;
 }
@@ -1763,7 +1321,7 @@ static obx_err pg_load_receipts(obx__store *base, const char *event_id, obx__rec
     p_init(&p);
     p_text(&p, event_id);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_LOAD_RCPT, &p, PGRES_TUPLES_OK, &r, "load receipts");
+    obx_err e = obx__pg_run(s, Q_LOAD_RCPT, &p, PGRES_TUPLES_OK, &r, "load receipts");
     if (e) return e;
     e = read_receipts(r, "load receipts", out, n_out);
     PQclear(r);
@@ -1800,14 +1358,14 @@ static obx_err pg_insert_audit(obx__store *base, const obx__audit_row *a, size_t
     params p;
     p_init(&p);
     int q = build_insert_audit(&p, a, n);
-    obx_err e = run(s, q, &p, PGRES_COMMAND_OK, NULL, "insert audit");
+    obx_err e = obx__pg_run(s, q, &p, PGRES_COMMAND_OK, NULL, "insert audit");
     p_free(&p);
     return e;
 }
 
 /* ---- a transaction's writes in one round trip (write_set) ----------------------------------- */
 
-/* The result of the COMMIT that ended ws_run's pipeline, after the statements' (e: theirs;
+/* The result of the COMMIT that ended obx__pg_ws_run's pipeline, after the statements' (e: theirs;
  * refused: the server answered one with an error, so it did not run the COMMIT: a definite
  * failure, OBX_ECONNLOST if the backend went with it; broke: the connection broke while they
  * were read, so the COMMIT may have run: OBX_EUNKNOWN). Reads COMMIT's result when one is
@@ -1824,7 +1382,7 @@ static obx_err ws_commit_result(pg_store *s, obx_err e, bool refused, bool broke
     if (refused)
         PQclear(r); /* PGRES_PIPELINE_ABORTED: the server skipped it */
     else
-        c = commit_result(s, r);
+        c = obx__pg_commit_result(s, r);
     while (got && (more = PQgetResult(s->conn)) != NULL) PQclear(more);
     if (!e || refused) return e ? e : c;
     /* no statement failed on the server, but one's result was not what this side expected:
@@ -1859,10 +1417,10 @@ static obx_err ws_take(const ws_stmt *x, PGresult *r, const obx__write_set *w, P
  * statement (keep has a slot for each; all NULL on failure).
  * commit: COMMIT goes last, in the same pipeline (held_send; the transaction is over after,
  * committed or rolled back, or OBX_EUNKNOWN: ws_commit_result). */
-static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set *w, PGresult **keep,
-                      bool commit) {
+obx_err obx__pg_ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set *w,
+                       PGresult **keep, bool commit) {
     const char *what = ns ? st[0].what : "pipeline";
-    obx_err e = conn_ready(s, what);
+    obx_err e = obx__pg_conn_ready(s, what);
     unsigned pend = s->pend;
     /* the unsent part, in order: BEGIN (-1), then the settings' prepared statements */
     int pre[3];
@@ -1876,7 +1434,7 @@ static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set 
         if (!(e = obx__pg_p_ready(s, &st[i].p, st[i].id, st[i].what)))
             e = obx__pg_prepare(s, st[i].id);
     if (e) return e;
-    if (!PQenterPipelineMode(s->conn)) return map_error(s, NULL, "pipeline mode");
+    if (!PQenterPipelineMode(s->conn)) return obx__pg_map_error(s, NULL, "pipeline mode");
     s->pend = 0; /* from here on the server's state says what was sent */
     static const params none;
     size_t sent = 0;
@@ -1893,7 +1451,7 @@ static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set 
     /* a sync also after a failed send: what was sent is answered, not left pending */
     bool synced = PQpipelineSync(s->conn);
     if (sent < npre + ns || commit != committing || !synced)
-        e = map_error(s, NULL, "pipeline: send");
+        e = obx__pg_map_error(s, NULL, "pipeline: send");
     bool refused = false, broke = false; /* the server failed a statement; the connection broke */
     size_t nkeep = 0;                    /* WS_KEEP statements read */
     for (size_t k = 0; k < sent; k++) {
@@ -1928,7 +1486,7 @@ static obx_err ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set 
         PGresult *r = PQgetResult(s->conn); /* PGRES_PIPELINE_SYNC */
         PQclear(r);
     }
-    if (!PQexitPipelineMode(s->conn) && !e) e = map_error(s, NULL, "pipeline mode");
+    if (!PQexitPipelineMode(s->conn) && !e) e = obx__pg_map_error(s, NULL, "pipeline mode");
     /* a COMMIT that did not run leaves the transaction open (failed): end it, as a failed
      * COMMIT does (contract 5: definite failure means rolled back) */
     if (commit && e && e != OBX_EUNKNOWN && PQstatus(s->conn) == CONNECTION_OK &&
@@ -1994,7 +1552,7 @@ static obx_err pg_write_set(obx__store *base, const obx__write_set *w) {
      * send it with the COMMIT (commit_outer), one round trip fewer per transaction. Every
      * statement checks itself (WS_CHECK): if an update did not apply the transaction fails and
      * the COMMIT rolls back, so every update counts as applied here. Anything else the
-     * transaction sends first sends the write set (conn_ready). */
+     * transaction sends first sends the write set (obx__pg_conn_ready). */
     if (!e && s->dispatch && s->tx.depth == 1 && s->tx.outer_begin && !s->held) {
         for (size_t i = 0; i < w->n_upd; i++) w->applied[i] = true;
         s->held = st;
@@ -2002,8 +1560,8 @@ static obx_err pg_write_set(obx__store *base, const obx__write_set *w) {
         free(slots);
         return OBX_OK;
     }
-    if (!e) e = ws_run(s, st, ns, w, NULL, false);
-    ws_free(st, ns);
+    if (!e) e = obx__pg_ws_run(s, st, ns, w, NULL, false);
+    obx__pg_ws_free(st, ns);
     free(slots);
     return e;
 }
@@ -2017,7 +1575,7 @@ static obx_err pg_load_audit(obx__store *base, const char *event_id, obx__audit_
     p_init(&p);
     p_text(&p, event_id);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_LOAD_AUDIT, &p, PGRES_TUPLES_OK, &r, "load audit");
+    obx_err e = obx__pg_run(s, Q_LOAD_AUDIT, &p, PGRES_TUPLES_OK, &r, "load audit");
     if (e) return e;
     int rows = PQntuples(r);
     if (rows > 0) {
@@ -2051,7 +1609,7 @@ static obx_err pg_counter_add(obx__store *base, const char *name, int64_t delta)
     p_init(&p);
     p_text(&p, name);
     p_int(&p, delta);
-    return run(s, Q_COUNTER_ADD, &p, PGRES_COMMAND_OK, NULL, "counter");
+    return obx__pg_run(s, Q_COUNTER_ADD, &p, PGRES_COMMAND_OK, NULL, "counter");
 }
 
 static obx_err pg_counter_get(obx__store *base, const char *name, int64_t *value) {
@@ -2060,7 +1618,7 @@ static obx_err pg_counter_get(obx__store *base, const char *name, int64_t *value
     p_init(&p);
     p_text(&p, name);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_COUNTER_GET, &p, PGRES_TUPLES_OK, &r, "counter");
+    obx_err e = obx__pg_run(s, Q_COUNTER_GET, &p, PGRES_TUPLES_OK, &r, "counter");
     if (e) return e;
     *value = PQntuples(r) == 1 ? gi(r, 0, 0) : 0;
     PQclear(r);
@@ -2077,7 +1635,7 @@ static obx_err pg_series_put(obx__store *base, const obx__series_row *r, int64_t
     p_int(&p, r->at);
     p_text(&p, r->sample);
     p_int(&p, keep_from);
-    return run(s, Q_SERIES_PUT, &p, PGRES_COMMAND_OK, NULL, "series");
+    return obx__pg_run(s, Q_SERIES_PUT, &p, PGRES_COMMAND_OK, NULL, "series");
 }
 
 static obx_err pg_series_list(obx__store *base, int64_t from, size_t limit, obx__series_row **out,
@@ -2090,7 +1648,7 @@ static obx_err pg_series_list(obx__store *base, int64_t from, size_t limit, obx_
     p_int(&p, from);
     p_int(&p, (int64_t)limit);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_SERIES_LIST, &p, PGRES_TUPLES_OK, &r, "series");
+    obx_err e = obx__pg_run(s, Q_SERIES_LIST, &p, PGRES_TUPLES_OK, &r, "series");
     if (e) return e;
     int rows = PQntuples(r);
     if (rows > 0 && !(*out = calloc((size_t)rows, sizeof **out)))
@@ -2125,7 +1683,7 @@ static obx_err pg_cluster_put(obx__store *base, const obx__cluster_row *c) {
     p_text(&p, c->relay);
     p_int(&p, c->seen_at);
     p_int(&p, c->live_until);
-    return run(s, Q_CLUSTER_PUT, &p, PGRES_COMMAND_OK, NULL, "register cluster");
+    return obx__pg_run(s, Q_CLUSTER_PUT, &p, PGRES_COMMAND_OK, NULL, "register cluster");
 }
 
 static obx_err pg_cluster_get(obx__store *base, const char *cluster, obx__cluster_row *c) {
@@ -2134,7 +1692,7 @@ static obx_err pg_cluster_get(obx__store *base, const char *cluster, obx__cluste
     p_init(&p);
     p_text(&p, cluster);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_CLUSTER_GET, &p, PGRES_TUPLES_OK, &r, "read cluster");
+    obx_err e = obx__pg_run(s, Q_CLUSTER_GET, &p, PGRES_TUPLES_OK, &r, "read cluster");
     if (e) return e;
     if (PQntuples(r) != 1) {
         PQclear(r);
@@ -2161,7 +1719,7 @@ static obx_err pg_envelope_at(obx__store *base, const char *id, int32_t gen,
     p_text(&p, id);
     p_int(&p, gen);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_ENV_AT, &p, PGRES_TUPLES_OK, &r, "read envelope");
+    obx_err e = obx__pg_run(s, Q_ENV_AT, &p, PGRES_TUPLES_OK, &r, "read envelope");
     if (e) return e;
     if (PQntuples(r) != 1) {
         PQclear(r);
@@ -2180,7 +1738,7 @@ static obx_err pg_unserved(obx__store *base, int64_t now, obx__unserved_row **ou
     PGresult *r = NULL;
     *out = NULL;
     *n = 0;
-    obx_err e = run(s, Q_UNSERVED, &p, PGRES_TUPLES_OK, &r, "unserved clusters");
+    obx_err e = obx__pg_run(s, Q_UNSERVED, &p, PGRES_TUPLES_OK, &r, "unserved clusters");
     if (e) return e;
     int rows = PQntuples(r);
     if (rows > 0 && !(*out = calloc((size_t)rows, sizeof **out))) {
@@ -2200,7 +1758,7 @@ static obx_err pg_unserved(obx__store *base, int64_t now, obx__unserved_row **ou
 static obx_err pg_delivery_open(obx__store *base, int64_t out[3]) {
     pg_store *s = (pg_store *)base;
     PGresult *r = NULL;
-    obx_err e = run(s, Q_DOPEN, NULL, PGRES_TUPLES_OK, &r, "open delivery sets");
+    obx_err e = obx__pg_run(s, Q_DOPEN, NULL, PGRES_TUPLES_OK, &r, "open delivery sets");
     if (e) return e;
     for (int i = 0; i < 3; i++) out[i] = gi(r, 0, i);
     PQclear(r);
@@ -2213,7 +1771,7 @@ static obx_err pg_stats(obx__store *base, obx__store_stats *out) {
     pg_store *s = (pg_store *)base;
     memset(out, 0, sizeof *out);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_STATS, NULL, PGRES_TUPLES_OK, &r, "stats");
+    obx_err e = obx__pg_run(s, Q_STATS, NULL, PGRES_TUPLES_OK, &r, "stats");
     if (e) return e;
     for (int i = 0; i < PQntuples(r); i++) {
         const char *k = PQgetvalue(r, i, 0);
@@ -2250,7 +1808,7 @@ static obx_err pg_invariants(obx__store *base, obx__store_invariants *out) {
     pg_store *s = (pg_store *)base;
     memset(out, 0, sizeof *out);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_STATS_INV, NULL, PGRES_TUPLES_OK, &r, "invariants");
+    obx_err e = obx__pg_run(s, Q_STATS_INV, NULL, PGRES_TUPLES_OK, &r, "invariants");
     if (e) return e;
     if (PQntuples(r) == 1) {
         out->published_without_primary = gi(r, 0, 0);
@@ -2267,7 +1825,7 @@ static obx_err pg_unknown_resolutions(obx__store *base, int64_t **ms, size_t *n)
     *ms = NULL;
     *n = 0;
     PGresult *r = NULL;
-    obx_err e = run(s, Q_UNKNOWN_RES, NULL, PGRES_TUPLES_OK, &r, "unknown resolutions");
+    obx_err e = obx__pg_run(s, Q_UNKNOWN_RES, NULL, PGRES_TUPLES_OK, &r, "unknown resolutions");
     if (e) return e;
     int rows = PQntuples(r);
     if (rows > 0) {
@@ -2287,7 +1845,7 @@ static obx_err read_correlation(obx__store *base, const char *corr, size_t limit
     p_text(&p, corr);
     p_int(&p, (int64_t)limit);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_FIND_CORR, &p, PGRES_TUPLES_OK, &r, "find by correlation");
+    obx_err e = obx__pg_run(s, Q_FIND_CORR, &p, PGRES_TUPLES_OK, &r, "find by correlation");
     return e ? e : collect(r, false, out, "find by correlation");
 }
 
@@ -2301,7 +1859,7 @@ static obx_err pg_inbox_get(obx__store *base, const char *consumer, const char *
     p_text(&p, consumer);
     p_text(&p, event_id);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_INBOX_GET, &p, PGRES_TUPLES_OK, &r, "inbox get");
+    obx_err e = obx__pg_run(s, Q_INBOX_GET, &p, PGRES_TUPLES_OK, &r, "inbox get");
     if (e) return e;
     if (PQntuples(r) == 1) {
         memset(o, 0, sizeof *o);
@@ -2345,7 +1903,7 @@ static obx_err pg_inbox_put(obx__store *base, const obx__inbox_row *i) {
     p_int(&p, i->envelope_gen);
     p_text(&p, i->attempt_id);
     p_text(&p, i->dest_digest);
-    return run(s, Q_INBOX_PUT, &p, PGRES_COMMAND_OK, NULL, "inbox put");
+    return obx__pg_run(s, Q_INBOX_PUT, &p, PGRES_COMMAND_OK, NULL, "inbox put");
 }
 
 static obx_err pg_inbox_has(obx__store *base, const char *consumer, const obx__inbox_key *keys,
@@ -2359,7 +1917,7 @@ static obx_err pg_inbox_has(obx__store *base, const char *consumer, const obx__i
     ARR_INT(&p, n, keys[i].envelope_gen);
     ARR_TEXT(&p, n, keys[i].dest_digest ? keys[i].dest_digest : "");
     PGresult *r = NULL;
-    obx_err e = run(s, Q_INBOX_HAS, &p, PGRES_TUPLES_OK, &r, "inbox has");
+    obx_err e = obx__pg_run(s, Q_INBOX_HAS, &p, PGRES_TUPLES_OK, &r, "inbox has");
     p_free(&p);
     if (e) return e;
     for (size_t i = 0; i < n; i++) present[i] = false;
@@ -2382,7 +1940,7 @@ static obx_err pg_watermark_put(obx__store *base, const obx__watermark_row *w) {
     p_text(&p, w->event_id);
     p_int(&p, w->occurred_at);
     p_int(&p, w->committed_at);
-    return run(s, Q_WM_PUT, &p, PGRES_COMMAND_OK, NULL, "watermark");
+    return obx__pg_run(s, Q_WM_PUT, &p, PGRES_COMMAND_OK, NULL, "watermark");
 }
 
 static obx_err pg_watermark_list(obx__store *base, const char *consumer, obx__watermark_row **out,
@@ -2394,8 +1952,8 @@ static obx_err pg_watermark_list(obx__store *base, const char *consumer, obx__wa
     p_init(&p);
     if (consumer) p_text(&p, consumer);
     PGresult *r = NULL;
-    obx_err e = run(s, consumer ? Q_WM_LIST : Q_WM_LIST_ALL, consumer ? &p : NULL, PGRES_TUPLES_OK,
-                    &r, "watermarks");
+    obx_err e = obx__pg_run(s, consumer ? Q_WM_LIST : Q_WM_LIST_ALL, consumer ? &p : NULL,
+                            PGRES_TUPLES_OK, &r, "watermarks");
     if (e) return e;
     int rows = PQntuples(r);
     if (rows > 0) {
@@ -2428,7 +1986,7 @@ static obx_err pg_failure_bump(obx__store *base, const char *consumer, const cha
     p_int(&p, now);
     p_int(&p, next_at);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_FAIL_BUMP, &p, PGRES_TUPLES_OK, &r, "failure count");
+    obx_err e = obx__pg_run(s, Q_FAIL_BUMP, &p, PGRES_TUPLES_OK, &r, "failure count");
     if (e) return e;
     *failures = (int32_t)gi(r, 0, 0);
     PQclear(r);
@@ -2443,7 +2001,7 @@ static obx_err pg_failure_get(obx__store *base, const char *consumer, const char
     p_text(&p, consumer);
     p_text(&p, event_id);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_FAIL_GET, &p, PGRES_TUPLES_OK, &r, "failure get");
+    obx_err e = obx__pg_run(s, Q_FAIL_GET, &p, PGRES_TUPLES_OK, &r, "failure get");
     if (e) return e;
     if (PQntuples(r)) {
         *failures = (int32_t)gi(r, 0, 0);
@@ -2463,7 +2021,7 @@ static obx_err pg_inbox_finish(obx__store *base, const char *consumer, const cha
     p_int(&p, duration_us);
     p_text(&p, consumer);
     p_text(&p, event_id);
-    return run(s, Q_INBOX_FINISH, &p, PGRES_COMMAND_OK, NULL, "inbox finish");
+    return obx__pg_run(s, Q_INBOX_FINISH, &p, PGRES_COMMAND_OK, NULL, "inbox finish");
 }
 
 static obx_err pg_failure_clear(obx__store *base, const char *consumer, const char *event_id) {
@@ -2472,7 +2030,7 @@ static obx_err pg_failure_clear(obx__store *base, const char *consumer, const ch
     p_init(&p);
     p_text(&p, consumer);
     p_text(&p, event_id);
-    return run(s, Q_FAIL_CLEAR, &p, PGRES_COMMAND_OK, NULL, "failure clear");
+    return obx__pg_run(s, Q_FAIL_CLEAR, &p, PGRES_COMMAND_OK, NULL, "failure clear");
 }
 
 static obx_err pg_poison_put(obx__store *base, const obx__poison_row *pr) {
@@ -2495,7 +2053,7 @@ static obx_err pg_poison_put(obx__store *base, const obx__poison_row *pr) {
     p_int(&p, pr->parked_at);
     p_int(&p, pr->updated_at);
     p_text(&p, pr->payload_digest);
-    return run(s, Q_POISON_PUT, &p, PGRES_COMMAND_OK, NULL, "poison put");
+    return obx__pg_run(s, Q_POISON_PUT, &p, PGRES_COMMAND_OK, NULL, "poison put");
 }
 
 static obx_err read_poison(const PGresult *r, int row, obx__poison_row *p, bool payload) {
@@ -2513,7 +2071,7 @@ static obx_err read_poison(const PGresult *r, int row, obx__poison_row *p, bool 
     p->updated_at = gi(r, row, 10);
     GT(r, row, 11, p->payload_digest);
     if (!p->headers_json) return obx__fail(OBX_ENOMEM, "poison: out of memory");
-    if (payload) return get_bytea(r, row, 12, &p->payload, &p->payload_len);
+    if (payload) return obx__pg_get_bytea(r, row, 12, &p->payload, &p->payload_len);
     return OBX_OK;
 }
 
@@ -2527,7 +2085,7 @@ static obx_err pg_poison_list(obx__store *base, const char *consumer, const char
     p_text(&p, consumer);
     p_text(&p, state);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_POISON_LIST, &p, PGRES_TUPLES_OK, &r, "poison list");
+    obx_err e = obx__pg_run(s, Q_POISON_LIST, &p, PGRES_TUPLES_OK, &r, "poison list");
     if (e) return e;
     int rows = PQntuples(r);
     if (rows > 0) {
@@ -2555,7 +2113,7 @@ static obx_err pg_poison_get(obx__store *base, const char *consumer, const char 
     p_text(&p, event_id);
     p_text(&p, digest);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_POISON_GET, &p, PGRES_TUPLES_OK, &r, "poison get");
+    obx_err e = obx__pg_run(s, Q_POISON_GET, &p, PGRES_TUPLES_OK, &r, "poison get");
     if (e) return e;
     if (PQntuples(r) == 1) {
         e = read_poison(r, 0, out, true);
@@ -2579,7 +2137,7 @@ static obx_err pg_poison_set_state(obx__store *base, const char *consumer, const
     p_text(&p, consumer);
     p_text(&p, event_id);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_POISON_STATE, &p, PGRES_COMMAND_OK, &r, "poison state");
+    obx_err e = obx__pg_run(s, Q_POISON_STATE, &p, PGRES_COMMAND_OK, &r, "poison state");
     if (e) return e;
     bool any = atoll(PQcmdTuples(r)) >= 1; /* every copy of the event */
     PQclear(r);
@@ -2600,7 +2158,7 @@ static obx_err pg_inbox_quarantine_put(obx__store *base, const char *consumer, c
     p_text(&p, first_digest);
     p_text(&p, reason);
     p_int(&p, at);
-    return run(s, Q_INBOX_QUAR, &p, PGRES_COMMAND_OK, NULL, "inbox quarantine");
+    return obx__pg_run(s, Q_INBOX_QUAR, &p, PGRES_COMMAND_OK, NULL, "inbox quarantine");
 }
 
 static obx_err pg_consume_audit_put(obx__store *base, const obx__consume_audit_row *a, size_t n) {
@@ -2614,7 +2172,7 @@ static obx_err pg_consume_audit_put(obx__store *base, const obx__consume_audit_r
     ARR_TEXT(&p, n, a[i].outcome);
     ARR_INT(&p, n, a[i].duration_us);
     ARR_TEXT(&p, n, a[i].detail);
-    obx_err e = run(s, Q_CONSUME_AUDIT, &p, PGRES_COMMAND_OK, NULL, "consume audit");
+    obx_err e = obx__pg_run(s, Q_CONSUME_AUDIT, &p, PGRES_COMMAND_OK, NULL, "consume audit");
     p_free(&p);
     return e;
 }
@@ -2633,8 +2191,8 @@ static obx_err read_retention(obx__store *base, const obx__retention_req *req, o
     p_int(&p, req->before.seq);
     p_int(&p, (int64_t)req->limit);
     PGresult *r = NULL;
-    obx_err e = run(s, req->lock ? Q_RET_CANDIDATES_LOCK : Q_RET_CANDIDATES, &p, PGRES_TUPLES_OK,
-                    &r, "retention candidates");
+    obx_err e = obx__pg_run(s, req->lock ? Q_RET_CANDIDATES_LOCK : Q_RET_CANDIDATES, &p,
+                            PGRES_TUPLES_OK, &r, "retention candidates");
     return e ? e : collect(r, false, out, "retention candidates");
 }
 
@@ -2645,7 +2203,7 @@ static obx_err pg_purge_payloads(obx__store *base, const char *const *ids, size_
     p_init(&p);
     ARR_TEXT(&p, n, ids[i]);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_PURGE_PAYLOADS, &p, PGRES_TUPLES_OK, &r, "purge payloads");
+    obx_err e = obx__pg_run(s, Q_PURGE_PAYLOADS, &p, PGRES_TUPLES_OK, &r, "purge payloads");
     p_free(&p);
     if (e) return e;
     int64_t total = 0;
@@ -2668,7 +2226,8 @@ static obx_err pg_aged(obx__store *base, const obx__aged_req *req, obx__aged_row
         p_int(&p, req->until);
         if (inbox) p_text(&p, req->consumer);
         if (unserved) p_int(&p, req->now);
-        if ((e = run(s, Q_AGED_COUNT + (int)req->kind, &p, PGRES_TUPLES_OK, &r, "audit count")))
+        if ((e = obx__pg_run(s, Q_AGED_COUNT + (int)req->kind, &p, PGRES_TUPLES_OK, &r,
+                             "audit count")))
             return e;
         if (count && PQntuples(r) == 1) {
             count->total = gi(r, 0, 0);
@@ -2685,7 +2244,8 @@ static obx_err pg_aged(obx__store *base, const obx__aged_req *req, obx__aged_row
     p_int(&p, (int64_t)req->limit);
     if (inbox) p_text(&p, req->consumer);
     if (unserved) p_int(&p, req->now);
-    if ((e = run(s, Q_AGED_LIST + (int)req->kind, &p, PGRES_TUPLES_OK, &r, "audit list"))) return e;
+    if ((e = obx__pg_run(s, Q_AGED_LIST + (int)req->kind, &p, PGRES_TUPLES_OK, &r, "audit list")))
+        return e;
     int rows = PQntuples(r);
     if (rows > 0) {
         *out = calloc((size_t)rows, sizeof **out);
@@ -2702,8 +2262,6 @@ static obx_err pg_aged(obx__store *base, const obx__aged_req *req, obx__aged_row
     PQclear(r);
     return e;
 }
-
-static void pg_serve_dispatch(obx__store *base) { ((pg_store *)base)->dispatch = true; }
 
 /* ---- idle wait (contract 8) ------------------------------------------------------------------ */
 
@@ -2826,10 +2384,10 @@ static obx_err pg_wait_for_work(obx__store *base, int timeout_ms, int also_fd, b
         (PQstatus(s->conn) == CONNECTION_OK && PQtransactionStatus(s->conn) != PQTRANS_IDLE))
         return obx__fail(OBX_EINVAL, "wait_for_work: called inside a transaction (a "
                                      "notification is only delivered between transactions)");
-    obx_err e = ready(s, "wait for work");
+    obx_err e = obx__pg_ready(s, "wait for work");
     if (e) return e;
     if (!s->listening) {
-        if ((e = exec_simple(s, "LISTEN " NOTIFY_CHANNEL, "listen"))) return e;
+        if ((e = obx__pg_exec_simple(s, "LISTEN " NOTIFY_CHANNEL, "listen"))) return e;
         s->listening = true;
     }
     int64_t deadline = obx__mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
@@ -2853,7 +2411,7 @@ static obx_err pg_wait_for_work(obx__store *base, int timeout_ms, int also_fd, b
     /* also_fd turned readable: the broker's turn, once the hints that came are read */
     bool fd_ready = false;
     for (;;) {
-        if (!PQconsumeInput(s->conn)) return map_error(s, NULL, "wait for work");
+        if (!PQconsumeInput(s->conn)) return obx__pg_map_error(s, NULL, "wait for work");
         PGnotify *nt;
         while ((nt = PQnotifies(s->conn)) != NULL) {
             if (!strcmp(nt->relname, NOTIFY_CHANNEL)) *notified = true;
@@ -2870,7 +2428,7 @@ static obx_err pg_wait_for_work(obx__store *base, int timeout_ms, int also_fd, b
         }
         struct pollfd pfd[2] = {{.fd = PQsocket(s->conn), .events = POLLIN},
                                 {.fd = also_fd, .events = POLLIN}};
-        if (pfd[0].fd < 0) return map_error(s, NULL, "wait for work");
+        if (pfd[0].fd < 0) return obx__pg_map_error(s, NULL, "wait for work");
         int rc = poll(pfd, also_fd >= 0 ? 2 : 1, left > 60000 ? 60000 : (int)left);
         if (rc < 0 && errno != EINTR)
             return obx__fail(OBX_EIO, "wait for work: poll: %s", strerror(errno));
@@ -2919,7 +2477,7 @@ static obx_err read_filter(obx__store *base, const obx__event_filter *f, obx__ro
     p_bool(&p, f->held);
     p_int(&p, f->unknown_before);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_FIND, &p, PGRES_TUPLES_OK, &r, "find events");
+    obx_err e = obx__pg_run(s, Q_FIND, &p, PGRES_TUPLES_OK, &r, "find events");
     p_free(&p);
     return e ? e : collect(r, false, out, "find events");
 }
@@ -2940,7 +2498,7 @@ static obx_err pg_route_set_put(obx__store *base, const obx__route_set_row *rs) 
     ARR_TEXT(&p, n, rs->t[i].serializer);
     ARR_TEXT(&p, n, rs->t[i].durability);
     ARR_TEXT(&p, n, rs->t[i].required_acks);
-    obx_err e = run(s, Q_RSET_PUT, &p, PGRES_COMMAND_OK, NULL, "insert route set");
+    obx_err e = obx__pg_run(s, Q_RSET_PUT, &p, PGRES_COMMAND_OK, NULL, "insert route set");
     p_free(&p);
     return e;
 }
@@ -2952,7 +2510,7 @@ static obx_err pg_route_set_get(obx__store *base, int64_t gen, obx__route_set_ro
     p_init(&p);
     p_int(&p, gen);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_RSET_GET, &p, PGRES_TUPLES_OK, &r, "read route set");
+    obx_err e = obx__pg_run(s, Q_RSET_GET, &p, PGRES_TUPLES_OK, &r, "read route set");
     if (e) return e;
     int rows = PQntuples(r);
     if (!rows) {
@@ -2991,7 +2549,7 @@ static obx_err pg_delivery_put(obx__store *base, const obx__delivery_row *d) {
     ARR_INT(&p, n, d->t[i].target_no);
     ARR_TEXT(&p, n, d->t[i].origin);
     ARR_INT(&p, n, d->t[i].created_at);
-    obx_err e = run(s, Q_DSET_PUT, &p, PGRES_COMMAND_OK, NULL, "insert delivery set");
+    obx_err e = obx__pg_run(s, Q_DSET_PUT, &p, PGRES_COMMAND_OK, NULL, "insert delivery set");
     p_free(&p);
     return e;
 }
@@ -3003,7 +2561,7 @@ static obx_err pg_delivery_get(obx__store *base, const char *id, obx__delivery_r
     p_init(&p);
     p_text(&p, id);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_DGET, &p, PGRES_TUPLES_OK, &r, "read delivery set");
+    obx_err e = obx__pg_run(s, Q_DGET, &p, PGRES_TUPLES_OK, &r, "read delivery set");
     if (e) return e;
     int rows = PQntuples(r);
     for (int i = 0; i < rows && out->n < OBX__SET_MAX; i++) {
@@ -3025,7 +2583,7 @@ static obx_err pg_delivery_get(obx__store *base, const char *id, obx__delivery_r
 static obx_err pg_delivery_stats(obx__store *base, int64_t *sets, int64_t *complete) {
     pg_store *s = (pg_store *)base;
     PGresult *r = NULL;
-    obx_err e = run(s, Q_DSTATS, NULL, PGRES_TUPLES_OK, &r, "delivery statistics");
+    obx_err e = obx__pg_run(s, Q_DSTATS, NULL, PGRES_TUPLES_OK, &r, "delivery statistics");
     if (e) return e;
     *sets = gi(r, 0, 0);
     *complete = gi(r, 0, 1);
@@ -3043,7 +2601,7 @@ static obx_err pg_receipt_details(obx__store *base, const char *event_id, obx__r
     p_text(&p, event_id);
     p_text(&p, obx__receipt_kind_name(kind));
     PGresult *r = NULL;
-    obx_err e = run(s, Q_RCPT_DETAIL, &p, PGRES_TUPLES_OK, &r, "receipt details");
+    obx_err e = obx__pg_run(s, Q_RCPT_DETAIL, &p, PGRES_TUPLES_OK, &r, "receipt details");
     if (e) return e;
     int rows = PQntuples(r);
     if (rows > 0) {
@@ -3075,7 +2633,7 @@ static obx_err pg_set_alias(obx__store *base, const char *const *ids, size_t n, 
     p_text(&p, from);
     p_text(&p, to);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_SET_ALIAS, &p, PGRES_TUPLES_OK, &r, "set alias");
+    obx_err e = obx__pg_run(s, Q_SET_ALIAS, &p, PGRES_TUPLES_OK, &r, "set alias");
     p_free(&p);
     if (e) return e;
     for (size_t i = 0; i < n; i++) applied[i] = false;
@@ -3099,8 +2657,8 @@ static obx_err pg_receipts_by_kind(obx__store *base, obx__receipt_kind kind, siz
     p_text(&p, obx__receipt_kind_name(kind));
     p_int(&p, (int64_t)limit);
     PGresult *r = NULL;
-    obx_err e = run(s, sparse ? Q_RCPT_KIND_SPARSE : Q_RCPT_KIND_ANY, &p, PGRES_TUPLES_OK, &r,
-                    "receipts by kind");
+    obx_err e = obx__pg_run(s, sparse ? Q_RCPT_KIND_SPARSE : Q_RCPT_KIND_ANY, &p, PGRES_TUPLES_OK,
+                            &r, "receipts by kind");
     if (e) return e;
     e = read_receipts(r, "receipts by kind", out, n);
     PQclear(r);
@@ -3116,7 +2674,7 @@ static obx_err pg_recent_published(obx__store *base, size_t limit, obx__publishe
     p_init(&p);
     p_int(&p, (int64_t)limit);
     PGresult *r = NULL;
-    obx_err e = run(s, Q_RECENT_PUB, &p, PGRES_TUPLES_OK, &r, "recent published");
+    obx_err e = obx__pg_run(s, Q_RECENT_PUB, &p, PGRES_TUPLES_OK, &r, "recent published");
     if (e) return e;
     int rows = PQntuples(r);
     if (rows > 0 && !(*out = calloc((size_t)rows, sizeof **out)))
@@ -3145,7 +2703,7 @@ static obx_err pg_consume_audit_list(obx__store *base, const char *consumer, con
     p_int(&p, (int64_t)limit);
     int q = after_id < 0 ? Q_CAUDIT_NEWEST : event_id ? Q_CAUDIT_EVENT : Q_CAUDIT_AFTER;
     PGresult *r = NULL;
-    obx_err e = run(s, q, &p, PGRES_TUPLES_OK, &r, "consume audit");
+    obx_err e = obx__pg_run(s, q, &p, PGRES_TUPLES_OK, &r, "consume audit");
     if (e) return e;
     int rows = PQntuples(r);
     if (rows > 0 && !(*out = calloc((size_t)rows, sizeof **out)))
@@ -3248,7 +2806,7 @@ const obx__store_methods obx__pg_store_methods = {
     .cluster_get = pg_cluster_get,
     .series_put = pg_series_put,
     .series_list = pg_series_list,
-    .serve_dispatch = pg_serve_dispatch,
+    .serve_dispatch = obx__pg_serve_dispatch,
     .create_roles = pg_create_roles,
     .producer_body = pg_producer_body,
     .schema_hold = pg_schema_hold,
