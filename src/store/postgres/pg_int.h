@@ -11,6 +11,7 @@
  * The store's files (pg_store.c lists its contracts and which file keeps each):
  *   pg_sql.c      statement text and table, statement names and preparing, parameter framing
  *   pg_conn.c     errors, the connection and its reconnection, running a statement, transactions
+ *   pg_wake.c     waiting for work: LISTEN/NOTIFY, the wake lock, the wait in the server
  *   pg_store.c    open, close, schema and migration, roles, the method tables
  *                 (and what is not split out yet)
  */
@@ -33,7 +34,7 @@
  * shared for its life; `obx init` takes it exclusively, for its transaction, to migrate. */
 #define LOCK_SCHEMA_IN_USE 1
 /* The wake lock, one per cluster (key hashtext(cluster)): held exclusively by the relay
- * connection that waits for that cluster's work (pg_wait_for_work), tested shared by each
+ * connection that waits for that cluster's work (obx__pg_wait_for_work), tested shared by each
  * event-inserting statement, which NOTIFYs only when it cannot take it (NOTIFY_EXPR). */
 #define LOCK_CLASS_WAKE "5194330"
 #define NOTIFY_CHANNEL "obx_work"
@@ -141,9 +142,9 @@ typedef struct pg_store {
     bool lost;       /* the connection was lost inside the current obx transaction */
     bool listening;  /* LISTEN obx_work issued on this connection */
     /* obx._wait_for_work() (the obx_pg extension) in this database: 0 not looked up yet, 1 yes,
-     * -1 no (pg_wait_for_work) */
+     * -1 no (obx__pg_wait_for_work) */
     int wait_fn;
-    /* The wake lock of the cluster this connection claims for (pg_wait_for_work): the cluster
+    /* The wake lock of the cluster this connection claims for (obx__pg_wait_for_work): the cluster
      * of its last claim (read_claim), the lock's key once read, and whether this session holds
      * it (from its wait until a claim takes a whole batch). */
     char wake_cluster[OBX_NAME_MAX + 1];
@@ -412,6 +413,11 @@ obx_err obx__pg_tx_in_tx(obx__store *base, bool *in_tx);
 obx_err obx__pg_commit_result(pg_store *s, PGresult *r);
 extern const obx__tx_ops obx__pg_tx;
 void obx__pg_serve_dispatch(obx__store *base);
+
+/* pg_wake.c */
+obx_err obx__pg_wake_release(pg_store *s);
+obx_err obx__pg_wake_follow(pg_store *s, const char *cluster);
+obx_err obx__pg_wait_for_work(obx__store *base, int timeout_ms, int also_fd, bool *notified);
 
 /* pg_store.c */
 obx_err obx__pg_ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set *w,

@@ -248,7 +248,7 @@
  * rate (docs/performance.md, section 3), so a statement notifies only when it cannot take the
  * cluster's wake lock shared: a waiting relay holds it exclusively. When it can, it holds the
  * lock until its transaction ends, after its commit is visible, and a relay that takes the lock
- * after that (pg_wait_for_work) claims once more before it waits: either the relay is told, or
+ * after that (obx__pg_wait_for_work) claims once more before it waits: either the relay is told, or
  * its next claim sees the event (docs/postgres.md, "NOTIFY"). CASE keeps the order: no lock for
  * a session that never notifies. */
 #define NOTIFY_EXPR                                                                                \
