@@ -11,6 +11,7 @@
  * The store's files (pg_store.c lists its contracts and which file keeps each):
  *   pg_sql.c      statement text and table, statement names and preparing, parameter framing
  *   pg_conn.c     errors, the connection and its reconnection, running a statement, transactions
+ *   pg_enqueue.c  routes and the producer's writes (enqueue)
  *   pg_wake.c     waiting for work: LISTEN/NOTIFY, the wake lock, the wait in the server
  *   pg_store.c    open, close, schema and migration, roles, the method tables
  *                 (and what is not split out yet)
@@ -414,12 +415,33 @@ obx_err obx__pg_commit_result(pg_store *s, PGresult *r);
 extern const obx__tx_ops obx__pg_tx;
 void obx__pg_serve_dispatch(obx__store *base);
 
+/* pg_enqueue.c */
+obx_err obx__pg_route_put(obx__store *base, const obx__route_row *rt, int64_t *gen);
+obx_err obx__pg_route_get(obx__store *base, const char *event_type, obx__route_row *out);
+obx_err obx__pg_route_get_txid(obx__store *base, const char *event_type, obx__route_row *out,
+                               char *txid, size_t cap);
+obx_err obx__pg_route_list(obx__store *base, bool all, obx__route_row **out, size_t *n);
+obx_err obx__pg_idem_lookup(obx__store *base, const char *tenant, const char *key,
+                            char existing[OBX_EVENT_ID_LEN + 1]);
+void obx__pg_order_key(const obx__event_row *r, char *out, size_t cap);
+obx_err obx__pg_insert_envelope(obx__store *base, const obx__event_row *r, const void *payload,
+                                size_t len);
+obx_err obx__pg_insert_event(obx__store *base, const obx__event_row *r, const void *payload,
+                             size_t len);
+obx_err obx__pg_insert_event_audit(obx__store *base, const obx__event_row *r, const void *payload,
+                                   size_t len, const obx__audit_row *a);
+bool obx__pg_send_plain(pg_store *s, const char *sql);
+bool obx__pg_send_prepared(pg_store *s, int id, const params *p);
+obx_err obx__pg_enqueue_write(obx__store *base, const obx__event_row *r, const void *payload,
+                              size_t len, const obx__audit_row *a, bool *written);
+
 /* pg_wake.c */
 obx_err obx__pg_wake_release(pg_store *s);
 obx_err obx__pg_wake_follow(pg_store *s, const char *cluster);
 obx_err obx__pg_wait_for_work(obx__store *base, int timeout_ms, int also_fd, bool *notified);
 
 /* pg_store.c */
+obx_err obx__pg_insert_audit(obx__store *base, const obx__audit_row *a, size_t n);
 obx_err obx__pg_ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set *w,
                        PGresult **keep, bool commit);
 
