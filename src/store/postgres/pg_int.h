@@ -12,6 +12,7 @@
  *   pg_sql.c      statement text and table, statement names and preparing, parameter framing
  *   pg_conn.c     errors, the connection and its reconnection, running a statement, transactions
  *   pg_enqueue.c  routes and the producer's writes (enqueue)
+ *   pg_read.c     reading events: claims, selections, IDs, filters, retention candidates
  *   pg_wake.c     waiting for work: LISTEN/NOTIFY, the wake lock, the wait in the server
  *   pg_store.c    open, close, schema and migration, roles, the method tables
  *                 (and what is not split out yet)
@@ -434,6 +435,10 @@ bool obx__pg_send_plain(pg_store *s, const char *sql);
 bool obx__pg_send_prepared(pg_store *s, int id, const params *p);
 obx_err obx__pg_enqueue_write(obx__store *base, const obx__event_row *r, const void *payload,
                               size_t len, const obx__audit_row *a, bool *written);
+
+/* pg_read.c */
+obx_err obx__pg_collect(PGresult *r, bool with_payload, obx__rows *out, const char *what);
+obx_err obx__pg_read_events(obx__store *base, const obx__read_req *req, obx__rows *out);
 
 /* pg_wake.c */
 obx_err obx__pg_wake_release(pg_store *s);
