@@ -203,7 +203,7 @@ void obx__pg_held_drop(pg_store *s) {
     s->n_held = 0;
 }
 
-/* Sends the held write set (pg_write_set), then COMMIT in the same pipeline when commit (from
+/* Sends the held write set (obx__pg_write_set), then COMMIT in the same pipeline when commit (from
  * commit_outer: the transaction's depth is already 0). Its failures are the caller's. */
 static obx_err held_send(pg_store *s, bool commit) {
     ws_stmt *st = s->held;

@@ -13,6 +13,7 @@
  *   pg_conn.c     errors, the connection and its reconnection, running a statement, transactions
  *   pg_enqueue.c  routes and the producer's writes (enqueue)
  *   pg_read.c     reading events: claims, selections, IDs, filters, retention candidates
+ *   pg_write.c    the relay's batch writes (events, attempts, receipts, audit) and the write set
  *   pg_wake.c     waiting for work: LISTEN/NOTIFY, the wake lock, the wait in the server
  *   pg_store.c    open, close, schema and migration, roles, the method tables
  *                 (and what is not split out yet)
@@ -154,7 +155,7 @@ typedef struct pg_store {
     bool wake_key_known, wake_held;
     bool dispatch; /* serve_dispatch: every BEGIN sets the relay's planner options */
     unsigned pend; /* P_*: what goes in front of the next statement (obx__pg_ws_run, pend_flush) */
-    /* a relay transaction's write set, held back for its COMMIT's pipeline (pg_write_set);
+    /* a relay transaction's write set, held back for its COMMIT's pipeline (obx__pg_write_set);
      * owned; sent before anything else the transaction sends (obx__pg_conn_ready) */
     struct ws_stmt *held;
     size_t n_held;
@@ -440,14 +441,28 @@ obx_err obx__pg_enqueue_write(obx__store *base, const obx__event_row *r, const v
 obx_err obx__pg_collect(PGresult *r, bool with_payload, obx__rows *out, const char *what);
 obx_err obx__pg_read_events(obx__store *base, const obx__read_req *req, obx__rows *out);
 
+/* pg_write.c */
+obx_err obx__pg_update_events(obx__store *base, const obx__event_update *u, size_t n,
+                              bool *applied);
+obx_err obx__pg_insert_attempts(obx__store *base, const obx__attempt_row *a, size_t n);
+obx_err obx__pg_update_attempts(obx__store *base, const obx__attempt_row *a, size_t n);
+obx_err obx__pg_load_attempts(obx__store *base, const char *const *ids, size_t n,
+                              const char *event_id, obx__attempt_row **out, size_t *n_out);
+obx_err obx__pg_load_slots(obx__store *base, const char *const *aids, const char *const *eids,
+                           size_t n, unsigned flags, obx__attempt_row **att, size_t *n_att,
+                           obx__rows *ev);
+obx_err obx__pg_insert_receipts(obx__store *base, const obx__receipt_row *rc, size_t n);
+obx_err obx__pg_read_receipts(PGresult *r, const char *what, obx__receipt_row **out, size_t *n_out);
+obx_err obx__pg_load_receipts(obx__store *base, const char *event_id, obx__receipt_row **out,
+                              size_t *n_out);
+obx_err obx__pg_insert_audit(obx__store *base, const obx__audit_row *a, size_t n);
+obx_err obx__pg_ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set *w,
+                       PGresult **keep, bool commit);
+obx_err obx__pg_write_set(obx__store *base, const obx__write_set *w);
+
 /* pg_wake.c */
 obx_err obx__pg_wake_release(pg_store *s);
 obx_err obx__pg_wake_follow(pg_store *s, const char *cluster);
 obx_err obx__pg_wait_for_work(obx__store *base, int timeout_ms, int also_fd, bool *notified);
-
-/* pg_store.c */
-obx_err obx__pg_insert_audit(obx__store *base, const obx__audit_row *a, size_t n);
-obx_err obx__pg_ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set *w,
-                       PGresult **keep, bool commit);
 
 #endif /* OBX_STORE_PG_INT_H */

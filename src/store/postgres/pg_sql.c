@@ -148,8 +148,8 @@
 
 /* The write set's own check (obx._ws_fail): when the CTE `cte` did not return `expected` rows
  * (-1: no check), obx._ws_fail() raises and fails the transaction, so that a COMMIT in the same
- * pipeline cannot commit a write set that did not apply whole (pg_write_set). Its own UNION ALL
- * branch, evaluated even when `cte` is empty; `ids` (the rows that did not apply) and the
+ * pipeline cannot commit a write set that did not apply whole (obx__pg_write_set). Its own UNION
+ * ALL branch, evaluated even when `cte` is empty; `ids` (the rows that did not apply) and the
  * function run only then. type: the other branch's column type. */
 #define WS_CHECK(expected, cte, what, ids, missing, type)                                          \
     "SELECT obx._ws_fail('" what "', " ids ", " missing ")::" type " FROM (SELECT count(*) AS "    \
