@@ -14,6 +14,8 @@
  *   pg_enqueue.c  routes and the producer's writes (enqueue)
  *   pg_read.c     reading events: claims, selections, IDs, filters, retention candidates
  *   pg_write.c    the relay's batch writes (events, attempts, receipts, audit) and the write set
+ *   pg_ops.c      the other methods, by table: counters, chart history, clusters, statistics,
+ *                 retention, route sets and delivery sets, receipt details
  *   pg_wake.c     waiting for work: LISTEN/NOTIFY, the wake lock, the wait in the server
  *   pg_store.c    open, close, schema and migration, roles, the method tables
  *                 (and what is not split out yet)
@@ -459,6 +461,40 @@ obx_err obx__pg_insert_audit(obx__store *base, const obx__audit_row *a, size_t n
 obx_err obx__pg_ws_run(pg_store *s, ws_stmt *st, size_t ns, const obx__write_set *w,
                        PGresult **keep, bool commit);
 obx_err obx__pg_write_set(obx__store *base, const obx__write_set *w);
+
+/* pg_ops.c */
+obx_err obx__pg_load_audit(obx__store *base, const char *event_id, obx__audit_row **out,
+                           size_t *n_out);
+obx_err obx__pg_counter_add(obx__store *base, const char *name, int64_t delta);
+obx_err obx__pg_counter_get(obx__store *base, const char *name, int64_t *value);
+obx_err obx__pg_series_put(obx__store *base, const obx__series_row *r, int64_t keep_from);
+obx_err obx__pg_series_list(obx__store *base, int64_t from, size_t limit, obx__series_row **out,
+                            size_t *n);
+obx_err obx__pg_cluster_put(obx__store *base, const obx__cluster_row *c);
+obx_err obx__pg_cluster_get(obx__store *base, const char *cluster, obx__cluster_row *c);
+obx_err obx__pg_envelope_at(obx__store *base, const char *id, int32_t gen,
+                            obx__envelope_at_row *out);
+obx_err obx__pg_unserved(obx__store *base, int64_t now, obx__unserved_row **out, size_t *n);
+obx_err obx__pg_delivery_open(obx__store *base, int64_t out[3]);
+obx_err obx__pg_stats(obx__store *base, obx__store_stats *out);
+obx_err obx__pg_invariants(obx__store *base, obx__store_invariants *out);
+obx_err obx__pg_unknown_resolutions(obx__store *base, int64_t **ms, size_t *n);
+obx_err obx__pg_purge_payloads(obx__store *base, const char *const *ids, size_t n, int64_t *bytes);
+obx_err obx__pg_aged(obx__store *base, const obx__aged_req *req, obx__aged_row **out, size_t *n,
+                     obx__aged_count *count);
+obx_err obx__pg_route_set_put(obx__store *base, const obx__route_set_row *rs);
+obx_err obx__pg_route_set_get(obx__store *base, int64_t gen, obx__route_set_row *out);
+obx_err obx__pg_delivery_put(obx__store *base, const obx__delivery_row *d);
+obx_err obx__pg_delivery_get(obx__store *base, const char *id, obx__delivery_row *out);
+obx_err obx__pg_delivery_stats(obx__store *base, int64_t *sets, int64_t *complete);
+obx_err obx__pg_receipt_details(obx__store *base, const char *event_id, obx__receipt_kind kind,
+                                char ***out, size_t *n);
+obx_err obx__pg_set_alias(obx__store *base, const char *const *ids, size_t n, const char *from,
+                          const char *to, bool *applied);
+obx_err obx__pg_receipts_by_kind(obx__store *base, obx__receipt_kind kind, size_t limit,
+                                 obx__receipt_row **out, size_t *n);
+obx_err obx__pg_recent_published(obx__store *base, size_t limit, obx__published_ref **out,
+                                 size_t *n);
 
 /* pg_wake.c */
 obx_err obx__pg_wake_release(pg_store *s);
