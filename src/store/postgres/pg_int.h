@@ -16,9 +16,9 @@
  *   pg_write.c    the relay's batch writes (events, attempts, receipts, audit) and the write set
  *   pg_ops.c      the other methods, by table: counters, chart history, clusters, statistics,
  *                 retention, route sets and delivery sets, receipt details
+ *   pg_inbox.c    the consumer's inbox, watermarks, failures, poison, consume audit
  *   pg_wake.c     waiting for work: LISTEN/NOTIFY, the wake lock, the wait in the server
  *   pg_store.c    open, close, schema and migration, roles, the method tables
- *                 (and what is not split out yet)
  */
 #ifndef OBX_STORE_PG_INT_H
 #define OBX_STORE_PG_INT_H
@@ -495,6 +495,37 @@ obx_err obx__pg_receipts_by_kind(obx__store *base, obx__receipt_kind kind, size_
                                  obx__receipt_row **out, size_t *n);
 obx_err obx__pg_recent_published(obx__store *base, size_t limit, obx__published_ref **out,
                                  size_t *n);
+
+/* pg_inbox.c */
+obx_err obx__pg_inbox_get(obx__store *base, const char *consumer, const char *event_id,
+                          obx__inbox_row *o);
+obx_err obx__pg_inbox_put(obx__store *base, const obx__inbox_row *i);
+obx_err obx__pg_inbox_has(obx__store *base, const char *consumer, const obx__inbox_key *keys,
+                          size_t n, bool *present);
+obx_err obx__pg_watermark_put(obx__store *base, const obx__watermark_row *w);
+obx_err obx__pg_watermark_list(obx__store *base, const char *consumer, obx__watermark_row **out,
+                               size_t *n);
+obx_err obx__pg_failure_bump(obx__store *base, const char *consumer, const char *event_id,
+                             const char *error, int64_t now, int64_t next_at, int32_t *failures);
+obx_err obx__pg_failure_get(obx__store *base, const char *consumer, const char *event_id,
+                            int32_t *failures, int64_t *next_at);
+obx_err obx__pg_inbox_finish(obx__store *base, const char *consumer, const char *event_id,
+                             const char *result, int64_t duration_us);
+obx_err obx__pg_failure_clear(obx__store *base, const char *consumer, const char *event_id);
+obx_err obx__pg_poison_put(obx__store *base, const obx__poison_row *pr);
+obx_err obx__pg_poison_list(obx__store *base, const char *consumer, const char *state,
+                            obx__poison_row **out, size_t *n);
+obx_err obx__pg_poison_get(obx__store *base, const char *consumer, const char *event_id,
+                           const char *digest, obx__poison_row *out);
+obx_err obx__pg_poison_set_state(obx__store *base, const char *consumer, const char *event_id,
+                                 const char *state, int64_t now);
+obx_err obx__pg_inbox_quarantine_put(obx__store *base, const char *consumer, const char *event_id,
+                                     const char *digest, const char *first_digest,
+                                     const char *reason, int64_t at);
+obx_err obx__pg_consume_audit_put(obx__store *base, const obx__consume_audit_row *a, size_t n);
+obx_err obx__pg_consume_audit_list(obx__store *base, const char *consumer, const char *event_id,
+                                   int64_t after_id, size_t limit, obx__consume_audit_row **out,
+                                   size_t *n);
 
 /* pg_wake.c */
 obx_err obx__pg_wake_release(pg_store *s);
