@@ -3,7 +3,10 @@
  *
  * Owns: one sqlite3 connection (opened here, or borrowed from a producer/consumer with
  * obx_store_wrap_sqlite), its prepared statements (prepared once, kept for the connection's
- * life), and the nesting of obx transactions on it.
+ * life), and the nesting of obx transactions on it. This file holds the statement text, errors,
+ * open and close, the schema, transactions, routes, the producer's writes, reading events, the
+ * relay's writes and the method tables; sqlite_ops.c and sqlite_inbox.c hold the other methods
+ * (sq_int.h, what they share).
  *
  * Contracts:
  *   - Own connections run in WAL mode with a busy timeout; an outermost obx transaction is
@@ -13,13 +16,9 @@
  *   - Constraint failures raised by the frozen-data triggers map to OBX_EIMMUTABLE, unique
  *     violations to OBX_ECONFLICT, SQLITE_BUSY/LOCKED to OBX_EBUSY.
  */
-#include "store/shared.h"
+#include "store/sqlite/sq_int.h"
 
 #include <errno.h>
-#include <sqlite3.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,107 +30,6 @@ extern const char obx__sqlite_schema[];
 static const char *const migrations[] = {NULL, obx__sqlite_schema};
 _Static_assert(sizeof migrations / sizeof *migrations == OBX__SCHEMA_VERSION + 1,
                "one script per schema version");
-
-enum {
-    Q_ROUTE_PUT,
-    Q_ROUTE_GET,
-    Q_ROUTE_LIST_CUR,
-    Q_ROUTE_LIST_ALL,
-    Q_IDEM,
-    Q_INS_ENV,
-    Q_INS_EVENT,
-    Q_CLAIM,
-    Q_SEL_EXPIRED,
-    Q_SEL_RECONCILE,
-    Q_LOAD,
-    Q_LOAD_PAYLOAD,
-    Q_UPD_EVENT,
-    Q_INS_ATT,
-    Q_UPD_ATT,
-    Q_LOAD_ATT,
-    Q_LOAD_ATT_EVENT,
-    Q_INS_RCPT,
-    Q_LOAD_RCPT,
-    Q_INS_AUDIT,
-    Q_LOAD_AUDIT,
-    Q_COUNTER_ADD,
-    Q_COUNTER_GET,
-    Q_STATS_STATE,
-    Q_STATS_OLDEST,
-    Q_STATS_RCPT,
-    Q_STATS_ATT,
-    Q_FIND_CORR,
-    Q_STATS_INV,
-    Q_UNKNOWN_RES,
-    Q_INBOX_GET,
-    Q_INBOX_PUT,
-    Q_INBOX_FINISH,
-    Q_INBOX_HAS,
-    Q_WM_PUT,
-    Q_WM_LIST,
-    Q_WM_LIST_ALL,
-    Q_FAIL_BUMP,
-    Q_FAIL_GET,
-    Q_FAIL_CLEAR,
-    Q_POISON_PUT,
-    Q_POISON_LIST,
-    Q_POISON_GET,
-    Q_POISON_STATE,
-    Q_INBOX_QUAR,
-    Q_CONSUME_AUDIT,
-    Q_FIND,
-    Q_RSET_PUT,
-    Q_RTGT_PUT,
-    Q_RSET_GET,
-    Q_RTGT_GET,
-    Q_DSET_PUT,
-    Q_DTGT_PUT,
-    Q_DGET,
-    Q_DSTATS,
-    Q_RCPT_DETAIL,
-    Q_SET_ALIAS,
-    Q_RET_CANDIDATES_PUB, /* state = PUBLISHED */
-    Q_RET_CANDIDATES_RET, /* state = RETAINED */
-    Q_PURGE_PAYLOAD,
-    Q_RCPT_KIND_SPARSE,
-    Q_RCPT_KIND_ANY,
-    Q_RECENT_PUB,
-    Q_CAUDIT_EVENT,
-    Q_CAUDIT_AFTER,
-    Q_CAUDIT_NEWEST,
-    Q_CLUSTER_PUT,
-    Q_CLUSTER_GET,
-    Q_SERIES_PUT,
-    Q_SERIES_TRIM,
-    Q_SERIES_LIST,
-    Q_RELAY_CLUSTER_PUT,
-    Q_UNSERVED,
-    Q_DOPEN,
-    Q_ENV_AT,
-    Q_SEL_STATE,                                   /* + obx__state: the state is a literal */
-    Q_SEL_PUBBEFORE = Q_SEL_STATE + OBX__ST_COUNT, /* + obx__state */
-    Q_AGED_LIST = Q_SEL_PUBBEFORE + OBX__ST_COUNT, /* + obx__aged_kind: one statement per kind */
-    Q_AGED_COUNT = Q_AGED_LIST + OBX__AGED_COUNT,  /* + obx__aged_kind: one count per kind */
-    Q_COUNT = Q_AGED_COUNT + OBX__AGED_COUNT
-};
-
-typedef struct sq_store {
-    obx__store base;
-    sqlite3 *db;
-    bool owned;
-    obx__tx_nest tx; /* transaction nesting (shared.c) */
-    int64_t busy_since;
-    uint64_t busy_rng;
-    sqlite3_stmt *q[Q_COUNT];
-    /* SAVEPOINT / RELEASE / ROLLBACK TO per nesting depth, prepared once: obx opens a
-     * savepoint for every transaction inside a caller's (and the simulator's) transaction */
-    sqlite3_stmt *sp[8][3];
-    /* BEGIN IMMEDIATE, COMMIT, ROLLBACK of the outermost transaction, prepared once (parsing
-     * them is a measurable part of a short transaction: the simulator opens one per trace) */
-    sqlite3_stmt *tx_st[3];
-    bool read_only;         /* OBX_STORE_READ_ONLY: opened read-only, transactions are read ones */
-    obx__ulid_gen txid_gen; /* the producer's created_txid (mint_txid) */
-} sq_store;
 
 #define EVENT_COLS OBX__EVENT_COLS /* shared.h */
 #define EVENT_NCOLS OBX__EVENT_NCOLS
@@ -513,7 +411,7 @@ static const char *const sql_text[Q_COUNT] = {
 
 /* ---- errors ------------------------------------------------------------------------------- */
 
-static obx_err map_rc(sq_store *s, int rc, const char *what) {
+obx_err obx__sq_map_rc(sq_store *s, int rc, const char *what) {
     const char *msg = s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
     int ext = s->db ? sqlite3_extended_errcode(s->db) : rc;
     switch (rc & 0xff) {
@@ -536,7 +434,7 @@ static obx_err exec(sq_store *s, const char *sql) {
     char *err = NULL;
     int rc = sqlite3_exec(s->db, sql, NULL, NULL, &err);
     if (rc != SQLITE_OK) {
-        obx_err e = map_rc(s, rc, sql);
+        obx_err e = obx__sq_map_rc(s, rc, sql);
         if (err && e == OBX_ESTORE) obx__fail(e, "sqlite: %s (%s)", err, sql);
         sqlite3_free(err);
         return e;
@@ -544,11 +442,11 @@ static obx_err exec(sq_store *s, const char *sql) {
     return OBX_OK;
 }
 
-static obx_err stmt(sq_store *s, int id, sqlite3_stmt **out) {
+obx_err obx__sq_stmt(sq_store *s, int id, sqlite3_stmt **out) {
     if (!s->q[id]) {
         int rc =
             sqlite3_prepare_v3(s->db, sql_text[id], -1, SQLITE_PREPARE_PERSISTENT, &s->q[id], NULL);
-        if (rc != SQLITE_OK) return map_rc(s, rc, "prepare");
+        if (rc != SQLITE_OK) return obx__sq_map_rc(s, rc, "prepare");
     } else {
         sqlite3_reset(s->q[id]);
         sqlite3_clear_bindings(s->q[id]);
@@ -558,33 +456,13 @@ static obx_err stmt(sq_store *s, int id, sqlite3_stmt **out) {
 }
 
 /* Runs a statement that returns no rows. */
-static obx_err step_done(sq_store *s, sqlite3_stmt *st, const char *what) {
+obx_err obx__sq_step_done(sq_store *s, sqlite3_stmt *st, const char *what) {
     int rc = sqlite3_step(st);
     obx_err e = OBX_OK;
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW) e = map_rc(s, rc, what);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) e = obx__sq_map_rc(s, rc, what);
     sqlite3_reset(st);
     return e;
 }
-
-static void bt(sqlite3_stmt *st, int i, const char *v) {
-    sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
-}
-static void bi(sqlite3_stmt *st, int i, int64_t v) { sqlite3_bind_int64(st, i, v); }
-
-static void ct(sqlite3_stmt *st, int i, char *out, size_t cap) {
-    const unsigned char *t = sqlite3_column_text(st, i);
-    obx__strlcpy(out, t ? (const char *)t : "", cap);
-}
-#define CT(st, i, field) ct(st, i, field, sizeof(field))
-static int64_t ci(sqlite3_stmt *st, int i) { return sqlite3_column_int64(st, i); }
-
-/* the shared decoders' view of a stepped statement (shared.h) */
-static int64_t rd_i64(void *st, int i) { return sqlite3_column_int64(st, i); }
-static bool rd_flag(void *st, int i) { return sqlite3_column_int64(st, i) != 0; }
-static void rd_text(void *st, int i, char *out, size_t cap) { ct(st, i, out, cap); }
-#define READER(st) (&(obx__col_reader){rd_i64, rd_flag, rd_text, (st)})
-
-static obx_err grow_array(void **arr, size_t *cap, size_t need, size_t elem);
 
 /* ---- open / close / schema --------------------------------------------------------------- */
 
@@ -734,11 +612,12 @@ static obx_err sq_schema_version(obx__store *base, int *found) {
         /* no obx_meta table: not initialized */
         sqlite3_finalize(st);
         if (strstr(sqlite3_errmsg(s->db), "no such table")) return OBX_OK;
-        return map_rc(s, rc, "read schema version");
+        return obx__sq_map_rc(s, rc, "read schema version");
     }
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) *found = (int)sqlite3_column_int64(st, 0);
-    obx_err e = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? OBX_OK : map_rc(s, rc, "schema version");
+    obx_err e =
+        (rc == SQLITE_ROW || rc == SQLITE_DONE) ? OBX_OK : obx__sq_map_rc(s, rc, "schema version");
     sqlite3_finalize(st);
     return e;
 }
@@ -788,9 +667,9 @@ static obx_err savepoint(sq_store *s, int d, int kind) {
                                       : "ROLLBACK TO obx_sp%d",
                  d);
         if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s->sp[d][kind], NULL))
-            return map_rc(s, sqlite3_errcode(s->db), sql);
+            return obx__sq_map_rc(s, sqlite3_errcode(s->db), sql);
     }
-    return step_done(s, s->sp[d][kind], "savepoint");
+    return obx__sq_step_done(s, s->sp[d][kind], "savepoint");
 }
 
 enum { TX_BEGIN, TX_COMMIT, TX_ROLLBACK };
@@ -802,8 +681,8 @@ static obx_err tx(sq_store *s, int which) {
     const char *const sql[] = {s->read_only ? "BEGIN" : "BEGIN IMMEDIATE", "COMMIT", "ROLLBACK"};
     if (!s->tx_st[which] && sqlite3_prepare_v3(s->db, sql[which], -1, SQLITE_PREPARE_PERSISTENT,
                                                &s->tx_st[which], NULL))
-        return map_rc(s, sqlite3_errcode(s->db), sql[which]);
-    return step_done(s, s->tx_st[which], sql[which]);
+        return obx__sq_map_rc(s, sqlite3_errcode(s->db), sql[which]);
+    return obx__sq_step_done(s, s->tx_st[which], sql[which]);
 }
 
 /* The nesting is shared (obx__tx_begin, shared.c); these are SQLite's statements for it. */
@@ -851,7 +730,7 @@ static void read_route(sqlite3_stmt *st, obx__route_row *r) { obx__route_decode(
 static obx_err sq_route_put(obx__store *base, const obx__route_row *r, int64_t *gen) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_ROUTE_PUT, &st);
+    obx_err e = obx__sq_stmt(s, Q_ROUTE_PUT, &st);
     if (e) return e;
     bt(st, 1, r->event_type);
     bt(st, 2, r->cluster);
@@ -867,7 +746,7 @@ static obx_err sq_route_put(obx__store *base, const obx__route_row *r, int64_t *
     bt(st, 12, r->alias);
     bi(st, 13, r->created_at);
     bt(st, 14, r->encrypt_key);
-    e = step_done(s, st, "insert route");
+    e = obx__sq_step_done(s, st, "insert route");
     if (!e && gen) *gen = sqlite3_last_insert_rowid(s->db);
     return e;
 }
@@ -875,7 +754,7 @@ static obx_err sq_route_put(obx__store *base, const obx__route_row *r, int64_t *
 static obx_err sq_route_get(obx__store *base, const char *event_type, obx__route_row *out) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_ROUTE_GET, &st);
+    obx_err e = obx__sq_stmt(s, Q_ROUTE_GET, &st);
     if (e) return e;
     bt(st, 1, event_type);
     int rc = sqlite3_step(st);
@@ -887,7 +766,7 @@ static obx_err sq_route_get(obx__store *base, const char *event_type, obx__route
                       "event_type: no route for '%s' (add one with `obx route set %s ...`)",
                       event_type, event_type);
     else
-        e = map_rc(s, rc, "read route");
+        e = obx__sq_map_rc(s, rc, "read route");
     sqlite3_reset(st);
     return e;
 }
@@ -897,7 +776,7 @@ static obx_err sq_route_list(obx__store *base, bool all, obx__route_row **out, s
     sqlite3_stmt *st = NULL;
     *out = NULL;
     *n = 0;
-    obx_err e = stmt(s, all ? Q_ROUTE_LIST_ALL : Q_ROUTE_LIST_CUR, &st);
+    obx_err e = obx__sq_stmt(s, all ? Q_ROUTE_LIST_ALL : Q_ROUTE_LIST_CUR, &st);
     if (e) return e;
     size_t cap = 0;
     int rc;
@@ -913,7 +792,7 @@ static obx_err sq_route_list(obx__store *base, bool all, obx__route_row **out, s
         }
         read_route(st, &(*out)[(*n)++]);
     }
-    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "list routes");
+    if (!e && rc != SQLITE_DONE) e = obx__sq_map_rc(s, rc, "list routes");
     sqlite3_reset(st);
     if (e) {
         free(*out);
@@ -929,7 +808,7 @@ static obx_err sq_idem_lookup(obx__store *base, const char *tenant, const char *
                               char existing[OBX_EVENT_ID_LEN + 1]) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_IDEM, &st);
+    obx_err e = obx__sq_stmt(s, Q_IDEM, &st);
     if (e) return e;
     bt(st, 1, tenant);
     bt(st, 2, key);
@@ -940,7 +819,7 @@ static obx_err sq_idem_lookup(obx__store *base, const char *tenant, const char *
     } else if (rc == SQLITE_DONE)
         e = OBX_ENOTFOUND;
     else
-        e = map_rc(s, rc, "idempotency lookup");
+        e = obx__sq_map_rc(s, rc, "idempotency lookup");
     sqlite3_reset(st);
     return e;
 }
@@ -953,7 +832,7 @@ static obx_err sq_insert_envelope(obx__store *base, const obx__event_row *r, con
                                   size_t len) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_INS_ENV, &st);
+    obx_err e = obx__sq_stmt(s, Q_INS_ENV, &st);
     if (e) return e;
     const obx__envelope *v = &r->env;
     bt(st, 1, v->event_id);
@@ -985,7 +864,7 @@ static obx_err sq_insert_envelope(obx__store *base, const obx__event_row *r, con
     bi(st, 27, (int64_t)len);
     bi(st, 28, r->committed_at);
     bi(st, 29, v->not_before);
-    return step_done(s, st, "insert envelope");
+    return obx__sq_step_done(s, st, "insert envelope");
 }
 
 static obx_err sq_insert_event(obx__store *base, const obx__event_row *r, const void *payload,
@@ -994,7 +873,7 @@ static obx_err sq_insert_event(obx__store *base, const obx__event_row *r, const 
     obx_err e = sq_insert_envelope(base, r, payload, len);
     if (e) return e;
     sqlite3_stmt *st = NULL;
-    e = stmt(s, Q_INS_EVENT, &st);
+    e = obx__sq_stmt(s, Q_INS_EVENT, &st);
     if (e) return e;
     char ok[OBX_NAME_MAX + OBX_TOPIC_MAX + OBX_KEY_MAX + 4];
     order_key(r, ok, sizeof ok);
@@ -1029,7 +908,7 @@ static obx_err sq_insert_event(obx__store *base, const obx__event_row *r, const 
     bi(st, 25, r->unordered);
     bt(st, 26, r->alias);
     bt(st, 27, r->dest.cluster);
-    return step_done(s, st, "insert event");
+    return obx__sq_step_done(s, st, "insert event");
 }
 
 static obx_err sq_insert_audit(obx__store *base, const obx__audit_row *a, size_t n);
@@ -1152,7 +1031,7 @@ static obx_err collect(sq_store *s, sqlite3_stmt *st, bool with_payload, obx__ro
         e = read_event(st, r, with_payload);
         if (e) break;
     }
-    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, what);
+    if (!e && rc != SQLITE_DONE) e = obx__sq_map_rc(s, rc, what);
     sqlite3_reset(st);
     return e;
 }
@@ -1177,7 +1056,7 @@ static void bind_aliases(sqlite3_stmt *st, int idx, const char *const *aliases, 
 static obx_err read_claim(obx__store *base, const obx__claim_req *req, obx__rows *out) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_CLAIM, &st);
+    obx_err e = obx__sq_stmt(s, Q_CLAIM, &st);
     if (e) return e;
     char aliases[2048];
     bi(st, 1, req->now);
@@ -1206,7 +1085,7 @@ static obx_err read_select(obx__store *base, const obx__select_req *req, obx__ro
     default: return obx__fail(OBX_EINVAL, "select: unknown kind %d", (int)req->kind);
     }
     sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, id, &st);
+    obx_err e = obx__sq_stmt(s, id, &st);
     if (e) return e;
     bi(st, 1, req->now);
     if (req->cluster)
@@ -1219,7 +1098,7 @@ static obx_err read_select(obx__store *base, const obx__select_req *req, obx__ro
     if (!e && req->payload) {
         for (size_t i = 0; i < out->n && !e; i++) {
             sqlite3_stmt *pl = NULL;
-            e = stmt(s, Q_LOAD_PAYLOAD, &pl);
+            e = obx__sq_stmt(s, Q_LOAD_PAYLOAD, &pl);
             if (e) break;
             bt(pl, 1, out->v[i].env.event_id);
             int rc = sqlite3_step(pl);
@@ -1228,7 +1107,7 @@ static obx_err read_select(obx__store *base, const obx__select_req *req, obx__ro
                 out->v[i].payload = NULL;
                 e = read_event(pl, &out->v[i], true);
             } else if (rc != SQLITE_DONE)
-                e = map_rc(s, rc, "load payload");
+                e = obx__sq_map_rc(s, rc, "load payload");
             sqlite3_reset(pl);
         }
     }
@@ -1241,7 +1120,7 @@ static obx_err read_ids(obx__store *base, const char *const *ids, size_t n, unsi
     bool pl = flags & OBX__LOAD_PAYLOAD;
     for (size_t i = 0; i < n; i++) {
         sqlite3_stmt *st = NULL;
-        obx_err e = stmt(s, pl ? Q_LOAD_PAYLOAD : Q_LOAD, &st);
+        obx_err e = obx__sq_stmt(s, pl ? Q_LOAD_PAYLOAD : Q_LOAD, &st);
         if (e) return e;
         bt(st, 1, ids[i]);
         e = collect(s, st, pl, out, "load event");
@@ -1256,7 +1135,7 @@ static obx_err sq_update_events(obx__store *base, const obx__event_update *u, si
     for (size_t i = 0; i < n; i++) {
         const obx__event_row *r = u[i].row;
         sqlite3_stmt *st = NULL;
-        obx_err e = stmt(s, Q_UPD_EVENT, &st);
+        obx_err e = obx__sq_stmt(s, Q_UPD_EVENT, &st);
         if (e) return e;
         char ok[OBX_NAME_MAX + OBX_TOPIC_MAX + OBX_KEY_MAX + 4];
         order_key(r, ok, sizeof ok);
@@ -1281,7 +1160,7 @@ static obx_err sq_update_events(obx__store *base, const obx__event_update *u, si
         bt(st, 19, obx__state_name(u[i].expect_state));
         bi(st, 20, u[i].expect_claim_gen);
         bi(st, 21, r->held_at);
-        e = step_done(s, st, "update event");
+        e = obx__sq_step_done(s, st, "update event");
         if (e) return e;
         applied[i] = sqlite3_changes(s->db) == 1;
     }
@@ -1312,10 +1191,10 @@ static obx_err sq_insert_attempts(obx__store *base, const obx__attempt_row *a, s
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
         sqlite3_stmt *st = NULL;
-        obx_err e = stmt(s, Q_INS_ATT, &st);
+        obx_err e = obx__sq_stmt(s, Q_INS_ATT, &st);
         if (e) return e;
         bind_attempt_common(st, &a[i]);
-        e = step_done(s, st, "insert attempt");
+        e = obx__sq_step_done(s, st, "insert attempt");
         if (e) return e;
     }
     return OBX_OK;
@@ -1325,7 +1204,7 @@ static obx_err sq_update_attempts(obx__store *base, const obx__attempt_row *a, s
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
         sqlite3_stmt *st = NULL;
-        obx_err e = stmt(s, Q_UPD_ATT, &st);
+        obx_err e = obx__sq_stmt(s, Q_UPD_ATT, &st);
         if (e) return e;
         bi(st, 1, a[i].partition);
         bt(st, 2, obx__attempt_state_name(a[i].state));
@@ -1335,7 +1214,7 @@ static obx_err sq_update_attempts(obx__store *base, const obx__attempt_row *a, s
         bi(st, 6, a[i].quiet_until);
         bt(st, 7, a[i].detail);
         bt(st, 8, a[i].attempt_id);
-        e = step_done(s, st, "update attempt");
+        e = obx__sq_step_done(s, st, "update attempt");
         if (e) return e;
         if (sqlite3_changes(s->db) != 1)
             return obx__fail(OBX_ENOTFOUND, "attempt %s not found", a[i].attempt_id);
@@ -1347,7 +1226,7 @@ static void read_attempt(sqlite3_stmt *st, obx__attempt_row *a) {
     obx__attempt_decode(READER(st), a);
 }
 
-static obx_err grow_array(void **arr, size_t *cap, size_t need, size_t elem) {
+obx_err obx__sq_grow_array(void **arr, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return OBX_OK;
     size_t c = *cap ? *cap * 2 : 8;
     while (c < need) c *= 2;
@@ -1368,16 +1247,16 @@ static obx_err sq_load_attempts(obx__store *base, const char *const *ids, size_t
     size_t rounds = event_id ? 1 : n;
     for (size_t i = 0; i < rounds && !e; i++) {
         sqlite3_stmt *st = NULL;
-        e = stmt(s, event_id ? Q_LOAD_ATT_EVENT : Q_LOAD_ATT, &st);
+        e = obx__sq_stmt(s, event_id ? Q_LOAD_ATT_EVENT : Q_LOAD_ATT, &st);
         if (e) break;
         bt(st, 1, event_id ? event_id : ids[i]);
         int rc;
         while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-            e = grow_array((void **)out, &cap, *n_out + 1, sizeof **out);
+            e = obx__sq_grow_array((void **)out, &cap, *n_out + 1, sizeof **out);
             if (e) break;
             read_attempt(st, &(*out)[(*n_out)++]);
         }
-        if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "load attempts");
+        if (!e && rc != SQLITE_DONE) e = obx__sq_map_rc(s, rc, "load attempts");
         sqlite3_reset(st);
     }
     if (e) {
@@ -1392,7 +1271,7 @@ static obx_err sq_insert_receipts(obx__store *base, const obx__receipt_row *r, s
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
         sqlite3_stmt *st = NULL;
-        obx_err e = stmt(s, Q_INS_RCPT, &st);
+        obx_err e = obx__sq_stmt(s, Q_INS_RCPT, &st);
         if (e) return e;
         bt(st, 1, r[i].event_id);
         bi(st, 2, r[i].envelope_gen);
@@ -1412,7 +1291,7 @@ static obx_err sq_insert_receipts(obx__store *base, const obx__receipt_row *r, s
             sqlite3_bind_null(st, 13);
         bi(st, 14, r[i].created_at);
         bt(st, 15, obx__receipt_source_name(r[i].source));
-        e = step_done(s, st, "insert receipt");
+        e = obx__sq_step_done(s, st, "insert receipt");
         if (e) return e;
     }
     return OBX_OK;
@@ -1424,16 +1303,16 @@ static void read_receipt(sqlite3_stmt *st, obx__receipt_row *r) {
 }
 
 /* Steps a receipt query into a growing array. */
-static obx_err collect_receipts(sq_store *s, sqlite3_stmt *st, const char *what,
-                                obx__receipt_row **out, size_t *n_out) {
+obx_err obx__sq_collect_receipts(sq_store *s, sqlite3_stmt *st, const char *what,
+                                 obx__receipt_row **out, size_t *n_out) {
     size_t cap = 0;
     obx_err e = OBX_OK;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if ((e = grow_array((void **)out, &cap, *n_out + 1, sizeof **out))) break;
+        if ((e = obx__sq_grow_array((void **)out, &cap, *n_out + 1, sizeof **out))) break;
         read_receipt(st, &(*out)[(*n_out)++]);
     }
-    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, what);
+    if (!e && rc != SQLITE_DONE) e = obx__sq_map_rc(s, rc, what);
     sqlite3_reset(st);
     if (e) {
         free(*out);
@@ -1449,17 +1328,17 @@ static obx_err sq_load_receipts(obx__store *base, const char *event_id, obx__rec
     sqlite3_stmt *st = NULL;
     *out = NULL;
     *n_out = 0;
-    obx_err e = stmt(s, Q_LOAD_RCPT, &st);
+    obx_err e = obx__sq_stmt(s, Q_LOAD_RCPT, &st);
     if (e) return e;
     bt(st, 1, event_id);
-    return collect_receipts(s, st, "load receipts", out, n_out);
+    return obx__sq_collect_receipts(s, st, "load receipts", out, n_out);
 }
 
 static obx_err sq_insert_audit(obx__store *base, const obx__audit_row *a, size_t n) {
     sq_store *s = (sq_store *)base;
     for (size_t i = 0; i < n; i++) {
         sqlite3_stmt *st = NULL;
-        obx_err e = stmt(s, Q_INS_AUDIT, &st);
+        obx_err e = obx__sq_stmt(s, Q_INS_AUDIT, &st);
         if (e) return e;
         bi(st, 1, a[i].at);
         bt(st, 2, obx__actor_name(a[i].actor));
@@ -1472,7 +1351,7 @@ static obx_err sq_insert_audit(obx__store *base, const obx__audit_row *a, size_t
         bt(st, 9, a[i].attempt_id);
         bi(st, 10, a[i].attempt_gen);
         bt(st, 11, a[i].reason);
-        e = step_done(s, st, "insert audit");
+        e = obx__sq_step_done(s, st, "insert audit");
         if (e) return e;
     }
     return OBX_OK;
@@ -1485,12 +1364,12 @@ static obx_err sq_load_audit(obx__store *base, const char *event_id, obx__audit_
     size_t cap = 0;
     *out = NULL;
     *n_out = 0;
-    obx_err e = stmt(s, Q_LOAD_AUDIT, &st);
+    obx_err e = obx__sq_stmt(s, Q_LOAD_AUDIT, &st);
     if (e) return e;
     bt(st, 1, event_id);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        e = grow_array((void **)out, &cap, *n_out + 1, sizeof **out);
+        e = obx__sq_grow_array((void **)out, &cap, *n_out + 1, sizeof **out);
         if (e) break;
         obx__audit_row *a = &(*out)[(*n_out)++];
         memset(a, 0, sizeof *a);
@@ -1511,7 +1390,7 @@ static obx_err sq_load_audit(obx__store *base, const char *event_id, obx__audit_
         a->attempt_gen = (int32_t)ci(st, 9);
         CT(st, 10, a->reason);
     }
-    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "load audit");
+    if (!e && rc != SQLITE_DONE) e = obx__sq_map_rc(s, rc, "load audit");
     sqlite3_reset(st);
     if (e) {
         free(*out);
@@ -1563,620 +1442,34 @@ static obx_err sq_load_slots(obx__store *base, const char *const *attempt_ids,
 static obx_err sq_counter_add(obx__store *base, const char *name, int64_t delta) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_COUNTER_ADD, &st);
+    obx_err e = obx__sq_stmt(s, Q_COUNTER_ADD, &st);
     if (e) return e;
     bt(st, 1, name);
     bi(st, 2, delta);
-    return step_done(s, st, "counter");
+    return obx__sq_step_done(s, st, "counter");
 }
 
 static obx_err sq_counter_get(obx__store *base, const char *name, int64_t *value) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_COUNTER_GET, &st);
+    obx_err e = obx__sq_stmt(s, Q_COUNTER_GET, &st);
     if (e) return e;
     bt(st, 1, name);
     int rc = sqlite3_step(st);
     *value = rc == SQLITE_ROW ? ci(st, 0) : 0;
-    e = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? OBX_OK : map_rc(s, rc, "counter");
+    e = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? OBX_OK : obx__sq_map_rc(s, rc, "counter");
     sqlite3_reset(st);
-    return e;
-}
-
-/* ---- the dashboard's chart history --------------------------------------------------------- */
-
-static obx_err sq_series_put(obx__store *base, const obx__series_row *r, int64_t keep_from) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_SERIES_PUT, &st);
-    if (e) return e;
-    bi(st, 1, r->slot);
-    bi(st, 2, r->at);
-    bt(st, 3, r->sample);
-    if ((e = step_done(s, st, "series")) || (e = stmt(s, Q_SERIES_TRIM, &st))) return e;
-    bi(st, 1, keep_from);
-    return step_done(s, st, "series");
-}
-
-static obx_err sq_series_list(obx__store *base, int64_t from, size_t limit, obx__series_row **out,
-                              size_t *n) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    size_t cap = 0;
-    *out = NULL;
-    *n = 0;
-    obx_err e = stmt(s, Q_SERIES_LIST, &st);
-    if (e) return e;
-    bi(st, 1, from);
-    bi(st, 2, (int64_t)limit);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
-        obx__series_row *r = &(*out)[(*n)++];
-        r->slot = ci(st, 0);
-        r->at = ci(st, 1);
-        const char *txt = (const char *)sqlite3_column_text(st, 2);
-        if (!(r->sample = strdup(txt ? txt : "{}"))) {
-            e = obx__fail(OBX_ENOMEM, "series: out of memory");
-            break;
-        }
-    }
-    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "series");
-    sqlite3_reset(st);
-    if (e) {
-        obx__series_rows_free(*out, *n);
-        *out = NULL;
-        *n = 0;
-    }
-    return e;
-}
-
-/* ---- the cluster registry ------------------------------------------------------------------ */
-
-static obx_err sq_cluster_put(obx__store *base, const obx__cluster_row *c) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_CLUSTER_PUT, &st);
-    if (e) return e;
-    bt(st, 1, c->cluster);
-    bt(st, 2, c->backend);
-    bt(st, 3, c->lookup);
-    bt(st, 4, c->durability);
-    bt(st, 5, c->required_acks);
-    bt(st, 6, c->serializer);
-    bt(st, 7, c->relay);
-    bi(st, 8, c->seen_at);
-    if ((e = step_done(s, st, "register cluster"))) return e;
-    if ((e = stmt(s, Q_RELAY_CLUSTER_PUT, &st))) return e;
-    bt(st, 1, c->relay);
-    bt(st, 2, c->cluster);
-    bi(st, 3, c->seen_at);
-    bi(st, 4, c->live_until);
-    return step_done(s, st, "relay heartbeat");
-}
-
-static obx_err sq_unserved(obx__store *base, int64_t now, obx__unserved_row **out, size_t *n) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    *out = NULL;
-    *n = 0;
-    obx_err e = stmt(s, Q_UNSERVED, &st);
-    if (e) return e;
-    bi(st, 5, now);
-    size_t cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
-        obx__unserved_row *u = &(*out)[(*n)++];
-        memset(u, 0, sizeof *u);
-        CT(st, 0, u->cluster);
-        u->pending = ci(st, 1);
-        u->oldest_committed_at = ci(st, 2);
-    }
-    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "unserved clusters");
-    sqlite3_reset(st);
-    if (e) {
-        free(*out);
-        *out = NULL;
-        *n = 0;
-    }
-    return e;
-}
-
-static obx_err sq_cluster_get(obx__store *base, const char *cluster, obx__cluster_row *c) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_CLUSTER_GET, &st);
-    if (e) return e;
-    bt(st, 1, cluster);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        memset(c, 0, sizeof *c);
-        CT(st, 0, c->cluster);
-        CT(st, 1, c->backend);
-        CT(st, 2, c->lookup);
-        CT(st, 3, c->durability);
-        CT(st, 4, c->required_acks);
-        CT(st, 5, c->serializer);
-        CT(st, 6, c->relay);
-        c->seen_at = ci(st, 7);
-        e = OBX_OK;
-    } else
-        e = rc == SQLITE_DONE
-                ? obx__fail(OBX_ENOTFOUND, "cluster '%s': no relay registered it", cluster)
-                : map_rc(s, rc, "read cluster");
-    sqlite3_reset(st);
-    return e;
-}
-
-static obx_err sq_envelope_at(obx__store *base, const char *id, int32_t gen,
-                              obx__envelope_at_row *out) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_ENV_AT, &st);
-    if (e) return e;
-    bt(st, 1, id);
-    bi(st, 2, gen);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        obx__envelope_at_decode(READER(st), out);
-        e = OBX_OK;
-    } else
-        e = rc == SQLITE_DONE
-                ? obx__fail(OBX_ENOTFOUND, "event %s has no envelope generation %d", id, (int)gen)
-                : map_rc(s, rc, "read envelope");
-    sqlite3_reset(st);
-    return e;
-}
-
-static obx_err sq_delivery_open(obx__store *base, int64_t out[3]) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_DOPEN, &st);
-    if (e) return e;
-    int rc = sqlite3_step(st);
-    for (int i = 0; i < 3; i++) out[i] = rc == SQLITE_ROW ? ci(st, i) : 0;
-    sqlite3_reset(st);
-    return rc == SQLITE_ROW ? OBX_OK : map_rc(s, rc, "open delivery sets");
-}
-
-/* ---- statistics, search ------------------------------------------------------------------ */
-
-static obx_err sq_stats(obx__store *base, obx__store_stats *out) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    memset(out, 0, sizeof *out);
-    obx_err e = stmt(s, Q_STATS_STATE, &st);
-    if (e) return e;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        obx__state k = obx__state_parse((const char *)sqlite3_column_text(st, 0));
-        if (k < OBX__ST_COUNT) out->by_state[k] = ci(st, 1);
-    }
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE) return map_rc(s, rc, "stats");
-    if ((e = stmt(s, Q_STATS_OLDEST, &st))) return e;
-    if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        out->oldest_pending_committed_at = ci(st, 0);
-        out->oldest_unknown_since = ci(st, 1);
-        out->held = ci(st, 2);
-        out->oldest_held = ci(st, 3);
-    }
-    sqlite3_reset(st);
-    if (rc != SQLITE_ROW) return map_rc(s, rc, "stats");
-    if ((e = stmt(s, Q_STATS_RCPT, &st))) return e;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *k = (const char *)sqlite3_column_text(st, 0);
-        int64_t v = ci(st, 1);
-        if (!strcmp(k, "PRIMARY"))
-            out->receipts_primary = v;
-        else if (!strcmp(k, "DUPLICATE"))
-            out->receipts_duplicate = v;
-        else if (!strcmp(k, "QUARANTINED"))
-            out->receipts_quarantined = v;
-        else if (!strcmp(k, "MIGRATION"))
-            out->receipts_migration = v;
-        else if (!strcmp(k, "ASSERTED"))
-            out->receipts_asserted = v;
-    }
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE) return map_rc(s, rc, "stats");
-    if ((e = stmt(s, Q_STATS_ATT, &st))) return e;
-    if ((rc = sqlite3_step(st)) == SQLITE_ROW) out->attempts_unknown = ci(st, 0);
-    sqlite3_reset(st);
-    return rc == SQLITE_ROW ? OBX_OK : map_rc(s, rc, "stats");
-}
-
-static obx_err sq_invariants(obx__store *base, obx__store_invariants *out) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    memset(out, 0, sizeof *out);
-    obx_err e = stmt(s, Q_STATS_INV, &st);
-    if (e) return e;
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        out->published_without_primary = ci(st, 0);
-        out->primary_not_published = ci(st, 1);
-        out->multi_primary = ci(st, 2);
-        out->cancelled_with_attempt = ci(st, 3);
-    }
-    sqlite3_reset(st);
-    return rc == SQLITE_ROW ? OBX_OK : map_rc(s, rc, "invariants");
-}
-
-static obx_err sq_unknown_resolutions(obx__store *base, int64_t **ms, size_t *n) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    size_t cap = 0;
-    *ms = NULL;
-    *n = 0;
-    obx_err e = stmt(s, Q_UNKNOWN_RES, &st);
-    if (e) return e;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if ((e = grow_array((void **)ms, &cap, *n + 1, sizeof **ms))) break;
-        (*ms)[(*n)++] = ci(st, 0);
-    }
-    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "unknown resolutions");
-    sqlite3_reset(st);
-    if (e) {
-        free(*ms);
-        *ms = NULL;
-        *n = 0;
-    }
     return e;
 }
 
 static obx_err read_correlation(obx__store *base, const char *corr, size_t limit, obx__rows *out) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_FIND_CORR, &st);
+    obx_err e = obx__sq_stmt(s, Q_FIND_CORR, &st);
     if (e) return e;
     bt(st, 1, corr);
     bi(st, 2, (int64_t)limit);
     return collect(s, st, false, out, "find by correlation");
-}
-
-/* ---- inbox ----------------------------------------------------------------------------------- */
-
-static obx_err sq_inbox_get(obx__store *base, const char *consumer, const char *event_id,
-                            obx__inbox_row *r) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_INBOX_GET, &st);
-    if (e) return e;
-    bt(st, 1, consumer);
-    bt(st, 2, event_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        memset(r, 0, sizeof *r);
-        CT(st, 0, r->consumer_id);
-        CT(st, 1, r->event_id);
-        CT(st, 2, r->payload_digest);
-        CT(st, 3, r->event_type);
-        CT(st, 4, r->tenant);
-        CT(st, 5, r->outcome);
-        CT(st, 6, r->result);
-        CT(st, 7, r->topic);
-        r->partition = (int32_t)ci(st, 8);
-        r->offset = ci(st, 9);
-        r->consumed_at = ci(st, 10);
-        r->duration_us = ci(st, 11);
-        r->envelope_gen = (int32_t)ci(st, 12);
-        CT(st, 13, r->attempt_id);
-        CT(st, 14, r->dest_digest);
-        e = OBX_OK;
-    } else
-        e = rc == SQLITE_DONE ? OBX_ENOTFOUND : map_rc(s, rc, "inbox get");
-    sqlite3_reset(st);
-    return e;
-}
-
-static obx_err sq_inbox_put(obx__store *base, const obx__inbox_row *r) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_INBOX_PUT, &st);
-    if (e) return e;
-    bt(st, 1, r->consumer_id);
-    bt(st, 2, r->event_id);
-    bt(st, 3, r->payload_digest);
-    bt(st, 4, r->event_type);
-    bt(st, 5, r->tenant);
-    bt(st, 6, r->outcome);
-    bt(st, 7, r->result);
-    bt(st, 8, r->topic);
-    bi(st, 9, r->partition);
-    bi(st, 10, r->offset);
-    bi(st, 11, r->consumed_at);
-    bi(st, 12, r->duration_us);
-    bi(st, 13, r->envelope_gen);
-    bt(st, 14, r->attempt_id);
-    bt(st, 15, r->dest_digest);
-    return step_done(s, st, "inbox put");
-}
-
-static obx_err sq_inbox_finish(obx__store *base, const char *consumer, const char *event_id,
-                               const char *result, int64_t duration_us) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_INBOX_FINISH, &st);
-    if (e) return e;
-    bt(st, 1, result);
-    bi(st, 2, duration_us);
-    bt(st, 3, consumer);
-    bt(st, 4, event_id);
-    return step_done(s, st, "inbox finish");
-}
-
-static obx_err sq_inbox_has(obx__store *base, const char *consumer, const obx__inbox_key *keys,
-                            size_t n, bool *present) {
-    sq_store *s = (sq_store *)base;
-    for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st = NULL;
-        obx_err e = stmt(s, Q_INBOX_HAS, &st);
-        if (e) return e;
-        bt(st, 1, consumer);
-        bt(st, 2, keys[i].event_id);
-        bt(st, 3, keys[i].payload_digest ? keys[i].payload_digest : "");
-        bi(st, 4, keys[i].envelope_gen);
-        bt(st, 5, keys[i].dest_digest ? keys[i].dest_digest : "");
-        int rc = sqlite3_step(st);
-        present[i] = rc == SQLITE_ROW;
-        sqlite3_reset(st);
-        if (rc != SQLITE_ROW && rc != SQLITE_DONE) return map_rc(s, rc, "inbox has");
-    }
-    return OBX_OK;
-}
-
-static obx_err sq_watermark_put(obx__store *base, const obx__watermark_row *w) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_WM_PUT, &st);
-    if (e) return e;
-    bt(st, 1, w->consumer_id);
-    bt(st, 2, w->topic);
-    bi(st, 3, w->partition);
-    bi(st, 4, w->offset);
-    bt(st, 5, w->event_id);
-    bi(st, 6, w->occurred_at);
-    bi(st, 7, w->committed_at);
-    return step_done(s, st, "watermark");
-}
-
-static obx_err sq_watermark_list(obx__store *base, const char *consumer, obx__watermark_row **out,
-                                 size_t *n) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    size_t cap = 0;
-    *out = NULL;
-    *n = 0;
-    obx_err e = stmt(s, consumer ? Q_WM_LIST : Q_WM_LIST_ALL, &st);
-    if (e) return e;
-    if (consumer) bt(st, 1, consumer);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
-        obx__watermark_row *w = &(*out)[(*n)++];
-        memset(w, 0, sizeof *w);
-        CT(st, 0, w->consumer_id);
-        CT(st, 1, w->topic);
-        w->partition = (int32_t)ci(st, 2);
-        w->offset = ci(st, 3);
-        CT(st, 4, w->event_id);
-        w->occurred_at = ci(st, 5);
-        w->committed_at = ci(st, 6);
-    }
-    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "watermarks");
-    sqlite3_reset(st);
-    if (e) {
-        free(*out);
-        *out = NULL;
-        *n = 0;
-    }
-    return e;
-}
-
-static obx_err sq_failure_bump(obx__store *base, const char *consumer, const char *event_id,
-                               const char *error, int64_t now, int64_t next_at, int32_t *failures) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_FAIL_BUMP, &st);
-    if (e) return e;
-    bt(st, 1, consumer);
-    bt(st, 2, event_id);
-    bt(st, 3, error);
-    bi(st, 4, now);
-    bi(st, 5, next_at);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *failures = (int32_t)ci(st, 0);
-    e = rc == SQLITE_ROW ? OBX_OK : map_rc(s, rc, "failure count");
-    sqlite3_reset(st);
-    return e;
-}
-
-static obx_err sq_failure_get(obx__store *base, const char *consumer, const char *event_id,
-                              int32_t *failures, int64_t *next_at) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_FAIL_GET, &st);
-    if (e) return e;
-    bt(st, 1, consumer);
-    if (event_id)
-        bt(st, 2, event_id);
-    else
-        sqlite3_bind_null(st, 2);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *failures = (int32_t)ci(st, 0);
-        *next_at = ci(st, 1);
-    }
-    e = rc == SQLITE_ROW    ? OBX_OK
-        : rc == SQLITE_DONE ? OBX_ENOTFOUND
-                            : map_rc(s, rc, "failure get");
-    sqlite3_reset(st);
-    return e;
-}
-
-static obx_err sq_failure_clear(obx__store *base, const char *consumer, const char *event_id) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_FAIL_CLEAR, &st);
-    if (e) return e;
-    bt(st, 1, consumer);
-    bt(st, 2, event_id);
-    return step_done(s, st, "failure clear");
-}
-
-static obx_err sq_poison_put(obx__store *base, const obx__poison_row *p) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_POISON_PUT, &st);
-    if (e) return e;
-    bt(st, 1, p->consumer_id);
-    bt(st, 2, p->event_id);
-    bt(st, 3, p->state);
-    bi(st, 4, p->failures);
-    bt(st, 5, p->last_error);
-    bt(st, 6, p->topic);
-    bi(st, 7, p->partition);
-    bi(st, 8, p->offset);
-    bt(st, 9, p->headers_json ? p->headers_json : "{}");
-    if (p->payload)
-        sqlite3_bind_blob(st, 10, p->payload, (int)p->payload_len, SQLITE_STATIC);
-    else
-        sqlite3_bind_null(st, 10);
-    bi(st, 11, p->parked_at);
-    bi(st, 12, p->updated_at);
-    bt(st, 13, p->payload_digest);
-    return step_done(s, st, "poison put");
-}
-
-static obx_err read_poison(sqlite3_stmt *st, obx__poison_row *p, bool payload) {
-    memset(p, 0, sizeof *p);
-    CT(st, 0, p->consumer_id);
-    CT(st, 1, p->event_id);
-    CT(st, 2, p->state);
-    p->failures = (int32_t)ci(st, 3);
-    CT(st, 4, p->last_error);
-    CT(st, 5, p->topic);
-    p->partition = (int32_t)ci(st, 6);
-    p->offset = ci(st, 7);
-    const unsigned char *h = sqlite3_column_text(st, 8);
-    p->headers_json = obx__strdup(h ? (const char *)h : "{}");
-    p->parked_at = ci(st, 9);
-    p->updated_at = ci(st, 10);
-    CT(st, 11, p->payload_digest);
-    if (!p->headers_json) return obx__fail(OBX_ENOMEM, "poison: out of memory");
-    if (payload) {
-        int n = sqlite3_column_bytes(st, 12);
-        const void *b = sqlite3_column_blob(st, 12);
-        if (b && n > 0) {
-            p->payload = malloc((size_t)n);
-            if (!p->payload) return obx__fail(OBX_ENOMEM, "poison: out of memory");
-            memcpy(p->payload, b, (size_t)n);
-            p->payload_len = (size_t)n;
-        }
-    }
-    return OBX_OK;
-}
-
-static obx_err sq_poison_list(obx__store *base, const char *consumer, const char *state,
-                              obx__poison_row **out, size_t *n) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    size_t cap = 0;
-    *out = NULL;
-    *n = 0;
-    obx_err e = stmt(s, Q_POISON_LIST, &st);
-    if (e) return e;
-    if (consumer) bt(st, 1, consumer);
-    if (state) bt(st, 2, state);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
-        e = read_poison(st, &(*out)[(*n)++], false);
-        if (e) break;
-    }
-    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "poison list");
-    sqlite3_reset(st);
-    if (e) {
-        obx__poison_rows_free(*out, *n);
-        *out = NULL;
-        *n = 0;
-    }
-    return e;
-}
-
-static obx_err sq_poison_get(obx__store *base, const char *consumer, const char *event_id,
-                             const char *digest, obx__poison_row *out) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_POISON_GET, &st);
-    if (e) return e;
-    bt(st, 1, consumer);
-    bt(st, 2, event_id);
-    if (digest)
-        bt(st, 3, digest);
-    else
-        sqlite3_bind_null(st, 3);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW)
-        e = read_poison(st, out, true);
-    else
-        e = rc == SQLITE_DONE ? obx__fail(OBX_ENOTFOUND, "no poison message %s for consumer %s",
-                                          event_id, consumer)
-                              : map_rc(s, rc, "poison get");
-    sqlite3_reset(st);
-    return e;
-}
-
-static obx_err sq_poison_set_state(obx__store *base, const char *consumer, const char *event_id,
-                                   const char *state, int64_t now) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_POISON_STATE, &st);
-    if (e) return e;
-    bt(st, 1, state);
-    bi(st, 2, now);
-    bt(st, 3, consumer);
-    bt(st, 4, event_id);
-    if ((e = step_done(s, st, "poison state"))) return e;
-    if (sqlite3_changes(s->db) < 1) /* every copy of the event */
-        return obx__fail(OBX_ENOTFOUND, "no poison message %s for consumer %s", event_id, consumer);
-    return OBX_OK;
-}
-
-static obx_err sq_inbox_quarantine_put(obx__store *base, const char *consumer, const char *event_id,
-                                       const char *digest, const char *first_digest,
-                                       const char *reason, int64_t at) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_INBOX_QUAR, &st);
-    if (e) return e;
-    bt(st, 1, consumer);
-    bt(st, 2, event_id);
-    bt(st, 3, digest);
-    bt(st, 4, first_digest);
-    bt(st, 5, reason);
-    bi(st, 6, at);
-    return step_done(s, st, "inbox quarantine");
-}
-
-static obx_err sq_consume_audit_put(obx__store *base, const obx__consume_audit_row *a, size_t n) {
-    sq_store *s = (sq_store *)base;
-    for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st = NULL;
-        obx_err e = stmt(s, Q_CONSUME_AUDIT, &st);
-        if (e) return e;
-        bi(st, 1, a[i].at);
-        bt(st, 2, a[i].consumer_id);
-        bt(st, 3, a[i].event_id);
-        bt(st, 4, a[i].outcome);
-        bi(st, 5, a[i].duration_us);
-        bt(st, 6, a[i].detail);
-        if ((e = step_done(s, st, "consume audit"))) return e;
-    }
-    return OBX_OK;
 }
 
 /* ---- retention and audit (docs/retention.md)
@@ -2186,8 +1479,8 @@ static obx_err read_retention(obx__store *base, const obx__retention_req *req, o
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
     /* the store layer admits PUBLISHED and RETAINED only */
-    obx_err e =
-        stmt(s, req->state == OBX__ST_RETAINED ? Q_RET_CANDIDATES_RET : Q_RET_CANDIDATES_PUB, &st);
+    obx_err e = obx__sq_stmt(
+        s, req->state == OBX__ST_RETAINED ? Q_RET_CANDIDATES_RET : Q_RET_CANDIDATES_PUB, &st);
     if (e) return e;
     /* req->lock needs nothing more: the caller's write transaction (BEGIN IMMEDIATE) already
      * excludes every other writer */
@@ -2199,77 +1492,12 @@ static obx_err read_retention(obx__store *base, const obx__retention_req *req, o
     return collect(s, st, false, out, "retention candidates");
 }
 
-static obx_err sq_purge_payloads(obx__store *base, const char *const *ids, size_t n,
-                                 int64_t *bytes) {
-    sq_store *s = (sq_store *)base;
-    int64_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st = NULL;
-        obx_err e = stmt(s, Q_PURGE_PAYLOAD, &st);
-        if (e) return e;
-        bt(st, 1, ids[i]);
-        int rc;
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW) total += ci(st, 0);
-        sqlite3_reset(st);
-        if (rc != SQLITE_DONE) return map_rc(s, rc, "purge payloads");
-    }
-    if (bytes) *bytes = total;
-    return OBX_OK;
-}
-
-static obx_err sq_aged(obx__store *base, const obx__aged_req *req, obx__aged_row **out, size_t *n,
-                       obx__aged_count *count) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e;
-    int rc;
-    if (req->count) {
-        if ((e = stmt(s, Q_AGED_COUNT + (int)req->kind, &st))) return e;
-        bi(st, 1, req->until);
-        if (req->kind == OBX__AGED_INBOX_QUARANTINED) bt(st, 5, req->consumer);
-        if (req->kind == OBX__AGED_UNSERVED) bi(st, 5, req->now);
-        rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW && count) {
-            count->total = ci(st, 0);
-            count->oldest = ci(st, 1);
-        }
-        sqlite3_reset(st);
-        if (rc != SQLITE_ROW) return map_rc(s, rc, "audit count");
-    }
-    if (!req->limit) return OBX_OK;
-    if ((e = stmt(s, Q_AGED_LIST + (int)req->kind, &st))) return e;
-    bi(st, 1, req->until);
-    bi(st, 2, req->after_at);
-    bi(st, 3, req->after_key);
-    bi(st, 4, (int64_t)req->limit);
-    if (req->kind == OBX__AGED_INBOX_QUARANTINED) bt(st, 5, req->consumer);
-    if (req->kind == OBX__AGED_UNSERVED) bi(st, 5, req->now);
-    size_t cap = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
-        obx__aged_row *r = &(*out)[(*n)++];
-        memset(r, 0, sizeof *r);
-        CT(st, 0, r->event_id);
-        r->at = ci(st, 1);
-        r->key = ci(st, 2);
-        CT(st, 3, r->detail);
-    }
-    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "audit list");
-    sqlite3_reset(st);
-    if (e) {
-        free(*out);
-        *out = NULL;
-        *n = 0;
-    }
-    return e;
-}
-
 /* ---- selections, delivery sets, receipt details, takeover ---------------------------------- */
 
 static obx_err read_filter(obx__store *base, const obx__event_filter *f, obx__rows *out) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_FIND, &st);
+    obx_err e = obx__sq_stmt(s, Q_FIND, &st);
     if (e) return e;
     char aliases[2048], states[512];
     const char *names[OBX__ST_COUNT];
@@ -2299,256 +1527,6 @@ static obx_err read_filter(obx__store *base, const obx__event_filter *f, obx__ro
     return collect(s, st, false, out, "find events");
 }
 
-static obx_err sq_route_set_put(obx__store *base, const obx__route_set_row *r) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_RSET_PUT, &st);
-    if (e) return e;
-    bi(st, 1, r->route_gen);
-    bt(st, 2, r->completion);
-    bi(st, 3, r->n + 1);
-    if ((e = step_done(s, st, "insert route set"))) return e;
-    for (int32_t i = 0; i < r->n; i++) {
-        const obx__route_target_row *t = &r->t[i];
-        if ((e = stmt(s, Q_RTGT_PUT, &st))) return e;
-        bi(st, 1, r->route_gen);
-        bi(st, 2, t->target_no);
-        bt(st, 3, t->cluster);
-        bt(st, 4, t->topic);
-        bt(st, 5, t->routing_key);
-        bt(st, 6, t->algorithm);
-        bt(st, 7, t->serializer);
-        bt(st, 8, t->durability);
-        bt(st, 9, t->required_acks);
-        if ((e = step_done(s, st, "insert route target"))) return e;
-    }
-    return OBX_OK;
-}
-
-static obx_err sq_route_set_get(obx__store *base, int64_t gen, obx__route_set_row *out) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    memset(out, 0, sizeof *out);
-    obx_err e = stmt(s, Q_RSET_GET, &st);
-    if (e) return e;
-    bi(st, 1, gen);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) CT(st, 0, out->completion);
-    sqlite3_reset(st);
-    if (rc == SQLITE_DONE)
-        return obx__fail(OBX_ENOTFOUND, "route generation %lld declares no delivery set",
-                         (long long)gen);
-    if (rc != SQLITE_ROW) return map_rc(s, rc, "read route set");
-    out->route_gen = gen;
-    if ((e = stmt(s, Q_RTGT_GET, &st))) return e;
-    bi(st, 1, gen);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && out->n < OBX__SET_MAX - 1) {
-        obx__route_target_row *t = &out->t[out->n++];
-        t->target_no = (int32_t)ci(st, 0);
-        CT(st, 1, t->cluster);
-        CT(st, 2, t->topic);
-        CT(st, 3, t->routing_key);
-        CT(st, 4, t->algorithm);
-        CT(st, 5, t->serializer);
-        CT(st, 6, t->durability);
-        CT(st, 7, t->required_acks);
-    }
-    e = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? OBX_OK : map_rc(s, rc, "read route targets");
-    sqlite3_reset(st);
-    return e;
-}
-
-static obx_err sq_delivery_put(obx__store *base, const obx__delivery_row *d) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_DSET_PUT, &st);
-    if (e) return e;
-    bt(st, 1, d->event_id);
-    bt(st, 2, d->completion);
-    bi(st, 3, d->route_gen);
-    bi(st, 4, d->created_at);
-    if ((e = step_done(s, st, "insert delivery set"))) return e;
-    for (int32_t i = 0; i < d->n; i++) {
-        if ((e = stmt(s, Q_DTGT_PUT, &st))) return e;
-        bt(st, 1, d->t[i].slot_id);
-        bt(st, 2, d->event_id);
-        bi(st, 3, d->t[i].target_no);
-        bt(st, 4, d->t[i].origin);
-        bi(st, 5, d->t[i].created_at);
-        if ((e = step_done(s, st, "insert delivery target"))) return e;
-    }
-    return OBX_OK;
-}
-
-static obx_err sq_delivery_get(obx__store *base, const char *id, obx__delivery_row *out) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    memset(out, 0, sizeof *out);
-    obx_err e = stmt(s, Q_DGET, &st);
-    if (e) return e;
-    bt(st, 1, id);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && out->n < OBX__SET_MAX) {
-        CT(st, 0, out->event_id);
-        CT(st, 1, out->completion);
-        out->route_gen = ci(st, 2);
-        out->created_at = ci(st, 3);
-        obx__delivery_target_row *t = &out->t[out->n++];
-        t->target_no = (int32_t)ci(st, 4);
-        CT(st, 5, t->slot_id);
-        CT(st, 6, t->origin);
-        t->created_at = ci(st, 7);
-    }
-    e = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? OBX_OK : map_rc(s, rc, "read delivery set");
-    sqlite3_reset(st);
-    if (!e && !out->n) e = obx__fail(OBX_ENOTFOUND, "%s: not part of a delivery set", id);
-    return e;
-}
-
-static obx_err sq_delivery_stats(obx__store *base, int64_t *sets, int64_t *complete) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    obx_err e = stmt(s, Q_DSTATS, &st);
-    if (e) return e;
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *sets = ci(st, 0);
-        *complete = ci(st, 1);
-    }
-    sqlite3_reset(st);
-    return rc == SQLITE_ROW ? OBX_OK : map_rc(s, rc, "delivery statistics");
-}
-
-static obx_err sq_receipt_details(obx__store *base, const char *event_id, obx__receipt_kind kind,
-                                  char ***out, size_t *n) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    *out = NULL;
-    *n = 0;
-    size_t cap = 0;
-    obx_err e = stmt(s, Q_RCPT_DETAIL, &st);
-    if (e) return e;
-    bt(st, 1, event_id);
-    bt(st, 2, obx__receipt_kind_name(kind));
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
-        char *d = obx__strdup((const char *)sqlite3_column_text(st, 0));
-        if (!d) {
-            e = obx__fail(OBX_ENOMEM, "receipt details: out of memory");
-            break;
-        }
-        (*out)[(*n)++] = d;
-    }
-    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "receipt details");
-    sqlite3_reset(st);
-    if (e) {
-        for (size_t i = 0; i < *n; i++) free((*out)[i]);
-        free(*out);
-        *out = NULL;
-        *n = 0;
-    }
-    return e;
-}
-
-static obx_err sq_set_alias(obx__store *base, const char *const *ids, size_t n, const char *from,
-                            const char *to, bool *applied) {
-    sq_store *s = (sq_store *)base;
-    for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st = NULL;
-        obx_err e = stmt(s, Q_SET_ALIAS, &st);
-        if (e) return e;
-        bt(st, 1, ids[i]);
-        bt(st, 2, from);
-        bt(st, 3, to);
-        if ((e = step_done(s, st, "set alias"))) return e;
-        applied[i] = sqlite3_changes(s->db) == 1;
-    }
-    return OBX_OK;
-}
-
-static obx_err sq_receipts_by_kind(obx__store *base, obx__receipt_kind kind, size_t limit,
-                                   obx__receipt_row **out, size_t *n) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    *out = NULL;
-    *n = 0;
-    if ((unsigned)kind > OBX__RK_MIGRATION) return obx__fail(OBX_EINVAL, "receipt kind %d", kind);
-    bool sparse = kind == OBX__RK_QUARANTINED || kind == OBX__RK_MIGRATION;
-    obx_err e = stmt(s, sparse ? Q_RCPT_KIND_SPARSE : Q_RCPT_KIND_ANY, &st);
-    if (e) return e;
-    bt(st, 1, obx__receipt_kind_name(kind));
-    bi(st, 2, (int64_t)limit);
-    return collect_receipts(s, st, "receipts by kind", out, n);
-}
-
-static obx_err sq_recent_published(obx__store *base, size_t limit, obx__published_ref **out,
-                                   size_t *n) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    size_t cap = 0;
-    *out = NULL;
-    *n = 0;
-    obx_err e = stmt(s, Q_RECENT_PUB, &st);
-    if (e) return e;
-    bi(st, 1, (int64_t)limit);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
-        obx__published_ref *p = &(*out)[(*n)++];
-        memset(p, 0, sizeof *p);
-        CT(st, 0, p->event_id);
-        CT(st, 1, p->topic);
-        p->published_at = ci(st, 2);
-    }
-    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "recent published");
-    sqlite3_reset(st);
-    if (e) {
-        free(*out);
-        *out = NULL;
-        *n = 0;
-    }
-    return e;
-}
-
-static obx_err sq_consume_audit_list(obx__store *base, const char *consumer, const char *event_id,
-                                     int64_t after_id, size_t limit, obx__consume_audit_row **out,
-                                     size_t *n) {
-    sq_store *s = (sq_store *)base;
-    sqlite3_stmt *st = NULL;
-    size_t cap = 0;
-    *out = NULL;
-    *n = 0;
-    int q = after_id < 0 ? Q_CAUDIT_NEWEST : event_id ? Q_CAUDIT_EVENT : Q_CAUDIT_AFTER;
-    obx_err e = stmt(s, q, &st);
-    if (e) return e;
-    bt(st, 1, consumer);
-    bt(st, 2, event_id);
-    bi(st, 3, after_id);
-    bi(st, 4, (int64_t)limit);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if ((e = grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
-        obx__consume_audit_row *a = &(*out)[(*n)++];
-        memset(a, 0, sizeof *a);
-        a->id = ci(st, 0);
-        a->at = ci(st, 1);
-        CT(st, 2, a->consumer_id);
-        CT(st, 3, a->event_id);
-        CT(st, 4, a->outcome);
-        a->duration_us = ci(st, 5);
-        CT(st, 6, a->detail);
-    }
-    if (!e && rc != SQLITE_DONE) e = map_rc(s, rc, "consume audit");
-    sqlite3_reset(st);
-    if (e) {
-        free(*out);
-        *out = NULL;
-        *n = 0;
-    }
-    return e;
-}
-
 static const obx__event_readers sq_readers = {
     .ids = read_ids,
     .claim = read_claim,
@@ -2564,38 +1542,38 @@ static obx_err sq_read_events(obx__store *base, const obx__read_req *req, obx__r
 
 static const obx__store_inbox_methods sq_inbox_methods = {
     .version = OBX__STORE_INBOX_VERSION,
-    .inbox_get = sq_inbox_get,
-    .inbox_put = sq_inbox_put,
-    .inbox_finish = sq_inbox_finish,
-    .inbox_has = sq_inbox_has,
-    .watermark_put = sq_watermark_put,
-    .watermark_list = sq_watermark_list,
-    .failure_bump = sq_failure_bump,
-    .failure_get = sq_failure_get,
-    .failure_clear = sq_failure_clear,
-    .poison_put = sq_poison_put,
-    .poison_list = sq_poison_list,
-    .poison_get = sq_poison_get,
-    .poison_set_state = sq_poison_set_state,
-    .inbox_quarantine_put = sq_inbox_quarantine_put,
-    .consume_audit_put = sq_consume_audit_put,
-    .consume_audit_list = sq_consume_audit_list,
+    .inbox_get = obx__sq_inbox_get,
+    .inbox_put = obx__sq_inbox_put,
+    .inbox_finish = obx__sq_inbox_finish,
+    .inbox_has = obx__sq_inbox_has,
+    .watermark_put = obx__sq_watermark_put,
+    .watermark_list = obx__sq_watermark_list,
+    .failure_bump = obx__sq_failure_bump,
+    .failure_get = obx__sq_failure_get,
+    .failure_clear = obx__sq_failure_clear,
+    .poison_put = obx__sq_poison_put,
+    .poison_list = obx__sq_poison_list,
+    .poison_get = obx__sq_poison_get,
+    .poison_set_state = obx__sq_poison_set_state,
+    .inbox_quarantine_put = obx__sq_inbox_quarantine_put,
+    .consume_audit_put = obx__sq_consume_audit_put,
+    .consume_audit_list = obx__sq_consume_audit_list,
 };
 
 static const obx__store_read_methods sq_read_methods = {
     .version = OBX__STORE_READ_VERSION,
     .counter_get = sq_counter_get,
-    .stats = sq_stats,
-    .unknown_resolutions = sq_unknown_resolutions,
-    .invariants = sq_invariants,
-    .aged = sq_aged,
-    .delivery_stats = sq_delivery_stats,
-    .receipt_details = sq_receipt_details,
-    .receipts_by_kind = sq_receipts_by_kind,
-    .recent_published = sq_recent_published,
-    .delivery_open = sq_delivery_open,
-    .unserved = sq_unserved,
-    .envelope_at = sq_envelope_at,
+    .stats = obx__sq_stats,
+    .unknown_resolutions = obx__sq_unknown_resolutions,
+    .invariants = obx__sq_invariants,
+    .aged = obx__sq_aged,
+    .delivery_stats = obx__sq_delivery_stats,
+    .receipt_details = obx__sq_receipt_details,
+    .receipts_by_kind = obx__sq_receipts_by_kind,
+    .recent_published = obx__sq_recent_published,
+    .delivery_open = obx__sq_delivery_open,
+    .unserved = obx__sq_unserved,
+    .envelope_at = obx__sq_envelope_at,
 };
 
 const obx__store_methods obx__sqlite_store_methods = {
@@ -2631,16 +1609,16 @@ const obx__store_methods obx__sqlite_store_methods = {
     .load_audit = sq_load_audit,
     .write_set = sq_write_set,
     .counter_add = sq_counter_add,
-    .purge_payloads = sq_purge_payloads,
-    .route_set_put = sq_route_set_put,
-    .route_set_get = sq_route_set_get,
-    .delivery_put = sq_delivery_put,
-    .delivery_get = sq_delivery_get,
-    .set_alias = sq_set_alias,
-    .cluster_put = sq_cluster_put,
-    .cluster_get = sq_cluster_get,
-    .series_put = sq_series_put,
-    .series_list = sq_series_list,
+    .purge_payloads = obx__sq_purge_payloads,
+    .route_set_put = obx__sq_route_set_put,
+    .route_set_get = obx__sq_route_set_get,
+    .delivery_put = obx__sq_delivery_put,
+    .delivery_get = obx__sq_delivery_get,
+    .set_alias = obx__sq_set_alias,
+    .cluster_put = obx__sq_cluster_put,
+    .cluster_get = obx__sq_cluster_get,
+    .series_put = obx__sq_series_put,
+    .series_list = obx__sq_series_list,
     .inbox = &sq_inbox_methods,
     .read = &sq_read_methods,
 };
