@@ -134,7 +134,7 @@ void obx__dest_canonical(const obx__dest *d, obx__buf *out);
 void obx__envelope_canonical(const obx__envelope *e, obx__buf *out);
 /* The envelope's encoding in two parts around created_txid's field, appended to out:
  * canonical = head || u32be(length) || created_txid || tail. For a store that learns the
- * transaction ID only as it writes (PostgreSQL's one-trip enqueue, pg_store.c Q_ENQ_WRITE):
+ * transaction ID only as it writes (PostgreSQL's one-trip enqueue, pg_sql.c Q_ENQ_WRITE):
  * the client encodes the rest, the server adds the field and takes the digest. */
 void obx__envelope_canonical_head(const obx__envelope *e, obx__buf *out);
 void obx__envelope_canonical_tail(const obx__envelope *e, obx__buf *out);

@@ -208,7 +208,7 @@ typedef struct obx__receipt_row {
 
 /* The reason of the producer's audit row (NONE -> PENDING), from the event's route generation.
  * PostgreSQL records that row in the envelope (created_by) and writes this text again in SQL
- * when it reads the row back (pg_store.c's Q_LOAD_AUDIT). */
+ * when it reads the row back (pg_sql.c's Q_LOAD_AUDIT). */
 #define OBX__PRODUCER_REASON "enqueued under route generation %lld"
 
 typedef struct obx__audit_row {
@@ -862,7 +862,7 @@ typedef struct obx__store_methods {
      * by key or by a partial index and touches a batch of them (claims, registrations,
      * acceptance, sweeps, lookups by attempt). PostgreSQL: such transactions plan once,
      * without sequential scans, hash or merge joins, sorts or bitmap scans (see relay_plans in
-     * pg_store.c). */
+     * pg_read.c). */
     void (*serve_dispatch)(obx__store *s);
     /* Database roles (SQLite has none: OBX_EUNSUPPORTED). Creates, or re-grants, the
      * least-privilege roles <prefix>_producer, <prefix>_relay and <prefix>_auditor

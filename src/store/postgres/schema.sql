@@ -27,7 +27,7 @@
 -- below: checks as casts to enums, identity checks as column triggers, digests written out
 -- (docs/performance.md has the measurements).
 --
--- Error codes raised here (mapped by pg_store.c's map_error):
+-- Error codes raised here (mapped by pg_conn.c's obx__pg_map_error):
 --   OB001 frozen data (OBX_EIMMUTABLE)        OB002 invalid input (OBX_EINVAL)
 --   OB003 over a limit (OBX_ETOOBIG)          OB004 no route, inbox misuse (OBX_ENOROUTE)
 --   OB005 a compare-and-set lost (OBX_ECONFLICT)   OB006 a row to update is missing (OBX_ENOTFOUND)
@@ -73,7 +73,7 @@ END $$;
 -- Route policy: every `obx route set` appends a generation; the highest one per event type is
 -- current. Events freeze the generation they were enqueued under, so a generation never changes
 -- (not even by the table's owner): its number stands for all of its fields, which lets the C
--- producer compare a cached route by number alone (pg_store.c, Q_ENQ_WRITE).
+-- producer compare a cached route by number alone (pg_sql.c, Q_ENQ_WRITE).
 CREATE TABLE obx.obx_route (
     gen           BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     event_type    TEXT NOT NULL,
@@ -128,7 +128,7 @@ CREATE TRIGGER obx_route_target_frozen BEFORE UPDATE OR DELETE ON obx.obx_route_
 -- One row per (event, envelope generation): outboxEnvelope.v1 + destination.v1, frozen.
 -- created_by: who enqueued (obx.enqueue(): the session user; the C path: "producer"), on
 -- generation 1 of an event whose producer wrote no obx_audit row for it: the event's first
--- audit row (NONE -> PENDING), read back as such by pg_store.c's Q_LOAD_AUDIT and
+-- audit row (NONE -> PENDING), read back as such by pg_sql.c's Q_LOAD_AUDIT and
 -- obx.obx_audit_all, and by obx.producer_events. Everything else in that row is already here
 -- (created_at, the event, generation 1, dest_route_gen for its reason), so a producer writes one
 -- row fewer per event; the envelope is frozen, so this evidence cannot change any more than an
@@ -240,7 +240,7 @@ CREATE TYPE obx.event_state AS ENUM ('PENDING', 'CLAIMED', 'SENDING', 'PUBLISHED
 
 -- Protocol state of each event (current envelope generation).
 -- seq is the per-key order: obx takes an advisory lock on the order key's bucket before drawing
--- it, so that per order key seq order is commit order (see pg_store.c, Q_INS_EVENT).
+-- it, so that per order key seq order is commit order (see pg_sql.c, Q_INS_EVENT).
 -- held_at: when the reconciler (or an operator) held an UNKNOWN event for an operator (its
 -- route's UNKNOWN policy, blind_retry false, is "hold" and nothing could prove the outcome past
 -- the attempts' quiet time, or the broker holds a copy obx cannot accept); 0 = not held.
@@ -276,7 +276,7 @@ CREATE TABLE obx.obx_event (
     held_at            BIGINT NOT NULL DEFAULT 0
 );
 -- Partial indexes: the published bulk (millions of rows) is in none of the claim/sweep indexes.
--- The predicates are written exactly as the queries in pg_store.c write them, so the planner
+-- The predicates are written exactly as the queries in pg_sql.c write them, so the planner
 -- can match them.
 CREATE UNIQUE INDEX obx_event_idem ON obx.obx_event (tenant, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
@@ -465,7 +465,7 @@ CREATE TRIGGER obx_receipt_frozen BEFORE UPDATE ON obx.obx_receipt
 -- Who moved what, when, and why: one row per state change (and per refused stale action). The
 -- obx library writes its rows as batches (obx_audit_batch, below) and a producer's first row of
 -- an event into the envelope (created_by); here go the rows of events that do not exist
--- (pg_store.c, Q_INS_AUDIT_FIND) and rows written by hand. obx.obx_audit_all shows them all.
+-- (pg_sql.c, Q_INS_AUDIT_FIND) and rows written by hand. obx.obx_audit_all shows them all.
 CREATE TABLE obx.obx_audit (
     audit_id     BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at           BIGINT NOT NULL,
@@ -482,7 +482,7 @@ CREATE TABLE obx.obx_audit (
 );
 CREATE INDEX obx_audit_event ON obx.obx_audit (event_id);
 
--- One row per audit write of the obx library (pg_store.c's Q_INS_AUDIT: the relay, the
+-- One row per audit write of the obx library (pg_sql.c's Q_INS_AUDIT: the relay, the
 -- reconciler, sweeps, migrations, operators): the same eleven fields as arrays, element i of
 -- every array one transition, in the order written, filed under the range of the events' seq
 -- (passed by the writer, which has the rows; looked up when not). One row where there were three
@@ -624,7 +624,7 @@ CREATE TABLE obx.obx_relay_cluster (
 -- `SELECT state, count(*)` over millions of PUBLISHED rows takes seconds. Instead every statement
 -- that inserts events, changes an event's state or inserts receipts appends one (key, delta) row
 -- per key it changed, in the same statement (a data-modifying CTE: obx.enqueue()'s bodies, and
--- pg_store.c's Q_INS_EVENT, Q_ENQ_WRITE, Q_UPD_EVENTS, Q_INS_RCPT): 'state:<STATE>' for events,
+-- pg_sql.c's Q_INS_EVENT, Q_ENQ_WRITE, Q_UPD_EVENTS, Q_INS_RCPT): 'state:<STATE>' for events,
 -- 'receipt:<KIND>' for receipts; obx._stats() sums them. No trigger does it: statement triggers
 -- over transition tables copied every changed row and cost a tenth of an enqueue. The counts are
 -- exact: a delta commits or rolls back with the rows it counts, and events cannot be deleted or
@@ -640,7 +640,7 @@ CREATE TABLE obx.obx_stat_delta (
 
 -- Folds up to 10,000 delta rows into one per key. SKIP LOCKED: two folds take disjoint rows and
 -- neither waits for, nor blocks, a writer. The rows stay locked by this statement, so their
--- ctids hold until the DELETE. The relays run it now and then (pg_store.c).
+-- ctids hold until the DELETE. The relays run it now and then (pg_sql.c).
 CREATE FUNCTION obx._compact_stats() RETURNS void LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
     WITH d AS (
@@ -705,7 +705,7 @@ END $$;
 
 -- ---- the relay's batch statements --------------------------------------------------------------
 
--- The parameters of a relay's batch statements (pg_store.c, build_update_events,
+-- The parameters of a relay's batch statements (pg_write.c, build_update_events,
 -- build_insert_attempts, build_update_attempts, build_insert_receipts): one array of one of these
 -- row types each, column for column, sent in PostgreSQL's binary format (the client reads their
 -- type IDs once per connection: rec_oids). One array parameter per column, read with unnest($1,
@@ -733,7 +733,7 @@ CREATE TYPE obx._receipt_insert AS (
 -- compare-and-sets, attempts, receipts, audit rows) and COMMIT in the same round trip, so the
 -- write set's statements raise when a part did not apply whole, which fails the transaction on
 -- the server and turns that COMMIT into a rollback. Raises, always: the statements call it only
--- for a part that did not apply (pg_store.c, WS_CHECK), so the common case calls no function at
+-- for a part that did not apply (pg_sql.c, WS_CHECK), so the common case calls no function at
 -- all. what and ids name the rows in the message (ids: those that did not apply). missing: the
 -- rows were not found (OB006: an attempt to update does not exist); otherwise a compare-and-set
 -- was lost (OB005: the event changed under a locked transaction).
@@ -949,7 +949,7 @@ BEGIN
                                    t.serializer, t.durability, t.required_acks);
         okey := t.cluster || chr(31) || t.topic || chr(31) || rk;
         mid := obx._event_id(now_ms);
-        -- per order key, seq order is commit order (pg_store.c, Q_INS_EVENT)
+        -- per order key, seq order is commit order (pg_sql.c, Q_INS_EVENT)
         PERFORM CASE WHEN coalesce(nullif(current_setting('obx.order_locks', true), ''), '0')::int < 64
                      THEN pg_advisory_xact_lock_shared(5194328, hashtext(okey) & 1023)::text
                           || pg_advisory_xact_lock(hashtextextended(okey, 5194328))::text
@@ -1033,12 +1033,12 @@ END $$;
 -- end of the commit, WAL flush included), so a NOTIFY on every enqueue costs producers up to
 -- half their commit rate with fsync on. Each cluster has a wake lock, advisory lock (5194330,
 -- hashtext(cluster)), that a relay's dispatcher holds exclusively while it waits for that
--- cluster's work (pg_store.c, pg_wait_for_work): the insert notifies only when it cannot take it
--- shared for its transaction; when it can, it holds it until its commit is visible, and a relay
--- that takes the lock afterwards claims once more before it sleeps. A session (or role, or
--- database) with obx.notify = 'off' never notifies and takes no lock: the relay finds its events
--- at its next poll (relay.poll_ms). The C producer's statements (pg_store.c, NOTIFY_EXPR) and the
--- obx_pg extension's body (obx_pg.c) do the same.
+-- cluster's work (pg_wake.c, obx__pg_wait_for_work): the insert notifies only when it cannot
+-- take it shared for its transaction; when it can, it holds it until its commit is visible,
+-- and a relay that takes the lock afterwards claims once more before it sleeps. A session (or
+-- role, or database) with obx.notify = 'off' never notifies and takes no lock: the relay finds
+-- its events at its next poll (relay.poll_ms). The C producer's statements (pg_sql.c,
+-- NOTIFY_EXPR) and the obx_pg extension's body (obx_pg.c) do the same.
 -- SECURITY INVOKER with no search_path of its own: it is called only by obx.enqueue() and by
 -- obx._enqueue_c(), inside obx.enqueue()'s SECURITY DEFINER and search_path, and a second switch
 -- of user and search_path per call would cost for nothing.
@@ -1172,7 +1172,7 @@ BEGIN
     id := obx._ulid(now_ms, uuid_send(gen_random_uuid()));
     okey := rt.cluster || chr(31) || rt.topic || chr(31) || rk;
 
-    -- One statement: the per-order-key lock (see Q_INS_EVENT in pg_store.c; held until the
+    -- One statement: the per-order-key lock (see Q_INS_EVENT in pg_sql.c; held until the
     -- caller's transaction ends), then the event row, so that a concurrent producer with the
     -- same idempotency key is met by ON CONFLICT (it waits for that transaction, then inserts
     -- nothing: no envelope or delta either, they are fed by the event's RETURNING) rather than
@@ -1180,7 +1180,7 @@ BEGIN
     -- inline (the canonical encodings of obx.envelope_canonical and obx.dest_canonical, written
     -- out for values that are never NULL) and who enqueued (created_by: the event's first audit
     -- row); the statistics delta; the NOTIFY (delivered at commit, coalesced per transaction).
-    -- the order key's locks (pg_store.c, ORDER_LOCK: the key's own and its bucket shared for a
+    -- the order key's locks (pg_sql.c, ORDER_LOCK: the key's own and its bucket shared for a
     -- transaction's first 64 events, the bucket alone after them)
     WITH lk AS MATERIALIZED (SELECT CASE WHEN coalesce(nullif(current_setting('obx.order_locks', true), ''), '0')::int < 64
                  THEN pg_advisory_xact_lock_shared(5194328, hashtext(okey) & 1023)::text
@@ -1276,7 +1276,7 @@ END $$;
 -- door's owner and grants: a producer role granted EXECUTE on obx.enqueue() needs nothing else
 -- (both bodies run with the rights of obx.enqueue()'s owner, SECURITY DEFINER).
 -- obx._wake(cluster): the wake-up the producers' statements send when they cannot take the
--- cluster's wake lock (a relay waits: obx._enqueue_sql above, pg_store.c's NOTIFY_EXPR). Where
+-- cluster's wake lock (a relay waits: obx._enqueue_sql above, pg_sql.c's NOTIFY_EXPR). Where
 -- the database has the obx_pg extension, obx._wake_c(), which wakes the waiting relays by their
 -- latches after the commit; else a NOTIFY obx_work, which makes the producers' commits wait for
 -- each other (docs/postgres.md, "NOTIFY"). Looked up at each call rather than chosen by `obx

@@ -292,7 +292,7 @@ static const char *const sql_text[Q_COUNT] = {
 /* a PENDING event ages from when it became due: a delayed one from its time, not its commit */
 #define PENDING_AT "max(committed_at, available_at)"
 #define EV_AGED(at) "event_id, " at ", seq, state"
-/* as pg_store.c's: the event ID consumers see, and no trailing slot of a delivered any-set */
+/* as pg_sql.c's: the event ID consumers see, and no trailing slot of a delivered any-set */
 #define EV_AGED_WIRE(at)                                                                           \
     "coalesce((SELECT t.event_id FROM obx_delivery_target t WHERE t.slot_id = "                    \
     "obx_event.event_id), event_id), " at ", seq, state"

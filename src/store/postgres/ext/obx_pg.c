@@ -76,7 +76,7 @@ enum {
     A_COUNT
 };
 
-/* pg_store.c's NOTIFY_CHANNEL (and LOCK_CLASS_ORDER in write_sql): the same channel and lock
+/* pg_int.h's NOTIFY_CHANNEL (and LOCK_CLASS_ORDER in write_sql): the same channel and lock
  * as every other producer path */
 #define NOTIFY_CHANNEL "obx_work"
 /* obx.obx_meta's row payload_limit, when the owner wrote none (schema.sql, obx._enqueue_sql) */
@@ -94,10 +94,10 @@ static const char route_sql[] =
 
 /* The rows obx._enqueue_sql() writes for an event without an idempotency key, written only
  * while route generation $25 is still the type's current one and has no delivery set (the
- * check pg_store.c's Q_ENQ_WRITE makes of the C producer's cached route) and the payload is
+ * check pg_sql.c's Q_ENQ_WRITE makes of the C producer's cached route) and the payload is
  * within the limit (obx.obx_meta's row payload_limit, the owner's; a subquery here costs next
  * to nothing, a statement of its own ~8 us; else no row, and obx._enqueue_sql() refuses): the
- * order key's locks (pg_store.c ORDER_LOCK; $32: the key's own, else its bucket alone, as
+ * order key's locks (pg_sql.c ORDER_LOCK; $32: the key's own, else its bucket alone, as
  * order_keys says), the envelope (created_by: the event's first
  * audit row), the event (its seq drawn after the lock), the statistics delta. */
 static const char write_sql[] =
@@ -374,7 +374,7 @@ static Datum txt(const char *s) { return CStringGetTextDatum(s); }
 
 /* This transaction's events written by the fast path, which locks an event's order key itself
  * (with its bucket shared) for the first ORDER_KEYS_MAX of them and the bucket alone after
- * (pg_store.c, ORDER_LOCK, which counts in the setting obx.order_locks; a count of its own
+ * (pg_sql.c, ORDER_LOCK, which counts in the setting obx.order_locks; a count of its own
  * here saves that setting's reads and writes, ~25,000 instructions an enqueue: each path's
  * count bounds its own locks, and the locks of either mode exclude each other's). Reset at the
  * transaction's end (notify_at_commit). */
@@ -533,7 +533,7 @@ static void notify_at_commit(XactEvent event, void *arg) {
 void _PG_init(void) { RegisterXactCallback(notify_at_commit, NULL); }
 
 /* obx._wake_c(cluster): the same wake-up for the other producers' statements, which found the
- * wake lock taken in SQL (schema.sql, obx._wake; pg_store.c, NOTIFY_EXPR). */
+ * wake lock taken in SQL (schema.sql, obx._wake; pg_sql.c, NOTIFY_EXPR). */
 Datum obx_pg_wake(PG_FUNCTION_ARGS) {
     LOCKTAG tag;
     wake_tag(PG_GETARG_DATUM(0), &tag);
@@ -541,7 +541,7 @@ Datum obx_pg_wake(PG_FUNCTION_ARGS) {
     PG_RETURN_VOID();
 }
 
-/* obx._wait_for_work(timeout_ms): a relay's idle wait (pg_store.c, pg_wait_for_work), in the
+/* obx._wait_for_work(timeout_ms): a relay's idle wait (pg_wake.c, obx__pg_wait_for_work), in the
  * server, so that a producer's commit can wake it by its latch (above). Returns true when the
  * latch was set (a producer's wake-up, a NOTIFY to this LISTENing session, or another of the
  * server's reasons: the relay claims once more, which is cheap), false at the timeout, which is
