@@ -1471,13 +1471,15 @@ CREATE INDEX obx_consume_audit_event ON obx.obx_consume_audit (event_id);
 
 -- Milliseconds and microseconds since the epoch, from the clock (not the transaction start:
 -- a consumer transaction may be long).
+-- floor, as the producers' now_ms and the C library's clocks: a cast rounds, and a time rounded
+-- up is up to half a unit in the future (a retry due "now" was then not due yet)
 CREATE FUNCTION obx._inbox_ms() RETURNS bigint LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp AS $$
-    SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+    SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint
 $$;
 CREATE FUNCTION obx._inbox_us() RETURNS bigint LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp AS $$
-    SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+    SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint
 $$;
 
 -- Outside text stored in a text column, as obx__text_copy does: control characters become
