@@ -169,7 +169,7 @@ obx_err obx_audit(const obx_config *c, unsigned flags, char **out) {
     int64_t counts[OBX__FK_COUNT];
     obx__audit_cfg ac;
     audit_cfg_of(c, cons, n, &ac);
-    if (!e) e = obx__audit_run(s, b, &ac, obx__wall_ms(), &doc, counts);
+    if (!e) e = obx__audit_run(s, b, &ac, obx__st_now_ms(s), &doc, counts);
     obx__criticals_close(cons, n);
     obx__br_close(b);
     obx__st_close(s);
@@ -210,7 +210,7 @@ obx_err obx_purge(const obx_config *c, const obx_purge_options *o, char **out) {
     retention_cfg_of(c, cons, n, who, o->dry_run != 0, o->max_listed ? o->max_listed : 1000, &rc);
     obx__ret_result res;
     memset(&res, 0, sizeof res);
-    int64_t now = obx__wall_ms();
+    int64_t now = obx__st_now_ms(s); /* the database server's clock (store.h) */
     e = o->event_id ? obx__purge_event(s, &rc, now, o->event_id, &res)
                     : purge_paced(s, &rc, now, o->dry_run ? 0 : c->purge_max_rate, NULL, &res);
     if (!e || e == OBX_EREFUSED) {
@@ -379,7 +379,7 @@ static void run_audit(auditor *a, const obx_config *c, conns *k) {
         ac.broker_scan_window_ms = 2 * c->audit_interval_ms;
     json_t *doc = NULL;
     int64_t counts[OBX__FK_COUNT];
-    obx_err e = obx__audit_run(k->s, k->b, &ac, obx__wall_ms(), &doc, counts);
+    obx_err e = obx__audit_run(k->s, k->b, &ac, obx__st_now_ms(k->s), &doc, counts);
     json_decref(doc);
     pthread_mutex_lock(&a->mu);
     a->runs++;
@@ -420,7 +420,7 @@ static void run_purge(auditor *a, const obx_config *c, conns *k) {
     retention_cfg_of(c, k->cons, k->n, who, false, 0, &rc);
     obx__ret_result res;
     memset(&res, 0, sizeof res);
-    obx_err e = purge_paced(k->s, &rc, obx__wall_ms(), c->purge_max_rate, a->v, &res);
+    obx_err e = purge_paced(k->s, &rc, obx__st_now_ms(k->s), c->purge_max_rate, a->v, &res);
     pthread_mutex_lock(&a->mu);
     a->purge_runs++;
     a->retained += res.retained;

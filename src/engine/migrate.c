@@ -1177,7 +1177,7 @@ obx_err obx_migrate(obx_store *s, const char *broker_url, const char *const *pro
     }
     json_t *res = NULL;
     size_t refused = 0;
-    err = obx__migrate(&e, obx__wall_ms(), &req, &res, &refused);
+    err = obx__migrate(&e, obx__st_now_ms(s), &req, &res, &refused);
     obx__br_close(b);
     if (err) return err;
     char msg[1024];

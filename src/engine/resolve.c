@@ -565,7 +565,7 @@ obx_err obx_resolve(obx_store *s, const obx_resolve_request *r, char **out, size
     if (accept && r->consumer && (r->topic || r->payload_digest || r->attempt_id))
         return obx__fail(OBX_EINVAL, "consumer: evidence comes from the consumer's inbox or from "
                                      "the broker, not both");
-    int64_t now = obx__wall_ms();
+    int64_t now = obx__st_now_ms(s);
     obx__critical crit;
     memset(&crit, 0, sizeof crit);
     if (accept && r->consumer) {

@@ -206,6 +206,6 @@ obx_err obx_takeover(obx_store *s, const obx_takeover_request *r, char **out) {
                              .who = who,
                              .dry_run = r->dry_run != 0};
     json_t *j;
-    if ((e = obx__takeover(s, obx__wall_ms(), &req, &j))) return e;
+    if ((e = obx__takeover(s, obx__st_now_ms(s), &req, &j))) return e;
     return obx__json_out(j, out);
 }

@@ -515,3 +515,11 @@ obx_err obx_store_create_roles(obx_store *s, const char *prefix) {
     if (e) return e;
     return s->m->create_roles(s, prefix);
 }
+
+int64_t obx__st_now_ms(obx__store *s) {
+    int64_t t0 = obx__mono_ms(), server = 0;
+    if (s && s->m->server_ms && !s->m->server_ms(s, &server))
+        obx__ref_sync(server, t0, obx__mono_ms());
+    obx__clear_error(); /* a failed read is not the command's error */
+    return obx__ref_ms();
+}

@@ -1102,6 +1102,14 @@ OBX__STORE_OPTIONAL(OBX__ST_DECLARE_HAS)
 #undef OBX__ST_DECLARE
 #undef OBX__ST_DECLARE_HAS
 
+/* The time an operator's command decides on (docs/design.md, "One clock"): where the store has
+ * a server clock, it is read now and the process's reference clock synchronised with it
+ * (obx__ref_sync), so that `obx migrate`'s quiet times, `obx takeover`'s lease expiry and
+ * `obx resolve`'s and retention's decisions are the database server's time, not the
+ * operator's host clock; else (SQLite, one host) the reference clock as it is. A failed read
+ * keeps the last synchronisation. */
+int64_t obx__st_now_ms(obx__store *s);
+
 /* the backend's name ("sqlite", "postgres") */
 const char *obx__st_name(const obx__store *s);
 /* Opens the backend for url (secret references expanded here, at the connection, and nowhere
