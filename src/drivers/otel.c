@@ -504,18 +504,23 @@ static int64_t mono_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The CLOCK_MONOTONIC time ms from now: the deadline of a wait on o->cv (monotonic). */
+static struct timespec mono_after(int64_t ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t ns = ts.tv_nsec + (ms % 1000) * 1000000;
+    ts.tv_sec += (time_t)(ms / 1000 + ns / 1000000000);
+    ts.tv_nsec = ns % 1000000000;
+    return ts;
+}
+
 #ifdef OBX_WITH_OTEL
 /* Waits ms (the exporter's back-off) unless the exporter is stopping; true when it is. */
 static bool pause_unless_stopping(obx_otel *o, int64_t ms) {
     int64_t until = mono_ms() + ms;
     pthread_mutex_lock(&o->mu);
     while (!o->stop && mono_ms() < until) {
-        int64_t left = until - mono_ms();
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        int64_t ns = ts.tv_nsec + (left % 1000) * 1000000;
-        ts.tv_sec += (time_t)(left / 1000 + ns / 1000000000);
-        ts.tv_nsec = ns % 1000000000;
+        struct timespec ts = mono_after(until - mono_ms());
         pthread_cond_timedwait(&o->cv, &o->mu, &ts);
     }
     bool stop = o->stop;
@@ -580,11 +585,7 @@ static void *exporter_main(void *arg) {
     for (;;) {
         if (o->stop && !stop_by) stop_by = mono_ms() + o->timeout_ms;
         if (!o->stop && o->n < BATCH_MAX) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            int64_t ns = ts.tv_nsec + (o->interval_ms % 1000) * 1000000;
-            ts.tv_sec += o->interval_ms / 1000 + ns / 1000000000;
-            ts.tv_nsec = ns % 1000000000;
+            struct timespec ts = mono_after(o->interval_ms);
             pthread_cond_timedwait(&o->cv, &o->mu, &ts);
         }
         if (!o->n && o->stop) break;

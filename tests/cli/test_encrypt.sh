@@ -55,15 +55,8 @@ case $mode in
     ;;
   kafka)
     kmock=${3:-$(dirname "$OBX")/bench/chaos_kmock}
-    [[ -x $kmock ]] || { echo "FAIL: $kmock not built" >&2; exit 1; }
-    mkfifo "$T/kin"
-    exec 7<>"$T/kin"
-    "$kmock" --brokers 1 --topic orders:2 <&7 >"$T/kout" 2>"$T/kmock.log" &
-    pids+=($!)
-    disown $! # killed at the end without a word from the shell
-    for _ in $(seq 100); do grep -q '^bootstraps ' "$T/kout" 2>/dev/null && break; sleep 0.05; done
-    boot=$(sed -n 's/^bootstraps //p' "$T/kout")
-    [[ -n $boot ]] || fail "the Kafka mock did not start"
+    source "$(dirname "$0")/../support/kmock.sh"
+    kmock_start "$kmock"
     cluster=kafka-enc topic=orders source_=orders
     relay_broker="kafka://$boot?cluster=$cluster" consume_broker=$relay_broker
     ;;
