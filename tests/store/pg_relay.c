@@ -439,7 +439,7 @@ static int trace_round_trips(const char *trace, size_t len) {
 }
 
 /* A relay transaction sends its BEGIN and planner settings with its first statement, in one
- * pipeline (pg_store.c, pend), and its COMMIT with its write set (held; obx._ws_fail): a
+ * pipeline (pg_conn.c, pend), and its COMMIT with its write set (held; obx._ws_fail): a
  * claim is 2 round trips (BEGIN + settings + claim, the writes + COMMIT) where it was 5, then 3,
  * an acceptance 2 where it was 5, then 4, then 3 (its attempts and events in one pipeline:
  * load_slots), and a transaction that sends nothing costs none. Counted

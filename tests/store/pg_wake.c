@@ -249,7 +249,7 @@ static void arm_relay(fx *f, obx_store *relay) {
 }
 
 /* The read end of a pipe nothing is written to: a wait for work that also watches it polls the
- * connection's socket instead of waiting in the server (pg_store.c, server_wait), and producers,
+ * connection's socket instead of waiting in the server (pg_wake.c, server_wait), and producers,
  * which cannot name a relay outside a statement, wake it with a NOTIFY. A test that asserts that
  * nothing woke the relay waits so: a wait in the server may also end when PostgreSQL sets the
  * backend's latch for its own reasons (a catch-up signal of the notification queue, which other
@@ -534,7 +534,7 @@ void test_latch_wake(void **state) {
 }
 
 /* The producers' NOTIFY only while a relay of the event's cluster waits (NOTIFY_EXPR in
- * pg_store.c, the wake lock): none without one, none while the relay is in a backlog (its claim
+ * pg_sql.c, the wake lock): none without one, none while the relay is in a backlog (its claim
  * took a whole batch), and no wake-up lost to the race between a producer that tested the lock
  * before the relay took it and the relay going to sleep. */
 void test_wake_lock(void **state) {
