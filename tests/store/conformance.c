@@ -9,7 +9,8 @@
  * the cluster registry, receipt sources, consume receipts as evidence
  * and held events; any envelope generation as it was frozen; and the producer's methods
  * (route_get_txid, insert_event_audit, enqueue_write) and the write set, which every backend
- * implements (one engine path per operation).
+ * implements (one engine path per operation); and a producer process killed between its business
+ * row and its enqueue, before its COMMIT and after it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,11 +24,15 @@
 #include "engine/engine.h"
 #include "store/conformance.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static store_factory factory;
+static const store_app *app;
 
 typedef struct cx {
     obx__store *s;
@@ -1682,8 +1687,74 @@ static void test_series(void **state) {
     obx__series_rows_free(rows, n);
 }
 
-int store_conformance_run(const char *label, store_factory f) {
+/* ---- a producer killed at each point of its transaction ---------------------------------------
+ * A process of its own (store_app) begins, writes a business row, enqueues, commits, and is
+ * killed with SIGKILL at one point: before the COMMIT nothing of either is left, after it both.
+ */
+
+enum kill_point { KILL_BETWEEN_INSERTS, KILL_BEFORE_COMMIT, KILL_AFTER_COMMIT };
+
+static _Noreturn void producer_child(enum kill_point kp) {
+    void *conn = app->connect();
+    obx_store *s;
+    if (!conn || app->wrap(conn, &s)) _exit(3);
+    if (app->exec(conn, "BEGIN") || app->exec(conn, "INSERT INTO conf_orders VALUES ('o-k', 1)"))
+        _exit(4);
+    if (kp == KILL_BETWEEN_INSERTS) raise(SIGKILL);
+    obx_event ev = obx_t_order_event("o-k", "{\"k\":1}");
+    obx_enqueue_result res;
+    if (obx_enqueue(s, &ev, &res)) _exit(5);
+    if (kp == KILL_BEFORE_COMMIT) raise(SIGKILL);
+    if (app->exec(conn, "COMMIT")) _exit(6);
+    raise(SIGKILL);
+    _exit(7);
+}
+
+static void kill_producer_at(enum kill_point kp) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) producer_child(kp);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status)); /* an _exit(n) names the step that failed */
+    assert_int_equal(WTERMSIG(status), SIGKILL);
+}
+
+/* rows of the business table and of the outbox tables, in that order */
+static void producer_rows(void *conn, long long n[3]) {
+    char sql[128];
+    n[0] = app->count(conn, "SELECT count(*) FROM conf_orders");
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %sobx_event WHERE state = 'PENDING'",
+             app->prefix);
+    n[1] = app->count(conn, sql);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %sobx_envelope", app->prefix);
+    n[2] = app->count(conn, sql);
+}
+
+static void test_kill_producer(void **state) {
+    cx *c = *state;
+    obx_route r = {.event_type = "order.created.v2", .cluster = "local", .topic = "orders"};
+    OK(obx_route_set(c->s, &r, NULL));
+    void *conn = app->connect();
+    assert_non_null(conn);
+    assert_int_equal(app->exec(conn, "CREATE TABLE conf_orders (id TEXT PRIMARY KEY, n INTEGER)"),
+                     0);
+    long long n[3];
+    kill_producer_at(KILL_BETWEEN_INSERTS);
+    producer_rows(conn, n);
+    assert_true(n[0] == 0 && n[1] == 0 && n[2] == 0);
+    kill_producer_at(KILL_BEFORE_COMMIT);
+    producer_rows(conn, n);
+    assert_true(n[0] == 0 && n[1] == 0 && n[2] == 0);
+    kill_producer_at(KILL_AFTER_COMMIT);
+    producer_rows(conn, n);
+    assert_true(n[0] == 1 && n[1] == 1 && n[2] == 1);
+    app->close(conn);
+}
+
+int store_conformance_run(const char *label, store_factory f, const store_app *a) {
     factory = f;
+    app = a;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_init_and_routes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_roundtrip, setup, teardown),
@@ -1703,6 +1774,7 @@ int store_conformance_run(const char *label, store_factory f) {
         cmocka_unit_test_setup_teardown(test_envelope_at, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_ends_columns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_series, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kill_producer, setup, teardown),
     };
     return _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
 }

@@ -45,14 +45,40 @@ int new_db(char *db, const char *options) {
     return ok ? 0 : -1;
 }
 
+static char factory_url[1200]; /* the database pg_factory made last (pg_app) */
+
 obx_err pg_factory(obx__store **out) {
-    char db[64], url[1200];
+    char db[64];
     if (new_db(db, NULL)) return obx__fail(OBX_ESTORE, "cannot create a test database");
-    db_url(db, "", url, sizeof url);
-    obx_err e = obx__st_open(url, out);
+    db_url(db, "", factory_url, sizeof factory_url);
+    obx_err e = obx__st_open(factory_url, out);
     if (!e) e = obx_store_init(*out);
     return e;
 }
+
+/* ---- an application's connection to pg_factory's last database (the conformance suite) ------ */
+
+static void *app_connect(void) {
+    PGconn *c = PQconnectdb(factory_url);
+    if (PQstatus(c) == CONNECTION_OK) return c;
+    PQfinish(c);
+    return NULL;
+}
+
+static obx_err app_wrap(void *conn, obx_store **out) { return obx_store_wrap_pg(conn, out); }
+
+static int app_exec(void *conn, const char *sql) {
+    PGresult *r = PQexec(conn, sql);
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+    PQclear(r);
+    return ok ? 0 : -1;
+}
+
+static long long app_count(void *conn, const char *sql) { return qint(conn, sql); }
+
+static void app_close(void *conn) { PQfinish(conn); }
+
+const store_app pg_app = {"obx.", app_connect, app_wrap, app_exec, app_count, app_close};
 
 PGconn *connect_url(const char *url) { return obx_t_pg_connect(url); }
 

@@ -300,50 +300,6 @@ void test_enqueue_server_fault(void **state) {
     assert_int_equal(runs_of(f->conn, TRY_TRIP), 3);
 }
 
-enum kill_point { KILL_BETWEEN_INSERTS, KILL_BEFORE_COMMIT, KILL_AFTER_COMMIT };
-
-/* A child process connects, begins, writes the business row, enqueues (or not), and is killed
- * with SIGKILL at the given point. */
-static void child_and_kill(fx *f, enum kill_point kp) {
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        PGconn *c = PQconnectdb(f->url);
-        obx_store *s;
-        if (PQstatus(c) != CONNECTION_OK || obx_store_wrap_pg(c, &s)) _exit(3);
-        PQclear(PQexec(c, "BEGIN"));
-        PQclear(PQexec(c, "INSERT INTO orders VALUES ('o-k', 1)"));
-        if (kp == KILL_BETWEEN_INSERTS) raise(SIGKILL);
-        obx_event ev = order_event("o-k", "{\"k\":1}");
-        obx_enqueue_result res;
-        if (obx_enqueue(s, &ev, &res)) _exit(5);
-        if (kp == KILL_BEFORE_COMMIT) raise(SIGKILL);
-        PGresult *r = PQexec(c, "COMMIT");
-        if (PQresultStatus(r) != PGRES_COMMAND_OK) _exit(6);
-        raise(SIGKILL);
-        _exit(7);
-    }
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFSIGNALED(status));
-    assert_int_equal(WTERMSIG(status), SIGKILL);
-}
-
-void test_kill_producer(void **state) {
-    fx *f = *state;
-    child_and_kill(f, KILL_BETWEEN_INSERTS);
-    assert_int_equal(qint(f->conn, "SELECT count(*) FROM orders"), 0);
-    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 0);
-    child_and_kill(f, KILL_BEFORE_COMMIT);
-    assert_int_equal(qint(f->conn, "SELECT count(*) FROM orders"), 0);
-    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event"), 0);
-    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_envelope"), 0);
-    child_and_kill(f, KILL_AFTER_COMMIT);
-    assert_int_equal(qint(f->conn, "SELECT count(*) FROM orders"), 1);
-    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event WHERE state='PENDING'"), 1);
-    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_envelope"), 1);
-}
-
 /* ---- frozen data ------------------------------------------------------------------------------
  */
 

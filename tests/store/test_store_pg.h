@@ -63,6 +63,7 @@ void db_url(const char *db, const char *extra, char *out, size_t cap);
 void admin_exec(const char *sql);
 int new_db(char *db, const char *options);
 obx_err pg_factory(obx__store **out);
+extern const store_app pg_app; /* the application's side of pg_factory's last database */
 PGconn *connect_url(const char *url);
 void exec_ok(PGconn *c, const char *sql);
 long long qint(PGconn *c, const char *sql);
@@ -87,7 +88,6 @@ obx_err business_enqueue(fx *f, const char *order_id, const char *key, char id[3
 void lock_every_bucket(PGconn *holder);
 void test_enqueue_one_round_trip(void **state);
 void test_enqueue_server_fault(void **state);
-void test_kill_producer(void **state);
 void test_newer_schema_refused(void **state);
 void test_read_only(void **state);
 void test_frozen(void **state);

@@ -1,8 +1,8 @@
 /*
  * test_store_sqlite.c — the SQLite store as a producer sees it: business rows and the envelope
- * commit together, roll back together, and a process killed between the two inserts leaves
- * neither; idempotency keys; frozen data; schema versions; and every bad-input case leaves no
- * row behind.
+ * commit together and roll back together (a producer process killed at each point of its
+ * transaction: the conformance suite); idempotency keys; frozen data; schema versions; and every
+ * bad-input case leaves no row behind.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,12 +16,10 @@
 #include "store/conformance.h"
 #include "store/shared.h"
 
-#include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 typedef struct fx {
@@ -108,55 +106,6 @@ static void test_rollback_together(void **state) {
     assert_int_equal(count(f->db, "SELECT count(*) FROM obx_event"), 0);
     assert_int_equal(count(f->db, "SELECT count(*) FROM obx_envelope"), 0);
     assert_int_equal(count(f->db, "SELECT count(*) FROM obx_audit"), 0);
-}
-
-/* A child process opens its own connection, begins, writes the business row, enqueues (or
- * not), and is killed with SIGKILL at the given point. */
-enum kill_point { KILL_BETWEEN_INSERTS, KILL_BEFORE_COMMIT, KILL_AFTER_COMMIT };
-
-static void child_and_kill(fx *f, enum kill_point kp) {
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        sqlite3 *db;
-        obx_store *s;
-        if (sqlite3_open(f->path, &db) != SQLITE_OK) _exit(3);
-        sqlite3_busy_timeout(db, 5000);
-        if (obx_store_wrap_sqlite(db, &s)) _exit(4);
-        sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
-        sqlite3_exec(db, "INSERT INTO orders VALUES ('o-k', 1)", NULL, NULL, NULL);
-        if (kp == KILL_BETWEEN_INSERTS) raise(SIGKILL);
-        obx_event ev = order_event("o-k", "{\"k\":1}");
-        obx_enqueue_result res;
-        if (obx_enqueue(s, &ev, &res)) _exit(5);
-        if (kp == KILL_BEFORE_COMMIT) raise(SIGKILL);
-        sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-        raise(SIGKILL);
-        _exit(6);
-    }
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFSIGNALED(status));
-    assert_int_equal(WTERMSIG(status), SIGKILL);
-}
-
-static void test_kill_between_inserts(void **state) {
-    fx *f = *state;
-    child_and_kill(f, KILL_BETWEEN_INSERTS);
-    assert_int_equal(count(f->db, "SELECT count(*) FROM orders"), 0);
-    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_event"), 0);
-    child_and_kill(f, KILL_BEFORE_COMMIT);
-    assert_int_equal(count(f->db, "SELECT count(*) FROM orders"), 0);
-    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_event"), 0);
-    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_envelope"), 0);
-}
-
-static void test_kill_after_commit(void **state) {
-    fx *f = *state;
-    child_and_kill(f, KILL_AFTER_COMMIT);
-    assert_int_equal(count(f->db, "SELECT count(*) FROM orders"), 1);
-    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_event WHERE state='PENDING'"), 1);
-    assert_int_equal(count(f->db, "SELECT count(*) FROM obx_envelope"), 1);
 }
 
 static void test_idempotency_key(void **state) {
@@ -611,6 +560,31 @@ static obx_err sqlite_factory(obx__store **out) {
     return obx_t_sqlite_store(conf_dir, "c", &conf_n, out);
 }
 
+/* an application's connection to sqlite_factory's last database (the conformance suite) */
+static void *app_connect(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/c%d.db", conf_dir, conf_n);
+    sqlite3 *db;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+        sqlite3_close(db);
+        return NULL;
+    }
+    sqlite3_busy_timeout(db, 5000);
+    return db;
+}
+
+static obx_err app_wrap(void *conn, obx_store **out) { return obx_store_wrap_sqlite(conn, out); }
+
+static int app_exec(void *conn, const char *sql) {
+    return sqlite3_exec(conn, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+}
+
+static long long app_count(void *conn, const char *sql) { return count(conn, sql); }
+
+static void app_close(void *conn) { sqlite3_close(conn); }
+
+static const store_app sqlite_app = {"", app_connect, app_wrap, app_exec, app_count, app_close};
+
 /* ---- the claim's cost does not grow with the backlog ----------------------------------------- */
 
 static int count_vm(void *arg) {
@@ -717,13 +691,11 @@ static void test_no_reprepare(void **state) {
 
 int main(void) {
     if (obx_t_tmpdir(conf_dir, sizeof conf_dir, "conf")) return 1;
-    int failed = store_conformance_run("store conformance: sqlite", sqlite_factory);
+    int failed = store_conformance_run("store conformance: sqlite", sqlite_factory, &sqlite_app);
     if (obx_t_rmdir(conf_dir)) failed++;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_commit_together, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rollback_together, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_kill_between_inserts, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_kill_after_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotency_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_frozen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_digests_recomputable, setup, teardown),
