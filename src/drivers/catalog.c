@@ -79,25 +79,30 @@ static void fold(const char *s, char *out, size_t cap) {
     out[k] = '\0';
 }
 
-/* Optimal string alignment distance (Damerau-Levenshtein with adjacent transpositions). */
+/* Optimal string alignment distance (Damerau-Levenshtein with adjacent transpositions), on
+ * three rows of the table (i - 2, i - 1, i) on the stack. Not a thread-local table: static TLS
+ * is allocated and zeroed in every thread of the process, librdkafka's too, and a 257 x 257
+ * table cost each of a relay's 25 threads 516 KiB of resident memory. */
 static size_t distance(const char *a, const char *b) {
     size_t n = strlen(a), m = strlen(b);
     if (n > 255 || m > 255) return 999;
-    static __thread size_t d[257][257];
-    for (size_t i = 0; i <= n; i++) d[i][0] = i;
-    for (size_t j = 0; j <= m; j++) d[0][j] = j;
-    for (size_t i = 1; i <= n; i++)
+    size_t rows[3][257];
+    for (size_t j = 0; j <= m; j++) rows[0][j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        size_t *cur = rows[i % 3], *up = rows[(i - 1) % 3], *up2 = rows[(i + 1) % 3];
+        cur[0] = i;
         for (size_t j = 1; j <= m; j++) {
             size_t cost = a[i - 1] != b[j - 1];
-            size_t x = d[i - 1][j] + 1, y = d[i][j - 1] + 1, z = d[i - 1][j - 1] + cost;
+            size_t x = up[j] + 1, y = cur[j - 1] + 1, z = up[j - 1] + cost;
             size_t best = x < y ? x : y;
             if (z < best) best = z;
             if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-                d[i - 2][j - 2] + 1 < best)
-                best = d[i - 2][j - 2] + 1;
-            d[i][j] = best;
+                up2[j - 2] + 1 < best)
+                best = up2[j - 2] + 1;
+            cur[j] = best;
         }
-    return d[n][m];
+    }
+    return rows[n % 3][m];
 }
 
 typedef enum { SAME, UNRELATED, SPELLING, VERSION } kinship;
