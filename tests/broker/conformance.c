@@ -362,12 +362,12 @@ static void test_consume_redeliver_order(void **state) {
 int broker_conformance_run(const broker_env *env) {
     E = env;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_identity_and_partitions, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_send_receipts, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_lookup, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_scan, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_consume, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_consume_redeliver_order, setup, teardown),
+        OBX_T_CASE(test_identity_and_partitions),
+        OBX_T_CASE(test_send_receipts),
+        OBX_T_CASE(test_lookup),
+        OBX_T_CASE(test_scan),
+        OBX_T_CASE(test_consume),
+        OBX_T_CASE(test_consume_redeliver_order),
     };
     return _cmocka_run_group_tests(env->label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
 }

@@ -310,14 +310,14 @@ int engine_delay_run(const char *label, store_factory f) {
     factory = f;
     if (obx_t_tmpdir(tmpdir, sizeof tmpdir, "delay")) return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_delay_not_claimed_before_time, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_delay_frozen_in_digest, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_delay_orders_key, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_delay_unordered_route, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cancel_before_claim, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cancel_after_claim_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_delay_bad_input, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_delay_kept_by_migration, setup, teardown),
+        OBX_T_CASE(test_delay_not_claimed_before_time),
+        OBX_T_CASE(test_delay_frozen_in_digest),
+        OBX_T_CASE(test_delay_orders_key),
+        OBX_T_CASE(test_delay_unordered_route),
+        OBX_T_CASE(test_cancel_before_claim),
+        OBX_T_CASE(test_cancel_after_claim_refused),
+        OBX_T_CASE(test_delay_bad_input),
+        OBX_T_CASE(test_delay_kept_by_migration),
     };
     int failed = cmocka_run_group_tests_name(label, tests, NULL, NULL);
     if (obx_t_rmdir(tmpdir)) failed++;

@@ -1277,14 +1277,14 @@ int engine_migration_run(const char *label, store_factory f) {
                                         teardown),
         cmocka_unit_test_setup_teardown(test_migrate_refused_unqueryable_then_proven, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_late_old_generation_ack_quarantined, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_route_revision_during_backlog, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_delivery_set_all, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_delivery_set_any, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_delivery_rule_decides_delivered, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_add_target_is_a_migration, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_alias_switch_mid_stream, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_shadow_reports_planted_differences, setup, teardown),
+        OBX_T_CASE(test_late_old_generation_ack_quarantined),
+        OBX_T_CASE(test_route_revision_during_backlog),
+        OBX_T_CASE(test_delivery_set_all),
+        OBX_T_CASE(test_delivery_set_any),
+        OBX_T_CASE(test_delivery_rule_decides_delivered),
+        OBX_T_CASE(test_add_target_is_a_migration),
+        OBX_T_CASE(test_alias_switch_mid_stream),
+        OBX_T_CASE(test_shadow_reports_planted_differences),
     };
     int failed = _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
     if (obx_t_rmdir(tmpdir)) failed++;

@@ -683,12 +683,12 @@ static void test_kit_bad_specs(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_histogram),
-        cmocka_unit_test_setup_teardown(test_stats_cache, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_consumer_lag, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_status_and_trace, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_metrics_render, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dispatchers_below_backlog, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_no_claim_after_partial_batch, setup, teardown),
+        OBX_T_CASE(test_stats_cache),
+        OBX_T_CASE(test_consumer_lag),
+        OBX_T_CASE(test_status_and_trace),
+        OBX_T_CASE(test_metrics_render),
+        OBX_T_CASE(test_dispatchers_below_backlog),
+        OBX_T_CASE(test_no_claim_after_partial_batch),
         cmocka_unit_test(test_config_redaction),
         cmocka_unit_test(test_kit_good),
         cmocka_unit_test(test_kit_broken),

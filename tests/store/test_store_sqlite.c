@@ -694,20 +694,20 @@ int main(void) {
     int failed = store_conformance_run("store conformance: sqlite", sqlite_factory, &sqlite_app);
     if (obx_t_rmdir(conf_dir)) failed++;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_commit_together, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rollback_together, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_idempotency_key, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_frozen, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_digests_recomputable, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_read_only, setup, teardown),
+        OBX_T_CASE(test_commit_together),
+        OBX_T_CASE(test_rollback_together),
+        OBX_T_CASE(test_idempotency_key),
+        OBX_T_CASE(test_frozen),
+        OBX_T_CASE(test_digests_recomputable),
+        OBX_T_CASE(test_bad_input),
+        OBX_T_CASE(test_schema_versions),
+        OBX_T_CASE(test_read_only),
         cmocka_unit_test(test_migrate_runner),
-        cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_payload_rehashed_before_send, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_route_contract_checked, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_claim_cost_flat, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_no_reprepare, setup, teardown),
+        OBX_T_CASE(test_routes),
+        OBX_T_CASE(test_payload_rehashed_before_send),
+        OBX_T_CASE(test_route_contract_checked),
+        OBX_T_CASE(test_claim_cost_flat),
+        OBX_T_CASE(test_no_reprepare),
     };
     return cmocka_run_group_tests(tests, NULL, NULL) + failed;
 }

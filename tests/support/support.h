@@ -3,6 +3,7 @@
  * private temp folders, the virtual clock's start. Include it after <cmocka.h>.
  *
  * Contracts:
+ *   OBX_T_CASE(f)  a cmocka table row: test f between the suite's own setup() and teardown().
  *   OK(x)      x is an obx_err expression; anything but OBX_OK fails the running test with the
  *              expression, the error's name and obx_errmsg().
  *   a folder made by obx_t_tmpdir is the caller's: obx_t_rmdir removes it and all it holds.
@@ -18,6 +19,8 @@
         obx_err e_ = (x);                                                                          \
         if (e_ != OBX_OK) fail_msg("%s: %s: %s", #x, obx_errname(e_), obx_errmsg());               \
     } while (0)
+
+#define OBX_T_CASE(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 /* 2100-01-01 in ms: a test's virtual clock starts here (backends compare deadlines with
  * max(now, wall), so a virtual "now" ahead of the wall clock rules). */
