@@ -160,13 +160,8 @@ chmod 600 "$dir/token"
   --set relay.reconcile_ms=50 --set relay.recheck_ms=100 --set relay.poll_ms=20 \
   --set relay.drain_ms=200 >"$dir/web.log" 2>&1 &
 relay_pid=$!
-port=
-for _ in $(seq 100); do
-  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$dir/web.log" | grep -o '[0-9]*$' || true)
-  [[ -n $port ]] && break
-  sleep 0.05
-done
-[[ -n $port ]] || fail "no HTTP port: $(cat "$dir/web.log")"
+port=$(http_addr "$dir/web.log") || fail "no HTTP port: $(cat "$dir/web.log")"
+port=${port##*:}
 metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v k="$1" '$1 == k { print $2 }'; }
 for _ in $(seq 100); do [[ $(metric obx_unknown_held_events) == 1 ]] && break; sleep 0.1; done
 [[ $(metric obx_unknown_held_events) == 1 ]] || fail "/metrics: obx_unknown_held_events is not 1"

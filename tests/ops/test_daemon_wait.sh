@@ -119,12 +119,7 @@ chmod +x "$T/handler.sh"
   --consumer waiter --exec "$T/handler.sh" "${consume_args[@]}" >"$T/consume.log" 2>&1 &
 consumer=$!
 pids+=($consumer)
-for _ in $(seq 100); do
-  http=$(grep -o 'listening on http://[0-9.:]*' "$T/relay.log" | head -1 | sed 's|.*http://||') || true
-  [[ -n $http ]] && break
-  sleep 0.05
-done
-[[ -n $http ]] || fail "the relay's HTTP server did not start while it waits"
+http=$(http_addr "$T/relay.log") || fail "the relay's HTTP server did not start while it waits"
 sleep 4 # several tries of every thread (back-off 100..800 ms)
 alive "$relay" "obx relay"
 alive "$consumer" "obx consume"

@@ -12,14 +12,9 @@ db=sqlite:$dir/outbox.db
 cdb=sqlite:$dir/consumer.db
 mkdir -p "$dir/b"
 broker="log:$dir/b/broker.db"
-"$OBX" init --db "$db" >/dev/null
 "$OBX" init --db "$cdb" >/dev/null
-"$OBX" route set order.created.v1 --db "$db" --cluster local --topic orders >/dev/null
 N=40
-for ((i = 0; i < N; i++)); do
-  printf '{"order":%d}' "$i" | "$OBX" enqueue --db "$db" --type order.created.v1 \
-    --aggregate "order/o-$i@1" --tenant t1 --correlation-id "c-$i" >/dev/null
-done
+orders "$db" $N || fail "the outbox"
 token=tok-$(od -An -tx1 -N12 /dev/urandom | tr -d ' \n')
 printf '%s\n' "$token" >"$dir/token"
 chmod 600 "$dir/token"
@@ -31,14 +26,8 @@ start_relay() { # LOGNAME BROKER [ARGS...]; sets $port and $relay_pid
     --set relay.reconcile_ms=50 --set relay.recheck_ms=50 --set relay.drain_ms=300 "$@" >"$log" 2>&1 &
   relay_pid=$!
   pids+=("$relay_pid")
-  port=
-  for _ in $(seq 100); do
-    port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$' || true)
-    [[ -n $port ]] && break
-    kill -0 "$relay_pid" 2>/dev/null || fail "relay exited: $(cat "$log")"
-    sleep 0.05
-  done
-  [[ -n $port ]] || fail "no HTTP port in $log"
+  port=$(http_addr "$log" 5 "$relay_pid") || fail "no HTTP port in $log: $(cat "$log")"
+  port=${port##*:}
 }
 code() { curl -s -o "$dir/body" -w '%{http_code}' "$@"; }
 metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v k="$1" '$1 == k { print $2 }'; }
@@ -170,7 +159,7 @@ head -c 20000 /dev/zero | tr '\0' 'a' >"$dir/big"
   fail "oversized body"
 ev=$("$OBX" status --db "$db" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["total"])')
 [[ $ev == $((N + 1)) ]] || fail "status total $ev"
-some=$("$OBX" trace --db "$db" --correlation c-1 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["events"][0]["event_id"])')
+some=$("$OBX" trace --db "$db" --correlation corr-1 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["events"][0]["event_id"])')
 [[ $(code -X POST -H "Authorization: Bearer $token" "$base/api/requeue" -d "{\"event_id\":\"$some\"}") == 409 ]] ||
   fail "requeue of a PUBLISHED event: $(cat "$dir/body")"
 grep -q 'only PARKED events' "$dir/body" || fail "409 body: $(cat "$dir/body")"

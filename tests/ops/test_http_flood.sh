@@ -16,12 +16,7 @@ set -euo pipefail
 OBX=${1:?usage: test_http_flood.sh OBX [sqlite|pg]}
 mode=${2:-sqlite}
 source "$(dirname "$0")/../support/prologue.sh" flood
-cleanup() {
-  [[ $mode == pg && -n ${db:-} ]] && pg_drop_db "$db"
-}
-on_exit cleanup
 ulimit -n 16384 || fail "cannot raise RLIMIT_NOFILE"
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
 # timed URL — prints "<http code> <ms>"
 timed() {
   local t0 code
@@ -54,13 +49,7 @@ server_conns() {
   ss -Htn state established "( sport = :$port )" | awk -v a="$1" '$4 ~ "^"a":" {n++} END {print n+0}'
 }
 
-if [[ $mode == pg ]]; then
-  # shellcheck source=../e2e/pgdb.sh
-  source "$(dirname "$0")/../e2e/pgdb.sh"
-  db=$(pg_fresh_db) || fail "no PostgreSQL database"
-else
-  db=sqlite:$T/o.db
-fi
+use_store "$mode" || fail "no PostgreSQL database"
 "$OBX" init --db "$db" >/dev/null
 printf 'tok-%s\n' "$(od -An -tx1 -N12 /dev/urandom | tr -d ' \n')" >"$T/token"
 chmod 644 "$T/token" # readable by group and others: refused
@@ -68,12 +57,8 @@ chmod 644 "$T/token" # readable by group and others: refused
   >"$T/relay.log" 2>&1 &
 relay=$!
 pids+=($relay)
-for _ in $(seq 100); do
-  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$T/relay.log" | head -1 | sed 's/.*://') || true
-  [[ -n $port ]] && break
-  sleep 0.05
-done
-[[ -n $port ]] || fail "no HTTP server"
+port=$(http_addr "$T/relay.log") || fail "no HTTP server"
+port=${port##*:}
 base=http://127.0.0.1:$port
 for _ in $(seq 100); do [[ $(timed "$base/readyz" | cut -d' ' -f1) == 200 ]] && break; sleep 0.1; done
 

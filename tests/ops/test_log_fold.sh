@@ -29,20 +29,9 @@ run() {
     >"$T/$name.log" 2>&1 &
   local r=$!
   pids+=($r)
-  local http=
-  for _ in $(seq 100); do
-    http=$(grep -o 'listening on http://[0-9.:]*' "$T/$name.log" | head -1 | sed 's|.*http://||') || true
-    [[ -n $http ]] && break
-    sleep 0.05
-  done
-  [[ -n $http ]] || fail "$name: no HTTP server"
-  local pub=0
-  for _ in $(seq 600); do
-    pub=$("$OBX" status --db "$db" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["states"].get("PUBLISHED", 0))')
-    [[ $pub == "$n" ]] && break
-    sleep 0.1
-  done
-  [[ $pub == "$n" ]] || fail "$name: $pub of $n published"
+  local http pub
+  http=$(http_addr "$T/$name.log") || fail "$name: no HTTP server"
+  pub=$(wait_published "$db" "$n" 60) || fail "$name: $pub of $n published"
   sleep 1.2 # the last window ends; its count comes from the relay's loop
   curl -s "http://$http/metrics" >"$T/$name.metrics"
   kill -TERM $r

@@ -53,13 +53,8 @@ run "$OBX" status --db "postgres://obx:$SECRET@127.0.0.1:1/x"
 grep -q 'obx:\*\*\*@127.0.0.1:1' "$out" || fail "the store URL is not shown redacted"
 
 # ---- a relay that works, with a critical consumer whose URL carries the password ----
-"$OBX" init --db "$db" >/dev/null
-"$OBX" route set order.created.v1 --db "$db" --cluster local --topic orders >/dev/null
 N=30
-for ((i = 0; i < N; i++)); do
-  printf '{"order":%d}' "$i" | "$OBX" enqueue --db "$db" --type order.created.v1 \
-    --aggregate "order/o-$i@1" --tenant t1 --correlation-id "corr-$i" >/dev/null
-done
+orders "$db" $N || fail "the outbox"
 printf '%s-token-for-http\n' "$SECRET" >"$dir/token"
 chmod 600 "$dir/token"
 cons="proj=postgres://obx:$SECRET@127.0.0.1:1/consumer"
@@ -70,13 +65,8 @@ cons="proj=postgres://obx:$SECRET@127.0.0.1:1/consumer"
   --set audit.critical_consumers="$cons" >"$dir/relay.json" 2>&1 &
 pids+=($!)
 relay=$!
-port=
-for _ in $(seq 100); do
-  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$dir/relay.json" | grep -o '[0-9]*$' || true)
-  [[ -n $port ]] && break
-  sleep 0.05
-done
-[[ -n $port ]] || fail "relay did not start: $(cat "$dir/relay.json")"
+port=$(http_addr "$dir/relay.json") || fail "relay did not start: $(cat "$dir/relay.json")"
+port=${port##*:}
 for _ in $(seq 200); do
   pub=$(curl -s "http://127.0.0.1:$port/api/status" | python3 -c 'import json,sys; print(json.load(sys.stdin)["states"]["PUBLISHED"])')
   [[ $pub == "$N" ]] && break

@@ -16,14 +16,7 @@
 set -euo pipefail
 OBX=${1:?usage: test_otel.sh OBX}
 here=$(cd "$(dirname "$0")" && pwd)
-dir=$(mktemp -d /tmp/obx-otel-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]:-}"; do [[ -n $p ]] && { { kill -9 "$p" && wait "$p"; } 2>/dev/null || true; }; done
-  [[ -n ${KEEP:-} ]] && echo "kept $dir" || rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$here/../support/prologue.sh" otel
 db=sqlite:$dir/outbox.db
 cdb=sqlite:$dir/consumer.db
 broker=log:$dir/broker.db
@@ -222,13 +215,8 @@ done
   --set otel.endpoint="$ep" --set otel.queue_max=4 --set otel.export_interval_ms=50 \
   --set otel.timeout_ms=500 >"$dir/r2.log" 2>&1 &
 pids+=($!)
-port=
-for _ in $(seq 100); do
-  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$dir/r2.log" | grep -o '[0-9]*$' || true)
-  [[ -n $port ]] && break
-  sleep 0.05
-done
-[[ -n $port ]] || fail "no HTTP port: $(cat "$dir/r2.log")"
+port=$(http_addr "$dir/r2.log") || fail "no HTTP port: $(cat "$dir/r2.log")"
+port=${port##*:}
 metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v k="$1" '$1 == k { print $2 }'; }
 for _ in $(seq 100); do
   [[ $(metric obx_outbox_published_total) == $((N + 4)) ]] && break
@@ -266,12 +254,8 @@ done
   --set otel.endpoint="http://127.0.0.1:$(cat "$dir/port503")" --set otel.export_interval_ms=50 \
   >"$dir/r4.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do
-  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$dir/r4.log" | grep -o '[0-9]*$' || true)
-  [[ -n $port ]] && break
-  sleep 0.05
-done
-[[ -n $port ]] || fail "no HTTP port: $(cat "$dir/r4.log")"
+port=$(http_addr "$dir/r4.log") || fail "no HTTP port: $(cat "$dir/r4.log")"
+port=${port##*:}
 for _ in $(seq 150); do
   (($(metric obx_otel_spans_exported_total) >= 3)) && break
   sleep 0.1

@@ -14,22 +14,11 @@ set -euo pipefail
 OBX=${1:?usage: test_series_restart.sh OBX [sqlite|pg]}
 mode=${2:-sqlite}
 source "$(dirname "$0")/../support/prologue.sh" series
-cleanup() {
-  [[ $mode == pg && -n ${db:-} ]] && pg_drop_db "$db"
-}
-on_exit cleanup
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
 sql() {
-  if [[ $mode == pg ]]; then psql "$db" -Atqc "$1"; else sqlite3 "$T/o.db" "$1"; fi
+  if [[ $mode == pg ]]; then psql "$db" -Atqc "$1"; else sqlite3 "${db#sqlite:}" "$1"; fi
 }
 
-if [[ $mode == pg ]]; then
-  # shellcheck source=../e2e/pgdb.sh
-  source "$(dirname "$0")/../e2e/pgdb.sh"
-  db=$(pg_fresh_db) || fail "no PostgreSQL database"
-else
-  db=sqlite:$T/o.db
-fi
+use_store "$mode" || fail "no PostgreSQL database"
 cdb=sqlite:$T/c.db
 "$OBX" init --db "$db" >/dev/null
 "$OBX" init --db "$cdb" >/dev/null
@@ -42,14 +31,9 @@ start_relay() {
     --set audit.critical_consumers=proj="$cdb" >"$T/$1.log" 2>&1 &
   relay=$!
   pids+=($relay)
-  local port=
-  for _ in $(seq 200); do
-    port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$T/$1.log" | head -1 | sed 's/.*://') || true
-    [[ -n $port ]] && break
-    sleep 0.05
-  done
-  [[ -n $port ]] || fail "relay $1 did not start its HTTP server"
-  base=http://127.0.0.1:$port
+  local port
+  port=$(http_addr "$T/$1.log" 10) || fail "relay $1 did not start its HTTP server"
+  base=http://${port}
 }
 
 # 1. samples of a burst

@@ -13,6 +13,15 @@
 #   now_ms        the wall clock in ms
 #   js EXPR       prints python's EXPR over the JSON document on stdin (named d)
 #   wait_for SECONDS CMD...   runs CMD every 0.1 s until it succeeds; returns 1 after SECONDS
+#   http_addr LOG [SECONDS [PID]]   waits up to SECONDS (5) for a daemon's "listening on
+#                 http://HOST:PORT" line in LOG and prints HOST:PORT; returns 1 when none came in
+#                 time or, PID given, when that process has exited
+#   orders DB N   obx init, a route for order.created.v1 (cluster local, topic orders) and N
+#                 events {"order":i} of aggregate order/o-i@1, tenant t1, correlation ID corr-i
+#                 (i = 0..N-1); returns 1 when a command fails
+#   published DB  prints how many events of DB are PUBLISHED (obx status --json, with $OBX)
+#   wait_published DB N [SECONDS]   waits up to SECONDS (10) until N events of DB are PUBLISHED;
+#                 when they are not, prints how many are and returns 1
 #   check NAME STATUS REGEX -- CMD...   runs CMD (output into $T/out); fails unless it exits
 #                 with STATUS and its stdout+stderr match REGEX (grep -E); prints "ok: NAME"
 # KEEP=1 in the environment keeps $T.
@@ -58,6 +67,36 @@ wait_for() {
     (($(date +%s) >= until)) && return 1
     sleep 0.1
   done
+}
+http_addr() {
+  local log=$1 n=$((${2:-5} * 20)) pid=${3:-} a i
+  for ((i = 0; i < n; i++)); do
+    a=$(grep -o 'listening on http://[0-9.:]*' "$log" 2>/dev/null | head -1 | sed 's|.*http://||') || true
+    [[ -n $a ]] && { echo "$a"; return 0; }
+    [[ -n $pid ]] && ! kill -0 "$pid" 2>/dev/null && return 1
+    sleep 0.05
+  done
+  return 1
+}
+orders() {
+  local i
+  "$OBX" init --db "$1" >/dev/null || return 1
+  "$OBX" route set order.created.v1 --db "$1" --cluster local --topic orders >/dev/null || return 1
+  for ((i = 0; i < $2; i++)); do
+    printf '{"order":%d}' "$i" | "$OBX" enqueue --db "$1" --type order.created.v1 \
+      --aggregate "order/o-$i@1" --tenant t1 --correlation-id "corr-$i" >/dev/null || return 1
+  done
+}
+published() { "$OBX" status --db "$1" --json | js 'd["states"].get("PUBLISHED", 0)'; }
+wait_published() {
+  local i pub
+  for ((i = 0; i < ${3:-10} * 10; i++)); do
+    pub=$(published "$1")
+    [[ $pub == "$2" ]] && return 0
+    sleep 0.1
+  done
+  echo "$pub"
+  return 1
 }
 check() {
   local name=$1 want=$2 pat=$3
