@@ -4,17 +4,9 @@
 set -u
 OBX=${1:?usage: test_cli.sh path/to/obx}
 source "$(dirname "$0")/../support/prologue.sh" cli
+source "$(dirname "$0")/../support/expect.sh"
 cd "$dir"
-check() { # check NAME EXPECTED_RC NEEDLE -- command...
-  local name=$1 want=$2 needle=$3; shift 4
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [[ $rc -ne $want ]] || [[ -n $needle && $out != *"$needle"* ]]; then
-    echo "FAIL $name: rc=$rc (want $want), output: $out"; fails=$((fails + 1))
-  else
-    echo "ok   $name"
-  fi
-}
+check() { t_run "$@"; } # check NAME EXPECTED_RC NEEDLE -- command...: counted, goes on
 db=sqlite:$dir/o.db
 check "init" 0 "migrated from version 0 to 1" -- "$OBX" init --db "$db"
 check "init again" 0 "is current" -- "$OBX" init --db "$db"

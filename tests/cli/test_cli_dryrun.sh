@@ -19,12 +19,7 @@ cd "$dir"
 
 mkdir ro
 db=sqlite:$dir/ro/o.db
-"$OBX" init --db "$db" >/dev/null || bad "init"
-"$OBX" route set order.created.v1 --db "$db" --cluster local --topic orders >/dev/null 2>&1 || bad "route set"
-for i in 1 2 3; do
-  echo "{\"order\":$i}" | "$OBX" enqueue --db "$db" --type order.created.v1 \
-    --aggregate "order/o-$i@1" --tenant tenant-7 >/dev/null || bad "enqueue $i"
-done
+three_orders "$db"
 id=$(sqlite3 "$dir/ro/o.db" "SELECT event_id FROM obx_event ORDER BY seq LIMIT 1")
 "$OBX" route set order.created.v1 --db "$db" --cluster local --topic orders-2 >/dev/null 2>&1 || bad "route set 2"
 chmod 0444 ro/*

@@ -8,23 +8,13 @@
 set -u
 OBX=$(realpath "${1:?usage: test_cli_exit.sh path/to/obx}")
 source "$(dirname "$0")/../support/prologue.sh" exit
+source "$(dirname "$0")/../support/expect.sh"
 cd "$dir"
 declare -A seen
-# t CMD WANT NEEDLE -- command...: the exit status, and NEEDLE in stdout+stderr
+# t CMD WANT NEEDLE -- command...: the exit status, and NEEDLE in stdout+stderr; CMD has a case
 t() {
-  local cmd=$1 want=$2 needle=$3
-  shift 4
-  local out rc
-  out=$(timeout 60 "$@" 2>&1 </dev/null)
-  rc=$?
-  seen[$cmd]+="$want"
-  if [[ $rc -ne $want ]] || [[ -n $needle && $out != *"$needle"* ]]; then
-    echo "FAIL $cmd: exit $rc (want $want) for: ${*:2}"
-    echo "     output: ${out:0:600}"
-    fails=$((fails + 1))
-  else
-    echo "ok   $cmd $want: ${*:2}"
-  fi
+  seen[$1]+="$2"
+  t_run "$1 $2: ${*:6}" "${@:2}"
 }
 db=sqlite:$dir/o.db
 cons=sqlite:$dir/c.db

@@ -6,18 +6,13 @@
 set -u
 OBX=${1:?usage: test_cli_hardening.sh path/to/obx}
 source "$(dirname "$0")/../support/prologue.sh" clih
+source "$(dirname "$0")/../support/expect.sh"
 cd "$dir"
-check() { # check NAME EXPECTED_RC NEEDLE -- command...
-  local name=$1 want=$2 needle=$3; shift 4
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [[ $rc -ne $want ]] || [[ -n $needle && $out != *"$needle"* ]]; then
-    echo "FAIL $name: rc=$rc (want $want), output: $out"; fails=$((fails + 1))
-  elif [[ $out == *$'\e'* ]]; then
-    echo "FAIL $name: an escape byte reached the terminal: $out"; fails=$((fails + 1))
-  else
-    echo "ok   $name"
-  fi
+# check NAME EXPECTED_RC NEEDLE -- command...: counted, goes on; no escape byte may reach the
+# terminal either
+check() {
+  t_run "$@"
+  [[ $t_out != *$'\e'* ]] || bad "$1: an escape byte reached the terminal: $t_out"
 }
 events() { sqlite3 "$dir/o.db" "select count(*) from obx_event"; }
 db=sqlite:$dir/o.db

@@ -28,12 +28,7 @@ as() { python3 -c 'import sys, urllib.parse as u
 p = u.urlsplit(sys.argv[1]); h = p.netloc.split("@")[-1]
 print(u.urlunsplit((p.scheme, sys.argv[2] + "@" + h, p.path, p.query, "")))' "$db" "$1"; }
 
-"$OBX" init --db "$db" >/dev/null || bad "init"
-"$OBX" route set order.created.v1 --db "$db" --cluster local --topic orders >/dev/null 2>&1 || bad "route set"
-for i in 1 2 3; do
-  echo "{\"order\":$i}" | "$OBX" enqueue --db "$db" --type order.created.v1 \
-    --aggregate "order/o-$i@1" --tenant tenant-7 >/dev/null || bad "enqueue $i"
-done
+three_orders "$db"
 id=$(psql "$db" -Atc "SELECT event_id FROM obx.obx_event ORDER BY seq LIMIT 1")
 "$OBX" route set order.created.v1 --db "$db" --cluster local --topic orders-2 >/dev/null 2>&1 || bad "route set 2"
 psql "$db" -q -v ON_ERROR_STOP=1 <<SQL || bad "roles"

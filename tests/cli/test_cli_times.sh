@@ -9,16 +9,8 @@
 # and charts: tests/e2e/test_dashboard.py.)
 set -u
 OBX=$(realpath "${1:?usage: test_cli_times.sh OBX}")
-dir=$(mktemp -d /tmp/obx-times-XXXXXX)
-relay=
-cleanup() {
-  [[ -n $relay ]] && kill "$relay" 2>/dev/null && wait "$relay" 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/../support/prologue.sh" times # dir, pids, bad, fails, http_addr
 cd "$dir"
-fails=0
-bad() { echo "FAIL $*"; fails=$((fails + 1)); }
 LEGACY=""
 
 timeout 300 "$OBX" demo --events 30 --lease-ms 300 --dir "$dir/d" >/dev/null 2>&1 || bad "the demo failed"
@@ -69,14 +61,9 @@ text "purge --dry-run" any -- "$OBX" purge --dry-run --db "$db" --consumer "$con
 "$OBX" relay --db "$db" --broker "log:$dir/d/broker.db" --http 127.0.0.1:0 \
   --set audit.critical_consumers="$cons" --set http.series_interval_ms=100 \
   --set relay.drain_ms=100 >relay.log 2>&1 &
-relay=$!
-port=
-for _ in $(seq 100); do
-  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' relay.log | grep -o '[0-9]*$')
-  [[ -n $port ]] && break
-  sleep 0.05
-done
-[[ -n $port ]] || bad "the relay's HTTP server did not start: $(cat relay.log)"
+pids+=($!)
+port=$(http_addr relay.log) || bad "the relay's HTTP server did not start: $(cat relay.log)"
+port=${port##*:}
 sleep 0.5
 {
   curl -s "http://127.0.0.1:$port/api/status"

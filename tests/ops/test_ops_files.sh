@@ -11,14 +11,7 @@ set -euo pipefail
 OBX=${1:?usage: test_ops_files.sh OBX}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 ops=$root/docs/ops
-dir=$(mktemp -d /tmp/obx-opsfiles-XXXXXX)
-relay=
-cleanup() {
-  [[ -n $relay ]] && kill "$relay" 2>/dev/null && wait "$relay" 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/../support/prologue.sh" opsfiles # dir, pids, fail, http_addr
 command -v promtool >/dev/null || fail "promtool not found (scripts/deps.sh test installs Debian's prometheus)"
 
 promtool check rules "$ops/alerts.yml" >"$dir/check.out" 2>&1 || { cat "$dir/check.out"; fail "promtool check rules"; }
@@ -57,14 +50,9 @@ db=sqlite:$dir/o.db cdb=sqlite:$dir/c.db
 printf '{"order":1}' | "$OBX" enqueue --db "$db" --type order.created.v1 --aggregate order/o-1@1 --tenant t1 >/dev/null
 "$OBX" relay --db "$db" --broker "log:$dir/b.db" --http 127.0.0.1:0 \
   --set audit.critical_consumers="proj=$cdb" >"$dir/relay.log" 2>&1 &
-relay=$!
-port=
-for _ in $(seq 200); do
-  port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$dir/relay.log")
-  [[ -n $port ]] && break
-  sleep 0.05
-done
-[[ -n $port ]] || fail "relay did not listen: $(cat "$dir/relay.log")"
+pids+=($!)
+port=$(http_addr "$dir/relay.log" 10) || fail "relay did not listen: $(cat "$dir/relay.log")"
+port=${port##*:}
 curl -sf "http://127.0.0.1:$port/metrics" >"$dir/metrics.txt" || fail "scrape"
 sed -n 's/^# TYPE \([a-z_0-9]*\) \([a-z]*\)$/\1 \2/p' "$dir/metrics.txt" | sort -u >"$dir/families"
 { grep -v '^ *#' "$ops/alerts.yml" | grep -o 'obx_[a-z0-9_]*' || true; grep -o 'obx_[a-z0-9_]*' "$dir/exprs.txt" || true; } |
