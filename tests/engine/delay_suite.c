@@ -40,16 +40,11 @@ typedef struct fx {
 static int setup(void **state) {
     fx *f = calloc(1, sizeof *f);
     char url[256];
-    if (!f || factory(&f->s) != OBX_OK) {
-        fprintf(stderr, "factory: %s\n", obx_errmsg());
+    if (!f || obx_t_factory(factory, &f->s)) {
         free(f);
         return -1;
     }
-    snprintf(url, sizeof url, "log:%s/b%d.db?seed=11&cluster=local", tmpdir, ++nfiles);
-    if (obx__br_open(url, NULL, 0, &f->b)) {
-        fprintf(stderr, "broker: %s\n", obx_errmsg());
-        return -1;
-    }
+    if (obx_t_log_broker(url, sizeof url, tmpdir, ++nfiles, 11, &f->b)) return -1;
     f->now = OBX_T_NOW;
     obx__engine_cfg c;
     obx__engine_cfg_defaults(&c);
@@ -306,20 +301,18 @@ static void test_delay_kept_by_migration(void **state) {
     assert_int_equal(ev(f, d).state, OBX__ST_PUBLISHED);
 }
 
+static const struct CMUnitTest tests[] = {
+    OBX_T_CASE(test_delay_not_claimed_before_time),
+    OBX_T_CASE(test_delay_frozen_in_digest),
+    OBX_T_CASE(test_delay_orders_key),
+    OBX_T_CASE(test_delay_unordered_route),
+    OBX_T_CASE(test_cancel_before_claim),
+    OBX_T_CASE(test_cancel_after_claim_refused),
+    OBX_T_CASE(test_delay_bad_input),
+    OBX_T_CASE(test_delay_kept_by_migration),
+};
+
 int engine_delay_run(const char *label, store_factory f) {
     factory = f;
-    if (obx_t_tmpdir(tmpdir, sizeof tmpdir, "delay")) return 1;
-    const struct CMUnitTest tests[] = {
-        OBX_T_CASE(test_delay_not_claimed_before_time),
-        OBX_T_CASE(test_delay_frozen_in_digest),
-        OBX_T_CASE(test_delay_orders_key),
-        OBX_T_CASE(test_delay_unordered_route),
-        OBX_T_CASE(test_cancel_before_claim),
-        OBX_T_CASE(test_cancel_after_claim_refused),
-        OBX_T_CASE(test_delay_bad_input),
-        OBX_T_CASE(test_delay_kept_by_migration),
-    };
-    int failed = cmocka_run_group_tests_name(label, tests, NULL, NULL);
-    if (obx_t_rmdir(tmpdir)) failed++;
-    return failed;
+    return OBX_T_RUN_IN_TMPDIR(label, tests, tmpdir, "delay");
 }

@@ -39,18 +39,13 @@ typedef struct fx {
 
 static int setup(void **state) {
     fx *f = calloc(1, sizeof *f);
-    if (factory(&f->s) != OBX_OK) {
-        fprintf(stderr, "factory: %s\n", obx_errmsg());
+    if (obx_t_factory(factory, &f->s)) {
         free(f);
         return -1;
     }
-    snprintf(f->broker_url, sizeof f->broker_url, "log:%s/b%d.db?seed=11&cluster=local", tmpdir,
-             ++nfiles);
-    if (obx__br_open(f->broker_url, NULL, 0, &f->b) ||
-        obx__br_open(f->broker_url, NULL, 0, &f->b2)) {
-        fprintf(stderr, "broker: %s\n", obx_errmsg());
+    if (obx_t_log_broker(f->broker_url, sizeof f->broker_url, tmpdir, ++nfiles, 11, &f->b) ||
+        obx_t_log_broker(f->broker_url, sizeof f->broker_url, tmpdir, nfiles, 11, &f->b2))
         return -1;
-    }
     f->now = OBX_T_NOW;
     *state = f;
     return 0;
@@ -537,14 +532,8 @@ static void test_quarantine(void **state) {
     size_t sent;
     OK(obx__engine_dispatch(&da, f->now, &sent));
     obx__event_row r = ev(f, a);
-    obx__outcome good = {
-        .kind = OBX__OUT_ACK, .envelope_gen = 1, .partition = r.pinned_partition, .offset = 0};
-    strcpy(good.event_id, a);
-    strcpy(good.attempt_id, r.attempt_id);
-    strcpy(good.payload_digest, r.env.payload_digest);
-    strcpy(good.dest_digest, r.dest_digest);
-    strcpy(good.cluster, "local");
-    strcpy(good.topic, "orders");
+    obx__outcome good = obx_t_ack(a, r.attempt_id, r.env.payload_digest, r.dest_digest, "orders",
+                                  r.pinned_partition, 0);
     obx__outcome bad[5];
     for (int i = 0; i < 5; i++) bad[i] = good;
     bad[0].payload_digest[10] ^= 1;                              /* payload differs */
@@ -585,13 +574,8 @@ static void test_contradicting_ack(void **state) {
     OK(obx__engine_dispatch(&da, f->now, &sent));
     obx__event_row r = ev(f, a);
     poll_all(&da, f->now);
-    obx__outcome ack = {.kind = OBX__OUT_ACK, .envelope_gen = 1, .partition = r.pinned_partition};
-    strcpy(ack.event_id, a);
-    strcpy(ack.attempt_id, r.attempt_id);
-    strcpy(ack.payload_digest, r.env.payload_digest);
-    strcpy(ack.dest_digest, r.dest_digest);
-    strcpy(ack.cluster, "local");
-    strcpy(ack.topic, "orders");
+    obx__outcome ack = obx_t_ack(a, r.attempt_id, r.env.payload_digest, r.dest_digest, "orders",
+                                 r.pinned_partition, 0);
     obx__receipt_kind k;
     OK(obx__accept_receipts(&da, f->now, &ack, 1, &k));
     assert_int_equal(k, OBX__RK_QUARANTINED);
@@ -1657,42 +1641,40 @@ static void test_rejection_while_reconciling(void **state) {
     assert_int_equal(audit(f, a, OBX__ST_RECONCILING, OBX__ST_PARKED, "rejection counts"), 1);
 }
 
+static const struct CMUnitTest tests[] = {
+    OBX_T_CASE(test_happy_path),
+    OBX_T_CASE(test_claim_expiry_then_late_old_ack),
+    OBX_T_CASE(test_stale_claim_cannot_send),
+    OBX_T_CASE(test_unknown_racing_retry_claim),
+    OBX_T_CASE(test_both_attempts_acked),
+    OBX_T_CASE(test_acceptance_rolled_back),
+    OBX_T_CASE(test_not_found_same_partition_retry),
+    OBX_T_CASE(test_frozen_sender_after_deadline),
+    OBX_T_CASE(test_cannot_tell_stays_unknown),
+    OBX_T_CASE(test_rejection_backoff_park_requeue),
+    OBX_T_CASE(test_quarantine),
+    OBX_T_CASE(test_contradicting_ack),
+    OBX_T_CASE(test_order_per_key),
+    OBX_T_CASE(test_release_on_shutdown),
+    OBX_T_CASE(test_kill_before_commit),
+    OBX_T_CASE(test_duplicated_reordered_deliveries),
+    OBX_T_CASE(test_consumer_commit_lost_ack),
+    OBX_T_CASE(test_inbox_poison_and_redrive),
+    OBX_T_CASE(test_inbox_contract_tenant_digest),
+    OBX_T_CASE(test_inbox_corrupt_copy_first),
+    OBX_T_CASE(test_inbox_retry_backoff),
+    OBX_T_CASE(test_consumer_loop_redelivers_failed_last),
+    OBX_T_CASE(test_consumer_redeliver_fails),
+    OBX_T_CASE(test_unknown_policy_retry_after_quiet),
+    OBX_T_CASE(test_consumer_evidence),
+    OBX_T_CASE(test_operator_resolution),
+    OBX_T_CASE(test_lookup_hashes_the_body),
+    OBX_T_CASE(test_operator_acceptance_checked),
+    OBX_T_CASE(test_late_rejection_counts),
+    OBX_T_CASE(test_rejection_while_reconciling),
+};
+
 int engine_fault_run(const char *label, store_factory f) {
     factory = f;
-    if (obx_t_tmpdir(tmpdir, sizeof tmpdir, "fault")) return 1;
-    const struct CMUnitTest tests[] = {
-        OBX_T_CASE(test_happy_path),
-        OBX_T_CASE(test_claim_expiry_then_late_old_ack),
-        OBX_T_CASE(test_stale_claim_cannot_send),
-        OBX_T_CASE(test_unknown_racing_retry_claim),
-        OBX_T_CASE(test_both_attempts_acked),
-        OBX_T_CASE(test_acceptance_rolled_back),
-        OBX_T_CASE(test_not_found_same_partition_retry),
-        OBX_T_CASE(test_frozen_sender_after_deadline),
-        OBX_T_CASE(test_cannot_tell_stays_unknown),
-        OBX_T_CASE(test_rejection_backoff_park_requeue),
-        OBX_T_CASE(test_quarantine),
-        OBX_T_CASE(test_contradicting_ack),
-        OBX_T_CASE(test_order_per_key),
-        OBX_T_CASE(test_release_on_shutdown),
-        OBX_T_CASE(test_kill_before_commit),
-        OBX_T_CASE(test_duplicated_reordered_deliveries),
-        OBX_T_CASE(test_consumer_commit_lost_ack),
-        OBX_T_CASE(test_inbox_poison_and_redrive),
-        OBX_T_CASE(test_inbox_contract_tenant_digest),
-        OBX_T_CASE(test_inbox_corrupt_copy_first),
-        OBX_T_CASE(test_inbox_retry_backoff),
-        OBX_T_CASE(test_consumer_loop_redelivers_failed_last),
-        OBX_T_CASE(test_consumer_redeliver_fails),
-        OBX_T_CASE(test_unknown_policy_retry_after_quiet),
-        OBX_T_CASE(test_consumer_evidence),
-        OBX_T_CASE(test_operator_resolution),
-        OBX_T_CASE(test_lookup_hashes_the_body),
-        OBX_T_CASE(test_operator_acceptance_checked),
-        OBX_T_CASE(test_late_rejection_counts),
-        OBX_T_CASE(test_rejection_while_reconciling),
-    };
-    int failed = _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
-    if (obx_t_rmdir(tmpdir)) failed++;
-    return failed;
+    return OBX_T_RUN_IN_TMPDIR(label, tests, tmpdir, "fault");
 }

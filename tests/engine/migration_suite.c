@@ -39,8 +39,7 @@ typedef struct fx {
 
 static int setup(void **state) {
     fx *f = calloc(1, sizeof *f);
-    if (factory(&f->s) != OBX_OK) {
-        fprintf(stderr, "factory: %s\n", obx_errmsg());
+    if (obx_t_factory(factory, &f->s)) {
         free(f);
         return -1;
     }
@@ -546,19 +545,7 @@ static void consume(fx *f, cons *c, const char *url, const char *topic, int out[
     size_t n = 0;
     OK(b->m->consume_poll(b, 0, d, 64, &n));
     for (size_t i = 0; i < n; i++) {
-        obx_message m = {.event_id = d[i].env.event_id,
-                         .envelope_gen = d[i].env.envelope_gen,
-                         .event_type = d[i].env.event_type,
-                         .tenant = d[i].env.tenant,
-                         .aggregate_type = d[i].env.aggregate_type,
-                         .aggregate_id = d[i].env.aggregate_id,
-                         .payload_digest = d[i].env.payload_digest,
-                         .payload = d[i].payload,
-                         .payload_len = d[i].payload_len,
-                         .topic = d[i].topic,
-                         .partition = d[i].partition,
-                         .offset = d[i].offset,
-                         .header_error = d[i].header_error};
+        obx_message m = obx_t_message(&d[i]);
         obx_inbox_result r;
         OK(obx__inbox_process_at(c->in, &m, handler, c, NULL, f->now, 0, NULL, &r));
         out[r.outcome]++;
@@ -624,14 +611,8 @@ static void test_delivery_set_all(void **state) {
     assert_int_equal(receipts(f, s2.env.event_id, OBX__RK_PRIMARY, NULL), 0);
     /* rule 6 per target: slot 3's attempt carrying slot 1's destination digest */
     obx__event_row p3 = ev(f, s3.env.event_id);
-    obx__outcome bad = {
-        .kind = OBX__OUT_ACK, .envelope_gen = 1, .partition = p3.pinned_partition, .offset = 99};
-    strcpy(bad.event_id, a);
-    strcpy(bad.attempt_id, p3.primary_attempt_id);
-    strcpy(bad.payload_digest, p3.env.payload_digest);
-    strcpy(bad.dest_digest, s1.dest_digest);
-    strcpy(bad.cluster, "local");
-    strcpy(bad.topic, "audit");
+    obx__outcome bad = obx_t_ack(a, p3.primary_attempt_id, p3.env.payload_digest, s1.dest_digest,
+                                 "audit", p3.pinned_partition, 99);
     obx__receipt_kind k;
     OK(obx__accept_receipts(&dl, f->now, &bad, 1, &k));
     assert_int_equal(k, OBX__RK_QUARANTINED);
@@ -1269,24 +1250,20 @@ static void test_shadow_reports_planted_differences(void **state) {
     assert_non_null(strstr(obx_errmsg(), "feed line 1: partition: missing"));
 }
 
+static const struct CMUnitTest tests[] = {
+    OBX_T_CASE(test_migrate_refused_while_unknown_then_done),
+    OBX_T_CASE(test_migrate_refused_unqueryable_then_proven),
+    OBX_T_CASE(test_late_old_generation_ack_quarantined),
+    OBX_T_CASE(test_route_revision_during_backlog),
+    OBX_T_CASE(test_delivery_set_all),
+    OBX_T_CASE(test_delivery_set_any),
+    OBX_T_CASE(test_delivery_rule_decides_delivered),
+    OBX_T_CASE(test_add_target_is_a_migration),
+    OBX_T_CASE(test_alias_switch_mid_stream),
+    OBX_T_CASE(test_shadow_reports_planted_differences),
+};
+
 int engine_migration_run(const char *label, store_factory f) {
     factory = f;
-    if (obx_t_tmpdir(tmpdir, sizeof tmpdir, "mig")) return 1;
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_migrate_refused_while_unknown_then_done, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_migrate_refused_unqueryable_then_proven, setup,
-                                        teardown),
-        OBX_T_CASE(test_late_old_generation_ack_quarantined),
-        OBX_T_CASE(test_route_revision_during_backlog),
-        OBX_T_CASE(test_delivery_set_all),
-        OBX_T_CASE(test_delivery_set_any),
-        OBX_T_CASE(test_delivery_rule_decides_delivered),
-        OBX_T_CASE(test_add_target_is_a_migration),
-        OBX_T_CASE(test_alias_switch_mid_stream),
-        OBX_T_CASE(test_shadow_reports_planted_differences),
-    };
-    int failed = _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
-    if (obx_t_rmdir(tmpdir)) failed++;
-    return failed;
+    return OBX_T_RUN_IN_TMPDIR(label, tests, tmpdir, "mig");
 }

@@ -50,16 +50,10 @@ typedef struct fx {
 
 static int setup(void **state) {
     fx *f = calloc(1, sizeof *f);
-    if (!f || factory(&f->s) || factory(&f->cdb[0]) || factory(&f->cdb[1])) {
-        fprintf(stderr, "factory: %s\n", obx_errmsg());
+    if (!f || obx_t_factory(factory, &f->s) || obx_t_factory(factory, &f->cdb[0]) ||
+        obx_t_factory(factory, &f->cdb[1]) ||
+        obx_t_log_broker(f->broker_url, sizeof f->broker_url, tmpdir, ++nfiles, 7, &f->b))
         return -1;
-    }
-    snprintf(f->broker_url, sizeof f->broker_url, "log:%s/b%d.db?seed=7&cluster=local", tmpdir,
-             ++nfiles);
-    if (obx__br_open(f->broker_url, NULL, 0, &f->b)) {
-        fprintf(stderr, "broker: %s\n", obx_errmsg());
-        return -1;
-    }
     const char *names[] = {"projection", "ledger"};
     for (int i = 0; i < 2; i++) {
         strcpy(f->crit[i].id, names[i]);
@@ -276,21 +270,9 @@ static void consume_through_inbox(fx *f, int k) {
     size_t n = 0;
     OK(b->m->consume_poll(b, 0, d, 64, &n));
     for (size_t i = 0; i < n; i++) {
-        obx_message m = {.event_id = d[i].env.event_id,
-                         .envelope_gen = d[i].env.envelope_gen,
-                         .event_type = d[i].env.event_type,
-                         .tenant = d[i].env.tenant,
-                         .aggregate_type = d[i].env.aggregate_type,
-                         .aggregate_id = d[i].env.aggregate_id,
-                         .aggregate_version = d[i].env.aggregate_version,
-                         .occurred_at = d[i].env.occurred_at,
-                         .payload_digest = d[i].env.payload_digest,
-                         .payload = d[i].payload,
-                         .payload_len = d[i].payload_len,
-                         .topic = d[i].topic,
-                         .partition = d[i].partition,
-                         .offset = d[i].offset,
-                         .header_error = d[i].header_error};
+        obx_message m = obx_t_message(&d[i]);
+        m.aggregate_version = d[i].env.aggregate_version;
+        m.occurred_at = d[i].env.occurred_at;
         obx_inbox_result r;
         OK(obx__inbox_process_at(in, &m, project, NULL, NULL, f->now, 0, NULL, &r));
         assert_int_equal(r.outcome, OBX_INBOX_APPLIED);
@@ -479,14 +461,9 @@ static void test_audit_quarantines(void **state) {
     char ids[2][31];
     publish(f, 2, ids);
     obx__event_row r = ev(f, ids[0], 0);
-    obx__outcome bad = {.kind = OBX__OUT_ACK, .envelope_gen = 1, .partition = r.pinned_partition};
-    strcpy(bad.event_id, ids[0]);
-    strcpy(bad.attempt_id, r.primary_attempt_id);
-    strcpy(bad.payload_digest, r.env.payload_digest);
+    obx__outcome bad = obx_t_ack(ids[0], r.primary_attempt_id, r.env.payload_digest, r.dest_digest,
+                                 "orders", r.pinned_partition, 0);
     bad.payload_digest[12] ^= 1;
-    strcpy(bad.dest_digest, r.dest_digest);
-    strcpy(bad.cluster, "local");
-    strcpy(bad.topic, "orders");
     obx__engine e;
     engine(f, &e, "relay-a");
     obx__receipt_kind k;
@@ -605,17 +582,9 @@ static void test_purge_after_evidence(void **state) {
     obx__receipt_row *rc;
     size_t nrc;
     OK(f->s->m->load_receipts(f->s, ids[2], &rc, &nrc));
-    obx__outcome late = {.kind = OBX__OUT_ACK,
-                         .envelope_gen = 1,
-                         .partition = rc[0].partition,
-                         .offset = rc[0].offset};
+    obx__outcome late = obx_t_ack(ids[2], p.primary_attempt_id, p.env.payload_digest, p.dest_digest,
+                                  "orders", rc[0].partition, rc[0].offset);
     free(rc);
-    strcpy(late.event_id, ids[2]);
-    strcpy(late.attempt_id, p.primary_attempt_id);
-    strcpy(late.payload_digest, p.env.payload_digest);
-    strcpy(late.dest_digest, p.dest_digest);
-    strcpy(late.cluster, "local");
-    strcpy(late.topic, "orders");
     obx__engine e;
     engine(f, &e, "relay-b");
     obx__receipt_kind k;
@@ -1044,31 +1013,29 @@ static void test_mutation_purge_before_watermark(void **state) {
     assert_int_equal(ev(f, ids[0], 0).state, OBX__ST_PURGED);
 }
 
+static const struct CMUnitTest tests[] = {
+    OBX_T_CASE(test_audit_clean),
+    OBX_T_CASE(test_audit_pending_overdue),
+    OBX_T_CASE(test_audit_unconsumed),
+    OBX_T_CASE(test_audit_bypass),
+    OBX_T_CASE(test_audit_unknown_overdue),
+    OBX_T_CASE(test_audit_quarantines),
+    OBX_T_CASE(test_audit_parked),
+    OBX_T_CASE(test_purge_after_evidence),
+    OBX_T_CASE(test_purge_checks_evidence),
+    OBX_T_CASE(test_purge_replay_window),
+    OBX_T_CASE(test_purge_dry_run),
+    OBX_T_CASE(test_premature_purge_refused),
+    OBX_T_CASE(test_purge_watermark_gap_and_force),
+    OBX_T_CASE(test_purge_rechecks_evidence),
+    OBX_T_CASE(test_purge_batched),
+    OBX_T_CASE(test_purge_concurrent),
+    OBX_T_CASE(test_purge_needs_critical_consumers),
+    OBX_T_CASE(test_mutation_purge_before_watermark),
+};
+
 int retention_suite_run(const char *label, store_factory f, int many) {
     factory = f;
     if (many > 0) many_events = many;
-    if (obx_t_tmpdir(tmpdir, sizeof tmpdir, "ret")) return 1;
-    const struct CMUnitTest tests[] = {
-        OBX_T_CASE(test_audit_clean),
-        OBX_T_CASE(test_audit_pending_overdue),
-        OBX_T_CASE(test_audit_unconsumed),
-        OBX_T_CASE(test_audit_bypass),
-        OBX_T_CASE(test_audit_unknown_overdue),
-        OBX_T_CASE(test_audit_quarantines),
-        OBX_T_CASE(test_audit_parked),
-        OBX_T_CASE(test_purge_after_evidence),
-        OBX_T_CASE(test_purge_checks_evidence),
-        OBX_T_CASE(test_purge_replay_window),
-        OBX_T_CASE(test_purge_dry_run),
-        OBX_T_CASE(test_premature_purge_refused),
-        OBX_T_CASE(test_purge_watermark_gap_and_force),
-        OBX_T_CASE(test_purge_rechecks_evidence),
-        OBX_T_CASE(test_purge_batched),
-        OBX_T_CASE(test_purge_concurrent),
-        OBX_T_CASE(test_purge_needs_critical_consumers),
-        OBX_T_CASE(test_mutation_purge_before_watermark),
-    };
-    int failed = _cmocka_run_group_tests(label, tests, sizeof tests / sizeof tests[0], NULL, NULL);
-    if (obx_t_rmdir(tmpdir)) failed++;
-    return failed;
+    return OBX_T_RUN_IN_TMPDIR(label, tests, tmpdir, "ret");
 }

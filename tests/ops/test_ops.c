@@ -188,12 +188,7 @@ static void test_consumer_lag(void **state) {
         f->now += 10; /* published one after the other */
         move(f, ids[i], OBX__ST_PUBLISHED, NULL);
     }
-    obx_event ev = {.event_type = "payment.done.v1",
-                    .aggregate_type = "payment",
-                    .aggregate_id = "p-1",
-                    .tenant = "t1",
-                    .payload = "{}",
-                    .payload_len = 2};
+    obx_event ev = obx_t_event("payment.done.v1", "payment", "p-1", "t1", "{}");
     obx_enqueue_result er;
     OK(obx__enqueue_at(f->s, &ev, f->now, NULL, &er));
     strcpy(pay, er.event_id);

@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/engine_fx.h"
 #include "support/pg_fx.h"
 #include "support/support.h"
 
@@ -432,12 +433,7 @@ static void test_consumer_sees_only_its_tenants(void **st) {
     /* the relay cannot rewrite an envelope, not even as a new generation */
     obx_route rt = {.event_type = "order.created.v1", .cluster = "local", .topic = "orders"};
     OK(obx_route_set(os, &rt, NULL));
-    obx_event ev = {.event_type = "order.created.v1",
-                    .aggregate_type = "order",
-                    .aggregate_id = "o-1",
-                    .tenant = "tenant-a",
-                    .payload = "{\"total\":1}",
-                    .payload_len = 11};
+    obx_event ev = obx_t_event("order.created.v1", "order", "o-1", "tenant-a", "{\"total\":1}");
     obx_enqueue_result er;
     OK(obx_enqueue(os, &ev, &er));
     char forge[1024];

@@ -35,15 +35,21 @@ int64_t obx_t_route(obx__store *s, int64_t now, const char *type, const char *to
     return gen;
 }
 
-obx_event obx_t_order_event(const char *id, const char *payload) {
-    obx_event ev = {.event_type = "order.created.v2",
-                    .aggregate_type = "order",
-                    .aggregate_id = id,
-                    .aggregate_version = 1,
-                    .tenant = "tenant-7",
+obx_event obx_t_event(const char *type, const char *agg_type, const char *agg_id,
+                      const char *tenant, const char *payload) {
+    obx_event ev = {.event_type = type,
+                    .aggregate_type = agg_type,
+                    .aggregate_id = agg_id,
+                    .tenant = tenant,
                     .payload = payload,
-                    .payload_len = strlen(payload),
-                    .correlation_id = "corr-1"};
+                    .payload_len = strlen(payload)};
+    return ev;
+}
+
+obx_event obx_t_order_event(const char *id, const char *payload) {
+    obx_event ev = obx_t_event("order.created.v2", "order", id, "tenant-7", payload);
+    ev.aggregate_version = 1;
+    ev.correlation_id = "corr-1";
     return ev;
 }
 
@@ -54,14 +60,9 @@ void obx_t_enq(obx__store *s, int64_t now, const char *type, const char *agg, co
         snprintf(own, sizeof own, "{\"order\":\"%s\"}", agg);
         payload = own;
     }
-    obx_event ev = {.event_type = type,
-                    .aggregate_type = "order",
-                    .aggregate_id = agg,
-                    .aggregate_version = 1,
-                    .tenant = "t1",
-                    .payload = payload,
-                    .payload_len = strlen(payload),
-                    .correlation_id = corr};
+    obx_event ev = obx_t_event(type, "order", agg, "t1", payload);
+    ev.aggregate_version = 1;
+    ev.correlation_id = corr;
     obx_enqueue_result r;
     OK(obx__enqueue_at(s, &ev, now, NULL, &r));
     strcpy(id, r.event_id);
@@ -138,4 +139,47 @@ size_t obx_t_poll_all(obx__engine *e, int64_t now) {
         total += n;
     } while (n);
     return total;
+}
+
+obx__outcome obx_t_ack(const char *id, const char *attempt_id, const char *payload_digest,
+                       const char *dest_digest, const char *topic, int32_t partition,
+                       int64_t offset) {
+    obx__outcome o = {
+        .kind = OBX__OUT_ACK, .envelope_gen = 1, .partition = partition, .offset = offset};
+    snprintf(o.event_id, sizeof o.event_id, "%s", id);
+    snprintf(o.attempt_id, sizeof o.attempt_id, "%s", attempt_id);
+    snprintf(o.payload_digest, sizeof o.payload_digest, "%s", payload_digest);
+    snprintf(o.dest_digest, sizeof o.dest_digest, "%s", dest_digest);
+    snprintf(o.cluster, sizeof o.cluster, "local");
+    snprintf(o.topic, sizeof o.topic, "%s", topic);
+    return o;
+}
+
+obx_message obx_t_message(const obx__delivery *d) {
+    return (obx_message){.event_id = d->env.event_id,
+                         .envelope_gen = d->env.envelope_gen,
+                         .event_type = d->env.event_type,
+                         .tenant = d->env.tenant,
+                         .aggregate_type = d->env.aggregate_type,
+                         .aggregate_id = d->env.aggregate_id,
+                         .payload_digest = d->env.payload_digest,
+                         .payload = d->payload,
+                         .payload_len = d->payload_len,
+                         .topic = d->topic,
+                         .partition = d->partition,
+                         .offset = d->offset,
+                         .header_error = d->header_error};
+}
+
+int obx_t_factory(obx_err (*factory)(obx__store **), obx__store **s) {
+    if (factory(s) == OBX_OK) return 0;
+    fprintf(stderr, "factory: %s\n", obx_errmsg());
+    return -1;
+}
+
+int obx_t_log_broker(char *url, size_t size, const char *dir, int n, int seed, obx__broker **b) {
+    snprintf(url, size, "log:%s/b%d.db?seed=%d&cluster=local", dir, n, seed);
+    if (obx__br_open(url, NULL, 0, b) == OBX_OK) return 0;
+    fprintf(stderr, "broker: %s\n", obx_errmsg());
+    return -1;
 }

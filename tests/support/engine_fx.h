@@ -17,10 +17,22 @@
  * body. OBX_OK or the error. */
 obx_err obx_t_sqlite_store(const char *dir, const char *name, int *count, obx__store **out);
 
+/* For a cmocka setup: a store from factory into *s; on failure prints why and returns -1. */
+int obx_t_factory(obx_err (*factory)(obx__store **), obx__store **s);
+
+/* For a cmocka setup: url (size bytes) := the log broker "log:DIR/b<n>.db?seed=SEED&cluster=local",
+ * and a connection to it into *b; on failure prints why and returns -1. */
+int obx_t_log_broker(char *url, size_t size, const char *dir, int n, int seed, obx__broker **b);
+
 /* Sets route TYPE to cluster "local", topic TOPIC; blind: UNKNOWN policy "retry", else "hold".
  * alias may be NULL. The route's generation is returned. */
 int64_t obx_t_route(obx__store *s, int64_t now, const char *type, const char *topic, int blind,
                     int max_attempts, const char *alias);
+
+/* An event of TYPE for aggregate AGG_TYPE/AGG_ID of TENANT with PAYLOAD (a string, not
+ * copied); the other fields empty. */
+obx_event obx_t_event(const char *type, const char *agg_type, const char *agg_id,
+                      const char *tenant, const char *payload);
 
 /* An order.created.v2 event of aggregate order/ID (version 1, tenant tenant-7, correlation
  * corr-1) with PAYLOAD (a string, not copied). */
@@ -52,5 +64,16 @@ int obx_t_audit(obx__store *s, const char *id, int from, int to, const char *nee
 
 /* Polls e at now until nothing is left to apply; the number of outcomes applied. */
 size_t obx_t_poll_all(obx__engine *e, int64_t now);
+
+/* What the inbox gets of delivery d in these suites: the envelope's event ID, generation, type,
+ * tenant, aggregate and payload digest, the payload, the topic and position, the header error
+ * (not the version, times, attempt or destination digest: the caller adds what it needs). */
+obx_message obx_t_message(const obx__delivery *d);
+
+/* A broker's ACK (envelope generation 1) of attempt attempt_id of event id, at cluster "local",
+ * topic, partition, offset, carrying payload_digest and dest_digest. */
+obx__outcome obx_t_ack(const char *id, const char *attempt_id, const char *payload_digest,
+                       const char *dest_digest, const char *topic, int32_t partition,
+                       int64_t offset);
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * support.h — what every C test suite needs, written once (issue 47, item 5): the OK() check,
- * private temp folders, the virtual clock's start. Include it after <cmocka.h>.
+ * private temp folders, a cmocka group run with its folder, the virtual clock's start. Include
+ * it after <cmocka.h>.
  *
  * Contracts:
  *   OBX_T_CASE(f)  a cmocka table row: test f between the suite's own setup() and teardown().
@@ -32,5 +33,16 @@ int obx_t_tmpdir(char *dir, size_t size, const char *name);
 
 /* Removes dir and everything below it (rm -rf); 0 on success, -1 on failure. */
 int obx_t_rmdir(const char *dir);
+
+struct CMUnitTest;
+
+/* Runs the cmocka group tests[n] named label with a new folder (obx_t_tmpdir(dir, size, name),
+ * OUT) that its tests use, removed afterwards. Returns the count of failed tests, plus one if the
+ * folder could not be removed; 1 if it could not be made (nothing ran). */
+int obx_t_run_in_tmpdir(const char *label, const struct CMUnitTest *tests, size_t n, char *dir,
+                        size_t size, const char *name);
+/* The same for an array tests[] and a char array dir[]. */
+#define OBX_T_RUN_IN_TMPDIR(label, tests, dir, name)                                               \
+    obx_t_run_in_tmpdir(label, tests, sizeof tests / sizeof tests[0], dir, sizeof dir, name)
 
 #endif
