@@ -92,12 +92,7 @@ printf '{"order":"o-hangs"}' | "$OBX" enqueue --db "$db" --type order.created.v1
 "$OBX" relay --db "$db" --broker "$relay_broker" --set relay.poll_ms=20 --set relay.drain_ms=500 \
   >"$T/relay.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 400); do
-  n=$("$OBX" status --db "$db" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["states"]["PUBLISHED"])')
-  [[ $n == 15 ]] && break
-  sleep 0.05
-done
-[[ $n == 15 ]] || fail "relay published $n of 15"
+n=$(wait_published "$db" 15 20) || fail "relay published $n of 15"
 kill -TERM "${pids[-1]}"
 wait "${pids[-1]}" 2>/dev/null || true
 echo "ok: 15 events published to $mode"

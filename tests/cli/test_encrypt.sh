@@ -24,18 +24,8 @@
 set -euo pipefail
 OBX=${1:?usage: test_encrypt.sh OBX [log|amqp|kafka]}
 mode=${2:-log}
-T=$(mktemp -d /tmp/obx-enc-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$T"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$T"/*.log; do [[ -f $f ]] && { echo "---- $f" >&2; tail -20 "$f" >&2; }; done
-  exit 1
-}
+source "$(dirname "$0")/../support/prologue.sh" enc
+fail_tail=20
 db=sqlite:$T/o.db
 K1=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 K2=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
@@ -63,9 +53,6 @@ case $mode in
   *) echo "mode: log, amqp or kafka" >&2; exit 2 ;;
 esac
 
-published() {
-  "$OBX" status --db "$db" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["states"].get("PUBLISHED",0))'
-}
 relay_until() { # relay_until N KEYSPEC: runs the relay until N events are PUBLISHED
   local want=$1 spec=$2
   "$OBX" relay --db "$db" --broker "$relay_broker" --set relay.poll_ms=20 --set relay.drain_ms=300 \
@@ -73,7 +60,7 @@ relay_until() { # relay_until N KEYSPEC: runs the relay until N events are PUBLI
   pids+=($!)
   local n=0
   for _ in $(seq 300); do
-    n=$(published)
+    n=$(published "$db")
     [[ $n == "$want" ]] && break
     sleep 0.05
   done
@@ -137,13 +124,10 @@ enqueue 4
 "$OBX" relay --db "$db" --broker "$relay_broker" --set relay.poll_ms=20 --set relay.drain_ms=300 \
   --set "encryption.keys=\${file:$T/keys}" >>"$T/relay.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 200); do
-  p=$("$OBX" status --db "$db" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["states"].get("PARKED",0))')
-  [[ $p == 1 ]] && break
-  sleep 0.05
-done
+parked=0
+wait_state "$db" PARKED 1 >/dev/null || parked=$?
 kill -TERM "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
-[[ $p == 1 ]] || fail "the event sealed with k2 was not parked by a relay without k2"
+((parked == 0)) || fail "the event sealed with k2 was not parked by a relay without k2"
 "$OBX" inspect "$(tail -1 "$T/ids")" --db "$db" --json | grep -q "not in this relay's key ring" ||
   fail "the parked event does not say which key is missing"
 if [[ $mode == log ]]; then
@@ -239,7 +223,7 @@ if [[ $mode == log ]]; then
     --set relay.reconcile_ms=50 --set "encryption.keys=\${file:$T/keys}" >>"$T/relay.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 200); do
-    [[ $(published) == 1 && $(sqlite3 "$T/r.db" "SELECT count(*) FROM obx_receipt WHERE kind = 'QUARANTINED'") -ge 1 ]] && break
+    [[ $(published "$db") == 1 && $(sqlite3 "$T/r.db" "SELECT count(*) FROM obx_receipt WHERE kind = 'QUARANTINED'") -ge 1 ]] && break
     sleep 0.05
   done
   kill -TERM "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true

@@ -147,13 +147,11 @@ eid3=$(printf '{"order":3}' | "$OBX" enqueue --db "$db" --type order.created.v1 
 relay 1.5 "drop_ack=1&ack_timeout_ms=100" --set otel.endpoint="$ep"
 [[ $(state "$eid3") == PUBLISHED ]] || fail "not PUBLISHED after the lookup: $(state "$eid3")"
 sleep 0.3
-python3 - "$dir/spans.jsonl" "$eid3" "$TRACE" "$PARENT" <<'PY' || fail "the lookup's spans"
-import json, sys
+PYTHONPATH=$here python3 - "$dir/spans.jsonl" "$eid3" "$TRACE" "$PARENT" <<'PY' || fail "the lookup's spans"
+import sys
+from otlp_spans import attrs, load
 path, eid, trace, parent = sys.argv[1:]
-spans = [s for line in open(path) for rs in json.loads(line)["resourceSpans"]
-         for ss in rs["scopeSpans"] for s in ss["spans"]]
-def attrs(s):
-    return {a["key"]: a["value"].get("stringValue", a["value"].get("intValue")) for a in s["attributes"]}
+spans = load(path)
 mine = [(attrs(s)["messaging.operation.name"], attrs(s).get("obx.outcome"), s) for s in spans
         if attrs(s).get("obx.event_id") == eid]
 got = sorted((op, out) for op, out, _ in mine)
@@ -176,13 +174,11 @@ relay 1.5 "blackhole=1" --set relay.reconciler=false --set otel.endpoint="$ep"
 "$OBX" resolve "$eid4" --retry --who ops-anna --reason INC-7 --db "$db" --otel-endpoint "$ep" \
   >"$dir/resolve.log" 2>&1 || fail "obx resolve: $(cat "$dir/resolve.log")"
 sleep 0.3
-python3 - "$dir/spans.jsonl" "$eid4" "$TRACE" "$PARENT" <<'PY' || fail "the resolution's span"
-import json, sys
+PYTHONPATH=$here python3 - "$dir/spans.jsonl" "$eid4" "$TRACE" "$PARENT" <<'PY' || fail "the resolution's span"
+import sys
+from otlp_spans import attrs, load
 path, eid, trace, parent = sys.argv[1:]
-spans = [s for line in open(path) for rs in json.loads(line)["resourceSpans"]
-         for ss in rs["scopeSpans"] for s in ss["spans"]]
-def attrs(s):
-    return {a["key"]: a["value"].get("stringValue", a["value"].get("intValue")) for a in s["attributes"]}
+spans = load(path)
 mine = [s for s in spans if attrs(s).get("obx.event_id") == eid]
 sends = [s for s in mine if attrs(s)["messaging.operation.name"] == "send"]
 recs = [s for s in mine if attrs(s)["messaging.operation.name"] == "reconcile"]

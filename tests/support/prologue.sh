@@ -19,9 +19,11 @@
 #   orders DB N   obx init, a route for order.created.v1 (cluster local, topic orders) and N
 #                 events {"order":i} of aggregate order/o-i@1, tenant t1, correlation ID corr-i
 #                 (i = 0..N-1); returns 1 when a command fails
-#   published DB  prints how many events of DB are PUBLISHED (obx status --json, with $OBX)
-#   wait_published DB N [SECONDS]   waits up to SECONDS (10) until N events of DB are PUBLISHED;
+#   in_state DB STATE   prints how many events of DB are in STATE (obx status --json, $OBX)
+#   published DB  in_state DB PUBLISHED
+#   wait_state DB STATE N [SECONDS]   waits up to SECONDS (10) until N events of DB are in STATE;
 #                 when they are not, prints how many are and returns 1
+#   wait_published DB N [SECONDS]   wait_state DB PUBLISHED N [SECONDS]
 #   check NAME STATUS REGEX -- CMD...   runs CMD (output into $T/out); fails unless it exits
 #                 with STATUS and its stdout+stderr match REGEX (grep -E); prints "ok: NAME"
 # KEEP=1 in the environment keeps $T.
@@ -87,17 +89,19 @@ orders() {
       --aggregate "order/o-$i@1" --tenant t1 --correlation-id "corr-$i" >/dev/null || return 1
   done
 }
-published() { "$OBX" status --db "$1" --json | js 'd["states"].get("PUBLISHED", 0)'; }
-wait_published() {
-  local i pub
-  for ((i = 0; i < ${3:-10} * 10; i++)); do
-    pub=$(published "$1")
-    [[ $pub == "$2" ]] && return 0
+in_state() { "$OBX" status --db "$1" --json | js "d['states'].get('$2', 0)"; }
+published() { in_state "$1" PUBLISHED; }
+wait_state() {
+  local i got
+  for ((i = 0; i < ${4:-10} * 10; i++)); do
+    got=$(in_state "$1" "$2")
+    [[ $got == "$3" ]] && return 0
     sleep 0.1
   done
-  echo "$pub"
+  echo "$got"
   return 1
 }
+wait_published() { wait_state "$1" PUBLISHED "$2" "${3:-10}"; }
 check() {
   local name=$1 want=$2 pat=$3
   shift 4
