@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/engine_fx.h"
 #include "support/support.h"
 
 #include "engine/engine_int.h"
@@ -87,23 +88,9 @@ static void test_missing_topic_rejected(void **st) {
     OK(obx__route_set_at(s, &good, now, NULL));
     char ids[2][OBX_EVENT_ID_LEN + 1];
     const char *types[] = {"order.created.v1", "order.paid.v1"};
-    for (int i = 0; i < 2; i++) {
-        obx_event ev = {.event_type = types[i],
-                        .aggregate_type = "order",
-                        .aggregate_id = i ? "o-2" : "o-1",
-                        .tenant = "t1",
-                        .payload = "{}",
-                        .payload_len = 2};
-        obx_enqueue_result r;
-        OK(obx__enqueue_at(s, &ev, now, NULL, &r));
-        strcpy(ids[i], r.event_id);
-    }
+    obx_t_enq_types(s, now, types, 2, ids);
     obx__engine e;
-    obx__engine_cfg c;
-    obx__engine_cfg_defaults(&c);
-    c.backoff_base_ms = 50;
-    c.backoff_max_ms = 100;
-    OK(obx__engine_init(&e, s, b, &c));
+    obx_t_engine_backoff(&e, s, b, 50, 100, 0);
     size_t sent = 0, n = 0;
     OK(obx__engine_dispatch(&e, now, &sent));
     assert_int_equal(sent, 1); /* the good one went; the missing topic did not hold it up */

@@ -183,3 +183,25 @@ int obx_t_log_broker(char *url, size_t size, const char *dir, int n, int seed, o
     fprintf(stderr, "broker: %s\n", obx_errmsg());
     return -1;
 }
+
+void obx_t_enq_types(obx__store *s, int64_t now, const char *const *types, int n,
+                     char ids[][OBX_EVENT_ID_LEN + 1]) {
+    for (int i = 0; i < n; i++) {
+        char agg[32];
+        snprintf(agg, sizeof agg, "o-%d", i + 1);
+        obx_event ev = obx_t_event(types[i], "order", agg, "t1", "{}");
+        obx_enqueue_result r;
+        OK(obx__enqueue_at(s, &ev, now, NULL, &r));
+        strcpy(ids[i], r.event_id);
+    }
+}
+
+void obx_t_engine_backoff(obx__engine *e, obx__store *s, obx__broker *b, int64_t base_ms,
+                          int64_t max_ms, uint64_t seed) {
+    obx__engine_cfg c;
+    obx__engine_cfg_defaults(&c);
+    c.backoff_base_ms = base_ms;
+    c.backoff_max_ms = max_ms;
+    if (seed) c.seed = seed;
+    OK(obx__engine_init(e, s, b, &c));
+}

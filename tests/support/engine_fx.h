@@ -43,10 +43,20 @@ obx_event obx_t_order_event(const char *id, const char *payload);
 void obx_t_enq(obx__store *s, int64_t now, const char *type, const char *agg, const char *corr,
                const char *payload, char id[31]);
 
+/* Enqueues one event of each of the n types at NOW (aggregate order/o-<i+1>, tenant t1,
+ * payload {}); the IDs into ids[i]. */
+void obx_t_enq_types(obx__store *s, int64_t now, const char *const *types, int n,
+                     char ids[][OBX_EVENT_ID_LEN + 1]);
+
 /* Sets up engine e as OWNER on store s and broker b: lease and reconcile lease 1000 ms, recheck
  * 500 ms, back-off base 100 ms, the given seed. */
 void obx_t_engine(obx__engine *e, obx__store *s, obx__broker *b, const char *owner, uint64_t seed,
                   const char *const *aliases, size_t n_aliases);
+
+/* Sets up engine e on store s and broker b: the default configuration, but back-off
+ * base_ms..max_ms and the given seed (0: the default's). */
+void obx_t_engine_backoff(obx__engine *e, obx__store *s, obx__broker *b, int64_t base_ms,
+                          int64_t max_ms, uint64_t seed);
 
 /* The event's row (loaded with FLAGS; payload NULL): the test fails unless there is one. */
 obx__event_row obx_t_ev(obx__store *s, const char *id, unsigned flags);

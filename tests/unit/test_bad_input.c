@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support/engine_fx.h"
 #include "support/support.h"
 
 #include "engine/engine_int.h"
@@ -284,13 +285,8 @@ static void test_enqueue_bad_input(void **st) {
     char big[300];
     memset(big, 'a', sizeof big - 1);
     big[sizeof big - 1] = '\0';
-    obx_event ok = {.event_type = "order.created.v1",
-                    .aggregate_type = "order",
-                    .aggregate_id = "o-1",
-                    .aggregate_version = 1,
-                    .tenant = "t1",
-                    .payload = "{}",
-                    .payload_len = 2};
+    obx_event ok = obx_t_event("order.created.v1", "order", "o-1", "t1", "{}");
+    ok.aggregate_version = 1;
     obx_enqueue_result r;
     obx_event ev = ok;
     ev.payload_len = 0;
@@ -585,24 +581,9 @@ static void test_missing_topic(void **st) {
             "topic 'no-such-topic' does not exist");
     char ids[2][OBX_EVENT_ID_LEN + 1];
     const char *types[] = {"order.created.v1", "order.paid.v1"};
-    for (int i = 0; i < 2; i++) {
-        obx_event ev = {.event_type = types[i],
-                        .aggregate_type = "order",
-                        .aggregate_id = i ? "o-2" : "o-1",
-                        .tenant = "t1",
-                        .payload = "{}",
-                        .payload_len = 2};
-        obx_enqueue_result r;
-        OK(obx__enqueue_at(s, &ev, now, NULL, &r));
-        strcpy(ids[i], r.event_id);
-    }
+    obx_t_enq_types(s, now, types, 2, ids);
     obx__engine e;
-    obx__engine_cfg c;
-    obx__engine_cfg_defaults(&c);
-    c.backoff_base_ms = 100;
-    c.backoff_max_ms = 200;
-    c.seed = 1;
-    OK(obx__engine_init(&e, s, b, &c));
+    obx_t_engine_backoff(&e, s, b, 100, 200, 1);
     size_t sent = 0, n = 0;
     /* the missing topic does not hold up the rest of the batch */
     OK(obx__engine_dispatch(&e, now, &sent));
