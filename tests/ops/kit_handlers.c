@@ -153,44 +153,30 @@ static obx_err inproc(void *user, void *db, const obx_message *m, const char *ke
     return good(user, db, m, key, result, cap);
 }
 
+/* What every kit consumer below shares: its ID, handler and log; the projection's setup,
+ * snapshot and reset. */
+#define KIT(id, h, log)                                                                            \
+    .consumer_id = id, .handler = h, .user = &log, .setup = setup, .snapshot = snapshot,           \
+    .reset = reset
+
 static const char *const types[] = {"order.created.v2"};
 static const char *const tenants[] = {"tenant-1"};
 
 EXPORT const obx_consumer_test *obx_kit_good(void) {
-    static const obx_consumer_test t = {.consumer_id = "orders-good",
-                                        .handler = good,
-                                        .user = &good_l,
-                                        .event_types = types,
-                                        .n_event_types = 1,
-                                        .tenants = tenants,
-                                        .n_tenants = 1,
-                                        .setup = setup,
-                                        .snapshot = snapshot,
-                                        .reset = reset};
+    static const obx_consumer_test t = {KIT("orders-good", good, good_l), .event_types = types,
+                                        .n_event_types = 1, .tenants = tenants, .n_tenants = 1};
     return &t;
 }
 
 EXPORT const obx_consumer_test *obx_kit_broken(void) {
-    static const obx_consumer_test t = {.consumer_id = "orders-broken",
-                                        .handler = broken,
-                                        .user = &broken_l,
-                                        .setup = setup,
-                                        .snapshot = snapshot,
-                                        .reset = reset};
+    static const obx_consumer_test t = {KIT("orders-broken", broken, broken_l)};
     return &t;
 }
 
 EXPORT const obx_consumer_test *obx_kit_inproc_dedupe(void) {
-    static const obx_consumer_test t = {.consumer_id = "orders-inproc",
-                                        .handler = inproc,
-                                        .user = &inproc_l,
-                                        .event_types = types,
-                                        .n_event_types = 1,
-                                        .tenants = tenants,
-                                        .n_tenants = 1,
-                                        .setup = setup,
-                                        .snapshot = snapshot,
-                                        .reset = reset};
+    static const obx_consumer_test t = {KIT("orders-inproc", inproc, inproc_l),
+                                        .event_types = types, .n_event_types = 1,
+                                        .tenants = tenants, .n_tenants = 1};
     return &t;
 }
 
