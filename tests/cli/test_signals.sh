@@ -41,6 +41,15 @@ publish() {
   wait $relay || fail "the publishing relay exited $?"
 }
 
+# term_after SECONDS PID: lets PID run for SECONDS, then SIGTERM (at $t_sig, ms); its exit status
+term_after() {
+  pids+=("$2")
+  sleep "$1"
+  t_sig=$(now_ms)
+  kill -TERM "$2"
+  wait "$2"
+}
+
 # ---- 1. --exec: the command in hand finishes, then stop within 1 s ----
 publish "sqlite:$T/o1.db" "log:$T/b1.db" 30
 cat >"$T/handler.sh" <<SH
@@ -54,12 +63,7 @@ SH
 chmod +x "$T/handler.sh"
 "$OBX" consume --consumer-db "sqlite:$T/c1.db" --broker "log:$T/b1.db" --topic orders \
   --consumer exec1 --exec "$T/handler.sh" >"$T/consume1.log" 2>&1 &
-c=$!
-pids+=($c)
-sleep 1.5
-t_sig=$(now_ms)
-kill -TERM $c
-wait $c || fail "obx consume --exec exited $? after SIGTERM"
+term_after 1.5 $! || fail "obx consume --exec exited $? after SIGTERM"
 t_exit=$(now_ms)
 last_end=$(awk '$1 == "end" {print $2}' "$T/runs" | sort -n | tail -1)
 started_after=$(awk -v t="$t_sig" '$1 == "start" && $2 > t' "$T/runs" | wc -l)
@@ -81,12 +85,7 @@ echo "ok: the rest was redelivered: 30 of 30 applied, each once"
 publish "sqlite:$T/o2.db" "log:$T/b2.db" 1000
 "$OBX" consume --consumer-db "sqlite:$T/c2.db" --broker "log:$T/b2.db" --topic orders \
   >"$T/consume2.log" 2>&1 &
-c=$!
-pids+=($c)
-sleep 0.3
-t_sig=$(now_ms)
-kill -TERM $c
-wait $c || fail "obx consume exited $? after SIGTERM"
+term_after 0.3 $! || fail "obx consume exited $? after SIGTERM"
 ms=$(($(now_ms) - t_sig))
 ((ms <= 1000)) || fail "obx consume took $ms ms to stop during a backlog (within 1 s)"
 applied=$(sqlite3 "$T/c2.db" "SELECT count(DISTINCT event_id) FROM order_projection")
