@@ -76,13 +76,21 @@ static obx_event order_event(const char *id, const char *payload) {
     return obx_t_order_event(id, payload);
 }
 
+/* The application's transaction, still open: BEGIN, its business row orders(id), and the event
+ * (payload) enqueued on the same connection; the result into res. */
+static void business_tx(fx *f, const char *id, const char *payload, obx_enqueue_result *res) {
+    char sql[128];
+    snprintf(sql, sizeof sql, "INSERT INTO orders VALUES ('%s', 100)", id);
+    exec_ok(f->db, "BEGIN");
+    exec_ok(f->db, sql);
+    obx_event ev = order_event(id, payload);
+    assert_int_equal(obx_enqueue(f->s, &ev, res), OBX_OK);
+}
+
 static void test_commit_together(void **state) {
     fx *f = *state;
-    exec_ok(f->db, "BEGIN");
-    exec_ok(f->db, "INSERT INTO orders VALUES ('o-1', 100)");
-    obx_event ev = order_event("o-1", "{\"order\":\"o-1\"}");
     obx_enqueue_result res;
-    assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_OK);
+    business_tx(f, "o-1", "{\"order\":\"o-1\"}", &res);
     assert_int_equal(sqlite3_get_autocommit(f->db), 0); /* obx did not commit for us */
     exec_ok(f->db, "COMMIT");
     assert_int_equal(count(f->db, "SELECT count(*) FROM orders"), 1);
@@ -96,11 +104,8 @@ static void test_commit_together(void **state) {
 
 static void test_rollback_together(void **state) {
     fx *f = *state;
-    exec_ok(f->db, "BEGIN");
-    exec_ok(f->db, "INSERT INTO orders VALUES ('o-2', 100)");
-    obx_event ev = order_event("o-2", "{}");
     obx_enqueue_result res;
-    assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_OK);
+    business_tx(f, "o-2", "{}", &res);
     exec_ok(f->db, "ROLLBACK");
     assert_int_equal(count(f->db, "SELECT count(*) FROM orders"), 0);
     assert_int_equal(count(f->db, "SELECT count(*) FROM obx_event"), 0);
