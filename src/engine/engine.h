@@ -66,7 +66,9 @@ obx_err obx__inspect_json(obx__store *s, const char *event_id, json_t **out);
     X(HANDLER_BEFORE_CLAIM, "handler-before-claim")                                                \
     X(PURGE_ANY_INBOX_ROW, "purge-any-inbox-row")                                                  \
     X(ACCEPT_UNREAD_OFFSET, "accept-unread-offset")                                                \
-    X(RELAY_HOST_CLOCK, "relay-host-clock")
+    X(RELAY_HOST_CLOCK, "relay-host-clock")                                                        \
+    X(CLAIM_DELAYED_EARLY, "claim-delayed-early")                                                  \
+    X(INBOX_IGNORES_NEXT_AT, "inbox-ignores-next-at")
 
 typedef enum obx__mutation {
     OBX__MUT_NONE,
@@ -539,6 +541,10 @@ obx_err obx__takeover(obx__store *s, int64_t now, const obx__takeover_req *req, 
 obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,
                               void *conn, int64_t now, int64_t mono_us_start,
                               int64_t (*mono_us)(void), obx_inbox_result *out);
+/* The simulator's inbox schedule: back-off base and max (ms; base 0: no back-off) and the jitter's
+ * seed, so that a trace's retry times are a function of its seed (obx_inbox_open seeds the
+ * jitter from the clock). */
+void obx__inbox_set_backoff(obx_inbox *in, int64_t base_ms, int64_t max_ms, uint64_t seed);
 /* The inbox's view of a broker delivery: every envelope field, the attempt and destination,
  * the position and the redelivery and header-error flags. The strings and the payload point
  * into d, which must outlive the message. */

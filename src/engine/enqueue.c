@@ -185,6 +185,7 @@ static obx_err build_row(const obx_event *ev, const obx__route_row *route, const
     row->pinned_partition = -1;
     /* a delayed event: not claimable before its time (the claim's available_at <= now) */
     row->available_at = ev->not_before_ms > now ? ev->not_before_ms : now;
+    if (OBX__MUTANT(CLAIM_DELAYED_EARLY)) row->available_at = now; /* test-only: claimable now */
     row->committed_at = now;
     row->updated_at = now;
     row->max_attempts = route->max_attempts;

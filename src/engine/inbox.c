@@ -482,6 +482,12 @@ static int64_t backoff_step(const obx_inbox *in, int n) {
     return d > in->backoff_max_ms ? in->backoff_max_ms : d;
 }
 
+void obx__inbox_set_backoff(obx_inbox *in, int64_t base_ms, int64_t max_ms, uint64_t seed) {
+    in->backoff_ms = base_ms > 0 ? base_ms : 0;
+    in->backoff_max_ms = base_ms > 0 ? (max_ms > base_ms ? max_ms : base_ms) : 0;
+    in->rng = seed | 1; /* xorshift: never 0 */
+}
+
 static int64_t retry_due(obx_inbox *in, int n, int64_t now) {
     if (!in->backoff_ms) return now;
     int64_t d = backoff_step(in, n);
@@ -502,7 +508,8 @@ static obx_err retry_not_due(obx_inbox *in, const obx_message *m, int64_t now,
     int32_t failures = 0;
     int64_t next_at = 0;
     obx_err e = obx__st_failure_get(in->s, in->consumer, m->event_id, &failures, &next_at);
-    *done = e != OBX_ENOTFOUND && (e || next_at > now);
+    bool due = next_at <= now || OBX__MUTANT(INBOX_IGNORES_NEXT_AT); /* test-only bug */
+    *done = e != OBX_ENOTFOUND && (e || !due);
     if (e == OBX_ENOTFOUND) return OBX_OK;
     if (*done) obx__st_rollback(in->s);
     if (e || !*done) return e;

@@ -86,6 +86,7 @@ static obx_err actor_start(wk *k, actor *a) {
 /* The actor loses its memory: held claims, unacknowledged deliveries, its broker session (and
  * every outcome on its way to it). What it committed stays; what it was doing rolls back. */
 void obx__sim_actor_crash(wk *k, actor *a) {
+    a->wait_until = 0;
     obx__rows_free(&a->held);
     a->held_pos = 0;
     for (size_t i = 0; i < a->ndl; i++) obx__delivery_free(&a->dl[i]);
@@ -115,8 +116,7 @@ void obx__sim_actor_stop(actor *a) {
  * query reaches the server after `up` ms and its answer comes back after `down` ms, each up to
  * half of SIM_DB_RTT_MS, so the offset measured is off by (up - down) / 2: half a round trip at
  * most. The host's wall clock takes no part: a step of it moves nothing. */
-#define SIM_CLOCK_SYNC_MS 10000 /* relay.c's CLOCK_SYNC_MS */
-#define SIM_DB_RTT_MS 10
+#define SIM_CLOCK_SYNC_MS 10000 /* relay.c's CLOCK_SYNC_MS; SIM_DB_RTT_MS: sim.h */
 
 static void clock_sync(wk *k, actor *a, int64_t mono) {
     int64_t up = (int64_t)(rnd(k) % (SIM_DB_RTT_MS / 2 + 1));
@@ -160,7 +160,9 @@ static void producer_step(wk *k, actor *a) {
                     .payload = payload,
                     .payload_len = strlen(payload),
                     .idempotency_key = k->orders[c],
-                    .correlation_id = k->orders[c]};
+                    .correlation_id = k->orders[c],
+                    /* a delayed event (issue 51): not published before now + its delay */
+                    .not_before_ms = k->delay_ms[c] ? k->now + k->delay_ms[c] : 0};
     obx_enqueue_result res;
     obx_err e = obx__st_begin(k->os);
     if (!e) e = obx__enqueue_at(k->os, &ev, k->now, &a->gen, &res);
@@ -189,7 +191,11 @@ static void producer_step(wk *k, actor *a) {
     bool known = false;
     for (int i = 0; i < k->n_ids[c]; i++)
         known = known || !strcmp(k->event_ids[c][i], res.event_id);
-    if (!known && k->n_ids[c] < 2) obx__strlcpy(k->event_ids[c][k->n_ids[c]++], res.event_id, 31);
+    if (!known && k->n_ids[c] < 2) {
+        k->not_before[c][k->n_ids[c]] = ev.not_before_ms; /* as this commit froze it */
+        k->r.fired[F_DELAYED_EVENT] += ev.not_before_ms > 0;
+        obx__strlcpy(k->event_ids[c][k->n_ids[c]++], res.event_id, 31);
+    }
     if (kill_after) { /* committed, but the client never heard: it retries the same command */
         k->r.fired[F_KILL_AFTER_COMMIT]++;
         logv(k, "%s: killed after committing %s", a->owner, k->orders[c]);
@@ -375,13 +381,66 @@ static void overlap_run(wk *k, int ci, const obx_message *m, void *conn) {
     h_add(k, e ? 99 : (uint64_t)r.outcome);
 }
 
+int obx__sim_cmd_of(const wk *k, const char *event_id, int *slot) {
+    for (int c = 0; c < k->n_events; c++)
+        for (int i = 0; i < k->n_ids[c]; i++)
+            if (!strcmp(k->event_ids[c][i], event_id)) {
+                if (slot) *slot = i;
+                return c;
+            }
+    return -1;
+}
+
+int64_t obx__sim_retry_next_at(const wk *k) {
+    int64_t t = INT64_MAX;
+    for (int i = 0; i < k->nconsumers; i++)
+        for (int c = 0; c < k->n_events; c++)
+            if (k->retry_at[i][c] > k->now && k->retry_at[i][c] < t) t = k->retry_at[i][c];
+    return t;
+}
+
+/* A handler run of consumer ci for a message that failed before: its failure row, as the
+ * consumer's database holds it, must be due (issue 51: no retry before its due time). */
+static void check_retry_due(wk *k, int ci, const char *event_id) {
+    char cid[16];
+    snprintf(cid, sizeof cid, "consumer-%d", ci);
+    int32_t failures = 0;
+    int64_t next_at = 0;
+    obx_err e = obx__st_failure_get(k->cs[ci], cid, event_id, &failures, &next_at);
+    if (e == OBX_ENOTFOUND || (!e && next_at <= k->now)) return;
+    if (e) {
+        k->r.internal_errors++;
+        fail(k, "sim: read failure row: %s", obx_errmsg());
+        return;
+    }
+    k->r.retry_before_due++;
+    fail(k, "consumer %d's handler ran for %s %lld ms before its retry %d was due", ci, event_id,
+         (long long)(next_at - k->now), (int)failures);
+}
+
+/* Whether this run of consumer ci's handler fails: the flaky downstream of handler-failure, or
+ * one of the failures drawn for the message (handler-backoff: it fails N times, then succeeds). */
+static bool handler_fails(wk *k, int ci, int cmd) {
+    if (k->handler_fail_next) {
+        k->handler_fail_next = false;
+        return true;
+    }
+    if (cmd < 0 || !k->fail_left[ci][cmd]) return false;
+    k->fail_left[ci][cmd]--;
+    k->r.fired[F_HANDLER_BACKOFF]++;
+    return true;
+}
+
 static obx_err effect_handler(void *user, void *conn, const obx_message *m, const char *key,
                               char *res, size_t cap) {
     effect_ctx *c = user;
     (void)key;
-    if (c->k->handler_fail_next && !c->nested) {
-        c->k->handler_fail_next = false;
-        return obx__fail(OBX_EHANDLER, "sim: a flaky downstream");
+    if (!c->nested) {
+        int cmd = obx__sim_cmd_of(c->k, m->event_id, NULL);
+        if (cmd >= 0 && c->k->retry_at[c->consumer][cmd])
+            check_retry_due(c->k, c->consumer, m->event_id);
+        if (handler_fails(c->k, c->consumer, cmd))
+            return obx__fail(OBX_EHANDLER, "sim: a flaky downstream");
     }
     count_run(c->k, c->consumer, m->event_id);
     if (c->overlap) {
@@ -400,12 +459,29 @@ static void drop_deliveries(actor *a) {
 
 static void consumer_fetch(wk *k, actor *a) {
     if (a->ndl) return;
+    /* waiting out a retry's back-off; in the fault phase the broker sometimes hands the message
+     * back early (a requeue): the inbox must not run it before its time (DELAYED) */
+    if (a->wait_until > k->now && !(k->faults_on && chance(k, k->p[F_HANDLER_BACKOFF]))) return;
     obx_err e = obx__br_consume_poll(a->b, 0, a->dl, MAX_DL, &a->ndl);
     check_err(k, a, e, "consume poll");
     memset(a->to_ack, 0, sizeof a->to_ack);
     a->posdl = 0;
     if (a->ndl) logv(k, "%s: fetched %zu deliveries", a->owner, a->ndl);
     h_add(k, a->ndl);
+}
+
+/* What the inbox answered for consumer a's message of command cmd (-1: none): a failed message's
+ * retry is due at r->retry_at, the consumer waits until then and the scheduler wakes it
+ * (obx__sim_retry_next_at); an applied one has no retry left. */
+static void note_retry(wk *k, actor *a, int cmd, const obx_inbox_result *r) {
+    bool failed = r->outcome == OBX_INBOX_FAILED || r->outcome == OBX_INBOX_DELAYED;
+    k->r.retries_delayed += r->outcome == OBX_INBOX_DELAYED;
+    if (failed) a->wait_until = r->retry_at;
+    if (cmd < 0) return;
+    if (failed)
+        k->retry_at[a->index][cmd] = r->retry_at ? r->retry_at : k->now;
+    else if (r->outcome == OBX_INBOX_APPLIED || r->outcome == OBX_INBOX_DUPLICATE)
+        k->retry_at[a->index][cmd] = 0;
 }
 
 /* One delivery through the inbox (its commit); the broker ack is a later step, so a crash in
@@ -421,8 +497,9 @@ static void consumer_process_one(wk *k, actor *a) {
     }
     /* the other instance of this consumer ID takes the same message meanwhile (a handler that
      * will fail rolls back the claim: the overlap is injected only where this run succeeds) */
+    int cmd = obx__sim_cmd_of(k, m.event_id, NULL);
     effect_ctx ec = {k, ci, false,
-                     k->faults_on && !k->handler_fail_next &&
+                     k->faults_on && !k->handler_fail_next && (cmd < 0 || !k->fail_left[ci][cmd]) &&
                          chance(k, k->p[F_CONCURRENT_INSTANCES])};
     obx_inbox_result r;
     obx_err e = obx__inbox_process_at(k->in[ci], &m, effect_handler, &ec,
@@ -435,8 +512,10 @@ static void consumer_process_one(wk *k, actor *a) {
          : r.outcome == OBX_INBOX_DUPLICATE   ? "DUPLICATE"
          : r.outcome == OBX_INBOX_QUARANTINED ? "QUARANTINED"
          : r.outcome == OBX_INBOX_FAILED      ? "FAILED"
+         : r.outcome == OBX_INBOX_DELAYED     ? "DELAYED (retry not due)"
                                               : "POISONED");
     h_add(k, (uint64_t)r.outcome);
+    note_retry(k, a, cmd, &r);
     /* a copy the relay never sent (or the genuine one after another producer's copy was
      * applied) is parked or quarantined; the checkers judge the genuine copy's fate */
     if ((r.outcome == OBX_INBOX_QUARANTINED || r.outcome == OBX_INBOX_POISONED) &&

@@ -9,7 +9,8 @@
  * a broker copy of the event's own bytes, no route changed by a dry run or a refusal (checked
  * by the operator actor where it happens), no genuine copy parked, no UNKNOWN attempt left open
  * on a published event, a handler run at most once per consumer ID and event, and no purge on
- * a consumer receipt of other bytes. The checkers read what the databases hold —
+ * a consumer receipt of other bytes; and (issue 51) no delayed event at the broker before its
+ * not_before, no handler run before its retry was due. The checkers read what the databases hold —
  * the outbox through the store interface (snapshot.c, and envelope_at for the envelope an older
  * generation froze), the consumers' inboxes through theirs, the business tables through the
  * application doubles — rather than trusting the engine's or the actors' view of it.
@@ -384,6 +385,34 @@ static void check_consumers(wk *k, const obx__sim_snap *s) {
     }
 }
 
+/* Delayed events (issue 51, item 3): no copy of a delayed event reached the broker before the
+ * not_before the producer committed it with, judged on the broker's log by the virtual time of
+ * each append (not by what the outbox says), less the relay's clock error ("One clock": half
+ * the simulated round trip to the database server). That each one is published once due is
+ * the liveness check's. The handler runs before a retry's due time are counted where they run
+ * (actors.c, check_retry_due), against the failure row in the consumer's database. */
+static void check_delays(wk *k) {
+    bool any = false;
+    for (int c = 0; c < k->n_events && !any; c++) any = k->delay_ms[c] > 0;
+    if (!any) return;
+    size_t nlog;
+    const obx__sim_msg *log = obx__sim_world_log(k->w, &nlog);
+    size_t stride = obx__sim_world_log_stride();
+    for (size_t i = 0; i < nlog; i++) {
+        const obx__sim_msg *m =
+            (const obx__sim_msg *)(const void *)((const char *)log + i * stride);
+        int slot = 0, c = obx__sim_cmd_of(k, m->env.event_id, &slot);
+        int64_t nb = c < 0 ? 0 : k->not_before[c][slot];
+        if (nb > 0 && m->ts < nb - SIM_DB_RTT_MS / 2) {
+            k->r.published_before_not_before++;
+            fail(k, "%s reached the broker %lld ms before its not_before (%s/%d@%lld)",
+                 m->env.event_id, (long long)(nb - m->ts), m->topic, (int)m->partition,
+                 (long long)m->offset);
+        }
+    }
+    for (int c = 0; c < k->n_events; c++) k->r.delayed_events += k->delay_ms[c] > 0 && k->n_ids[c];
+}
+
 /* Every valid late ACK that reached a committed acceptance is the primary receipt or a
  * duplicate transport receipt. */
 static void check_late_acks(wk *k, const obx__sim_snap *s) {
@@ -531,6 +560,7 @@ void obx__sim_check_trace(wk *k) {
     check_evidence(k, &s);
     check_open_attempts(k, &s);
     check_consumers(k, &s);
+    check_delays(k);
     long unresolved = check_unknowns(k, &s);
     obx__sim_faults_collect(k);
     collect_resolutions(k, unresolved);

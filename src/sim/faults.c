@@ -11,7 +11,10 @@
  * with another body, a corrupt copy before the genuine one, a foreign copy) and late
  * rejections are set here and made by src/broker/sim. A relay's host clock steps between two
  * steps (relay-clock-step, issue 46, item 10): the relay decides on the database server's clock
- * (actors.c, relay_now), so the step must move nothing.
+ * (actors.c, relay_now), so the step must move nothing. Delayed events (delayed-event) and
+ * handlers failing a drawn number of times under the inbox's back-off (handler-backoff) are
+ * drawn here per trace (issue 51, item 3) and made by the producer and the consumers' handlers
+ * (actors.c).
  */
 #include "sim/sim.h"
 
@@ -34,6 +37,34 @@ obx_err obx_sim_fault_index(const char *name, int *out) {
             return OBX_OK;
         }
     return obx__fail(OBX_EINVAL, "fault: unknown class '%s'", name ? name : "(null)");
+}
+
+/* Delayed events and failing handlers with back-off (issue 51, item 3), when their classes are
+ * on: about one command in seven carries a delay of 1 to 30 s or of 30 s to 5 min (virtual);
+ * about one (consumer ID, command) pair in sixteen has a handler that fails 1 to 3 times before it
+ * succeeds, and the inboxes retry on a back-off whose base (0.1 to 2 s) and maximum (up to 30 s)
+ * are drawn, with a seeded jitter. With handler-backoff off the inboxes retry without back-off. */
+static void draw_delays_and_backoff(wk *k) {
+    bool delays = k->p[F_DELAYED_EVENT] > 0, backoff = k->p[F_HANDLER_BACKOFF] > 0;
+    memset(k->delay_ms, 0, sizeof k->delay_ms);
+    memset(k->not_before, 0, sizeof k->not_before);
+    memset(k->fail_left, 0, sizeof k->fail_left);
+    memset(k->retry_at, 0, sizeof k->retry_at);
+    for (int c = 0; delays && c < k->n_events; c++)
+        if (rnd(k) % 7 == 0)
+            k->delay_ms[c] =
+                rnd(k) % 2 ? 1000 + (int64_t)(rnd(k) % 29000) : 30000 + (int64_t)(rnd(k) % 270000);
+    k->backoff_ms = k->backoff_max_ms = 0;
+    if (backoff) {
+        k->backoff_ms = 100 + (int64_t)(rnd(k) % 1900);
+        k->backoff_max_ms = k->backoff_ms * (int64_t)(2 + rnd(k) % 15);
+        if (k->backoff_max_ms > 30000) k->backoff_max_ms = 30000;
+        for (int i = 0; i < 2; i++)
+            for (int c = 0; c < k->n_events; c++)
+                if (rnd(k) % 16 == 0) k->fail_left[i][c] = (unsigned char)(1 + rnd(k) % 3);
+    }
+    for (int i = 0; i < 2; i++)
+        obx__inbox_set_backoff(k->in[i], k->backoff_ms, k->backoff_max_ms, rnd(k));
 }
 
 void obx__sim_faults_draw(wk *k) {
@@ -62,6 +93,7 @@ void obx__sim_faults_draw(wk *k) {
                           .max_net_delay_ms = 150,
                           .quiet_ms = k->ad->quiet_ms};
     obx__sim_world_reset(k->w, rnd(k), &sf, 1 + (int32_t)(rnd(k) % 4), k->ad->lookup, "sim");
+    draw_delays_and_backoff(k);
     for (int f = 0; f < F_COUNT; f++) k->p[f] *= 0.03; /* per-step injection probabilities */
     k->p[F_KILL_BEFORE_COMMIT] *= 3;
     k->p[F_KILL_AFTER_COMMIT] *= 3;
@@ -74,6 +106,9 @@ void obx__sim_faults_draw(wk *k) {
     /* a delivery's handler runs while the other instance of its consumer ID takes the same
      * message (actors.c, effect_handler) */
     k->p[F_CONCURRENT_INSTANCES] = k->p[F_CONCURRENT_INSTANCES] > 0 ? 0.3 : 0;
+    /* a consumer waiting out a retry's back-off gets the message back early (a requeue; a
+     * fetch step of the fault phase in five): the inbox must not run it yet */
+    k->p[F_HANDLER_BACKOFF] = k->p[F_HANDLER_BACKOFF] > 0 ? 0.2 : 0;
 }
 
 void obx__sim_faults_between(wk *k, bool unordered) {

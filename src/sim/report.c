@@ -2,7 +2,8 @@
  * report.c — the simulator's results: per-trace counts summed across traces and workers, and
  * the JSON report of a run (the keys are a contract: tests/sim and the release gate read them).
  * A run passes when no checker found a violation (the six criteria of issue 46 included:
- * issue46_clean), every wanted fault class fired (runs of 2,000 traces or more) and the UNKNOWN
+ * issue46_clean, and issue 51's published_before_not_before and retry_before_due), every wanted
+ * fault class fired (runs of 2,000 traces or more) and the UNKNOWN
  * resolution p99 is under 15 minutes.
  */
 #include "sim/sim.h"
@@ -48,6 +49,10 @@ void obx__sim_results_add(results *a, const results *b) {
     ADD(op_false_accepts);
     ADD(op_false_refused);
     ADD(op_redrives);
+    ADD(published_before_not_before);
+    ADD(retry_before_due);
+    ADD(delayed_events);
+    ADD(retries_delayed);
     for (int i = 0; i < 4; i++) ADD(adapter_traces[i]);
 #undef ADD
     for (int i = 0; i < F_COUNT; i++) a->fired[i] += b->fired[i];
@@ -132,7 +137,8 @@ json_t *obx__sim_report(const obx__sim_summary *s) {
                   x->late_ack_converged == x->late_ack_total && x->unknown_untraceable == 0 &&
                   x->internal_errors == 0 && x->liveness_failures == 0 &&
                   x->premature_purges == 0 && x->migrated_with_old_copy == 0 && s->p99 < 900.0 &&
-                  all_fired && issue46_clean(x);
+                  all_fired && issue46_clean(x) && x->published_before_not_before == 0 &&
+                  x->retry_before_due == 0;
     json_t *failing = json_array();
     for (long i = 0; i < x->nfailing; i++)
         json_array_append_new(failing, json_integer(x->failing[i]));
@@ -173,6 +179,12 @@ json_t *obx__sim_report(const obx__sim_summary *s) {
                                   (json_int_t)x->racing_observed, "both_attempts_acked",
                                   (json_int_t)x->both_acked_observed));
     issue46_json(j, x);
+    /* issue 51 (item 3): each 0 in a passing run; and how much of it the run exercised */
+    json_object_set_new(j, "published_before_not_before",
+                        json_integer(x->published_before_not_before));
+    json_object_set_new(j, "retry_before_due", json_integer(x->retry_before_due));
+    json_object_set_new(j, "delayed_events", json_integer(x->delayed_events));
+    json_object_set_new(j, "retries_delayed", json_integer(x->retries_delayed));
     json_object_set_new(j, "timing", timing_json(x));
     return j;
 }

@@ -79,6 +79,10 @@ static bool behind_its_key(const obx__sim_snap *s, size_t i) {
  * one of its key is published is due when that one is. INT64_MAX: nothing scheduled. */
 static int64_t next_due(wk *k, const obx__sim_snap *s) {
     int64_t t = obx__sim_world_next_at(k->w);
+    /* a consumer's retry after its back-off (simdelay, issue 51; a delayed event's not_before is
+     * its available_at, below) */
+    int64_t retry = obx__sim_retry_next_at(k);
+    if (retry < t) t = retry;
     int64_t held = INT64_MAX; /* the earliest held_at */
     for (size_t i = 0; i < s->ev.n; i++) {
         const obx__event_row *ev = &s->ev.v[i];

@@ -60,7 +60,9 @@
     X(FOREIGN_COPY, "foreign-copy")                                                                \
     X(LATE_REJECTION, "late-rejection")                                                            \
     X(CONCURRENT_INSTANCES, "concurrent-consumer-instances")                                       \
-    X(RELAY_CLOCK_STEP, "relay-clock-step")
+    X(RELAY_CLOCK_STEP, "relay-clock-step")                                                        \
+    X(DELAYED_EVENT, "delayed-event")                                                              \
+    X(HANDLER_BACKOFF, "handler-backoff")
 
 enum {
 #define F(n, s) F_##n,
@@ -83,6 +85,8 @@ typedef struct results {
     long published_without_evidence, route_changed_by_dry_run_or_refusal, genuine_copy_parked,
         attempts_left_open, handler_runs_twice, purged_without_matching_evidence;
     long op_dry_runs, op_refusals, op_false_accepts, op_false_refused, op_redrives;
+    /* issue 51 (item 3): delayed events and handler retries with back-off */
+    long published_before_not_before, retry_before_due, delayed_events, retries_delayed;
     long adapter_traces[4], hold_traces;
     long fired[F_COUNT];
     long failing[16];
@@ -116,6 +120,11 @@ extern const adapter obx__sim_adapters[4];
 
 #define MAX_DL 16
 
+/* The relay's simulated round trip to the database server (actors.c, clock_sync): the relay's
+ * reference clock is off the server's by up to half of it ("One clock"), so a delayed event may
+ * be claimed that much before its time, and no more (checkers.c). */
+#define SIM_DB_RTT_MS 10
+
 typedef struct actor {
     int kind, index, incarnation;
     int instance; /* consumers: two instances share a consumer ID (index), its inbox and group */
@@ -134,7 +143,9 @@ typedef struct actor {
      * ref_off, measured at the last read of the database server's clock (at mono synced_at) */
     int64_t mono_base, host_off, ref_off, synced_at;
     bool clock_synced;
-    /* consumer */
+    /* consumer: a failed message's retry is not due before wait_until (ms, the inbox's
+     * retry_at): the consumer fetches nothing until then (a paused partition), in memory only */
+    int64_t wait_until;
     /* purger: retention with the trace's consumers as critical consumers; reconciler: the
      * same consumers as evidence (traces with evidence on) */
     obx__critical crit[2];
@@ -186,6 +197,14 @@ typedef struct wk {
     bool revised; /* the route policy was revised in this trace (a migration target) */
     bool faults_on;
     bool handler_fail_next;
+    /* issue 51 (item 3), drawn in faults.c: each command's delay (0: none) and the not_before
+     * its event was committed with, per event ID the producer was told (event_ids); per consumer
+     * ID and command the handler failures still to come and when the inbox said its retry is
+     * due (0: no failure seen; cleared when applied); the inboxes' back-off */
+    int64_t delay_ms[MAX_EVENTS], not_before[MAX_EVENTS][2];
+    unsigned char fail_left[2][MAX_EVENTS];
+    int64_t retry_at[2][MAX_EVENTS];
+    int64_t backoff_ms, backoff_max_ms;
     /* handler runs per consumer ID and command (event_ids[c][0]), counted from outside the
      * transaction: an effect outside the database runs once (issue 46, item 7) */
     unsigned char runs[2][MAX_EVENTS];
@@ -314,6 +333,12 @@ void obx__sim_actor_crash(wk *k, actor *a);
 void obx__sim_actor_stop(actor *a);
 /* The route of order.created.v1 to topic, with the trace's UNKNOWN policy. */
 void obx__sim_route(wk *k, const char *topic, bool unordered);
+/* The earliest time a consumer's failed message is due to be retried (its failure row's next_at,
+ * as the inbox answered), after k->now; INT64_MAX: none. The scheduler wakes the consumers then
+ * (scheduler.c, next_due), as it wakes the relay at a delayed event's not_before (available_at). */
+int64_t obx__sim_retry_next_at(const wk *k);
+/* The command event_id answers (k->event_ids), or -1. */
+int obx__sim_cmd_of(const wk *k, const char *event_id, int *slot);
 
 /* ---- checkers.c ---- */
 /* The invariants after a trace; violations go to k->r and k->failure. */

@@ -49,8 +49,7 @@ obx_err obx__sim_wk_init(wk *k, int id, const obx_sim_options *o) {
     for (int i = 0; i < 2; i++) {
         char cid[16];
         snprintf(cid, sizeof cid, "consumer-%d", i);
-        /* failing handlers retried as soon as redelivered (back-off in the simulator: issue 51,
-         * item 3) */
+        /* no back-off here: each trace draws its own, with a seeded jitter (faults.c) */
         obx_inbox_options io = {.consumer_id = cid, .max_failures = 100, .retry_backoff_ms = -1};
         if ((e = obx_inbox_open(k->cs[i], &io, &k->in[i]))) return e;
     }

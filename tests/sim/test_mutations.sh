@@ -7,7 +7,8 @@
 # UNKNOWNs; plus stale claims, premature purges and migration without proof; and issue 46's:
 # a publish on a copy's header, a dry run or refusal that changes the routes, a genuine copy
 # parked, attempts left open, a handler run twice, a purge on evidence of other bytes; and a
-# relay deciding on its stepped host clock). A control run
+# relay deciding on its stepped host clock; and issue 51's: a delayed event published early, a
+# retry before its due time). A control run
 # without mutation must pass. Usage: test_mutations.sh OBX (an obx built with -DOBX_MUTATIONS=ON)
 set -euo pipefail
 OBX=${1:?usage: test_mutations.sh OBX}
@@ -33,8 +34,9 @@ check purge-before-watermark  'premature_purges > 0'
 check migrate-while-unknown   'migrated_with_old_copy > 0'
 # issue 46 (item 10): a relay that decides on its stepped host clock instead of the database
 # server's stamps its publications out of order (published_at minutes in the past or future),
-# and retention, which purges behind the consumers in published_at order, purges ahead of them
-check relay-host-clock        'premature_purges > 0'
+# and retention, which purges behind the consumers in published_at order, purges ahead of them;
+# a host clock stepped forwards also claims a delayed event before its time (issue 51)
+check relay-host-clock        'premature_purges > 0 or published_before_not_before > 0'
 # a guessed receipt names no copy at the broker: the evidence check sees it first (offset -1)
 check reconcile-guess-published 'lost_events > 0 or published_without_evidence > 0'
 check sweep-forgets-attempt   'unknown_untraceable > 0'
@@ -48,6 +50,10 @@ check handler-before-claim      'handler_runs_twice > 0'
 check purge-any-inbox-row       'purged_without_matching_evidence > 0'
 # the operator actor's false evidence (resolve --accept with an offset the broker does not hold)
 check accept-unread-offset      'published_without_evidence > 0'
+# issue 51 (item 3): the relay claims a delayed event at once (enqueue leaves it available at its
+# commit time), and the inbox runs a failed message's handler again before its back-off is over
+check claim-delayed-early       'published_before_not_before > 0'
+check inbox-ignores-next-at     'retry_before_due > 0'
 # accept-superseded-generation is an equivalent mutant here: a migration always changes the
 # destination digest (destination.v1 carries the route generation), so the digest rule refuses
 # the old generation's receipt before the generation rule is reached; the migration suite

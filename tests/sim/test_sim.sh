@@ -23,7 +23,9 @@ keys = ["traces", "seed", "lost_events", "second_event_ids", "cross_destination_
         "unknown_unresolved", "unknown_held", "operator_resolutions", "timing"]
 # issue 46 (item 11): the operator paths, the evidence, two instances of a consumer ID
 crit = ["published_without_evidence", "route_changed_by_dry_run_or_refusal", "genuine_copy_parked",
-        "attempts_left_open", "handler_runs_twice", "purged_without_matching_evidence"]
+        "attempts_left_open", "handler_runs_twice", "purged_without_matching_evidence",
+        # issue 51 (item 3): delayed events and handler retries with back-off
+        "published_before_not_before", "retry_before_due"]
 missing = [k for k in keys + crit + ["operator_paths"] if k not in r]
 assert not missing, missing
 assert all(r[k] == 0 for k in crit), {k: r[k] for k in crit}
