@@ -736,11 +736,20 @@ typedef struct obx_consumer_options {
     /* May be NULL. A span ("process") per delivery through the inbox (borrowed: close it after
      * the consumer). */
     struct obx_otel *otel;
+    /* Nonzero: the consumer is unordered (docs/operations.md, "Consumer retries with
+     * back-off"). A message whose handler failed does not hold its partition or queue: a copy
+     * of it (bytes, headers, position) is kept in the consumer's database, the broker is
+     * acknowledged past it, and its retry runs from the copy when due; later messages, of its
+     * key too, go on meanwhile. 0 (the default): ordered, a later message of the partition
+     * waits behind the one being retried. */
+    int unordered;
 } obx_consumer_options;
 
 typedef struct obx_consumer_counts {
     long delivered, applied, duplicates, quarantined, failed, poisoned, redriven;
-    long delayed; /* deliveries whose retry was not due yet: given back, the handler not run */
+    long delayed; /* deliveries whose retry was not due yet: given back (unordered: absorbed,
+                   * their kept copy waits), the handler not run */
+    long retried; /* retries run from a kept copy (unordered) */
 } obx_consumer_counts;
 
 /* consumer_db wraps the consumer's database (not owned); db_conn is what the handler gets
@@ -748,10 +757,15 @@ typedef struct obx_consumer_counts {
 OBX_API obx_err obx_consumer_open(obx_store *consumer_db, void *db_conn,
                                   const obx_consumer_options *opt, obx_inbox_handler h, void *user,
                                   obx_consumer **out);
-/* One cycle: re-drives poison messages an operator marked, then polls up to max_batch
+/* One cycle: re-drives poison messages an operator marked, runs the kept copies whose retry is
+ * due (unordered), then polls up to max_batch
  * deliveries (waiting up to timeout_ms), runs each through the inbox and acknowledges it once
  * the inbox says so. Counts are added to *counts (may be NULL). */
 OBX_API obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *counts);
+/* When the earliest retry this consumer waits for is due (wall ms): a partition it paused
+ * behind a failed message (ordered) or a kept copy (unordered). *due_ms 0: none. For a caller
+ * that stops when idle (obx consume --until-idle): a consumer with a retry pending is not. */
+OBX_API obx_err obx_consumer_next_retry(obx_consumer *c, int64_t *due_ms);
 OBX_API void obx_consumer_close(obx_consumer *c);
 
 /* ---------------------------------------------------------------------------------------------

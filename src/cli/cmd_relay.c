@@ -288,7 +288,7 @@ typedef struct consume_run {
     const char *cdb, *broker, *consumer, *group, *exec_cmd; /* flags (argv or defaults) */
     char *topics_s, *types_s, *tenants_s;                   /* list flags, split in place */
     long until_idle, max_failures, fail_permille, poison_exit, exec_timeout;
-    int js;
+    int js, unordered;
     const char *props[32]; /* --broker-prop, in order */
     int nprops;
     const char *topics[16], *types[64], *tenants[64]; /* the split lists (point into argv) */
@@ -303,7 +303,8 @@ typedef struct consume_run {
     obx_keyring *keys; /* encryption.keys (--set): opens sealed messages; NULL: none (owned) */
     int64_t retry_initial_ms, retry_max_ms;
     int64_t backoff_ms, backoff_max_ms; /* --retry-backoff (0: the inbox's defaults) */
-    sigset_t signals;                   /* SIGINT, SIGTERM: blocked, collected by the main loop */
+    int64_t retry_wait; /* --until-idle: the due time (wall ms) of the last pending retry seen */
+    sigset_t signals;   /* SIGINT, SIGTERM: blocked, collected by the main loop */
 } consume_run;
 
 /* "250ms", "1s", "5m", "1h" -> ms (1..86400000); -1 when malformed or out of range. */
@@ -345,16 +346,25 @@ static int consume_backoff(consume_run *r, const char *arg) {
 
 /* Options: parses argv into r (0, or the exit code of a usage error). */
 static int consume_options(consume_run *r, int argc, char **argv) {
-    static const struct option opts[] = {
-        {"consumer-db", required_argument, 0, 'D'},   {"broker", required_argument, 0, 'b'},
-        {"topic", required_argument, 0, 't'},         {"consumer", required_argument, 0, 'c'},
-        {"group", required_argument, 0, 'g'},         {"types", required_argument, 0, 'T'},
-        {"tenants", required_argument, 0, 'n'},       {"max-failures", required_argument, 0, 'm'},
-        {"retry-backoff", required_argument, 0, 'r'}, {"until-idle", required_argument, 0, 'u'},
-        {"fail-permille", required_argument, 0, 'f'}, {"broker-prop", required_argument, 0, 'p'},
-        {"exec", required_argument, 0, 'x'},          {"poison-exit", required_argument, 0, 'P'},
-        {"exec-timeout", required_argument, 0, 'o'},  {"json", no_argument, 0, 'j'},
-        {"set", required_argument, 0, 's'},           {0, 0, 0, 0}};
+    static const struct option opts[] = {{"consumer-db", required_argument, 0, 'D'},
+                                         {"broker", required_argument, 0, 'b'},
+                                         {"topic", required_argument, 0, 't'},
+                                         {"consumer", required_argument, 0, 'c'},
+                                         {"group", required_argument, 0, 'g'},
+                                         {"types", required_argument, 0, 'T'},
+                                         {"tenants", required_argument, 0, 'n'},
+                                         {"max-failures", required_argument, 0, 'm'},
+                                         {"retry-backoff", required_argument, 0, 'r'},
+                                         {"until-idle", required_argument, 0, 'u'},
+                                         {"fail-permille", required_argument, 0, 'f'},
+                                         {"broker-prop", required_argument, 0, 'p'},
+                                         {"exec", required_argument, 0, 'x'},
+                                         {"poison-exit", required_argument, 0, 'P'},
+                                         {"exec-timeout", required_argument, 0, 'o'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"set", required_argument, 0, 's'},
+                                         {"unordered", no_argument, 0, 'U'},
+                                         {0, 0, 0, 0}};
     int c;
     bool ok = true;
     optind = 1;
@@ -387,6 +397,7 @@ static int consume_options(consume_run *r, int argc, char **argv) {
                 return cli_usage("consume", "--exec-timeout: '%s' is not 1..86400000 (ms)", optarg);
             break;
         case 'j': r->js = 1; break;
+        case 'U': r->unordered = 1; break;
         case 's': {
             /* the consumer's settings from the relay's table: only the wait for what it needs */
             const char *eq = strchr(optarg, '=');
@@ -409,7 +420,8 @@ static int consume_options(consume_run *r, int argc, char **argv) {
             return cli_usage("consume",
                              "usage: obx consume --consumer-db URL --topic T [--broker URL] "
                              "[--consumer ID] [--group G] [--types T1,T2|*] [--tenants A,B|*] "
-                             "[--max-failures N] [--retry-backoff BASE[,MAX]] [--until-idle MS] "
+                             "[--max-failures N] [--retry-backoff BASE[,MAX]] [--unordered] "
+                             "[--until-idle MS] "
                              "[--exec CMD [--poison-exit N] "
                              "[--exec-timeout MS]] [--set KEY=VALUE]... [--json]");
         }
@@ -551,7 +563,8 @@ static obx_err consume_try_open(consume_run *r, int *which) {
                                         .retry_backoff_max_ms = r->backoff_max_ms},
                               .stop = stop_requested,
                               .stop_user = &r->signals,
-                              .otel = r->otel};
+                              .otel = r->otel,
+                              .unordered = r->unordered};
     if (!e) {
         *which = 1;
         e = r->exec_cmd ? obx_consumer_open(r->s, NULL, &o, exec_handler_run, &r->x, &r->con)
@@ -591,6 +604,26 @@ static int consume_open(consume_run *r, consume_dep deps[2]) {
     }
 }
 
+static int64_t wall_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* --until-idle, once idle that long: whether to stop. Not while a retry this consumer scheduled
+ * is pending and due within the longest back-off it schedules (MAX + 20 % jitter; 1 s without
+ * back-off), nor for --until-idle ms after the due time of the last such retry it saw (the
+ * retry's delivery comes then): it waits for the retry, then idles. A retry due later than the
+ * bound (kept by an earlier run with another MAX) does not keep it. */
+static bool idle_stop(consume_run *r) {
+    int64_t due = 0, now = wall_now_ms();
+    int64_t max = r->backoff_ms < 0 ? 1000 : r->backoff_max_ms ? r->backoff_max_ms : 300000;
+    if (!obx_consumer_next_retry(r->con, &due) && due && due - now <= max + max / 5 &&
+        due > r->retry_wait)
+        r->retry_wait = due;
+    return now >= r->retry_wait + r->until_idle;
+}
+
 /* Run: polls until a signal, or until --until-idle ms pass with nothing delivered; k gets
  * the consumer's counts. A signal is looked at after every poll, and a poll returns after the
  * message in hand once one is pending (the consumer's stop hook, stop_requested): the rest of
@@ -603,7 +636,7 @@ static void consume_loop(consume_run *r, consume_dep deps[2], obx_consumer_count
     clock_gettime(CLOCK_MONOTONIC, &last);
     int fails = 0;
     for (;;) {
-        long before = k->delivered + k->redriven;
+        long before = k->delivered + k->redriven + k->retried;
         obx_err e = obx_consumer_poll(r->con, 100, k);
         char status[200];
         if (e) {
@@ -623,13 +656,14 @@ static void consume_loop(consume_run *r, consume_dep deps[2], obx_consumer_count
         cli_notify_tick(&n, true, status);
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        if (k->delivered + k->redriven != before) last = now;
-        if (wait_signal(&r->signals, k->delivered + k->redriven != before ? 0 : 20)) {
+        bool moved = k->delivered + k->redriven + k->retried != before;
+        if (moved) last = now;
+        if (wait_signal(&r->signals, moved ? 0 : 20)) {
             cli_notify_stopping(&n, "stopping: the message in hand is done; the rest comes again");
             break;
         }
         long idle = (now.tv_sec - last.tv_sec) * 1000 + (now.tv_nsec - last.tv_nsec) / 1000000;
-        if (r->until_idle > 0 && idle >= r->until_idle) break;
+        if (r->until_idle > 0 && idle >= r->until_idle && idle_stop(r)) break;
     }
 }
 
@@ -637,15 +671,16 @@ static void consume_loop(consume_run *r, consume_dep deps[2], obx_consumer_count
 static void consume_report(int js, const obx_consumer_counts *k) {
     if (js)
         printf("{\"delivered\":%ld,\"applied\":%ld,\"duplicates\":%ld,\"quarantined\":%ld,"
-               "\"failed\":%ld,\"poisoned\":%ld,\"redriven\":%ld}\n",
+               "\"failed\":%ld,\"poisoned\":%ld,\"redriven\":%ld,\"delayed\":%ld,"
+               "\"retried\":%ld}\n",
                k->delivered, k->applied, k->duplicates, k->quarantined, k->failed, k->poisoned,
-               k->redriven);
+               k->redriven, k->delayed, k->retried);
     else
         fprintf(stderr,
                 "obx consume: delivered %ld, applied %ld, duplicates %ld, quarantined %ld, "
-                "failed %ld, poisoned %ld, re-driven %ld\n",
+                "failed %ld, poisoned %ld, re-driven %ld, delayed %ld, retried %ld\n",
                 k->delivered, k->applied, k->duplicates, k->quarantined, k->failed, k->poisoned,
-                k->redriven);
+                k->redriven, k->delayed, k->retried);
 }
 
 int cmd_consume(int argc, char **argv) {

@@ -324,10 +324,18 @@ const cli_command cli_commands[] = {
               {"retry-backoff", "BASE[,MAX]", "1s,5m",
                "Wait before retrying a failed message: BASE, doubling per failure up to MAX, "
                "+-20 % jitter (durations: 250ms, 1s, 5m); kept in the inbox, so a restart keeps "
-               "it; its partition waits behind it (per-key order). 0: retry at once."},
+               "it; its partition waits behind it (per-key order) unless --unordered. 0: retry at "
+               "once."},
+              {"unordered", NULL, "ordered",
+               "A failed message does not hold its partition or queue: a copy of it is kept in "
+               "the inbox, the broker acknowledged past it, and its retry runs from the copy when "
+               "due; later messages, of its key too, are applied meanwhile (per-key order is "
+               "lost; a copy's bytes are stored until its retry)."},
               {"until-idle", "MS", "0 (run until SIGINT)",
-               "Stop after MS without a message (exit 0); also after MS of waiting for a consumer "
-               "database or broker that is not there (exit 1)."},
+               "Stop after MS without a message (exit 0), but not while a retry this consumer "
+               "scheduled is due within the back-off's MAX (it waits for it, then idles); also "
+               "after MS of waiting for a consumer database or broker that is not there "
+               "(exit 1)."},
               {"fail-permille", "N", "0",
                "Test: fail this many sample handler calls in 1000 (0..1000; not with --exec)."},
               {"exec", "CMD", D_NONE,

@@ -12,6 +12,17 @@
  * still arrives (fetched before the pause) is given back unprocessed. The failure row in the
  * consumer's database is the durable schedule: a restarted consumer (or another instance) gets
  * DELAYED from the inbox and pauses again; the in-memory pause only spares the round trips.
+ *
+ * Unordered (obx_consumer_options.unordered): a delivery the inbox answers FAILED (not parked)
+ * or DELAYED does not hold its partition. Its copy is kept in the consumer's database first
+ * (obx__inbox_keep_copy; the first copy of an event stays), then the broker is acknowledged past
+ * it and the batch goes on: later messages, of its key too, are applied meanwhile. Each poll
+ * runs the kept copies whose retry is due (retry_copies, before the broker's deliveries) through
+ * the inbox, which checks the copy's bytes against their digest first; a copy ends with a final
+ * outcome. A killed consumer loses nothing: a copy is written before the ack (killed between the
+ * two, the broker delivers the message again and the inbox answers DELAYED: absorbed, the copy
+ * kept), and the failure row keeps the due time. Copies are run in either mode, so that a
+ * consumer switched back to ordered still retries what an unordered run kept.
  */
 #include "drivers/config.h"
 #include "drivers/log.h"
@@ -44,6 +55,7 @@ struct obx_consumer {
         int64_t due;
     } * holds;
     size_t n_holds;
+    bool unordered; /* obx_consumer_options.unordered */
 };
 
 obx_err obx_consumer_open(obx_store *db, void *conn, const obx_consumer_options *o,
@@ -62,6 +74,7 @@ obx_err obx_consumer_open(obx_store *db, void *conn, const obx_consumer_options 
     c->stop = o->stop;
     c->stop_user = o->stop_user;
     c->otel = o->otel;
+    c->unordered = o->unordered != 0;
     obx_err e = obx_inbox_open(db, &o->inbox, &c->in);
     if (!e) e = obx__br_open(o->broker_url, o->broker_props, o->n_broker_props, &c->b);
     if (!e && !(obx__br_caps(c->b) & OBX__BCAP_CONSUME))
@@ -183,6 +196,59 @@ static obx_err redrive(obx_consumer *c, obx_consumer_counts *k) {
     return e;
 }
 
+/* Runs the kept copies whose retry is due (unordered consumers keep them; the inbox checks
+ * each copy's bytes and deletes it once its outcome is final). */
+static obx_err retry_copies(obx_consumer *c, obx_consumer_counts *k) {
+    obx__retry_copy_row *rows = NULL;
+    size_t n = 0;
+    obx_err e = obx__st_retry_copy_list(c->db, c->consumer, obx__wall_ms(), 16, &rows, &n);
+    for (size_t i = 0; !e && i < n; i++) {
+        if (c->stop && c->stop(c->stop_user)) break;
+        obx_inbox_result r;
+        int64_t t0 = obx__wall_ms();
+        e = obx__inbox_retry_copy(c->in, &rows[i], c->h, c->user, c->conn, t0, mono_us(), mono_us,
+                                  &r);
+        if (e) break;
+        if (k) k->retried++;
+        count(k, r.outcome);
+        if (r.outcome == OBX_INBOX_FAILED)
+            obx__log_event("consumer handler failures", OBX__LOG_WARN, "consumer", rows[i].event_id,
+                           NULL, NULL, "handler failed on the kept copy (%d so far): %s%s",
+                           r.failures, r.detail, r.retry_at > t0 ? " (retry scheduled)" : "");
+    }
+    obx__retry_copy_rows_free(rows, n);
+    return e;
+}
+
+obx_err obx_consumer_next_retry(obx_consumer *c, int64_t *due_ms) {
+    if (!c || !due_ms) return obx__fail(OBX_EINVAL, "consumer: NULL argument");
+    obx__clear_error();
+    *due_ms = 0;
+    for (size_t i = 0; i < c->n_holds; i++)
+        if (!*due_ms || c->holds[i].due < *due_ms) *due_ms = c->holds[i].due;
+    obx__retry_copy_row *rows = NULL;
+    size_t n = 0;
+    obx_err e = obx__st_retry_copy_list(c->db, c->consumer, INT64_MAX, 1, &rows, &n);
+    if (!e && n) {
+        int64_t d = rows[0].due_at > 0 ? rows[0].due_at : 1;
+        if (!*due_ms || d < *due_ms) *due_ms = d;
+    }
+    obx__retry_copy_rows_free(rows, n);
+    return e;
+}
+
+/* Unordered: d (the inbox answered r: a failure not parked, or a retry not due) does not hold
+ * its partition: its copy is kept, then the broker is acknowledged past it. */
+static obx_err keep_and_ack(obx_consumer *c, const obx__delivery *d, const obx_message *m,
+                            const obx_inbox_result *r, int64_t t0) {
+    if (r->outcome == OBX_INBOX_FAILED)
+        obx__log_event("consumer handler failures", OBX__LOG_WARN, "consumer", m->event_id, NULL,
+                       m->correlation_id, "handler failed (%d so far): %s (copy kept, retry %s)",
+                       r->failures, r->detail, r->retry_at > t0 ? "scheduled" : "at once");
+    obx_err e = obx__inbox_keep_copy(c->in, m, t0);
+    return e ? e : obx__br_consume_ack(c->b, d);
+}
+
 /* Subscribes again: every backend's consume_open replaces the subscription, and the new one
  * starts from the committed positions (Kafka: a new group member; RabbitMQ: the channel closed,
  * what was not acknowledged requeued; the local log: its stored offsets). Whatever was not
@@ -207,6 +273,7 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
     obx__log_fold_flush(false); /* a burst of handler failures: its count, once its window ends */
     obx_err e = c->resubscribe ? resubscribe(c, c->resub_why) : OBX_OK;
     if (!e) e = redrive(c, k);
+    if (!e) e = retry_copies(c, k);
     if (!e) e = resume_due(c, obx__wall_ms());
     if (e) return e;
     obx__delivery *d = calloc(c->max_batch, sizeof *d);
@@ -232,6 +299,8 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
         count(k, r.outcome);
         if (r.ack)
             e = obx__br_consume_ack(c->b, &d[i]);
+        else if (c->unordered && (r.outcome == OBX_INBOX_FAILED || r.outcome == OBX_INBOX_DELAYED))
+            e = keep_and_ack(c, &d[i], &m, &r, t0);
         else {
             /* a failed handler, or a retry not due: stop this batch here so that order is kept;
              * the message and everything after it come again (positions were not

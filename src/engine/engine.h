@@ -549,5 +549,18 @@ void obx__inbox_set_backoff(obx_inbox *in, int64_t base_ms, int64_t max_ms, uint
  * the position and the redelivery and header-error flags. The strings and the payload point
  * into d, which must outlive the message. */
 obx_message obx__message_of(const obx__delivery *d);
+/* An unordered consumer (obx_consumer_options.unordered) keeps a copy of m, a delivery whose
+ * handler failed or whose retry is not due, in the consumer's database (obx_inbox_retry: the
+ * bytes as received, their SHA-256, the headers and the position) before the broker is
+ * acknowledged past it; the first copy of an event stays. */
+obx_err obx__inbox_keep_copy(obx_inbox *in, const obx_message *m, int64_t now);
+/* Runs the retry of a kept copy: its bytes are hashed and checked against the digest taken when
+ * it was kept (a copy whose bytes changed is parked, never run), then it goes through
+ * obx__inbox_process_at as a delivery of its original position. The copy is deleted once the
+ * outcome is final (out->ack: applied, duplicate, parked, quarantined); a failure keeps it for
+ * the next retry (the failure row's next_at). */
+obx_err obx__inbox_retry_copy(obx_inbox *in, const obx__retry_copy_row *row, obx_inbox_handler h,
+                              void *user, void *conn, int64_t now, int64_t mono_us_start,
+                              int64_t (*mono_us)(void), obx_inbox_result *out);
 
 #endif /* OBX_ENGINE_H */

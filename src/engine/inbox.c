@@ -693,6 +693,86 @@ static obx_err process(obx_inbox *in, const obx_message *m, obx_inbox_handler h,
     return OBX_OK;
 }
 
+obx_err obx__inbox_keep_copy(obx_inbox *in, const obx_message *m, int64_t now) {
+    if (!in || !m || !m->event_id) return obx__fail(OBX_EINVAL, "inbox: NULL argument");
+    obx__retry_copy_row r;
+    memset(&r, 0, sizeof r);
+    obx__strlcpy(r.consumer_id, in->consumer, sizeof r.consumer_id);
+    obx__strlcpy(r.event_id, m->event_id, sizeof r.event_id);
+    obx__text_copy(r.topic, m->topic, sizeof r.topic);
+    r.partition = m->partition;
+    r.offset = m->offset;
+    r.payload = (unsigned char *)(uintptr_t)m->payload;
+    r.payload_len = m->payload_len;
+    r.kept_at = now;
+    obx_err e = obx__poison_digest(m->payload, m->payload_len, r.payload_digest);
+    if (!e && !(r.headers_json = headers_of(m))) e = obx__fail(OBX_ENOMEM, "inbox: out of memory");
+    if (!e) e = obx__st_begin(in->s);
+    if (!e) {
+        e = obx__st_retry_copy_put(in->s, &r);
+        if (!e)
+            e = obx__st_commit(in->s);
+        else
+            obx__st_rollback(in->s);
+    }
+    free(r.headers_json);
+    return e;
+}
+
+/* The message a kept copy (or a parked one) holds: its headers (hj, which the strings point
+ * into), bytes and position. */
+static obx_message message_of_copy(const json_t *hj, const obx__retry_copy_row *row) {
+#define HS(k) json_string_value(json_object_get(hj, k))
+    return (obx_message){
+        .event_id = row->event_id,
+        .envelope_gen = (int)json_integer_value(json_object_get(hj, "envelope_gen")),
+        .event_type = HS("event_type"),
+        .tenant = HS("tenant"),
+        .aggregate_type = HS("aggregate_type"),
+        .aggregate_id = HS("aggregate_id"),
+        .aggregate_version = json_integer_value(json_object_get(hj, "aggregate_version")),
+        .correlation_id = HS("correlation_id"),
+        .causation_id = HS("causation_id"),
+        .traceparent = HS("traceparent"),
+        .occurred_at = json_integer_value(json_object_get(hj, "occurred_at")),
+        .payload_digest = HS("payload_digest"),
+        .attempt_id = HS("attempt_id"),
+        .dest_digest = HS("dest_digest"),
+        .encryption = HS("encryption"),
+        .payload = row->payload ? (const void *)row->payload : "",
+        .payload_len = row->payload_len,
+        .topic = row->topic,
+        .partition = row->partition,
+        .offset = row->offset,
+        .redelivered = 1};
+#undef HS
+}
+
+obx_err obx__inbox_retry_copy(obx_inbox *in, const obx__retry_copy_row *row, obx_inbox_handler h,
+                              void *user, void *conn, int64_t now, int64_t mono_us_start,
+                              int64_t (*mono_us)(void), obx_inbox_result *out) {
+    if (!in || !row || !out) return obx__fail(OBX_EINVAL, "inbox: NULL argument");
+    memset(out, 0, sizeof *out);
+    json_t *hj = json_loads(row->headers_json ? row->headers_json : "{}", 0, NULL);
+    if (!hj) hj = json_object();
+    if (!hj) return obx__fail(OBX_ENOMEM, "inbox: out of memory");
+    obx_message m = message_of_copy(hj, row);
+    char dg[OBX_DIGEST_LEN + 1], why[256];
+    obx_err e = obx__poison_digest(row->payload, row->payload_len, dg);
+    if (!e && strcmp(dg, row->payload_digest)) {
+        /* evidence is the bytes: a copy that changed since it was kept is never run */
+        snprintf(
+            why, sizeof why,
+            "the kept retry copy's bytes do not match its digest (kept %.20s..., now %.20s...)",
+            row->payload_digest, dg);
+        e = park(in, &m, 0, why, now, out);
+    } else if (!e)
+        e = obx__inbox_process_at(in, &m, h, user, conn, now, mono_us_start, mono_us, out);
+    if (!e && out->ack) e = obx__st_retry_copy_del(in->s, in->consumer, row->event_id);
+    json_decref(hj);
+    return e;
+}
+
 static int64_t mono_us(void) { return obx__mono_ms() * 1000; }
 
 obx_err obx_inbox_process(obx_inbox *in, const obx_message *m, obx_inbox_handler h, void *user,

@@ -73,6 +73,14 @@ void obx__poison_rows_free(obx__poison_row *rows, size_t n) {
     free(rows);
 }
 
+void obx__retry_copy_rows_free(obx__retry_copy_row *rows, size_t n) {
+    for (size_t i = 0; rows && i < n; i++) {
+        free(rows[i].headers_json);
+        free(rows[i].payload);
+    }
+    free(rows);
+}
+
 obx_err obx__poison_digest(const void *payload, size_t len, char out[OBX_DIGEST_LEN + 1]) {
     return obx_sha256_digest(payload ? payload : "", payload ? len : 0, out);
 }

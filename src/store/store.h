@@ -299,6 +299,23 @@ typedef struct obx__poison_row {
 } obx__poison_row;
 
 void obx__poison_rows_free(obx__poison_row *rows, size_t n);
+
+/* An unordered consumer's copy of a failed message (obx_inbox_retry), kept until its retry. */
+typedef struct obx__retry_copy_row {
+    char consumer_id[OBX_NAME_MAX + 1];
+    char event_id[OBX_EVENT_ID_LEN + 1];
+    char payload_digest[OBX_DIGEST_LEN + 1]; /* SHA-256 of payload as kept */
+    char topic[OBX_TOPIC_MAX + 1];
+    int32_t partition;
+    int64_t offset;
+    char *headers_json;     /* owned (obx__retry_copy_rows_free) */
+    unsigned char *payload; /* owned; NULL when empty */
+    size_t payload_len;
+    int64_t kept_at;
+    int64_t due_at; /* read only: the failure row's next_at, 0 when it has none */
+} obx__retry_copy_row;
+
+void obx__retry_copy_rows_free(obx__retry_copy_row *rows, size_t n);
 /* The poison key's digest of a copy's bytes: "sha256:<hex>" over payload (NULL: no bytes), as
  * the SQL inbox's obx._inbox_park computes it. */
 obx_err obx__poison_digest(const void *payload, size_t len, char out[OBX_DIGEST_LEN + 1]);
@@ -633,6 +650,15 @@ typedef struct obx__store_inbox_methods {
     obx_err (*failure_get)(obx__store *s, const char *consumer, const char *event_id,
                            int32_t *failures, int64_t *next_at);
     obx_err (*failure_clear)(obx__store *s, const char *consumer, const char *event_id);
+    /* An unordered consumer's copy of a failed message: inserted unless one of the event is
+     * kept already (the first copy stays). */
+    obx_err (*retry_copy_put)(obx__store *s, const obx__retry_copy_row *r);
+    /* The consumer's kept copies whose retry is due at due_by (the failure row's next_at, a copy
+     * without one at once), earliest first, at most limit, with payload; *out is the caller's
+     * (obx__retry_copy_rows_free). */
+    obx_err (*retry_copy_list)(obx__store *s, const char *consumer, int64_t due_by, size_t limit,
+                               obx__retry_copy_row **out, size_t *n);
+    obx_err (*retry_copy_del)(obx__store *s, const char *consumer, const char *event_id);
     obx_err (*poison_put)(obx__store *s, const obx__poison_row *p);
     /* Without payload; consumer/state NULL = all. */
     obx_err (*poison_list)(obx__store *s, const char *consumer, const char *state,
@@ -1009,6 +1035,13 @@ obx_err obx__pg_migrate_to(obx__store *s, const char *const *scripts, int last);
        int64_t *next_at),                                                                          \
       (s, consumer, event_id, failures, next_at))                                                  \
     X(failure_clear, (obx__store * s, const char *consumer, const char *event_id),                 \
+      (s, consumer, event_id))                                                                     \
+    X(retry_copy_put, (obx__store * s, const obx__retry_copy_row *r), (s, r))                      \
+    X(retry_copy_list,                                                                             \
+      (obx__store * s, const char *consumer, int64_t due_by, size_t limit,                         \
+       obx__retry_copy_row **out, size_t *n),                                                      \
+      (s, consumer, due_by, limit, out, n))                                                        \
+    X(retry_copy_del, (obx__store * s, const char *consumer, const char *event_id),                \
       (s, consumer, event_id))                                                                     \
     X(poison_put, (obx__store * s, const obx__poison_row *p), (s, p))                              \
     X(poison_list,                                                                                 \

@@ -783,6 +783,71 @@ static void test_find_details_alias(void **state) {
     assert_string_equal(load1(c, b, 0).alias, "legacy");
 }
 
+/* An unordered consumer's kept copies (obx_inbox_retry): the first copy of an event stays, the
+ * list gives those due by a time (the failure row's next_at, a copy without one at once) with
+ * their bytes, earliest first, and a copy is deleted by its event. */
+static void test_retry_copies(void **state) {
+    cx *c = *state;
+    const char *a = "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3A", *b = "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3B";
+    obx__retry_copy_row r;
+    memset(&r, 0, sizeof r);
+    strcpy(r.consumer_id, "projection");
+    strcpy(r.event_id, a);
+    strcpy(r.payload_digest, "sha256:aaaa");
+    strcpy(r.topic, "orders");
+    r.partition = 1;
+    r.offset = 7;
+    r.headers_json = "{\"event_id\":\"a\"}";
+    r.payload = (unsigned char *)"a\0c";
+    r.payload_len = 3;
+    r.kept_at = c->now;
+    OK(c->s->m->inbox->retry_copy_put(c->s, &r));
+    r.payload = (unsigned char *)"zzz"; /* a second copy of the event: the first one stays */
+    OK(c->s->m->inbox->retry_copy_put(c->s, &r));
+    strcpy(r.event_id, b);
+    r.payload = (unsigned char *)"bbb";
+    OK(c->s->m->inbox->retry_copy_put(c->s, &r));
+    int32_t f = 0;
+    OK(c->s->m->inbox->failure_bump(c->s, "projection", a, "boom", c->now, c->now + 5000, &f));
+    OK(c->s->m->inbox->failure_bump(c->s, "projection", b, "boom", c->now, c->now + 1000, &f));
+    obx__retry_copy_row *l = NULL;
+    size_t n = 0;
+    OK(c->s->m->inbox->retry_copy_list(c->s, "projection", c->now, 16, &l, &n));
+    assert_int_equal(n, 0); /* neither due */
+    obx__retry_copy_rows_free(l, n);
+    OK(c->s->m->inbox->retry_copy_list(c->s, "projection", c->now + 1000, 16, &l, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(l[0].event_id, b);
+    assert_int_equal(l[0].due_at, c->now + 1000);
+    obx__retry_copy_rows_free(l, n);
+    OK(c->s->m->inbox->retry_copy_list(c->s, "projection", INT64_MAX, 16, &l, &n));
+    assert_int_equal(n, 2);
+    assert_string_equal(l[1].event_id, a); /* earliest first */
+    assert_int_equal(l[1].payload_len, 3);
+    assert_memory_equal(l[1].payload, "a\0c", 3);
+    assert_string_equal(l[1].payload_digest, "sha256:aaaa");
+    assert_string_equal(l[1].headers_json, "{\"event_id\":\"a\"}");
+    assert_string_equal(l[1].topic, "orders");
+    assert_int_equal(l[1].partition, 1);
+    assert_int_equal(l[1].offset, 7);
+    assert_int_equal(l[1].kept_at, c->now);
+    obx__retry_copy_rows_free(l, n);
+    OK(c->s->m->inbox->failure_clear(c->s, "projection", a)); /* no failure row: due at once */
+    OK(c->s->m->inbox->retry_copy_list(c->s, "projection", c->now, 1, &l, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(l[0].event_id, a);
+    assert_int_equal(l[0].due_at, 0);
+    obx__retry_copy_rows_free(l, n);
+    OK(c->s->m->inbox->retry_copy_del(c->s, "projection", a));
+    OK(c->s->m->inbox->retry_copy_list(c->s, "projection", INT64_MAX, 16, &l, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(l[0].event_id, b);
+    obx__retry_copy_rows_free(l, n);
+    OK(c->s->m->inbox->retry_copy_list(c->s, "nobody", INT64_MAX, 16, &l, &n));
+    assert_int_equal(n, 0);
+    obx__retry_copy_rows_free(l, n);
+}
+
 static void test_inbox_tables(void **state) {
     cx *c = *state;
     obx__inbox_row r, got;
@@ -1767,6 +1832,7 @@ int store_conformance_run(const char *label, store_factory f, const store_app *a
         cmocka_unit_test_setup_teardown(test_attempts_receipts_audit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_selects_and_stats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inbox_tables, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retry_copies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retention_audit_methods, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delivery_sets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_find_details_alias, setup, teardown),

@@ -193,6 +193,76 @@ obx_err obx__pg_failure_clear(obx__store *base, const char *consumer, const char
     return obx__pg_run(s, Q_FAIL_CLEAR, &p, PGRES_COMMAND_OK, NULL, "failure clear");
 }
 
+obx_err obx__pg_retry_copy_put(obx__store *base, const obx__retry_copy_row *rc) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, rc->consumer_id);
+    p_text(&p, rc->event_id);
+    p_text(&p, rc->payload_digest);
+    p_text(&p, rc->topic);
+    p_int(&p, rc->partition);
+    p_int(&p, rc->offset);
+    p_text(&p, rc->headers_json ? rc->headers_json : "{}");
+    if (rc->payload)
+        p_bytes(&p, rc->payload, rc->payload_len);
+    else
+        p_text(&p, NULL);
+    p_int(&p, rc->kept_at);
+    return obx__pg_run(s, Q_RETRY_PUT, &p, PGRES_COMMAND_OK, NULL, "retry copy put");
+}
+
+static obx_err read_retry_copy(const PGresult *r, int row, obx__retry_copy_row *c) {
+    memset(c, 0, sizeof *c);
+    GT(r, row, 0, c->consumer_id);
+    GT(r, row, 1, c->event_id);
+    GT(r, row, 2, c->payload_digest);
+    GT(r, row, 3, c->topic);
+    c->partition = (int32_t)gi(r, row, 4);
+    c->offset = gi(r, row, 5);
+    c->headers_json = obx__strdup(PQgetisnull(r, row, 6) ? "{}" : PQgetvalue(r, row, 6));
+    c->kept_at = gi(r, row, 8);
+    c->due_at = gi(r, row, 9);
+    if (!c->headers_json) return obx__fail(OBX_ENOMEM, "retry copy: out of memory");
+    return obx__pg_get_bytea(r, row, 7, &c->payload, &c->payload_len);
+}
+
+obx_err obx__pg_retry_copy_list(obx__store *base, const char *consumer, int64_t due_by,
+                                size_t limit, obx__retry_copy_row **out, size_t *n) {
+    pg_store *s = (pg_store *)base;
+    *out = NULL;
+    *n = 0;
+    params p;
+    p_init(&p);
+    p_text(&p, consumer);
+    p_int(&p, due_by);
+    p_int(&p, (int64_t)limit);
+    PGresult *r = NULL;
+    obx_err e = obx__pg_run(s, Q_RETRY_LIST, &p, PGRES_TUPLES_OK, &r, "retry copy list");
+    if (e) return e;
+    int rows = PQntuples(r);
+    if (rows > 0 && !(*out = calloc((size_t)rows, sizeof **out)))
+        e = obx__fail(OBX_ENOMEM, "retry copy list: out of memory");
+    for (int i = 0; !e && i < rows; i++) e = read_retry_copy(r, i, &(*out)[i]);
+    PQclear(r);
+    if (e) {
+        obx__retry_copy_rows_free(*out, *out ? (size_t)rows : 0);
+        *out = NULL;
+        return e;
+    }
+    *n = (size_t)rows;
+    return OBX_OK;
+}
+
+obx_err obx__pg_retry_copy_del(obx__store *base, const char *consumer, const char *event_id) {
+    pg_store *s = (pg_store *)base;
+    params p;
+    p_init(&p);
+    p_text(&p, consumer);
+    p_text(&p, event_id);
+    return obx__pg_run(s, Q_RETRY_DEL, &p, PGRES_COMMAND_OK, NULL, "retry copy delete");
+}
+
 obx_err obx__pg_poison_put(obx__store *base, const obx__poison_row *pr) {
     pg_store *s = (pg_store *)base;
     params p;

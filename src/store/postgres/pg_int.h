@@ -97,6 +97,9 @@ enum {
     Q_FAIL_BUMP,
     Q_FAIL_GET,
     Q_FAIL_CLEAR,
+    Q_RETRY_PUT,
+    Q_RETRY_LIST,
+    Q_RETRY_DEL,
     Q_POISON_PUT,
     Q_POISON_LIST,
     Q_POISON_GET,
@@ -512,6 +515,10 @@ obx_err obx__pg_failure_get(obx__store *base, const char *consumer, const char *
 obx_err obx__pg_inbox_finish(obx__store *base, const char *consumer, const char *event_id,
                              const char *result, int64_t duration_us);
 obx_err obx__pg_failure_clear(obx__store *base, const char *consumer, const char *event_id);
+obx_err obx__pg_retry_copy_put(obx__store *base, const obx__retry_copy_row *r);
+obx_err obx__pg_retry_copy_list(obx__store *base, const char *consumer, int64_t due_by,
+                                size_t limit, obx__retry_copy_row **out, size_t *n);
+obx_err obx__pg_retry_copy_del(obx__store *base, const char *consumer, const char *event_id);
 obx_err obx__pg_poison_put(obx__store *base, const obx__poison_row *pr);
 obx_err obx__pg_poison_list(obx__store *base, const char *consumer, const char *state,
                             obx__poison_row **out, size_t *n);

@@ -586,6 +586,18 @@ static const char *const sql_text[Q_COUNT] = {
                    "next_at LIMIT 1",
     [Q_FAIL_CLEAR] = "DELETE FROM obx.obx_inbox_failure WHERE consumer_id = $1::text AND "
                      "event_id = $2::text",
+    [Q_RETRY_PUT] = "INSERT INTO obx.obx_inbox_retry (consumer_id, event_id, payload_digest, "
+                    "topic, partition, \"offset\", headers, payload, kept_at) VALUES ($1::text, "
+                    "$2::text, $3::text, $4::text, $5::int, $6::bigint, $7::text, $8::bytea, "
+                    "$9::bigint) ON CONFLICT (consumer_id, event_id) DO NOTHING",
+    [Q_RETRY_LIST] = "SELECT r.consumer_id, r.event_id, r.payload_digest, r.topic, r.partition, "
+                     "r.\"offset\", r.headers, r.payload, r.kept_at, coalesce(f.next_at, 0) AS due "
+                     "FROM obx.obx_inbox_retry r LEFT JOIN obx.obx_inbox_failure f ON "
+                     "f.consumer_id = r.consumer_id AND f.event_id = r.event_id WHERE "
+                     "r.consumer_id = $1::text AND coalesce(f.next_at, 0) <= $2::bigint "
+                     "ORDER BY due, r.kept_at LIMIT $3::bigint",
+    [Q_RETRY_DEL] = "DELETE FROM obx.obx_inbox_retry WHERE consumer_id = $1::text AND "
+                    "event_id = $2::text",
     [Q_POISON_PUT] = "INSERT INTO obx.obx_poison (consumer_id, event_id, state, failures, "
                      "last_error, topic, partition, \"offset\", headers, payload, parked_at, "
                      "updated_at, payload_digest) VALUES ($1::text, $2::text, $3::text, $4::int, "

@@ -1383,6 +1383,22 @@ CREATE TABLE obx.obx_inbox_failure (
     PRIMARY KEY (consumer_id, event_id)
 );
 
+-- An unordered consumer's copy of a failed message (obx consume --unordered): the broker was
+-- acknowledged past it, and its retry runs from these bytes once obx_inbox_failure.next_at is
+-- due; payload_digest is the SHA-256 of payload as kept, checked before the retry runs.
+CREATE TABLE obx.obx_inbox_retry (
+    consumer_id TEXT NOT NULL,
+    event_id    TEXT NOT NULL,
+    payload_digest TEXT NOT NULL,
+    topic       TEXT NOT NULL,
+    partition   INTEGER NOT NULL,
+    "offset"    BIGINT NOT NULL,
+    headers     TEXT NOT NULL,
+    payload     BYTEA,
+    kept_at     BIGINT NOT NULL,
+    PRIMARY KEY (consumer_id, event_id)
+);
+
 CREATE TABLE obx.obx_poison (
     consumer_id TEXT NOT NULL,
     event_id    TEXT NOT NULL,
@@ -2012,7 +2028,8 @@ BEGIN
     EXECUTE format('GRANT INSERT, UPDATE ON obx.obx_counter, obx.obx_cluster, obx.obx_relay_cluster TO %I', r);
     EXECUTE format('GRANT SELECT, INSERT, DELETE ON obx.obx_series TO %I', r);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON obx.obx_inbox, obx.obx_consumer_watermark,
-        obx.obx_inbox_failure, obx.obx_poison, obx.obx_inbox_quarantine, obx.obx_consume_audit TO %I', r);
+        obx.obx_inbox_failure, obx.obx_inbox_retry, obx.obx_poison, obx.obx_inbox_quarantine,
+        obx.obx_consume_audit TO %I', r);
     EXECUTE format('GRANT EXECUTE ON FUNCTION obx._stats() TO %I, %I', r, a);
 
     EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA obx TO %I', a);
@@ -2028,7 +2045,8 @@ BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA obx TO %I', c);
     EXECUTE format('GRANT SELECT ON obx.obx_meta, obx.obx_consumer_grant TO %I', c);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON obx.obx_inbox, obx.obx_consumer_watermark,
-        obx.obx_inbox_failure, obx.obx_poison, obx.obx_inbox_quarantine, obx.obx_consume_audit TO %I', c);
+        obx.obx_inbox_failure, obx.obx_inbox_retry, obx.obx_poison, obx.obx_inbox_quarantine,
+        obx.obx_consume_audit TO %I', c);
     ALTER TABLE obx.obx_consumer_grant ENABLE ROW LEVEL SECURITY;
     EXECUTE format('DROP POLICY IF EXISTS %I ON obx.obx_consumer_grant', c || '_own');
     -- A grant row names its role as text, and DROP ROLE leaves it: to_regrole() makes a missing
@@ -2041,7 +2059,7 @@ BEGIN
     EXECUTE format('CREATE POLICY %I ON obx.obx_consumer_grant FOR SELECT TO %I USING (true)',
         a || '_all', a);
     FOREACH t IN ARRAY ARRAY['obx_inbox', 'obx_consumer_watermark', 'obx_inbox_failure',
-                             'obx_poison', 'obx_inbox_quarantine', 'obx_consume_audit'] LOOP
+                             'obx_inbox_retry', 'obx_poison', 'obx_inbox_quarantine', 'obx_consume_audit'] LOOP
         EXECUTE format('ALTER TABLE obx.%I ENABLE ROW LEVEL SECURITY', t);
         EXECUTE format('DROP POLICY IF EXISTS %I ON obx.%I', prefix || '_all', t);
         EXECUTE format('CREATE POLICY %I ON obx.%I TO %I, %I USING (true) WITH CHECK (true)',

@@ -416,6 +416,22 @@ CREATE TABLE obx_inbox_failure (
     PRIMARY KEY (consumer_id, event_id)
 );
 
+-- An unordered consumer's copy of a failed message (obx consume --unordered): the broker was
+-- acknowledged past it, and its retry runs from these bytes once obx_inbox_failure.next_at is
+-- due; payload_digest is the SHA-256 of payload as kept, checked before the retry runs.
+CREATE TABLE obx_inbox_retry (
+    consumer_id TEXT NOT NULL,
+    event_id    TEXT NOT NULL,
+    payload_digest TEXT NOT NULL,
+    topic       TEXT NOT NULL,
+    partition   INTEGER NOT NULL,
+    "offset"    INTEGER NOT NULL,
+    headers     TEXT NOT NULL,
+    payload     BLOB,
+    kept_at     INTEGER NOT NULL,
+    PRIMARY KEY (consumer_id, event_id)
+);
+
 CREATE TABLE obx_poison (
     consumer_id TEXT NOT NULL,
     event_id    TEXT NOT NULL,

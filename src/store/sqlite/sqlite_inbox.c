@@ -199,6 +199,88 @@ obx_err obx__sq_failure_clear(obx__store *base, const char *consumer, const char
     return obx__sq_step_done(s, st, "failure clear");
 }
 
+obx_err obx__sq_retry_copy_put(obx__store *base, const obx__retry_copy_row *r) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    obx_err e = obx__sq_stmt(s, Q_RETRY_PUT, &st);
+    if (e) return e;
+    bt(st, 1, r->consumer_id);
+    bt(st, 2, r->event_id);
+    bt(st, 3, r->payload_digest);
+    bt(st, 4, r->topic);
+    bi(st, 5, r->partition);
+    bi(st, 6, r->offset);
+    bt(st, 7, r->headers_json ? r->headers_json : "{}");
+    if (r->payload)
+        sqlite3_bind_blob(st, 8, r->payload, (int)r->payload_len, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, 8);
+    bi(st, 9, r->kept_at);
+    return obx__sq_step_done(s, st, "retry copy put");
+}
+
+static obx_err read_retry_copy(sqlite3_stmt *st, obx__retry_copy_row *r) {
+    memset(r, 0, sizeof *r);
+    CT(st, 0, r->consumer_id);
+    CT(st, 1, r->event_id);
+    CT(st, 2, r->payload_digest);
+    CT(st, 3, r->topic);
+    r->partition = (int32_t)ci(st, 4);
+    r->offset = ci(st, 5);
+    const unsigned char *h = sqlite3_column_text(st, 6);
+    r->headers_json = obx__strdup(h ? (const char *)h : "{}");
+    r->kept_at = ci(st, 8);
+    r->due_at = ci(st, 9);
+    if (!r->headers_json) return obx__fail(OBX_ENOMEM, "retry copy: out of memory");
+    int n = sqlite3_column_bytes(st, 7);
+    const void *b = sqlite3_column_blob(st, 7);
+    if (b && n > 0) {
+        if (!(r->payload = malloc((size_t)n)))
+            return obx__fail(OBX_ENOMEM, "retry copy: out of memory");
+        memcpy(r->payload, b, (size_t)n);
+        r->payload_len = (size_t)n;
+    }
+    return OBX_OK;
+}
+
+obx_err obx__sq_retry_copy_list(obx__store *base, const char *consumer, int64_t due_by,
+                                size_t limit, obx__retry_copy_row **out, size_t *n) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    size_t cap = 0;
+    *out = NULL;
+    *n = 0;
+    obx_err e = obx__sq_stmt(s, Q_RETRY_LIST, &st);
+    if (e) return e;
+    bt(st, 1, consumer);
+    bi(st, 2, due_by);
+    bi(st, 3, (int64_t)limit);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((e = obx__sq_grow_array((void **)out, &cap, *n + 1, sizeof **out))) break;
+        e = read_retry_copy(st, &(*out)[(*n)++]);
+        if (e) break;
+    }
+    if (!e && rc != SQLITE_DONE) e = obx__sq_map_rc(s, rc, "retry copy list");
+    sqlite3_reset(st);
+    if (e) {
+        obx__retry_copy_rows_free(*out, *n);
+        *out = NULL;
+        *n = 0;
+    }
+    return e;
+}
+
+obx_err obx__sq_retry_copy_del(obx__store *base, const char *consumer, const char *event_id) {
+    sq_store *s = (sq_store *)base;
+    sqlite3_stmt *st = NULL;
+    obx_err e = obx__sq_stmt(s, Q_RETRY_DEL, &st);
+    if (e) return e;
+    bt(st, 1, consumer);
+    bt(st, 2, event_id);
+    return obx__sq_step_done(s, st, "retry copy delete");
+}
+
 obx_err obx__sq_poison_put(obx__store *base, const obx__poison_row *p) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;

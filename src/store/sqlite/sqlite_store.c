@@ -250,6 +250,15 @@ static const char *const sql_text[Q_COUNT] = {
                    "1 FROM obx_poison p WHERE p.consumer_id = f.consumer_id AND p.event_id = "
                    "f.event_id AND p.state = 'PARKED')) ORDER BY next_at LIMIT 1",
     [Q_FAIL_CLEAR] = "DELETE FROM obx_inbox_failure WHERE consumer_id = ? AND event_id = ?",
+    [Q_RETRY_PUT] = "INSERT INTO obx_inbox_retry (consumer_id, event_id, payload_digest, topic, "
+                    "partition, \"offset\", headers, payload, kept_at) VALUES (?,?,?,?,?,?,?,?,?) "
+                    "ON CONFLICT DO NOTHING",
+    [Q_RETRY_LIST] = "SELECT r.consumer_id, r.event_id, r.payload_digest, r.topic, r.partition, "
+                     "r.\"offset\", r.headers, r.payload, r.kept_at, coalesce(f.next_at, 0) AS due "
+                     "FROM obx_inbox_retry r LEFT JOIN obx_inbox_failure f ON f.consumer_id = "
+                     "r.consumer_id AND f.event_id = r.event_id WHERE r.consumer_id = ?1 AND "
+                     "coalesce(f.next_at, 0) <= ?2 ORDER BY due, r.kept_at LIMIT ?3",
+    [Q_RETRY_DEL] = "DELETE FROM obx_inbox_retry WHERE consumer_id = ? AND event_id = ?",
     [Q_POISON_PUT] = "INSERT INTO obx_poison (consumer_id, event_id, state, failures, last_error, "
                      "topic, partition, \"offset\", headers, payload, parked_at, updated_at, "
                      "payload_digest) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13) "
@@ -1551,6 +1560,9 @@ static const obx__store_inbox_methods sq_inbox_methods = {
     .failure_bump = obx__sq_failure_bump,
     .failure_get = obx__sq_failure_get,
     .failure_clear = obx__sq_failure_clear,
+    .retry_copy_put = obx__sq_retry_copy_put,
+    .retry_copy_list = obx__sq_retry_copy_list,
+    .retry_copy_del = obx__sq_retry_copy_del,
     .poison_put = obx__sq_poison_put,
     .poison_list = obx__sq_poison_list,
     .poison_get = obx__sq_poison_get,
