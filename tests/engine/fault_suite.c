@@ -852,6 +852,70 @@ static void test_inbox_retry_backoff(void **state) {
     cons_close(&c);
 }
 
+/* An unordered consumer's kept copies (issue 51, item 1): two messages fail and are kept
+ * (obx__inbox_keep_copy) and acknowledged; neither is listed before its retry is due; the
+ * retry of a copy whose bytes are the kept ones applies the effect once and deletes the copy;
+ * a copy whose bytes changed in the database since it was kept (same digest, other bytes) is
+ * parked and its handler never runs; a later redelivery of the applied event is a duplicate. */
+static void test_inbox_retry_copy(void **state) {
+    fx *f = *state;
+    char ids[2][31];
+    publish_n(f, 2, ids);
+    cons c;
+    cons_backoff_ms = 1000;
+    cons_open(&c, f, NULL, 0);
+    cons_backoff_ms = -1;
+    c.fail_next = 2;
+    obx__delivery d[4];
+    size_t n = 0;
+    OK(c.b->m->consume_poll(c.b, 0, d, 4, &n));
+    assert_int_equal(n, 2);
+    int64_t due = 0;
+    for (size_t i = 0; i < n; i++) {
+        obx_message m = obx__message_of(&d[i]);
+        obx_inbox_result r;
+        OK(obx__inbox_process_at(c.in, &m, handler, &c, NULL, f->now, 0, NULL, &r));
+        assert_int_equal(r.outcome, OBX_INBOX_FAILED);
+        if (r.retry_at > due) due = r.retry_at;
+        OK(obx__inbox_keep_copy(c.in, &m, f->now));
+        OK(obx__inbox_keep_copy(c.in, &m, f->now)); /* a second copy: the first stays */
+        OK(c.b->m->consume_ack(c.b, &d[i]));
+        obx__delivery_free(&d[i]);
+    }
+    obx__retry_copy_row *l = NULL;
+    OK(obx__st_retry_copy_list(c.db, "projection", f->now, 16, &l, &n));
+    assert_int_equal(n, 0); /* not due */
+    obx__retry_copy_rows_free(l, n);
+    OK(obx__st_retry_copy_list(c.db, "projection", due, 16, &l, &n));
+    assert_int_equal(n, 2);
+    size_t a = strcmp(l[0].event_id, ids[0]) ? 1 : 0, b = 1 - a;
+    /* the second copy's bytes change in the database: its kept digest no longer matches */
+    OK(obx__st_retry_copy_del(c.db, "projection", l[b].event_id));
+    l[b].payload[0] ^= 1;
+    OK(obx__st_retry_copy_put(c.db, &l[b]));
+    obx__retry_copy_rows_free(l, n);
+    OK(obx__st_retry_copy_list(c.db, "projection", due, 16, &l, &n));
+    assert_int_equal(n, 2);
+    for (size_t i = 0; i < n; i++) {
+        obx_inbox_result r;
+        OK(obx__inbox_retry_copy(c.in, &l[i], handler, &c, NULL, due, 0, NULL, &r));
+        bool genuine = !strcmp(l[i].event_id, ids[0]);
+        assert_int_equal(r.outcome, genuine ? OBX_INBOX_APPLIED : OBX_INBOX_POISONED);
+        assert_int_equal(r.ack, 1);
+        if (!genuine) assert_non_null(strstr(r.detail, "do not match its digest"));
+    }
+    obx__retry_copy_rows_free(l, n);
+    assert_int_equal(c.effects, 1); /* the changed copy's handler never ran */
+    OK(obx__st_retry_copy_list(c.db, "projection", INT64_MAX, 16, &l, &n));
+    assert_int_equal(n, 0); /* both ended */
+    obx__retry_copy_rows_free(l, n);
+    obx__log_broker_rewind(c.b);
+    int out[8] = {0};
+    consume_all(&c, due, out, false); /* nothing comes again: both were acknowledged */
+    assert_int_equal(out[OBX_INBOX_APPLIED] + out[OBX_INBOX_FAILED], 0);
+    cons_close(&c);
+}
+
 static void test_inbox_poison_and_redrive(void **state) {
     fx *f = *state;
     char ids[1][31];
@@ -1663,6 +1727,7 @@ static const struct CMUnitTest tests[] = {
     OBX_T_CASE(test_inbox_contract_tenant_digest),
     OBX_T_CASE(test_inbox_corrupt_copy_first),
     OBX_T_CASE(test_inbox_retry_backoff),
+    OBX_T_CASE(test_inbox_retry_copy),
     OBX_T_CASE(test_consumer_loop_redelivers_failed_last),
     OBX_T_CASE(test_consumer_redeliver_fails),
     OBX_T_CASE(test_unknown_policy_retry_after_quiet),
