@@ -56,6 +56,7 @@ struct obx_consumer {
     } * holds;
     size_t n_holds;
     bool unordered; /* obx_consumer_options.unordered */
+    bool copies;    /* kept copies may exist (unordered; ordered: until a poll finds none) */
 };
 
 obx_err obx_consumer_open(obx_store *db, void *conn, const obx_consumer_options *o,
@@ -91,6 +92,7 @@ obx_err obx_consumer_open(obx_store *db, void *conn, const obx_consumer_options 
         return e;
     }
     obx__strlcpy(c->consumer, o->inbox.consumer_id, sizeof c->consumer);
+    c->copies = true; /* the first poll looks; an ordered consumer stops once none is left */
     *out = c;
     return OBX_OK;
 }
@@ -201,7 +203,14 @@ static obx_err redrive(obx_consumer *c, obx_consumer_counts *k) {
 static obx_err retry_copies(obx_consumer *c, obx_consumer_counts *k) {
     obx__retry_copy_row *rows = NULL;
     size_t n = 0;
+    if (!c->copies) return OBX_OK;
     obx_err e = obx__st_retry_copy_list(c->db, c->consumer, obx__wall_ms(), 16, &rows, &n);
+    if (!e && !n && !c->unordered) { /* an ordered consumer: none due; any later? */
+        e = obx__st_retry_copy_list(c->db, c->consumer, INT64_MAX, 1, &rows, &n);
+        c->copies = e || n; /* none: an ordered consumer never keeps one */
+        obx__retry_copy_rows_free(rows, n);
+        return e;
+    }
     for (size_t i = 0; !e && i < n; i++) {
         if (c->stop && c->stop(c->stop_user)) break;
         obx_inbox_result r;
