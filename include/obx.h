@@ -763,7 +763,8 @@ OBX_API obx_err obx_consumer_open(obx_store *consumer_db, void *db_conn,
  * the inbox says so. Counts are added to *counts (may be NULL). */
 OBX_API obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *counts);
 /* When the earliest retry this consumer waits for is due (wall ms): a partition it paused
- * behind a failed message (ordered) or a kept copy (unordered). *due_ms 0: none. For a caller
+ * behind a failed message (ordered), a kept copy (unordered), or a failure in its inbox not
+ * parked (past due: its message is to come again). *due_ms 0: none. For a caller
  * that stops when idle (obx consume --until-idle): a consumer with a retry pending is not. */
 OBX_API obx_err obx_consumer_next_retry(obx_consumer *c, int64_t *due_ms);
 OBX_API void obx_consumer_close(obx_consumer *c);

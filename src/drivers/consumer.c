@@ -243,7 +243,13 @@ obx_err obx_consumer_next_retry(obx_consumer *c, int64_t *due_ms) {
         if (!*due_ms || d < *due_ms) *due_ms = d;
     }
     obx__retry_copy_rows_free(rows, n);
-    return e;
+    /* the durable schedule: a failure not parked whose message is to come again (a restarted
+     * ordered consumer has paused nothing yet) */
+    int32_t failures = 0;
+    int64_t next = 0;
+    obx_err fe = e ? e : obx__st_failure_get(c->db, c->consumer, NULL, &failures, &next);
+    if (!fe && next > 0 && (!*due_ms || next < *due_ms)) *due_ms = next;
+    return fe == OBX_ENOTFOUND ? OBX_OK : fe;
 }
 
 /* Unordered: d (the inbox answered r: a failure not parked, or a retry not due) does not hold

@@ -16,7 +16,10 @@
 #   - its effect is applied once, o-next after it (per-key order), never before;
 #   - o-dead is parked after 4 failures (max-failures still parks), its failure row gone;
 #   - the inbox's audit has a RETRY_SCHEDULED row per scheduled retry (3 + 3);
-#   - no spinning: the restarted consumer is handed at most 30 deliveries in all.
+#   - no spinning: the restarted consumer is handed at most 30 deliveries in all;
+#   - the restarted consumer runs with --until-idle (1 s; 5 s on Kafka, whose group join takes
+#     seconds) and stops by itself, but only once o-flaky is applied and o-dead parked: a paused
+#     partition or a failure row with its retry pending keeps it from being idle.
 set -euo pipefail
 OBX=${1:?usage: test_consume_retry.sh OBX [log|amqp|kafka]}
 mode=${2:-log}
@@ -101,14 +104,14 @@ export T
 
 run=0
 group=
-consume() {
+consume() { # extra flags
   run=$((run + 1))
   # Kafka: a group of its own per run, read from the start (nothing was committed): the killed
   # member would hold its partitions until the group's session timeout
   [[ $mode == kafka ]] && group="--group retry-g$run"
   "$OBX" consume --consumer-db "sqlite:$T/c.db" --broker "$consume_broker" --topic "$source_" \
     --consumer retry-proj --types order.created.v1 --tenants t1 --max-failures 4 \
-    --retry-backoff 1s,10s --exec "$T/handler.sh" $group >"$T/consume$run.log" 2>&1 &
+    --retry-backoff 1s,10s --exec "$T/handler.sh" $group "$@" >"$T/consume$run.log" 2>&1 &
   echo $! >"$T/consumer.pid"
 }
 runs_of() { grep -c " $1\$" "$T/runs" 2>/dev/null || true; }
@@ -127,14 +130,14 @@ done
 date +%s.%N >"$T/restart"
 kill -9 "$(cat "$T/consumer.pid")"
 wait "$(cat "$T/consumer.pid")" 2>/dev/null || true
-consume
-for _ in $(seq 1000); do
-  [[ -s $T/effects ]] && grep -q ' o-next$' "$T/effects" && [[ $(runs_of o-dead) -ge 4 ]] && break
-  sleep 0.05
-done
-sleep 1 # nothing more may run
-kill -TERM "$(cat "$T/consumer.pid")"
-wait "$(cat "$T/consumer.pid")" 2>/dev/null || true
+idle=1000
+[[ $mode == kafka ]] && idle=5000
+consume --until-idle $idle
+for _ in $(seq 600); do kill -0 "$(cat "$T/consumer.pid")" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$(cat "$T/consumer.pid")" 2>/dev/null && fail "the restarted consumer (--until-idle $idle) did not stop in 60 s"
+wait "$(cat "$T/consumer.pid")" || fail "the restarted consumer exited $?"
+[[ -s $T/effects ]] && grep -q ' o-next$' "$T/effects" && [[ $(runs_of o-dead) -ge 4 ]] ||
+  fail "the restarted consumer (--until-idle $idle) stopped with a retry pending"
 
 # ---- the schedule, from the handler's timestamps ----
 python3 - "$T/runs" "$T/effects" "$T/restart" <<'PY' || fail "schedule"
