@@ -69,6 +69,10 @@ void bn_pg_copy(const char *dst, const char *src);
  * ("PENDING", or "PUBLISHED"/"RETAINED" with an attempt, a primary receipt and the audit rows
  * of a publication, published long ago). Then ANALYZE. */
 void bn_pg_fill(PGconn *c, long first, long n, const char *state);
+/* bn_pg_fill with available_at set (0: the event's time): PENDING events of a delayed backlog,
+ * not claimable before available_at (the envelope's own not_before is left 0: such rows are
+ * the claim's load, never sent in a bench run). */
+void bn_pg_fill_at(PGconn *c, long first, long n, const char *state, long long available_at);
 /* Events PUBLISHED (and primary receipts) per the O(1) statistics (obx._stats()). */
 void bn_pg_counts(PGconn *c, long long *published, long long *primary);
 /* CPU seconds the PostgreSQL server of $OBX_TEST_SERVICES_DIR has used so far: the

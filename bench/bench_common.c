@@ -196,7 +196,8 @@ void bn_pg_fresh(const char *name, const char *topic, char *url, size_t cap) {
     "(SELECT 'sha256:' || encode(sha256(convert_to('schema:" BN_TYPE "', 'UTF8')), 'hex') AS "     \
     "schema) c "
 
-static void fill_chunk(PGconn *c, long first, long n, const char *state, bool done) {
+static void fill_chunk(PGconn *c, long first, long n, const char *state, bool done,
+                       long long avail) {
     long last = first + n - 1;
     long long now = (long long)obx__wall_ms();
     int old = done ? 1 : 0;
@@ -225,10 +226,10 @@ static void fill_chunk(PGconn *c, long first, long n, const char *state, bool do
         "SELECT id, '" BN_TENANT "', NULL, '" BN_TYPE "', '', r.cluster || chr(31) || r.topic "
         "|| chr(31) || rk, 1, '%s', %d, '', 0, %d, CASE WHEN %d = 1 THEN 'att-' || "
         "lpad(i::text, 26, '0') ELSE '' END, CASE WHEN %d = 1 THEN (i %% 8)::int ELSE -1 END, "
-        "0, t, 0, 0, CASE WHEN %d = 1 THEN 'att-' || lpad(i::text, 26, '0') ELSE '' END, "
-        "CASE WHEN %d = 1 THEN t ELSE 0 END, t, t, 8, false, false, 'obx', r.cluster FROM " GEN_ROWS
-        "ORDER BY i",
-        state, old, old, old, old, old, old, BN_PAYLOAD - 2, old, now, first, last);
+        "0, CASE WHEN %lld > 0 THEN %lld ELSE t END, 0, 0, CASE WHEN %d = 1 THEN 'att-' || "
+        "lpad(i::text, 26, '0') ELSE '' END, CASE WHEN %d = 1 THEN t ELSE 0 END, t, t, 8, false, "
+        "false, 'obx', r.cluster FROM " GEN_ROWS "ORDER BY i",
+        state, old, old, old, old, avail, avail, old, old, BN_PAYLOAD - 2, old, now, first, last);
     /* its statistics delta, as every statement inserting events writes one (schema.sql,
      * obx_stat_delta) */
     bn_sql(c, "INSERT INTO obx.obx_stat_delta (key, n) VALUES ('state:%s', %ld)", state, n);
@@ -265,6 +266,10 @@ static void fill_chunk(PGconn *c, long first, long n, const char *state, bool do
 }
 
 void bn_pg_fill(PGconn *c, long first, long n, const char *state) {
+    bn_pg_fill_at(c, first, n, state, 0);
+}
+
+void bn_pg_fill_at(PGconn *c, long first, long n, const char *state, long long available_at) {
     bool done = strcmp(state, "PENDING") != 0;
     /* OBX_BENCH_EVENT_FILLFACTOR: obx_event's fillfactor for the rows filled from here on (the
      * WAL/disk trade-off of schema.sql's fillfactor 50, measured; the schema's own value otherwise)
@@ -274,7 +279,7 @@ void bn_pg_fill(PGconn *c, long first, long n, const char *state) {
     const long chunk = 250000;
     for (long at = 0; at < n; at += chunk) {
         long k = n - at < chunk ? n - at : chunk;
-        fill_chunk(c, first + at, k, state, done);
+        fill_chunk(c, first + at, k, state, done, available_at);
         if (n > chunk) bn_log("fill: %ld of %ld %s events", at + k, n, state);
     }
     bn_sql(c, "ANALYZE obx.obx_event");

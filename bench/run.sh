@@ -9,6 +9,7 @@
 #   latency     commit -> PUBLISHED p50/p99/max at steady rates, PG+Kafka    (bench_latency)
 #   producer    obx.enqueue vs a plain outbox row in a pgbench business txn  (bench_producer)
 #   backlog     throughput with 10k vs 5M PUBLISHED/RETAINED rows, and during a purge (bench_backlog)
+#   delayed     due events' rate and claim time with vs without 1M delayed events (bench_delayed)
 #   scale       1/2/4 relays on one PostgreSQL, and obx sim traces/s         (bench_scale)
 #   resources   relay RSS with a 1M backlog, CPU per 10,000 events           (bench_resources)
 #   amqp        obx's RabbitMQ backend vs a plain rabbitmq-c confirm loop    (bench_amqp)
@@ -22,12 +23,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scenario=${1:-}
-[[ -n $scenario ]] || { sed -n '2,18p' "$0"; exit 2; }
+[[ -n $scenario ]] || { sed -n '2,19p' "$0"; exit 2; }
 shift
 export OBX_SVC_PG_FSYNC=on
 if [[ ${1:-} == --fsync-off ]]; then OBX_SVC_PG_FSYNC=off; shift; fi
 case $scenario in
-  throughput|latency|producer|backlog|scale|resources) prog=bench_$scenario ;;
+  throughput|latency|producer|backlog|delayed|scale|resources) prog=bench_$scenario ;;
   amqp) prog=bench_amqp ;;
   *) echo "bench/run.sh: unknown scenario '$scenario'" >&2; exit 2 ;;
 esac
