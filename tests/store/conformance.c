@@ -1,7 +1,8 @@
 /*
  * conformance.c — the store conformance suite (see conformance.h). It tests the store vtable's
  * contract through the engine's wrappers: routes, enqueue round trips, idempotency, the claim
- * rule (order per key, leases, backoff, cluster and alias filters), compare-and-set updates,
+ * rule (order per key, leases, backoff, cluster and alias filters, a delayed backlog ahead of due
+ * events), compare-and-set updates,
  * attempts, receipts (one primary per event and generation), audit, selections, nested
  * transactions, statistics, the inbox tables, and the retention and audit methods (publication
  * order, payload purge, aged queries, known event IDs); delivery sets,
@@ -293,6 +294,88 @@ static void test_claim_rule(void **state) {
     req.now = c->now + 60000;
     claim(c, &req, &r);
     assert_true(has(&r, b1));
+    obx__rows_free(&r);
+}
+
+/* Enqueues an event of aggregate agg not before not_before (the enqueue's time: c->now). */
+static void enq_delayed(cx *c, const char *agg, int64_t not_before, char id[31]) {
+    obx_event ev = {.event_type = "order.created.v1",
+                    .aggregate_type = "order",
+                    .aggregate_id = agg,
+                    .aggregate_version = 1,
+                    .tenant = "t1",
+                    .payload = "{\"x\":1}",
+                    .payload_len = 7,
+                    .not_before_ms = not_before};
+    obx_enqueue_result r;
+    OK(obx__enqueue_at(c->s, &ev, c->now, NULL, &r));
+    strcpy(id, r.event_id);
+}
+
+/* Issue 51: a delayed backlog ahead of the due events (enqueued earlier, more than a claim's
+ * limit) does not hide them, and no delayed event is claimed before its time: at not_before - 1
+ * none, at not_before exactly those due, earliest due first; a due event behind a delayed one of
+ * its key waits for it. A claim that skipped the time check, or stopped its walk on the
+ * delayed rows, fails here. */
+#define DELAYED_N 300
+static void test_claim_delayed_backlog(void **state) {
+    cx *c = *state;
+    route(c, "order.created.v1", "orders", 0, NULL);
+    const int64_t t1 = c->now + 3600000, t2 = c->now + 7200000;
+    char far[31], late[31], d1[31], d2[31], d3[31], kx[31], ky[31], id[31];
+    OK(obx__st_begin(c->s));
+    for (int i = 0; i < DELAYED_N; i++) {
+        char agg[32];
+        snprintf(agg, sizeof agg, "o-later-%d", i);
+        enq_delayed(c, agg, t2, i == 0 ? far : id); /* DELAYED_N keys due at t2 */
+    }
+    OK(obx__st_commit(c->s));
+    enq_delayed(c, "o-k", t1, kx); /* key k: kx delayed to t1, then ky due now behind it */
+    enq_delayed(c, "o-k", 0, ky);
+    enq_delayed(c, "o-d1", 0, d1);
+    enq_delayed(c, "o-late", t1, late);
+    enq_delayed(c, "o-d2", 0, d2);
+    enq_delayed(c, "o-d3", c->now, d3); /* not_before = now: due at once */
+    obx__claim_req req = {.now = c->now, .limit = 2};
+    obx__rows r = {0};
+    claim(c, &req, &r); /* the limit: the earliest due, whatever lies before them in seq */
+    assert_int_equal(r.n, 2);
+    assert_true(has(&r, d1));
+    assert_true(has(&r, d2));
+    obx__rows_free(&r);
+    req.limit = 100;
+    req.now = t1 - 1;
+    claim(c, &req, &r);
+    assert_int_equal(r.n, 3); /* d1, d2, d3; ky behind kx; kx, late and the backlog not yet */
+    assert_true(has(&r, d1) && has(&r, d2) && has(&r, d3));
+    obx__rows_free(&r);
+    req.now = t1;
+    claim(c, &req, &r);
+    assert_int_equal(r.n, 5); /* kx and late are due; ky still waits for kx */
+    assert_true(has(&r, kx) && has(&r, late));
+    assert_false(has(&r, ky));
+    assert_false(has(&r, far));
+    for (size_t i = 1; i < r.n; i++) /* earliest due first, then oldest */
+        assert_true(
+            r.v[i - 1].available_at < r.v[i].available_at ||
+            (r.v[i - 1].available_at == r.v[i].available_at && r.v[i - 1].seq < r.v[i].seq));
+    obx__rows_free(&r);
+    set_state(c, kx, OBX__ST_PUBLISHED, 0); /* kx published: ky is next */
+    claim(c, &req, &r);
+    assert_true(has(&r, ky));
+    assert_false(has(&r, far));
+    obx__rows_free(&r);
+    req.now = t2 - 1;
+    req.limit = 1000;
+    claim(c, &req, &r);
+    assert_false(has(&r, far));
+    assert_int_equal(r.n, 5); /* d1, d2, d3, late, ky */
+    obx__rows_free(&r);
+    req.now = t2; /* the backlog is due: all of it, after the earlier due ones */
+    claim(c, &req, &r);
+    assert_int_equal(r.n, 5 + DELAYED_N);
+    assert_true(has(&r, far));
+    assert_string_equal(r.v[5].env.event_id, far);
     obx__rows_free(&r);
 }
 
@@ -1828,6 +1911,7 @@ int store_conformance_run(const char *label, store_factory f, const store_app *a
         cmocka_unit_test_setup_teardown(test_write_set, setup, teardown),
         cmocka_unit_test_setup_teardown(test_engine_calls, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_rule, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_delayed_backlog, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cas, setup, teardown),
         cmocka_unit_test_setup_teardown(test_attempts_receipts_audit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_selects_and_stats, setup, teardown),

@@ -626,7 +626,8 @@ static long claim_work(fx *f, int n) {
 /* Regression: the claim query used obx_event_state_pub, sorted the whole backlog for ORDER BY
  * seq LIMIT, and checked per-key order by scanning every unpublished row per candidate, so a
  * claim from 8,000 pending rows cost ~1000x one from 200. Now it walks obx_event_claimable in
- * seq order and probes obx_event_unpublished (order_key, seq): the same work for any backlog. */
+ * (available_at, seq) order and probes obx_event_unpublished (order_key, seq): the same work for
+ * any backlog. */
 static void test_claim_cost_flat(void **state) {
     fx *f = *state;
     long small = claim_work(f, 200);
@@ -634,6 +635,47 @@ static void test_claim_cost_flat(void **state) {
     print_message("claim of 50: VM work %ld (200 pending) vs %ld (8000 pending)\n", small, big);
     assert_true(small > 0);
     assert_true(big < small * 2);
+}
+
+/* The VM work of a claim of 50 from 100 due events enqueued after n events delayed by a day. */
+static long delayed_claim_work(fx *f, int n) {
+    exec_ok(f->db, "BEGIN");
+    char id[32];
+    for (int i = 0; i < n + 100; i++) {
+        snprintf(id, sizeof id, "dl-%d-%d", n, i);
+        obx_event ev = order_event(id, "{}");
+        if (i < n) ev.not_before_ms = obx__wall_ms() + 86400000;
+        obx_enqueue_result res;
+        assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_OK);
+    }
+    exec_ok(f->db, "COMMIT");
+    long work = 0;
+    sqlite3_progress_handler(f->db, 100, count_vm, &work);
+    obx__claim_req req = {.now = obx__wall_ms() + 60000, .limit = 50};
+    obx__rows rows = {0};
+    assert_int_equal(
+        obx__st_read_events(f->s, &(obx__read_req){.by = OBX__READ_CLAIM, .claim = &req}, &rows),
+        OBX_OK);
+    sqlite3_progress_handler(f->db, 0, NULL, NULL);
+    assert_int_equal(rows.n, 50);
+    for (size_t i = 0; i < rows.n; i++) assert_int_equal(rows.v[i].env.not_before, 0);
+    obx__rows_free(&rows);
+    exec_ok(f->db, "UPDATE obx_event SET state = 'PUBLISHED'"); /* out of the next backlog */
+    return work;
+}
+
+/* Issue 51: 8,000 delayed events committed ahead of the due ones cost a claim nothing. With
+ * obx_event_claimable on (seq) the claim walked every delayed row on each call: VM work 691
+ * against 51 with none (this test before the change); now it starts at the earliest due row and
+ * stops at the first one not yet due (51 and 50). */
+static void test_claim_cost_delayed(void **state) {
+    fx *f = *state;
+    long none = delayed_claim_work(f, 0);
+    long many = delayed_claim_work(f, 8000);
+    print_message("claim of 50: VM work %ld (no delayed events) vs %ld (8000 delayed ahead)\n",
+                  none, many);
+    assert_true(none > 0);
+    assert_true(many < none * 2);
 }
 
 /* ---- no statement is re-prepared on a new binding ----------------------------------------------
@@ -712,6 +754,7 @@ int main(void) {
         OBX_T_CASE(test_payload_rehashed_before_send),
         OBX_T_CASE(test_route_contract_checked),
         OBX_T_CASE(test_claim_cost_flat),
+        OBX_T_CASE(test_claim_cost_delayed),
         OBX_T_CASE(test_no_reprepare),
     };
     return cmocka_run_group_tests(tests, NULL, NULL) + failed;

@@ -181,7 +181,8 @@ typedef struct pg_store {
     "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; "                            \
     "SET LOCAL enable_mergejoin = off; SET LOCAL jit = off; "                                      \
     "SET LOCAL plan_cache_mode = force_generic_plan"
-/* The claim must walk obx_event_claimable in seq order and stop at the limit (relay_plans). */
+/* The claim must walk obx_event_claimable in (available_at, seq) order and stop at the limit
+ * (relay_plans). */
 #define CLAIM_PLANS "SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off"
 
 /* What a relay transaction has not sent yet (pg_store.pend): a relay connection's BEGIN waits

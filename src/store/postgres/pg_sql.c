@@ -333,23 +333,28 @@ static const char *const sql_text[Q_COUNT] = {
         "WITH lk AS MATERIALIZED (SELECT " ORDER_TRY_LOCK " AS got WHERE " ROUTE_STILL
         "), " TXID_FROM "lk WHERE lk.got)",
         ENQ_VALS, "f") " SELECT lk.got, (SELECT " NOTIFY_EXPR " FROM ev) FROM lk",
-    /* docs/design.md, "Claims, attempts and fencing": oldest first; PENDING when available,
-     * CLAIMED when its lease expired; never behind an unpublished earlier event of the same order
-     * key unless unordered. Rows locked by another relay's claim are skipped, but the NOT EXISTS
-     * still sees them as unpublished, so a locked head of a key holds back the rest of the key.
+    /* docs/design.md, "Claims, attempts and fencing": earliest due first (available_at, then
+     * seq); PENDING when available, CLAIMED when its lease expired; never behind an unpublished
+     * earlier event of the same order key unless unordered. The walk of obx_event_claimable
+     * (available_at, seq) reads the due rows only and stops at the limit or at the first row not
+     * yet due, so a delayed backlog costs a claim nothing (issue 51). available_at <= $1 holds
+     * for every CLAIMED row whose lease expired: a claim needs available_at <= now and sets
+     * lease_until past that now, and only a claim makes a row CLAIMED. Rows locked by another
+     * relay's claim are skipped, but the NOT EXISTS still sees them as unpublished, so a locked
+     * head of a key holds back the rest of the key, and so does a delayed one not yet due.
      * $5: a payload over the relay's ceiling (NULL: obx_meta's payload_limit) is not read:
      * octet_length() of a TOASTed value reads its header, not its bytes. */
     [Q_CLAIM] =
         "SELECT " EVENT_COLS ", CASE WHEN octet_length(v.payload) <= coalesce($5::bigint, "
         "(SELECT m.value::bigint FROM obx.obx_meta m WHERE m.key = 'payload_limit'), 1048576) "
         "THEN v.payload END" EVENT_FROM "WHERE e.state IN ('PENDING','CLAIMED') "
-        "AND ((e.state = 'PENDING' AND e.available_at <= $1::bigint) OR "
-        "     (e.state = 'CLAIMED' AND e.lease_until <= $1::bigint)) "
+        "AND e.available_at <= $1::bigint "
+        "AND (e.state = 'PENDING' OR e.lease_until <= $1::bigint) "
         "AND ($2::text IS NULL OR e.dest_cluster = $2::text) "
         "AND ($4::text[] IS NULL OR e.alias = ANY ($4::text[])) "
         "AND (e.unordered OR NOT EXISTS (SELECT 1 FROM obx.obx_event p "
         "     WHERE p.order_key = e.order_key AND p.seq < e.seq AND p.state IN " UNPUBLISHED
-        ")) ORDER BY e.seq LIMIT $3::bigint" SKIP_LOCKED,
+        ")) ORDER BY e.available_at, e.seq LIMIT $3::bigint" SKIP_LOCKED,
     [Q_SEL_EXPIRED] = SEL_EXPIRED,
     [Q_SEL_EXPIRED_LOCK] = SEL_EXPIRED SKIP_LOCKED,
     [Q_SEL_RECONCILE] = SEL_RECONCILE,

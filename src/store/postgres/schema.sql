@@ -280,7 +280,10 @@ CREATE TABLE obx.obx_event (
 -- can match them.
 CREATE UNIQUE INDEX obx_event_idem ON obx.obx_event (tenant, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
-CREATE INDEX obx_event_claimable ON obx.obx_event (seq) WHERE state IN ('PENDING', 'CLAIMED');
+-- The claim's walk (Q_CLAIM): due rows in (available_at, seq) order, so that it stops at the first
+-- not-yet-due row and a delayed backlog (not_before far ahead) is never read (issue 51).
+CREATE INDEX obx_event_claimable ON obx.obx_event (available_at, seq)
+    WHERE state IN ('PENDING', 'CLAIMED');
 CREATE INDEX obx_event_unpublished ON obx.obx_event (order_key, seq)
     WHERE state IN ('PENDING','CLAIMED','SENDING','DISPATCH_UNKNOWN','RECONCILING','RETRY_CLAIMED','PARKED');
 CREATE INDEX obx_event_inflight ON obx.obx_event (state, lease_until)

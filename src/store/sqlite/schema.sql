@@ -183,7 +183,10 @@ CREATE TABLE obx_event (
 );
 CREATE UNIQUE INDEX obx_event_idem ON obx_event (tenant, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
-CREATE INDEX obx_event_claimable ON obx_event (seq) WHERE state IN ('PENDING', 'CLAIMED');
+-- The claim's walk: due rows in (available_at, seq) order; it stops at the first not-yet-due row,
+-- so a delayed backlog is never read (issue 51).
+CREATE INDEX obx_event_claimable ON obx_event (available_at, seq)
+    WHERE state IN ('PENDING', 'CLAIMED');
 CREATE INDEX obx_event_unpublished ON obx_event (order_key, seq)
     WHERE state <> 'PUBLISHED' AND state <> 'RETAINED' AND state <> 'PURGED' AND state <> 'CANCELLED';
 CREATE INDEX obx_event_inflight ON obx_event (state, lease_until)

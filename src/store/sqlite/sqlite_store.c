@@ -85,22 +85,23 @@ static const char *const sql_text[Q_COUNT] = {
         "unordered, alias, dest_cluster) "
         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [Q_CLAIM] =
-        /* INDEXED BY: the claimable rows in seq order, LIMIT stops the scan; without it the
-         * planner picked obx_event_state_pub and sorted the whole backlog on every claim */
+        /* INDEXED BY: the due claimable rows in (available_at, seq) order, LIMIT or the first
+         * row not yet due stops the scan (a delayed backlog is never read: pg_sql.c's Q_CLAIM
+         * says why available_at <= ?1 holds for a CLAIMED row whose lease expired); without it
+         * the planner picked obx_event_state_pub and sorted the whole backlog on every claim */
     /* ?5: a payload over the relay's ceiling is not read (length() of a blob reads its size,
      * not its bytes) */
     "SELECT " EVENT_COLS ", CASE WHEN length(v.payload) <= ?5 THEN v.payload END "
     "FROM obx_event e INDEXED BY obx_event_claimable "
     "JOIN obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen "
     "LEFT JOIN obx_delivery_target t ON t.slot_id = e.event_id "
-    "WHERE e.state IN ('PENDING','CLAIMED') "
-    "AND ((e.state = 'PENDING' AND e.available_at <= ?1) OR "
-    "     (e.state = 'CLAIMED' AND e.lease_until <= ?1)) "
+    "WHERE e.state IN ('PENDING','CLAIMED') AND e.available_at <= ?1 "
+    "AND (e.state = 'PENDING' OR e.lease_until <= ?1) "
     "AND (?2 IS NULL OR e.dest_cluster = ?2) "
     "AND (?4 IS NULL OR instr(?4, ',' || e.alias || ',') > 0) "
     "AND (e.unordered = 1 OR NOT EXISTS (SELECT 1 FROM obx_event p INDEXED BY "
     "     obx_event_unpublished WHERE p.order_key = e.order_key AND p.seq < e.seq "
-    "AND " P_UNPUBLISHED ")) ORDER BY e.seq LIMIT ?3",
+    "AND " P_UNPUBLISHED ")) ORDER BY e.available_at, e.seq LIMIT ?3",
     [Q_SEL_EXPIRED] =
         "SELECT " EVENT_COLS EVENT_FROM "WHERE e.state = 'SENDING' AND e.lease_until <= ?1 "
         "AND (?2 IS NULL OR e.dest_cluster = ?2) ORDER BY e.lease_until, e.seq LIMIT ?3",
