@@ -659,11 +659,13 @@ double bn_pgbench(const char *url, const char *script, int clients, const char *
     return tps;
 }
 
-/* The minimal claim-and-mark statement: one round trip per batch of 100. */
+/* The minimal claim-and-mark statement: one round trip per batch of 100, in the claim's order
+ * (obx_event_claimable: available_at, seq). */
 static const char claim_mark[] =
     "WITH c AS (SELECT e.seq, e.event_id, v.dest_routing_key, v.payload FROM obx.obx_event e "
     "JOIN obx.obx_envelope v ON v.event_id = e.event_id AND v.envelope_gen = e.envelope_gen "
-    "WHERE e.state = 'PENDING' ORDER BY e.seq LIMIT 100 FOR UPDATE OF e SKIP LOCKED), "
+    "WHERE e.state = 'PENDING' ORDER BY e.available_at, e.seq LIMIT 100 FOR UPDATE OF e SKIP "
+    "LOCKED), "
     "u AS (UPDATE obx.obx_event e SET state = 'PUBLISHED', published_at = "
     "(extract(epoch FROM clock_timestamp()) * 1000)::bigint, updated_at = "
     "(extract(epoch FROM clock_timestamp()) * 1000)::bigint FROM c WHERE e.seq = c.seq "

@@ -249,7 +249,7 @@ static double sqlite_claim_mark_limit(const char *path, double *cpu_us) {
                            "SELECT e.seq, e.event_id, v.dest_routing_key, v.payload FROM obx_event "
                            "e INDEXED BY obx_event_claimable JOIN obx_envelope v ON v.event_id = "
                            "e.event_id AND v.envelope_gen = e.envelope_gen WHERE e.state IN "
-                           "('PENDING', 'CLAIMED') ORDER BY e.seq LIMIT 100",
+                           "('PENDING', 'CLAIMED') ORDER BY e.available_at, e.seq LIMIT 100",
                            -1, &sel, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db,
                            "UPDATE obx_event SET state = 'PUBLISHED', published_at = ?1, "
