@@ -4,8 +4,8 @@ verifier that reads no obx table through obx (docs/reliability.md). scripts/chao
 private PostgreSQL and RabbitMQ node and runs this; run it through that script.
 
 What runs (all separate processes):
-  producers  bench/chaos_producer (C, obx_enqueue() on its own libpq connection) and
-             bench/chaos_sql_producer.py (psycopg2, SELECT obx.enqueue()); each order is one
+  producers  chaos_producer (C, obx_enqueue() on its own libpq connection) and
+             chaos_sql_producer.py (psycopg2, SELECT obx.enqueue()); each order is one
              business transaction with its ledger rows; a seeded share is rolled back after the
              enqueue
   relays     r1..rN `obx relay` (shipped defaults), each reaching PostgreSQL (and RabbitMQ)
@@ -15,7 +15,7 @@ What runs (all separate processes):
              and two of a second consumer ID, `notifier`, whose `--exec` handler (an effect
              outside the inbox's transaction) writes a line per run, so that the verifier
              counts handler runs itself (no fault targets them: every second run is a defect)
-  Kafka      bench/chaos_kmock owns librdkafka's mock cluster and executes its fault commands
+  Kafka      chaos_kmock owns librdkafka's mock cluster and executes its fault commands
   verifier   reads the verifier queues (pika) or the topics (kcat) as they fill, for arrival
              times, then checks everything at the end (chaos_verify.py)
 
@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chaos_verify as cv  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 T0 = time.monotonic()
 TOPICS = ("orders", "payments")
 TYPES = {"order.created.v1": "orders", "payment.captured.v1": "payments"}

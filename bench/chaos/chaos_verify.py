@@ -395,7 +395,7 @@ def self_check(vectors_path):
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "--self-check":
         here = os.path.dirname(os.path.abspath(__file__))
-        path = sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, "..", "tests", "data",
+        path = sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, "..", "..", "tests", "data",
                                                                   "digest_vectors.json")
         errs = self_check(path)
         for e in errs:
