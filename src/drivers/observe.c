@@ -550,7 +550,9 @@ obx_err obx_status(obx_store *s, const obx_ops_options *o, char **out) {
     if (e) return e;
     cs.open_flags = OBX_STORE_READ_ONLY; /* a status never creates a consumer's database */
     json_t *doc = NULL;
-    e = obx__status_json(s, &cs, NULL, o ? o->limit : 0, obx__wall_ms(), &doc);
+    /* ages and relay heartbeats on the database server's clock, as the relays write them: an
+     * operator's host clock ahead would show live relays' clusters as unserved */
+    e = obx__status_json(s, &cs, NULL, o ? o->limit : 0, obx__st_now_ms(s), &doc);
     obx__consumer_set_free(&cs);
     return e ? e : obx__json_out(doc, out);
 }

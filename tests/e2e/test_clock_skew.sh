@@ -9,7 +9,8 @@
 # attempts absent and retried, and the held writes landed after their deadlines as the other
 # relay saw them: 100 broker copies of 50 events, 50 receipts quarantined.
 # Checked from outside: the broker's file (copies per event ID) and the outbox's attempts. Then
-# an operator whose host clock is 8 days ahead runs `obx purge --dry-run`: nothing is due.
+# an operator whose host clock is 8 days ahead runs `obx purge --dry-run`: nothing is due; one
+# 10 minutes ahead runs `obx status` while the relays run: their cluster is served.
 set -euo pipefail
 OBX=$(realpath "${1:?usage: test_clock_skew.sh OBX}")
 FAKETIME_LIB=$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -1)
@@ -49,9 +50,23 @@ for _ in $(seq 120); do
 done
 [[ $pub == "$n" ]] || fail "$pub of $n published"
 sleep 3 # any write still held back lands (or is refused at its deadline) now
+# `obx status` of an operator whose host clock is 10 minutes ahead, while the relays run: it
+# judges their heartbeats on the database server's clock, as they are written, so cluster local
+# (a delayed event PENDING in it) is served. (Before, on the operator's clock: every heartbeat 10
+# minutes stale, cluster local listed as served by no live relay.)
+printf '{"order":"later"}' | "$OBX" enqueue --db "$db" --type order.created.v1 \
+  --aggregate order/later@1 --tenant t1 --delay 1h >/dev/null
+unserved() { "$@" "$OBX" status --db "$db" --json 2>"$T/status.err" | jq -c '[.unserved_clusters[] | [.cluster, .pending]]'; }
+ahead=$(unserved env LD_PRELOAD="$FAKETIME_LIB" FAKETIME=+10m ASAN_OPTIONS=${ASAN_OPTIONS:-}:verify_asan_link_order=0) ||
+  fail "obx status: $(cat "$T/status.err")"
+[[ $ahead == "[]" ]] || fail "an operator 10 minutes ahead sees the live relays' cluster as unserved: $ahead"
 for p in "${pids[@]}"; do kill "$p"; done
 for p in "${pids[@]}"; do wait "$p" || true; done
 pids=()
+# the relays stopped cleanly (their heartbeats end at once): the same check sees cluster local
+stopped=$(unserved env) || fail "obx status: $(cat "$T/status.err")"
+[[ $stopped == '[["local",1]]' ]] || fail "with the relays stopped, obx status lists $stopped as unserved: the check above proves nothing"
+echo "ok: an operator whose clock is 10 minutes ahead sees the live relays serving cluster local"
 copies=$(sqlite3 "$T/b.db" 'SELECT count(*) FROM obx_log_msg')
 distinct=$(sqlite3 "$T/b.db" 'SELECT count(DISTINCT event_id) FROM obx_log_msg')
 skewed=$(psql "$db" -Atc "SELECT count(*) FROM obx.obx_attempt WHERE owner LIKE 'skewed%'")
