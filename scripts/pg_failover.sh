@@ -22,12 +22,23 @@
 #   pgfo_promote          the standby promoted (`pg_ctl promote`), waiting until it accepts
 #                         writes
 #   pgfo_stop             both servers stopped (immediate) and DIR removed
+# By node (NODE: primary or standby, the data directory's name, i.e. its role at pgfo_start;
+# the chaos soak swaps the roles on each failover):
+#   pgfo_node_kill NODE   NODE stopped with `-m immediate` (pgfo_kill_primary is NODE primary)
+#   pgfo_node_start NODE  NODE started again on its data (after a crash), keeping its role
+#   pgfo_promote NODE     NODE promoted (pgfo_promote alone: the standby); it then waits for no
+#                         synchronous standby until pgfo_rebuild gives it one
+#   pgfo_rebuild NODE     NODE's data replaced by a base backup of the other node (the primary
+#                         now), NODE started as its standby (application_name standby1) and,
+#                         unless OBX_FO_SYNC=0, made the primary's synchronous standby
+# OBX_FO_PG_OPTS: more server options for every node (`-c max_connections=200`).
 # The servers are the binaries of OBX_PG_BIN (default Debian's PostgreSQL 15), run as the
 # postgres user like scripts/services.sh's; the primary alone has synchronous_standby_names
 # (on the command line, so that the promoted standby, which has no standby of its own, does not
 # wait for one); fsync is off (a killed process loses nothing the kernel has, and these tests
 # kill processes, not machines).
-# By hand: scripts/pg_failover.sh start DIR | kill DIR | cut DIR | promote DIR | stop DIR
+# By hand: scripts/pg_failover.sh start DIR | kill DIR [NODE] | cut DIR | promote DIR [NODE] |
+# restart DIR NODE | rebuild DIR NODE | stop DIR (the commands after start read DIR/ports.env)
 FO_PG_BIN=${OBX_PG_BIN:-/usr/lib/postgresql/15/bin}
 
 fo_as_pg() { su postgres -s /bin/sh -c "$1"; }
@@ -46,7 +57,23 @@ fo_free_port() {
 
 fo_node_start() { # NAME PORT EXTRA
   local d=$OBX_FO_DIR
-  fo_as_pg "$FO_PG_BIN/pg_ctl -D '$d/$1' -l '$d/$1.log' -o '-p $2 -k $d/sock -c listen_addresses=127.0.0.1 -c max_connections=100 -c fsync=off -c wal_level=replica -c max_wal_senders=5 -c hot_standby=on -c wal_keep_size=256MB $3' -w -t 60 start >/dev/null"
+  fo_as_pg "$FO_PG_BIN/pg_ctl -D '$d/$1' -l '$d/$1.log' -o '-p $2 -k $d/sock -c listen_addresses=127.0.0.1 -c max_connections=100 -c fsync=off -c wal_level=replica -c max_wal_senders=5 -c hot_standby=on -c wal_keep_size=256MB ${OBX_FO_PG_OPTS:-} $3' -w -t 60 start >/dev/null"
+}
+
+fo_port() { [[ $1 == primary ]] && echo "$OBX_FO_PRIMARY_PORT" || echo "$OBX_FO_STANDBY_PORT"; }
+fo_other() { [[ $1 == primary ]] && echo standby || echo primary; }
+fo_sql() { psql -XAtq "postgres://postgres@127.0.0.1:$1/postgres" -c "$2"; }
+
+# fo_wait_standby PORT WANT: until the primary on PORT has standby1 in sync_state WANT (30 s).
+fo_wait_standby() {
+  local state=
+  for _ in $(seq 300); do
+    state=$(fo_sql "$1" "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby1'" 2>/dev/null) || true
+    [[ $state == "$2" ]] && return 0
+    sleep 0.1
+  done
+  echo "pg_failover: the standby is not $2 ('$state')" >&2
+  return 1
 }
 
 pgfo_start() {
@@ -68,15 +95,12 @@ pgfo_start() {
     { cat "$d/basebackup.log" >&2; return 1; }
   fo_as_pg "echo \"primary_conninfo = 'host=127.0.0.1 port=$p user=postgres application_name=standby1'\" >>'$d/standby/postgresql.auto.conf'"
   fo_node_start standby "$s" "" || { cat "$d/standby.log" >&2; return 1; }
-  local state= want=sync
+  local want=sync
   [[ ${OBX_FO_SYNC:-1} == 0 ]] && want=async
-  for _ in $(seq 300); do
-    state=$(psql -XAtq "postgres://postgres@127.0.0.1:$p/postgres" \
-      -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby1'" 2>/dev/null) || true
-    [[ $state == "$want" ]] && break
-    sleep 0.1
-  done
-  [[ $state == "$want" ]] || { echo "pg_failover: the standby is not $want ('$state')" >&2; return 1; }
+  fo_wait_standby "$p" $want || return 1
+  # also in postgresql.auto.conf, for a restart on its data (pgfo_node_start) after a crash
+  [[ $want == sync ]] && { fo_sql "$p" "ALTER SYSTEM SET synchronous_standby_names = 'standby1'" >/dev/null || return 1; }
+  printf 'OBX_FO_PRIMARY_PORT=%s\nOBX_FO_STANDBY_PORT=%s\n' "$p" "$s" >"$d/ports.env"
   export OBX_FO_PRIMARY_URL="postgres://postgres@127.0.0.1:$p/postgres"
   export OBX_FO_URL_BASE="postgres://postgres@127.0.0.1:$p,127.0.0.1:$s"
   echo "pg_failover: primary on 127.0.0.1:$p, ${want}hronous standby on 127.0.0.1:$s"
@@ -90,8 +114,30 @@ pgfo_start_standby() {
   fo_node_start standby "$OBX_FO_STANDBY_PORT" "" || { cat "$OBX_FO_DIR/standby.log" >&2; return 1; }
 }
 
-pgfo_kill_primary() {
-  fo_as_pg "$FO_PG_BIN/pg_ctl -D '$OBX_FO_DIR/primary' -m immediate -w stop >/dev/null 2>&1"
+pgfo_kill_primary() { pgfo_node_kill primary; }
+
+pgfo_node_kill() {
+  fo_as_pg "$FO_PG_BIN/pg_ctl -D '$OBX_FO_DIR/${1:?NODE}' -m immediate -w stop >/dev/null 2>&1"
+}
+
+pgfo_node_start() {
+  fo_node_start "${1:?NODE}" "$(fo_port "$1")" "" || { tail -n 20 "$OBX_FO_DIR/$1.log" >&2; return 1; }
+}
+
+pgfo_rebuild() {
+  local n=${1:?NODE} d=$OBX_FO_DIR o op
+  o=$(fo_other "$n")
+  op=$(fo_port "$o")
+  [[ -f $d/$n/postmaster.pid ]] && pgfo_node_kill "$n"
+  rm -rf "${d:?}/$n"
+  # -c fast: the backup's checkpoint at once, not spread over minutes of checkpoint_timeout
+  fo_as_pg "$FO_PG_BIN/pg_basebackup -h 127.0.0.1 -p $op -U postgres -D '$d/$n' -R -X stream -c fast >'$d/basebackup.log' 2>&1" ||
+    { cat "$d/basebackup.log" >&2; return 1; }
+  fo_as_pg "echo \"primary_conninfo = 'host=127.0.0.1 port=$op user=postgres application_name=standby1'\" >>'$d/$n/postgresql.auto.conf'"
+  pgfo_node_start "$n" || return 1
+  [[ ${OBX_FO_SYNC:-1} == 0 ]] && { fo_wait_standby "$op" async; return; }
+  fo_sql "$op" "ALTER SYSTEM SET synchronous_standby_names = 'standby1'" >/dev/null &&
+    fo_sql "$op" "SELECT pg_reload_conf()" >/dev/null && fo_wait_standby "$op" sync
 }
 
 fo_ipt_tag() { echo "obx-pgfo-$OBX_FO_PRIMARY_PORT"; }
@@ -114,13 +160,18 @@ fo_ipt_flush() {
 }
 
 pgfo_promote() {
-  fo_as_pg "$FO_PG_BIN/pg_ctl -D '$OBX_FO_DIR/standby' -w -t 60 promote >/dev/null" || return 1
-  local ro=
+  local n=${1:-standby} p ro=
+  p=$(fo_port "$n")
+  fo_as_pg "$FO_PG_BIN/pg_ctl -D '$OBX_FO_DIR/$n' -w -t 60 promote >/dev/null" || return 1
   for _ in $(seq 300); do
-    ro=$(psql -XAtq "postgres://postgres@127.0.0.1:$OBX_FO_STANDBY_PORT/postgres" -c "SHOW transaction_read_only" 2>/dev/null) || true
-    [[ $ro == off ]] && return 0
+    ro=$(fo_sql "$p" "SHOW transaction_read_only" 2>/dev/null) || true
+    [[ $ro == off ]] && break
     sleep 0.1
   done
+  # a base backup of a primary carries its synchronous_standby_names: a promoted node with no
+  # standby of its own would make every commit wait
+  [[ $ro == off ]] && fo_sql "$p" "ALTER SYSTEM RESET synchronous_standby_names" >/dev/null &&
+    fo_sql "$p" "SELECT pg_reload_conf()" >/dev/null && return 0
   echo "pg_failover: the promoted standby does not accept writes" >&2
   return 1
 }
@@ -138,21 +189,21 @@ pgfo_stop() {
 
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
   set -euo pipefail
-  cmd=${1:?usage: pg_failover.sh start|kill|cut|promote|stop DIR} OBX_FO_DIR=${2:?DIR}
+  cmd=${1:?usage: pg_failover.sh start|kill|cut|promote|restart|rebuild|stop DIR [NODE]} OBX_FO_DIR=${2:?DIR}
   export OBX_FO_DIR
   # the ports of a start, for the commands after it
   [[ $cmd != start && -f $OBX_FO_DIR/ports.env ]] && source "$OBX_FO_DIR/ports.env"
   case $cmd in
   start)
     pgfo_start "$OBX_FO_DIR"
-    printf 'OBX_FO_PRIMARY_PORT=%s\nOBX_FO_STANDBY_PORT=%s\n' "$OBX_FO_PRIMARY_PORT" \
-      "$OBX_FO_STANDBY_PORT" >"$OBX_FO_DIR/ports.env"
     echo "outbox URL: $OBX_FO_URL_BASE/DB?target_session_attrs=read-write"
     ;;
-  kill) pgfo_kill_primary ;;
+  kill) pgfo_node_kill "${3:-primary}" ;;
   cut) pgfo_cut_primary ;;
-  promote) pgfo_promote ;;
+  promote) pgfo_promote "${3:-standby}" ;;
+  restart) pgfo_node_start "${3:?NODE}" ;;
+  rebuild) pgfo_rebuild "${3:?NODE}" ;;
   stop) pgfo_stop ;;
-  *) echo "usage: pg_failover.sh start|kill|cut|promote|stop DIR" >&2; exit 2 ;;
+  *) echo "usage: pg_failover.sh start|kill|cut|promote|restart|rebuild|stop DIR [NODE]" >&2; exit 2 ;;
   esac
 fi

@@ -10,8 +10,15 @@
 #                       hosts, comma-separated, /%2f)
 #   rc_kill N           node N's Erlang VM killed (SIGKILL: a crash)
 #   rc_start_node N     node N started again on its data, waiting until it runs
+#   rc_running N        how many nodes node N sees running
 #   rc_stop             every node stopped, epmd too, DIR removed
-# By hand: scripts/rabbit_cluster.sh start DIR | kill DIR N | restart DIR N | stop DIR
+# Node i's distribution connections to the others leave from 127.0.0.1i (11, 12, 13), so that
+# iptables can cut one node from the others alone (the chaos soak's rabbit_partition: rules on
+# the other nodes' distribution ports from its address, and on its own from theirs).
+# OBX_RC_NET_TICKTIME: Erlang's net_ticktime in seconds (default 60), how long a cut
+# connection between nodes goes unnoticed.
+# By hand: scripts/rabbit_cluster.sh start DIR | kill DIR N | restart DIR N | running DIR N |
+# stop DIR
 RC_BIN=/usr/lib/rabbitmq/bin
 
 rc_env() { # N: the environment of node N
@@ -22,6 +29,9 @@ rc_env() { # N: the environment of node N
   export ERL_EPMD_PORT=$((OBX_RC_PORT + 30))
   export RABBITMQ_MNESIA_BASE=$d/mnesia RABBITMQ_LOG_BASE=$d/log RABBITMQ_PID_FILE=$d/rabbit.pid
   export RABBITMQ_ENABLED_PLUGINS_FILE=$d/enabled_plugins RABBITMQ_CONFIG_FILE=$d/rabbitmq
+  local tick="-kernel net_ticktime ${OBX_RC_NET_TICKTIME:-60}"
+  export RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_connect_options [{ip,{127,0,0,1$n}}] $tick"
+  export RABBITMQ_CTL_ERL_ARGS=$tick
 }
 
 rc_start_node() {
@@ -48,8 +58,14 @@ rc_start() {
   export OBX_RC_DIR=${1:?rc_start DIR}
   export OBX_RC_PORT=${OBX_RC_PORT:-$((${OBX_SVC_AMQP_PORT:-26720} + 30))}
   mkdir -p "$OBX_RC_DIR/home"
-  local n
-  for n in 1 2 3; do rc_start_node $n || return 1; done
+  local n pids=() bad=0
+  # the three boots at once (each waits for its own), then 2 and 3 join 1
+  for n in 1 2 3; do
+    rc_start_node $n &
+    pids+=($!)
+  done
+  for n in "${pids[@]}"; do wait "$n" || bad=1; done
+  ((bad == 0)) || return 1
   for n in 2 3; do
     rc_ctl $n stop_app >/dev/null && rc_ctl $n join_cluster obxc1@localhost >/dev/null &&
       rc_ctl $n start_app >/dev/null || { echo "rabbit_cluster: node $n did not join" >&2; return 1; }
@@ -74,22 +90,31 @@ rc_stop() {
   local n pid
   for n in 1 2 3; do
     pid=$(cat "$OBX_RC_DIR/n$n/rabbit.pid" 2>/dev/null) && kill -9 "$pid" 2>/dev/null
+    # gone before epmd is told to stop: it refuses while a node is still registered
+    [[ -n $pid ]] && for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   done
-  (rc_env 1 && epmd -port "$ERL_EPMD_PORT" -kill >/dev/null 2>&1) || true
   sleep 0.5
+  (rc_env 1 && epmd -port "$ERL_EPMD_PORT" -kill >/dev/null 2>&1) || true
   rm -rf "$OBX_RC_DIR"
+}
+
+# rc_running N: how many nodes node N sees running (0 when it does not answer).
+rc_running() {
+  rc_ctl "$1" cluster_status --formatter json 2>/dev/null |
+    python3 -c 'import json,sys; print(len(json.load(sys.stdin)["running_nodes"]))' 2>/dev/null || echo 0
 }
 
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
   set -euo pipefail
-  cmd=${1:?usage: rabbit_cluster.sh start|kill|restart|stop DIR [N]} OBX_RC_DIR=${2:?DIR}
+  cmd=${1:?usage: rabbit_cluster.sh start|kill|restart|running|stop DIR [N]} OBX_RC_DIR=${2:?DIR}
   export OBX_RC_DIR
   [[ $cmd != start && -f $OBX_RC_DIR/port ]] && OBX_RC_PORT=$(cat "$OBX_RC_DIR/port") && export OBX_RC_PORT
   case $cmd in
   start) rc_start "$OBX_RC_DIR" && echo "$OBX_RC_PORT" >"$OBX_RC_DIR/port" && echo "URL: $OBX_RC_URL" ;;
   kill) rc_kill "${3:?N}" ;;
   restart) rc_start_node "${3:?N}" ;;
+  running) rc_running "${3:?N}" ;;
   stop) rc_stop ;;
-  *) echo "usage: rabbit_cluster.sh start|kill|restart|stop DIR [N]" >&2; exit 2 ;;
+  *) echo "usage: rabbit_cluster.sh start|kill|restart|running|stop DIR [N]" >&2; exit 2 ;;
   esac
 fi

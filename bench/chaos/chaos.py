@@ -1,15 +1,17 @@
 #!/usr/bin/python3
 """chaos.py — the chaos soak: obx on real servers under many faults at once, judged by a
-verifier that reads no obx table through obx (docs/reliability.md). scripts/chaos.sh starts the
-private PostgreSQL and RabbitMQ node and runs this; run it through that script.
+verifier that reads no obx table through obx (docs/reliability.md). scripts/chaos.sh
+(bench/chaos/soak.sh) starts the private PostgreSQL primary and synchronous standby and the
+RabbitMQ cluster of three nodes and runs this; run it through that script.
 
 What runs (all separate processes):
   producers  chaos_producer (C, obx_enqueue() on its own libpq connection) and
              chaos_sql_producer.py (psycopg2, SELECT obx.enqueue()); each order is one
              business transaction with its ledger rows; a seeded share is rolled back after the
              enqueue
-  relays     r1..rN `obx relay` (shipped defaults), each reaching PostgreSQL (and RabbitMQ)
-             through its own socat proxy, so that one relay's connections can be cut alone
+  relays     r1..rN `obx relay` (shipped defaults), each reaching every PostgreSQL (and
+             RabbitMQ) node through socat proxies of its own, so that one relay's connections
+             can be cut alone; every URL names every node (failover, a node lost)
   consumers  two `obx consume` processes (the inbox, the sample order projection in one SQLite
              database), competing on the RabbitMQ queues or sharing a Kafka consumer group;
              and two of a second consumer ID, `notifier`, whose `--exec` handler (an effect
@@ -49,8 +51,8 @@ T0 = time.monotonic()
 TOPICS = ("orders", "payments")
 TYPES = {"order.created.v1": "orders", "payment.captured.v1": "payments"}
 COMMON_KINDS = ["relay_kill", "relay_pause", "consumer_kill", "consumer_pause", "pg_crash",
-                "net_reject", "net_drop", "proxy_stall"]
-BROKER_KINDS = {"amqp": ["rabbit_kill"],
+                "pg_failover", "net_reject", "net_drop", "proxy_stall"]
+BROKER_KINDS = {"amqp": ["rabbit_kill", "rabbit_node_loss", "rabbit_partition"],
                 "kafka": ["kafka_broker_down", "kafka_leader_change", "kafka_request_errors",
                           "kafka_lost_ack"]}
 KAFKA_ERRORS = ["NOT_LEADER_FOR_PARTITION", "REQUEST_TIMED_OUT", "NOT_ENOUGH_REPLICAS",
@@ -58,7 +60,8 @@ KAFKA_ERRORS = ["NOT_LEADER_FOR_PARTITION", "REQUEST_TIMED_OUT", "NOT_ENOUGH_REP
 KAFKA_MESSAGE_TIMEOUT_MS = 30000
 # the shortest a fault of each kind may be (relay_pause: plus the lease)
 MIN_DURATION = {"relay_kill": 1, "consumer_kill": 1, "relay_pause": 3, "consumer_pause": 3,
-                "pg_crash": 2, "rabbit_kill": 2, "net_reject": 3, "net_drop": 5, "proxy_stall": 3,
+                "pg_crash": 2, "pg_failover": 2, "rabbit_kill": 2, "rabbit_node_loss": 3,
+                "rabbit_partition": 20, "net_reject": 3, "net_drop": 5, "proxy_stall": 3,
                 "kafka_broker_down": 3, "kafka_lost_ack": KAFKA_MESSAGE_TIMEOUT_MS / 1000.0 + 5}
 
 
@@ -110,6 +113,12 @@ def make_schedule(seed, minutes, broker, lease_s, relays, kinds=None):
             f.update(target=rng.randrange(2), duration=rng.uniform(3, 20))
         elif kind in ("pg_crash", "rabbit_kill"):
             f.update(duration=rng.uniform(2, 10))
+        elif kind == "pg_failover":  # from the primary's kill to the standby's promotion
+            f.update(duration=rng.uniform(2, 10))
+        elif kind == "rabbit_node_loss":
+            f.update(target=rng.randint(1, 3), duration=rng.uniform(3, 20))
+        elif kind == "rabbit_partition":  # past Erlang's net_ticktime (10 s in the soak)
+            f.update(target=rng.randint(1, 3), duration=rng.uniform(20, 35))
         elif kind in ("net_reject", "net_drop", "proxy_stall"):
             lo, hi = {"net_reject": (3, 15), "net_drop": (5, 45), "proxy_stall": (3, 40)}[kind]
             side = "db" if broker == "kafka" else rng.choice(["db", "broker"])
@@ -214,7 +223,24 @@ class Firewall:
                 for a, d in (("-d", "--dport"), ("-s", "--sport"))]
 
     def add(self, port, action):
-        specs = self.specs(port, action)
+        return self.add_specs(self.specs(port, action))
+
+    def partition_specs(self, cut, dist_ports):
+        """Node `cut` (1..3) cut from the others: every packet between its distribution
+        connections and theirs dropped. Node i's connections to the others leave from
+        127.0.0.1i (scripts/rabbit_cluster.sh), so the rules name the one node alone."""
+        specs = []
+        for j in range(1, len(dist_ports) + 1):
+            if j == cut:
+                continue
+            for src, port in ((cut, dist_ports[j - 1]), (j, dist_ports[cut - 1])):
+                for a, d in (("-s", "--dport"), ("-d", "--sport")):
+                    specs.append(["INPUT", "-i", "lo", "-p", "tcp", a, "127.0.0.1%d" % src, d,
+                                  str(port), "-m", "comment", "--comment", self.tag, "-j",
+                                  "DROP"])
+        return specs
+
+    def add_specs(self, specs):
         with self.lock:
             for s in specs:
                 r = self._run(["-I"] + s)
@@ -244,11 +270,12 @@ class Firewall:
 
 class AmqpReader(threading.Thread):
     """Consumes the verifier queues (one per exchange, bound with '#') with pika, records every
-    copy with its arrival time in memory and in a file, then acks it."""
+    copy with its arrival time in memory and in a file, then acks it. `urls`: the cluster's
+    nodes, tried in turn."""
 
-    def __init__(self, url, queues, path):
+    def __init__(self, urls, queues, path):
         super().__init__(daemon=True)
-        self.url, self.queues, self.path = url, queues, path
+        self.urls, self.queues, self.path = urls, queues, path
         self.records, self.first, self.keys = [], {}, set()
         self.stopping = threading.Event()
         self.lock = threading.Lock()
@@ -276,9 +303,11 @@ class AmqpReader(threading.Thread):
         import pika
         while not self.stopping.is_set():
             try:
-                params = pika.URLParameters(self.url)
-                params.heartbeat = 10
-                params.socket_timeout = 5
+                params = [pika.URLParameters(u) for u in self.urls]
+                for p in params:
+                    p.heartbeat = 10
+                    p.socket_timeout = 5
+                    p.blocked_connection_timeout = 30
                 conn = pika.BlockingConnection(params)
                 ch = conn.channel()
                 ch.basic_qos(prefetch_count=500)
@@ -292,14 +321,6 @@ class AmqpReader(threading.Thread):
                 if self.errors % 10 == 1:
                     log("verifier reader: %s: %s (reconnecting)" % (type(e).__name__, e))
                 self.stopping.wait(1)
-
-    def backlog(self):
-        import pika
-        conn = pika.BlockingConnection(pika.URLParameters(self.url))
-        ch = conn.channel()
-        n = sum(ch.queue_declare(q, passive=True).method.message_count for q in self.queues)
-        conn.close()
-        return n
 
 
 def kcat_record(line, topic):
@@ -375,7 +396,19 @@ class Soak:
         self.logdir = os.path.join(self.dir, "logs")
         os.makedirs(self.logdir, exist_ok=True)
         self.runs_path = os.path.join(self.dir, "handler-runs.txt")  # the notifier's handler
-        self.db = "postgres://postgres@127.0.0.1:%d/chaos" % self.pg_port
+        # PostgreSQL: two nodes (scripts/pg_failover.sh), named by their role at the start;
+        # pg_primary is the one that is primary now (each pg_failover swaps the roles)
+        self.fo_dir = self.env["OBX_FO_DIR"]
+        self.pg_nodes = {"primary": int(self.env["OBX_FO_PRIMARY_PORT"]),
+                         "standby": int(self.env["OBX_FO_STANDBY_PORT"])}
+        self.pg_primary = "primary"
+        self.pg_down = set()  # nodes killed and not started again: their proxies are down too
+        self.db = self.pg_url(list(self.pg_nodes.values()), "chaos")
+        # RabbitMQ: three nodes (scripts/rabbit_cluster.sh): AMQP ports, distribution ports
+        rc = int(self.env.get("OBX_RC_PORT", "0"))
+        self.rc_dir = self.env.get("OBX_RC_DIR")
+        self.rc_ports = [rc + 10 * k for k in range(3)]
+        self.rc_dist = [p + 1 for p in self.rc_ports]
         self.fw = Firewall(self.env.get("CHAOS_IPT_TAG", "obx-chaos-%d" % self.pg_port))
         self.stop_faults = threading.Event()
         self.procs = {}
@@ -391,6 +424,7 @@ class Soak:
         self.supervising = threading.Event()
         self.scheduler = None
         self.lease_s = 30.0
+        self.t_end = float("inf")  # when the producers stop (main sets it)
         for kv in a.relay_set:
             if kv.startswith("relay.lease_ms="):
                 self.lease_s = int(kv.split("=", 1)[1]) / 1000.0
@@ -420,13 +454,30 @@ class Soak:
                     raise
                 time.sleep(1)
 
-    def pika_url(self):
-        return "amqp://guest:guest@127.0.0.1:%d/%%2f" % self.amqp_port
+    @staticmethod
+    def pg_url(ports, db):
+        """libpq's multi-host URL: whichever node accepts writes (a failover moves it)."""
+        return "postgres://postgres@%s/%s?target_session_attrs=read-write" % (
+            ",".join("127.0.0.1:%d" % p for p in ports), db)
 
-    def broker_url(self, port=None, relay=False):
+    def pika_urls(self):
+        return ["amqp://guest:guest@127.0.0.1:%d/%%2f" % p for p in self.rc_ports]
+
+    def pika_url(self):
+        return self.pika_urls()[0]
+
+    def db_proxy_port(self, relay, node):
+        return self.pg_port + 1 + relay + (5 if node == "standby" else 0)
+
+    def broker_proxy_port(self, relay, k):
+        return self.amqp_port + 1 + 5 * k + relay
+
+    def broker_url(self, ports=None, relay=False):
+        """The broker's URL: the three RabbitMQ nodes (`ports`: a relay's proxies to them), or
+        the Kafka mock cluster."""
         if self.a.broker == "amqp":
-            return "amqp://guest:guest@127.0.0.1:%d/%%2f?cluster=rabbit-chaos" % (
-                port or self.amqp_port)
+            return "amqp://guest:guest@%s/%%2f?cluster=rabbit-chaos" % ",".join(
+                "127.0.0.1:%d" % p for p in (ports or self.rc_ports))
         extra = "&message.timeout.ms=%d" % KAFKA_MESSAGE_TIMEOUT_MS if relay else ""
         return "kafka://%s?cluster=kafka-chaos%s" % (self.boot, extra)
 
@@ -440,7 +491,7 @@ class Soak:
 
     # -- setup
     def setup(self):
-        base = "postgres://postgres@127.0.0.1:%d/postgres" % self.pg_port
+        base = self.pg_url(list(self.pg_nodes.values()), "postgres")
         c = psycopg2.connect(base)
         c.autocommit = True
         with c.cursor() as cur:
@@ -495,20 +546,22 @@ class Soak:
     def start_processes(self):
         a = self.a
         add = self.procs.__setitem__
+        def proxy(name, listen, to):
+            add(name, Proc(name, ["socat", "TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork" % listen,
+                                  "TCP:127.0.0.1:%d" % to], self.logdir))
         for i in range(a.relays):
-            pgp = self.pg_port + 1 + i
-            add("proxy-db-r%d" % (i + 1), Proc("proxy-db-r%d" % (i + 1), [
-                "socat", "TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork" % pgp,
-                "TCP:127.0.0.1:%d" % self.pg_port], self.logdir))
+            # one proxy per relay and server node, so that one relay's connections can be cut
+            for node, port in sorted(self.pg_nodes.items()):
+                proxy("proxy-db-r%d-%s" % (i + 1, node), self.db_proxy_port(i, node), port)
+            relay_db = self.pg_url([self.db_proxy_port(i, n) for n in self.pg_nodes], "chaos")
             relay_broker = self.broker_url(relay=True)
             if a.broker == "amqp":
-                bp = self.amqp_port + 10 + i
-                add("proxy-broker-r%d" % (i + 1), Proc("proxy-broker-r%d" % (i + 1), [
-                    "socat", "TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork" % bp,
-                    "TCP:127.0.0.1:%d" % self.amqp_port], self.logdir))
-                relay_broker = self.broker_url(port=bp)
-            argv = [self.obx, "relay", "--db",
-                    "postgres://postgres@127.0.0.1:%d/chaos" % pgp, "--broker", relay_broker,
+                for k, port in enumerate(self.rc_ports):
+                    proxy("proxy-broker-r%d-n%d" % (i + 1, k + 1), self.broker_proxy_port(i, k),
+                          port)
+                relay_broker = self.broker_url(ports=[self.broker_proxy_port(i, k)
+                                                      for k in range(3)])
+            argv = [self.obx, "relay", "--db", relay_db, "--broker", relay_broker,
                     "--id", "r%d" % (i + 1)]
             for kv in a.relay_set:
                 argv += ["--set", kv]
@@ -565,7 +618,7 @@ class Soak:
                 if name in ("consumer-k1", "notifier-n1"):
                     time.sleep(1.5)
         if a.broker == "amqp":
-            self.reader = AmqpReader(self.pika_url(), [t + ".verify" for t in TOPICS],
+            self.reader = AmqpReader(self.pika_urls(), [t + ".verify" for t in TOPICS],
                                      os.path.join(self.dir, "broker.jsonl"))
             self.reader.start()
         else:
@@ -584,6 +637,8 @@ class Soak:
             for p in list(self.procs.values()):
                 with p.lock:
                     if p.held or p.alive() or p.p is None or not p.restart:
+                        continue
+                    if p.name.startswith("proxy-db-") and p.name.rsplit("-", 1)[1] in self.pg_down:
                         continue
                     rc = p.p.returncode
                     p.exits.append(rc)
@@ -614,8 +669,9 @@ class Soak:
             n, fmt, base = 2, "consumer%d", 0
         elif kind == "kafka_broker_down":
             n, fmt, base = 3, "kbroker%d", 1
-        else:
-            keys = {"pg_crash": ["pg"], "rabbit_kill": ["rabbit"]}.get(kind, [])
+        else:  # one fault at a time per server (its nodes included)
+            keys = {"pg_crash": ["pg"], "pg_failover": ["pg"], "rabbit_kill": ["rabbit"],
+                    "rabbit_node_loss": ["rabbit"], "rabbit_partition": ["rabbit"]}.get(kind, [])
             return (None, keys) if self.claim(keys) else (None, None)
         for d in range(n):
             t = (f["target"] - base + d) % n + base
@@ -626,8 +682,13 @@ class Soak:
     def fault(self, f):
         kind = f["kind"]
         target, keys = self.pick(f)
-        # a busy target: try again every 2 s for up to 20 s (a kind must not miss its turn)
-        deadline = time.monotonic() + 20
+        # a busy target: try again every 2 s for up to 2 minutes, until the producers stop (but
+        # 45 s at least): a kind must not miss its turn, and a server's faults wait for one
+        # another (a failover holds PostgreSQL until its new standby is synchronous, a RabbitMQ
+        # fault until the three nodes run together again); one that starts late is cut short
+        # when the run is over
+        now = time.monotonic()
+        deadline = max(now + 45, min(now + 120, self.t_end))
         while keys is None and sleep_until(min(time.monotonic() + 2, deadline), self.stop_faults) \
                 and time.monotonic() < deadline:
             target, keys = self.pick(f)
@@ -664,8 +725,7 @@ class Soak:
 
     def fault_start(self, kind, t, f):
         """Starts fault `kind` on target t; returns the function that heals it."""
-        scripts = os.path.join(ROOT, "scripts")
-        desc = "%s %s" % (kind, "" if t is None else t)
+        desc = "%s %s" % (kind, f.get("target", "") if t is None else t)
         log("fault: %s for %.1f s%s" % (desc, f["duration"], " (%s)" % f["side"]
                                           if "side" in f else ""))
         if kind in ("relay_kill", "consumer_kill"):
@@ -685,26 +745,28 @@ class Soak:
                 with p.lock:
                     p.held = False
             return cont
-        if kind == "pg_crash":
-            self.run([os.path.join(scripts, "pg.sh"), "crash"])
-            return lambda: self.server_start("pg.sh")
-        if kind == "rabbit_kill":
-            self.run([os.path.join(scripts, "rabbit.sh"), "kill"])
-            return lambda: self.server_start("rabbit.sh")
+        if kind in ("pg_crash", "pg_failover", "rabbit_kill", "rabbit_node_loss",
+                    "rabbit_partition"):
+            return self.server_fault(kind, f)
         if kind in ("net_reject", "net_drop"):
-            port = (self.pg_port + 1 + t) if f["side"] == "db" else (self.amqp_port + 10 + t)
-            specs = self.fw.add(port, "REJECT" if kind == "net_reject" else "DROP")
+            ports = ([self.db_proxy_port(t, n) for n in self.pg_nodes] if f["side"] == "db" else
+                     [self.broker_proxy_port(t, k) for k in range(3)])
+            action = "REJECT" if kind == "net_reject" else "DROP"
+            specs = self.fw.add_specs(sum((self.fw.specs(p, action) for p in ports), []))
             return lambda: self.fw.remove(specs)
-        if kind == "proxy_stall":
-            p = self.procs["proxy-%s-r%d" % (f["side"], t + 1)]
-            with p.lock:
-                p.held = True
-            p.group_signal(signal.SIGSTOP)
+        if kind == "proxy_stall":  # the relay's proxies to every node of that server
+            ps = [p for n, p in sorted(self.procs.items())
+                  if n.startswith("proxy-%s-r%d-" % (f["side"], t + 1))]
+            for p in ps:
+                with p.lock:
+                    p.held = True
+                p.group_signal(signal.SIGSTOP)
 
             def resume():
-                p.group_signal(signal.SIGCONT)
-                with p.lock:
-                    p.held = False
+                for p in ps:
+                    p.group_signal(signal.SIGCONT)
+                    with p.lock:
+                        p.held = False
             return resume
         if kind == "kafka_broker_down":
             self.kmock_cmd("down %d" % t)
@@ -721,22 +783,112 @@ class Soak:
             return None
         raise ValueError("unknown fault kind " + kind)
 
-    def server_start(self, script):
-        """Starts a server again after its crash. On a loaded machine a start can time out while
-        the server is still booting: then wait for it (rabbit.sh), or start again (pg.sh), up to
-        three times before the heal counts as failed."""
-        path = os.path.join(ROOT, "scripts", script)
-        r = self.run([path, "start"], check=False, timeout=300)
-        for _ in range(3):
+    def server_fault(self, kind, f):
+        """The faults of the servers' nodes; returns the function that heals the fault.
+          pg_crash          the primary killed (-m immediate), started again on its data
+          pg_failover       the primary killed (-m immediate); the heal promotes the standby,
+                            then rebuilds the old primary as the new one's synchronous standby
+                            (a base backup), so that the next failover loses nothing either
+          rabbit_kill       every RabbitMQ node killed (SIGKILL), started again together
+          rabbit_node_loss  node f["target"] killed (SIGKILL), started again
+          rabbit_partition  node f["target"] cut from the other two (iptables on their
+                            distribution ports), healed
+        A RabbitMQ heal waits until the three nodes run together again."""
+        if kind == "pg_crash":
+            node = self.pg_primary
+            self.pg_node_down(node)
+
+            def restart():
+                self.pgfo("restart", node, tries=3)
+                self.pg_node_up(node)
+            return restart
+        if kind == "pg_failover":
+            old = self.pg_primary
+            new = "standby" if old == "primary" else "primary"
+            self.pg_node_down(old)
+
+            def failover():
+                self.pgfo("promote", new)
+                self.pg_primary = new
+                log("pg_failover: %s (127.0.0.1:%d) promoted; rebuilding %s as its standby" % (
+                    new, self.pg_nodes[new], old))
+                self.pgfo("rebuild", old, tries=3)
+                self.pg_node_up(old)
+                log("pg_failover: %s is %s's synchronous standby" % (old, new))
+            return failover
+        if kind == "rabbit_partition":
+            specs = self.fw.add_specs(self.fw.partition_specs(f["target"], self.rc_dist))
+
+            def heal():
+                self.fw.remove(specs)
+                self.rabbit_wait()
+            return heal
+        nodes = [f["target"]] if kind == "rabbit_node_loss" else [1, 2, 3]
+        for n in nodes:
+            self.rabbit("kill", n)
+
+        def restart():
+            # together: a node whose peers went down with it waits for them at its start
+            ths = [threading.Thread(target=self.rabbit, args=("restart", n),
+                                    kwargs={"check": False}) for n in nodes]
+            for th in ths:
+                th.start()
+            for th in ths:
+                th.join()
+            self.rabbit_wait()
+        return restart
+
+    def pg_node_down(self, node):
+        """Node killed (-m immediate), and the relays' proxies to it with it: a host that is
+        down refuses connections. (A proxy that accepts a connection and then closes it, as
+        socat does when its server is gone, keeps libpq 15 from trying the URL's next host:
+        the relays would never reach the promoted standby; docs/reliability.md.)"""
+        self.pg_down.add(node)
+        self.pgfo("kill", node)
+        for name, p in sorted(self.procs.items()):
+            if name.startswith("proxy-db-") and name.endswith("-" + node):
+                p.kill9()
+
+    def pg_node_up(self, node):
+        self.pg_down.discard(node)
+        for name, p in sorted(self.procs.items()):
+            if name.startswith("proxy-db-") and name.endswith("-" + node):
+                p.release()
+
+    def pgfo(self, cmd, node, tries=1):
+        """scripts/pg_failover.sh CMD on node NODE; tries again (a start on a loaded machine can
+        time out) up to `tries` times."""
+        argv = [os.path.join(ROOT, "scripts", "pg_failover.sh"), cmd, self.fo_dir, node]
+        for i in range(tries):
+            r = self.run(argv, check=False, timeout=300)
             if r.returncode == 0:
                 return
-            log("%s start: exit %d (%s): retrying" % (script, r.returncode,
-                                                       (r.stderr or r.stdout).strip()[-300:]))
-            r = self.run([path, "wait" if script == "rabbit.sh" else "start"], check=False,
-                         timeout=300)
+            log("pg_failover.sh %s %s: exit %d (%s)%s" % (
+                cmd, node, r.returncode, (r.stderr or r.stdout).strip()[-300:],
+                ": retrying" if i + 1 < tries else ""))
+        raise RuntimeError("pg_failover.sh %s %s failed" % (cmd, node))
+
+    def rabbit(self, cmd, n, check=True):
+        r = self.run([os.path.join(ROOT, "scripts", "rabbit_cluster.sh"), cmd, self.rc_dir,
+                      str(n)], check=False, timeout=300)
         if r.returncode:
-            raise RuntimeError("%s start: exit %d: %s" % (script, r.returncode,
-                                                          (r.stderr or r.stdout).strip()[-1000:]))
+            log("rabbit_cluster.sh %s %d: exit %d (%s)" % (cmd, n, r.returncode,
+                                                         (r.stderr or r.stdout).strip()[-300:]))
+            if check:
+                raise RuntimeError("rabbit_cluster.sh %s %d failed" % (cmd, n))
+        return r.stdout.strip()
+
+    def rabbit_wait(self, timeout=240):
+        """Until some node sees the three running together (a booting node, or one paused in
+        a minority, takes a while); else the heal failed."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for n in (1, 2, 3):
+                if self.rabbit("running", n, check=False) == "3":
+                    return
+            time.sleep(2)
+        raise RuntimeError("RabbitMQ: the three nodes do not run together %d s after the heal"
+                           % timeout)
 
     def run_schedule(self, schedule, t_start):
         for f in schedule:
@@ -1134,6 +1286,7 @@ def main():
         soak.setup()
         soak.start_processes()
         t_start = time.monotonic()
+        soak.t_end = t_start + a.minutes * 60 * 0.97
         soak.scheduler = threading.Thread(target=soak.run_schedule, args=(schedule, t_start),
                                           daemon=True)
         soak.scheduler.start()

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # bench/chaos/soak.sh (run as scripts/chaos.sh) --minutes M [--json] [--broker amqp|kafka]
-# [--seed S] [...] — the chaos soak (docs/reliability.md): a private PostgreSQL cluster and
-# RabbitMQ node (scripts/services.sh) on ports of their own, the Kafka mock cluster
-# (bench/chaos/chaos_kmock.c) for --broker kafka, producers in C and SQL, three `obx relay`, two
-# `obx consume`, faults on a seeded schedule, and a verifier that reads no obx table through obx
-# (bench/chaos/chaos.py, chaos_verify.py). Exit 1 when the verifier finds a lost, misrouted,
-# altered, phantom or twice-applied event, or an UNKNOWN left unresolved; 2 on a usage error.
+# [--seed S] [...] — the chaos soak (docs/reliability.md): a private PostgreSQL primary with a
+# synchronous streaming standby (scripts/pg_failover.sh) and, for --broker amqp, a RabbitMQ
+# cluster of three nodes (scripts/rabbit_cluster.sh) on ports of their own, the Kafka mock
+# cluster (bench/chaos/chaos_kmock.c) for --broker kafka, producers in C and SQL, three `obx
+# relay`, two `obx consume`, faults on a seeded schedule, and a verifier that reads no obx table
+# through obx (bench/chaos/chaos.py, chaos_verify.py). Exit 1 when the verifier finds a lost,
+# misrouted, altered, phantom or twice-applied event, or an UNKNOWN left unresolved, or when the
+# supervisor had to restart a relay or a consumer; 2 on a usage error.
 #
 # Other options go to bench/chaos/chaos.py: --self-test (plant one fault of each kind after a
 # quiet run: the verifier must find each), --schedule-only, --faults K1,K2, --no-faults,
@@ -14,8 +16,12 @@
 # Environment: OBX_BUILD (default build/, built if missing), OBX_CHAOS_PG_PORT and
 # OBX_CHAOS_AMQP_PORT (default OBX_SVC_PG_PORT/OBX_SVC_AMQP_PORT + 60, i.e. 25492 and 26780: the
 # soak kills its servers, so they are never the ones scripts/test.sh started for other tests).
-# Relays reach PostgreSQL through proxies on PG port + 1..3 and RabbitMQ on AMQP port + 10..12.
-# iptables rules are tagged with the soak's ports and removed on exit, also on failure.
+# PostgreSQL's two nodes listen on PG port + 20 and + 21 (or the next free ports); relay i
+# (0..4) reaches them through proxies on PG port + 1 + i and + 6 + i. RabbitMQ's nodes listen
+# on AMQP port + 50, + 60, + 70 (Erlang distribution + 1 each, epmd + 80); relay i reaches node
+# k (0..2) through a proxy on AMQP port + 1 + 5k + i. iptables rules are tagged with the soak's
+# ports and removed on exit, also on failure. A failed soak keeps its folder, with the servers'
+# logs in servers/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -62,23 +68,40 @@ ipt_flush() {
     iptables -w 5 -D $rule || true
   done <<<"$rules"
 }
-# shellcheck source=scripts/services.sh
-source scripts/services.sh
+# shellcheck source=scripts/pg_failover.sh
+source scripts/pg_failover.sh
+# shellcheck source=scripts/rabbit_cluster.sh
+source scripts/rabbit_cluster.sh
 status=1
+servers=$(mktemp -d /tmp/obx-chaos-servers-XXXXXX)
+chmod 755 "$servers"
 cleanup() {
   ipt_flush
-  services_stop >/dev/null 2>&1 || true
+  if ((status != 0)); then # the servers' logs stay with the work folder
+    mkdir -p "$dir/servers"
+    cp "$servers"/pg/*.log "$dir/servers/" 2>/dev/null || true
+    for n in 1 2 3; do
+      [[ -d $servers/rabbit/n$n/log ]] && cp -r "$servers/rabbit/n$n/log" "$dir/servers/rabbit-n$n"
+    done
+  fi
+  pgfo_stop >/dev/null 2>&1 || true
+  rc_stop >/dev/null 2>&1 || true
+  rm -rf "$servers"
   if ((status == 0 && !keep)); then rm -rf "$dir"; else echo "chaos: work folder kept: $dir" >&2; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 ipt_flush
-# the services of scripts/services.sh, RabbitMQ only when it is the broker under test
-OBX_TEST_SERVICES_DIR=$(mktemp -d /tmp/obx-services-XXXXXX)
-chmod 755 "$OBX_TEST_SERVICES_DIR"
-export OBX_TEST_SERVICES_DIR
-pg_start >&2
-[[ $broker != amqp ]] || amqp_start >&2
+# PostgreSQL as a primary and a synchronous standby (the relays' multi-host URLs follow a
+# failover), RabbitMQ as a cluster of three with quorum queues when it is the broker under test
+export OBX_FO_PORT=$((OBX_SVC_PG_PORT + 20)) OBX_FO_PG_OPTS="-c max_connections=200"
+pgfo_start "$servers/pg" >&2
+if [[ $broker == amqp ]]; then
+  # a cut between nodes noticed in 10 s (Erlang's default 60): a partition fault of 20 s and
+  # more is then a partition RabbitMQ acts on (pause_minority), not a stall
+  export OBX_RC_PORT=$((OBX_SVC_AMQP_PORT + 50)) OBX_RC_NET_TICKTIME=10
+  rc_start "$servers/rabbit" >&2
+fi
 set +e
 /usr/bin/python3 bench/chaos/chaos.py --dir "$dir" "${args[@]}"
 status=$?
