@@ -1,25 +1,15 @@
 -- obx outbox schema for PostgreSQL 13+: the baseline, schema version 1.
 --
 -- `obx init` (obx_store_init(); pg_store.c, pg_migrate) runs this file on a database without
--- obx's schema, in one transaction under an advisory lock, and records version 1 in
--- obx.obx_meta; the migration runner (src/store/shared.c) then applies the upgrade scripts of
--- later versions in turn. Until obx's first release a schema change edits this file; after it,
--- each change is an upgrade script from the released version.
+-- obx's schema, in one transaction under an advisory lock, and records version 1 in obx.obx_meta.
+-- Until obx's first release a schema change edits this file; after it, each change is an upgrade
+-- script from the released version (src/store/shared.c runs them in turn).
 --
 -- Mirrors src/store/sqlite/schema.sql table by table and column by column (same names, so a
 -- diagnostic query written for one backend runs on the other with `SET search_path = obx`).
--- What only PostgreSQL has, each explained where it is defined:
---   * SQL functions: obx.enqueue() (any language enqueues inside its own transaction), the
---     canonical encodings and digests of src/core/canon.c, the inbox for consumers in any
---     language (obx.inbox_receive() and its companions), obx.create_roles();
---   * statistics kept as deltas, so that nobody counts the published bulk (obx_stat_delta);
---   * the relay's audit rows as batches (obx_audit_batch) and its batch statements' row types;
---   * TRUNCATE guards (TRUNCATE bypasses row triggers).
---
--- In reading order: the schema and its version; routes; envelopes; events; delivery sets;
--- attempts; receipts; audit; counters and the cluster registry; statistics; the relay's batch
--- statements; canonical encodings and digests; the producer (obx.enqueue()); the inbox tables
--- and the inbox in SQL; least-privilege roles; who may execute what.
+-- What only PostgreSQL has (SQL functions for producers and consumers in any language, statistics
+-- as deltas, audit batches, TRUNCATE guards) is explained where it is defined, in the order of the
+-- section headings below.
 --
 -- PostgreSQL prepares a table's CHECK constraints and trigger conditions, and builds every
 -- expression of a statement, each time a statement runs; a producer's statement writes one row
@@ -127,13 +117,9 @@ CREATE TRIGGER obx_route_target_frozen BEFORE UPDATE OR DELETE ON obx.obx_route_
 
 -- One row per (event, envelope generation): outboxEnvelope.v1 + destination.v1, frozen.
 -- created_by: who enqueued (obx.enqueue(): the session user; the C path: "producer"), on
--- generation 1 of an event whose producer wrote no obx_audit row for it: the event's first
--- audit row (NONE -> PENDING), read back as such by pg_sql.c's Q_LOAD_AUDIT and
--- obx.obx_audit_all, and by obx.producer_events. Everything else in that row is already here
--- (created_at, the event, generation 1, dest_route_gen for its reason), so a producer writes one
--- row fewer per event; the envelope is frozen, so this evidence cannot change any more than an
--- audit row could. NULL where a writer recorded its own audit row, and on further generations
--- (a migration's row is an audit batch), where it means nothing.
+-- generation 1 of an event whose producer wrote no obx_audit row: read back as the event's first
+-- audit row (NONE -> PENDING; pg_sql.c's Q_LOAD_AUDIT, obx.obx_audit_all, obx.producer_events),
+-- one row fewer per event. NULL where a writer recorded its own audit row, and on later generations.
 CREATE TABLE obx.obx_envelope (
     event_id          TEXT NOT NULL,
     envelope_gen      INTEGER NOT NULL,
@@ -338,14 +324,11 @@ CREATE TRIGGER obx_event_no_truncate BEFORE TRUNCATE ON obx.obx_event
 
 -- ---- delivery sets (docs/migration.md) ---------------------------------------------------------
 
--- A delivery set is a contract chosen at enqueue time: the event goes to several destinations,
--- each frozen with its own digest, its own attempts and its own publish slot, and a completion
--- rule ('all' or 'any') says when the event counts as delivered. Each slot is an ordinary
--- obx_event row (claims, attempts, the acceptance point and the reconciler apply per target);
--- target 1 is the event's own row, a further target's row has its own slot ID and carries the
--- event's ID on the wire.
--- One event's delivery set: the frozen contract. A target added later (a migration, with its
--- proof and receipt) appends a row to obx_delivery_target; nothing is ever rewritten.
+-- A delivery set is a contract chosen at enqueue time: several destinations, each frozen with its
+-- own digest, attempts and publish slot (an ordinary obx_event row; target 1 is the event's own,
+-- a further target's row has its own slot ID and carries the event's ID on the wire), and a
+-- completion rule ('all' or 'any'). A target added later (a migration) appends a row to
+-- obx_delivery_target; nothing is ever rewritten.
 CREATE TABLE obx.obx_delivery_set (
     event_id   TEXT PRIMARY KEY,
     completion TEXT NOT NULL CHECK (completion IN ('all', 'any')),
@@ -485,15 +468,11 @@ CREATE TABLE obx.obx_audit (
 );
 CREATE INDEX obx_audit_event ON obx.obx_audit (event_id);
 
--- One row per audit write of the obx library (pg_sql.c's Q_INS_AUDIT: the relay, the
--- reconciler, sweeps, migrations, operators): the same eleven fields as arrays, element i of
--- every array one transition, in the order written, filed under the range of the events' seq
--- (passed by the writer, which has the rows; looked up when not). One row where there were three
--- per relayed event (claimed, attempt registered, published: 1,160 of 4,200 WAL bytes).
--- Per-event traceability stays: Q_LOAD_AUDIT finds an event's batches through the GiST index on
--- the range (the event's seq is in the range of every batch that names it) and keeps only the
--- event's elements. A batch's elements share one audit_id, drawn from obx_audit's sequence, so
--- obx_audit rows and batches are in one order (audit_id, then the element's position).
+-- One row per audit write of the obx library (pg_sql.c's Q_INS_AUDIT): the eleven fields as arrays,
+-- element i one transition, filed under the range of the events' seq; one row where there were
+-- three per relayed event. Q_LOAD_AUDIT finds an event's batches through the GiST index on the
+-- range and keeps its elements. A batch's elements share one audit_id from obx_audit's sequence,
+-- so obx_audit rows and batches are in one order (audit_id, then the element's position).
 CREATE TABLE obx.obx_audit_batch (
     audit_id     BIGINT NOT NULL DEFAULT nextval('obx.obx_audit_audit_id_seq') PRIMARY KEY,
     seqs         INT8RANGE NOT NULL,
@@ -626,16 +605,11 @@ CREATE TABLE obx.obx_relay_cluster (
 -- ---- statistics without counting the published bulk -------------------------------------------
 -- `SELECT state, count(*)` over millions of PUBLISHED rows takes seconds. Instead every statement
 -- that inserts events, changes an event's state or inserts receipts appends one (key, delta) row
--- per key it changed, in the same statement (a data-modifying CTE: obx.enqueue()'s bodies, and
--- pg_sql.c's Q_INS_EVENT, Q_ENQ_WRITE, Q_UPD_EVENTS, Q_INS_RCPT): 'state:<STATE>' for events,
--- 'receipt:<KIND>' for receipts; obx._stats() sums them. No trigger does it: statement triggers
--- over transition tables copied every changed row and cost a tenth of an enqueue. The counts are
--- exact: a delta commits or rolls back with the rows it counts, and events cannot be deleted or
--- truncated. Anyone changing obx_event.state or inserting receipts by hand must add the delta too
--- (docs/postgres.md). Receipt deletes and truncates keep their triggers: nobody does them on a
--- running system. The table is insert-only for writers, so it adds no lock contention between
--- transactions; obx._compact_stats() folds rows into one per key, and takes them by ctid (an
--- identity column would cost every writing statement a sequence step and an index entry).
+-- per key it changed, in the same statement (a data-modifying CTE; 'state:<STATE>',
+-- 'receipt:<KIND>'); obx._stats() sums them, exact because a delta commits or rolls back with its
+-- rows. Anyone changing obx_event.state or inserting receipts by hand must add the delta too
+-- (docs/postgres.md). Insert-only for writers (no lock contention); obx._compact_stats() folds
+-- rows into one per key, by ctid.
 CREATE TABLE obx.obx_stat_delta (
     key TEXT NOT NULL,
     n   BIGINT NOT NULL
@@ -732,14 +706,10 @@ CREATE TYPE obx._receipt_insert AS (
     partition int, off bigint, broker_ts bigint, payload_digest text, dest_digest text,
     reason text, detail text, created_at bigint, source text);
 
--- The write set's own check: a relay transaction ends with its write set (event
--- compare-and-sets, attempts, receipts, audit rows) and COMMIT in the same round trip, so the
--- write set's statements raise when a part did not apply whole, which fails the transaction on
--- the server and turns that COMMIT into a rollback. Raises, always: the statements call it only
--- for a part that did not apply (pg_sql.c, WS_CHECK), so the common case calls no function at
--- all. what and ids name the rows in the message (ids: those that did not apply). missing: the
--- rows were not found (OB006: an attempt to update does not exist); otherwise a compare-and-set
--- was lost (OB005: the event changed under a locked transaction).
+-- The write set's own check: a relay transaction sends its write set and COMMIT in one round trip,
+-- so the write set's statements call this for a part that did not apply whole (pg_sql.c,
+-- WS_CHECK), failing the transaction. Always raises: OB006 when rows were missing, else OB005 (a
+-- compare-and-set lost); what and ids name the rows.
 CREATE FUNCTION obx._ws_fail(what text, ids text, missing boolean)
 RETURNS bigint LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $f$
 BEGIN
@@ -856,17 +826,11 @@ BEGIN
     END IF;
 END $$;
 
--- "evt-" + ULID for millisecond ms and at least 16 random bytes r (bytes 9..16 are used), e.g.
--- uuid_send(gen_random_uuid()): the 48-bit millisecond time as ten Crockford base-32 digits and
--- the random part as 16 hexadecimal digits (upper case, a subset of Crockford's alphabet, so the
--- ID is still a ULID that src/core/ulid.c's obx__ulid_time reads): 62 random bits (two of the
--- UUID's 64 are its variant). IDs are unique by obx_event's index on event_id, which refuses a
--- collision rather than storing it; among 1,000 IDs of one millisecond the chance of one is
--- about 1 in 10^13. A SQL expression that PostgreSQL inlines where it is called with a plain
--- argument (each parameter is used once, so a volatile argument such as gen_random_uuid() is
--- evaluated once and still inlined): a PL/pgSQL function of 26 substr() calls cost 207,000
--- instructions per enqueue. ms is not checked here: callers pass the clock's time, and
--- obx._event_id checks it for everyone else.
+-- "evt-" + ULID for millisecond ms and at least 16 random bytes r (bytes 9..16 are used, e.g.
+-- uuid_send(gen_random_uuid())): ten Crockford base-32 digits of time, 16 upper-case hexadecimal
+-- digits of randomness (62 bits), still a ULID for src/core/ulid.c. obx_event's unique index on
+-- event_id refuses a collision. A SQL expression PostgreSQL inlines (each parameter used once):
+-- a PL/pgSQL version cost 207,000 instructions per enqueue. ms is checked by obx._event_id.
 CREATE FUNCTION obx._ulid(ms bigint, r bytea) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp AS $$
     SELECT 'evt-'
@@ -1019,32 +983,14 @@ BEGIN
 END $$;
 
 -- obx.enqueue()'s PL/pgSQL body. Validates like obx_enqueue() (same limits, character sets and
--- messages), honours the idempotency key (returns the first event's ID), resolves the current
--- route, freezes the destination with its digest, computes the same canonical digests as the C
--- code, and inserts the envelope (who enqueued: created_by), the PENDING event and its
--- statistics delta inside the caller's transaction; a route generation with a delivery set gives
--- the event its further target slots. Returns the event ID. The payload limit is 1 MiB unless
--- obx.obx_meta's row 'payload_limit' says otherwise: a row only the schema's owner may write (a
--- setting, as before, was any producer's to raise in its own session).
--- The digests are the canonical encodings above written out: in obx.enqueue() no field is NULL
--- (the optional ones are '' by then) and obx's databases are UTF8 (pg_store.c refuses others), so
--- each field is converted once and the tags and generation 1 are constants: the same bytes
--- (test_store_pg's test_sql_enqueue_matches_c recomputes both digests in C, and the digest
--- vectors pin obx.envelope_digest).
--- NOTIFY obx_work wakes a waiting relay (a hint, never a row). PostgreSQL commits the
--- transactions that notified one at a time (a database-wide lock from PreCommit_Notify to the
--- end of the commit, WAL flush included), so a NOTIFY on every enqueue costs producers up to
--- half their commit rate with fsync on. Each cluster has a wake lock, advisory lock (5194330,
--- hashtext(cluster)), that a relay's dispatcher holds exclusively while it waits for that
--- cluster's work (pg_wake.c, obx__pg_wait_for_work): the insert notifies only when it cannot
--- take it shared for its transaction; when it can, it holds it until its commit is visible,
--- and a relay that takes the lock afterwards claims once more before it sleeps. A session (or
--- role, or database) with obx.notify = 'off' never notifies and takes no lock: the relay finds
--- its events at its next poll (relay.poll_ms). The C producer's statements (pg_sql.c,
--- NOTIFY_EXPR) and the obx_pg extension's body (obx_pg.c) do the same.
--- SECURITY INVOKER with no search_path of its own: it is called only by obx.enqueue() and by
--- obx._enqueue_c(), inside obx.enqueue()'s SECURITY DEFINER and search_path, and a second switch
--- of user and search_path per call would cost for nothing.
+-- messages), honours the idempotency key, resolves the current route, freezes the destination,
+-- and inserts the envelope (created_by), the PENDING event, its delivery-set targets and its
+-- statistics delta inside the caller's transaction; returns the event ID. The payload limit is
+-- obx.obx_meta's 'payload_limit' (a row only the schema's owner may write), 1 MiB without it.
+-- The digests are the canonical encodings above written out once per field (no field is NULL
+-- here, databases are UTF8): test_sql_enqueue_matches_c recomputes them in C. A waiting relay is
+-- woken through obx._wake() (docs/postgres.md, "NOTIFY"). SECURITY INVOKER without a search_path:
+-- it runs only inside obx.enqueue()'s SECURITY DEFINER and search_path.
 CREATE FUNCTION obx._enqueue_sql(event_type text, aggregate_type text, aggregate_id text,
                             aggregate_version bigint, tenant text, payload bytea,
                             payload_schema text DEFAULT NULL, correlation_id text DEFAULT NULL,
@@ -1175,14 +1121,10 @@ BEGIN
     id := obx._ulid(now_ms, uuid_send(gen_random_uuid()));
     okey := rt.cluster || chr(31) || rt.topic || chr(31) || rk;
 
-    -- One statement: the per-order-key lock (see Q_INS_EVENT in pg_sql.c; held until the
-    -- caller's transaction ends), then the event row, so that a concurrent producer with the
-    -- same idempotency key is met by ON CONFLICT (it waits for that transaction, then inserts
-    -- nothing: no envelope or delta either, they are fed by the event's RETURNING) rather than
-    -- by an error, without a subtransaction per call; the envelope with the digests computed
-    -- inline (the canonical encodings of obx.envelope_canonical and obx.dest_canonical, written
-    -- out for values that are never NULL) and who enqueued (created_by: the event's first audit
-    -- row); the statistics delta; the NOTIFY (delivered at commit, coalesced per transaction).
+    -- One statement: the per-order-key lock (Q_INS_EVENT in pg_sql.c), then the event row, so a
+    -- concurrent producer with the same idempotency key meets ON CONFLICT (it waits, then inserts
+    -- nothing: the envelope and delta are fed by the event's RETURNING) without a subtransaction;
+    -- the envelope with its digests inline and created_by; the statistics delta; the wake-up.
     -- the order key's locks (pg_sql.c, ORDER_LOCK: the key's own and its bucket shared for a
     -- transaction's first 64 events, the bucket alone after them)
     WITH lk AS MATERIALIZED (SELECT CASE WHEN coalesce(nullif(current_setting('obx.order_locks', true), ''), '0')::int < 64
@@ -1270,22 +1212,14 @@ BEGIN
     RETURN existing;
 END $$;
 
--- obx.enqueue() is a door to one of two bodies with the same contract, arguments, rows and
--- errors: obx._enqueue_sql() above, which every database has, or obx._enqueue_c(), the same in C
--- from the obx_pg extension (src/store/postgres/ext; docs/postgres.md, "The obx_pg extension"),
--- for the common call (it hands every other call to obx._enqueue_sql()), where the server has the
--- extension and `obx init` may create it (pg_store.c, enqueue_impl). obx._point_enqueue()
--- (re)writes the door; `obx init` calls it when the choice changes. CREATE OR REPLACE keeps the
--- door's owner and grants: a producer role granted EXECUTE on obx.enqueue() needs nothing else
--- (both bodies run with the rights of obx.enqueue()'s owner, SECURITY DEFINER).
--- obx._wake(cluster): the wake-up the producers' statements send when they cannot take the
--- cluster's wake lock (a relay waits: obx._enqueue_sql above, pg_sql.c's NOTIFY_EXPR). Where
--- the database has the obx_pg extension, obx._wake_c(), which wakes the waiting relays by their
--- latches after the commit; else a NOTIFY obx_work, which makes the producers' commits wait for
--- each other (docs/postgres.md, "NOTIFY"). Looked up at each call rather than chosen by `obx
--- init`: the extension comes and goes with its own DDL, and whoever owns obx.enqueue() (who
--- decides its body) need not own this function; every version of the extension that has
--- obx._wake_c() has its code.
+-- obx.enqueue() is a door to one of two bodies with the same contract: obx._enqueue_sql() above,
+-- or obx._enqueue_c() from the obx_pg extension (docs/postgres.md, "The obx_pg extension") where
+-- the server has it and `obx init` may create it (pg_store.c, enqueue_impl); obx._point_enqueue()
+-- rewrites the door, keeping its owner and grants (both bodies run as its owner, SECURITY DEFINER).
+-- obx._wake(cluster): the producers' wake-up while a relay waits (obx._enqueue_sql, pg_sql.c's
+-- NOTIFY_EXPR): obx._wake_c() with the extension (latches set after the commit), else a NOTIFY
+-- (docs/postgres.md, "NOTIFY"). Looked up at each call: the extension comes and goes with its
+-- own DDL, and obx.enqueue()'s owner need not own this function.
 CREATE FUNCTION obx._wake(cluster text) RETURNS void LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -1453,40 +1387,16 @@ CREATE TABLE obx.obx_consume_audit (
 CREATE INDEX obx_consume_audit_event ON obx.obx_consume_audit (event_id);
 
 -- ---- the inbox in SQL (docs/inbox-sql.md) -----------------------------------------------------
--- For consumers in any language, called inside the consumer's own transaction, on its own
--- connection, around its effect:
---
---   BEGIN;
---   SELECT * FROM obx.inbox_receive(consumer, event_id, envelope_gen, payload_digest, topic,
---                                   partition, offset, payload, event_type, tenant, ...);
---     'process'     -> make the effect on this connection, then
---                      SELECT obx.inbox_applied(consumer, event_id, result);
---     'duplicate'   -> nothing to do (result: the first delivery's result)
---     'quarantined' -> same event ID, other payload digest: nothing to do (recorded)
---     'poisoned'    -> refused before any effect (bad event ID, malformed field, payload not
---                      matching its digest, contract or tenant not accepted): parked, visible
---     'delayed'     -> a failed message whose retry is not due yet: do not run the handler,
---                      do not acknowledge (hold it or give it back until its retry_at)
---   COMMIT;                          -- then acknowledge the broker, never before
---   on a handler error: ROLLBACK; then in a transaction of its own
---   SELECT * FROM obx.inbox_failed(consumer, event_id, error, max_failures, ...delivery...);
---     'retry' -> do not acknowledge; try again at retry_at;  'poisoned' -> parked: acknowledge
---
--- The semantics are obx_inbox_process()'s (src/engine/inbox.c), row for row: the same consume
--- receipt (with the evidence columns when the delivery's headers carry a well-formed
--- obx-attempt-id and obx-dest-digest, so that the reconciler accepts a delivery recorded here as
--- a critical consumer's evidence), watermark, failure count, poison row, quarantine row and
--- consume audit rows, with the same outcomes and messages, so that `obx poison`, `obx status`,
--- the metrics, the audit and retention see a consumer written in Python or JavaScript exactly as
--- one written in C. tests/store/test_inbox_sql.c runs both inboxes on the same cases and
--- compares the rows.
---
--- Privileges: every function is SECURITY INVOKER. A role can do through them exactly what its
--- own grants and row-level security allow on the inbox tables, and nothing else: the
--- <prefix>_consumer role of obx.create_roles() is the least-privilege consumer role, restricted
--- to the consumer IDs and tenants obx.obx_consumer_grant lists for it, with no access to the
--- outbox. EXECUTE stays with PUBLIC for that reason (a role without inbox grants gets
--- "permission denied" from the first statement).
+-- For consumers in any language, inside the consumer's own transaction around its effect:
+-- obx.inbox_receive() decides ('process', 'duplicate', 'quarantined', 'poisoned', 'delayed'),
+-- obx.inbox_applied() records the effect's result before COMMIT (the broker is acknowledged only
+-- after it), obx.inbox_failed() records a handler error in a transaction of its own
+-- (docs/inbox-sql.md has the protocol). The semantics are obx_inbox_process()'s
+-- (src/engine/inbox.c), row for row, evidence columns included; tests/store/test_inbox_sql.c
+-- runs both inboxes on the same cases and compares the rows. Every function is SECURITY INVOKER:
+-- a role does through them what its own grants and row-level security allow on the inbox tables
+-- (the least-privilege <prefix>_consumer role of obx.create_roles()), so EXECUTE stays with
+-- PUBLIC.
 
 -- Milliseconds and microseconds since the epoch, from the clock (not the transaction start:
 -- a consumer transaction may be long).
@@ -1666,17 +1576,12 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- Records a delivery and decides. With 'process' the consume receipt is inserted now (its
--- unique key makes a concurrent instance delivering the same event wait for this transaction,
--- then answer 'duplicate'), the watermark moves, and obx.inbox_applied() must complete the
--- receipt before COMMIT: a transaction that tries to commit a receipt it never completed fails
--- (constraint trigger below), so a forgotten call cannot record an effect that was not made.
--- consumer_id: [A-Za-z0-9._-]{1,128}. accepted_types / accepted_tenants: the contracts and
--- tenants the consumer declares (NULL or empty: any), as obx_inbox_options. headers: the obx
--- message headers as delivered (name -> value: obx-aggregate, obx-correlation-id,
--- obx-causation-id, traceparent, obx-occurred-at, obx-attempt-id, obx-dest-digest), optional;
--- pass every header the message carries: the attempt and destination digest make the receipt
--- evidence for the reconciler.
+-- Records a delivery and decides. With 'process' the consume receipt is inserted now (its unique
+-- key makes a concurrent instance wait, then answer 'duplicate'), the watermark moves, and
+-- obx.inbox_applied() must complete the receipt before COMMIT (a constraint trigger fails a commit
+-- without it). consumer_id: [A-Za-z0-9._-]{1,128}; accepted_types / accepted_tenants as
+-- obx_inbox_options (NULL or empty: any); headers: every obx header the message carries (name ->
+-- value): obx-attempt-id and obx-dest-digest make the receipt evidence for the reconciler.
 CREATE FUNCTION obx.inbox_receive(consumer_id text, event_id text, envelope_gen integer,
                                   payload_digest text, topic text, "partition" integer,
                                   "offset" bigint, payload bytea, event_type text, tenant text,
@@ -1833,17 +1738,13 @@ BEGIN
     PERFORM obx._inbox_audit(consumer_id, event_id, 'APPLIED', dur, res, now_ms);
 END $$;
 
--- Records a handler failure, in a transaction of its own after the handler's transaction was
--- rolled back: the failure count grows; at max_failures (1..1000) the message is parked as
--- poison. poison => true parks it at once (the handler knows it can never succeed). The
--- delivery's fields are given again because the rolled-back transaction took its receipt
--- with it; the poison row keeps them for `obx poison list` and re-drive.
--- The retry back-off, as obx_inbox_options: failure n's retry is due retry_backoff_ms *
--- 2^(n-1) after it, at most retry_backoff_max_ms, +-20 % jitter (1..86400000 ms each;
--- retry_backoff_ms 0: no back-off, due at once). The due time is kept in the failure row:
--- obx.inbox_receive() answers 'delayed' until then.
--- Returns 'retry' with retry_at, when to try again (do not acknowledge before: give the message
--- back, or hold it), or 'poisoned' (acknowledge), or 'duplicate' (applied meanwhile).
+-- Records a handler failure in a transaction of its own after the handler's rolled back (so the
+-- delivery's fields come again): the failure count grows; at max_failures (1..1000), or with
+-- poison => true, the message is parked as poison. The retry back-off is obx_inbox_options': retry
+-- n is due retry_backoff_ms * 2^(n-1) after it, at most retry_backoff_max_ms, +-20 % jitter
+-- (1..86400000 ms; retry_backoff_ms 0: at once), kept in the failure row (inbox_receive answers
+-- 'delayed' until then). Returns 'retry' with retry_at (do not acknowledge before), 'poisoned'
+-- (acknowledge) or 'duplicate' (applied meanwhile).
 CREATE FUNCTION obx.inbox_failed(consumer_id text, event_id text, error text,
                                  max_failures integer DEFAULT 5, poison boolean DEFAULT false,
                                  envelope_gen integer DEFAULT NULL,
@@ -1969,20 +1870,15 @@ CREATE CONSTRAINT TRIGGER obx_inbox_complete AFTER INSERT ON obx.obx_inbox
 
 -- ---- least-privilege roles (obx init --roles PREFIX) --------------------------------------------
 -- <prefix>_producer: enqueue through obx.enqueue() and read its own events (producer_events);
--- <prefix>_relay:    read the outbox, move and hold events, register attempts, write receipts,
---                    audit rows and batches, statistics deltas, counters and its cluster,
---                    insert new envelope generations (migration) and drop payloads (purge:
---                    UPDATE of the payload column only); the inbox tables;
+-- <prefix>_relay:    read the outbox, move and hold events, write attempts, receipts, audit,
+--                    statistics, counters and its cluster, new envelope generations and payload
+--                    drops (UPDATE of payload only); the inbox tables;
 -- <prefix>_auditor:  read everything;
--- <prefix>_consumer: the inbox tables only, and there only the rows of the consumer IDs and
---                    tenants obx.obx_consumer_grant lists for the connected role: row-level
---                    security, enabled on the inbox tables by this function (their owner, who
---                    ran `obx init`, is not subject to it; relay and auditor see every row).
--- Nobody, the owner included, can change a frozen envelope or destination: the triggers above.
--- The roles are NOLOGIN groups: grant them to login roles (GRANT <prefix>_relay TO relay_app).
--- Idempotent: re-running only re-grants.
--- Adding a delivery-set target creates an event row, which (like obx_enqueue() from C) needs
--- the schema owner or a role granted INSERT on obx_event.
+-- <prefix>_consumer: the inbox rows of the consumer IDs and tenants obx.obx_consumer_grant lists
+--                    for the connected role (row-level security, which the owner is not under).
+-- Nobody, the owner included, can change a frozen envelope or destination. NOLOGIN groups, to
+-- grant to login roles; idempotent. A delivery-set target creates an event row, which (like
+-- obx_enqueue() from C) needs the schema owner or INSERT on obx_event.
 CREATE FUNCTION obx.create_roles(prefix text) RETURNS void LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp SET client_min_messages = warning AS $$
 DECLARE
