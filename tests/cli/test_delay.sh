@@ -5,16 +5,33 @@
 # its time and each is published within a second after it; a later event of the same key waits
 # behind a delayed one; `obx cancel` before the claim ends the event CANCELLED with an audit row
 # (status, report and audit count it), after the claim it is refused; the exit codes of the CLI
-# contract (1 refused, 2 usage, 3 could not check) and --json.
-# Usage: test_delay.sh OBX [sqlite|postgres]
+# contract (1 refused, 2 usage, 3 could not check) and --json. The relay publishes to the log
+# broker, RabbitMQ (OBX_TEST_AMQP_URL) or the Kafka mock cluster; on Kafka the topic's own copies
+# are read back with kcat, and no delayed event's copy is older than its time.
+# Usage: test_delay.sh OBX [sqlite|postgres] [log|amqp|kafka [CHAOS_KMOCK]]
 set -euo pipefail
-OBX=${1:?usage: test_delay.sh OBX [sqlite|postgres]}
+OBX=${1:?usage: test_delay.sh OBX [sqlite|postgres] [log|amqp|kafka [CHAOS_KMOCK]]}
 store=${2:-sqlite}
+mode=${3:-log}
 source "$(dirname "$0")/../support/prologue.sh" delay
 relay_pid=
 on_exit '[[ -n $relay_pid ]] && kill -9 "$relay_pid" 2>/dev/null'
 use_store "$store"
-broker=log:$dir/broker.db
+cluster=local topic=orders
+case $mode in
+  log) broker=log:$dir/broker.db ;;
+  amqp)
+    url=${OBX_TEST_AMQP_URL:?OBX_TEST_AMQP_URL is not set: run scripts/test.sh}
+    cluster=obx-delay topic=obx-delay-$$
+    broker="$url?cluster=$cluster&declare_exchange=$topic&declare_queue=obx-delay-q-$$"
+    ;;
+  kafka)
+    source "$(dirname "$0")/../support/kmock.sh"
+    kmock_start "${4:-$(dirname "$OBX")/bench/chaos_kmock}"
+    cluster=kafka-delay broker="kafka://$boot?cluster=$cluster"
+    ;;
+  *) echo "mode: log, amqp or kafka" >&2; exit 2 ;;
+esac
 enqueue() { # enqueue AGGREGATE [flags...] -> the --json line
   local agg=$1
   shift
@@ -25,7 +42,7 @@ jget() { python3 -c "import json,sys; d=json.loads(sys.argv[1]); print($2)" "$1"
 committed() { "$OBX" report --db "$db" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["committed"])'; }
 
 "$OBX" init --db "$db" >/dev/null
-"$OBX" route set order.created.v1 --db "$db" --cluster local --topic orders >/dev/null
+"$OBX" route set order.created.v1 --db "$db" --cluster "$cluster" --topic "$topic" >/dev/null
 
 # bad input: refused naming the option and the limit, exit 2, nothing written
 check "a delay over the maximum is refused" 2 '--delay: .400d. is over the maximum delay of 366 days' -- \
@@ -113,6 +130,27 @@ print("ok: the later event of the key waited behind the delayed one; another key
 assert ev[gone]["status"]["state"] == "CANCELLED" and not ev[gone]["attempts"], ev[gone]
 print("ok: the cancelled event was never sent")
 PY
+if [[ $mode == kafka ]]; then
+  # the broker's copies: each message's timestamp (set when the relay handed it over) and its
+  # obx-event-id, against the times the producer froze
+  kcat -C -b "$boot" -t orders -o beginning -e -q -f '%T %h\n' >"$dir/copies" ||
+    fail "kcat could not read the topic"
+  python3 - "$dir" "$d1" "$d2" "$gone" <<'PY' || fail "the broker's copies of the delayed events"
+import json, re, sys
+d, d1, d2, gone = sys.argv[1:]
+ts = {}
+for line in open(f"{d}/copies"):
+    m = re.search(r"obx-event-id=(evt-[0-9A-Z]+)", line)
+    if m:
+        ts.setdefault(m.group(1), []).append(int(line.split()[0]))
+assert gone not in ts, "the cancelled event reached the topic"
+for e in (d1, d2):
+    nb = json.load(open(f"{d}/{e}.json"))["envelope"]["not_before_at_ms"]
+    assert e in ts, f"{e} is not on the topic"
+    assert min(ts[e]) >= nb, f"{e}: a copy stamped {nb - min(ts[e])} ms before its time"
+    print(f"ok: {e}: the topic's copy is stamped {min(ts[e]) - nb} ms after its time")
+PY
+fi
 
 check "cancel after the claim is refused" 1 'PUBLISHED.*cannot be cancelled' -- \
   "$OBX" cancel "$d1" --db "$db" --who alice --reason late
@@ -125,4 +163,4 @@ assert r["invariants"]["hold"] and r["invariants"]["cancelled_with_attempt"] == 
 ' || fail "report: CANCELLED not counted or an invariant does not hold"
 echo "ok: report counts CANCELLED and its invariants hold"
 check "audit counts the cancelled event with no finding" 0 'no findings' -- "$OBX" audit --db "$db"
-echo "all delayed-event checks passed ($store)"
+echo "all delayed-event checks passed ($store, $mode)"
