@@ -40,67 +40,11 @@ fail() {
 }
 q() { sqlite3 -cmd '.timeout 10000' "$T/c.db" "$1"; }
 
-db=sqlite:$T/o.db
-tag=retry$$
-case $mode in
-  log)
-    cluster=local topic=orders source_=orders
-    relay_broker=log:$T/b.db consume_broker=log:$T/b.db
-    ;;
-  amqp)
-    url=${OBX_TEST_AMQP_URL:?OBX_TEST_AMQP_URL is not set: run scripts/test.sh}
-    cluster=obx-retry topic=obx-retry-$tag source_=obx-retry-q-$tag
-    relay_broker="$url?cluster=$cluster&declare_exchange=$topic&declare_queue=$source_"
-    consume_broker="$url?cluster=$cluster"
-    ;;
-  kafka)
-    kmock=${3:-$(dirname "$OBX")/bench/chaos_kmock}
-    source "$(dirname "$0")/../support/kmock.sh"
-    kmock_start "$kmock"
-    cluster=kafka-retry topic=orders source_=orders
-    relay_broker="kafka://$boot?cluster=$cluster" consume_broker=$relay_broker
-    ;;
-  *) echo "mode: log, amqp or kafka" >&2; exit 2 ;;
-esac
-
-"$OBX" init --db "$db" >/dev/null
-"$OBX" route set order.created.v1 --db "$db" --cluster "$cluster" --topic "$topic" >/dev/null
-enq() {
-  printf '{"order":"%s"}' "$2" | "$OBX" enqueue --db "$db" --type order.created.v1 \
-    --aggregate "order/$1@$3" --tenant t1 >>"$T/ids"
-}
-enq o-flaky o-flaky 1
-enq o-flaky o-next 2
-enq o-dead o-dead 1
-"$OBX" relay --db "$db" --broker "$relay_broker" --set relay.poll_ms=20 --set relay.drain_ms=500 \
-  >"$T/relay.log" 2>&1 &
-pids+=($!)
-n=0
-for _ in $(seq 400); do
-  n=$("$OBX" status --db "$db" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["states"]["PUBLISHED"])')
-  [[ $n == 3 ]] && break
-  sleep 0.05
-done
-[[ $n == 3 ]] || fail "relay published $n of 3"
-kill -TERM "${pids[-1]}"
-wait "${pids[-1]}" 2>/dev/null || true
-
-cat >"$T/handler.sh" <<'SH'
-#!/bin/sh
-p=$(cat)
-o=$(printf '%s' "$p" | sed 's/.*"order":"\([^"]*\)".*/\1/')
-echo "$(date +%s.%N) $o" >>"$T/runs"
-case "$o" in
-  o-dead) echo "downstream refuses $o" >&2; exit 3 ;;
-  o-flaky)
-    n=$(grep -c ' o-flaky$' "$T/runs")
-    if [ "$n" -le 3 ]; then echo "downstream busy ($n)" >&2; exit 1; fi ;;
-esac
-grep -q "^$OBX_EFFECT_KEY " "$T/effects" 2>/dev/null || echo "$OBX_EFFECT_KEY $o" >>"$T/effects"
-echo "applied $o"
-SH
-chmod +x "$T/handler.sh"
-export T
+# shellcheck source=tests/support/retry_fx.sh
+source "$(dirname "$0")/../support/retry_fx.sh"
+retry_broker retry "${3:-}"
+retry_publish o-flaky:o-flaky:1 o-flaky:o-next:2 o-dead:o-dead:1
+retry_handler
 
 run=0
 group=
