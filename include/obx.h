@@ -760,7 +760,9 @@ OBX_API obx_err obx_consumer_open(obx_store *consumer_db, void *db_conn,
 /* One cycle: re-drives poison messages an operator marked, runs the kept copies whose retry is
  * due (unordered), then polls up to max_batch
  * deliveries (waiting up to timeout_ms), runs each through the inbox and acknowledges it once
- * the inbox says so. Counts are added to *counts (may be NULL). */
+ * the inbox says so. Counts are added to *counts (may be NULL). An error of the broker, its
+ * connection lost included, is OBX_EBROKER; one of the consumer's database keeps its own code
+ * (OBX_ECONNLOST, OBX_ESTORE, ...): a caller can tell which of the two to wait for. */
 OBX_API obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *counts);
 /* When the earliest retry this consumer waits for is due (wall ms): a partition it paused
  * behind a failed message (ordered), a kept copy (unordered), or a failure in its inbox not

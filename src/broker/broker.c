@@ -16,10 +16,14 @@
 static long fault_at;
 static long call_count;
 static const char *fault_hit; /* the wrapper the armed fault failed (a literal) */
+static obx_err fault_with = OBX_EBROKER;
 
 const char *obx__br_fault_hit(void) { return __atomic_load_n(&fault_hit, __ATOMIC_SEQ_CST); }
 
+void obx__br_fault_code(obx_err code) { __atomic_store_n(&fault_with, code, __ATOMIC_SEQ_CST); }
+
 void obx__br_fault_after(long k) {
+    if (!k) obx__br_fault_code(OBX_EBROKER);
     __atomic_store_n(&fault_hit, NULL, __ATOMIC_SEQ_CST);
     __atomic_store_n(&fault_at, k, __ATOMIC_SEQ_CST);
     __atomic_store_n(&call_count, 0, __ATOMIC_SEQ_CST);
@@ -32,7 +36,8 @@ static obx_err fault(const char *what) {
     long k = __atomic_load_n(&fault_at, __ATOMIC_SEQ_CST);
     if (k && n == k) {
         __atomic_store_n(&fault_hit, what, __ATOMIC_SEQ_CST);
-        return obx__fail(OBX_EBROKER, "injected broker fault at call %ld (%s)", n, what);
+        return obx__fail(__atomic_load_n(&fault_with, __ATOMIC_SEQ_CST),
+                         "injected broker fault at call %ld (%s)", n, what);
     }
     return OBX_OK;
 }

@@ -379,8 +379,11 @@ void obx__br_contract(obx__broker *b, obx__contract *out);
  * cannot honour, naming the field, the value and what the backend offers. */
 bool obx__br_honours(obx__broker *b, const obx__dest *d, char *why, size_t cap);
 /* Fault injection for tests: the k-th wrapper call (1-based, process-wide, counted from this
- * call) fails with OBX_EBROKER; 0 = off. obx__br_calls(): wrapper calls counted since. */
+ * call) fails with OBX_EBROKER; 0 = off. obx__br_calls(): wrapper calls counted since.
+ * obx__br_fault_code: the code the next armed fault fails with instead (a lost connection:
+ * OBX_ECONNLOST), until obx__br_fault_after(0) disarms. */
 void obx__br_fault_after(long k);
+void obx__br_fault_code(obx_err code);
 long obx__br_calls(void);
 /* The wrapper (method name) the armed fault failed since it was armed, or NULL. */
 const char *obx__br_fault_hit(void);

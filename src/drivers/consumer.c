@@ -134,6 +134,15 @@ static obx_err hold(obx_consumer *c, const obx__delivery *d, int64_t due) {
     return obx__br_consume_pause(c->b, d->topic, d->partition, true);
 }
 
+/* A broker call's error as obx_consumer_poll reports it: OBX_EBROKER, message kept, for all but
+ * a caller's or a memory error, so that its caller can tell the broker's outage from its
+ * database's (the two both say OBX_ECONNLOST: `obx consume` blamed its database for a RabbitMQ
+ * node lost during an ack, test_rabbit_cluster). */
+static obx_err from_broker(obx_err e) {
+    if (!e || e == OBX_EBROKER || e == OBX_ENOMEM || e == OBX_EINVAL) return e;
+    return obx_error_set(OBX_EBROKER, obx_errmsg());
+}
+
 /* Resumes the partitions whose retry is due. */
 static obx_err resume_due(obx_consumer *c, int64_t now) {
     for (size_t i = 0; i < c->n_holds;) {
@@ -142,7 +151,7 @@ static obx_err resume_due(obx_consumer *c, int64_t now) {
             continue;
         }
         obx_err e = obx__br_consume_pause(c->b, c->holds[i].topic, c->holds[i].partition, false);
-        if (e) return e;
+        if (e) return from_broker(e);
         c->holds[i] = c->holds[--c->n_holds];
     }
     return OBX_OK;
@@ -261,7 +270,7 @@ static obx_err keep_and_ack(obx_consumer *c, const obx__delivery *d, const obx_m
                        m->correlation_id, "handler failed (%d so far): %s (copy kept, retry %s)",
                        r->failures, r->detail, r->retry_at > t0 ? "scheduled" : "at once");
     obx_err e = obx__inbox_keep_copy(c->in, m, t0);
-    return e ? e : obx__br_consume_ack(c->b, d);
+    return e ? e : from_broker(obx__br_consume_ack(c->b, d));
 }
 
 /* Subscribes again: every backend's consume_open replaces the subscription, and the new one
@@ -270,7 +279,7 @@ static obx_err keep_and_ack(obx_consumer *c, const obx__delivery *d, const obx_m
  * acknowledged comes again; the inbox answers what was applied meanwhile as DUPLICATE. */
 static obx_err resubscribe(obx_consumer *c, const char *why) {
     obx_err e = obx__br_consume_open(c->b, c->group, (const char *const *)c->topics, c->n_topics);
-    if (e) return e;
+    if (e) return from_broker(e);
     c->resubscribe = false;
     c->n_holds = 0; /* a new subscription pauses nothing; the inbox answers DELAYED again */
     obx__log(OBX__LOG_WARN, "consumer", NULL, NULL, NULL,
@@ -294,7 +303,7 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
     obx__delivery *d = calloc(c->max_batch, sizeof *d);
     if (!d) return obx__fail(OBX_ENOMEM, "consumer: out of memory");
     size_t n = 0;
-    e = obx__br_consume_poll(c->b, timeout_ms, d, c->max_batch, &n);
+    e = from_broker(obx__br_consume_poll(c->b, timeout_ms, d, c->max_batch, &n));
     size_t i = 0;
     bool failed = false;
     int64_t due = 0; /* the failed delivery's retry, when later than now */
@@ -313,7 +322,7 @@ obx_err obx_consumer_poll(obx_consumer *c, int timeout_ms, obx_consumer_counts *
         if (e) break;
         count(k, r.outcome);
         if (r.ack)
-            e = obx__br_consume_ack(c->b, &d[i]);
+            e = from_broker(obx__br_consume_ack(c->b, &d[i]));
         else if (c->unordered && (r.outcome == OBX_INBOX_FAILED || r.outcome == OBX_INBOX_DELAYED))
             e = keep_and_ack(c, &d[i], &m, &r, t0);
         else {

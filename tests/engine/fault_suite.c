@@ -1186,6 +1186,44 @@ static void test_consumer_redeliver_fails(void **state) {
     obx_store_close(c.db);
 }
 
+/* A broker connection lost during an ack (OBX_ECONNLOST, as a RabbitMQ node lost under
+ * basic.ack says) is reported by obx_consumer_poll as the broker's (OBX_EBROKER), so that `obx
+ * consume` says the broker is unreachable, not its database (test_rabbit_cluster saw "consumer
+ * database unreachable"); the event is applied once when the broker is back. */
+static void test_consumer_broker_lost_on_ack(void **state) {
+    fx *f = *state;
+    char ids[1][31];
+    publish_n(f, 1, ids);
+    cons c;
+    memset(&c, 0, sizeof c);
+    char url[256];
+    snprintf(url, sizeof url, "sqlite:%s/consumer%d.db", tmpdir, ++nfiles);
+    OK(obx_store_open(url, &c.db));
+    OK(obx_store_init(c.db));
+    const char *topics[] = {"orders"};
+    obx_consumer_options o = {.broker_url = f->broker_url,
+                              .topics = topics,
+                              .n_topics = 1,
+                              .inbox = {.consumer_id = "projection", .retry_backoff_ms = -1}};
+    obx_consumer *con;
+    OK(obx_consumer_open(c.db, NULL, &o, handler, &c, &con));
+    obx_consumer_counts k = {0};
+    /* broker calls of this poll: consume_poll (1), then the ack (2) */
+    obx__br_fault_code(OBX_ECONNLOST);
+    obx__br_fault_after(2);
+    obx_err e = obx_consumer_poll(con, 0, &k);
+    const char *hit = obx__br_fault_hit();
+    obx__br_fault_after(0);
+    assert_non_null(hit);
+    assert_string_equal(hit, "consume_ack");
+    assert_int_equal(e, OBX_EBROKER);
+    assert_non_null(strstr(obx_errmsg(), "injected broker fault"));
+    for (int i = 0; i < 3; i++) OK(obx_consumer_poll(con, 0, &k));
+    assert_int_equal(c.effects, 1);
+    obx_consumer_close(con);
+    obx_store_close(c.db);
+}
+
 /* The default UNKNOWN policy (retry), on a broker whose lookup cannot tell: nothing happens
  * before the attempt's quiet time is over (its late ACK may still come), then a same-target
  * retry publishes the event; the older attempt stays UNKNOWN and acceptable. */
@@ -1730,6 +1768,7 @@ static const struct CMUnitTest tests[] = {
     OBX_T_CASE(test_inbox_retry_copy),
     OBX_T_CASE(test_consumer_loop_redelivers_failed_last),
     OBX_T_CASE(test_consumer_redeliver_fails),
+    OBX_T_CASE(test_consumer_broker_lost_on_ack),
     OBX_T_CASE(test_unknown_policy_retry_after_quiet),
     OBX_T_CASE(test_consumer_evidence),
     OBX_T_CASE(test_operator_resolution),
