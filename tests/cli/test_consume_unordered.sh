@@ -15,9 +15,11 @@
 #   - run 2 (--until-idle 300 --json, a new group on the log broker and Kafka: everything is
 #     delivered again) does not stop while a retry it waits for is pending (it would stop 0.3 s
 #     after its start otherwise), absorbs the broker's redeliveries of o-flaky and o-dead
-#     (`delayed` 2 in its summary; 0 on RabbitMQ, which redelivers nothing acknowledged), runs
-#     the retries from the kept copies (`retried` 6) at their due times within the jitter, never
-#     early across the restart, applies o-flaky once and parks o-dead after 4 failures;
+#     (`delayed`; none on RabbitMQ, which redelivers nothing acknowledged), runs the retries from
+#     the kept copies (`retried` 6) at their due times within the jitter, never early across the
+#     restart, applies o-flaky once and parks o-dead after 4 failures. A redelivery that comes
+#     once its retry is due (a slow restart: a Kafka group join under the sanitizers) runs that
+#     retry itself: one `delayed` and one `retried` fewer, the same tries;
 #   - every effect applied once; no copy left; the failure rows of applied events gone.
 set -euo pipefail
 OBX=${1:?usage: test_consume_unordered.sh OBX [log|amqp|kafka]}
@@ -133,14 +135,18 @@ PY
 [[ $(q "SELECT count(*) FROM obx_consume_audit WHERE consumer_id = 'unord-proj' AND outcome = 'RETRY_SCHEDULED'") == 6 ]] ||
   fail "RETRY_SCHEDULED rows: $(q "SELECT outcome, detail FROM obx_consume_audit WHERE outcome = 'RETRY_SCHEDULED'")"
 # run 2's summary: the redeliveries absorbed (delayed), the retries from the copies (retried)
-want_delayed=2
-[[ $mode == amqp ]] && want_delayed=0
-python3 - "$T/consume2.json" "$want_delayed" <<'PY' || fail "run 2's summary"
+python3 - "$T/consume2.json" "$mode" <<'PY' || fail "run 2's summary"
 import json, sys
 k = json.load(open(sys.argv[1]))
 print("run 2:", json.dumps(k, sort_keys=True))
-assert k["delayed"] == int(sys.argv[2]), "delayed %s, want %s" % (k["delayed"], sys.argv[2])
-assert k["retried"] == 6, "retried %s, want 6 (3 of o-flaky, 3 of o-dead)" % k["retried"]
+if sys.argv[2] == "amqp":
+    assert (k["delayed"], k["retried"]) == (0, 6), "delayed %s, retried %s: want 0, 6" % (k["delayed"], k["retried"])
+else:
+    # 2 redeliveries: each absorbed (delayed) while its retry waits, or running the due retry
+    # in place of the copy (then neither delayed nor retried counts it)
+    ran = 2 - k["delayed"]
+    assert 0 <= ran <= 2, "delayed %s, want 0..2" % k["delayed"]
+    assert k["retried"] == 6 - ran, "retried %s, want %s (3 of o-flaky, 3 of o-dead, %s run by a redelivery)" % (k["retried"], 6 - ran, ran)
 assert (k["applied"], k["failed"], k["poisoned"]) == (1, 4, 1), k
 PY
 echo "ok: unordered consumer on $mode (o-next and o-other applied while o-flaky's retry waited; retries from the kept copies across a SIGKILL, spaced by the back-off; applied once; parked after 4; --until-idle waited for the retries)"
