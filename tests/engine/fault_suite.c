@@ -1100,24 +1100,31 @@ static obx_err fail_first_of_each(void *user, void *conn, const obx_message *m, 
     return handler(c, conn, m, key, res, cap);
 }
 
-static void test_consumer_loop_redelivers_failed_last(void **state) {
-    fx *f = *state;
-    char ids[1][31];
-    publish_n(f, 1, ids); /* a batch of exactly one delivery: the failure is the last one */
-    cons c;
-    memset(&c, 0, sizeof c);
+/* The consumer loop (obx_consumer) of consumer ID "projection" on topic orders, its database a
+ * fresh SQLite file in c->db, handler h with user c; no retry back-off. */
+static obx_consumer *loop_open(fx *f, cons *c, obx_inbox_handler h) {
+    memset(c, 0, sizeof *c);
     char url[256];
     snprintf(url, sizeof url, "sqlite:%s/consumer%d.db", tmpdir, ++nfiles);
-    OK(obx_store_open(url, &c.db));
-    OK(obx_store_init(c.db));
+    OK(obx_store_open(url, &c->db));
+    OK(obx_store_init(c->db));
     const char *topics[] = {"orders"};
     obx_consumer_options o = {.broker_url = f->broker_url,
                               .topics = topics,
                               .n_topics = 1,
                               .inbox = {.consumer_id = "projection", .retry_backoff_ms = -1}};
     obx_consumer *con;
+    OK(obx_consumer_open(c->db, NULL, &o, h, c, &con));
+    return con;
+}
+
+static void test_consumer_loop_redelivers_failed_last(void **state) {
+    fx *f = *state;
+    char ids[1][31];
+    publish_n(f, 1, ids); /* a batch of exactly one delivery: the failure is the last one */
+    cons c;
     fail_calls = 0;
-    OK(obx_consumer_open(c.db, NULL, &o, fail_first_of_each, &c, &con));
+    obx_consumer *con = loop_open(f, &c, fail_first_of_each);
     obx_consumer_counts k = {0};
     OK(obx_consumer_poll(con, 0, &k));
     assert_int_equal(k.failed, 1);
@@ -1149,19 +1156,8 @@ static void test_consumer_redeliver_fails(void **state) {
     char ids[6][31];
     publish_n(f, 6, ids); /* one batch; the handler fails the first: the rest come again */
     cons c;
-    memset(&c, 0, sizeof c);
-    char url[256];
-    snprintf(url, sizeof url, "sqlite:%s/consumer%d.db", tmpdir, ++nfiles);
-    OK(obx_store_open(url, &c.db));
-    OK(obx_store_init(c.db));
-    const char *topics[] = {"orders"};
-    obx_consumer_options o = {.broker_url = f->broker_url,
-                              .topics = topics,
-                              .n_topics = 1,
-                              .inbox = {.consumer_id = "projection", .retry_backoff_ms = -1}};
-    obx_consumer *con;
     fail_calls = 0;
-    OK(obx_consumer_open(c.db, NULL, &o, fail_first_of_each, &c, &con));
+    obx_consumer *con = loop_open(f, &c, fail_first_of_each);
     obx_consumer_counts k = {0};
     /* broker calls of this poll: consume_poll (1), then the first consume_redeliver (2) */
     obx__br_fault_after(2);
@@ -1195,18 +1191,7 @@ static void test_consumer_broker_lost_on_ack(void **state) {
     char ids[1][31];
     publish_n(f, 1, ids);
     cons c;
-    memset(&c, 0, sizeof c);
-    char url[256];
-    snprintf(url, sizeof url, "sqlite:%s/consumer%d.db", tmpdir, ++nfiles);
-    OK(obx_store_open(url, &c.db));
-    OK(obx_store_init(c.db));
-    const char *topics[] = {"orders"};
-    obx_consumer_options o = {.broker_url = f->broker_url,
-                              .topics = topics,
-                              .n_topics = 1,
-                              .inbox = {.consumer_id = "projection", .retry_backoff_ms = -1}};
-    obx_consumer *con;
-    OK(obx_consumer_open(c.db, NULL, &o, handler, &c, &con));
+    obx_consumer *con = loop_open(f, &c, handler);
     obx_consumer_counts k = {0};
     /* broker calls of this poll: consume_poll (1), then the ack (2) */
     obx__br_fault_code(OBX_ECONNLOST);
