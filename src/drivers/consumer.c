@@ -167,29 +167,13 @@ static obx_err redrive(obx_consumer *c, obx_consumer_counts *k) {
                                     &p)))
             break;
         json_t *hj = json_loads(p.headers_json ? p.headers_json : "{}", 0, NULL);
-#define HS(k) json_string_value(json_object_get(hj, k))
-        obx_message m = {
-            .event_id = p.event_id,
-            .envelope_gen = (int)json_integer_value(json_object_get(hj, "envelope_gen")),
-            .event_type = HS("event_type"),
-            .tenant = HS("tenant"),
-            .aggregate_type = HS("aggregate_type"),
-            .aggregate_id = HS("aggregate_id"),
-            .aggregate_version = json_integer_value(json_object_get(hj, "aggregate_version")),
-            .correlation_id = HS("correlation_id"),
-            .causation_id = HS("causation_id"),
-            .traceparent = HS("traceparent"),
-            .occurred_at = json_integer_value(json_object_get(hj, "occurred_at")),
-            .payload_digest = HS("payload_digest"),
-            .attempt_id = HS("attempt_id"),
-            .dest_digest = HS("dest_digest"),
-            .encryption = HS("encryption"),
-            .payload = p.payload ? (const void *)p.payload : "",
-            .payload_len = p.payload_len,
-            .topic = p.topic,
-            .partition = p.partition,
-            .offset = p.offset};
-#undef HS
+        obx_message m = obx__message_of_headers(hj);
+        m.event_id = p.event_id;
+        m.payload = p.payload ? (const void *)p.payload : "";
+        m.payload_len = p.payload_len;
+        m.topic = p.topic;
+        m.partition = p.partition;
+        m.offset = p.offset;
         obx_inbox_result r;
         int64_t t0 = obx__wall_ms();
         e = obx__inbox_process_at(c->in, &m, c->h, c->user, c->conn, t0, mono_us(), mono_us, &r);

@@ -32,6 +32,9 @@ obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ul
 void obx__dest_from_route(const obx__route_row *route, const obx__envelope *env, obx__dest *d,
                           const char *routing_key);
 json_t *obx__route_json(const obx__route_row *r);
+/* A message's header fields from the JSON a poison row or a kept copy stores them as (name ->
+ * value; the strings point into hj); the caller sets the event ID, bytes and position. */
+obx_message obx__message_of_headers(const json_t *hj);
 
 /* ---- JSON helpers (inspect.c) ---- */
 obx_err obx__json_out(json_t *j, char **out);

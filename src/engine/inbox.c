@@ -719,12 +719,9 @@ obx_err obx__inbox_keep_copy(obx_inbox *in, const obx_message *m, int64_t now) {
     return e;
 }
 
-/* The message a kept copy (or a parked one) holds: its headers (hj, which the strings point
- * into), bytes and position. */
-static obx_message message_of_copy(const json_t *hj, const obx__retry_copy_row *row) {
+obx_message obx__message_of_headers(const json_t *hj) {
 #define HS(k) json_string_value(json_object_get(hj, k))
     return (obx_message){
-        .event_id = row->event_id,
         .envelope_gen = (int)json_integer_value(json_object_get(hj, "envelope_gen")),
         .event_type = HS("event_type"),
         .tenant = HS("tenant"),
@@ -738,14 +735,22 @@ static obx_message message_of_copy(const json_t *hj, const obx__retry_copy_row *
         .payload_digest = HS("payload_digest"),
         .attempt_id = HS("attempt_id"),
         .dest_digest = HS("dest_digest"),
-        .encryption = HS("encryption"),
-        .payload = row->payload ? (const void *)row->payload : "",
-        .payload_len = row->payload_len,
-        .topic = row->topic,
-        .partition = row->partition,
-        .offset = row->offset,
-        .redelivered = 1};
+        .encryption = HS("encryption")};
 #undef HS
+}
+
+/* The message a kept copy holds: its headers (hj, which the strings point into), bytes and
+ * position. */
+static obx_message message_of_copy(const json_t *hj, const obx__retry_copy_row *row) {
+    obx_message m = obx__message_of_headers(hj);
+    m.event_id = row->event_id;
+    m.payload = row->payload ? (const void *)row->payload : "";
+    m.payload_len = row->payload_len;
+    m.topic = row->topic;
+    m.partition = row->partition;
+    m.offset = row->offset;
+    m.redelivered = 1;
+    return m;
 }
 
 obx_err obx__inbox_retry_copy(obx_inbox *in, const obx__retry_copy_row *row, obx_inbox_handler h,
