@@ -158,10 +158,11 @@ static obx_err accept_load(obx__engine *e, accept_ctx *c) {
     return err;
 }
 
-/* The scratch of one run of accept_tx: the events as locked (orig, the compare-and-set
- * expectations, payloads not owned), which events and attempts changed, and the batch. */
+/* The scratch of one run of accept_tx: the events' compare-and-set expectations as locked
+ * (orig), which events and attempts changed, and the batch (whose event updates are the
+ * context's rows, changed in place). */
 typedef struct accept_run {
-    obx__rows orig;
+    obx__cas *orig;
     bool *dirty_ev, *dirty_att;
     obx__batch b;
 } accept_run;
@@ -294,24 +295,16 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
     accept_ctx *c = arg;
     obx_err err = accept_load(e, c);
     if (err) return err;
-    accept_run w = {.orig = {0}}; /* orig: as locked, the compare-and-set expectations */
-    for (size_t i = 0; i < c->ev.n; i++) {
-        obx__event_row *r = obx__rows_push(&w.orig);
-        if (!r) {
-            obx__rows_free(&w.orig);
-            return obx__fail(OBX_ENOMEM, "accept: out of memory");
-        }
-        *r = c->ev.v[i];
-        r->payload = NULL;
-    }
+    accept_run w = {.orig = obx__cas_of(&c->ev)};
     w.dirty_ev = calloc(c->ev.n + 1, 1);
     w.dirty_att = calloc(c->n_att + 1, 1);
-    err = (!w.dirty_ev || !w.dirty_att) ? obx__fail(OBX_ENOMEM, "accept: out of memory")
-                                        : obx__batch_reserve(&w.b, c->ev.n, c->n_att, c->n, c->n);
+    err = (!w.orig || !w.dirty_ev || !w.dirty_att)
+              ? obx__fail(OBX_ENOMEM, "accept: out of memory")
+              : obx__batch_reserve_refs(&w.b, c->ev.n, c->n_att, c->n, c->n);
     if (err) {
         free(w.dirty_ev);
         free(w.dirty_att);
-        obx__rows_free(&w.orig);
+        free(w.orig);
         return err;
     }
     int64_t quarantined = 0;
@@ -335,19 +328,19 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
             duplicate(c, &w, i, o, a, ev); /* rule 5: slot full */
     }
     for (size_t i = 0; !err && i < c->ev.n; i++)
-        if (w.dirty_ev[i]) obx__batch_update(&w.b, &w.orig.v[i], &c->ev.v[i]);
+        if (w.dirty_ev[i]) obx__batch_update_ref(&w.b, w.orig[i], &c->ev.v[i]);
     for (size_t i = 0; i < c->n_att; i++)
         if (w.dirty_att[i]) w.b.att[w.b.n_att++] = c->att[i];
     if (!err) err = obx__batch_write(e->s, &w.b);
     for (size_t i = 0; !err && i < c->ev.n; i++)
         if (w.dirty_ev[i] && obx__state_is_published(c->ev.v[i].state) &&
-            !obx__state_is_published(w.orig.v[i].state))
+            !obx__state_is_published(w.orig[i].state))
             err = end_superseded(e, c, &c->ev.v[i]);
     if (!err && quarantined) err = obx__st_counter_add(e->s, "receipts_quarantined", quarantined);
     obx__batch_free(&w.b);
     free(w.dirty_ev);
     free(w.dirty_att);
-    obx__rows_free(&w.orig);
+    free(w.orig);
     return err;
 }
 

@@ -405,7 +405,7 @@ out:
 
 typedef struct dispatch_ctx {
     int64_t now;
-    obx__rows *rows; /* claimed (with payloads); after commit, the values written */
+    obx__rows *rows; /* claimed (with payloads); changed in place to the values written */
     bool *ok;        /* per row: attempt registered */
     bool *decided;   /* per row: no partition, outcome pre[i] applied instead of a send */
     obx__outcome *pre;
@@ -435,8 +435,10 @@ static obx_err dispatch_tx(obx__engine *e, void *arg) {
         if (!ok || !dec || !pre) return obx__fail(OBX_ENOMEM, "dispatch: out of memory");
         c->cap = n;
     }
+    /* each row becomes the values written (in place: a copy of 256 rows was 1 MB of the relay's
+     * peak memory); a failed run leaves them changed, and the next run loads them again */
     obx__batch b;
-    if ((err = obx__batch_reserve(&b, n, n, 0, 2 * n))) return err;
+    if ((err = obx__batch_reserve_refs(&b, n, n, 0, 2 * n))) return err;
     for (size_t i = 0; i < n; i++) {
         obx__event_row *cur = &c->rows->v[i];
         c->ok[i] = c->decided[i] = false;
@@ -514,18 +516,12 @@ static obx_err dispatch_tx(obx__engine *e, void *arg) {
         obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, &next,
                    OBX__ST_CLAIMED, next.state, "attempt %d registered (partition %d)",
                    (int)next.attempt_gen, (int)next.pinned_partition);
-        obx__batch_update(&b, cur, &next); /* one compare-and-set: expects cur's state */
+        obx__cas expect = {cur->state, cur->claim_gen}; /* one compare-and-set on cur's state */
+        *cur = next; /* next came from cur: the same payload, still the rows' */
+        obx__batch_update_ref(&b, expect, cur);
         c->ok[i] = true;
     }
     if (!err) err = obx__batch_write(e->s, &b);
-    if (!err) /* hand back the values written (payloads stay with the rows) */
-        for (size_t i = 0; i < n; i++) {
-            unsigned char *p = c->rows->v[i].payload;
-            size_t len = c->rows->v[i].payload_len;
-            c->rows->v[i] = b.upd_rows[i];
-            c->rows->v[i].payload = p;
-            c->rows->v[i].payload_len = len;
-        }
     obx__batch_free(&b);
     return err;
 }
@@ -629,10 +625,11 @@ static obx_err outcomes_load(obx__engine *e, outcome_ctx *c) {
     return err;
 }
 
-/* The scratch of one run of outcomes_tx: the events as loaded (orig, payloads not owned), which
- * events and attempts changed, and the batch that writes them. */
+/* The scratch of one run of outcomes_tx: the events' compare-and-set expectations as loaded
+ * (orig), which events and attempts changed, and the batch that writes them (its event updates
+ * are the context's rows, changed in place). */
 typedef struct outcome_run {
-    obx__rows orig;
+    obx__cas *orig;
     bool *dirty_ev, *dirty_att;
     obx__batch b;
 } outcome_run;
@@ -744,14 +741,13 @@ static obx_err outcomes_write(obx__engine *e, outcome_ctx *c, outcome_run *w) {
     obx_err err = OBX_OK;
     for (size_t i = 0; i < c->ev.n; i++)
         if (w->dirty_ev[i]) {
-            if (!obx__transition_allowed(w->orig.v[i].state, c->ev.v[i].state,
-                                         OBX__ACT_DISPATCHER)) {
-                err = obx__fail(OBX_EINTERNAL, "outcome: %s -> %s not allowed",
-                                obx__state_name(w->orig.v[i].state),
-                                obx__state_name(c->ev.v[i].state));
+            if (!obx__transition_allowed(w->orig[i].state, c->ev.v[i].state, OBX__ACT_DISPATCHER)) {
+                err =
+                    obx__fail(OBX_EINTERNAL, "outcome: %s -> %s not allowed",
+                              obx__state_name(w->orig[i].state), obx__state_name(c->ev.v[i].state));
                 break;
             }
-            obx__batch_update(&w->b, &w->orig.v[i], &c->ev.v[i]);
+            obx__batch_update_ref(&w->b, w->orig[i], &c->ev.v[i]);
         }
     for (size_t i = 0; i < c->n_att; i++)
         if (w->dirty_att[i]) w->b.att[w->b.n_att++] = c->att[i];
@@ -763,25 +759,17 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
     outcome_ctx *c = arg;
     obx_err err = outcomes_load(e, c);
     if (err) return err;
-    /* work on copies so that several outcomes for one event compose */
-    outcome_run w = {.orig = {0}};
-    for (size_t i = 0; i < c->ev.n; i++) {
-        obx__event_row *r = obx__rows_push(&w.orig);
-        if (!r) {
-            obx__rows_free(&w.orig);
-            return obx__fail(OBX_ENOMEM, "outcomes: out of memory");
-        }
-        *r = c->ev.v[i];
-        r->payload = NULL;
-    }
+    /* the loaded rows change in place, so that several outcomes for one event compose */
+    outcome_run w = {.orig = obx__cas_of(&c->ev)};
     w.dirty_ev = calloc(c->ev.n + 1, 1);
     w.dirty_att = calloc(c->n_att + 1, 1);
-    err = (!w.dirty_ev || !w.dirty_att) ? obx__fail(OBX_ENOMEM, "outcomes: out of memory")
-                                        : obx__batch_reserve(&w.b, c->ev.n, c->n_att, 0, 2 * c->n);
+    err = (!w.orig || !w.dirty_ev || !w.dirty_att)
+              ? obx__fail(OBX_ENOMEM, "outcomes: out of memory")
+              : obx__batch_reserve_refs(&w.b, c->ev.n, c->n_att, 0, 2 * c->n);
     if (err) {
         free(w.dirty_ev);
         free(w.dirty_att);
-        obx__rows_free(&w.orig);
+        free(w.orig);
         return err;
     }
     int64_t quiet = e->b ? obx__br_quiet_time_ms(e->b) : 0;
@@ -802,7 +790,7 @@ static obx_err outcomes_tx(obx__engine *e, void *arg) {
     obx__batch_free(&w.b);
     free(w.dirty_ev);
     free(w.dirty_att);
-    obx__rows_free(&w.orig);
+    free(w.orig);
     return err;
 }
 

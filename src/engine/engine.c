@@ -221,24 +221,36 @@ void obx__id_index_free(obx__id_index *x) {
     x->n = 0;
 }
 
-/* Growable arrays of update/insert rows for one transaction. */
-obx_err obx__batch_reserve(obx__batch *b, size_t n_events, size_t n_attempts, size_t n_receipts,
-                           size_t n_audit) {
+/* The arrays of update/insert rows for one transaction, with room for n_events copied event
+ * updates (copies) or references (!copies). */
+static obx_err batch_reserve(obx__batch *b, bool copies, size_t n_events, size_t n_attempts,
+                             size_t n_receipts, size_t n_audit) {
     memset(b, 0, sizeof *b);
     /* upd, upd_rows and au are written whole before use (obx__batch_update copies the row,
      * obx__audit clears it): zeroing them here was 2% of a simulated trace */
     b->upd = malloc((n_events ? n_events : 1) * sizeof *b->upd);
-    b->upd_rows = malloc((n_events ? n_events : 1) * sizeof *b->upd_rows);
+    if (copies) b->upd_rows = malloc((n_events ? n_events : 1) * sizeof *b->upd_rows);
     b->applied = calloc(n_events ? n_events : 1, sizeof *b->applied);
     b->att = calloc(n_attempts ? n_attempts : 1, sizeof *b->att);
     b->att_new = calloc(n_attempts ? n_attempts : 1, sizeof *b->att_new);
     b->rc = calloc(n_receipts ? n_receipts : 1, sizeof *b->rc);
     b->au = malloc((n_audit ? n_audit : 1) * sizeof *b->au);
-    if (!b->upd || !b->upd_rows || !b->applied || !b->att || !b->att_new || !b->rc || !b->au) {
+    if (!b->upd || (copies && !b->upd_rows) || !b->applied || !b->att || !b->att_new || !b->rc ||
+        !b->au) {
         obx__batch_free(b);
         return obx__fail(OBX_ENOMEM, "engine: out of memory for a batch of %zu", n_events);
     }
     return OBX_OK;
+}
+
+obx_err obx__batch_reserve(obx__batch *b, size_t n_events, size_t n_attempts, size_t n_receipts,
+                           size_t n_audit) {
+    return batch_reserve(b, true, n_events, n_attempts, n_receipts, n_audit);
+}
+
+obx_err obx__batch_reserve_refs(obx__batch *b, size_t n_events, size_t n_attempts,
+                                size_t n_receipts, size_t n_audit) {
+    return batch_reserve(b, false, n_events, n_attempts, n_receipts, n_audit);
 }
 
 void obx__batch_free(obx__batch *b) {
@@ -256,7 +268,6 @@ void obx__batch_free(obx__batch *b) {
  * receipts, audit rows. Inside the caller's transaction. */
 obx_err obx__batch_write(obx__store *s, obx__batch *b) {
     obx_err e;
-    for (size_t i = 0; i < b->n_upd; i++) b->upd[i].row = &b->upd_rows[i];
     obx__write_set w = {.upd = b->upd,
                         .n_upd = b->n_upd,
                         .applied = b->applied,
@@ -272,16 +283,28 @@ obx_err obx__batch_write(obx__store *s, obx__batch *b) {
     for (size_t i = 0; i < b->n_upd; i++)
         if (!b->applied[i])
             return obx__fail(OBX_ECONFLICT, "event %s changed under a locked transaction",
-                             b->upd_rows[i].env.event_id);
+                             b->upd[i].row->env.event_id);
     return OBX_OK;
 }
 
-/* Adds an update of row `cur` (as loaded) to the new values `next`. */
+/* Adds an update of row `cur` (as loaded) to the new values `next`, copied. */
 void obx__batch_update(obx__batch *b, const obx__event_row *cur, const obx__event_row *next) {
     obx__event_row *r = &b->upd_rows[b->n_upd];
     *r = *next;
     r->payload = NULL; /* rows in a batch never own payloads */
-    b->upd[b->n_upd].expect_state = cur->state;
-    b->upd[b->n_upd].expect_claim_gen = cur->claim_gen;
+    obx__batch_update_ref(b, (obx__cas){cur->state, cur->claim_gen}, r);
+}
+
+/* Adds an update to the new values `next`, which stays the caller's until the write. */
+void obx__batch_update_ref(obx__batch *b, obx__cas expect, const obx__event_row *next) {
+    b->upd[b->n_upd].row = next;
+    b->upd[b->n_upd].expect_state = expect.state;
+    b->upd[b->n_upd].expect_claim_gen = expect.claim_gen;
     b->n_upd++;
+}
+
+obx__cas *obx__cas_of(const obx__rows *r) {
+    obx__cas *c = malloc((r->n ? r->n : 1) * sizeof *c);
+    for (size_t i = 0; c && i < r->n; i++) c[i] = (obx__cas){r->v[i].state, r->v[i].claim_gen};
+    return c;
 }

@@ -51,10 +51,12 @@ obx_err obx__id_index_events(obx__id_index *x, const obx__rows *r);
 long obx__id_index_find(const obx__id_index *x, const char *id);
 void obx__id_index_free(obx__id_index *x);
 
-/* The rows one transaction writes. */
+/* The rows one transaction writes. An event update's new values are either a copy in upd_rows
+ * (obx__batch_update) or the caller's own row (obx__batch_update_ref: a batch from
+ * obx__batch_reserve_refs, which has no upd_rows; the row must stay put until the write). */
 typedef struct obx__batch {
     obx__event_update *upd;
-    obx__event_row *upd_rows;
+    obx__event_row *upd_rows; /* NULL in a batch of references */
     bool *applied;
     size_t n_upd;
     obx__attempt_row *att; /* updates */
@@ -72,6 +74,20 @@ obx_err obx__batch_reserve(obx__batch *b, size_t n_events, size_t n_attempts, si
 void obx__batch_free(obx__batch *b);
 obx_err obx__batch_write(obx__store *s, obx__batch *b);
 void obx__batch_update(obx__batch *b, const obx__event_row *cur, const obx__event_row *next);
+/* The compare-and-set expectation of an event update: the state and claim generation of the row
+ * as the transaction loaded it. A transaction that changes its loaded rows in place keeps these
+ * instead of a copy of each row (a row is 3.9 KB: a relay's accept of 256 receipts kept three
+ * copies of its rows, the largest part of its peak memory). */
+typedef struct obx__cas {
+    obx__state state;
+    int64_t claim_gen;
+} obx__cas;
+obx_err obx__batch_reserve_refs(obx__batch *b, size_t n_events, size_t n_attempts,
+                                size_t n_receipts, size_t n_audit);
+void obx__batch_update_ref(obx__batch *b, obx__cas expect, const obx__event_row *next);
+/* The expectations of rows r (n of them) as loaded, to cas[n] (the caller's to free); NULL on
+ * ENOMEM. */
+obx__cas *obx__cas_of(const obx__rows *r);
 
 /* Runs fn in a transaction, retrying it (up to 4 times) when the store reports a retriable
  * error (busy, serialization failure, lost connection before commit). */
