@@ -360,7 +360,8 @@ static enum MHD_Result api_status(http *h, struct MHD_Connection *c) {
     obx_err e = store_of(h, &s);
     if (!e) e = obx__stats_get(obx__metrics_stats(h->m), s, &st, &age);
     json_t *doc = NULL;
-    if (!e) e = obx__status_json(s, &h->cs, &st, 50, obx__wall_ms(), &doc);
+    /* ages and heartbeats on the database server's clock, as the relay keeps it (obx__ref_ms) */
+    if (!e) e = obx__status_json(s, &h->cs, &st, 50, obx__ref_ms(), &doc);
     if (e) {
         store_drop(h);
         return json_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, e, obx_errmsg());
@@ -463,7 +464,7 @@ static enum MHD_Result api_requeue(http *h, struct MHD_Connection *c, req *rq) {
     obx_err e = id ? store_of(h, &s) : obx__fail(OBX_EINVAL, "event_id: missing");
     char who[OBX__OWNER_MAX + 1];
     snprintf(who, sizeof who, "operator:dashboard@%.200s", h->v->id);
-    if (!e) e = obx__requeue(s, id, who, obx__wall_ms());
+    if (!e) e = obx__requeue(s, id, who, obx__st_now_ms(s)); /* the server's clock, as relays */
     enum MHD_Result ret;
     if (e) {
         if (e == OBX_ESTORE || e == OBX_EIO || e == OBX_ECONNLOST) store_drop(h);

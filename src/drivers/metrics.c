@@ -542,7 +542,10 @@ obx_err obx__metrics_render(obx__metrics *m, const obx__relay_view *v, obx__stor
                             obx__buf *out) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    scrape x = {.mx = m, .v = v, .s = s, .now = obx__wall_ms()};
+    /* ages and heartbeats on the database server's clock as this process keeps it (a relay
+     * syncs it; elsewhere it is the host's): a relay whose host clock is ahead must not report
+     * live relays' clusters unserved or every event old */
+    scrape x = {.mx = m, .v = v, .s = s, .now = obx__ref_ms()};
     obx_err e = s ? obx__stats_get(&m->stats, s, &x.st, &x.stats_age_ms) : OBX_ESTORE;
     x.store_ok = !e;
     for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) sections[i](&x, out);

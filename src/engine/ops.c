@@ -2,7 +2,9 @@
  * ops.c — operator actions on the outbox: requeue a PARKED event (PARKED -> PENDING, the
  * rejection count reset so the route's max attempts apply afresh), and cancel a delayed event
  * before any relay claimed it (PENDING -> CANCELLED, final). Like every state change: one
- * transaction, compare-and-set, one audit row.
+ * transaction, compare-and-set, one audit row. Both run on the database server's clock
+ * (obx__st_now_ms), as the relays do: a requeue by an operator whose host clock is ahead would
+ * otherwise hold the event back (available_at) by that much.
  */
 #include "engine/engine_int.h"
 
@@ -94,11 +96,11 @@ obx_err obx__cancel(obx__store *s, const char *event_id, const char *who, const 
 obx_err obx_cancel(obx_store *s, const char *event_id, const char *who, const char *reason) {
     if (!s) return obx__fail(OBX_EINVAL, "store: NULL");
     obx__clear_error();
-    return obx__cancel(s, event_id, who, reason, obx__wall_ms());
+    return obx__cancel(s, event_id, who, reason, obx__st_now_ms(s));
 }
 
 obx_err obx_requeue(obx_store *s, const char *event_id, const char *who) {
     if (!s) return obx__fail(OBX_EINVAL, "store: NULL");
     obx__clear_error();
-    return obx__requeue(s, event_id, who ? who : "operator", obx__wall_ms());
+    return obx__requeue(s, event_id, who ? who : "operator", obx__st_now_ms(s));
 }

@@ -10,7 +10,10 @@
 # relay saw them: 100 broker copies of 50 events, 50 receipts quarantined.
 # Checked from outside: the broker's file (copies per event ID) and the outbox's attempts. Then
 # an operator whose host clock is 8 days ahead runs `obx purge --dry-run`: nothing is due; one
-# 10 minutes ahead runs `obx status` while the relays run: their cluster is served.
+# 10 minutes ahead runs `obx status` while the relays run: their cluster is served. Last, a
+# PARKED event requeued by an operator 10 minutes ahead is due at once, and a relay 10 minutes
+# ahead serves /api/status and /metrics with its own cluster served and writes its HTTP
+# requeue's audit row at the database server's time.
 set -euo pipefail
 OBX=$(realpath "${1:?usage: test_clock_skew.sh OBX}")
 FAKETIME_LIB=$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -1)
@@ -94,4 +97,53 @@ early=$(jq '.purged' "$T/purge.json") || fail "obx purge --dry-run: $(cat "$T/pu
 due=$(jq '.purged' "$T/purge0.json") || fail "obx purge --dry-run: $(cat "$T/purge0.log")"
 [[ $due == "$n" ]] || fail "with the window closed $due of $n payloads would go: the check above proves nothing"
 echo "ok: an operator whose clock is 8 days ahead purges nothing inside the replay window"
+
+# Operator actions and a relay's own pages on the database server's clock. Two PARKED events:
+# a route that parks after one rejection, a relay whose broker rejects every send.
+ahead() { LD_PRELOAD=$FAKETIME_LIB FAKETIME=+10m ASAN_OPTIONS=${ASAN_OPTIONS:-}:verify_asan_link_order=0 "$@"; }
+"$OBX" route set order.parked.v1 --db "$db" --cluster local --topic parked --max-attempts 1 >/dev/null
+p=()
+for k in 1 2; do
+  p+=("$(printf '{"p":%d}' "$k" | "$OBX" enqueue --db "$db" --type order.parked.v1 \
+    --aggregate "order/p-$k@1" --tenant t1 --json | jq -r .event_id)")
+done
+parked() { [[ $(psql "$db" -Atc "SELECT count(*) FROM obx.obx_event WHERE state = 'PARKED' AND event_id IN ('${p[0]}', '${p[1]}')") == 2 ]]; }
+"$OBX" relay --db "$db" --broker "log:$T/rej.db?reject=1" --set relay.id=rejecting >"$T/rejecting.log" 2>&1 &
+pids+=($!)
+wait_for 20 parked || fail "the two events were not PARKED"
+kill "${pids[-1]}"
+wait "${pids[-1]}" || true
+# how far from the database server's clock a time in ms is (positive: ahead of it)
+drift() { psql "$db" -Atc "SELECT $1 - floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"; }
+ahead "$OBX" requeue "${p[0]}" --db "$db" >/dev/null || fail "obx requeue"
+d=$(drift "(SELECT available_at FROM obx.obx_event WHERE event_id = '${p[0]}')")
+# (before: the operator's clock, 600,000 ms ahead: the event held back 10 minutes)
+((d > -60000 && d < 60000)) || fail "a requeue by an operator 10 minutes ahead made the event due in $d ms"
+echo "ok: an event requeued by an operator 10 minutes ahead is due at once (available_at $d ms from the server's clock)"
+token=tok-$(od -An -tx1 -N12 /dev/urandom | tr -d ' \n')
+printf '%s\n' "$token" >"$T/token"
+chmod 600 "$T/token"
+ahead "$OBX" relay --db "$db" --broker "log:$T/rej.db?reject=1" --set relay.id=ahead \
+  --http 127.0.0.1:0 --set http.token_file="$T/token" >"$T/ahead.log" 2>&1 &
+pids+=($!)
+port=$(http_addr "$T/ahead.log" 10 "${pids[-1]}") || fail "no HTTP address in the relay's log"
+base=http://$port
+wait_for 10 curl -sf "$base/readyz" -o /dev/null || fail "the relay 10 minutes ahead is not ready"
+# its own cluster, with the delayed event PENDING in it, is served by itself (before: its
+# heartbeat judged on its host clock, 10 minutes stale: cluster local unserved)
+st=$(curl -sf "$base/api/status" | jq -c '[.unserved_clusters[] | .cluster]') || fail "/api/status"
+[[ $st == "[]" ]] || fail "a relay 10 minutes ahead lists $st as unserved on /api/status"
+# (a scrape renders the family once the relay has read its outbox's figures)
+scraped() { curl -sf "$base/metrics" -o "$T/metrics.txt" && grep -q '^# TYPE obx_pending_unserved_events gauge' "$T/metrics.txt"; }
+wait_for 10 scraped || fail "/metrics has no obx_pending_unserved_events"
+un=$(awk '$1 ~ /^obx_pending_unserved_events[{]/ && $2 > 0' "$T/metrics.txt")
+[[ -z $un ]] || fail "a relay 10 minutes ahead reports on /metrics: $un"
+code=$(curl -s -o "$T/requeue.json" -w '%{http_code}' -X POST -H "Authorization: Bearer $token" \
+  "$base/api/requeue" -d "{\"event_id\":\"${p[1]}\"}")
+[[ $code == 200 ]] || fail "POST /api/requeue: $code $(cat "$T/requeue.json")"
+d=$(drift "(SELECT max(at) FROM obx.obx_audit_all WHERE event_id = '${p[1]}' AND reason LIKE 'requeued%')")
+((d > -60000 && d < 60000)) || fail "the HTTP requeue's audit row is $d ms from the server's clock"
+echo "ok: a relay 10 minutes ahead: its cluster served on /api/status and /metrics, its requeue audited at the server's time ($d ms)"
+kill "${pids[-1]}"
+wait "${pids[-1]}" || true
 echo "all passed"
