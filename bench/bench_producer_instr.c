@@ -9,6 +9,10 @@
  *                                         outbox (as bench_producer), VACUUM ANALYZE
  *   bench_producer_instr URL VARIANT N    N transactions: business | plain | sql | c
  *
+ * With OBX_INSTR_RELAY_WAITS=1 in the environment a second connection holds the route's
+ * cluster's wake lock and LISTENs throughout, and waits inside a statement, as a relay waiting in
+ * the server does, so that every enqueue takes the wake-up path (docs/postgres.md, "The latch
+ * wake-up"); its backend is not the one counted.
  * A run prints the backend's process ID (its callgrind file is named after it) and exits
  * non-zero on the first failed statement.
  */
@@ -112,10 +116,29 @@ int main(int argc, char **argv) {
     printf("%d\n", PQbackendPID(c));
     fflush(stdout);
     prepare_all(c, v);
+    PGconn *waiter = NULL; /* OBX_INSTR_RELAY_WAITS: holds the wake lock of cluster "main" */
+    const char *rw = getenv("OBX_INSTR_RELAY_WAITS");
+    if (rw && !strcmp(rw, "1")) {
+        waiter = PQconnectdb(argv[1]);
+        if (PQstatus(waiter) != CONNECTION_OK) die("connect", waiter);
+        PGresult *r = PQexec(waiter, "LISTEN obx_work; SELECT pg_advisory_lock(5194330, "
+                                     "hashtext('main'))");
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) die("the wake lock", waiter);
+        PQclear(r);
+        /* inside a statement it has a virtual transaction, by which producers name it */
+        if (!PQsendQuery(waiter, "SELECT pg_sleep(3600)")) die("wait", waiter);
+    }
     obx_store *st = NULL;
     if (!strcmp(v, "c") && obx_store_wrap_pg(c, &st)) die("obx_store_wrap_pg", NULL);
     for (int i = 0, n = atoi(argv[3]); i < n; i++) txn(c, st, v, i);
     obx_store_close(st);
     PQfinish(c);
+    if (waiter) {
+        char err[256];
+        PGcancel *k = PQgetCancel(waiter);
+        if (!k || !PQcancel(k, err, sizeof err)) die("cancel the wait", waiter);
+        PQfreeCancel(k);
+        PQfinish(waiter);
+    }
     return 0;
 }

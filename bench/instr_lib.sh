@@ -14,7 +14,7 @@
 #   instr_keep PID DEST          copies backend PID's profile to DEST (for bench/instr_diff.py)
 command -v valgrind >/dev/null || { echo "bench: needs valgrind" >&2; exit 1; }
 build=${OBX_BENCH_BUILD:-build-bench}
-bin=/usr/lib/postgresql/15/bin
+bin=${OBX_PG_BIN:-/usr/lib/postgresql/15/bin} # a private copy where OBX_PG_BIN names one (scripts/services.sh)
 
 instr_build() {
   [[ -f $build/CMakeCache.txt ]] || cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
