@@ -458,7 +458,8 @@ static void start_server_wait(fx *f, obx_store *relay, waiter *w, pthread_t *t) 
 }
 
 /* A producer of test_latch_wake, in a transaction: 0 obx.enqueue(), 1 the PL/pgSQL body, 2 the
- * C library, 3 a bare NOTIFY; `n` names the aggregate. Before the COMMIT it asks (on `watch`,
+ * C library, 3 a bare NOTIFY, 4 the C library again (its route cached: obx._wake_c() called
+ * directly); `n` names the aggregate. Before the COMMIT it asks (on `watch`,
  * outside the transaction) whether the relay still waits in the server: false when the server
  * ended the wait early (a hint), which makes the try prove nothing (the relay, out of its wait
  * when the producer looked for it, is woken by the NOTIFY fallback instead). */
@@ -468,7 +469,7 @@ static bool produce(fx *f, PGconn *watch, int kind, int n, int64_t *committed) {
     snprintf(sql, sizeof sql,
              "SELECT %s('order.created.v2', 'order', 'o-lw%d', 1, 'tenant-7', '\\x7b7d')", fn, n);
     exec_ok(f->conn, "BEGIN");
-    if (kind == 2) {
+    if (kind == 2 || kind == 4) {
         char agg[32];
         snprintf(agg, sizeof agg, "o-lw%d", n);
         obx_event ev = order_event(agg, "{}");
@@ -487,7 +488,8 @@ static bool produce(fx *f, PGconn *watch, int kind, int n, int64_t *committed) {
 /* A relay that waits in the server (obx._wait_for_work, the obx_pg extension) is woken by
  * obx.enqueue()'s C body through its latch once the commit is visible, and no NOTIFY is sent:
  * a NOTIFY makes the producers' commits wait for each other (docs/performance.md, "Producer
- * overhead"). The PL/pgSQL body and the C library (obx._wake) wake it the same way; a bare
+ * overhead"). The PL/pgSQL body and the C library (obx._wake; with its route cached,
+ * obx._wake_c() directly: Q_ENQ_TRY_WC) wake it the same way; a bare
  * NOTIFY, what producers send where the database has no obx_pg, ends the wait as well. A try
  * whose wait the server ended before the commit (a hint: start_server_wait, produce) proves
  * nothing and is made again, with a new event, up to 20 times; a wake-up path that does not
@@ -502,9 +504,10 @@ void test_latch_wake(void **state) {
     obx_store *relay = open_own(f, "obx-relay-wait");
     arm_relay(f, relay);
     static const char *const kinds[] = {"obx.enqueue() (C body)", "obx._enqueue_sql()",
-                                        "the C library", "a bare NOTIFY"};
+                                        "the C library", "a bare NOTIFY",
+                                        "the C library, route cached"};
     size_t events = 0;
-    for (int kind = 0; kind < 4; kind++) {
+    for (int kind = 0; kind < 5; kind++) {
         int64_t latency = -1;
         bool told = false;
         int try = 0;
@@ -528,6 +531,8 @@ void test_latch_wake(void **state) {
         assert_int_equal(told, kind == 3);
     }
     assert_int_equal(claim_local(relay, 1000), events);
+    /* the cached route's write called obx._wake_c() itself (no PL/pgSQL obx._wake()) */
+    assert_true(runs_of(f->conn, TRY_TRIP "%obx._wake_c($17::text)%") >= 1);
     obx_store_close(relay);
     PQfinish(l);
     PQfinish(watch);

@@ -135,6 +135,7 @@ static void forget_session(pg_store *s) {
     memset(s->rec_oid, 0, sizeof s->rec_oid);
     s->listening = false;
     s->wait_fn = 0;
+    s->wake_c = 0;
     s->wake_held = false; /* a session lock ends with its session */
     s->names_checked = false;
 }

@@ -44,7 +44,8 @@ obx_err obx__pg_route_put(obx__store *base, const obx__route_row *rt, int64_t *g
 }
 
 /* The current route of event_type by statement q: Q_ROUTE_GET, whose last column is the route
- * table's OID (out->rel), or Q_ROUTE_GET_TXID, with the transaction ID after it (to txid[cap]). */
+ * table's OID (out->rel), or Q_ROUTE_GET_TXID, with the transaction ID after it (to txid[cap])
+ * and then whether obx._wake_c() is there (s->wake_c). */
 static obx_err route_read(pg_store *s, int q, const char *event_type, obx__route_row *out,
                           char *txid, size_t cap) {
     params p;
@@ -56,7 +57,10 @@ static obx_err route_read(pg_store *s, int q, const char *event_type, obx__route
     if (PQntuples(r) == 1) {
         read_route(r, 0, out);
         int last = PQnfields(r) - 1;
-        if (txid) gt(r, 0, last--, txid, cap);
+        if (txid) {
+            s->wake_c = gb(r, 0, last--) ? 1 : -1;
+            gt(r, 0, last--, txid, cap);
+        }
         out->rel = (uint32_t)gi(r, 0, last);
     } else
         e = obx__fail(OBX_ENOROUTE,
@@ -246,14 +250,15 @@ bool obx__pg_send_prepared(pg_store *s, int id, const params *p) {
     return PQsendQueryPrepared(s->conn, name, p->n, p->val, p->len, p->fmt, 0);
 }
 
-/* One pipeline for obx__pg_enqueue_write: SAVEPOINT, Q_ENQ_WRITE with p, RELEASE inside the
- * caller's transaction; with own (no transaction open), BEGIN, Q_ENQ_WRITE, COMMIT instead.
+/* One pipeline for obx__pg_enqueue_write: SAVEPOINT, q (Q_ENQ_WRITE or Q_ENQ_WRITE_WC) with p,
+ * RELEASE inside the caller's transaction; with own (no transaction open), BEGIN, q, COMMIT
+ * instead.
  *
  * Outcomes with own: the COMMIT's answer decides; a statement that failed on the server (the
  * pipeline then skipped the COMMIT) or a COMMIT that was never sent wrote nothing; a connection
  * that broke once the COMMIT was sent and before its answer is OBX_EUNKNOWN, as for
  * commit_outer (the server may have executed it). */
-static obx_err enqueue_send(pg_store *s, const params *p, bool own, bool *written) {
+static obx_err enqueue_send(pg_store *s, int q, const params *p, bool own, bool *written) {
     obx_err e = OBX_OK;
     char open[48] = "BEGIN", close[56] = "COMMIT";
     if (!own) {
@@ -265,7 +270,7 @@ static obx_err enqueue_send(pg_store *s, const params *p, bool own, bool *writte
                            own ? "commit" : "release savepoint"};
     int sent = 0;
     if (obx__pg_send_plain(s, open)) sent++;
-    if (sent == 1 && obx__pg_send_prepared(s, Q_ENQ_WRITE, p)) sent++;
+    if (sent == 1 && obx__pg_send_prepared(s, q, p)) sent++;
     if (sent == 2 && obx__pg_send_plain(s, close)) sent++;
     bool synced = PQpipelineSync(s->conn); /* also after a failed send: answer what was sent */
     if (sent < 3 || !synced) e = obx__pg_map_error(s, NULL, "enqueue: send");
@@ -279,7 +284,7 @@ static obx_err enqueue_send(pg_store *s, const params *p, bool own, bool *writte
             const char *code = PQresultErrorField(res, PG_DIAG_SQLSTATE);
             /* the caller reset its session (DISCARD ALL): prepared again on the long way */
             if (i == 1 && code && !strcmp(code, "26000")) {
-                s->prepared[Q_ENQ_WRITE] = false;
+                s->prepared[q] = false;
                 discarded = true;
             }
             /* The server's own error (it carries a SQLSTATE; libpq's do not) to BEGIN or the
@@ -335,16 +340,16 @@ static obx_err enqueue_send(pg_store *s, const params *p, bool own, bool *writte
     return e;
 }
 
-/* Q_ENQ_TRY in the caller's transaction, without a savepoint (obx__pg_enqueue_write says when).
- * *written: the event was written; *busy: its order-key bucket is locked by another
- * transaction, nothing was written; neither: the cached route is no longer current. An error
- * is the server's (a disk full, a cancelled statement): the caller's transaction has failed,
- * as after a failure of its own statements. A session reset by the caller (DISCARD ALL) is
- * such an error too (run prepares every statement again afterwards). */
-static obx_err enqueue_try(pg_store *s, params *p, bool *written, bool *busy) {
+/* q (Q_ENQ_TRY or Q_ENQ_TRY_WC) in the caller's transaction, without a savepoint
+ * (obx__pg_enqueue_write says when). *written: the event was written; *busy: its order-key bucket
+ * is locked by another transaction, nothing was written; neither: the cached route is no longer
+ * current. An error is the server's (a disk full, a cancelled statement): the caller's transaction
+ * has failed, as after a failure of its own statements. A session reset by the caller (DISCARD ALL)
+ * is such an error too (run prepares every statement again afterwards). */
+static obx_err enqueue_try(pg_store *s, int q, params *p, bool *written, bool *busy) {
     *written = *busy = false;
     PGresult *keep = NULL;
-    obx_err e = obx__pg_run(s, Q_ENQ_TRY, p, PGRES_TUPLES_OK, &keep, "enqueue");
+    obx_err e = obx__pg_run(s, q, p, PGRES_TUPLES_OK, &keep, "enqueue");
     if (e) return e;
     if (PQntuples(keep) == 1) {
         *written = gb(keep, 0, 0);
@@ -365,7 +370,9 @@ static obx_err enqueue_try(pg_store *s, params *p, bool *written, bool *busy) {
  * way's outcomes (enqueue_send). An event without an idempotency key in the caller's
  * transaction is first tried without the savepoint (enqueue_try, Q_ENQ_TRY: 31,000 fewer
  * server instructions per business transaction, docs/performance.md section 3); a key could be
- * taken, and its write must not fail the caller's transaction, so it keeps the savepoint. */
+ * taken, and its write must not fail the caller's transaction, so it keeps the savepoint.
+ * Where the connection's last route read saw obx._wake_c() (s->wake_c) the statements call it
+ * directly to wake a waiting relay (Q_ENQ_TRY_WC, Q_ENQ_WRITE_WC; pg_sql.c, NOTIFY_EXPR_BY). */
 obx_err obx__pg_enqueue_write(obx__store *base, const obx__event_row *r, const void *payload,
                               size_t len, const obx__audit_row *a, bool *written) {
     pg_store *s = (pg_store *)base;
@@ -388,11 +395,16 @@ obx_err obx__pg_enqueue_write(obx__store *base, const obx__event_row *r, const v
     p_int(&p, r->env.not_before);     /* $54 */
     if (head.oom || tail.oom) e = obx__fail(OBX_ENOMEM, "enqueue: out of memory");
     bool busy = true; /* the savepoint pipeline: unless enqueue_try wrote or the route changed */
-    if (!e && !(e = obx__pg_p_ready(s, &p, Q_ENQ_WRITE, "enqueue")) &&
+    bool wc = s->wake_c > 0;
+    int q_write = wc ? Q_ENQ_WRITE_WC : Q_ENQ_WRITE, q_try = wc ? Q_ENQ_TRY_WC : Q_ENQ_TRY;
+    if (!e && !(e = obx__pg_p_ready(s, &p, q_write, "enqueue")) &&
         !(e = obx__pg_ready(s, "enqueue")) && in_tx && s->tx.depth == 0 && !*r->env.idempotency_key)
-        e = enqueue_try(s, &p, written, &busy);
-    if (!e && busy && !(e = obx__pg_prepare(s, Q_ENQ_WRITE)))
-        e = enqueue_send(s, &p, !in_tx, written);
+        e = enqueue_try(s, q_try, &p, written, &busy);
+    if (!e && busy && !(e = obx__pg_prepare(s, q_write)))
+        e = enqueue_send(s, q_write, &p, !in_tx, written);
+    /* obx._wake_c() dropped with the extension since the route was read (the statement then
+     * fails, as obx.enqueue() does until `obx init`): obx._wake() from the next call on */
+    if (e && wc) s->wake_c = 0;
     obx__buf_free(&head);
     obx__buf_free(&tail);
     return e;

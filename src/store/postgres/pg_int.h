@@ -56,6 +56,8 @@ enum {
     Q_INS_EVENT_AUDIT,
     Q_ENQ_WRITE,
     Q_ENQ_TRY,
+    Q_ENQ_WRITE_WC, /* Q_ENQ_WRITE and Q_ENQ_TRY waking by obx._wake_c() (pg_store.wake_c) */
+    Q_ENQ_TRY_WC,
     Q_CLAIM,
     Q_RELAY_PLANS,
     Q_CLAIM_PLANS,
@@ -152,6 +154,11 @@ typedef struct pg_store {
     /* obx._wait_for_work() (the obx_pg extension) in this database: 0 not looked up yet, 1 yes,
      * -1 no (obx__pg_wait_for_work) */
     int wait_fn;
+    /* obx._wake_c() (the obx_pg extension) in this database as of the last route read
+     * (Q_ROUTE_GET_TXID): 0 not known, 1 yes, -1 no. With 1 the cached-route enqueue runs
+     * Q_ENQ_WRITE_WC and Q_ENQ_TRY_WC, which call it directly instead of obx._wake() (pg_enqueue.c,
+     * enqueue_write) */
+    int wake_c;
     /* The wake lock of the cluster this connection claims for (obx__pg_wait_for_work): the cluster
      * of its last claim (read_claim), the lock's key once read, and whether this session holds
      * it (from its wait until a claim takes a whole batch). */

@@ -251,12 +251,18 @@
  * after that (obx__pg_wait_for_work) claims once more before it waits: either the relay is told, or
  * its next claim sees the event (docs/postgres.md, "NOTIFY"). CASE keeps the order: no lock for
  * a session that never notifies. */
-#define NOTIFY_EXPR                                                                                \
+#define NOTIFY_EXPR_BY(wake)                                                                       \
     "CASE WHEN current_setting('obx.notify', true) IS NOT DISTINCT FROM 'off' THEN NULL "          \
     "WHEN pg_try_advisory_xact_lock_shared(" LOCK_CLASS_WAKE ", hashtext($17::text)) THEN NULL "   \
-    "ELSE obx._wake($17::text) END"
+    "ELSE " wake "($17::text) END"
+/* obx._wake() calls obx._wake_c() where the extension is, else sends the NOTIFY; the cached-route
+ * statements of a connection that has seen obx._wake_c() (pg_store.wake_c) call it directly: the
+ * PL/pgSQL call, its search_path and its lookup were 49,000 of the server's instructions per
+ * enqueue while a relay waits (docs/performance.md, section 3) */
+#define NOTIFY_EXPR NOTIFY_EXPR_BY("obx._wake")
 /* The end of every event-inserting statement: NOTIFY_EXPR, one row when the event was written. */
-#define NOTIFY_TAIL " SELECT " NOTIFY_EXPR " FROM ev"
+#define NOTIFY_TAIL_BY(wake) " SELECT " NOTIFY_EXPR_BY(wake) " FROM ev"
+#define NOTIFY_TAIL NOTIFY_TAIL_BY("obx._wake")
 
 /* The head of the producer's one-statement write (Q_INS_EVENT_AUDIT, Q_ENQ_WRITE) from CTE
  * `src`: the envelope records who enqueued ($50), which is the event's first audit row
@@ -281,6 +287,17 @@
                       "encode(sha256($51::bytea || int4send(octet_length(f.txid)) "                \
                       "|| convert_to(f.txid, 'UTF8') || $52::bytea), 'hex'))",                     \
                       "$54")
+/* Q_ENQ_WRITE and Q_ENQ_TRY, waking a waiting relay by the function wake (NOTIFY_EXPR_BY) */
+#define ENQ_WRITE_BY(wake)                                                                         \
+    PRODUCER_CTES_WITH("WITH lk AS MATERIALIZED (SELECT " ORDER_LOCK " WHERE " ROUTE_STILL         \
+                       "), " TXID_FROM "lk)",                                                      \
+                       ENQ_VALS, "f")                                                              \
+    NOTIFY_TAIL_BY(wake)
+#define ENQ_TRY_BY(wake)                                                                           \
+    PRODUCER_CTES_WITH("WITH lk AS MATERIALIZED (SELECT " ORDER_TRY_LOCK                           \
+                       " AS got WHERE " ROUTE_STILL "), " TXID_FROM "lk WHERE lk.got)",            \
+                       ENQ_VALS, "f")                                                              \
+    " SELECT lk.got, (SELECT " NOTIFY_EXPR_BY(wake) " FROM ev) FROM lk"
 
 static const char *const sql_text[Q_COUNT] = {
     [Q_ROUTE_PUT] = "INSERT INTO obx.obx_route (event_type, cluster, topic, routing_key, "
@@ -297,9 +314,10 @@ static const char *const sql_text[Q_COUNT] = {
     [Q_IDEM] = "SELECT event_id FROM obx.obx_event WHERE tenant = $1::text AND "
                "idempotency_key = $2::text",
     /* route_get and the producer's created_txid, the top-level transaction's ID (also from
-     * inside a savepoint), in one round trip (route_get_txid) */
-    [Q_ROUTE_GET_TXID] = "SELECT " ROUTE_COLS ", tableoid::bigint, pg_current_xact_id()::text "
-                         "FROM obx.obx_route "
+     * inside a savepoint), in one round trip (route_get_txid); last, whether obx._wake_c() is
+     * there (pg_store.wake_c) */
+    [Q_ROUTE_GET_TXID] = "SELECT " ROUTE_COLS ", tableoid::bigint, pg_current_xact_id()::text, "
+                         "to_regprocedure('obx._wake_c(text)') IS NOT NULL FROM obx.obx_route "
                          "WHERE event_type = $1::text ORDER BY gen DESC LIMIT 1",
     [Q_INS_ENV] = "INSERT INTO obx.obx_envelope " ENV_INS_COLS " VALUES (" ENV_INS_VALS("$29") ")",
     /* Q_INS_EVENT: see INS_EVENT_CTES (per order key, seq order is commit order) */
@@ -321,18 +339,17 @@ static const char *const sql_text[Q_COUNT] = {
      * ($52); the server adds the field and takes the SHA-256 (test_store_pg recomputes it in
      * C). obx.envelope_digest inlined here, encoding all sixteen fields, was a
      * quarter of the server's instructions per enqueue (docs/performance.md, section 3). */
-    [Q_ENQ_WRITE] = PRODUCER_CTES_WITH("WITH lk AS MATERIALIZED (SELECT " ORDER_LOCK
-                                       " WHERE " ROUTE_STILL "), " TXID_FROM "lk)",
-                                       ENQ_VALS, "f") NOTIFY_TAIL,
+    [Q_ENQ_WRITE] = ENQ_WRITE_BY("obx._wake"),
     /* Q_ENQ_WRITE without a savepoint around it (enqueue_try): the order-key bucket's lock
      * only if it is free now, so that the statement never waits for a lock and so cannot fail
      * on a lock timeout or a deadlock. One row when the cached route is still current: got is
      * true when the event was written, false when the bucket was busy (nothing written: the
      * savepoint pipeline follows and waits for it); no row when the route changed. */
-    [Q_ENQ_TRY] = PRODUCER_CTES_WITH(
-        "WITH lk AS MATERIALIZED (SELECT " ORDER_TRY_LOCK " AS got WHERE " ROUTE_STILL
-        "), " TXID_FROM "lk WHERE lk.got)",
-        ENQ_VALS, "f") " SELECT lk.got, (SELECT " NOTIFY_EXPR " FROM ev) FROM lk",
+    [Q_ENQ_TRY] = ENQ_TRY_BY("obx._wake"),
+    /* the same two where the connection saw obx._wake_c() at its last route read (NOTIFY_EXPR_BY;
+     * pg_enqueue.c, enqueue_write) */
+    [Q_ENQ_WRITE_WC] = ENQ_WRITE_BY("obx._wake_c"),
+    [Q_ENQ_TRY_WC] = ENQ_TRY_BY("obx._wake_c"),
     /* docs/design.md, "Claims, attempts and fencing": earliest due first (available_at, then
      * seq); PENDING when available, CLAIMED when its lease expired; never behind an unpublished
      * earlier event of the same order key unless unordered. The walk of obx_event_claimable
