@@ -685,3 +685,35 @@ void test_connection_loss(void **state) {
     obx_store_close(w);
     PQfinish(c);
 }
+
+/* One enqueue of test_wake_c_dropped in its own transaction; its error, after which the
+ * transaction is rolled back. */
+static obx_err enqueue_one(fx *f, int n) {
+    char agg[16];
+    snprintf(agg, sizeof agg, "o-wd%d", n);
+    obx_event ev = order_event(agg, "{}");
+    obx_enqueue_result res;
+    exec_ok(f->conn, "BEGIN");
+    obx_err e = obx_enqueue(f->s, &ev, &res);
+    exec_ok(f->conn, e ? "ROLLBACK" : "COMMIT");
+    return e;
+}
+
+/* A connection whose cached-route enqueue calls obx._wake_c() itself (Q_ENQ_TRY_WC: its last
+ * route read found the obx_pg extension) after the extension was dropped: that enqueue fails,
+ * as obx.enqueue() does until `obx init` (its statement names a function that is gone), and the
+ * next one calls obx._wake() (Q_ENQ_TRY) and writes its event (docs/postgres.md, "The latch
+ * wake-up"). */
+void test_wake_c_dropped(void **state) {
+    fx *f = *state;
+    assert_enqueue_impl(f->conn, "c");
+    OK(enqueue_one(f, 0)); /* reads the route */
+    OK(enqueue_one(f, 1)); /* the cached route's write */
+    assert_int_equal(runs_of(f->conn, TRY_TRIP "%obx._wake_c($17::text)%"), 1);
+    exec_ok(f->conn, "DROP EXTENSION obx_pg");
+    assert_int_not_equal(enqueue_one(f, 2), OBX_OK);
+    OK(enqueue_one(f, 3));
+    assert_int_equal(runs_of(f->conn, TRY_TRIP "%obx._wake($17::text)%"), 1);
+    assert_int_equal(qint(f->conn, "SELECT count(*) FROM obx.obx_event WHERE event_id IS NOT NULL"),
+                     3);
+}
