@@ -511,34 +511,33 @@ static void test_cycle_covers_paths(void **st) {
     world_close(&w);
 }
 
-static void test_store_loop(void **st) {
-    (void)st;
-    run_loop(LOOP_STORE, 2000);
+/* The loops of the table in main: a kind and the k each must end by (allocations: more calls). */
+typedef struct {
+    loop_kind kind;
+    long max_k;
+} loop_case;
+static loop_case store_loop = {LOOP_STORE, 2000}, store_outage_loop = {LOOP_STORE_FROM, 2000},
+                 broker_loop = {LOOP_BROKER, 2000}, alloc_loop = {LOOP_ALLOC, 20000};
+
+static void test_loop(void **st) {
+    const loop_case *c = *st;
+    run_loop(c->kind, c->max_k);
 }
 
-static void test_store_outage_loop(void **st) {
-    (void)st;
-    run_loop(LOOP_STORE_FROM, 2000);
-}
-
-static void test_broker_loop(void **st) {
-    (void)st;
-    run_loop(LOOP_BROKER, 2000);
-}
-
-static void test_alloc_loop(void **st) {
-    (void)st;
-    run_loop(LOOP_ALLOC, 20000);
-}
+/* A cmocka table row test_C: test_loop over loop_case C. */
+#define LOOP_TEST(c)                                                                               \
+    { "test_" #c, test_loop, NULL, NULL, &c }
 
 int main(void) {
     /* OBX_TEST_FILTER=PATTERN (cmocka's * and ?) runs only the matching tests */
     const char *filter = getenv("OBX_TEST_FILTER");
     if (filter) cmocka_set_test_filter(filter);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cycle_covers_paths), cmocka_unit_test(test_store_loop),
-        cmocka_unit_test(test_store_outage_loop),  cmocka_unit_test(test_broker_loop),
-        cmocka_unit_test(test_alloc_loop),
+        cmocka_unit_test(test_cycle_covers_paths),
+        LOOP_TEST(store_loop),
+        LOOP_TEST(store_outage_loop),
+        LOOP_TEST(broker_loop),
+        LOOP_TEST(alloc_loop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
