@@ -1,5 +1,5 @@
 /*
- * support.c — temp folders for the test suites (support.h).
+ * support.c — temp folders and files for the test suites (support.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 int obx_t_tmpdir(char *dir, size_t size, const char *name) {
     int n = snprintf(dir, size, "/tmp/obx-%s-XXXXXX", name);
@@ -34,5 +35,17 @@ int obx_t_run_in_tmpdir(const char *label, const struct CMUnitTest *tests, size_
     if (obx_t_tmpdir(dir, size, name)) return 1;
     int failed = _cmocka_run_group_tests(label, tests, n, NULL, NULL);
     if (obx_t_rmdir(dir)) failed++;
+    return failed;
+}
+
+int obx_t_run_with_tmpfile(const char *label, const struct CMUnitTest *tests, size_t n, char *path,
+                           size_t size, const char *name) {
+    int len = snprintf(path, size, "/tmp/obx-%s-XXXXXX", name);
+    if (len < 0 || (size_t)len >= size) return 1;
+    int fd = mkstemp(path);
+    if (fd < 0) return 1;
+    close(fd);
+    int failed = _cmocka_run_group_tests(label, tests, n, NULL, NULL);
+    unlink(path);
     return failed;
 }

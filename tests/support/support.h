@@ -8,6 +8,7 @@
  *   OK(x)      x is an obx_err expression; anything but OBX_OK fails the running test with the
  *              expression, the error's name and obx_errmsg().
  *   a folder made by obx_t_tmpdir is the caller's: obx_t_rmdir removes it and all it holds.
+ *   the file obx_t_run_with_tmpfile makes lives as long as the group's run.
  */
 #ifndef OBX_TEST_SUPPORT_H
 #define OBX_TEST_SUPPORT_H
@@ -44,5 +45,14 @@ int obx_t_run_in_tmpdir(const char *label, const struct CMUnitTest *tests, size_
 /* The same for an array tests[] and a char array dir[]. */
 #define OBX_T_RUN_IN_TMPDIR(label, tests, dir, name)                                               \
     obx_t_run_in_tmpdir(label, tests, sizeof tests / sizeof tests[0], dir, sizeof dir, name)
+
+/* Runs the cmocka group tests[n] named label with a new empty file /tmp/obx-NAME-XXXXXX (its
+ * path into path, size bytes, OUT) that its tests write, removed afterwards. Returns the count of
+ * failed tests; 1 if the file could not be made (nothing ran). */
+int obx_t_run_with_tmpfile(const char *label, const struct CMUnitTest *tests, size_t n, char *path,
+                           size_t size, const char *name);
+/* The same for an array tests[] and a char array path[]. */
+#define OBX_T_RUN_WITH_TMPFILE(label, tests, path, name)                                           \
+    obx_t_run_with_tmpfile(label, tests, sizeof tests / sizeof tests[0], path, sizeof path, name)
 
 #endif

@@ -615,18 +615,11 @@ static void test_missing_topic(void **st) {
     obx__st_close(s);
 }
 
-int main(void) {
-    strcpy(cfg_path, "/tmp/obx-badcfg-XXXXXX");
-    int fd = mkstemp(cfg_path);
-    if (fd < 0) return 1;
-    close(fd);
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_url_messages),     cmocka_unit_test(test_secret_references),
-        cmocka_unit_test(test_headers),          cmocka_unit_test(test_enqueue_bad_input),
-        cmocka_unit_test(test_config_bad_input), cmocka_unit_test(test_inbox_bad_deliveries),
-        cmocka_unit_test(test_missing_topic),
-    };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    unlink(cfg_path);
-    return failed;
-}
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_url_messages),     cmocka_unit_test(test_secret_references),
+    cmocka_unit_test(test_headers),          cmocka_unit_test(test_enqueue_bad_input),
+    cmocka_unit_test(test_config_bad_input), cmocka_unit_test(test_inbox_bad_deliveries),
+    cmocka_unit_test(test_missing_topic),
+};
+
+int main(void) { return OBX_T_RUN_WITH_TMPFILE("test_bad_input", tests, cfg_path, "badcfg"); }

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "obx.h"
+#include "support/support.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,26 +25,33 @@ static void write_file(const char *text) {
     fclose(f);
 }
 
-static void test_defaults_and_file(void **st) {
-    (void)st;
-    write_file("# obx relay\n"
-               "db: sqlite:/tmp/x.db\n"
-               "broker: kafka://127.0.0.1:9092\n"
-               "broker_properties:\n"
-               "  linger.ms: 5\n"
-               "  sasl.password: hunter2\n"
-               "relay:\n"
-               "  id: relay-1\n"
-               "  dispatchers: 4\n"
-               "  aliases: [obx, legacy]\n"
-               "  shadow: true\n"
-               "  shadow_topics: [orders-legacy]\n"
-               "http:\n"
-               "  listen: 127.0.0.1:8089\n");
+/* Loads yaml as the file's text (it must load) and dumps it into *js (the caller frees it). */
+static obx_config *load_dump(const char *yaml, char **js) {
+    write_file(yaml);
     obx_config *c;
     assert_int_equal(obx_config_load(path, &c), OBX_OK);
+    assert_int_equal(obx_config_dump(c, js), OBX_OK);
+    return c;
+}
+
+static void test_defaults_and_file(void **st) {
+    (void)st;
     char *js;
-    assert_int_equal(obx_config_dump(c, &js), OBX_OK);
+    obx_config *c = load_dump("# obx relay\n"
+                              "db: sqlite:/tmp/x.db\n"
+                              "broker: kafka://127.0.0.1:9092\n"
+                              "broker_properties:\n"
+                              "  linger.ms: 5\n"
+                              "  sasl.password: hunter2\n"
+                              "relay:\n"
+                              "  id: relay-1\n"
+                              "  dispatchers: 4\n"
+                              "  aliases: [obx, legacy]\n"
+                              "  shadow: true\n"
+                              "  shadow_topics: [orders-legacy]\n"
+                              "http:\n"
+                              "  listen: 127.0.0.1:8089\n",
+                              &js);
     assert_non_null(strstr(js, "\"relay.dispatchers\": 4"));
     assert_non_null(strstr(js, "\"relay.batch\": 256")); /* default kept */
     assert_non_null(strstr(js, "\"linger.ms=5\""));
@@ -122,12 +130,11 @@ static void test_critical_consumers(void **st) {
                  "consumer ID 'p' is declared twice");
     expect_error("audit:\n  max_ids: 0\n", "audit.max_ids (line 2): 0 is outside 1..10000");
     expect_error("retention:\n  interval_ms: -1\n", "retention.interval_ms (line 2)");
-    write_file("audit:\n  critical_consumers: [p=sqlite:a.db, 'q=postgres://u@h/d?a=1,2']\n"
-               "  broker_scan_window_ms: 0\nretention:\n  interval_ms: 60000\n");
-    obx_config *c;
-    assert_int_equal(obx_config_load(path, &c), OBX_OK);
     char *js;
-    assert_int_equal(obx_config_dump(c, &js), OBX_OK);
+    obx_config *c =
+        load_dump("audit:\n  critical_consumers: [p=sqlite:a.db, 'q=postgres://u@h/d?a=1,2']\n"
+                  "  broker_scan_window_ms: 0\nretention:\n  interval_ms: 60000\n",
+                  &js);
     assert_non_null(strstr(js, "\"q=postgres://u@h/d?a=1,2\""));
     assert_non_null(strstr(js, "\"retention.interval_ms\": 60000"));
     assert_non_null(strstr(js, "\"audit.broker_scan_window_ms\": 0"));
@@ -160,10 +167,8 @@ static void test_otel_keys(void **st) {
     obx_config_free(c);
     expect_error("otel:\n  queue_max: 0\n", "otel.queue_max (line 2): 0 is outside");
     expect_error("otel:\n  timeout_ms: 5\n", "otel.timeout_ms (line 2): 5 is outside");
-    write_file("otel:\n  endpoint: http://127.0.0.1:9/\n  service_name: orders-relay\n");
-    assert_int_equal(obx_config_load(path, &c), OBX_OK);
     char *js;
-    assert_int_equal(obx_config_dump(c, &js), OBX_OK);
+    c = load_dump("otel:\n  endpoint: http://127.0.0.1:9/\n  service_name: orders-relay\n", &js);
     assert_non_null(strstr(js, "\"otel.service_name\": \"orders-relay\""));
     assert_non_null(strstr(js, "\"otel.queue_max\": 4096"));
     obx_free(js);
@@ -179,14 +184,8 @@ static void test_otel_keys(void **st) {
 }
 
 int main(void) {
-    strcpy(path, "/tmp/obx-config-XXXXXX");
-    int fd = mkstemp(path);
-    if (fd < 0) return 1;
-    close(fd);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_file), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_critical_consumers), cmocka_unit_test(test_otel_keys)};
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    unlink(path);
-    return failed;
+    return OBX_T_RUN_WITH_TMPFILE("test_config", tests, path, "config");
 }
