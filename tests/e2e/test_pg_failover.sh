@@ -18,28 +18,9 @@
 set -euo pipefail
 OBX=${1:?usage: test_pg_failover.sh OBX [kill|vanish]}
 mode=${2:-kill}
-root=$(cd "$(dirname "$0")/../.." && pwd)
-T=$(mktemp -d /tmp/obx-failover-XXXXXX)
-chmod 755 "$T"
-pids=()
-source "$root/scripts/pg_failover.sh"
-cleanup() {
-  touch "$T/stop"
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  pgfo_stop
-  [[ -n ${OBX_TEST_KEEP:-} ]] && echo "kept: $T" >&2 || rm -rf "$T"
-}
-trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-die() {
-  echo "FAIL: $*" >&2
-  for f in "$T"/*.log; do [[ -f $f ]] && { echo "---- $f" >&2; tail -15 "$f" >&2; }; done
-  exit 1
-}
-alive() { kill -0 "$1" 2>/dev/null || fail "$2 exited"; }
+source "$(dirname "$0")/../support/cluster_fx.sh" failover pg
 
-pgfo_start "$T/pg" >/dev/null || die "the primary and standby did not start"
+pgfo_start "$T/pg" >/dev/null || fail "the primary and standby did not start"
 psql -XAtq "$OBX_FO_PRIMARY_URL" -c "CREATE DATABASE outbox" -c "CREATE DATABASE inbox" >/dev/null
 q='?target_session_attrs=read-write'
 qp="$q&connect_timeout=3" # psql's: libpq has no connect_timeout of its own (obx sets one)
@@ -76,54 +57,31 @@ pids+=($cproj)
 cpg=$!
 pids+=($cpg)
 
-# producer P: events P-1, P-2, ... until $T/stop; an enqueue that fails is tried again with the
-# same idempotency key (it may have committed), so each key is one event; "KEY ID PHASE" lines
-# for those whose enqueue returned
-producer() {
-  local p=$1 i=0 id
-  while [[ ! -e $T/stop ]]; do
-    i=$((i + 1))
-    while [[ ! -e $T/stop ]]; do
-      if id=$(printf '{"order":"%s-%d"}' "$p" "$i" | "$OBX" enqueue --db "$db" --type order.created.v1 \
-        --tenant tenant-7 --aggregate "order/$p-$i@1" --idempotency-key "$p-$i" 2>>"$T/producer-$p.err"); then
-        echo "$p-$i $id $(cat "$T/phase")" >>"$T/ids-$p"
-        break
-      fi
-      sleep 0.1
-    done
-  done
-}
+# six producers (cluster_fx.sh): "KEY ID PHASE" lines for the events whose enqueue returned
 echo before >"$T/phase"
-producers=()
-for p in a b c d e f; do
-  producer $p &
-  producers+=($!)
-  pids+=($!)
-done
+producers a b c d e f
 sleep 4
 if [[ $mode == vanish ]]; then
-  pgfo_cut_primary || die "iptables could not cut the primary off"
+  pgfo_cut_primary || fail "iptables could not cut the primary off"
   echo "primary cut off (iptables)" >&2
 fi
-pgfo_kill_primary || die "pg_ctl -m immediate stop failed"
+pgfo_kill_primary || fail "pg_ctl -m immediate stop failed"
 echo "primary killed (immediate)" >&2
 echo during >"$T/phase"
 sleep 1
-pgfo_promote || die "the standby was not promoted"
+pgfo_promote || fail "the standby was not promoted"
 echo after >"$T/phase"
 echo "standby promoted" >&2
 # vanish: each new connection first waits out connect_timeout (10 s) on the lost host
 [[ $mode == vanish ]] && sleep 25 || sleep 5
-touch "$T/stop"
-for p in "${producers[@]}"; do wait "$p" || true; done
+producers_stop
 
-{ awk '{print $2}' "$T"/ids-*; cat "$T/ids.warm"; } | sort -u >"$T/ids"
-n=$(wc -l <"$T/ids")
+n=$(committed)
 n_after=$(cat "$T"/ids-* | awk '$3 == "after"' | wc -l)
-((n >= 20)) || die "only $n events committed"
-((n_after >= 1)) || die "no event committed on the promoted standby"
+((n >= 20)) || fail "only $n events committed"
+((n_after >= 1)) || fail "no event committed on the promoted standby"
 dup_keys=$(cat "$T"/ids-* | awk '{print $1}' | sort | uniq -d | wc -l)
-[[ $dup_keys == 0 ]] || fail "$dup_keys idempotency keys returned twice"
+[[ $dup_keys == 0 ]] || bad "$dup_keys idempotency keys returned twice"
 echo "$n events committed ($n_after after the promotion)" >&2
 
 # every committed event: on the broker, in the projection once, in the PostgreSQL inbox
@@ -135,18 +93,18 @@ for _ in $(seq 1200); do
 done
 sqlite3 "$T/broker.db" "SELECT DISTINCT event_id FROM obx_log_msg WHERE topic = 'orders'" | sort >"$T/on_broker"
 missing=$(comm -23 "$T/ids" "$T/on_broker" | wc -l)
-[[ $missing == 0 ]] || fail "$missing of $n committed events are not on the broker: $(comm -23 "$T/ids" "$T/on_broker" | head -3)"
+[[ $missing == 0 ]] || bad "$missing of $n committed events are not on the broker: $(comm -23 "$T/ids" "$T/on_broker" | head -3)"
 sqlite3 "$T/projection.db" "SELECT event_id FROM order_projection" | sort >"$T/projected"
 missing=$(comm -23 "$T/ids" <(sort -u "$T/projected") | wc -l)
-[[ $missing == 0 ]] || fail "$missing of $n committed events not in the projection"
+[[ $missing == 0 ]] || bad "$missing of $n committed events not in the projection"
 twice=$(uniq -d "$T/projected" | wc -l)
-[[ $twice == 0 ]] || fail "$twice events applied twice by the projection"
+[[ $twice == 0 ]] || bad "$twice events applied twice by the projection"
 psql -XAtq "$OBX_FO_URL_BASE/inbox$qp" -c "SELECT event_id FROM obx.obx_inbox WHERE consumer_id = 'pgc' AND outcome = 'APPLIED'" |
   sort >"$T/pg_inbox"
 missing=$(comm -23 "$T/ids" <(sort -u "$T/pg_inbox") | wc -l)
-[[ $missing == 0 ]] || fail "$missing of $n committed events not applied in the PostgreSQL consumer's inbox"
+[[ $missing == 0 ]] || bad "$missing of $n committed events not applied in the PostgreSQL consumer's inbox"
 missing=$(comm -23 "$T/ids" <(sort -u "$T/effects") | wc -l)
-[[ $missing == 0 ]] || fail "$missing of $n committed events never reached the PostgreSQL consumer's handler"
+[[ $missing == 0 ]] || bad "$missing of $n committed events never reached the PostgreSQL consumer's handler"
 extra=$(comm -13 "$T/ids" "$T/on_broker" | wc -l)
 if ((extra)); then # committed, though the enqueue that wrote it did not return: which keys?
   list=$(comm -13 "$T/ids" "$T/on_broker" | sed "s/.*/'&'/" | paste -sd,)
@@ -160,16 +118,16 @@ alive "$cpg" "obx consume (PostgreSQL inbox)"
 # (vanish: a relay thread whose read found its connection gone may reconnect within the call,
 # with nothing to log)
 if [[ $mode == kill ]]; then
-  grep -q "database unreachable" "$T/relay.log" || fail "the relay did not log the outage"
-  grep -Eq "database reachable again after [0-9.]+ s" "$T/relay.log" || fail "the relay did not log that it got through again"
+  grep -q "database unreachable" "$T/relay.log" || bad "the relay did not log the outage"
+  grep -Eq "database reachable again after [0-9.]+ s" "$T/relay.log" || bad "the relay did not log that it got through again"
 fi
-grep -Eq "reachable again after [0-9.]+ s" "$T/consume-pg.log" || fail "the PostgreSQL consumer did not log that it got through again"
+grep -Eq "reachable again after [0-9.]+ s" "$T/consume-pg.log" || bad "the PostgreSQL consumer did not log that it got through again"
 psql -XAtq "$OBX_FO_URL_BASE/outbox$qp" -c "SELECT inet_server_port()" | grep -qx "$OBX_FO_STANDBY_PORT" ||
-  fail "the multi-host URL does not reach the promoted standby"
+  bad "the multi-host URL does not reach the promoted standby"
 kill -TERM "$relay" "$cproj" "$cpg"
-wait "$relay" || fail "the relay exited $? after SIGTERM"
-wait "$cproj" || fail "obx consume (projection) exited $? after SIGTERM"
-wait "$cpg" || fail "obx consume (PostgreSQL inbox) exited $? after SIGTERM"
+wait "$relay" || bad "the relay exited $? after SIGTERM"
+wait "$cproj" || bad "obx consume (projection) exited $? after SIGTERM"
+wait "$cpg" || bad "obx consume (PostgreSQL inbox) exited $? after SIGTERM"
 pids=()
-[[ $fails == 0 ]] || die "$fails checks failed"
+[[ $fails == 0 ]] || fail "$fails checks failed"
 echo "PASS: test_pg_failover ($n events, every one published and applied once across the failover)"

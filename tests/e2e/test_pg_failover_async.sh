@@ -8,25 +8,8 @@
 # Usage: test_pg_failover_async.sh OBX   (OBX_PG_BIN: the server binaries, with obx_pg installed)
 set -euo pipefail
 OBX=${1:?usage: test_pg_failover_async.sh OBX}
-root=$(cd "$(dirname "$0")/../.." && pwd)
-T=$(mktemp -d /tmp/obx-foasync-XXXXXX)
-chmod 755 "$T"
-pids=()
-source "$root/scripts/pg_failover.sh"
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  pgfo_stop
-  [[ -n ${OBX_TEST_KEEP:-} ]] && echo "kept: $T" >&2 || rm -rf "$T"
-}
-trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-die() {
-  echo "FAIL: $*" >&2
-  for f in "$T"/*.log; do [[ -f $f ]] && { echo "---- $f" >&2; tail -15 "$f" >&2; }; done
-  exit 1
-}
-OBX_FO_SYNC=0 pgfo_start "$T/pg" >/dev/null || die "the primary and standby did not start"
+source "$(dirname "$0")/../support/cluster_fx.sh" foasync pg
+OBX_FO_SYNC=0 pgfo_start "$T/pg" >/dev/null || fail "the primary and standby did not start"
 psql -XAtq "$OBX_FO_PRIMARY_URL" -c "CREATE DATABASE outbox" >/dev/null
 db=$OBX_FO_URL_BASE/outbox?target_session_attrs=read-write
 broker=log:$T/broker.db
@@ -48,29 +31,29 @@ published() { # ID: on the broker
   return 1
 }
 kept=$(enqueue kept)
-published "$kept" || die "the first event was not published"
+published "$kept" || fail "the first event was not published"
 # replicated: the standby has everything so far
 for _ in $(seq 100); do
   lag=$(psql -XAtq "$OBX_FO_PRIMARY_URL" -c "SELECT pg_current_wal_lsn() = replay_lsn FROM pg_stat_replication") || true
   [[ $lag == t ]] && break
   sleep 0.1
 done
-[[ $lag == t ]] || die "the standby did not catch up"
-pgfo_stop_standby || die "the standby did not stop"
+[[ $lag == t ]] || fail "the standby did not catch up"
+pgfo_stop_standby || fail "the standby did not stop"
 lost=()
 for k in lost-1 lost-2 lost-3; do lost+=("$(enqueue $k)"); done
-for id in "${lost[@]}"; do published "$id" || die "$id (committed on the primary alone) was not published"; done
-pgfo_kill_primary || die "the primary did not stop"
-pgfo_start_standby || die "the standby did not start again"
-pgfo_promote || die "the standby was not promoted"
+for id in "${lost[@]}"; do published "$id" || fail "$id (committed on the primary alone) was not published"; done
+pgfo_kill_primary || fail "the primary did not stop"
+pgfo_start_standby || fail "the standby did not start again"
+pgfo_promote || fail "the standby was not promoted"
 after=$(enqueue after)
-published "$after" || fail "the relay did not publish an event committed on the promoted standby"
+published "$after" || bad "the relay did not publish an event committed on the promoted standby"
 # the promoted outbox never committed the lost events
 n=$(psql -XAtq "$OBX_FO_URL_BASE/outbox?target_session_attrs=read-write&connect_timeout=3" \
   -c "SELECT count(*) FROM obx.obx_event WHERE event_id IN ('${lost[0]}','${lost[1]}','${lost[2]}')")
-[[ $n == 0 ]] || die "the promoted standby has $n of the lost events: nothing was lost"
+[[ $n == 0 ]] || fail "the promoted standby has $n of the lost events: nothing was lost"
 "$OBX" audit --db "$db" --broker "$broker" --json >"$T/audit.json" 2>"$T/audit.err" || true
-python3 - "$T/audit.json" "${lost[@]}" <<'PY' || fail "audit: $(head -c 600 "$T/audit.json") $(cat "$T/audit.err")"
+python3 - "$T/audit.json" "${lost[@]}" <<'PY' || bad "audit: $(head -c 600 "$T/audit.json") $(cat "$T/audit.err")"
 import json, sys
 d = json.load(open(sys.argv[1]))
 lost = set(sys.argv[2:])
@@ -81,6 +64,6 @@ assert lost <= named, ("not named", lost - named)
 assert f[0]["count"] == len(lost), f[0]["count"]
 assert "lost by a failover" in f[0]["detail"], f[0]["detail"]
 PY
-kill -0 "$relay" 2>/dev/null || fail "the relay exited"
-[[ $fails == 0 ]] || die "$fails checks failed"
+kill -0 "$relay" 2>/dev/null || bad "the relay exited"
+[[ $fails == 0 ]] || fail "$fails checks failed"
 echo "PASS: test_pg_failover_async (3 events lost with the primary, on the broker, reported by obx audit as bypass)"

@@ -10,27 +10,9 @@
 # Usage: test_rabbit_cluster.sh OBX
 set -euo pipefail
 OBX=${1:?usage: test_rabbit_cluster.sh OBX}
-root=$(cd "$(dirname "$0")/../.." && pwd)
-T=$(mktemp -d /tmp/obx-rcluster-XXXXXX)
-pids=()
-source "$root/scripts/rabbit_cluster.sh"
-cleanup() {
-  touch "$T/stop"
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rc_stop
-  [[ -n ${OBX_TEST_KEEP:-} ]] && echo "kept: $T" >&2 || rm -rf "$T"
-}
-trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-die() {
-  echo "FAIL: $*" >&2
-  for f in "$T"/*.log; do [[ -f $f ]] && { echo "---- $f" >&2; tail -15 "$f" >&2; }; done
-  exit 1
-}
-alive() { kill -0 "$1" 2>/dev/null || fail "$2 exited"; }
+source "$(dirname "$0")/../support/cluster_fx.sh" rcluster rabbit
 
-rc_start "$T/rabbit" >/dev/null || die "the RabbitMQ cluster did not start"
+rc_start "$T/rabbit" >/dev/null || fail "the RabbitMQ cluster did not start"
 db=sqlite:$T/outbox.db
 # short confirm timeout and heartbeat: a confirm lost with the node is UNKNOWN for 15 s (the
 # quiet time) before the reconciler retries it (docs/amqp.md)
@@ -49,38 +31,17 @@ printf '{"order":"warm-up"}' | "$OBX" enqueue --db "$db" --type order.created.v1
 consumer=$!
 pids+=($consumer)
 
-producer() { # as test_pg_failover.sh's: "KEY ID" for each enqueue that returned
-  local p=$1 i=0 id
-  while [[ ! -e $T/stop ]]; do
-    i=$((i + 1))
-    while [[ ! -e $T/stop ]]; do
-      if id=$(printf '{"order":"%s-%d"}' "$p" "$i" | "$OBX" enqueue --db "$db" --type order.created.v1 \
-        --tenant tenant-7 --aggregate "order/$p-$i@1" --idempotency-key "$p-$i" 2>>"$T/producer-$p.err"); then
-        echo "$p-$i $id" >>"$T/ids-$p"
-        break
-      fi
-      sleep 0.1
-    done
-  done
-}
-producers=()
-for p in a b c; do
-  producer $p &
-  producers+=($!)
-  pids+=($!)
-done
+producers a b c # cluster_fx.sh: "KEY ID" for each enqueue that returned
 sleep 5
-rc_kill 1 || die "node 1 could not be killed"
+rc_kill 1 || fail "node 1 could not be killed"
 echo "node 1 killed" >&2
 sleep 8
-touch "$T/stop"
-for p in "${producers[@]}"; do wait "$p" || true; done
-rc_start_node 1 || die "node 1 did not start again"
+producers_stop
+rc_start_node 1 || fail "node 1 did not start again"
 echo "node 1 started again" >&2
 
-{ awk '{print $2}' "$T"/ids-*; cat "$T/ids.warm"; } | sort -u >"$T/ids"
-n=$(wc -l <"$T/ids")
-((n >= 20)) || die "only $n events committed"
+n=$(committed)
+((n >= 20)) || fail "only $n events committed"
 for _ in $(seq 1800); do
   got=$(sqlite3 "$T/projection.db" "SELECT count(DISTINCT event_id) FROM order_projection" 2>/dev/null || echo 0)
   ((got >= n)) && break
@@ -88,9 +49,9 @@ for _ in $(seq 1800); do
 done
 sqlite3 "$T/projection.db" "SELECT event_id FROM order_projection" | sort >"$T/projected"
 missing=$(comm -23 "$T/ids" <(sort -u "$T/projected") | wc -l)
-[[ $missing == 0 ]] || fail "$missing of $n committed events never applied (lost)"
+[[ $missing == 0 ]] || bad "$missing of $n committed events never applied (lost)"
 twice=$(uniq -d "$T/projected" | wc -l)
-[[ $twice == 0 ]] || fail "$twice events applied twice"
+[[ $twice == 0 ]] || bad "$twice events applied twice"
 "$OBX" status --db "$db" --json >"$T/status.json"
 read -r pub unknown < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); s=d["states"]; print(s.get("PUBLISHED",0), d["unknown"]["events"])' "$T/status.json")
 echo "$n events committed; $pub PUBLISHED, $unknown UNKNOWN; projection: $(wc -l <"$T/projected") rows; consumer: $(grep -o 'duplicates [0-9]*' "$T/consume.log" | tail -1)" >&2
@@ -98,11 +59,11 @@ alive "$relay" "obx relay"
 alive "$consumer" "obx consume"
 grep -q "broker unreachable\|broker reachable" "$T/relay.log" || echo "note: the relay logged no broker outage" >&2
 # the consumer's database (SQLite) never went away: the node's loss is the broker's
-grep -q "consumer database" "$T/consume.log" && fail "obx consume blamed its database: $(grep "consumer database" "$T/consume.log" | head -1)"
-grep -Eq "broker reachable again after" "$T/consume.log" || fail "obx consume did not log that it reached the broker again"
+grep -q "consumer database" "$T/consume.log" && bad "obx consume blamed its database: $(grep "consumer database" "$T/consume.log" | head -1)"
+grep -Eq "broker reachable again after" "$T/consume.log" || bad "obx consume did not log that it reached the broker again"
 kill -TERM "$relay" "$consumer"
-wait "$relay" || fail "the relay exited $? after SIGTERM"
-wait "$consumer" || fail "obx consume exited $? after SIGTERM"
+wait "$relay" || bad "the relay exited $? after SIGTERM"
+wait "$consumer" || bad "obx consume exited $? after SIGTERM"
 pids=()
-[[ $fails == 0 ]] || die "$fails checks failed"
+[[ $fails == 0 ]] || fail "$fails checks failed"
 echo "PASS: test_rabbit_cluster ($n events, 0 lost, 0 applied twice across the loss of a node)"
