@@ -89,12 +89,7 @@ printf '{"order":"o-fails"}' | "$OBX" enqueue --db "$db" --type order.created.v1
   --aggregate order/o-fails@1 --tenant t1 >"$T/fails.id"
 printf '{"order":"o-hangs"}' | "$OBX" enqueue --db "$db" --type order.created.v1 \
   --aggregate order/o-hangs@1 --tenant t1 >"$T/hangs.id"
-"$OBX" relay --db "$db" --broker "$relay_broker" --set relay.poll_ms=20 --set relay.drain_ms=500 \
-  >"$T/relay.log" 2>&1 &
-pids+=($!)
-n=$(wait_published "$db" 15 20) || fail "relay published $n of 15"
-kill -TERM "${pids[-1]}"
-wait "${pids[-1]}" 2>/dev/null || true
+publish_all "$db" "$relay_broker" 15 20 --set relay.poll_ms=20 --set relay.drain_ms=500
 echo "ok: 15 events published to $mode"
 
 # ---- the handler ----

@@ -23,25 +23,8 @@
 set -euo pipefail
 OBX=${1:?usage: test_consume_retry.sh OBX [log|amqp|kafka]}
 mode=${2:-log}
-T=$(mktemp -d /tmp/obx-retry-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  [[ -s $T/consumer.pid ]] && kill -9 "$(cat "$T/consumer.pid")" 2>/dev/null || true
-  rm -rf "$T"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$T"/relay.log "$T"/consume*.log "$T"/runs; do
-    [[ -f $f ]] && { echo "---- $f" >&2; tail -30 "$f" >&2; }
-  done
-  exit 1
-}
-q() { sqlite3 -cmd '.timeout 10000' "$T/c.db" "$1"; }
-
 # shellcheck source=tests/support/retry_fx.sh
-source "$(dirname "$0")/../support/retry_fx.sh"
+source "$(dirname "$0")/../support/retry_fx.sh" retry
 retry_broker retry "${3:-}"
 retry_publish o-flaky:o-flaky:1 o-flaky:o-next:2 o-dead:o-dead:1
 retry_handler
@@ -84,13 +67,11 @@ wait "$(cat "$T/consumer.pid")" || fail "the restarted consumer exited $?"
   fail "the restarted consumer (--until-idle $idle) stopped with a retry pending"
 
 # ---- the schedule, from the handler's timestamps ----
-python3 - "$T/runs" "$T/effects" "$T/restart" <<'PY' || fail "schedule"
+PYTHONPATH=$(dirname "$0")/../support python3 - "$T/runs" "$T/effects" "$T/restart" <<'PY' || fail "schedule"
 import sys
-runs = [l.split() for l in open(sys.argv[1])]
+from retry_schedule import runs, spaced
+t = runs(sys.argv[1])
 restart = float(open(sys.argv[3]).read())
-t = {}
-for ts, o in runs:
-    t.setdefault(o, []).append(float(ts))
 # a try whose handler was running when the consumer was killed did not count (no failure
 # recorded): its message runs again at once after the restart; it is left out
 for o, ts in [("o-dead", t.get("o-dead", []))]:
@@ -99,35 +80,14 @@ for o, ts in [("o-dead", t.get("o-dead", []))]:
             print("%s: the try at %.3f was killed in its handler (restart at %.3f)" % (o, ts[i], restart))
             del ts[i]
             break
-def spaced(o, n):
-    ts = t.get(o, [])
-    assert len(ts) == n, "%s ran %d times, want %d: %s" % (o, len(ts), n, ts)
-    for i in range(1, n):
-        gap, step = ts[i] - ts[i - 1], 1.0 * 2 ** (i - 1)
-        # the try after the restart: no upper bound (a new Kafka group member waits for its
-        # assignment for seconds); never early
-        late = 1e9 if (o == "o-flaky" and i == 1) else 1.2 * step + 0.5
-        # the inbox's failure time is taken before the handler starts, the handler's timestamp
-        # after its process started: 0.1 s of slack below
-        ok = 0.8 * step - 0.1 <= gap <= late
-        print("%s try %d: %.3f s after the previous (back-off %.1f s +-20%%)%s"
-              % (o, i + 1, gap, step, "" if ok else "  <-- outside"))
-        assert ok, "%s: try %d came %.3f s after the previous, back-off %.1f s" % (o, i + 1, gap, step)
-spaced("o-flaky", 4)
-spaced("o-dead", 4)
+spaced(t, "o-flaky", 4, 1.0, True)
+spaced(t, "o-dead", 4, 1.0, False)
 assert len(t.get("o-next", [])) == 1, "o-next ran %s" % t.get("o-next")
 assert t["o-next"][0] > t["o-flaky"][-1], "o-next ran before o-flaky was applied (order)"
 eff = [l.split()[1] for l in open(sys.argv[2])]
 assert sorted(eff) == ["o-flaky", "o-next"], "effects %s" % eff
 PY
-[[ $(q "SELECT count(*) FROM obx_inbox WHERE consumer_id = 'retry-proj' AND outcome = 'APPLIED'") == 2 ]] ||
-  fail "receipts: $(q 'SELECT event_id, outcome FROM obx_inbox')"
-[[ $(q "SELECT state || ' ' || failures FROM obx_poison WHERE consumer_id = 'retry-proj'") == "PARKED 4" ]] ||
-  fail "poison: $(q 'SELECT event_id, state, failures FROM obx_poison')"
-[[ $(q "SELECT count(*) FROM obx_inbox_failure WHERE consumer_id = 'retry-proj' AND event_id IN (SELECT event_id FROM obx_inbox)") == 0 ]] ||
-  fail "an applied event kept its failure row"
-[[ $(q "SELECT count(*) FROM obx_consume_audit WHERE consumer_id = 'retry-proj' AND outcome = 'RETRY_SCHEDULED'") == 6 ]] ||
-  fail "RETRY_SCHEDULED rows: $(q "SELECT outcome, detail FROM obx_consume_audit WHERE outcome = 'RETRY_SCHEDULED'")"
+retry_outcome retry-proj 2
 # without spinning: a delivery not due is handed out once, then its partition waits (the second
 # run sees each of its 9 tries' deliveries plus a few fetched before a pause; a consumer that
 # re-read the partition at every poll would count hundreds of DELAYED deliveries)

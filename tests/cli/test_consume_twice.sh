@@ -24,17 +24,7 @@ for i in $(seq 1 "$N"); do
   printf '{"invoice":%d}' "$i" | "$OBX" enqueue --db "$db" --type invoice.due.v1 \
     --aggregate "invoice/i-$i@1" --tenant t1 >/dev/null
 done
-"$OBX" relay --db "$db" --broker "log:$T/b.db" --set relay.poll_ms=10 --set relay.drain_ms=300 \
-  >"$T/relay.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 600); do
-  n=$("$OBX" status --db "$db" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["states"]["PUBLISHED"])')
-  [[ $n == "$N" ]] && break
-  sleep 0.05
-done
-[[ $n == "$N" ]] || fail "relay published $n of $N"
-kill -TERM "${pids[-1]}"
-wait "${pids[-1]}" 2>/dev/null || true
+publish_all "$db" "log:$T/b.db" "$N" 30 --set relay.poll_ms=10 --set relay.drain_ms=300
 
 # the charge: outside the inbox's transaction; a short pause widens the window between the
 # inbox's look and its commit

@@ -8,7 +8,8 @@
 #   use_store S   sets db: sqlite ($T/outbox.db) or postgres (a fresh database on
 #                 OBX_TEST_PG_URL, tests/e2e/pgdb.sh, dropped at exit)
 #   on_exit CMD   one more command for the exit trap, run first (the test sets no trap itself)
-#   fail MSG      prints "FAIL: MSG" and the last $fail_tail (15) lines of each $T/*.log; exit 1
+#   fail MSG      prints "FAIL: MSG" and the last $fail_tail (15) lines of each file of $T that
+#                 $fail_files names (globs, '*.log' unless the test sets it); exit 1
 #   ok MSG, bad MSG   print "ok   MSG" / "FAIL MSG"; bad counts into $fails
 #   now_ms        the wall clock in ms
 #   js EXPR       prints python's EXPR over the JSON document on stdin (named d)
@@ -24,6 +25,9 @@
 #   wait_state DB STATE N [SECONDS]   waits up to SECONDS (10) until N events of DB are in STATE;
 #                 when they are not, prints how many are and returns 1
 #   wait_published DB N [SECONDS]   wait_state DB PUBLISHED N [SECONDS]
+#   publish_all DB BROKER N SECONDS [FLAG...]   runs `obx relay --db DB --broker BROKER FLAG...`
+#                 (its log appended to $T/relay.log) until N events of DB are PUBLISHED, then
+#                 stops it (SIGTERM); fails (fail) when they are not within SECONDS
 #   check NAME STATUS REGEX -- CMD...   runs CMD (output into $T/out); fails unless it exits
 #                 with STATUS and its stdout+stderr match REGEX (grep -E); prints "ok: NAME"
 # KEEP=1 in the environment keeps $T.
@@ -34,6 +38,7 @@ pids=()
 db=
 fails=0
 fail_tail=15
+fail_files='*.log'
 _obx_pg_db=
 _obx_on_exit=()
 on_exit() { _obx_on_exit+=("$*"); }
@@ -55,7 +60,10 @@ use_store() {
 }
 fail() {
   echo "FAIL: $*" >&2
-  for f in "$T"/*.log; do [[ -f $f ]] && { echo "---- $f" >&2; tail -"$fail_tail" "$f" >&2; }; done
+  local g f
+  for g in $fail_files; do
+    for f in "$T"/$g; do [[ -f $f ]] && { echo "---- $f" >&2; tail -"$fail_tail" "$f" >&2; }; done
+  done
   exit 1
 }
 ok() { echo "ok   $*"; }
@@ -102,6 +110,15 @@ wait_state() {
   return 1
 }
 wait_published() { wait_state "$1" PUBLISHED "$2" "${3:-10}"; }
+publish_all() {
+  local db_=$1 broker_=$2 n_=$3 secs=$4 got
+  shift 4
+  "$OBX" relay --db "$db_" --broker "$broker_" "$@" >>"$T/relay.log" 2>&1 &
+  pids+=($!)
+  got=$(wait_published "$db_" "$n_" "$secs") || fail "relay published $got of $n_"
+  kill -TERM "${pids[-1]}"
+  wait "${pids[-1]}" 2>/dev/null || true
+}
 check() {
   local name=$1 want=$2 pat=$3
   shift 4
