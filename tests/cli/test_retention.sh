@@ -132,6 +132,21 @@ if [[ $n == 1 ]]; then echo "ok   force recorded in the consumer's database"; el
 
 # ---- the relay: periodic audit on /metrics, periodic purge ----
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# relay_metrics CONFIG LOG PATTERN...: starts a relay with CONFIG (output into LOG) and waits up
+# to 10 s until its /metrics holds every PATTERN; $m is the last page read
+relay_metrics() {
+  local config=$1 log=$2 p miss
+  shift 2
+  "$OBX" relay --config "$config" --set relay.poll_ms=10 >"$log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do
+    m=$(curl -s "http://127.0.0.1:$port/metrics") miss=
+    for p in "$@"; do [[ $m == *"$p"* ]] || miss=1; done
+    [[ -z $miss ]] && return 0
+    sleep 0.1
+  done
+  return 1
+}
 "$OBX" init --db "sqlite:$dir/ghost2.db" >/dev/null
 cat >audit.yaml <<YAML
 db: $db
@@ -143,15 +158,9 @@ audit:
 http:
   listen: 127.0.0.1:$port
 YAML
-"$OBX" relay --config audit.yaml --set relay.poll_ms=10 >relay2.log 2>&1 &
-pids+=($!)
-got=""
-for _ in $(seq 100); do
-  m=$(curl -s "http://127.0.0.1:$port/metrics")
-  if [[ $m == *'obx_audit_findings{kind="unconsumed"} 1'* && $m == *'obx_audit_up 1'* ]]; then got=1; break; fi
-  sleep 0.1
-done
-if [[ -n $got ]]; then echo "ok   relay exports obx_audit_findings on /metrics"; else echo "FAIL metrics: $m"; fails=$((fails + 1)); fi
+if relay_metrics audit.yaml relay2.log 'obx_audit_findings{kind="unconsumed"} 1' 'obx_audit_up 1'; then
+  echo "ok   relay exports obx_audit_findings on /metrics"
+else echo "FAIL metrics: $m"; fails=$((fails + 1)); fi
 [[ $m == *'obx_audit_findings{kind="bypass"}'* ]] && echo "ok   every finding kind has a gauge" || { echo "FAIL no bypass gauge"; fails=$((fails + 1)); }
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null
 "$OBX" consume --consumer-db "sqlite:$dir/c.db" --broker "$broker" --topic orders \
@@ -168,15 +177,9 @@ retention:
 http:
   listen: 127.0.0.1:$port
 YAML
-"$OBX" relay --config purge.yaml --set relay.poll_ms=10 >relay3.log 2>&1 &
-pids+=($!)
-got=""
-for _ in $(seq 100); do
-  m=$(curl -s "http://127.0.0.1:$port/metrics")
-  if [[ $m == *'obx_retention_total{what="purged"} 1'* ]]; then got=1; break; fi
-  sleep 0.1
-done
-if [[ -n $got ]]; then echo "ok   relay purges periodically"; else echo "FAIL relay purge metrics: $m"; fails=$((fails + 1)); fi
+if relay_metrics purge.yaml relay3.log 'obx_retention_total{what="purged"} 1'; then
+  echo "ok   relay purges periodically"
+else echo "FAIL relay purge metrics: $m"; fails=$((fails + 1)); fi
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null
 check "report after the relay's purge" 0 "PURGED            6" -- "$OBX" report --db "$db"
 if ((fails)); then echo "$fails failed"; exit 1; fi
