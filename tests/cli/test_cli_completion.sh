@@ -49,14 +49,18 @@ expect "relay.env relay.yaml" obx relay --config rel
 expect "relay.env relay.yaml" obx enqueue --payload-file rel
 
 # every option a command's help lists is offered after "--"
-n=0
-for c in $("$obx" help | awk '/^commands:/ {on = 1; next} on && /^$/ {exit} on {print $1}'); do
-  offered=" $(comp obx "$c" -- | tr '\n' ' ')"
-  for o in $("$obx" "$c" --help | awk '/^options:/ {on = 1; next} on && /^$/ {exit} on' | sed -n 's/^  \(-[A-Za-z], \)\{0,1\}\(--[a-z][a-z-]*\).*/\2/p'); do
-    [[ $offered == *" $o "* ]] || fail "'obx $c --<TAB>' does not offer $o"
+commands() { "$obx" help | awk '/^commands:/ {on = 1; next} on && /^$/ {exit} on {print $1}'; }
+# offers_all WHO C OFFERED: fails unless OFFERED (" a b ... ") holds every option C's help lists;
+# n counts the options checked
+offers_all() {
+  local o
+  for o in $("$obx" "$2" --help | awk '/^options:/ {on = 1; next} on && /^$/ {exit} on' | sed -n 's/^  \(-[A-Za-z], \)\{0,1\}\(--[a-z][a-z-]*\).*/\2/p'); do
+    [[ $3 == *" $o "* ]] || fail "$1'obx $2 --<TAB>' does not offer $o"
     n=$((n + 1))
   done
-done
+}
+n=0
+for c in $(commands); do offers_all "" "$c" " $(comp obx "$c" -- | tr '\n' ' ')"; done
 ((n >= 100)) || fail "only $n options seen"
 echo "ok: bash completion of commands, subcommands, $n options and file arguments"
 
@@ -89,16 +93,12 @@ for shell in zsh fish; do
   expect_in "" "obx relay --db rel"
   # every option a command's help lists is offered after "--" (zsh: a sample of commands; each
   # completion starts a shell on a pseudo-terminal)
-  m=0
-  for c in $("$obx" help | awk '/^commands:/ {on = 1; next} on && /^$/ {exit} on {print $1}'); do
+  n=0
+  for c in $(commands); do
     [[ $shell == zsh && ! $c =~ ^(relay|route|resolve|audit|migrate|consume|status)$ ]] && continue
-    offered=" $($cf "obx $c --")"
-    for o in $("$obx" "$c" --help | awk '/^options:/ {on = 1; next} on && /^$/ {exit} on' | sed -n 's/^  \(-[A-Za-z], \)\{0,1\}\(--[a-z][a-z-]*\).*/\2/p'); do
-      [[ $offered == *" $o "* ]] || fail "$shell: 'obx $c --<TAB>' does not offer $o"
-      m=$((m + 1))
-    done
+    offers_all "$shell: " "$c" " $($cf "obx $c --")"
   done
-  ((m >= 60)) || fail "$shell: only $m options seen"
-  echo "ok: $shell completion of commands, subcommands, $m options and file arguments"
+  ((n >= 60)) || fail "$shell: only $n options seen"
+  echo "ok: $shell completion of commands, subcommands, $n options and file arguments"
 done
 echo "PASS: bash, zsh and fish completion from the command table"
