@@ -56,8 +56,11 @@ check "neither builtin nor handler" 2 'usage' -- "$OBX" consumer-test
 # ---- catalog check ----
 db=sqlite:$dir/outbox.db
 "$OBX" init --db "$db" >/dev/null
-"$OBX" route set order.created.v2 --db "$db" --cluster local --topic orders.v2 >/dev/null
-"$OBX" route set payment.captured.v1 --db "$db" --cluster local --topic payments.v1 >/dev/null
+routes() { # routes TYPE:TOPIC...: a route of each TYPE to TOPIC (cluster local) in $db
+  local r
+  for r in "$@"; do "$OBX" route set "${r%%:*}" --db "$db" --cluster local --topic "${r#*:}" >/dev/null; done
+}
+routes order.created.v2:orders.v2 payment.captured.v1:payments.v1
 cat >"$dir/catalog.yaml" <<'YAML'
 # a consistent catalog
 topics:
@@ -84,9 +87,7 @@ check "catalog alone (its subscribers)" 0 '^0 finding' -- \
   "$OBX" catalog check --catalog "$dir/catalog.yaml"
 
 # every kind of finding, planted once
-"$OBX" route set order.shiped.v2 --db "$db" --cluster local --topic orders.v2 >/dev/null
-"$OBX" route set refund.issued.v1 --db "$db" --cluster local --topic refunds.v1 >/dev/null
-"$OBX" route set invoice.sent.v1 --db "$db" --cluster local --topic billing.v1 >/dev/null
+routes order.shiped.v2:orders.v2 refund.issued.v1:refunds.v1 invoice.sent.v1:billing.v1
 cat >"$dir/bad.yaml" <<'YAML'
 topics:
   - name: orders.v2
