@@ -67,6 +67,17 @@ def relay(name, broker, *extra):
     return p
 
 
+def status_until(ok, secs):
+    """obx status --json of the outbox, read again every 0.1 s until ok(status) holds or SECS
+    have passed; the last one read."""
+    deadline = time.time() + secs
+    while True:
+        st = json.loads(run("status", "--db", db, "--json"))
+        if ok(st) or time.time() >= deadline:
+            return st
+        time.sleep(0.1)
+
+
 def stop(p):
     p.terminate()
     p.wait(timeout=30)
@@ -95,12 +106,7 @@ try:
                  stdin='{"order":"hostile"}')
     # a relay whose broker rejects everything parks it (max attempts 1)
     r0 = relay("r0", broker + "?reject=1")
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        st = json.loads(run("status", "--db", db, "--json"))
-        if st["states"]["PARKED"] == 1:
-            break
-        time.sleep(0.1)
+    st = status_until(lambda st: st["states"]["PARKED"] == 1, 20)
     stop(r0)
     assert st["states"]["PARKED"] == 1, st["states"]
     step("event %s parked" % parked)
@@ -113,12 +119,7 @@ try:
     rh = relay("rh", broker + "?lose_ack=1&lookup_down=1", "--set", "relay.lease_ms=300",
                "--set", "relay.sweep_ms=50", "--set", "relay.reconcile_ms=50",
                "--set", "relay.recheck_ms=100")
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        st = json.loads(run("status", "--db", db, "--json"))
-        if st["unknown"]["held"] == 1:
-            break
-        time.sleep(0.1)
+    st = status_until(lambda st: st["unknown"]["held"] == 1, 30)
     stop(rh)
     assert st["unknown"]["held"] == 1, st["unknown"]
     step("event %s held for an operator" % held)
