@@ -171,17 +171,24 @@ static void test_send_receipts(void **state) {
     assert_int_equal(x->b->m->in_flight(x->b), 0);
 }
 
+/* Sends test message 1 of key (into tm) to x's topic, to the partition the broker picks, and
+ * waits for its outcome (into out); the time it was sent. */
+static int64_t send_one(bx *x, test_msg *tm, const char *key, obx__outcome *out) {
+    test_msg_init(tm, x->topic, key, 1);
+    OK(obx__br_partition_for(x->b, &tm->dest, &tm->msg.partition));
+    int64_t t0 = now_ms();
+    OK(obx__br_send(x->b, &tm->msg, 1, t0));
+    assert_int_equal(wait_outcomes(x->b, out, 1), 1);
+    return t0;
+}
+
 static void test_lookup(void **state) {
     bx *x = *state;
     unsigned caps = obx__br_caps(x->b); /* per handle: AMQP has lookup only with a stream */
     test_msg tm, absent;
-    test_msg_init(&tm, x->topic, "key-l", 1);
-    test_msg_init(&absent, x->topic, "key-l", 2);
-    OK(obx__br_partition_for(x->b, &tm.dest, &tm.msg.partition));
-    int64_t t0 = now_ms();
-    OK(obx__br_send(x->b, &tm.msg, 1, t0));
     obx__outcome out;
-    assert_int_equal(wait_outcomes(x->b, &out, 1), 1);
+    int64_t t0 = send_one(x, &tm, "key-l", &out);
+    test_msg_init(&absent, x->topic, "key-l", 2);
     assert_int_equal(out.kind, OBX__OUT_ACK);
     obx__lookup_req q = {.dest = &tm.dest,
                          .dest_digest = tm.dest_digest,
@@ -234,12 +241,8 @@ static void test_scan(void **state) {
     bx *x = *state;
     if (!(obx__br_caps(x->b) & OBX__BCAP_SCAN)) skip();
     test_msg tm;
-    test_msg_init(&tm, x->topic, "key-s", 1);
-    OK(obx__br_partition_for(x->b, &tm.dest, &tm.msg.partition));
-    int64_t t0 = now_ms();
-    OK(obx__br_send(x->b, &tm.msg, 1, t0));
     obx__outcome out;
-    assert_int_equal(wait_outcomes(x->b, &out, 1), 1);
+    int64_t t0 = send_one(x, &tm, "key-s", &out);
     scan_ctx c = {tm.env.event_id, 0};
     OK(x->b->m->scan(x->b, x->topic, t0 - 60000, on_scan, &c));
     assert_int_equal(c.seen, 1);
@@ -260,22 +263,34 @@ static size_t consume(obx__broker *b, obx__delivery *out, size_t n) {
     return got;
 }
 
-static void test_consume(void **state) {
-    bx *x = *state;
-    if (!(x->b->m->caps & OBX__BCAP_CONSUME)) skip();
-    const char *topics[] = {x->consume};
-    obx__broker *c1;
-    OK(obx__br_open(x->url, E->props, E->n_props, &c1));
-    OK(c1->m->consume_open(c1, "conf-group", topics, 1));
-    enum { N = 4 };
-    test_msg tm[N];
-    for (int i = 0; i < N; i++) {
-        test_msg_init(&tm[i], x->topic, "key-c", i);
+/* Sends n messages tm[0..n) of key to x's topic, each to the partition the broker picks, and
+ * waits for their n outcomes (into out). */
+static void send_key(bx *x, test_msg *tm, obx__outcome *out, int n, const char *key) {
+    for (int i = 0; i < n; i++) {
+        test_msg_init(&tm[i], x->topic, key, i);
         OK(obx__br_partition_for(x->b, &tm[i].dest, &tm[i].msg.partition));
         OK(obx__br_send(x->b, &tm[i].msg, 1, now_ms()));
     }
+    assert_int_equal(wait_outcomes(x->b, out, n), n);
+}
+
+/* A new connection consuming x's source as a member of group; the caller closes it. */
+static obx__broker *consumer(bx *x, const char *group) {
+    const char *topics[] = {x->consume};
+    obx__broker *c;
+    OK(obx__br_open(x->url, E->props, E->n_props, &c));
+    OK(c->m->consume_open(c, group, topics, 1));
+    return c;
+}
+
+static void test_consume(void **state) {
+    bx *x = *state;
+    if (!(x->b->m->caps & OBX__BCAP_CONSUME)) skip();
+    obx__broker *c1 = consumer(x, "conf-group");
+    enum { N = 4 };
+    test_msg tm[N];
     obx__outcome out[N];
-    assert_int_equal(wait_outcomes(x->b, out, N), N);
+    send_key(x, tm, out, N, "key-c");
     obx__delivery d[N];
     assert_int_equal(consume(c1, d, N), N);
     for (int i = 0; i < N; i++) {
@@ -298,9 +313,7 @@ static void test_consume(void **state) {
     OK(c1->m->consume_ack(c1, &d[1]));
     for (int i = 0; i < N; i++) obx__delivery_free(&d[i]);
     obx__br_close(c1);
-    obx__broker *c2;
-    OK(obx__br_open(x->url, E->props, E->n_props, &c2));
-    OK(c2->m->consume_open(c2, "conf-group", topics, 1));
+    obx__broker *c2 = consumer(x, "conf-group");
     size_t got = consume(c2, d, N);
     assert_int_equal(got, 2);
     assert_string_equal(d[0].env.event_id, tm[2].env.event_id);
@@ -320,19 +333,11 @@ static void test_consume(void **state) {
 static void test_consume_redeliver_order(void **state) {
     bx *x = *state;
     if (!(x->b->m->caps & OBX__BCAP_CONSUME) || !x->b->m->consume_redeliver) skip();
-    const char *topics[] = {x->consume};
     enum { N = 4 };
     test_msg tm[N];
-    for (int i = 0; i < N; i++) {
-        test_msg_init(&tm[i], x->topic, "key-r", i);
-        OK(obx__br_partition_for(x->b, &tm[i].dest, &tm[i].msg.partition));
-        OK(obx__br_send(x->b, &tm[i].msg, 1, now_ms()));
-    }
     obx__outcome out[N];
-    assert_int_equal(wait_outcomes(x->b, out, N), N);
-    obx__broker *c;
-    OK(obx__br_open(x->url, E->props, E->n_props, &c));
-    OK(c->m->consume_open(c, "conf-redeliver", topics, 1));
+    send_key(x, tm, out, N, "key-r");
+    obx__broker *c = consumer(x, "conf-redeliver");
     obx__delivery d[2 * N];
     assert_int_equal(consume(c, d, 1), 1);
     assert_string_equal(d[0].env.event_id, tm[0].env.event_id);
@@ -352,8 +357,7 @@ static void test_consume_redeliver_order(void **state) {
     for (size_t i = 0; i < got; i++) obx__delivery_free(&d[i]);
     obx__br_close(c);
     /* all acknowledged: a new consumer gets nothing */
-    OK(obx__br_open(x->url, E->props, E->n_props, &c));
-    OK(c->m->consume_open(c, "conf-redeliver", topics, 1));
+    c = consumer(x, "conf-redeliver");
     OK(c->m->consume_poll(c, 1000, d, N, &k));
     assert_int_equal(k, 0);
     obx__br_close(c);
