@@ -151,6 +151,17 @@ static const char *reason(json_t *item) {
     return r ? r : "";
 }
 
+/* Migrates event id (add: adds a target to it) as migrate_one does; the test fails unless that
+ * is refused for a reason containing needle. */
+static void refused_for(fx *f, obx__broker *b, const char *id, int64_t gen, bool add,
+                        const char *needle) {
+    size_t refused;
+    json_t *it = migrate_one(f, b, id, gen, add, false, &refused);
+    assert_string_equal(outcome(it), "refused");
+    assert_non_null(strstr(reason(it), needle));
+    json_decref(it);
+}
+
 /* ---- migration ------------------------------------------------------------------------------- */
 
 /* Refused while the old attempt is UNKNOWN (whatever the lookup says, the reconciler resolves an
@@ -221,10 +232,7 @@ static void test_migrate_refused_while_unknown_then_done(void **state) {
     assert_int_equal(attempts(f, a, OBX__AT_REJECTED), 1);
     knob(f->b2, "reject", "0");
     /* a published event is never moved */
-    it = migrate_one(f, f->b2, c, g2, false, false, &refused);
-    assert_string_equal(outcome(it), "refused");
-    assert_non_null(strstr(reason(it), "delivered event is not moved"));
-    json_decref(it);
+    refused_for(f, f->b2, c, g2, false, "delivered event is not moved");
     /* dry run: the decision without a write */
     it = migrate_one(f, f->b2, a, g2, false, true, &refused);
     assert_string_equal(outcome(it), "would_migrate");
@@ -863,10 +871,7 @@ static void test_add_target_is_a_migration(void **state) {
     int64_t g2 = set_route(f, "order.created.v1", NULL); /* the business now needs eu too */
     size_t refused;
     /* the new target cannot be queried from this broker */
-    json_t *it = migrate_one(f, f->b2, a, g2, true, false, &refused);
-    assert_string_equal(outcome(it), "refused");
-    assert_non_null(strstr(reason(it), "cannot be queried"));
-    json_decref(it);
+    refused_for(f, f->b2, a, g2, true, "cannot be queried");
     /* b is on the eu target already (published there outside obx): refused */
     obx__event_row rb = ev(f, b);
     obx__dest eu = rb.dest;
@@ -889,12 +894,9 @@ static void test_add_target_is_a_migration(void **state) {
                   .payload_len = rows.v[0].payload_len};
     OK(obx__br_send(f->beu, &m, 1, f->now));
     obx__rows_free(&rows);
-    it = migrate_one(f, f->beu, b, g2, true, false, &refused);
-    assert_string_equal(outcome(it), "refused");
-    assert_non_null(strstr(reason(it), "holds the event already"));
-    json_decref(it);
+    refused_for(f, f->beu, b, g2, true, "holds the event already");
     /* a: proven absent on eu; the first target of g2 it lacks is added */
-    it = migrate_one(f, f->beu, a, g2, true, false, &refused);
+    json_t *it = migrate_one(f, f->beu, a, g2, true, false, &refused);
     assert_string_equal(outcome(it), "target_added");
     assert_int_equal(json_integer_value(json_object_get(it, "target")), 2);
     char slot[31];
@@ -986,6 +988,29 @@ static int owner_is(fx *f, const char *id, const char *prefix) {
     return ok;
 }
 
+/* Enqueues order.created.v1 events of aggregates o-FROM .. o-(TO-1), their IDs into ids[FROM..TO);
+ * returns TO. */
+static int enq_orders(fx *f, char ids[][31], int from, int to) {
+    for (int n = from; n < to; n++) {
+        char agg[16];
+        snprintf(agg, sizeof agg, "o-%d", n);
+        enq(f, "order.created.v1", agg, ids[n]);
+    }
+    return to;
+}
+
+/* Hands order.created.v1 and its unclaimed backlog to alias TO (obx__takeover); the test fails
+ * unless BACKLOG events were moved. The result into *out (the caller frees it). */
+static void hand_over(fx *f, const char *to, json_int_t backlog, json_t **out) {
+    obx__takeover_req tk = {.to = to,
+                            .types = (const char *[]){"order.created.v1"},
+                            .n_types = 1,
+                            .backlog = true,
+                            .who = "ops"};
+    OK(obx__takeover(f->s, f->now, &tk, out));
+    assert_int_equal(json_integer_value(json_object_get(*out, "backlog_moved")), backlog);
+}
+
 /* Two relays serving different aliases; the type's alias is switched (and its unclaimed backlog
  * handed over) while events flow, then switched back: every event published exactly once, each
  * by a relay of the alias that owned it when it was claimed; in-flight events stay with their
@@ -1000,12 +1025,7 @@ static void test_alias_switch_mid_stream(void **state) {
     dl.cfg.batch = 4;
     dobx.cfg.batch = 4;
     char ids[40][31];
-    int n = 0;
-    for (; n < 10; n++) {
-        char agg[16];
-        snprintf(agg, sizeof agg, "o-%d", n);
-        enq(f, "order.created.v1", agg, ids[n]);
-    }
+    int n = enq_orders(f, ids, 0, 10);
     size_t sent;
     OK(obx__engine_dispatch(&dobx, f->now, &sent));
     assert_int_equal(sent, 0);   /* not obx's */
@@ -1014,21 +1034,11 @@ static void test_alias_switch_mid_stream(void **state) {
     assert_int_equal(sent, 4);
     knob(f->b, "lose_ack", "0");
     /* take over: the type and its unclaimed backlog */
-    obx__takeover_req tk = {.to = "obx",
-                            .types = (const char *[]){"order.created.v1"},
-                            .n_types = 1,
-                            .backlog = true,
-                            .who = "ops"};
     json_t *out;
-    OK(obx__takeover(f->s, f->now, &tk, &out));
+    hand_over(f, "obx", 6, &out);
     assert_int_equal(json_integer_value(json_object_get(out, "types_switched")), 1);
-    assert_int_equal(json_integer_value(json_object_get(out, "backlog_moved")), 6);
     json_decref(out);
-    for (; n < 20; n++) {
-        char agg[16];
-        snprintf(agg, sizeof agg, "o-%d", n);
-        enq(f, "order.created.v1", agg, ids[n]);
-    }
+    n = enq_orders(f, ids, n, 20);
     for (int round = 0; round < 5; round++) {
         OK(obx__engine_dispatch(&dl, f->now, &sent));
         assert_int_equal(sent, 0); /* legacy owns nothing unclaimed any more */
@@ -1038,26 +1048,12 @@ static void test_alias_switch_mid_stream(void **state) {
     /* rollback while obx has events in flight */
     knob(f->b2, "delay_ack", "1");
     knob(f->b2, "delay_ack_ms", "500");
-    for (; n < 30; n++) {
-        char agg[16];
-        snprintf(agg, sizeof agg, "o-%d", n);
-        enq(f, "order.created.v1", agg, ids[n]);
-    }
+    n = enq_orders(f, ids, n, 30);
     OK(obx__engine_dispatch(&dobx, f->now, &sent));
     assert_int_equal(sent, 4);
-    tk = (obx__takeover_req){.to = "legacy",
-                             .types = (const char *[]){"order.created.v1"},
-                             .n_types = 1,
-                             .backlog = true,
-                             .who = "ops"};
-    OK(obx__takeover(f->s, f->now, &tk, &out));
-    assert_int_equal(json_integer_value(json_object_get(out, "backlog_moved")), 6);
+    hand_over(f, "legacy", 6, &out);
     json_decref(out);
-    for (; n < 40; n++) {
-        char agg[16];
-        snprintf(agg, sizeof agg, "o-%d", n);
-        enq(f, "order.created.v1", agg, ids[n]);
-    }
+    n = enq_orders(f, ids, n, 40);
     f->now += 500; /* obx's in-flight ACKs arrive after the rollback */
     assert_int_equal(poll_all(&dobx, f->now), 4);
     for (int round = 0; round < 6; round++) {
@@ -1094,7 +1090,7 @@ static void test_alias_switch_mid_stream(void **state) {
     route(f, "a.one.v1", "t", 0, 0, "legacy");
     route(f, "b.two.v1", "t", 0, 0, "legacy");
     route(f, "c.three.v1", "t", 0, 0, "legacy");
-    tk = (obx__takeover_req){
+    obx__takeover_req tk = {
         .to = "obx", .from = "legacy", .percent = 25, .who = "ops", .dry_run = true};
     OK(obx__takeover(f->s, f->now, &tk, &out));
     json_t *t25 = json_incref(json_object_get(out, "types"));
