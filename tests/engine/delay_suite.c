@@ -74,14 +74,9 @@ static void route(fx *f, int unordered) {
 
 /* Enqueues an event of aggregate agg, not before not_before (0: no delay); its ID into id. */
 static obx_err enq(fx *f, const char *agg, int64_t not_before, char id[31]) {
-    obx_event ev = {.event_type = "order.created.v1",
-                    .aggregate_type = "order",
-                    .aggregate_id = agg,
-                    .aggregate_version = 1,
-                    .tenant = "t1",
-                    .payload = "{}",
-                    .payload_len = 2,
-                    .not_before_ms = not_before};
+    obx_event ev = obx_t_event("order.created.v1", "order", agg, "t1", "{}");
+    ev.aggregate_version = 1;
+    ev.not_before_ms = not_before;
     obx_enqueue_result r;
     obx_err e = obx__enqueue_at(f->s, &ev, f->now, NULL, &r);
     if (!e) strcpy(id, r.event_id);

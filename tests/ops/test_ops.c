@@ -236,16 +236,9 @@ static void test_status_and_trace(void **state) {
     move(f, pub, OBX__ST_CLAIMED, NULL);
     move(f, pub, OBX__ST_SENDING, NULL);
     move(f, pub, OBX__ST_PUBLISHED, NULL);
-    obx__receipt_row rc;
-    memset(&rc, 0, sizeof rc);
-    strcpy(rc.event_id, pub);
-    rc.envelope_gen = 1;
-    strcpy(rc.attempt_id, "att-01J9ZQ4X5Y6Z7A8B9C0D1E2F3C");
-    rc.kind = OBX__RK_QUARANTINED;
-    strcpy(rc.cluster, "local");
-    strcpy(rc.topic, "orders");
+    obx__receipt_row rc =
+        obx_t_receipt(pub, "att-01J9ZQ4X5Y6Z7A8B9C0D1E2F3C", OBX__RK_QUARANTINED, f->now);
     strcpy(rc.reason, "payload digest differs");
-    rc.created_at = f->now;
     OK(obx__st_begin(f->s));
     OK(obx__st_insert_receipts(f->s, &rc, 1));
     OK(obx__st_commit(f->s));

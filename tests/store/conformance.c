@@ -299,14 +299,9 @@ static void test_claim_rule(void **state) {
 
 /* Enqueues an event of aggregate agg not before not_before (the enqueue's time: c->now). */
 static void enq_delayed(cx *c, const char *agg, int64_t not_before, char id[31]) {
-    obx_event ev = {.event_type = "order.created.v1",
-                    .aggregate_type = "order",
-                    .aggregate_id = agg,
-                    .aggregate_version = 1,
-                    .tenant = "t1",
-                    .payload = "{\"x\":1}",
-                    .payload_len = 7,
-                    .not_before_ms = not_before};
+    obx_event ev = obx_t_event("order.created.v1", "order", agg, "t1", "{\"x\":1}");
+    ev.aggregate_version = 1;
+    ev.not_before_ms = not_before;
     obx_enqueue_result r;
     OK(obx__enqueue_at(c->s, &ev, c->now, NULL, &r));
     strcpy(id, r.event_id);
@@ -507,20 +502,12 @@ static void test_attempts_receipts_audit(void **state) {
     assert_int_equal(obx__st_insert_attempts(c->s, at, 1), OBX_ECONFLICT);
     OK(obx__st_rollback(c->s));
 
-    obx__receipt_row rc;
-    memset(&rc, 0, sizeof rc);
-    strcpy(rc.event_id, a);
-    rc.envelope_gen = 1;
-    strcpy(rc.attempt_id, at[0].attempt_id);
-    rc.kind = OBX__RK_PRIMARY;
-    strcpy(rc.cluster, "local");
-    strcpy(rc.topic, "orders");
+    obx__receipt_row rc = obx_t_receipt(a, at[0].attempt_id, OBX__RK_PRIMARY, c->now);
     rc.partition = 3;
     rc.offset = 77;
     rc.broker_ts = 1234;
     strcpy(rc.payload_digest, at[0].dest_digest);
     strcpy(rc.dest_digest, at[0].dest_digest);
-    rc.created_at = c->now;
     OK(obx__st_begin(c->s));
     OK(obx__st_insert_receipts(c->s, &rc, 1));
     OK(obx__st_commit(c->s));
@@ -1369,17 +1356,9 @@ static void test_envelope_at(void **state) {
  * marker, its statistics and its selector). */
 static void test_unknown_ends_columns(void **state) {
     cx *c = *state;
-    obx__cluster_row k, got;
-    memset(&k, 0, sizeof k);
+    obx__cluster_row got;
     assert_int_equal(obx__st_cluster_get(c->s, "kafka-eu", &got), OBX_ENOTFOUND);
-    strcpy(k.cluster, "kafka-eu");
-    strcpy(k.backend, "kafka");
-    strcpy(k.lookup, "authoritative");
-    strcpy(k.durability, "persistent");
-    strcpy(k.required_acks, "all");
-    strcpy(k.serializer, "*");
-    strcpy(k.relay, "relay-1");
-    k.seen_at = c->now;
+    obx__cluster_row k = obx_t_cluster("kafka-eu", "kafka", "persistent", "all", "relay-1", c->now);
     OK(obx__st_cluster_put(c->s, &k));
     strcpy(k.relay, "relay-2"); /* registered again: replaced */
     k.seen_at = c->now + 5;
@@ -1397,18 +1376,10 @@ static void test_unknown_ends_columns(void **state) {
     enq(c, "order.created.v1", "o-1", "", a);
     enq(c, "order.created.v1", "o-2", "", b);
     /* a receipt keeps its source */
-    obx__receipt_row rc;
-    memset(&rc, 0, sizeof rc);
-    strcpy(rc.event_id, a);
-    rc.envelope_gen = 1;
-    strcpy(rc.attempt_id, "att-x");
-    rc.kind = OBX__RK_DUPLICATE;
+    obx__receipt_row rc = obx_t_receipt(a, "att-x", OBX__RK_DUPLICATE, c->now);
     rc.source = OBX__RS_CONSUMER;
-    strcpy(rc.cluster, "local");
-    strcpy(rc.topic, "orders");
     strcpy(rc.payload_digest, "sha256:x");
     strcpy(rc.dest_digest, "sha256:y");
-    rc.created_at = c->now;
     OK(obx__st_insert_receipts(c->s, &rc, 1));
     obx__receipt_row *rr;
     size_t n;

@@ -696,13 +696,7 @@ void test_batch_semantics(void **state) {
     assert_int_equal(load1(f->s, x, 0).state, OBX__ST_SENDING);
     assert_int_equal(load1(f->s, y, 0).rejections, 4);
     /* attempts: a batch naming one attempt twice; a missing attempt is named */
-    obx__attempt_row a = {.envelope_gen = 1,
-                          .attempt_gen = 1,
-                          .claim_gen = 1,
-                          .state = OBX__AT_SENDING,
-                          .offset_before = -1};
-    strcpy(a.attempt_id, "att-1");
-    strcpy(a.event_id, x);
+    obx__attempt_row a = obx_t_attempt(x, "att-1");
     strcpy(a.detail, "it's \"quoted\" \\ {braces}, commas");
     OK(obx__st_begin(f->s));
     OK(obx__st_insert_attempts(f->s, &a, 1));
@@ -792,13 +786,7 @@ void test_write_set(void **state) {
     obx__event_update u[3] = {
         {&x1, OBX__ST_PENDING, 0}, {&y1, OBX__ST_PENDING, 0}, {&x2, OBX__ST_CLAIMED, 1}};
     bool applied[3];
-    obx__attempt_row a = {.envelope_gen = 1,
-                          .attempt_gen = 1,
-                          .claim_gen = 1,
-                          .state = OBX__AT_SENDING,
-                          .offset_before = -1};
-    strcpy(a.attempt_id, "att-ws1");
-    strcpy(a.event_id, x);
+    obx__attempt_row a = obx_t_attempt(x, "att-ws1");
     obx__attempt_row au[2] = {a, a};
     au[0].state = OBX__AT_UNKNOWN;
     au[1].state = OBX__AT_ACCEPTED;

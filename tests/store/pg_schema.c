@@ -532,14 +532,7 @@ void test_roles_write_paths(void **state) {
     bool ok = false;
     OK(obx__st_update_events(rs, &hu, 1, &ok));
     assert_true(ok);
-    obx__cluster_row k = {.seen_at = 1};
-    strcpy(k.cluster, "local");
-    strcpy(k.backend, "log");
-    strcpy(k.lookup, "authoritative");
-    strcpy(k.durability, "persistent,transient");
-    strcpy(k.required_acks, "all,1");
-    strcpy(k.serializer, "*");
-    strcpy(k.relay, "r1");
+    obx__cluster_row k = obx_t_cluster("local", "log", "persistent,transient", "all,1", "r1", 1);
     OK(obx__st_cluster_put(rs, &k));
     assert_int_equal(qint(c, "SELECT v FROM obx._stats() WHERE k = 'held'"), 1);
     assert_int_equal(qint(c, "SELECT v FROM obx._stats() WHERE k = 'oldest_held'"), 77);

@@ -88,13 +88,7 @@ void test_roles(void **state) {
     strcpy(au.event_id, row.env.event_id);
     strcpy(au.who, "relay-1");
     OK(obx__st_insert_audit(rs, &au, 1));
-    obx__attempt_row at = {.envelope_gen = 1,
-                           .attempt_gen = 1,
-                           .claim_gen = 1,
-                           .state = OBX__AT_SENDING,
-                           .offset_before = -1};
-    strcpy(at.attempt_id, "att-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G");
-    strcpy(at.event_id, row.env.event_id);
+    obx__attempt_row at = obx_t_attempt(row.env.event_id, "att-01J9ZQ4X5Y6Z7A8B9C0D1E2F3G");
     strcpy(at.owner, "relay-1");
     strcpy(at.dest_digest, row.dest_digest);
     OK(obx__st_insert_attempts(rs, &at, 1));

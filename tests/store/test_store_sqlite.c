@@ -480,14 +480,7 @@ static void test_payload_rehashed_before_send(void **state) {
  * `obx route set`, naming the field; nothing is stored. An unregistered cluster is accepted. */
 static void test_route_contract_checked(void **state) {
     fx *f = *state;
-    obx__cluster_row k = {.seen_at = 1};
-    strcpy(k.cluster, "kafka-eu");
-    strcpy(k.backend, "kafka");
-    strcpy(k.lookup, "authoritative");
-    strcpy(k.durability, "persistent");
-    strcpy(k.required_acks, "all");
-    strcpy(k.serializer, "*");
-    strcpy(k.relay, "relay-1");
+    obx__cluster_row k = obx_t_cluster("kafka-eu", "kafka", "persistent", "all", "relay-1", 1);
     assert_int_equal(obx__st_cluster_put(f->s, &k), OBX_OK);
     int before = count(f->db, "SELECT count(*) FROM obx_route");
     obx_route r = {.event_type = "payment.captured.v1",

@@ -205,3 +205,43 @@ void obx_t_engine_backoff(obx__engine *e, obx__store *s, obx__broker *b, int64_t
     if (seed) c.seed = seed;
     OK(obx__engine_init(e, s, b, &c));
 }
+
+obx__receipt_row obx_t_receipt(const char *id, const char *attempt_id, obx__receipt_kind k,
+                               int64_t at) {
+    obx__receipt_row rc;
+    memset(&rc, 0, sizeof rc);
+    obx__strlcpy(rc.event_id, id, sizeof rc.event_id);
+    rc.envelope_gen = 1;
+    obx__strlcpy(rc.attempt_id, attempt_id, sizeof rc.attempt_id);
+    rc.kind = k;
+    strcpy(rc.cluster, "local");
+    strcpy(rc.topic, "orders");
+    rc.created_at = at;
+    return rc;
+}
+
+obx__attempt_row obx_t_attempt(const char *id, const char *attempt_id) {
+    obx__attempt_row a = {.envelope_gen = 1,
+                          .attempt_gen = 1,
+                          .claim_gen = 1,
+                          .state = OBX__AT_SENDING,
+                          .offset_before = -1};
+    obx__strlcpy(a.event_id, id, sizeof a.event_id);
+    obx__strlcpy(a.attempt_id, attempt_id, sizeof a.attempt_id);
+    return a;
+}
+
+obx__cluster_row obx_t_cluster(const char *cluster, const char *backend, const char *durability,
+                               const char *required_acks, const char *relay, int64_t seen_at) {
+    obx__cluster_row k;
+    memset(&k, 0, sizeof k);
+    obx__strlcpy(k.cluster, cluster, sizeof k.cluster);
+    obx__strlcpy(k.backend, backend, sizeof k.backend);
+    strcpy(k.lookup, "authoritative");
+    obx__strlcpy(k.durability, durability, sizeof k.durability);
+    obx__strlcpy(k.required_acks, required_acks, sizeof k.required_acks);
+    strcpy(k.serializer, "*");
+    obx__strlcpy(k.relay, relay, sizeof k.relay);
+    k.seen_at = seen_at;
+    return k;
+}

@@ -86,4 +86,19 @@ obx__outcome obx_t_ack(const char *id, const char *attempt_id, const char *paylo
                        const char *dest_digest, const char *topic, int32_t partition,
                        int64_t offset);
 
+/* A SENDING attempt attempt_id of event id: envelope, attempt and claim generation 1, no offset
+ * before it (-1); the other fields empty. */
+obx__attempt_row obx_t_attempt(const char *id, const char *attempt_id);
+
+/* A cluster registry row (what a relay registers): CLUSTER served by RELAY with BACKEND,
+ * authoritative lookups, DURABILITY and REQUIRED_ACKS (comma lists), any serializer, seen at
+ * seen_at. */
+obx__cluster_row obx_t_cluster(const char *cluster, const char *backend, const char *durability,
+                               const char *required_acks, const char *relay, int64_t seen_at);
+
+/* A receipt of kind k of attempt attempt_id of event id (envelope generation 1), at cluster
+ * "local", topic "orders", made at `at`; the other fields empty. */
+obx__receipt_row obx_t_receipt(const char *id, const char *attempt_id, obx__receipt_kind k,
+                               int64_t at);
+
 #endif
