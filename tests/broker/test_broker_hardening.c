@@ -79,30 +79,15 @@ static void test_missing_topic_rejected(void **st) {
     OK(try_open(props, 2, &b));
     char cluster[OBX_NAME_MAX + 1];
     OK(obx__br_cluster_id(b, cluster, sizeof cluster));
-    obx_route missing = {.event_type = "order.created.v1",
-                         .cluster = cluster,
-                         .topic = "no-such-topic",
-                         .max_attempts = 2};
-    obx_route good = {.event_type = "order.paid.v1", .cluster = cluster, .topic = "orders"};
-    OK(obx__route_set_at(s, &missing, now, NULL));
-    OK(obx__route_set_at(s, &good, now, NULL));
     char ids[2][OBX_EVENT_ID_LEN + 1];
-    const char *types[] = {"order.created.v1", "order.paid.v1"};
-    obx_t_enq_types(s, now, types, 2, ids);
+    obx_t_missing_topic(s, now, cluster, ids);
     obx__engine e;
     obx_t_engine_backoff(&e, s, b, 50, 100, 0);
     size_t sent = 0, n = 0;
     OK(obx__engine_dispatch(&e, now, &sent));
     assert_int_equal(sent, 1); /* the good one went; the missing topic did not hold it up */
     for (int i = 0; i < 100 && e.st.accepted < 1; i++) OK(obx__engine_poll(&e, now, 100, &n));
-    const char *idp[] = {ids[0], ids[1]};
-    obx__rows rows = {0};
-    OK(obx__st_load_events(s, idp, 2, 0, &rows));
-    assert_int_equal(obx__rows_find(&rows, ids[1])->state, OBX__ST_PUBLISHED);
-    obx__event_row *bad = obx__rows_find(&rows, ids[0]);
-    assert_int_equal(bad->state, OBX__ST_PENDING);
-    assert_int_equal(bad->rejections, 1);
-    obx__rows_free(&rows);
+    obx_t_missing_topic_backoff(s, ids);
     obx__audit_row *a;
     size_t na;
     OK(s->m->load_audit(s, ids[0], &a, &na));
@@ -112,12 +97,7 @@ static void test_missing_topic_rejected(void **st) {
                  strstr(a[i].reason, "Unknown topic");
     free(a);
     assert_int_equal(named, 1);
-    now += 1000;
-    OK(obx__engine_dispatch(&e, now, &sent));
-    OK(obx__engine_poll(&e, now, 0, &n));
-    OK(obx__st_load_events(s, idp, 1, 0, &rows));
-    assert_int_equal(rows.v[0].state, OBX__ST_PARKED);
-    obx__rows_free(&rows);
+    obx_t_missing_topic_parks(&e, s, now + 1000, ids[0]);
     obx__br_close(b);
     obx__st_close(s);
 }

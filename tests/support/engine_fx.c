@@ -245,3 +245,30 @@ obx__cluster_row obx_t_cluster(const char *cluster, const char *backend, const c
     k.seen_at = seen_at;
     return k;
 }
+
+void obx_t_missing_topic(obx__store *s, int64_t now, const char *cluster,
+                         char ids[2][OBX_EVENT_ID_LEN + 1]) {
+    obx_route missing = {.event_type = "order.created.v1",
+                         .cluster = cluster,
+                         .topic = "no-such-topic",
+                         .max_attempts = 2};
+    obx_route good = {.event_type = "order.paid.v1", .cluster = cluster, .topic = "orders"};
+    OK(obx__route_set_at(s, &missing, now, NULL));
+    OK(obx__route_set_at(s, &good, now, NULL));
+    const char *types[] = {"order.created.v1", "order.paid.v1"};
+    obx_t_enq_types(s, now, types, 2, ids);
+}
+
+void obx_t_missing_topic_backoff(obx__store *s, char ids[2][OBX_EVENT_ID_LEN + 1]) {
+    assert_int_equal(obx_t_ev(s, ids[1], 0).state, OBX__ST_PUBLISHED);
+    obx__event_row bad = obx_t_ev(s, ids[0], 0);
+    assert_int_equal(bad.state, OBX__ST_PENDING); /* a definite rejection: backoff */
+    assert_int_equal(bad.rejections, 1);
+}
+
+void obx_t_missing_topic_parks(obx__engine *e, obx__store *s, int64_t now, const char *id) {
+    size_t sent, n;
+    OK(obx__engine_dispatch(e, now, &sent));
+    OK(obx__engine_poll(e, now, 0, &n));
+    assert_int_equal(obx_t_ev(s, id, 0).state, OBX__ST_PARKED);
+}

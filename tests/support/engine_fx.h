@@ -96,6 +96,20 @@ obx__attempt_row obx_t_attempt(const char *id, const char *attempt_id);
 obx__cluster_row obx_t_cluster(const char *cluster, const char *backend, const char *durability,
                                const char *required_acks, const char *relay, int64_t seen_at);
 
+/* The missing-topic set-up (test_bad_input.c, test_broker_hardening.c) at NOW: order.created.v1
+ * routed to topic no-such-topic of CLUSTER (max attempts 2) and order.paid.v1 to its topic
+ * orders, one event of each enqueued (ids[0]: the one whose topic is missing). */
+void obx_t_missing_topic(obx__store *s, int64_t now, const char *cluster,
+                         char ids[2][OBX_EVENT_ID_LEN + 1]);
+
+/* After the first dispatch of that set-up: the test fails unless ids[1] is PUBLISHED and ids[0]
+ * PENDING after one rejection. */
+void obx_t_missing_topic_backoff(obx__store *s, char ids[2][OBX_EVENT_ID_LEN + 1]);
+
+/* The second dispatch (engine e at NOW, its outcomes polled): the test fails unless event id is
+ * then PARKED (the route's max attempts, 2, reached). */
+void obx_t_missing_topic_parks(obx__engine *e, obx__store *s, int64_t now, const char *id);
+
 /* A receipt of kind k of attempt attempt_id of event id (envelope generation 1), at cluster
  * "local", topic "orders", made at `at`; the other fields empty. */
 obx__receipt_row obx_t_receipt(const char *id, const char *attempt_id, obx__receipt_kind k,

@@ -564,13 +564,8 @@ static void test_missing_topic(void **st) {
     OK(obx__st_open("sqlite::memory:", &s));
     OK(obx_store_init(s));
     int64_t now = 4102444800000;
-    obx_route missing = {.event_type = "order.created.v1",
-                         .cluster = "local",
-                         .topic = "no-such-topic",
-                         .max_attempts = 2};
-    obx_route good = {.event_type = "order.paid.v1", .cluster = "local", .topic = "orders"};
-    OK(obx__route_set_at(s, &missing, now, NULL));
-    OK(obx__route_set_at(s, &good, now, NULL));
+    char ids[2][OBX_EVENT_ID_LEN + 1];
+    obx_t_missing_topic(s, now, "local", ids);
     obx__broker *b;
     OK(obx__br_open("log::memory:?cluster=local&auto_create=0", NULL, 0, &b));
     OK(obx__log_broker_create_topic(b, "orders", 2));
@@ -579,9 +574,6 @@ static void test_missing_topic(void **st) {
     int32_t part = 0;
     REFUSED(obx__br_partition_for(b, &d, &part), OBX_ENOTFOUND,
             "topic 'no-such-topic' does not exist");
-    char ids[2][OBX_EVENT_ID_LEN + 1];
-    const char *types[] = {"order.created.v1", "order.paid.v1"};
-    obx_t_enq_types(s, now, types, 2, ids);
     obx__engine e;
     obx_t_engine_backoff(&e, s, b, 100, 200, 1);
     size_t sent = 0, n = 0;
@@ -589,23 +581,11 @@ static void test_missing_topic(void **st) {
     OK(obx__engine_dispatch(&e, now, &sent));
     assert_int_equal(sent, 1);
     OK(obx__engine_poll(&e, now, 0, &n));
-    obx__rows rows = {0};
-    const char *idp[2] = {ids[0], ids[1]};
-    OK(obx__st_load_events(s, idp, 2, 0, &rows));
-    obx__event_row *bad = obx__rows_find(&rows, ids[0]), *ok = obx__rows_find(&rows, ids[1]);
-    assert_int_equal(ok->state, OBX__ST_PUBLISHED);
-    assert_int_equal(bad->state, OBX__ST_PENDING); /* a definite rejection: backoff */
-    assert_int_equal(bad->rejections, 1);
-    obx__rows_free(&rows);
+    obx_t_missing_topic_backoff(s, ids);
     assert_int_equal(audit_with(s, ids[0], OBX__ST_PENDING, "topic 'no-such-topic' does not exist"),
                      1);
     /* after the route's max attempts it is PARKED, visible with its reason */
-    now += 1000;
-    OK(obx__engine_dispatch(&e, now, &sent));
-    OK(obx__engine_poll(&e, now, 0, &n));
-    OK(obx__st_load_events(s, idp, 1, 0, &rows));
-    assert_int_equal(rows.v[0].state, OBX__ST_PARKED);
-    obx__rows_free(&rows);
+    obx_t_missing_topic_parks(&e, s, now + 1000, ids[0]);
     assert_int_equal(audit_with(s, ids[0], OBX__ST_PARKED, "does not exist"), 1);
     char *js = NULL;
     OK(obx_inspect(s, ids[0], &js));
