@@ -324,15 +324,7 @@ static obx_inbox_outcome deliver(obx_store *s, const char *consumer, const char 
     obx_inbox *in;
     OK(obx_inbox_open(s, &o, &in));
     char d[OBX_DIGEST_LEN + 1];
-    OK(obx_sha256_digest("{}", 2, d));
-    obx_message m = {.event_id = event_id,
-                     .envelope_gen = 1,
-                     .event_type = "order.created.v1",
-                     .tenant = tenant,
-                     .payload_digest = d,
-                     .payload = "{}",
-                     .payload_len = 2,
-                     .topic = "orders"};
+    obx_message m = obx_t_inbox_message(event_id, tenant, d);
     OK(obx_inbox_process(in, &m, effect, NULL, NULL, r));
     obx_inbox_close(in);
     return r->outcome;
@@ -378,15 +370,7 @@ static void test_consumer_sees_only_its_tenants(void **st) {
     obx_inbox *in;
     OK(obx_inbox_open(sa, &o, &in));
     char d[OBX_DIGEST_LEN + 1];
-    OK(obx_sha256_digest("{}", 2, d));
-    obx_message m = {.event_id = "evt-01HZX3K9QW8E7R6T5Y4V3J2A03",
-                     .envelope_gen = 1,
-                     .event_type = "order.created.v1",
-                     .tenant = "tenant-b",
-                     .payload_digest = d,
-                     .payload = "{}",
-                     .payload_len = 2,
-                     .topic = "orders"};
+    obx_message m = obx_t_inbox_message("evt-01HZX3K9QW8E7R6T5Y4V3J2A03", "tenant-b", d);
     assert_int_equal(obx_inbox_process(in, &m, effect, NULL, NULL, &r), OBX_EDENIED);
     obx_inbox_close(in);
     obx_store_close(sa);

@@ -272,3 +272,17 @@ void obx_t_missing_topic_parks(obx__engine *e, obx__store *s, int64_t now, const
     OK(obx__engine_poll(e, now, 0, &n));
     assert_int_equal(obx_t_ev(s, id, 0).state, OBX__ST_PARKED);
 }
+
+obx_message obx_t_inbox_message(const char *id, const char *tenant,
+                                char digest[OBX_DIGEST_LEN + 1]) {
+    OK(obx_sha256_digest("{}", 2, digest));
+    obx_message m = {.event_id = id,
+                     .envelope_gen = 1,
+                     .event_type = "order.created.v1",
+                     .tenant = tenant,
+                     .payload_digest = digest,
+                     .payload = "{}",
+                     .payload_len = 2,
+                     .topic = "orders"};
+    return m;
+}

@@ -80,6 +80,12 @@ size_t obx_t_poll_all(obx__engine *e, int64_t now);
  * (not the version, times, attempt or destination digest: the caller adds what it needs). */
 obx_message obx_t_message(const obx__delivery *d);
 
+/* A message for the inbox: event id of type order.created.v1 (envelope generation 1) of TENANT,
+ * payload {} on topic orders; its payload digest is computed into digest, which the message
+ * points to. */
+obx_message obx_t_inbox_message(const char *id, const char *tenant,
+                                char digest[OBX_DIGEST_LEN + 1]);
+
 /* A broker's ACK (envelope generation 1) of attempt attempt_id of event id, at cluster "local",
  * topic, partition, offset, carrying payload_digest and dest_digest. */
 obx__outcome obx_t_ack(const char *id, const char *attempt_id, const char *payload_digest,

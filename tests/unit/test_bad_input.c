@@ -459,17 +459,9 @@ static void test_inbox_bad_deliveries(void **st) {
     obx_inbox_options o = {.consumer_id = "c"};
     OK(obx_inbox_open(cs, &o, &in));
     char digest[OBX_DIGEST_LEN + 1];
-    OK(obx_sha256_digest("{}", 2, digest));
-    obx_message good = {.event_id = "evt-01HZX3K9QW8E7R6T5Y4V3J201P",
-                        .envelope_gen = 1,
-                        .event_type = "order.created.v1",
-                        .tenant = "t1",
-                        .aggregate_type = "order",
-                        .aggregate_id = "o-1",
-                        .payload_digest = digest,
-                        .payload = "{}",
-                        .payload_len = 2,
-                        .topic = "orders"};
+    obx_message good = obx_t_inbox_message("evt-01HZX3K9QW8E7R6T5Y4V3J201P", "t1", digest);
+    good.aggregate_type = "order";
+    good.aggregate_id = "o-1";
     struct {
         const char *field, *value, *needle;
     } bad_fields[] = {
