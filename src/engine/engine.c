@@ -293,13 +293,16 @@ void obx__batch_update(obx__batch *b, const obx__event_row *cur, const obx__even
     *r = *next;
     r->payload = NULL; /* rows in a batch never own payloads */
     obx__batch_update_ref(b, (obx__cas){cur->state, cur->claim_gen}, r);
+    b->upd[b->n_upd - 1].same = obx__event_same(cur, next); /* cur: loaded in this transaction */
 }
 
-/* Adds an update to the new values `next`, which stays the caller's until the write. */
+/* Adds an update to the new values `next`, which stays the caller's until the write (every
+ * column is written: the loaded values are not kept). */
 void obx__batch_update_ref(obx__batch *b, obx__cas expect, const obx__event_row *next) {
     b->upd[b->n_upd].row = next;
     b->upd[b->n_upd].expect_state = expect.state;
     b->upd[b->n_upd].expect_claim_gen = expect.claim_gen;
+    b->upd[b->n_upd].same = 0;
     b->n_upd++;
 }
 

@@ -328,6 +328,33 @@ obx_err obx__st_load_events(obx__store *s, const char *const *ids, size_t n, uns
         s, &(obx__read_req){.by = OBX__READ_IDS, .ids = ids, .n_ids = n, .flags = flags}, out);
 }
 
+uint32_t obx__event_same(const obx__event_row *a, const obx__event_row *b) {
+    uint32_t m = 0;
+#define SAME(bit, eq) m |= (eq) ? (uint32_t)OBX__EVC_##bit : 0u
+    SAME(ENVELOPE_GEN, a->envelope_gen == b->envelope_gen);
+    SAME(STATE, a->state == b->state);
+    SAME(CLAIM_GEN, a->claim_gen == b->claim_gen);
+    SAME(OWNER, !strcmp(a->owner, b->owner));
+    SAME(LEASE_UNTIL, a->lease_until == b->lease_until);
+    SAME(ATTEMPT_GEN, a->attempt_gen == b->attempt_gen);
+    SAME(ATTEMPT_ID, !strcmp(a->attempt_id, b->attempt_id));
+    SAME(PINNED_PARTITION, a->pinned_partition == b->pinned_partition);
+    SAME(REJECTIONS, a->rejections == b->rejections);
+    SAME(AVAILABLE_AT, a->available_at == b->available_at);
+    SAME(NEXT_CHECK_AT, a->next_check_at == b->next_check_at);
+    SAME(UNKNOWN_SINCE, a->unknown_since == b->unknown_since);
+    SAME(PRIMARY_ATTEMPT_ID, !strcmp(a->primary_attempt_id, b->primary_attempt_id));
+    SAME(PUBLISHED_AT, a->published_at == b->published_at);
+    SAME(UPDATED_AT, a->updated_at == b->updated_at);
+    SAME(ORDER_KEY, !strcmp(a->dest.cluster, b->dest.cluster) &&
+                        !strcmp(a->dest.topic, b->dest.topic) &&
+                        !strcmp(a->dest.routing_key, b->dest.routing_key));
+    SAME(DEST_CLUSTER, !strcmp(a->dest.cluster, b->dest.cluster));
+    SAME(HELD_AT, a->held_at == b->held_at);
+#undef SAME
+    return m;
+}
+
 static obx_err check_updates(const obx__event_update *u, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (u[i].row->state >= OBX__ST_COUNT || u[i].row->state == OBX__ST_NONE)

@@ -139,11 +139,42 @@ typedef struct obx__rows {
 void obx__rows_free(obx__rows *r);
 obx__event_row *obx__rows_push(obx__rows *r); /* zeroed row, NULL on ENOMEM */
 
+/* The columns an event update writes, one bit each (obx__event_update.same). */
+enum {
+    OBX__EVC_ENVELOPE_GEN = 1u << 0,
+    OBX__EVC_STATE = 1u << 1,
+    OBX__EVC_CLAIM_GEN = 1u << 2,
+    OBX__EVC_OWNER = 1u << 3,
+    OBX__EVC_LEASE_UNTIL = 1u << 4,
+    OBX__EVC_ATTEMPT_GEN = 1u << 5,
+    OBX__EVC_ATTEMPT_ID = 1u << 6,
+    OBX__EVC_PINNED_PARTITION = 1u << 7,
+    OBX__EVC_REJECTIONS = 1u << 8,
+    OBX__EVC_AVAILABLE_AT = 1u << 9,
+    OBX__EVC_NEXT_CHECK_AT = 1u << 10,
+    OBX__EVC_UNKNOWN_SINCE = 1u << 11,
+    OBX__EVC_PRIMARY_ATTEMPT_ID = 1u << 12,
+    OBX__EVC_PUBLISHED_AT = 1u << 13,
+    OBX__EVC_UPDATED_AT = 1u << 14,
+    OBX__EVC_ORDER_KEY = 1u << 15, /* dest.cluster, dest.topic, dest.routing_key */
+    OBX__EVC_DEST_CLUSTER = 1u << 16,
+    OBX__EVC_HELD_AT = 1u << 17,
+    OBX__EVC_COUNT = 18
+};
+
 typedef struct obx__event_update {
     const obx__event_row *row; /* new values of the mutable fields (and envelope_gen) */
     obx__state expect_state;
     int64_t expect_claim_gen;
+    /* OBX__EVC_* bits of the columns whose value in row is the one stored (the caller loaded
+     * the row in this transaction and left them as they were): a store may leave them out of
+     * its UPDATE (SQLite then touches only the indexes and triggers of the columns it sets).
+     * 0: every column is written. */
+    uint32_t same;
 } obx__event_update;
+
+/* The OBX__EVC_* bits of the columns whose values are equal in cur and next. */
+uint32_t obx__event_same(const obx__event_row *cur, const obx__event_row *next);
 
 typedef struct obx__attempt_row {
     char attempt_id[OBX__ATTEMPT_ID_LEN + 1];

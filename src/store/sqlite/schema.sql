@@ -196,7 +196,10 @@ CREATE INDEX obx_event_state_pub ON obx_event (state, published_at);
 CREATE INDEX obx_event_corr ON obx_event (correlation_id) WHERE correlation_id <> '';
 CREATE INDEX obx_event_held ON obx_event (held_at, seq) WHERE held_at > 0;
 
-CREATE TRIGGER obx_event_frozen BEFORE UPDATE ON obx_event
+-- UPDATE OF: the store's updates set only the columns that change (sqlite_store.c,
+-- update_stmt), so a transition that leaves these alone does not run the check.
+CREATE TRIGGER obx_event_frozen BEFORE UPDATE OF event_id, seq, tenant, idempotency_key,
+    event_type, correlation_id, committed_at, envelope_gen, order_key, dest_cluster ON obx_event
 WHEN NEW.event_id IS NOT OLD.event_id OR NEW.seq IS NOT OLD.seq OR NEW.tenant IS NOT OLD.tenant
   OR NEW.idempotency_key IS NOT OLD.idempotency_key OR NEW.event_type IS NOT OLD.event_type
   OR NEW.correlation_id IS NOT OLD.correlation_id OR NEW.committed_at IS NOT OLD.committed_at

@@ -105,6 +105,8 @@ enum {
     Q_COUNT = Q_AGED_COUNT + OBX__AGED_COUNT
 };
 
+#define SQ_UPD_SLOTS 64
+
 typedef struct sq_store {
     obx__store base;
     sqlite3 *db;
@@ -119,6 +121,11 @@ typedef struct sq_store {
     /* BEGIN IMMEDIATE, COMMIT, ROLLBACK of the outermost transaction, prepared once (parsing
      * them is a measurable part of a short transaction: the simulator opens one per trace) */
     sqlite3_stmt *tx_st[3];
+    /* the event updates by the set of columns they write (update_stmt, sqlite_store.c) */
+    struct sq_upd {
+        uint32_t cols;
+        sqlite3_stmt *st;
+    } upd[SQ_UPD_SLOTS];
     bool read_only;         /* OBX_STORE_READ_ONLY: opened read-only, transactions are read ones */
     obx__ulid_gen txid_gen; /* the producer's created_txid (mint_txid) */
 } sq_store;

@@ -19,6 +19,7 @@
 #include "store/sqlite/sq_int.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -127,13 +128,14 @@ static const char *const sql_text[Q_COUNT] = {
 #undef SEL_STATE
         [Q_LOAD] = "SELECT " EVENT_COLS EVENT_FROM "WHERE e.event_id = ?",
     [Q_LOAD_PAYLOAD] = "SELECT " EVENT_COLS ", v.payload" EVENT_FROM "WHERE e.event_id = ?",
+    /* every column (an update whose caller does not say which are unchanged); update_stmt
+     * builds the others, with the same parameters */
     [Q_UPD_EVENT] =
-        "UPDATE obx_event SET envelope_gen = ?1, state = ?2, claim_gen = ?3, owner = ?4, "
-        "lease_until = ?5, attempt_gen = ?6, attempt_id = ?7, pinned_partition = ?8, "
-        "rejections = ?9, available_at = ?10, next_check_at = ?11, unknown_since = ?12, "
-        "primary_attempt_id = ?13, published_at = ?14, updated_at = ?15, order_key = ?16, "
-        "dest_cluster = ?17, held_at = ?21 WHERE event_id = ?18 AND state = ?19 AND claim_gen = "
-        "?20",
+        "UPDATE obx_event SET envelope_gen = ?4, state = ?5, claim_gen = ?6, owner = ?7, "
+        "lease_until = ?8, attempt_gen = ?9, attempt_id = ?10, pinned_partition = ?11, "
+        "rejections = ?12, available_at = ?13, next_check_at = ?14, unknown_since = ?15, "
+        "primary_attempt_id = ?16, published_at = ?17, updated_at = ?18, order_key = ?19, "
+        "dest_cluster = ?20, held_at = ?21 WHERE event_id = ?1 AND state = ?2 AND claim_gen = ?3",
     [Q_INS_ATT] = "INSERT INTO obx_attempt (attempt_id, event_id, envelope_gen, attempt_gen, "
                   "claim_gen, owner, dest_digest, partition, state, started_at, unknown_at, "
                   "ended_at, offset_before, quiet_until, detail) "
@@ -483,6 +485,7 @@ static void sq_close(obx__store *base) {
     for (int i = 0; i < 8; i++)
         for (int j = 0; j < 3; j++) sqlite3_finalize(s->sp[i][j]);
     for (int i = 0; i < 3; i++) sqlite3_finalize(s->tx_st[i]);
+    for (int i = 0; i < SQ_UPD_SLOTS; i++) sqlite3_finalize(s->upd[i].st);
     if (s->owned) sqlite3_close_v2(s->db);
     free(s);
 }
@@ -1139,37 +1142,101 @@ static obx_err read_ids(obx__store *base, const char *const *ids, size_t n, unsi
     return OBX_OK;
 }
 
+/* The columns of an event update, in OBX__EVC_* bit order: column k is parameter ?(k + 4)
+ * (?1 the event ID, ?2 the expected state, ?3 the expected claim_gen), as in Q_UPD_EVENT. */
+enum { UC_I32, UC_I64, UC_TEXT, UC_STATE, UC_ORDER_KEY };
+static const struct upd_col {
+    const char *name;
+    int kind;
+    size_t off;
+} upd_cols[OBX__EVC_COUNT] = {
+    {"envelope_gen", UC_I32, offsetof(obx__event_row, envelope_gen)},
+    {"state", UC_STATE, offsetof(obx__event_row, state)},
+    {"claim_gen", UC_I64, offsetof(obx__event_row, claim_gen)},
+    {"owner", UC_TEXT, offsetof(obx__event_row, owner)},
+    {"lease_until", UC_I64, offsetof(obx__event_row, lease_until)},
+    {"attempt_gen", UC_I32, offsetof(obx__event_row, attempt_gen)},
+    {"attempt_id", UC_TEXT, offsetof(obx__event_row, attempt_id)},
+    {"pinned_partition", UC_I32, offsetof(obx__event_row, pinned_partition)},
+    {"rejections", UC_I32, offsetof(obx__event_row, rejections)},
+    {"available_at", UC_I64, offsetof(obx__event_row, available_at)},
+    {"next_check_at", UC_I64, offsetof(obx__event_row, next_check_at)},
+    {"unknown_since", UC_I64, offsetof(obx__event_row, unknown_since)},
+    {"primary_attempt_id", UC_TEXT, offsetof(obx__event_row, primary_attempt_id)},
+    {"published_at", UC_I64, offsetof(obx__event_row, published_at)},
+    {"updated_at", UC_I64, offsetof(obx__event_row, updated_at)},
+    {"order_key", UC_ORDER_KEY, 0},
+    {"dest_cluster", UC_TEXT, offsetof(obx__event_row, dest.cluster)},
+    {"held_at", UC_I64, offsetof(obx__event_row, held_at)},
+};
+
+/* The prepared UPDATE that sets exactly the columns `cols` (OBX__EVC_* bits), from a cache of
+ * SQ_UPD_SLOTS by column set (a transition changes a few columns, and a handle sees a few
+ * dozen sets); the statement of every column when the cache is full. Setting only what changed
+ * is what makes the update cheap: SQLite rewrites only the indexes whose columns (or partial
+ * predicates' columns) are in the SET list, and fires obx_event_frozen (UPDATE OF) only when
+ * a frozen column is in it. */
+static obx_err update_stmt(sq_store *s, uint32_t cols, sqlite3_stmt **out) {
+    size_t h = (size_t)((cols * 2654435761u) >> 7) % SQ_UPD_SLOTS, k = 0;
+    while (k < SQ_UPD_SLOTS && s->upd[h].st && s->upd[h].cols != cols) {
+        h = (h + 1) % SQ_UPD_SLOTS;
+        k++;
+    }
+    if (k == SQ_UPD_SLOTS) return obx__sq_stmt(s, Q_UPD_EVENT, out);
+    if (s->upd[h].st) {
+        sqlite3_reset(s->upd[h].st);
+        *out = s->upd[h].st;
+        return OBX_OK;
+    }
+    char sql[768];
+    size_t n = (size_t)snprintf(sql, sizeof sql, "UPDATE obx_event SET");
+    const char *sep = " ";
+    for (int c = 0; c < OBX__EVC_COUNT; c++)
+        if (cols & (1u << c)) {
+            n += (size_t)snprintf(sql + n, sizeof sql - n, "%s%s = ?%d", sep, upd_cols[c].name,
+                                  c + 4);
+            sep = ", ";
+        }
+    snprintf(sql + n, sizeof sql - n, " WHERE event_id = ?1 AND state = ?2 AND claim_gen = ?3");
+    if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s->upd[h].st, NULL))
+        return obx__sq_map_rc(s, sqlite3_errcode(s->db), "prepare update event");
+    s->upd[h].cols = cols;
+    *out = s->upd[h].st;
+    return OBX_OK;
+}
+
+/* Binds the columns `cols` of r to an update_stmt statement. */
+static void bind_update(sqlite3_stmt *st, uint32_t cols, const obx__event_row *r, char *ok,
+                        size_t cap) {
+    for (int c = 0; c < OBX__EVC_COUNT; c++) {
+        if (!(cols & (1u << c))) continue;
+        const char *p = (const char *)r + upd_cols[c].off;
+        switch (upd_cols[c].kind) {
+        case UC_I32: bi(st, c + 4, *(const int32_t *)(const void *)p); break;
+        case UC_I64: bi(st, c + 4, *(const int64_t *)(const void *)p); break;
+        case UC_TEXT: bt(st, c + 4, p); break;
+        case UC_STATE: bt(st, c + 4, obx__state_name(r->state)); break;
+        default: order_key(r, ok, cap); bt(st, c + 4, ok);
+        }
+    }
+}
+
 static obx_err sq_update_events(obx__store *base, const obx__event_update *u, size_t n,
                                 bool *applied) {
     sq_store *s = (sq_store *)base;
+    const uint32_t all = (1u << OBX__EVC_COUNT) - 1;
     for (size_t i = 0; i < n; i++) {
-        const obx__event_row *r = u[i].row;
+        uint32_t cols = all & ~u[i].same;
+        if (!cols) cols = OBX__EVC_UPDATED_AT; /* a compare-and-set that changes nothing */
         sqlite3_stmt *st = NULL;
-        obx_err e = obx__sq_stmt(s, Q_UPD_EVENT, &st);
+        obx_err e = cols == all ? obx__sq_stmt(s, Q_UPD_EVENT, &st) : update_stmt(s, cols, &st);
         if (e) return e;
+        if (st == s->q[Q_UPD_EVENT]) cols = all;
         char ok[OBX_NAME_MAX + OBX_TOPIC_MAX + OBX_KEY_MAX + 4];
-        order_key(r, ok, sizeof ok);
-        bi(st, 1, r->envelope_gen);
-        bt(st, 2, obx__state_name(r->state));
-        bi(st, 3, r->claim_gen);
-        bt(st, 4, r->owner);
-        bi(st, 5, r->lease_until);
-        bi(st, 6, r->attempt_gen);
-        bt(st, 7, r->attempt_id);
-        bi(st, 8, r->pinned_partition);
-        bi(st, 9, r->rejections);
-        bi(st, 10, r->available_at);
-        bi(st, 11, r->next_check_at);
-        bi(st, 12, r->unknown_since);
-        bt(st, 13, r->primary_attempt_id);
-        bi(st, 14, r->published_at);
-        bi(st, 15, r->updated_at);
-        bt(st, 16, ok);
-        bt(st, 17, r->dest.cluster);
-        bt(st, 18, r->env.event_id);
-        bt(st, 19, obx__state_name(u[i].expect_state));
-        bi(st, 20, u[i].expect_claim_gen);
-        bi(st, 21, r->held_at);
+        bind_update(st, cols, u[i].row, ok, sizeof ok);
+        bt(st, 1, u[i].row->env.event_id);
+        bt(st, 2, obx__state_name(u[i].expect_state));
+        bi(st, 3, u[i].expect_claim_gen);
         e = obx__sq_step_done(s, st, "update event");
         if (e) return e;
         applied[i] = sqlite3_changes(s->db) == 1;
