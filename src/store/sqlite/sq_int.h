@@ -59,6 +59,7 @@ enum {
     Q_WM_LIST_ALL,
     Q_FAIL_BUMP,
     Q_FAIL_GET,
+    Q_FAIL_GET_ID, /* one event's: a key lookup */
     Q_FAIL_CLEAR,
     Q_RETRY_PUT,
     Q_RETRY_LIST,
@@ -66,6 +67,7 @@ enum {
     Q_POISON_PUT,
     Q_POISON_LIST,
     Q_POISON_GET,
+    Q_POISON_GET_COPY, /* one copy's (its digest): a key lookup, no sort */
     Q_POISON_STATE,
     Q_INBOX_QUAR,
     Q_CONSUME_AUDIT,

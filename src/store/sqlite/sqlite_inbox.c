@@ -170,7 +170,8 @@ obx_err obx__sq_failure_get(obx__store *base, const char *consumer, const char *
                             int32_t *failures, int64_t *next_at) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
-    obx_err e = obx__sq_stmt(s, Q_FAIL_GET, &st);
+    /* one event's: the key, without the any-event query's OR and sort */
+    obx_err e = obx__sq_stmt(s, event_id ? Q_FAIL_GET_ID : Q_FAIL_GET, &st);
     if (e) return e;
     bt(st, 1, consumer);
     if (event_id)
@@ -365,7 +366,8 @@ obx_err obx__sq_poison_get(obx__store *base, const char *consumer, const char *e
                            const char *digest, obx__poison_row *out) {
     sq_store *s = (sq_store *)base;
     sqlite3_stmt *st = NULL;
-    obx_err e = obx__sq_stmt(s, Q_POISON_GET, &st);
+    /* one copy's: the key (at most one row), without the event's query's OR and sort */
+    obx_err e = obx__sq_stmt(s, digest ? Q_POISON_GET_COPY : Q_POISON_GET, &st);
     if (e) return e;
     bt(st, 1, consumer);
     bt(st, 2, event_id);

@@ -252,6 +252,8 @@ static const char *const sql_text[Q_COUNT] = {
                    "AND (?2 IS NULL OR event_id = ?2) AND (?2 IS NOT NULL OR NOT EXISTS (SELECT "
                    "1 FROM obx_poison p WHERE p.consumer_id = f.consumer_id AND p.event_id = "
                    "f.event_id AND p.state = 'PARKED')) ORDER BY next_at LIMIT 1",
+    [Q_FAIL_GET_ID] = "SELECT failures, next_at FROM obx_inbox_failure WHERE consumer_id = ?1 "
+                      "AND event_id = ?2",
     [Q_FAIL_CLEAR] = "DELETE FROM obx_inbox_failure WHERE consumer_id = ? AND event_id = ?",
     [Q_RETRY_PUT] = "INSERT INTO obx_inbox_retry (consumer_id, event_id, payload_digest, topic, "
                     "partition, \"offset\", headers, payload, kept_at) VALUES (?,?,?,?,?,?,?,?,?) "
@@ -276,6 +278,10 @@ static const char *const sql_text[Q_COUNT] = {
                      "payload FROM obx_poison WHERE consumer_id = ?1 AND event_id = ?2 AND "
                      "(?3 IS NULL OR payload_digest = ?3) "
                      "ORDER BY state = 'PARKED' DESC, updated_at DESC LIMIT 1",
+    [Q_POISON_GET_COPY] = "SELECT consumer_id, event_id, state, failures, last_error, topic, "
+                          "partition, \"offset\", headers, parked_at, updated_at, "
+                          "payload_digest, payload FROM obx_poison WHERE consumer_id = ?1 AND "
+                          "event_id = ?2 AND payload_digest = ?3",
     [Q_POISON_STATE] = "UPDATE obx_poison SET state = ?, updated_at = ? WHERE consumer_id = ? AND "
                        "event_id = ?",
     [Q_INBOX_QUAR] = "INSERT INTO obx_inbox_quarantine (consumer_id, event_id, payload_digest, "
