@@ -311,7 +311,8 @@ CREATE TABLE obx_receipt (
     -- row, an operator's `obx resolve --accept` verified at the broker, or asserted where the
     -- broker cannot be asked
     source         TEXT NOT NULL DEFAULT 'broker'
-        CHECK (source IN ('broker', 'lookup', 'consumer', 'operator', 'asserted'))
+        CHECK (source = 'broker' OR source = 'lookup' OR source = 'consumer'
+               OR source = 'operator' OR source = 'asserted')
 );
 CREATE UNIQUE INDEX obx_receipt_primary ON obx_receipt (event_id, envelope_gen) WHERE kind = 'PRIMARY';
 CREATE INDEX obx_receipt_event ON obx_receipt (event_id);
@@ -350,7 +351,8 @@ CREATE TABLE obx_counter (
 CREATE TABLE obx_cluster (
     cluster       TEXT PRIMARY KEY,
     backend       TEXT NOT NULL,
-    lookup        TEXT NOT NULL CHECK (lookup IN ('authoritative', 'best_effort', 'none')),
+    lookup        TEXT NOT NULL CHECK (lookup = 'authoritative' OR lookup = 'best_effort'
+                                          OR lookup = 'none'),
     durability    TEXT NOT NULL,
     required_acks TEXT NOT NULL,
     serializer    TEXT NOT NULL,
