@@ -446,6 +446,33 @@ static obx__attempt_row attempt(const char *event_id, const char *att, int gen) 
     return a;
 }
 
+/* A transaction's many audit rows in one call (SQLite writes them in statements of up to 16
+ * rows): all of them, in the order given, after the event's 2 rows so far. */
+static void audit_batch(cx *c, const char *id, const obx__audit_row *proto) {
+    enum { N = 37 };
+    obx__audit_row rows[N];
+    for (int i = 0; i < N; i++) {
+        rows[i] = *proto;
+        rows[i].to = OBX__ST_CLAIMED;
+        rows[i].claim_gen = 100 + i;
+        snprintf(rows[i].reason, sizeof rows[i].reason, "batch row %d", i);
+    }
+    OK(obx__st_begin(c->s));
+    OK(obx__st_insert_audit(c->s, rows, N));
+    OK(obx__st_commit(c->s));
+    obx__audit_row *aa;
+    size_t n;
+    OK(c->s->m->load_audit(c->s, id, &aa, &n));
+    assert_int_equal(n, 2 + N);
+    for (int i = 0; i < N; i++) {
+        char want[32];
+        snprintf(want, sizeof want, "batch row %d", i);
+        assert_string_equal(aa[2 + i].reason, want);
+        assert_int_equal(aa[2 + i].claim_gen, 100 + i);
+    }
+    free(aa);
+}
+
 static void test_attempts_receipts_audit(void **state) {
     cx *c = *state;
     route(c, "order.created.v1", "orders", 0, NULL);
@@ -557,6 +584,7 @@ static void test_attempts_receipts_audit(void **state) {
     assert_int_equal(aa[1].actor, OBX__ACT_DISPATCHER);
     assert_string_equal(aa[1].who, "relay-1");
     free(aa);
+    audit_batch(c, a, &au);
     OK(obx__st_begin(c->s));
     OK(obx__st_counter_add(c->s, "alarms", 2));
     OK(obx__st_counter_add(c->s, "alarms", 3));

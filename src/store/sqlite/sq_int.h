@@ -108,6 +108,7 @@ enum {
 };
 
 #define SQ_UPD_SLOTS 64
+#define SQ_AUDIT_ROWS 16
 
 typedef struct sq_store {
     obx__store base;
@@ -128,6 +129,8 @@ typedef struct sq_store {
         uint32_t cols;
         sqlite3_stmt *st;
     } upd[SQ_UPD_SLOTS];
+    /* the INSERTs of 2 .. SQ_AUDIT_ROWS audit rows (audit_stmt, sqlite_store.c) */
+    sqlite3_stmt *audit_n[SQ_AUDIT_ROWS - 1];
     bool read_only;         /* OBX_STORE_READ_ONLY: opened read-only, transactions are read ones */
     obx__ulid_gen txid_gen; /* the producer's created_txid (mint_txid) */
 } sq_store;
