@@ -275,7 +275,9 @@ CREATE TABLE obx_attempt (
     quiet_until   INTEGER NOT NULL,
     detail        TEXT NOT NULL
 );
-CREATE INDEX obx_attempt_event ON obx_attempt (event_id, attempt_gen);
+-- an event's attempts in the order they are read (Q_LOAD_ATT_EVENT: started_at, attempt_gen,
+-- attempt_id), so that reading them needs no sort
+CREATE INDEX obx_attempt_event ON obx_attempt (event_id, started_at, attempt_gen, attempt_id);
 CREATE INDEX obx_attempt_unknown ON obx_attempt (attempt_id) WHERE state = 'UNKNOWN';
 
 CREATE TRIGGER obx_attempt_frozen BEFORE UPDATE ON obx_attempt
