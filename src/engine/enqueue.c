@@ -137,7 +137,8 @@ void obx__dest_from_route(const obx__route_row *route, const obx__envelope *env,
  * was drawn for this event already (a one-round-trip write that wrote nothing), else NULL or
  * "": drawn here. */
 static obx_err build_row(const obx_event *ev, const obx__route_row *route, const char *txid,
-                         int64_t now, obx__ulid_gen *gen, const char *id, obx__event_row *row) {
+                         int64_t now, bool at_server, obx__ulid_gen *gen, const char *id,
+                         obx__event_row *row) {
     obx_err e;
     memset(row, 0, sizeof *row);
     obx__envelope *v = &row->env;
@@ -188,6 +189,7 @@ static obx_err build_row(const obx_event *ev, const obx__route_row *route, const
     if (OBX__MUTANT(CLAIM_DELAYED_EARLY)) row->available_at = now; /* test-only: claimable now */
     row->committed_at = now;
     row->updated_at = now;
+    row->at_server = at_server; /* obx_enqueue(): the server's times, where it has one */
     row->max_attempts = route->max_attempts;
     row->blind_retry = route->blind_retry;
     row->unordered = route->unordered;
@@ -299,8 +301,9 @@ static void cache_route(obx__store *s, const obx__route_row *r) {
  * The event ID drawn for the attempt is then left in row->env.event_id (else ""), for the long
  * way to use: one ID per event, so that the simulator's seeded IDs stay the same on every
  * store (test_sim_pg compares PostgreSQL's run with SQLite's). */
-static obx_err enqueue_cached(obx__store *s, const obx_event *ev, int64_t now, obx__ulid_gen *gen,
-                              obx__event_row *row, obx_enqueue_result *out, bool *done) {
+static obx_err enqueue_cached(obx__store *s, const obx_event *ev, int64_t now, bool at_server,
+                              obx__ulid_gen *gen, obx__event_row *row, obx_enqueue_result *out,
+                              bool *done) {
     *done = false;
     row->env.event_id[0] = '\0';
     const obx__route_row *hit = cached_route(s, ev->event_type);
@@ -310,7 +313,7 @@ static obx_err enqueue_cached(obx__store *s, const obx_event *ev, int64_t now, o
     obx__route_row route = *hit;
     obx__audit_row a;
     bool written = false;
-    obx_err e = build_row(ev, &route, NULL, now, gen, NULL, row);
+    obx_err e = build_row(ev, &route, NULL, now, at_server, gen, NULL, row);
     if (!e) {
         producer_audit(&a, row, &route, now);
         e = obx__st_enqueue_write(s, row, ev->payload, ev->payload_len, &a, &written);
@@ -350,8 +353,10 @@ static obx_err idem_same(const obx_event *ev, const obx__envelope *v) {
                      ev->idempotency_key, ev->tenant, v->event_id, diff);
 }
 
-obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ulid_gen *gen,
-                        obx_enqueue_result *out) {
+/* obx__enqueue_at, with at_server: the row's times are the store's server clock's where it has
+ * one (obx__event_row.at_server) */
+static obx_err enqueue_on(obx__store *s, const obx_event *ev, int64_t now, bool at_server,
+                          obx__ulid_gen *gen, obx_enqueue_result *out) {
     obx_err e;
     if (!s || !out) return obx__fail(OBX_EINVAL, "store/out: NULL");
     memset(out, 0, sizeof *out);
@@ -364,7 +369,7 @@ obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ul
      * answered by its first event): the same draws as on a store without the one-trip write. */
     obx__ulid_gen before = gen ? *gen : (obx__ulid_gen){0};
     bool done = false;
-    e = enqueue_cached(s, ev, now, gen, row, out, &done);
+    e = enqueue_cached(s, ev, now, at_server, gen, row, out, &done);
     char drawn[sizeof row->env.event_id];
     obx__strlcpy(drawn, row->env.event_id, sizeof drawn);
     bool drawn_used = done;
@@ -401,7 +406,7 @@ obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ul
         }
         cache_route(s, &route);
         drawn_used |= !tries;
-        if ((e = build_row(ev, &route, txid, now, gen, tries ? NULL : drawn, row)) ||
+        if ((e = build_row(ev, &route, txid, now, at_server, gen, tries ? NULL : drawn, row)) ||
             (e = insert_audited(s, ev, row, &route, now))) {
             obx__st_rollback(s);
             /* a concurrent producer committed the same idempotency key first: look again */
@@ -427,7 +432,20 @@ obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ul
     return e;
 }
 
+/* On the given clock (the simulator's, the tests'): its times are written as given, on every store.
+ */
+obx_err obx__enqueue_at(obx__store *s, const obx_event *ev, int64_t now, obx__ulid_gen *gen,
+                        obx_enqueue_result *out) {
+    return enqueue_on(s, ev, now, false, gen, out);
+}
+
+/* On the host's clock, which is the producer's own: the event ID's time and occurred_at (the
+ * producer's statements, frozen in the envelope and its digest) and the delay's check are on it.
+ * The times relays decide on are the database server's where the store has a server clock
+ * (PostgreSQL: committed_at, updated_at, available_at and the producer's audit row, written by the
+ * server in the same statement, docs/design.md "One clock"). SQLite is a file on the producer's
+ * host, read by relays on the same host clock: there the host's now stands. */
 obx_err obx_enqueue(obx_store *s, const obx_event *ev, obx_enqueue_result *out) {
     obx__clear_error();
-    return obx__enqueue_at(s, ev, obx__wall_ms(), NULL, out);
+    return enqueue_on(s, ev, obx__wall_ms(), true, NULL, out);
 }

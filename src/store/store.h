@@ -125,6 +125,11 @@ typedef struct obx__event_row {
     int32_t target_no;
     /* enqueue_write only: the rel of the route row the event was built from (0 = not known) */
     uint32_t route_rel;
+    /* the producer's write only (insert_event, insert_event_audit, enqueue_write): a store with
+     * a server clock writes its now for committed_at, updated_at, the envelope's created_at (the
+     * producer's audit row's at) and available_at = max(env.not_before, its now), in place of
+     * the row's (docs/design.md, "One clock"); the row keeps the host's */
+    bool at_server;
 } obx__event_row;
 
 /* The event ID a slot is sent, looked up and consumed under (logical_id, or the row's own ID

@@ -13,7 +13,9 @@
 # 10 minutes ahead runs `obx status` while the relays run: their cluster is served. Last, a
 # PARKED event requeued by an operator 10 minutes ahead is due at once, and a relay 10 minutes
 # ahead serves /api/status and /metrics with its own cluster served and writes its HTTP
-# requeue's audit row at the database server's time.
+# requeue's audit row at the database server's time. Then a producer 10 minutes ahead enqueues
+# with `obx enqueue` (the C library): its events are due at once on the server's clock, and
+# their committed_at and audit rows are the server's times (occurred_at stays the producer's).
 set -euo pipefail
 OBX=$(realpath "${1:?usage: test_clock_skew.sh OBX}")
 FAKETIME_LIB=$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -1)
@@ -146,4 +148,32 @@ d=$(drift "(SELECT max(at) FROM obx.obx_audit_all WHERE event_id = '${p[1]}' AND
 echo "ok: a relay 10 minutes ahead: its cluster served on /api/status and /metrics, its requeue audited at the server's time ($d ms)"
 kill "${pids[-1]}"
 wait "${pids[-1]}" || true
+# A producer whose host clock is 10 minutes ahead enqueues through the C library (`obx enqueue`)
+# while a relay runs: the database server supplies the event's committed_at, updated_at, its
+# audit row's time and available_at (greatest of not_before and the server's now), so the events
+# are due at once and published within seconds, their ages on the server's clock. (Before: the
+# producer's clock wrote available_at 10 minutes ahead, nothing published for 10 minutes.)
+"$OBX" route set order.ahead.v1 --db "$db" --cluster local --topic ahead >/dev/null
+"$OBX" relay --db "$db" --broker "log:$T/ahead-b.db" --set relay.id=fresh >"$T/fresh.log" 2>&1 &
+pids+=($!)
+q=()
+for k in 1 2 3; do
+  q+=("$(printf '{"a":%d}' "$k" | ahead "$OBX" enqueue --db "$db" --type order.ahead.v1 \
+    --aggregate "order/a-$k@1" --tenant t1 --json | jq -r .event_id)")
+done
+ids="'${q[0]}', '${q[1]}', '${q[2]}'"
+published() { [[ $(psql "$db" -Atc "SELECT count(*) FROM obx.obx_event WHERE state = 'PUBLISHED' AND event_id IN ($ids)") == 3 ]]; }
+wait_for 10 published || fail "events enqueued by a producer 10 minutes ahead not published in 10 s: $(psql "$db" -Atc "SELECT string_agg(state || ' due in ' || (available_at - floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) || ' ms', ', ') FROM obx.obx_event WHERE event_id IN ($ids)")"
+kill "${pids[-1]}"
+wait "${pids[-1]}" || true
+for col in "max(committed_at)" "min(committed_at)" "max(updated_at)"; do
+  d=$(drift "(SELECT $col FROM obx.obx_event WHERE event_id IN ($ids))")
+  ((d > -60000 && d < 60000)) || fail "$col of events enqueued by a producer 10 minutes ahead is $d ms from the server's clock"
+done
+d=$(drift "(SELECT max(at) FROM obx.obx_audit_all WHERE event_id IN ($ids) AND actor = 'producer')")
+((d > -60000 && d < 60000)) || fail "the producer's audit rows are $d ms from the server's clock"
+# the producer's own statements stay its own: occurred_at (in the envelope's digest) is its clock's
+d=$(drift "(SELECT min(occurred_at) FROM obx.obx_envelope WHERE event_id IN ($ids))")
+((d > 540000)) || fail "occurred_at is $d ms from the server's clock: not the producer's (10 minutes ahead)"
+echo "ok: events enqueued by a producer 10 minutes ahead are published at once, committed_at on the server's clock ($d ms occurred_at ahead)"
 echo "all passed"

@@ -1601,6 +1601,40 @@ static obx__audit_row producer_audit_of(const obx__event_row *r) {
     return a;
 }
 
+/* A producer's row on its host's clock (obx__event_row.at_server, obx_enqueue()), written at
+ * server time t0 or later: a store with a server clock (PostgreSQL) writes its own now for
+ * committed_at, updated_at and the producer's audit row, and the later of not_before and it for
+ * available_at; one without (SQLite, read on the producer's host clock) the row's. The row's
+ * times are c->now, weeks from the server's clock. */
+static void check_at_server(cx *c, const obx__event_row *r, int64_t t0) {
+    obx__event_row b = load1(c, r->env.event_id, 0);
+    int64_t t1 = 0;
+    obx__audit_row *au = NULL;
+    size_t n = 0;
+    OK(obx__st_load_audit(c->s, r->env.event_id, &au, &n));
+    assert_int_equal(n, 1);
+    if (!c->s->m->server_ms) {
+        assert_int_equal(b.committed_at, r->committed_at);
+        assert_int_equal(b.available_at, r->available_at);
+        assert_int_equal(au[0].at, r->committed_at);
+    } else {
+        OK(c->s->m->server_ms(c->s, &t1));
+        assert_true(b.committed_at >= t0 && b.committed_at <= t1);
+        int64_t due = r->env.not_before > b.committed_at ? r->env.not_before : b.committed_at;
+        assert_int_equal(b.available_at, due);
+        assert_int_equal(au[0].at, b.committed_at);
+    }
+    assert_int_equal(b.updated_at, b.committed_at);
+    free(au);
+}
+
+/* a server clock's now (0 without one) */
+static int64_t server_now(cx *c) {
+    int64_t t = 0;
+    if (c->s->m->server_ms) OK(c->s->m->server_ms(c->s, &t));
+    return t;
+}
+
 static size_t events_of(cx *c, const char *id) {
     obx__rows rows = {0};
     OK(obx__st_load_events(c->s, &id, 1, 0, &rows));
@@ -1639,6 +1673,18 @@ static void test_producer_methods(void **state) {
     assert_string_equal(au[0].reason, a.reason);
     free(au);
     assert_string_equal(load1(c, r.env.event_id, 0).env.created_txid, txid);
+    /* on the producer's host clock: the server's times, where the store has a server */
+    obx__event_row h = producer_row_of(c, "order.created.v1", "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3A");
+    h.at_server = true;
+    obx__audit_row ha = producer_audit_of(&h);
+    int64_t t0 = server_now(c);
+    OK(obx__st_begin(c->s));
+    OK(obx__st_route_get_txid(c->s, "order.created.v1", &rr, txid, sizeof txid));
+    obx__strlcpy(h.env.created_txid, txid, sizeof h.env.created_txid);
+    OK(obx__envelope_digest(&h.env, h.envelope_digest));
+    OK(obx__st_insert_event_audit(c->s, &h, "{\"x\":2}", 7, &ha));
+    OK(obx__st_commit(c->s));
+    check_at_server(c, &h, t0);
     /* producer_body: a line, or nothing where the database has no SQL producer function */
     char body[256];
     OK(obx__st_producer_body(c->s, body, sizeof body));
@@ -1666,6 +1712,24 @@ static void test_enqueue_write(void **state) {
     assert_int_equal(n, 1);
     assert_string_equal(au[0].reason, a.reason);
     free(au);
+    /* on the producer's host clock, in a transaction of its own and in the caller's (delayed
+     * past the server's now: available then) */
+    obx__event_row h = producer_row_of(c, "order.created.v1", "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3B");
+    h.at_server = true;
+    obx__audit_row ha = producer_audit_of(&h);
+    int64_t t0 = server_now(c);
+    OK(obx__st_enqueue_write(c->s, &h, "{\"x\":2}", 7, &ha, &written));
+    assert_true(written);
+    check_at_server(c, &h, t0);
+    h = producer_row_of(c, "order.created.v1", "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F3C");
+    h.at_server = true;
+    h.env.not_before = server_now(c) + 3600000;
+    ha = producer_audit_of(&h);
+    OK(obx__st_begin(c->s));
+    OK(obx__st_enqueue_write(c->s, &h, "{\"x\":2}", 7, &ha, &written));
+    OK(obx__st_commit(c->s));
+    assert_true(written);
+    check_at_server(c, &h, t0);
     /* inside the caller's transaction: a savepoint, undone with the caller's rollback; a taken
      * idempotency key fails the write alone, and the caller's transaction goes on */
     obx__event_row k = producer_row_of(c, "order.created.v1", "evt-01J9ZQ4X5Y6Z7A8B9C0D1E2F32");

@@ -153,7 +153,10 @@ static void bind_envelope(params *p, const obx__event_row *r, const void *payloa
     p_text(p, r->dest_digest);
     p_bytes(p, payload, len);
     p_int(p, (int64_t)len);
-    p_int(p, r->committed_at);
+    if (r->at_server)
+        p_text(p, NULL); /* $28: the server's now (pg_sql.c, SERVER_AT) */
+    else
+        p_int(p, r->committed_at);
 }
 
 obx_err obx__pg_insert_envelope(obx__store *base, const obx__event_row *r, const void *payload,

@@ -44,6 +44,14 @@
 #define ENV_INS_COLS ENV_COLS_LIST ")"
 /* the producer's envelope: also who enqueued ($50), its first audit row (created_by) */
 #define ENV_INS_COLS_BY ENV_COLS_LIST ", created_by)"
+/* The envelope's created_at (the producer's audit row's at, see PRODUCER_CTES_WITH): $28, or
+ * where the client sends none (obx__event_row.at_server: obx_enqueue() on its host's clock) the
+ * server's now, floored as obx.enqueue()'s now_ms, so that a producer whose host clock is off
+ * writes no time relays decide on (docs/design.md, "One clock"). The statement's start, not
+ * clock_timestamp(): a volatile function kept the INSERT's SELECT from being flattened, 42,000
+ * more server instructions per enqueue than this (bench/producer_instr.sh, C variant) */
+#define SERVER_AT                                                                                  \
+    "coalesce($28::bigint, floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint)"
 /* ENV_INS_VALS_WITH(txid, digest, nb): the envelope's values, created_txid and envelope_digest as
  * given (ENV_INS_VALS: parameters $11 and $16; Q_ENQ_WRITE: the server's), not_before the
  * statement's last parameter nb (after those the statement had before it: Q_INS_ENV $29,
@@ -52,7 +60,7 @@
     "$1::text, $2::int, $3::text, $4::text, $5::bigint, $6::text, $7::text, $8::text, $9::text, "  \
     "$10::bigint, " txid ", $12::text, $13::text, $14::text, $15::text, " digest ", $17::text, "   \
     "$18::text, $19::text, $20::text, $21::bigint, $22::text, $23::text, $24::text, $25::text, "   \
-    "$26::bytea, $27::bigint, $28::bigint, " nb "::bigint"
+    "$26::bytea, $27::bigint, " SERVER_AT ", " nb "::bigint"
 #define ENV_INS_VALS(nb) ENV_INS_VALS_WITH("$11::text", "$16::text", nb)
 #define ATT_COLS                                                                                   \
     "attempt_id, event_id, envelope_gen, attempt_gen, claim_gen, owner, dest_digest, partition, "  \
@@ -214,12 +222,23 @@
     "CASE WHEN " ORDER_N " < 64 THEN pg_try_advisory_xact_lock_shared(" ORDER_BUCKET ") AND "      \
     "pg_try_advisory_xact_lock(" ORDER_KEY ") AND " ORDER_COUNT                                    \
     " IS NOT NULL ELSE pg_try_advisory_xact_lock(" ORDER_BUCKET ") END"
+/* The event's times where the server supplied the envelope's created_at (SERVER_AT: $28 NULL):
+ * committed_at and updated_at that now, available_at the later of not_before and it (a delayed
+ * event); else the row's ($38, $43, $44) */
+#define EV_AVAILABLE                                                                               \
+    "CASE WHEN $28::bigint IS NULL THEN greatest(env.not_before, env.created_at) ELSE "            \
+    "$38::bigint END"
+#define EV_AT(p) "CASE WHEN $28::bigint IS NULL THEN env.created_at ELSE " p "::bigint END"
+/* the event's $38..$44 */
+#define EV_TIMES                                                                                   \
+    EV_AVAILABLE                                                                                   \
+    ", $39::bigint, $40::bigint, $41::text, $42::bigint, " EV_AT("$43") ", " EV_AT("$44")
 /* INS_EVENT_CTES_WITH(head, cols, vals, src): the envelope's columns `cols` and values `vals`
  * selected from CTE `src`, which the CTEs in `head` end with (the order lock taken in it) */
 #define INS_EVENT_CTES_WITH(head, cols, vals, src)                                                 \
     head                                                                                           \
         ", env AS (INSERT INTO obx.obx_envelope " cols " SELECT " vals " FROM " src                \
-        " RETURNING event_id), "                                                                   \
+        " RETURNING event_id, created_at, not_before), "                                           \
         "ev AS (INSERT INTO obx.obx_event (event_id, tenant, idempotency_key, event_type, "        \
         "correlation_id, "                                                                         \
         "order_key, envelope_gen, state, claim_gen, owner, lease_until, attempt_gen, attempt_id, " \
@@ -229,8 +248,7 @@
         "SELECT env.event_id, $9::text, CASE WHEN $49::int >= 2 THEN NULL ELSE "                   \
         "nullif($15::text, '') END, $6::text, $12::text, $29::text, "                              \
         "$2::int, $30::text, $31::bigint, $32::text, $33::bigint, $34::int, $35::text, $36::int, " \
-        "$37::int, $38::bigint, $39::bigint, $40::bigint, $41::text, $42::bigint, $43::bigint, "   \
-        "$44::bigint, $45::int, $46::bool, $47::bool, $48::text, $17::text FROM env "              \
+        "$37::int, " EV_TIMES ", $45::int, $46::bool, $47::bool, $48::text, $17::text FROM env "   \
         "RETURNING state), " STAT_INSERTED
 #define INS_EVENT_CTES                                                                             \
     INS_EVENT_CTES_WITH("WITH lk AS MATERIALIZED (SELECT " ORDER_LOCK ")", ENV_INS_COLS,           \
