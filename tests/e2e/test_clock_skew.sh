@@ -125,7 +125,9 @@ echo "ok: an event requeued by an operator 10 minutes ahead is due at once (avai
 token=tok-$(od -An -tx1 -N12 /dev/urandom | tr -d ' \n')
 printf '%s\n' "$token" >"$T/token"
 chmod 600 "$T/token"
-ahead "$OBX" relay --db "$db" --broker "log:$T/rej.db?reject=1" --set relay.id=ahead \
+# (not through ahead(): $! would be the subshell's PID, and the kill below left the relay running)
+LD_PRELOAD=$FAKETIME_LIB FAKETIME=+10m ASAN_OPTIONS=${ASAN_OPTIONS:-}:verify_asan_link_order=0 \
+  "$OBX" relay --db "$db" --broker "log:$T/rej.db?reject=1" --set relay.id=ahead \
   --http 127.0.0.1:0 --set http.token_file="$T/token" >"$T/ahead.log" 2>&1 &
 pids+=($!)
 port=$(http_addr "$T/ahead.log" 10 "${pids[-1]}") || fail "no HTTP address in the relay's log"
