@@ -818,6 +818,27 @@ static void test_lookup_bounded(void **st) {
     obx__br_close(b);
 }
 
+/* The reader's fetch bounds are defaults that never refuse a user's producer limits: a
+ * message.max.bytes over 1 MiB (set for every client) left lookups working. (A fixed
+ * fetch.max.bytes of 1 MiB made librdkafka refuse to create the reader: "`fetch.max.bytes` must
+ * be >= `message.max.bytes`", and every lookup failed.) */
+static void test_lookup_large_message_limit(void **st) {
+    (void)st;
+    topic("big", 1);
+    const char *props[] = {"message.max.bytes=2000000"};
+    obx__broker *b = open_kafka(NULL, props, 1);
+    test_msg tm;
+    test_msg_init(&tm, "big", "k", 1);
+    int64_t t0 = now_ms();
+    obx__outcome o = send_wait(b, &tm, 10000);
+    expect_kind(&o, OBX__OUT_ACK);
+    obx__lookup_req q = lookup_req(&tm, t0, t0);
+    obx__lookup_res r;
+    OK(obx__br_lookup(b, &q, &r));
+    if (r.kind != OBX__LOOKUP_FOUND) fail_msg("lookup: %d %s", r.kind, r.reason);
+    obx__br_close(b);
+}
+
 /* ---- consumer group ----------------------------------------------------------------------------
  */
 
@@ -1099,6 +1120,7 @@ int main(int argc, char **argv) {
             OBX_T_CASE(test_not_found_after_quiet_then_retry),
             OBX_T_CASE(test_idempotent_retry_duplicates),
             OBX_T_CASE(test_lookup_bounded),
+            OBX_T_CASE(test_lookup_large_message_limit),
             OBX_T_CASE(test_group_rebalance_and_lost_commit),
             OBX_T_CASE(test_consume_bad_headers),
             OBX_T_CASE(test_consume_missing_topic_warns),

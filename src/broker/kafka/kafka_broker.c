@@ -901,14 +901,15 @@ static size_t kb_in_flight(obx__broker *base) {
 /* ---- the reader: bounded offset-range scans (lookup, scan) ---------------------------------- */
 
 /* Defaults, not owned: how much the reader fetches ahead. librdkafka's own (64 MiB queued per
- * partition, 50 MB per fetch) are a streaming consumer's; the reader scans a range once, in the
- * relay beside its dispatchers: the auditor's bypass scan of a topic's last hour made a relay's
- * peak RSS 28-47 MiB from run to run on a 1,000,000-event backlog (bench_resources, issue 49:
- * < 32 MiB). 1 MiB ahead per partition still reads thousands of messages per fetch. */
+ * partition) are a streaming consumer's; the reader scans a range once, in the relay beside its
+ * dispatchers: the auditor's bypass scan of a topic's last hour made a relay's peak RSS 28-47 MiB
+ * from run to run on a 1,000,000-event backlog (bench_resources, issue 49: < 32 MiB). 1 MiB
+ * queued per partition still holds thousands of messages. fetch.max.bytes is left alone:
+ * librdkafka refuses one below message.max.bytes, which a user may raise for every client
+ * (test_lookup_large_message_limit). */
 static obx_err reader_bounds(kafka_broker *b, rd_kafka_conf_t *c) {
     static const char *const d[][2] = {{"queued.max.messages.kbytes", "1024"},
-                                       {"queued.min.messages", "1000"},
-                                       {"fetch.max.bytes", "1048576"}};
+                                       {"queued.min.messages", "1000"}};
     obx_err e = OBX_OK;
     for (size_t i = 0; !e && i < sizeof d / sizeof d[0]; i++)
         if (!user_set(b, SCOPE_CONSUMER, d[i][0])) e = conf_set(c, d[i][0], d[i][1]);
