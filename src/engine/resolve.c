@@ -72,8 +72,9 @@ obx_err obx__consumer_evidence(obx__critical *cs, size_t n, const obx__event_row
         out->partition = r.partition;
         out->offset = r.offset;
         out->broker_ts = r.consumed_at;
-        snprintf(out->reason, sizeof out->reason, "consumed by %s at %lld", cs[i].id,
-                 (long long)r.consumed_at);
+        char at[32];
+        obx__iso_ms(r.consumed_at, at); /* reasons reach operators: ISO, never epoch ms */
+        snprintf(out->reason, sizeof out->reason, "consumed by %s at %s", cs[i].id, at);
         if (who) obx__strlcpy(who, cs[i].id, who_cap);
         *found = true;
         return OBX_OK;

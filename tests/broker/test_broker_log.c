@@ -133,6 +133,24 @@ static void test_knobs_reject_dup_down(void **st) {
     obx__br_close(b);
 }
 
+/* An attempt past its deadline is not appended (NOT_SENT); its reason names the deadline in
+ * ISO-8601 UTC, as every human-facing time is (inspect and trace print reasons verbatim). */
+static void test_deadline_reason(void **st) {
+    (void)st;
+    obx__broker *b = open_log("");
+    test_msg tm;
+    test_msg_init(&tm, "orders", "k", 1);
+    OK(obx__br_partition_for(b, &tm.dest, &tm.msg.partition));
+    tm.msg.deadline = INT64_C(1796690755849); /* 2026-12-08T00:45:55.849Z */
+    OK(obx__br_send(b, &tm.msg, 1, OBX_T_NOW));
+    obx__outcome o[2];
+    assert_int_equal(poll_at(b, OBX_T_NOW, o, 2), 1);
+    assert_int_equal(o[0].kind, OBX__OUT_NOT_SENT);
+    if (!strstr(o[0].reason, "2026-12-08T00:45:55.849Z") || strstr(o[0].reason, "1796690755849"))
+        fail_msg("reason: %s", o[0].reason);
+    obx__br_close(b);
+}
+
 static void test_lost_commit(void **st) {
     (void)st;
     obx__broker *b = open_log("&lose_commit=1");
@@ -222,7 +240,8 @@ int main(void) {
     int failed = broker_conformance_run(&env);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_knobs_ack),   cmocka_unit_test(test_knobs_reject_dup_down),
-        cmocka_unit_test(test_lost_commit), cmocka_unit_test(test_cluster_identity),
+        cmocka_unit_test(test_lost_commit),
+        cmocka_unit_test(test_deadline_reason), cmocka_unit_test(test_cluster_identity),
         cmocka_unit_test(test_partitioner), cmocka_unit_test(test_methods_check),
     };
     failed += cmocka_run_group_tests(tests, NULL, NULL);

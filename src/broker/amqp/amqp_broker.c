@@ -1143,8 +1143,9 @@ static obx_err ab_send(obx__broker *base, const obx__msg *m, size_t n, int64_t n
         if (msg->deadline && (now > wall ? now : wall) > msg->deadline) {
             /* broker.h: never publish an attempt after its deadline (it may have waited here
              * for room in the confirm window, or the process was frozen) */
-            e = decided(b, msg, OBX__OUT_NOT_SENT, "attempt deadline %lld passed before publish",
-                        (long long)msg->deadline);
+            char at[32];
+            obx__iso_ms(msg->deadline, at); /* reasons reach operators: ISO, never epoch ms */
+            e = decided(b, msg, OBX__OUT_NOT_SENT, "attempt deadline %s passed before publish", at);
             continue;
         }
         uint64_t seq = b->next_seq;

@@ -817,9 +817,10 @@ static obx_err kb_send(obx__broker *base, const obx__msg *msgs, size_t n, int64_
             /* broker.h: never hand an attempt to the broker after its deadline. A write handed
              * over before it lands within message.timeout.ms + request.timeout.ms (the quiet
              * time), so a lookup after deadline + quiet time can prove absence. */
+            char at[32];
+            obx__iso_ms(m->deadline, at); /* reasons reach operators: ISO, never epoch ms */
             obx_err e = local_outcome(b, m, OBX__OUT_NOT_SENT,
-                                      "attempt deadline %lld passed before produce: not sent",
-                                      (long long)m->deadline);
+                                      "attempt deadline %s passed before produce: not sent", at);
             if (e) return e;
             continue;
         }

@@ -480,10 +480,11 @@ static obx_err append_one(log_broker *b, const obx__msg *m, int64_t now) {
     if (e) return e;
     int64_t wall = obx__ref_ms(); /* the relay's clock: its deadlines are on it */
     if (m->deadline && (now > wall ? now : wall) > m->deadline) {
+        char at[32];
+        obx__iso_ms(m->deadline, at); /* reasons are printed to operators: ISO, never epoch ms */
         outcome_for(b, m, OBX__OUT_NOT_SENT, &o);
         snprintf(o.reason, sizeof o.reason,
-                 "attempt deadline %lld passed before the write: not appended",
-                 (long long)m->deadline);
+                 "attempt deadline %s passed before the write: not appended", at);
         return queue(b, &o, now);
     }
     if (m->partition >= np) {
