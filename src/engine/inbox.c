@@ -43,6 +43,10 @@ struct obx_inbox {
     size_t n_tenants;
     int max_failures;
     const obx_keyring *keys; /* sealed bodies are opened with it (borrowed; NULL: none) */
+    /* during obx__inbox_process_at of a sealed body: the message as received (borrowed). What
+     * is parked is its bytes, never the clear ones the handler sees: the consumer's database
+     * holds no opened payload, and a re-drive opens the body again. NULL otherwise. */
+    const obx_message *received;
     int64_t backoff_ms, backoff_max_ms; /* 0: no back-off */
     uint64_t rng;                       /* the back-off's jitter (xorshift) */
 };
@@ -222,9 +226,11 @@ static obx_err audit_consume(obx_inbox *in, const obx_message *m, const char *ou
     return obx__st_consume_audit_put(in->s, &a, 1);
 }
 
-/* Parks m as poison in its own transaction, with an audit row. */
+/* Parks m as poison in its own transaction, with an audit row: the bytes as received (a sealed
+ * body stays sealed: in->received). */
 static obx_err park(obx_inbox *in, const obx_message *m, int failures, const char *why, int64_t now,
                     obx_inbox_result *out) {
+    if (in->received) m = in->received;
     obx__poison_row p;
     memset(&p, 0, sizeof p);
     obx__strlcpy(p.consumer_id, in->consumer, sizeof p.consumer_id);
@@ -359,7 +365,9 @@ obx_err obx__inbox_process_at(obx_inbox *in, const obx_message *m, obx_inbox_han
     if (oe) return refuse_sealed(in, m, oe, now, out);
     clear.payload = p;
     clear.payload_len = n;
+    in->received = m;
     obx_err e = process(in, &clear, h, user, conn, now, mono_us_start, mono_us, out, false);
+    in->received = NULL;
     free(p);
     return e;
 }

@@ -189,6 +189,29 @@ consume wrong "\${file:$T/wrong}"
 [[ $(cq wrong "SELECT count(*) FROM obx_inbox") == 6 ]] || fail "after the key was fixed and the copies re-driven: $(cq wrong "SELECT count(*) FROM obx_inbox") of 6"
 echo "ok: with the right k1, the re-driven copies are applied"
 
+# ---- 3b. a copy parked after it opened (a contract this consumer did not accept yet) ----
+# The parked copy must be the broker's sealed body, not the clear bytes the inbox opened: the
+# clear payload stays out of the consumer's database, and a re-drive opens the body again.
+# (The inbox does this for every broker; the log broker's topic can be read again from the start.)
+if [[ $mode == log ]]; then
+  late() { # late TYPES
+    "$OBX" consume --consumer-db "sqlite:$T/c-late.db" --broker "$consume_broker" --topic "$source_" \
+      --consumer late --types "$1" --tenants t1 --exec "$T/handler.sh" --until-idle 1500 \
+      --set "encryption.keys=\${file:$T/keys}" --json >>"$T/consume-late.log" 2>&1 || fail "consume late failed"
+  }
+  late order.other.v1
+  parked=$(cq late "SELECT count(*) FROM obx_poison WHERE state = 'PARKED'")
+  [[ $parked == 6 ]] || fail "consumer late parked $parked of 6 (contract not accepted)"
+  clear=$(cq late "SELECT count(*) FROM obx_poison WHERE instr(CAST(payload AS TEXT), 'card-4111-') > 0")
+  [[ $clear == 0 ]] || fail "$clear parked copies hold the opened (clear) payload, not the broker's sealed body"
+  for id in $(cq late "SELECT event_id FROM obx_poison"); do
+    "$OBX" poison redrive "$id" --consumer-db "sqlite:$T/c-late.db" --consumer late >/dev/null
+  done
+  late order.created.v1
+  [[ $(cq late "SELECT count(*) FROM obx_inbox") == 6 ]] || fail "after the re-drive: $(cq late "SELECT count(*) FROM obx_inbox") of 6 applied, $(cq late "SELECT count(*) FROM obx_inbox_quarantine") quarantined"
+  echo "ok: copies parked after they opened keep the sealed body; re-driven, all 6 applied"
+fi
+
 # ---- 4. a body tampered at the broker ----
 if [[ $mode == log ]]; then
   id2=$(sed -n 2p "$T/ids")
