@@ -618,15 +618,16 @@ CREATE TABLE obx.obx_stat_delta (
 -- Folds up to 10,000 delta rows into one per key. SKIP LOCKED: two folds take disjoint rows and
 -- neither waits for, nor blocks, a writer. The rows stay locked by this statement, so their
 -- ctids hold until the DELETE. The relays run it now and then (pg_sql.c).
-CREATE FUNCTION obx._compact_stats() RETURNS void LANGUAGE sql SECURITY DEFINER
+CREATE FUNCTION obx._compact_stats() RETURNS void LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
     WITH d AS (
         DELETE FROM obx.obx_stat_delta WHERE ctid = ANY (ARRAY(
             SELECT ctid FROM obx.obx_stat_delta LIMIT 10000 FOR UPDATE SKIP LOCKED))
         RETURNING key, n)
     INSERT INTO obx.obx_stat_delta (key, n)
-    SELECT key, sum(n) FROM d GROUP BY key HAVING sum(n) <> 0;
-$$;
+    SELECT d.key, sum(d.n) FROM d GROUP BY d.key HAVING sum(d.n) <> 0;
+END $$;
 
 CREATE FUNCTION obx._receipt_deleted() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
@@ -724,28 +725,33 @@ $f$;
 -- Each field: u32 big-endian byte length || UTF-8 bytes; integers as decimal ASCII; an absent
 -- optional field (NULL) is the empty string.
 -- Each function pins search_path, as every function here, so PostgreSQL does not inline it into
--- its caller (a call is a function call, ~25 us); hence no helper per field: each encoding is one
--- expression over its fields, and each digest one call of its encoding. Not SECURITY DEFINER:
+-- its caller (a call is a function call); hence no helper per field: each encoding is one
+-- expression over its fields, and each digest one call of its encoding. PL/pgSQL, as every
+-- function another function of this schema calls: a pinned LANGUAGE sql function is parsed and
+-- planned again at every call, where PL/pgSQL keeps its plans for the session
+-- (tests/pg/check_pg_schema.sh). Not SECURITY DEFINER:
 -- a caller runs them with its own rights (obx._enqueue_targets() for a delivery set's targets;
 -- obx._enqueue_sql() writes the encodings out instead, see there).
 CREATE FUNCTION obx.dest_canonical(cluster text, topic text, routing_key text, algorithm text,
                                    route_policy_gen bigint, serializer text, durability text,
                                    required_acks text)
-RETURNS bytea LANGUAGE sql STABLE PARALLEL SAFE
+RETURNS bytea LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp AS $$
-    SELECT string_agg(int4send(octet_length(convert_to(coalesce(f, ''), 'UTF8')))
-                      || convert_to(coalesce(f, ''), 'UTF8'), ''::bytea ORDER BY i)
-      FROM unnest(ARRAY['obx.destination.v1', $1, $2, $3, $4, $5::text, $6, $7, $8])
-           WITH ORDINALITY AS u(f, i)
-$$;
+BEGIN
+    RETURN (SELECT string_agg(int4send(octet_length(convert_to(coalesce(f, ''), 'UTF8')))
+                              || convert_to(coalesce(f, ''), 'UTF8'), ''::bytea ORDER BY i)
+              FROM unnest(ARRAY['obx.destination.v1', $1, $2, $3, $4, $5::text, $6, $7, $8])
+                   WITH ORDINALITY AS u(f, i));
+END $$;
 
 CREATE FUNCTION obx.dest_digest(cluster text, topic text, routing_key text, algorithm text,
                                 route_policy_gen bigint, serializer text, durability text,
                                 required_acks text)
-RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURNS text LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp AS $$
-    SELECT 'sha256:' || encode(sha256(obx.dest_canonical($1, $2, $3, $4, $5, $6, $7, $8)), 'hex')
-$$;
+BEGIN
+    RETURN 'sha256:' || encode(sha256(obx.dest_canonical($1, $2, $3, $4, $5, $6, $7, $8)), 'hex');
+END $$;
 
 CREATE FUNCTION obx.envelope_canonical(event_id text, envelope_gen integer, aggregate_type text,
                                        aggregate_id text, aggregate_version bigint,
@@ -754,24 +760,27 @@ CREATE FUNCTION obx.envelope_canonical(event_id text, envelope_gen integer, aggr
                                        created_txid text, correlation_id text,
                                        causation_id text, traceparent text,
                                        idempotency_key text)
-RETURNS bytea LANGUAGE sql STABLE PARALLEL SAFE
+RETURNS bytea LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp AS $$
-    SELECT string_agg(int4send(octet_length(convert_to(coalesce(f, ''), 'UTF8')))
-                      || convert_to(coalesce(f, ''), 'UTF8'), ''::bytea ORDER BY i)
-      FROM unnest(ARRAY['obx.outboxEnvelope.v1', $1, $2::text, $3, $4, $5::text, $6, $7, $8,
-                        $9, $10::text, $11, $12, $13, $14, $15]) WITH ORDINALITY AS u(f, i)
-$$;
+BEGIN
+    RETURN (SELECT string_agg(int4send(octet_length(convert_to(coalesce(f, ''), 'UTF8')))
+                              || convert_to(coalesce(f, ''), 'UTF8'), ''::bytea ORDER BY i)
+              FROM unnest(ARRAY['obx.outboxEnvelope.v1', $1, $2::text, $3, $4, $5::text, $6, $7,
+                                $8, $9, $10::text, $11, $12, $13, $14, $15])
+                   WITH ORDINALITY AS u(f, i));
+END $$;
 
 CREATE FUNCTION obx.envelope_digest(event_id text, envelope_gen integer, aggregate_type text,
                                     aggregate_id text, aggregate_version bigint, event_type text,
                                     payload_schema text, payload_digest text, tenant text,
                                     occurred_at bigint, created_txid text, correlation_id text,
                                     causation_id text, traceparent text, idempotency_key text)
-RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURNS text LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp AS $$
-    SELECT 'sha256:' || encode(sha256(obx.envelope_canonical($1, $2, $3, $4, $5, $6, $7, $8, $9,
-                                                             $10, $11, $12, $13, $14, $15)), 'hex')
-$$;
+BEGIN
+    RETURN 'sha256:' || encode(sha256(obx.envelope_canonical($1, $2, $3, $4, $5, $6, $7, $8, $9,
+                                                             $10, $11, $12, $13, $14, $15)), 'hex');
+END $$;
 
 -- ---- obx.enqueue(): the producer path in SQL ---------------------------------------------------
 
@@ -826,35 +835,34 @@ BEGIN
     END IF;
 END $$;
 
--- "evt-" + ULID for millisecond ms and at least 16 random bytes r (bytes 9..16 are used, e.g.
--- uuid_send(gen_random_uuid())): ten Crockford base-32 digits of time, 16 upper-case hexadecimal
--- digits of randomness (62 bits), still a ULID for src/core/ulid.c. obx_event's unique index on
--- event_id refuses a collision. A SQL expression PostgreSQL inlines (each parameter used once):
--- a PL/pgSQL version cost 207,000 instructions per enqueue. ms is checked by obx._event_id.
-CREATE FUNCTION obx._ulid(ms bigint, r bytea) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp AS $$
-    SELECT 'evt-'
-        || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 45) & 31)::int + 1, 1)
-        || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 40) & 31)::int + 1, 1)
-        || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 35) & 31)::int + 1, 1)
-        || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 30) & 31)::int + 1, 1)
-        || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 25) & 31)::int + 1, 1)
-        || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 20) & 31)::int + 1, 1)
-        || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 15) & 31)::int + 1, 1)
-        || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 10) & 31)::int + 1, 1)
-        || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 5) & 31)::int + 1, 1)
-        || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', (ms & 31)::int + 1, 1)
-        || upper(encode(substr(r, 9, 8), 'hex'))
-$$;
-
--- The event ID for millisecond ms, checked (the further targets of a delivery set draw theirs here).
+-- The event ID for millisecond ms: "evt-" + a ULID, ten Crockford base-32 digits of time and 16
+-- upper-case hexadecimal digits of randomness (bytes 9..16 of a random UUID, 62 bits), still a
+-- ULID for src/core/ulid.c; obx_event's unique index on event_id refuses a collision. PL/pgSQL
+-- evaluates the expression without a plan of its own. Not a LANGUAGE sql function: pinned to
+-- search_path (as every function here), one is never inlined and is parsed and planned again
+-- at every call, about 730,000 instructions per enqueue of obx._enqueue_sql()
+-- (docs/performance.md, section 3; tests/pg/check_pg_schema.sh keeps the enqueue's body free of
+-- them). obx._enqueue_sql() and the further targets of a delivery set draw their IDs here.
 CREATE FUNCTION obx._event_id(ms bigint) RETURNS text LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r bytea := uuid_send(gen_random_uuid());
 BEGIN
     IF ms < 0 OR ms >= (1::bigint << 48) THEN
         RAISE EXCEPTION USING ERRCODE = 'OB002', MESSAGE = format('ULID time %s out of range', ms);
     END IF;
-    RETURN obx._ulid(ms, uuid_send(gen_random_uuid()));
+    RETURN 'evt-'
+           || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 45) & 31)::int + 1, 1)
+           || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 40) & 31)::int + 1, 1)
+           || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 35) & 31)::int + 1, 1)
+           || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 30) & 31)::int + 1, 1)
+           || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 25) & 31)::int + 1, 1)
+           || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 20) & 31)::int + 1, 1)
+           || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 15) & 31)::int + 1, 1)
+           || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 10) & 31)::int + 1, 1)
+           || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', ((ms >> 5) & 31)::int + 1, 1)
+           || substr('0123456789ABCDEFGHJKMNPQRSTVWXYZ', (ms & 31)::int + 1, 1)
+           || upper(encode(substr(r, 9, 8), 'hex'));
 END $$;
 
 -- Routing-key template expansion (obx__routing_key_expand), as obx.enqueue() does it: only the
@@ -1118,7 +1126,7 @@ BEGIN
     IF octet_length(rk) > 255 THEN
         RAISE EXCEPTION USING ERRCODE = 'OB003', MESSAGE = 'routing_key: expands to more than 255 bytes';
     END IF;
-    id := obx._ulid(now_ms, uuid_send(gen_random_uuid()));
+    id := obx._event_id(now_ms);
     okey := rt.cluster || chr(31) || rt.topic || chr(31) || rk;
 
     -- One statement: the per-order-key lock (Q_INS_EVENT in pg_sql.c), then the event row, so a
@@ -1402,14 +1410,16 @@ CREATE INDEX obx_consume_audit_event ON obx.obx_consume_audit (event_id);
 -- a consumer transaction may be long).
 -- floor, as the producers' now_ms and the C library's clocks: a cast rounds, and a time rounded
 -- up is up to half a unit in the future (a retry due "now" was then not due yet)
-CREATE FUNCTION obx._inbox_ms() RETURNS bigint LANGUAGE sql VOLATILE
+CREATE FUNCTION obx._inbox_ms() RETURNS bigint LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp AS $$
-    SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint
-$$;
-CREATE FUNCTION obx._inbox_us() RETURNS bigint LANGUAGE sql VOLATILE
+BEGIN
+    RETURN floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+END $$;
+CREATE FUNCTION obx._inbox_us() RETURNS bigint LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp AS $$
-    SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint
-$$;
+BEGIN
+    RETURN floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+END $$;
 
 -- Outside text stored in a text column, as obx__text_copy does: control characters become
 -- '?', at most max_bytes bytes, never cut inside a character.
@@ -1432,30 +1442,33 @@ END $$;
 -- prefixed "obx.effect.v1", consumer, event ID and effect name): the idempotency key of an
 -- external call (a payment, an e-mail) made for this event by this consumer.
 CREATE FUNCTION obx.inbox_effect_key(consumer_id text, event_id text, effect text DEFAULT 'effect')
-RETURNS text LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
-    SELECT 'fx-' || encode(sha256(
+RETURNS text LANGUAGE plpgsql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN 'fx-' || encode(sha256(
         int4send(octet_length('obx.effect.v1')) || convert_to('obx.effect.v1', 'UTF8') ||
         int4send(octet_length(consumer_id)) || convert_to(consumer_id, 'UTF8') ||
         int4send(octet_length(event_id)) || convert_to(event_id, 'UTF8') ||
-        int4send(octet_length(effect)) || convert_to(effect, 'UTF8')), 'hex')
-$$;
+        int4send(octet_length(effect)) || convert_to(effect, 'UTF8')), 'hex');
+END $$;
 
 -- The key a message is parked under: its event ID, or for an unusable one "bad-" and 26 hex
 -- digits of SHA-256 over the length-prefixed raw ID and the payload (as inbox.c's poison_key).
-CREATE FUNCTION obx._inbox_key(event_id text, payload bytea) RETURNS text LANGUAGE sql IMMUTABLE
+CREATE FUNCTION obx._inbox_key(event_id text, payload bytea) RETURNS text LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp AS $$
-    SELECT CASE WHEN event_id ~ '^evt-[0-7][0-9A-HJKMNP-TV-Z]{25}$' THEN event_id
+BEGIN
+    RETURN CASE WHEN event_id ~ '^evt-[0-7][0-9A-HJKMNP-TV-Z]{25}$' THEN event_id
            ELSE 'bad-' || left(encode(sha256(int4send(octet_length(coalesce(event_id, '')))
                 || convert_to(coalesce(event_id, ''), 'UTF8') || coalesce(payload, '')), 'hex'), 26)
-           END
-$$;
+           END;
+END $$;
 
 CREATE FUNCTION obx._inbox_audit(consumer text, key text, outcome text, duration_us bigint,
-                                 detail text, at_ms bigint) RETURNS void LANGUAGE sql VOLATILE
+                                 detail text, at_ms bigint) RETURNS void LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
     INSERT INTO obx.obx_consume_audit (at, consumer_id, event_id, outcome, duration_us, detail)
-    VALUES (at_ms, consumer, key, outcome, duration_us, obx._inbox_text(detail, 255))
-$$;
+    VALUES (at_ms, consumer, key, outcome, duration_us, obx._inbox_text(detail, 255));
+END $$;
 
 -- The poison row's headers, as inbox.c's headers_of writes them (obx poison list, re-drive).
 CREATE FUNCTION obx._inbox_headers(event_id text, envelope_gen integer, payload_digest text,
@@ -1495,10 +1508,11 @@ END $$;
 
 -- The key of a parked copy besides its event ID: the SHA-256 of its bytes (inbox.c's
 -- obx__poison_digest), so that a corrupt copy never blocks the genuine one.
-CREATE FUNCTION obx._poison_digest(payload bytea) RETURNS text LANGUAGE sql IMMUTABLE
+CREATE FUNCTION obx._poison_digest(payload bytea) RETURNS text LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp AS $$
-    SELECT 'sha256:' || encode(sha256(coalesce(payload, ''::bytea)), 'hex')
-$$;
+BEGIN
+    RETURN 'sha256:' || encode(sha256(coalesce(payload, ''::bytea)), 'hex');
+END $$;
 
 -- Parks a message as poison (the upsert and audit row of inbox.c's park).
 CREATE FUNCTION obx._inbox_park(consumer text, key text, failures integer, why text, topic text,
