@@ -268,9 +268,10 @@ obx_err obx__br_lookup(obx__broker *b, const obx__lookup_req *req, obx__lookup_r
         (!(caps & OBX__BCAP_LOOKUP_AUTHORITATIVE) || req->now < req->quiet_until)) {
         res->kind = OBX__LOOKUP_CANNOT_TELL;
         if (caps & OBX__BCAP_LOOKUP_AUTHORITATIVE) res->authoritative_at = req->quiet_until;
+        char at[32];
+        obx__iso_ms(req->quiet_until, at); /* reasons reach operators: ISO, not epoch ms */
         snprintf(res->reason, sizeof res->reason,
-                 "not found, but not authoritative before the quiet time ends at %lld",
-                 (long long)req->quiet_until);
+                 "not found, but not authoritative before the quiet time ends at %s", at);
     }
     return OBX_OK;
 }

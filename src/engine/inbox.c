@@ -426,8 +426,10 @@ static obx_err prior_receipt(obx_inbox *in, const obx_message *m, const char *di
         if (same) {
             out->outcome = OBX_INBOX_DUPLICATE;
             obx__strlcpy(out->result, prev.result, sizeof out->result);
-            snprintf(out->detail, sizeof out->detail, "already applied at %lld (offset %lld)",
-                     (long long)prev.consumed_at, (long long)prev.offset);
+            char at[32];
+            obx__iso_ms(prev.consumed_at, at); /* details reach operators: ISO, not epoch ms */
+            snprintf(out->detail, sizeof out->detail, "already applied at %s (offset %lld)", at,
+                     (long long)prev.offset);
             e = audit_consume(in, m, "DUPLICATE", now, 0, out->detail);
         } else {
             out->outcome = OBX_INBOX_QUARANTINED;

@@ -250,6 +250,8 @@ static void look_up_undecided(mig *m, plan *p, const att_tally *t) {
 static void check_movable(mig *m, plan *p, const att_tally *t) {
     const obx__event_row *r = &p->row;
     const char *st = obx__state_name(r->state);
+    char lease[32]; /* why reaches operators: ISO, not epoch ms */
+    obx__iso_ms(r->lease_until, lease);
     if (obx__state_is_published(r->state)) {
         snprintf(p->why, sizeof p->why,
                  "event is %s: the old target accepted attempt %s (its primary receipt); a "
@@ -258,14 +260,14 @@ static void check_movable(mig *m, plan *p, const att_tally *t) {
     } else if (r->state == OBX__ST_CLAIMED) {
         snprintf(
             p->why, sizeof p->why,
-            "event is CLAIMED by %.60s (claim_gen %lld, lease until %lld): a dispatcher may be "
+            "event is CLAIMED by %.60s (claim_gen %lld, lease until %s): a dispatcher may be "
             "about to send; retry after the lease",
-            r->owner, (long long)r->claim_gen, (long long)r->lease_until);
+            r->owner, (long long)r->claim_gen, lease);
     } else if (r->state == OBX__ST_SENDING) {
         snprintf(p->why, sizeof p->why,
-                 "attempt %s is SENDING (owner %.60s, lease until %lld): its outcome is not known "
+                 "attempt %s is SENDING (owner %.60s, lease until %s): its outcome is not known "
                  "yet",
-                 r->attempt_id, r->owner, (long long)r->lease_until);
+                 r->attempt_id, r->owner, lease);
     } else if (!*p->why && t->n_undecided &&
                !(OBX__MUTANT(MIGRATE_WHILE_UNKNOWN) && r->state != OBX__ST_DISPATCH_UNKNOWN &&
                  r->state != OBX__ST_RECONCILING)) {

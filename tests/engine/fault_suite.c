@@ -1047,6 +1047,9 @@ static void test_inbox_corrupt_copy_first(void **state) {
     assert_int_equal(c.effects, 1);
     OK(obx__inbox_process_at(c.in, &m, handler, &c, NULL, f->now + 2, 0, NULL, &r));
     assert_int_equal(r.outcome, OBX_INBOX_DUPLICATE);
+    char applied_at[32]; /* the detail reaches operators: the time in ISO-8601, not epoch ms */
+    obx__iso_ms(f->now + 1, applied_at);
+    if (!strstr(r.detail, applied_at)) fail_msg("duplicate's detail: %s", r.detail);
     m.payload = bad;
     m.payload_len = strlen(bad);
     OK(obx__inbox_process_at(c.in, &m, handler, &c, NULL, f->now + 3, 0, NULL, &r));

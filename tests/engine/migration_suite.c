@@ -195,6 +195,9 @@ static void test_migrate_refused_while_unknown_then_done(void **state) {
     assert_string_equal(outcome(s0), "refused");
     assert_non_null(strstr(reason(s0), att_c));
     assert_non_null(strstr(reason(s0), "is SENDING"));
+    char lease[32]; /* operators read it: the lease's end in ISO-8601, not epoch ms */
+    obx__iso_ms(ev(f, c).lease_until, lease);
+    if (!strstr(reason(s0), lease)) fail_msg("reason: %s", reason(s0));
     json_decref(s0);
     f->now += 1500;
     OK(obx__engine_sweep(&rc, f->now, &n));

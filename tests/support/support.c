@@ -14,6 +14,16 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+int obx_t_has_epoch_ms(const char *s) {
+    for (size_t i = 0; s && s[i];) {
+        size_t n = 0;
+        while (s[i + n] >= '0' && s[i + n] <= '9') n++;
+        if (n == 13 && s[i] == '1') return 1;
+        i += n ? n : 1;
+    }
+    return 0;
+}
+
 int obx_t_tmpdir(char *dir, size_t size, const char *name) {
     int n = snprintf(dir, size, "/tmp/obx-%s-XXXXXX", name);
     if (n < 0 || (size_t)n >= size) {

@@ -28,6 +28,10 @@
  * max(now, wall), so a virtual "now" ahead of the wall clock rules). */
 #define OBX_T_NOW INT64_C(4102444800000)
 
+/* Whether s holds a number of 13 digits from 1 (milliseconds since the epoch, 2001..2286): a
+ * text meant for operators names times in ISO-8601 instead (tests/cli/test_cli_times.sh). */
+int obx_t_has_epoch_ms(const char *s);
+
 /* Makes a new folder /tmp/obx-NAME-XXXXXX; its path into dir (OUT, size bytes). 0 on success,
  * -1 (errno set) if it cannot. */
 int obx_t_tmpdir(char *dir, size_t size, const char *name);
