@@ -258,11 +258,10 @@ static void check_movable(mig *m, plan *p, const att_tally *t) {
                  "delivered event is not moved",
                  st, r->primary_attempt_id);
     } else if (r->state == OBX__ST_CLAIMED) {
-        snprintf(
-            p->why, sizeof p->why,
-            "event is CLAIMED by %.60s (claim_gen %lld, lease until %s): a dispatcher may be "
-            "about to send; retry after the lease",
-            r->owner, (long long)r->claim_gen, lease);
+        snprintf(p->why, sizeof p->why,
+                 "event is CLAIMED by %.60s (claim_gen %lld, lease until %s): a dispatcher may be "
+                 "about to send; retry after the lease",
+                 r->owner, (long long)r->claim_gen, lease);
     } else if (r->state == OBX__ST_SENDING) {
         snprintf(p->why, sizeof p->why,
                  "attempt %s is SENDING (owner %.60s, lease until %s): its outcome is not known "

@@ -239,10 +239,10 @@ int main(void) {
     broker_env env = {.label = "broker conformance: log", .fresh = fresh};
     int failed = broker_conformance_run(&env);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_knobs_ack),   cmocka_unit_test(test_knobs_reject_dup_down),
-        cmocka_unit_test(test_lost_commit),
-        cmocka_unit_test(test_deadline_reason), cmocka_unit_test(test_cluster_identity),
-        cmocka_unit_test(test_partitioner), cmocka_unit_test(test_methods_check),
+        cmocka_unit_test(test_knobs_ack),        cmocka_unit_test(test_knobs_reject_dup_down),
+        cmocka_unit_test(test_lost_commit),      cmocka_unit_test(test_deadline_reason),
+        cmocka_unit_test(test_cluster_identity), cmocka_unit_test(test_partitioner),
+        cmocka_unit_test(test_methods_check),
     };
     failed += cmocka_run_group_tests(tests, NULL, NULL);
     if (obx_t_rmdir(dir)) failed++;
