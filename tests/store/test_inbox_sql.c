@@ -290,8 +290,9 @@ static char *dump(PGconn *c) {
         "SELECT consumer_id, event_id, payload_digest, first_digest, reason FROM "
         "obx.obx_inbox_quarantine ORDER BY quarantine_id",
         /* the duplicate's detail names the first receipt's time */
-        "SELECT consumer_id, event_id, outcome, regexp_replace(detail, 'applied at [0-9]+', "
-        "'applied at T') FROM obx.obx_consume_audit ORDER BY audit_id",
+        "SELECT consumer_id, event_id, outcome, regexp_replace(detail, 'applied at "
+        "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{3}Z', 'applied at T') "
+        "FROM obx.obx_consume_audit ORDER BY audit_id",
         "SELECT event_id, effect FROM fx ORDER BY event_id, effect"};
     size_t cap = 1 << 16, len = 0;
     char *s = malloc(cap);

@@ -1421,6 +1421,18 @@ BEGIN
     RETURN floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
 END $$;
 
+-- A time for people, as obx__iso_ms prints it (src/core/util.c): ISO-8601 UTC with milliseconds,
+-- "2026-12-08T00:45:55.849Z"; outside the years 1..9999, "<ms> ms".
+CREATE FUNCTION obx._iso_ms(ms bigint) RETURNS text LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF ms < -62135596800000 OR ms > 253402300799999 THEN
+        RETURN ms || ' ms';
+    END IF;
+    RETURN to_char(timestamp '1970-01-01' + ms * interval '1 millisecond',
+                   'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"');
+END $$;
+
 -- Outside text stored in a text column, as obx__text_copy does: control characters become
 -- '?', at most max_bytes bytes, never cut inside a character.
 CREATE FUNCTION obx._inbox_text(t text, max_bytes integer) RETURNS text LANGUAGE plpgsql
@@ -1708,7 +1720,8 @@ BEGIN
             consumer_id);
     END IF;
     IF prev.payload_digest = digest THEN
-        why := format('already applied at %s (offset %s)', prev.consumed_at, prev."offset");
+        why := format('already applied at %s (offset %s)', obx._iso_ms(prev.consumed_at),
+                      prev."offset");
         PERFORM obx._inbox_audit(consumer_id, event_id, 'DUPLICATE', 0, why, now_ms);
         -- a re-driven poison message that had been applied meanwhile is done
         UPDATE obx.obx_poison p SET state = 'DONE', updated_at = now_ms
@@ -1802,7 +1815,8 @@ BEGIN
     SELECT i.consumed_at, i."offset" INTO prev FROM obx.obx_inbox i
      WHERE i.consumer_id = consumer_id AND i.event_id = event_id AND i.outcome = 'APPLIED';
     IF FOUND THEN
-        why := format('already applied at %s (offset %s)', prev.consumed_at, prev."offset");
+        why := format('already applied at %s (offset %s)', obx._iso_ms(prev.consumed_at),
+                      prev."offset");
         PERFORM obx._inbox_audit(consumer_id, event_id, 'DUPLICATE', 0, why, now_ms);
         RETURN QUERY SELECT 'duplicate'::text, 0, why, NULL::timestamptz;
         RETURN;
@@ -1998,7 +2012,7 @@ END $$;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA obx FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION obx._check(text, text, integer, integer, text),
     obx._ws_fail(text, text, boolean),
-    obx._inbox_ms(), obx._inbox_us(), obx._inbox_text(text, integer),
+    obx._inbox_ms(), obx._inbox_us(), obx._iso_ms(bigint), obx._inbox_text(text, integer),
     obx.inbox_effect_key(text, text, text), obx._inbox_key(text, bytea),
     obx._inbox_audit(text, text, text, bigint, text, bigint),
     obx._inbox_headers(text, integer, text, text, text, jsonb),
