@@ -64,8 +64,9 @@ static atomic_bool stop_listener;
 /* --relay-waits: waits as the relay does until stop_listener: in the server
  * (obx._wait_for_work(), where the database has the obx_pg extension: producers wake it by its
  * latch) or on the socket, and reads the notifications the producers send. wakes counts the
- * waits that ended early. */
-static atomic_long wakes;
+ * waits that ended early, waits the statements (each one a transaction of the server's, taken
+ * out of the producers' count), notifies the notifications read. */
+static atomic_long wakes, waits, notifies;
 static void *listener_main(void *arg) {
     PGconn *l = arg;
     bool in_server = bn_sql_ll(l, "SELECT (to_regprocedure('obx._wait_for_work(integer)') IS "
@@ -76,6 +77,7 @@ static void *listener_main(void *arg) {
             if (PQresultStatus(r) != PGRES_TUPLES_OK)
                 bn_die("--relay-waits: %s", PQerrorMessage(l));
             if (!strcmp(PQgetvalue(r, 0, 0), "t")) atomic_fetch_add(&wakes, 1);
+            atomic_fetch_add(&waits, 1);
             PQclear(r);
         } else {
             struct pollfd pfd = {.fd = PQsocket(l), .events = POLLIN};
@@ -83,9 +85,28 @@ static void *listener_main(void *arg) {
         }
         if (!PQconsumeInput(l)) bn_die("--relay-waits: %s", PQerrorMessage(l));
         PGnotify *n;
-        while ((n = PQnotifies(l)) != NULL) PQfreemem(n);
+        while ((n = PQnotifies(l)) != NULL) {
+            atomic_fetch_add(&notifies, 1);
+            PQfreemem(n);
+        }
     }
     return NULL;
+}
+
+/* A server backend's CPU seconds (utime + stime of /proc/PID/stat), 0 when unreadable */
+static double backend_cpu(int pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *s = strrchr(buf, ')');
+    unsigned long long ut = 0, st = 0;
+    if (!s || sscanf(s + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return 0;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 /* A ratio for --json: null where it could not be measured (bn_pg_server_cpu reads the server's
@@ -285,6 +306,8 @@ int main(int argc, char **argv) {
         for (int k = 0; k < nv; k++) {
             /* alternate the order so that drift in the machine's load falls on every variant */
             int v = rep % 2 ? nv - 1 - k : k;
+            long w0 = atomic_load(&waits), k0 = atomic_load(&wakes), q0 = atomic_load(&notifies);
+            double wc0 = waiter ? backend_cpu(PQbackendPID(waiter)) : 0;
             long long n0 = bn_sql_ll(c, "SELECT xact_commit FROM pg_stat_database WHERE datname "
                                         "= current_database()");
             double c0 = bn_pg_server_cpu();
@@ -294,7 +317,16 @@ int main(int argc, char **argv) {
             usleep(600000); /* statistics of the last transactions */
             long long n1 = bn_sql_ll(c, "SELECT xact_commit FROM pg_stat_database WHERE datname "
                                         "= current_database()");
+            n1 -= atomic_load(&waits) - w0; /* the waiter's own transactions */
             cpu[v][rep] = n1 > n0 ? dc * 1e6 / (double)(n1 - n0) : 0;
+            if (waiter)
+                bn_log("rep %d: %s: the waiter: %ld wakes (%.0f/s), %ld notifications, %.0f us "
+                       "of its backend's CPU per wake",
+                       rep + 1, names[v], atomic_load(&wakes) - k0,
+                       (double)(atomic_load(&wakes) - k0) / seconds, atomic_load(&notifies) - q0,
+                       atomic_load(&wakes) > k0 ? (backend_cpu(PQbackendPID(waiter)) - wc0) * 1e6 /
+                                                      (double)(atomic_load(&wakes) - k0)
+                                                : 0);
             bn_log("rep %d: %s: %.0f tps, server %.0f us CPU per transaction", rep + 1, names[v],
                    tps[v][rep], cpu[v][rep]);
         }
