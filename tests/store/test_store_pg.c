@@ -59,6 +59,7 @@ int main(void) {
         OBX_T_CASE(test_notify_off),
         OBX_T_CASE(test_wake_lock),
         OBX_T_CASE(test_latch_wake),
+        OBX_T_CASE(test_wake_gap),
         OBX_T_CASE(test_wake_c_dropped),
         OBX_T_CASE(test_connection_loss),
         OBX_T_CASE(test_busy_mapping),

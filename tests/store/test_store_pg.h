@@ -117,6 +117,7 @@ void test_roles(void **state);
 void test_notify_wakes(void **state);
 void test_notify_off(void **state);
 void test_latch_wake(void **state);
+void test_wake_gap(void **state);
 void test_wake_c_dropped(void **state);
 void test_wake_lock(void **state);
 void test_connection_loss(void **state);
