@@ -546,7 +546,7 @@ Datum obx_pg_wake(PG_FUNCTION_ARGS) {
  * between two statements cannot be named by a producer, which then falls back to the NOTIFY
  * that makes commits queue (above): under a stream of commits a waiter woken by nearly each one
  * (900-1,600 returns a second) sent 8-45 % of the producers' commits to the NOTIFY, and with
- * this gap 7-10 % (docs/performance.md, section 3). A wake-up that comes sooner than this after the
+ * this gap 3-11 % (docs/performance.md, section 3). A wake-up that comes sooner than this after the
  * previous return is held until then, and the commits in between end that one wait; a wake-up after
  * a quiet spell (a trickle of events, the first of a burst) returns at once. */
 #define WAKE_GAP_MS 2
