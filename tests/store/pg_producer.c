@@ -369,8 +369,10 @@ void test_frozen(void **state) {
         assert_non_null(strstr(msg, "obx:"));
     }
     /* attempts and receipts */
-    exec_ok(f->conn, "INSERT INTO obx.obx_attempt VALUES ('att-1', 'evt-1', 1, 1, 1, 'r', "
-                     "'sha256:x', 0, 'SENDING', 1, 0, 0, -1, 0, '')");
+    exec_ok(f->conn, "INSERT INTO obx.obx_attempt (attempt_id, event_id, envelope_gen, "
+                     "attempt_gen, claim_gen, owner, dest_digest, partition, state, started_at, "
+                     "unknown_at, ended_at, offset_before, quiet_until, detail) VALUES ('att-1', "
+                     "'evt-1', 1, 1, 1, 'r', 'sha256:x', 0, 'SENDING', 1, 0, 0, -1, 0, '')");
     exec_ok(f->conn, "INSERT INTO obx.obx_receipt (event_id, envelope_gen, attempt_id, kind, "
                      "cluster, topic, partition, \"offset\", broker_ts, payload_digest, "
                      "dest_digest, reason, created_at) VALUES ('evt-1', 1, 'att-1', 'PRIMARY', "
