@@ -419,7 +419,7 @@ CREATE TYPE obx.receipt_source AS ENUM ('broker', 'lookup', 'consumer', 'operato
 -- (evidence), 'operator' = an operator's audited `obx resolve --accept` verified at the broker,
 -- 'asserted' = an operator's acceptance on a cluster that cannot be asked (not verified).
 CREATE TABLE obx.obx_receipt (
-    receipt_id     BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    receipt_id     BIGINT GENERATED ALWAYS AS IDENTITY,   -- the order written; no index (below)
     event_id       TEXT NOT NULL,
     envelope_gen   INTEGER NOT NULL,
     attempt_id     TEXT NOT NULL,
@@ -443,6 +443,9 @@ CREATE TABLE obx.obx_receipt (
 -- obx_receipt_primary), and a lookup by event ID uses its first column.
 CREATE UNIQUE INDEX obx_receipt_primary ON obx.obx_receipt
     (event_id, envelope_gen, (CASE WHEN kind = 'PRIMARY' THEN true END));
+-- No index on receipt_id, which only orders rows read by another index (an event's receipts by
+-- obx_receipt_primary, the rare kinds by obx_receipt_kind): its entry was 64 bytes of WAL per
+-- relayed event (docs/postgres.md, "Storage"). Receipts are never updated, and obx deletes none.
 -- The rare receipts obx audit and the stats look for: quarantined, migration, and the primary
 -- receipts an operator asserted
 CREATE INDEX obx_receipt_kind ON obx.obx_receipt (kind)
