@@ -384,7 +384,7 @@ CREATE TABLE obx.obx_attempt (
     unknown_at    BIGINT NOT NULL,
     offset_before BIGINT NOT NULL,
     quiet_until   BIGINT NOT NULL,
-    -- what an accepted attempt's update changes, side by side, as obx_event's (104 -> 92 bytes)
+    -- what an accepted attempt's update changes, side by side, as obx_event's
     state         TEXT NOT NULL CHECK (state::obx.attempt_state IS NOT NULL),
     ended_at      BIGINT NOT NULL,
     detail        TEXT NOT NULL,
