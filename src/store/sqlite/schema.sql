@@ -193,6 +193,10 @@ CREATE INDEX obx_event_inflight ON obx_event (state, lease_until)
     WHERE state = 'SENDING' OR state = 'DISPATCH_UNKNOWN' OR state = 'RECONCILING'
        OR state = 'RETRY_CLAIMED';
 CREATE INDEX obx_event_state_pub ON obx_event (state, published_at);
+-- The reconciler's read: its states in seq order, so that ORDER BY seq LIMIT walks the index and
+-- stops at its batch, with no temporary b-tree for the sort (sqlite_store.c, Q_SEL_RECONCILE).
+CREATE INDEX obx_event_unknown ON obx_event (seq)
+    WHERE state = 'DISPATCH_UNKNOWN' OR state = 'RECONCILING' OR state = 'RETRY_CLAIMED';
 CREATE INDEX obx_event_corr ON obx_event (correlation_id) WHERE correlation_id <> '';
 CREATE INDEX obx_event_held ON obx_event (held_at, seq) WHERE held_at > 0;
 
