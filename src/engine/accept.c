@@ -328,7 +328,7 @@ static obx_err accept_tx(obx__engine *e, void *arg) {
             duplicate(c, &w, i, o, a, ev); /* rule 5: slot full */
     }
     for (size_t i = 0; !err && i < c->ev.n; i++)
-        if (w.dirty_ev[i]) obx__batch_update_ref(&w.b, w.orig[i], &c->ev.v[i]);
+        if (w.dirty_ev[i]) obx__batch_update_ref(&w.b, &w.orig[i], &c->ev.v[i]);
     for (size_t i = 0; i < c->n_att; i++)
         if (w.dirty_att[i]) w.b.att[w.b.n_att++] = c->att[i];
     if (!err) err = obx__batch_write(e->s, &w.b);

@@ -516,9 +516,10 @@ static obx_err dispatch_tx(obx__engine *e, void *arg) {
         obx__audit(&b.au[b.n_au++], c->now, OBX__ACT_DISPATCHER, e->cfg.owner, &next,
                    OBX__ST_CLAIMED, next.state, "attempt %d registered (partition %d)",
                    (int)next.attempt_gen, (int)next.pinned_partition);
-        obx__cas expect = {cur->state, cur->claim_gen}; /* one compare-and-set on cur's state */
+        obx__cas was; /* cur as loaded: one compare-and-set on its state */
+        obx__event_cols_of(cur, &was);
         *cur = next; /* next came from cur: the same payload, still the rows' */
-        obx__batch_update_ref(&b, expect, cur);
+        obx__batch_update_ref(&b, &was, cur);
         c->ok[i] = true;
     }
     if (!err) err = obx__batch_write(e->s, &b);
@@ -747,7 +748,7 @@ static obx_err outcomes_write(obx__engine *e, outcome_ctx *c, outcome_run *w) {
                               obx__state_name(w->orig[i].state), obx__state_name(c->ev.v[i].state));
                 break;
             }
-            obx__batch_update_ref(&w->b, w->orig[i], &c->ev.v[i]);
+            obx__batch_update_ref(&w->b, &w->orig[i], &c->ev.v[i]);
         }
     for (size_t i = 0; i < c->n_att; i++)
         if (w->dirty_att[i]) w->b.att[w->b.n_att++] = c->att[i];

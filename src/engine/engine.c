@@ -287,27 +287,32 @@ obx_err obx__batch_write(obx__store *s, obx__batch *b) {
     return OBX_OK;
 }
 
+static void add_update(obx__batch *b, obx__state state, int64_t claim_gen,
+                       const obx__event_row *next, uint32_t same) {
+    b->upd[b->n_upd].row = next;
+    b->upd[b->n_upd].expect_state = state;
+    b->upd[b->n_upd].expect_claim_gen = claim_gen;
+    b->upd[b->n_upd].same = same;
+    b->n_upd++;
+}
+
 /* Adds an update of row `cur` (as loaded) to the new values `next`, copied. */
 void obx__batch_update(obx__batch *b, const obx__event_row *cur, const obx__event_row *next) {
     obx__event_row *r = &b->upd_rows[b->n_upd];
     *r = *next;
     r->payload = NULL; /* rows in a batch never own payloads */
-    obx__batch_update_ref(b, (obx__cas){cur->state, cur->claim_gen}, r);
-    b->upd[b->n_upd - 1].same = obx__event_same(cur, next); /* cur: loaded in this transaction */
+    /* cur: loaded in this transaction */
+    add_update(b, cur->state, cur->claim_gen, r, obx__event_same(cur, next));
 }
 
-/* Adds an update to the new values `next`, which stays the caller's until the write (every
- * column is written: the loaded values are not kept). */
-void obx__batch_update_ref(obx__batch *b, obx__cas expect, const obx__event_row *next) {
-    b->upd[b->n_upd].row = next;
-    b->upd[b->n_upd].expect_state = expect.state;
-    b->upd[b->n_upd].expect_claim_gen = expect.claim_gen;
-    b->upd[b->n_upd].same = 0;
-    b->n_upd++;
+/* Adds an update of the row loaded as `expect` to the new values `next`, which stays the
+ * caller's until the write. */
+void obx__batch_update_ref(obx__batch *b, const obx__cas *expect, const obx__event_row *next) {
+    add_update(b, expect->state, expect->claim_gen, next, obx__event_cols_same(expect, next));
 }
 
 obx__cas *obx__cas_of(const obx__rows *r) {
     obx__cas *c = malloc((r->n ? r->n : 1) * sizeof *c);
-    for (size_t i = 0; c && i < r->n; i++) c[i] = (obx__cas){r->v[i].state, r->v[i].claim_gen};
+    for (size_t i = 0; c && i < r->n; i++) obx__event_cols_of(&r->v[i], &c[i]);
     return c;
 }

@@ -74,19 +74,16 @@ obx_err obx__batch_reserve(obx__batch *b, size_t n_events, size_t n_attempts, si
 void obx__batch_free(obx__batch *b);
 obx_err obx__batch_write(obx__store *s, obx__batch *b);
 void obx__batch_update(obx__batch *b, const obx__event_row *cur, const obx__event_row *next);
-/* The compare-and-set expectation of an event update: the state and claim generation of the row
- * as the transaction loaded it. A transaction that changes its loaded rows in place keeps these
- * instead of a copy of each row (a row is 3.9 KB: a relay's accept of 256 receipts kept three
- * copies of its rows, the largest part of its peak memory). */
-typedef struct obx__cas {
-    obx__state state;
-    int64_t claim_gen;
-} obx__cas;
+/* An event as its transaction loaded it: the compare-and-set expectation of its update (state
+ * and claim generation) and the other columns an update writes, so that the update writes only
+ * the columns that changed. A transaction that changes its loaded rows in place keeps these
+ * instead of a copy of each row (a row is 3.9 KB, these about 1 KB: a relay's accept of 256
+ * receipts kept three copies of its rows, the largest part of its peak memory). */
+typedef obx__event_cols obx__cas;
 obx_err obx__batch_reserve_refs(obx__batch *b, size_t n_events, size_t n_attempts,
                                 size_t n_receipts, size_t n_audit);
-void obx__batch_update_ref(obx__batch *b, obx__cas expect, const obx__event_row *next);
-/* The expectations of rows r (n of them) as loaded, to cas[n] (the caller's to free); NULL on
- * ENOMEM. */
+void obx__batch_update_ref(obx__batch *b, const obx__cas *expect, const obx__event_row *next);
+/* The loaded columns of rows r (n of them), to cas[n] (the caller's to free); NULL on ENOMEM. */
 obx__cas *obx__cas_of(const obx__rows *r);
 
 /* Runs fn in a transaction, retrying it (up to 4 times) when the store reports a retriable

@@ -328,7 +328,29 @@ obx_err obx__st_load_events(obx__store *s, const char *const *ids, size_t n, uns
         s, &(obx__read_req){.by = OBX__READ_IDS, .ids = ids, .n_ids = n, .flags = flags}, out);
 }
 
-uint32_t obx__event_same(const obx__event_row *a, const obx__event_row *b) {
+void obx__event_cols_of(const obx__event_row *r, obx__event_cols *out) {
+    out->state = r->state;
+    out->envelope_gen = r->envelope_gen;
+    out->attempt_gen = r->attempt_gen;
+    out->pinned_partition = r->pinned_partition;
+    out->rejections = r->rejections;
+    out->claim_gen = r->claim_gen;
+    out->lease_until = r->lease_until;
+    out->available_at = r->available_at;
+    out->next_check_at = r->next_check_at;
+    out->unknown_since = r->unknown_since;
+    out->published_at = r->published_at;
+    out->updated_at = r->updated_at;
+    out->held_at = r->held_at;
+    obx__strlcpy(out->owner, r->owner, sizeof out->owner);
+    obx__strlcpy(out->attempt_id, r->attempt_id, sizeof out->attempt_id);
+    obx__strlcpy(out->primary_attempt_id, r->primary_attempt_id, sizeof out->primary_attempt_id);
+    obx__strlcpy(out->cluster, r->dest.cluster, sizeof out->cluster);
+    obx__strlcpy(out->topic, r->dest.topic, sizeof out->topic);
+    obx__strlcpy(out->routing_key, r->dest.routing_key, sizeof out->routing_key);
+}
+
+uint32_t obx__event_cols_same(const obx__event_cols *a, const obx__event_row *b) {
     uint32_t m = 0;
 #define SAME(bit, eq) m |= (eq) ? (uint32_t)OBX__EVC_##bit : 0u
     SAME(ENVELOPE_GEN, a->envelope_gen == b->envelope_gen);
@@ -346,13 +368,18 @@ uint32_t obx__event_same(const obx__event_row *a, const obx__event_row *b) {
     SAME(PRIMARY_ATTEMPT_ID, !strcmp(a->primary_attempt_id, b->primary_attempt_id));
     SAME(PUBLISHED_AT, a->published_at == b->published_at);
     SAME(UPDATED_AT, a->updated_at == b->updated_at);
-    SAME(ORDER_KEY, !strcmp(a->dest.cluster, b->dest.cluster) &&
-                        !strcmp(a->dest.topic, b->dest.topic) &&
-                        !strcmp(a->dest.routing_key, b->dest.routing_key));
-    SAME(DEST_CLUSTER, !strcmp(a->dest.cluster, b->dest.cluster));
+    SAME(ORDER_KEY, !strcmp(a->cluster, b->dest.cluster) && !strcmp(a->topic, b->dest.topic) &&
+                        !strcmp(a->routing_key, b->dest.routing_key));
+    SAME(DEST_CLUSTER, !strcmp(a->cluster, b->dest.cluster));
     SAME(HELD_AT, a->held_at == b->held_at);
 #undef SAME
     return m;
+}
+
+uint32_t obx__event_same(const obx__event_row *a, const obx__event_row *b) {
+    obx__event_cols c;
+    obx__event_cols_of(a, &c);
+    return obx__event_cols_same(&c, b);
 }
 
 static obx_err check_updates(const obx__event_update *u, size_t n) {
