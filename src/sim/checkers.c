@@ -153,8 +153,23 @@ static void check_lost(wk *k, const obx__sim_snap *s, const obx__sim_orders *o) 
  * message may be of one a migration replaced). OBX_ENOTFOUND when the event has no such
  * generation; any other error fails the trace. */
 static obx_err envelope_of(wk *k, const char *id, int32_t gen, obx__envelope_at_row *v) {
+    size_t cap = sizeof k->env_memo / sizeof k->env_memo[0];
+    for (size_t i = 0; i < k->n_env_memo && i < cap; i++) {
+        const struct env_memo *m = &k->env_memo[i];
+        if (m->gen == gen && !strcmp(m->id, id)) {
+            if (!m->err) *v = m->env;
+            return m->err;
+        }
+    }
     obx_err e = obx__st_envelope_at(k->os, id, gen, v);
     if (e && e != OBX_ENOTFOUND) fail(k, "sim: read envelope: %s", obx_errmsg());
+    if (!e || e == OBX_ENOTFOUND) { /* remembered for this check (the oldest replaced) */
+        struct env_memo *m = &k->env_memo[k->n_env_memo++ % cap];
+        obx__strlcpy(m->id, id, sizeof m->id);
+        m->gen = gen;
+        m->err = e;
+        if (!e) m->env = *v;
+    }
     return e;
 }
 
@@ -541,6 +556,7 @@ static void check_transactions(wk *k) {
 void obx__sim_check_trace(wk *k) {
     results *r = &k->r;
     check_transactions(k);
+    k->n_env_memo = 0;
     obx__sim_snap s;
     obx__sim_orders o;
     obx_err e = obx__sim_snap_load(k, true, &s);

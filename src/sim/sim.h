@@ -212,6 +212,15 @@ typedef struct wk {
     char failure[512];
     int64_t *res_ms;
     size_t nres, capres;
+    /* the checkers' envelope reads of one check (checkers.c, envelope_of): the outbox does not
+     * change while they run, and they read one generation for each receipt and message of it */
+    struct env_memo {
+        char id[OBX_EVENT_ID_LEN + 1];
+        int32_t gen;
+        obx_err err;
+        obx__envelope_at_row env;
+    } env_memo[8];
+    size_t n_env_memo;
 } wk;
 
 /* ---- the trace's RNG, its hash and its narration (tiny: inline in every file) ---- */
