@@ -156,7 +156,12 @@ static void test_frozen(void **state) {
     obx_enqueue_result ress;
     assert_int_equal(obx_enqueue(f->s, &evs, &ress), OBX_OK);
     assert_int_equal(count(f->db, "SELECT count(*) FROM obx_delivery_target"), 2);
+    exec_ok(f->db, "INSERT INTO obx_attempt VALUES ('att-1', 'evt-1', 1, 1, 1, 'relay-a', "
+                   "'sha256:d', 0, 'SENDING', 5, 0, 0, -1, 0, '')");
     const char *bad[] = {
+        "UPDATE obx_attempt SET owner = 'mallory'",
+        "UPDATE obx_attempt SET dest_digest = 'sha256:00', state = 'ACCEPTED'",
+        "UPDATE obx_attempt SET started_at = started_at + 1",
         "UPDATE obx_delivery_set SET completion = 'any'",
         "DELETE FROM obx_delivery_set",
         "UPDATE obx_delivery_target SET target_no = 3",
@@ -188,6 +193,8 @@ static void test_frozen(void **state) {
     /* the state columns are not frozen (the engine moves them), the purge may drop payload */
     exec_ok(f->db, "UPDATE obx_event SET updated_at = updated_at + 1");
     exec_ok(f->db, "UPDATE obx_envelope SET payload = NULL");
+    exec_ok(f->db, "UPDATE obx_attempt SET state = 'ACCEPTED', ended_at = 9, detail = 'acked'");
+    exec_ok(f->db, "UPDATE obx_attempt SET owner = owner");
     /* a later route generation changes nothing for this event */
     obx_route r = {.event_type = "order.created.v2", .cluster = "local", .topic = "orders-v2"};
     assert_int_equal(obx_route_set(f->s, &r, NULL), OBX_OK);

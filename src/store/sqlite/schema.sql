@@ -284,7 +284,10 @@ CREATE TABLE obx_attempt (
 CREATE INDEX obx_attempt_event ON obx_attempt (event_id, started_at, attempt_gen, attempt_id);
 CREATE INDEX obx_attempt_unknown ON obx_attempt (attempt_id) WHERE state = 'UNKNOWN';
 
-CREATE TRIGGER obx_attempt_frozen BEFORE UPDATE ON obx_attempt
+-- UPDATE OF: the store's attempt update sets only the columns an outcome changes, so it does not
+-- run the check.
+CREATE TRIGGER obx_attempt_frozen BEFORE UPDATE OF attempt_id, event_id, envelope_gen, attempt_gen,
+    claim_gen, owner, dest_digest, started_at ON obx_attempt
 WHEN NEW.attempt_id IS NOT OLD.attempt_id OR NEW.event_id IS NOT OLD.event_id
   OR NEW.envelope_gen IS NOT OLD.envelope_gen OR NEW.attempt_gen IS NOT OLD.attempt_gen
   OR NEW.claim_gen IS NOT OLD.claim_gen OR NEW.owner IS NOT OLD.owner
