@@ -139,6 +139,36 @@ static void test_idempotency_key(void **state) {
     assert_int_equal(count(f->db, "SELECT count(*) FROM obx_event"), 2);
 }
 
+/* purge_payloads drops the payload of every generation of an event, more than one statement's
+ * batch of them too (SQLite reads them 8 at a time), and counts each one's bytes once */
+static void test_purge_generations(void **state) {
+    fx *f = *state;
+    obx_event ev = order_event("o-9", "{\"n\":9}");
+    obx_enqueue_result res;
+    assert_int_equal(obx_enqueue(f->s, &ev, &res), OBX_OK);
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "CREATE TEMP TABLE g AS SELECT * FROM obx_envelope WHERE event_id = '%s'",
+             res.event_id);
+    exec_ok(f->db, sql);
+    for (int i = 0; i < 10; i++) { /* generations 2..11 */
+        exec_ok(f->db, "UPDATE g SET envelope_gen = envelope_gen + 1");
+        exec_ok(f->db, "INSERT INTO obx_envelope SELECT * FROM g");
+    }
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM obx_envelope WHERE event_id = '%s' AND payload "
+             "IS NOT NULL",
+             res.event_id);
+    assert_int_equal(count(f->db, sql), 11);
+    const char *id = res.event_id;
+    int64_t bytes = -1;
+    assert_int_equal(obx__st_purge_payloads(f->s, &id, 1, &bytes), OBX_OK);
+    assert_int_equal(bytes, 11 * (int64_t)strlen("{\"n\":9}"));
+    assert_int_equal(count(f->db, sql), 0);
+    assert_int_equal(obx__st_purge_payloads(f->s, &id, 1, &bytes), OBX_OK);
+    assert_int_equal(bytes, 0);
+}
+
 static void test_frozen(void **state) {
     fx *f = *state;
     obx_event ev = order_event("o-5", "{}");
@@ -745,6 +775,7 @@ int main(void) {
         OBX_T_CASE(test_rollback_together),
         OBX_T_CASE(test_idempotency_key),
         OBX_T_CASE(test_frozen),
+        OBX_T_CASE(test_purge_generations),
         OBX_T_CASE(test_digests_recomputable),
         OBX_T_CASE(test_bad_input),
         OBX_T_CASE(test_schema_versions),

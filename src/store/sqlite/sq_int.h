@@ -84,6 +84,7 @@ enum {
     Q_SET_ALIAS,
     Q_RET_CANDIDATES_PUB, /* state = PUBLISHED */
     Q_RET_CANDIDATES_RET, /* state = RETAINED */
+    Q_PURGE_GENS,         /* an event's generations that hold a payload */
     Q_PURGE_PAYLOAD,
     Q_RCPT_KIND_SPARSE,
     Q_RCPT_KIND_ANY,

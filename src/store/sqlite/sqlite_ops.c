@@ -254,18 +254,41 @@ obx_err obx__sq_unknown_resolutions(obx__store *base, int64_t **ms, size_t *n) {
     return e;
 }
 
+/* Up to 8 generations of event id that hold a payload, into gen/len; their count in *k. */
+static obx_err purge_gens(sq_store *s, const char *id, int32_t gen[8], int64_t len[8], size_t *k) {
+    sqlite3_stmt *st = NULL;
+    obx_err e = obx__sq_stmt(s, Q_PURGE_GENS, &st);
+    if (e) return e;
+    bt(st, 1, id);
+    int rc;
+    for (*k = 0; *k < 8 && (rc = sqlite3_step(st)) == SQLITE_ROW; (*k)++) {
+        gen[*k] = (int32_t)ci(st, 0);
+        len[*k] = ci(st, 1);
+    }
+    if (*k < 8 && rc != SQLITE_DONE) e = obx__sq_map_rc(s, rc, "purge payloads");
+    sqlite3_reset(st);
+    return e;
+}
+
 obx_err obx__sq_purge_payloads(obx__store *base, const char *const *ids, size_t n, int64_t *bytes) {
     sq_store *s = (sq_store *)base;
     int64_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st = NULL;
-        obx_err e = obx__sq_stmt(s, Q_PURGE_PAYLOAD, &st);
-        if (e) return e;
-        bt(st, 1, ids[i]);
-        int rc;
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW) total += ci(st, 0);
-        sqlite3_reset(st);
-        if (rc != SQLITE_DONE) return obx__sq_map_rc(s, rc, "purge payloads");
+        size_t k = 8;
+        while (k == 8) { /* 8 at a time: the ones dropped no longer hold a payload */
+            int32_t gen[8];
+            int64_t len[8];
+            obx_err e = purge_gens(s, ids[i], gen, len, &k);
+            for (size_t j = 0; !e && j < k; j++) {
+                sqlite3_stmt *st = NULL;
+                if ((e = obx__sq_stmt(s, Q_PURGE_PAYLOAD, &st))) break;
+                bt(st, 1, ids[i]);
+                bi(st, 2, gen[j]);
+                if (!(e = obx__sq_step_done(s, st, "purge payloads")))
+                    total += sqlite3_changes(s->db) == 1 ? len[j] : 0;
+            }
+            if (e) return e;
+        }
     }
     if (bytes) *bytes = total;
     return OBX_OK;

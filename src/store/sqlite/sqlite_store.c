@@ -306,8 +306,12 @@ static const char *const sql_text[Q_COUNT] = {
     "(e.published_at, e.seq) < (?4, ?5) ORDER BY e.published_at, e.seq LIMIT ?6"
     [Q_RET_CANDIDATES_PUB] = RET_CANDIDATES("PUBLISHED"),
     [Q_RET_CANDIDATES_RET] = RET_CANDIDATES("RETAINED"),
-    [Q_PURGE_PAYLOAD] = "UPDATE obx_envelope SET payload = NULL WHERE event_id = ? AND payload IS "
-                        "NOT NULL RETURNING payload_len",
+    /* the generations first, then each one by its key: an UPDATE ... RETURNING over an event's
+     * rows has two ephemeral tables in its program (its row set and RETURNING's rows) */
+    [Q_PURGE_GENS] = "SELECT envelope_gen, payload_len FROM obx_envelope WHERE event_id = ?1 AND "
+                     "payload IS NOT NULL ORDER BY envelope_gen LIMIT 8",
+    [Q_PURGE_PAYLOAD] = "UPDATE obx_envelope SET payload = NULL WHERE event_id = ?1 AND "
+                        "envelope_gen = ?2 AND payload IS NOT NULL",
 #define AGED_LIST(cols, from_where, at, key)                                                       \
     "SELECT " cols " FROM " from_where " AND " at " <= ?1 AND (" at ", " key ") > (?2, ?3) "       \
     "ORDER BY " at ", " key " LIMIT ?4"
